@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every test: the C test programs build/tests/test_* and the scripts
+# tests/scripts/test_*.sh. Each prints "N passed, N failed" as its last such
+# line; a program that crashes or prints no such line counts as one failure.
+# Usage: tests/run.sh [NAME-FILTER]
+set -u
+cd "$(dirname "$0")/.."
+filter=${1:-}
+total_p=0; total_f=0; failed_names=()
+run_one() {
+  local name=$1; shift
+  local log; log=$(mktemp)
+  local t0=$SECONDS
+  "$@" >"$log" 2>&1; local rc=$?
+  local line; line=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+  local p=0 f=0
+  if [ -n "$line" ]; then
+    p=$(sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed, ([0-9]+) failed.*/\2/' <<<"$line")
+    f=$(sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed, ([0-9]+) failed.*/\3/' <<<"$line")
+  fi
+  if [ -z "$line" ] || { [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; }; then f=$((f + 1)); fi
+  total_p=$((total_p + p)); total_f=$((total_f + f))
+  if [ "$f" -ne 0 ]; then
+    failed_names+=("$name"); echo "---- $name FAILED (rc=$rc, $((SECONDS - t0))s) ----"; tail -n 40 "$log"
+  else
+    echo "ok   $name: $p checks ($((SECONDS - t0))s)"
+  fi
+  rm -f "$log"
+}
+for t in "${KF_TEST_BUILD:-build}"/tests/test_*; do
+  [ -x "$t" ] || continue
+  n=$(basename "$t"); [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
+  run_one "$n" "$t"
+done
+for t in tests/scripts/test_*.sh; do
+  [ -f "$t" ] || continue
+  n=$(basename "$t" .sh); [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
+  run_one "$n" bash "$t"
+done
+[ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
+echo "$total_p passed, $total_f failed"
+[ "$total_f" -eq 0 ]
