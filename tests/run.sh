@@ -27,14 +27,19 @@ run_one() {
   fi
   rm -f "$log"
 }
+# Tests named *cuda* need a GPU: they run only under `make test-cuda` (KF_TEST_CUDA=1)
+# and are neither run nor counted otherwise.
+skip_gpu() { [[ "$1" == *cuda* && "${KF_TEST_CUDA:-0}" != 1 ]] && { echo "--   $1: needs a GPU (make test-cuda), not run"; return 0; }; return 1; }
 for t in "${KF_TEST_BUILD:-build}"/tests/test_*; do
   [ -x "$t" ] || continue
   n=$(basename "$t"); [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
+  skip_gpu "$n" && continue
   run_one "$n" "$t"
 done
 for t in tests/scripts/test_*.sh; do
   [ -f "$t" ] || continue
   n=$(basename "$t" .sh); [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
+  skip_gpu "$n" && continue
   run_one "$n" bash "$t"
 done
 [ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
