@@ -15,7 +15,11 @@ KF_CMD(shards_main);
 KF_CMD(train_main);
 KF_CMD(eval_main);
 KF_CMD(sample_main);
-KF_CMD(bench_main);
+KF_CMD(bench_tokenize_main);
+KF_CMD(bench_train_main);
+KF_CMD(bench_attention_main);
+KF_CMD(bench_decode_main);
+KF_CMD(bench_ablation_main);
 KF_CMD(jobs_main);
 KF_CMD(import_main);
 KF_CMD(plot_main);
@@ -41,11 +45,43 @@ static kf_cmd_fn lookup(const char *name) {
     if (!strcmp(name, "train")) return train_main;
     if (!strcmp(name, "eval")) return eval_main;
     if (!strcmp(name, "sample")) return sample_main;
-    if (!strcmp(name, "bench")) return bench_main;
+    if (!strcmp(name, "bench")) return bench_dispatch;
     if (!strcmp(name, "jobs")) return jobs_main;
     if (!strcmp(name, "import")) return import_main;
     if (!strcmp(name, "plot")) return plot_main;
     return NULL;
+}
+
+static const struct {
+    const char *name;
+    kf_cmd_fn fn;
+    const char *help;
+} benches[] = {
+    {"tokenize", bench_tokenize_main, "GPT-2 encoding against tiktoken"},
+    {"train", bench_train_main, "tokens/s, ms/step and MFU per stage kind"},
+    {"attention", bench_attention_main, "attention kernels: causal and SingleForward(k)"},
+    {"decode", bench_decode_main, "AR vs K-Forcing decoding throughput"},
+    {"ablation", bench_ablation_main, "noise-inversion variants A/B vs K-Forcing (paper Table 2)"},
+};
+
+/* `kf bench NAME ...`: each benchmark lives with the component it measures. */
+static int bench_dispatch(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")) {
+        for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
+            if (strcmp(benches[i].name, argv[1])) continue;
+            if (!benches[i].fn) {
+                fprintf(stderr, "kf: benchmark '%s' is not in this build\n", argv[1]);
+                return KF_EXIT_ERROR;
+            }
+            return benches[i].fn(argc - 1, argv + 1);
+        }
+        fprintf(stderr, "kf bench: unknown benchmark '%s'\n", argv[1]);
+    }
+    FILE *f = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? stdout : stderr;
+    fprintf(f, "usage: kf bench NAME [ARGS...]\n\nbenchmarks:\n");
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        fprintf(f, "  %-10s %s%s\n", benches[i].name, benches[i].help, benches[i].fn ? "" : "   [not in this build]");
+    return f == stdout ? KF_EXIT_OK : KF_EXIT_USAGE;
 }
 
 static void usage(FILE *f) {
