@@ -39,18 +39,6 @@ static const struct {
     {"plot", "LOG.jsonl [-o OUT.png]   loss curve"},
 };
 
-static kf_cmd_fn lookup(const char *name) {
-    if (!strcmp(name, "tokenize")) return tokenize_main;
-    if (!strcmp(name, "shards")) return shards_main;
-    if (!strcmp(name, "train")) return train_main;
-    if (!strcmp(name, "eval")) return eval_main;
-    if (!strcmp(name, "sample")) return sample_main;
-    if (!strcmp(name, "bench")) return bench_dispatch;
-    if (!strcmp(name, "jobs")) return jobs_main;
-    if (!strcmp(name, "import")) return import_main;
-    if (!strcmp(name, "plot")) return plot_main;
-    return NULL;
-}
 
 static const struct {
     const char *name;
@@ -82,6 +70,19 @@ static int bench_dispatch(int argc, char **argv) {
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
         fprintf(f, "  %-10s %s%s\n", benches[i].name, benches[i].help, benches[i].fn ? "" : "   [not in this build]");
     return f == stdout ? KF_EXIT_OK : KF_EXIT_USAGE;
+}
+
+static kf_cmd_fn lookup(const char *name) {
+    if (!strcmp(name, "tokenize")) return tokenize_main;
+    if (!strcmp(name, "shards")) return shards_main;
+    if (!strcmp(name, "train")) return train_main;
+    if (!strcmp(name, "eval")) return eval_main;
+    if (!strcmp(name, "sample")) return sample_main;
+    if (!strcmp(name, "bench")) return bench_dispatch;
+    if (!strcmp(name, "jobs")) return jobs_main;
+    if (!strcmp(name, "import")) return import_main;
+    if (!strcmp(name, "plot")) return plot_main;
+    return NULL;
 }
 
 static void usage(FILE *f) {
