@@ -1,0 +1,89 @@
+/* Tests common/json: parsing of every value kind, escapes and surrogates,
+ * error positions, and the escape writer round-tripping through the parser. */
+#include <string.h>
+
+#include "common/json.h"
+#include "tests/test.h"
+
+static json_doc *parse(const char *s, kf_err *err) { return json_parse(s, strlen(s), "t.json", err); }
+
+static void test_values(void)
+{
+    kf_err err = {{0}};
+    const char *src = "{\"a\": [1, -2.5e1, true, false, null],\n \"s\": \"x\\n\\u00e9\\ud83d\\ude00\\ud800\",\n"
+                      " \"big\": 12345678901234, \"o\": {}, \"e\": [], \"a\": 7}";
+    json_doc *d = parse(src, &err);
+    T_CHECK(d != NULL, "parse failed: %s", err.msg);
+    if (!d) return;
+    const json *r = json_root(d);
+    T_CHECK(r->type == JSON_OBJECT && r->n == 6, "root: type %d n %zu", r->type, r->n);
+    const json *a = &r->kids[0];
+    T_CHECK(a->type == JSON_ARRAY && a->n == 5, "array");
+    T_CHECK(a->kids[0].is_int && a->kids[0].i == 1, "int 1");
+    T_CHECK(!a->kids[1].is_int && a->kids[1].num == -25.0, "float -25");
+    T_CHECK(a->kids[2].type == JSON_BOOL && a->kids[2].b == 1, "true");
+    T_CHECK(a->kids[3].type == JSON_BOOL && a->kids[3].b == 0, "false");
+    T_CHECK(a->kids[4].type == JSON_NULL, "null");
+    const json *s = json_get(r, "s");
+    const char want[] = "x\n\xc3\xa9\xf0\x9f\x98\x80\xef\xbf\xbd";
+    T_CHECK(s && s->str.len == sizeof want - 1 && !memcmp(s->str.s, want, sizeof want - 1), "string escapes");
+    T_CHECK(s && s->line == 2 && s->col == 7, "position of s: %d:%d", s ? s->line : 0, s ? s->col : 0);
+    const json *big = json_get(r, "big");
+    T_CHECK(big && big->is_int && big->i == 12345678901234LL, "int64");
+    T_CHECK(json_get(r, "a")->is_int && json_get(r, "a")->i == 7, "duplicate key: last wins");
+    T_CHECK(json_get(r, "o")->type == JSON_OBJECT && json_get(r, "o")->n == 0, "empty object");
+    T_CHECK(json_get(r, "missing") == NULL, "missing key");
+    json_free(d);
+}
+
+static void test_errors(void)
+{
+    static const struct { const char *src, *msg; } cases[] = {
+        {"{\"a\": 1,}", "t.json:1:9:"},
+        {"[1, 2\n, 03]", "t.json:2:4:"},
+        {"\"abc", "t.json:1:1:"},
+        {"[1] x", "t.json:1:5:"},
+        {"{\"a\" 1}", "t.json:1:6:"},
+        {"\"a\x01\"", "t.json:1:3:"},
+        {"[1.]", "t.json:1:4:"},
+        {"nul", "t.json:1:1:"},
+        {"", "t.json:1:1:"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        kf_err err = {{0}};
+        json_doc *d = parse(cases[i].src, &err);
+        T_CHECK(d == NULL && strstr(err.msg, cases[i].msg) == err.msg, "case %zu: want %s got '%s'", i,
+                cases[i].msg, err.msg);
+        json_free(d);
+    }
+    char deep[2000];
+    memset(deep, '[', sizeof deep - 1);
+    deep[sizeof deep - 1] = 0;
+    kf_err err = {{0}};
+    T_CHECK(parse(deep, &err) == NULL && strstr(err.msg, "deep"), "depth limit: %s", err.msg);
+}
+
+static void test_escape_roundtrip(void)
+{
+    char src[128]; /* every ASCII byte, controls and NUL included */
+    for (int i = 0; i < 128; i++) src[i] = (char)i;
+    size_t n = sizeof src;
+    char out[1024];
+    size_t m = json_escape(out, sizeof out, src, n);
+    T_CHECK(m < sizeof out && m <= 6 * n + 2, "escape length %zu", m);
+    kf_err err = {{0}};
+    json_doc *d = json_parse(out, m, "esc", &err);
+    T_CHECK(d && json_root(d)->type == JSON_STRING && json_root(d)->str.len == n &&
+                !memcmp(json_root(d)->str.s, src, n),
+            "escape round trip: %s", err.msg);
+    json_free(d);
+    T_CHECK(json_escape(out, 2, "abc", 3) == 5, "escape reports the needed size when truncated");
+}
+
+int main(void)
+{
+    test_values();
+    test_errors();
+    test_escape_roundtrip();
+    return T_DONE();
+}
