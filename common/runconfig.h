@@ -1,0 +1,164 @@
+/* common/runconfig.h — the run config: what a run trains, in which stages,
+ * with which hyper-parameters and resources.
+ *
+ * A run config is a YAML file (configs/tiny.yaml is the embedded default):
+ *
+ *   name: tiny                                   # run name (required)
+ *   data: {train: DIR, valid: DIR}               # shard sets (manifest.yaml inside)
+ *   shards: ...                                  # owned by `kf shards build`; not read here
+ *   model: {hidden: 128, heads: 4, blocks: 4, vocab: 50258, seq_len: 128}
+ *   defaults:                                    # training options for every stage
+ *     batch: 32            # GLOBAL batch (samples per optimizer step, all ranks)
+ *     micro_batch: 0       # samples per rank per forward/backward; 0 = batch / ranks
+ *     lr: 1.0e-4           warmup: 0            # linear warmup steps, then constant
+ *     beta1: 0.9  beta2: 0.999  eps: 1.0e-6  weight_decay: 0.0
+ *     ema: 0.999  clip: 1.0                     # clip <= 0 disables clipping
+ *     seed: 1234
+ *     checkpoint_every: 100  keep_checkpoints: 3
+ *     log_every: 10                             # human line every N steps (JSONL: every step)
+ *     eval_every: 0  eval_batches: 4            # validation loss (0: only at the end)
+ *     precision: [{until_step: 400, mode: fp16}, {mode: fp32}]
+ *     loss_scale: {init: 65536, growth_interval: 2000, growth: 2.0, backoff: 0.5}
+ *   stages:                                      # ordered
+ *     - {name: ar, kind: ar, steps: 600}
+ *     - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 400, tau: [0.01, 1.0]}
+ *     - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 400}
+ *     - {name: imp, kind: import, path: ckpt.safetensors}
+ *   resources: {ranks: 1, nodes: 1, gpus_per_node: 0, time_limit: "00:30:00",
+ *               backend: cpu, partition: "", signal_lead: 120, collective_timeout: 120}
+ *
+ * A stage may carry any `defaults:` key to override it for that stage only
+ * (e.g. `{name: ar, kind: ar, steps: 600, lr: 3.0e-4}`); runconfig_stage.opt
+ * holds the resolved values.
+ *
+ * Stage kinds:
+ *   ar                      next-token training (stage 0); no teacher
+ *   import                  a released checkpoint registered as this stage's
+ *                           final weights (`path:`); no training
+ *   distill_ar              forward distillation AR teacher -> PFLM(k)
+ *   self_forcing            PFLM(k/2) teacher -> PFLM(k); student starts from
+ *                           the teacher (`init` defaults to the teacher)
+ *   noise_inversion_mtp     ablation variant A: noise inversion, MTP head
+ *   noise_inversion_causal  ablation variant B: noise inversion, causal layout
+ * `teacher:` is an EARLIER stage's name (its final/ weights) or a checkpoint
+ * path (anything containing '/' or ending in ".safetensors"). `init:` (same
+ * forms) initialises the student's weights from those weights.
+ *
+ * Validation is strict and happens before any work: an unknown key, a wrong
+ * type, a missing required field or an out-of-range value fails with
+ * "FILE:LINE:COL: KEY.PATH: what" (1-based). Overrides `key.path=value`
+ * (e.g. `defaults.lr=3e-4`, `stages.0.steps=10`, `resources.ranks=2`) are
+ * applied to the YAML tree before validation, so they are validated the same
+ * way (their errors name the override).
+ */
+#ifndef KF_COMMON_RUNCONFIG_H
+#define KF_COMMON_RUNCONFIG_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define RUNCONFIG_MAX_PHASES 8
+
+typedef enum {
+    RC_KIND_AR = 0,
+    RC_KIND_IMPORT,
+    RC_KIND_DISTILL_AR,
+    RC_KIND_SELF_FORCING,
+    RC_KIND_NI_MTP,
+    RC_KIND_NI_CAUSAL
+} runconfig_kind;
+
+typedef enum { RC_PREC_FP32 = 0, RC_PREC_FP16 = 1 } runconfig_prec;
+
+/** One phase of the precision schedule: `mode` for steps < until_step
+ * (until_step == -1: to the end of the stage). Steps are 0-based: the step
+ * that produces optimizer update number s+1 is step s. */
+typedef struct runconfig_phase {
+    int64_t until_step;
+    runconfig_prec mode;
+} runconfig_phase;
+
+/** Resolved training options of one stage (defaults + stage overrides). */
+typedef struct runconfig_opts {
+    int64_t batch;            /* global samples per optimizer step */
+    int64_t micro_batch;      /* per-rank samples per forward/backward; 0 = batch / world */
+    double lr;
+    int64_t warmup;           /* linear warmup steps (0 = none) */
+    double beta1, beta2, eps, weight_decay;
+    double ema;               /* EMA decay */
+    double clip;              /* global grad-norm clip; <= 0 disables */
+    uint64_t seed;
+    int64_t checkpoint_every; /* steps between checkpoints (0: only final/preempt) */
+    int64_t keep_checkpoints; /* retention K >= 1 */
+    int64_t log_every;        /* human log line every N steps */
+    int64_t eval_every;       /* validation every N steps (0: at the end only) */
+    int64_t eval_batches;     /* validation micro-batches per evaluation */
+    int n_phases;
+    runconfig_phase phases[RUNCONFIG_MAX_PHASES];
+    double scale_init;        /* fp16 loss scaler */
+    int64_t scale_growth_interval;
+    double scale_growth, scale_backoff;
+} runconfig_opts;
+
+typedef struct runconfig_stage {
+    char *name;
+    runconfig_kind kind;
+    int64_t steps;            /* optimizer steps (0 for import) */
+    int64_t k;                /* tokens per pass of the student (1 for ar) */
+    double tau_min, tau_max;  /* distill_ar / noise inversion temperature range */
+    char *teacher;            /* as written, or NULL */
+    int teacher_stage;        /* index of the teacher stage, or -1 (path or none) */
+    char *init;               /* as written, or NULL (self_forcing: = teacher) */
+    int init_stage;           /* index, or -1 */
+    char *path;               /* import: the checkpoint file; else NULL */
+    runconfig_opts opt;
+} runconfig_stage;
+
+typedef struct runconfig_model {
+    int64_t hidden, heads, blocks, vocab, seq_len;
+} runconfig_model;
+
+typedef struct runconfig_resources {
+    int64_t ranks, nodes, gpus_per_node;
+    char *time_limit;          /* as written ("HH:MM:SS", "D-HH:MM:SS", "MM") */
+    int64_t time_limit_s;      /* the same in seconds */
+    char *backend;             /* "cpu" | "cuda" | "auto" */
+    char *partition;           /* Slurm partition, "" = default */
+    int64_t signal_lead;       /* seconds before the limit Slurm sends USR1 */
+    int64_t collective_timeout;/* seconds a collective may block before the job dies */
+} runconfig_resources;
+
+typedef struct runconfig {
+    char *path;                /* the file it was loaded from */
+    char *name;
+    char *data_train, *data_valid;
+    runconfig_model model;
+    int n_stages;
+    runconfig_stage *stages;
+    runconfig_resources res;
+    char *canonical;           /* canonical YAML of the resolved tree (overrides applied) */
+    char hash[65];             /* sha256 hex of `canonical`: the config's identity */
+} runconfig;
+
+/** Loads, applies overrides to, and strictly validates a run config.
+ * @param path the YAML file.
+ * @param n_over, over `key.path=value` strings (may be 0/NULL).
+ * @param out receives the config (free with runconfig_free).
+ * @param err "FILE:LINE:COL: key.path: what" on failure.
+ * @return 0 or -1. */
+int runconfig_load(const char *path, int n_over, char *const *over, runconfig **out, kf_err *err);
+
+/** The stage called name, or NULL. */
+const runconfig_stage *runconfig_stage_find(const runconfig *rc, const char *name);
+
+/** The stage's kind as written in configs ("ar", "distill_ar", ...). */
+const char *runconfig_kind_name(runconfig_kind k);
+
+/** The precision mode in effect at 0-based step `step` of a stage. */
+runconfig_prec runconfig_precision_at(const runconfig_opts *o, int64_t step);
+
+/** Frees rc (NULL allowed). */
+void runconfig_free(runconfig *rc);
+
+#endif
