@@ -27,9 +27,14 @@ void rng_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo, uint32_t
 uint64_t rng_u64(uint64_t seed, uint64_t stream, uint64_t index);
 
 /** A double uniform in the OPEN interval (0, 1) with 53 random bits:
- * ((rng_u64 >> 11) + 0.5) / 2^53. Never 0 or 1, so log(u) and inverse-CDF
- * searches are safe. */
+ * k / 2^53 with k = rng_u64 >> 11, except that k = 0 gives 2^-54. Never 0 or
+ * 1 (the largest value is 1 - 2^-53), so log(u) and inverse-CDF searches are
+ * safe. */
 double rng_uniform01(uint64_t seed, uint64_t stream, uint64_t index);
+
+/** The mapping rng_uniform01 applies to 64 random bits (exposed so other
+ * generators, e.g. CUDA kernels, can be checked against it). */
+double rng_open01(uint64_t bits);
 
 /** An integer uniform in [0, n) (n >= 1): the high 64 bits of rng_u64 * n.
  * The bias is below n / 2^64, negligible for every n used here. */
