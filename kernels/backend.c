@@ -1,0 +1,30 @@
+/* kernels/backend.c — picks a backend by name. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/kernels.h"
+
+#ifndef KF_CUDA
+/* Builds without nvcc have no GPU backend; kernels/cuda/ defines this otherwise. */
+kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err_len) {
+    if (err_msg && err_len)
+        snprintf(err_msg, err_len, "this build has no CUDA backend (rebuild with make CUDA=1)");
+    return NULL;
+}
+#endif
+
+kf_backend *kernels_create(const char *name) {
+    char msg[512] = "";
+    if (!name || strcmp(name, "cpu") == 0) return kernels_cpu_create();
+    if (strcmp(name, "cuda") == 0) {
+        kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
+        KF_CHECK(b, "backend \"cuda\" is unavailable: %s", msg);
+        return b;
+    }
+    if (strcmp(name, "auto") == 0) {
+        kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
+        return b ? b : kernels_cpu_create();
+    }
+    KF_FATAL("unknown backend \"%s\" (expected cpu, cuda or auto)", name);
+}

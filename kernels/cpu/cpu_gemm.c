@@ -1,0 +1,76 @@
+/* kernels/cpu/cpu_gemm.c — matmul through OpenBLAS, bias add and bias gradient.
+ *
+ * OpenBLAS splits sgemm work over M/N, never over K, so each C element is
+ * one dot product in a fixed order whatever OPENBLAS_NUM_THREADS is (the
+ * unit test checks 1 vs 2 threads bitwise). In fp16 mode A and B are rounded
+ * through _Float16 into scratch copies (inputs are never modified) and C is
+ * rounded after the product: a half GEMM with fp32 accumulation.
+ */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+/* One row-major sgemm; lda/ldb follow from the stored shapes. */
+static void sgemm(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
+                  int trans_a, int trans_b, float alpha, float beta) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A,
+                (int)(trans_a ? M : K), B, (int)(trans_b ? K : N), beta, C, (int)N);
+}
+
+void cpu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+                int64_t K, int trans_a, int trans_b, float alpha, float beta) {
+    cpu_matmul_batched(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
+}
+
+void cpu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                        int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
+                        int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b) {
+    if (M <= 0 || N <= 0) return;
+    int half = b->precision == KF_PREC_FP16;
+    for (int64_t i = 0; i < batch; i++) {
+        float *c = C + i * stride_c;
+        const float *a = A + i * stride_a, *bb = B + i * stride_b;
+        if (half) {
+            float *ha = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(M * K));
+            float *hb = cpu_scratch(b, CPU_SCRATCH_B, (size_t)(K * N));
+            cpu_round_half_copy(ha, a, M * K);
+            cpu_round_half_copy(hb, bb, K * N);
+            a = ha;
+            bb = hb;
+        }
+        sgemm(c, a, bb, M, N, K, trans_a, trans_b, alpha, beta);
+        if (half) cpu_round_half_copy(c, c, M * N);
+    }
+}
+
+void cpu_add_bias(kf_backend *b, float *y, const float *bias, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * cols;
+        for (int64_t c = 0; c < cols; c++) yr[c] += bias[c];
+    }
+}
+
+void cpu_bias_grad(kf_backend *b, float *dbias, const float *dy, int64_t rows, int64_t cols) {
+    int64_t nchunk = (rows + KF_CPU_ROW_CHUNK - 1) / KF_CPU_ROW_CHUNK;
+    if (nchunk == 0) return;
+    float *part = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(nchunk * cols));
+#pragma omp parallel for schedule(static)
+    for (int64_t ch = 0; ch < nchunk; ch++) {
+        float *p = part + ch * cols;
+        int64_t r1 = (ch + 1) * KF_CPU_ROW_CHUNK < rows ? (ch + 1) * KF_CPU_ROW_CHUNK : rows;
+        for (int64_t c = 0; c < cols; c++) p[c] = 0.0f;
+        for (int64_t r = ch * KF_CPU_ROW_CHUNK; r < r1; r++) {
+            const float *d = dy + r * cols;
+            for (int64_t c = 0; c < cols; c++) p[c] += d[c];
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < cols; c++) {
+        float s = 0.0f;
+        for (int64_t ch = 0; ch < nchunk; ch++) s += part[ch * cols + c];
+        dbias[c] += s;
+    }
+}

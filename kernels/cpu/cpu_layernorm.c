@@ -1,0 +1,78 @@
+/* kernels/cpu/cpu_layernorm.c — LayerNorm forward/backward (with or without bias), fp32.
+ *
+ * Rows are independent in the forward and in dx; dw/dbias are reduced over
+ * rows in KF_CPU_ROW_CHUNK chunks whose partials are added in chunk order.
+ */
+#include <math.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+void cpu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const float *x,
+                       const float *w, const float *bias, int64_t rows, int64_t cols, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        float s = 0.0f;
+        for (int64_t c = 0; c < cols; c++) s += xr[c];
+        float mu = s / (float)cols;
+        float ss = 0.0f;
+        for (int64_t c = 0; c < cols; c++) {
+            float d = xr[c] - mu;
+            ss += d * d;
+        }
+        float rs = 1.0f / sqrtf(ss / (float)cols + eps);
+        if (bias)
+            for (int64_t c = 0; c < cols; c++) yr[c] = (xr[c] - mu) * rs * w[c] + bias[c];
+        else
+            for (int64_t c = 0; c < cols; c++) yr[c] = (xr[c] - mu) * rs * w[c];
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+void cpu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
+                       const float *x, const float *w, const float *mean, const float *rstd,
+                       int64_t rows, int64_t cols) {
+    int64_t nchunk = (rows + KF_CPU_ROW_CHUNK - 1) / KF_CPU_ROW_CHUNK;
+    if (nchunk == 0) return;
+    float *pw = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(nchunk * cols));
+    float *pb = dbias ? cpu_scratch(b, CPU_SCRATCH_D, (size_t)(nchunk * cols)) : NULL;
+#pragma omp parallel for schedule(static)
+    for (int64_t ch = 0; ch < nchunk; ch++) {
+        float *pwc = pw + ch * cols, *pbc = pb ? pb + ch * cols : NULL;
+        for (int64_t c = 0; c < cols; c++) pwc[c] = 0.0f;
+        if (pbc)
+            for (int64_t c = 0; c < cols; c++) pbc[c] = 0.0f;
+        int64_t r1 = (ch + 1) * KF_CPU_ROW_CHUNK < rows ? (ch + 1) * KF_CPU_ROW_CHUNK : rows;
+        for (int64_t r = ch * KF_CPU_ROW_CHUNK; r < r1; r++) {
+            const float *xr = x + r * cols, *dyr = dy + r * cols;
+            float *dxr = dx + r * cols;
+            float mu = mean[r], rs = rstd[r];
+            float sg = 0.0f, sgx = 0.0f;
+            for (int64_t c = 0; c < cols; c++) {
+                float xh = (xr[c] - mu) * rs, g = dyr[c] * w[c];
+                sg += g;
+                sgx += g * xh;
+                pwc[c] += dyr[c] * xh;
+            }
+            if (pbc)
+                for (int64_t c = 0; c < cols; c++) pbc[c] += dyr[c];
+            float a = sg / (float)cols, bb = sgx / (float)cols;
+            for (int64_t c = 0; c < cols; c++) {
+                float xh = (xr[c] - mu) * rs;
+                dxr[c] += rs * (dyr[c] * w[c] - a - xh * bb);
+            }
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < cols; c++) {
+        float s = 0.0f, sb = 0.0f;
+        for (int64_t ch = 0; ch < nchunk; ch++) {
+            s += pw[ch * cols + c];
+            if (pb) sb += pb[ch * cols + c];
+        }
+        dw[c] += s;
+        if (dbias) dbias[c] += sb;
+    }
+}

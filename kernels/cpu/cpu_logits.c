@@ -1,0 +1,150 @@
+/* kernels/cpu/cpu_logits.c — ops over logits rows [rows, V]: softmax
+ * cross-entropy, argmax, float64 inverse-CDF sampling and CDF bins, frequency
+ * penalty. Rows are independent; each row is handled by one thread. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_internal.h"
+
+static float row_max(const float *x, int64_t V) {
+    float mx = -INFINITY;
+    for (int64_t v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+    return mx;
+}
+
+void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
+              const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
+    for (int64_t r = 0; r < rows; r++)
+        KF_CHECK(targets[r] < V, "xent: target %d outside the vocabulary of %lld", targets[r],
+                 (long long)V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = logits + r * V;
+        float *d = dlogits ? dlogits + r * V : NULL;
+        int32_t t = targets[r];
+        if (t < 0) {
+            if (losses) losses[r] = 0.0f;
+            if (d) memset(d, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        float mx = row_max(x, V);
+        float sum = 0.0f;
+        for (int64_t v = 0; v < V; v++) sum += expf(x[v] - mx);
+        float lse = mx + logf(sum), xt = x[t];
+        if (losses) losses[r] = lse - xt;
+        if (d) {
+            float g = grad_scale / sum;
+            for (int64_t v = 0; v < V; v++) d[v] = expf(x[v] - mx) * g; /* may alias x */
+            d[t] -= grad_scale;
+        }
+    }
+}
+
+void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = logits + r * V;
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (x[v] > x[best]) best = v;
+        ids[r] = (int32_t)best;
+    }
+}
+
+/* e[v] = exp(l_v/tau - max) in float64; returns their sum (id order), so that
+ * p_v = e[v] / sum is softmax(logits/tau). */
+static double icdf_weights(double *e, const float *x, double tau, int64_t V) {
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < V; v++) {
+        double a = (double)x[v] / tau;
+        mx = a > mx ? a : mx;
+    }
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++) {
+        e[v] = exp((double)x[v] / tau - mx);
+        sum += e[v];
+    }
+    return sum;
+}
+
+/* A zero-probability token is never returned: for z <= 0 the lower bound
+ * would otherwise be id 0 even when p_0 == 0. */
+void cpu_sample_icdf(kf_backend *b, int32_t *ids, const float *logits, const double *tau,
+                     const double *z, int64_t rows, int64_t V) {
+#pragma omp parallel
+    {
+        double *e = kf_malloc((size_t)V * sizeof(double));
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            double sum = icdf_weights(e, logits + r * V, tau[r], V);
+            double c = 0.0;
+            int64_t pick = -1, last = 0;
+            for (int64_t v = 0; v < V; v++) {
+                double p = e[v] / sum;
+                if (p <= 0.0) continue;
+                c += p;
+                last = v;
+                if (c >= z[r]) {
+                    pick = v;
+                    break;
+                }
+            }
+            ids[r] = (int32_t)(pick >= 0 ? pick : last);
+        }
+        free(e);
+    }
+}
+
+void cpu_icdf_bin(kf_backend *b, double *lo, double *hi, const float *logits, const double *tau,
+                  const int32_t *targets, int64_t rows, int64_t V) {
+    for (int64_t r = 0; r < rows; r++)
+        KF_CHECK(targets[r] >= 0 && targets[r] < V, "icdf_bin: target %d outside [0, %lld)",
+                 targets[r], (long long)V);
+#pragma omp parallel
+    {
+        double *e = kf_malloc((size_t)V * sizeof(double));
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            double sum = icdf_weights(e, logits + r * V, tau[r], V);
+            double c = 0.0; /* same sequence of additions as cpu_sample_icdf */
+            for (int64_t v = 0; v < targets[r]; v++) {
+                double p = e[v] / sum;
+                if (p > 0.0) c += p;
+            }
+            lo[r] = c;
+            hi[r] = c + e[targets[r]] / sum;
+        }
+        free(e);
+    }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Each distinct id is penalised once by penalty*count (not count separate
+ * subtractions), so the result does not depend on the history's order. Ids
+ * outside [0, V) (padding) are ignored. */
+void cpu_freq_penalty(kf_backend *b, float *logits, const int32_t *hist, int64_t n_hist,
+                      int64_t rows, int64_t V, float penalty) {
+    if (n_hist <= 0) return;
+#pragma omp parallel
+    {
+        int32_t *h = kf_malloc((size_t)n_hist * sizeof(int32_t));
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            memcpy(h, hist + r * n_hist, (size_t)n_hist * sizeof(int32_t));
+            qsort(h, (size_t)n_hist, sizeof(int32_t), cmp_i32);
+            for (int64_t j = 0; j < n_hist;) {
+                int64_t k = j;
+                while (k < n_hist && h[k] == h[j]) k++;
+                if (h[j] >= 0 && h[j] < V) logits[r * V + h[j]] -= penalty * (float)(k - j);
+                j = k;
+            }
+        }
+        free(h);
+    }
+}

@@ -1,0 +1,71 @@
+/* kernels/cpu/cpu_optim.c — reductions returned to the host, AdamW and EMA.
+ *
+ * sum/sumsq accumulate in double over fixed chunks of SUM_CHUNK elements,
+ * and the chunk partials are added in chunk order, so the result does not
+ * depend on the thread count.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_internal.h"
+
+#define SUM_CHUNK 4096
+
+static double chunked_sum(const float *x, int64_t n, int square) {
+    int64_t nchunk = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+    if (nchunk == 0) return 0.0;
+    double *part = kf_malloc((size_t)nchunk * sizeof(double));
+#pragma omp parallel for schedule(static)
+    for (int64_t ch = 0; ch < nchunk; ch++) {
+        int64_t i1 = (ch + 1) * SUM_CHUNK < n ? (ch + 1) * SUM_CHUNK : n;
+        double s = 0.0;
+        if (square)
+            for (int64_t i = ch * SUM_CHUNK; i < i1; i++) s += (double)x[i] * (double)x[i];
+        else
+            for (int64_t i = ch * SUM_CHUNK; i < i1; i++) s += (double)x[i];
+        part[ch] = s;
+    }
+    double s = 0.0;
+    for (int64_t ch = 0; ch < nchunk; ch++) s += part[ch];
+    free(part);
+    return s;
+}
+
+double cpu_sum(kf_backend *b, const float *x, int64_t n) { return chunked_sum(x, n, 0); }
+
+double cpu_sumsq(kf_backend *b, const float *x, int64_t n) { return chunked_sum(x, n, 1); }
+
+int64_t cpu_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
+    int64_t c = 0;
+#pragma omp parallel for schedule(static) reduction(+ : c)
+    for (int64_t i = 0; i < n; i++) c += !isfinite(x[i]);
+    return c;
+}
+
+/* PyTorch AdamW (torch.optim.AdamW, foreach=False):
+ *   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+ *   p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
+ * with g = grad * grad_scale; bias corrections computed in double. */
+void cpu_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v, int64_t n,
+               float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+               float grad_scale) {
+    KF_CHECK(step >= 1, "adamw: step is 1-based, got %lld", (long long)step);
+    float step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)step)));
+    float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
+    float decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = params[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    }
+}
+
+void cpu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) ema[i] = decay * ema[i] + (1.0f - decay) * params[i];
+}

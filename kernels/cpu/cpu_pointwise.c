@@ -1,0 +1,61 @@
+/* kernels/cpu/cpu_pointwise.c — elementwise ops: GELU (tanh / erf), add, scale,
+ * column fill and half rounding. Every element is independent. */
+#include <math.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+#define INV_SQRT2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+
+void cpu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind) {
+    if (kind == KF_GELU_TANH) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v)));
+        }
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2));
+    }
+}
+
+void cpu_gelu_bwd(kf_backend *b, float *dx, const float *dy, const float *x, int64_t n,
+                  kf_gelu_kind kind) {
+    if (kind == KF_GELU_TANH) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+            float d = 0.5f * (1.0f + t) +
+                      0.5f * v * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
+            dx[i] = dy[i] * d;
+        }
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            float d = 0.5f * (1.0f + erff(v * INV_SQRT2)) + v * expf(-0.5f * v * v) * INV_SQRT_2PI;
+            dx[i] = dy[i] * d;
+        }
+    }
+}
+
+void cpu_add_inplace(kf_backend *b, float *y, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void cpu_scale(kf_backend *b, float *x, float alpha, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) x[i] *= alpha;
+}
+
+void cpu_fill_column(kf_backend *b, float *x, int64_t rows, int64_t cols, int64_t col,
+                     float value) {
+    for (int64_t r = 0; r < rows; r++) x[r * cols + col] = value;
+}
+
+void cpu_round_half(kf_backend *b, float *x, int64_t n) { cpu_round_half_copy(x, x, n); }

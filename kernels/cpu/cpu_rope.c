@@ -1,0 +1,62 @@
+/* kernels/cpu/cpu_rope.c — rotary position embedding, rotate-half convention.
+ *
+ * For head dim D and i < D/2: inv_freq_i = base^(-2i/D); the angle
+ * pos * inv_freq_i is computed in double and its cos/sin rounded to float,
+ * so every backend that does the same gets identical rotation factors:
+ *   a = (double)pos * pow((double)base, -(double)(2*i) / (double)D)
+ *   c = (float)cos(a), s = (float)sin(a)
+ *   x_i' = x_i*c - x_{i+D/2}*s,   x_{i+D/2}' = x_{i+D/2}*c + x_i*s   (fp32)
+ * Applied to the q and k columns of qkv; v is untouched. The backward applies
+ * the transpose (inverse) rotation to dq and dk.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_internal.h"
+
+/* cos/sin table [L, D/2] for the rows' positions (scratch slot D). */
+static float *rope_table(kf_backend *b, const int32_t *pos, int64_t L, int64_t D, float base) {
+    int64_t half = D / 2;
+    float *t = cpu_scratch(b, CPU_SCRATCH_D, (size_t)(2 * L * half));
+#pragma omp parallel for schedule(static)
+    for (int64_t l = 0; l < L; l++)
+        for (int64_t i = 0; i < half; i++) {
+            double a = (double)pos[l] * pow((double)base, -(double)(2 * i) / (double)D);
+            t[(l * half + i) * 2] = (float)cos(a);
+            t[(l * half + i) * 2 + 1] = (float)sin(a);
+        }
+    return t;
+}
+
+/* dir = +1 forward rotation, -1 inverse. */
+static void rope_apply(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
+                       int64_t n_head, int64_t D, float base, float dir) {
+    KF_CHECK(D % 2 == 0, "rope needs an even head_dim, got %lld", (long long)D);
+    int64_t half = D / 2, H = n_head * D;
+    const float *t = rope_table(b, pos, L, D, base);
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < B * L; row++) {
+        const float *tr = t + (row % L) * half * 2;
+        for (int64_t part = 0; part < 2; part++) /* q, then k */
+            for (int64_t h = 0; h < n_head; h++) {
+                float *x = qkv + row * 3 * H + part * H + h * D;
+                for (int64_t i = 0; i < half; i++) {
+                    float c = tr[2 * i], s = dir * tr[2 * i + 1];
+                    float x1 = x[i], x2 = x[i + half];
+                    x[i] = x1 * c - x2 * s;
+                    x[i + half] = x2 * c + x1 * s;
+                }
+            }
+    }
+}
+
+void cpu_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
+                  int64_t n_head, int64_t head_dim, float base) {
+    rope_apply(b, qkv, pos, B, L, n_head, head_dim, base, 1.0f);
+}
+
+void cpu_rope_bwd(kf_backend *b, float *dqkv, const int32_t *pos, int64_t B, int64_t L,
+                  int64_t n_head, int64_t head_dim, float base) {
+    rope_apply(b, dqkv, pos, B, L, n_head, head_dim, base, -1.0f);
+}

@@ -1,0 +1,72 @@
+/* kernels/cpu/cpu_rows.c — row movement, token embedding and the PFLM noise features. */
+#include <math.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_internal.h"
+
+void cpu_gather_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
+                     int64_t dim) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        memcpy(dst + i * dim, src + (int64_t)idx[i] * dim, (size_t)dim * sizeof(float));
+}
+
+void cpu_scatter_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
+                      int64_t dim) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        memcpy(dst + (int64_t)idx[i] * dim, src + i * dim, (size_t)dim * sizeof(float));
+}
+
+void cpu_embed_fwd(kf_backend *b, float *out, const int32_t *ids, const int32_t *row_idx,
+                   const float *table, int64_t n, int64_t dim) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = row_idx ? row_idx[i] : i;
+        memcpy(out + r * dim, table + (int64_t)ids[i] * dim, (size_t)dim * sizeof(float));
+    }
+}
+
+/* Columns are split over threads in fixed 16-float blocks and each thread adds
+ * the rows in order i = 0..n-1, so every table element is summed in the same
+ * order whatever the thread count. */
+#define EMBED_COL_BLOCK 16
+
+void cpu_embed_bwd(kf_backend *b, float *dtable, const float *dout, const int32_t *ids,
+                   const int32_t *row_idx, int64_t n, int64_t dim, int64_t vocab) {
+    for (int64_t i = 0; i < n; i++)
+        KF_CHECK(ids[i] >= 0 && ids[i] < vocab, "embed_bwd: token id %d outside [0, %lld)",
+                 ids[i], (long long)vocab);
+    int64_t nblk = (dim + EMBED_COL_BLOCK - 1) / EMBED_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        int64_t c0 = blk * EMBED_COL_BLOCK;
+        int64_t c1 = c0 + EMBED_COL_BLOCK < dim ? c0 + EMBED_COL_BLOCK : dim;
+        for (int64_t i = 0; i < n; i++) {
+            const float *src = dout + (row_idx ? row_idx[i] : i) * dim;
+            float *dst = dtable + (int64_t)ids[i] * dim;
+            for (int64_t c = c0; c < c1; c++) dst[c] += src[c];
+        }
+    }
+}
+
+/* out[r] = [cos(z f), sin(z f), cos(tau f), sin(tau f)], f_i = 2*pi * 10000^(-i/half),
+ * all in float64 and rounded to float at the end. */
+void cpu_noise_features(kf_backend *b, float *out, const double *z, const double *tau, int64_t n,
+                        int64_t H) {
+    KF_CHECK(H % 2 == 0, "noise_features needs an even hidden size, got %lld", (long long)H);
+    int64_t half = H / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n; r++) {
+        float *o = out + r * 2 * H;
+        for (int64_t i = 0; i < half; i++) {
+            double f = 2.0 * M_PI * pow(10000.0, -(double)i / (double)half);
+            double az = z[r] * f, at = tau[r] * f;
+            o[i] = (float)cos(az);
+            o[half + i] = (float)sin(az);
+            o[H + i] = (float)cos(at);
+            o[H + half + i] = (float)sin(at);
+        }
+    }
+}
