@@ -1,0 +1,200 @@
+/* trainer/model.h — the DDiT backbone, the AR head and the PFLM noise encoder.
+ *
+ * One implementation of the paper's models, written against kernels/kernels.h
+ * only (it runs on any backend). ARCHITECTURE.md "Reference model" is the
+ * specification; the parameter names are the reference's PyTorch names, so a
+ * checkpoint saved here loads with safetensors.torch.load_file and the
+ * released checkpoints convert by stripping their "backbone." prefix.
+ *
+ * Parameters live in ONE flat fp32 device buffer (m->params), gradients in a
+ * second of the same size (m->grads), so AdamW / EMA / clipping run over the
+ * whole model in one launch. m->tensors lists every tensor (name, shape,
+ * offset into the flat buffer), in this order:
+ *
+ *   vocab_embed.embedding                 [V, H]
+ *   blocks.N.norm1.weight                 [H]        LayerNorm, no bias, eps 1e-5
+ *   blocks.N.attn_qkv.weight              [3H, H]    no bias; RoPE on q,k (base 1e4)
+ *   blocks.N.attn_out.weight              [H, H]     no bias
+ *   blocks.N.norm2.weight                 [H]
+ *   blocks.N.mlp.0.weight / .bias         [4H, H] / [4H]   GELU (tanh)
+ *   blocks.N.mlp.2.weight / .bias         [H, 4H] / [H]
+ *   output_layer.norm_final.weight        [H]
+ *   output_layer.linear.weight / .bias    [V, H] / [V]     zero-initialised
+ *   PFLM only (the noise encoder; ZD = 2H, or 2H*k_train for HEAD_MTP):
+ *   noise_encoder.combined_proj.weight / .bias   [H, ZD] / [H]
+ *   noise_encoder.norm.weight / .bias            [H]        LayerNorm with bias
+ *   noise_encoder.mlp.0.weight / .bias           [4H, H] / [4H]   GELU (erf)
+ *   noise_encoder.mlp.2.weight / .bias           [H, 4H] / [H]
+ *   HEAD_MTP only, heads j = 1..k_train-1 (head 0 is output_layer):
+ *   mtp_heads.J.norm_final.weight, mtp_heads.J.linear.weight / .bias
+ *
+ * Noise encoder input for one noise row (kernels' noise_features op, float64):
+ * [cos(z f), sin(z f), cos(tau f), sin(tau f)] (2H values). HEAD_MTP rows
+ * carry k_train noise values: the features of (z_1, tau) ... (z_k, tau)
+ * concatenated (2H*k values) — all k noise values in one token.
+ * The mask token's logit (cfg.mask_id >= 0) is set to -1000.
+ *
+ * Usage (training step):
+ *   model *m = model_create(be, &cfg); model_init(m, seed);
+ *   model_ws *ws = model_ws_create(m);
+ *   model_forward(m, ws, &in, MODEL_TRAIN, NULL);
+ *   double sum = model_loss(m, ws, targets, norm, loss_scale, &count);
+ *   model_backward(m, ws);          // grads += d(loss_scale * sum / norm)
+ */
+#ifndef KF_TRAINER_MODEL_H
+#define KF_TRAINER_MODEL_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+#include "kernels/kernels.h"
+#include "trainer/layout.h"
+
+typedef enum { MODEL_AR = 0, MODEL_PFLM = 1 } model_kind;
+typedef enum { HEAD_SHARED = 0, HEAD_MTP = 1 } model_head;
+
+typedef struct model_config {
+    int64_t hidden;   /* H; head_dim = H / heads (64 in the reference) */
+    int64_t heads;
+    int64_t blocks;
+    int64_t vocab;    /* model vocabulary, mask token included */
+    int64_t mask_id;  /* its logit is forced to -1000; -1: none */
+    int64_t seq_len;  /* training sequence length (data samples) */
+    model_kind kind;
+    model_head head;  /* HEAD_MTP only with MODEL_PFLM */
+    int64_t k_train;  /* PFLM window k (AR: 1); HEAD_MTP: number of heads */
+} model_config;
+
+/** Checks a config (sizes positive, H divisible by heads into an even head
+ *  dim, mask_id < vocab, ...). @return 0, or -1 with err naming the field. */
+int model_config_check(const model_config *c, kf_err *err);
+
+typedef struct model_tensor {
+    char name[64];
+    int ndim;           /* 1 or 2 */
+    int64_t shape[2];
+    int64_t offset;     /* elements into params / grads */
+    int64_t numel;
+} model_tensor;
+
+typedef struct model model;   /* fields below are read-only for callers */
+struct model {
+    kf_backend *be;
+    model_config cfg;
+    int64_t n_params;
+    float *params;      /* device [n_params] */
+    float *grads;       /* device [n_params]; model_backward accumulates */
+    int n_tensors;
+    model_tensor *tensors;
+    int64_t n_heads_out; /* heads producing logits per out row: k_train for MTP, else 1 */
+};
+
+/** Allocates parameters and gradients (zeroed) on be. Dies on a bad config. */
+model *model_create(kf_backend *be, const model_config *cfg);
+void model_free(model *m);
+
+/** Deterministic initialisation from seed (common/rng.h, stream = tensor
+ *  index): PyTorch defaults — Linear weights and biases U(-1/sqrt(in),
+ *  1/sqrt(in)), the embedding U(-1/sqrt(H), 1/sqrt(H)) (MDLM's
+ *  kaiming_uniform(a=sqrt 5)), LayerNorm weights 1 and biases 0, the output
+ *  layers (output_layer.linear, mtp heads) zero. Gradients are zeroed. */
+void model_init(model *m, uint64_t seed);
+
+/** Copies every tensor of src whose name and shape match into m (a PFLM from
+ *  an AR model, a student from its teacher); MTP heads with no match copy
+ *  output_layer. @return number of tensors copied. */
+int model_copy_matching(model *m, const model *src);
+
+/** Looks a tensor up by name; NULL when absent. */
+const model_tensor *model_find(const model *m, const char *name);
+
+/** Sets grads to zero. */
+void model_zero_grads(model *m);
+
+/* ---- checkpoints (safetensors; config in __metadata__ as "kf.<field>") ---- */
+
+/** Writes buf (a device buffer laid out like params, e.g. the EMA; NULL:
+ *  params) with the reference names. Atomic. */
+int model_save(const model *m, const char *path, const float *buf, kf_err *err);
+
+/** Reads the config recorded in a checkpoint's metadata. */
+int model_read_config(const char *path, model_config *cfg, kf_err *err);
+
+/** Creates a model on be from a checkpoint written by model_save. */
+model *model_load(kf_backend *be, const char *path, kf_err *err);
+
+/** Loads path's tensors into buf (NULL: params); the names and shapes must
+ *  be exactly m's. */
+int model_load_into(model *m, const char *path, float *buf, kf_err *err);
+
+/* ---- forward / backward ---- */
+
+/** One batch. Host arrays; the model uploads what it needs. */
+typedef struct model_input {
+    const layout *lay;
+    int64_t B;
+    const int32_t *ids;       /* [B*L]: the token of every token row (others ignored) */
+    const double *z;          /* [B*L*zdim] noise values of noise rows (zdim = k_train
+                                 for HEAD_MTP, else 1); NULL when there are none */
+    const double *tau;        /* [B] temperature per sample (noise rows) */
+    const int32_t *valid_len; /* [B] context length per sample, or NULL */
+} model_input;
+
+/** Activations of one pass (sized on first use, grown when needed). A model
+ *  may have several (teacher, student, eval). */
+typedef struct model_ws model_ws;
+model_ws *model_ws_create(model *m);
+void model_ws_free(model_ws *ws);
+
+enum {
+    MODEL_TRAIN = 1,       /* keep every activation for model_backward */
+    MODEL_KEEP_CTX_KV = 2  /* keep each layer's context-row qkv, so a later
+                              pass with lay->mask.q_start = n_ctx (DoubleForward)
+                              can reuse them via kv_src */
+};
+
+/** Runs the backbone over in (rows [q_start, L) of each sample; rows before
+ *  q_start take their K/V from kv_src, a ws whose previous pass used
+ *  MODEL_KEEP_CTX_KV with the same B and n_ctx). Returns the logits, a device
+ *  buffer [n_heads_out * B * n_out, V] owned by ws (valid until its next
+ *  pass), ordered head-major, then sample, then out row. */
+const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
+                           const model_ws *kv_src);
+
+/** Number of logit rows of ws's last pass. */
+int64_t model_ws_rows(const model_ws *ws);
+
+/** Cross-entropy of the last pass against targets (host, one per logit row,
+ *  < 0 ignored). Returns the SUM of counted rows' losses and their number in
+ *  *count. When the pass was MODEL_TRAIN, leaves dlogits = loss_scale / norm *
+ *  (softmax - onehot) for model_backward (norm <= 0: *count). row_loss (host,
+ *  may be NULL) receives every row's loss (0 when ignored). */
+double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
+                  int64_t *count, float *row_loss);
+
+/** Backpropagates the dlogits left by model_loss; grads += . */
+void model_backward(model *m, model_ws *ws);
+
+/* ---- KV-cached decoding (decode.h drives it) ---- */
+
+/** Per-layer K/V caches for B sequences of up to cap rows. */
+typedef struct model_cache model_cache;
+model_cache *model_cache_create(model *m, int64_t B, int64_t cap);
+void model_cache_free(model_cache *c);
+/** Rows currently kept. */
+int64_t model_cache_len(const model_cache *c);
+/** Forgets every row (reuse for a new batch). */
+void model_cache_reset(model_cache *c);
+
+/** Feeds Q new rows per sample, which take cache rows and RoPE positions
+ *  [P, P+Q) (P = model_cache_len) and see every earlier row causally. Row i
+ *  is noise when noise[i] (then z[b*Q+i] (zdim values) and tau[b]) else token
+ *  ids[b*Q+i]. Returns logits [n_heads_out * n_out * B, V] for rows out[0..n_out)
+ *  ordered head, out row, sample (so one output position of all samples is
+ *  contiguous). Afterwards the first `keep` new rows stay cached (P += keep);
+ *  the others (noise rows) are discarded. */
+const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_t *noise,
+                               const int32_t *ids, const double *z, const double *tau,
+                               int64_t n_out, const int32_t *out, int64_t keep);
+
+#endif
