@@ -45,7 +45,7 @@ typedef struct kf_rec {
     int nfields;
 } kf_rec;
 
-/** Starts an empty record (no allocation until the first field). */
+/** Starts an empty record. */
 void kf_rec_init(kf_rec *r);
 
 /** Clears the fields, keeping the buffer for reuse. */

@@ -30,7 +30,8 @@ void progress_begin(const char *label, double total, const char *unit);
  * is due to be drawn: call it as often as convenient. */
 void progress_update(double done, const char *extra);
 
-/** Prints the final line ("label: done UNIT in T s, RATE") and ends the display. */
+/** Prints the final line ("LABEL: AMOUNT in T s, RATE, EXTRA", an info line)
+ * and ends the display. */
 void progress_end(void);
 
 /** Erases the bar from the terminal if one is shown (used by common/log.c

@@ -1,0 +1,157 @@
+/* log: JSONL records (escaping, number formats, null for NaN, one line each,
+ * partial tail line cut on reopen), info/warn lines and quiet mode, and the
+ * progress display in both modes (plain lines into a file, a redrawn bar on a
+ * pseudo-terminal). */
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/progress.h"
+#include "tests/test.h"
+
+/* Runs fn with stderr redirected to a fresh file; returns what it wrote. */
+static char *capture_stderr(void (*fn)(void)) {
+    char path[] = "/tmp/kf_test_log_err_XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    fflush(stderr);
+    dup2(fd, 2);
+    fn();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    char *buf;
+    size_t n;
+    if (fs_read_file(path, &buf, &n, NULL)) buf = strdup("");
+    unlink(path);
+    return buf;
+}
+
+static void say_things(void) {
+    kf_log_info("hello %d", 42);
+    kf_log_warn("careful");
+    kf_log_set_quiet(true);
+    kf_log_info("hidden");
+    kf_log_warn("still shown");
+    kf_log_set_quiet(false);
+}
+
+static void plain_progress(void) {
+    setenv("KF_PROGRESS_INTERVAL", "0", 1);
+    progress_begin("docs", 2e6, "B");
+    progress_update(1e6, "docs 7");
+    progress_update(2e6, NULL);
+    progress_end();
+}
+
+static int count(const char *s, const char *sub) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, sub)); p += strlen(sub)) n++;
+    return n;
+}
+
+int main(void) {
+    /* Records. */
+    kf_rec r;
+    kf_rec_init(&r);
+    T_CHECK(!strcmp(kf_rec_text(&r), "{}"), "empty record: %s", kf_rec_text(&r));
+    kf_rec_int(&r, "step", -12345678901234LL);
+    kf_rec_double(&r, "loss", 0.1);
+    kf_rec_double(&r, "third", 1.0 / 3);
+    kf_rec_double(&r, "bad", NAN);
+    kf_rec_double(&r, "inf", -INFINITY);
+    kf_rec_str(&r, "s\"k", "a\"b\\c\nd\x01");
+    kf_rec_bool(&r, "ok", true);
+    kf_rec_raw(&r, "arr", "[1,2]");
+    const char *want = "{\"step\":-12345678901234,\"loss\":0.1,\"third\":0.333333333,\"bad\":null,\"inf\":null,"
+                       "\"s\\\"k\":\"a\\\"b\\\\c\\nd\\u0001\",\"ok\":true,\"arr\":[1,2]}";
+    T_CHECK(!strcmp(kf_rec_text(&r), want), "record:\n got %s\nwant %s", kf_rec_text(&r), want);
+    kf_err err = {{0}};
+    json_doc *d = json_parse(kf_rec_text(&r), strlen(kf_rec_text(&r)), "rec", &err);
+    T_CHECK(d && json_get(json_root(d), "s\"k") && !strcmp(json_get(json_root(d), "s\"k")->str.s, "a\"b\\c\nd\x01"),
+            "record does not parse back: %s", err.msg);
+    json_free(d);
+    kf_rec_reset(&r);
+    kf_rec_int(&r, "a", 1);
+    T_CHECK(!strcmp(kf_rec_text(&r), "{\"a\":1}"), "reset: %s", kf_rec_text(&r));
+
+    /* JSONL file: one line per append, appends after reopen, partial tail cut. */
+    char path[] = "/tmp/kf_test_log_XXXXXX";
+    close(mkstemp(path));
+    kf_jsonl *l = kf_jsonl_open(path, &err);
+    T_CHECK(l != NULL, "open: %s", err.msg);
+    for (int i = 0; i < 3; i++) {
+        kf_rec_reset(&r);
+        kf_rec_int(&r, "step", i);
+        kf_rec_double(&r, "loss", 1.0 / (i + 1));
+        T_CHECK(kf_jsonl_append(l, &r, &err) == 0, "append: %s", err.msg);
+    }
+    T_CHECK(!strcmp(kf_rec_text(&r), "{\"step\":2,\"loss\":0.333333333}"), "record after append: %s", kf_rec_text(&r));
+    kf_jsonl_close(l);
+    int fd = open(path, O_WRONLY | O_APPEND);
+    T_CHECK(write(fd, "{\"step\":3,\"lo", 13) == 13, "write partial");
+    close(fd);
+    l = kf_jsonl_open(path, &err);
+    kf_rec_reset(&r);
+    kf_rec_int(&r, "step", 3);
+    kf_jsonl_append(l, &r, &err);
+    kf_jsonl_close(l);
+    char *text;
+    size_t n;
+    fs_read_file(path, &text, &n, &err);
+    const char *want_file = "{\"step\":0,\"loss\":1}\n{\"step\":1,\"loss\":0.5}\n{\"step\":2,\"loss\":0.333333333}\n"
+                            "{\"step\":3}\n";
+    T_CHECK(!strcmp(text, want_file), "file:\n%s", text);
+    free(text);
+    /* A file that is one partial line becomes empty. */
+    fs_write_atomic(path, "{\"x", 3, &err);
+    kf_jsonl_close(kf_jsonl_open(path, &err));
+    fs_read_file(path, &text, &n, &err);
+    T_CHECK(n == 0, "partial-only file kept %zu bytes", n);
+    free(text);
+    unlink(path);
+    T_CHECK(kf_jsonl_open("/nonexistent-dir/x.jsonl", &err) == NULL && strstr(err.msg, "/nonexistent-dir/x.jsonl"),
+            "open error: %s", err.msg);
+    kf_rec_free(&r);
+
+    /* Human lines. */
+    char *out = capture_stderr(say_things);
+    T_CHECK(strstr(out, " kf: hello 42\n") && strstr(out, " kf: warning: careful\n") &&
+            strstr(out, " kf: warning: still shown\n") && !strstr(out, "hidden"), "log lines:\n%s", out);
+    T_CHECK(out[4] == '-' && out[7] == '-' && out[10] == ' ' && out[13] == ':', "timestamp format:\n%s", out);
+    free(out);
+
+    /* Progress, not a terminal: plain lines, then the final line. */
+    out = capture_stderr(plain_progress);
+    T_CHECK(count(out, "\n") == 3 && strstr(out, "docs:  50%  1.0 MB") && strstr(out, "docs 7") &&
+            strstr(out, "docs: 100%  2.0 MB") && strstr(out, "docs: 2.0 MB in ") && !strchr(out, '\r'),
+            "plain progress:\n%s", out);
+    free(out);
+
+    /* Progress on a pseudo-terminal: \r redraws with a bar, erased by a log line. */
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    T_CHECK(m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0, "pty");
+    int s = open(ptsname(m), O_RDWR | O_NOCTTY);
+    int saved = dup(2);
+    dup2(s, 2);
+    progress_begin("tok", 0, "tok");
+    usleep(120000);
+    progress_update(1500, NULL);
+    kf_log_info("between");
+    progress_end();
+    dup2(saved, 2);
+    close(saved);
+    close(s);
+    char buf[4096] = {0};
+    usleep(10000);
+    ssize_t got = read(m, buf, sizeof buf - 1);
+    close(m);
+    T_CHECK(got > 0 && strstr(buf, "\rtok 1.5k tok") && strstr(buf, "\r\x1b[K") && strstr(buf, "kf: between") &&
+            strstr(buf, "tok: 1.5k tok in"), "tty progress: %s", buf);
+    return T_DONE();
+}
