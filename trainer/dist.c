@@ -1,0 +1,297 @@
+/* trainer/dist.c — MPI / NCCL collectives with a watchdog (see dist.h). */
+#include "trainer/dist.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef KF_MPI
+#include <mpi.h>
+#endif
+#ifdef KF_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+/* Floats per chain segment: large enough to amortise latency, small enough
+ * that the chain's ranks work in a pipeline. */
+#define CHAIN_SEG (1 << 18)
+
+typedef struct dist_impl {
+    pthread_t wd;
+    int wd_running;
+    pthread_mutex_t mu;
+    double deadline;        /* monotonic seconds; 0 = no collective in flight */
+    const char *what;       /* the collective in flight */
+    int stop;
+    float *seg;             /* receive buffer of one chain segment */
+#ifdef KF_CUDA
+    ncclComm_t nccl;
+    int have_nccl;
+#endif
+} dist_impl;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *watchdog_main(void *arg) {
+    dist *d = arg;
+    dist_impl *im = d->impl;
+    for (;;) {
+        usleep(500 * 1000);
+        pthread_mutex_lock(&im->mu);
+        int stop = im->stop;
+        double dl = im->deadline;
+        const char *what = im->what;
+        pthread_mutex_unlock(&im->mu);
+        if (stop) return NULL;
+        if (dl > 0 && now_s() > dl) {
+            /* The main thread is blocked inside MPI/NCCL, so only a hard exit
+             * ends it; the launcher sees status 1 and stops the other ranks. */
+            fprintf(stderr,
+                    "kf: error: rank %d/%d: %s blocked for more than %.0f s: a rank died or "
+                    "its node is unreachable; exiting so the job ends (resume from the last "
+                    "checkpoint with --resume)\n",
+                    d->rank, d->world, what, d->timeout);
+            fflush(stderr);
+            _exit(KF_EXIT_ERROR);
+        }
+    }
+}
+
+static inline void arm(dist *d, const char *what) {
+    dist_impl *im = d->impl;
+    pthread_mutex_lock(&im->mu);
+    im->deadline = now_s() + d->timeout;
+    im->what = what;
+    pthread_mutex_unlock(&im->mu);
+}
+
+static inline void disarm(dist *d) {
+    dist_impl *im = d->impl;
+    pthread_mutex_lock(&im->mu);
+    im->deadline = 0;
+    pthread_mutex_unlock(&im->mu);
+}
+
+static int env_int(const char *name, int def) {
+    const char *s = getenv(name);
+    return s && *s ? atoi(s) : def;
+}
+
+/* Ranks the launcher says it started (1 when not under a launcher). */
+static int launcher_world(void) {
+    int w = env_int("OMPI_COMM_WORLD_SIZE", 0);
+    if (!w) w = env_int("PMI_SIZE", 0);
+    if (!w && getenv("PMIX_RANK")) w = env_int("SLURM_NTASKS", 2);
+    return w > 0 ? w : 1;
+}
+
+const char *dist_build_info(void) {
+#ifdef KF_MPI
+    return "MPI";
+#else
+    return "no MPI (single process only)";
+#endif
+}
+
+int dist_init(dist *d, int *argc, char ***argv, double timeout, kf_err *err) {
+    memset(d, 0, sizeof *d);
+    KF_CHECK(timeout > 0, "dist_init: timeout must be positive");
+    d->world = d->local_world = 1;
+    d->timeout = timeout;
+    dist_impl *im = kf_calloc(1, sizeof *im);
+    d->impl = im;
+    pthread_mutex_init(&im->mu, NULL);
+    int lw = launcher_world();
+#ifdef KF_MPI
+    if (lw > 1 || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK")) {
+        int provided;
+        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        /* Errors return to us instead of aborting inside MPI, so a failed
+         * peer becomes a message and exit 1 (KF_CHECK below). */
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+        MPI_Comm local;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local);
+        MPI_Comm_rank(local, &d->local_rank);
+        MPI_Comm_size(local, &d->local_world);
+        MPI_Comm_free(&local);
+        d->mpi = 1;
+        im->seg = kf_malloc(CHAIN_SEG * sizeof(float));
+    }
+#else
+    (void)argc, (void)argv;
+    if (lw > 1) {
+        dist_finalize(d);
+        return kf_err_set(err,
+                          "launched as %d ranks, but this kf was built without MPI (install "
+                          "libopenmpi-dev and rebuild); it can only run as one process",
+                          lw);
+    }
+#endif
+    if (d->world > 1) {
+        KF_CHECK(pthread_create(&im->wd, NULL, watchdog_main, d) == 0, "dist: cannot start watchdog");
+        im->wd_running = 1;
+    }
+    return 0;
+}
+
+#ifdef KF_MPI
+#define MPI_OK(call, what)                                                                   \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        if (rc_ != MPI_SUCCESS) {                                                            \
+            char s_[MPI_MAX_ERROR_STRING];                                                   \
+            int n_;                                                                          \
+            MPI_Error_string(rc_, s_, &n_);                                                  \
+            KF_FATAL("rank %d: %s failed: %s (a rank died?)", d->rank, what, s_);           \
+        }                                                                                    \
+    } while (0)
+#endif
+
+int dist_attach_backend(dist *d, kf_backend *b, kf_err *err) {
+    if (strcmp(b->name, "cuda")) return 0;
+#ifdef KF_CUDA
+    dist_impl *im = d->impl;
+    if (d->world == 1) return 0;
+    ncclUniqueId id;
+    if (d->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
+        return kf_err_set(err, "ncclGetUniqueId failed");
+    dist_bcast(d, &id, sizeof id, 0);
+    arm(d, "ncclCommInitRank");
+    ncclResult_t r = ncclCommInitRank(&im->nccl, d->world, id, d->rank);
+    disarm(d);
+    if (r != ncclSuccess) return kf_err_set(err, "ncclCommInitRank: %s", ncclGetErrorString(r));
+    im->have_nccl = 1;
+    return 0;
+#else
+    return kf_err_set(err, "the cuda backend needs a build with CUDA=1");
+#endif
+}
+
+#ifdef KF_MPI
+/* ((g0 + g1) + g2) + ...: rank r receives the partial sum of ranks < r for
+ * each segment, adds its own values (partial + own, in that order) and passes
+ * it on; the last rank then holds the total and broadcasts it. */
+static void chain_allreduce(dist *d, float *buf, int64_t n) {
+    dist_impl *im = d->impl;
+    for (int64_t off = 0; off < n; off += CHAIN_SEG) {
+        int cnt = (int)(n - off < CHAIN_SEG ? n - off : CHAIN_SEG);
+        float *x = buf + off;
+        if (d->rank > 0) {
+            MPI_OK(MPI_Recv(im->seg, cnt, MPI_FLOAT, d->rank - 1, 7, MPI_COMM_WORLD,
+                            MPI_STATUS_IGNORE), "all-reduce (receive)");
+            for (int i = 0; i < cnt; i++) x[i] = im->seg[i] + x[i];
+        }
+        if (d->rank < d->world - 1)
+            MPI_OK(MPI_Send(x, cnt, MPI_FLOAT, d->rank + 1, 7, MPI_COMM_WORLD), "all-reduce (send)");
+    }
+    for (int64_t off = 0; off < n; off += (1 << 30)) {
+        int cnt = (int)(n - off < (1 << 30) ? n - off : (1 << 30));
+        MPI_OK(MPI_Bcast(buf + off, cnt, MPI_FLOAT, d->world - 1, MPI_COMM_WORLD), "all-reduce (bcast)");
+    }
+}
+#endif
+
+void dist_allreduce_grads(dist *d, kf_backend *b, float *buf, int64_t n) {
+    if (d->world == 1) return;
+#ifdef KF_CUDA
+    dist_impl *im = d->impl;
+    if (!strcmp(b->name, "cuda")) {
+        KF_CHECK(im->have_nccl, "dist: NCCL not set up (call dist_attach_backend)");
+        arm(d, "ncclAllReduce(grads)");
+        b->sync(b);
+        ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclSum, im->nccl, 0);
+        KF_CHECK(r == ncclSuccess, "ncclAllReduce: %s", ncclGetErrorString(r));
+        KF_CHECK(cudaStreamSynchronize(0) == cudaSuccess, "cudaStreamSynchronize failed");
+        disarm(d);
+        return;
+    }
+#endif
+#ifdef KF_MPI
+    KF_CHECK(!strcmp(b->name, "cpu"), "dist: backend %s has no all-reduce path", b->name);
+    arm(d, "all-reduce(grads)");
+    chain_allreduce(d, buf, n);
+    disarm(d);
+#else
+    (void)b, (void)buf, (void)n;
+#endif
+}
+
+void dist_allreduce_sum_f64(dist *d, double *x, int n) {
+    if (d->world == 1) return;
+#ifdef KF_MPI
+    /* Gathered to every rank and summed in rank order: fixed order, tiny n. */
+    double *all = kf_malloc((size_t)n * d->world * sizeof *all);
+    arm(d, "all-reduce(f64)");
+    MPI_OK(MPI_Allgather(x, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD), "allgather");
+    disarm(d);
+    for (int i = 0; i < n; i++) {
+        double s = all[i];
+        for (int r = 1; r < d->world; r++) s += all[(size_t)r * n + i];
+        x[i] = s;
+    }
+    free(all);
+#endif
+}
+
+int dist_allreduce_max_int(dist *d, int x) {
+    if (d->world == 1) return x;
+    int y = x;
+#ifdef KF_MPI
+    arm(d, "all-reduce(max)");
+    MPI_OK(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "allreduce max");
+    disarm(d);
+#endif
+    return y;
+}
+
+void dist_bcast(dist *d, void *buf, size_t bytes, int root) {
+    if (d->world == 1) return;
+#ifdef KF_MPI
+    KF_CHECK(bytes < (1u << 31), "dist_bcast: %zu bytes is too large", bytes);
+    arm(d, "broadcast");
+    MPI_OK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD), "broadcast");
+    disarm(d);
+#else
+    (void)buf, (void)bytes, (void)root;
+#endif
+}
+
+void dist_barrier(dist *d) {
+    if (d->world == 1) return;
+#ifdef KF_MPI
+    arm(d, "barrier");
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+    disarm(d);
+#endif
+}
+
+void dist_finalize(dist *d) {
+    dist_impl *im = d->impl;
+    if (!im) return;
+    if (im->wd_running) {
+        pthread_mutex_lock(&im->mu);
+        im->stop = 1;
+        pthread_mutex_unlock(&im->mu);
+        pthread_join(im->wd, NULL);
+    }
+#ifdef KF_CUDA
+    if (im->have_nccl) ncclCommDestroy(im->nccl);
+#endif
+#ifdef KF_MPI
+    if (d->mpi) MPI_Finalize();
+#endif
+    pthread_mutex_destroy(&im->mu);
+    free(im->seg);
+    free(im);
+    d->impl = NULL;
+}
