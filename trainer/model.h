@@ -87,6 +87,7 @@ struct model {
     int n_tensors;
     model_tensor *tensors;
     int64_t n_heads_out; /* heads producing logits per out row: k_train for MTP, else 1 */
+    struct model_priv *priv; /* offsets of each layer's tensors (model_internal.h) */
 };
 
 /** Allocates parameters and gradients (zeroed) on be. Dies on a bad config. */

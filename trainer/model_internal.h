@@ -1,0 +1,65 @@
+/* trainer/model_internal.h — what model.c, model_decode.c and model_io.c
+ * share: tensor offsets per layer and the activation buffers of a pass.
+ * Not part of the public API. */
+#ifndef KF_TRAINER_MODEL_INTERNAL_H
+#define KF_TRAINER_MODEL_INTERNAL_H
+
+#include <stddef.h>
+
+#include "trainer/model.h"
+
+/* Offsets (elements) of one block's tensors in the flat buffers. */
+typedef struct block_off {
+    int64_t norm1, qkv, out, norm2, fc1_w, fc1_b, fc2_w, fc2_b;
+} block_off;
+
+typedef struct head_off {
+    int64_t norm, w, b;
+} head_off;
+
+typedef struct noise_off {
+    int64_t proj_w, proj_b, norm_w, norm_b, fc1_w, fc1_b, fc2_w, fc2_b;
+} noise_off;
+
+typedef struct model_priv {
+    int64_t embed;
+    block_off *blk;
+    head_off *head;  /* [n_heads_out] */
+    noise_off noise; /* PFLM only */
+    int64_t zdim;    /* noise values per noise row (k_train for HEAD_MTP, else 1) */
+} model_priv;
+
+/* A device buffer that grows on demand. */
+typedef struct dbuf {
+    void *p;
+    size_t cap;
+} dbuf;
+
+void *dbuf_ensure(kf_backend *be, dbuf *d, size_t bytes);
+void dbuf_release(kf_backend *be, dbuf *d);
+void *dbuf_upload(kf_backend *be, dbuf *d, const void *src, size_t n, size_t esz);
+
+typedef struct layer_act {
+    dbuf ln1, mean1, rstd1, qkv, att, lse, xmid, ln2, mean2, rstd2, h1, h2;
+} layer_act;
+
+typedef struct noise_act {
+    dbuf feats, c, ln, mean, rstd, h1, h2, out, dh, dln, dc;
+} noise_act;
+
+typedef struct head_act {
+    dbuf ln, mean, rstd;
+} head_act;
+
+void linear_fwd(model *m, float *y, const float *x, int64_t w, int64_t bias, int64_t rows,
+                int64_t in, int64_t out, float beta);
+void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float *x, int64_t w,
+                int64_t bias, int64_t rows, int64_t in, int64_t out);
+/* Noise encoder over nz rows (z_d: nz*zdim values, tau_d the same count); result in a->out. */
+void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d);
+/* x += mlp(norm2(x)) of one block over R rows (a: scratch/saved activations). */
+void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R);
+/* Final norm + linear of every head over R rows of xf; logits [heads*R, V]. */
+void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits);
+
+#endif
