@@ -41,9 +41,11 @@ $(BUILD)/libkf.a: $(OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+# whole-archive: kf.c reaches the commands only through weak symbols, which
+# do not pull archive members in by themselves.
 $(BIN): $(BUILD)/kf.o $(BUILD)/libkf.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $(BUILD)/kf.o $(BUILD)/libkf.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(BUILD)/kf.o -Wl,--whole-archive $(BUILD)/libkf.a -Wl,--no-whole-archive $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
