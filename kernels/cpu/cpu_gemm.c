@@ -5,18 +5,49 @@
  * unit test checks 1 vs 2 threads bitwise). In fp16 mode A and B are rounded
  * through _Float16 into scratch copies (inputs are never modified) and C is
  * rounded after the product: a half GEMM with fp32 accumulation.
+ *
+ * Batch invariance: OpenBLAS routes tiny products (M*N*K up to 100^3 on the
+ * Skylake-X kernels) to a "small matrix" kernel whose summation order differs
+ * from the blocked kernel, so a row of C could change with the number of rows
+ * M (e.g. one decoding sample vs a batch). Products that small are padded with
+ * zero rows past that threshold, so every row of C is computed by the blocked
+ * kernel whatever M is (tested for the model's shapes).
  */
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 
-/* One row-major sgemm; lda/ldb follow from the stored shapes. */
-static void sgemm(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
-                  int trans_a, int trans_b, float alpha, float beta) {
+#define OPENBLAS_SMALL_MNK 1000000.0
+
+static void sgemm_raw(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
+                      int64_t lda, int trans_a, int trans_b, float alpha, float beta) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A,
-                (int)(trans_a ? M : K), B, (int)(trans_b ? K : N), beta, C, (int)N);
+                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
+                B, (int)(trans_b ? K : N), beta, C, (int)N);
+}
+
+/* One row-major sgemm (ldc = N, dense A and B), padded past the small-matrix path. */
+static void sgemm(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+                  int64_t K, int trans_a, int trans_b, float alpha, float beta) {
+    double nk = (double)N * (double)K;
+    if (K == 0 || (double)M * nk > OPENBLAS_SMALL_MNK) {
+        sgemm_raw(C, A, B, M, N, K, trans_a ? M : K, trans_a, trans_b, alpha, beta);
+        return;
+    }
+    int64_t Mp = (int64_t)(OPENBLAS_SMALL_MNK / nk) + 1;
+    float *pa = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(Mp * K));
+    float *pc = cpu_scratch(b, CPU_SCRATCH_D, (size_t)(Mp * N));
+    memset(pa, 0, (size_t)(Mp * K) * sizeof(float));
+    if (trans_a) /* A stored [K, M] -> [K, Mp] */
+        for (int64_t k = 0; k < K; k++) memcpy(pa + k * Mp, A + k * M, (size_t)M * sizeof(float));
+    else
+        memcpy(pa, A, (size_t)(M * K) * sizeof(float));
+    memcpy(pc, C, (size_t)(M * N) * sizeof(float));
+    memset(pc + M * N, 0, (size_t)((Mp - M) * N) * sizeof(float));
+    sgemm_raw(pc, pa, B, Mp, N, K, trans_a ? Mp : K, trans_a, trans_b, alpha, beta);
+    memcpy(C, pc, (size_t)(M * N) * sizeof(float));
 }
 
 void cpu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
@@ -40,7 +71,7 @@ void cpu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B,
             a = ha;
             bb = hb;
         }
-        sgemm(c, a, bb, M, N, K, trans_a, trans_b, alpha, beta);
+        sgemm(b, c, a, bb, M, N, K, trans_a, trans_b, alpha, beta);
         if (half) cpu_round_half_copy(c, c, M * N);
     }
 }

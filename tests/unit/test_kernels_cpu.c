@@ -1,0 +1,410 @@
+/* CPU backend forward ops against naive references written here, plus the
+ * properties the backend promises: OpenBLAS and OpenMP thread-count
+ * independence (bitwise), GEMM row (batch) invariance, fp16 rounding, the
+ * inverse-CDF edge cases, a hand-computed AdamW example, and kernels_create.
+ * Backward ops: test_kernels_cpu_grad.c; attention: test_kernels_cpu_attn.c. */
+#include <cblas.h>
+#include <omp.h>
+
+#include "tests/unit/kernels_test_util.h"
+
+static void ref_matmul(double *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
+                       int ta, int tb, double alpha, double beta, const float *C0) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)(ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
+            C[i * N + j] = alpha * s + beta * C0[i * N + j];
+        }
+}
+
+static void check_matmul(kf_backend *be) {
+    const int64_t M = 13, N = 21, K = 17;
+    double err = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            float *A = tu_randf(M * K, 1), *B = tu_randf(K * N, 1), *C = tu_randf(M * N, 1), *C0 = kf_malloc(M * N * 4);
+            memcpy(C0, C, M * N * 4);
+            double *R = kf_malloc(M * N * sizeof(double));
+            be->matmul(be, C, A, B, M, N, K, ta, tb, 0.5f, 0.75f);
+            ref_matmul(R, A, B, M, N, K, ta, tb, 0.5, 0.75, C0);
+            double e = tu_relerr(C, R, M * N, 1e-3);
+            err = e > err ? e : err;
+            free(A); free(B); free(C); free(C0); free(R);
+        }
+    TU_ERR("matmul (4 transpose cases, alpha, beta)", err, 1e-5);
+
+    /* batched with strides, including a shared (stride 0) B */
+    const int64_t nb = 3;
+    float *A = tu_randf(nb * M * K, 1), *B = tu_randf(K * N, 1), *C = kf_calloc(nb * M * N + 5, 4);
+    be->matmul_batched(be, C, A, B, M, N, K, 0, 1, 1.0f, 0.0f, nb, M * N + 2, M * K, 0);
+    err = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        double *R = kf_malloc(M * N * sizeof(double));
+        float *zero = kf_calloc(M * N, 4);
+        ref_matmul(R, A + i * M * K, B, M, N, K, 0, 1, 1, 0, zero);
+        double e = tu_relerr(C + i * (M * N + 2), R, M * N, 1e-3);
+        err = e > err ? e : err;
+        free(R); free(zero);
+    }
+    TU_ERR("matmul_batched (strides, shared B)", err, 1e-5);
+    free(A); free(B); free(C);
+}
+
+/* Row r of C must not depend on how many rows the product has (batch
+ * invariance), and OpenBLAS results must not depend on its thread count.
+ * Shapes: the tiny/124M model's GEMMs and their transposes. */
+static void check_gemm_invariance(kf_backend *be) {
+    const int64_t NK[][2] = {{384, 128}, {128, 128}, {512, 128}, {128, 512}, {2304, 768}, {64, 32}, {16, 8}};
+    int rows_ok = 1;
+    for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                const int64_t N = NK[s][0], K = NK[s][1], BIG = 80;
+                float *A = tu_randf(BIG * K, 1), *B = tu_randf(K * N, 1);
+                float *C = kf_calloc(BIG * N, 4), *C1 = kf_calloc(BIG * N, 4), *As = kf_malloc(BIG * K * 4);
+                be->matmul(be, C, A, B, BIG, N, K, ta, tb, 1.0f, 0.0f);
+                for (int64_t M = 1; M < BIG; M += (M < 8 ? 1 : 7)) {
+                    /* first M rows of op(A): for trans_a copy the first M columns of [K, BIG] */
+                    for (int64_t k = 0; k < K; k++)
+                        for (int64_t i = 0; i < M; i++)
+                            As[ta ? k * M + i : i * K + k] = ta ? A[k * BIG + i] : A[i * K + k];
+                    be->matmul(be, C1, As, B, M, N, K, ta, tb, 1.0f, 0.0f);
+                    if (memcmp(C, C1, (size_t)(M * N) * 4)) {
+                        rows_ok = 0;
+                        fprintf(stderr, "rows differ: M=%lld N=%lld K=%lld ta=%d tb=%d\n", (long long)M,
+                                (long long)N, (long long)K, ta, tb);
+                    }
+                }
+                free(A); free(B); free(C); free(C1); free(As);
+            }
+    T_CHECK(rows_ok, "matmul rows depend on the number of rows (batch invariance)");
+
+    const int64_t shapes[][3] = {{4096, 384, 128}, {128, 512, 4096}, {300, 5000, 128}, {5, 384, 128}, {64, 64, 64}};
+    int thr_ok = 1;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                float *A = tu_randf(M * K, 1), *B = tu_randf(K * N, 1), *C[2];
+                for (int t = 0; t < 2; t++) {
+                    openblas_set_num_threads(t + 1);
+                    C[t] = kf_calloc(M * N, 4);
+                    be->matmul(be, C[t], A, B, M, N, K, ta, tb, 1.0f, 0.0f);
+                }
+                if (memcmp(C[0], C[1], (size_t)(M * N) * 4)) {
+                    thr_ok = 0;
+                    fprintf(stderr, "sgemm 1 vs 2 threads differ: %lld %lld %lld %d %d\n", (long long)M,
+                            (long long)N, (long long)K, ta, tb);
+                }
+                free(A); free(B); free(C[0]); free(C[1]);
+            }
+    T_CHECK(thr_ok, "OpenBLAS sgemm differs between 1 and 2 threads");
+}
+
+static void check_fp16_matmul(kf_backend *be) {
+    const int64_t M = 33, N = 20, K = 70;
+    float *A = tu_randf(M * K, 3), *B = tu_randf(K * N, 3), *C16 = tu_randf(M * N, 1), *C32 = kf_malloc(M * N * 4);
+    float *A0 = kf_malloc(M * K * 4), *Ah = kf_malloc(M * K * 4), *Bh = kf_malloc(K * N * 4);
+    memcpy(C32, C16, M * N * 4);
+    memcpy(A0, A, M * K * 4);
+    for (int64_t i = 0; i < M * K; i++) Ah[i] = (float)(_Float16)A[i];
+    for (int64_t i = 0; i < K * N; i++) Bh[i] = (float)(_Float16)B[i];
+    be->set_precision(be, KF_PREC_FP16);
+    T_CHECK(be->precision == KF_PREC_FP16, "set_precision did not record fp16");
+    be->matmul(be, C16, A, B, M, N, K, 0, 0, 1.0f, 0.5f);
+    be->set_precision(be, KF_PREC_FP32);
+    be->matmul(be, C32, Ah, Bh, M, N, K, 0, 0, 1.0f, 0.5f);
+    for (int64_t i = 0; i < M * N; i++) C32[i] = (float)(_Float16)C32[i];
+    T_CHECK(memcmp(C16, C32, M * N * 4) == 0, "fp16 matmul != half(fp32 matmul(half A, half B))");
+    T_CHECK(memcmp(A, A0, M * K * 4) == 0, "fp16 matmul modified its input");
+    int exact = 1;
+    for (int64_t i = 0; i < M * N; i++) exact &= (float)(_Float16)C16[i] == C16[i];
+    T_CHECK(exact, "fp16 matmul output is not representable in half");
+    float x[4] = {1.0f + 1.0f / 4096, 70000.0f, 1e-8f, -3.14159f}, want[4];
+    for (int i = 0; i < 4; i++) want[i] = (float)(_Float16)x[i];
+    be->round_half(be, x, 4);
+    T_CHECK(memcmp(x, want, 16) == 0 && x[0] == 1.0f && isinf(x[1]), "round_half");
+    free(A); free(B); free(C16); free(C32); free(A0); free(Ah); free(Bh);
+}
+
+static void check_pointwise(kf_backend *be) {
+    const int64_t R = 7, C = 9, n = R * C;
+    float *y = tu_randf(n, 1), *x = tu_randf(n, 1), *y0 = kf_malloc(n * 4), *bias = tu_randf(C, 1);
+    memcpy(y0, y, n * 4);
+    be->add_inplace(be, y, x, n);
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= y[i] == y0[i] + x[i];
+    T_CHECK(ok, "add_inplace");
+    be->scale(be, y, -0.5f, n);
+    ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= y[i] == (y0[i] + x[i]) * -0.5f;
+    T_CHECK(ok, "scale");
+    memcpy(y, y0, n * 4);
+    be->add_bias(be, y, bias, R, C);
+    ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= y[i] == y0[i] + bias[i % C];
+    T_CHECK(ok, "add_bias");
+    be->fill_column(be, y, R, C, 4, -1000.0f);
+    ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= i % C == 4 ? y[i] == -1000.0f : y[i] == y0[i] + bias[i % C];
+    T_CHECK(ok, "fill_column");
+    int32_t idx[3] = {5, 0, 2};
+    float *g = kf_calloc(3 * C, 4), *s = kf_calloc(n, 4);
+    be->gather_rows(be, g, x, idx, 3, C);
+    be->scatter_rows(be, s, g, idx, 3, C);
+    ok = 1;
+    for (int64_t i = 0; i < 3; i++) ok &= memcmp(g + i * C, x + idx[i] * C, C * 4) == 0;
+    T_CHECK(ok, "gather_rows");
+    ok = 1;
+    for (int64_t r = 0; r < R; r++)
+        ok &= (r == 5 || r == 0 || r == 2) ? memcmp(s + r * C, x + r * C, C * 4) == 0 : s[r * C] == 0.0f;
+    T_CHECK(ok, "scatter_rows");
+    free(y); free(x); free(y0); free(bias); free(g); free(s);
+}
+
+static void check_noise_features(kf_backend *be) {
+    const int64_t n = 3, H = 10, half = H / 2;
+    double z[3] = {0.0, 0.37, 0.999}, tau[3] = {1.0, 0.01, 0.5};
+    float *out = kf_malloc(n * 2 * H * 4);
+    be->noise_features(be, out, z, tau, n, H);
+    double *want = kf_malloc(n * 2 * H * sizeof(double));
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t i = 0; i < half; i++) {
+            double f = 2 * M_PI * pow(10000.0, -(double)i / half);
+            want[r * 2 * H + i] = cos(z[r] * f);
+            want[r * 2 * H + half + i] = sin(z[r] * f);
+            want[r * 2 * H + H + i] = cos(tau[r] * f);
+            want[r * 2 * H + H + half + i] = sin(tau[r] * f);
+        }
+    TU_ERR("noise_features", tu_relerr(out, want, n * 2 * H, 1e-3), 1e-7);
+    free(out); free(want);
+}
+
+/* ---- logits ops ---- */
+static int32_t ref_icdf(const float *x, int64_t V, double tau, double z) {
+    double mx = -INFINITY, s = 0, c = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, x[v] / tau);
+    for (int64_t v = 0; v < V; v++) s += exp(x[v] / tau - mx);
+    int32_t last = -1;
+    for (int64_t v = 0; v < V; v++) {
+        double p = exp(x[v] / tau - mx) / s;
+        c += p;
+        if (p > 0) last = (int32_t)v;
+        if (p > 0 && c >= z) return (int32_t)v;
+    }
+    return last;
+}
+
+static void check_logits(kf_backend *be) {
+    const int64_t R = 40, V = 300;
+    float *x = tu_randf(R * V, 4);
+    x[3 * V + 17] = x[3 * V + 200] = 50.0f; /* tie: first wins */
+    int32_t ids[40], want[40];
+    be->argmax(be, ids, x, R, V);
+    int ok = 1;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t b = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (x[r * V + v] > x[r * V + b]) b = v;
+        ok &= ids[r] == b;
+    }
+    T_CHECK(ok && ids[3] == 17, "argmax (first index of the maximum)");
+
+    double tau[40], z[40], lo[40], hi[40];
+    for (int64_t r = 0; r < R; r++) {
+        tau[r] = r % 4 == 0 ? 0.01 : 0.2 + (r % 5) * 0.2;
+        z[r] = (tu_rand() + 1) / 2;
+    }
+    be->sample_icdf(be, ids, x, tau, z, R, V);
+    ok = 1;
+    for (int64_t r = 0; r < R; r++) ok &= ids[r] == (want[r] = ref_icdf(x + r * V, V, tau[r], z[r]));
+    T_CHECK(ok, "sample_icdf vs float64 reference");
+    be->icdf_bin(be, lo, hi, x, tau, ids, R, V);
+    ok = 1;
+    for (int64_t r = 0; r < R; r++) ok &= lo[r] < z[r] && z[r] <= hi[r];
+    T_CHECK(ok, "icdf_bin of the sampled id contains z (lo < z <= hi)");
+    /* every z strictly inside a bin samples that bin's token */
+    int32_t tg[40], back[40];
+    double zm[40];
+    int inside[40];
+    for (int64_t r = 0; r < R; r++) tg[r] = (int32_t)((r * 37) % V);
+    be->icdf_bin(be, lo, hi, x, tau, tg, R, V);
+    int nonempty = 0;
+    for (int64_t r = 0; r < R; r++) {
+        zm[r] = lo[r] + (hi[r] - lo[r]) / 2;
+        inside[r] = lo[r] < zm[r] && zm[r] < hi[r]; /* a bin can be narrower than an ulp */
+        nonempty += inside[r];
+    }
+    be->sample_icdf(be, back, x, tau, zm, R, V);
+    ok = 1;
+    for (int64_t r = 0; r < R; r++) ok &= !inside[r] || back[r] == tg[r];
+    T_CHECK(ok && nonempty > 20, "sample_icdf(mid of icdf_bin(t)) == t (%d non-empty bins)", nonempty);
+
+    /* edge cases: p_0 = p_last = 0 underflow; ties */
+    float e[6] = {-1e4f, 1.0f, 1.0f, 1.0f, 1.0f, -1e4f};
+    double t1[1] = {1.0}, ze[1];
+    double cases[][2] = {{0.0, 1}, {1e-300, 1}, {0.25, 1}, {0.5, 2}, {0.5 + 1e-12, 3}, {1.0 - 1e-16, 4}, {1.0, 4}, {1.5, 4}};
+    ok = 1;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ze[0] = cases[c][0];
+        be->sample_icdf(be, ids, e, t1, ze, 1, 6);
+        if (ids[0] != (int32_t)cases[c][1]) {
+            ok = 0;
+            fprintf(stderr, "icdf edge z=%.17g: got %d want %d\n", ze[0], ids[0], (int)cases[c][1]);
+        }
+    }
+    T_CHECK(ok, "sample_icdf edge cases (z=0, tiny z, ties at exact CDF values, z~1, z>=1)");
+    int32_t t4[1] = {4};
+    be->icdf_bin(be, lo, hi, e, t1, t4, 1, 6);
+    T_CHECK(lo[0] == 0.75 && hi[0] == 1.0, "icdf_bin of the last tied token: [%.17g, %.17g]", lo[0], hi[0]);
+    /* tau -> 0 is argmax */
+    double small[40];
+    for (int64_t r = 0; r < R; r++) small[r] = 1e-4, z[r] = 0.5;
+    be->sample_icdf(be, ids, x, small, z, R, V);
+    be->argmax(be, want, x, R, V);
+    T_CHECK(memcmp(ids, want, sizeof ids) == 0, "sample_icdf at tau=1e-4 == argmax");
+
+    /* frequency penalty: count-based, ignores out-of-range history entries */
+    const int64_t nh = 6;
+    int32_t hist[3 * 6] = {5, 5, 2, -1, 5, 299, 0, 0, 0, 0, 0, 0, 7, 8, 9, 10, 300, 7};
+    float *lg = tu_randf(3 * V, 2), *lr = kf_malloc(3 * V * 4);
+    memcpy(lr, lg, 3 * V * 4);
+    be->freq_penalty(be, lg, hist, nh, 3, V, 0.3f);
+    for (int64_t r = 0; r < 3; r++)
+        for (int64_t v = 0; v < V; v++) {
+            int cnt = 0;
+            for (int64_t j = 0; j < nh; j++) cnt += hist[r * nh + j] == v;
+            lr[r * V + v] -= 0.3f * (float)cnt;
+        }
+    T_CHECK(memcmp(lg, lr, 3 * V * 4) == 0, "freq_penalty");
+    free(x); free(lg); free(lr);
+}
+
+static void check_reductions(kf_backend *be) {
+    const int64_t n = 100003;
+    float *x = tu_randf(n, 3);
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i], ss += (double)x[i] * x[i];
+    T_CLOSE(be->sum(be, x, n), s, 1e-12, "sum");
+    T_CLOSE(be->sumsq(be, x, n), ss, 1e-12, "sumsq");
+    T_CHECK(be->count_nonfinite(be, x, n) == 0, "count_nonfinite (finite)");
+    x[7] = NAN; x[5000] = INFINITY; x[n - 1] = -INFINITY;
+    T_CHECK(be->count_nonfinite(be, x, n) == 3, "count_nonfinite (3 non-finite)");
+    T_CHECK(be->sum(be, x, 0) == 0.0, "sum of nothing");
+    free(x);
+}
+
+/* AdamW, worked by hand: p=1, g_eff = grad*scale = 1.0 then -0.5, lr 0.1, wd 0.1,
+ * b1 0.9, b2 0.999, eps 1e-6.
+ * step 1: p = 0.99; m = 0.1, v = 0.001; mhat = vhat = 1; p = 0.99 - 0.1/(1+1e-6) = 0.8900000999999
+ * step 2: p = 0.8811000989999; m = 0.04, v = 0.001249; mhat = 0.04/0.19, vhat = 0.001249/0.001999
+ *         p -= 0.1*0.2105263158/(0.7904507617+1e-6)  ->  0.8544664287 */
+static void check_optim(kf_backend *be) {
+    float p[2] = {1.0f, 1.0f}, g[2] = {0.5f, 0.5f}, m[2] = {0}, v[2] = {0};
+    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 2.0f);
+    T_CLOSE(p[0], 0.8900000999999, 1e-6, "adamw step 1 param");
+    T_CLOSE(m[0], 0.1, 1e-6, "adamw step 1 m");
+    T_CLOSE(v[0], 0.001, 1e-6, "adamw step 1 v");
+    g[0] = g[1] = -0.25f;
+    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 2, 2.0f);
+    T_CLOSE(p[0], 0.8544664287, 1e-6, "adamw step 2 param");
+    T_CLOSE(m[0], 0.04, 1e-6, "adamw step 2 m");
+    T_CLOSE(v[0], 0.001249, 1e-6, "adamw step 2 v");
+    T_CHECK(p[0] == p[1], "adamw elements independent");
+    float e[3] = {1.0f, 2.0f, -1.0f}, q[3] = {3.0f, 2.0f, 1.0f};
+    be->ema(be, e, q, 3, 0.75f);
+    T_CHECK(e[0] == 1.5f && e[1] == 2.0f && e[2] == -0.5f, "ema = decay*ema + (1-decay)*params");
+}
+
+/* Every non-attention op run with 1 and 2 OpenMP threads on sizes that span
+ * several chunks gives bitwise identical results. */
+static size_t run_suite(kf_backend *be, unsigned char *sink) {
+    size_t off = 0;
+#define SINK(p, bytes) (memcpy(sink + off, (p), (bytes)), off += (bytes))
+    tu_state = 12345;
+    const int64_t R = 300, C = 96, n = R * C, V = 2000, Rv = 20;
+    float *x = tu_randf(n, 2), *dy = tu_randf(n, 1), *w = tu_randf(C, 1), *bb = tu_randf(C, 1);
+    float *y = kf_malloc(n * 4), *mean = kf_malloc(R * 4), *rstd = kf_malloc(R * 4);
+    float *dx = kf_calloc(n, 4), *dw = kf_calloc(C, 4), *db = kf_calloc(C, 4);
+    be->layernorm_fwd(be, y, mean, rstd, x, w, bb, R, C, 1e-5f);
+    be->layernorm_bwd(be, dx, dw, db, dy, x, w, mean, rstd, R, C);
+    be->bias_grad(be, db, dy, R, C);
+    SINK(y, n * 4); SINK(dx, n * 4); SINK(dw, C * 4); SINK(db, C * 4);
+    be->gelu_fwd(be, y, x, n, KF_GELU_TANH); SINK(y, n * 4);
+    be->gelu_bwd(be, y, dy, x, n, KF_GELU_ERF); SINK(y, n * 4);
+    int32_t pos[100];
+    for (int i = 0; i < 100; i++) pos[i] = i * 3;
+    memcpy(y, x, n * 4);
+    be->rope_fwd(be, y, pos, 3, 100, 2, 16, 10000.0f);
+    be->rope_bwd(be, y, pos, 3, 100, 2, 16, 10000.0f);
+    SINK(y, n * 4);
+    int32_t ids[R];
+    for (int64_t i = 0; i < R; i++) ids[i] = (int32_t)((i * 7) % 11);
+    float *tab = kf_calloc(11 * C, 4);
+    be->embed_bwd(be, tab, dy, ids, NULL, R, C, 11); SINK(tab, 11 * C * 4);
+    float *lg = tu_randf(Rv * V, 5), *loss = kf_malloc(Rv * 4), *dl = kf_malloc(Rv * V * 4);
+    int32_t tg[Rv], am[Rv], sm[Rv];
+    double tau[Rv], z[Rv], lo[Rv], hi[Rv];
+    for (int64_t i = 0; i < Rv; i++) tg[i] = (int32_t)(i * 97 % V), tau[i] = 0.5, z[i] = (i + 0.5) / Rv;
+    be->xent(be, loss, dl, lg, tg, Rv, V, 1.0f / Rv); SINK(loss, Rv * 4); SINK(dl, Rv * V * 4);
+    be->argmax(be, am, lg, Rv, V); SINK(am, sizeof am);
+    be->sample_icdf(be, sm, lg, tau, z, Rv, V); SINK(sm, sizeof sm);
+    be->icdf_bin(be, lo, hi, lg, tau, tg, Rv, V); SINK(lo, sizeof lo); SINK(hi, sizeof hi);
+    double s = be->sum(be, x, n), ss = be->sumsq(be, dl, Rv * V);
+    SINK(&s, 8); SINK(&ss, 8);
+    float *m = kf_calloc(n, 4), *v = kf_calloc(n, 4);
+    be->adamw(be, x, dy, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 3, 0.5f);
+    be->ema(be, y, x, n, 0.999f);
+    SINK(x, n * 4); SINK(m, n * 4); SINK(v, n * 4); SINK(y, n * 4);
+    double zz[R], tt[R];
+    for (int64_t i = 0; i < R; i++) zz[i] = i / (double)R, tt[i] = 1 - zz[i];
+    float *nf = kf_malloc(R * 2 * C * 4);
+    be->noise_features(be, nf, zz, tt, R, C); SINK(nf, R * 2 * C * 4);
+#undef SINK
+    free(x); free(dy); free(w); free(bb); free(y); free(mean); free(rstd); free(dx); free(dw); free(db);
+    free(tab); free(lg); free(loss); free(dl); free(m); free(v); free(nf);
+    return off;
+}
+
+static void check_threads(kf_backend *be) {
+    size_t cap = 16u << 20;
+    unsigned char *a = kf_malloc(cap), *b = kf_malloc(cap);
+    omp_set_num_threads(1);
+    size_t na = run_suite(be, a);
+    omp_set_num_threads(2);
+    size_t nb = run_suite(be, b);
+    T_CHECK(na == nb && na < cap && memcmp(a, b, na) == 0, "ops differ between 1 and 2 OpenMP threads");
+    free(a); free(b);
+}
+
+static void check_create(void) {
+    kf_backend *b = kernels_create("cpu");
+    T_CHECK(b && strcmp(b->name, "cpu") == 0, "kernels_create(\"cpu\")");
+    b->destroy(b);
+    b = kernels_create("auto");
+    T_CHECK(b != NULL, "kernels_create(\"auto\")");
+    b->destroy(b);
+    char msg[256] = "";
+#ifndef KF_CUDA
+    T_CHECK(kernels_cuda_create(0, msg, sizeof msg) == NULL && strstr(msg, "CUDA=1"),
+            "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
+#endif
+}
+
+int main(void) {
+    kf_backend *be = kernels_cpu_create();
+    check_matmul(be);
+    check_gemm_invariance(be);
+    check_fp16_matmul(be);
+    check_pointwise(be);
+    check_noise_features(be);
+    check_logits(be);
+    check_reductions(be);
+    check_optim(be);
+    check_threads(be);
+    be->destroy(be);
+    check_create();
+    return T_DONE();
+}
