@@ -58,6 +58,7 @@ typedef struct cfg_node {
     int line, col;      /* 1-based position in file; 0 for overrides */
     char *path;         /* full path from the root, e.g. "stages[1].k"; "" for the root */
     char *key;          /* key under its parent mapping, NULL otherwise */
+    int key_line, key_col; /* position of that key (0 for overrides) */
     struct cfg_node *parent;
     /* CFG_SCALAR */
     char *value;        /* text as written (NUL-terminated) */
