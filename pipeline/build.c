@@ -1,0 +1,472 @@
+/* pipeline/build.c — one shard set: reader thread -> unit queue -> workers ->
+ * shards -> manifest (design and resume rules: build.h). */
+#include "pipeline/build.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/progress.h"
+#include "common/sha256.h"
+#include "pipeline/doc_reader.h"
+#include "pipeline/manifest.h"
+#include "pipeline/packer.h"
+#include "tokenize/tokenizer.h"
+
+enum { TRAIN = 0, VALID = 1 };
+static const char *const split_names[2] = {"train", "valid"};
+
+/* A shard unit: its documents (concatenated, with boundaries) and, once a
+ * worker is done, its shard's record. */
+typedef struct unit {
+    int split;
+    int64_t index;
+    char *text;
+    size_t len, cap;
+    size_t *off; /* doc i = text[off[i] .. off[i+1]) */
+    int64_t ndocs, capdocs, empties;
+    shard_meta meta;
+    int reused;
+    struct unit *next;
+} unit;
+
+typedef struct builder {
+    const build_config *c;
+    manifest m;
+    /* work queue (bounded, so reading never runs far ahead of the workers) */
+    pthread_mutex_t mu;
+    pthread_cond_t has_item, has_space;
+    unit *head, *tail;
+    int qlen, qcap, closed;
+    int failed;
+    kf_err err; /* the first worker error */
+    /* every unit, per split, in order */
+    unit **units[2];
+    int64_t nunits[2], capunits[2];
+    /* reader state */
+    unit *cur[2];
+    int phase;                 /* 0: main inputs, 1: separate validation inputs */
+    int64_t doc_index, valid_from;
+    /* counters for progress */
+    int64_t docs_read, tokens_done;
+    int64_t raw_bytes;
+} builder;
+
+/* ---- the queue ---- */
+
+static void enqueue(builder *b, unit *u) {
+    pthread_mutex_lock(&b->mu);
+    while (b->qlen >= b->qcap) pthread_cond_wait(&b->has_space, &b->mu);
+    u->next = NULL;
+    if (b->tail) b->tail->next = u;
+    else b->head = u;
+    b->tail = u;
+    b->qlen++;
+    pthread_cond_signal(&b->has_item);
+    pthread_mutex_unlock(&b->mu);
+}
+
+static unit *dequeue(builder *b) {
+    pthread_mutex_lock(&b->mu);
+    while (!b->head && !b->closed) pthread_cond_wait(&b->has_item, &b->mu);
+    unit *u = b->head;
+    if (u) {
+        b->head = u->next;
+        if (!b->head) b->tail = NULL;
+        b->qlen--;
+        pthread_cond_signal(&b->has_space);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return u;
+}
+
+static void queue_close(builder *b) {
+    pthread_mutex_lock(&b->mu);
+    b->closed = 1;
+    pthread_cond_broadcast(&b->has_item);
+    pthread_mutex_unlock(&b->mu);
+}
+
+static int worker_failed(builder *b) {
+    pthread_mutex_lock(&b->mu);
+    int f = b->failed;
+    pthread_mutex_unlock(&b->mu);
+    return f;
+}
+
+/* ---- workers ---- */
+
+static void shard_path(const builder *b, int split, int64_t index, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%s/shard-%05" PRId64 ".lmdb", b->c->out, split_names[split], index);
+}
+
+/* sha256 over the unit's documents (length-prefixed) and its empty count:
+ * equal exactly when the unit's input is. */
+static void unit_source_hash(const unit *u, char out[65]) {
+    sha256_ctx h;
+    sha256_init(&h);
+    for (int64_t i = 0; i < u->ndocs; i++) {
+        uint64_t n = u->off[i + 1] - u->off[i];
+        uint8_t le[8];
+        for (int k = 0; k < 8; k++) le[k] = (uint8_t)(n >> (8 * k));
+        sha256_update(&h, le, 8);
+        sha256_update(&h, u->text + u->off[i], n);
+    }
+    uint8_t le[8];
+    for (int k = 0; k < 8; k++) le[k] = (uint8_t)((uint64_t)u->empties >> (8 * k));
+    sha256_update(&h, le, 8);
+    uint8_t d[32];
+    sha256_final(&h, d);
+    sha256_to_hex(d, out);
+}
+
+static int process_unit(builder *b, packer *p, unit *u, kf_err *err) {
+    char path[4096];
+    shard_path(b, u->split, u->index, path, sizeof path);
+    shard_meta stats;
+    memset(&stats, 0, sizeof stats);
+    unit_source_hash(u, stats.source_sha256);
+    memcpy(stats.config_sha256, b->m.config_sha256, sizeof stats.config_sha256);
+    if (fs_exists(path)) {
+        shard_meta old;
+        kf_err verr;
+        if (shard_verify(path, &old, &verr) == 0 && !strcmp(old.source_sha256, stats.source_sha256) &&
+            !strcmp(old.config_sha256, stats.config_sha256)) {
+            u->meta = old;
+            u->reused = 1;
+            __atomic_add_fetch(&b->tokens_done, old.tokens, __ATOMIC_RELAXED);
+            return 0;
+        }
+    }
+    shard_meta fmt;
+    memset(&fmt, 0, sizeof fmt);
+    snprintf(fmt.tokenizer, sizeof fmt.tokenizer, "%s", b->m.tokenizer);
+    memcpy(fmt.vocab_sha256, b->m.vocab_sha256, sizeof fmt.vocab_sha256);
+    fmt.vocab_size = b->m.vocab_size;
+    fmt.seq_len = b->m.seq_len;
+    snprintf(fmt.packing, sizeof fmt.packing, "%s", b->m.packing);
+    shard_writer *w;
+    if (shard_writer_open(path, &fmt, &w, err)) return -1;
+    stats.empty_docs = u->empties;
+    stats.raw_bytes = (int64_t)u->len;
+    packer_begin(p, w, &stats);
+    for (int64_t i = 0; i < u->ndocs; i++) {
+        int64_t before = stats.tokens;
+        if (packer_add(p, u->text + u->off[i], u->off[i + 1] - u->off[i], err)) {
+            shard_writer_abort(w);
+            return -1;
+        }
+        __atomic_add_fetch(&b->tokens_done, stats.tokens - before, __ATOMIC_RELAXED);
+    }
+    packer_end(p);
+    return shard_writer_commit(w, &stats, &u->meta, err);
+}
+
+typedef struct worker_arg {
+    builder *b;
+    pthread_t th;
+} worker_arg;
+
+static void *worker(void *arg) {
+    builder *b = ((worker_arg *)arg)->b;
+    kf_err err;
+    tok *t = tok_load(b->c->tokenizer, b->c->vocab, &err);
+    packer *p = t ? packer_new(t, b->c, &b->m.special) : NULL;
+    int failed = !t;
+    unit *u;
+    while ((u = dequeue(b)) != NULL) {
+        if (!failed && !worker_failed(b)) failed = process_unit(b, p, u, &err) != 0;
+        free(u->text);
+        free(u->off);
+        u->text = NULL;
+        u->off = NULL;
+        if (failed) break;
+    }
+    if (failed) {
+        pthread_mutex_lock(&b->mu);
+        if (!b->failed) b->err = err;
+        b->failed = 1;
+        pthread_mutex_unlock(&b->mu);
+        /* Keep draining so the reader never blocks on a full queue. */
+        while ((u = dequeue(b)) != NULL) {
+            free(u->text);
+            free(u->off);
+            u->text = NULL;
+            u->off = NULL;
+        }
+    }
+    packer_free(p);
+    tok_free(t);
+    return NULL;
+}
+
+/* ---- the reader side ---- */
+
+static unit *current(builder *b, int split) {
+    if (b->cur[split]) return b->cur[split];
+    unit *u = kf_calloc(1, sizeof *u);
+    u->split = split;
+    u->index = b->nunits[split];
+    u->capdocs = 64;
+    u->off = kf_malloc(sizeof *u->off * (size_t)(u->capdocs + 1));
+    u->off[0] = 0;
+    if (b->nunits[split] == b->capunits[split]) {
+        b->capunits[split] = b->capunits[split] ? 2 * b->capunits[split] : 64;
+        b->units[split] = kf_realloc(b->units[split], sizeof(unit *) * (size_t)b->capunits[split]);
+    }
+    b->units[split][b->nunits[split]++] = u;
+    return b->cur[split] = u;
+}
+
+static int next_split(const builder *b) {
+    if (b->phase == 1) return VALID;
+    return b->c->valid_last > 0 && b->doc_index >= b->valid_from ? VALID : TRAIN;
+}
+
+static int sink_doc(void *ctx, const char *text, size_t len, kf_err *err) {
+    builder *b = ctx;
+    int split = next_split(b);
+    unit *u = current(b, split);
+    if (u->len + len > u->cap) {
+        u->cap = (u->len + len) * 2;
+        u->text = kf_realloc(u->text, u->cap);
+    }
+    memcpy(u->text + u->len, text, len);
+    u->len += len;
+    if (u->ndocs == u->capdocs) {
+        u->capdocs *= 2;
+        u->off = kf_realloc(u->off, sizeof *u->off * (size_t)(u->capdocs + 1));
+    }
+    u->off[++u->ndocs] = u->len;
+    if (b->phase == 0) b->doc_index++;
+    b->docs_read++;
+    b->raw_bytes += (int64_t)len;
+    if (u->ndocs == b->c->docs_per_shard) {
+        b->cur[split] = NULL;
+        enqueue(b, u);
+        if (worker_failed(b)) return kf_err_set(err, "a worker failed");
+    }
+    return 0;
+}
+
+static void sink_empty(void *ctx) {
+    builder *b = ctx;
+    current(b, next_split(b))->empties++;
+}
+
+static void sink_progress(void *ctx, int64_t disk_bytes) {
+    builder *b = ctx;
+    char extra[128];
+    snprintf(extra, sizeof extra, "docs %" PRId64 "  tokens %.1fM", b->docs_read,
+             __atomic_load_n(&b->tokens_done, __ATOMIC_RELAXED) / 1e6);
+    progress_update((double)disk_bytes, extra);
+}
+
+static int count_doc(void *ctx, const char *text, size_t len, kf_err *err) {
+    (*(int64_t *)ctx)++;
+    return 0;
+}
+static void count_empty(void *ctx) {}
+static void count_progress(void *ctx, int64_t disk_bytes) {
+    progress_update((double)disk_bytes, NULL);
+}
+
+/* ---- the output directory ---- */
+
+/* Removes the old manifest first (so a half-rebuilt set is never readable),
+ * then temp files of a killed build. */
+static int prepare_out(const build_config *c, kf_err *err) {
+    char path[4096];
+    for (int s = 0; s < 2; s++) {
+        snprintf(path, sizeof path, "%s/%s", c->out, split_names[s]);
+        if (fs_mkdir_p(path, err)) return -1;
+    }
+    snprintf(path, sizeof path, "%s/%s", c->out, MANIFEST_FILE);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return kf_err_set(err, "%s: cannot remove: %s", path, strerror(errno));
+    if (fs_fsync_dir(c->out, err)) return -1;
+    const char *dirs[3] = {c->out, NULL, NULL};
+    char d1[4096], d2[4096];
+    snprintf(d1, sizeof d1, "%s/train", c->out);
+    snprintf(d2, sizeof d2, "%s/valid", c->out);
+    dirs[1] = d1;
+    dirs[2] = d2;
+    for (int i = 0; i < 3; i++) {
+        DIR *d = opendir(dirs[i]);
+        if (!d) return kf_err_set(err, "%s: %s", dirs[i], strerror(errno));
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            size_t n = strlen(e->d_name);
+            int stale = i == 0 ? !strncmp(e->d_name, "." MANIFEST_FILE ".tmp", strlen(MANIFEST_FILE) + 5)
+                               : (!strncmp(e->d_name, "shard-", 6) && n > 9 && !strcmp(e->d_name + n - 9, ".lmdb.tmp"));
+            if (!stale) continue;
+            snprintf(path, sizeof path, "%s/%s", dirs[i], e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    return 0;
+}
+
+/* Removes shard files numbered >= n in a split directory. */
+static int remove_orphans(const build_config *c, int split, int64_t n, kf_err *err) {
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/%s", c->out, split_names[split]);
+    DIR *d = opendir(dir);
+    if (!d) return kf_err_set(err, "%s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long k;
+        char tail[16];
+        if (sscanf(e->d_name, "shard-%lld%15s", &k, tail) == 2 && !strcmp(tail, ".lmdb") && k >= n) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+    return fs_fsync_dir(dir, err);
+}
+
+/* ---- the build ---- */
+
+static void report(const builder *b, const build_result *r) {
+    for (int s = 0; s < 2; s++) {
+        const manifest_split *sp = s ? &b->m.valid : &b->m.train;
+        kf_log_info("shards %s %s: %" PRId64 " documents -> %" PRId64 " samples in %d shards, %" PRId64
+                    " tokens; empty documents %" PRId64 ", invalid UTF-8 replaced %" PRId64
+                    ", truncated %" PRId64 ", dropped tokens %" PRId64,
+                    b->c->name, split_names[s], sp->docs, sp->samples, sp->nshards, sp->tokens,
+                    sp->empty_docs, sp->replaced, sp->truncated, sp->dropped_tokens);
+    }
+    kf_log_info("shards %s: %" PRId64 " shards built, %" PRId64 " reused; %.1f MB of text in %.2f s (%.2f MB/s) -> %s",
+                b->c->name, r->shards_built, r->shards_reused, r->raw_bytes / 1e6, r->seconds,
+                r->seconds > 0 ? r->raw_bytes / 1e6 / r->seconds : 0.0, b->c->out);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int setup(builder *b, const build_config *c, kf_err *err) {
+    tok *t = tok_load(c->tokenizer, c->vocab, err);
+    if (!t) return -1;
+    manifest *m = &b->m;
+    snprintf(m->name, sizeof m->name, "%s", c->name);
+    snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tok_name(t));
+    snprintf(m->vocab_sha256, sizeof m->vocab_sha256, "%s", tok_vocab_sha256(t));
+    m->vocab_size = tok_vocab_size(t);
+    m->seq_len = c->seq_len;
+    snprintf(m->packing, sizeof m->packing, "%s", c->packing);
+    m->id_bytes = m->vocab_size <= 65536 ? 2 : 4;
+    build_config_hash(c, m->vocab_sha256, m->config_sha256);
+    int rc = packer_specials(t, c, &m->special, err);
+    tok_free(t);
+    return rc;
+}
+
+int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err) {
+    KF_CHECK(jobs >= 1, "shards_build: jobs must be >= 1");
+    double t0 = now();
+    builder *b = kf_calloc(1, sizeof *b);
+    b->c = c;
+    b->qcap = 2 * jobs;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->has_item, NULL);
+    pthread_cond_init(&b->has_space, NULL);
+    worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
+    int started = 0, rc = -1;
+    char label[160];
+    if (setup(b, c, err) || prepare_out(c, err)) goto out;
+    if (c->valid_last > 0) {
+        int64_t total = 0;
+        doc_sink counter = {count_doc, count_empty, count_progress, &total};
+        snprintf(label, sizeof label, "shards %s: counting documents", c->name);
+        progress_begin(label, (double)docs_input_bytes(&c->inputs), "B");
+        int crc = docs_read(&c->inputs, &counter, err);
+        progress_end();
+        if (crc) goto out;
+        if (c->valid_last >= total) {
+            kf_err_set(err, "shards.%s.valid.last: %" PRId64 " but the inputs hold only %" PRId64
+                       " documents (the training split would be empty)", c->name, c->valid_last, total);
+            goto out;
+        }
+        b->valid_from = total - c->valid_last;
+    }
+    for (; started < jobs; started++) {
+        ws[started].b = b;
+        if (pthread_create(&ws[started].th, NULL, worker, &ws[started])) {
+            kf_err_set(err, "cannot start worker thread %d: %s", started, strerror(errno));
+            break;
+        }
+    }
+    doc_sink sink = {sink_doc, sink_empty, sink_progress, b};
+    snprintf(label, sizeof label, "shards %s", c->name);
+    progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
+    int rrc = started == jobs ? docs_read(&c->inputs, &sink, err) : -1;
+    if (!rrc && c->valid_inputs.n) {
+        for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
+            if (b->cur[s]) enqueue(b, b->cur[s]), b->cur[s] = NULL;
+        b->phase = 1;
+        rrc = docs_read(&c->valid_inputs, &sink, err);
+    }
+    for (int s = 0; s < 2; s++) {
+        if (b->cur[s]) {
+            if (rrc) { /* never handed to a worker */
+                free(b->cur[s]->text);
+                free(b->cur[s]->off);
+            } else {
+                enqueue(b, b->cur[s]);
+            }
+            b->cur[s] = NULL;
+        }
+    }
+    queue_close(b);
+    for (int i = 0; i < started; i++) pthread_join(ws[i].th, NULL);
+    progress_end();
+    if (b->failed) {
+        *err = b->err; /* the worker's error explains a reader stop too */
+        goto out;
+    }
+    if (rrc) goto out;
+    build_result r = {0};
+    for (int s = 0; s < 2; s++) {
+        manifest_split *sp = s ? &b->m.valid : &b->m.train;
+        sp->nshards = (int)b->nunits[s];
+        sp->shards = kf_calloc((size_t)sp->nshards + 1, sizeof *sp->shards);
+        for (int64_t i = 0; i < b->nunits[s]; i++) {
+            sp->shards[i] = b->units[s][i]->meta;
+            if (b->units[s][i]->reused) r.shards_reused++;
+            else r.shards_built++;
+        }
+        manifest_split_sum(sp);
+        r.raw_bytes += sp->raw_bytes;
+        if (remove_orphans(c, s, b->nunits[s], err)) goto out;
+    }
+    if (manifest_write(c->out, &b->m, err)) goto out;
+    r.seconds = now() - t0;
+    report(b, &r);
+    if (res) *res = r;
+    rc = 0;
+out:
+    for (int s = 0; s < 2; s++) {
+        for (int64_t i = 0; i < b->nunits[s]; i++) free(b->units[s][i]);
+        free(b->units[s]);
+    }
+    manifest_free(&b->m);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->has_item);
+    pthread_cond_destroy(&b->has_space);
+    free(ws);
+    free(b);
+    return rc;
+}

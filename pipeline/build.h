@@ -1,0 +1,41 @@
+/* pipeline/build.h — `kf shards build` for one shard set: read, tokenize and
+ * pack in parallel, write shards, then the manifest.
+ *
+ * Work split: the calling thread reads documents (doc_reader.h) and cuts them
+ * into shard units of docs_per_shard documents (build_config.h); `jobs` worker
+ * threads each take a whole unit and turn it into one shard. A shard is a pure
+ * function of its unit's documents and the config, so the output does not
+ * depend on `jobs` or on scheduling, and the manifest (written last) is byte
+ * identical across runs.
+ *
+ * Resume: at start the old manifest and stale temp files are removed. A unit
+ * whose shard file already exists is kept when the file verifies (every
+ * sample's hash recomputed) and its record names the same source hash (sha256
+ * over the unit's documents) and config hash; otherwise it is rebuilt. So
+ * after `kill -9` at any moment, rerunning the same command redoes only the
+ * unfinished units and ends with the same manifest. Shard files beyond the
+ * new counts (left by an earlier, larger build) are removed before the
+ * manifest is written.
+ */
+#ifndef KF_PIPELINE_BUILD_H
+#define KF_PIPELINE_BUILD_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+#include "pipeline/build_config.h"
+
+/** What one build did (beyond what the manifest records). */
+typedef struct build_result {
+    int64_t shards_built, shards_reused;
+    int64_t raw_bytes;    /* document bytes of both splits */
+    double seconds;
+} build_result;
+
+/** Builds the set c with jobs worker threads (>= 1). Prints a progress bar on
+ * a terminal (plain periodic lines otherwise) and a report at the end.
+ * @return 0, or -1 with err set (input error, write error); on failure no
+ *         manifest exists in c->out. */
+int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err);
+
+#endif
