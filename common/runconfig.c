@@ -138,13 +138,18 @@ static int looks_like_path(const char *s) {
     return strchr(s, '/') || (n > 12 && !strcmp(s + n - 12, ".safetensors"));
 }
 
-/* Resolves a teacher/init reference: an earlier stage's name or a path. */
-static int resolve_ref(runconfig *rc, int self, cfg_node *node, const char *s, int *stage,
-                       kf_err *err) {
+/* Resolves a teacher/init reference: an earlier stage's name or a path.
+ * all: the whole stages list, to tell a later stage from a typo. */
+static int resolve_ref(runconfig *rc, int self, cfg_node *all, cfg_node *node, const char *s,
+                       int *stage, kf_err *err) {
     *stage = -1;
+    for (size_t j = (size_t)self; j < all->n; j++) {
+        cfg_node *nm = all->items[j]->kind == CFG_MAP ? cfg_find(all->items[j], "name") : NULL;
+        if (nm && nm->kind == CFG_SCALAR && !strcmp(nm->value, s))
+            return cfg_err_at(node, err, "stage '%s' is not an earlier stage", s);
+    }
     for (int j = 0; j < rc->n_stages; j++) {
         if (strcmp(rc->stages[j].name, s)) continue;
-        if (j >= self) return cfg_err_at(node, err, "stage '%s' is not an earlier stage", s);
         if (rc->stages[j].kind == RC_KIND_NI_MTP)
             return cfg_err_at(node, err, "stage '%s' (MTP head) cannot teach", s);
         *stage = j;
@@ -157,7 +162,8 @@ static int resolve_ref(runconfig *rc, int self, cfg_node *node, const char *s, i
     return 0;
 }
 
-static int parse_stage(runconfig *rc, int i, cfg_node *st, cfg_node *defaults, kf_err *err) {
+static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, kf_err *err) {
+    cfg_node *st = all->items[i];
     runconfig_stage *s = &rc->stages[i];
     if (st->kind != CFG_MAP) return cfg_err_at(st, err, "expected a mapping {name, kind, ...}");
     const char *name, *teacher, *init, *path;
@@ -200,12 +206,12 @@ static int parse_stage(runconfig *rc, int i, cfg_node *st, cfg_node *defaults, k
                           kind_names[s->kind]);
     s->teacher_stage = s->init_stage = -1;
     if (teacher) {
-        if (resolve_ref(rc, i, cfg_find(st, "teacher"), teacher, &s->teacher_stage, err)) return -1;
+        if (resolve_ref(rc, i, all, cfg_find(st, "teacher"), teacher, &s->teacher_stage, err)) return -1;
         s->teacher = kf_strdup(teacher);
     }
     if (init) {
         if (!trains) return cfg_err_at(cfg_find(st, "init"), err, "an import stage does not train");
-        if (resolve_ref(rc, i, cfg_find(st, "init"), init, &s->init_stage, err)) return -1;
+        if (resolve_ref(rc, i, all, cfg_find(st, "init"), init, &s->init_stage, err)) return -1;
         s->init = kf_strdup(init);
     } else if (s->kind == RC_KIND_SELF_FORCING) {
         s->init = kf_strdup(teacher);
@@ -358,7 +364,7 @@ static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
     rc->stages = kf_calloc(stages->n, sizeof *rc->stages);
     for (size_t i = 0; i < stages->n; i++) {
         rc->n_stages = (int)i + 1;
-        if (parse_stage(rc, (int)i, stages->items[i], defaults, err)) return -1;
+        if (parse_stage(rc, (int)i, stages, defaults, err)) return -1;
     }
     if (parse_resources(rc, root, err)) return -1;
     return cfg_check_unused(root, err);

@@ -1,0 +1,96 @@
+/* Run-config parsing: a valid config resolves defaults/overrides per stage;
+ * each kind of mistake is refused with FILE:LINE:COL and the key path. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/runconfig.h"
+#include "tests/test.h"
+
+static const char *base =
+    "name: t\n"
+    "data: {train: d/train, valid: d/valid}\n"
+    "shards: {anything: [1, 2]}\n"
+    "model: {hidden: 64, heads: 2, blocks: 2, vocab: 100, seq_len: 32}\n"
+    "defaults:\n"
+    "  batch: 8\n"
+    "  lr: 1.0e-3\n"
+    "  precision: [{until_step: 5, mode: fp16}, {mode: fp32}]\n"
+    "  loss_scale: {init: 1024, growth_interval: 3}\n"
+    "stages:\n"
+    "  - {name: ar, kind: ar, steps: 10, lr: 2.0e-3}\n"
+    "  - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 4, tau: [0.5, 1.0]}\n"
+    "  - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 4}\n"
+    "resources: {ranks: 2, time_limit: \"01:02:03\"}\n";
+
+static char path[] = "/tmp/kf_rc_XXXXXX";
+
+static int load_with(const char *find, const char *repl, int n_over, char *const *over,
+                     runconfig **rc, kf_err *err) {
+    char text[4096];
+    const char *p = find ? strstr(base, find) : NULL;
+    if (find && !p) { fprintf(stderr, "bad test pattern %s\n", find); exit(2); }
+    if (p) snprintf(text, sizeof text, "%.*s%s%s", (int)(p - base), base, repl, p + strlen(find));
+    else snprintf(text, sizeof text, "%s", base);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    *rc = NULL;
+    memset(err, 0, sizeof *err);
+    return runconfig_load(path, n_over, over, rc, err);
+}
+
+static void expect_error(const char *find, const char *repl, const char *want) {
+    runconfig *rc;
+    kf_err err;
+    int r = load_with(find, repl, 0, NULL, &rc, &err);
+    T_CHECK(r == -1 && strstr(err.msg, want) && strstr(err.msg, path),
+            "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r, err.msg);
+    runconfig_free(rc);
+}
+
+int main(void) {
+    int fd = mkstemp(path);
+    close(fd);
+    runconfig *rc;
+    kf_err err;
+    T_CHECK(load_with(NULL, NULL, 0, NULL, &rc, &err) == 0, "valid config: %s", err.msg);
+    if (rc) {
+        T_CHECK(rc->n_stages == 3 && !strcmp(rc->name, "t"), "stages");
+        T_CLOSE(rc->stages[0].opt.lr, 2e-3, 0, "stage override lr");
+        T_CLOSE(rc->stages[1].opt.lr, 1e-3, 0, "defaults lr");
+        T_CHECK(rc->stages[1].teacher_stage == 0 && rc->stages[2].teacher_stage == 1, "teachers");
+        T_CHECK(rc->stages[2].init_stage == 1, "self_forcing initialises from its teacher");
+        T_CHECK(runconfig_precision_at(&rc->stages[0].opt, 4) == RC_PREC_FP16 &&
+                    runconfig_precision_at(&rc->stages[0].opt, 5) == RC_PREC_FP32, "phases");
+        T_CLOSE(rc->stages[0].opt.scale_init, 1024, 0, "loss scale init");
+        T_CHECK(rc->stages[0].opt.scale_growth_interval == 3, "growth interval");
+        T_CHECK(rc->res.time_limit_s == 3723 && rc->res.ranks == 2, "time limit %lld",
+                (long long)rc->res.time_limit_s);
+        T_CHECK(strlen(rc->hash) == 64, "hash");
+        runconfig_free(rc);
+    }
+    char *over[] = {"defaults.batch=16", "stages.0.steps=3"};
+    T_CHECK(load_with(NULL, NULL, 2, over, &rc, &err) == 0, "overrides: %s", err.msg);
+    if (rc) {
+        T_CHECK(rc->stages[1].opt.batch == 16 && rc->stages[0].steps == 3, "override values");
+        runconfig_free(rc);
+    }
+    char *bad_over[] = {"defaults.bach=16"};
+    T_CHECK(load_with(NULL, NULL, 1, bad_over, &rc, &err) == -1 && strstr(err.msg, "defaults.bach"),
+            "unknown override key: %s", err.msg);
+
+    expect_error("seq_len: 32}", "seq_len: 32, hiden: 3}", "model.hiden");
+    expect_error("batch: 8", "batch: eight", "defaults.batch");
+    expect_error("batch: 8", "batch: 0", "defaults.batch");
+    expect_error("kind: ar,", "kind: arr,", "unknown kind");
+    expect_error("teacher: ar,", "teacher: k2,", "not an earlier stage");
+    expect_error("teacher: k1, k: 2", "teacher: k1, k: 3", "doubles k");
+    expect_error("{mode: fp32}", "{mode: fp8}", "fp16 or fp32");
+    expect_error("{mode: fp32}]", "{until_step: 9, mode: fp32}]", "leave out until_step");
+    expect_error("until_step: 5", "until_step: 0", "must increase");
+    expect_error("time_limit: \"01:02:03\"", "time_limit: \"1:xx\"", "time_limit");
+    expect_error("name: t\n", "", "name");
+    return T_DONE();
+}
