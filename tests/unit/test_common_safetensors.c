@@ -1,0 +1,161 @@
+/* safetensors: exact bytes of a written file, round trip of every dtype
+ * (scalars and empty tensors included), a header in the reference writer's
+ * style, and a clear error for each kind of corruption. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/safetensors.h"
+#include "tests/test.h"
+
+static char dir[] = "/tmp/kf_test_st_XXXXXX";
+static char path[600];
+static kf_err err;
+
+/* Writes 8-byte LE length + header + ndata bytes of data (value i & 255). */
+static void craft(const char *header, size_t ndata) {
+    size_t hn = strlen(header);
+    char *b = malloc(8 + hn + ndata + 1);
+    for (int i = 0; i < 8; i++) b[i] = (char)((uint64_t)hn >> (8 * i));
+    memcpy(b + 8, header, hn);
+    for (size_t i = 0; i < ndata; i++) b[8 + hn + i] = (char)i;
+    fs_write_atomic(path, b, 8 + hn + ndata, &err);
+    free(b);
+}
+
+static void expect_error(const char *header, size_t ndata, const char *want) {
+    craft(header, ndata);
+    safetensors_file *f = NULL;
+    err.msg[0] = 0;
+    int rc = safetensors_open(path, &f, &err);
+    T_CHECK(rc == -1 && f == NULL && strstr(err.msg, want) && strstr(err.msg, path),
+            "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
+}
+
+int main(void) {
+    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+
+    /* A small file, byte for byte. */
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int64_t shape[2] = {2, 3};
+    safetensors_writer *wr = safetensors_writer_new();
+    safetensors_add(wr, "w", ST_F32, 2, shape, w);
+    safetensors_set_meta(wr, "format", "pt");
+    T_CHECK(safetensors_write(wr, path, &err) == 0, "write: %s", err.msg);
+    safetensors_writer_free(wr);
+    const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}";
+    size_t hn = (strlen(hdr) + 7) / 8 * 8;
+    char *buf;
+    size_t len;
+    fs_read_file(path, &buf, &len, &err);
+    T_CHECK(len == 8 + hn + 24, "file size %zu want %zu", len, 8 + hn + 24);
+    uint64_t got_hn = 0;
+    for (int i = 0; i < 8; i++) got_hn |= (uint64_t)(unsigned char)buf[i] << (8 * i);
+    T_CHECK(got_hn == hn && !memcmp(buf + 8, hdr, strlen(hdr)), "header bytes: %.*s", (int)hn, buf + 8);
+    int spaces = 1;
+    for (size_t i = strlen(hdr); i < hn; i++) spaces &= buf[8 + i] == ' ';
+    T_CHECK(spaces && !memcmp(buf + 8 + hn, w, 24), "padding or data wrong");
+    free(buf);
+
+    /* Every dtype, a scalar, an empty tensor, awkward names and metadata. */
+    double f64[3] = {1.5, -2.25, 1e300};
+    _Float16 f16[4] = {1.5f16, -2.0f16, 0.099975586f16, 65504.0f16};
+    uint16_t bf16[2] = {0x3fc0, 0xc020}; /* 1.5, -2.5 */
+    int64_t i64[2] = {INT64_MIN, 7};
+    int32_t i32[1] = {-3};
+    uint8_t u8[5] = {0, 1, 2, 254, 255};
+    int64_t s3[1] = {3}, s4[2] = {2, 2}, s2[1] = {2}, s5[3] = {1, 5, 1}, s0[2] = {0, 4};
+    wr = safetensors_writer_new();
+    safetensors_add(wr, "a.f64", ST_F64, 1, s3, f64);
+    safetensors_add(wr, "b/f16 \"q\"", ST_F16, 2, s4, f16);
+    safetensors_add(wr, "c.bf16", ST_BF16, 1, s2, bf16);
+    safetensors_add(wr, "d.i64", ST_I64, 1, s2, i64);
+    safetensors_add(wr, "e.scalar", ST_I32, 0, NULL, i32);
+    safetensors_add(wr, "f.empty", ST_F32, 2, s0, NULL);
+    safetensors_add(wr, "g.u8", ST_U8, 3, s5, u8);
+    safetensors_set_meta(wr, "k", "v1");
+    safetensors_set_meta(wr, "k", "v\n2\\");
+    T_CHECK(safetensors_write(wr, path, &err) == 0, "write: %s", err.msg);
+    safetensors_writer_free(wr);
+    safetensors_file *f;
+    T_CHECK(safetensors_open(path, &f, &err) == 0, "open: %s", err.msg);
+    if (f) {
+        T_CHECK(f->n == 7 && f->nmeta == 1 && !strcmp(safetensors_meta(f, "k"), "v\n2\\"), "counts / meta");
+        const safetensors_tensor *t = safetensors_find(f, "b/f16 \"q\"");
+        float out[4];
+        T_CHECK(t && t->dtype == ST_F16 && t->ndim == 2 && t->numel == 4 && safetensors_read_f32(t, out, &err) == 0 &&
+                out[0] == 1.5f && out[3] == 65504.0f, "f16 round trip");
+        t = safetensors_find(f, "a.f64");
+        T_CHECK(t && !memcmp(t->data, f64, 24) && safetensors_read_f32(t, out, &err) == 0 && out[1] == -2.25f, "f64");
+        t = safetensors_find(f, "c.bf16");
+        T_CHECK(t && safetensors_read_f32(t, out, &err) == 0 && out[0] == 1.5f && out[1] == -2.5f, "bf16");
+        t = safetensors_find(f, "d.i64");
+        T_CHECK(t && !memcmp(t->data, i64, 16), "i64");
+        T_CHECK(t && safetensors_read_f32(t, out, &err) == -1 && !strcmp(err.msg, "tensor 'd.i64': dtype I64 is not a float"),
+                "int as float: %s", err.msg);
+        t = safetensors_find(f, "e.scalar");
+        T_CHECK(t && t->ndim == 0 && t->numel == 1 && t->nbytes == 4 && *(const int32_t *)t->data == -3, "scalar");
+        t = safetensors_find(f, "f.empty");
+        T_CHECK(t && t->numel == 0 && t->nbytes == 0 && t->shape[1] == 4, "empty");
+        t = safetensors_find(f, "g.u8");
+        T_CHECK(t && !memcmp(t->data, u8, 5) && t->shape[1] == 5, "u8");
+        T_CHECK(!safetensors_find(f, "nope") && !safetensors_meta(f, "nope"), "missing lookups");
+        T_CHECK((uintptr_t)f->tensors[0].data % 8 == 0, "data buffer not 8-aligned");
+    }
+    safetensors_close(f);
+
+    /* The reference writer's style: spaces, metadata last, tensors out of order. */
+    craft("{\"b\": {\"dtype\": \"I32\", \"shape\": [2, 2], \"data_offsets\": [4, 20]}, "
+          "\"a\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]}, \"__metadata__\": {\"foo\": \"bar\"}}   ",
+          20);
+    T_CHECK(safetensors_open(path, &f, &err) == 0, "reference style: %s", err.msg);
+    if (f) {
+        T_CHECK(f->n == 2 && !strcmp(f->tensors[0].name, "a") && !strcmp(safetensors_meta(f, "foo"), "bar") &&
+                ((const uint8_t *)safetensors_find(f, "b")->data)[0] == 4, "reference style content");
+        safetensors_close(f);
+    }
+
+    /* Corruptions. */
+    const char *ok = "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}";
+    char h[512];
+    snprintf(h, sizeof h, "{%s}", ok);
+    expect_error(h, 9, "1 bytes after the last tensor (trailing garbage)");
+    expect_error(h, 7, "tensor 'x': data_offsets [0, 8] beyond the 7-byte data (truncated file?)");
+    expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+                 "tensor 'x': shape and dtype need 12 bytes but data_offsets span 8");
+    expect_error("{\"x\":{\"dtype\":\"Q8\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "tensor 'x': unsupported dtype 'Q8'");
+    expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
+                 "tensor 'x': shape[0] is not a non-negative integer");
+    expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "tensor 'x': data_offsets must be");
+    expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "tensor 'x': missing 'data_offsets'");
+    expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"z\":1}}", 8, "tensor 'x': unknown field 'z'");
+    snprintf(h, sizeof h, "{%s,\"y\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", ok);
+    expect_error(h, 8, "tensor 'y': starts at 4 but the previous tensor ends at 8 (overlap)");
+    snprintf(h, sizeof h, "{%s,\"y\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[12,16]}}", ok);
+    expect_error(h, 16, "tensor 'y': starts at 12 but the previous tensor ends at 8 (gap)");
+    snprintf(h, sizeof h, "{%s,%s}", ok, ok);
+    expect_error(h, 8, "'x' appears twice in the header");
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"a\":1},%s}", ok);
+    expect_error(h, 8, "__metadata__ 'a' is not a string");
+    snprintf(h, sizeof h, "{%s", ok);
+    expect_error(h, 8, "header JSON: ");
+    expect_error("[1]", 0, "header does not start with '{'");
+    expect_error("[1]", 0, "not a safetensors file");
+    /* Header length beyond the file. */
+    fs_write_atomic(path, "\xff\x00\x00\x00\x00\x00\x00\x00{}", 10, &err);
+    T_CHECK(safetensors_open(path, &f, &err) == -1 && strstr(err.msg, "header length 255 exceeds the file (10 bytes)"),
+            "length: %s", err.msg);
+    fs_write_atomic(path, "abc", 3, &err);
+    T_CHECK(safetensors_open(path, &f, &err) == -1 && strstr(err.msg, "3 bytes, need at least 8"), "tiny: %s", err.msg);
+    unlink(path);
+    T_CHECK(safetensors_open(path, &f, &err) == -1 && strstr(err.msg, "No such file"), "missing: %s", err.msg);
+    /* An empty header is a valid file with no tensors. */
+    craft("{}      ", 0);
+    T_CHECK(safetensors_open(path, &f, &err) == 0 && f->n == 0, "empty file: %s", err.msg);
+    safetensors_close(f);
+    fs_rm_rf(dir, &err);
+    return T_DONE();
+}
