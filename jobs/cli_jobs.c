@@ -1,0 +1,582 @@
+/* jobs/cli_jobs.c — `kf jobs plan|run|submit|status|resume|cancel|check`.
+ *
+ * A run config becomes a run directory (jobs/rundir.h) whose frozen run.yaml
+ * every stage reads; the stages then run here in order (`run`, optionally
+ * under mpirun) or as a chain of Slurm jobs (`submit`, jobs/slurm.h).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "common/runconfig.h"
+#include "jobs/plan.h"
+#include "jobs/proc.h"
+#include "jobs/rundir.h"
+#include "jobs/slurm.h"
+
+static const char usage_text[] =
+    "usage: kf jobs COMMAND ...\n"
+    "\n"
+    "  plan   CONFIG [--flops F] [key=value...]\n"
+    "         print the stage DAG (teachers) and estimated FLOPs, memory, time and jobs;\n"
+    "         F = assumed FLOP/s per rank (default 2e10 for cpu, 2e14 for cuda)\n"
+    "  run    CONFIG [--run-dir RUN] [--np N] [--no-sample] [key=value...]\n"
+    "         run here, in order: kf shards build (when the data is missing), every stage\n"
+    "         not yet complete (kf train, under mpirun -np N when N > 1; an interrupted\n"
+    "         stage resumes from its checkpoint), then sample completions from the last\n"
+    "         stage at k = 1, 2, 4, ... with tokens/s. RUN defaults to runs/NAME.\n"
+    "  submit CONFIG [--run-dir RUN] [key=value...]\n"
+    "         make RUN, freeze the resolved config in RUN/run.yaml, write one sbatch script\n"
+    "         per stage (RUN/slurm/STAGE.sbatch) and submit them chained with afterok;\n"
+    "         prints STAGE JOBID lines\n"
+    "  status RUN [--json]\n"
+    "         per stage: state, step/total, last valid checkpoint and its age, Slurm job\n"
+    "         and state, throughput, ETA\n"
+    "  resume RUN [--config CONFIG] [--local [--np N]] [key=value...]\n"
+    "         resubmit every incomplete stage (from its latest checkpoint), re-chained;\n"
+    "         jobs still queued or running are kept, complete stages never redone. Only\n"
+    "         resources.* may differ from RUN/run.yaml; another change is refused.\n"
+    "         --local runs the rest here instead, like `run`.\n"
+    "  cancel RUN\n"
+    "         scancel the run's queued and running jobs\n"
+    "  check  RUN STAGE\n"
+    "         exit 0 when STAGE (or 'shards') is complete, 1 when not (used by\n"
+    "         slurm/stage.sbatch)\n"
+    "\n"
+    "The run's stages read RUN/run.yaml, never CONFIG again: editing CONFIG after submit\n"
+    "does not change the run. Exit codes: 0 done, 1 error, 2 usage, 75 preempted.\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "kf jobs: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(kf jobs --help for usage)\n");
+    return KF_EXIT_USAGE;
+}
+
+/* ---- arguments ---- */
+
+typedef struct args {
+    const char *pos[2];
+    int n_pos;
+    char **over;
+    int n_over;
+    const char *run_dir, *config, *flops;
+    int np;
+    int json, local, no_sample;
+} args;
+
+/* Options anywhere; key=value words are overrides. Returns 0 or a usage exit code. */
+static int parse_args(int argc, char **argv, args *a, const char *allowed) {
+    memset(a, 0, sizeof *a);
+    a->np = 1;
+    a->over = kf_calloc((size_t)argc + 1, sizeof *a->over);
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strncmp(s, "--", 2)) {
+            char opt[32];
+            snprintf(opt, sizeof opt, "%s ", s + 2);
+            if (!strstr(allowed, opt)) return usage_error("unknown option %s", s);
+            if (!strcmp(s, "--json")) a->json = 1;
+            else if (!strcmp(s, "--local")) a->local = 1;
+            else if (!strcmp(s, "--no-sample")) a->no_sample = 1;
+            else {
+                if (!val) return usage_error("%s needs a value", s);
+                i++;
+                if (!strcmp(s, "--run-dir")) a->run_dir = val;
+                else if (!strcmp(s, "--config")) a->config = val;
+                else if (!strcmp(s, "--flops")) a->flops = val;
+                else if (!strcmp(s, "--np")) {
+                    char *end;
+                    long n = strtol(val, &end, 10);
+                    if (*end || n < 1 || n > 4096) return usage_error("--np expects a number of ranks >= 1, got '%s'", val);
+                    a->np = (int)n;
+                }
+            }
+        } else if (strchr(s, '=') && a->n_pos > 0) {
+            a->over[a->n_over++] = (char *)s;
+        } else {
+            if (a->n_pos == 2) return usage_error("unexpected argument '%s'", s);
+            a->pos[a->n_pos++] = s;
+        }
+    }
+    return 0;
+}
+
+static int fail(const kf_err *err) {
+    fprintf(stderr, "kf jobs: error: %s\n", err->msg);
+    return KF_EXIT_ERROR;
+}
+
+/* ---- shared steps ---- */
+
+static const char *default_run_dir(const runconfig *rc, char *buf, size_t cap) {
+    snprintf(buf, cap, "runs/%s", rc->name);
+    return buf;
+}
+
+/* Makes or reopens run for the config: a new run freezes it; an existing one
+ * must have the same config up to compatible changes (resources.*), which are
+ * written into its run.yaml. *out is loaded from RUN/run.yaml. */
+static int open_run(const char *run, const runconfig *rc, runconfig **out, kf_err *err) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/run.yaml", run);
+    if (fs_exists(p)) {
+        runconfig *frozen;
+        if (rundir_load(run, 0, NULL, &frozen, err)) return -1;
+        char what[512];
+        int d = rundir_config_diff(frozen->canonical, rc->canonical, what, sizeof what);
+        runconfig_free(frozen);
+        if (d == 2)
+            return kf_err_set(err, "%s differs from the run's frozen %s in %s; only resources.* may change "
+                              "in a run in progress (use another --run-dir for a new run)", rc->path, p, what);
+        if (d == 1) {
+            fprintf(stderr, "kf jobs: %s: updating resources in %s (%s)\n", run, p, what);
+            if (rundir_freeze(run, rc, err)) return -1;
+        }
+    } else if (rundir_freeze(run, rc, err)) {
+        return -1;
+    }
+    return rundir_load(run, 0, NULL, out, err);
+}
+
+static const char *kf_bin(void) {
+    const char *e = getenv("KF_BIN");
+    return e && *e ? e : proc_self_exe();
+}
+
+/* Runs one stage (or the shards pseudo-stage) here; np > 1 uses mpirun. */
+static int run_stage_local(const char *run, const runconfig *rc, const char *stage, int np, kf_err *err) {
+    char yaml[PATH_MAX], ckpt[PATH_MAX], npbuf[16];
+    snprintf(yaml, sizeof yaml, "%s/run.yaml", run);
+    char *argv[24];
+    int a = 0;
+    const runconfig_stage *s = runconfig_stage_find(rc, stage);
+    if (!s) {
+        argv[a++] = (char *)kf_bin(), argv[a++] = "shards", argv[a++] = "build", argv[a++] = yaml;
+    } else if (s->kind == RC_KIND_IMPORT) {
+        argv[a++] = (char *)kf_bin(), argv[a++] = "import", argv[a++] = s->path;
+        argv[a++] = "--run-dir", argv[a++] = (char *)run, argv[a++] = "--stage", argv[a++] = s->name;
+    } else {
+        if (np > 1) {
+            snprintf(npbuf, sizeof npbuf, "%d", np);
+            argv[a++] = "mpirun", argv[a++] = "-np", argv[a++] = npbuf, argv[a++] = "--oversubscribe";
+            if (geteuid() == 0) argv[a++] = "--allow-run-as-root";
+        }
+        argv[a++] = (char *)kf_bin(), argv[a++] = "train", argv[a++] = yaml;
+        argv[a++] = "--stage", argv[a++] = s->name, argv[a++] = "--run-dir", argv[a++] = (char *)run;
+        snprintf(ckpt, sizeof ckpt, "%s/stages/%s/ckpt/latest", run, s->name);
+        if (fs_exists(ckpt)) argv[a++] = "--resume";
+    }
+    argv[a] = NULL;
+    fprintf(stderr, "kf jobs: %s: running", stage);
+    for (int i = 0; i < a; i++) fprintf(stderr, " %s", argv[i]);
+    fprintf(stderr, "\n");
+    return proc_run(argv, err);
+}
+
+/* Every incomplete stage here, in order. */
+static int run_local(const char *run, const runconfig *rc, int np, int no_sample) {
+    kf_err err;
+    char why[PATH_MAX + 64];
+    int n = rc->n_stages + 1;
+    for (int i = 0; i < n; i++) {
+        const char *stage = i == 0 ? RUNDIR_SHARDS : rc->stages[i - 1].name;
+        if (rundir_stage_complete(run, rc, stage, why, sizeof why)) {
+            fprintf(stderr, "kf jobs: %s: complete, skipped\n", stage);
+            continue;
+        }
+        int code = run_stage_local(run, rc, stage, np, &err);
+        if (code < 0) return fail(&err);
+        if (code == KF_EXIT_PREEMPTED) {
+            fprintf(stderr, "kf jobs: %s: preempted with a checkpoint; run the same command again to resume\n", stage);
+            return KF_EXIT_PREEMPTED;
+        }
+        if (code != 0 || !rundir_stage_complete(run, rc, stage, why, sizeof why)) {
+            fprintf(stderr, "kf jobs: %s: failed (exit %d%s%s); run the same command again to resume from "
+                    "its last checkpoint\n", stage, code, code ? "" : ", ", code ? "" : why);
+            return KF_EXIT_ERROR;
+        }
+        fprintf(stderr, "kf jobs: %s: complete\n", stage);
+    }
+    (void)no_sample;
+    return KF_EXIT_OK;
+}
+
+/* Submits the incomplete stages as a chain. A job of the run still queued or
+ * running is kept (and the chain continues after it) as long as nothing
+ * before it was resubmitted; otherwise it is cancelled and resubmitted so the
+ * chain stays in order. */
+static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
+    char cwd[PATH_MAX], script[PATH_MAX], why[PATH_MAX + 64];
+    if (!getcwd(cwd, sizeof cwd)) return kf_err_set(err, "getcwd: %s", strerror(errno));
+    rundir_job *jobs;
+    int nj = rundir_jobs_read(run, &jobs, err);
+    if (nj < 0) return -1;
+    char prev[32] = "";
+    int resubmitted = 0, submitted = 0;
+    for (int i = 0; i <= rc->n_stages; i++) {
+        const char *stage = i == 0 ? RUNDIR_SHARDS : rc->stages[i - 1].name;
+        if (rundir_stage_complete(run, rc, stage, why, sizeof why)) continue;
+        const rundir_job *cur = rundir_jobs_current(jobs, nj, stage);
+        slurm_job sj;
+        if (cur && slurm_query(cur->id, &sj) == 0 && slurm_state_alive(sj.state) &&
+            strcmp(sj.reason, "DependencyNeverSatisfied")) {
+            if (!resubmitted) {
+                printf("%s\t%s\tkept (%s)\n", stage, cur->id, sj.state);
+                snprintf(prev, sizeof prev, "%s", cur->id);
+                continue;
+            }
+            if (slurm_cancel(cur->id, err)) goto fail;
+        }
+        char id[32];
+        if (slurm_write_script(run, rc, stage, cwd, script, sizeof script, err) ||
+            slurm_submit(script, *prev ? prev : NULL, id, err) || rundir_jobs_add(run, stage, id, err))
+            goto fail;
+        printf("%s\t%s\t%s%s\n", stage, id, *prev ? "afterok:" : "", *prev ? prev : "first");
+        fflush(stdout);
+        snprintf(prev, sizeof prev, "%s", id);
+        resubmitted = 1, submitted++;
+    }
+    free(jobs);
+    if (!*prev) fprintf(stderr, "kf jobs: %s: every stage is complete, nothing to submit\n", run);
+    return 0;
+fail:
+    free(jobs);
+    return -1;
+}
+
+/* ---- commands ---- */
+
+static int cmd_plan(int argc, char **argv) {
+    args a;
+    int u = parse_args(argc, argv, &a, "flops ");
+    if (u) return u;
+    if (a.n_pos != 1) return usage_error("plan needs CONFIG%s", "");
+    kf_err err;
+    runconfig *rc;
+    if (runconfig_load(a.pos[0], a.n_over, a.over, &rc, &err)) return fail(&err);
+    double flops = !strcmp(rc->res.backend, "cuda") ? 2e14 : 2e10;
+    if (a.flops) {
+        char *end;
+        flops = strtod(a.flops, &end);
+        if (*end || !(flops > 0)) return usage_error("--flops expects a positive number, got '%s'", a.flops);
+    }
+    plan_print(stdout, rc, flops);
+    runconfig_free(rc);
+    free(a.over);
+    return KF_EXIT_OK;
+}
+
+/* Loads CONFIG with overrides and opens (or makes) its run directory. */
+static int load_and_open(const args *a, char *run, size_t cap, runconfig **out, kf_err *err) {
+    runconfig *rc;
+    if (runconfig_load(a->pos[0], a->n_over, a->over, &rc, err)) return -1;
+    if (a->run_dir) snprintf(run, cap, "%s", a->run_dir);
+    else default_run_dir(rc, run, cap);
+    int rv = open_run(run, rc, out, err);
+    runconfig_free(rc);
+    return rv;
+}
+
+static int cmd_run(int argc, char **argv) {
+    args a;
+    int u = parse_args(argc, argv, &a, "run-dir np no-sample ");
+    if (u) return u;
+    if (a.n_pos != 1) return usage_error("run needs CONFIG%s", "");
+    kf_err err;
+    char run[PATH_MAX];
+    runconfig *rc;
+    if (load_and_open(&a, run, sizeof run, &rc, &err)) return fail(&err);
+    fprintf(stderr, "kf jobs: run %s in %s (config sha256 %.16s)\n", rc->name, run, rc->hash);
+    int code = run_local(run, rc, a.np, a.no_sample);
+    runconfig_free(rc);
+    free(a.over);
+    return code;
+}
+
+static bool run_has_live_jobs(const char *run) {
+    kf_err err;
+    rundir_job *jobs;
+    int n = rundir_jobs_read(run, &jobs, &err);
+    bool live = false;
+    for (int i = 0; i < n && !live; i++) {
+        slurm_job sj;
+        live = rundir_jobs_current(jobs, n, jobs[i].stage) == &jobs[i] && slurm_query(jobs[i].id, &sj) == 0 &&
+               slurm_state_alive(sj.state);
+    }
+    free(jobs);
+    return live;
+}
+
+static int cmd_submit(int argc, char **argv) {
+    args a;
+    int u = parse_args(argc, argv, &a, "run-dir ");
+    if (u) return u;
+    if (a.n_pos != 1) return usage_error("submit needs CONFIG%s", "");
+    kf_err err;
+    if (!slurm_available()) {
+        fprintf(stderr, "kf jobs: error: Slurm's sbatch/scontrol/scancel are not in PATH; use kf jobs run to run here\n");
+        return KF_EXIT_ERROR;
+    }
+    char run[PATH_MAX], abs_run[PATH_MAX];
+    runconfig *rc;
+    if (load_and_open(&a, run, sizeof run, &rc, &err)) return fail(&err);
+    int code = KF_EXIT_OK;
+    if (!realpath(run, abs_run)) {
+        kf_err_set(&err, "%s: %s", run, strerror(errno));
+        code = fail(&err);
+    } else if (run_has_live_jobs(abs_run)) {
+        fprintf(stderr, "kf jobs: error: %s already has jobs queued or running; see kf jobs status %s "
+                "(kf jobs resume re-chains the rest)\n", run, run);
+        code = KF_EXIT_ERROR;
+    } else {
+        printf("# run %s: %s (config sha256 %s)\n", rc->name, abs_run, rc->hash);
+        if (submit_chain(abs_run, rc, &err)) code = fail(&err);
+    }
+    runconfig_free(rc);
+    free(a.over);
+    return code;
+}
+
+static int cmd_resume(int argc, char **argv) {
+    args a;
+    int u = parse_args(argc, argv, &a, "config local np ");
+    if (u) return u;
+    if (a.n_pos != 1) return usage_error("resume needs RUN%s", "");
+    kf_err err;
+    char run[PATH_MAX], yaml[PATH_MAX + 16];
+    if (!realpath(a.pos[0], run)) {
+        kf_err_set(&err, "%s: %s", a.pos[0], strerror(errno));
+        return fail(&err);
+    }
+    if ((size_t)snprintf(yaml, sizeof yaml, "%s/run.yaml", run) >= sizeof yaml) return usage_error("path too long: %s", run);
+    runconfig *frozen, *rc;
+    if (rundir_load(run, 0, NULL, &frozen, &err)) return fail(&err);
+    runconfig_free(frozen);
+    if (runconfig_load(a.config ? a.config : yaml, a.n_over, a.over, &rc, &err)) return fail(&err);
+    runconfig *cur;
+    int rv = open_run(run, rc, &cur, &err);
+    runconfig_free(rc);
+    if (rv) return fail(&err);
+    int code = KF_EXIT_OK;
+    if (a.local) {
+        code = run_local(run, cur, a.np, 1);
+    } else if (!slurm_available()) {
+        fprintf(stderr, "kf jobs: error: Slurm is not available here; kf jobs resume %s --local runs the rest here\n", run);
+        code = KF_EXIT_ERROR;
+    } else {
+        printf("# run %s: %s (config sha256 %s)\n", cur->name, run, cur->hash);
+        if (submit_chain(run, cur, &err)) code = fail(&err);
+    }
+    runconfig_free(cur);
+    free(a.over);
+    return code;
+}
+
+static int cmd_cancel(int argc, char **argv) {
+    args a;
+    int u = parse_args(argc, argv, &a, "");
+    if (u) return u;
+    if (a.n_pos != 1 || a.n_over) return usage_error("cancel needs RUN%s", "");
+    kf_err err;
+    rundir_job *jobs;
+    int n = rundir_jobs_read(a.pos[0], &jobs, &err);
+    if (n < 0) return fail(&err);
+    int code = KF_EXIT_OK, cancelled = 0;
+    for (int i = 0; i < n; i++) {
+        if (rundir_jobs_current(jobs, n, jobs[i].stage) != &jobs[i]) continue;
+        slurm_job sj;
+        if (slurm_query(jobs[i].id, &sj) || !slurm_state_alive(sj.state)) continue;
+        if (slurm_cancel(jobs[i].id, &err)) code = fail(&err);
+        else printf("%s\t%s\tcancelled (was %s)\n", jobs[i].stage, jobs[i].id, sj.state), cancelled++;
+    }
+    if (!cancelled && code == KF_EXIT_OK) fprintf(stderr, "kf jobs: %s: no queued or running jobs\n", a.pos[0]);
+    free(jobs);
+    free(a.over);
+    return code;
+}
+
+static int cmd_check(int argc, char **argv) {
+    args a;
+    int u = parse_args(argc, argv, &a, "");
+    if (u) return u;
+    if (a.n_pos != 2 || a.n_over) return usage_error("check needs RUN STAGE%s", "");
+    kf_err err;
+    runconfig *rc;
+    if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return fail(&err);
+    const char *stage = a.pos[1];
+    if (strcmp(stage, RUNDIR_SHARDS) && !runconfig_stage_find(rc, stage)) {
+        runconfig_free(rc);
+        return usage_error("no stage '%s' in the run", stage);
+    }
+    char why[PATH_MAX + 64];
+    bool done = rundir_stage_complete(a.pos[0], rc, stage, why, sizeof why);
+    if (done) printf("%s: complete\n", stage);
+    else printf("%s: not complete: %s\n", stage, why);
+    runconfig_free(rc);
+    free(a.over);
+    return done ? KF_EXIT_OK : KF_EXIT_ERROR;
+}
+
+/* ---- status ---- */
+
+typedef struct row {
+    const char *stage, *kind;
+    char state[48];
+    int64_t step, total;
+    rundir_state st;
+    const rundir_job *job;
+    slurm_job sj;
+    double eta_s, ckpt_age_s;
+} row;
+
+static void fill_row(const char *run, const runconfig *rc, const rundir_job *jobs, int nj, int i, row *r) {
+    memset(r, 0, sizeof *r);
+    const runconfig_stage *s = i < 0 ? NULL : &rc->stages[i];
+    r->stage = s ? s->name : RUNDIR_SHARDS;
+    r->kind = s ? runconfig_kind_name(s->kind) : "shards";
+    rundir_stage_state(run, rc, r->stage, &r->st);
+    r->job = rundir_jobs_current(jobs, nj, r->stage);
+    if (r->job) slurm_query(r->job->id, &r->sj);
+    r->total = s ? s->steps : 0;
+    r->step = r->st.complete && s ? s->steps : r->st.log_step > r->st.ckpt_step ? r->st.log_step : r->st.ckpt_step;
+    time_t now = time(NULL);
+    r->ckpt_age_s = r->st.ckpt_step >= 0 ? difftime(now, r->st.ckpt_mtime) : -1;
+    r->eta_s = -1;
+    bool alive = r->job && slurm_state_alive(r->sj.state);
+    if (r->st.complete) snprintf(r->state, sizeof r->state, "complete");
+    else if (alive && !strcmp(r->sj.state, "RUNNING")) snprintf(r->state, sizeof r->state, "running");
+    else if (alive) snprintf(r->state, sizeof r->state, "queued");
+    else if (r->job && strcmp(r->sj.state, "UNKNOWN")) snprintf(r->state, sizeof r->state, "stopped");
+    else if (r->st.log_mtime && difftime(now, r->st.log_mtime) < 120) snprintf(r->state, sizeof r->state, "running");
+    else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0) snprintf(r->state, sizeof r->state, "partial");
+    else snprintf(r->state, sizeof r->state, "not started");
+    if (!r->st.complete && r->st.steps_per_s > 0 && r->step >= 0 && !strcmp(r->state, "running"))
+        r->eta_s = (double)(r->total - r->step) / r->st.steps_per_s;
+}
+
+static void age(double s, char *buf, size_t cap) {
+    if (s < 0) snprintf(buf, cap, "-");
+    else if (s < 120) snprintf(buf, cap, "%.0fs", s);
+    else if (s < 7200) snprintf(buf, cap, "%.0fm", s / 60);
+    else snprintf(buf, cap, "%.1fh", s / 3600);
+}
+
+static void json_num_or_null(FILE *f, const char *key, double v, int ok) {
+    if (ok) fprintf(f, ",\"%s\":%.6g", key, v);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+static void print_json(const char *run, const runconfig *rc, row *rows, int n) {
+    printf("{\"run\":");
+    json_write_str(stdout, rc->name, strlen(rc->name));
+    printf(",\"dir\":");
+    json_write_str(stdout, run, strlen(run));
+    printf(",\"config_sha256\":\"%s\",\"stages\":[", rc->hash);
+    for (int i = 0; i < n; i++) {
+        row *r = &rows[i];
+        printf("%s{\"name\":", i ? "," : "");
+        json_write_str(stdout, r->stage, strlen(r->stage));
+        printf(",\"kind\":\"%s\",\"state\":\"%s\",\"complete\":%s", r->kind, r->state,
+               r->st.complete ? "true" : "false");
+        printf(",\"step\":%lld,\"total\":%lld", (long long)r->step, (long long)r->total);
+        printf(",\"ckpt\":");
+        if (r->st.ckpt_step >= 0) json_write_str(stdout, r->st.ckpt, strlen(r->st.ckpt));
+        else printf("null");
+        printf(",\"ckpt_step\":%lld", (long long)r->st.ckpt_step);
+        json_num_or_null(stdout, "ckpt_age_s", r->ckpt_age_s, r->ckpt_age_s >= 0);
+        printf(",\"job_id\":");
+        if (r->job) json_write_str(stdout, r->job->id, strlen(r->job->id));
+        else printf("null");
+        printf(",\"slurm_state\":");
+        if (r->job) printf("\"%s\",\"slurm_reason\":\"%s\",\"restarts\":%d", r->sj.state, r->sj.reason, r->sj.restarts);
+        else printf("null,\"slurm_reason\":null,\"restarts\":null");
+        json_num_or_null(stdout, "tokens_per_s", r->st.tokens_per_s, r->st.tokens_per_s > 0);
+        json_num_or_null(stdout, "steps_per_s", r->st.steps_per_s, r->st.steps_per_s > 0);
+        json_num_or_null(stdout, "eta_s", r->eta_s, r->eta_s >= 0);
+        printf(",\"status\":");
+        json_write_str(stdout, r->st.status, strlen(r->st.status));
+        printf("}");
+    }
+    printf("]}\n");
+}
+
+static void print_table(const char *run, const runconfig *rc, row *rows, int n) {
+    printf("run %s: %s (config sha256 %.16s)\n", rc->name, run, rc->hash);
+    printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", "stage", "kind", "state", "step/total",
+           "checkpoint", "age", "job", "slurm", "tokens/s", "eta");
+    for (int i = 0; i < n; i++) {
+        row *r = &rows[i];
+        char steps[40], ck[32], ag[16], sl[48], tps[24], eta[16];
+        if (r->total) snprintf(steps, sizeof steps, "%lld/%lld", (long long)(r->step < 0 ? 0 : r->step), (long long)r->total);
+        else snprintf(steps, sizeof steps, "-");
+        snprintf(ck, sizeof ck, "%s", r->st.ckpt_step >= 0 ? r->st.ckpt : "-");
+        age(r->ckpt_age_s, ag, sizeof ag);
+        if (!r->job) snprintf(sl, sizeof sl, "-");
+        else if (r->sj.restarts > 0) snprintf(sl, sizeof sl, "%s%s%s r%d", r->sj.state, *r->sj.reason ? "/" : "", r->sj.reason, r->sj.restarts);
+        else snprintf(sl, sizeof sl, "%s%s%s", r->sj.state, *r->sj.reason ? "/" : "", r->sj.reason);
+        if (r->st.tokens_per_s > 0) snprintf(tps, sizeof tps, "%.0f", r->st.tokens_per_s);
+        else snprintf(tps, sizeof tps, "-");
+        age(r->eta_s, eta, sizeof eta);
+        printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", r->stage, r->kind, r->state, steps, ck,
+               ag, r->job ? r->job->id : "-", sl, tps, eta);
+    }
+}
+
+static int cmd_status(int argc, char **argv) {
+    args a;
+    int u = parse_args(argc, argv, &a, "json ");
+    if (u) return u;
+    if (a.n_pos != 1 || a.n_over) return usage_error("status needs RUN%s", "");
+    kf_err err;
+    runconfig *rc;
+    if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return fail(&err);
+    rundir_job *jobs;
+    int nj = rundir_jobs_read(a.pos[0], &jobs, &err);
+    if (nj < 0) return runconfig_free(rc), fail(&err);
+    int n = rc->n_stages + 1;
+    row *rows = kf_calloc((size_t)n, sizeof *rows);
+    for (int i = 0; i < n; i++) fill_row(a.pos[0], rc, jobs, nj, i - 1, &rows[i]);
+    if (a.json) print_json(a.pos[0], rc, rows, n);
+    else print_table(a.pos[0], rc, rows, n);
+    free(rows), free(jobs);
+    runconfig_free(rc);
+    free(a.over);
+    return KF_EXIT_OK;
+}
+
+int jobs_main(int argc, char **argv) {
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = {{"plan", cmd_plan},     {"run", cmd_run},       {"submit", cmd_submit}, {"status", cmd_status},
+                {"resume", cmd_resume}, {"cancel", cmd_cancel}, {"check", cmd_check}};
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return KF_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage_text, stdout);
+        return KF_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        if (strcmp(argv[1], cmds[i].name)) continue;
+        for (int j = 2; j < argc; j++)
+            if (!strcmp(argv[j], "--help") || !strcmp(argv[j], "-h")) {
+                fputs(usage_text, stdout);
+                return KF_EXIT_OK;
+            }
+        return cmds[i].fn(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "kf jobs: unknown command '%s'\n\n%s", argv[1], usage_text);
+    return KF_EXIT_USAGE;
+}

@@ -1,0 +1,109 @@
+/* jobs/proc.c — fork/exec/wait with signal forwarding and output capture. */
+#include "jobs/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t child_pid;
+
+static void forward(int sig) {
+    if (child_pid > 0) kill((pid_t)child_pid, sig);
+}
+
+static int status_code(int st) {
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return 255;
+}
+
+/* Forks argv with stdout going to out_fd (-1: inherited) and stderr to
+ * /dev/null when quiet. A child that cannot exec exits 127 after saying so. */
+static pid_t spawn(char *const argv[], int out_fd, bool quiet, kf_err *err) {
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return kf_err_set(err, "fork: %s", strerror(errno)), -1;
+    if (pid == 0) {
+        if (out_fd >= 0) dup2(out_fd, 1);
+        if (quiet) {
+            int dn = open("/dev/null", 1);
+            if (dn >= 0) dup2(dn, 2);
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "kf: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_for(pid_t pid) {
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return 255;
+    return status_code(st);
+}
+
+int proc_run(char *const argv[], kf_err *err) {
+    struct sigaction sa = {0}, old[3];
+    const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};
+    sa.sa_handler = forward;
+    sigemptyset(&sa.sa_mask);
+    pid_t pid = spawn(argv, -1, false, err);
+    if (pid < 0) return -1;
+    child_pid = pid;
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+    int rc = wait_for(pid);
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+    child_pid = 0;
+    return rc;
+}
+
+int proc_capture(char *const argv[], char **out, bool quiet, kf_err *err) {
+    *out = NULL;
+    int fds[2];
+    if (pipe(fds)) return kf_err_set(err, "pipe: %s", strerror(errno));
+    pid_t pid = spawn(argv, fds[1], quiet, err);
+    close(fds[1]);
+    if (pid < 0) return close(fds[0]), -1;
+    size_t len = 0, cap = 4096;
+    char *buf = kf_malloc(cap);
+    for (;;) {
+        if (len + 1 >= cap) buf = kf_realloc(buf, cap *= 2);
+        ssize_t r = read(fds[0], buf + len, cap - len - 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    close(fds[0]);
+    buf[len] = 0;
+    *out = buf;
+    return wait_for(pid);
+}
+
+bool proc_in_path(const char *name) {
+    const char *path = getenv("PATH");
+    if (!path) return false;
+    char buf[PATH_MAX];
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, p, name);
+        if (access(buf, X_OK) == 0) return true;
+        p += n + (p[n] == ':');
+    }
+    return false;
+}
+
+const char *proc_self_exe(void) {
+    static char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    KF_CHECK(n > 0, "cannot read /proc/self/exe");
+    buf[n] = 0;
+    return buf;
+}

@@ -1,0 +1,36 @@
+/* jobs/proc.h — running other programs (kf train, mpirun, sbatch, squeue).
+ *
+ * The job system drives everything through processes: the stages are `kf
+ * train` runs and Slurm is its command-line clients. These helpers fork and
+ * exec an argv (searched in PATH), wait, and report the exit status in the
+ * shell's convention (128 + signal for a child killed by a signal).
+ */
+#ifndef KF_JOBS_PROC_H
+#define KF_JOBS_PROC_H
+
+#include <stdbool.h>
+
+#include "common/error.h"
+
+/** Runs argv (NULL-terminated) with stdin/stdout/stderr inherited and waits.
+ * While it runs, SIGINT, SIGTERM and SIGUSR1 received by this process are
+ * forwarded to the child (the trainer checkpoints on them), so `kf jobs run`
+ * behaves like the trainer it wraps.
+ * @return the exit status (0..255, 128+N for signal N), or -1 with err set
+ * when the program could not be started. */
+int proc_run(char *const argv[], kf_err *err);
+
+/** Runs argv, capturing its stdout into *out (malloc'ed, NUL-terminated;
+ * free it) and, when quiet, discarding its stderr.
+ * @return the exit status as proc_run, or -1 with err set when it could not
+ * be started (then *out is NULL). */
+int proc_capture(char *const argv[], char **out, bool quiet, kf_err *err);
+
+/** True when a program called name is in PATH. */
+bool proc_in_path(const char *name);
+
+/** Absolute path of the running kf binary (from /proc/self/exe), in a
+ * static buffer. */
+const char *proc_self_exe(void);
+
+#endif

@@ -1,0 +1,318 @@
+/* jobs/rundir.c — run directory files: frozen config, job records, stage state. */
+#include "jobs/rundir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/config.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+
+/* What `kf train` leaves in a stage directory (trainer's checkpoint layout). */
+#define CKPT_MANIFEST "state.yaml"
+#define FINAL_MODEL "model.safetensors"
+#define FINAL_MARKER "DONE"
+#define HASH_LINE "# kf run config sha256: "
+#define JOBS_HEADER "# kf jobs v1\n"
+
+static void join(char *out, size_t cap, const char *a, const char *b) {
+    int n = snprintf(out, cap, "%s/%s", a, b);
+    KF_CHECK(n > 0 && (size_t)n < cap, "path too long: %s/%s", a, b);
+}
+
+static void stage_path(char *out, size_t cap, const char *run, const char *stage, const char *rel) {
+    int n = snprintf(out, cap, "%s/stages/%s%s%s", run, stage, *rel ? "/" : "", rel);
+    KF_CHECK(n > 0 && (size_t)n < cap, "path too long under %s", run);
+}
+
+int rundir_freeze(const char *run, const runconfig *rc, kf_err *err) {
+    char p[PATH_MAX];
+    const char *subs[] = {"stages", "slurm"};
+    for (int i = 0; i < 2; i++) {
+        join(p, sizeof p, run, subs[i]);
+        if (fs_mkdir_p(p, err)) return -1;
+    }
+    size_t n = strlen(HASH_LINE) + 64 + 1 + strlen(rc->canonical) + 1;
+    char *text = kf_malloc(n);
+    snprintf(text, n, HASH_LINE "%s\n%s", rc->hash, rc->canonical);
+    join(p, sizeof p, run, "run.yaml");
+    int rv = fs_write_atomic(p, text, strlen(text), err);
+    free(text);
+    return rv;
+}
+
+int rundir_load(const char *run, int n_over, char *const *over, runconfig **out, kf_err *err) {
+    char p[PATH_MAX];
+    join(p, sizeof p, run, "run.yaml");
+    char *text;
+    size_t len;
+    if (fs_read_file(p, &text, &len, err)) return -1;
+    char recorded[65] = "";
+    if (!strncmp(text, HASH_LINE, strlen(HASH_LINE)) && len >= strlen(HASH_LINE) + 64)
+        memcpy(recorded, text + strlen(HASH_LINE), 64), recorded[64] = 0;
+    free(text);
+    if (!*recorded)
+        return kf_err_set(err, "%s:1:1: not a frozen run config (no '%s' line): make runs with kf jobs submit or kf jobs run",
+                          p, HASH_LINE);
+    runconfig *rc;
+    if (runconfig_load(p, 0, NULL, &rc, err)) return -1;
+    if (strcmp(rc->hash, recorded)) {
+        runconfig_free(rc);
+        return kf_err_set(err, "%s: changed after the run was made (sha256 %.12s..., recorded %.12s...): "
+                          "the run's stages were trained under the recorded config; restore it or start a new run",
+                          p, rc->hash, recorded);
+    }
+    if (n_over) {
+        runconfig_free(rc);
+        if (runconfig_load(p, n_over, over, &rc, err)) return -1;
+    }
+    *out = rc;
+    return 0;
+}
+
+/* ---- config comparison ---- */
+
+typedef struct diff_ctx {
+    int result;          /* 0 equal, 1 compatible, 2 incompatible */
+    char *what;
+    size_t cap;
+} diff_ctx;
+
+static void scalar_text(const cfg_node *n, char *out, size_t cap) {
+    if (!n) snprintf(out, cap, "(absent)");
+    else if (n->kind == CFG_SCALAR) snprintf(out, cap, "%s", n->value);
+    else if (n->kind == CFG_MAP) snprintf(out, cap, "{%zu keys}", n->n);
+    else snprintf(out, cap, "[%zu items]", n->n);
+}
+
+static void note(diff_ctx *d, const char *path, const cfg_node *a, const cfg_node *b) {
+    bool compatible = !strncmp(path, "resources.", 10);
+    int level = compatible ? 1 : 2;
+    if (level <= d->result) return; /* keep the first change of the worst kind */
+    d->result = level;
+    char x[96], y[96];
+    scalar_text(a, x, sizeof x), scalar_text(b, y, sizeof y);
+    snprintf(d->what, d->cap, "%s: %s -> %s", path, x, y);
+}
+
+static const cfg_node *map_get(const cfg_node *m, const char *key) {
+    for (size_t i = 0; i < m->n; i++)
+        if (!strcmp(m->items[i]->key, key)) return m->items[i];
+    return NULL;
+}
+
+static void diff_nodes(diff_ctx *d, const char *path, const cfg_node *a, const cfg_node *b) {
+    if (!a || !b || a->kind != b->kind) return note(d, path, a, b);
+    char sub[512];
+    switch (a->kind) {
+    case CFG_SCALAR:
+        if (strcmp(a->value, b->value)) note(d, path, a, b);
+        return;
+    case CFG_SEQ:
+        if (a->n != b->n) return note(d, path, a, b);
+        for (size_t i = 0; i < a->n; i++) {
+            snprintf(sub, sizeof sub, "%s[%zu]", path, i);
+            diff_nodes(d, sub, a->items[i], b->items[i]);
+        }
+        return;
+    case CFG_MAP:
+        for (size_t i = 0; i < a->n; i++) {
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", a->items[i]->key);
+            diff_nodes(d, sub, a->items[i], map_get(b, a->items[i]->key));
+        }
+        for (size_t i = 0; i < b->n; i++)
+            if (!map_get(a, b->items[i]->key)) {
+                snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", b->items[i]->key);
+                note(d, sub, NULL, b->items[i]);
+            }
+        return;
+    }
+}
+
+int rundir_config_diff(const char *old_canonical, const char *new_canonical, char *what, size_t cap) {
+    kf_err err;
+    cfg_node *a = cfg_load_string(old_canonical, "old", &err);
+    cfg_node *b = cfg_load_string(new_canonical, "new", &err);
+    KF_CHECK(a && b, "canonical config does not parse: %s", err.msg);
+    diff_ctx d = {0, what, cap};
+    if (cap) *what = 0;
+    diff_nodes(&d, "", a, b);
+    cfg_free(a), cfg_free(b);
+    return d.result;
+}
+
+/* ---- stage state ---- */
+
+static bool is_file(const char *p) {
+    struct stat s;
+    return stat(p, &s) == 0 && S_ISREG(s.st_mode);
+}
+
+bool rundir_stage_complete(const char *run, const runconfig *rc, const char *stage, char *why,
+                           size_t cap) {
+    char p[PATH_MAX];
+    if (!strcmp(stage, RUNDIR_SHARDS)) {
+        const char *dirs[2] = {rc->data_train, rc->data_valid};
+        for (int i = 0; i < 2; i++) {
+            join(p, sizeof p, dirs[i], "manifest.yaml");
+            if (!is_file(p)) return snprintf(why, cap, "no data manifest %s", p), false;
+        }
+        return true;
+    }
+    const char *need[2] = {"final/" FINAL_MARKER, "final/" FINAL_MODEL};
+    for (int i = 0; i < 2; i++) {
+        stage_path(p, sizeof p, run, stage, need[i]);
+        if (!is_file(p)) return snprintf(why, cap, "no %s", p), false;
+    }
+    return true;
+}
+
+/* Newest ckpt/step-N directory that has a manifest (partial ones, still
+ * named step-N.tmp or lacking the manifest, do not count). */
+static void newest_ckpt(const char *run, const char *stage, rundir_state *st) {
+    char dir[PATH_MAX], p[PATH_MAX + 300];
+    stage_path(dir, sizeof dir, run, stage, "ckpt");
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t step;
+        int used = 0;
+        if (sscanf(e->d_name, "step-%" SCNd64 "%n", &step, &used) != 1 || e->d_name[used]) continue;
+        if (step <= st->ckpt_step) continue;
+        snprintf(p, sizeof p, "%s/%s/" CKPT_MANIFEST, dir, e->d_name);
+        struct stat s;
+        if (stat(p, &s) || !S_ISREG(s.st_mode)) continue;
+        st->ckpt_step = step;
+        snprintf(st->ckpt, sizeof st->ckpt, "%.63s", e->d_name);
+        st->ckpt_mtime = s.st_mtime;
+    }
+    closedir(d);
+}
+
+static double num_field(const json *o, const char *const *keys) {
+    for (; *keys; keys++) {
+        const json *v = json_get(o, *keys);
+        if (v && v->type == JSON_NUMBER) return v->num;
+    }
+    return -1;
+}
+
+/* Throughput from the tail of log.jsonl: steps per second between the first
+ * and the last whole record of the last 64 KiB, and the last tokens/s. */
+static void read_log(const char *run, const char *stage, rundir_state *st) {
+    static const char *step_keys[] = {"step", NULL};
+    static const char *time_keys[] = {"time", "elapsed", "t", NULL};
+    static const char *tps_keys[] = {"tokens_per_s", "tok_per_s", "tokens_s", NULL};
+    char p[PATH_MAX];
+    stage_path(p, sizeof p, run, stage, "log.jsonl");
+    FILE *f = fopen(p, "rb");
+    if (!f) return;
+    struct stat s;
+    if (fstat(fileno(f), &s) == 0) st->log_mtime = s.st_mtime;
+    long tail = 65536;
+    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > tail) fseek(f, -tail, SEEK_END);
+    else rewind(f);
+    char *buf = kf_malloc((size_t)tail + 1);
+    size_t n = fread(buf, 1, (size_t)tail, f);
+    fclose(f);
+    buf[n] = 0;
+    double t0 = -1, s0 = -1;
+    char *line = buf;
+    if (n == (size_t)tail) line = strchr(buf, '\n') ? strchr(buf, '\n') + 1 : buf + n;
+    while (*line) {
+        char *end = strchr(line, '\n');
+        if (!end) break; /* a record still being written */
+        kf_err err;
+        json_doc *d = json_parse(line, (size_t)(end - line), p, &err);
+        if (d) {
+            const json *o = json_root(d);
+            double step = num_field(o, step_keys), t = num_field(o, time_keys), tps = num_field(o, tps_keys);
+            if (step >= 0) {
+                st->log_step = (int64_t)step;
+                if (t >= 0 && s0 < 0) t0 = t, s0 = step;
+                if (t > t0 && step > s0) st->steps_per_s = (step - s0) / (t - t0);
+            }
+            if (tps >= 0) st->tokens_per_s = tps;
+            json_free(d);
+        }
+        line = end + 1;
+    }
+    free(buf);
+}
+
+void rundir_stage_state(const char *run, const runconfig *rc, const char *stage, rundir_state *st) {
+    memset(st, 0, sizeof *st);
+    st->ckpt_step = st->log_step = -1;
+    char why[PATH_MAX + 32];
+    st->complete = rundir_stage_complete(run, rc, stage, why, sizeof why);
+    if (!strcmp(stage, RUNDIR_SHARDS)) return;
+    newest_ckpt(run, stage, st);
+    read_log(run, stage, st);
+    char p[PATH_MAX];
+    stage_path(p, sizeof p, run, stage, "status");
+    FILE *f = fopen(p, "r");
+    if (f) {
+        if (fgets(st->status, sizeof st->status, f)) st->status[strcspn(st->status, "\n")] = 0;
+        fclose(f);
+    }
+}
+
+/* ---- job records ---- */
+
+int rundir_jobs_read(const char *run, rundir_job **jobs, kf_err *err) {
+    char p[PATH_MAX];
+    join(p, sizeof p, run, "jobs.tsv");
+    *jobs = NULL;
+    if (!fs_exists(p)) return 0;
+    char *text;
+    size_t len;
+    if (fs_read_file(p, &text, &len, err)) return -1;
+    if (strncmp(text, JOBS_HEADER, strlen(JOBS_HEADER)))
+        return free(text), kf_err_set(err, "%s:1:1: not a kf jobs file (expected '%.12s')", p, JOBS_HEADER);
+    int n = 0, lineno = 1;
+    for (char *line = text + strlen(JOBS_HEADER); *line; lineno++) {
+        char *end = strchr(line, '\n');
+        if (!end) end = line + strlen(line);
+        *jobs = kf_realloc(*jobs, (size_t)(n + 1) * sizeof **jobs);
+        rundir_job *j = &(*jobs)[n];
+        long long when;
+        if (sscanf(line, "%63[^\t]\t%31[^\t]\t%lld", j->stage, j->id, &when) != 3) {
+            free(text), free(*jobs), *jobs = NULL;
+            return kf_err_set(err, "%s:%d:1: malformed job line", p, lineno + 1);
+        }
+        j->when = when, n++;
+        line = *end ? end + 1 : end;
+    }
+    free(text);
+    return n;
+}
+
+int rundir_jobs_add(const char *run, const char *stage, const char *id, kf_err *err) {
+    rundir_job *jobs;
+    int n = rundir_jobs_read(run, &jobs, err);
+    if (n < 0) return -1;
+    size_t cap = 64 + (size_t)(n + 1) * 128, len = 0;
+    char *text = kf_malloc(cap);
+    len += (size_t)snprintf(text, cap, "%s", JOBS_HEADER);
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%" PRId64 "\n", jobs[i].stage, jobs[i].id, jobs[i].when);
+    len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%lld\n", stage, id, (long long)time(NULL));
+    char p[PATH_MAX];
+    join(p, sizeof p, run, "jobs.tsv");
+    int rv = fs_write_atomic(p, text, len, err);
+    free(text), free(jobs);
+    return rv;
+}
+
+const rundir_job *rundir_jobs_current(const rundir_job *jobs, int n, const char *stage) {
+    for (int i = n - 1; i >= 0; i--)
+        if (!strcmp(jobs[i].stage, stage)) return &jobs[i];
+    return NULL;
+}
