@@ -1,0 +1,189 @@
+/* tokenize/cli_tokenize.c — `kf tokenize`: stdin text -> one line of ids per
+ * input line (or the inverse with --decode). Input is read in large blocks
+ * and output is assembled in a buffer, so the command is bound by the
+ * tokenizer rather than by I/O. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tokenize/tokenizer.h"
+
+enum { IN_BLOCK = 8 << 20, OUT_FLUSH = 1 << 20 };
+
+static const char usage[] =
+    "usage: kf tokenize gpt2|bert --vocab DIR [--decode] [--allow-special]\n"
+    "\n"
+    "Reads text on stdin and writes, for each input line (split on \\n), one line of\n"
+    "space-separated token ids; no special tokens are added. Invalid UTF-8 is\n"
+    "replaced by U+FFFD (count reported on stderr).\n"
+    "\n"
+    "  gpt2             byte-level BPE from DIR/vocab.json and DIR/merges.txt\n"
+    "  bert             uncased WordPiece from DIR/vocab.txt\n"
+    "  --vocab DIR      vocabulary directory (e.g. data/vocab/gpt2)\n"
+    "  --decode         the inverse: each line of ids -> its text\n"
+    "  --allow-special  literal special tokens in the text (gpt2: <|endoftext|>;\n"
+    "                   bert: [CLS] [SEP] [PAD] [UNK] [MASK]) become their ids\n"
+    "  --help           this text\n";
+
+typedef struct outbuf {
+    tok_bytes b;
+} outbuf;
+
+static void out_flush(outbuf *o)
+{
+    if (o->b.n && fwrite(o->b.v, 1, o->b.n, stdout) != o->b.n) {
+        fprintf(stderr, "kf tokenize: error: writing stdout: %s\n", strerror(errno));
+        exit(KF_EXIT_ERROR);
+    }
+    o->b.n = 0;
+}
+
+static void put_ids(outbuf *o, const tok_ids *ids)
+{
+    if (o->b.cap - o->b.n < ids->n * 12 + 1) {
+        out_flush(o);
+        if (o->b.cap < ids->n * 12 + 1) {
+            o->b.cap = ids->n * 12 + 1 + OUT_FLUSH;
+            o->b.v = kf_realloc(o->b.v, o->b.cap);
+        }
+    }
+    char *p = o->b.v + o->b.n;
+    for (size_t i = 0; i < ids->n; i++) {
+        if (i) *p++ = ' ';
+        char tmp[12];
+        int k = 0;
+        uint32_t v = (uint32_t)ids->v[i];
+        do tmp[k++] = (char)('0' + v % 10); while ((v /= 10));
+        while (k) *p++ = tmp[--k];
+    }
+    *p++ = '\n';
+    o->b.n = (size_t)(p - o->b.v);
+    if (o->b.n >= OUT_FLUSH) out_flush(o);
+}
+
+/* Parses a line of space-separated ids into ids. Returns 0 or -1 (message in err). */
+static int parse_ids(const char *s, size_t n, long lineno, tok_ids *ids, kf_err *err)
+{
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+        if (i == n) break;
+        int64_t v = 0;
+        size_t st = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9' && v <= INT32_MAX) v = v * 10 + (s[i++] - '0');
+        if (i == st || v > INT32_MAX || (i < n && s[i] != ' ' && s[i] != '\t' && s[i] != '\r'))
+            return kf_err_set(err, "stdin:%ld: expected space-separated token ids, got \"%.*s\"", lineno,
+                              (int)(n - st > 20 ? 20 : n - st), s + st);
+        tok_ids_push(ids, (int32_t)v);
+    }
+    return 0;
+}
+
+int tokenize_main(int argc, char **argv)
+{
+    const char *kind = NULL, *vocab = NULL;
+    int decode = 0, allow_special = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return KF_EXIT_OK;
+        } else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) {
+            vocab = argv[++i];
+        } else if (!strcmp(argv[i], "--decode")) {
+            decode = 1;
+        } else if (!strcmp(argv[i], "--allow-special")) {
+            allow_special = 1;
+        } else if (!kind && argv[i][0] != '-') {
+            kind = argv[i];
+        } else {
+            fprintf(stderr, "kf tokenize: unknown or incomplete argument \"%s\"\n%s", argv[i], usage);
+            return KF_EXIT_USAGE;
+        }
+    }
+    if (!kind || !vocab) {
+        fprintf(stderr, "kf tokenize: %s is required\n%s", kind ? "--vocab DIR" : "the tokenizer (gpt2|bert)", usage);
+        return KF_EXIT_USAGE;
+    }
+    if (strcmp(kind, "gpt2") && strcmp(kind, "bert")) {
+        fprintf(stderr, "kf tokenize: unknown tokenizer \"%s\"\n%s", kind, usage);
+        return KF_EXIT_USAGE;
+    }
+    kf_err err = {{0}};
+    tok *t = tok_load(kind, vocab, &err);
+    if (!t) {
+        fprintf(stderr, "kf tokenize: error: %s\n", err.msg);
+        return KF_EXIT_ERROR;
+    }
+    outbuf o = {{0}};
+    o.b.cap = OUT_FLUSH + 4096;
+    o.b.v = kf_malloc(o.b.cap);
+    tok_ids ids = {0};
+    tok_bytes text = {0};
+    int64_t n_replaced = 0;
+    long lineno = 0;
+    int rc = KF_EXIT_OK;
+    /* buf holds [pending partial line][new block] */
+    size_t cap = IN_BLOCK, have = 0;
+    char *buf = kf_malloc(cap);
+    int eof = 0;
+    while (!eof || have) {
+        if (!eof) {
+            if (cap - have < IN_BLOCK / 2) {
+                cap *= 2;
+                buf = kf_realloc(buf, cap);
+            }
+            ssize_t r = read(0, buf + have, cap - have);
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                fprintf(stderr, "kf tokenize: error: reading stdin: %s\n", strerror(errno));
+                rc = KF_EXIT_ERROR;
+                break;
+            }
+            if (r == 0) eof = 1;
+            have += (size_t)r;
+            if (!eof && !memchr(buf + have - (size_t)r, '\n', (size_t)r)) continue;
+        }
+        size_t pos = 0;
+        for (;;) {
+            char *nl = memchr(buf + pos, '\n', have - pos);
+            if (!nl && !(eof && pos < have)) break;
+            size_t end = nl ? (size_t)(nl - buf) : have;
+            lineno++;
+            ids.n = 0;
+            if (!decode) {
+                tok_encode(t, buf + pos, end - pos, allow_special, &ids, &n_replaced);
+                put_ids(&o, &ids);
+            } else {
+                text.n = 0;
+                if (parse_ids(buf + pos, end - pos, lineno, &ids, &err) ||
+                    tok_decode(t, ids.v, ids.n, &text, &err)) {
+                    fprintf(stderr, "kf tokenize: error: %s%s\n", strstr(err.msg, "stdin:") ? "" : "stdin: ", err.msg);
+                    rc = KF_EXIT_ERROR;
+                    goto done;
+                }
+                tok_bytes_append(&text, "\n", 1);
+                if (o.b.n + text.n > OUT_FLUSH) out_flush(&o);
+                if (text.n > o.b.cap) fwrite(text.v, 1, text.n, stdout);
+                else tok_bytes_append(&o.b, text.v, text.n);
+            }
+            pos = nl ? end + 1 : have;
+        }
+        memmove(buf, buf + pos, have - pos);
+        have -= pos;
+    }
+done:
+    out_flush(&o);
+    if (fflush(stdout)) {
+        fprintf(stderr, "kf tokenize: error: writing stdout: %s\n", strerror(errno));
+        rc = KF_EXIT_ERROR;
+    }
+    if (n_replaced) fprintf(stderr, "kf tokenize: %lld invalid UTF-8 sequence(s) replaced by U+FFFD\n", (long long)n_replaced);
+    free(buf);
+    tok_ids_free(&ids);
+    tok_bytes_free(&text);
+    tok_bytes_free(&o.b);
+    tok_free(t);
+    return rc;
+}
