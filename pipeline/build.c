@@ -318,7 +318,7 @@ static int prepare_out(const build_config *c, kf_err *err) {
 
 /* Removes shard files numbered >= n in a split directory. */
 static int remove_orphans(const build_config *c, int split, int64_t n, kf_err *err) {
-    char dir[4096], path[4200];
+    char dir[4096], path[4096 + 260];
     snprintf(dir, sizeof dir, "%s/%s", c->out, split_names[split]);
     DIR *d = opendir(dir);
     if (!d) return kf_err_set(err, "%s: %s", dir, strerror(errno));

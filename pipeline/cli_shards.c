@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/json.h"
 #include "pipeline/build.h"
 #include "pipeline/build_config.h"
 #include "pipeline/manifest.h"
@@ -297,7 +298,7 @@ static int cmd_stats(int argc, char **argv) {
             tok_bytes text = {0};
             if (t) tok_decode(t, &counts[k].id, 1, &text, &derr);
             printf("  %8d  %10" PRId64 "  %6.3f%%  ", counts[k].id, counts[k].n, 100.0 * counts[k].n / tokens);
-            if (t) putchar('"'), fwrite(text.v, 1, text.n, stdout), putchar('"');
+            if (t) json_write_str(stdout, text.v, text.n);
             putchar('\n');
             tok_bytes_free(&text);
         }

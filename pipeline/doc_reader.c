@@ -121,6 +121,7 @@ static int consume(rd *r, stream *s) {
         if (r->cap - have < CHUNK / 2) grow(r, r->cap * 2);
         ssize_t k = s->read(s, r->buf + have, r->cap - have, r->err);
         if (k < 0) return -1;
+        if (!r->top) r->file_pos += k;
         report(r);
         if (k == 0) break;
         have += (size_t)k;
