@@ -13,7 +13,7 @@ MPI      ?= $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread
-LDLIBS   += -lyaml -llmdb -larchive -lopenblas -lm -lpthread -fopenmp
+LDLIBS   += -lyaml -llmdb -larchive -lz -lopenblas -lm -lpthread -fopenmp
 
 ifeq ($(MPI),1)
 CPPFLAGS += -DKF_MPI $(shell mpicc --showme:compile)
