@@ -56,7 +56,7 @@ typedef struct builder {
     int phase;                 /* 0: main inputs, 1: separate validation inputs */
     int64_t doc_index, valid_from;
     /* counters for progress */
-    int64_t docs_read, tokens_done;
+    int64_t docs_read, tokens_done, disk_bytes;
     int64_t raw_bytes;
 } builder;
 
@@ -172,13 +172,15 @@ static int process_unit(builder *b, packer *p, unit *u, kf_err *err) {
 
 typedef struct worker_arg {
     builder *b;
+    tok *t; /* worker 0 borrows the tokenizer setup loaded; others load their own */
     pthread_t th;
 } worker_arg;
 
 static void *worker(void *arg) {
     builder *b = ((worker_arg *)arg)->b;
     kf_err err;
-    tok *t = tok_load(b->c->tokenizer, b->c->vocab, &err);
+    tok *own = NULL, *t = ((worker_arg *)arg)->t;
+    if (!t) t = own = tok_load(b->c->tokenizer, b->c->vocab, &err);
     packer *p = t ? packer_new(t, b->c, &b->m.special) : NULL;
     int failed = !t;
     unit *u;
@@ -204,7 +206,7 @@ static void *worker(void *arg) {
         }
     }
     packer_free(p);
-    tok_free(t);
+    tok_free(own);
     return NULL;
 }
 
@@ -264,6 +266,7 @@ static void sink_empty(void *ctx) {
 
 static void sink_progress(void *ctx, int64_t disk_bytes) {
     builder *b = ctx;
+    b->disk_bytes = disk_bytes;
     char extra[128];
     snprintf(extra, sizeof extra, "docs %" PRId64 "  tokens %.1fM", b->docs_read,
              __atomic_load_n(&b->tokens_done, __ATOMIC_RELAXED) / 1e6);
@@ -357,8 +360,10 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int setup(builder *b, const build_config *c, kf_err *err) {
-    tok *t = tok_load(c->tokenizer, c->vocab, err);
+/* Loads the tokenizer (returned in *tp for a worker) and fills the manifest's
+ * format fields and config hash. */
+static int setup(builder *b, const build_config *c, tok **tp, kf_err *err) {
+    tok *t = *tp = tok_load(c->tokenizer, c->vocab, err);
     if (!t) return -1;
     manifest *m = &b->m;
     snprintf(m->name, sizeof m->name, "%s", c->name);
@@ -369,9 +374,7 @@ static int setup(builder *b, const build_config *c, kf_err *err) {
     snprintf(m->packing, sizeof m->packing, "%s", c->packing);
     m->id_bytes = m->vocab_size <= 65536 ? 2 : 4;
     build_config_hash(c, m->vocab_sha256, m->config_sha256);
-    int rc = packer_specials(t, c, &m->special, err);
-    tok_free(t);
-    return rc;
+    return packer_specials(t, c, &m->special, err);
 }
 
 int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err) {
@@ -386,7 +389,7 @@ int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err
     worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
     int started = 0, rc = -1;
     char label[160];
-    if (setup(b, c, err) || prepare_out(c, err)) goto out;
+    if (setup(b, c, &ws[0].t, err) || prepare_out(c, err)) goto out;
     if (c->valid_last > 0) {
         int64_t total = 0;
         doc_sink counter = {count_doc, count_empty, count_progress, &total};
@@ -432,6 +435,7 @@ int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err
     }
     queue_close(b);
     for (int i = 0; i < started; i++) pthread_join(ws[i].th, NULL);
+    sink_progress(b, b->disk_bytes); /* the final token count */
     progress_end();
     if (b->failed) {
         *err = b->err; /* the worker's error explains a reader stop too */
@@ -466,6 +470,7 @@ out:
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->has_item);
     pthread_cond_destroy(&b->has_space);
+    for (int i = 0; i < jobs; i++) tok_free(ws[i].t);
     free(ws);
     free(b);
     return rc;

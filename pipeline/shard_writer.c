@@ -67,6 +67,20 @@ int shard_writer_open(const char *path, const shard_meta *m, shard_writer **out,
         lmdb_err(err, w->tmp, "cannot create shard", rc);
         goto fail;
     }
+    /* Create both databases now, so a shard with no samples is still complete. */
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    rc = mdb_txn_begin(w->env, NULL, 0, &txn);
+    if (!rc) {
+        rc = mdb_dbi_open(txn, SHARD_DB_SAMPLES, MDB_CREATE, &dbi);
+        if (!rc) rc = mdb_dbi_open(txn, SHARD_DB_CHECK, MDB_CREATE, &dbi);
+        if (!rc) rc = mdb_txn_commit(txn);
+        else mdb_txn_abort(txn);
+    }
+    if (rc) {
+        lmdb_err(err, w->tmp, "cannot create shard", rc);
+        goto fail;
+    }
     *out = w;
     return 0;
 fail:
