@@ -272,7 +272,8 @@ static cfg_node *parse_node(loader *L, yaml_event_t *ev, int depth, char *path) 
     return n;
 }
 
-/* Parses one document; a missing document gives NULL with no error (*empty). */
+/* Parses one document (an empty text gives an empty mapping, or a null scalar
+ * for override values). Returns NULL with err set on any error. */
 static cfg_node *load_text(const char *text, size_t len, const char *file, bool any_top, kf_err *err) {
     loader L = {.file = file, .err = err, .any_top = any_top};
     if (!yaml_parser_initialize(&L.p)) KF_FATAL("libyaml: out of memory");

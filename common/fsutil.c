@@ -78,12 +78,13 @@ void fs_atomic_abort(fs_atomic *a) {
 }
 
 int fs_atomic_commit(fs_atomic *a, kf_err *err) {
-    const char *what = "write";
-    int rc = 0;
-    if (fflush(a->f)) rc = -1;
-    else if (what = "fsync", fsync(fileno(a->f))) rc = -1;
-    int e = errno;
-    if (fclose(a->f) && !rc) { rc = -1; e = errno; what = "close"; }
+    const char *what = NULL;
+    int e = 0;
+    if (fflush(a->f)) what = "write";
+    else if (fsync(fileno(a->f))) what = "fsync";
+    if (what) e = errno;
+    if (fclose(a->f) && !what) { e = errno; what = "close"; }
+    int rc = what ? -1 : 0;
     a->f = NULL;
     if (!rc && rename(a->tmp, a->path)) { rc = -1; e = errno; what = "rename"; }
     if (rc) {
