@@ -122,11 +122,14 @@ void bert_encode(tok *t, const char *text, size_t len, int allow_special, tok_id
         int bad;
         i += uni_decode(s + i, len - i, &cp, &bad);
         unsigned f = uni_flags(cp);
-        if (cp == '\t' || cp == '\n' || cp == '\r' || (f & UNI_WS)) {
+        int tnr = cp == '\t' || cp == '\n' || cp == '\r';
+        /* controls are dropped before whitespace is mapped, so \v \f U+0085
+         * (Cc and White_Space) vanish instead of separating words */
+        if (cp == 0 || cp == 0xFFFD || ((f & UNI_OTHER) && !tnr)) continue;
+        if (tnr || (f & UNI_WS)) {
             word_flush(b, out);
             continue;
         }
-        if (cp == 0 || cp == 0xFFFD || (f & UNI_OTHER)) continue;
         int cjk = is_cjk(cp);
         if (cjk) word_flush(b, out);
         uint32_t folded[UNI_FOLD_MAX];
