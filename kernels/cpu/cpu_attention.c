@@ -6,10 +6,11 @@
  * the cost is the number of visible (query, key) pairs. The forward keeps the
  * log-sum-exp per row; the backward recomputes probabilities from it.
  *
- * Parallelism: the forward and decode split query rows over threads (each
- * output row is computed by one thread); the backward gives each (sample,
- * head) to one thread, which walks its queries in order, so the dK/dV sums
- * have a fixed order for any thread count.
+ * Parallelism: the forward splits query rows over threads in blocks (each
+ * output row is computed by one thread); the backward and decode give each
+ * (sample, head) to one thread, which walks its queries in order, so the dK/dV
+ * sums have a fixed order for any thread count. Keys (and values in the
+ * backward) are transposed per head so that scoring vectorises over keys.
  *
  * fp16 mode rounds every float input (q, k, v; out and dout in the backward)
  * and every float output (out, dqkv) through _Float16; lse stays fp32.
@@ -56,37 +57,53 @@ static void check_mask(const kf_mask *m) {
     KF_CHECK(m->q_start >= 0 && m->q_start <= kf_mask_len(m), "attention: q_start out of range");
 }
 
-static float dot(const float *a, const float *b, int64_t n) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+/* Kt[d * L_t + j] = K row j, column d, for rows [0, n): keys transposed so that
+ * scoring one query against many keys vectorises over the keys. */
+static void transpose_keys(float *Kt, const float *k, int64_t ld, int64_t n, int64_t D) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t d = 0; d < D; d++) Kt[d * n + j] = k[j * ld + d];
 }
 
-/* One query row: out[D] = softmax(q·K^T * scale) V over the given key ranges
- * (key row j at k + j*ld, value row j at v + j*ld); s is room for the scores.
- * Returns the log-sum-exp of the scaled scores. */
-static float attn_row(float *out, const float *q, const float *k, const float *v, int64_t ld,
-                      const int64_t *lo, const int64_t *hi, int nr, int64_t D, float scale,
-                      float *s) {
+/* s[j - lo] = scale * q · K_j for j in [lo, hi), with K transposed in Kt (ldt). */
+static inline void scores(float *s, const float *q, const float *Kt, int64_t ldt, int64_t lo,
+                          int64_t hi, int64_t D, float scale) {
+    int64_t n = hi - lo;
+    for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
+    for (int64_t d = 0; d < D; d++) {
+        float qd = q[d];
+        const float *kt = Kt + d * ldt + lo;
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) s[j] += qd * kt[j];
+    }
+    for (int64_t j = 0; j < n; j++) s[j] *= scale;
+}
+
+/* One query row: out[D] = softmax(scale q·K^T) V over the key ranges [lo, hi)
+ * (keys transposed in Kt with leading dimension ldt; value row j at v + j*ldv);
+ * s has room for the scores. Returns the log-sum-exp of the scaled scores. */
+static inline float attn_row(float *out, const float *q, const float *Kt, int64_t ldt,
+                             const float *v, int64_t ldv, const int64_t *lo, const int64_t *hi,
+                             int nr, int64_t D, float scale, float *s) {
     int64_t n = 0;
-    float mx = -INFINITY;
-    for (int t = 0; t < nr; t++)
-        for (int64_t j = lo[t]; j < hi[t]; j++) {
-            float x = dot(q, k + j * ld, D) * scale;
-            s[n++] = x;
-            mx = x > mx ? x : mx;
-        }
-    float sum = 0.0f;
+    for (int t = 0; t < nr; t++) {
+        scores(s + n, q, Kt, ldt, lo[t], hi[t], D, scale);
+        n += hi[t] - lo[t];
+    }
+    float mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+#pragma omp simd reduction(+ : sum)
     for (int64_t i = 0; i < n; i++) {
-        s[i] = expf(s[i] - mx);
+        s[i] = cpu_expf(s[i] - mx);
         sum += s[i];
     }
     for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
     n = 0;
     for (int t = 0; t < nr; t++)
         for (int64_t j = lo[t]; j < hi[t]; j++) {
-            const float *vj = v + j * ld;
+            const float *vj = v + j * ldv;
             float p = s[n++];
+#pragma omp simd
             for (int64_t d = 0; d < D; d++) out[d] += p * vj[d];
         }
     float inv = 1.0f / sum;
@@ -99,8 +116,35 @@ static void count_pairs(kf_backend *b, int64_t pairs) {
     ((cpu_impl *)b->impl)->attn_pairs += pairs;
 }
 
-/* Query rows are handed out in blocks so small batches still use every thread. */
-#define ATTN_ROW_BLOCK 16
+/* Query rows are handed out in blocks so small batches still use every thread;
+ * a block's keys are transposed once (only rows below its last query are visible). */
+#define ATTN_ROW_BLOCK 64
+
+/* Forward for query rows [r0, r1) of one (sample, head); base = the sample's qkv
+ * rows, o/l = its out rows and lse row for this head. Returns the pairs scored. */
+CPU_SIMD_CLONES
+static int64_t fwd_block(float *o, int64_t ldo, float *l, const float *base, int64_t H,
+                         const kf_mask *m, int64_t vl, int64_t r0, int64_t r1, int64_t D,
+                         int half, float *Kt, float *s) {
+    int64_t ld = 3 * H, pairs = 0;
+    float scale = 1.0f / sqrtf((float)D);
+    transpose_keys(Kt, base + H, ld, r1, D);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t lo[2], hi[2];
+        int nr = mask_ranges(m, vl, r, lo, hi);
+        float *orow = o + r * ldo;
+        if (nr == 0) {
+            memset(orow, 0, (size_t)D * sizeof(float));
+            l[r] = 0.0f;
+            continue;
+        }
+        for (int t = 0; t < nr; t++) pairs += hi[t] - lo[t];
+        l[r] = attn_row(orow, base + r * ld, Kt, r1, base + 2 * H, ld, lo, hi, nr, D, scale, s);
+        if (half)
+            for (int64_t d = 0; d < D; d++) orow[d] = cpu_half(orow[d]);
+    }
+    return pairs;
+}
 
 void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
                   int64_t B, int64_t n_head, int64_t head_dim) {
@@ -112,40 +156,77 @@ void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const
         cpu_round_half_copy(h, qkv, B * L * ld);
         qkv = h;
     }
-    float scale = 1.0f / sqrtf((float)D);
     int64_t nq = L - m->q_start, nblk = (nq + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK;
     int64_t pairs = 0;
 #pragma omp parallel reduction(+ : pairs)
     {
-        float *s = kf_malloc((size_t)(L > 0 ? L : 1) * sizeof(float));
+        float *s = kf_malloc((size_t)(L + 1) * sizeof(float));
+        float *Kt = kf_malloc((size_t)(L * D + 1) * sizeof(float));
 #pragma omp for schedule(dynamic) collapse(3)
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++)
                 for (int64_t blk = 0; blk < nblk; blk++) {
-                    int64_t vl = valid_ctx(m, bi);
-                    const float *base = qkv + bi * L * ld;
                     int64_t r0 = m->q_start + blk * ATTN_ROW_BLOCK;
                     int64_t r1 = r0 + ATTN_ROW_BLOCK < L ? r0 + ATTN_ROW_BLOCK : L;
-                    for (int64_t r = r0; r < r1; r++) {
-                        int64_t lo[2], hi[2];
-                        int nr = mask_ranges(m, vl, r, lo, hi);
-                        float *o = out + (bi * L + r) * H + h * D;
-                        float *l = lse + (bi * n_head + h) * L + r;
-                        if (nr == 0) {
-                            memset(o, 0, (size_t)D * sizeof(float));
-                            *l = 0.0f;
-                            continue;
-                        }
-                        for (int t = 0; t < nr; t++) pairs += hi[t] - lo[t];
-                        *l = attn_row(o, base + r * ld + h * D, base + H + h * D,
-                                      base + 2 * H + h * D, ld, lo, hi, nr, D, scale, s);
-                        if (half)
-                            for (int64_t d = 0; d < D; d++) o[d] = cpu_half(o[d]);
-                    }
+                    pairs += fwd_block(out + bi * L * H + h * D, H, lse + (bi * n_head + h) * L,
+                                       qkv + bi * L * ld + h * D, H, m, valid_ctx(m, bi), r0, r1,
+                                       D, half, Kt, s);
                 }
         free(s);
+        free(Kt);
     }
     count_pairs(b, pairs);
+}
+
+/* Backward of one (sample, head), queries in order: dq rows are complete per
+ * query; dK/dV rows accumulate over queries in a fixed order. base/dbase =
+ * the sample's qkv/dqkv rows at this head's column; dout/out/l likewise. */
+CPU_SIMD_CLONES
+static int64_t bwd_head(float *dbase, const float *base, const float *dout, const float *out,
+                        const float *l, int64_t H, int64_t L, const kf_mask *m, int64_t vl,
+                        int64_t D, float *Kt, float *Vt, float *p, float *dp) {
+    int64_t ld = 3 * H, pairs = 0;
+    float scale = 1.0f / sqrtf((float)D);
+    const float *k = base + H;
+    float *dk = dbase + H, *dv = dbase + 2 * H;
+    transpose_keys(Kt, k, ld, L, D);
+    transpose_keys(Vt, base + 2 * H, ld, L, D);
+    for (int64_t r = m->q_start; r < L; r++) {
+        int64_t lo[2], hi[2];
+        int nr = mask_ranges(m, vl, r, lo, hi);
+        if (nr == 0) continue;
+        const float *q = base + r * ld, *dor = dout + r * H, *orow = out + r * H;
+        float *dq = dbase + r * ld;
+        float Di = 0.0f, lr = l[r];
+        for (int64_t d = 0; d < D; d++) Di += dor[d] * orow[d];
+        int64_t n = 0;
+        for (int t = 0; t < nr; t++) {
+            scores(p + n, q, Kt, L, lo[t], hi[t], D, scale);
+            scores(dp + n, dor, Vt, L, lo[t], hi[t], D, 1.0f);
+            n += hi[t] - lo[t];
+        }
+        pairs += n;
+        /* p_j = exp(s_j - lse); dS_j = p_j (dout·v_j - D_i), pre-scaled */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) {
+            p[i] = cpu_expf(p[i] - lr);
+            dp[i] = p[i] * (dp[i] - Di) * scale;
+        }
+        n = 0;
+        for (int t = 0; t < nr; t++)
+            for (int64_t j = lo[t]; j < hi[t]; j++, n++) {
+                const float *kj = k + j * ld;
+                float *dkj = dk + j * ld, *dvj = dv + j * ld;
+                float g = dp[n], pj = p[n];
+#pragma omp simd
+                for (int64_t d = 0; d < D; d++) {
+                    dq[d] += g * kj[d];
+                    dkj[d] += g * q[d];
+                    dvj[d] += pj * dor[d];
+                }
+            }
+    }
+    return pairs;
 }
 
 void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
@@ -166,56 +247,41 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
         out = ho;
     }
     memset(dqkv, 0, (size_t)(B * L * ld) * sizeof(float));
-    float scale = 1.0f / sqrtf((float)D);
     int64_t pairs = 0;
 #pragma omp parallel reduction(+ : pairs)
     {
-        float *ds = kf_malloc((size_t)(L > 0 ? L : 1) * sizeof(float));
+        float *Kt = kf_malloc((size_t)(2 * L * D + 1) * sizeof(float)), *Vt = Kt + L * D;
+        float *p = kf_malloc((size_t)(2 * L + 1) * sizeof(float)), *dp = p + L;
 #pragma omp for schedule(dynamic) collapse(2)
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++) {
-                int64_t vl = valid_ctx(m, bi);
-                const float *base = qkv + bi * L * ld;
-                const float *k = base + H + h * D, *v = base + 2 * H + h * D;
-                float *dbase = dqkv + bi * L * ld;
-                float *dk = dbase + H + h * D, *dv = dbase + 2 * H + h * D;
-                for (int64_t r = m->q_start; r < L; r++) {
-                    int64_t lo[2], hi[2];
-                    int nr = mask_ranges(m, vl, r, lo, hi);
-                    if (nr == 0) continue;
-                    const float *q = base + r * ld + h * D;
-                    const float *dor = dout + (bi * L + r) * H + h * D;
-                    const float *orow = out + (bi * L + r) * H + h * D;
-                    float *dq = dbase + r * ld + h * D;
-                    float l = lse[(bi * n_head + h) * L + r];
-                    float Di = dot(dor, orow, D);
-                    int64_t n = 0;
-                    /* dS_j = p_j (dout·v_j - D_i); dV_j += p_j dout */
-                    for (int t = 0; t < nr; t++)
-                        for (int64_t j = lo[t]; j < hi[t]; j++) {
-                            float p = expf(dot(q, k + j * ld, D) * scale - l);
-                            float *dvj = dv + j * ld;
-                            for (int64_t d = 0; d < D; d++) dvj[d] += p * dor[d];
-                            ds[n++] = p * (dot(dor, v + j * ld, D) - Di) * scale;
-                        }
-                    pairs += n;
-                    n = 0;
-                    for (int t = 0; t < nr; t++)
-                        for (int64_t j = lo[t]; j < hi[t]; j++) {
-                            float g = ds[n++];
-                            const float *kj = k + j * ld;
-                            float *dkj = dk + j * ld;
-                            for (int64_t d = 0; d < D; d++) {
-                                dq[d] += g * kj[d];
-                                dkj[d] += g * q[d];
-                            }
-                        }
-                }
+                int64_t off = bi * L * H + h * D;
+                pairs += bwd_head(dqkv + bi * L * ld + h * D, qkv + bi * L * ld + h * D,
+                                  dout + off, out + off, lse + (bi * n_head + h) * L, H, L, m,
+                                  valid_ctx(m, bi), D, Kt, Vt, p, dp);
             }
-        free(ds);
+        free(Kt);
+        free(p);
     }
     if (half) cpu_round_half_copy(dqkv, dqkv, B * L * ld);
     count_pairs(b, pairs);
+}
+
+/* Decode for one (sample, head): Q query rows over cache rows [0, P+i]. */
+CPU_SIMD_CLONES
+static void decode_head(float *o, const float *q, int64_t q_stride, const float *k,
+                        const float *v, int64_t H, int64_t P, int64_t Q, int64_t D, int half,
+                        float *Kt, float *s) {
+    int64_t T = P + Q;
+    float scale = 1.0f / sqrtf((float)D);
+    transpose_keys(Kt, k, H, T, D);
+    for (int64_t i = 0; i < Q; i++) {
+        int64_t lo = 0, hi = P + i + 1;
+        float *orow = o + i * H;
+        attn_row(orow, q + i * q_stride, Kt, T, v, H, &lo, &hi, 1, D, scale, s);
+        if (half)
+            for (int64_t d = 0; d < D; d++) orow[d] = cpu_half(orow[d]);
+    }
 }
 
 void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
@@ -241,21 +307,17 @@ void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride
         vcache = hv;
         kstride = T * H;
     }
-    float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel
     {
-        float *s = kf_malloc((size_t)(T > 0 ? T : 1) * sizeof(float));
-#pragma omp for schedule(static) collapse(3)
+        float *s = kf_malloc((size_t)(T + 1) * sizeof(float));
+        float *Kt = kf_malloc((size_t)(T * D + 1) * sizeof(float));
+#pragma omp for schedule(static) collapse(2)
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++)
-                for (int64_t i = 0; i < Q; i++) {
-                    int64_t lo = 0, hi = P + i + 1;
-                    float *o = out + (bi * Q + i) * H + h * D;
-                    attn_row(o, q + (bi * Q + i) * q_stride + h * D, kcache + bi * kstride + h * D,
-                             vcache + bi * kstride + h * D, H, &lo, &hi, 1, D, scale, s);
-                    if (half)
-                        for (int64_t d = 0; d < D; d++) o[d] = cpu_half(o[d]);
-                }
+                decode_head(out + bi * Q * H + h * D, q + bi * Q * q_stride + h * D, q_stride,
+                            kcache + bi * kstride + h * D, vcache + bi * kstride + h * D, H, P, Q,
+                            D, half, Kt, s);
         free(s);
+        free(Kt);
     }
 }

@@ -12,6 +12,11 @@
 
 #include "kernels/kernels.h"
 
+/* gcc only if-converts float selects (and so vectorises loops such as
+ * cpu_expf's) without -ftrapping-math; results are unchanged, since the
+ * backend never enables floating-point traps. */
+#pragma GCC optimize("no-trapping-math")
+
 /** Rows per partial sum in row reductions; independent of the thread count. */
 #define KF_CPU_ROW_CHUNK 64
 
@@ -26,6 +31,30 @@ typedef struct cpu_impl {
 
 /** Returns scratch slot `slot` with room for n floats (contents undefined). */
 float *cpu_scratch(kf_backend *b, int slot, size_t n);
+
+/** exp(x) in fp32 that compilers vectorise (no libm call): 2^n * P(r) with
+ *  n = round(x/ln2), Cephes' degree-6 polynomial, within 2 ulp of exp; 0 below
+ *  -87 (where expf is denormal or 0). */
+static inline float cpu_expf(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } s = {.i = ((int32_t)n + 127) << 23};
+    return x < -87.0f ? 0.0f : p * s.f;
+}
+
+/** Hot row kernels are compiled for AVX-512, AVX2 and the baseline and picked
+ *  at load time; the choice depends only on the CPU, never on threads. */
+#define CPU_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 /** Rounds one float through IEEE half precision (round to nearest even). */
 static inline float cpu_half(float x) { return (float)(_Float16)x; }

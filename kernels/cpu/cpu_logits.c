@@ -8,10 +8,30 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
-static float row_max(const float *x, int64_t V) {
-    float mx = -INFINITY;
+/* One row of softmax cross-entropy; d may alias x. Vector reductions (max, sum)
+ * have a fixed lane order for a given build and CPU. */
+CPU_SIMD_CLONES
+static void xent_row(float *loss, float *d, const float *x, int32_t t, int64_t V,
+                     float grad_scale) {
+    float mx = -INFINITY, sum = 0.0f, xt = x[t];
+#pragma omp simd reduction(max : mx)
     for (int64_t v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
-    return mx;
+    if (d) {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t v = 0; v < V; v++) {
+            float e = cpu_expf(x[v] - mx);
+            d[v] = e;
+            sum += e;
+        }
+        float g = grad_scale / sum;
+#pragma omp simd
+        for (int64_t v = 0; v < V; v++) d[v] *= g;
+        d[t] -= grad_scale;
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t v = 0; v < V; v++) sum += cpu_expf(x[v] - mx);
+    }
+    if (loss) *loss = mx + logf(sum) - xt;
 }
 
 void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
@@ -21,24 +41,13 @@ void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
                  (long long)V);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *x = logits + r * V;
         float *d = dlogits ? dlogits + r * V : NULL;
-        int32_t t = targets[r];
-        if (t < 0) {
+        if (targets[r] < 0) {
             if (losses) losses[r] = 0.0f;
             if (d) memset(d, 0, (size_t)V * sizeof(float));
             continue;
         }
-        float mx = row_max(x, V);
-        float sum = 0.0f;
-        for (int64_t v = 0; v < V; v++) sum += expf(x[v] - mx);
-        float lse = mx + logf(sum), xt = x[t];
-        if (losses) losses[r] = lse - xt;
-        if (d) {
-            float g = grad_scale / sum;
-            for (int64_t v = 0; v < V; v++) d[v] = expf(x[v] - mx) * g; /* may alias x */
-            d[t] -= grad_scale;
-        }
+        xent_row(losses ? losses + r : NULL, d, logits + r * V, targets[r], V, grad_scale);
     }
 }
 
