@@ -1,7 +1,5 @@
 /* log: JSONL records (escaping, number formats, null for NaN, one line each,
- * partial tail line cut on reopen), info/warn lines and quiet mode, and the
- * progress display in both modes (plain lines into a file, a redrawn bar on a
- * pseudo-terminal). */
+ * partial tail line cut on reopen), info/warn lines and quiet mode. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,7 +9,6 @@
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
-#include "common/progress.h"
 #include "tests/test.h"
 
 /* Runs fn with stderr redirected to a fresh file; returns what it wrote. */
@@ -39,20 +36,6 @@ static void say_things(void) {
     kf_log_info("hidden");
     kf_log_warn("still shown");
     kf_log_set_quiet(false);
-}
-
-static void plain_progress(void) {
-    setenv("KF_PROGRESS_INTERVAL", "0", 1);
-    progress_begin("docs", 2e6, "B");
-    progress_update(1e6, "docs 7");
-    progress_update(2e6, NULL);
-    progress_end();
-}
-
-static int count(const char *s, const char *sub) {
-    int n = 0;
-    for (const char *p = s; (p = strstr(p, sub)); p += strlen(sub)) n++;
-    return n;
 }
 
 int main(void) {
@@ -126,32 +109,5 @@ int main(void) {
     T_CHECK(out[4] == '-' && out[7] == '-' && out[10] == ' ' && out[13] == ':', "timestamp format:\n%s", out);
     free(out);
 
-    /* Progress, not a terminal: plain lines, then the final line. */
-    out = capture_stderr(plain_progress);
-    T_CHECK(count(out, "\n") == 3 && strstr(out, "docs:  50%  1.0 MB") && strstr(out, "docs 7") &&
-            strstr(out, "docs: 100%  2.0 MB") && strstr(out, "docs: 2.0 MB in ") && !strchr(out, '\r'),
-            "plain progress:\n%s", out);
-    free(out);
-
-    /* Progress on a pseudo-terminal: \r redraws with a bar, erased by a log line. */
-    int m = posix_openpt(O_RDWR | O_NOCTTY);
-    T_CHECK(m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0, "pty");
-    int s = open(ptsname(m), O_RDWR | O_NOCTTY);
-    int saved = dup(2);
-    dup2(s, 2);
-    progress_begin("tok", 0, "tok");
-    usleep(120000);
-    progress_update(1500, NULL);
-    kf_log_info("between");
-    progress_end();
-    dup2(saved, 2);
-    close(saved);
-    close(s);
-    char buf[4096] = {0};
-    usleep(10000);
-    ssize_t got = read(m, buf, sizeof buf - 1);
-    close(m);
-    T_CHECK(got > 0 && strstr(buf, "\rtok 1.5k tok") && strstr(buf, "\r\x1b[K") && strstr(buf, "kf: between") &&
-            strstr(buf, "tok: 1.5k tok in"), "tty progress: %s", buf);
     return T_DONE();
 }

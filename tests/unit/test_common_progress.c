@@ -1,0 +1,91 @@
+/* progress: plain periodic lines when stderr is a file, a bar redrawn with
+ * \r on a pseudo-terminal that a log line erases, and the final summary. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/progress.h"
+#include "tests/test.h"
+
+/* Runs fn with stderr redirected to a fresh file; returns what it wrote. */
+static char *capture_stderr(void (*fn)(void)) {
+    char path[] = "/tmp/kf_test_log_err_XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    fflush(stderr);
+    dup2(fd, 2);
+    fn();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    char *buf;
+    size_t n;
+    if (fs_read_file(path, &buf, &n, NULL)) buf = strdup("");
+    unlink(path);
+    return buf;
+}
+
+static void plain_progress(void) {
+    setenv("KF_PROGRESS_INTERVAL", "0", 1);
+    progress_begin("docs", 2e6, "B");
+    progress_update(1e6, "docs 7");
+    progress_update(2e6, NULL);
+    progress_end();
+}
+
+/* Many fast updates under the default 10 s interval: only the final line. */
+static void fast_progress(void) {
+    unsetenv("KF_PROGRESS_INTERVAL");
+    progress_begin("steps", 1000, "steps");
+    for (int i = 1; i <= 1000; i++) progress_update(i, NULL);
+    progress_end();
+}
+
+static int count(const char *s, const char *sub) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, sub)); p += strlen(sub)) n++;
+    return n;
+}
+
+int main(void) {
+    char *out;
+    /* Progress, not a terminal: plain lines, then the final line. */
+    out = capture_stderr(plain_progress);
+    T_CHECK(count(out, "\n") == 3 && strstr(out, "docs:  50%  1.0 MB") && strstr(out, "docs 7") &&
+            strstr(out, "docs: 100%  2.0 MB") && strstr(out, "docs: 2.0 MB in ") && !strchr(out, '\r'),
+            "plain progress:\n%s", out);
+    free(out);
+
+    out = capture_stderr(fast_progress);
+    T_CHECK(count(out, "\n") == 1 && strstr(out, "steps: 1.0k steps in "), "rate limiting:\n%s", out);
+    free(out);
+
+    /* Progress on a pseudo-terminal: \r redraws with a bar, erased by a log line. */
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    T_CHECK(m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0, "pty");
+    int s = open(ptsname(m), O_RDWR | O_NOCTTY);
+    int saved = dup(2);
+    dup2(s, 2);
+    progress_begin("tok", 0, "tok");
+    usleep(120000);
+    progress_update(1500, NULL);
+    kf_log_info("between");
+    progress_begin("bytes", 4e6, "B");
+    usleep(120000);
+    progress_update(1e6, "x 1");
+    progress_end();
+    dup2(saved, 2);
+    close(saved);
+    close(s);
+    char buf[4096] = {0};
+    usleep(10000);
+    ssize_t got = read(m, buf, sizeof buf - 1);
+    close(m);
+    T_CHECK(got > 0 && strstr(buf, "\rtok 1.5k tok") && strstr(buf, "\r\x1b[K") && strstr(buf, "kf: between") &&
+            strstr(buf, "\rbytes [======>" "                 " "]  25%  1.0 MB  ") && strstr(buf, "/s  ETA 0:00:0") &&
+            strstr(buf, "  x 1") && strstr(buf, "bytes: 1.0 MB in"), "tty progress: %s", buf);
+    return T_DONE();
+}
