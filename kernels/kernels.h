@@ -107,7 +107,9 @@ struct kf_backend {
                           int64_t rows, int64_t cols);
 
     /* ---- rotary embedding (rotate-half) on the q and k parts of qkv [B*L, 3*H] in place.
-     * pos[L] (device int32) is the RoPE position of each row within a sample; H = n_head*head_dim. */
+     * pos[L] (device int32) is the RoPE position of each row within a sample; H = n_head*head_dim.
+     * Angles in double so backends agree bitwise: a = (double)pos * pow((double)base,
+     * -(double)(2i)/head_dim), c = (float)cos(a), s = (float)sin(a); rotation in fp32. */
     void (*rope_fwd)(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
                      int64_t n_head, int64_t head_dim, float base);
     /* Applies the inverse rotation to dq and dk inside dqkv (in place). */
@@ -117,7 +119,10 @@ struct kf_backend {
     /* ---- attention over a mask structure; scale 1/sqrt(head_dim).
      * qkv [B*L, 3H] (q | k | v, head h at columns h*head_dim); out [B*L, H];
      * lse [B, n_head, L] log-sum-exp saved for backward. Rows before m->q_start
-     * are neither read as queries nor written. */
+     * are neither read as queries nor written. Rows that see no key (context
+     * rows at or past valid_len) get out = 0 and lse = 0. In KF_PREC_FP16 mode
+     * q, k, v (and out, dout in the backward) and the outputs out / dqkv are
+     * rounded through half; lse stays fp32. */
     void (*attn_fwd)(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
                      int64_t B, int64_t n_head, int64_t head_dim);
     /* dqkv (overwritten) from dout; needs the forward's out and lse. */
@@ -179,14 +184,16 @@ struct kf_backend {
     void (*argmax)(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V);
     /* Inverse-CDF sampling in float64: p = softmax(logits[r] / tau[r]); ids[r] =
      * first v with cumsum(p)[v] >= z[r] (lower bound, id order); when the sum
-     * falls short of z (rounding), the last v with p > 0. tau, z device doubles. */
+     * falls short of z (rounding), the last v with p > 0. A token with p = 0 is
+     * never returned (z <= 0 gives the first v with p > 0). tau, z device doubles. */
     void (*sample_icdf)(kf_backend *b, int32_t *ids, const float *logits, const double *tau,
                         const double *z, int64_t rows, int64_t V);
     /* CDF bin of a given token in float64: lo[r] = sum_{v < t} p_v, hi[r] = lo[r] + p_t
      * with p = softmax(logits[r] / tau[r]) (noise-inversion supervision). */
     void (*icdf_bin)(kf_backend *b, double *lo, double *hi, const float *logits,
                      const double *tau, const int32_t *targets, int64_t rows, int64_t V);
-    /* logits[r, v] -= penalty * (number of j < n_hist with hist[r*n_hist + j] == v). */
+    /* logits[r, v] -= penalty * (number of j < n_hist with hist[r*n_hist + j] == v),
+     * one subtraction per distinct v; history ids outside [0, V) are ignored. */
     void (*freq_penalty)(kf_backend *b, float *logits, const int32_t *hist, int64_t n_hist,
                          int64_t rows, int64_t V, float penalty);
 
