@@ -38,8 +38,16 @@ typedef struct unit {
     struct unit *next;
 } unit;
 
+/* A document held back while it may still belong to the valid split. */
+typedef struct held {
+    char *text;
+    size_t len;
+    int64_t empties; /* empty documents just before it */
+} held;
+
 typedef struct builder {
     const build_config *c;
+    int force;
     manifest m;
     /* work queue (bounded, so reading never runs far ahead of the workers) */
     pthread_mutex_t mu;
@@ -54,7 +62,8 @@ typedef struct builder {
     /* reader state */
     unit *cur[2];
     int phase;                 /* 0: main inputs, 1: separate validation inputs */
-    int64_t doc_index, valid_from;
+    held *fifo;                /* valid.last: the newest documents (ring) */
+    int64_t fifo_cap, fifo_head, fifo_n, pending_empties, train_docs;
     /* counters for progress */
     int64_t docs_read, tokens_done, disk_bytes;
     int64_t raw_bytes;
@@ -135,7 +144,7 @@ static int process_unit(builder *b, packer *p, unit *u, kf_err *err) {
     memset(&stats, 0, sizeof stats);
     unit_source_hash(u, stats.source_sha256);
     memcpy(stats.config_sha256, b->m.config_sha256, sizeof stats.config_sha256);
-    if (fs_exists(path)) {
+    if (!b->force && fs_exists(path)) {
         shard_meta old;
         kf_err verr;
         if (shard_verify(path, &old, &verr) == 0 && !strcmp(old.source_sha256, stats.source_sha256) &&
@@ -228,15 +237,11 @@ static unit *current(builder *b, int split) {
     return b->cur[split] = u;
 }
 
-static int next_split(const builder *b) {
-    if (b->phase == 1) return VALID;
-    return b->c->valid_last > 0 && b->doc_index >= b->valid_from ? VALID : TRAIN;
-}
-
-static int sink_doc(void *ctx, const char *text, size_t len, kf_err *err) {
-    builder *b = ctx;
-    int split = next_split(b);
+/* Appends a document to the split's current unit; hands the unit to the
+ * workers when it is full. */
+static int add_doc(builder *b, int split, const char *text, size_t len, int64_t empties_before, kf_err *err) {
     unit *u = current(b, split);
+    u->empties += empties_before;
     if (u->len + len > u->cap) {
         u->cap = (u->len + len) * 2;
         u->text = kf_realloc(u->text, u->cap);
@@ -248,9 +253,6 @@ static int sink_doc(void *ctx, const char *text, size_t len, kf_err *err) {
         u->off = kf_realloc(u->off, sizeof *u->off * (size_t)(u->capdocs + 1));
     }
     u->off[++u->ndocs] = u->len;
-    if (b->phase == 0) b->doc_index++;
-    b->docs_read++;
-    b->raw_bytes += (int64_t)len;
     if (u->ndocs == b->c->docs_per_shard) {
         b->cur[split] = NULL;
         enqueue(b, u);
@@ -259,9 +261,53 @@ static int sink_doc(void *ctx, const char *text, size_t len, kf_err *err) {
     return 0;
 }
 
+/* "valid: {last: N}" in one pass: the newest N documents wait in a FIFO;
+ * one that is pushed out is certainly a training document, and what is left
+ * at the end is the validation split. An empty document belongs to the unit
+ * of the next non-empty one (trailing empties to the last split's last unit). */
+static int sink_doc(void *ctx, const char *text, size_t len, kf_err *err) {
+    builder *b = ctx;
+    b->docs_read++;
+    b->raw_bytes += (int64_t)len;
+    if (b->phase == 1) return add_doc(b, VALID, text, len, 0, err);
+    if (b->c->valid_last == 0) return add_doc(b, TRAIN, text, len, 0, err);
+    held *h = &b->fifo[(b->fifo_head + b->fifo_n) % b->fifo_cap];
+    h->text = kf_malloc(len);
+    memcpy(h->text, text, len);
+    h->len = len;
+    h->empties = b->pending_empties;
+    b->pending_empties = 0;
+    if (++b->fifo_n <= b->c->valid_last) return 0;
+    h = &b->fifo[b->fifo_head];
+    b->fifo_head = (b->fifo_head + 1) % b->fifo_cap;
+    b->fifo_n--;
+    b->train_docs++;
+    int rc = add_doc(b, TRAIN, h->text, h->len, h->empties, err);
+    free(h->text);
+    return rc;
+}
+
 static void sink_empty(void *ctx) {
     builder *b = ctx;
-    current(b, next_split(b))->empties++;
+    if (b->phase == 0 && b->c->valid_last > 0) b->pending_empties++;
+    else current(b, b->phase == 1 ? VALID : TRAIN)->empties++;
+}
+
+/* End of the main inputs with a `last: N` rule: the FIFO is the valid split. */
+static int flush_fifo(builder *b, kf_err *err) {
+    int rc = 0;
+    if (b->train_docs == 0)
+        rc = kf_err_set(err, "shards.%s.valid.last: %" PRId64 " but the inputs hold only %" PRId64
+                        " documents (the training split would be empty)",
+                        b->c->name, b->c->valid_last, b->fifo_n);
+    for (; b->fifo_n > 0; b->fifo_n--) {
+        held *h = &b->fifo[b->fifo_head];
+        b->fifo_head = (b->fifo_head + 1) % b->fifo_cap;
+        if (!rc) rc = add_doc(b, VALID, h->text, h->len, h->empties, err);
+        free(h->text);
+    }
+    if (!rc && b->pending_empties) current(b, VALID)->empties += b->pending_empties;
+    return rc;
 }
 
 static void sink_progress(void *ctx, int64_t disk_bytes) {
@@ -271,15 +317,6 @@ static void sink_progress(void *ctx, int64_t disk_bytes) {
     snprintf(extra, sizeof extra, "docs %" PRId64 "  tokens %.1fM", b->docs_read,
              __atomic_load_n(&b->tokens_done, __ATOMIC_RELAXED) / 1e6);
     progress_update((double)disk_bytes, extra);
-}
-
-static int count_doc(void *ctx, const char *text, size_t len, kf_err *err) {
-    (*(int64_t *)ctx)++;
-    return 0;
-}
-static void count_empty(void *ctx) {}
-static void count_progress(void *ctx, int64_t disk_bytes) {
-    progress_update((double)disk_bytes, NULL);
 }
 
 /* ---- the output directory ---- */
@@ -377,11 +414,12 @@ static int setup(builder *b, const build_config *c, tok **tp, kf_err *err) {
     return packer_specials(t, c, &m->special, err);
 }
 
-int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err) {
+int shards_build(const build_config *c, int jobs, int force, build_result *res, kf_err *err) {
     KF_CHECK(jobs >= 1, "shards_build: jobs must be >= 1");
     double t0 = now();
     builder *b = kf_calloc(1, sizeof *b);
     b->c = c;
+    b->force = force;
     b->qcap = 2 * jobs;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->has_item, NULL);
@@ -391,19 +429,8 @@ int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err
     char label[160];
     if (setup(b, c, &ws[0].t, err) || prepare_out(c, err)) goto out;
     if (c->valid_last > 0) {
-        int64_t total = 0;
-        doc_sink counter = {count_doc, count_empty, count_progress, &total};
-        snprintf(label, sizeof label, "shards %s: counting documents", c->name);
-        progress_begin(label, (double)docs_input_bytes(&c->inputs), "B");
-        int crc = docs_read(&c->inputs, &counter, err);
-        progress_end();
-        if (crc) goto out;
-        if (c->valid_last >= total) {
-            kf_err_set(err, "shards.%s.valid.last: %" PRId64 " but the inputs hold only %" PRId64
-                       " documents (the training split would be empty)", c->name, c->valid_last, total);
-            goto out;
-        }
-        b->valid_from = total - c->valid_last;
+        b->fifo_cap = c->valid_last + 1;
+        b->fifo = kf_calloc((size_t)b->fifo_cap, sizeof *b->fifo);
     }
     for (; started < jobs; started++) {
         ws[started].b = b;
@@ -416,6 +443,7 @@ int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err
     snprintf(label, sizeof label, "shards %s", c->name);
     progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
     int rrc = started == jobs ? docs_read(&c->inputs, &sink, err) : -1;
+    if (!rrc && c->valid_last > 0) rrc = flush_fifo(b, err);
     if (!rrc && c->valid_inputs.n) {
         for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
             if (b->cur[s]) enqueue(b, b->cur[s]), b->cur[s] = NULL;
@@ -466,6 +494,9 @@ out:
         for (int64_t i = 0; i < b->nunits[s]; i++) free(b->units[s][i]);
         free(b->units[s]);
     }
+    for (; b->fifo_n > 0; b->fifo_n--, b->fifo_head = (b->fifo_head + 1) % b->fifo_cap)
+        free(b->fifo[b->fifo_head].text);
+    free(b->fifo);
     manifest_free(&b->m);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->has_item);

@@ -32,10 +32,12 @@ typedef struct build_result {
     double seconds;
 } build_result;
 
-/** Builds the set c with jobs worker threads (>= 1). Prints a progress bar on
- * a terminal (plain periodic lines otherwise) and a report at the end.
+/** Builds the set c with jobs worker threads (>= 1). force: rebuild every
+ * shard even when an existing one matches (e.g. after changing tokenizer
+ * code, which the config hash cannot see). Prints a progress bar on a
+ * terminal (plain periodic lines otherwise) and a report at the end.
  * @return 0, or -1 with err set (input error, write error); on failure no
  *         manifest exists in c->out. */
-int shards_build(const build_config *c, int jobs, build_result *res, kf_err *err);
+int shards_build(const build_config *c, int jobs, int force, build_result *res, kf_err *err);
 
 #endif

@@ -17,7 +17,7 @@
 #include "tokenize/tokenizer.h"
 
 static const char *usage_text =
-    "usage: kf shards build CONFIG [--jobs N] [--only NAME] [key.path=value ...]\n"
+    "usage: kf shards build CONFIG [--jobs N] [--only NAME] [--force] [key.path=value ...]\n"
     "       kf shards verify DIR\n"
     "       kf shards inspect DIR [--split train|valid] [--index I] [--decode] [--vocab VDIR]\n"
     "       kf shards stats DIR [--split train|valid] [--top K] [--vocab VDIR]\n"
@@ -26,7 +26,8 @@ static const char *usage_text =
     "         and packs them with N worker threads (default: online CPUs) into\n"
     "         OUT/{train,valid}/shard-NNNNN.lmdb + OUT/manifest.yaml. Same input and\n"
     "         config give the same manifest for any N; rerunning after a crash\n"
-    "         keeps finished shards. --only builds one set.\n"
+    "         keeps finished shards. --only builds one set; --force rebuilds every\n"
+    "         shard (after tokenizer code changes, which the config hash cannot see).\n"
     "verify   recomputes every sample's checksum and every shard's sha256; exits 1\n"
     "         naming the shard and sample on any corruption.\n"
     "inspect  prints the manifest summary, or sample I (global index in the split;\n"
@@ -55,6 +56,7 @@ static int parse_int(const char *s, int64_t lo, int64_t *out) {
 static int cmd_build(int argc, char **argv) {
     const char *config = NULL, *only = NULL;
     int64_t jobs = sysconf(_SC_NPROCESSORS_ONLN);
+    int force = 0;
     char **over = kf_calloc((size_t)argc + 1, sizeof *over);
     int nover = 0;
     for (int i = 1; i < argc; i++) {
@@ -64,6 +66,8 @@ static int cmd_build(int argc, char **argv) {
                 fprintf(stderr, "kf shards build: --jobs needs a positive integer, got '%s'\n", argv[i]);
                 return free(over), KF_EXIT_USAGE;
             }
+        } else if (!strcmp(argv[i], "--force")) {
+            force = 1;
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
         } else if (argv[i][0] == '-') {
@@ -93,7 +97,7 @@ static int cmd_build(int argc, char **argv) {
     for (int i = 0; i < nsets; i++) {
         if (only && strcmp(only, sets[i].name)) continue;
         found = 1;
-        if (shards_build(&sets[i], (int)jobs, NULL, &err)) goto out;
+        if (shards_build(&sets[i], (int)jobs, force, NULL, &err)) goto out;
     }
     if (!found) {
         kf_err_set(&err, "%s: no shard set named '%s' under shards:", config, only);
