@@ -6,14 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/canvas.h"
+#include "common/chart.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
 
-enum { MAX_SERIES = 6, W = 900, H = 540, ML = 80, MR = 24, MT = 40, MB = 56 };
-
-static const canvas_color COLORS[MAX_SERIES] = {0x1f77b4, 0xd62728, 0x2ca02c, 0xff7f0e, 0x9467bd, 0x8c564b};
+enum { MAX_SERIES = CHART_MAX_SERIES };
 
 typedef struct series {
     const char *key;
@@ -85,75 +83,6 @@ static int read_log(const char *path, const char *xkey, series *ser, int nser, b
     return rc;
 }
 
-/* Tick spacing: 1, 2 or 5 times a power of ten, giving about `want` ticks. */
-static double nice_step(double span, int want) {
-    double raw = span / want, p = pow(10, floor(log10(raw))), m = raw / p;
-    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
-}
-
-static void fmt_tick(char *out, size_t cap, double v, double step) {
-    if (fabs(v) < step * 1e-9) v = 0;
-    if (fabs(v) >= 1e5 || (fabs(v) < 1e-3 && v != 0)) snprintf(out, cap, "%.2g", v);
-    else snprintf(out, cap, "%.*f", step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9), v);
-}
-
-static void draw(canvas *c, series *ser, int nser, const char *xkey, bool logy, const char *title) {
-    const canvas_color axis = 0x000000, grid = 0xe0e0e0, label = 0x333333;
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    for (int s = 0; s < nser; s++)
-        for (size_t i = 0; i < ser[s].n; i++) {
-            double y = logy ? log10(ser[s].y[i]) : ser[s].y[i];
-            x0 = fmin(x0, ser[s].x[i]); x1 = fmax(x1, ser[s].x[i]);
-            y0 = fmin(y0, y); y1 = fmax(y1, y);
-        }
-    if (x1 <= x0) { x0 -= 1; x1 += 1; }
-    if (y1 <= y0) { y0 -= 0.5; y1 += 0.5; }
-    double pad = (y1 - y0) * 0.05;
-    y0 -= pad; y1 += pad;
-    int pw = W - ML - MR, ph = H - MT - MB;
-#define PX(x) (ML + (int)lround(((x) - x0) / (x1 - x0) * pw))
-#define PY(y) (MT + ph - (int)lround(((y) - y0) / (y1 - y0) * ph))
-    char t[64];
-    double xs = nice_step(x1 - x0, 8);
-    for (double v = ceil(x0 / xs) * xs; v <= x1 + xs * 1e-9; v += xs) {
-        canvas_line(c, PX(v), MT, PX(v), MT + ph, 1, grid);
-        canvas_line(c, PX(v), MT + ph, PX(v), MT + ph + 4, 1, axis);
-        fmt_tick(t, sizeof t, v, xs);
-        canvas_text(c, PX(v) - canvas_text_width(t, 1) / 2, MT + ph + 7, t, 1, label);
-    }
-    double ys = nice_step(y1 - y0, 6);
-    if (logy && ys < 1) ys = y1 - y0 > 1 ? 1 : ys; /* whole decades when they fit */
-    for (double v = ceil(y0 / ys) * ys; v <= y1 + ys * 1e-9; v += ys) {
-        canvas_line(c, ML, PY(v), ML + pw, PY(v), 1, grid);
-        canvas_line(c, ML - 4, PY(v), ML, PY(v), 1, axis);
-        if (logy) snprintf(t, sizeof t, "%.3g", pow(10, v));
-        else fmt_tick(t, sizeof t, v, ys);
-        canvas_text(c, ML - 7 - canvas_text_width(t, 1), PY(v) - 5, t, 1, label);
-    }
-    canvas_line(c, ML, MT, ML, MT + ph, 1, axis);
-    canvas_line(c, ML, MT + ph, ML + pw, MT + ph, 1, axis);
-    canvas_text(c, ML + pw / 2 - canvas_text_width(xkey, 1) / 2, H - 22, xkey, 1, label);
-    canvas_text(c, W / 2 - canvas_text_width(title, 2) / 2, 8, title, 2, axis);
-
-    for (int s = 0; s < nser; s++) {
-        const series *S = &ser[s];
-        for (size_t i = 0; i < S->n; i++) {
-            double y = logy ? log10(S->y[i]) : S->y[i];
-            if (S->n == 1) canvas_fill_rect(c, PX(S->x[i]) - 2, PY(y) - 2, 5, 5, COLORS[s]);
-            if (i == 0) continue;
-            double yp = logy ? log10(S->y[i - 1]) : S->y[i - 1];
-            canvas_line(c, PX(S->x[i - 1]), PY(yp), PX(S->x[i]), PY(y), 2, COLORS[s]);
-        }
-        /* Legend, top right: a colour swatch and "key (n points, last v)". */
-        snprintf(t, sizeof t, "%s (last %.4g)", S->key, S->n ? S->y[S->n - 1] : NAN);
-        int lx = ML + pw - canvas_text_width(t, 1) - 30, ly = MT + 8 + 14 * s;
-        canvas_fill_rect(c, lx, ly + 4, 18, 3, COLORS[s]);
-        canvas_text(c, lx + 24, ly, t, 1, label);
-    }
-#undef PX
-#undef PY
-}
-
 int plot_main(int argc, char **argv) {
     static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {"key", required_argument, 0, 'k'},
                                          {"x", required_argument, 0, 'x'}, {"logy", no_argument, 0, 'l'},
@@ -195,11 +124,10 @@ int plot_main(int argc, char **argv) {
     for (int s = 0; s < nser; s++) total += ser[s].n;
     if (!rc && !total) rc = kf_err_set(&err, "%s: no record has a numeric '%s'%s", log, ser[0].key, nser > 1 ? " (or the other keys)" : "");
     if (!rc) {
-        canvas *cv = canvas_new(W, H, 0xffffff);
+        chart_series cs[MAX_SERIES];
+        for (int s = 0; s < nser; s++) cs[s] = (chart_series){ser[s].key, ser[s].x, ser[s].y, ser[s].n};
         const char *base = strrchr(log, '/') ? strrchr(log, '/') + 1 : log;
-        draw(cv, ser, nser, xkey, logy, title ? title : base);
-        rc = canvas_write_png(cv, out, &err);
-        canvas_free(cv);
+        rc = chart_lines(out, title ? title : base, xkey, cs, nser, logy, &err);
     }
     if (rc) fprintf(stderr, "kf plot: error: %s\n", err.msg);
     else kf_log_info("plot: %zu points -> %s", total, out);

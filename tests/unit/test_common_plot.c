@@ -1,12 +1,14 @@
 /* kf plot: writes a valid PNG (signature, chunk CRCs, IHDR, inflated pixel
  * data) in which a decreasing loss is drawn high on the left and low on the
- * right; usage and input errors give exit codes 2 and 1. */
+ * right; usage and input errors give exit codes 2 and 1. chart_bars: bar
+ * heights proportional to the values. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/chart.h"
 #include "common/fsutil.h"
 #include "tests/test.h"
 
@@ -57,6 +59,16 @@ static unsigned char *decode(const char *path, int *w, int *h) {
     free(z);
     free(buf);
     return pix;
+}
+
+/* Number of pixels of colour rgb in column x inside the plot area (rows 40..483). */
+static int column_count(const unsigned char *pix, int w, int h, int x, uint32_t rgb) {
+    int n = 0;
+    for (int y = 40; y < 484 && y < h; y++) {
+        const unsigned char *q = pix + 3 * ((size_t)y * w + x);
+        n += q[0] == (rgb >> 16 & 255) && q[1] == (rgb >> 8 & 255) && q[2] == (rgb & 255);
+    }
+    return n;
 }
 
 /* Mean row of the pixels of colour rgb in columns [x0, x1), or -1. */
@@ -121,6 +133,27 @@ int main(void) {
     T_CHECK(run(2, a1) == 1, "malformed line accepted");
     char *a7[] = {"plot", "/nonexistent/log.jsonl"};
     T_CHECK(run(2, a7) == 1, "missing file accepted");
+    /* Bars: 2 groups x 2 series; the tallest bar spans its value's share of the axis. */
+    snprintf(png, sizeof png, "%s/bars.png", dir);
+    const char *groups[] = {"batch 4", "batch 16"}, *names[] = {"AR", "k=4"};
+    double vals[] = {100, 300, 200, 400};
+    T_CHECK(chart_bars(png, "decode", "tokens/s", groups, 2, names, 2, vals, &err) == 0, "bars: %s", err.msg);
+    pix = decode(png, &w, &h);
+    if (pix) {
+        int hmax[2][2] = {{0}};
+        for (int x = 80; x < 876; x++)
+            for (int s = 0; s < 2; s++) {
+                int c = column_count(pix, w, h, x, s ? 0xd62728 : 0x1f77b4);
+                int g = x < 80 + 398;
+                if (c > hmax[!g][s]) hmax[!g][s] = c;
+            }
+        /* Heights in pixels are value / (1.12 * 400) * 444 (the plot height), +-3 for rounding. */
+        T_CHECK(abs(hmax[0][0] - 99) <= 3 && abs(hmax[0][1] - 297) <= 3 && abs(hmax[1][0] - 198) <= 3 &&
+                    abs(hmax[1][1] - 396) <= 3,
+                "bar heights %d %d %d %d, want 99 297 198 396", hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
+        free(pix);
+    }
+    T_CHECK(pix != NULL, "bar chart is not a valid PNG");
     fs_rm_rf(dir, &err);
     return T_DONE();
 }
