@@ -4,11 +4,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -321,6 +323,25 @@ static void sink_progress(void *ctx, int64_t disk_bytes) {
 
 /* ---- the output directory ---- */
 
+/* Takes OUT/.build.lock (flock: released by the kernel even on kill -9), so
+ * concurrent builds of one set run one after the other (the second then
+ * reuses every shard). Returns the lock's fd, or -1. */
+static int lock_out(const build_config *c, kf_err *err) {
+    char path[4096];
+    if (fs_mkdir_p(c->out, err)) return -1;
+    snprintf(path, sizeof path, "%s/.build.lock", c->out);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return kf_err_set(err, "%s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        kf_log_info("shards %s: waiting for another build of %s", c->name, c->out);
+        if (flock(fd, LOCK_EX) != 0) {
+            close(fd);
+            return kf_err_set(err, "%s: cannot lock: %s", path, strerror(errno));
+        }
+    }
+    return fd;
+}
+
 /* Removes the old manifest first (so a half-rebuilt set is never readable),
  * then temp files of a killed build. */
 static int prepare_out(const build_config *c, kf_err *err) {
@@ -425,9 +446,9 @@ int shards_build(const build_config *c, int jobs, int force, build_result *res, 
     pthread_cond_init(&b->has_item, NULL);
     pthread_cond_init(&b->has_space, NULL);
     worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
-    int started = 0, rc = -1;
+    int started = 0, rc = -1, lock_fd = -1;
     char label[160];
-    if (setup(b, c, &ws[0].t, err) || prepare_out(c, err)) goto out;
+    if (setup(b, c, &ws[0].t, err) || (lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err)) goto out;
     if (c->valid_last > 0) {
         b->fifo_cap = c->valid_last + 1;
         b->fifo = kf_calloc((size_t)b->fifo_cap, sizeof *b->fifo);
@@ -502,6 +523,7 @@ out:
     pthread_cond_destroy(&b->has_item);
     pthread_cond_destroy(&b->has_space);
     for (int i = 0; i < jobs; i++) tok_free(ws[i].t);
+    if (lock_fd >= 0) close(lock_fd);
     free(ws);
     free(b);
     return rc;
