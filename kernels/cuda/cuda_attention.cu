@@ -1,0 +1,608 @@
+/* kernels/cuda/cuda_attention.cu — fused attention over a kf_mask structure
+ * (flash-style forward and backward), and decode attention over a KV cache.
+ *
+ * Structure (kernels.h kf_mask): query row r of a sample with valid context
+ * length vl sees
+ *   r <  n_ctx: keys [0, r] when r < vl, nothing otherwise;
+ *   r >= n_ctx: g = (r - n_ctx) / group: context keys [0, min(g+1, vl)) and
+ *               the keys [n_ctx + g*group, r] of its own group.
+ * A 64-row query tile therefore needs at most two key ranges — a context
+ * prefix and the span of its groups — and a 64-key tile is seen by at most
+ * three query ranges (mask_key_tile_queries). Only tiles inside those ranges
+ * are visited, so a SingleForward(k) over N context tokens costs about
+ * (k+1)·N²/2 scored pairs instead of the dense (k+1)²·N²/2; the element mask
+ * inside a visited tile is evaluated from the structure, never stored.
+ *
+ * Forward: one block per (query tile, head, sample), online softmax over the
+ * visited key tiles, Q/K/V tiles and the probability tile in shared memory.
+ * Backward (deterministic, no atomics): D_i = dout_i·out_i, then one kernel
+ * where each block owns a key tile and accumulates its dK and dV over the
+ * query tiles that see it, in a fixed order, and one kernel where each block
+ * owns a query tile and accumulates its dQ over its key tiles.
+ * Rows with no visible key get out = 0, lse = 0 and no gradient (as the CPU
+ * backend). fp16 mode rounds q, k, v (and out, dout in the backward) through
+ * half on load and rounds the outputs, with fp32 arithmetic in between — the
+ * rounding points of kernels/cpu/cpu_attention.c.
+ * Every row's result depends only on its own sample: batch-invariant.
+ */
+#include <math.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+#define TILE 64      /* query rows and key rows per tile */
+#define THREADS 256  /* 16 x 16 threads; each owns 4 rows x (4 or D/16) columns */
+
+struct mask_dev {
+    int64_t L, n_ctx, group, q_start;
+    const int32_t *valid_len; /* device copy, or NULL */
+};
+
+__device__ __forceinline__ int64_t mask_vl(const mask_dev &m, int64_t b) {
+    if (!m.valid_len) return m.n_ctx;
+    int64_t v = m.valid_len[b];
+    return v < 0 ? 0 : v > m.n_ctx ? m.n_ctx : v;
+}
+
+/* What query row r sees, precomputed once per row so the per-element test
+ * needs no division: key c is visible iff c <= r && (c < ctx || c >= grp). */
+struct row_mask {
+    int r, ctx, grp;
+};
+
+__device__ __forceinline__ row_mask mask_row(const mask_dev &m, int64_t vl, int64_t r, int64_t r_lo,
+                                             int64_t r_hi) {
+    row_mask q;
+    q.r = (int)r;
+    if (r < r_lo || r >= r_hi || r >= m.L) { /* not a query here: sees nothing */
+        q.r = -1;
+        q.ctx = 0;
+        q.grp = 0x7fffffff;
+    } else if (r < m.n_ctx) {
+        q.ctx = r < vl ? (int)r + 1 : 0;
+        q.grp = 0x7fffffff;
+    } else {
+        int64_t g = (r - m.n_ctx) / m.group;
+        q.ctx = (int)min(g + 1, vl);
+        q.grp = (int)(m.n_ctx + g * m.group);
+    }
+    return q;
+}
+
+__device__ __forceinline__ bool row_sees(const row_mask &q, int c) {
+    return c <= q.r && (c < q.ctx || c >= q.grp);
+}
+
+/* Key ranges of the query tile [r0, r1): [0, ctx_hi) and [grp_lo, grp_hi). */
+__device__ void mask_query_tile_keys(const mask_dev &m, int64_t vl, int64_t r0, int64_t r1,
+                                     int64_t *ctx_hi, int64_t *grp_lo, int64_t *grp_hi) {
+    int64_t hi = 0;
+    if (r0 < min(m.n_ctx, vl)) hi = min(min(r1, m.n_ctx), vl); /* rows r < vl see [0, r] */
+    *grp_lo = *grp_hi = 0;
+    if (r1 > m.n_ctx) {
+        int64_t g_last = (r1 - 1 - m.n_ctx) / m.group;
+        hi = max(hi, min(g_last + 1, vl));
+        int64_t g_first = (max(r0, m.n_ctx) - m.n_ctx) / m.group;
+        *grp_lo = m.n_ctx + g_first * m.group;
+        *grp_hi = r1;
+    }
+    *ctx_hi = hi;
+}
+
+/* Query ranges that see some key of the tile [c0, c1), clipped to
+ * [q_start, L), sorted and merged; returns how many (at most 3). */
+__device__ int mask_key_tile_queries(const mask_dev &m, int64_t vl, int64_t c0, int64_t c1,
+                                     int64_t lo[3], int64_t hi[3]) {
+    int64_t a[3], z[3];
+    int n = 0;
+    if (c0 < min(m.n_ctx, vl)) { /* context keys: later context rows and groups g >= c */
+        a[n] = c0; z[n++] = vl;
+        a[n] = m.n_ctx + c0 * m.group; z[n++] = m.L;
+    }
+    if (c1 > m.n_ctx) { /* group keys: the rest of their own groups */
+        int64_t k0 = max(c0, m.n_ctx);
+        int64_t g_last = (c1 - 1 - m.n_ctx) / m.group;
+        a[n] = k0; z[n++] = min(m.L, m.n_ctx + (g_last + 1) * m.group);
+    }
+    for (int i = 1; i < n; i++) /* sort by start (a tile across n_ctx has all three) */
+        for (int j = i; j > 0 && a[j] < a[j - 1]; j--) {
+            int64_t t = a[j]; a[j] = a[j - 1]; a[j - 1] = t;
+            t = z[j]; z[j] = z[j - 1]; z[j - 1] = t;
+        }
+    int out = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t s = max(a[i], m.q_start), e = min(z[i], m.L);
+        if (s >= e) continue;
+        if (out > 0 && s <= hi[out - 1]) {
+            hi[out - 1] = max(hi[out - 1], e);
+        } else {
+            lo[out] = s; hi[out++] = e;
+        }
+    }
+    return out;
+}
+
+__device__ __forceinline__ float ld_round(const float *p, bool half) {
+    float v = *p;
+    return half ? __half2float(__float2half_rn(v)) : v;
+}
+
+/* Loads rows [r0, r0+TILE) of one head (row stride ld) into s[TILE][D+1];
+ * rows at or past L are zero. */
+template <int D>
+__device__ __forceinline__ void load_tile(float (*s)[D + 1], const float *base, int64_t ld,
+                                          int64_t r0, int64_t L, bool half) {
+    for (int i = threadIdx.x; i < TILE * D; i += THREADS) {
+        int r = i / D, d = i % D;
+        s[r][d] = r0 + r < L ? ld_round(base + (r0 + r) * ld + d, half) : 0.0f;
+    }
+}
+
+/* Sum over the 16 lanes that share a row group, then lane 0 of the group's
+ * value everywhere (so all lanes use the identical number). */
+__device__ __forceinline__ float group16_sum(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return __shfl_sync(0xffffffffu, v, threadIdx.x & 16);
+}
+
+__device__ __forceinline__ float group16_max(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+template <int D> struct fwd_smem {
+    float q[TILE][D + 1], k[TILE][D + 1], v[TILE][D + 1], p[TILE][TILE + 1];
+};
+
+template <int D>
+__global__ void __launch_bounds__(THREADS) k_attn_fwd(float *out, float *lse, const float *qkv,
+                                                      mask_dev m, int64_t n_head, float scale,
+                                                      int half) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    fwd_smem<D> &S = *reinterpret_cast<fwd_smem<D> *>(smem_raw);
+    constexpr int DJ = D / 16;
+    int64_t b = blockIdx.z, h = blockIdx.y;
+    int64_t r0 = m.q_start + (int64_t)blockIdx.x * TILE, r1 = min(m.L, r0 + TILE);
+    int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
+    const float *base = qkv + b * m.L * ld + h * D;
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+    load_tile<D>(S.q, base, ld, r0, m.L, half);
+    float mrow[4], lrow[4], acc[4][DJ];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        mrow[i] = -INFINITY;
+        lrow[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < DJ; j++) acc[i][j] = 0.0f;
+    }
+    row_mask rm[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) rm[i] = mask_row(m, vl, r0 + ty * 4 + i, r0, r1);
+    int64_t ctx_hi, grp_lo, grp_hi;
+    mask_query_tile_keys(m, vl, r0, r1, &ctx_hi, &grp_lo, &grp_hi);
+    int64_t n_ctx_tiles = (ctx_hi + TILE - 1) / TILE;
+    int64_t n_grp_tiles = (grp_hi - grp_lo + TILE - 1) / TILE;
+    for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
+        int64_t c0 = t < n_ctx_tiles ? t * TILE : grp_lo + (t - n_ctx_tiles) * TILE;
+        __syncthreads(); /* previous tile's k/v/p fully consumed */
+        load_tile<D>(S.k, base + H, ld, c0, m.L, half);
+        load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
+        __syncthreads();
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[i][j] = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < D; d++) {
+            float qv[4], kv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) qv[i] = S.q[ty * 4 + i][d];
+#pragma unroll
+            for (int j = 0; j < 4; j++) kv[j] = S.k[tx + 16 * j][d];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) s[i][j] = fmaf(qv[i], kv[j], s[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                s[i][j] = row_sees(rm[i], (int)c0 + tx + 16 * j) ? s[i][j] * scale : -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            float mnew = fmaxf(mrow[i], group16_max(mx));
+            float ps = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float p = mnew == -INFINITY ? 0.0f : __expf(s[i][j] - mnew);
+                S.p[ty * 4 + i][tx + 16 * j] = p;
+                ps += p;
+            }
+            float alpha = mrow[i] == -INFINITY ? 0.0f : __expf(mrow[i] - mnew);
+            lrow[i] = lrow[i] * alpha + group16_sum(ps);
+            mrow[i] = mnew;
+#pragma unroll
+            for (int j = 0; j < DJ; j++) acc[i][j] *= alpha;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int c = 0; c < TILE; c++) {
+            float pv[4], vv[DJ];
+#pragma unroll
+            for (int i = 0; i < 4; i++) pv[i] = S.p[ty * 4 + i][c];
+#pragma unroll
+            for (int j = 0; j < DJ; j++) vv[j] = S.v[c][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < DJ; j++) acc[i][j] = fmaf(pv[i], vv[j], acc[i][j]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int64_t r = r0 + ty * 4 + i;
+        if (r >= r1) continue;
+        float inv = lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f;
+        float *o = out + (b * m.L + r) * H + h * D;
+#pragma unroll
+        for (int j = 0; j < DJ; j++) {
+            float v = acc[i][j] * inv;
+            o[tx + 16 * j] = half ? __half2float(__float2half_rn(v)) : v;
+        }
+        if (tx == 0) lse[(b * n_head + h) * m.L + r] = lrow[i] > 0.0f ? mrow[i] + logf(lrow[i]) : 0.0f;
+    }
+}
+
+/* delta[b, h, r] = dout_r · out_r (rounded through half in fp16 mode); one warp per row. */
+__global__ void k_attn_delta(float *delta, const float *dout, const float *out, int64_t rows,
+                             int64_t L, int64_t n_head, int64_t D, int half) {
+    int lane = threadIdx.x & 31;
+    for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; w < rows * n_head;
+         w += (int64_t)gridDim.x * blockDim.x / 32) {
+        int64_t row = w / n_head, h = w % n_head; /* row = b*L + r */
+        const float *a = dout + row * n_head * D + h * D, *c = out + row * n_head * D + h * D;
+        float s = 0.0f;
+        for (int64_t d = lane; d < D; d += 32) s += ld_round(a + d, half) * ld_round(c + d, half);
+        s = warp_sum(s);
+        int64_t b = row / L, r = row % L;
+        if (lane == 0) delta[(b * n_head + h) * L + r] = s;
+    }
+}
+
+template <int D> struct bwd_smem {
+    float q[TILE][D + 1], k[TILE][D + 1], v[TILE][D + 1], dout[TILE][D + 1];
+    float p[TILE][TILE + 1], ds[TILE][TILE + 1];
+    float lse[TILE], delta[TILE];
+};
+
+/* For the query tile at row r0 (in S.q/S.dout/S.lse/S.delta; its rows outside
+ * [r_lo, r_hi) are not queries here) against key rows c0.. (S.k/S.v): writes
+ * P and dS = P*(dP - delta)*scale into S.p and S.ds, with rows = queries
+ * (ty*4+i) and columns = keys (tx+16j). */
+template <int D>
+__device__ __forceinline__ void bwd_scores(bwd_smem<D> &S, const mask_dev &m, int64_t vl,
+                                           int64_t r0, int64_t r_lo, int64_t r_hi, int64_t c0,
+                                           float scale) {
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float s[4][4], dp[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) s[i][j] = dp[i][j] = 0.0f;
+#pragma unroll 4
+    for (int d = 0; d < D; d++) {
+        float qv[4], ov[4], kv[4], vv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            qv[i] = S.q[ty * 4 + i][d];
+            ov[i] = S.dout[ty * 4 + i][d];
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            kv[j] = S.k[tx + 16 * j][d];
+            vv[j] = S.v[tx + 16 * j][d];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                s[i][j] = fmaf(qv[i], kv[j], s[i][j]);
+                dp[i][j] = fmaf(ov[i], vv[j], dp[i][j]);
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        row_mask rm = mask_row(m, vl, r0 + ty * 4 + i, r_lo, r_hi);
+        float l = S.lse[ty * 4 + i], dl = S.delta[ty * 4 + i];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            bool vis = row_sees(rm, (int)c0 + tx + 16 * j);
+            float p = vis ? __expf(s[i][j] * scale - l) : 0.0f;
+            S.p[ty * 4 + i][tx + 16 * j] = p;
+            S.ds[ty * 4 + i][tx + 16 * j] = vis ? p * (dp[i][j] - dl) * scale : 0.0f;
+        }
+    }
+}
+
+/* Loads a query tile's q, dout, lse and delta. */
+template <int D>
+__device__ __forceinline__ void bwd_load_queries(bwd_smem<D> &S, const float *base, const float *dout,
+                                                 const float *lse, const float *delta,
+                                                 int64_t ld, int64_t H, int64_t r0, int64_t L,
+                                                 bool half) {
+    load_tile<D>(S.q, base, ld, r0, L, half);
+    load_tile<D>(S.dout, dout, H, r0, L, half);
+    for (int i = threadIdx.x; i < TILE; i += THREADS) {
+        S.lse[i] = r0 + i < L ? lse[r0 + i] : 0.0f;
+        S.delta[i] = r0 + i < L ? delta[r0 + i] : 0.0f;
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(THREADS) k_attn_bwd_kv(float *dqkv, const float *dout,
+                                                         const float *lse, const float *delta,
+                                                         const float *qkv, mask_dev m,
+                                                         int64_t n_head, float scale, int half) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
+    constexpr int DJ = D / 16;
+    int64_t b = blockIdx.z, h = blockIdx.y;
+    int64_t c0 = (int64_t)blockIdx.x * TILE, c1 = min(m.L, c0 + TILE);
+    int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
+    const float *base = qkv + b * m.L * ld + h * D;
+    const float *dob = dout + b * m.L * H + h * D;
+    const float *lb = lse + (b * n_head + h) * m.L, *db = delta + (b * n_head + h) * m.L;
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+    load_tile<D>(S.k, base + H, ld, c0, m.L, half);
+    load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
+    float dk[4][DJ], dv[4][DJ];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < DJ; j++) dk[i][j] = dv[i][j] = 0.0f;
+    int64_t lo[3], hi[3];
+    int nr = mask_key_tile_queries(m, vl, c0, c1, lo, hi);
+    for (int q = 0; q < nr; q++)
+        for (int64_t r0 = lo[q]; r0 < hi[q]; r0 += TILE) {
+            __syncthreads();
+            bwd_load_queries<D>(S, base, dob, lb, db, ld, H, r0, hi[q], half);
+            __syncthreads();
+            bwd_scores<D>(S, m, vl, r0, r0, hi[q], c0, scale);
+            __syncthreads();
+            /* dV[c] += sum_r P[r][c] dout[r];  dK[c] += sum_r dS[r][c] q[r]  (rows in order) */
+#pragma unroll 4
+            for (int r = 0; r < TILE; r++) {
+                float pv[4], sv[4], ov[DJ], qv[DJ];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    pv[i] = S.p[r][ty * 4 + i];
+                    sv[i] = S.ds[r][ty * 4 + i];
+                }
+#pragma unroll
+                for (int j = 0; j < DJ; j++) {
+                    ov[j] = S.dout[r][tx + 16 * j];
+                    qv[j] = S.q[r][tx + 16 * j];
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < DJ; j++) {
+                        dv[i][j] = fmaf(pv[i], ov[j], dv[i][j]);
+                        dk[i][j] = fmaf(sv[i], qv[j], dk[i][j]);
+                    }
+            }
+        }
+    float *dbase = dqkv + b * m.L * ld + h * D;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int64_t c = c0 + ty * 4 + i;
+        if (c >= c1) continue;
+#pragma unroll
+        for (int j = 0; j < DJ; j++) {
+            float kv = dk[i][j], vv = dv[i][j];
+            if (half) {
+                kv = __half2float(__float2half_rn(kv));
+                vv = __half2float(__float2half_rn(vv));
+            }
+            dbase[c * ld + H + tx + 16 * j] = kv;
+            dbase[c * ld + 2 * H + tx + 16 * j] = vv;
+        }
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(THREADS) k_attn_bwd_q(float *dqkv, const float *dout,
+                                                        const float *lse, const float *delta,
+                                                        const float *qkv, mask_dev m,
+                                                        int64_t n_head, float scale, int half) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
+    constexpr int DJ = D / 16;
+    int64_t b = blockIdx.z, h = blockIdx.y;
+    int64_t r0 = (int64_t)blockIdx.x * TILE, r1 = min(m.L, r0 + TILE);
+    int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
+    const float *base = qkv + b * m.L * ld + h * D;
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float dq[4][DJ];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < DJ; j++) dq[i][j] = 0.0f;
+    /* rows before q_start are not queries: their dq stays zero */
+    int64_t q0 = max(r0, m.q_start);
+    if (q0 < r1) {
+        bwd_load_queries<D>(S, base, dout + b * m.L * H + h * D, lse + (b * n_head + h) * m.L,
+                            delta + (b * n_head + h) * m.L, ld, H, r0, m.L, half);
+        int64_t ctx_hi, grp_lo, grp_hi;
+        mask_query_tile_keys(m, vl, q0, r1, &ctx_hi, &grp_lo, &grp_hi);
+        int64_t n_ctx_tiles = (ctx_hi + TILE - 1) / TILE;
+        int64_t n_grp_tiles = (grp_hi - grp_lo + TILE - 1) / TILE;
+        for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
+            int64_t c0 = t < n_ctx_tiles ? t * TILE : grp_lo + (t - n_ctx_tiles) * TILE;
+            __syncthreads();
+            load_tile<D>(S.k, base + H, ld, c0, m.L, half);
+            load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
+            __syncthreads();
+            bwd_scores<D>(S, m, vl, r0, q0, r1, c0, scale);
+            __syncthreads();
+#pragma unroll 4
+            for (int c = 0; c < TILE; c++) {
+                float sv[4], kv[DJ];
+#pragma unroll
+                for (int i = 0; i < 4; i++) sv[i] = S.ds[ty * 4 + i][c];
+#pragma unroll
+                for (int j = 0; j < DJ; j++) kv[j] = S.k[c][tx + 16 * j];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < DJ; j++) dq[i][j] = fmaf(sv[i], kv[j], dq[i][j]);
+            }
+        }
+    }
+    float *dbase = dqkv + b * m.L * ld + h * D;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int64_t r = r0 + ty * 4 + i;
+        if (r >= r1) continue;
+#pragma unroll
+        for (int j = 0; j < DJ; j++) {
+            float v = dq[i][j];
+            dbase[r * ld + tx + 16 * j] = half ? __half2float(__float2half_rn(v)) : v;
+        }
+    }
+}
+
+static mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B) {
+    KF_CHECK(m->n_ctx >= 0 && m->n_groups >= 0 && m->group >= 0, "attention: negative mask sizes");
+    KF_CHECK(m->n_groups == 0 || m->group > 0, "attention: n_groups > 0 needs group > 0");
+    KF_CHECK(m->q_start >= 0 && m->q_start <= kf_mask_len(m), "attention: q_start out of range");
+    mask_dev d;
+    d.L = kf_mask_len(m);
+    d.n_ctx = m->n_ctx;
+    d.group = m->group > 0 ? m->group : 1;
+    d.q_start = m->q_start;
+    d.valid_len = NULL;
+    if (m->valid_len) {
+        int32_t *v = (int32_t *)cu_scratch(b, CU_SCRATCH_VLEN, (size_t)B * sizeof(int32_t));
+        /* pageable source: returns once the host array has been consumed */
+        CUDA_OK(cudaMemcpyAsync(v, m->valid_len, (size_t)B * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, cu_stream(b)));
+        d.valid_len = v;
+    }
+    return d;
+}
+
+/* Launches kernel K<D> for the supported head dims with `smem` dynamic bytes. */
+#define ATTN_DISPATCH(D_, KERNEL, SMEM_T, GRID, ...)                                        \
+    do {                                                                                    \
+        switch (D_) {                                                                       \
+        case 16: ATTN_LAUNCH(16, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                 \
+        case 32: ATTN_LAUNCH(32, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                 \
+        case 64: ATTN_LAUNCH(64, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                 \
+        case 128: ATTN_LAUNCH(128, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;               \
+        default: KF_FATAL("attention: head_dim %lld unsupported on cuda (16, 32, 64, 128)", \
+                          (long long)(D_));                                                 \
+        }                                                                                   \
+    } while (0)
+
+#define ATTN_LAUNCH(DV, KERNEL, SMEM_T, GRID, ...)                                             \
+    do {                                                                                       \
+        size_t bytes_ = sizeof(SMEM_T<DV>);                                                    \
+        CUDA_OK(cudaFuncSetAttribute(KERNEL<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                     (int)bytes_));                                            \
+        KERNEL<DV><<<GRID, THREADS, bytes_, cu_stream(b)>>>(__VA_ARGS__);                      \
+        CUDA_LAUNCHED();                                                                       \
+    } while (0)
+
+void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
+                 int64_t B, int64_t n_head, int64_t head_dim) {
+    mask_dev md = mask_to_dev(b, m, B);
+    int64_t nq = md.L - md.q_start;
+    if (nq <= 0 || B <= 0) return;
+    KF_CHECK(B <= 65535 && n_head <= 65535, "attention: batch or heads too large");
+    dim3 grid((unsigned)((nq + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);
+    float scale = 1.0f / sqrtf((float)head_dim);
+    int half = b->precision == KF_PREC_FP16;
+    ATTN_DISPATCH(head_dim, k_attn_fwd, fwd_smem, grid, out, lse, qkv, md, n_head, scale, half);
+}
+
+void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
+                 const float *lse, const float *qkv, const kf_mask *m, int64_t B, int64_t n_head,
+                 int64_t head_dim) {
+    mask_dev md = mask_to_dev(b, m, B);
+    int64_t L = md.L;
+    if (L <= 0 || B <= 0) return;
+    KF_CHECK(B <= 65535 && n_head <= 65535, "attention: batch or heads too large");
+    int half = b->precision == KF_PREC_FP16;
+    float scale = 1.0f / sqrtf((float)head_dim);
+    float *delta = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(B * n_head * L) * sizeof(float));
+    int64_t warps = B * L * n_head;
+    k_attn_delta<<<cu_blocks(warps * 32), 256, 0, cu_stream(b)>>>(delta, dout, out, B * L, L,
+                                                                   n_head, head_dim, half);
+    CUDA_LAUNCHED();
+    dim3 grid((unsigned)((L + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);
+    ATTN_DISPATCH(head_dim, k_attn_bwd_kv, bwd_smem, grid, dqkv, dout, lse, delta, qkv, md, n_head,
+                  scale, half);
+    ATTN_DISPATCH(head_dim, k_attn_bwd_q, bwd_smem, grid, dqkv, dout, lse, delta, qkv, md, n_head,
+                  scale, half);
+}
+
+/* One block per (query, head, sample): scores of the T = P+i+1 visible cache
+ * rows in shared memory, softmax, then thread d sums p_j v_j[d] in row order. */
+__global__ void k_attn_decode(float *out, const float *q, int64_t q_stride, const float *kc,
+                              const float *vc, int64_t cap, int64_t P, int64_t Q, int64_t n_head,
+                              int64_t D, float scale, int half) {
+    extern __shared__ float sc[];
+    __shared__ float sh[32];
+    int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int64_t H = n_head * D, T = P + i + 1;
+    const float *qr = q + (b * Q + i) * q_stride + h * D;
+    const float *kb = kc + b * cap * H + h * D, *vb = vc + b * cap * H + h * D;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+        float s = 0.0f;
+        for (int64_t d = 0; d < D; d++) s += ld_round(qr + d, half) * ld_round(kb + j * H + d, half);
+        s *= scale;
+        sc[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = block_max(mx, sh, -INFINITY);
+    float ps = 0.0f;
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+        float e = __expf(sc[j] - mx);
+        sc[j] = e;
+        ps += e;
+    }
+    float inv = 1.0f / block_sum(ps, sh); /* its barriers also publish sc */
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < T; j++) acc = fmaf(sc[j], ld_round(vb + j * H + d, half), acc);
+        float v = acc * inv;
+        out[(b * Q + i) * H + h * D + d] = half ? __half2float(__float2half_rn(v)) : v;
+    }
+}
+
+void cu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
+                    const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
+                    int64_t Q, int64_t n_head, int64_t head_dim) {
+    int64_t T = P + Q;
+    KF_CHECK(T <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld",
+             (long long)T, (long long)cap);
+    if (B <= 0 || Q <= 0) return;
+    size_t bytes = (size_t)T * sizeof(float);
+    KF_CHECK(bytes <= 200 * 1024, "attn_decode: %lld cached rows is too many", (long long)T);
+    CUDA_OK(cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)bytes));
+    dim3 grid((unsigned)Q, (unsigned)n_head, (unsigned)B);
+    k_attn_decode<<<grid, 128, bytes, cu_stream(b)>>>(out, q, q_stride, kcache, vcache, cap, P, Q,
+                                                      n_head, head_dim,
+                                                      1.0f / sqrtf((float)head_dim),
+                                                      b->precision == KF_PREC_FP16);
+    CUDA_LAUNCHED();
+}

@@ -1,0 +1,167 @@
+/* kernels/cuda/cuda_backend.cu — the CUDA backend's table, memory ops, scratch
+ * buffers and kernels_cuda_create(). The ops live in the other cuda_*.cu files. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_internal.h"
+
+/* Partials of host-returned reductions (cuda_optim.cu uses at most this many). */
+#define CU_RED_SLOTS 1024
+
+void *cu_scratch(kf_backend *b, int slot, size_t bytes) {
+    cuda_impl *im = cu_impl(b);
+    if (im->scratch_len[slot] < bytes) {
+        CUDA_OK(cudaStreamSynchronize(im->stream));
+        if (slot == CU_SCRATCH_HOST) {
+            if (im->scratch[slot]) CUDA_OK(cudaFreeHost(im->scratch[slot]));
+            CUDA_OK(cudaMallocHost(&im->scratch[slot], bytes));
+        } else {
+            if (im->scratch[slot]) CUDA_OK(cudaFree(im->scratch[slot]));
+            CUDA_OK(cudaMalloc(&im->scratch[slot], bytes));
+        }
+        im->scratch_len[slot] = bytes;
+    }
+    return im->scratch[slot];
+}
+
+static void *cu_alloc(kf_backend *b, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    KF_CHECK(e == cudaSuccess, "out of GPU memory allocating %zu bytes: %s", bytes,
+             cudaGetErrorString(e));
+    CUDA_OK(cudaMemsetAsync(p, 0, bytes, cu_stream(b)));
+    return p;
+}
+
+static void cu_free(kf_backend *b, void *p) {
+    if (!p) return;
+    CUDA_OK(cudaStreamSynchronize(cu_stream(b))); /* queued ops may still read it */
+    CUDA_OK(cudaFree(p));
+}
+
+static void cu_upload(kf_backend *b, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_stream(b)));
+    CUDA_OK(cudaStreamSynchronize(cu_stream(b)));
+}
+
+static void cu_download(kf_backend *b, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu_stream(b)));
+    CUDA_OK(cudaStreamSynchronize(cu_stream(b)));
+}
+
+static void cu_copy(kf_backend *b, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src)
+        CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_stream(b)));
+}
+
+static void cu_zero(kf_backend *b, void *dst, size_t bytes) {
+    if (bytes) CUDA_OK(cudaMemsetAsync(dst, 0, bytes, cu_stream(b)));
+}
+
+static void cu_sync(kf_backend *b) { CUDA_OK(cudaStreamSynchronize(cu_stream(b))); }
+
+static void cu_set_precision(kf_backend *b, kf_precision p) { b->precision = p; }
+
+static void cu_destroy(kf_backend *b) {
+    cuda_impl *im = cu_impl(b);
+    CUDA_OK(cudaStreamSynchronize(im->stream));
+    for (int i = 0; i < CU_SCRATCH_N; i++) {
+        if (!im->scratch[i]) continue;
+        if (i == CU_SCRATCH_HOST)
+            cudaFreeHost(im->scratch[i]);
+        else
+            cudaFree(im->scratch[i]);
+    }
+    cudaFree(im->red);
+    cudaFreeHost(im->red_host);
+    cublasDestroy(im->blas);
+    cudaStreamDestroy(im->stream);
+    free(im);
+    free(b);
+}
+
+extern "C" void *kernels_cuda_stream(kf_backend *b) {
+    KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_stream needs the cuda backend");
+    return (void *)cu_stream(b);
+}
+
+extern "C" int kernels_cuda_device(kf_backend *b) {
+    KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_device needs the cuda backend");
+    return cu_impl(b)->device;
+}
+
+extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err_len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0 || device < 0 || device >= n) {
+        if (err_msg && err_len)
+            snprintf(err_msg, err_len, "no usable CUDA device %d (%d found%s%s)", device, n,
+                     e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
+        cudaGetLastError(); /* clear the sticky-free error so later calls are unaffected */
+        return NULL;
+    }
+    CUDA_OK(cudaSetDevice(device));
+    kf_backend *b = (kf_backend *)kf_calloc(1, sizeof *b);
+    cuda_impl *im = (cuda_impl *)kf_calloc(1, sizeof *im);
+    b->name = "cuda";
+    b->precision = KF_PREC_FP32;
+    b->batch_invariant = 0;
+    b->impl = im;
+    im->device = device;
+    CUDA_OK(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
+    CUBLAS_OK(cublasCreate(&im->blas));
+    CUBLAS_OK(cublasSetStream(im->blas, im->stream));
+    /* fp32 means fp32: no TF32 (issue 7, the fp32 phase). */
+    CUBLAS_OK(cublasSetMathMode(im->blas, CUBLAS_PEDANTIC_MATH));
+    CUDA_OK(cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device));
+    CUDA_OK(cudaMalloc(&im->red, CU_RED_SLOTS * sizeof(double)));
+    CUDA_OK(cudaMallocHost(&im->red_host, CU_RED_SLOTS * sizeof(double)));
+
+    b->alloc = cu_alloc;
+    b->free = cu_free;
+    b->upload = cu_upload;
+    b->download = cu_download;
+    b->copy = cu_copy;
+    b->zero = cu_zero;
+    b->sync = cu_sync;
+    b->set_precision = cu_set_precision;
+    b->destroy = cu_destroy;
+
+    b->matmul = cu_matmul;
+    b->matmul_batched = cu_matmul_batched;
+    b->add_bias = cu_add_bias;
+    b->bias_grad = cu_bias_grad;
+    b->layernorm_fwd = cu_layernorm_fwd;
+    b->layernorm_bwd = cu_layernorm_bwd;
+    b->rope_fwd = cu_rope_fwd;
+    b->rope_bwd = cu_rope_bwd;
+    b->attn_fwd = cu_attn_fwd;
+    b->attn_bwd = cu_attn_bwd;
+    b->attn_decode = cu_attn_decode;
+    b->gelu_fwd = cu_gelu_fwd;
+    b->gelu_bwd = cu_gelu_bwd;
+    b->add_inplace = cu_add_inplace;
+    b->scale = cu_scale;
+    b->fill_column = cu_fill_column;
+    b->round_half = cu_round_half;
+    b->gather_rows = cu_gather_rows;
+    b->scatter_rows = cu_scatter_rows;
+    b->embed_fwd = cu_embed_fwd;
+    b->embed_bwd = cu_embed_bwd;
+    b->noise_features = cu_noise_features;
+    b->xent = cu_xent;
+    b->argmax = cu_argmax;
+    b->sample_icdf = cu_sample_icdf;
+    b->icdf_bin = cu_icdf_bin;
+    b->freq_penalty = cu_freq_penalty;
+    b->sum = cu_sum;
+    b->sumsq = cu_sumsq;
+    b->count_nonfinite = cu_count_nonfinite;
+    b->adamw = cu_adamw;
+    b->ema = cu_ema;
+    return b;
+}

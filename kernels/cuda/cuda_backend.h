@@ -1,0 +1,29 @@
+/* kernels/cuda/cuda_backend.h — CUDA-backend-only hooks for the trainer.
+ *
+ * The op table itself is created by kernels_cuda_create() (kernels/kernels.h).
+ * This header adds what code outside kernels/ needs to cooperate with the
+ * backend's stream, e.g. NCCL all-reduce in trainer/dist.c. Only meaningful
+ * in builds with KF_CUDA; the functions die when given another backend.
+ */
+#ifndef KF_KERNELS_CUDA_BACKEND_H
+#define KF_KERNELS_CUDA_BACKEND_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "kernels/kernels.h"
+
+/** The cudaStream_t (as void*) every op of backend b is queued on. Work
+ *  queued on it by the caller (ncclAllReduce, cudaEventRecord) is ordered
+ *  with the ops; b->sync waits for it too. */
+void *kernels_cuda_stream(kf_backend *b);
+
+/** The CUDA device ordinal backend b runs on. */
+int kernels_cuda_device(kf_backend *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

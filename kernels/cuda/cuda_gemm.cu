@@ -1,0 +1,198 @@
+/* kernels/cuda/cuda_gemm.cu — matmul (cuBLAS, or a fixed-tiling kernel in
+ * batch-invariant mode), bias add and bias gradient.
+ *
+ * Precision (kernels.h): fp32 mode is true fp32 — CUBLAS_COMPUTE_32F_PEDANTIC,
+ * so neither TF32 nor any reduced-precision path is used. fp16 mode converts
+ * A and B to half in scratch (inputs are never modified), multiplies on the
+ * tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F), and rounds C to
+ * half afterwards, exactly the steps the CPU backend emulates.
+ *
+ * Batch invariance: cuBLAS picks kernels (tilings, split-K) by problem size,
+ * so a row of C may change when M changes. In batch_invariant mode a plain
+ * tiled kernel is used instead: every C element is one dot product summed in
+ * k order, whatever M, N or the batch count.
+ */
+#include "kernels/cuda/cuda_internal.h"
+
+__global__ void k_to_half(__half *dst, const float *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __float2half_rn(src[i]);
+}
+
+/* Elements an operand spans across the batch (strides may be 0: broadcast). */
+static int64_t span(int64_t one, int64_t batch, int64_t stride) {
+    return stride > 0 ? (batch - 1) * stride + one : one;
+}
+
+#define IG_TILE 64
+#define IG_BK 16
+
+/* C tile 64x64 per block of 256 threads, each thread 4x4 outputs (rows
+ * ty*4.., cols tx + 16*j). The k loop runs in order 0..K-1 for every output. */
+__global__ void __launch_bounds__(256) k_gemm_invariant(
+    float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K, int ta, int tb,
+    float alpha, float beta, int64_t sc, int64_t sa, int64_t sb, int half) {
+    __shared__ float As[IG_BK][IG_TILE + 1];
+    __shared__ float Bs[IG_BK][IG_TILE + 1];
+    int64_t z = blockIdx.z;
+    C += z * sc;
+    A += z * sa;
+    B += z * sb;
+    int64_t m0 = (int64_t)blockIdx.y * IG_TILE, n0 = (int64_t)blockIdx.x * IG_TILE;
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[4][4] = {};
+    for (int64_t k0 = 0; k0 < K; k0 += IG_BK) {
+        for (int i = threadIdx.x; i < IG_BK * IG_TILE; i += 256) {
+            int kk, mm;
+            /* consecutive threads walk the operand's contiguous dimension */
+            if (ta) { kk = i / IG_TILE; mm = i % IG_TILE; } else { mm = i / IG_BK; kk = i % IG_BK; }
+            int64_t gm = m0 + mm, gk = k0 + kk;
+            float v = 0.0f;
+            if (gm < M && gk < K) v = ta ? A[gk * M + gm] : A[gm * K + gk];
+            if (half) v = __half2float(__float2half_rn(v));
+            As[kk][mm] = v;
+            int nn;
+            if (tb) { nn = i / IG_BK; kk = i % IG_BK; } else { kk = i / IG_TILE; nn = i % IG_TILE; }
+            int64_t gn = n0 + nn;
+            gk = k0 + kk;
+            v = 0.0f;
+            if (gn < N && gk < K) v = tb ? B[gn * K + gk] : B[gk * N + gn];
+            if (half) v = __half2float(__float2half_rn(v));
+            Bs[kk][nn] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < IG_BK; kk++) {
+            float a[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty * 4 + i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) bv[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int64_t gm = m0 + ty * 4 + i;
+        if (gm >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int64_t gn = n0 + tx + 16 * j;
+            if (gn >= N) continue;
+            float *c = C + gm * N + gn;
+            float v = alpha * acc[i][j];
+            if (beta != 0.0f) v += beta * *c;
+            if (half) v = __half2float(__float2half_rn(v));
+            *c = v;
+        }
+    }
+}
+
+void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+               int64_t K, int trans_a, int trans_b, float alpha, float beta) {
+    cu_matmul_batched(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
+}
+
+void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                       int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
+                       int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b) {
+    if (M <= 0 || N <= 0 || batch <= 0) return;
+    cudaStream_t s = cu_stream(b);
+    int half = b->precision == KF_PREC_FP16;
+    if (b->batch_invariant) {
+        KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
+        dim3 grid((unsigned)((N + IG_TILE - 1) / IG_TILE), (unsigned)((M + IG_TILE - 1) / IG_TILE),
+                  (unsigned)batch);
+        k_gemm_invariant<<<grid, 256, 0, s>>>(C, A, B, M, N, K, trans_a, trans_b, alpha, beta,
+                                              stride_c, stride_a, stride_b, half);
+        CUDA_LAUNCHED();
+        return;
+    }
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+    cublasHandle_t h = cu_impl(b)->blas;
+    cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
+    if (K <= 0) { /* no product: C = beta*C, as BLAS defines it */
+        int64_t n = span(M * N, batch, stride_c);
+        CUBLAS_OK(cublasSscal(h, (int)n, &beta, C, 1));
+        if (half) cu_round_half(b, C, n);
+        return;
+    }
+    if (!half) {
+        CUBLAS_OK(cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)K, &alpha, B,
+                                             CUDA_R_32F, ldb, stride_b, A, CUDA_R_32F, lda,
+                                             stride_a, &beta, C, CUDA_R_32F, (int)N, stride_c,
+                                             (int)batch, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                             CUBLAS_GEMM_DEFAULT));
+        return;
+    }
+    int64_t na = span(M * K, batch, stride_a), nb = span(K * N, batch, stride_b);
+    __half *ha = (__half *)cu_scratch(b, CU_SCRATCH_A, (size_t)na * sizeof(__half));
+    __half *hb = (__half *)cu_scratch(b, CU_SCRATCH_B, (size_t)nb * sizeof(__half));
+    k_to_half<<<cu_blocks(na), 256, 0, s>>>(ha, A, na);
+    CUDA_LAUNCHED();
+    k_to_half<<<cu_blocks(nb), 256, 0, s>>>(hb, B, nb);
+    CUDA_LAUNCHED();
+    CUBLAS_OK(cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)K, &alpha, hb,
+                                         CUDA_R_16F, ldb, stride_b, ha, CUDA_R_16F, lda, stride_a,
+                                         &beta, C, CUDA_R_32F, (int)N, stride_c, (int)batch,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    int64_t nc = span(M * N, batch, stride_c);
+    cu_round_half(b, C, nc);
+}
+
+__global__ void k_add_bias(float *y, const float *bias, int64_t rows, int64_t cols) {
+    int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += bias[i % cols];
+}
+
+void cu_add_bias(kf_backend *b, float *y, const float *bias, int64_t rows, int64_t cols) {
+    if (rows * cols <= 0) return;
+    k_add_bias<<<cu_blocks(rows * cols), 256, 0, cu_stream(b)>>>(y, bias, rows, cols);
+    CUDA_LAUNCHED();
+}
+
+/* part[ch, c] = sum of dy[r, c] over the rows of chunk ch, in row order. */
+__global__ void k_col_partials(float *part, const float *dy, int64_t rows, int64_t cols) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t ch = blockIdx.y;
+    if (c >= cols) return;
+    int64_t r0 = ch * CUDA_ROW_CHUNK, r1 = min(rows, r0 + CUDA_ROW_CHUNK);
+    float s = 0.0f;
+    for (int64_t r = r0; r < r1; r++) s += dy[r * cols + c];
+    part[ch * cols + c] = s;
+}
+
+/* out[c] += sum over chunks of part[ch, c], in chunk order. */
+__global__ void k_col_finish(float *out, const float *part, int64_t nchunk, int64_t cols) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float s = 0.0f;
+    for (int64_t ch = 0; ch < nchunk; ch++) s += part[ch * cols + c];
+    out[c] += s;
+}
+
+void cu_col_finish(kf_backend *b, float *out, const float *part, int64_t nchunk, int64_t cols) {
+    k_col_finish<<<(unsigned)((cols + 255) / 256), 256, 0, cu_stream(b)>>>(out, part, nchunk, cols);
+    CUDA_LAUNCHED();
+}
+
+void cu_bias_grad(kf_backend *b, float *dbias, const float *dy, int64_t rows, int64_t cols) {
+    int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
+    if (nchunk == 0 || cols == 0) return;
+    KF_CHECK(nchunk <= 65535, "bias_grad: %lld rows is too many", (long long)rows);
+    float *part = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(nchunk * cols) * sizeof(float));
+    cudaStream_t s = cu_stream(b);
+    dim3 grid((unsigned)((cols + 255) / 256), (unsigned)nchunk);
+    k_col_partials<<<grid, 256, 0, s>>>(part, dy, rows, cols);
+    CUDA_LAUNCHED();
+    cu_col_finish(b, dbias, part, nchunk, cols);
+}

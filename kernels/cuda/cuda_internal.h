@@ -1,0 +1,197 @@
+/* kernels/cuda/cuda_internal.h — what the CUDA backend's files share.
+ *
+ * Each cuda_*.cu file implements one family of ops from kernels.h; the table
+ * is filled in cuda_backend.cu. All work is queued on the backend's one
+ * stream (im->stream), so ops are ordered among themselves and b->sync (or a
+ * download) waits for them.
+ *
+ * Determinism rules used throughout (kernels.h "Determinism"):
+ *  - every output element is written by exactly one thread; no float atomics;
+ *  - reductions over rows go through fixed-size row chunks whose partials are
+ *    added in chunk order by a second kernel (CUDA_ROW_CHUNK);
+ *  - per-row ops (norms, softmax, sampling) use one block per row, so a row's
+ *    result never depends on the other rows of the batch.
+ */
+#ifndef KF_KERNELS_CUDA_INTERNAL_H
+#define KF_KERNELS_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+/* common/error.h uses C11's `noreturn` macro, which C++ spells as an attribute. */
+#include <stdnoreturn.h>
+#ifndef noreturn
+#define noreturn [[noreturn]]
+#endif
+extern "C" {
+#include "common/error.h"
+#include "kernels/kernels.h"
+}
+
+#define CUDA_OK(call)                                                                  \
+    do {                                                                               \
+        cudaError_t e_ = (call);                                                       \
+        if (e_ != cudaSuccess) KF_FATAL("CUDA: %s: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+#define CUBLAS_OK(call)                                                            \
+    do {                                                                           \
+        cublasStatus_t s_ = (call);                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                           \
+            KF_FATAL("cuBLAS: %s: %s", #call, cublasGetStatusString(s_));          \
+    } while (0)
+
+/** Checks the last launch (a bad configuration shows up here, not later). */
+#define CUDA_LAUNCHED() CUDA_OK(cudaGetLastError())
+
+/** Rows per partial sum in row reductions (bias/LayerNorm weight gradients). */
+#define CUDA_ROW_CHUNK 64
+
+/** Scratch slots owned by the backend (grown on demand, never shrunk). */
+enum {
+    CU_SCRATCH_A,
+    CU_SCRATCH_B,
+    CU_SCRATCH_C,
+    CU_SCRATCH_D,
+    CU_SCRATCH_VLEN, /* attention's device copy of valid_len */
+    CU_SCRATCH_HOST, /* pinned host memory */
+    CU_SCRATCH_N
+};
+
+typedef struct cuda_impl {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *scratch[CU_SCRATCH_N];
+    size_t scratch_len[CU_SCRATCH_N];
+    double *red;      /* device partials for host-returned reductions */
+    double *red_host; /* pinned landing buffer for them */
+    int sm_count;
+} cuda_impl;
+
+static inline cuda_impl *cu_impl(kf_backend *b) { return (cuda_impl *)b->impl; }
+static inline cudaStream_t cu_stream(kf_backend *b) { return cu_impl(b)->stream; }
+
+/** Device scratch slot `slot` with room for `bytes` (contents undefined).
+ *  Growing synchronises the stream first, so earlier queued users finish. */
+void *cu_scratch(kf_backend *b, int slot, size_t bytes);
+
+/** Blocks for a grid-stride loop over n elements with 256 threads. */
+static inline unsigned cu_blocks(int64_t n, int threads = 256) {
+    int64_t g = (n + threads - 1) / threads;
+    if (g < 1) g = 1;
+    if (g > 65535 * 16) g = 65535 * 16;
+    return (unsigned)g;
+}
+
+/** Warp sum in a fixed butterfly order (every lane gets the same result). */
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename T> __device__ __forceinline__ T warp_max(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/** Block-wide sum, same fixed order every call; all threads get the result.
+ *  blockDim.x must be a multiple of 32 (at most 1024); sh has 32 slots.
+ *  Ends with a barrier, so sh can be reused right after. */
+template <typename T> __device__ __forceinline__ T block_sum(T v, T *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    T t = lane < nw ? sh[lane] : (T)0;
+    t = warp_sum(t);
+    __syncthreads();
+    return t;
+}
+
+template <typename T> __device__ __forceinline__ T block_max(T v, T *sh, T lowest) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    T t = lane < nw ? sh[lane] : lowest;
+    t = warp_max(t);
+    __syncthreads();
+    return t;
+}
+
+/** out[c] += sum over chunks of part[ch * cols + c], chunks in order (the
+ *  second half of every row reduction; cuda_gemm.cu). */
+void cu_col_finish(kf_backend *b, float *out, const float *part, int64_t nchunk, int64_t cols);
+
+/* ---- op implementations (signatures as in kf_backend) ---- */
+void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+               int64_t K, int trans_a, int trans_b, float alpha, float beta);
+void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                       int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
+                       int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b);
+void cu_add_bias(kf_backend *b, float *y, const float *bias, int64_t rows, int64_t cols);
+void cu_bias_grad(kf_backend *b, float *dbias, const float *dy, int64_t rows, int64_t cols);
+
+void cu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const float *x,
+                      const float *w, const float *bias, int64_t rows, int64_t cols, float eps);
+void cu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
+                      const float *x, const float *w, const float *mean, const float *rstd,
+                      int64_t rows, int64_t cols);
+
+void cu_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
+                 int64_t n_head, int64_t head_dim, float base);
+void cu_rope_bwd(kf_backend *b, float *dqkv, const int32_t *pos, int64_t B, int64_t L,
+                 int64_t n_head, int64_t head_dim, float base);
+
+void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
+                 int64_t B, int64_t n_head, int64_t head_dim);
+void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
+                 const float *lse, const float *qkv, const kf_mask *m, int64_t B, int64_t n_head,
+                 int64_t head_dim);
+void cu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
+                    const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
+                    int64_t Q, int64_t n_head, int64_t head_dim);
+
+void cu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind);
+void cu_gelu_bwd(kf_backend *b, float *dx, const float *dy, const float *x, int64_t n,
+                 kf_gelu_kind kind);
+void cu_add_inplace(kf_backend *b, float *y, const float *x, int64_t n);
+void cu_scale(kf_backend *b, float *x, float alpha, int64_t n);
+void cu_fill_column(kf_backend *b, float *x, int64_t rows, int64_t cols, int64_t col, float value);
+void cu_round_half(kf_backend *b, float *x, int64_t n);
+
+void cu_gather_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
+                    int64_t dim);
+void cu_scatter_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
+                     int64_t dim);
+void cu_embed_fwd(kf_backend *b, float *out, const int32_t *ids, const int32_t *row_idx,
+                  const float *table, int64_t n, int64_t dim);
+void cu_embed_bwd(kf_backend *b, float *dtable, const float *dout, const int32_t *ids,
+                  const int32_t *row_idx, int64_t n, int64_t dim, int64_t vocab);
+void cu_noise_features(kf_backend *b, float *out, const double *z, const double *tau, int64_t n,
+                       int64_t H);
+
+void cu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
+             const int32_t *targets, int64_t rows, int64_t V, float grad_scale);
+void cu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V);
+void cu_sample_icdf(kf_backend *b, int32_t *ids, const float *logits, const double *tau,
+                    const double *z, int64_t rows, int64_t V);
+void cu_icdf_bin(kf_backend *b, double *lo, double *hi, const float *logits, const double *tau,
+                 const int32_t *targets, int64_t rows, int64_t V);
+void cu_freq_penalty(kf_backend *b, float *logits, const int32_t *hist, int64_t n_hist,
+                     int64_t rows, int64_t V, float penalty);
+
+double cu_sum(kf_backend *b, const float *x, int64_t n);
+double cu_sumsq(kf_backend *b, const float *x, int64_t n);
+int64_t cu_count_nonfinite(kf_backend *b, const float *x, int64_t n);
+void cu_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v, int64_t n,
+              float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+              float grad_scale);
+void cu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay);
+
+#endif

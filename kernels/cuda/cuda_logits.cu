@@ -1,0 +1,213 @@
+/* kernels/cuda/cuda_logits.cu — ops over logits rows [rows, V]: softmax
+ * cross-entropy, argmax, float64 inverse-CDF sampling and CDF bins, frequency
+ * penalty. One block per row: a row's result never depends on the batch.
+ *
+ * Cross-entropy reads the row for its max, again for the sum of exponentials,
+ * and writes the gradient in a third pass that recomputes each exponential;
+ * probabilities are never stored. The inverse-CDF ops give each thread a
+ * contiguous slice of the vocabulary; slice sums are prefix-summed in slice
+ * order by one thread, so the CDF is a fixed sequence of float64 additions
+ * (the same one in sample_icdf and icdf_bin).
+ */
+#include <math.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+#define ROW_THREADS 512
+
+__global__ void __launch_bounds__(ROW_THREADS) k_xent(float *losses, float *dlogits,
+                                                      const float *logits, const int32_t *targets,
+                                                      int64_t V, float grad_scale) {
+    __shared__ float sh[32];
+    int64_t r = blockIdx.x;
+    const float *x = logits + r * V;
+    float *d = dlogits ? dlogits + r * V : NULL;
+    int32_t t = targets[r];
+    if (t < 0 || t >= V) { /* ignored row (targets >= V are a caller bug: also ignored) */
+        if (losses && threadIdx.x == 0) losses[r] = 0.0f;
+        if (d)
+            for (int64_t v = threadIdx.x; v < V; v += blockDim.x) d[v] = 0.0f;
+        return;
+    }
+    float mx = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, x[v]);
+    mx = block_max(mx, sh, -INFINITY);
+    float s = 0.0f;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(x[v] - mx);
+    float sum = block_sum(s, sh); /* ends with a barrier: x[t] is read before d overwrites it */
+    float xt = x[t];
+    if (losses && threadIdx.x == 0) losses[r] = mx + logf(sum) - xt;
+    if (!d) return;
+    __syncthreads();
+    float g = grad_scale / sum;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        float e = expf(x[v] - mx) * g; /* d may alias x: each element read then written by one thread */
+        d[v] = v == t ? e - grad_scale : e;
+    }
+}
+
+void cu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
+             const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
+    if (rows <= 0) return;
+    k_xent<<<(unsigned)rows, ROW_THREADS, 0, cu_stream(b)>>>(losses, dlogits, logits, targets, V,
+                                                            grad_scale);
+    CUDA_LAUNCHED();
+}
+
+__global__ void __launch_bounds__(ROW_THREADS) k_argmax(int32_t *ids, const float *logits, int64_t V) {
+    __shared__ float shv[ROW_THREADS];
+    __shared__ int64_t shi[ROW_THREADS];
+    const float *x = logits + blockIdx.x * V;
+    float best = -INFINITY;
+    int64_t bi = -1;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        if (bi < 0 || x[v] > best) { best = x[v]; bi = v; }
+    shv[threadIdx.x] = best;
+    shi[threadIdx.x] = bi;
+    __syncthreads();
+    for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (threadIdx.x < st) {
+            float ov = shv[threadIdx.x + st];
+            int64_t oi = shi[threadIdx.x + st];
+            /* larger value wins; on ties (or an empty slot) the smaller index */
+            if (oi >= 0 && (shi[threadIdx.x] < 0 || ov > shv[threadIdx.x] ||
+                            (ov == shv[threadIdx.x] && oi < shi[threadIdx.x]))) {
+                shv[threadIdx.x] = ov;
+                shi[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) ids[blockIdx.x] = (int32_t)(shi[0] < 0 ? 0 : shi[0]);
+}
+
+void cu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V) {
+    if (rows <= 0) return;
+    k_argmax<<<(unsigned)rows, ROW_THREADS, 0, cu_stream(b)>>>(ids, logits, V);
+    CUDA_LAUNCHED();
+}
+
+/* Shared setup of the inverse-CDF ops for row x: returns 1/sum and this
+ * thread's slice [v0, v1) with the CDF just before v0 in *before. */
+struct icdf_row {
+    double mx, inv_sum, before;
+    int64_t v0, v1;
+};
+
+__device__ icdf_row icdf_prepare(const float *x, double tau, int64_t V, double *sh, double *pref) {
+    icdf_row R;
+    int64_t per = (V + blockDim.x - 1) / blockDim.x;
+    R.v0 = min(V, (int64_t)threadIdx.x * per);
+    R.v1 = min(V, R.v0 + per);
+    double mx = -INFINITY;
+    for (int64_t v = R.v0; v < R.v1; v++) mx = fmax(mx, (double)x[v] / tau);
+    R.mx = block_max(mx, sh, (double)-INFINITY);
+    double s = 0.0;
+    for (int64_t v = R.v0; v < R.v1; v++) s += exp((double)x[v] / tau - R.mx);
+    double sum = block_sum(s, sh);
+    R.inv_sum = 1.0 / sum;
+    double ps = 0.0; /* this slice's share of the CDF, same additions as the scan below */
+    for (int64_t v = R.v0; v < R.v1; v++) {
+        double p = exp((double)x[v] / tau - R.mx) * R.inv_sum;
+        if (p > 0.0) ps += p;
+    }
+    pref[threadIdx.x] = ps;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double c = 0.0;
+        for (unsigned i = 0; i < blockDim.x; i++) {
+            double t = pref[i];
+            pref[i] = c;
+            c += t;
+        }
+    }
+    __syncthreads();
+    R.before = pref[threadIdx.x];
+    return R;
+}
+
+#define ICDF_THREADS 256
+
+__global__ void __launch_bounds__(ICDF_THREADS) k_sample_icdf(int32_t *ids, const float *logits,
+                                                              const double *tau, const double *z,
+                                                              int64_t V) {
+    __shared__ double sh[32];
+    __shared__ double pref[ICDF_THREADS];
+    __shared__ long long pick, last;
+    int64_t r = blockIdx.x;
+    const float *x = logits + r * V;
+    if (threadIdx.x == 0) { pick = V; last = 0; }
+    icdf_row R = icdf_prepare(x, tau[r], V, sh, pref);
+    double c = R.before, zr = z[r];
+    int64_t my_pick = V, my_last = -1;
+    for (int64_t v = R.v0; v < R.v1; v++) {
+        double p = exp((double)x[v] / tau[r] - R.mx) * R.inv_sum;
+        if (p <= 0.0) continue;
+        c += p;
+        my_last = v;
+        if (c >= zr) { my_pick = v; break; }
+    }
+    /* integer min/max: order-independent, so atomics are deterministic here */
+    if (my_pick < V) atomicMin(&pick, (long long)my_pick);
+    if (my_last >= 0) atomicMax(&last, (long long)my_last);
+    __syncthreads();
+    if (threadIdx.x == 0) ids[r] = (int32_t)(pick < V ? pick : last);
+}
+
+void cu_sample_icdf(kf_backend *b, int32_t *ids, const float *logits, const double *tau,
+                    const double *z, int64_t rows, int64_t V) {
+    if (rows <= 0) return;
+    k_sample_icdf<<<(unsigned)rows, ICDF_THREADS, 0, cu_stream(b)>>>(ids, logits, tau, z, V);
+    CUDA_LAUNCHED();
+}
+
+__global__ void __launch_bounds__(ICDF_THREADS) k_icdf_bin(double *lo, double *hi, const float *logits,
+                                                           const double *tau,
+                                                           const int32_t *targets, int64_t V) {
+    __shared__ double sh[32];
+    __shared__ double pref[ICDF_THREADS];
+    int64_t r = blockIdx.x;
+    const float *x = logits + r * V;
+    icdf_row R = icdf_prepare(x, tau[r], V, sh, pref);
+    int64_t t = targets[r];
+    if (t < R.v0 || t >= R.v1) return; /* the owner of the target's slice writes */
+    double c = R.before;
+    for (int64_t v = R.v0; v < t; v++) {
+        double p = exp((double)x[v] / tau[r] - R.mx) * R.inv_sum;
+        if (p > 0.0) c += p;
+    }
+    lo[r] = c;
+    hi[r] = c + exp((double)x[t] / tau[r] - R.mx) * R.inv_sum;
+}
+
+void cu_icdf_bin(kf_backend *b, double *lo, double *hi, const float *logits, const double *tau,
+                 const int32_t *targets, int64_t rows, int64_t V) {
+    if (rows <= 0) return;
+    k_icdf_bin<<<(unsigned)rows, ICDF_THREADS, 0, cu_stream(b)>>>(lo, hi, logits, tau, targets, V);
+    CUDA_LAUNCHED();
+}
+
+/* Thread per history slot; the first slot holding an id applies penalty*count
+ * for it (as the CPU backend: one subtraction per distinct id). */
+__global__ void k_freq_penalty(float *logits, const int32_t *hist, int64_t n_hist, int64_t V,
+                               float penalty) {
+    int64_t r = blockIdx.x;
+    const int32_t *h = hist + r * n_hist;
+    for (int64_t j = threadIdx.x; j < n_hist; j += blockDim.x) {
+        int32_t id = h[j];
+        if (id < 0 || id >= V) continue;
+        bool first = true;
+        for (int64_t k = 0; k < j && first; k++) first = h[k] != id;
+        if (!first) continue;
+        int64_t cnt = 0;
+        for (int64_t k = j; k < n_hist; k++) cnt += h[k] == id;
+        logits[r * V + id] -= penalty * (float)cnt;
+    }
+}
+
+void cu_freq_penalty(kf_backend *b, float *logits, const int32_t *hist, int64_t n_hist,
+                     int64_t rows, int64_t V, float penalty) {
+    if (n_hist <= 0 || rows <= 0) return;
+    k_freq_penalty<<<(unsigned)rows, 128, 0, cu_stream(b)>>>(logits, hist, n_hist, V, penalty);
+    CUDA_LAUNCHED();
+}

@@ -1,0 +1,94 @@
+/* kernels/cuda/cuda_optim.cu — reductions returned to the host, AdamW and EMA.
+ *
+ * sum/sumsq/count_nonfinite split x into at most RED_BLOCKS contiguous slices
+ * (the split depends only on n), reduce each slice in a fixed block order in
+ * double, and add the slice results on the host in slice order.
+ * AdamW and EMA are one elementwise launch over the flat parameter buffer,
+ * with the CPU backend's formulas; products and sums use the _rn intrinsics so
+ * the compiler cannot fuse them into FMAs, which keeps the update bitwise equal
+ * to the CPU backend's for equal inputs.
+ */
+#include <math.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+#define RED_BLOCKS 512
+#define RED_THREADS 256
+
+/* mode 0: sum, 1: sum of squares, 2: count of non-finite values */
+__global__ void __launch_bounds__(RED_THREADS) k_reduce(double *part, const float *x, int64_t n,
+                                                        int64_t per, int mode) {
+    __shared__ double sh[32];
+    int64_t i0 = blockIdx.x * per, i1 = min(n, i0 + per);
+    double s = 0.0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+        double v = (double)x[i];
+        s += mode == 0 ? v : mode == 1 ? v * v : (double)!isfinite(x[i]);
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+static double reduce(kf_backend *b, const float *x, int64_t n, int mode) {
+    if (n <= 0) return 0.0;
+    cuda_impl *im = cu_impl(b);
+    int64_t per = (n + RED_BLOCKS - 1) / RED_BLOCKS;
+    per = (per + RED_THREADS - 1) / RED_THREADS * RED_THREADS;
+    int64_t g = (n + per - 1) / per;
+    k_reduce<<<(unsigned)g, RED_THREADS, 0, im->stream>>>(im->red, x, n, per, mode);
+    CUDA_LAUNCHED();
+    CUDA_OK(cudaMemcpyAsync(im->red_host, im->red, (size_t)g * sizeof(double),
+                            cudaMemcpyDeviceToHost, im->stream));
+    CUDA_OK(cudaStreamSynchronize(im->stream));
+    double s = 0.0;
+    for (int64_t i = 0; i < g; i++) s += im->red_host[i];
+    return s;
+}
+
+double cu_sum(kf_backend *b, const float *x, int64_t n) { return reduce(b, x, n, 0); }
+
+double cu_sumsq(kf_backend *b, const float *x, int64_t n) { return reduce(b, x, n, 1); }
+
+int64_t cu_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
+    return (int64_t)llround(reduce(b, x, n, 2));
+}
+
+__global__ void k_adamw(float *p, const float *grads, float *m, float *v, int64_t n, float beta1,
+                        float beta2, float eps, float decay, float step_size, float bc2_sqrt,
+                        float grad_scale) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float g = __fmul_rn(grads[i], grad_scale);
+        float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
+        float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
+        m[i] = mi;
+        v[i] = vi;
+        float den = __fadd_rn(__fdiv_rn(sqrtf(vi), bc2_sqrt), eps);
+        p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), den));
+    }
+}
+
+void cu_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v, int64_t n,
+              float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+              float grad_scale) {
+    KF_CHECK(step >= 1, "adamw: step is 1-based, got %lld", (long long)step);
+    if (n <= 0) return;
+    float step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)step)));
+    float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
+    float decay = 1.0f - lr * weight_decay;
+    k_adamw<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(params, grads, m, v, n, beta1, beta2, eps,
+                                                    decay, step_size, bc2_sqrt, grad_scale);
+    CUDA_LAUNCHED();
+}
+
+__global__ void k_ema(float *ema, const float *p, int64_t n, float decay) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        ema[i] = __fadd_rn(__fmul_rn(decay, ema[i]), __fmul_rn(1.0f - decay, p[i]));
+}
+
+void cu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay) {
+    if (n <= 0) return;
+    k_ema<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(ema, params, n, decay);
+    CUDA_LAUNCHED();
+}

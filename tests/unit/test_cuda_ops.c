@@ -1,0 +1,464 @@
+/* tests/unit/test_cuda_ops.c — every op of the CUDA backend against the CPU
+ * reference backend, forward and backward, with per-op tolerances; plus
+ * determinism (two GPU runs bitwise equal) and batch invariance (a sample's
+ * result alone equals its result inside a larger batch).
+ *
+ * Runs only under `make test-cuda` (a GPU is needed; a missing GPU is a
+ * failure there, not a skip). Inputs are fresh random numbers (fixed seed),
+ * never zeros; each comparison prints its relative error
+ * ||gpu - cpu|| / ||cpu|| so a drift is visible before it fails.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "tests/test.h"
+
+static kf_backend *be[2]; /* 0: cpu reference, 1: cuda */
+
+typedef struct {
+    void *p[2];
+    size_t bytes;
+} buf2;
+
+/* Runs `call` on the CPU backend then on the GPU; inside it, P(x) is buffer
+ * x on the backend being run and BE that backend. */
+#define BOTH(call)                                   \
+    do {                                             \
+        for (int side_ = 0; side_ < 2; side_++) {    \
+            kf_backend *BE = be[side_];              \
+            (void)BE;                                \
+            call;                                    \
+        }                                            \
+    } while (0)
+#define P(x) ((x).p[side_])
+#define PF(x) ((float *)(x).p[side_])
+#define PI(x) ((int32_t *)(x).p[side_])
+#define PD(x) ((double *)(x).p[side_])
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) { /* xorshift64*: uniform in [0, 1) */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
+}
+static float nrand(void) { return (float)(2.0 * urand() - 1.0); }
+
+static buf2 mk(const void *host, size_t bytes) {
+    buf2 x = {{NULL, NULL}, bytes};
+    for (int s = 0; s < 2; s++) {
+        x.p[s] = be[s]->alloc(be[s], bytes);
+        if (host) be[s]->upload(be[s], x.p[s], host, bytes);
+    }
+    return x;
+}
+
+static buf2 mk_rand(int64_t n, float amp) {
+    float *h = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) h[i] = amp * nrand();
+    buf2 x = mk(h, (size_t)n * sizeof(float));
+    free(h);
+    return x;
+}
+
+static buf2 mk_ints(const int32_t *h, int64_t n) { return mk(h, (size_t)n * sizeof(int32_t)); }
+static buf2 mk_doubles(const double *h, int64_t n) { return mk(h, (size_t)n * sizeof(double)); }
+
+static void drop(buf2 *x) {
+    for (int s = 0; s < 2; s++) be[s]->free(be[s], x->p[s]);
+}
+
+static void *down(const buf2 *x, int side) {
+    void *h = malloc(x->bytes ? x->bytes : 1);
+    be[side]->download(be[side], h, x->p[side], x->bytes);
+    return h;
+}
+
+/* Relative L2 error of the GPU's floats against the CPU's (n floats from offset 0). */
+static double rel_err(const buf2 *x, int64_t n, int *nonfinite) {
+    float *c = down(x, 0), *g = down(x, 1);
+    double num = 0, den = 0;
+    *nonfinite = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(g[i]) && isfinite(c[i])) (*nonfinite)++;
+        double d = (double)g[i] - (double)c[i];
+        num += d * d;
+        den += (double)c[i] * c[i];
+    }
+    free(c);
+    free(g);
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+}
+
+static void check_close(const char *what, const buf2 *x, int64_t n, double tol) {
+    int bad;
+    double e = rel_err(x, n, &bad);
+    printf("  %-44s rel err %.3g (tol %.1g)\n", what, e, tol);
+    T_CHECK(bad == 0 && e <= tol, "%s: rel err %.3g > %.3g or %d non-finite", what, e, tol, bad);
+}
+
+static void check_same_bytes(const char *what, const buf2 *x) {
+    char *c = down(x, 0), *g = down(x, 1);
+    T_CHECK(memcmp(c, g, x->bytes) == 0, "%s: cuda differs from cpu", what);
+    printf("  %-44s %s\n", what, memcmp(c, g, x->bytes) == 0 ? "identical" : "DIFFERENT");
+    free(c);
+    free(g);
+}
+
+/* ---- dense algebra ---- */
+
+static void test_matmul(kf_precision prec, int invariant) {
+    static const char *names[2] = {"fp32", "fp16"};
+    int64_t M = 67, N = 45, K = 131;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            buf2 A = mk_rand(M * K, 1), B = mk_rand(K * N, 1), C = mk_rand(M * N, 1);
+            BOTH(BE->matmul(BE, PF(C), PF(A), PF(B), M, N, K, ta, tb, 0.7f, 0.5f));
+            char w[96];
+            snprintf(w, sizeof w, "matmul %s%s ta=%d tb=%d", names[prec], invariant ? " inv" : "", ta, tb);
+            check_close(w, &C, M * N, prec == KF_PREC_FP16 ? 2e-3 : 2e-6);
+            drop(&A), drop(&B), drop(&C);
+        }
+    int64_t batch = 3;
+    buf2 A = mk_rand(batch * M * K, 1), B = mk_rand(K * N, 1), C = mk_rand(batch * M * N, 1);
+    BOTH(BE->matmul_batched(BE, PF(C), PF(A), PF(B), M, N, K, 0, 1, 1.0f, 0.0f, batch, M * N, M * K, 0));
+    check_close(prec == KF_PREC_FP16 ? "matmul_batched fp16 (B broadcast)" : "matmul_batched fp32 (B broadcast)",
+                &C, batch * M * N, prec == KF_PREC_FP16 ? 2e-3 : 2e-6);
+    drop(&A), drop(&B), drop(&C);
+}
+
+/* Batch invariance of the fixed-tiling GEMM: the first 5 rows of a 300-row
+ * product equal the same 5 rows computed alone, bit for bit. */
+static void test_matmul_invariance(void) {
+    kf_backend *g = be[1];
+    int64_t M = 300, N = 96, K = 768;
+    buf2 A = mk_rand(M * K, 1), B = mk_rand(N * K, 1), C1 = mk_rand(M * N, 1), C2 = mk_rand(5 * N, 1);
+    g->batch_invariant = 1;
+    g->matmul(g, C1.p[1], A.p[1], B.p[1], M, N, K, 0, 1, 1.0f, 0.0f);
+    g->matmul(g, C2.p[1], A.p[1], B.p[1], 5, N, K, 0, 1, 1.0f, 0.0f);
+    g->batch_invariant = 0;
+    float *c1 = down(&C1, 1), *c2 = down(&C2, 1);
+    T_CHECK(memcmp(c1, c2, (size_t)(5 * N) * sizeof(float)) == 0,
+            "batch-invariant matmul: rows differ alone vs in a batch of %lld", (long long)M);
+    free(c1), free(c2);
+    drop(&A), drop(&B), drop(&C1), drop(&C2);
+}
+
+static void test_bias(void) {
+    int64_t rows = 300, cols = 77;
+    buf2 y = mk_rand(rows * cols, 1), bias = mk_rand(cols, 1), db = mk_rand(cols, 1);
+    BOTH(BE->add_bias(BE, PF(y), PF(bias), rows, cols));
+    check_close("add_bias", &y, rows * cols, 1e-7);
+    BOTH(BE->bias_grad(BE, PF(db), PF(y), rows, cols));
+    check_close("bias_grad (accumulating)", &db, cols, 1e-6);
+    drop(&y), drop(&bias), drop(&db);
+}
+
+static void test_layernorm(int with_bias) {
+    int64_t rows = 150, cols = 200;
+    buf2 x = mk_rand(rows * cols, 2), w = mk_rand(cols, 1), bias = mk_rand(cols, 1);
+    buf2 y = mk_rand(rows * cols, 1), mean = mk_rand(rows, 1), rstd = mk_rand(rows, 1);
+    buf2 dy = mk_rand(rows * cols, 1), dx = mk_rand(rows * cols, 1), dw = mk_rand(cols, 1),
+         db = mk_rand(cols, 1);
+    BOTH(BE->layernorm_fwd(BE, PF(y), PF(mean), PF(rstd), PF(x), PF(w), with_bias ? PF(bias) : NULL,
+                           rows, cols, 1e-5f));
+    check_close(with_bias ? "layernorm_fwd y (bias)" : "layernorm_fwd y", &y, rows * cols, 1e-6);
+    check_close("layernorm_fwd mean", &mean, rows, 1e-6);
+    check_close("layernorm_fwd rstd", &rstd, rows, 1e-6);
+    BOTH(BE->layernorm_bwd(BE, PF(dx), PF(dw), with_bias ? PF(db) : NULL, PF(dy), PF(x), PF(w),
+                           PF(mean), PF(rstd), rows, cols));
+    check_close("layernorm_bwd dx", &dx, rows * cols, 1e-5);
+    check_close("layernorm_bwd dw", &dw, cols, 1e-5);
+    if (with_bias) check_close("layernorm_bwd dbias", &db, cols, 1e-6);
+    drop(&x), drop(&w), drop(&bias), drop(&y), drop(&mean), drop(&rstd), drop(&dy), drop(&dx),
+        drop(&dw), drop(&db);
+}
+
+static void test_rope(void) {
+    int64_t B = 2, L = 37, nh = 3, D = 64, H = nh * D;
+    int32_t pos[37];
+    for (int i = 0; i < L; i++) pos[i] = (i * 7) % 50;
+    buf2 p = mk_ints(pos, L), x = mk_rand(B * L * 3 * H, 1);
+    BOTH(BE->rope_fwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f));
+    check_close("rope_fwd", &x, B * L * 3 * H, 1e-6);
+    BOTH(BE->rope_bwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f));
+    check_close("rope_bwd", &x, B * L * 3 * H, 1e-6);
+    drop(&p), drop(&x);
+}
+
+/* ---- attention ---- */
+
+static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_t D,
+                      kf_precision prec) {
+    int64_t L = kf_mask_len(&m), H = nh * D;
+    double tol_f = prec == KF_PREC_FP16 ? 2e-3 : 2e-5, tol_b = prec == KF_PREC_FP16 ? 4e-3 : 1e-4;
+    buf2 qkv = mk_rand(B * L * 3 * H, 1.5f), out = mk_rand(B * L * H, 1), lse = mk_rand(B * nh * L, 1);
+    buf2 dout = mk_rand(B * L * H, 1), dqkv = mk_rand(B * L * 3 * H, 1);
+    char w[160];
+    BOTH(BE->set_precision(BE, prec));
+    BOTH(BE->attn_fwd(BE, PF(out), PF(lse), PF(qkv), &m, B, nh, D));
+    /* rows before q_start are not written: compare only the rest */
+    float *oc = down(&out, 0), *og = down(&out, 1), *lc = down(&lse, 0), *lg = down(&lse, 1);
+    double num = 0, den = 0, lnum = 0, lden = 0;
+    int nonfinite = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t r = m.q_start; r < L; r++) {
+            for (int64_t c = 0; c < H; c++) {
+                int64_t i = (b * L + r) * H + c;
+                nonfinite += !isfinite(og[i]);
+                num += ((double)og[i] - oc[i]) * ((double)og[i] - oc[i]);
+                den += (double)oc[i] * oc[i];
+            }
+            for (int64_t h = 0; h < nh; h++) {
+                int64_t i = (b * nh + h) * L + r;
+                lnum += ((double)lg[i] - lc[i]) * ((double)lg[i] - lc[i]);
+                lden += (double)lc[i] * lc[i];
+            }
+        }
+    double e = sqrt(num) / sqrt(den > 0 ? den : 1), el = sqrt(lnum) / sqrt(lden > 0 ? lden : 1);
+    printf("  attn_fwd %-35s out %.3g lse %.3g\n", name, e, el);
+    T_CHECK(!nonfinite && e <= tol_f && el <= tol_f, "attn_fwd %s: out err %.3g lse err %.3g", name, e, el);
+    free(oc), free(og), free(lc), free(lg);
+    /* the backward reads the forward's out/lse: give both sides the CPU's */
+    float *ho = down(&out, 0), *hl = down(&lse, 0);
+    be[1]->upload(be[1], out.p[1], ho, out.bytes);
+    be[1]->upload(be[1], lse.p[1], hl, lse.bytes);
+    free(ho), free(hl);
+    BOTH(BE->attn_bwd(BE, PF(dqkv), PF(dout), PF(out), PF(lse), PF(qkv), &m, B, nh, D));
+    snprintf(w, sizeof w, "attn_bwd %s", name);
+    check_close(w, &dqkv, B * L * 3 * H, tol_b);
+    /* determinism: a second GPU backward is bitwise identical */
+    buf2 d2 = mk_rand(B * L * 3 * H, 1);
+    be[1]->attn_bwd(be[1], d2.p[1], dout.p[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D);
+    float *a1 = down(&dqkv, 1), *a2 = down(&d2, 1);
+    T_CHECK(memcmp(a1, a2, dqkv.bytes) == 0, "attn_bwd %s: two runs differ", name);
+    free(a1), free(a2);
+    /* batch invariance: sample 0 alone gives the same out as inside the batch */
+    if (B > 1) {
+        kf_mask m1 = m;
+        buf2 o1 = mk_rand(L * H, 1), l1 = mk_rand(nh * L, 1);
+        be[1]->attn_fwd(be[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D);
+        be[1]->attn_fwd(be[1], o1.p[1], l1.p[1], qkv.p[1], &m1, 1, nh, D);
+        float *fb = down(&out, 1), *f1 = down(&o1, 1);
+        T_CHECK(memcmp(fb + m.q_start * H, f1 + m.q_start * H, (size_t)((L - m.q_start) * H) * sizeof(float)) == 0,
+                "attn_fwd %s: sample 0 alone differs from inside the batch", name);
+        free(fb), free(f1);
+        drop(&o1), drop(&l1);
+    }
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&qkv), drop(&out), drop(&lse), drop(&dout), drop(&dqkv), drop(&d2);
+}
+
+static void test_attention(void) {
+    int32_t vl[3] = {75, 40, 1};
+    kf_mask causal = {.n_ctx = 75};
+    attn_case("causal N=75 D=64", causal, 2, 2, 64, KF_PREC_FP32);
+    attn_case("causal N=75 D=64 fp16", causal, 2, 2, 64, KF_PREC_FP16);
+    kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
+    attn_case("causal N=75 valid_len D=32", cpad, 3, 2, 32, KF_PREC_FP32);
+    kf_mask causal200 = {.n_ctx = 200};
+    attn_case("causal N=200 D=128", causal200, 1, 2, 128, KF_PREC_FP32);
+    attn_case("causal N=200 D=16", causal200, 2, 1, 16, KF_PREC_FP32);
+    for (int k = 1; k <= 4; k *= 2) {
+        char name[80];
+        kf_mask sf = {.n_ctx = 70, .group = k, .n_groups = 70};
+        snprintf(name, sizeof name, "SingleForward k=%d N=70", k);
+        attn_case(name, sf, 2, 2, 64, KF_PREC_FP32);
+        kf_mask df = {.n_ctx = 70, .group = 2 * k, .n_groups = 70, .q_start = 70};
+        snprintf(name, sizeof name, "DoubleForward k=%d q_start=70", k);
+        attn_case(name, df, 2, 2, 64, KF_PREC_FP32);
+        kf_mask sfp = {.n_ctx = 75, .group = k, .n_groups = 75, .valid_len = vl};
+        snprintf(name, sizeof name, "SingleForward k=%d valid_len", k);
+        attn_case(name, sfp, 3, 1, 32, KF_PREC_FP32);
+    }
+    kf_mask sf16 = {.n_ctx = 64, .group = 4, .n_groups = 64};
+    attn_case("SingleForward k=4 fp16", sf16, 2, 2, 64, KF_PREC_FP16);
+    kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
+    attn_case("q_start=37 inside the context", dfq, 2, 1, 64, KF_PREC_FP32);
+}
+
+static void test_attn_decode(void) {
+    int64_t B = 2, cap = 90, P = 61, Q = 4, nh = 2, D = 64, H = nh * D, qs = 3 * H;
+    buf2 q = mk_rand(B * Q * qs, 1), kc = mk_rand(B * cap * H, 1), vc = mk_rand(B * cap * H, 1);
+    buf2 out = mk_rand(B * Q * H, 1);
+    for (int prec = 0; prec < 2; prec++) {
+        BOTH(BE->set_precision(BE, (kf_precision)prec));
+        BOTH(BE->attn_decode(BE, PF(out), PF(q), qs, PF(kc), PF(vc), B, cap, P, Q, nh, D));
+        check_close(prec ? "attn_decode fp16" : "attn_decode fp32", &out, B * Q * H, prec ? 2e-3 : 1e-5);
+    }
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&q), drop(&kc), drop(&vc), drop(&out);
+}
+
+/* ---- pointwise and rows ---- */
+
+static void test_pointwise(void) {
+    int64_t n = 10007;
+    buf2 x = mk_rand(n, 4), y = mk_rand(n, 1), dy = mk_rand(n, 1), dx = mk_rand(n, 1);
+    for (int kind = 0; kind < 2; kind++) {
+        BOTH(BE->gelu_fwd(BE, PF(y), PF(x), n, (kf_gelu_kind)kind));
+        check_close(kind ? "gelu_fwd erf" : "gelu_fwd tanh", &y, n, 1e-6);
+        BOTH(BE->gelu_bwd(BE, PF(dx), PF(dy), PF(x), n, (kf_gelu_kind)kind));
+        check_close(kind ? "gelu_bwd erf" : "gelu_bwd tanh", &dx, n, 1e-6);
+    }
+    BOTH(BE->add_inplace(BE, PF(y), PF(x), n));
+    check_same_bytes("add_inplace", &y);
+    BOTH(BE->scale(BE, PF(y), 0.37f, n));
+    check_same_bytes("scale", &y);
+    BOTH(BE->fill_column(BE, PF(y), 100, 100, 17, -1000.0f));
+    check_same_bytes("fill_column", &y);
+    BOTH(BE->round_half(BE, PF(x), n));
+    check_same_bytes("round_half", &x);
+    drop(&x), drop(&y), drop(&dy), drop(&dx);
+}
+
+static void test_rows(void) {
+    int64_t n = 300, dim = 96, vocab = 50;
+    int32_t ids[300], idx[300];
+    for (int i = 0; i < n; i++) {
+        ids[i] = (int32_t)(urand() * (i % 3 ? vocab : 4)); /* many repeats */
+        idx[i] = (int32_t)((i * 7) % n);                   /* a permutation (7 coprime to 300) */
+    }
+    buf2 bid = mk_ints(ids, n), bidx = mk_ints(idx, n);
+    buf2 table = mk_rand(vocab * dim, 1), out = mk_rand(n * dim, 1), src = mk_rand(n * dim, 1);
+    buf2 dtable = mk_rand(vocab * dim, 1);
+    BOTH(BE->gather_rows(BE, PF(out), PF(src), PI(bidx), n, dim));
+    check_same_bytes("gather_rows", &out);
+    BOTH(BE->scatter_rows(BE, PF(out), PF(src), PI(bidx), n, dim));
+    check_same_bytes("scatter_rows", &out);
+    BOTH(BE->embed_fwd(BE, PF(out), PI(bid), PI(bidx), PF(table), n, dim));
+    check_same_bytes("embed_fwd (row_idx)", &out);
+    BOTH(BE->embed_bwd(BE, PF(dtable), PF(src), PI(bid), PI(bidx), n, dim, vocab));
+    check_same_bytes("embed_bwd (row_idx, repeated ids)", &dtable);
+    BOTH(BE->embed_bwd(BE, PF(dtable), PF(src), PI(bid), NULL, n, dim, vocab));
+    check_same_bytes("embed_bwd", &dtable);
+    double z[40], tau[40];
+    for (int i = 0; i < 40; i++) z[i] = urand(), tau[i] = urand();
+    buf2 bz = mk_doubles(z, 40), bt = mk_doubles(tau, 40), feat = mk_rand(40 * 2 * 128, 1);
+    BOTH(BE->noise_features(BE, PF(feat), PD(bz), PD(bt), 40, 128));
+    check_close("noise_features", &feat, 40 * 2 * 128, 1e-6);
+    drop(&bid), drop(&bidx), drop(&table), drop(&out), drop(&src), drop(&dtable), drop(&bz),
+        drop(&bt), drop(&feat);
+}
+
+/* ---- logits ---- */
+
+static void test_logits(void) {
+    int64_t rows = 24, V = 5003;
+    buf2 logits = mk_rand(rows * V, 6), losses = mk_rand(rows, 1), dl = mk_rand(rows * V, 1);
+    int32_t tg[24];
+    for (int i = 0; i < rows; i++) tg[i] = i % 7 == 3 ? -1 : (int32_t)(urand() * V);
+    buf2 t = mk_ints(tg, rows);
+    BOTH(BE->xent(BE, PF(losses), PF(dl), PF(logits), PI(t), rows, V, 0.25f));
+    check_close("xent losses", &losses, rows, 1e-6);
+    check_close("xent dlogits", &dl, rows * V, 1e-6);
+    buf2 lcopy = mk_rand(rows * V, 1);
+    BOTH(BE->copy(BE, P(lcopy), P(logits), lcopy.bytes));
+    BOTH(BE->xent(BE, NULL, PF(lcopy), PF(lcopy), PI(t), rows, V, 1.0f));
+    check_close("xent dlogits aliasing logits", &lcopy, rows * V, 1e-6);
+
+    /* argmax with planted ties: the first index must win */
+    float *h = down(&logits, 0);
+    for (int r = 0; r < rows; r++) h[r * V + 100 + r] = h[r * V + 4000] = 50.0f;
+    BOTH(BE->upload(BE, P(logits), h, logits.bytes));
+    free(h);
+    buf2 ids = mk_ints(NULL, rows);
+    BOTH(BE->argmax(BE, PI(ids), PF(logits), rows, V));
+    check_same_bytes("argmax (ties)", &ids);
+
+    double z[24], tau[24];
+    buf2 l2 = mk_rand(rows * V, 4);
+    for (int i = 0; i < rows; i++) z[i] = urand(), tau[i] = i == 0 ? 0.01 : 0.2 + urand();
+    z[1] = 0.0, z[2] = 1.0;
+    buf2 bz = mk_doubles(z, rows), bt = mk_doubles(tau, rows);
+    BOTH(BE->sample_icdf(BE, PI(ids), PF(l2), PD(bt), PD(bz), rows, V));
+    check_same_bytes("sample_icdf", &ids);
+    buf2 lo = mk_doubles(z, rows), hi = mk_doubles(z, rows);
+    BOTH(BE->icdf_bin(BE, PD(lo), PD(hi), PF(l2), PD(bt), PI(ids), rows, V));
+    double *loc = down(&lo, 0), *log_ = down(&lo, 1), *hic = down(&hi, 0), *hig = down(&hi, 1);
+    double md = 0;
+    for (int i = 0; i < rows; i++) md = fmax(md, fmax(fabs(loc[i] - log_[i]), fabs(hic[i] - hig[i])));
+    printf("  %-44s max abs err %.3g\n", "icdf_bin", md);
+    T_CHECK(md < 1e-12, "icdf_bin: max abs err %.3g", md);
+    free(loc), free(log_), free(hic), free(hig);
+
+    int64_t nh = 40;
+    int32_t hist[24 * 40];
+    for (int i = 0; i < rows * nh; i++) hist[i] = i % 5 == 0 ? -1 : (int32_t)(urand() * 30);
+    buf2 bh = mk_ints(hist, rows * nh);
+    BOTH(BE->freq_penalty(BE, PF(l2), PI(bh), nh, rows, V, 0.3f));
+    check_same_bytes("freq_penalty", &l2);
+    drop(&logits), drop(&losses), drop(&dl), drop(&t), drop(&lcopy), drop(&ids), drop(&l2),
+        drop(&bz), drop(&bt), drop(&lo), drop(&hi), drop(&bh);
+}
+
+/* ---- reductions and optimiser ---- */
+
+static void test_optim(void) {
+    int64_t n = 1000003;
+    buf2 x = mk_rand(n, 3);
+    double s[2], q[2];
+    for (int i = 0; i < 2; i++) {
+        s[i] = be[i]->sum(be[i], x.p[i], n);
+        q[i] = be[i]->sumsq(be[i], x.p[i], n);
+    }
+    printf("  sum %.17g vs %.17g, sumsq %.17g vs %.17g\n", s[0], s[1], q[0], q[1]);
+    T_CLOSE(s[1], s[0], 1e-9, "sum");
+    T_CLOSE(q[1], q[0], 1e-12, "sumsq");
+    float *h = down(&x, 0);
+    h[5] = INFINITY, h[77777] = NAN, h[n - 1] = -INFINITY;
+    BOTH(BE->upload(BE, P(x), h, x.bytes));
+    free(h);
+    T_CHECK(be[1]->count_nonfinite(be[1], x.p[1], n) == 3, "count_nonfinite: want 3");
+    T_CHECK(be[0]->count_nonfinite(be[0], x.p[0], n) == 3, "count_nonfinite (cpu): want 3");
+
+    int64_t np = 100003;
+    buf2 p = mk_rand(np, 1), g = mk_rand(np, 1), m = mk_rand(np, 0.1f), e = mk_rand(np, 1);
+    float *hv = malloc((size_t)np * sizeof(float)); /* second moments are non-negative */
+    for (int64_t i = 0; i < np; i++) hv[i] = 0.01f * nrand() * nrand();
+    for (int64_t i = 0; i < np; i++) hv[i] *= hv[i];
+    buf2 v = mk(hv, (size_t)np * sizeof(float));
+    free(hv);
+    for (int step = 1; step <= 3; step++) {
+        BOTH(BE->adamw(BE, PF(p), PF(g), PF(m), PF(v), np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, step, 0.5f));
+        BOTH(BE->ema(BE, PF(e), PF(p), np, 0.999f));
+    }
+    check_close("adamw params", &p, np, 1e-6);
+    check_close("adamw m", &m, np, 1e-6);
+    check_close("adamw v", &v, np, 1e-6);
+    check_close("ema", &e, np, 1e-6);
+    drop(&x), drop(&p), drop(&g), drop(&m), drop(&v), drop(&e);
+}
+
+int main(void) {
+    char msg[256] = "";
+    be[0] = kernels_cpu_create();
+    be[1] = kernels_cuda_create(0, msg, sizeof msg);
+    T_CHECK(be[1] != NULL, "no CUDA backend: %s", msg);
+    if (!be[1]) return T_DONE();
+    test_matmul(KF_PREC_FP32, 0);
+    BOTH(BE->set_precision(BE, KF_PREC_FP16));
+    test_matmul(KF_PREC_FP16, 0);
+    be[1]->batch_invariant = 1;
+    test_matmul(KF_PREC_FP16, 1);
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    test_matmul(KF_PREC_FP32, 1);
+    be[1]->batch_invariant = 0;
+    test_matmul_invariance();
+    test_bias();
+    test_layernorm(0);
+    test_layernorm(1);
+    test_rope();
+    test_attention();
+    test_attn_decode();
+    test_pointwise();
+    test_rows();
+    test_logits();
+    test_optim();
+    be[0]->destroy(be[0]);
+    be[1]->destroy(be[1]);
+    return T_DONE();
+}
