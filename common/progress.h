@@ -5,7 +5,7 @@
  *   "shards train [=======>      ]  52%  1.2 GB  38.5 MB/s  ETA 0:00:31  docs 1234"
  * Otherwise (logs, pipes, Slurm output): a plain line every N seconds
  * (N = KF_PROGRESS_INTERVAL, default 10), so logs stay readable:
- *   "2026-01-31 12:00:00 kf: shards train: 52% 1.2 GB 38.5 MB/s ETA 0:00:31 docs 1234"
+ *   "2026-01-31 12:00:00 kf: shards train:  52%  1.2 GB  38.5 MB/s  ETA 0:00:31  docs 1234"
  * progress_end prints a final line with the totals and the mean rate in both
  * cases.
  *
