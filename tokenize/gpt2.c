@@ -17,7 +17,7 @@
 #include "tokenize/tok_internal.h"
 #include "tokenize/unicode.h"
 
-enum { NO_RANK = INT32_MAX };
+enum { NO_RANK = INT32_MAX, BPE_SHORT = 48 /* bytes; longer pieces use the heap */ };
 
 /* Cache bounds: pieces longer than CACHE_MAX_KEY bytes are not cached; the
  * cache is emptied when it reaches CACHE_ENTRIES entries or its pools fill,
@@ -48,6 +48,7 @@ struct gpt2_state {
     int32_t eot;           /* <|endoftext|> */
     /* BPE workspace */
     int32_t *w, *r, *mg;
+    uint64_t *heap;
     size_t wcap;
     /* cache */
     cache_slot *cslots;
@@ -104,14 +105,21 @@ static inline int32_t merge_rank(const gpt2_state *g, int32_t a, int32_t b, int3
 
 /* ---- BPE ---- */
 
-static void bpe(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
+static void grow_work(gpt2_state *g, size_t n)
 {
-    if (n > g->wcap) {
-        g->wcap = 2 * n;
-        g->w = kf_realloc(g->w, g->wcap * sizeof *g->w);
-        g->r = kf_realloc(g->r, g->wcap * sizeof *g->r);
-        g->mg = kf_realloc(g->mg, g->wcap * sizeof *g->mg);
-    }
+    if (n <= g->wcap) return;
+    g->wcap = 2 * n;
+    g->w = kf_realloc(g->w, g->wcap * sizeof *g->w);
+    g->r = kf_realloc(g->r, g->wcap * sizeof *g->r);
+    g->mg = kf_realloc(g->mg, g->wcap * sizeof *g->mg);
+    /* the heap holds at most n-1 initial pairs + one net entry per merge */
+    g->heap = kf_realloc(g->heap, 2 * g->wcap * sizeof *g->heap);
+}
+
+/* Short pieces: rescan for the lowest rank after every merge (O(n^2), but
+ * no bookkeeping, which wins for the usual 2-20 bytes). */
+static void bpe_short(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
+{
     int32_t *w = g->w, *r = g->r, *mg = g->mg;
     size_t m = n;
     for (size_t i = 0; i < n; i++) w[i] = g->byte_id[p[i]];
@@ -132,6 +140,76 @@ static void bpe(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
         if (best > 0) r[best - 1] = merge_rank(g, w[best - 1], w[best], &mg[best - 1]);
     }
     for (size_t i = 0; i < m; i++) tok_ids_push(out, w[i]);
+}
+
+static void heap_push(uint64_t *h, size_t *n, uint64_t v)
+{
+    size_t i = (*n)++;
+    while (i && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n)
+{
+    uint64_t top = h[0], v = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return top;
+}
+
+/* Long pieces: symbols in a linked list over byte positions and a min-heap
+ * of candidate merges keyed (rank, position of the left symbol), so the
+ * lowest rank wins and ties go to the leftmost pair, as in the rescan; stale
+ * entries are skipped (a rank identifies its pair, so an entry is current iff
+ * its position still starts a symbol whose pair has that rank). O(n log n). */
+static void bpe_long(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
+{
+    int32_t *id = g->w, *nx = g->r, *pv = g->mg;
+    uint64_t *heap = g->heap;
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++) {
+        id[i] = g->byte_id[p[i]];
+        nx[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
+        pv[i] = (int32_t)i - 1;
+    }
+    int32_t mrg;
+    for (size_t i = 0; i + 1 < n; i++) {
+        int32_t rk = merge_rank(g, id[i], id[i + 1], &mrg);
+        if (rk != NO_RANK) heap_push(heap, &hn, (uint64_t)rk << 32 | i);
+    }
+    while (hn) {
+        uint64_t e = heap_pop(heap, &hn);
+        int32_t rk = (int32_t)(e >> 32), i = (int32_t)(uint32_t)e;
+        if (id[i] < 0 || nx[i] < 0 || merge_rank(g, id[i], id[nx[i]], &mrg) != rk) continue;
+        int32_t j = nx[i];
+        id[i] = mrg;
+        id[j] = -1; /* j no longer starts a symbol */
+        nx[i] = nx[j];
+        if (nx[i] >= 0) pv[nx[i]] = i;
+        if (nx[i] >= 0 && (rk = merge_rank(g, id[i], id[nx[i]], &mrg)) != NO_RANK)
+            heap_push(heap, &hn, (uint64_t)rk << 32 | (uint32_t)i);
+        if (pv[i] >= 0 && (rk = merge_rank(g, id[pv[i]], id[i], &mrg)) != NO_RANK)
+            heap_push(heap, &hn, (uint64_t)rk << 32 | (uint32_t)pv[i]);
+    }
+    for (int32_t i = 0; i >= 0; i = nx[i]) tok_ids_push(out, id[i]);
+}
+
+static void bpe(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
+{
+    grow_work(g, n);
+    if (n <= BPE_SHORT) bpe_short(g, p, n, out);
+    else bpe_long(g, p, n, out);
 }
 
 /* ---- bounded cache: piece bytes -> ids ---- */
@@ -450,6 +528,7 @@ void gpt2_free(gpt2_state *g)
     free(g->w);
     free(g->r);
     free(g->mg);
+    free(g->heap);
     free(g->cslots);
     free(g->ckeys);
     free(g->cids);

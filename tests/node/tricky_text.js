@@ -65,6 +65,16 @@ const cases = [
   "hyphen-ated words, e.g. state-of-the-art, U.S.A., Ph.D., i.e.",
   "word's words' Jones's 'quoted' rock 'n' roll",
 ];
+// long pieces (BPE on more than a few dozen bytes): pseudo-random words over
+// small alphabets, so that many different merges compete
+let seed = 12345;
+const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+for (const alphabet of ["ab", "thequickbrownfox", "ing", "0123456789", "éàü", "!?.,-"]) {
+  const a = [...alphabet];
+  let s = "";
+  for (let i = 0; i < 60 + rnd(400); i++) s += a[rnd(a.length)];
+  cases.push(s, " " + s + " " + s.toUpperCase());
+}
 const bufs = cases.map((c) => Buffer.from(c, "utf8"));
 // invalid UTF-8: stray continuation, truncated sequences, overlong, surrogate, > U+10FFFF
 bufs.push(Buffer.from([0x61, 0x80, 0x62, 0xc3, 0x63, 0xe2, 0x82, 0x20, 0xf0, 0x9f, 0x98, 0x64]));
