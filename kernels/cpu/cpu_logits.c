@@ -62,17 +62,21 @@ void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, 
     }
 }
 
-/* e[v] = exp(l_v/tau - max) in float64; returns their sum (id order), so that
- * p_v = e[v] / sum is softmax(logits/tau). */
+/* e[v] = exp(l_v/tau - max) in float64; returns their sum, so that p_v =
+ * e[v] / sum is softmax(logits/tau). The normaliser is a vector reduction
+ * (fixed lane order for a given build and CPU); the CDF itself is then
+ * accumulated strictly in id order. */
+CPU_SIMD_CLONES
 static double icdf_weights(double *e, const float *x, double tau, int64_t V) {
-    double mx = -INFINITY;
+    double mx = -INFINITY, sum = 0.0;
+#pragma omp simd reduction(max : mx)
     for (int64_t v = 0; v < V; v++) {
         double a = (double)x[v] / tau;
         mx = a > mx ? a : mx;
     }
-    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t v = 0; v < V; v++) {
-        e[v] = exp((double)x[v] / tau - mx);
+        e[v] = cpu_exp((double)x[v] / tau - mx);
         sum += e[v];
     }
     return sum;
