@@ -13,9 +13,10 @@
 #include "kernels/kernels.h"
 
 /* gcc only if-converts float selects (and so vectorises loops such as
- * cpu_expf's) without -ftrapping-math; results are unchanged, since the
- * backend never enables floating-point traps. */
-#pragma GCC optimize("no-trapping-math")
+ * cpu_expf's) without -ftrapping-math, and only vectorises sqrtf without
+ * -fmath-errno; results are unchanged (the backend never enables
+ * floating-point traps or reads errno, and sqrt is correctly rounded). */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
 
 /** Rows per partial sum in row reductions; independent of the thread count. */
 #define KF_CPU_ROW_CHUNK 64

@@ -1,8 +1,8 @@
 /* kernels/cpu/cpu_optim.c — reductions returned to the host, AdamW and EMA.
  *
- * sum/sumsq accumulate in double over fixed chunks of SUM_CHUNK elements,
- * and the chunk partials are added in chunk order, so the result does not
- * depend on the thread count.
+ * sum/sumsq accumulate in double over fixed chunks of SUM_CHUNK elements
+ * (vector lanes in a fixed order inside a chunk), and the chunk partials are
+ * added in chunk order, so the result does not depend on the thread count.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -20,10 +20,13 @@ static double chunked_sum(const float *x, int64_t n, int square) {
     for (int64_t ch = 0; ch < nchunk; ch++) {
         int64_t i1 = (ch + 1) * SUM_CHUNK < n ? (ch + 1) * SUM_CHUNK : n;
         double s = 0.0;
-        if (square)
+        if (square) {
+#pragma omp simd reduction(+ : s)
             for (int64_t i = ch * SUM_CHUNK; i < i1; i++) s += (double)x[i] * (double)x[i];
-        else
+        } else {
+#pragma omp simd reduction(+ : s)
             for (int64_t i = ch * SUM_CHUNK; i < i1; i++) s += (double)x[i];
+        }
         part[ch] = s;
     }
     double s = 0.0;
