@@ -231,6 +231,17 @@ static void check_fp16(kf_backend *be) {
     T_CHECK(memcmp(o_a, o_b, (size_t)no * 4) == 0, "fp16 attn_fwd out != half(fp32 attn(half inputs))");
     T_CHECK(memcmp(l_a, l_b, (size_t)nl * 4) == 0, "fp16 attn_fwd lse != fp32 lse of half inputs");
     T_CHECK(memcmp(g_a, g_b, (size_t)nq * 4) == 0, "fp16 attn_bwd != half(fp32 bwd(half inputs))");
+    /* decode: q rows of the first sample over its own K/V rows as the caches */
+    const int64_t P = 5, Q = 3;
+    float *dc_a = kf_malloc((size_t)(Q * H) * 4), *dc_b = kf_malloc((size_t)(Q * H) * 4);
+    be->set_precision(be, KF_PREC_FP16);
+    be->attn_decode(be, dc_a, qkv + P * 3 * H, 3 * H, qkv + H, qkv + 2 * H, 1, L / 2, P, Q, nh, D);
+    be->set_precision(be, KF_PREC_FP32);
+    /* the caches' row stride is H, so rows j of the cache are qkv floats [H + j*H, ...) */
+    be->attn_decode(be, dc_b, q16 + P * 3 * H, 3 * H, q16 + H, q16 + 2 * H, 1, L / 2, P, Q, nh, D);
+    for (int64_t i = 0; i < Q * H; i++) dc_b[i] = (float)(_Float16)dc_b[i];
+    T_CHECK(memcmp(dc_a, dc_b, (size_t)(Q * H) * 4) == 0, "fp16 attn_decode != half(fp32 decode(half inputs))");
+    free(dc_a); free(dc_b);
     int changed = 0;
     be->attn_fwd(be, o_b, l_b, qkv, &m, B, nh, D);
     for (int64_t i = 0; i < no; i++) changed |= o_b[i] != o_a[i];
