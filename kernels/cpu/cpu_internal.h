@@ -35,7 +35,8 @@ float *cpu_scratch(kf_backend *b, int slot, size_t n);
 
 /** exp(x) in fp32 that compilers vectorise (no libm call): 2^n * P(r) with
  *  n = round(x/ln2), Cephes' degree-6 polynomial, within 2 ulp of exp; 0 below
- *  -87 (where expf is denormal or 0). */
+ *  -87 (where expf is denormal or 0). Arguments are clamped at 88 (callers
+ *  pass x - max <= 0); NaN stays NaN. */
 static inline float cpu_expf(float x) {
     float xc = x < -87.0f ? -87.0f : x;
     xc = xc > 88.0f ? 88.0f : xc;
@@ -56,7 +57,7 @@ static inline float cpu_expf(float x) {
 /** exp(x) in float64 that compilers vectorise: 2^n * P(r) with n = round(x/ln2)
  *  (read from the rounding constant's low bits, so no double->int64 convert),
  *  r split in two parts of ln2, Taylor polynomial to degree 13; within 2 ulp
- *  of exp; 0 below -708. */
+ *  of exp; 0 below -708, clamped at 709 (callers pass x - max <= 0). */
 static inline double cpu_exp(double x) {
     double xc = x < -708.0 ? -708.0 : x;
     xc = xc > 709.0 ? 709.0 : xc;
