@@ -90,17 +90,32 @@ static void check_layernorm(kf_backend *be, int has_bias) {
 }
 
 /* ---- bias ---- */
+typedef struct { int64_t rows, cols; const double *y, *gy; } bias_ctx;
+
+static double bias_loss(const double *bias, void *vctx) {
+    bias_ctx *c = vctx;
+    double l = 0;
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t k = 0; k < c->cols; k++) l += (c->y[r * c->cols + k] + bias[k]) * c->gy[r * c->cols + k];
+    return l;
+}
+
 static void check_bias(kf_backend *be) {
-    const int64_t R = 150, C = 7;
-    float *dy = tu_randf(R * C, 1.0), *db = tu_randf(C, 1.0), *db0 = kf_malloc(C * 4);
+    const int64_t R = 150, C = 7; /* several 64-row chunks */
+    float *y = tu_randf(R * C, 1.0), *dy = tu_randf(R * C, 1.0), *bias = tu_randf(C, 1.0);
+    float *db = tu_randf(C, 1.0), *db0 = kf_malloc(C * 4), *yb = kf_malloc(R * C * 4);
     memcpy(db0, db, C * 4);
+    memcpy(yb, y, R * C * 4);
+    be->add_bias(be, yb, bias, R, C);
+    int ok = 1;
+    for (int64_t i = 0; i < R * C; i++) ok &= yb[i] == y[i] + bias[i % C];
+    T_CHECK(ok, "add_bias");
     be->bias_grad(be, db, dy, R, C);
-    /* d/dbias of sum(dy * (y + bias)) is the column sum, exactly linear: FD equals it */
-    double *g = kf_calloc(C, sizeof(double));
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t c = 0; c < C; c++) g[c] += dy[r * C + c];
+    bias_ctx c = {R, C, tu_tod(y, R * C), tu_tod(dy, R * C)};
+    double *bd = tu_tod(bias, C), g[7];
+    fd_grad(g, bd, C, bias_loss, &c);
     TU_ERR("bias_grad", delta_err(db, db0, g, C), 1e-5);
-    free(dy); free(db); free(db0); free(g);
+    free(y); free(dy); free(bias); free(db); free(db0); free(yb); free((void *)c.y); free((void *)c.gy); free(bd);
 }
 
 /* ---- rope ---- */
