@@ -155,26 +155,22 @@ static const char *kf_bin(void) {
 
 /* Runs one stage (or the shards pseudo-stage) here; np > 1 uses mpirun. */
 static int run_stage_local(const char *run, const runconfig *rc, const char *stage, int np, kf_err *err) {
-    char yaml[PATH_MAX], ckpt[PATH_MAX], npbuf[16];
+    char yaml[PATH_MAX], npbuf[16];
     snprintf(yaml, sizeof yaml, "%s/run.yaml", run);
     char *argv[24];
     int a = 0;
     const runconfig_stage *s = runconfig_stage_find(rc, stage);
     if (!s) {
         argv[a++] = (char *)kf_bin(), argv[a++] = "shards", argv[a++] = "build", argv[a++] = yaml;
-    } else if (s->kind == RC_KIND_IMPORT) {
-        argv[a++] = (char *)kf_bin(), argv[a++] = "import", argv[a++] = s->path;
-        argv[a++] = "--run-dir", argv[a++] = (char *)run, argv[a++] = "--stage", argv[a++] = s->name;
     } else {
         if (np > 1) {
             snprintf(npbuf, sizeof npbuf, "%d", np);
             argv[a++] = "mpirun", argv[a++] = "-np", argv[a++] = npbuf, argv[a++] = "--oversubscribe";
             if (geteuid() == 0) argv[a++] = "--allow-run-as-root";
         }
-        argv[a++] = (char *)kf_bin(), argv[a++] = "train", argv[a++] = yaml;
-        argv[a++] = "--stage", argv[a++] = s->name, argv[a++] = "--run-dir", argv[a++] = (char *)run;
-        snprintf(ckpt, sizeof ckpt, "%s/stages/%s/ckpt/latest", run, s->name);
-        if (fs_exists(ckpt)) argv[a++] = "--resume";
+        /* --resume continues from the newest valid checkpoint, or starts at 0 */
+        argv[a++] = (char *)kf_bin(), argv[a++] = "train", argv[a++] = yaml, argv[a++] = "--stage";
+        argv[a++] = s->name, argv[a++] = "--run-dir", argv[a++] = (char *)run, argv[a++] = "--resume";
     }
     argv[a] = NULL;
     fprintf(stderr, "kf jobs: %s: running", stage);
@@ -439,6 +435,12 @@ typedef struct row {
     double eta_s, ckpt_age_s;
 } row;
 
+static void lower(char *out, size_t cap, const char *s) {
+    size_t i = 0;
+    for (; s[i] && i + 1 < cap; i++) out[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
+    out[i] = 0;
+}
+
 static void fill_row(const char *run, const runconfig *rc, const rundir_job *jobs, int nj, int i, row *r) {
     memset(r, 0, sizeof *r);
     const runconfig_stage *s = i < 0 ? NULL : &rc->stages[i];
@@ -456,8 +458,12 @@ static void fill_row(const char *run, const runconfig *rc, const rundir_job *job
     if (r->st.complete) snprintf(r->state, sizeof r->state, "complete");
     else if (alive && !strcmp(r->sj.state, "RUNNING")) snprintf(r->state, sizeof r->state, "running");
     else if (alive) snprintf(r->state, sizeof r->state, "queued");
-    else if (r->job && strcmp(r->sj.state, "UNKNOWN")) snprintf(r->state, sizeof r->state, "stopped");
-    else if (r->st.log_mtime && difftime(now, r->st.log_mtime) < 120) snprintf(r->state, sizeof r->state, "running");
+    else if (r->job && strcmp(r->sj.state, "UNKNOWN") && strcmp(r->sj.state, "COMPLETED"))
+        lower(r->state, sizeof r->state, r->sj.state); /* failed, cancelled, timeout, ... */
+    else if (!strcmp(r->st.status, "running") && r->st.log_mtime && difftime(now, r->st.log_mtime) < 120)
+        snprintf(r->state, sizeof r->state, "running");
+    else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed"))
+        snprintf(r->state, sizeof r->state, "%s", r->st.status);
     else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0) snprintf(r->state, sizeof r->state, "partial");
     else snprintf(r->state, sizeof r->state, "not started");
     if (!r->st.complete && r->st.steps_per_s > 0 && r->step >= 0 && !strcmp(r->state, "running"))

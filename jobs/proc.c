@@ -105,5 +105,9 @@ const char *proc_self_exe(void) {
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     KF_CHECK(n > 0, "cannot read /proc/self/exe");
     buf[n] = 0;
+    /* the binary was replaced (rebuilt) while running: its path names the new one */
+    static const char deleted[] = " (deleted)";
+    size_t d = strlen(deleted);
+    if ((size_t)n > d && !strcmp(buf + n - d, deleted)) buf[n - d] = 0;
     return buf;
 }

@@ -196,20 +196,9 @@ static void newest_ckpt(const char *run, const char *stage, rundir_state *st) {
     closedir(d);
 }
 
-static double num_field(const json *o, const char *const *keys) {
-    for (; *keys; keys++) {
-        const json *v = json_get(o, *keys);
-        if (v && v->type == JSON_NUMBER) return v->num;
-    }
-    return -1;
-}
-
-/* Throughput from the tail of log.jsonl: steps per second between the first
- * and the last whole record of the last 64 KiB, and the last tokens/s. */
+/* The last step and throughput in log.jsonl (its last 64 KiB): steps/s from
+ * the last record's ms_step, tokens/s as logged. */
 static void read_log(const char *run, const char *stage, rundir_state *st) {
-    static const char *step_keys[] = {"step", NULL};
-    static const char *time_keys[] = {"time", "elapsed", "t", NULL};
-    static const char *tps_keys[] = {"tokens_per_s", "tok_per_s", "tokens_s", NULL};
     char p[PATH_MAX];
     stage_path(p, sizeof p, run, stage, "log.jsonl");
     FILE *f = fopen(p, "rb");
@@ -223,7 +212,6 @@ static void read_log(const char *run, const char *stage, rundir_state *st) {
     size_t n = fread(buf, 1, (size_t)tail, f);
     fclose(f);
     buf[n] = 0;
-    double t0 = -1, s0 = -1;
     char *line = buf;
     if (n == (size_t)tail) line = strchr(buf, '\n') ? strchr(buf, '\n') + 1 : buf + n;
     while (*line) {
@@ -232,14 +220,14 @@ static void read_log(const char *run, const char *stage, rundir_state *st) {
         kf_err err;
         json_doc *d = json_parse(line, (size_t)(end - line), p, &err);
         if (d) {
-            const json *o = json_root(d);
-            double step = num_field(o, step_keys), t = num_field(o, time_keys), tps = num_field(o, tps_keys);
-            if (step >= 0) {
-                st->log_step = (int64_t)step;
-                if (t >= 0 && s0 < 0) t0 = t, s0 = step;
-                if (t > t0 && step > s0) st->steps_per_s = (step - s0) / (t - t0);
+            const json *o = json_root(d), *step = json_get(o, "step"), *ms = json_get(o, "ms_step"),
+                       *tps = json_get(o, "tokens_per_s");
+            if (step && step->type == JSON_NUMBER && ms && ms->type == JSON_NUMBER) {
+                /* a training record (evaluation records carry no ms_step) */
+                st->log_step = step->i;
+                st->steps_per_s = ms->num > 0 ? 1e3 / ms->num : 0;
+                if (tps && tps->type == JSON_NUMBER) st->tokens_per_s = tps->num;
             }
-            if (tps >= 0) st->tokens_per_s = tps;
             json_free(d);
         }
         line = end + 1;
@@ -259,7 +247,12 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
     stage_path(p, sizeof p, run, stage, "status");
     FILE *f = fopen(p, "r");
     if (f) {
-        if (fgets(st->status, sizeof st->status, f)) st->status[strcspn(st->status, "\n")] = 0;
+        char line[256]; /* trainer's status file: YAML, "state: running|preempted|done|failed" */
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "state: ", 7)) {
+                line[strcspn(line, "\n")] = 0;
+                snprintf(st->status, sizeof st->status, "%s", line + 7);
+            }
         fclose(f);
     }
 }
