@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Released-checkpoint conversion (issue 8 item 4), on the GPU machine (PyTorch
+# is installed there; `make test-cuda` runs it): randomly initialised PyTorch
+# models with the reference key names and architecture (tools/ref_model.py),
+# written as PyTorch Lightning-style checkpoints (state_dict with "backbone."
+# keys, MDLM-style EMA shadow_params), converted by tools/convert_ckpt.py, then
+# `kf import --probe` checks that kf's logits for the same input (AR) and the
+# same noise (PFLM, SingleForward layout) match PyTorch's EMA model to 1e-4.
+# The reference logits come from the PyTorch model itself, not from the
+# converter. Checks that must fail: the raw (non-EMA) weights against the EMA
+# probe; a wrong head count. Then `kf import` registers a converted checkpoint
+# as a stage's final weights.
+set -u
+cd "$(dirname "$0")/../.."
+KF=${KF_BIN:-bin/kf}
+PY=${PYTHON:-python3}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+check() { if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi; }
+
+if ! "$PY" -c 'import torch' 2>"$T/err"; then
+  echo "FAIL: PyTorch is not importable by $PY: $(tail -n 1 "$T/err")"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+# AR (V = 97 with mask 96) and PFLM(3) models; EMA weights differ from the raw ones.
+PYTHONPATH=tools "$PY" - "$T" <<'EOF' || { echo "FAIL: building the PyTorch models"; echo "0 passed, 1 failed"; exit 1; }
+import sys, copy, torch, ref_model
+T = sys.argv[1]
+torch.manual_seed(0)
+def randomize(m, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=p.dtype)
+            p.copy_(1 + 0.1 * r if n.endswith("norm1.weight") or n.endswith("norm2.weight")
+                    or n.endswith("norm_final.weight") or n.endswith("norm.weight") else
+                    (r if "embedding" in n else 0.1 * r))
+for kind in ("ar", "pflm"):
+    pflm = kind == "pflm"
+    raw = ref_model.DDiT(64, 2, 2, 97, mask_id=96, pflm=pflm)
+    randomize(raw, 1)
+    ema = copy.deepcopy(raw)
+    randomize(ema, 2)
+    name = "pflm_toy_k3.ckpt" if pflm else "ar_toy.ckpt"
+    torch.save(ref_model.lightning_checkpoint(raw, ema), f"{T}/{name}")
+    g = torch.Generator().manual_seed(5)
+    if pflm:
+        n, k = 6, 3
+        ids = torch.randint(0, 97, (3, n + n * k), generator=g)
+        z = torch.rand(3, n + n * k, generator=g, dtype=torch.float64)
+        tau = torch.tensor([1.0, 0.5, 0.05], dtype=torch.float64)
+        ref_model.write_probe(f"{T}/{kind}_probe.safetensors", copy.deepcopy(ema), ("single", n, k), ids, z, tau)
+    else:
+        ids = torch.randint(0, 97, (3, 20), generator=g)
+        ref_model.write_probe(f"{T}/{kind}_probe.safetensors", copy.deepcopy(ema), ("ar", 20), ids)
+print("models written")
+EOF
+
+for kind in ar pflm; do
+  src=$T/ar_toy.ckpt; [ $kind = pflm ] && src=$T/pflm_toy_k3.ckpt
+  "$PY" tools/convert_ckpt.py "$src" "$T/$kind.safetensors" --heads 2 --seq-len 64 --probe "$T/${kind}_self.safetensors" >"$T/conv" 2>&1; rc=$?
+  check "[ $rc -eq 0 ] && grep -q 'EMA (shadow_params' '$T/conv'" "$kind: convert rc $rc: $(cat "$T/conv")"
+  cat "$T/conv"
+  "$KF" import "$T/$kind.safetensors" --probe "$T/${kind}_probe.safetensors" >"$T/out" 2>&1; rc=$?
+  cat "$T/out"
+  check "[ $rc -eq 0 ] && grep -q 'max |diff|' '$T/out'" "$kind: kf logits vs PyTorch EMA model (rc $rc)"
+  "$KF" import "$T/$kind.safetensors" --probe "$T/${kind}_self.safetensors" >"$T/out" 2>&1; rc=$?
+  check "[ $rc -eq 0 ]" "$kind: kf logits vs the converter's own probe (rc $rc): $(cat "$T/out")"
+  # must fail: raw weights against the EMA model's logits
+  "$PY" tools/convert_ckpt.py "$src" "$T/${kind}_raw.safetensors" --heads 2 --seq-len 64 --no-ema >/dev/null 2>&1
+  "$KF" import "$T/${kind}_raw.safetensors" --probe "$T/${kind}_probe.safetensors" >"$T/out" 2>&1; rc=$?
+  check "[ $rc -eq 1 ] && grep -q 'differ from the reference' '$T/out'" "$kind: raw weights pass the EMA probe (rc $rc)"
+done
+# must fail: a wrong head count changes the attention
+"$PY" tools/convert_ckpt.py "$T/ar_toy.ckpt" "$T/ar_h1.safetensors" --heads 1 --seq-len 64 >/dev/null 2>&1
+"$KF" import "$T/ar_h1.safetensors" --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc=$?
+check "[ $rc -eq 1 ]" "a wrong head count passes the probe (rc $rc)"
+# a PFLM probe does not fit an AR checkpoint
+"$KF" import "$T/ar.safetensors" --probe "$T/pflm_probe.safetensors" >"$T/out" 2>&1; rc=$?
+check "[ $rc -eq 1 ] && grep -q 'does not fit' '$T/out'" "PFLM probe on AR checkpoint (rc $rc): $(cat "$T/out")"
+
+# register the converted AR checkpoint as a stage's final weights
+"$KF" import "$T/ar.safetensors" --run-dir "$T/run" --stage ar --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc=$?
+check "[ $rc -eq 0 ] && [ -f '$T/run/stages/ar/final/DONE' ] && [ -f '$T/run/stages/ar/final/model.safetensors' ]" \
+  "import into a run (rc $rc): $(cat "$T/out")"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,242 @@
+"""tools/ref_model.py — the reference model in PyTorch, for checking conversions.
+
+An independent PyTorch implementation of the models kforcing trains
+(ARCHITECTURE.md "Reference model"; MDLM's causal DDiT as in
+kuleshov-group/mdlm models/autoregressive.py, plus the K-Forcing noise
+encoder), with the released checkpoints' parameter names (state_dict keys
+without the Lightning "backbone." prefix):
+
+  vocab_embed.embedding [V, H]; blocks.N.{norm1.weight, attn_qkv.weight,
+  attn_out.weight, norm2.weight, mlp.0.weight/bias, mlp.2.weight/bias};
+  output_layer.{norm_final.weight, linear.weight/bias}; rotary_emb.inv_freq
+  (a buffer); PFLM: noise_encoder.{combined_proj, norm (LayerNorm with bias),
+  mlp.0, mlp.2}.
+
+LayerNorms without bias (eps 1e-5, fp32 or wider), RoPE rotate-half over the
+whole head dim (base 10000, v untouched), tanh GELU in the blocks, erf GELU in
+the noise encoder, the mask token's logit forced to -1000. Noise features in
+float64: f_i = 2*pi*10000^(-i/half), [cos(z f), sin(z f), cos(tau f), sin(tau f)].
+
+Row layouts (kforcing trainer/layout.h) are rebuilt here from their
+definitions, not from kforcing's code: `ar` (causal over L tokens) and
+`single` (SingleForward: n context tokens, then n groups of k noise rows; noise
+j of group t sits at RoPE position t+1+j and sees context 0..t and its own
+group's earlier rows).
+
+Used by tests/scripts/test_cuda_convert.sh (random model -> Lightning-style
+checkpoint -> tools/convert_ckpt.py -> `kf import --probe`) and by
+tools/convert_ckpt.py --probe. Needs torch (and nothing else).
+"""
+import json
+import math
+import struct
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LayerNorm(nn.Module):
+    """MDLM's LayerNorm: weight only, computed in (at least) fp32."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones([dim]))
+        self.dim = dim
+
+    def forward(self, x):
+        dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return F.layer_norm(x.to(dt), [self.dim], eps=1e-5) * self.weight
+
+
+class Rotary(nn.Module):
+    def __init__(self, dim, base=10_000):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)))
+
+    def cos_sin(self, pos, dtype):
+        freqs = pos.to(torch.float64)[:, None] * self.inv_freq.to(torch.float64)[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.norm1 = LayerNorm(dim)
+        self.attn_qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.attn_out = nn.Linear(dim, dim, bias=False)
+        self.norm2 = LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate="tanh"), nn.Linear(4 * dim, dim))
+
+    def forward(self, x, cos, sin, allowed):
+        B, L, H = x.shape
+        qkv = self.attn_qkv(self.norm1(x).to(x.dtype)).view(B, L, 3, self.n_heads, H // self.n_heads)
+        q, k, v = qkv.unbind(2)  # [B, L, heads, d]
+        c, s = cos[None, :, None, :], sin[None, :, None, :]
+        q = q * c + rotate_half(q) * s
+        k = k * c + rotate_half(k) * s
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, L, d]
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        att = att.masked_fill(~allowed, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, L, H)
+        x = x + self.attn_out(y)
+        return x + self.mlp(self.norm2(x).to(x.dtype))
+
+
+class NoiseEncoder(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+        self.combined_proj = nn.Linear(2 * dim, dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-5)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def features(self, v):
+        half = self.dim // 2
+        f = 2 * math.pi * torch.pow(torch.tensor(10000.0, dtype=torch.float64),
+                                    -torch.arange(half, dtype=torch.float64) / half)
+        a = v.to(torch.float64)[..., None] * f
+        return torch.cat([a.cos(), a.sin()], dim=-1)
+
+    def forward(self, z, tau):
+        feats = torch.cat([self.features(z), self.features(tau)], dim=-1)
+        c = self.combined_proj(feats.to(self.combined_proj.weight.dtype))
+        return c + self.mlp(self.norm(c))
+
+
+class OutputLayer(nn.Module):
+    def __init__(self, dim, vocab):
+        super().__init__()
+        self.norm_final = LayerNorm(dim)
+        self.linear = nn.Linear(dim, vocab)
+        self.linear.weight.data.zero_()
+        self.linear.bias.data.zero_()
+
+    def forward(self, x):
+        return self.linear(self.norm_final(x).to(x.dtype))
+
+
+class DDiT(nn.Module):
+    """Causal DDiT backbone; pflm=True adds the noise encoder."""
+
+    def __init__(self, hidden, heads, blocks, vocab, mask_id=-1, pflm=False):
+        super().__init__()
+        self.mask_id = mask_id
+        self.vocab_embed = nn.Module()
+        self.vocab_embed.embedding = nn.Parameter(torch.empty(vocab, hidden))
+        nn.init.kaiming_uniform_(self.vocab_embed.embedding, a=math.sqrt(5))
+        self.rotary_emb = Rotary(hidden // heads)
+        self.blocks = nn.ModuleList([Block(hidden, heads) for _ in range(blocks)])
+        self.output_layer = OutputLayer(hidden, vocab)
+        if pflm:
+            self.noise_encoder = NoiseEncoder(hidden)
+
+    def forward(self, ids, pos, allowed, noise=None, z=None, tau=None):
+        """ids [B, L]; pos [L] RoPE positions; allowed [L, L] bool (query, key);
+        noise [L] bool rows embedded from (z [B, L], tau [B]) instead of ids.
+        Returns logits [B, L, V]."""
+        x = self.vocab_embed.embedding[ids]
+        if noise is not None and bool(noise.any()):
+            e = self.noise_encoder(z, tau[:, None].expand_as(z)).to(x.dtype)
+            x = torch.where(noise[None, :, None], e, x)
+        cos, sin = self.rotary_emb.cos_sin(pos, x.dtype)
+        for b in self.blocks:
+            x = b(x, cos, sin, allowed)
+        out = self.output_layer(x)
+        if self.mask_id >= 0:
+            out[:, :, self.mask_id] = -1000.0
+        return out
+
+
+# ---- row layouts (trainer/layout.h, rebuilt from the definitions) ----
+
+def layout_ar(L):
+    """Causal over L tokens: (pos, allowed, noise, out_rows)."""
+    allowed = torch.ones(L, L, dtype=torch.bool).tril()
+    return torch.arange(L), allowed, torch.zeros(L, dtype=torch.bool), list(range(L))
+
+
+def layout_single(n, k):
+    """SingleForward: n context rows, then n groups of k noise rows."""
+    L = n + n * k
+    pos = torch.zeros(L, dtype=torch.long)
+    noise = torch.zeros(L, dtype=torch.bool)
+    allowed = torch.zeros(L, L, dtype=torch.bool)
+    pos[:n] = torch.arange(n)
+    allowed[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    for t in range(n):
+        for j in range(k):
+            r = n + t * k + j
+            pos[r] = t + 1 + j
+            noise[r] = True
+            allowed[r, : t + 1] = True              # context 0..t (staircase)
+            allowed[r, n + t * k: r + 1] = True     # own group, causally
+    return pos, allowed, noise, list(range(n, L))
+
+
+# ---- files ----
+
+def write_safetensors(path, tensors, metadata=None):
+    """Minimal safetensors writer (tensors: name -> torch tensor, in order)."""
+    names = {torch.float32: "F32", torch.float64: "F64", torch.int32: "I32", torch.uint8: "U8"}
+    header, blobs, off = {}, [], 0
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    for name, t in tensors.items():
+        t = t.detach().contiguous().cpu()
+        b = t.numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+@torch.no_grad()
+def write_probe(path, model, layout, ids, z=None, tau=None):
+    """Runs model (in float64) over one layout and records input and logits
+    in the probe format `kf import --probe` reads (trainer/cli_import.c).
+    layout: ("ar", L) or ("single", n, k); ids [B, L] int; z [B, L], tau [B]."""
+    m = model.double()
+    if layout[0] == "ar":
+        pos, allowed, noise, out = layout_ar(layout[1])
+        meta = {"probe.layout": "ar"}
+    else:
+        pos, allowed, noise, out = layout_single(layout[1], layout[2])
+        meta = {"probe.layout": "single", "probe.n": layout[1], "probe.k": layout[2]}
+    B, L = ids.shape
+    assert L == len(pos), "ids do not fit the layout"
+    if z is None:
+        z = torch.zeros(B, L, dtype=torch.float64)
+        tau = torch.ones(B, dtype=torch.float64)
+    logits = m(ids.long(), pos, allowed, noise if noise.any() else None, z, tau)[:, out, :]
+    write_safetensors(path, {"ids": ids.to(torch.int32), "z": z.to(torch.float64),
+                             "tau": tau.to(torch.float64), "logits": logits.to(torch.float32)}, meta)
+
+
+def lightning_checkpoint(model, ema_model=None, hparams=None):
+    """A PyTorch Lightning-style checkpoint dict as MDLM / K-Forcing save them:
+    state_dict with a "backbone." prefix (buffers included), and the EMA as
+    MDLM's ExponentialMovingAverage.state_dict(): shadow_params in
+    backbone.parameters() order."""
+    ck = {"epoch": 0, "global_step": 1000, "pytorch-lightning_version": "2.0.0",
+          "state_dict": {"backbone." + k: v.clone() for k, v in model.state_dict().items()},
+          "loops": {}, "optimizer_states": [], "lr_schedulers": []}
+    if ema_model is not None:
+        ck["ema"] = {"decay": 0.9999, "num_updates": 1000,
+                     "shadow_params": [p.detach().clone() for p in ema_model.parameters()]}
+    if hparams is not None:
+        ck["hyper_parameters"] = hparams
+    return ck

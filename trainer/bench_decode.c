@@ -1,0 +1,351 @@
+/* trainer/bench_decode.c — `kf bench decode CKPT...`: decoding throughput of AR
+ * against K-Forcing, by the paper's protocol (section "Inference speed"):
+ *
+ *   prefixes    the first samples of the validation split of a shard set that
+ *               have at least P tokens; P = 6 for `pad` (LM1B-style) data and
+ *               64 for `wrap` (OWT-style) data unless --prefix-len says
+ *   length      generate up to the data's sequence length (6 -> 128,
+ *               64 -> 1024), capped so every method's cache fits the model's
+ *               context, rounded down to a multiple of every k benchmarked
+ *               (fixed stride: each step emits exactly k tokens per sequence)
+ *   timing      per (method, batch size): one warm-up run, then R timed runs
+ *               (default 5) of trainer/decode.h's decode_run; throughput =
+ *               generated tokens (special tokens included, no truncation) /
+ *               wall-clock seconds, averaged over the timed runs
+ *   methods     the AR checkpoint (one token per step, inverse-CDF sampling)
+ *               and every PFLM checkpoint at each requested k <= k_train
+ *               (default 2, 3, 4); speedup = tokens/s over AR's at that batch
+ *
+ * Output: a table on stdout, the same as JSON (--json, default
+ * bench-decode.json) and a grouped bar chart (--png, default bench-decode.png;
+ * common/chart.h): one group per batch size, one bar per method.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/chart.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "kernels/kernels.h"
+#include "pipeline/shard_reader.h"
+#include "trainer/decode.h"
+#include "trainer/model.h"
+
+#define MAX_LIST 16
+#define MAX_METHODS 32
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
+            "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
+            "                       [--backend cpu|cuda|auto] [--json OUT.json] [--png OUT.png]\n"
+            "\n"
+            "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
+            "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
+            "data's sequence length (capped by every model's context, rounded down to a multiple of\n"
+            "every k), one warm-up and R timed runs per method and batch size; tokens/s = generated\n"
+            "tokens (special tokens included) / wall-clock seconds, averaged over the runs.\n"
+            "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
+            "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
+            "\n"
+            "  --batch LIST   batch sizes (default 4,16,128)\n"
+            "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
+            "  --runs R       timed runs after the warm-up (default 5)\n"
+            "  --tau T        temperature (default 1)\n"
+            "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n");
+}
+
+typedef struct method {
+    char label[32];
+    const char *path;
+    model *m;
+    int64_t k;
+    double tps[MAX_LIST], sd[MAX_LIST]; /* per batch size */
+} method;
+
+static int parse_list(const char *s, int64_t *out, int *n, int64_t lo) {
+    *n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < lo || *n == MAX_LIST || (*end && *end != ',')) return -1;
+        out[(*n)++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return *n ? 0 : -1;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
+
+/* Reads B prefixes of P tokens: the first validation samples with >= P valid tokens. */
+static int read_prefixes(const char *dir, int64_t *P, int64_t B, int32_t **out, int64_t *seq_len,
+                         kf_err *err) {
+    shard_set *s;
+    if (shard_set_open(dir, "valid", &s, err)) return -1;
+    int L = shard_set_seq_len(s);
+    if (*P == 0) *P = strcmp(shard_set_packing(s), "pad") ? 64 : 6;
+    *seq_len = L;
+    int rc = 0;
+    if (*P > L) rc = kf_err_set(err, "--prefix-len %lld exceeds the data's sequence length %d", (long long)*P, L);
+    int32_t *ids = kf_malloc((size_t)L * sizeof(int32_t));
+    int32_t *pre = kf_malloc((size_t)(B * *P) * sizeof(int32_t));
+    int64_t got = 0;
+    for (int64_t i = 0; !rc && i < shard_set_count(s) && got < B; i++) {
+        int32_t len;
+        if (shard_set_get(s, i, ids, &len, err)) rc = -1;
+        else if (len >= *P) memcpy(pre + got++ * *P, ids, (size_t)*P * sizeof(int32_t));
+    }
+    if (!rc && got < B)
+        rc = kf_err_set(err, "%s: only %lld validation samples have %lld tokens; batch %lld needs more",
+                        dir, (long long)got, (long long)*P, (long long)B);
+    free(ids);
+    shard_set_close(s);
+    if (rc) free(pre);
+    else *out = pre;
+    return rc;
+}
+
+static model *load(kf_backend *be, const char *path, kf_err *err) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s%s", path, fs_is_dir(path) ? "/model.safetensors" : "");
+    if (!fs_exists(p)) {
+        kf_err_set(err, "%s: no such checkpoint", p);
+        return NULL;
+    }
+    return model_load(be, p, err);
+}
+
+static void write_json(FILE *f, const char *dev, const char *data, int64_t P, int64_t N, int runs,
+                       const int64_t *bs, int nb, const method *mt, int nm, int ar) {
+    fprintf(f, "{\"device\": \"%s\", \"data\": ", dev);
+    json_write_str(f, data, strlen(data));
+    fprintf(f, ", \"prefix_len\": %lld, \"max_new\": %lld, \"warmup\": 1, \"runs\": %d,\n \"rows\": [",
+            (long long)P, (long long)N, runs);
+    for (int i = 0; i < nm; i++)
+        for (int b = 0; b < nb; b++) {
+            fprintf(f, "%s\n  {\"method\": \"%s\", \"k\": %lld, \"batch\": %lld, \"tokens_per_s\": %.2f, "
+                       "\"stdev\": %.2f, ", i || b ? "," : "", mt[i].label, (long long)mt[i].k,
+                    (long long)bs[b], mt[i].tps[b], mt[i].sd[b]);
+            if (ar >= 0) fprintf(f, "\"speedup\": %.3f, ", mt[i].tps[b] / mt[ar].tps[b]);
+            else fprintf(f, "\"speedup\": null, ");
+            fprintf(f, "\"ckpt\": ");
+            json_write_str(f, mt[i].path, strlen(mt[i].path));
+            fprintf(f, "}");
+        }
+    fprintf(f, "\n]}\n");
+}
+
+int bench_decode_main(int argc, char **argv) {
+    const char *ckpts[MAX_METHODS], *data = NULL, *backend = "auto";
+    const char *json_path = "bench-decode.json", *png_path = "bench-decode.png";
+    int nck = 0, nb = 3, nk = 3;
+    int64_t bs[MAX_LIST] = {4, 16, 128}, ks[MAX_LIST] = {2, 3, 4}, P = 0, N = 0, runs = 5, seed = 1;
+    double tau = 1.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return KF_EXIT_OK;
+        }
+        if (a[0] != '-') {
+            if (nck == MAX_METHODS) {
+                fprintf(stderr, "kf bench decode: at most %d checkpoints\n", MAX_METHODS);
+                return KF_EXIT_USAGE;
+            }
+            ckpts[nck++] = a;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kf bench decode: option '%s' needs a value\n", a);
+            return KF_EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        char *end = NULL;
+        int ok = 1;
+        if (!strcmp(a, "--data")) data = v;
+        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--json")) json_path = v;
+        else if (!strcmp(a, "--png")) png_path = v;
+        else if (!strcmp(a, "--batch")) ok = parse_list(v, bs, &nb, 1) == 0;
+        else if (!strcmp(a, "--k")) ok = parse_list(v, ks, &nk, 1) == 0;
+        else if (!strcmp(a, "--prefix-len")) ok = (P = strtoll(v, &end, 10)) >= 1 && !*end;
+        else if (!strcmp(a, "--max-new")) ok = (N = strtoll(v, &end, 10)) >= 1 && !*end;
+        else if (!strcmp(a, "--runs")) ok = (runs = strtoll(v, &end, 10)) >= 1 && !*end;
+        else if (!strcmp(a, "--seed")) ok = (seed = strtoll(v, &end, 10)) >= 0 && !*end;
+        else if (!strcmp(a, "--tau")) ok = (tau = strtod(v, &end)) > 0 && !*end;
+        else ok = 0;
+        if (!ok) {
+            fprintf(stderr, "kf bench decode: bad option '%s %s'\n", a, v);
+            usage(stderr);
+            return KF_EXIT_USAGE;
+        }
+    }
+    if (!nck || !data) {
+        fprintf(stderr, "kf bench decode: at least one CKPT and --data DIR are required\n");
+        usage(stderr);
+        return KF_EXIT_USAGE;
+    }
+    if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "auto")) {
+        fprintf(stderr, "kf bench decode: --backend must be cpu, cuda or auto\n");
+        return KF_EXIT_USAGE;
+    }
+    kf_err err = {{0}};
+    int64_t bmax = 0, data_len = 0;
+    for (int b = 0; b < nb; b++) bmax = bs[b] > bmax ? bs[b] : bmax;
+    int32_t *pre = NULL;
+    if (read_prefixes(data, &P, bmax, &pre, &data_len, &err)) {
+        fprintf(stderr, "kf bench decode: error: %s\n", err.msg);
+        return KF_EXIT_ERROR;
+    }
+    kf_backend *be = kernels_create(backend);
+    method mt[MAX_METHODS * MAX_LIST];
+    model *models[MAX_METHODS] = {0};
+    int nm = 0, ar = -1, code = KF_EXIT_ERROR;
+    int64_t step_lcm = 1;
+    for (int c = 0; c < nck; c++) {
+        model *m = models[c] = load(be, ckpts[c], &err);
+        if (!m) goto done;
+        if (m->cfg.kind == MODEL_AR) {
+            if (ar >= 0) {
+                kf_err_set(&err, "%s and %s are both AR checkpoints: give one baseline", mt[ar].path, ckpts[c]);
+                goto done;
+            }
+            ar = nm;
+            mt[nm++] = (method){.label = "AR", .path = ckpts[c], .m = m, .k = 1};
+            continue;
+        }
+        int any = 0;
+        for (int j = 0; j < nk; j++) {
+            if (ks[j] > m->cfg.k_train || (m->cfg.head == HEAD_MTP && ks[j] != m->cfg.k_train)) continue;
+            method *x = &mt[nm++];
+            *x = (method){.path = ckpts[c], .m = m, .k = ks[j]};
+            /* several PFLM checkpoints are told apart by their position */
+            char tag[8] = "";
+            if (nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
+            snprintf(x->label, sizeof x->label, "%s%s k=%lld", m->cfg.head == HEAD_MTP ? "MTP" : "KF", tag,
+                     (long long)ks[j]);
+            step_lcm = step_lcm / gcd(step_lcm, ks[j]) * ks[j];
+            any = 1;
+        }
+        if (!any) {
+            kf_err_set(&err, "%s: k_train %lld: none of the requested --k values fits", ckpts[c],
+                       (long long)m->cfg.k_train);
+            goto done;
+        }
+    }
+    /* completion length: the protocol's, capped by every method's context */
+    int explicit_n = N > 0;
+    if (!explicit_n) {
+        N = data_len - P;
+        for (int i = 0; i < nm; i++) {
+            const model_config *c = &mt[i].m->cfg;
+            int64_t noise = c->kind == MODEL_AR ? 0 : c->head == HEAD_MTP ? 1 : mt[i].k;
+            int64_t room = c->seq_len - P - noise;
+            N = room < N ? room : N;
+        }
+        N -= N % step_lcm;
+        if (N < 1) {
+            kf_err_set(&err, "a prefix of %lld tokens leaves no room to generate in the models' context",
+                       (long long)P);
+            goto done;
+        }
+    }
+    for (int i = 0; i < nm; i++) {
+        decode_opts o = {.k = mt[i].k, .tau = tau, .max_new = N, .seed = (uint64_t)seed};
+        if (decode_check(mt[i].m, &o, P, &err)) {
+            char msg[sizeof err.msg];
+            snprintf(msg, sizeof msg, "%s", err.msg);
+            kf_err_set(&err, "%s (%s): %s", mt[i].path, mt[i].label, msg);
+            goto done;
+        }
+    }
+    printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new tokens, "
+           "1 warm-up + %lld timed runs, tau %g\n",
+           be->name, (long long)P, data, (long long)N, (long long)runs, tau);
+    uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
+    int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
+    for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < nm; i++) {
+            decode_opts o = {.k = mt[i].k, .tau = tau, .max_new = N, .seed = (uint64_t)seed};
+            double sum = 0, sum2 = 0;
+            for (int64_t r = 0; r <= runs; r++) {
+                double t0 = now();
+                decode_run(mt[i].m, pre, bs[b], P, &o, keys, out);
+                double tps = (double)(bs[b] * N) / (now() - t0);
+                if (r == 0) continue; /* warm-up */
+                sum += tps;
+                sum2 += tps * tps;
+            }
+            mt[i].tps[b] = sum / (double)runs;
+            double var = sum2 / (double)runs - mt[i].tps[b] * mt[i].tps[b];
+            mt[i].sd[b] = var > 0 ? sqrt(var) : 0;
+            fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)bs[b], mt[i].label, mt[i].tps[b]);
+        }
+    free(keys);
+    free(out);
+
+    /* the table: one row per method, one column per batch size */
+    printf("\n%-10s", "method");
+    for (int b = 0; b < nb; b++) {
+        char h[32];
+        snprintf(h, sizeof h, "BS=%lld tok/s (x AR)", (long long)bs[b]);
+        printf("  %22s", h);
+    }
+    printf("\n");
+    for (int i = 0; i < nm; i++) {
+        printf("%-10s", mt[i].label);
+        for (int b = 0; b < nb; b++) {
+            char cell[48];
+            if (ar >= 0) snprintf(cell, sizeof cell, "%.0f (%.2fx)", mt[i].tps[b], mt[i].tps[b] / mt[ar].tps[b]);
+            else snprintf(cell, sizeof cell, "%.0f", mt[i].tps[b]);
+            printf("  %22s", cell);
+        }
+        printf("\n");
+    }
+    char *jtext = NULL;
+    size_t jlen = 0;
+    FILE *jf = open_memstream(&jtext, &jlen);
+    write_json(jf, be->name, data, P, N, (int)runs, bs, nb, mt, nm, ar);
+    fclose(jf);
+    int wrc = fs_write_atomic(json_path, jtext, jlen, &err);
+    free(jtext);
+    if (wrc) goto done;
+    /* the chart: groups = batch sizes, bars = methods (the first CHART_MAX_SERIES) */
+    int ns = nm < CHART_MAX_SERIES ? nm : CHART_MAX_SERIES;
+    if (ns < nm) fprintf(stderr, "kf bench decode: the chart shows the first %d methods\n", ns);
+    char gl[MAX_LIST][24];
+    const char *groups[MAX_LIST], *series[CHART_MAX_SERIES];
+    double *vals = kf_malloc((size_t)(nb * ns) * sizeof(double));
+    for (int b = 0; b < nb; b++) {
+        snprintf(gl[b], sizeof gl[b], "batch %lld", (long long)bs[b]);
+        groups[b] = gl[b];
+        for (int s = 0; s < ns; s++) vals[b * ns + s] = mt[s].tps[b];
+    }
+    for (int s = 0; s < ns; s++) series[s] = mt[s].label;
+    char title[128];
+    snprintf(title, sizeof title, "decode throughput (%s, %lld -> +%lld tokens)", be->name, (long long)P,
+             (long long)N);
+    int rc = chart_bars(png_path, title, "tokens/s", groups, nb, series, ns, vals, &err);
+    free(vals);
+    if (rc) goto done;
+    printf("wrote %s and %s\n", json_path, png_path);
+    code = KF_EXIT_OK;
+done:
+    if (code) fprintf(stderr, "kf bench decode: error: %s\n", err.msg);
+    for (int c = 0; c < nck; c++)
+        if (models[c]) model_free(models[c]);
+    be->destroy(be);
+    free(pre);
+    return code;
+}
