@@ -82,14 +82,12 @@ int64_t tok_vocab_size(const tok *t);
  *        HF does for special added tokens; otherwise they are text.
  * @return 0 (encoding cannot fail; kept int for future input limits).
  *
- * Known divergences from HF tokenizers (all confined to rare code points):
- * the Unicode tables are 15.0 (tokenize/gen/gen_unicode_tables.c), while
- * HF's BERT normaliser uses older category tables, so about 500 Mn, 20 Cf
- * and 6 Mc code points assigned or recategorised after Unicode ~9 (e.g.
- * U+1AC1..U+1ACE, U+0890) are stripped/dropped here and kept there; NFD's
- * canonical reordering is not applied (only visible for non-Mn marks with a
- * nonzero combining class). The GPT-2 side matched HF and tiktoken on every
- * code point class that Unicode 15.0 defines. */
+ * Character classes: GPT-2's \p{L}, \p{N}, \s are Unicode 15.0 (as HF's
+ * Oniguruma and tiktoken's regex crate); BERT's punctuation, control and Mn
+ * classes are Unicode 8.0 (as HF's unicode_categories tables), so e.g. a mark
+ * added in Unicode 14 is an ordinary character, exactly as in HF. Tested on every
+ * assigned code point. Not applied: NFD's canonical reordering (only visible
+ * for non-Mn marks with a nonzero combining class, e.g. U+1D165). */
 int tok_encode(tok *t, const char *text, size_t len, int allow_special,
                tok_ids *out, int64_t *n_replaced);
 

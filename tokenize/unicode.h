@@ -1,8 +1,9 @@
 /* tokenize/unicode.h — Unicode character classes and BERT normalisation
  * mappings (internal to tokenize/).
  *
- * The data lives in the generated tokenize/unicode_tables.c (Unicode 15.0;
- * see tokenize/gen/gen_unicode_tables.c for why that version). UTF-8
+ * The data lives in the generated tokenize/unicode_tables.c (Unicode 15.0,
+ * except BERT's P/OTHER/MN classes which follow HF's Unicode 8.0 tables; see
+ * tokenize/gen/gen_unicode_tables.c for why). UTF-8
  * decoding follows Python's errors="replace": each maximal ill-formed
  * subpart becomes one U+FFFD.
  */
@@ -16,8 +17,9 @@ enum {
     UNI_L = 1,      /* general category L* */
     UNI_N = 2,      /* N* */
     UNI_WS = 4,     /* White_Space property (regex \s) */
-    UNI_P = 8,      /* P*, or ASCII punctuation (BERT's definition) */
-    UNI_OTHER = 16, /* Cc, Cf, Co, Cs (BERT's "control": dropped by clean_text) */
+    /* BERT's classes, as of Unicode 8.0 (see gen_unicode_tables.c): */
+    UNI_P = 8,      /* P*, or ASCII punctuation */
+    UNI_OTHER = 16, /* Cc, Cf, Co, Cs ("control": dropped by clean_text) */
     UNI_MN = 32,    /* Mn (stripped with accents) */
     UNI_MAPPED = 64 /* lowercase(strip_Mn(NFD(c))) != c: see uni_map */
 };

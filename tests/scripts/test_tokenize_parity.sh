@@ -3,7 +3,8 @@
 # by tests/node/ref_tokenize.js (HuggingFace tokenizers via
 # @anush008/tokenizers, and tiktoken): GPT-2 BPE and BERT WordPiece ids must be
 # identical line for line on every paragraph of data/nlp-corpus (>= 5 MB) and
-# on the tricky set of tests/node/tricky_text.js. A missing reference
+# on the tricky set of tests/node/tricky_text.js, and on every assigned code
+# point in context (tests/node/codepoints_text.js). A missing reference
 # (node, the npm packages, the data) is a failure, not a skip.
 set -u
 cd "$(dirname "$0")/../.."
@@ -37,6 +38,7 @@ check "[ -x $KF ]" "$KF not built"
 
 node tests/node/corpus_text.js data/nlp-corpus >"$T/corpus.txt" || bad "corpus_text.js failed"
 node tests/node/tricky_text.js >"$T/tricky.txt" || bad "tricky_text.js failed"
+node tests/node/codepoints_text.js >"$T/cps.txt" || bad "codepoints_text.js failed"
 size=$(wc -c <"$T/corpus.txt")
 check "[ $size -ge 5000000 ]" "nlp-corpus text is only $size bytes (want >= 5 MB)"
 echo "corpus: $(wc -l <"$T/corpus.txt") lines, $size bytes"
@@ -50,6 +52,9 @@ ref gpt2 $VOCAB <"$T/corpus.txt" >"$T/corpus.hf" &&
 ref gpt2 $VOCAB <"$T/tricky.txt" >"$T/tricky.hf" &&
   "$KF" tokenize gpt2 --vocab $VOCAB <"$T/tricky.txt" >"$T/tricky.kf" 2>"$T/tricky.err" &&
   same_lines "gpt2 tricky vs HF tokenizers" "$T/tricky.hf" "$T/tricky.kf"
+ref gpt2 $VOCAB <"$T/cps.txt" >"$T/cps.hf" &&
+  "$KF" tokenize gpt2 --vocab $VOCAB <"$T/cps.txt" >"$T/cps.kf" &&
+  same_lines "gpt2 every code point vs HF tokenizers" "$T/cps.hf" "$T/cps.kf"
 ref tiktoken <"$T/tricky.txt" >"$T/tricky.tt" && same_lines "gpt2 tricky vs tiktoken" "$T/tricky.tt" "$T/tricky.kf"
 ref gpt2-special $VOCAB <"$T/tricky.txt" >"$T/tricky-sp.hf" &&
   "$KF" tokenize gpt2 --allow-special --vocab $VOCAB <"$T/tricky.txt" >"$T/tricky-sp.kf" 2>/dev/null &&
@@ -70,6 +75,9 @@ ref bert "$T/bert" <"$T/corpus.txt" >"$T/bcorpus.hf" &&
 ref bert "$T/bert" <"$T/tricky.txt" >"$T/btricky.hf" &&
   "$KF" tokenize bert --vocab "$T/bert" <"$T/tricky.txt" >"$T/btricky.kf" 2>/dev/null &&
   same_lines "bert tricky vs HF tokenizers" "$T/btricky.hf" "$T/btricky.kf"
+ref bert "$T/bert" <"$T/cps.txt" >"$T/bcps.hf" &&
+  "$KF" tokenize bert --vocab "$T/bert" <"$T/cps.txt" >"$T/bcps.kf" &&
+  same_lines "bert every code point vs HF tokenizers" "$T/bcps.hf" "$T/bcps.kf"
 ref bert-special "$T/bert" <"$T/tricky.txt" >"$T/btricky-sp.hf" &&
   "$KF" tokenize bert --allow-special --vocab "$T/bert" <"$T/tricky.txt" >"$T/btricky-sp.kf" 2>/dev/null &&
   same_lines "bert --allow-special tricky vs HF" "$T/btricky-sp.hf" "$T/btricky-sp.kf"

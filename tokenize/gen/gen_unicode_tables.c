@@ -10,6 +10,15 @@
  * letters). Python 3.11's unicodedata is 14.0 and node's ICU is 16+, so both
  * would misclassify a few thousand recent code points.
  *
+ * BERT's classes are different: HF's BertNormalizer / BertPreTokenizer take
+ * Mn, Cc/Cf/Co/Cs and P* from the unicode_categories crate, whose tables are
+ * Unicode 8.0 (measured: over all 1,112,063 code points, every difference
+ * between HF and Unicode 15.0 categories was a code point assigned after 8.0,
+ * apart from 6 recategorised since, whose 8.0 categories are listed below).
+ * So UNI_P, UNI_OTHER and UNI_MN, and the marks stripped by the fold, use
+ * the Unicode 8.0 category and only code points of Age <= 8.0; a newer mark
+ * or punctuation character is an ordinary character for BERT, as in HF.
+ *
  * Output: a two-level table of per-code-point flags (uni_flags) and, for
  * BERT normalisation, the sorted list of code points whose
  * lowercase(strip_Mn(NFD(cp))) differs from cp itself, with their expansions
@@ -26,6 +35,28 @@
 #include "../unicode.h"
 
 static unsigned char flags[0x110000];
+
+/* Assigned in Unicode 8.0 or earlier (the version of BERT's category tables). */
+static int is_old(UChar32 c)
+{
+    UVersionInfo v;
+    u_charAge(c, v);
+    return v[0] < 8 || (v[0] == 8 && v[1] == 0);
+}
+
+/* General category as of Unicode 8.0: the current one, except for code
+ * points recategorised since (UnicodeData.txt history). */
+static int8_t cat8(UChar32 c)
+{
+    switch (c) {
+    case 0x166D: return U_OTHER_PUNCTUATION;  /* So since 12.0 */
+    case 0x1734: return U_NON_SPACING_MARK;   /* Mc since 14.0 */
+    case 0x1885: case 0x1886: return U_OTHER_LETTER; /* Mn since 9.0 */
+    case 0xA9BD: return U_COMBINING_SPACING_MARK; /* Mn since 12.0 */
+    case 0x111C9: return U_OTHER_PUNCTUATION; /* Mn since 11.0 */
+    default: return (int8_t)u_charType(c);
+    }
+}
 
 static int decode16(const UChar *s, int n, UChar32 *out)
 {
@@ -50,19 +81,20 @@ int main(void)
     for (UChar32 c = 0; c < 0x110000; c++) {
         int8_t t = u_charType(c);
         unsigned f = 0;
+        int8_t t8 = is_old(c) ? cat8(c) : U_UNASSIGNED; /* BERT's view */
         if (t == U_UPPERCASE_LETTER || t == U_LOWERCASE_LETTER || t == U_TITLECASE_LETTER ||
             t == U_MODIFIER_LETTER || t == U_OTHER_LETTER)
             f |= UNI_L;
         if (t == U_DECIMAL_DIGIT_NUMBER || t == U_LETTER_NUMBER || t == U_OTHER_NUMBER) f |= UNI_N;
         if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) f |= UNI_WS;
-        if (t == U_CONNECTOR_PUNCTUATION || t == U_DASH_PUNCTUATION || t == U_START_PUNCTUATION ||
-            t == U_END_PUNCTUATION || t == U_INITIAL_PUNCTUATION || t == U_FINAL_PUNCTUATION ||
-            t == U_OTHER_PUNCTUATION || (c < 128 && (c >= 33 && c <= 47 || c >= 58 && c <= 64 ||
+        if (t8 == U_CONNECTOR_PUNCTUATION || t8 == U_DASH_PUNCTUATION || t8 == U_START_PUNCTUATION ||
+            t8 == U_END_PUNCTUATION || t8 == U_INITIAL_PUNCTUATION || t8 == U_FINAL_PUNCTUATION ||
+            t8 == U_OTHER_PUNCTUATION || (c < 128 && (c >= 33 && c <= 47 || c >= 58 && c <= 64 ||
                                                      c >= 91 && c <= 96 || c >= 123 && c <= 126)))
             f |= UNI_P;
-        if (t == U_CONTROL_CHAR || t == U_FORMAT_CHAR || t == U_PRIVATE_USE_CHAR || t == U_SURROGATE)
+        if (t8 == U_CONTROL_CHAR || t8 == U_FORMAT_CHAR || t8 == U_PRIVATE_USE_CHAR || t8 == U_SURROGATE)
             f |= UNI_OTHER;
-        if (t == U_NON_SPACING_MARK) f |= UNI_MN;
+        if (t8 == U_NON_SPACING_MARK) f |= UNI_MN;
         if (c >= 0xAC00 && c < 0xAC00 + 11172) {
             flags[c] = (unsigned char)f;
             continue; /* Hangul: decomposed by code */
@@ -77,7 +109,7 @@ int main(void)
             UChar32 cps[64], outcp[64];
             int k = decode16(dec, dn, cps), m = 0;
             for (int i = 0; i < k; i++) {
-                if (u_charType(cps[i]) == U_NON_SPACING_MARK) continue;
+                if (is_old(cps[i]) && cat8(cps[i]) == U_NON_SPACING_MARK) continue;
                 /* lowercase char by char, as Rust's char::to_lowercase */
                 UChar one[2];
                 int32_t on = 0;
