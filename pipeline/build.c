@@ -58,6 +58,10 @@ typedef struct builder {
     int qlen, qcap, closed;
     int failed;
     kf_err err; /* the first worker error */
+    /* CPU tokens: at most `jobs` threads (the reader included) compute at any
+     * moment, so --jobs N means N cores and --jobs 1 is a sequential build. */
+    int tokens_free;
+    pthread_cond_t token_freed;
     /* every unit, per split, in order */
     unit **units[2];
     int64_t nunits[2], capunits[2];
@@ -70,6 +74,22 @@ typedef struct builder {
     int64_t docs_read, tokens_done, disk_bytes;
     int64_t raw_bytes;
 } builder;
+
+/* ---- CPU tokens ---- */
+
+static void token_take(builder *b) {
+    pthread_mutex_lock(&b->mu);
+    while (b->tokens_free == 0) pthread_cond_wait(&b->token_freed, &b->mu);
+    b->tokens_free--;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void token_give(builder *b) {
+    pthread_mutex_lock(&b->mu);
+    b->tokens_free++;
+    pthread_cond_signal(&b->token_freed);
+    pthread_mutex_unlock(&b->mu);
+}
 
 /* ---- the queue ---- */
 
@@ -191,12 +211,20 @@ static void *worker(void *arg) {
     builder *b = ((worker_arg *)arg)->b;
     kf_err err;
     tok *own = NULL, *t = ((worker_arg *)arg)->t;
-    if (!t) t = own = tok_load(b->c->tokenizer, b->c->vocab, &err);
+    if (!t) {
+        token_take(b);
+        t = own = tok_load(b->c->tokenizer, b->c->vocab, &err);
+        token_give(b);
+    }
     packer *p = t ? packer_new(t, b->c, &b->m.special) : NULL;
     int failed = !t;
     unit *u;
     while ((u = dequeue(b)) != NULL) {
-        if (!failed && !worker_failed(b)) failed = process_unit(b, p, u, &err) != 0;
+        if (!failed && !worker_failed(b)) {
+            token_take(b);
+            failed = process_unit(b, p, u, &err) != 0;
+            token_give(b);
+        }
         free(u->text);
         free(u->off);
         u->text = NULL;
@@ -257,7 +285,9 @@ static int add_doc(builder *b, int split, const char *text, size_t len, int64_t 
     u->off[++u->ndocs] = u->len;
     if (u->ndocs == b->c->docs_per_shard) {
         b->cur[split] = NULL;
+        token_give(b); /* never block on the queue holding a token */
         enqueue(b, u);
+        token_take(b);
         if (worker_failed(b)) return kf_err_set(err, "a worker failed");
     }
     return 0;
@@ -316,7 +346,7 @@ static void sink_progress(void *ctx, int64_t disk_bytes) {
     builder *b = ctx;
     b->disk_bytes = disk_bytes;
     char extra[128];
-    snprintf(extra, sizeof extra, "docs %" PRId64 "  tokens %.1fM", b->docs_read,
+    snprintf(extra, sizeof extra, "docs %" PRId64 " tok %.1fM", b->docs_read,
              __atomic_load_n(&b->tokens_done, __ATOMIC_RELAXED) / 1e6);
     progress_update((double)disk_bytes, extra);
 }
@@ -445,6 +475,8 @@ int shards_build(const build_config *c, int jobs, int force, build_result *res, 
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->has_item, NULL);
     pthread_cond_init(&b->has_space, NULL);
+    pthread_cond_init(&b->token_freed, NULL);
+    b->tokens_free = jobs;
     worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
     int started = 0, rc = -1, lock_fd = -1;
     char label[160];
@@ -463,13 +495,17 @@ int shards_build(const build_config *c, int jobs, int force, build_result *res, 
     doc_sink sink = {sink_doc, sink_empty, sink_progress, b};
     snprintf(label, sizeof label, "shards %s", c->name);
     progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
+    token_take(b); /* the reader computes too */
     int rrc = started == jobs ? docs_read(&c->inputs, &sink, err) : -1;
     if (!rrc && c->valid_last > 0) rrc = flush_fifo(b, err);
+    token_give(b);
     if (!rrc && c->valid_inputs.n) {
         for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
             if (b->cur[s]) enqueue(b, b->cur[s]), b->cur[s] = NULL;
         b->phase = 1;
+        token_take(b);
         rrc = docs_read(&c->valid_inputs, &sink, err);
+        token_give(b);
     }
     for (int s = 0; s < 2; s++) {
         if (b->cur[s]) {
@@ -522,6 +558,7 @@ out:
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->has_item);
     pthread_cond_destroy(&b->has_space);
+    pthread_cond_destroy(&b->token_freed);
     for (int i = 0; i < jobs; i++) tok_free(ws[i].t);
     if (lock_fd >= 0) close(lock_fd);
     free(ws);

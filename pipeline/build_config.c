@@ -57,7 +57,6 @@ static int read_inputs(cfg_node *set, const char *key, build_inputs *out, kf_err
         static const char *const formats[] = {"lines", "text", "jsonl", NULL};
         if (it->kind != CFG_MAP)
             return cfg_err_at(it, err, "expected a mapping {path: ..., format: lines|text|jsonl}");
-        in->where = it->where;
         if (cfg_get_str(it, "path", &in->path, err)) return -1;
         if (check_path(cfg_find(it, "path"), in->path, err)) return -1;
         struct stat st;

@@ -54,7 +54,6 @@ typedef struct build_input {
     input_format format;
     const char *text_field;  /* jsonl */
     const char *suffix;      /* directory / archive member filter */
-    const char *where;       /* "FILE:LINE:COL" of the item, for messages */
 } build_input;
 
 typedef struct build_inputs {

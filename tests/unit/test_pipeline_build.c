@@ -311,8 +311,7 @@ int main(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/docs.txt", tmp);
     write_corpus(path);
-    corpus_input = (build_input){.path = strdup(path), .format = FMT_LINES, .text_field = "text", .suffix = ".txt",
-                                 .where = "test"};
+    corpus_input = (build_input){.path = strdup(path), .format = FMT_LINES, .text_field = "text", .suffix = ".txt"};
     test_pad(t);
     test_wrap(t);
     test_writer_reader();
