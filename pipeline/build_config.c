@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/sha256.h"
+#include "pipeline/doc_reader.h"
 
 static bool ends_with(const char *s, const char *suf) {
     size_t n = strlen(s), m = strlen(suf);
