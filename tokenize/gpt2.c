@@ -17,6 +17,7 @@
 #include "tokenize/tok_internal.h"
 #include "tokenize/unicode.h"
 
+enum { C_L, C_N, C_WS, C_OTHER }; /* pre-tokenizer classes */
 enum { NO_RANK = INT32_MAX, BPE_SHORT = 48 /* bytes; longer pieces use the heap */ };
 
 /* Cache bounds: pieces longer than CACHE_MAX_KEY bytes are not cached; the
@@ -46,6 +47,7 @@ struct gpt2_state {
     int32_t byte_id[256];
     uint8_t *self_ok;      /* id -> BPE(bytes(id)) == [id] */
     int32_t eot;           /* <|endoftext|> */
+    uint8_t ascii_class[128]; /* pre-tokenizer class of each ASCII byte */
     /* BPE workspace */
     int32_t *w, *r, *mg;
     uint64_t *heap;
@@ -259,20 +261,8 @@ static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_id
 
 /* ---- pre-tokenizer ---- */
 
-enum { C_L, C_N, C_WS, C_OTHER };
-
-static uint8_t ascii_class[128];
-
-static void init_ascii_class(void)
-{
-    for (int c = 0; c < 128; c++) {
-        unsigned f = uni_flags((uint32_t)c);
-        ascii_class[c] = f & UNI_L ? C_L : f & UNI_N ? C_N : f & UNI_WS ? C_WS : C_OTHER;
-    }
-}
-
 /* Class and length of the code point at s[i] (valid UTF-8). */
-static inline int class_at(const unsigned char *s, size_t i, size_t n, size_t *l)
+static inline int class_at(const uint8_t *ascii_class, const unsigned char *s, size_t i, size_t n, size_t *l)
 {
     unsigned b = s[i];
     if (b < 0x80) {
@@ -300,6 +290,7 @@ static inline size_t contraction(const unsigned char *s, size_t i, size_t n)
 
 static void encode_ordinary(gpt2_state *g, const unsigned char *s, size_t n, tok_ids *out)
 {
+    const uint8_t *ascii_class = g->ascii_class;
     size_t i = 0;
     while (i < n) {
         size_t end, l;
@@ -308,11 +299,11 @@ static void encode_ordinary(gpt2_state *g, const unsigned char *s, size_t n, tok
             i += end;
             continue;
         }
-        int k = class_at(s, i, n, &l);
+        int k = class_at(ascii_class, s, i, n, &l);
         size_t j = i + l;
         if (s[i] == ' ' && j < n) {
             size_t l2;
-            int k2 = class_at(s, j, n, &l2);
+            int k2 = class_at(ascii_class, s, j, n, &l2);
             if (k2 != C_WS) {
                 k = k2;
                 j += l2;
@@ -323,14 +314,14 @@ static void encode_ordinary(gpt2_state *g, const unsigned char *s, size_t n, tok
             if (k == C_L) {
                 while (j < n && s[j] < 0x80 && ascii_class[s[j]] == C_L) j++;
             }
-            while (j < n && class_at(s, j, n, &l) == k) j += l;
+            while (j < n && class_at(ascii_class, s, j, n, &l) == k) j += l;
             end = j;
         } else {
             /* "\s+(?!\S)|\s+": a whitespace run followed by text leaves its
              * last character to start the next piece, unless it is the only one */
             size_t last = i;
             j = i;
-            while (j < n && class_at(s, j, n, &l) == C_WS) {
+            while (j < n && class_at(ascii_class, s, j, n, &l) == C_WS) {
                 last = j;
                 j += l;
             }
@@ -480,12 +471,11 @@ out:
 
 int gpt2_load(tok *t, const char *dir, kf_err *err)
 {
-    static int once;
-    if (!once) {
-        init_ascii_class();
-        once = 1;
-    }
     gpt2_state *g = kf_calloc(1, sizeof *g);
+    for (int c = 0; c < 128; c++) {
+        unsigned f = uni_flags((uint32_t)c);
+        g->ascii_class[c] = f & UNI_L ? C_L : f & UNI_N ? C_N : f & UNI_WS ? C_WS : C_OTHER;
+    }
     t->gpt2 = g;
     t->name = "gpt2";
     uint32_t b2u[256];
