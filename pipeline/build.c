@@ -203,19 +203,20 @@ static int process_unit(builder *b, packer *p, unit *u, kf_err *err) {
 
 typedef struct worker_arg {
     builder *b;
-    tok *t; /* worker 0 borrows the tokenizer setup loaded; others load their own */
+    tok **t; /* this worker's slot in the tokenizer array (loaded if NULL) */
     pthread_t th;
 } worker_arg;
 
 static void *worker(void *arg) {
     builder *b = ((worker_arg *)arg)->b;
     kf_err err;
-    tok *own = NULL, *t = ((worker_arg *)arg)->t;
-    if (!t) {
+    tok **slot = ((worker_arg *)arg)->t;
+    if (!*slot) {
         token_take(b);
-        t = own = tok_load(b->c->tokenizer, b->c->vocab, &err);
+        *slot = tok_load(b->c->tokenizer, b->c->vocab, &err);
         token_give(b);
     }
+    tok *t = *slot;
     packer *p = t ? packer_new(t, b->c, &b->m.special) : NULL;
     int failed = !t;
     unit *u;
@@ -245,7 +246,6 @@ static void *worker(void *arg) {
         }
     }
     packer_free(p);
-    tok_free(own);
     return NULL;
 }
 
@@ -448,10 +448,11 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Loads the tokenizer (returned in *tp for a worker) and fills the manifest's
- * format fields and config hash. */
+/* Loads the tokenizer into *tp if needed (worker 0 uses it next) and fills
+ * the manifest's format fields and config hash. */
 static int setup(builder *b, const build_config *c, tok **tp, kf_err *err) {
-    tok *t = *tp = tok_load(c->tokenizer, c->vocab, err);
+    if (!*tp) *tp = tok_load(c->tokenizer, c->vocab, err);
+    tok *t = *tp;
     if (!t) return -1;
     manifest *m = &b->m;
     snprintf(m->name, sizeof m->name, "%s", c->name);
@@ -465,7 +466,7 @@ static int setup(builder *b, const build_config *c, tok **tp, kf_err *err) {
     return packer_specials(t, c, &m->special, err);
 }
 
-int shards_build(const build_config *c, int jobs, int force, build_result *res, kf_err *err) {
+int shards_build(const build_config *c, int jobs, int force, tok **toks, build_result *res, kf_err *err) {
     KF_CHECK(jobs >= 1, "shards_build: jobs must be >= 1");
     double t0 = now();
     builder *b = kf_calloc(1, sizeof *b);
@@ -478,9 +479,12 @@ int shards_build(const build_config *c, int jobs, int force, build_result *res, 
     pthread_cond_init(&b->token_freed, NULL);
     b->tokens_free = jobs;
     worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
+    tok **own = toks ? NULL : kf_calloc((size_t)jobs, sizeof *own);
+    if (own) toks = own;
+    for (int i = 0; i < jobs; i++) ws[i].t = &toks[i];
     int started = 0, rc = -1, lock_fd = -1;
     char label[160];
-    if (setup(b, c, &ws[0].t, err) || (lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err)) goto out;
+    if (setup(b, c, &toks[0], err) || (lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err)) goto out;
     if (c->valid_last > 0) {
         b->fifo_cap = c->valid_last + 1;
         b->fifo = kf_calloc((size_t)b->fifo_cap, sizeof *b->fifo);
@@ -559,7 +563,8 @@ out:
     pthread_cond_destroy(&b->has_item);
     pthread_cond_destroy(&b->has_space);
     pthread_cond_destroy(&b->token_freed);
-    for (int i = 0; i < jobs; i++) tok_free(ws[i].t);
+    for (int i = 0; own && i < jobs; i++) tok_free(own[i]);
+    free(own);
     if (lock_fd >= 0) close(lock_fd);
     free(ws);
     free(b);

@@ -25,6 +25,8 @@
 #include "common/error.h"
 #include "pipeline/build_config.h"
 
+struct tok; /* tokenize/tokenizer.h */
+
 /** What one build did (beyond what the manifest records). */
 typedef struct build_result {
     int64_t shards_built, shards_reused;
@@ -36,8 +38,13 @@ typedef struct build_result {
  * shard even when an existing one matches (e.g. after changing tokenizer
  * code, which the config hash cannot see). Prints a progress bar on a
  * terminal (plain periodic lines otherwise) and a report at the end.
+ * @param toks NULL, or an array of `jobs` tokenizers for c's tokenizer and
+ *        vocabulary, one per worker; NULL entries are loaded and stored back,
+ *        so a caller building several sets with one vocabulary loads it once
+ *        and keeps the encoders' caches warm. The caller frees them.
  * @return 0, or -1 with err set (input error, write error); on failure no
  *         manifest exists in c->out. */
-int shards_build(const build_config *c, int jobs, int force, build_result *res, kf_err *err);
+int shards_build(const build_config *c, int jobs, int force, struct tok **toks, build_result *res,
+                 kf_err *err);
 
 #endif

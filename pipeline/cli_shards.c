@@ -86,6 +86,7 @@ static int cmd_build(int argc, char **argv) {
     kf_err err = {{0}};
     cfg_node *root = cfg_load_file(config, &err);
     build_config *sets = NULL;
+    tok ***toks = NULL;
     int nsets = -1, rc = KF_EXIT_ERROR;
     if (!root) goto out;
     for (int i = 0; i < nover; i++)
@@ -93,11 +94,19 @@ static int cmd_build(int argc, char **argv) {
     cfg_find(root, "name"); /* the run's name: not ours to check, but read */
     nsets = build_config_read(root, &sets, &err);
     if (nsets < 0) goto out;
+    /* Sets with the same tokenizer and vocabulary share their workers'
+     * tokenizers (one load, warm caches). */
+    toks = kf_calloc((size_t)nsets, sizeof *toks);
     int found = 0;
     for (int i = 0; i < nsets; i++) {
         if (only && strcmp(only, sets[i].name)) continue;
         found = 1;
-        if (shards_build(&sets[i], (int)jobs, force, NULL, &err)) goto out;
+        int j = 0;
+        while (j < i && !(toks[j] && !strcmp(sets[j].tokenizer, sets[i].tokenizer) &&
+                          !strcmp(sets[j].vocab, sets[i].vocab)))
+            j++;
+        if (j == i) toks[i] = kf_calloc((size_t)jobs, sizeof **toks);
+        if (shards_build(&sets[i], (int)jobs, force, toks[j], NULL, &err)) goto out;
     }
     if (!found) {
         kf_err_set(&err, "%s: no shard set named '%s' under shards:", config, only);
@@ -107,9 +116,12 @@ static int cmd_build(int argc, char **argv) {
 out:
     if (rc) fail(&err);
     for (int i = 0; i < nsets; i++) {
+        for (int k = 0; toks && toks[i] && k < jobs; k++) tok_free(toks[i][k]);
+        free(toks ? toks[i] : NULL);
         free(sets[i].inputs.v);
         free(sets[i].valid_inputs.v);
     }
+    free(toks);
     free(sets);
     cfg_free(root);
     free(over);

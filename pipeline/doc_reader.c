@@ -64,7 +64,7 @@ static ssize_t fd_read(stream *s, void *buf, size_t n, kf_err *err) {
 
 static ssize_t member_read(stream *s, void *buf, size_t n, kf_err *err) {
     la_ssize_t k = archive_read_data(s->a, buf, n);
-    if (k < 0) return kf_err_set(err, "%s: %s", s->name, archive_error_string(s->a));
+    if (k < 0) return kf_err_set(err, "%s: truncated or corrupt archive member: %s", s->name, archive_error_string(s->a));
     return k;
 }
 
@@ -194,7 +194,7 @@ static int read_archive(rd *r, struct archive *a, const char *name) {
     for (;;) {
         int rc = archive_read_next_header(a, &e);
         if (rc == ARCHIVE_EOF) return 0;
-        if (rc < ARCHIVE_WARN) return kf_err_set(r->err, "%s: %s", name, archive_error_string(a));
+        if (rc < ARCHIVE_WARN) return kf_err_set(r->err, "%s: truncated or corrupt archive: %s", name, archive_error_string(a));
         if (archive_entry_filetype(e) != AE_IFREG) continue;
         const char *member = archive_entry_pathname(e);
         size_t n = strlen(name) + strlen(member ? member : "") + 2;

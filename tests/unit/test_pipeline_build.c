@@ -86,15 +86,15 @@ static void test_pad(tok *t) {
     build_config c1 = make_config(out1, "pad", 48, 37, 40), c3 = make_config(out3, "pad", 48, 37, 40);
     kf_err err;
     build_result r;
-    T_CHECK(shards_build(&c1, 1, 0, &r, &err) == 0, "pad build jobs=1: %s", err.msg);
-    T_CHECK(shards_build(&c3, 3, 0, NULL, &err) == 0, "pad build jobs=3: %s", err.msg);
+    T_CHECK(shards_build(&c1, 1, 0, NULL, &r, &err) == 0, "pad build jobs=1: %s", err.msg);
+    T_CHECK(shards_build(&c3, 3, 0, NULL, NULL, &err) == 0, "pad build jobs=3: %s", err.msg);
     char p1[160], p3[160];
     snprintf(p1, sizeof p1, "%s/manifest.yaml", out1);
     snprintf(p3, sizeof p3, "%s/manifest.yaml", out3);
     char *m1 = slurp(p1), *m3 = slurp(p3);
     T_CHECK(m1 && m3 && !strcmp(m1, m3), "pad manifests differ between --jobs 1 and 3");
     /* a rebuild reuses every shard and writes the same bytes */
-    T_CHECK(shards_build(&c1, 2, 0, &r, &err) == 0 && r.shards_built == 0 && r.shards_reused > 0,
+    T_CHECK(shards_build(&c1, 2, 0, NULL, &r, &err) == 0 && r.shards_built == 0 && r.shards_reused > 0,
             "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built, (long long)r.shards_reused, err.msg);
     char *m1b = slurp(p1);
     T_CHECK(m1 && m1b && !strcmp(m1, m1b), "rebuild changed the manifest");
@@ -157,7 +157,7 @@ static void test_wrap(tok *t) {
     const int L = 32, per = 17, body = L - 2;
     build_config c = make_config(out, "wrap", L, per, 0);
     kf_err err;
-    T_CHECK(shards_build(&c, 2, 0, NULL, &err) == 0, "wrap build: %s", err.msg);
+    T_CHECK(shards_build(&c, 2, 0, NULL, NULL, &err) == 0, "wrap build: %s", err.msg);
     manifest m;
     shard_set *set;
     if (manifest_read(out, &m, NULL, &err) || shard_set_open(out, "train", &set, &err)) {
