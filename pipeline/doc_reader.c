@@ -181,7 +181,7 @@ static int read_member_archive(rd *r, struct archive *parent, const char *name) 
     n->parent = parent;
     int rc;
     if (archive_read_open(a, n, NULL, nested_read, NULL) != ARCHIVE_OK)
-        rc = kf_err_set(r->err, "%s: %s", name, archive_error_string(a));
+        rc = kf_err_set(r->err, "%s: cannot open archive (truncated or corrupt?): %s", name, archive_error_string(a));
     else rc = read_archive(r, a, name);
     archive_read_free(a);
     free(n);
@@ -219,7 +219,7 @@ static int read_archive_file(rd *r, const char *path) {
     int rc;
     struct stat st;
     if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
-        rc = kf_err_set(r->err, "%s: %s", path, archive_error_string(a));
+        rc = kf_err_set(r->err, "%s: cannot open archive (truncated or corrupt?): %s", path, archive_error_string(a));
     } else {
         r->top = a;
         rc = read_archive(r, a, path);
