@@ -186,6 +186,8 @@ __global__ void __launch_bounds__(THREADS) k_attn_fwd(float *out, float *lse, co
     int64_t n_grp_tiles = (grp_hi - grp_lo + TILE - 1) / TILE;
     for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
         int64_t c0 = t < n_ctx_tiles ? t * TILE : grp_lo + (t - n_ctx_tiles) * TILE;
+        /* a tile may run past its range into the other one: count each key once */
+        int kmin = t < n_ctx_tiles ? 0 : (int)grp_lo, kmax = t < n_ctx_tiles ? (int)ctx_hi : (int)grp_hi;
         __syncthreads(); /* previous tile's k/v/p fully consumed */
         load_tile<D>(S.k, base + H, ld, c0, m.L, half);
         load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
@@ -212,7 +214,8 @@ __global__ void __launch_bounds__(THREADS) k_attn_fwd(float *out, float *lse, co
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                s[i][j] = row_sees(rm[i], (int)c0 + tx + 16 * j) ? s[i][j] * scale : -INFINITY;
+                int c = (int)c0 + tx + 16 * j;
+                s[i][j] = c >= kmin && c < kmax && row_sees(rm[i], c) ? s[i][j] * scale : -INFINITY;
                 mx = fmaxf(mx, s[i][j]);
             }
             float mnew = fmaxf(mrow[i], group16_max(mx));
@@ -281,13 +284,14 @@ template <int D> struct bwd_smem {
 };
 
 /* For the query tile at row r0 (in S.q/S.dout/S.lse/S.delta; its rows outside
- * [r_lo, r_hi) are not queries here) against key rows c0.. (S.k/S.v): writes
+ * [r_lo, r_hi) are not queries here) against key rows c0.. (S.k/S.v; keys
+ * outside [kmin, kmax) are not counted from this tile): writes
  * P and dS = P*(dP - delta)*scale into S.p and S.ds, with rows = queries
  * (ty*4+i) and columns = keys (tx+16j). */
 template <int D>
 __device__ __forceinline__ void bwd_scores(bwd_smem<D> &S, const mask_dev &m, int64_t vl,
                                            int64_t r0, int64_t r_lo, int64_t r_hi, int64_t c0,
-                                           float scale) {
+                                           int kmin, int kmax, float scale) {
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     float s[4][4], dp[4][4];
 #pragma unroll
@@ -321,7 +325,8 @@ __device__ __forceinline__ void bwd_scores(bwd_smem<D> &S, const mask_dev &m, in
         float l = S.lse[ty * 4 + i], dl = S.delta[ty * 4 + i];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            bool vis = row_sees(rm, (int)c0 + tx + 16 * j);
+            int c = (int)c0 + tx + 16 * j;
+            bool vis = c >= kmin && c < kmax && row_sees(rm, c);
             float p = vis ? __expf(s[i][j] * scale - l) : 0.0f;
             S.p[ty * 4 + i][tx + 16 * j] = p;
             S.ds[ty * 4 + i][tx + 16 * j] = vis ? p * (dp[i][j] - dl) * scale : 0.0f;
@@ -373,7 +378,7 @@ __global__ void __launch_bounds__(THREADS) k_attn_bwd_kv(float *dqkv, const floa
             __syncthreads();
             bwd_load_queries<D>(S, base, dob, lb, db, ld, H, r0, hi[q], half);
             __syncthreads();
-            bwd_scores<D>(S, m, vl, r0, r0, hi[q], c0, scale);
+            bwd_scores<D>(S, m, vl, r0, r0, hi[q], c0, (int)c0, (int)c1, scale);
             __syncthreads();
             /* dV[c] += sum_r P[r][c] dout[r];  dK[c] += sum_r dS[r][c] q[r]  (rows in order) */
 #pragma unroll 4
@@ -445,11 +450,12 @@ __global__ void __launch_bounds__(THREADS) k_attn_bwd_q(float *dqkv, const float
         int64_t n_grp_tiles = (grp_hi - grp_lo + TILE - 1) / TILE;
         for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
             int64_t c0 = t < n_ctx_tiles ? t * TILE : grp_lo + (t - n_ctx_tiles) * TILE;
+            int kmin = t < n_ctx_tiles ? 0 : (int)grp_lo, kmax = t < n_ctx_tiles ? (int)ctx_hi : (int)grp_hi;
             __syncthreads();
             load_tile<D>(S.k, base + H, ld, c0, m.L, half);
             load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
             __syncthreads();
-            bwd_scores<D>(S, m, vl, r0, q0, r1, c0, scale);
+            bwd_scores<D>(S, m, vl, r0, q0, r1, c0, kmin, kmax, scale);
             __syncthreads();
 #pragma unroll 4
             for (int c = 0; c < TILE; c++) {

@@ -1,0 +1,283 @@
+/* tests/unit/test_cuda_train.c — whole training steps on the CUDA backend
+ * against the CPU reference, for each stage kind, and the batch invariance of
+ * teacher targets on the GPU (issue 7 items 3 and 4).
+ *
+ * For each kind (ar, distill_ar from an AR teacher, self_forcing from a
+ * PFLM(1) teacher to PFLM(2)), both backends hold the same tiny model (same
+ * seed, weights checked bitwise equal after upload), build the supervision
+ * with their own teacher passes, run forward, loss, backward and an AdamW +
+ * EMA update, and the test compares: teacher targets (agreement), loss,
+ * gradients and updated weights (relative L2 error, per-kind tolerance).
+ * Both students are trained on the CPU's targets so that the numeric
+ * comparison does not depend on a rare target flip at a CDF boundary.
+ *
+ * Save -> load -> continue: on the GPU, 2 AR steps, a checkpoint of weights
+ * and AdamW moments (safetensors), a fresh model loaded from it and a third
+ * step give the same weights, bit for bit, as 3 steps without stopping.
+ *
+ * Batch invariance: on the GPU in batch-invariant mode, the teacher targets
+ * of one sample built alone equal those built inside a batch of 64, bit for
+ * bit, for distill_ar and self_forcing.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/rng.h"
+#include "kernels/kernels.h"
+#include "tests/test.h"
+#include "trainer/layout.h"
+#include "trainer/model.h"
+#include "trainer/supervision.h"
+
+enum { H = 64, HEADS = 2, BLOCKS = 2, V = 97, N = 24, B = 4 };
+
+static kf_backend *be[2];
+
+/* Non-trivial weights (the output layer is zero after model_init). */
+static void randomize(model *m, uint64_t seed) {
+    float *h = malloc((size_t)m->n_params * sizeof(float));
+    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(0.6 * (rng_uniform01(seed, 7, (uint64_t)i) - 0.5));
+    for (int t = 0; t < m->n_tensors; t++)
+        if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
+            for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
+    m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
+    free(h);
+}
+
+static float *down(kf_backend *b, const float *p, int64_t n) {
+    float *h = malloc((size_t)n * sizeof(float));
+    b->download(b, h, p, (size_t)n * sizeof(float));
+    return h;
+}
+
+static double rel(const float *g, const float *c, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)g[i] - c[i];
+        num += isfinite(g[i]) ? d * d : INFINITY;
+        den += (double)c[i] * c[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1);
+}
+
+static model_config base_cfg(void) {
+    model_config c = {.hidden = H, .heads = HEADS, .blocks = BLOCKS, .vocab = V, .mask_id = V - 1,
+                      .seq_len = N, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    return c;
+}
+
+static void tokens(int32_t *x, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) x[i] = (int32_t)rng_below(seed, 11, (uint64_t)i, V - 1);
+}
+
+/* One stage step on both backends; teacher_cfg NULL for ar. */
+static void stage_step(const char *name, sup_kind kind, int64_t k, const model_config *teacher_cfg,
+                       kf_precision prec, double tol_loss, double tol_grad) {
+    model *teacher[2] = {NULL, NULL}, *student[2];
+    sup_ctx *sup[2];
+    sup_batch sb[2];
+    sup_config sc = {.kind = kind, .k = k, .tau_min = 0.3, .tau_max = 1.0, .seed = 1234};
+    model_config base = base_cfg();
+    model_config scfg = sup_student_config(&sc, &base);
+    int32_t x[B * N];
+    uint64_t keys[B] = {11, 12, 13, 14};
+    tokens(x, B * N, 5);
+    for (int s = 0; s < 2; s++) {
+        kf_err err = {{0}};
+        be[s]->set_precision(be[s], KF_PREC_FP32);
+        if (teacher_cfg) {
+            teacher[s] = model_create(be[s], teacher_cfg);
+            randomize(teacher[s], 21);
+        }
+        sup[s] = sup_create(&sc, teacher[s], &err);
+        T_CHECK(sup[s] != NULL, "%s: sup_create: %s", name, err.msg);
+        if (!sup[s]) return;
+        be[s]->batch_invariant = s == 1 ? 1 : be[s]->batch_invariant; /* teacher passes */
+        sup_build(sup[s], &sb[s], x, B, N, NULL, keys);
+        if (s == 1) be[s]->batch_invariant = 0;
+        student[s] = model_create(be[s], &scfg);
+        randomize(student[s], 22);
+    }
+    /* the same weights on both sides */
+    float *pc = down(be[0], student[0]->params, student[0]->n_params);
+    float *pg = down(be[1], student[1]->params, student[1]->n_params);
+    T_CHECK(memcmp(pc, pg, (size_t)student[0]->n_params * sizeof(float)) == 0, "%s: initial weights differ", name);
+    free(pc), free(pg);
+    if (teacher_cfg) {
+        int64_t same = 0;
+        for (int64_t r = 0; r < sb[0].rows; r++) same += sb[0].targets[r] == sb[1].targets[r];
+        printf("%s: teacher targets agree on %lld of %lld rows\n", name, (long long)same, (long long)sb[0].rows);
+        T_CHECK(sb[0].rows == sb[1].rows && same >= sb[0].rows * 97 / 100,
+                "%s: teacher targets agree on only %lld of %lld rows", name, (long long)same, (long long)sb[0].rows);
+    }
+    double loss[2];
+    float *g[2], *p[2], *e[2];
+    for (int s = 0; s < 2; s++) {
+        kf_backend *b = be[s];
+        model *m = student[s];
+        b->set_precision(b, prec);
+        model_ws *ws = model_ws_create(m);
+        model_zero_grads(m);
+        model_forward(m, ws, &sb[s].in, MODEL_TRAIN, NULL);
+        int64_t count = 0;
+        float ls = prec == KF_PREC_FP16 ? 1024.0f : 1.0f;
+        loss[s] = model_loss(m, ws, sb[0].targets, 0, ls, &count, NULL) / (double)count;
+        model_backward(m, ws);
+        g[s] = down(b, m->grads, m->n_params);
+        float *mom = b->alloc(b, (size_t)m->n_params * sizeof(float));
+        float *vel = b->alloc(b, (size_t)m->n_params * sizeof(float));
+        float *ema = b->alloc(b, (size_t)m->n_params * sizeof(float));
+        b->copy(b, ema, m->params, (size_t)m->n_params * sizeof(float));
+        b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.0f, 1, 1.0f / ls);
+        b->ema(b, ema, m->params, m->n_params, 0.999f);
+        p[s] = down(b, m->params, m->n_params);
+        e[s] = down(b, ema, m->n_params);
+        b->free(b, mom), b->free(b, vel), b->free(b, ema);
+        model_ws_free(ws);
+        b->set_precision(b, KF_PREC_FP32);
+    }
+    int64_t n = student[0]->n_params;
+    double eg = rel(g[1], g[0], n), ep = rel(p[1], p[0], n), ee = rel(e[1], e[0], n);
+    printf("%s (%s): loss cpu %.7f cuda %.7f; grads rel err %.3g, weights %.3g, ema %.3g\n", name,
+           prec == KF_PREC_FP16 ? "fp16" : "fp32", loss[0], loss[1], eg, ep, ee);
+    T_CLOSE(loss[1], loss[0], tol_loss, name);
+    T_CHECK(eg <= tol_grad, "%s: gradient rel err %.3g > %.3g", name, eg, tol_grad);
+    /* AdamW's first step moves each weight by about lr*sign(g): weights inherit
+     * the gradient's precision (fp16 GEMMs round differently on the two sides) */
+    double tol_w = prec == KF_PREC_FP16 ? 1e-3 : 1e-5;
+    T_CHECK(ep <= tol_w, "%s: updated weights rel err %.3g", name, ep);
+    T_CHECK(ee <= 1e-5, "%s: EMA rel err %.3g", name, ee);
+    for (int s = 0; s < 2; s++) {
+        free(g[s]), free(p[s]), free(e[s]);
+        sup_free(sup[s]);
+        model_free(student[s]);
+        if (teacher[s]) model_free(teacher[s]);
+    }
+}
+
+/* Teacher targets of sample 0 alone vs as the first of 64 samples (GPU). */
+static void batch_invariance(const char *name, sup_kind kind, int64_t k, const model_config *tcfg) {
+    enum { BB = 64 };
+    kf_backend *b = be[1];
+    model *teacher = model_create(b, tcfg);
+    randomize(teacher, 31);
+    sup_config sc = {.kind = kind, .k = k, .tau_min = 0.3, .tau_max = 1.0, .seed = 99};
+    kf_err err = {{0}};
+    sup_ctx *s = sup_create(&sc, teacher, &err);
+    T_CHECK(s != NULL, "%s: sup_create: %s", name, err.msg);
+    if (!s) return;
+    int32_t *x = malloc(BB * N * sizeof(int32_t));
+    uint64_t keys[BB];
+    tokens(x, BB * N, 77);
+    for (int i = 0; i < BB; i++) keys[i] = 1000 + (uint64_t)i;
+    b->batch_invariant = 1;
+    sup_batch big, one;
+    sup_build(s, &big, x, BB, N, NULL, keys);
+    int64_t per = big.rows / BB;
+    int32_t *first = malloc((size_t)per * sizeof(int32_t));
+    memcpy(first, big.targets, (size_t)per * sizeof(int32_t)); /* rows are sample-major */
+    sup_build(s, &one, x, 1, N, NULL, keys);
+    b->batch_invariant = 0;
+    T_CHECK(one.rows == per && memcmp(first, one.targets, (size_t)per * sizeof(int32_t)) == 0,
+            "%s: teacher targets of a sample differ alone vs in a batch of %d", name, BB);
+    printf("%s: teacher targets of sample 0 alone %s inside a batch of %d\n", name,
+           one.rows == per && !memcmp(first, one.targets, (size_t)per * sizeof(int32_t)) ? "==" : "!=", BB);
+    free(first), free(x);
+    sup_free(s);
+    model_free(teacher);
+}
+
+/* One AR step on the GPU: forward, loss, backward, AdamW (1-based step). */
+static void ar_step(model *m, model_ws *ws, const sup_batch *sb, float *mom, float *vel, int64_t step) {
+    kf_backend *b = m->be;
+    int64_t count = 0;
+    model_zero_grads(m);
+    model_forward(m, ws, &sb->in, MODEL_TRAIN, NULL);
+    model_loss(m, ws, sb->targets, 0, 1.0f, &count, NULL);
+    model_backward(m, ws);
+    b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, step, 1.0f);
+}
+
+/* Save -> load -> continue on the GPU is bitwise identical to not stopping:
+ * 3 steps straight vs 2 steps, checkpoint (weights and AdamW moments through
+ * safetensors files), a fresh model loaded from it, 1 more step. */
+static void save_load_continue(void) {
+    kf_backend *b = be[1];
+    model_config cfg = base_cfg();
+    sup_config sc = {.kind = SUP_AR, .k = 1, .seed = 3};
+    kf_err err = {{0}};
+    sup_ctx *s = sup_create(&sc, NULL, &err);
+    int32_t x[B * N];
+    uint64_t keys[B] = {1, 2, 3, 4};
+    tokens(x, B * N, 9);
+    sup_batch sb;
+    sup_build(s, &sb, x, B, N, NULL, keys);
+    size_t bytes = 0;
+    float *final[2];
+    char dir[] = "/tmp/kf_cuda_ckpt_XXXXXX";
+    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char pw[256], pm[256], pv[256];
+    snprintf(pw, sizeof pw, "%s/model.safetensors", dir);
+    snprintf(pm, sizeof pm, "%s/adam_m.safetensors", dir);
+    snprintf(pv, sizeof pv, "%s/adam_v.safetensors", dir);
+    for (int run = 0; run < 2; run++) {
+        model *m = model_create(b, &cfg);
+        model_init(m, 42);
+        bytes = (size_t)m->n_params * sizeof(float);
+        float *mom = b->alloc(b, bytes), *vel = b->alloc(b, bytes);
+        model_ws *ws = model_ws_create(m);
+        int64_t step = 1;
+        for (; step <= 2; step++) ar_step(m, ws, &sb, mom, vel, step);
+        if (run == 1) { /* stop here: checkpoint, drop everything, reload */
+            T_CHECK(model_save(m, pw, NULL, &err) == 0, "save: %s", err.msg);
+            T_CHECK(model_save(m, pm, mom, &err) == 0, "save m: %s", err.msg);
+            T_CHECK(model_save(m, pv, vel, &err) == 0, "save v: %s", err.msg);
+            model_ws_free(ws);
+            b->free(b, mom), b->free(b, vel);
+            model_free(m);
+            m = model_load(b, pw, &err);
+            T_CHECK(m != NULL, "load: %s", err.msg);
+            if (!m) return;
+            mom = b->alloc(b, bytes), vel = b->alloc(b, bytes);
+            T_CHECK(model_load_into(m, pm, mom, &err) == 0, "load m: %s", err.msg);
+            T_CHECK(model_load_into(m, pv, vel, &err) == 0, "load v: %s", err.msg);
+            ws = model_ws_create(m);
+        }
+        ar_step(m, ws, &sb, mom, vel, step);
+        final[run] = down(b, m->params, m->n_params);
+        model_ws_free(ws);
+        b->free(b, mom), b->free(b, vel);
+        model_free(m);
+    }
+    int same = memcmp(final[0], final[1], bytes) == 0;
+    printf("save -> load -> continue on cuda: weights after 3 steps %s\n", same ? "bitwise identical" : "DIFFER");
+    T_CHECK(same, "save -> load -> continue differs from an uninterrupted run");
+    free(final[0]), free(final[1]);
+    remove(pw), remove(pm), remove(pv), rmdir(dir);
+    sup_free(s);
+}
+
+int main(void) {
+    char msg[256] = "";
+    be[0] = kernels_cpu_create();
+    be[1] = kernels_cuda_create(0, msg, sizeof msg);
+    T_CHECK(be[1] != NULL, "no CUDA backend: %s", msg);
+    if (!be[1]) return T_DONE();
+    model_config ar = base_cfg();
+    model_config pf1 = base_cfg();
+    pf1.kind = MODEL_PFLM;
+    pf1.k_train = 1;
+    stage_step("ar", SUP_AR, 1, NULL, KF_PREC_FP32, 1e-5, 1e-4);
+    stage_step("ar", SUP_AR, 1, NULL, KF_PREC_FP16, 2e-3, 2e-2);
+    stage_step("distill_ar k=1", SUP_DISTILL_AR, 1, &ar, KF_PREC_FP32, 1e-5, 1e-4);
+    stage_step("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP32, 1e-5, 1e-4);
+    batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar);
+    batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1);
+    save_load_continue();
+    be[0]->destroy(be[0]);
+    be[1]->destroy(be[1]);
+    return T_DONE();
+}
