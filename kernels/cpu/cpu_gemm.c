@@ -1,19 +1,27 @@
 /* kernels/cpu/cpu_gemm.c — matmul through OpenBLAS, bias add and bias gradient.
  *
- * OpenBLAS splits sgemm work over M/N, never over K, so each C element is
- * one dot product in a fixed order whatever OPENBLAS_NUM_THREADS is (the
- * unit test checks 1 vs 2 threads bitwise). In fp16 mode A and B are rounded
- * through _Float16 into scratch copies (inputs are never modified) and C is
- * rounded after the product: a half GEMM with fp32 accumulation.
+ * Threading: OpenBLAS runs single-threaded (set in kernels_cpu_create) and the
+ * backend splits each product over OpenMP threads itself, in blocks of rows
+ * of C (or of columns when C is wide and short). With OpenBLAS's own pthreads
+ * next to OpenMP's, the two pools spin against each other on a small machine;
+ * one pool avoids that. Every C element is still one dot product over K in
+ * OpenBLAS's fixed blocked order, whatever the block it falls in, so results
+ * do not depend on the thread count (tested bitwise for 1, 2 and 3 threads).
  *
  * Batch invariance: OpenBLAS routes tiny products (M*N*K up to 100^3 on the
  * Skylake-X kernels) to a "small matrix" kernel whose summation order differs
  * from the blocked kernel, so a row of C could change with the number of rows
- * M (e.g. one decoding sample vs a batch). Products that small are padded with
- * zero rows past that threshold, so every row of C is computed by the blocked
- * kernel whatever M is (tested for the model's shapes).
+ * M (e.g. one decoding sample vs a batch). Blocks are never made that small,
+ * and a product that small is padded with zero rows past the threshold, so
+ * every element is computed by the blocked kernel (tested for the model's
+ * shapes).
+ *
+ * fp16 mode: A and B are rounded through _Float16 into scratch copies (inputs
+ * are never modified) and C is rounded after the product: a half GEMM with
+ * fp32 accumulation.
  */
 #include <cblas.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,22 +29,19 @@
 
 #define OPENBLAS_SMALL_MNK 1000000.0
 
+/* One row-major sgemm with explicit leading dimensions. */
 static void sgemm_raw(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
-                      int64_t lda, int trans_a, int trans_b, float alpha, float beta) {
+                      int64_t lda, int64_t ldb, int64_t ldc, int trans_a, int trans_b,
+                      float alpha, float beta) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
-                B, (int)(trans_b ? K : N), beta, C, (int)N);
+                B, (int)ldb, beta, C, (int)ldc);
 }
 
-/* One row-major sgemm (ldc = N, dense A and B), padded past the small-matrix path. */
-static void sgemm(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
-                  int64_t K, int trans_a, int trans_b, float alpha, float beta) {
-    double nk = (double)N * (double)K;
-    if (K == 0 || (double)M * nk > OPENBLAS_SMALL_MNK) {
-        sgemm_raw(C, A, B, M, N, K, trans_a ? M : K, trans_a, trans_b, alpha, beta);
-        return;
-    }
-    int64_t Mp = (int64_t)(OPENBLAS_SMALL_MNK / nk) + 1;
+/* A product below the small-matrix threshold, padded with zero rows past it. */
+static void sgemm_padded(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                         int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta) {
+    int64_t Mp = (int64_t)(OPENBLAS_SMALL_MNK / ((double)N * (double)K)) + 1;
     float *pa = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(Mp * K));
     float *pc = cpu_scratch(b, CPU_SCRATCH_D, (size_t)(Mp * N));
     memset(pa, 0, (size_t)(Mp * K) * sizeof(float));
@@ -46,8 +51,40 @@ static void sgemm(kf_backend *b, float *C, const float *A, const float *B, int64
         memcpy(pa, A, (size_t)(M * K) * sizeof(float));
     memcpy(pc, C, (size_t)(M * N) * sizeof(float));
     memset(pc + M * N, 0, (size_t)((Mp - M) * N) * sizeof(float));
-    sgemm_raw(pc, pa, B, Mp, N, K, trans_a ? Mp : K, trans_a, trans_b, alpha, beta);
+    sgemm_raw(pc, pa, B, Mp, N, K, trans_a ? Mp : K, trans_b ? K : N, N, trans_a, trans_b, alpha,
+              beta);
     memcpy(C, pc, (size_t)(M * N) * sizeof(float));
+}
+
+/* C[M,N] (ldc = N, dense A and B) split over the OpenMP threads. */
+static void sgemm(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+                  int64_t K, int trans_a, int trans_b, float alpha, float beta) {
+    double mnk = (double)M * (double)N * (double)K;
+    if (K > 0 && mnk <= OPENBLAS_SMALL_MNK) {
+        sgemm_padded(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
+        return;
+    }
+    int by_cols = N > M; /* split the longer side of C */
+    int64_t len = by_cols ? N : M;
+    int64_t nblk = omp_get_max_threads();
+    int64_t most = (int64_t)(mnk / (2.0 * OPENBLAS_SMALL_MNK)); /* keep blocks well above it */
+    nblk = nblk < most ? nblk : most;
+    nblk = nblk < len ? nblk : len;
+    if (nblk <= 1) {
+        sgemm_raw(C, A, B, M, N, K, trans_a ? M : K, trans_b ? K : N, N, trans_a, trans_b, alpha,
+                  beta);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(nblk)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        int64_t i0 = blk * len / nblk, i1 = (blk + 1) * len / nblk;
+        if (by_cols) /* columns [i0, i1) of C: columns of op(B) */
+            sgemm_raw(C + i0, A, trans_b ? B + i0 * K : B + i0, M, i1 - i0, K, trans_a ? M : K,
+                      trans_b ? K : N, N, trans_a, trans_b, alpha, beta);
+        else /* rows [i0, i1) of C: rows of op(A) */
+            sgemm_raw(C + i0 * N, trans_a ? A + i0 : A + i0 * K, B, i1 - i0, N, K,
+                      trans_a ? M : K, trans_b ? K : N, N, trans_a, trans_b, alpha, beta);
+    }
 }
 
 void cpu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
