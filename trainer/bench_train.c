@@ -1,0 +1,325 @@
+/* trainer/bench_train.c — `kf bench train`: training throughput per stage kind.
+ *
+ * For each selected stage of a run config, runs the real stage loop
+ * (train_run, in a temporary run directory) for warmup + measured steps and
+ * reads ms/step from its log. Stages that need a teacher get a randomly
+ * initialised one of the right kind (an AR model, or a PFLM(k/2)), written to
+ * the temporary directory: speed does not depend on the teacher's values.
+ *
+ * FLOPs counted per step (the student's forward + backward only; teacher
+ * passes are overhead the MFU figure does not credit):
+ *   6 * (rows * P_block + noise_rows * P_noise + out_rows * P_head)
+ *   + 12 * blocks * pairs * H
+ * where rows are the backbone rows of the student's layout, P_block the
+ * matmul parameters of all blocks, P_noise the noise encoder's, P_head the
+ * output layer's (per head), pairs the (query, key) pairs its attention mask
+ * scores, H the hidden size. The input embedding is a gather (no FLOPs).
+ * The peak is measured in the same run: OpenBLAS cblas_sgemm on square
+ * matrices (CPU, best of several before and after), or the backend's matmul
+ * in the stage's precision (CUDA), alongside the device's nominal dense peak
+ * when the device is known.
+ */
+#include <cblas.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/runconfig.h"
+#include "kernels/kernels.h"
+#include "pipeline/shard_reader.h"
+#include "trainer/dist.h"
+#include "trainer/model.h"
+#include "trainer/supervision.h"
+#include "trainer/train.h"
+
+#ifdef KF_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Best sgemm GFLOP/s over reps on n x n x n (OpenBLAS, current threads). */
+static double sgemm_peak(int n, int reps) {
+    float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
+    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double g = 2.0 * n * n * (double)n / (now_s() - t) / 1e9;
+        if (g > best) best = g;
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+/* Best backend-matmul GFLOP/s (used for the CUDA backend). */
+static double backend_peak(kf_backend *be, kf_precision p, int n, int reps) {
+    size_t bytes = (size_t)n * n * 4;
+    float *a = be->alloc(be, bytes), *b = be->alloc(be, bytes), *c = be->alloc(be, bytes);
+    be->set_precision(be, p);
+    be->matmul(be, c, a, b, n, n, n, 0, 0, 1.0f, 0.0f);
+    be->sync(be);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t = now_s();
+        for (int i = 0; i < 10; i++) be->matmul(be, c, a, b, n, n, n, 0, 0, 1.0f, 0.0f);
+        be->sync(be);
+        double g = 10 * 2.0 * n * n * (double)n / (now_s() - t) / 1e9;
+        if (g > best) best = g;
+    }
+    be->free(be, a), be->free(be, b), be->free(be, c);
+    return best;
+}
+
+/* Nominal dense peak (GFLOP/s) of the GPU in the given precision, 0 when unknown. */
+static double nominal_peak(int fp16, char *name, size_t cap) {
+    snprintf(name, cap, "cpu");
+#ifdef KF_CUDA
+    struct cudaDeviceProp p;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return 0;
+    snprintf(name, cap, "%s", p.name);
+    /* dense (no sparsity) tensor-core fp16 / true fp32, from NVIDIA's data sheets */
+    if (strstr(p.name, "H100") && strstr(p.name, "PCIe")) return fp16 ? 756e3 : 51e3;
+    if (strstr(p.name, "H100") || strstr(p.name, "H200")) return fp16 ? 989e3 : 67e3;
+    if (strstr(p.name, "A100")) return fp16 ? 312e3 : 19.5e3;
+#else
+    (void)fp16;
+#endif
+    return 0;
+}
+
+typedef struct flops {
+    double total, rows, tokens;
+} flops;
+
+/* Student FLOPs of one step (see the file comment). */
+static flops step_flops(const model_config *c, int64_t B, int64_t n, const runconfig_stage *st) {
+    double H = (double)c->hidden, V = (double)c->vocab, nb = (double)c->blocks;
+    double p_block = nb * (3 * H * H + H * H + 2 * (4 * H * H) + 4 * H + H);
+    double k = (double)c->k_train, np, rows, noise, out, pairs;
+    int mtp = c->head == HEAD_MTP;
+    double zd = mtp ? 2 * H * k : 2 * H;
+    double p_noise = zd * H + H + 2 * (4 * H * H) + 4 * H + H;
+    double p_head = H * V + V;
+    if (st->kind == RC_KIND_AR) {
+        np = (double)n - 1;
+        rows = out = np, noise = 0;
+        pairs = np * (np + 1) / 2;
+    } else if (mtp) {
+        np = (double)n - k;
+        rows = 2 * np, noise = np, out = np * k;
+        pairs = np * (np + 1) / 2 + np * (np + 1) / 2 + np;
+    } else {
+        np = (double)n - k;
+        rows = np + np * k, noise = out = np * k;
+        pairs = np * (np + 1) / 2 + k * np * (np + 1) / 2 + np * k * (k + 1) / 2;
+    }
+    flops f;
+    f.total = (double)B * (6 * (rows * p_block + noise * p_noise + out * p_head) + 12 * nb * pairs * H);
+    f.rows = (double)B * rows;
+    f.tokens = (double)B * np * (st->kind == RC_KIND_AR ? 1 : k);
+    return f;
+}
+
+/* Mean ms/step over log records with step > warmup. */
+static double read_ms(const char *log, int64_t warmup, char *phase, size_t cap) {
+    char *buf;
+    size_t len;
+    kf_err err = {{0}};
+    if (fs_read_file(log, &buf, &len, &err)) return -1;
+    double sum = 0;
+    int cnt = 0;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        json_doc *d = json_parse(line, strlen(line), log, &err);
+        if (!d) continue;
+        const json *r = json_root(d), *s = json_get(r, "step"), *ms = json_get(r, "ms_step"),
+                   *ph = json_get(r, "phase");
+        if (s && ms && ms->type == JSON_NUMBER && s->i > warmup) {
+            sum += ms->num;
+            cnt++;
+            if (ph && ph->type == JSON_STRING) snprintf(phase, cap, "%s", ph->str.s);
+        }
+        json_free(d);
+    }
+    free(buf);
+    return cnt ? sum / cnt : -1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kf bench train [CONFIG] [--stage NAME]... [--steps N] [--warmup W] [key.path=value ...]\n"
+            "\n"
+            "Runs W + N training steps of each selected stage of CONFIG (default\n"
+            "configs/tiny.yaml; default: every training stage) with a random teacher where one\n"
+            "is needed, and prints tokens/s, ms/step, the student's GFLOP/s and its fraction of\n"
+            "the GEMM peak measured in the same run (OpenBLAS sgemm on the CPU; the backend's\n"
+            "matmul and the nominal dense peak on a GPU). Defaults: N 10, W 2.\n");
+}
+
+int bench_train_main(int argc, char **argv) {
+    const char *config = NULL;
+    const char *stages[32];
+    int n_st = 0, n_over = 0;
+    int64_t steps = 10, warmup = 2;
+    char **over = calloc((size_t)argc + 8, sizeof *over);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            free(over);
+            return KF_EXIT_OK;
+        } else if ((!strcmp(argv[i], "--stage") || !strcmp(argv[i], "--steps") ||
+                    !strcmp(argv[i], "--warmup")) && i + 1 < argc) {
+            const char *o = argv[i++];
+            if (!strcmp(o, "--stage") && n_st < 32) stages[n_st++] = argv[i];
+            else if (!strcmp(o, "--steps")) steps = atoll(argv[i]);
+            else warmup = atoll(argv[i]);
+        } else if (argv[i][0] == '-') {
+            usage(stderr);
+            free(over);
+            return KF_EXIT_USAGE;
+        } else if (strchr(argv[i], '=')) {
+            over[n_over++] = argv[i];
+        } else {
+            config = argv[i];
+        }
+    }
+    if (!config) config = "configs/tiny.yaml";
+    if (steps < 1 || warmup < 0) {
+        usage(stderr);
+        free(over);
+        return KF_EXIT_USAGE;
+    }
+    runconfig *rc;
+    kf_err err = {{0}};
+    if (runconfig_load(config, n_over, over, &rc, &err)) {
+        fprintf(stderr, "kf: error: %s\n", err.msg);
+        free(over);
+        return KF_EXIT_ERROR;
+    }
+    shard_set *ss;
+    if (shard_set_open(rc->data_train, "train", &ss, &err)) {
+        fprintf(stderr, "kf: error: %s (build the shards first: kf shards build %s)\n", err.msg, config);
+        runconfig_free(rc);
+        free(over);
+        return KF_EXIT_ERROR;
+    }
+    int64_t dv = shard_set_vocab_size(ss);
+    shard_set_close(ss);
+    dist d;
+    if (dist_init(&d, &argc, &argv, (double)rc->res.collective_timeout, &err)) {
+        fprintf(stderr, "kf: error: %s\n", err.msg);
+        runconfig_free(rc);
+        free(over);
+        return KF_EXIT_ERROR;
+    }
+    char tmp[] = "/tmp/kf_bench_train_XXXXXX";
+    if (d.rank == 0 && !mkdtemp(tmp)) KF_FATAL("mkdtemp failed");
+    dist_bcast(&d, tmp, sizeof tmp, 0);
+
+    kf_backend *be = NULL;
+    if (strcmp(rc->res.backend, "cpu")) be = kernels_cuda_create(d.local_rank, err.msg, sizeof err.msg);
+    int gpu = be != NULL;
+    if (!be) be = kernels_cpu_create();
+    char dev[256];
+    double peak_before = gpu ? 0 : sgemm_peak(1536, 4);
+    if (d.rank == 0)
+        printf("%-8s %-24s %-5s %-5s %6s %9s %10s %9s %10s %10s %6s\n", "stage", "kind", "dev", "phase",
+               "ranks", "ms/step", "tokens/s", "GFLOP/st", "GFLOP/s", "peak", "MFU");
+    int rcode = KF_EXIT_OK;
+    for (int i = 0; i < rc->n_stages; i++) {
+        const runconfig_stage *st = &rc->stages[i];
+        if (st->kind == RC_KIND_IMPORT) continue;
+        int want = n_st == 0;
+        for (int j = 0; j < n_st; j++) want |= !strcmp(stages[j], st->name);
+        if (!want) continue;
+        model_config base = {.hidden = rc->model.hidden, .heads = rc->model.heads,
+                             .blocks = rc->model.blocks, .vocab = rc->model.vocab,
+                             .seq_len = rc->model.seq_len, .mask_id = rc->model.vocab > dv ? dv : -1,
+                             .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+        sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
+                         .k = st->kind == RC_KIND_AR ? 1 : st->k};
+        model_config student = sup_student_config(&sc, &base);
+        char teacher[4200] = "", ov_teacher[4400], ov_init[4400], ov_steps[128], ov_ck[] = "defaults.checkpoint_every=0",
+             ov_ev[] = "defaults.eval_batches=1", ov_log[128];
+        if (st->teacher) {
+            model_config tc = base;
+            if (st->kind == RC_KIND_SELF_FORCING) {
+                sup_config tsc = {.kind = SUP_DISTILL_AR, .k = st->k / 2};
+                tc = sup_student_config(&tsc, &base);
+            }
+            snprintf(teacher, sizeof teacher, "%s/teacher-%s.safetensors", tmp, st->name);
+            if (d.rank == 0) {
+                model *t = model_create(be, &tc);
+                model_init(t, 99);
+                if (model_save(t, teacher, NULL, &err)) KF_FATAL("bench: %s", err.msg);
+                model_free(t);
+            }
+            dist_barrier(&d);
+        }
+        snprintf(ov_steps, sizeof ov_steps, "stages.%d.steps=%lld", i, (long long)(steps + warmup));
+        snprintf(ov_log, sizeof ov_log, "stages.%d.log_every=%lld", i, (long long)(steps + warmup));
+        char **ov = calloc((size_t)n_over + 8, sizeof *ov);
+        int no = 0;
+        for (int j = 0; j < n_over; j++) ov[no++] = over[j];
+        ov[no++] = ov_steps, ov[no++] = ov_ck, ov[no++] = ov_ev, ov[no++] = ov_log;
+        if (st->teacher) {
+            snprintf(ov_teacher, sizeof ov_teacher, "stages.%d.teacher=%s", i, teacher);
+            ov[no++] = ov_teacher;
+            if (st->init) {
+                snprintf(ov_init, sizeof ov_init, "stages.%d.init=%s", i, teacher);
+                ov[no++] = ov_init;
+            }
+        }
+        char run[4200];
+        snprintf(run, sizeof run, "%s/run-%s", tmp, st->name);
+        train_args a = {.config = config, .stage = st->name, .run_dir = run, .n_over = no, .over = ov};
+        int code = train_run(&a, &d);
+        free(ov);
+        if (code != KF_EXIT_OK) {
+            rcode = code;
+            break;
+        }
+        if (d.rank != 0) continue;
+        char log[4400], phase[16] = "?";
+        snprintf(log, sizeof log, "%s/stages/%s/log.jsonl", run, st->name);
+        double ms = read_ms(log, warmup, phase, sizeof phase);
+        flops f = step_flops(&student, st->opt.batch, rc->model.seq_len, st);
+        int fp16 = !strcmp(phase, "fp16");
+        double peak;
+        if (gpu) {
+            peak = backend_peak(be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32, 8192, 3);
+        } else { /* the higher of the measurements before and right after: conservative */
+            double now = sgemm_peak(1536, 4);
+            peak = now > peak_before ? now : peak_before;
+        }
+        double nom = nominal_peak(fp16, dev, sizeof dev);
+        double gflops = f.total / (ms * 1e-3) / 1e9;
+        printf("%-8s %-24s %-5s %-5s %6d %9.1f %10.0f %9.2f %10.1f %10.1f %5.1f%%", st->name,
+               runconfig_kind_name(st->kind), gpu ? "cuda" : "cpu", phase, d.world, ms,
+               f.tokens / (ms * 1e-3), f.total / 1e9, gflops, peak, 100 * gflops / peak);
+        if (nom > 0) printf("  (%.1f%% of %s nominal %.0f TFLOP/s)", 100 * gflops / nom, dev, nom / 1e3);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (!gpu && d.rank == 0)
+        printf("peak: OpenBLAS sgemm 1536^3, best of 4 before the runs (%.1f GFLOP/s) and right after "
+               "each stage, %s threads; FLOPs: the student's forward + backward\n", peak_before,
+               getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "default");
+    if (d.rank == 0) fs_rm_rf(tmp, &err);
+    be->destroy(be);
+    dist_finalize(&d);
+    runconfig_free(rc);
+    free(over);
+    return rcode;
+}
