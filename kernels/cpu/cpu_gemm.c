@@ -60,7 +60,11 @@ static void sgemm_padded(kf_backend *b, float *C, const float *A, const float *B
 static void sgemm(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                   int64_t K, int trans_a, int trans_b, float alpha, float beta) {
     double mnk = (double)M * (double)N * (double)K;
-    if (K > 0 && mnk <= OPENBLAS_SMALL_MNK) {
+    if (K == 0) { /* empty sum: C = beta*C (BLAS would reject lda = 0) */
+        for (int64_t i = 0; i < M * N; i++) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
+        return;
+    }
+    if (mnk <= OPENBLAS_SMALL_MNK) {
         sgemm_padded(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
         return;
     }

@@ -19,21 +19,26 @@ static void ref_matmul(double *C, const float *A, const float *B, int64_t M, int
 }
 
 static void check_matmul(kf_backend *be) {
-    const int64_t M = 13, N = 21, K = 17;
+    /* a padded tiny product, a row-split one and a column-split (wide) one */
+    const int64_t shapes[][3] = {{13, 21, 17}, {70, 300, 64}, {20, 900, 64}};
     double err = 0;
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) {
-            float *A = tu_randf(M * K, 1), *B = tu_randf(K * N, 1), *C = tu_randf(M * N, 1), *C0 = kf_malloc(M * N * 4);
-            memcpy(C0, C, M * N * 4);
-            double *R = kf_malloc(M * N * sizeof(double));
-            be->matmul(be, C, A, B, M, N, K, ta, tb, 0.5f, 0.75f);
-            ref_matmul(R, A, B, M, N, K, ta, tb, 0.5, 0.75, C0);
-            double e = tu_relerr(C, R, M * N, 1e-3);
-            err = e > err ? e : err;
-            free(A); free(B); free(C); free(C0); free(R);
-        }
-    TU_ERR("matmul (4 transpose cases, alpha, beta)", err, 1e-5);
+    for (size_t sh = 0; sh < 3; sh++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int64_t M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2];
+                float *A = tu_randf(M * K, 1), *B = tu_randf(K * N, 1), *C = tu_randf(M * N, 1);
+                float *C0 = kf_malloc(M * N * 4);
+                memcpy(C0, C, M * N * 4);
+                double *R = kf_malloc(M * N * sizeof(double));
+                be->matmul(be, C, A, B, M, N, K, ta, tb, 0.5f, 0.75f);
+                ref_matmul(R, A, B, M, N, K, ta, tb, 0.5, 0.75, C0);
+                double e = tu_relerr(C, R, M * N, 1e-3);
+                err = e > err ? e : err;
+                free(A); free(B); free(C); free(C0); free(R);
+            }
+    TU_ERR("matmul (3 shapes x 4 transpose cases, alpha, beta)", err, 1e-5);
 
+    const int64_t M = 13, N = 21, K = 17;
     /* batched with strides, including a shared (stride 0) B */
     const int64_t nb = 3;
     float *A = tu_randf(nb * M * K, 1), *B = tu_randf(K * N, 1), *C = kf_calloc(nb * M * N + 5, 4);
@@ -48,6 +53,10 @@ static void check_matmul(kf_backend *be) {
         free(R); free(zero);
     }
     TU_ERR("matmul_batched (strides, shared B)", err, 1e-5);
+    float e[4] = {1.0f, NAN, 2.0f, 3.0f};
+    be->matmul(be, e, A, B, 1, 2, 0, 0, 0, 1.0f, 0.0f);
+    be->matmul(be, e + 2, A, B, 1, 2, 0, 1, 1, 1.0f, 0.5f);
+    T_CHECK(e[0] == 0.0f && e[1] == 0.0f && e[2] == 1.0f && e[3] == 1.5f, "matmul with K = 0 gives beta*C");
     free(A); free(B); free(C);
 }
 
