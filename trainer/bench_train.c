@@ -34,6 +34,7 @@
 #include "pipeline/shard_reader.h"
 #include "trainer/dist.h"
 #include "trainer/model.h"
+#include "trainer/omp_env.h"
 #include "trainer/supervision.h"
 #include "trainer/train.h"
 
@@ -195,6 +196,7 @@ int bench_train_main(int argc, char **argv) {
         }
     }
     if (!config) config = "configs/tiny.yaml";
+    omp_env_passive();
     if (steps < 1 || warmup < 0) {
         usage(stderr);
         free(over);

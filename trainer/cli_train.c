@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/runconfig.h"
 #include "trainer/dist.h"
+#include "trainer/omp_env.h"
 #include "trainer/train.h"
 
 static void usage(FILE *f) {
@@ -74,6 +75,7 @@ int train_main(int argc, char **argv) {
         free(a.over);
         return KF_EXIT_USAGE;
     }
+    omp_env_passive();
     /* The config's collective timeout must be known before MPI starts, so
      * it is read once here (and validated again, identically, by train_run). */
     runconfig *rc;
