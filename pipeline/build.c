@@ -198,7 +198,12 @@ static int process_unit(builder *b, packer *p, unit *u, kf_err *err) {
         __atomic_add_fetch(&b->tokens_done, stats.tokens - before, __ATOMIC_RELAXED);
     }
     packer_end(p);
-    return shard_writer_commit(w, &stats, &u->meta, err);
+    /* The commit is mostly waiting for the disk (sync, rename, fsync of the
+     * directory): let another thread compute meanwhile. */
+    token_give(b);
+    int rc = shard_writer_commit(w, &stats, &u->meta, err);
+    token_take(b);
+    return rc;
 }
 
 typedef struct worker_arg {

@@ -3,8 +3,10 @@
  *
  * Named databases in a shard file:
  *   SHARD_DB_SAMPLES: key = local index (uint64 BE), value = ids (+ length).
- *   SHARD_DB_CHECK:   key = local index (uint64 BE), value = the first 8 bytes
- *                     of sha256(value): lets verify name the corrupt sample.
+ *   SHARD_DB_CHECK:   key = local index (uint64 BE), value = CRC-32 (zlib's)
+ *                     of the value, uint32 LE: lets verify name the corrupt
+ *                     sample cheaply; the shard's sha256 remains the check
+ *                     that counts.
  *   SHARD_DB_META:    text fields of shard_meta (names as in shard_writer.h).
  */
 #ifndef KF_PIPELINE_SHARD_FORMAT_H
@@ -20,7 +22,7 @@
 #define SHARD_DB_SAMPLES "samples"
 #define SHARD_DB_CHECK "check"
 #define SHARD_DB_META "meta"
-#define SHARD_CHECK_BYTES 8
+#define SHARD_CHECK_BYTES 4
 
 /** 2 when every id fits in uint16 (vocab_size <= 65536), else 4. */
 int shard_id_bytes(int64_t vocab_size);
