@@ -77,6 +77,20 @@ check "jsonl sample 2 decodes with its \\u escape (got '$out')" test "$out" = '<
 out=$("$KF" shards inspect "$T/out/dir" --index 2 --decode)
 check "directory order: sub/c.txt after b.txt (got '$out')" test "$out" = '<|endoftext|>Document C, nested.<|endoftext|>'
 
+# BERT WordPiece with a generated vocabulary: [CLS] ids [SEP] then [PAD] (id 0).
+mkdir -p "$T/bert"
+printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsees\na\ndog\n##s\n.\n' > "$T/bert/vocab.txt"
+printf 'The cat sees a dog.\nThe dogs see cats\n' > "$T/bert/in.txt"
+cat > "$T/bert.yaml" <<EOF
+shards:
+  b: {out: $T/out/bert, tokenizer: bert, vocab: $T/bert, packing: pad, seq_len: 10, inputs: [{path: $T/bert/in.txt}]}
+EOF
+"$KF" shards build "$T/bert.yaml" --jobs 1 > /dev/null 2>&1
+out=$("$KF" shards inspect "$T/out/bert" --index 0 | tail -1)
+check "bert pad sample 0 is [CLS] the cat sees a dog . [SEP] [PAD] [PAD] (got '$out')" test "$out" = "2 5 6 7 8 9 11 3 0 0"
+out=$("$KF" shards inspect "$T/out/bert" --index 1 --decode --vocab "$T/bert")
+check "bert sample 1 decodes with [UNK] and ## pieces (got '$out')" test "$out" = "[CLS] the dogs [UNK] cats [SEP]"
+
 # --jobs does not change the manifest; a rebuild reuses every shard.
 cp "$T/out/owt/manifest.yaml" "$T/owt.j2"
 KF_QUIET=0 "$KF" shards build "$T/cfg.yaml" --only owt --jobs 1 > "$T/j1.log" 2>&1
@@ -84,7 +98,7 @@ check "rebuild with --jobs 1 gives the same manifest" cmp -s "$T/owt.j2" "$T/out
 check "rebuild reuses finished shards" grep -q " 0 shards built" "$T/j1.log"
 
 # verify / inspect / stats
-check "verify ok" "$KF" shards verify "$T/out/owt"
+check "verify ok" bash -c "'$KF' shards verify '$T/out/owt' > /dev/null"
 check "inspect summary" bash -c "'$KF' shards inspect '$T/out/owt' | grep -q 'packing wrap'"
 check "stats" bash -c "'$KF' shards stats '$T/out/owt' --top 3 | grep -q 'padding fraction 0.0000'"
 "$KF" shards stats "$T/out/lines" > "$T/stats.txt"
