@@ -2,7 +2,6 @@
  * and scratch buffers. The ops live in the other cpu_*.c files. */
 #include "kernels/cpu/cpu_backend.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,9 +59,6 @@ static void cpu_destroy(kf_backend *b) {
 }
 
 kf_backend *kernels_cpu_create(void) {
-    /* GEMMs are split over OpenMP threads by cpu_gemm.c; OpenBLAS's own pool
-     * would compete with them for the cores (process-wide setting). */
-    openblas_set_num_threads(1);
     kf_backend *b = kf_calloc(1, sizeof *b);
     b->name = "cpu";
     b->precision = KF_PREC_FP32;

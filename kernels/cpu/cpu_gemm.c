@@ -1,27 +1,25 @@
 /* kernels/cpu/cpu_gemm.c — matmul through OpenBLAS, bias add and bias gradient.
  *
- * Threading: OpenBLAS runs single-threaded (set in kernels_cpu_create) and the
- * backend splits each product over OpenMP threads itself, in blocks of rows
- * of C (or of columns when C is wide and short). With OpenBLAS's own pthreads
- * next to OpenMP's, the two pools spin against each other on a small machine;
- * one pool avoids that. Every C element is still one dot product over K in
- * OpenBLAS's fixed blocked order, whatever the block it falls in, so results
- * do not depend on the thread count (tested bitwise for 1, 2 and 3 threads).
+ * Threading: OpenBLAS (Debian's pthreads build) threads each product itself,
+ * splitting over M/N, never over K, so each C element is one dot product in a
+ * fixed order whatever its thread count (the unit test checks 1, 2 and 3
+ * threads bitwise). Splitting products over OpenMP threads instead was tried
+ * and rejected: concurrent calls into the pthreads build are ~10x slower.
+ * On a small loaded machine OMP_WAIT_POLICY=passive keeps idle OpenMP threads
+ * from spinning against OpenBLAS's.
  *
  * Batch invariance: OpenBLAS routes tiny products (M*N*K up to 100^3 on the
  * Skylake-X kernels) to a "small matrix" kernel whose summation order differs
  * from the blocked kernel, so a row of C could change with the number of rows
- * M (e.g. one decoding sample vs a batch). Blocks are never made that small,
- * and a product that small is padded with zero rows past the threshold, so
- * every element is computed by the blocked kernel (tested for the model's
- * shapes).
+ * M (e.g. one decoding sample vs a batch). A product that small is padded with
+ * zero rows past the threshold, so every element is computed by the blocked
+ * kernel (tested for the model's shapes).
  *
  * fp16 mode: A and B are rounded through _Float16 into scratch copies (inputs
  * are never modified) and C is rounded after the product: a half GEMM with
  * fp32 accumulation.
  */
 #include <cblas.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,13 +27,12 @@
 
 #define OPENBLAS_SMALL_MNK 1000000.0
 
-/* One row-major sgemm with explicit leading dimensions. */
+/* One row-major sgemm with explicit leading dimension of A (ldb, ldc dense). */
 static void sgemm_raw(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
-                      int64_t lda, int64_t ldb, int64_t ldc, int trans_a, int trans_b,
-                      float alpha, float beta) {
+                      int64_t lda, int trans_a, int trans_b, float alpha, float beta) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
-                B, (int)ldb, beta, C, (int)ldc);
+                B, (int)(trans_b ? K : N), beta, C, (int)N);
 }
 
 /* A product below the small-matrix threshold, padded with zero rows past it. */
@@ -51,44 +48,21 @@ static void sgemm_padded(kf_backend *b, float *C, const float *A, const float *B
         memcpy(pa, A, (size_t)(M * K) * sizeof(float));
     memcpy(pc, C, (size_t)(M * N) * sizeof(float));
     memset(pc + M * N, 0, (size_t)((Mp - M) * N) * sizeof(float));
-    sgemm_raw(pc, pa, B, Mp, N, K, trans_a ? Mp : K, trans_b ? K : N, N, trans_a, trans_b, alpha,
-              beta);
+    sgemm_raw(pc, pa, B, Mp, N, K, trans_a ? Mp : K, trans_a, trans_b, alpha, beta);
     memcpy(C, pc, (size_t)(M * N) * sizeof(float));
 }
 
-/* C[M,N] (ldc = N, dense A and B) split over the OpenMP threads. */
+/* C[M,N] = alpha op(A) op(B) + beta C with dense operands. */
 static void sgemm(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                   int64_t K, int trans_a, int trans_b, float alpha, float beta) {
-    double mnk = (double)M * (double)N * (double)K;
     if (K == 0) { /* empty sum: C = beta*C (BLAS would reject lda = 0) */
         for (int64_t i = 0; i < M * N; i++) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
         return;
     }
-    if (mnk <= OPENBLAS_SMALL_MNK) {
+    if ((double)M * (double)N * (double)K <= OPENBLAS_SMALL_MNK)
         sgemm_padded(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
-        return;
-    }
-    int by_cols = N > M; /* split the longer side of C */
-    int64_t len = by_cols ? N : M;
-    int64_t nblk = omp_get_max_threads();
-    int64_t most = (int64_t)(mnk / (2.0 * OPENBLAS_SMALL_MNK)); /* keep blocks well above it */
-    nblk = nblk < most ? nblk : most;
-    nblk = nblk < len ? nblk : len;
-    if (nblk <= 1) {
-        sgemm_raw(C, A, B, M, N, K, trans_a ? M : K, trans_b ? K : N, N, trans_a, trans_b, alpha,
-                  beta);
-        return;
-    }
-#pragma omp parallel for schedule(static) num_threads(nblk)
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        int64_t i0 = blk * len / nblk, i1 = (blk + 1) * len / nblk;
-        if (by_cols) /* columns [i0, i1) of C: columns of op(B) */
-            sgemm_raw(C + i0, A, trans_b ? B + i0 * K : B + i0, M, i1 - i0, K, trans_a ? M : K,
-                      trans_b ? K : N, N, trans_a, trans_b, alpha, beta);
-        else /* rows [i0, i1) of C: rows of op(A) */
-            sgemm_raw(C + i0 * N, trans_a ? A + i0 : A + i0 * K, B, i1 - i0, N, K,
-                      trans_a ? M : K, trans_b ? K : N, N, trans_a, trans_b, alpha, beta);
-    }
+    else
+        sgemm_raw(C, A, B, M, N, K, trans_a ? M : K, trans_a, trans_b, alpha, beta);
 }
 
 void cpu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
