@@ -206,6 +206,14 @@ static int process_unit(builder *b, packer *p, unit *u, kf_err *err) {
     return rc;
 }
 
+/* Frees a unit's documents (its record stays for the manifest). */
+static void unit_drop_text(unit *u) {
+    free(u->text);
+    free(u->off);
+    u->text = NULL;
+    u->off = NULL;
+}
+
 typedef struct worker_arg {
     builder *b;
     tok **t; /* this worker's slot in the tokenizer array (loaded if NULL) */
@@ -231,10 +239,7 @@ static void *worker(void *arg) {
             failed = process_unit(b, p, u, &err) != 0;
             token_give(b);
         }
-        free(u->text);
-        free(u->off);
-        u->text = NULL;
-        u->off = NULL;
+        unit_drop_text(u);
         if (failed) break;
     }
     if (failed) {
@@ -243,12 +248,7 @@ static void *worker(void *arg) {
         b->failed = 1;
         pthread_mutex_unlock(&b->mu);
         /* Keep draining so the reader never blocks on a full queue. */
-        while ((u = dequeue(b)) != NULL) {
-            free(u->text);
-            free(u->off);
-            u->text = NULL;
-            u->off = NULL;
-        }
+        while ((u = dequeue(b)) != NULL) unit_drop_text(u);
     }
     packer_free(p);
     return NULL;
@@ -519,8 +519,7 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     for (int s = 0; s < 2; s++) {
         if (b->cur[s]) {
             if (rrc) { /* never handed to a worker */
-                free(b->cur[s]->text);
-                free(b->cur[s]->off);
+                unit_drop_text(b->cur[s]);
             } else {
                 enqueue(b, b->cur[s]);
             }
