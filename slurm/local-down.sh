@@ -8,7 +8,7 @@ alive() { [ -s "$1" ] && [ "$(ps -o comm= -p "$(cat "$1")" 2>/dev/null)" = "$2" 
 # Cancel jobs first: job steps (slurmstepd) would outlive slurmd otherwise.
 if alive "$S/run/slurmctld.pid" slurmctld && alive "$S/run/slurmd.pid" slurmd; then
   scancel --quiet --partition=debug 2>/dev/null
-  for i in $(seq 100); do [ -z "$(squeue -h -t all 2>/dev/null | grep -v -E 'COMPLETED|CANCELLED|FAILED|TIMEOUT|PREEMPTED|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE')" ] && break; sleep 0.2; done
+  for i in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.2; done   # pending/running/completing
 fi
 stop() {  # PIDFILE COMM
   alive "$1" "$2" || { rm -f "$1"; return 0; }

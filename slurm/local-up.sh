@@ -1,7 +1,8 @@
 #!/bin/bash
 # Starts a throw-away single-node Slurm cluster (munged + slurmctld + slurmd)
 # with every file under BASE, for tests. Usage: slurm/local-up.sh BASE
-# Then: export SLURM_CONF=BASE/slurm.conf. Stop it with slurm/local-down.sh BASE
+# KF_SLURM_CPUS sets the node's CPU count (default: nproc; more lets tiny
+# test jobs share cores). Then: export SLURM_CONF=BASE/slurm.conf. Stop it with slurm/local-down.sh BASE
 # (by PID file). Slurm's ports (6817/6818) are fixed: one cluster per machine.
 # Needs root and Debian's slurmctld, slurmd, slurm-client and munge
 # (scripts/setup.sh installs them).
@@ -14,7 +15,7 @@ for c in munged slurmctld slurmd sbatch; do
 done
 "$here/local-down.sh" "$B" >/dev/null 2>&1 || true    # stale daemons from an earlier run
 rm -rf "$S" "$M"; mkdir -p "$S"/{state,spool,log,run} "$M"
-sed -e "s#@BASE@#$B#g" -e "s#@CPUS@#$(nproc)#g" "$here/local.conf.in" > "$B/slurm.conf"
+sed -e "s#@BASE@#$B#g" -e "s#@CPUS@#${KF_SLURM_CPUS:-$(nproc)}#g" "$here/local.conf.in" > "$B/slurm.conf"
 export SLURM_CONF=$B/slurm.conf
 chmod go+x "$B"; chmod 711 "$M"   # munged insists: socket dirs o+x, not group/other-writable
 dd if=/dev/urandom of="$M/munge.key" bs=1024 count=1 status=none; chmod 400 "$M/munge.key"

@@ -6,8 +6,8 @@ KF=$(cd "$(dirname "$KF")" && pwd)/$(basename "$KF")
 export KF_BIN=$KF
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # tiny models: threads only add contention
 PASS=0; FAIL=0
-ok()   { PASS=$((PASS + 1)); echo "ok   $*"; }
-bad()  { FAIL=$((FAIL + 1)); echo "FAIL $*"; }
+ok()   { PASS=$((PASS + 1)); echo "ok   [${SECONDS}s] $*"; }
+bad()  { FAIL=$((FAIL + 1)); echo "FAIL [${SECONDS}s] $*"; }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
 finish() { echo "$PASS passed, $FAIL failed"; [ "$FAIL" -eq 0 ]; }
 # wait_until SECONDS CMD...: polls CMD every 0.2 s; false on timeout.
@@ -48,7 +48,7 @@ slurm_up() {
   exec 9>/tmp/kf-test-slurm.lock
   flock -w 600 9 || { bad "lock /tmp/kf-test-slurm.lock"; return 1; }
   SLURM_T0=$SECONDS
-  slurm/local-up.sh "$SLURM_BASE" >/dev/null || return 1
+  KF_SLURM_CPUS=8 slurm/local-up.sh "$SLURM_BASE" >/dev/null || return 1   # tiny jobs side by side
   export SLURM_CONF=$SLURM_BASE/slurm.conf
 }
 slurm_down() { [ -n "${SLURM_BASE:-}" ] && slurm/local-down.sh "$SLURM_BASE" >/dev/null 2>&1; }

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 . tests/scripts/lib_jobs.sh
 need_data
 T=$(mktemp -d /tmp/kf-test-slurm.XXXXXX); chmod 711 "$T"   # munged: o+x on every directory above its socket
-trap 'slurm_down; rm -rf "$T"' EXIT
+trap 'slurm_down; if [ $FAIL -eq 0 ] && [ -z "${KF_TEST_KEEP:-}" ]; then rm -rf "$T"; else echo "kept $T for inspection"; fi' EXIT
 slurm_up "$T/cluster" || { bad "local Slurm cluster starts"; finish; exit 1; }
 ok "local Slurm cluster up"
 
