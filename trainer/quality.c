@@ -168,6 +168,7 @@ static int read_ids(const json *a, const char *what, const char *path, int64_t l
         const json *v = &a->kids[i];
         if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i > INT32_MAX) {
             free(*out);
+            *out = NULL;
             return kf_err_set(err, "%s:%lld: \"%s\"[%zu] is not a token id", path, (long long)line, what, i);
         }
         (*out)[i] = (int32_t)v->i;

@@ -1,0 +1,260 @@
+/* The serving commands end to end, in process (their *_main functions):
+ *  - `kf bench decode`: AR + PFLM(4) checkpoints on a synthetic shard set;
+ *    the JSON table has one row per (method, batch) with positive
+ *    throughput and AR's speedup 1, the PNG is written; the completion length
+ *    follows the protocol (data length - prefix, capped by the context,
+ *    multiple of every k); bad input exits 1 (prefix longer than the data,
+ *    no method fitting --k, missing checkpoint) or 2 (usage);
+ *  - `kf import --probe`: logits recorded from the model pass, perturbed ones
+ *    fail; registration writes final/ + DONE, refuses a second time without
+ *    --force, refuses a checkpoint that does not fit the run's stage;
+ *  - `kf eval --completions` (quality_eval_main): errors (missing evaluator,
+ *    empty file, malformed line named by number, usage) and a good run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "common/rng.h"
+#include "common/safetensors.h"
+#include "kernels/kernels.h"
+#include "tests/test.h"
+#include "tests/unit/trainer_fixture.h"
+#include "trainer/layout.h"
+#include "trainer/model.h"
+#include "trainer/quality.h"
+
+int bench_decode_main(int argc, char **argv);
+int import_main(int argc, char **argv);
+
+enum { V = 50, SEQ = 32 };
+
+static char T[256];
+
+static int run(int (*fn)(int, char **), const char *line) {
+    char buf[2048], *argv[64];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", line);
+    for (char *p = strtok(buf, " "); p && argc < 63; p = strtok(NULL, " ")) argv[argc++] = p;
+    argv[argc] = NULL;
+    fflush(stdout);
+    return fn(argc, argv);
+}
+
+static void randomize(model *m, uint64_t seed) {
+    float *h = malloc((size_t)m->n_params * sizeof(float));
+    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(rng_uniform01(seed, 1, (uint64_t)i) - 0.5);
+    for (int t = 0; t < m->n_tensors; t++)
+        if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
+            for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
+    m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
+    free(h);
+}
+
+static model *make(kf_backend *be, model_kind kind, int64_t k, const char *name) {
+    model_config c = {.hidden = 16, .heads = 2, .blocks = 1, .vocab = V, .mask_id = V - 1, .seq_len = SEQ,
+                      .kind = kind, .head = HEAD_SHARED, .k_train = k};
+    model *m = model_create(be, &c);
+    randomize(m, (uint64_t)k + 7);
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", T, name);
+    kf_err err;
+    KF_CHECK(model_save(m, p, NULL, &err) == 0, "%s", err.msg);
+    return m;
+}
+
+/* Writes a probe of m's logits over layout l (scaled by `bump` at one entry). */
+static void write_probe(model *m, const layout *l, const char *kind, int64_t n, int64_t k, float bump,
+                        const char *path) {
+    enum { B = 2 };
+    int64_t L = l->L;
+    int32_t ids[B * 64];
+    double z[B * 64], tau[B] = {1.0, 0.3};
+    for (int64_t i = 0; i < B * L; i++) {
+        ids[i] = (int32_t)rng_below(3, 4, (uint64_t)i, V);
+        z[i] = rng_uniform01(3, 5, (uint64_t)i);
+    }
+    model_ws *ws = model_ws_create(m);
+    model_input in = {.lay = l, .B = B, .ids = ids, .z = z, .tau = tau};
+    const float *d = model_forward(m, ws, &in, 0, NULL);
+    int64_t nl = B * l->n_out * V;
+    float *h = malloc((size_t)nl * sizeof(float));
+    m->be->download(m->be, h, d, (size_t)nl * sizeof(float));
+    h[nl / 2] += bump;
+    safetensors_writer *w = safetensors_writer_new();
+    int64_t s_ids[2] = {B, L}, s_tau[1] = {B}, s_lg[3] = {B, l->n_out, V};
+    safetensors_add(w, "z", ST_F64, 2, s_ids, z);
+    safetensors_add(w, "tau", ST_F64, 1, s_tau, tau);
+    safetensors_add(w, "logits", ST_F32, 3, s_lg, h);
+    safetensors_add(w, "ids", ST_I32, 2, s_ids, ids);
+    safetensors_set_meta(w, "probe.layout", kind);
+    char v[16];
+    snprintf(v, sizeof v, "%lld", (long long)n);
+    safetensors_set_meta(w, "probe.n", v);
+    snprintf(v, sizeof v, "%lld", (long long)k);
+    safetensors_set_meta(w, "probe.k", v);
+    kf_err err;
+    KF_CHECK(safetensors_write(w, path, &err) == 0, "%s", err.msg);
+    safetensors_writer_free(w);
+    free(h);
+    model_ws_free(ws);
+}
+
+static void write_text(const char *name, const char *text) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", T, name);
+    char dir[512];
+    fs_dirname(p, dir, sizeof dir);
+    kf_err err;
+    KF_CHECK(fs_mkdir_p(dir, &err) == 0 && fs_write_atomic(p, text, strlen(text), &err) == 0, "%s", err.msg);
+}
+
+static void bench_tests(void) {
+    char cmd[2048], p[512];
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 2,3 --k 2,4 "
+             "--runs 2 --prefix-len 6 --json %s/b.json --png %s/b.png --backend cpu", T, T, T, T, T);
+    int rc = run(bench_decode_main, cmd);
+    T_CHECK(rc == 0, "bench decode: rc %d", rc);
+    snprintf(p, sizeof p, "%s/b.json", T);
+    char *text;
+    size_t len;
+    kf_err err;
+    if (fs_read_file(p, &text, &len, &err)) {
+        T_CHECK(0, "bench decode wrote no JSON: %s", err.msg);
+        return;
+    }
+    json_doc *d = json_parse(text, len, p, &err);
+    T_CHECK(d != NULL, "bench JSON: %s", d ? "" : err.msg);
+    if (d) {
+        const json *r = json_root(d), *rows = json_get(r, "rows"), *mn = json_get(r, "max_new");
+        /* data 32 - prefix 6 = 26, capped by PFLM k=4: 32 - 6 - 4 = 22, multiple of 4 -> 20 */
+        T_CHECK(mn && mn->i == 20, "max_new %lld, want 20", mn ? (long long)mn->i : -1LL);
+        T_CHECK(rows && rows->n == 6, "%zu rows, want 3 methods x 2 batches", rows ? rows->n : 0);
+        for (size_t i = 0; rows && i < rows->n; i++) {
+            const json *x = &rows->kids[i], *tps = json_get(x, "tokens_per_s"), *sp = json_get(x, "speedup");
+            const json *me = json_get(x, "method");
+            T_CHECK(tps && tps->num > 0, "row %zu: tokens/s", i);
+            if (me && !strcmp(me->str.s, "AR")) T_CHECK(sp && sp->num == 1.0, "AR speedup is 1");
+        }
+        json_free(d);
+    }
+    free(text);
+    snprintf(p, sizeof p, "%s/b.png", T);
+    char *png;
+    if (fs_read_file(p, &png, &len, &err) == 0) {
+        T_CHECK(len > 8 && !memcmp(png, "\x89PNG", 4), "bench chart is a PNG");
+        free(png);
+    } else {
+        T_CHECK(0, "no chart: %s", err.msg);
+    }
+    /* bad input */
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --json %s/x.json "
+             "--png %s/x.png", T, T, T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 1, "default OWT prefix (64) longer than the data (32) exits 1");
+    snprintf(cmd, sizeof cmd, "decode %s/pf4.safetensors --data %s/data --batch 2 --k 5,6 --prefix-len 4 --json %s/x.json "
+             "--png %s/x.png", T, T, T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 1, "k > k_train for every --k exits 1");
+    snprintf(cmd, sizeof cmd, "decode %s/none.safetensors --data %s/data --batch 2 --prefix-len 4", T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 1, "missing checkpoint exits 1");
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 0", T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 2, "--batch 0 is a usage error");
+    T_CHECK(run(bench_decode_main, "decode --data x") == 2, "no checkpoint is a usage error");
+}
+
+static void import_tests(model *ar, model *pf) {
+    char cmd[2048], p[512];
+    layout l;
+    layout_ar(&l, 12);
+    snprintf(p, sizeof p, "%s/ar_probe.safetensors", T);
+    write_probe(ar, &l, "ar", 0, 0, 0.0f, p);
+    snprintf(p, sizeof p, "%s/ar_bad.safetensors", T);
+    write_probe(ar, &l, "ar", 0, 0, 1e-3f, p);
+    layout_free(&l);
+    layout_single(&l, 5, 3);
+    snprintf(p, sizeof p, "%s/pf_probe.safetensors", T);
+    write_probe(pf, &l, "single", 5, 3, 0.0f, p);
+    layout_free(&l);
+
+    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_probe.safetensors", T, T);
+    T_CHECK(run(import_main, cmd) == 0, "AR probe from the same model passes");
+    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_bad.safetensors", T, T);
+    T_CHECK(run(import_main, cmd) == 1, "a logit off by 1e-3 fails the probe");
+    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_bad.safetensors --tol 2e-3", T, T);
+    T_CHECK(run(import_main, cmd) == 0, "... and passes with --tol 2e-3");
+    snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --probe %s/pf_probe.safetensors", T, T);
+    T_CHECK(run(import_main, cmd) == 0, "PFLM SingleForward probe passes (k = 3 < k_train)");
+    snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --probe %s/ar_probe.safetensors", T, T);
+    T_CHECK(run(import_main, cmd) == 1, "AR probe on a PFLM checkpoint fails");
+
+    /* registration into a run whose run.yaml names the stages */
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "name: t\ndata: {train: %s/data, valid: %s/data}\n"
+             "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
+             "stages:\n  - {name: ar, kind: ar, steps: 10}\n"
+             "  - {name: k4, kind: distill_ar, teacher: ar, k: 4, steps: 10}\n",
+             T, T, V, SEQ);
+    write_text("run/run.yaml", yaml);
+    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --run-dir %s/run --stage ar", T, T);
+    T_CHECK(run(import_main, cmd) == 0, "import AR as stage ar");
+    snprintf(p, sizeof p, "%s/run/stages/ar/final/DONE", T);
+    T_CHECK(fs_exists(p), "final/DONE written");
+    snprintf(p, sizeof p, "%s/run/stages/ar/final/model.safetensors", T);
+    kf_err err;
+    model_config c;
+    T_CHECK(model_read_config(p, &c, &err) == 0 && c.kind == MODEL_AR, "final/model.safetensors loads");
+    T_CHECK(run(import_main, cmd) == 1, "a second import without --force is refused");
+    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --run-dir %s/run --stage ar --force", T, T);
+    T_CHECK(run(import_main, cmd) == 0, "--force replaces");
+    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --run-dir %s/run --stage k4", T, T);
+    T_CHECK(run(import_main, cmd) == 1, "an AR checkpoint does not fit a distill_ar stage");
+    snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --run-dir %s/run --stage k4", T, T);
+    T_CHECK(run(import_main, cmd) == 0, "PFLM(4) fits stage k4");
+    snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --run-dir %s/run --stage nope", T, T);
+    T_CHECK(run(import_main, cmd) == 1, "unknown stage is refused");
+    snprintf(cmd, sizeof cmd, "import %s/none.safetensors --run-dir %s/run --stage ar --force", T, T);
+    T_CHECK(run(import_main, cmd) == 1, "missing checkpoint exits 1");
+    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --stage ar", T);
+    T_CHECK(run(import_main, cmd) == 2, "--stage without --run-dir is a usage error");
+}
+
+static void eval_tests(void) {
+    char cmd[2048];
+    write_text("c.jsonl", "{\"prefix\": [1, 2], \"completion\": [3, 4, 5, 0, 9]}\n"
+                          "{\"prefix\": [7], \"completion_ids\": [8, 8, 8, 8]}\n");
+    write_text("empty.jsonl", "");
+    write_text("bad.jsonl", "{\"completion\": [1, 2]}\n{\"completion\": [1, \"x\"]}\n");
+    snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/ar.safetensors --eos 0 --backend cpu", T, T);
+    T_CHECK(run(quality_eval_main, cmd) == 0, "kf eval --completions: good run");
+    snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/pf4.safetensors", T, T);
+    T_CHECK(run(quality_eval_main, cmd) == 1, "a PFLM evaluator exits 1");
+    snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/none.safetensors", T, T);
+    T_CHECK(run(quality_eval_main, cmd) == 1, "missing evaluator exits 1");
+    snprintf(cmd, sizeof cmd, "eval --completions %s/empty.jsonl --evaluator %s/ar.safetensors", T, T);
+    T_CHECK(run(quality_eval_main, cmd) == 1, "empty completions file exits 1");
+    snprintf(cmd, sizeof cmd, "eval --completions %s/bad.jsonl --evaluator %s/ar.safetensors", T, T);
+    T_CHECK(run(quality_eval_main, cmd) == 1, "a malformed line exits 1");
+    snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl", T);
+    T_CHECK(run(quality_eval_main, cmd) == 2, "no --evaluator is a usage error");
+}
+
+int main(void) {
+    snprintf(T, sizeof T, "/tmp/kf-serving-XXXXXX");
+    KF_CHECK(mkdtemp(T), "mkdtemp");
+    char p[512];
+    snprintf(p, sizeof p, "%s/data", T);
+    fixture_shards(p, 40, 40, SEQ, V);
+    kf_backend *be = kernels_cpu_create();
+    model *ar = make(be, MODEL_AR, 1, "ar.safetensors");
+    model *pf = make(be, MODEL_PFLM, 4, "pf4.safetensors");
+    bench_tests();
+    import_tests(ar, pf);
+    eval_tests();
+    model_free(ar);
+    model_free(pf);
+    be->destroy(be);
+    kf_err err;
+    fs_rm_rf(T, &err);
+    return T_DONE();
+}
