@@ -92,8 +92,9 @@ int tok_encode(tok *t, const char *text, size_t len, int allow_special,
                tok_ids *out, int64_t *n_replaced);
 
 /** Decodes n ids, appending the bytes to out. gpt2: exact inverse of encoding
- * (byte-level). bert: WordPiece join as HF's decoder does ("##" pieces glued to
- * the previous token, others separated by one space; special tokens kept).
+ * (byte-level). bert: HF's WordPiece decoder with cleanup off: "##" pieces
+ * are glued to the previous token, others separated by one space, special
+ * tokens kept (lossy: case, accents and spacing are not restored).
  * @return 0, or -1 with err set when an id is out of range (message names the
  *         id and its position). */
 int tok_decode(const tok *t, const int32_t *ids, size_t n, tok_bytes *out, kf_err *err);

@@ -9,6 +9,8 @@
 //                     lowercase) + BertPreTokenizer + WordPiece("##", [UNK], 100)
 //                     from VOCAB_DIR/vocab.txt
 //        bert-special the same with [PAD] [UNK] [CLS] [SEP] [MASK] as special tokens
+//        bert-decode  the inverse: each line of ids -> HF's WordPiece decoding
+//                     (cleanup off, special tokens kept)
 // stdin is decoded as UTF-8 with U+FFFD replacement and split on "\n" (a final
 // "\n" ends the last line); each line becomes one output line of ids. No
 // special tokens are added. Prints "MB/s" of the encoding itself on stderr.
@@ -17,7 +19,7 @@ const fs = require("fs");
 const path = require("path");
 const [mode, vocabDir] = process.argv.slice(2);
 if (!mode || (!vocabDir && mode !== "tiktoken")) {
-  console.error("usage: node ref_tokenize.js gpt2|gpt2-special|tiktoken|bert|bert-special VOCAB_DIR");
+  console.error("usage: node ref_tokenize.js gpt2|gpt2-special|tiktoken|bert|bert-special|bert-decode VOCAB_DIR");
   process.exit(2);
 }
 
@@ -69,6 +71,10 @@ async function main() {
     const enc = require("tiktoken").get_encoding("gpt2");
     out = lines.map((l) => enc.encode_ordinary(l).join(" "));
     enc.free();
+  } else if (mode === "bert-decode") {
+    const tok = hfTokenizer();
+    const ids = lines.map((l) => (l.trim() ? l.trim().split(" ").map(Number) : []));
+    out = await tok.decodeBatch(ids, false);
   } else {
     const tok = hfTokenizer();
     const encs = await tok.encodeBatch(lines, { addSpecialTokens: false });

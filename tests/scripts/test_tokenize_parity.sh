@@ -72,6 +72,9 @@ cat "$T/corpus.txt" "$T/tricky.txt" | node tests/node/make_bert_vocab.js 6000 30
 ref bert "$T/bert" <"$T/corpus.txt" >"$T/bcorpus.hf" &&
   "$KF" tokenize bert --vocab "$T/bert" <"$T/corpus.txt" >"$T/bcorpus.kf" &&
   same_lines "bert corpus vs HF tokenizers" "$T/bcorpus.hf" "$T/bcorpus.kf"
+ref bert-decode "$T/bert" <"$T/bcorpus.kf" >"$T/bcorpus.dec.hf" &&
+  "$KF" tokenize bert --decode --vocab "$T/bert" <"$T/bcorpus.kf" >"$T/bcorpus.dec.kf" &&
+  same_lines "bert --decode corpus vs HF" "$T/bcorpus.dec.hf" "$T/bcorpus.dec.kf"
 ref bert "$T/bert" <"$T/tricky.txt" >"$T/btricky.hf" &&
   "$KF" tokenize bert --vocab "$T/bert" <"$T/tricky.txt" >"$T/btricky.kf" 2>/dev/null &&
   same_lines "bert tricky vs HF tokenizers" "$T/btricky.hf" "$T/btricky.kf"
