@@ -16,6 +16,9 @@
  *       valid: {last: 1000}              # last N documents of inputs (default 0), or
  *       # valid: {inputs: [...]}         # separate inputs (same shape as above)
  *
+ * Paths (out, vocab, inputs) are relative to the current directory, like
+ * every path on kf's command line.
+ *
  * An input's `path` is a file, a directory or an archive; `format` says how a
  * file's bytes become documents:
  *   lines   every line is a document (LM1B's news.en-*); empty lines counted
