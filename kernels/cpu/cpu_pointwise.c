@@ -9,12 +9,16 @@
 #define INV_SQRT2 0.7071067811865476f
 #define INV_SQRT_2PI 0.3989422804014327f
 
+/* tanh(u) = 1 - 2/(exp(2u) + 1) through the vectorisable cpu_expf: absolute
+ * error ~1e-7 (GELU only needs 1 + tanh to that precision), exact limits ±1. */
+static inline float tanh_fast(float u) { return 1.0f - 2.0f / (cpu_expf(2.0f * u) + 1.0f); }
+
 void cpu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind) {
     if (kind == KF_GELU_TANH) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v)));
+            y[i] = 0.5f * v * (1.0f + tanh_fast(GELU_C * (v + GELU_A * v * v * v)));
         }
     } else {
 #pragma omp parallel for schedule(static)
@@ -25,10 +29,10 @@ void cpu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_ki
 void cpu_gelu_bwd(kf_backend *b, float *dx, const float *dy, const float *x, int64_t n,
                   kf_gelu_kind kind) {
     if (kind == KF_GELU_TANH) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+            float t = tanh_fast(GELU_C * (v + GELU_A * v * v * v));
             float d = 0.5f * (1.0f + t) +
                       0.5f * v * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
             dx[i] = dy[i] * d;
