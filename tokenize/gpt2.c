@@ -248,8 +248,7 @@ static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_id
     size_t nids = out->n - before;
     if (g->centries >= CACHE_ENTRIES || g->ckey_n + n > CACHE_KEY_POOL || g->cid_n + nids > CACHE_ID_POOL) {
         cache_clear(g);
-        for (i = h & (CACHE_SLOTS - 1); g->cslots[i].key_len; i = (i + 1) & (CACHE_SLOTS - 1)) {
-        }
+        i = h & (CACHE_SLOTS - 1); /* the home slot is free now */
     }
     g->cslots[i] = (cache_slot){h, (uint32_t)g->ckey_n, (uint32_t)n, (uint32_t)g->cid_n, (uint32_t)nids};
     memcpy(g->ckeys + g->ckey_n, p, n);
