@@ -8,7 +8,10 @@
  *   (default: the tiny model, 32 128 128 4 4 50258)
  * --cpu-time times with the process CPU clock instead of the wall clock: on a
  * loaded machine, run it with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for a
- * per-core figure that other processes do not distort.
+ * per-core figure that other processes do not distort. With 2 threads, set
+ * OMP_WAIT_POLICY=passive (kf train does): otherwise idle OpenMP threads spin
+ * against OpenBLAS's threads (about 2x slower steps measured on a loaded
+ * 2-core machine).
  *
  * It measures OpenBLAS sgemm peak (a large square product), then one
  * synthetic training step made of exactly the ops and shapes the AR model

@@ -270,6 +270,16 @@ static void check_threads(kf_backend *be) {
             "attn_fwd differs between 1 and 2 threads");
     T_CHECK(memcmp(g[0], g[1], (size_t)nq * 4) == 0, "attn_bwd differs between 1 and 2 threads");
     T_CHECK(memcmp(dec[0], dec[1], (size_t)(B * 4 * H) * 4) == 0, "attn_decode differs between 1 and 2 threads");
+    /* batch invariance: the last sample alone gives the rows it got inside the batch */
+    kf_mask m1 = m;
+    m1.valid_len = vl + 2;
+    float *o1 = kf_malloc((size_t)(L * H) * 4), *l1 = kf_malloc((size_t)(nh * L) * 4), *g1 = kf_malloc((size_t)(L * 3 * H) * 4);
+    be->attn_fwd(be, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D);
+    be->attn_bwd(be, g1, dout + 2 * L * H, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D);
+    T_CHECK(memcmp(o1, o[1] + 2 * L * H, (size_t)(L * H) * 4) == 0 && memcmp(l1, l[1] + 2 * nh * L, (size_t)(nh * L) * 4) == 0 &&
+                memcmp(g1, g[1] + 2 * L * 3 * H, (size_t)(L * 3 * H) * 4) == 0,
+            "attention of a sample differs alone and inside a batch");
+    free(o1); free(l1); free(g1);
     for (int t = 0; t < 2; t++) { free(o[t]); free(l[t]); free(g[t]); free(dec[t]); }
     free(qkv); free(dout);
 }
