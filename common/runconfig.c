@@ -105,6 +105,11 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
         opt_int_min(n, "eval_batches", &o->eval_batches, 1, err))
         return -1;
     o->seed = (uint64_t)seed;
+    const char *ob;
+    if (cfg_opt_str(n, "output_bias", o->unigram_bias ? "unigram" : "zero", &ob, err)) return -1;
+    if (strcmp(ob, "zero") && strcmp(ob, "unigram"))
+        return cfg_err_at(cfg_find(n, "output_bias"), err, "expected zero or unigram, got '%s'", ob);
+    o->unigram_bias = !strcmp(ob, "unigram");
     if (o->micro_batch > o->batch)
         return cfg_err_at(cfg_find(n, "micro_batch"), err, "must be <= batch (%lld)",
                           (long long)o->batch);

@@ -19,6 +19,9 @@
  *     eval_every: 0  eval_batches: 4            # validation loss (0: only at the end)
  *     precision: [{until_step: 400, mode: fp16}, {mode: fp32}]
  *     loss_scale: {init: 65536, growth_interval: 2000, growth: 2.0, backoff: 0.5}
+ *     output_bias: zero    # zero (the reference) | unigram: a student that starts
+ *                          # from scratch (no `init:`) gets output_layer.linear.bias =
+ *                          # log of the training split's smoothed token frequencies
  *   stages:                                      # ordered
  *     - {name: ar, kind: ar, steps: 600}
  *     - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 400, tau: [0.01, 1.0]}
@@ -99,6 +102,7 @@ typedef struct runconfig_opts {
     double scale_init;        /* fp16 loss scaler */
     int64_t scale_growth_interval;
     double scale_growth, scale_backoff;
+    int unigram_bias;         /* output bias starts at the training data's log unigram */
 } runconfig_opts;
 
 typedef struct runconfig_stage {

@@ -2,6 +2,7 @@
 #include "trainer/train.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,6 +363,38 @@ static int setup(trainer *t, kf_err *err) {
     return 0;
 }
 
+/* output_layer.linear.bias = log of the training split's token frequencies
+ * (add-0.5 smoothing), centred: a student trained from scratch then starts
+ * at the unigram model instead of spending its first hundreds of steps
+ * moving 50k biases by lr per step. Counted over every target position of
+ * the split (deterministic; a pure function of the manifest). */
+static int unigram_bias(trainer *t, kf_err *err) {
+    const model_tensor *bt = model_find(t->m, "output_layer.linear.bias");
+    KF_CHECK(bt, "model has no output_layer.linear.bias");
+    shard_set *ss;
+    if (shard_set_open(t->rc->data_train, "train", &ss, err)) return -1;
+    int64_t V = t->m->cfg.vocab, n = shard_set_count(ss), L = shard_set_seq_len(ss);
+    double *cnt = kf_calloc((size_t)V, sizeof *cnt), tot = 0;
+    int32_t *ids = kf_malloc((size_t)L * sizeof *ids), len;
+    for (int64_t i = 0; i < n; i++) {
+        if (shard_set_get(ss, i, ids, &len, err)) {
+            shard_set_close(ss);
+            free(cnt), free(ids);
+            return -1;
+        }
+        for (int64_t p = 1; p < len; p++) cnt[ids[p]] += 1, tot += 1;
+    }
+    shard_set_close(ss);
+    float *bias = kf_malloc((size_t)V * sizeof *bias);
+    double mean = 0;
+    for (int64_t v = 0; v < V; v++) mean += log((cnt[v] + 0.5) / (tot + 0.5 * (double)V)) / (double)V;
+    for (int64_t v = 0; v < V; v++)
+        bias[v] = (float)(log((cnt[v] + 0.5) / (tot + 0.5 * (double)V)) - mean);
+    t->be->upload(t->be, t->m->params + bt->offset, bias, (size_t)V * sizeof *bias);
+    free(cnt), free(ids), free(bias);
+    return 0;
+}
+
 /* Builds the model, teacher, loaders and optimizer buffers for a training stage. */
 static int setup_training(trainer *t, kf_err *err) {
     const runconfig_stage *st = t->st;
@@ -424,6 +457,7 @@ static int setup_training(trainer *t, kf_err *err) {
         if (t->d->rank == 0)
             kf_log_info("%s: teacher %s (sha256 %.12s...)", st->name, tf, t->id.teacher_sha256);
     }
+    if (!st->init && t->o->unigram_bias && unigram_bias(t, err)) return -1;
     if (st->init) {
         char initf[4096], sha[65];
         if (resolve_ref(t, st->init, st->init_stage, initf, sizeof initf, sha, err)) return -1;
