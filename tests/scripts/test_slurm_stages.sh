@@ -9,7 +9,9 @@
 #  (c) a time limit (1 min) shorter than the work with --signal=B:USR1: the
 #      stage checkpoints, exits 75, requeues itself, and completes;
 #  (d) kill -9 of a stage's trainer: the job fails, its dependents are
-#      cancelled, and kf jobs resume completes the run from the checkpoint.
+#      cancelled, and kf jobs resume completes the run from the checkpoint;
+#  (e) a 2-rank stage started by the wrapper with srun --mpi=pmix; and
+#      kf jobs cancel.
 # The scenarios share one cluster and run side by side (2 CPUs). A requeued
 # job waits ~2 min (BeginTime) before Slurm restarts it; the test releases it
 # at once with scontrol update StartTime=now.
@@ -65,11 +67,19 @@ B=$T/b
 tiny_config "$T/b.yaml" 12 1
 submit "$B" "$T/b.yaml"; check "(b) submit exits 0" [ $? -eq 0 ]
 jb=$(job_of "$B" ar)
+# the uninterrupted reference, from the same frozen config, meanwhile
+"$KF" train "$B/run.yaml" --stage ar --run-dir "$T/b-ref" > "$T/b-ref.log" 2>&1 &
+ref_pid=$!
 # ---- (d) two stages; the first one's trainer is killed
 D=$T/d
 tiny_config "$T/d.yaml" 12 2
 submit "$D" "$T/d.yaml"; check "(d) submit exits 0" [ $? -eq 0 ]
 jd=$(job_of "$D" ar); jd2=$(job_of "$D" k1)
+
+# ---- (e) a stage with 2 ranks: the wrapper starts them with srun --mpi=pmix
+M=$T/m
+tiny_config "$T/m.yaml" 2 1
+submit "$M" "$T/m.yaml" resources.ranks=2 defaults.batch=2; check "(e) submit with 2 ranks exits 0" [ $? -eq 0 ]
 
 # (b): requeue once a checkpoint exists
 wait_until 120 test -e "$B/stages/ar/ckpt/latest"
@@ -102,7 +112,7 @@ all_done() {
     "$KF" jobs status "$D" --json > "$T/d.status.json"
     "$KF" jobs resume "$D" > "$D.submit" 2> "$D.resume.err" && resumed_d=1
   fi
-  stage_done "$A" k4 && stage_done "$B" ar && stage_done "$C" ar && stage_done "$D" k1
+  stage_done "$A" k4 && stage_done "$B" ar && stage_done "$C" ar && stage_done "$D" k1 && stage_done "$M" ar
 }
 wait_until 240 all_done
 check "(a) every stage of configs/tiny.yaml complete" bash -c 'for s in ar k1 k2 k4; do test -f "$1/stages/$s/final/DONE" || exit 1; done' _ "$A"
@@ -132,7 +142,7 @@ check "(a) the config edited after submit did not reach the run" bash -c '
 # (b) resumed from its checkpoint, same weights as without the requeue
 check "(b) job restarted once (SLURM_RESTART_COUNT 1 logged)" grep -q "restart count 1" "$B/stages/ar/slurm.out"
 check "(b) trainer resumed from a checkpoint" grep -q "ar: resumed from" "$B/stages/ar/slurm.out"
-"$KF" train "$B/run.yaml" --stage ar --run-dir "$T/b-ref" > "$T/b-ref.log" 2>&1
+wait $ref_pid
 check "(b) final weights identical to an uninterrupted run" cmp -s "$B/stages/ar/final/model.safetensors" "$T/b-ref/stages/ar/final/model.safetensors"
 check "(b) status reports the restart" bash -c '"$1" jobs status "$2" --json | grep -q "\"restarts\":[1-9]"' _ "$KF" "$B"
 
@@ -152,6 +162,11 @@ check "(d) resumed ar from its checkpoint" bash -c '[ "$(grep -c "ar: resumed fr
 check "(d) run complete after resume" bash -c 'test -f "$1/stages/k1/final/DONE"' _ "$D"
 out=$("$KF" jobs resume "$D" 2>&1)
 check "(d) resume of a complete run submits nothing" bash -c '[[ "$1" == *"nothing to submit"* ]]' _ "$out"
+
+# (e) two ranks under srun
+check "(e) sbatch script asks for 2 tasks" grep -q -- "--ntasks=2" "$M/slurm/ar.sbatch"
+check "(e) ranks started with srun --mpi=pmix -n 2" grep -q "running: srun --mpi=pmix -n 2" "$M/stages/ar/slurm.out"
+check "(e) the trainer ran 2 ranks and completed" bash -c 'grep -q "2 ranks" "$1/stages/ar/slurm.out" && test -f "$1/stages/ar/final/DONE"' _ "$M"
 
 # cancel: a fresh submission cancelled while queued/running
 E=$T/e
