@@ -1,0 +1,350 @@
+/* trainer/cli_sample.c — `kf sample CKPT`: completions from an AR or PFLM
+ * checkpoint with the KV-cached decoder (trainer/decode.h), as JSONL. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "kernels/kernels.h"
+#include "tokenize/tokenizer.h"
+#include "trainer/checkpoint.h"
+#include "trainer/decode.h"
+#include "trainer/model.h"
+#include "trainer/omp_env.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kf sample CKPT [--k K] [--tau T] [--freq-penalty P] [--prefix-file F.jsonl]\n"
+            "                 [--batch B] [--n-per-prefix M] [--max-new N] [--seed S]\n"
+            "                 [--vocab DIR] [--eos ID] [--bos ID] [--backend cpu|cuda|auto]\n"
+            "\n"
+            "Generates completions with the KV-cached decoder: an AR checkpoint one token per\n"
+            "step (inverse-CDF sampling at temperature T), a PFLM checkpoint K <= k_train tokens\n"
+            "per step (K-Forcing; T conditions the noise encoder). CKPT is a .safetensors file, a\n"
+            "stage's final/ directory or a step-N checkpoint directory (its EMA weights).\n"
+            "\n"
+            "  --prefix-file F  JSONL, one prefix per line: {\"prefix\": [ids...]} or, with --vocab,\n"
+            "                   {\"text\": \"...\"}; without it one prefix holding the BOS token\n"
+            "  --vocab DIR      tokenizer files (vocab.json+merges.txt: gpt2, vocab.txt: bert) to\n"
+            "                   encode text prefixes and detokenise completions\n"
+            "  --n-per-prefix M completions per prefix (default 1); --batch B sequences per\n"
+            "                   decoding batch (default 16; a batch holds prefixes of one length)\n"
+            "  --max-new N      tokens generated per completion (default 64)\n"
+            "  --k K (default k_train)  --tau T (default 1)  --freq-penalty P (default 0)\n"
+            "  --seed S         completion j of prefix i uses draws keyed (S, i*M + j)\n"
+            "  --eos ID, --bos ID  override the tokenizer's (text is cut at the first EOS)\n"
+            "\n"
+            "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
+            "text (detokenised, truncated at the first EOS; with --vocab), tokens_per_s (the\n"
+            "batch's generated tokens / wall-clock seconds).\n");
+}
+
+typedef struct job {
+    int32_t *prefix;
+    int64_t n;
+    int64_t index; /* prefix number * M + copy: the RNG key */
+} job;
+
+static int cmp_len(const void *a, const void *b) {
+    const job *x = a, *y = b;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Reads the prefixes of a JSONL file. */
+static int read_prefixes(const char *path, tok *tk, int32_t ***out, int64_t **lens, int64_t *count,
+                         kf_err *err) {
+    char *text;
+    size_t len;
+    if (fs_read_file(path, &text, &len, err)) return -1;
+    int64_t n = 0, cap = 0, line = 0;
+    int32_t **pre = NULL;
+    int64_t *pl = NULL;
+    int rc = 0;
+    for (char *p = text; p < text + len && !rc;) {
+        char *e = memchr(p, '\n', (size_t)(text + len - p));
+        size_t l = e ? (size_t)(e - p) : (size_t)(text + len - p);
+        line++;
+        char name[4200];
+        snprintf(name, sizeof name, "%s:%lld", path, (long long)line);
+        int blank = 1;
+        for (size_t i = 0; i < l; i++) blank &= p[i] == ' ' || p[i] == '\t' || p[i] == '\r';
+        if (!blank) {
+            json_doc *d = json_parse(p, l, name, err);
+            if (!d) {
+                rc = -1;
+                break;
+            }
+            const json *r = json_root(d);
+            const json *ids = json_get(r, "prefix"), *tx = json_get(r, "text");
+            tok_ids got = {0};
+            if (ids && ids->type == JSON_ARRAY) {
+                for (size_t i = 0; i < ids->n && !rc; i++) {
+                    const json *v = &ids->kids[i];
+                    if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i > INT32_MAX)
+                        rc = kf_err_set(err, "%s: prefix[%zu] is not a token id", name, i);
+                    else
+                        tok_ids_push(&got, (int32_t)v->i);
+                }
+            } else if (tx && tx->type == JSON_STRING) {
+                if (!tk)
+                    rc = kf_err_set(err, "%s: a text prefix needs --vocab DIR", name);
+                else
+                    tok_encode(tk, tx->str.s, tx->str.len, 0, &got, NULL);
+            } else {
+                rc = kf_err_set(err, "%s: expected {\"prefix\": [ids]} or {\"text\": \"...\"}", name);
+            }
+            if (!rc && got.n == 0) rc = kf_err_set(err, "%s: empty prefix", name);
+            if (!rc) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 16;
+                    pre = kf_realloc(pre, (size_t)cap * sizeof *pre);
+                    pl = kf_realloc(pl, (size_t)cap * sizeof *pl);
+                }
+                pre[n] = kf_malloc(got.n * sizeof(int32_t));
+                memcpy(pre[n], got.v, got.n * sizeof(int32_t));
+                pl[n++] = (int64_t)got.n;
+            }
+            tok_ids_free(&got);
+            json_free(d);
+        }
+        p += l + 1;
+    }
+    free(text);
+    if (!rc && n == 0) rc = kf_err_set(err, "%s: no prefixes (the file is empty)", path);
+    if (rc) {
+        for (int64_t i = 0; i < n; i++) free(pre[i]);
+        free(pre);
+        free(pl);
+        return -1;
+    }
+    *out = pre;
+    *lens = pl;
+    *count = n;
+    return 0;
+}
+
+/* gpt2 when DIR has vocab.json, bert when it has vocab.txt. */
+static tok *load_tokenizer(const char *dir, kf_err *err) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/vocab.json", dir);
+    if (fs_exists(p)) return tok_load("gpt2", dir, err);
+    snprintf(p, sizeof p, "%s/vocab.txt", dir);
+    if (fs_exists(p)) return tok_load("bert", dir, err);
+    kf_err_set(err, "--vocab %s: neither vocab.json (gpt2) nor vocab.txt (bert) is there", dir);
+    return NULL;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo) {
+        fprintf(stderr, "kf sample: %s %s: expected an integer >= %lld\n", flag, v, (long long)lo);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_f64(const char *flag, const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end) {
+        fprintf(stderr, "kf sample: %s %s: expected a number\n", flag, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int sample_main(int argc, char **argv) {
+    const char *ckpt = NULL, *prefix_file = NULL, *vocab = NULL, *backend = "cpu";
+    int64_t k = 0, batch = 16, per = 1, max_new = 64, seed = 0, eos = -2, bos = -2;
+    double tau = 1.0, pen = 0.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return KF_EXIT_OK;
+        }
+        int has = i + 1 < argc;
+        int bad = 0;
+        if (a[0] != '-') {
+            if (ckpt) {
+                fprintf(stderr, "kf sample: unexpected argument %s\n", a);
+                return KF_EXIT_USAGE;
+            }
+            ckpt = a;
+            continue;
+        }
+        if (!has) {
+            fprintf(stderr, "kf sample: %s needs a value\n", a);
+            return KF_EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--k")) bad = parse_i64(a, v, 1, &k);
+        else if (!strcmp(a, "--tau")) bad = parse_f64(a, v, &tau);
+        else if (!strcmp(a, "--freq-penalty")) bad = parse_f64(a, v, &pen);
+        else if (!strcmp(a, "--prefix-file")) prefix_file = v;
+        else if (!strcmp(a, "--batch")) bad = parse_i64(a, v, 1, &batch);
+        else if (!strcmp(a, "--n-per-prefix")) bad = parse_i64(a, v, 1, &per);
+        else if (!strcmp(a, "--max-new")) bad = parse_i64(a, v, 1, &max_new);
+        else if (!strcmp(a, "--seed")) bad = parse_i64(a, v, 0, &seed);
+        else if (!strcmp(a, "--vocab")) vocab = v;
+        else if (!strcmp(a, "--eos")) bad = parse_i64(a, v, -1, &eos);
+        else if (!strcmp(a, "--bos")) bad = parse_i64(a, v, 0, &bos);
+        else if (!strcmp(a, "--backend")) backend = v;
+        else {
+            fprintf(stderr, "kf sample: unknown option %s (see --help)\n", a);
+            return KF_EXIT_USAGE;
+        }
+        if (bad) return KF_EXIT_USAGE;
+    }
+    if (!ckpt) {
+        usage(stderr);
+        return KF_EXIT_USAGE;
+    }
+    if (!(tau > 0)) {
+        fprintf(stderr, "kf sample: --tau must be > 0\n");
+        return KF_EXIT_USAGE;
+    }
+    omp_env_passive();
+
+    kf_err err = {{0}};
+    char path[4096], sha[65];
+    if (ckpt_resolve_teacher(ckpt, path, sizeof path, sha, &err)) {
+        fprintf(stderr, "kf sample: %s\n", err.msg);
+        return KF_EXIT_ERROR;
+    }
+    tok *tk = NULL;
+    if (vocab && !(tk = load_tokenizer(vocab, &err))) {
+        fprintf(stderr, "kf sample: %s\n", err.msg);
+        return KF_EXIT_ERROR;
+    }
+    if (eos == -2) eos = tk ? (tok_special_id(tk, "eos") >= 0 ? tok_special_id(tk, "eos") : tok_special_id(tk, "sep")) : -1;
+    if (bos == -2) bos = tk ? (tok_special_id(tk, "bos") >= 0 ? tok_special_id(tk, "bos") : tok_special_id(tk, "cls")) : -1;
+
+    int32_t **pre = NULL;
+    int64_t *plen = NULL, npre = 0;
+    if (prefix_file) {
+        if (read_prefixes(prefix_file, tk, &pre, &plen, &npre, &err)) {
+            fprintf(stderr, "kf sample: %s\n", err.msg);
+            tok_free(tk);
+            return KF_EXIT_ERROR;
+        }
+    } else {
+        if (bos < 0) {
+            fprintf(stderr, "kf sample: without --prefix-file the prefix is the BOS token: give "
+                            "--vocab DIR or --bos ID\n");
+            tok_free(tk);
+            return KF_EXIT_USAGE;
+        }
+        npre = 1;
+        pre = kf_malloc(sizeof *pre);
+        plen = kf_malloc(sizeof *plen);
+        pre[0] = kf_malloc(sizeof(int32_t));
+        pre[0][0] = (int32_t)bos;
+        plen[0] = 1;
+    }
+
+    kf_backend *be = kernels_create(backend);
+    model *m = model_load(be, path, &err);
+    int rc = KF_EXIT_OK;
+    if (!m) {
+        fprintf(stderr, "kf sample: %s\n", err.msg);
+        rc = KF_EXIT_ERROR;
+        goto done;
+    }
+    if (!k) k = m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
+    decode_opts o = {.k = k, .tau = tau, .freq_penalty = (float)pen, .max_new = max_new,
+                     .seed = (uint64_t)seed};
+    for (int64_t i = 0; i < npre && !rc; i++) {
+        for (int64_t j = 0; j < plen[i]; j++)
+            if (pre[i][j] >= m->cfg.vocab) {
+                fprintf(stderr, "kf sample: %s: prefix %lld has token id %d, outside the model's "
+                                "vocabulary of %lld\n",
+                        prefix_file ? prefix_file : "prefix", (long long)i + 1, pre[i][j],
+                        (long long)m->cfg.vocab);
+                rc = KF_EXIT_ERROR;
+                break;
+            }
+        if (!rc && decode_check(m, &o, plen[i], &err)) {
+            fprintf(stderr, "kf sample: prefix %lld: %s\n", (long long)i + 1, err.msg);
+            rc = KF_EXIT_ERROR;
+        }
+    }
+    if (rc) goto done;
+
+    int64_t nj = npre * per;
+    job *jobs = kf_malloc((size_t)nj * sizeof *jobs);
+    for (int64_t i = 0; i < npre; i++)
+        for (int64_t c = 0; c < per; c++) jobs[i * per + c] = (job){pre[i], plen[i], i * per + c};
+    qsort(jobs, (size_t)nj, sizeof *jobs, cmp_len);
+    for (int64_t s = 0; s < nj;) {
+        int64_t e = s;
+        while (e < nj && e - s < batch && jobs[e].n == jobs[s].n) e++;
+        int64_t B = e - s, P = jobs[s].n;
+        int32_t *pb = kf_malloc((size_t)(B * P) * sizeof(int32_t));
+        int32_t *out = kf_malloc((size_t)(B * max_new) * sizeof(int32_t));
+        uint64_t *keys = kf_malloc((size_t)B * sizeof(uint64_t));
+        for (int64_t b = 0; b < B; b++) {
+            memcpy(pb + b * P, jobs[s + b].prefix, (size_t)P * sizeof(int32_t));
+            keys[b] = (uint64_t)jobs[s + b].index;
+        }
+        double t0 = now_s();
+        decode_run(m, pb, B, P, &o, keys, out);
+        be->sync(be);
+        double tps = (double)(B * max_new) / (now_s() - t0);
+        for (int64_t b = 0; b < B; b++) {
+            const int32_t *c = out + b * max_new;
+            printf("{\"prefix\": [");
+            for (int64_t j = 0; j < P; j++) printf(j ? ", %d" : "%d", pb[b * P + j]);
+            printf("], \"completion\": [");
+            for (int64_t j = 0; j < max_new; j++) printf(j ? ", %d" : "%d", c[j]);
+            printf("]");
+            if (tk) {
+                int64_t n = 0;
+                while (n < max_new && c[n] != eos) n++;
+                tok_bytes txt = {0};
+                /* ids past the tokenizer (the model's mask token) are left out */
+                int32_t *keep = kf_malloc((size_t)(n + 1) * sizeof(int32_t));
+                int64_t nk = 0;
+                for (int64_t j = 0; j < n; j++)
+                    if (c[j] < tok_vocab_size(tk)) keep[nk++] = c[j];
+                if (tok_decode(tk, keep, (size_t)nk, &txt, &err) == 0) {
+                    printf(", \"text\": ");
+                    json_write_str(stdout, txt.v ? txt.v : "", txt.n);
+                }
+                free(keep);
+                tok_bytes_free(&txt);
+            }
+            printf(", \"k\": %lld, \"tau\": %g, \"tokens_per_s\": %.1f}\n", (long long)k, tau, tps);
+        }
+        fflush(stdout);
+        free(pb);
+        free(out);
+        free(keys);
+        s = e;
+    }
+    free(jobs);
+done:
+    for (int64_t i = 0; i < npre; i++) free(pre[i]);
+    free(pre);
+    free(plen);
+    model_free(m);
+    tok_free(tk);
+    be->destroy(be);
+    return rc;
+}

@@ -1,0 +1,56 @@
+/* trainer/decode.h — KV-cached decoding of AR and PFLM (K-Forcing) models.
+ *
+ * AR: one token per step; the prefix is prefilled in one step, then each step
+ * feeds the last token. Token i of sequence b is the inverse-CDF sample of
+ * softmax(logits / tau) at z = rng_uniform01(seed, keys[b], i) (float64,
+ * sample_icdf op), so a fixed seed gives fixed completions.
+ *
+ * PFLM (paper Algorithm "K-Forcing Inference with KV Cache"): the first step
+ * feeds the prefix plus k noise tokens; every later step feeds the k tokens
+ * produced last step plus k fresh noise tokens (RoPE positions continue, so
+ * noise j after context position t sits at t+1+j exactly as in training).
+ * Only the token rows' K/V stay in the cache; the noise rows' are discarded.
+ * Output j is the argmax of the head on noise token j. Any k <= k_train. The
+ * HEAD_MTP baseline feeds one noise token carrying k values and reads k heads.
+ * Noise j of step s for sequence b is rng_uniform01(seed, keys[b], s*k + j);
+ * tau conditions the noise encoder.
+ *
+ * Every sequence of a batch advances by exactly k tokens per step (fixed
+ * stride), so all share one prefix length and one cache length.
+ *
+ * Frequency penalty (the released sampler's): before each emitted token is
+ * chosen, its logits get -= penalty * (occurrences of each id among the
+ * tokens this sequence has generated so far, including earlier outputs of
+ * the same step).
+ */
+#ifndef KF_TRAINER_DECODE_H
+#define KF_TRAINER_DECODE_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+#include "trainer/model.h"
+
+typedef struct decode_opts {
+    int64_t k;          /* tokens per step (AR: 1; PFLM: 1..k_train) */
+    double tau;         /* temperature (> 0) */
+    float freq_penalty; /* 0: off */
+    int64_t max_new;    /* tokens to generate per sequence */
+    uint64_t seed;
+} decode_opts;
+
+/** Checks opts against the model (k range, tau > 0, max_new >= 1) and the
+ *  prefix length against the model's context (prefix + generated tokens +
+ *  noise rows must fit in seq_len positions). @return 0 or -1 with err. */
+int decode_check(const model *m, const decode_opts *o, int64_t prefix_len, kf_err *err);
+
+/** Generates o->max_new tokens for B sequences with prefixes prefix [B*P]
+ *  (P >= 1 tokens each) into out [B*max_new]. keys [B] seed the draws of each
+ *  sequence. Dies on invalid arguments (call decode_check first). */
+void decode_run(model *m, const int32_t *prefix, int64_t B, int64_t P, const decode_opts *o,
+                const uint64_t *keys, int32_t *out);
+
+/** Rows of KV cache decode_run needs for prefix length P. */
+int64_t decode_cache_rows(const model *m, const decode_opts *o, int64_t P);
+
+#endif
