@@ -27,29 +27,25 @@ static const char usage[] =
     "                   bert: [CLS] [SEP] [PAD] [UNK] [MASK]) become their ids\n"
     "  --help           this text\n";
 
-typedef struct outbuf {
-    tok_bytes b;
-} outbuf;
-
-static void out_flush(outbuf *o)
+static void out_flush(tok_bytes *o)
 {
-    if (o->b.n && fwrite(o->b.v, 1, o->b.n, stdout) != o->b.n) {
+    if (o->n && fwrite(o->v, 1, o->n, stdout) != o->n) {
         fprintf(stderr, "kf tokenize: error: writing stdout: %s\n", strerror(errno));
         exit(KF_EXIT_ERROR);
     }
-    o->b.n = 0;
+    o->n = 0;
 }
 
-static void put_ids(outbuf *o, const tok_ids *ids)
+static void put_ids(tok_bytes *o, const tok_ids *ids)
 {
-    if (o->b.cap - o->b.n < ids->n * 12 + 1) {
+    if (o->cap - o->n < ids->n * 12 + 1) {
         out_flush(o);
-        if (o->b.cap < ids->n * 12 + 1) {
-            o->b.cap = ids->n * 12 + 1 + OUT_FLUSH;
-            o->b.v = kf_realloc(o->b.v, o->b.cap);
+        if (o->cap < ids->n * 12 + 1) {
+            o->cap = ids->n * 12 + 1 + OUT_FLUSH;
+            o->v = kf_realloc(o->v, o->cap);
         }
     }
-    char *p = o->b.v + o->b.n;
+    char *p = o->v + o->n;
     for (size_t i = 0; i < ids->n; i++) {
         if (i) *p++ = ' ';
         char tmp[12];
@@ -59,8 +55,8 @@ static void put_ids(outbuf *o, const tok_ids *ids)
         while (k) *p++ = tmp[--k];
     }
     *p++ = '\n';
-    o->b.n = (size_t)(p - o->b.v);
-    if (o->b.n >= OUT_FLUSH) out_flush(o);
+    o->n = (size_t)(p - o->v);
+    if (o->n >= OUT_FLUSH) out_flush(o);
 }
 
 /* Parses a line of space-separated ids into ids. Returns 0 or -1 (message in err). */
@@ -116,9 +112,9 @@ int tokenize_main(int argc, char **argv)
         fprintf(stderr, "kf tokenize: error: %s\n", err.msg);
         return KF_EXIT_ERROR;
     }
-    outbuf o = {{0}};
-    o.b.cap = OUT_FLUSH + 4096;
-    o.b.v = kf_malloc(o.b.cap);
+    tok_bytes o = {0};
+    o.cap = OUT_FLUSH + 4096;
+    o.v = kf_malloc(o.cap);
     tok_ids ids = {0};
     tok_bytes text = {0};
     int64_t n_replaced = 0;
@@ -164,9 +160,9 @@ int tokenize_main(int argc, char **argv)
                     goto done;
                 }
                 tok_bytes_append(&text, "\n", 1);
-                if (o.b.n + text.n > OUT_FLUSH) out_flush(&o);
-                if (text.n > o.b.cap) fwrite(text.v, 1, text.n, stdout);
-                else tok_bytes_append(&o.b, text.v, text.n);
+                if (o.n + text.n > OUT_FLUSH) out_flush(&o);
+                if (text.n > o.cap) fwrite(text.v, 1, text.n, stdout);
+                else tok_bytes_append(&o, text.v, text.n);
             }
             pos = nl ? end + 1 : have;
         }
@@ -183,7 +179,7 @@ done:
     free(buf);
     tok_ids_free(&ids);
     tok_bytes_free(&text);
-    tok_bytes_free(&o.b);
+    tok_bytes_free(&o);
     tok_free(t);
     return rc;
 }
