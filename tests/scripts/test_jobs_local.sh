@@ -96,6 +96,26 @@ check "run --np 2 launches mpirun -np 2" grep -q "running mpirun -np 2" "$T/np.l
 check "run --np 2: the trainer ran 2 ranks" grep -q "2 ranks" "$T/np.log"
 check "run --np 2: stage complete" test -f "$T/np/stages/ar/final/DONE"
 
+# --- missing data: kf jobs run builds the config's shards first (kf shards build RUN/run.yaml)
+head -n 3000 data/text/brown.txt > "$T/small.txt"
+tiny_config "$T/sh.yaml" 2 1
+sed -i "s#$DATA#$T/shards#g" "$T/sh.yaml"
+cat >> "$T/sh.yaml" <<YAML
+shards:
+  small:
+    out: $T/shards
+    tokenizer: gpt2
+    vocab: data/vocab/gpt2
+    packing: wrap
+    seq_len: 128
+    inputs: [{path: $T/small.txt, format: lines}]
+    valid: {last: 300}
+YAML
+"$KF" jobs run "$T/sh.yaml" --run-dir "$T/sh" --no-sample > "$T/sh.log" 2>&1; rc=$?
+check "run with missing data exits 0" [ $rc -eq 0 ]
+check "run built the shards from the frozen run.yaml first" bash -c 'grep -q "shards: running .* shards build $1/run.yaml" "$2" && test -f "$3/manifest.yaml"' _ "$T/sh" "$T/sh.log" "$T/shards"
+check "then trained the stage on them" test -f "$T/sh/stages/ar/final/DONE"
+
 # --- submit needs Slurm
 out=$(PATH=/nonexistent "$KF" jobs submit "$T/cfg.yaml" --run-dir "$T/nosl" 2>&1); rc=$?
 check "submit without Slurm exits 1 saying so" bash -c '[ $1 -eq 1 ] && [[ "$2" == *"Slurm"* ]]' _ $rc "$out"
