@@ -52,10 +52,13 @@ class LayerNorm(nn.Module):
 class Rotary(nn.Module):
     def __init__(self, dim, base=10_000):
         super().__init__()
+        self.dim, self.base = dim, base
+        # kept for the checkpoints' key set; angles are computed in float64 below
         self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)))
 
     def cos_sin(self, pos, dtype):
-        freqs = pos.to(torch.float64)[:, None] * self.inv_freq.to(torch.float64)[None, :]
+        inv = 1.0 / (self.base ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim))
+        freqs = pos.to(torch.float64)[:, None] * inv[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 

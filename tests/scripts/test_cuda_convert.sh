@@ -61,7 +61,7 @@ EOF
 
 for kind in ar pflm; do
   src=$T/ar_toy.ckpt; [ $kind = pflm ] && src=$T/pflm_toy_k3.ckpt
-  "$PY" tools/convert_ckpt.py "$src" "$T/$kind.safetensors" --heads 2 --seq-len 64 --probe "$T/${kind}_self.safetensors" >"$T/conv" 2>&1; rc=$?
+  "$PY" tools/convert_ckpt.py "$src" "$T/$kind.safetensors" --heads 2 --seq-len 64 --mask-id 96 --probe "$T/${kind}_self.safetensors" >"$T/conv" 2>&1; rc=$?
   check "[ $rc -eq 0 ] && grep -q 'EMA (shadow_params' '$T/conv'" "$kind: convert rc $rc: $(cat "$T/conv")"
   cat "$T/conv"
   "$KF" import "$T/$kind.safetensors" --probe "$T/${kind}_probe.safetensors" >"$T/out" 2>&1; rc=$?
@@ -70,12 +70,12 @@ for kind in ar pflm; do
   "$KF" import "$T/$kind.safetensors" --probe "$T/${kind}_self.safetensors" >"$T/out" 2>&1; rc=$?
   check "[ $rc -eq 0 ]" "$kind: kf logits vs the converter's own probe (rc $rc): $(cat "$T/out")"
   # must fail: raw weights against the EMA model's logits
-  "$PY" tools/convert_ckpt.py "$src" "$T/${kind}_raw.safetensors" --heads 2 --seq-len 64 --no-ema >/dev/null 2>&1
+  "$PY" tools/convert_ckpt.py "$src" "$T/${kind}_raw.safetensors" --heads 2 --seq-len 64 --mask-id 96 --no-ema >/dev/null 2>&1
   "$KF" import "$T/${kind}_raw.safetensors" --probe "$T/${kind}_probe.safetensors" >"$T/out" 2>&1; rc=$?
   check "[ $rc -eq 1 ] && grep -q 'differ from the reference' '$T/out'" "$kind: raw weights pass the EMA probe (rc $rc)"
 done
 # must fail: a wrong head count changes the attention
-"$PY" tools/convert_ckpt.py "$T/ar_toy.ckpt" "$T/ar_h1.safetensors" --heads 1 --seq-len 64 >/dev/null 2>&1
+"$PY" tools/convert_ckpt.py "$T/ar_toy.ckpt" "$T/ar_h1.safetensors" --heads 1 --seq-len 64 --mask-id 96 >/dev/null 2>&1
 "$KF" import "$T/ar_h1.safetensors" --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc=$?
 check "[ $rc -eq 1 ]" "a wrong head count passes the probe (rc $rc)"
 # a PFLM probe does not fit an AR checkpoint
