@@ -216,31 +216,35 @@ static void unit_drop_text(unit *u) {
 
 typedef struct worker_arg {
     builder *b;
-    tok **t; /* this worker's slot in the tokenizer array (loaded if NULL) */
+    int index;
+    tok **t; /* this worker's slot in the tokenizer array */
     pthread_t th;
 } worker_arg;
 
+/* Workers start before setup: worker i > 0 loads its tokenizer meanwhile
+ * (unless the caller's array has one); worker 0's is the one setup loads.
+ * Units only arrive after setup succeeded, so the packer is made then. */
 static void *worker(void *arg) {
-    builder *b = ((worker_arg *)arg)->b;
+    worker_arg *a = arg;
+    builder *b = a->b;
     kf_err err;
-    tok **slot = ((worker_arg *)arg)->t;
-    if (!*slot) {
+    int failed = 0;
+    if (a->index > 0 && !*a->t) {
         token_take(b);
-        *slot = tok_load(b->c->tokenizer, b->c->vocab, &err);
+        *a->t = tok_load(b->c->tokenizer, b->c->vocab, &err);
         token_give(b);
+        failed = !*a->t;
     }
-    tok *t = *slot;
-    packer *p = t ? packer_new(t, b->c, &b->m.special) : NULL;
-    int failed = !t;
-    unit *u;
-    while ((u = dequeue(b)) != NULL) {
-        if (!failed && !worker_failed(b)) {
+    packer *p = NULL;
+    unit *u = NULL;
+    while (!failed && (u = dequeue(b)) != NULL) {
+        if (!worker_failed(b)) {
+            if (!p) p = packer_new(*a->t, b->c, &b->m.special);
             token_take(b);
             failed = process_unit(b, p, u, &err) != 0;
             token_give(b);
         }
         unit_drop_text(u);
-        if (failed) break;
     }
     if (failed) {
         pthread_mutex_lock(&b->mu);
@@ -453,8 +457,8 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Loads the tokenizer into *tp if needed (worker 0 uses it next) and fills
- * the manifest's format fields and config hash. */
+/* Loads the tokenizer into *tp if needed (worker 0's) and fills the
+ * manifest's format fields and config hash. */
 static int setup(builder *b, const build_config *c, tok **tp, kf_err *err) {
     if (!*tp) *tp = tok_load(c->tokenizer, c->vocab, err);
     tok *t = *tp;
@@ -487,34 +491,41 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     tok **own = toks ? NULL : kf_calloc((size_t)jobs, sizeof *own);
     if (own) toks = own;
     for (int i = 0; i < jobs; i++) ws[i].t = &toks[i];
-    int started = 0, rc = -1, lock_fd = -1;
+    int started = 0, rc = -1, lock_fd = -1, reading = 0;
     char label[160];
-    if (setup(b, c, &toks[0], err) || (lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err)) goto out;
-    if (c->valid_last > 0) {
-        b->fifo_cap = c->valid_last + 1;
-        b->fifo = kf_calloc((size_t)b->fifo_cap, sizeof *b->fifo);
-    }
     for (; started < jobs; started++) {
         ws[started].b = b;
+        ws[started].index = started;
         if (pthread_create(&ws[started].th, NULL, worker, &ws[started])) {
             kf_err_set(err, "cannot start worker thread %d: %s", started, strerror(errno));
             break;
         }
     }
-    doc_sink sink = {sink_doc, sink_empty, sink_progress, b};
-    snprintf(label, sizeof label, "shards %s", c->name);
-    progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
-    token_take(b); /* the reader computes too */
-    int rrc = started == jobs ? docs_read(&c->inputs, &sink, err) : -1;
-    if (!rrc && c->valid_last > 0) rrc = flush_fifo(b, err);
+    token_take(b);
+    int rrc = started == jobs ? setup(b, c, &toks[0], err) : -1;
     token_give(b);
-    if (!rrc && c->valid_inputs.n) {
-        for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
-            if (b->cur[s]) enqueue(b, b->cur[s]), b->cur[s] = NULL;
-        b->phase = 1;
-        token_take(b);
-        rrc = docs_read(&c->valid_inputs, &sink, err);
+    if (!rrc && ((lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err))) rrc = -1;
+    if (!rrc) {
+        reading = 1;
+        if (c->valid_last > 0) {
+            b->fifo_cap = c->valid_last + 1;
+            b->fifo = kf_calloc((size_t)b->fifo_cap, sizeof *b->fifo);
+        }
+        doc_sink sink = {sink_doc, sink_empty, sink_progress, b};
+        snprintf(label, sizeof label, "shards %s", c->name);
+        progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
+        token_take(b); /* the reader computes too */
+        rrc = docs_read(&c->inputs, &sink, err);
+        if (!rrc && c->valid_last > 0) rrc = flush_fifo(b, err);
         token_give(b);
+        if (!rrc && c->valid_inputs.n) {
+            for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
+                if (b->cur[s]) enqueue(b, b->cur[s]), b->cur[s] = NULL;
+            b->phase = 1;
+            token_take(b);
+            rrc = docs_read(&c->valid_inputs, &sink, err);
+            token_give(b);
+        }
     }
     for (int s = 0; s < 2; s++) {
         if (b->cur[s]) {
@@ -528,8 +539,10 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     }
     queue_close(b);
     for (int i = 0; i < started; i++) pthread_join(ws[i].th, NULL);
-    sink_progress(b, b->disk_bytes); /* the final token count */
-    progress_end();
+    if (reading) {
+        sink_progress(b, b->disk_bytes); /* the final token count */
+        progress_end();
+    }
     if (b->failed) {
         *err = b->err; /* the worker's error explains a reader stop too */
         goto out;
