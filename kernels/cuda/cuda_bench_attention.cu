@@ -79,17 +79,18 @@ static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kf bench attention [--n N] [--batch B] [--heads H] [--head-dim D]\n"
-            "                          [--iters I] [--fp32] [--max-k K]\n"
+            "                          [--iters I] [--fp32] [--tc] [--max-k K]\n"
             "Times the CUDA attention kernels (forward and backward) for causal attention\n"
             "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
             "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
             "the time of SingleForward(k) relative to causal attention.\n"
+            "--tc runs the fp16 phase on the tensor-core kernels (as KF_CUDA_ATTN_TC=1).\n"
             "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n");
 }
 
 extern "C" int bench_attention_main(int argc, char **argv) {
     int64_t N = 1024, B = 8, nh = 12, D = 64, max_k = 4;
-    int iters = 10;
+    int iters = 10, tc = 0;
     kf_precision prec = KF_PREC_FP16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -99,6 +100,8 @@ extern "C" int bench_attention_main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--fp32")) {
             prec = KF_PREC_FP32;
+        } else if (!strcmp(a, "--tc")) {
+            tc = 1;
         } else if (has && !strcmp(a, "--n")) {
             N = atoll(argv[++i]);
         } else if (has && !strcmp(a, "--batch")) {
@@ -128,11 +131,13 @@ extern "C" int bench_attention_main(int argc, char **argv) {
         return 1;
     }
     b->set_precision(b, prec);
+    if (tc) cu_impl(b)->attn_tc = 1;
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, kernels_cuda_device(b)));
-    printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s, median of %d\n", prop.name,
+    printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s%s, median of %d\n", prop.name,
            (long long)B, (long long)nh, (long long)D, (long long)N,
-           prec == KF_PREC_FP16 ? "fp16 phase" : "fp32 phase", iters);
+           prec == KF_PREC_FP16 ? "fp16 phase" : "fp32 phase",
+           prec == KF_PREC_FP16 && cu_impl(b)->attn_tc ? " (tensor cores)" : " (fp32 SIMT kernels)", iters);
     printf("%-22s %8s %9s %9s %9s %9s %9s %10s\n", "structure", "tokens", "fwd ms", "bwd ms",
            "fwd TF/s", "bwd TF/s", "all TF/s", "time/causal");
     double causal_ms = 0;

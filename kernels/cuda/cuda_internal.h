@@ -69,6 +69,7 @@ typedef struct cuda_impl {
     double *red;      /* device partials for host-returned reductions */
     double *red_host; /* pinned landing buffer for them */
     int sm_count;
+    int attn_tc; /* fp16-phase attention on the tensor cores (KF_CUDA_ATTN_TC=1; see cuda_attention_tc.cu) */
 } cuda_impl;
 
 static inline cuda_impl *cu_impl(kf_backend *b) { return (cuda_impl *)b->impl; }

@@ -3,7 +3,8 @@
 # unpacks the runtime libraries built binaries need (carry/cuda/libs.tar.xz, made
 # on the build machine, since the GPU machine has no package registry), then
 # runs the CUDA tests and benchmarks from carry/cuda/bin. Usage on that machine:
-#   bash kernels/cuda/gpu_session.sh [tests] [bench-attention] [bench-train ARGS...]
+#   bash kernels/cuda/gpu_session.sh [tests] [bench-attention] [bench-attention-fp32]
+#                                    [bench-train-124m] [NAME (kf bench NAME)]...
 # Output goes to stdout and $OUT/gpu_session.log when OUT is set.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,6 +21,14 @@ export LD_LIBRARY_PATH=$root/carry/cuda/lib:/usr/local/cuda/lib64${nccl:+:$(dirn
       tests) for t in carry/cuda/bin/test_cuda_*; do echo "== $t"; s=$SECONDS; "$t"; rc=$?; echo "($((SECONDS - s)) s, rc $rc)"; done ;;
       bench-attention) echo "== kf bench attention"; carry/cuda/bin/kf bench attention ;;
       bench-attention-fp32) echo "== kf bench attention --fp32"; carry/cuda/bin/kf bench attention --fp32 --max-k 1 ;;
+      bench-train-124m) # the issue's 124M config (12 x 768, V = 50258, seq 1024) on the
+        # 1024-token OWT-like shards built on the build machine into carry/cuda/owt1024
+        echo "== kf bench train, 124M, batch ${BATCH:-16}, fp16 phase"
+        carry/cuda/bin/kf bench train configs/tiny.yaml data.train=carry/cuda/owt1024 \
+          data.valid=carry/cuda/owt1024 model.hidden=768 model.heads=12 model.blocks=12 \
+          model.seq_len=1024 defaults.batch=${BATCH:-16} 'defaults.precision=[{mode: fp16}]' \
+          'stages.1.precision=[{mode: fp16}]' 'stages.2.precision=[{mode: fp16}]' \
+          'stages.3.precision=[{mode: fp16}]' --steps ${STEPS:-5} --warmup 2 ;;
       *) echo "== kf bench $what"; carry/cuda/bin/kf bench $what ;;
     esac
   done

@@ -276,8 +276,47 @@ static void test_attention(void) {
     }
     kf_mask sf16 = {.n_ctx = 64, .group = 4, .n_groups = 64};
     attn_case("SingleForward k=4 fp16", sf16, 2, 2, 64, KF_PREC_FP16);
+    /* the fp16 phase runs head dims 64 and 128 on the tensor cores */
+    kf_mask df16 = {.n_ctx = 70, .group = 4, .n_groups = 70, .q_start = 70};
+    attn_case("DoubleForward k=2 fp16 D=128", df16, 2, 2, 128, KF_PREC_FP16);
+    kf_mask sfp16 = {.n_ctx = 75, .group = 2, .n_groups = 75, .valid_len = vl};
+    attn_case("SingleForward k=2 valid_len fp16", sfp16, 3, 2, 64, KF_PREC_FP16);
     kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
     attn_case("q_start=37 inside the context", dfq, 2, 1, 64, KF_PREC_FP32);
+}
+
+/* The fp16 cases again on a backend with the tensor-core kernels enabled. */
+static void test_attention_tc(void) {
+    int32_t vl[3] = {75, 40, 1};
+    setenv("KF_CUDA_ATTN_TC", "1", 1);
+    char msg[256] = "";
+    kf_backend *simt = be[1];
+    be[1] = kernels_cuda_create(0, msg, sizeof msg);
+    unsetenv("KF_CUDA_ATTN_TC");
+    T_CHECK(be[1] != NULL, "second CUDA backend: %s", msg);
+    if (!be[1]) {
+        be[1] = simt;
+        return;
+    }
+    kf_mask causal = {.n_ctx = 75};
+    attn_case("tc: causal N=75 D=64 fp16", causal, 2, 2, 64, KF_PREC_FP16);
+    kf_mask causal200 = {.n_ctx = 200};
+    attn_case("tc: causal N=200 D=128 fp16", causal200, 1, 2, 128, KF_PREC_FP16);
+    kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
+    attn_case("tc: causal valid_len fp16", cpad, 3, 2, 64, KF_PREC_FP16);
+    for (int k = 1; k <= 4; k *= 2) {
+        char name[80];
+        kf_mask sf = {.n_ctx = 70, .group = k, .n_groups = 70, .valid_len = k == 2 ? vl : NULL};
+        snprintf(name, sizeof name, "tc: SingleForward k=%d fp16%s", k, k == 2 ? " valid_len" : "");
+        attn_case(name, sf, k == 2 ? 3 : 2, 2, 64, KF_PREC_FP16);
+        kf_mask df = {.n_ctx = 70, .group = 2 * k, .n_groups = 70, .q_start = 70};
+        snprintf(name, sizeof name, "tc: DoubleForward k=%d fp16", k);
+        attn_case(name, df, 2, 2, k == 4 ? 128 : 64, KF_PREC_FP16);
+    }
+    kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
+    attn_case("tc: q_start=37 inside the context fp16", dfq, 2, 1, 64, KF_PREC_FP16);
+    be[1]->destroy(be[1]);
+    be[1] = simt;
 }
 
 static void test_attn_decode(void) {
@@ -456,6 +495,7 @@ int main(void) {
     test_layernorm(1);
     test_rope();
     test_attention();
+    test_attention_tc();
     test_attn_decode();
     test_pointwise();
     test_rows();

@@ -1,0 +1,403 @@
+/* kernels/cuda/cuda_attention_tc.cu — the fp16-phase attention kernels on the
+ * tensor cores (WMMA, half operands, fp32 accumulation), for head_dim 64 and
+ * 128. Same structure walk, tiles and determinism as the fp32 kernels in
+ * cuda_attention.cu (which run the fp32 phase and other head dims):
+ *
+ *  - forward: a block per (64-query tile, head, sample), 4 warps, each warp
+ *    owns 16 query rows: S = Q K^T on the tensor cores into shared memory,
+ *    masked online softmax by its lanes (2 per row), P rounded to half, then
+ *    O += P V on the tensor cores with O kept in shared memory (rescaled by
+ *    the row's softmax correction before each product);
+ *  - backward dK/dV: a block per 64-key tile, each warp owns 16 keys and keeps
+ *    their dK, dV fragments in registers over the query tiles that see them
+ *    (S^T = K Q^T, dP^T = V dO^T, then dV += P^T dO, dK += dS^T Q);
+ *  - backward dQ: a block per query tile, each warp 16 rows (dQ += dS K).
+ * q, k, v, out and dout are rounded to half on load (the CPU backend's fp16
+ * rounding points); P and dS are also half as tensor-core operands, which
+ * the CPU does not round: the difference is within fp16 tolerances.
+ *
+ * Status: opt-in (KF_CUDA_ATTN_TC=1 when the backend is created) until
+ * test_cuda_ops has passed with it on a GPU — the session that wrote these
+ * kernels ran out of GPU time before it could run them. test_cuda_ops runs
+ * every fp16 attention case through this path too; `kf bench attention --tc`
+ * times it. Once verified, make it the default in kernels_cuda_create.
+ */
+#include <mma.h>
+
+#include "kernels/cuda/cuda_attn_mask.cuh"
+#include "kernels/cuda/cuda_attention_tc.h"
+
+using namespace nvcuda;
+
+#define TC_TILE 64
+#define TC_THREADS 128
+#define HP 8 /* half row padding (keeps 32-byte fragment alignment, spreads banks) */
+#define FP 4 /* float row padding */
+
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_acc;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> frag_b_row;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> frag_b_col;
+
+/* Rows [r0, r0+64) of one head (row stride ld floats) into s as half; rows at
+ * or past L are zero. 16-byte loads (D and the row strides are multiples of 4). */
+template <int D>
+__device__ __forceinline__ void load_half_tile(__half (*s)[D + HP], const float *base, int64_t ld,
+                                               int64_t r0, int64_t L) {
+    for (int i = threadIdx.x; i < TC_TILE * D / 4; i += TC_THREADS) {
+        int r = i / (D / 4), d = (i % (D / 4)) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r0 + r < L) v = *reinterpret_cast<const float4 *>(base + (r0 + r) * ld + d);
+        s[r][d] = __float2half_rn(v.x);
+        s[r][d + 1] = __float2half_rn(v.y);
+        s[r][d + 2] = __float2half_rn(v.z);
+        s[r][d + 3] = __float2half_rn(v.w);
+    }
+}
+
+__device__ __forceinline__ float round_h(float v) { return __half2float(__float2half_rn(v)); }
+
+template <int D> struct tc_fwd_smem {
+    __half q[TC_TILE][D + HP], k[TC_TILE][D + HP], v[TC_TILE][D + HP];
+    __half p[TC_TILE][TC_TILE + HP];
+    float s[TC_TILE][TC_TILE + FP];
+    float o[TC_TILE][D + FP];
+    float m[TC_TILE], l[TC_TILE];
+};
+
+template <int D>
+__global__ void __launch_bounds__(TC_THREADS) k_attn_fwd_tc(float *out, float *lse, const float *qkv,
+                                                            mask_dev m, int64_t n_head, float scale) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    tc_fwd_smem<D> &S = *reinterpret_cast<tc_fwd_smem<D> *>(smem_raw);
+    int64_t b = blockIdx.z, h = blockIdx.y;
+    int64_t r0 = m.q_start + (int64_t)blockIdx.x * TC_TILE, r1 = min(m.L, r0 + TC_TILE);
+    int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
+    const float *base = qkv + b * m.L * ld + h * D;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int rr = warp * 16 + (lane >> 1), cpart = lane & 1; /* this lane's row and column half */
+
+    load_half_tile<D>(S.q, base, ld, r0, m.L);
+    for (int i = threadIdx.x; i < TC_TILE * D; i += TC_THREADS) S.o[i / D][i % D] = 0.0f;
+    for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
+        S.m[i] = -INFINITY;
+        S.l[i] = 0.0f;
+    }
+    row_mask rm = mask_row(m, vl, r0 + rr, r0, r1);
+    int64_t ctx_hi, grp_lo, grp_hi;
+    mask_query_tile_keys(m, vl, r0, r1, &ctx_hi, &grp_lo, &grp_hi);
+    int64_t n_ctx_tiles = (ctx_hi + TC_TILE - 1) / TC_TILE;
+    int64_t n_grp_tiles = (grp_hi - grp_lo + TC_TILE - 1) / TC_TILE;
+    for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
+        int64_t c0 = t < n_ctx_tiles ? t * TC_TILE : grp_lo + (t - n_ctx_tiles) * TC_TILE;
+        int kmin = t < n_ctx_tiles ? 0 : (int)grp_lo, kmax = t < n_ctx_tiles ? (int)ctx_hi : (int)grp_hi;
+        __syncthreads();
+        load_half_tile<D>(S.k, base + H, ld, c0, m.L);
+        load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
+        __syncthreads();
+        { /* S_w = Q_w K^T */
+            frag_acc acc[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < D; kk += 16) {
+                frag_a a;
+                wmma::load_matrix_sync(a, &S.q[warp * 16][kk], D + HP);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    frag_b_col bk;
+                    wmma::load_matrix_sync(bk, &S.k[j * 16][kk], D + HP);
+                    wmma::mma_sync(acc[j], a, bk, acc[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                wmma::store_matrix_sync(&S.s[warp * 16][j * 16], acc[j], TC_TILE + FP, wmma::mem_row_major);
+        }
+        __syncwarp();
+        float mx = -INFINITY;
+#pragma unroll 8
+        for (int c = 0; c < 32; c++) {
+            int cc = cpart * 32 + c, col = (int)c0 + cc;
+            float v = col >= kmin && col < kmax && row_sees(rm, col) ? S.s[rr][cc] * scale : -INFINITY;
+            S.s[rr][cc] = v;
+            mx = fmaxf(mx, v);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        float mold = S.m[rr], mnew = fmaxf(mold, mx), ps = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < 32; c++) {
+            int cc = cpart * 32 + c;
+            float p = mnew == -INFINITY ? 0.0f : __expf(S.s[rr][cc] - mnew);
+            S.p[rr][cc] = __float2half_rn(p);
+            ps += p;
+        }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1); /* a+b on both lanes: identical */
+        float alpha = mold == -INFINITY ? 0.0f : __expf(mold - mnew);
+        float lold = S.l[rr];
+        __syncwarp(); /* both lanes have read m and l */
+        if (!cpart) {
+            S.m[rr] = mnew;
+            S.l[rr] = lold * alpha + ps;
+        }
+#pragma unroll 8
+        for (int d = 0; d < D / 2; d++) S.o[rr][cpart * (D / 2) + d] *= alpha;
+        __syncwarp();
+        { /* O_w += P_w V */
+            frag_acc acc[D / 16];
+#pragma unroll
+            for (int j = 0; j < D / 16; j++)
+                wmma::load_matrix_sync(acc[j], &S.o[warp * 16][j * 16], D + FP, wmma::mem_row_major);
+#pragma unroll
+            for (int kk = 0; kk < TC_TILE; kk += 16) {
+                frag_a a;
+                wmma::load_matrix_sync(a, &S.p[warp * 16][kk], TC_TILE + HP);
+#pragma unroll
+                for (int j = 0; j < D / 16; j++) {
+                    frag_b_row bv;
+                    wmma::load_matrix_sync(bv, &S.v[kk][j * 16], D + HP);
+                    wmma::mma_sync(acc[j], a, bv, acc[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < D / 16; j++)
+                wmma::store_matrix_sync(&S.o[warp * 16][j * 16], acc[j], D + FP, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    __syncthreads(); /* also when no key tile was visited: the initial o, m, l */
+    int64_t r = r0 + rr;
+    if (r < r1) {
+        float l = S.l[rr], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *o = out + (b * m.L + r) * H + h * D;
+        for (int d = 0; d < D / 2; d++) {
+            int dd = cpart * (D / 2) + d;
+            o[dd] = round_h(S.o[rr][dd] * inv);
+        }
+        if (!cpart) lse[(b * n_head + h) * m.L + r] = l > 0.0f ? S.m[rr] + logf(l) : 0.0f;
+    }
+}
+
+template <int D> struct tc_bwd_smem {
+    __half q[TC_TILE][D + HP], dout[TC_TILE][D + HP], k[TC_TILE][D + HP], v[TC_TILE][D + HP];
+    __half p[TC_TILE][TC_TILE + HP], ds[TC_TILE][TC_TILE + HP];
+    float s[TC_TILE][TC_TILE + FP], dp[TC_TILE][TC_TILE + FP];
+    float lse[TC_TILE], delta[TC_TILE];
+    row_mask rm[TC_TILE];
+};
+
+/* dst[r][*] = A_w B^T for the warp's 16 rows: A (16 x D, row-major half) times
+ * the transpose of B (64 x D, row-major half) into a float tile. */
+template <int D>
+__device__ __forceinline__ void tc_abt(float (*dst)[TC_TILE + FP], const __half (*A)[D + HP],
+                                       const __half (*Bm)[D + HP], int warp) {
+    frag_acc acc[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < D; kk += 16) {
+        frag_a a;
+        wmma::load_matrix_sync(a, &A[warp * 16][kk], D + HP);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            frag_b_col bf;
+            wmma::load_matrix_sync(bf, &Bm[j * 16][kk], D + HP);
+            wmma::mma_sync(acc[j], a, bf, acc[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        wmma::store_matrix_sync(&dst[warp * 16][j * 16], acc[j], TC_TILE + FP, wmma::mem_row_major);
+}
+
+/* acc[j] += P_w (16 x 64, half) X (64 x D, half) for the warp's rows. */
+template <int D>
+__device__ __forceinline__ void tc_pv(frag_acc *acc, const __half (*P)[TC_TILE + HP],
+                                      const __half (*X)[D + HP], int warp) {
+#pragma unroll
+    for (int kk = 0; kk < TC_TILE; kk += 16) {
+        frag_a a;
+        wmma::load_matrix_sync(a, &P[warp * 16][kk], TC_TILE + HP);
+#pragma unroll
+        for (int j = 0; j < D / 16; j++) {
+            frag_b_row bf;
+            wmma::load_matrix_sync(bf, &X[kk][j * 16], D + HP);
+            wmma::mma_sync(acc[j], a, bf, acc[j]);
+        }
+    }
+}
+
+/* Writes fragments acc (the warp's 16 rows of a 64 x D tile) rounded to half
+ * into dst rows [row0, row0+64) (stride ld), skipping rows >= row_end, through
+ * the float staging area st [64][D+FP]. Ends with a barrier. */
+template <int D>
+__device__ __forceinline__ void tc_store_rows(float *dst, int64_t ld, int64_t row0, int64_t row_end,
+                                              frag_acc *acc, float (*st)[D + FP], int warp) {
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+        wmma::store_matrix_sync(&st[warp * 16][j * 16], acc[j], D + FP, wmma::mem_row_major);
+    __syncthreads();
+    for (int i = threadIdx.x; i < TC_TILE * D; i += TC_THREADS) {
+        int r = i / D, d = i % D;
+        if (row0 + r < row_end) dst[(row0 + r) * ld + d] = round_h(st[r][d]);
+    }
+    __syncthreads();
+}
+
+template <int D>
+__global__ void __launch_bounds__(TC_THREADS) k_attn_bwd_kv_tc(float *dqkv, const float *dout,
+                                                               const float *lse, const float *delta,
+                                                               const float *qkv, mask_dev m,
+                                                               int64_t n_head, float scale) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    tc_bwd_smem<D> &S = *reinterpret_cast<tc_bwd_smem<D> *>(smem_raw);
+    int64_t b = blockIdx.z, h = blockIdx.y;
+    int64_t c0 = (int64_t)blockIdx.x * TC_TILE, c1 = min(m.L, c0 + TC_TILE);
+    int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
+    const float *base = qkv + b * m.L * ld + h * D;
+    const float *dob = dout + b * m.L * H + h * D;
+    const float *lb = lse + (b * n_head + h) * m.L, *db = delta + (b * n_head + h) * m.L;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int kr = warp * 16 + (lane >> 1), cpart = lane & 1; /* this lane's key row and query half */
+    int key = (int)(c0 + kr);
+    bool key_ok = c0 + kr < c1;
+
+    load_half_tile<D>(S.k, base + H, ld, c0, m.L);
+    load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
+    frag_acc dk[D / 16], dv[D / 16];
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) {
+        wmma::fill_fragment(dk[j], 0.0f);
+        wmma::fill_fragment(dv[j], 0.0f);
+    }
+    int64_t lo[3], hi[3];
+    int nr = mask_key_tile_queries(m, vl, c0, c1, lo, hi);
+    for (int qi = 0; qi < nr; qi++)
+        for (int64_t r0 = lo[qi]; r0 < hi[qi]; r0 += TC_TILE) {
+            __syncthreads();
+            load_half_tile<D>(S.q, base, ld, r0, hi[qi]);
+            load_half_tile<D>(S.dout, dob, H, r0, hi[qi]);
+            for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
+                bool in = r0 + i < hi[qi];
+                S.lse[i] = in ? lb[r0 + i] : 0.0f;
+                S.delta[i] = in ? db[r0 + i] : 0.0f;
+                S.rm[i] = mask_row(m, vl, r0 + i, r0, hi[qi]);
+            }
+            __syncthreads();
+            tc_abt<D>(S.s, S.k, S.q, warp);     /* S^T: keys x queries */
+            tc_abt<D>(S.dp, S.v, S.dout, warp); /* dP^T */
+            __syncwarp();
+#pragma unroll 4
+            for (int c = 0; c < 32; c++) {
+                int qc = cpart * 32 + c;
+                bool vis = key_ok && row_sees(S.rm[qc], key);
+                float p = vis ? __expf(S.s[kr][qc] * scale - S.lse[qc]) : 0.0f;
+                float ds = vis ? p * (S.dp[kr][qc] - S.delta[qc]) * scale : 0.0f;
+                S.p[kr][qc] = __float2half_rn(p);
+                S.ds[kr][qc] = __float2half_rn(ds);
+            }
+            __syncwarp();
+            tc_pv<D>(dv, S.p, S.dout, warp);
+            tc_pv<D>(dk, S.ds, S.q, warp);
+        }
+    __syncthreads();
+    float(*st)[D + FP] = reinterpret_cast<float(*)[D + FP]>(&S.q[0][0]); /* q..v are free now */
+    float *dbase = dqkv + b * m.L * ld + h * D;
+    tc_store_rows<D>(dbase + H, ld, c0, c1, dk, st, warp);
+    tc_store_rows<D>(dbase + 2 * H, ld, c0, c1, dv, st, warp);
+}
+
+template <int D>
+__global__ void __launch_bounds__(TC_THREADS) k_attn_bwd_q_tc(float *dqkv, const float *dout,
+                                                              const float *lse, const float *delta,
+                                                              const float *qkv, mask_dev m,
+                                                              int64_t n_head, float scale) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    tc_bwd_smem<D> &S = *reinterpret_cast<tc_bwd_smem<D> *>(smem_raw);
+    int64_t b = blockIdx.z, h = blockIdx.y;
+    int64_t r0 = (int64_t)blockIdx.x * TC_TILE, r1 = min(m.L, r0 + TC_TILE);
+    int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
+    const float *base = qkv + b * m.L * ld + h * D;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int qr = warp * 16 + (lane >> 1), cpart = lane & 1;
+    frag_acc dq[D / 16];
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
+    int64_t q0 = max(r0, m.q_start); /* rows before q_start are not queries: dq stays 0 */
+    if (q0 < r1) {
+        load_half_tile<D>(S.q, base, ld, r0, m.L);
+        load_half_tile<D>(S.dout, dout + b * m.L * H + h * D, H, r0, m.L);
+        row_mask rm = mask_row(m, vl, r0 + qr, q0, r1);
+        float l = r0 + qr < m.L ? lse[(b * n_head + h) * m.L + r0 + qr] : 0.0f;
+        float dl = r0 + qr < m.L ? delta[(b * n_head + h) * m.L + r0 + qr] : 0.0f;
+        int64_t ctx_hi, grp_lo, grp_hi;
+        mask_query_tile_keys(m, vl, q0, r1, &ctx_hi, &grp_lo, &grp_hi);
+        int64_t n_ctx_tiles = (ctx_hi + TC_TILE - 1) / TC_TILE;
+        int64_t n_grp_tiles = (grp_hi - grp_lo + TC_TILE - 1) / TC_TILE;
+        for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
+            int64_t c0 = t < n_ctx_tiles ? t * TC_TILE : grp_lo + (t - n_ctx_tiles) * TC_TILE;
+            int kmin = t < n_ctx_tiles ? 0 : (int)grp_lo, kmax = t < n_ctx_tiles ? (int)ctx_hi : (int)grp_hi;
+            __syncthreads();
+            load_half_tile<D>(S.k, base + H, ld, c0, m.L);
+            load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
+            __syncthreads();
+            tc_abt<D>(S.s, S.q, S.k, warp);     /* S: queries x keys */
+            tc_abt<D>(S.dp, S.dout, S.v, warp); /* dP */
+            __syncwarp();
+#pragma unroll 4
+            for (int c = 0; c < 32; c++) {
+                int kc = cpart * 32 + c, col = (int)c0 + kc;
+                bool vis = col >= kmin && col < kmax && row_sees(rm, col);
+                float p = vis ? __expf(S.s[qr][kc] * scale - l) : 0.0f;
+                S.ds[qr][kc] = __float2half_rn(vis ? p * (S.dp[qr][kc] - dl) * scale : 0.0f);
+            }
+            __syncwarp();
+            tc_pv<D>(dq, S.ds, S.k, warp);
+        }
+    }
+    __syncthreads();
+    float(*st)[D + FP] = reinterpret_cast<float(*)[D + FP]>(&S.q[0][0]);
+    tc_store_rows<D>(dqkv + b * m.L * ld + h * D, ld, r0, r1, dq, st, warp);
+}
+
+#define TC_LAUNCH(DV, KERNEL, SMEM_T, GRID, ...)                                               \
+    do {                                                                                       \
+        size_t bytes_ = sizeof(SMEM_T<DV>);                                                    \
+        CUDA_OK(cudaFuncSetAttribute(KERNEL<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                     (int)bytes_));                                            \
+        KERNEL<DV><<<GRID, TC_THREADS, bytes_, cu_stream(b)>>>(__VA_ARGS__);                   \
+        CUDA_LAUNCHED();                                                                       \
+    } while (0)
+
+int attn_tc_supported(kf_backend *b, int64_t head_dim, const void *const *bufs, int nbufs) {
+    if (!cu_impl(b)->attn_tc || b->precision != KF_PREC_FP16 || (head_dim != 64 && head_dim != 128))
+        return 0;
+    for (int i = 0; i < nbufs; i++) /* 16-byte tile loads */
+        if ((uintptr_t)bufs[i] % 16) return 0;
+    return 1;
+}
+
+void attn_fwd_tc(kf_backend *b, float *out, float *lse, const float *qkv, const mask_dev *md,
+                 int64_t B, int64_t n_head, int64_t head_dim) {
+    int64_t nq = md->L - md->q_start;
+    dim3 grid((unsigned)((nq + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
+    float scale = 1.0f / sqrtf((float)head_dim);
+    if (head_dim == 64)
+        TC_LAUNCH(64, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
+    else
+        TC_LAUNCH(128, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
+}
+
+void attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const float *lse,
+                 const float *delta, const float *qkv, const mask_dev *md, int64_t B,
+                 int64_t n_head, int64_t head_dim) {
+    dim3 grid((unsigned)((md->L + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
+    float scale = 1.0f / sqrtf((float)head_dim);
+    if (head_dim == 64) {
+        TC_LAUNCH(64, k_attn_bwd_kv_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head, scale);
+        TC_LAUNCH(64, k_attn_bwd_q_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head, scale);
+    } else {
+        TC_LAUNCH(128, k_attn_bwd_kv_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head, scale);
+        TC_LAUNCH(128, k_attn_bwd_q_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head, scale);
+    }
+}

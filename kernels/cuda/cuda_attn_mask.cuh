@@ -1,0 +1,101 @@
+/* kernels/cuda/cuda_attn_mask.cuh — the kf_mask structure on the device, shared
+ * by the attention kernels (cuda_attention.cu: fp32 SIMT; cuda_attention_tc.cu:
+ * fp16 tensor cores). See cuda_attention.cu for what each query row sees. */
+#ifndef KF_KERNELS_CUDA_ATTN_MASK_CUH
+#define KF_KERNELS_CUDA_ATTN_MASK_CUH
+
+#include "kernels/cuda/cuda_internal.h"
+
+struct mask_dev {
+    int64_t L, n_ctx, group, q_start;
+    const int32_t *valid_len; /* device copy, or NULL */
+};
+
+__device__ __forceinline__ int64_t mask_vl(const mask_dev &m, int64_t b) {
+    if (!m.valid_len) return m.n_ctx;
+    int64_t v = m.valid_len[b];
+    return v < 0 ? 0 : v > m.n_ctx ? m.n_ctx : v;
+}
+
+/* What query row r sees, precomputed once per row so the per-element test
+ * needs no division: key c is visible iff c <= r && (c < ctx || c >= grp). */
+struct row_mask {
+    int r, ctx, grp;
+};
+
+__device__ __forceinline__ row_mask mask_row(const mask_dev &m, int64_t vl, int64_t r, int64_t r_lo,
+                                             int64_t r_hi) {
+    row_mask q;
+    q.r = (int)r;
+    if (r < r_lo || r >= r_hi || r >= m.L) { /* not a query here: sees nothing */
+        q.r = -1;
+        q.ctx = 0;
+        q.grp = 0x7fffffff;
+    } else if (r < m.n_ctx) {
+        q.ctx = r < vl ? (int)r + 1 : 0;
+        q.grp = 0x7fffffff;
+    } else {
+        int64_t g = (r - m.n_ctx) / m.group;
+        q.ctx = (int)min(g + 1, vl);
+        q.grp = (int)(m.n_ctx + g * m.group);
+    }
+    return q;
+}
+
+__device__ __forceinline__ bool row_sees(const row_mask &q, int c) {
+    return c <= q.r && (c < q.ctx || c >= q.grp);
+}
+
+/* Key ranges of the query tile [r0, r1): [0, ctx_hi) and [grp_lo, grp_hi). */
+static __device__ void mask_query_tile_keys(const mask_dev &m, int64_t vl, int64_t r0, int64_t r1,
+                                     int64_t *ctx_hi, int64_t *grp_lo, int64_t *grp_hi) {
+    int64_t hi = 0;
+    if (r0 < min(m.n_ctx, vl)) hi = min(min(r1, m.n_ctx), vl); /* rows r < vl see [0, r] */
+    *grp_lo = *grp_hi = 0;
+    if (r1 > m.n_ctx) {
+        int64_t g_last = (r1 - 1 - m.n_ctx) / m.group;
+        hi = max(hi, min(g_last + 1, vl));
+        int64_t g_first = (max(r0, m.n_ctx) - m.n_ctx) / m.group;
+        *grp_lo = m.n_ctx + g_first * m.group;
+        *grp_hi = r1;
+    }
+    *ctx_hi = hi;
+}
+
+/* Query ranges that see some key of the tile [c0, c1), clipped to
+ * [q_start, L), sorted and merged; returns how many (at most 3). */
+static __device__ int mask_key_tile_queries(const mask_dev &m, int64_t vl, int64_t c0, int64_t c1,
+                                     int64_t lo[3], int64_t hi[3]) {
+    int64_t a[3], z[3];
+    int n = 0;
+    if (c0 < min(m.n_ctx, vl)) { /* context keys: later context rows and groups g >= c */
+        a[n] = c0; z[n++] = vl;
+        a[n] = m.n_ctx + c0 * m.group; z[n++] = m.L;
+    }
+    if (c1 > m.n_ctx) { /* group keys: the rest of their own groups */
+        int64_t k0 = max(c0, m.n_ctx);
+        int64_t g_last = (c1 - 1 - m.n_ctx) / m.group;
+        a[n] = k0; z[n++] = min(m.L, m.n_ctx + (g_last + 1) * m.group);
+    }
+    for (int i = 1; i < n; i++) /* sort by start (a tile across n_ctx has all three) */
+        for (int j = i; j > 0 && a[j] < a[j - 1]; j--) {
+            int64_t t = a[j]; a[j] = a[j - 1]; a[j - 1] = t;
+            t = z[j]; z[j] = z[j - 1]; z[j - 1] = t;
+        }
+    int out = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t s = max(a[i], m.q_start), e = min(z[i], m.L);
+        if (s >= e) continue;
+        if (out > 0 && s <= hi[out - 1]) {
+            hi[out - 1] = max(hi[out - 1], e);
+        } else {
+            lo[out] = s; hi[out++] = e;
+        }
+    }
+    return out;
+}
+
+/** Checks m and returns its device form (valid_len copied to the device). */
+mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B);
+
+#endif
