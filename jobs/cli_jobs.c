@@ -20,6 +20,7 @@
 #include "jobs/plan.h"
 #include "jobs/proc.h"
 #include "jobs/rundir.h"
+#include "jobs/sample.h"
 #include "jobs/slurm.h"
 
 static const char usage_text[] =
@@ -203,8 +204,8 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
         }
         fprintf(stderr, "kf jobs: %s: complete\n", stage);
     }
-    (void)no_sample;
-    return KF_EXIT_OK;
+    if (no_sample) return KF_EXIT_OK;
+    return sample_run(run, rc, kf_bin(), &err) ? fail(&err) : KF_EXIT_OK;
 }
 
 /* Submits the incomplete stages as a chain. A job of the run still queued or

@@ -98,7 +98,7 @@ check "run --np 2: stage complete" test -f "$T/np/stages/ar/final/DONE"
 
 # --- missing data: kf jobs run builds the config's shards first (kf shards build RUN/run.yaml)
 head -n 3000 data/text/brown.txt > "$T/small.txt"
-tiny_config "$T/sh.yaml" 2 1
+tiny_config "$T/sh.yaml" 2 3
 sed -i "s#$DATA#$T/shards#g" "$T/sh.yaml"
 cat >> "$T/sh.yaml" <<YAML
 shards:
@@ -111,10 +111,15 @@ shards:
     inputs: [{path: $T/small.txt, format: lines}]
     valid: {last: 300}
 YAML
-"$KF" jobs run "$T/sh.yaml" --run-dir "$T/sh" --no-sample > "$T/sh.log" 2>&1; rc=$?
+"$KF" jobs run "$T/sh.yaml" --run-dir "$T/sh" > "$T/sh.out" 2> "$T/sh.log"; rc=$?
 check "run with missing data exits 0" [ $rc -eq 0 ]
 check "run built the shards from the frozen run.yaml first" bash -c 'grep -q "shards: running .* shards build $1/run.yaml" "$2" && test -f "$3/manifest.yaml"' _ "$T/sh" "$T/sh.log" "$T/shards"
-check "then trained the stage on them" test -f "$T/sh/stages/ar/final/DONE"
+check "then trained every stage on them" test -f "$T/sh/stages/k2/final/DONE"
+# --- and ends with completions: AR, then the last PFLM stage at k = 1, 2
+check "samples: AR and k2 at k=1,2 with tokens/s" bash -c '
+  grep -Eq "^ar +1 +[0-9]+ " "$1" && grep -Eq "^k2 +1 +[0-9]+ " "$1" && grep -Eq "^k2 +2 +[0-9]+ " "$1"' _ "$T/sh.out"
+check "samples: 16 completions per model kept as JSONL" bash -c '
+  for f in ar-k1 k2-k1 k2-k2; do [ "$(grep -c "\"completion\"" "$1/samples/$f.jsonl")" -eq 16 ] || exit 1; done' _ "$T/sh"
 
 # --- submit needs Slurm
 out=$(PATH=/nonexistent "$KF" jobs submit "$T/cfg.yaml" --run-dir "$T/nosl" 2>&1); rc=$?
