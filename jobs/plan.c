@@ -108,13 +108,19 @@ void plan_print(FILE *f, const runconfig *rc, double flops_per_s) {
         else if (!s->teacher) snprintf(teacher, sizeof teacher, "-");
         else if (s->teacher_stage >= 0) snprintf(teacher, sizeof teacher, "%s/final", s->teacher);
         else snprintf(teacher, sizeof teacher, "%.17s", s->teacher);
+        if (s->kind == RC_KIND_IMPORT) {
+            fprintf(f, "%-3d %-12s %-22s %3s %-18s %9s %6s %8s %9s %9s %9s %9s %5s\n", i, s->name,
+                    runconfig_kind_name(s->kind), "-", teacher, "-", "-", human(p.params, a, sizeof a), "-", "-",
+                    "-", "-", "-");
+            fprintf(f, "    import %s\n", s->path);
+            continue;
+        }
         fprintf(f, "%-3d %-12s %-22s %3lld %-18s %9lld %6lld %8s %9s %8sB %8sB %9s %5lld\n", i, s->name,
                 runconfig_kind_name(s->kind), (long long)s->k, teacher, (long long)s->steps,
                 (long long)s->opt.batch, human(p.params, a, sizeof a), human(p.flops, b, sizeof b),
                 human(p.mem_bytes, c, sizeof c), human(p.ckpt_bytes, d, sizeof d),
-                s->kind == RC_KIND_IMPORT ? "-" : duration(p.seconds, e, sizeof e), (long long)p.jobs);
-        if (s->kind == RC_KIND_IMPORT) fprintf(f, "    import %s\n", s->path);
-        else if (s->teacher && s->teacher_stage < 0) fprintf(f, "    teacher checkpoint %s\n", s->teacher);
+                duration(p.seconds, e, sizeof e), (long long)p.jobs);
+        if (s->teacher && s->teacher_stage < 0) fprintf(f, "    teacher checkpoint %s\n", s->teacher);
         if (s->init && strcmp(s->init, s->teacher ? s->teacher : ""))
             fprintf(f, "    student initialised from %s\n", s->init);
     }
