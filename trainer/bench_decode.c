@@ -34,6 +34,7 @@
 #include "pipeline/shard_reader.h"
 #include "trainer/decode.h"
 #include "trainer/model.h"
+#include "trainer/omp_env.h"
 
 #define MAX_LIST 16
 #define MAX_METHODS 32
@@ -199,6 +200,7 @@ int bench_decode_main(int argc, char **argv) {
         fprintf(stderr, "kf bench decode: --backend must be cpu, cuda or auto\n");
         return KF_EXIT_USAGE;
     }
+    omp_env_passive(); /* spinning OpenMP workers would distort the timings */
     kf_err err = {{0}};
     int64_t bmax = 0, data_len = 0;
     for (int b = 0; b < nb; b++) bmax = bs[b] > bmax ? bs[b] : bmax;

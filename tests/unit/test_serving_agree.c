@@ -20,6 +20,7 @@
 #include "tests/unit/model_fit.h"
 #include "trainer/decode.h"
 #include "trainer/model.h"
+#include "trainer/omp_env.h"
 #include "trainer/supervision.h"
 
 enum { SYM = 4, SEP = 4, V = 5, BLK = 5, NTOK = 20, BATCH = 16, P = 6, NEW = 12, DRAWS = 128 };
@@ -57,6 +58,7 @@ static model *train(kf_backend *be, model *teacher, const model_config *base, su
 }
 
 int main(void) {
+    omp_env_passive(); /* spinning OpenMP workers starve OpenBLAS on few cores */
     kf_backend *be = kernels_cpu_create();
     model_config base = {.hidden = 32, .heads = 2, .blocks = 2, .vocab = V, .mask_id = -1,
                          .seq_len = NTOK, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};

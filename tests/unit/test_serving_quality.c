@@ -17,6 +17,7 @@
 #include "tests/test.h"
 #include "trainer/layout.h"
 #include "trainer/model.h"
+#include "trainer/omp_env.h"
 #include "trainer/quality.h"
 
 enum { V = 23, EOS = 21, MASK = 22 };
@@ -58,6 +59,7 @@ static double window_nll(model *m, const int32_t *seq, int64_t start, int64_t to
 }
 
 int main(void) {
+    omp_env_passive(); /* spinning OpenMP workers starve OpenBLAS on few cores */
     /* clean */
     int32_t c0[] = {5, MASK, 6, EOS, 7}, o[8];
     int64_t n0 = quality_clean(c0, 5, EOS, MASK, o);
