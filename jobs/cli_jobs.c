@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,14 @@ typedef struct args {
     int json, local, no_sample;
 } args;
 
+/* True when word is one of the space-separated words of list. */
+static bool has_word(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return true;
+    return false;
+}
+
 /* Options anywhere; key=value words are overrides. Returns 0 or a usage exit code. */
 static int parse_args(int argc, char **argv, args *a, const char *allowed) {
     memset(a, 0, sizeof *a);
@@ -83,9 +92,7 @@ static int parse_args(int argc, char **argv, args *a, const char *allowed) {
         const char *s = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strncmp(s, "--", 2)) {
-            char opt[32];
-            snprintf(opt, sizeof opt, "%s ", s + 2);
-            if (!strstr(allowed, opt)) return usage_error("unknown option %s", s);
+            if (!has_word(allowed, s + 2)) return usage_error("unknown option %s", s);
             if (!strcmp(s, "--json")) a->json = 1;
             else if (!strcmp(s, "--local")) a->local = 1;
             else if (!strcmp(s, "--no-sample")) a->no_sample = 1;
