@@ -101,7 +101,7 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
         if (err_msg && err_len)
             snprintf(err_msg, err_len, "no usable CUDA device %d (%d found%s%s)", device, n,
                      e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
-        cudaGetLastError(); /* clear the sticky-free error so later calls are unaffected */
+        cudaGetLastError(); /* reset the runtime's last-error state for later callers */
         return NULL;
     }
     CUDA_OK(cudaSetDevice(device));
