@@ -89,16 +89,26 @@ def load_checkpoint(path):
         return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_PermissivePickle)
 
 
+def _unwrap(d):
+    """An omegaconf node loaded as a _Placeholder keeps its state: a DictConfig
+    its children under "_content", a ValueNode its value under "_val"."""
+    while isinstance(d, _Placeholder) and ("_content" in d or "_val" in d):
+        d = d.get("_content", d.get("_val"))
+    return d
+
+
 def _get(d, *keys):
-    """d[k0][k1]... through dicts and attribute objects; None when absent."""
+    """d[k0][k1]... through dicts, attribute objects and omegaconf
+    placeholders; None when absent."""
     for k in keys:
+        d = _unwrap(d)
         if d is None:
             return None
         if isinstance(d, dict):
             d = d.get(k)
         else:
             d = getattr(d, k, None)
-    return d
+    return _unwrap(d)
 
 
 def expected_names(H, blocks, pflm):
