@@ -28,6 +28,9 @@ int quality_genppl(model *ev, const quality_sample *s, int64_t n, int32_t eos, i
     if (ev->cfg.kind != MODEL_AR) return kf_err_set(err, "the evaluator must be an AR checkpoint");
     int64_t V = ev->cfg.vocab, S = ev->cfg.seq_len;
     int32_t strip = (int32_t)ev->cfg.mask_id;
+    /* a pass's logits are [batch * S, V] floats: keep them within 1 GiB */
+    int64_t fit = ((int64_t)1 << 28) / (S * V);
+    if (batch > fit) batch = fit > 0 ? fit : 1;
     /* each sample's sequence: prefix ++ cleaned completion */
     int32_t **seq = kf_calloc((size_t)n, sizeof *seq);
     int64_t *len = kf_calloc((size_t)n, sizeof *len), nwin = 0;

@@ -49,7 +49,8 @@ typedef struct quality_ppl {
 } quality_ppl;
 
 /** Scores n samples (completions cleaned by quality_clean with eos and the
- *  evaluator's mask id) under the AR model ev, batch windows at a time.
+ *  evaluator's mask id) under the AR model ev, batch windows at a time
+ *  (fewer when their logits would exceed 1 GiB).
  *  @return 0, or -1 with err (ev not AR, an id outside ev's vocabulary). */
 int quality_genppl(model *ev, const quality_sample *s, int64_t n, int32_t eos, int64_t batch,
                    quality_ppl *out, kf_err *err);
