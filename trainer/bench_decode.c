@@ -134,9 +134,11 @@ static void write_json(FILE *f, const char *dev, const char *data, int64_t P, in
             (long long)P, (long long)N, runs);
     for (int i = 0; i < nm; i++)
         for (int b = 0; b < nb; b++) {
-            fprintf(f, "%s\n  {\"method\": \"%s\", \"k\": %lld, \"batch\": %lld, \"tokens_per_s\": %.2f, "
-                       "\"stdev\": %.2f, ", i || b ? "," : "", mt[i].label, (long long)mt[i].k,
-                    (long long)bs[b], mt[i].tps[b], mt[i].sd[b]);
+            /* decoding steps (forward passes) per completion, prefill included */
+            fprintf(f, "%s\n  {\"method\": \"%s\", \"k\": %lld, \"batch\": %lld, \"steps\": %lld, "
+                       "\"tokens_per_s\": %.2f, \"stdev\": %.2f, ", i || b ? "," : "", mt[i].label,
+                    (long long)mt[i].k, (long long)bs[b], (long long)((N + mt[i].k - 1) / mt[i].k),
+                    mt[i].tps[b], mt[i].sd[b]);
             if (ar >= 0) fprintf(f, "\"speedup\": %.3f, ", mt[i].tps[b] / mt[ar].tps[b]);
             else fprintf(f, "\"speedup\": null, ");
             fprintf(f, "\"ckpt\": ");
