@@ -9,8 +9,9 @@
  * Inside a shard (see pipeline/shard_writer.h for the exact layout):
  *   named db "samples": key = sample index within the shard (uint64,
  *       big-endian, 0..count-1); value = seq_len token ids, little-endian
- *       uint16 when the vocabulary has fewer than 65536 ids, else uint32,
+ *       uint16 when the vocabulary has at most 65536 ids, else uint32,
  *       followed in `pad` mode by the valid length (uint32 little-endian).
+ *   named db "check": a CRC-32 per sample (used by `kf shards verify`).
  *   named db "meta": the shard's own record (magic, version, tokenizer,
  *       vocab sha256, seq_len, packing, count, sha256 over its values).
  * The split's sample i lives in the shard whose [first, first+count) range

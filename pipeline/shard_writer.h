@@ -1,11 +1,13 @@
 /* pipeline/shard_writer.h — writes one LMDB shard, atomically; reads back and
  * verifies a shard's record.
  *
- * A shard is one LMDB file (MDB_NOSUBDIR) with two named databases:
+ * A shard is one LMDB file (MDB_NOSUBDIR) with three named databases:
  *   "samples": key = local sample index (uint64 big-endian, 0..count-1),
- *              value = seq_len ids (uint16 LE when vocab_size < 65536, else
+ *              value = seq_len ids (uint16 LE when vocab_size <= 65536, else
  *              uint32 LE), then in `pad` mode the valid length (uint32 LE).
  *              Appended in order with MDB_APPEND.
+ *   "check":   same keys, value = CRC-32 of the sample's value (uint32 LE), so
+ *              verify can name the damaged sample.
  *   "meta":    one key per field of shard_meta, values as decimal or text
  *              (keys: magic, version, tokenizer, vocab_sha256, vocab_size,
  *              seq_len, packing, id_bytes, count, samples_sha256,
