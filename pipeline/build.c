@@ -21,6 +21,7 @@
 #include "pipeline/doc_reader.h"
 #include "pipeline/manifest.h"
 #include "pipeline/packer.h"
+#include "pipeline/shard_format.h"
 #include "tokenize/tokenizer.h"
 
 enum { TRAIN = 0, VALID = 1 };
@@ -470,7 +471,7 @@ static int setup(builder *b, const build_config *c, tok **tp, kf_err *err) {
     m->vocab_size = tok_vocab_size(t);
     m->seq_len = c->seq_len;
     snprintf(m->packing, sizeof m->packing, "%s", c->packing);
-    m->id_bytes = m->vocab_size <= 65536 ? 2 : 4;
+    m->id_bytes = shard_id_bytes(m->vocab_size);
     build_config_hash(c, m->vocab_sha256, m->config_sha256);
     return packer_specials(t, c, &m->special, err);
 }
