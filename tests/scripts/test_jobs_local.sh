@@ -75,6 +75,7 @@ tiny_config "$T/pre.yaml" 16 1
 pid=$!
 wait_until 120 test -e "$P/stages/ar/ckpt/latest"
 kill -USR1 $pid; wait $pid; rc=$?
+mkdir -p "$T/w" && cp "$P/run.yaml" "$T/w/"   # for the wrapper test below
 check "USR1 to kf jobs run: exit 75 (preempted)" [ $rc -eq 75 ]
 st=$("$KF" jobs status "$P" --json)
 check "status after preemption: ar preempted with a checkpoint before step 16" node -e '
@@ -87,6 +88,18 @@ check "rerun after preemption exits 0" [ $rc -eq 0 ]
 check "rerun resumed ar from its checkpoint" grep -q "ar: resumed from" "$T/pre3.log"
 check "rerun completed the stage" test -f "$P/stages/ar/final/DONE"
 rm -rf "$P"
+
+# --- the stage wrapper by hand, outside Slurm: a signal as soon as it runs (before
+# the trainer starts) ends in exit 75 with a checkpoint, never a dead job
+W=$T/w   # a copy of the preempted run's frozen run.yaml (16 steps), nothing trained yet
+bash slurm/stage.sbatch "$W" ar > "$T/w1.log" 2>&1 &
+pid=$!; wait_until 30 grep -q "start on" "$T/w1.log"; kill -USR1 $pid; wait $pid; rc=$?
+check "wrapper signalled as it starts: exit 75, not killed" [ $rc -eq 75 ]
+check "wrapper kept the early signal for the trainer" grep -q "got USR1" "$T/w1.log"
+bash slurm/stage.sbatch "$W" ar > "$T/w2.log" 2>&1; rc=$?
+check "wrapper run again: resumes and completes (exit 0)" bash -c '[ $1 -eq 0 ] && grep -q "ar: resumed from" "$2" && test -f "$3/stages/ar/final/DONE"' _ $rc "$T/w2.log" "$W"
+bash slurm/stage.sbatch "$W" ar > "$T/w3.log" 2>&1; rc=$?
+check "wrapper on a complete stage: nothing to do, exit 0" bash -c '[ $1 -eq 0 ] && grep -q "already complete" "$2"' _ $rc "$T/w3.log"
 
 # --- --np 2: the stage runs under mpirun with 2 ranks
 tiny_config "$T/np.yaml" 2 1

@@ -165,7 +165,7 @@ check "(d) resume of a complete run submits nothing" bash -c '[[ "$1" == *"nothi
 
 # (e) two ranks under srun
 check "(e) sbatch script asks for 2 tasks" grep -q -- "--ntasks=2" "$M/slurm/ar.sbatch"
-check "(e) ranks started with srun --mpi=pmix -n 2" grep -q "running: srun --mpi=pmix -n 2" "$M/stages/ar/slurm.out"
+check "(e) ranks started with srun --mpi=pmix -n 2" grep -q "running (pid [0-9]*): srun --mpi=pmix -n 2" "$M/stages/ar/slurm.out"
 check "(e) the trainer ran 2 ranks and completed" bash -c 'grep -q "2 ranks" "$1/stages/ar/slurm.out" && test -f "$1/stages/ar/final/DONE"' _ "$M"
 
 # cancel: a fresh submission cancelled while queued/running
