@@ -6,10 +6,9 @@
  * the cost is the number of visible (query, key) pairs. The forward keeps the
  * log-sum-exp per row; the backward recomputes probabilities from it.
  *
- * Parallelism: the forward splits query rows over threads in blocks (each
- * output row is computed by one thread); the backward and decode give each
- * (sample, head) to one thread, which walks its queries in order, so the dK/dV
- * sums have a fixed order for any thread count. Keys (and values in the
+ * Parallelism: each (sample, head) is one task for one thread, which walks
+ * its queries in order (each output row, and each dK/dV sum, has a fixed
+ * order for any thread count). Keys (and values in the
  * backward) are transposed per head so that scoring vectorises over keys.
  *
  * fp16 mode rounds every float input (q, k, v; out and dout in the backward)
@@ -57,31 +56,119 @@ static void check_mask(const kf_mask *m) {
     KF_CHECK(m->q_start >= 0 && m->q_start <= kf_mask_len(m), "attention: q_start out of range");
 }
 
-/* Kt[d * L_t + j] = K row j, column d, for rows [0, n): keys transposed so that
- * scoring one query against many keys vectorises over the keys. */
+/* Width of the register-resident accumulators (one AVX-512 vector). Chunking
+ * keeps every sum in the same order as a plain loop would. */
+#define VB 16
+
+/* Leading dimension of n transposed keys: room for a full VB-wide chunk that
+ * starts anywhere before n, so scoring never needs a scalar tail. */
+static int64_t kt_ld(int64_t n) { return (n + VB - 1) / VB * VB + VB; }
+
+/* Kt[d * kt_ld(n) + j] = K row j, column d, for rows [0, n), zero past n: keys
+ * transposed so that scoring one query against many keys vectorises over them. */
 static void transpose_keys(float *Kt, const float *k, int64_t ld, int64_t n, int64_t D) {
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t d = 0; d < D; d++) Kt[d * n + j] = k[j * ld + d];
+    int64_t ldt = kt_ld(n);
+    for (int64_t j0 = 0; j0 < n; j0 += VB) /* VB x D tiles: rows stay in cache */
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t j = j0; j < j0 + VB && j < n; j++) Kt[d * ldt + j] = k[j * ld + d];
+    for (int64_t d = 0; d < D; d++) memset(Kt + d * ldt + n, 0, (size_t)(ldt - n) * sizeof(float));
 }
 
-/* s[j - lo] = scale * q · K_j for j in [lo, hi), with K transposed in Kt (ldt). */
-static inline void scores(float *s, const float *q, const float *Kt, int64_t ldt, int64_t lo,
-                          int64_t hi, int64_t D, float scale) {
-    int64_t n = hi - lo;
-    for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
-    for (int64_t d = 0; d < D; d++) {
-        float qd = q[d];
-        const float *kt = Kt + d * ldt + lo;
+/* s[j - lo] = scale * q · K_j for j in [lo, hi), with K transposed in Kt
+ * (leading dimension kt_ld(...)). Whole VB chunks are scored, so up to VB-1
+ * values past hi - lo are written too: s needs that much room. */
+CPU_INLINE void scores(float *s, const float *q, const float *Kt, int64_t ldt, int64_t lo,
+                       int64_t hi, int64_t D, float scale) {
+    int64_t n = hi - lo, j = 0;
+    /* four chunks at once: independent accumulator chains, same per-element order */
+    for (; j + 4 * VB <= n; j += 4 * VB) {
+        float a0[VB] = {0}, a1[VB] = {0}, a2[VB] = {0}, a3[VB] = {0};
+        for (int64_t d = 0; d < D; d++) {
+            float qd = q[d];
+            const float *kt = Kt + d * ldt + lo + j;
 #pragma omp simd
-        for (int64_t j = 0; j < n; j++) s[j] += qd * kt[j];
+            for (int i = 0; i < VB; i++) {
+                a0[i] += qd * kt[i];
+                a1[i] += qd * kt[VB + i];
+                a2[i] += qd * kt[2 * VB + i];
+                a3[i] += qd * kt[3 * VB + i];
+            }
+        }
+#pragma omp simd
+        for (int i = 0; i < VB; i++) {
+            s[j + i] = a0[i] * scale;
+            s[j + VB + i] = a1[i] * scale;
+            s[j + 2 * VB + i] = a2[i] * scale;
+            s[j + 3 * VB + i] = a3[i] * scale;
+        }
     }
-    for (int64_t j = 0; j < n; j++) s[j] *= scale;
+    for (; j < n; j += VB) {
+        float acc[VB] = {0};
+        for (int64_t d = 0; d < D; d++) {
+            float qd = q[d];
+            const float *kt = Kt + d * ldt + lo + j;
+#pragma omp simd
+            for (int i = 0; i < VB; i++) acc[i] += qd * kt[i];
+        }
+#pragma omp simd
+        for (int i = 0; i < VB; i++) s[j + i] = acc[i] * scale;
+    }
+}
+
+/* out[D] += sum_{j in [lo, hi)} p[j - lo] * v_j (value row j at v + j*ldv). */
+CPU_INLINE void weighted_rows(float *out, const float *p, const float *v, int64_t ldv,
+                                 int64_t lo, int64_t hi, int64_t D) {
+    if (D == 2 * VB || D == 4 * VB) { /* head dims 32 and 64: every chunk's chain at once */
+        float acc[4][VB];
+        int64_t nc = D / VB;
+        for (int64_t c = 0; c < 4; c++)
+            for (int i = 0; i < VB; i++) acc[c][i] = c < nc ? out[c * VB + i] : 0.0f;
+        for (int64_t j = lo; j < hi; j++) {
+            const float *vj = v + j * ldv;
+            float pj = p[j - lo];
+#pragma omp simd
+            for (int i = 0; i < VB; i++) {
+                acc[0][i] += pj * vj[i];
+                acc[1][i] += pj * vj[VB + i];
+            }
+            if (nc == 4) {
+#pragma omp simd
+                for (int i = 0; i < VB; i++) {
+                    acc[2][i] += pj * vj[2 * VB + i];
+                    acc[3][i] += pj * vj[3 * VB + i];
+                }
+            }
+        }
+        for (int64_t c = 0; c < nc; c++)
+            for (int i = 0; i < VB; i++) out[c * VB + i] = acc[c][i];
+        return;
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += VB) {
+        int64_t w = D - d0 < VB ? D - d0 : VB;
+        float acc[VB] = {0};
+        for (int64_t i = 0; i < w; i++) acc[i] = out[d0 + i];
+        if (w == VB) {
+            for (int64_t j = lo; j < hi; j++) {
+                const float *vj = v + j * ldv + d0;
+                float pj = p[j - lo];
+#pragma omp simd
+                for (int i = 0; i < VB; i++) acc[i] += pj * vj[i];
+            }
+        } else {
+            for (int64_t j = lo; j < hi; j++) {
+                const float *vj = v + j * ldv + d0;
+                float pj = p[j - lo];
+                for (int64_t i = 0; i < w; i++) acc[i] += pj * vj[i];
+            }
+        }
+        for (int64_t i = 0; i < w; i++) out[d0 + i] = acc[i];
+    }
 }
 
 /* One query row: out[D] = softmax(scale q·K^T) V over the key ranges [lo, hi)
  * (keys transposed in Kt with leading dimension ldt; value row j at v + j*ldv);
- * s has room for the scores. Returns the log-sum-exp of the scaled scores. */
-static inline float attn_row(float *out, const float *q, const float *Kt, int64_t ldt,
+ * s has room for the scores plus VB. Returns the log-sum-exp of the scaled scores. */
+CPU_INLINE float attn_row(float *out, const float *q, const float *Kt, int64_t ldt,
                              const float *v, int64_t ldv, const int64_t *lo, const int64_t *hi,
                              int nr, int64_t D, float scale, float *s) {
     int64_t n = 0;
@@ -89,23 +176,23 @@ static inline float attn_row(float *out, const float *q, const float *Kt, int64_
         scores(s + n, q, Kt, ldt, lo[t], hi[t], D, scale);
         n += hi[t] - lo[t];
     }
+    /* pad to whole vectors with -inf (exp gives 0) so no scalar tail runs */
+    int64_t npad = (n + VB - 1) / VB * VB;
+    for (int64_t i = n; i < npad; i++) s[i] = -INFINITY;
     float mx = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : mx)
-    for (int64_t i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+    for (int64_t i = 0; i < npad; i++) mx = s[i] > mx ? s[i] : mx;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < npad; i++) {
         s[i] = cpu_expf(s[i] - mx);
         sum += s[i];
     }
     for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
     n = 0;
-    for (int t = 0; t < nr; t++)
-        for (int64_t j = lo[t]; j < hi[t]; j++) {
-            const float *vj = v + j * ldv;
-            float p = s[n++];
-#pragma omp simd
-            for (int64_t d = 0; d < D; d++) out[d] += p * vj[d];
-        }
+    for (int t = 0; t < nr; t++) {
+        weighted_rows(out, s + n, v, ldv, lo[t], hi[t], D);
+        n += hi[t] - lo[t];
+    }
     float inv = 1.0f / sum;
     for (int64_t d = 0; d < D; d++) out[d] *= inv;
     return mx + logf(sum);
@@ -116,19 +203,15 @@ static void count_pairs(kf_backend *b, int64_t pairs) {
     ((cpu_impl *)b->impl)->attn_pairs += pairs;
 }
 
-/* Query rows are handed out in blocks so small batches still use every thread;
- * a block's keys are transposed once (only rows below its last query are visible). */
-#define ATTN_ROW_BLOCK 64
-
 /* Forward for query rows [r0, r1) of one (sample, head); base = the sample's qkv
  * rows, o/l = its out rows and lse row for this head. Returns the pairs scored. */
-CPU_SIMD_CLONES
-static int64_t fwd_block(float *o, int64_t ldo, float *l, const float *base, int64_t H,
-                         const kf_mask *m, int64_t vl, int64_t r0, int64_t r1, int64_t D,
-                         int half, float *Kt, float *s) {
+CPU_INLINE int64_t fwd_block_body(float *o, int64_t ldo, float *l, const float *base,
+                                  int64_t H, const kf_mask *m, int64_t vl, int64_t r0, int64_t r1,
+                                  int64_t D, int half, float *Kt, float *s) {
     int64_t ld = 3 * H, pairs = 0;
     float scale = 1.0f / sqrtf((float)D);
     transpose_keys(Kt, base + H, ld, r1, D);
+    int64_t ldt = kt_ld(r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t lo[2], hi[2];
         int nr = mask_ranges(m, vl, r, lo, hi);
@@ -139,12 +222,17 @@ static int64_t fwd_block(float *o, int64_t ldo, float *l, const float *base, int
             continue;
         }
         for (int t = 0; t < nr; t++) pairs += hi[t] - lo[t];
-        l[r] = attn_row(orow, base + r * ld, Kt, r1, base + 2 * H, ld, lo, hi, nr, D, scale, s);
+        l[r] = attn_row(orow, base + r * ld, Kt, ldt, base + 2 * H, ld, lo, hi, nr, D, scale, s);
         if (half)
             for (int64_t d = 0; d < D; d++) orow[d] = cpu_half(orow[d]);
     }
     return pairs;
 }
+CPU_MULTIVERSION(int64_t, fwd_block,
+                 (float *o, int64_t ldo, float *l, const float *base, int64_t H, const kf_mask *m,
+                  int64_t vl, int64_t r0, int64_t r1, int64_t D, int half, float *Kt, float *s),
+                 (o, ldo, l, base, H, m, vl, r0, r1, D, half, Kt, s))
+
 
 void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
                   int64_t B, int64_t n_head, int64_t head_dim) {
@@ -156,22 +244,17 @@ void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const
         cpu_round_half_copy(h, qkv, B * L * ld);
         qkv = h;
     }
-    int64_t nq = L - m->q_start, nblk = (nq + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK;
     int64_t pairs = 0;
 #pragma omp parallel reduction(+ : pairs)
     {
-        float *s = kf_malloc((size_t)(L + 1) * sizeof(float));
-        float *Kt = kf_malloc((size_t)(L * D + 1) * sizeof(float));
-#pragma omp for schedule(dynamic) collapse(3)
+        float *s = kf_malloc((size_t)(L + VB) * sizeof(float));
+        float *Kt = kf_malloc((size_t)(kt_ld(L) * D) * sizeof(float));
+#pragma omp for schedule(dynamic) collapse(2)
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++)
-                for (int64_t blk = 0; blk < nblk; blk++) {
-                    int64_t r0 = m->q_start + blk * ATTN_ROW_BLOCK;
-                    int64_t r1 = r0 + ATTN_ROW_BLOCK < L ? r0 + ATTN_ROW_BLOCK : L;
-                    pairs += fwd_block(out + bi * L * H + h * D, H, lse + (bi * n_head + h) * L,
-                                       qkv + bi * L * ld + h * D, H, m, valid_ctx(m, bi), r0, r1,
-                                       D, half, Kt, s);
-                }
+                pairs += fwd_block(out + bi * L * H + h * D, H, lse + (bi * n_head + h) * L,
+                                   qkv + bi * L * ld + h * D, H, m, valid_ctx(m, bi), m->q_start,
+                                   L, D, half, Kt, s);
         free(s);
         free(Kt);
     }
@@ -181,16 +264,17 @@ void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const
 /* Backward of one (sample, head), queries in order: dq rows are complete per
  * query; dK/dV rows accumulate over queries in a fixed order. base/dbase =
  * the sample's qkv/dqkv rows at this head's column; dout/out/l likewise. */
-CPU_SIMD_CLONES
-static int64_t bwd_head(float *dbase, const float *base, const float *dout, const float *out,
-                        const float *l, int64_t H, int64_t L, const kf_mask *m, int64_t vl,
-                        int64_t D, float *Kt, float *Vt, float *p, float *dp) {
+CPU_INLINE int64_t bwd_head_body(float *dbase, const float *base, const float *dout,
+                                 const float *out, const float *l, int64_t H, int64_t L,
+                                 const kf_mask *m, int64_t vl, int64_t D, float *Kt, float *Vt,
+                                 float *p, float *dp) {
     int64_t ld = 3 * H, pairs = 0;
     float scale = 1.0f / sqrtf((float)D);
     const float *k = base + H;
     float *dk = dbase + H, *dv = dbase + 2 * H;
     transpose_keys(Kt, k, ld, L, D);
     transpose_keys(Vt, base + 2 * H, ld, L, D);
+    int64_t ldt = kt_ld(L);
     for (int64_t r = m->q_start; r < L; r++) {
         int64_t lo[2], hi[2];
         int nr = mask_ranges(m, vl, r, lo, hi);
@@ -201,33 +285,58 @@ static int64_t bwd_head(float *dbase, const float *base, const float *dout, cons
         for (int64_t d = 0; d < D; d++) Di += dor[d] * orow[d];
         int64_t n = 0;
         for (int t = 0; t < nr; t++) {
-            scores(p + n, q, Kt, L, lo[t], hi[t], D, scale);
-            scores(dp + n, dor, Vt, L, lo[t], hi[t], D, 1.0f);
+            scores(p + n, q, Kt, ldt, lo[t], hi[t], D, scale);
+            scores(dp + n, dor, Vt, ldt, lo[t], hi[t], D, 1.0f);
             n += hi[t] - lo[t];
         }
         pairs += n;
-        /* p_j = exp(s_j - lse); dS_j = p_j (dout·v_j - D_i), pre-scaled */
+        /* p_j = exp(s_j - lse); dS_j = p_j (dout·v_j - D_i), pre-scaled; whole
+         * vectors (scores() filled them), the values past n are never used */
+        int64_t npad = (n + VB - 1) / VB * VB;
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < npad; i++) {
             p[i] = cpu_expf(p[i] - lr);
             dp[i] = p[i] * (dp[i] - Di) * scale;
         }
-        n = 0;
-        for (int t = 0; t < nr; t++)
-            for (int64_t j = lo[t]; j < hi[t]; j++, n++) {
-                const float *kj = k + j * ld;
-                float *dkj = dk + j * ld, *dvj = dv + j * ld;
-                float g = dp[n], pj = p[n];
+        /* dq += dS K; dK_j += dS_j q; dV_j += p_j dout — q, dout and dq held in
+         * registers one VB-wide column chunk at a time */
+        for (int64_t d0 = 0; d0 < D; d0 += VB) {
+            int64_t w = D - d0 < VB ? D - d0 : VB;
+            float aq[VB] = {0}, qv[VB] = {0}, ov[VB] = {0};
+            for (int64_t i = 0; i < w; i++) aq[i] = dq[d0 + i], qv[i] = q[d0 + i], ov[i] = dor[d0 + i];
+            n = 0;
+            for (int t = 0; t < nr; t++)
+                for (int64_t j = lo[t]; j < hi[t]; j++, n++) {
+                    const float *kj = k + j * ld + d0;
+                    float *dkj = dk + j * ld + d0, *dvj = dv + j * ld + d0;
+                    float g = dp[n], pj = p[n];
+                    if (w == VB) {
 #pragma omp simd
-                for (int64_t d = 0; d < D; d++) {
-                    dq[d] += g * kj[d];
-                    dkj[d] += g * q[d];
-                    dvj[d] += pj * dor[d];
+                        for (int i = 0; i < VB; i++) {
+                            aq[i] += g * kj[i];
+                            dkj[i] += g * qv[i];
+                            dvj[i] += pj * ov[i];
+                        }
+                    } else {
+#pragma omp simd
+                        for (int64_t i = 0; i < w; i++) {
+                            aq[i] += g * kj[i];
+                            dkj[i] += g * qv[i];
+                            dvj[i] += pj * ov[i];
+                        }
+                    }
                 }
-            }
+            for (int64_t i = 0; i < w; i++) dq[d0 + i] = aq[i];
+        }
     }
     return pairs;
 }
+CPU_MULTIVERSION(int64_t, bwd_head,
+                 (float *dbase, const float *base, const float *dout, const float *out,
+                  const float *l, int64_t H, int64_t L, const kf_mask *m, int64_t vl, int64_t D,
+                  float *Kt, float *Vt, float *p, float *dp),
+                 (dbase, base, dout, out, l, H, L, m, vl, D, Kt, Vt, p, dp))
+
 
 void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
                   const float *lse, const float *qkv, const kf_mask *m, int64_t B, int64_t n_head,
@@ -250,8 +359,8 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
     int64_t pairs = 0;
 #pragma omp parallel reduction(+ : pairs)
     {
-        float *Kt = kf_malloc((size_t)(2 * L * D + 1) * sizeof(float)), *Vt = Kt + L * D;
-        float *p = kf_malloc((size_t)(2 * L + 1) * sizeof(float)), *dp = p + L;
+        float *Kt = kf_malloc((size_t)(2 * kt_ld(L) * D) * sizeof(float)), *Vt = Kt + kt_ld(L) * D;
+        float *p = kf_malloc((size_t)(2 * (L + VB)) * sizeof(float)), *dp = p + L + VB;
 #pragma omp for schedule(dynamic) collapse(2)
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++) {
@@ -268,21 +377,27 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
 }
 
 /* Decode for one (sample, head): Q query rows over cache rows [0, P+i]. */
-CPU_SIMD_CLONES
-static void decode_head(float *o, const float *q, int64_t q_stride, const float *k,
-                        const float *v, int64_t H, int64_t P, int64_t Q, int64_t D, int half,
-                        float *Kt, float *s) {
+CPU_INLINE int decode_head_body(float *o, const float *q, int64_t q_stride, const float *k,
+                                const float *v, int64_t H, int64_t P, int64_t Q, int64_t D,
+                                int half, float *Kt, float *s) {
     int64_t T = P + Q;
     float scale = 1.0f / sqrtf((float)D);
     transpose_keys(Kt, k, H, T, D);
+    int64_t ldt = kt_ld(T);
     for (int64_t i = 0; i < Q; i++) {
         int64_t lo = 0, hi = P + i + 1;
         float *orow = o + i * H;
-        attn_row(orow, q + i * q_stride, Kt, T, v, H, &lo, &hi, 1, D, scale, s);
+        attn_row(orow, q + i * q_stride, Kt, ldt, v, H, &lo, &hi, 1, D, scale, s);
         if (half)
             for (int64_t d = 0; d < D; d++) orow[d] = cpu_half(orow[d]);
     }
+    return 0;
 }
+CPU_MULTIVERSION(int, decode_head,
+                 (float *o, const float *q, int64_t q_stride, const float *k, const float *v,
+                  int64_t H, int64_t P, int64_t Q, int64_t D, int half, float *Kt, float *s),
+                 (o, q, q_stride, k, v, H, P, Q, D, half, Kt, s))
+
 
 void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
                      const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
@@ -309,8 +424,8 @@ void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride
     }
 #pragma omp parallel
     {
-        float *s = kf_malloc((size_t)(T + 1) * sizeof(float));
-        float *Kt = kf_malloc((size_t)(T * D + 1) * sizeof(float));
+        float *s = kf_malloc((size_t)(T + VB) * sizeof(float));
+        float *Kt = kf_malloc((size_t)(kt_ld(T) * D) * sizeof(float));
 #pragma omp for schedule(static) collapse(2)
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++)

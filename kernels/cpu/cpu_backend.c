@@ -23,6 +23,18 @@ void cpu_round_half_copy(float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = cpu_half(src[i]);
 }
 
+int cpu_simd_level(void) {
+    static int level = -1; /* benign race: every thread computes the same value */
+    if (level < 0) {
+        __builtin_cpu_init();
+        int fma = __builtin_cpu_supports("fma");
+        level = fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") ? 2
+                : fma && __builtin_cpu_supports("avx2")                                         ? 1
+                                                                                                : 0;
+    }
+    return level;
+}
+
 int64_t kernels_cpu_attn_pairs(kf_backend *b) {
     KF_CHECK(strcmp(b->name, "cpu") == 0, "kernels_cpu_attn_pairs needs the cpu backend");
     return ((cpu_impl *)b->impl)->attn_pairs;

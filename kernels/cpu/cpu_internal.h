@@ -14,9 +14,11 @@
 
 /* gcc only if-converts float selects (and so vectorises loops such as
  * cpu_expf's) without -ftrapping-math, and only vectorises sqrtf without
- * -fmath-errno; results are unchanged (the backend never enables
- * floating-point traps or reads errno, and sqrt is correctly rounded). */
-#pragma GCC optimize("no-trapping-math", "no-math-errno")
+ * -fmath-errno; neither changes results (the backend never enables
+ * floating-point traps or reads errno). fp-contract=fast lets the AVX2/AVX-512
+ * variants use FMA (-std=c11 turns contraction off); like the variant choice,
+ * that depends on the CPU only, never on the thread count. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=fast")
 
 /** Rows per partial sum in row reductions; independent of the thread count. */
 #define KF_CPU_ROW_CHUNK 64
@@ -33,11 +35,36 @@ typedef struct cpu_impl {
 /** Returns scratch slot `slot` with room for n floats (contents undefined). */
 float *cpu_scratch(kf_backend *b, int slot, size_t n);
 
+/** CPU_MULTIVERSION(ret, name, params, args) defines `static ret name params`,
+ *  which runs name##_body (a CPU_INLINE function) compiled for AVX-512 + FMA,
+ *  AVX2 + FMA or the baseline, picked by the CPU's features (cpu_simd_level).
+ *  The choice depends only on the CPU, never on the thread count, so results
+ *  stay bitwise reproducible on one machine. */
+#define CPU_MULTIVERSION(ret, name, params, args)                                          \
+    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static ret name##_avx512 params { \
+        return name##_body args;                                                           \
+    }                                                                                      \
+    __attribute__((target("avx2,fma"))) static ret name##_avx2 params {                    \
+        return name##_body args;                                                           \
+    }                                                                                      \
+    static ret name##_base params { return name##_body args; }                             \
+    static ret name params {                                                               \
+        int lvl_ = cpu_simd_level();                                                       \
+        return lvl_ == 2 ? name##_avx512 args : lvl_ == 1 ? name##_avx2 args : name##_base args; \
+    }
+
+/** 2: AVX-512F + FMA, 1: AVX2 + FMA, 0: baseline (cached after the first call). */
+int cpu_simd_level(void);
+
+/** Kernel bodies and their helpers are inlined into each CPU_MULTIVERSION
+ *  variant, or they would run as one baseline (SSE) copy. */
+#define CPU_INLINE static inline __attribute__((always_inline))
+
 /** exp(x) in fp32 that compilers vectorise (no libm call): 2^n * P(r) with
  *  n = round(x/ln2), Cephes' degree-6 polynomial, within 2 ulp of exp; 0 below
  *  -87 (where expf is denormal or 0). Arguments are clamped at 88 (callers
  *  pass x - max <= 0); NaN stays NaN. */
-static inline float cpu_expf(float x) {
+CPU_INLINE float cpu_expf(float x) {
     float xc = x < -87.0f ? -87.0f : x;
     xc = xc > 88.0f ? 88.0f : xc;
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
@@ -58,7 +85,7 @@ static inline float cpu_expf(float x) {
  *  (read from the rounding constant's low bits, so no double->int64 convert),
  *  r split in two parts of ln2, Taylor polynomial to degree 13; within 2 ulp
  *  of exp; 0 below -708, clamped at 709 (callers pass x - max <= 0). */
-static inline double cpu_exp(double x) {
+CPU_INLINE double cpu_exp(double x) {
     double xc = x < -708.0 ? -708.0 : x;
     xc = xc > 709.0 ? 709.0 : xc;
     union { double f; int64_t i; } nm = {.f = xc * 1.4426950408889634 + 6755399441055744.0};
@@ -81,10 +108,6 @@ static inline double cpu_exp(double x) {
     union { int64_t i; double f; } s = {.i = (nm.i - 0x4338000000000000LL + 1023) << 52};
     return x < -708.0 ? 0.0 : p * s.f;
 }
-
-/** Hot row kernels are compiled for AVX-512, AVX2 and the baseline and picked
- *  at load time; the choice depends only on the CPU, never on threads. */
-#define CPU_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 /** Rounds one float through IEEE half precision (round to nearest even). */
 static inline float cpu_half(float x) { return (float)(_Float16)x; }

@@ -10,9 +10,8 @@
 
 /* One row of softmax cross-entropy; d may alias x. Vector reductions (max, sum)
  * have a fixed lane order for a given build and CPU. */
-CPU_SIMD_CLONES
-static void xent_row(float *loss, float *d, const float *x, int32_t t, int64_t V,
-                     float grad_scale) {
+CPU_INLINE int xent_row_body(float *loss, float *d, const float *x, int32_t t, int64_t V,
+                            float grad_scale) {
     float mx = -INFINITY, sum = 0.0f, xt = x[t];
 #pragma omp simd reduction(max : mx)
     for (int64_t v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
@@ -32,7 +31,11 @@ static void xent_row(float *loss, float *d, const float *x, int32_t t, int64_t V
         for (int64_t v = 0; v < V; v++) sum += cpu_expf(x[v] - mx);
     }
     if (loss) *loss = mx + logf(sum) - xt;
+    return 0;
 }
+CPU_MULTIVERSION(int, xent_row,
+                 (float *loss, float *d, const float *x, int32_t t, int64_t V, float grad_scale),
+                 (loss, d, x, t, V, grad_scale))
 
 void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
               const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
@@ -66,8 +69,7 @@ void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, 
  * e[v] / sum is softmax(logits/tau). The normaliser is a vector reduction
  * (fixed lane order for a given build and CPU); the CDF itself is then
  * accumulated strictly in id order. */
-CPU_SIMD_CLONES
-static double icdf_weights(double *e, const float *x, double tau, int64_t V) {
+CPU_INLINE double icdf_weights_body(double *e, const float *x, double tau, int64_t V) {
     double mx = -INFINITY, sum = 0.0;
 #pragma omp simd reduction(max : mx)
     for (int64_t v = 0; v < V; v++) {
@@ -81,6 +83,8 @@ static double icdf_weights(double *e, const float *x, double tau, int64_t V) {
     }
     return sum;
 }
+CPU_MULTIVERSION(double, icdf_weights, (double *e, const float *x, double tau, int64_t V),
+                 (e, x, tau, V))
 
 /* A zero-probability token is never returned: for z <= 0 the lower bound
  * would otherwise be id 0 even when p_0 == 0. */

@@ -69,8 +69,10 @@ static double ref_loss(const double *qkv, const double *dout, const kf_mask *m, 
     return l;
 }
 
-static void check_case(kf_backend *be, const char *name, kf_mask m, int64_t B) {
-    const int64_t nh = 2, D = 8, H = nh * D;
+/* fd_stride > 1 checks the gradient at every fd_stride-th input only (big cases). */
+static void check_case_fd(kf_backend *be, const char *name, kf_mask m, int64_t B, int64_t D,
+                          int64_t fd_stride) {
+    const int64_t nh = 2, H = nh * D;
     int64_t L = kf_mask_len(&m), nq = B * L * 3 * H, no = B * L * H;
     float *qkv = tu_randf(nq, 1.5), *dout = tu_randf(no, 1.0);
     float *out = kf_malloc((size_t)no * sizeof(float)), *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
@@ -99,28 +101,34 @@ static void check_case(kf_backend *be, const char *name, kf_mask m, int64_t B) {
         }
     T_CHECK(untouched, "%s: rows before q_start were written", name);
     char what[128];
-    snprintf(what, sizeof what, "attn_fwd out  %s", name);
+    snprintf(what, sizeof what, "attn_fwd out  %s D=%lld", name, (long long)D);
     TU_ERR(what, tu_relerr(out, rout, no, 1e-3), 1e-5);
-    snprintf(what, sizeof what, "attn_fwd lse  %s", name);
+    snprintf(what, sizeof what, "attn_fwd lse  %s D=%lld", name, (long long)D);
     TU_ERR(what, tu_relerr(lse, rlse, B * nh * L, 1e-3), 1e-5);
 
     /* central differences of the double reference */
     double *fd = kf_malloc((size_t)nq * sizeof(double)), *tmp_o = kf_malloc((size_t)no * sizeof(double));
     double *tmp_l = kf_malloc((size_t)(B * nh * L) * sizeof(double));
     const double eps = 1e-5;
-    for (int64_t i = 0; i < nq; i++) {
+    int64_t nfd = 0;
+    for (int64_t i = 0; i < nq; i += fd_stride, nfd++) {
         double x0 = dq[i];
         dq[i] = x0 + eps;
         double lp = ref_loss(dq, dd, &m, B, nh, D, tmp_o, tmp_l);
         dq[i] = x0 - eps;
         double lm = ref_loss(dq, dd, &m, B, nh, D, tmp_o, tmp_l);
         dq[i] = x0;
-        fd[i] = (lp - lm) / (2 * eps);
+        fd[nfd] = (lp - lm) / (2 * eps);
+        dqkv[nfd] = dqkv[i];
     }
-    snprintf(what, sizeof what, "attn_bwd dqkv %s", name);
-    TU_ERR(what, tu_relerr(dqkv, fd, nq, 1e-3), 1e-4);
+    snprintf(what, sizeof what, "attn_bwd dqkv %s D=%lld", name, (long long)D);
+    TU_ERR(what, tu_relerr(dqkv, fd, nfd, 1e-3), 1e-4);
     free(qkv); free(dout); free(out); free(lse); free(dqkv); free(dq); free(dd);
     free(rout); free(rlse); free(fd); free(tmp_o); free(tmp_l);
+}
+
+static void check_case(kf_backend *be, const char *name, kf_mask m, int64_t B, int64_t D) {
+    check_case_fd(be, name, m, B, D, 1);
 }
 
 /* Pairs the structure exposes for one (sample, head), counted by brute force. */
@@ -249,8 +257,8 @@ static void check_fp16(kf_backend *be) {
     free(qkv); free(dout); free(q16); free(d16); free(o_a); free(o_b); free(l_a); free(l_b); free(g_a); free(g_b);
 }
 
-static void check_threads(kf_backend *be) {
-    const int64_t B = 3, nh = 2, D = 16, H = nh * D, k = 4, N = 20;
+static void check_threads(kf_backend *be, int64_t D) {
+    const int64_t B = 3, nh = 2, H = nh * D, k = 4, N = 20;
     int32_t vl[3] = {20, 13, 1};
     kf_mask m = {.n_ctx = N, .group = k, .n_groups = N, .valid_len = vl};
     int64_t L = kf_mask_len(&m), nq = B * L * 3 * H, no = B * L * H, nl = B * nh * L;
@@ -288,21 +296,26 @@ int main(void) {
     kf_backend *be = kernels_cpu_create();
     const int64_t N = 5;
     int32_t vl[2] = {3, 5};
-    check_case(be, "causal", (kf_mask){.n_ctx = 9}, 2);
-    check_case(be, "causal valid_len", (kf_mask){.n_ctx = 9, .valid_len = (int32_t[]){6, 1}}, 2);
+    /* head dims 8 (generic loops), 32 and 64 (the unrolled ones the models use) */
+    check_case(be, "causal", (kf_mask){.n_ctx = 9}, 2, 8);
+    check_case_fd(be, "causal (sampled FD)", (kf_mask){.n_ctx = 150}, 1, 32, 211);
+    check_case(be, "causal valid_len", (kf_mask){.n_ctx = 9, .valid_len = (int32_t[]){6, 1}}, 2, 8);
+    check_case(be, "SingleForward k=2", (kf_mask){.n_ctx = 5, .group = 2, .n_groups = 5}, 1, 64);
+    check_case(be, "DoubleForward k=2", (kf_mask){.n_ctx = 5, .group = 4, .n_groups = 5, .q_start = 5}, 1, 32);
     for (int64_t k = 1; k <= 4; k *= 2) {
         char name[64];
         snprintf(name, sizeof name, "SingleForward k=%lld", (long long)k);
-        check_case(be, name, (kf_mask){.n_ctx = N, .group = k, .n_groups = N}, 2);
+        check_case(be, name, (kf_mask){.n_ctx = N, .group = k, .n_groups = N}, 2, 8);
         snprintf(name, sizeof name, "DoubleForward k=%lld", (long long)k);
-        check_case(be, name, (kf_mask){.n_ctx = N, .group = 2 * k, .n_groups = N, .q_start = N}, 2);
+        check_case(be, name, (kf_mask){.n_ctx = N, .group = 2 * k, .n_groups = N, .q_start = N}, 2, 8);
     }
-    check_case(be, "SingleForward k=2 valid_len", (kf_mask){.n_ctx = N, .group = 2, .n_groups = N, .valid_len = vl}, 2);
-    check_case(be, "DoubleForward k=2 valid_len", (kf_mask){.n_ctx = N, .group = 4, .n_groups = N, .q_start = N, .valid_len = vl}, 2);
+    check_case(be, "SingleForward k=2 valid_len", (kf_mask){.n_ctx = N, .group = 2, .n_groups = N, .valid_len = vl}, 2, 8);
+    check_case(be, "DoubleForward k=2 valid_len", (kf_mask){.n_ctx = N, .group = 4, .n_groups = N, .q_start = N, .valid_len = vl}, 2, 8);
     check_pairs(be);
     check_decode(be);
     check_fp16(be);
-    check_threads(be);
+    check_threads(be, 16);
+    check_threads(be, 32);
     be->destroy(be);
     return T_DONE();
 }
