@@ -8,8 +8,9 @@
  *
  * Parallelism: each (sample, head) is one task for one thread, which walks
  * its queries in order (each output row, and each dK/dV sum, has a fixed
- * order for any thread count). Keys (and values in the
- * backward) are transposed per head so that scoring vectorises over keys.
+ * order for any thread count). Keys (and values in the backward) are
+ * transposed per head so that scoring vectorises over keys; score and
+ * weighted-sum loops run whole VB-wide vectors in independent chains.
  *
  * fp16 mode rounds every float input (q, k, v; out and dout in the backward)
  * and every float output (out, dqkv) through _Float16; lse stays fp32.
