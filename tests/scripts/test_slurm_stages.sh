@@ -40,13 +40,13 @@ job_of() { awk -v s="$2" '$1 == s {print $2}' "$1.submit"; }
 # ---- (c) first: the sweep that sends --signal comes every 30 s from slurmctld's
 # start, so a job started ~20 s after it gets USR1 ~10 s into its work.
 C=$T/c
-tiny_config "$T/c.yaml" 240 1
+tiny_config "$T/c.yaml" 160 1
 sed -i 's/checkpoint_every: 2/checkpoint_every: 0/' "$T/c.yaml"   # only the preemption checkpoint
 # ---- (a) configs/tiny.yaml, every stage tiny
 A=$T/a
 tiny=(model.hidden=32 model.heads=2 model.blocks=1 defaults.batch=1 defaults.warmup=0
       defaults.checkpoint_every=2 defaults.eval_batches=1 defaults.log_every=1
-      stages.0.steps=4 stages.1.steps=4 stages.2.steps=4 stages.3.steps=4)
+      stages.0.steps=2 stages.1.steps=2 stages.2.steps=2 stages.3.steps=2)
 cp configs/tiny.yaml "$T/tiny.yaml"
 submit "$A" "$T/tiny.yaml" "${tiny[@]}"; rc=$?
 # editing the config after submit must not reach the run: point its data nowhere
