@@ -90,6 +90,13 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
 }
 
 int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err) {
+    char *help[] = {(char *)kf, "sample", "--help", NULL}, *ignored;
+    int code = proc_capture(help, &ignored, true, err);
+    free(ignored);
+    if (code) {
+        fprintf(stderr, "kf jobs: samples skipped: this build has no kf sample\n");
+        return 0;
+    }
     char *vocab = find_vocab(run, rc, err);
     if (!vocab) {
         fprintf(stderr, "kf jobs: samples skipped: no `shards:` set of the config has out: %s "

@@ -16,8 +16,8 @@
 #include "common/runconfig.h"
 
 /** Samples from the complete run in run (rc: its frozen config) with the
- * binary kf. A config whose shards do not name the vocabulary is skipped
- * with a note (returns 0). @return 0, or -1 with err set. */
+ * binary kf. A build without `kf sample`, or a config whose shards do not
+ * name the vocabulary, is skipped with a note (returns 0). @return 0, or -1 with err set. */
 int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err);
 
 #endif
