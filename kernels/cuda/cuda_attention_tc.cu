@@ -16,7 +16,7 @@
  * rounding points); P and dS are also half as tensor-core operands, which
  * the CPU does not round: the difference is within fp16 tolerances.
  *
- * Status: opt-in (KF_CUDA_ATTN_TC=1 when the backend is created) until
+ * Status: opt-in (KF_CUDA_TC=1 when the backend is created) until
  * test_cuda_ops has passed with it on a GPU — the session that wrote these
  * kernels ran out of GPU time before it could run them. test_cuda_ops runs
  * every fp16 attention case through this path too; `kf bench attention --tc`
@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_bwd_q_tc(float *dqkv, const
     } while (0)
 
 int attn_tc_supported(kf_backend *b, int64_t head_dim, const void *const *bufs, int nbufs) {
-    if (!cu_impl(b)->attn_tc || b->precision != KF_PREC_FP16 || (head_dim != 64 && head_dim != 128))
+    if (!cu_impl(b)->tc || b->precision != KF_PREC_FP16 || (head_dim != 64 && head_dim != 128))
         return 0;
     for (int i = 0; i < nbufs; i++) /* 16-byte tile loads */
         if ((uintptr_t)bufs[i] % 16) return 0;

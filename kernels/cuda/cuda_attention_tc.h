@@ -6,7 +6,7 @@
 #include "kernels/cuda/cuda_attn_mask.cuh"
 
 /** 1 when the tensor-core path handles this call: enabled on the backend
- *  (KF_CUDA_ATTN_TC=1 at creation), fp16 precision, head_dim 64 or 128, and
+ *  (KF_CUDA_TC=1 at creation), fp16 precision, head_dim 64 or 128, and
  *  every buffer 16-byte aligned. */
 int attn_tc_supported(kf_backend *b, int64_t head_dim, const void *const *bufs, int nbufs);
 

@@ -118,8 +118,8 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     /* fp32 means fp32: no TF32 (issue 7, the fp32 phase). */
     CUBLAS_OK(cublasSetMathMode(im->blas, CUBLAS_PEDANTIC_MATH));
     CUDA_OK(cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device));
-    const char *tc = getenv("KF_CUDA_ATTN_TC");
-    im->attn_tc = tc && !strcmp(tc, "1");
+    const char *tc = getenv("KF_CUDA_TC");
+    im->tc = tc && !strcmp(tc, "1");
     CUDA_OK(cudaMalloc(&im->red, CU_RED_SLOTS * sizeof(double)));
     CUDA_OK(cudaMallocHost(&im->red_host, CU_RED_SLOTS * sizeof(double)));
 

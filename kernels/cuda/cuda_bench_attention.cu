@@ -84,7 +84,7 @@ static void usage(FILE *f) {
             "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
             "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
             "the time of SingleForward(k) relative to causal attention.\n"
-            "--tc runs the fp16 phase on the tensor-core kernels (as KF_CUDA_ATTN_TC=1).\n"
+            "--tc runs the fp16 phase on the tensor-core kernels (as KF_CUDA_TC=1).\n"
             "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n");
 }
 
@@ -131,13 +131,13 @@ extern "C" int bench_attention_main(int argc, char **argv) {
         return 1;
     }
     b->set_precision(b, prec);
-    if (tc) cu_impl(b)->attn_tc = 1;
+    if (tc) cu_impl(b)->tc = 1;
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, kernels_cuda_device(b)));
     printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s%s, median of %d\n", prop.name,
            (long long)B, (long long)nh, (long long)D, (long long)N,
            prec == KF_PREC_FP16 ? "fp16 phase" : "fp32 phase",
-           prec == KF_PREC_FP16 && cu_impl(b)->attn_tc ? " (tensor cores)" : " (fp32 SIMT kernels)", iters);
+           prec == KF_PREC_FP16 && cu_impl(b)->tc ? " (tensor cores)" : " (fp32 SIMT kernels)", iters);
     printf("%-22s %8s %9s %9s %9s %9s %9s %10s\n", "structure", "tokens", "fwd ms", "bwd ms",
            "fwd TF/s", "bwd TF/s", "all TF/s", "time/causal");
     double causal_ms = 0;

@@ -10,8 +10,13 @@
  * Batch invariance: cuBLAS picks kernels (tilings, split-K) by problem size,
  * so a row of C may change when M changes. In batch_invariant mode a plain
  * tiled kernel is used instead: every C element is one dot product summed in
- * k order, whatever M, N or the batch count.
+ * k order, whatever M, N or the batch count. In the fp16 phase with
+ * KF_CUDA_TC=1 that kernel is a WMMA one (half operands, fp32 accumulation,
+ * fixed 64x64x32 tiles, k-tiles in order: still independent of M); it awaits
+ * its first GPU run (kernels/cuda/NOTES.md), hence opt-in.
  */
+#include <mma.h>
+
 #include "kernels/cuda/cuda_internal.h"
 
 __global__ void k_to_half(__half *dst, const float *src, int64_t n) {
@@ -93,6 +98,78 @@ __global__ void __launch_bounds__(256) k_gemm_invariant(
     }
 }
 
+#define TG_TILE 64
+#define TG_BK 32
+
+/* fp16 batch-invariant GEMM on the tensor cores: a 64x64 C tile per block of
+ * 4 warps, each warp 32x32 (2x2 fragments); operands rounded to half while
+ * staged in shared memory; epilogue alpha*acc + beta*C rounded to half. */
+__global__ void __launch_bounds__(128) k_gemm_invariant_tc(float *C, const float *A, const float *B,
+                                                           int64_t M, int64_t N, int64_t K, int ta,
+                                                           int tb, float alpha, float beta,
+                                                           int64_t sc, int64_t sa, int64_t sb) {
+    using namespace nvcuda;
+    __shared__ __align__(32) __half As[TG_TILE][TG_BK + 8];
+    __shared__ __align__(32) __half Bs[TG_BK][TG_TILE + 8];
+    __shared__ __align__(32) float Cs[TG_TILE][TG_TILE + 4];
+    int64_t z = blockIdx.z;
+    C += z * sc;
+    A += z * sa;
+    B += z * sb;
+    int64_t m0 = (int64_t)blockIdx.y * TG_TILE, n0 = (int64_t)blockIdx.x * TG_TILE;
+    int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+    for (int64_t k0 = 0; k0 < K; k0 += TG_BK) {
+        for (int i = threadIdx.x; i < TG_TILE * TG_BK; i += 128) {
+            int mm, kk;
+            if (ta) { kk = i / TG_TILE; mm = i % TG_TILE; } else { mm = i / TG_BK; kk = i % TG_BK; }
+            int64_t gm = m0 + mm, gk = k0 + kk;
+            float v = gm < M && gk < K ? (ta ? A[gk * M + gm] : A[gm * K + gk]) : 0.0f;
+            As[mm][kk] = __float2half_rn(v);
+            int nn;
+            if (tb) { nn = i / TG_BK; kk = i % TG_BK; } else { kk = i / TG_TILE; nn = i % TG_TILE; }
+            int64_t gn = n0 + nn;
+            gk = k0 + kk;
+            v = gn < N && gk < K ? (tb ? B[gn * K + gk] : B[gk * N + gn]) : 0.0f;
+            Bs[kk][nn] = __float2half_rn(v);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < TG_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> bf[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], &As[wm * 32 + i * 16][kk], TG_BK + 8);
+#pragma unroll
+            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(bf[j], &Bs[kk][wn * 32 + j * 16], TG_TILE + 8);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], bf[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], TG_TILE + 4,
+                                    wmma::mem_row_major);
+    __syncthreads();
+    for (int i = threadIdx.x; i < TG_TILE * TG_TILE; i += 128) {
+        int64_t gm = m0 + i / TG_TILE, gn = n0 + i % TG_TILE;
+        if (gm >= M || gn >= N) continue;
+        float *c = C + gm * N + gn;
+        float v = alpha * Cs[i / TG_TILE][i % TG_TILE];
+        if (beta != 0.0f) v += beta * *c;
+        *c = __half2float(__float2half_rn(v));
+    }
+}
+
 void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                int64_t K, int trans_a, int trans_b, float alpha, float beta) {
     cu_matmul_batched(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
@@ -106,6 +183,14 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
     int half = b->precision == KF_PREC_FP16;
     if (b->batch_invariant) {
         KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
+        if (half && cu_impl(b)->tc) {
+            dim3 grid((unsigned)((N + TG_TILE - 1) / TG_TILE), (unsigned)((M + TG_TILE - 1) / TG_TILE),
+                      (unsigned)batch);
+            k_gemm_invariant_tc<<<grid, 128, 0, s>>>(C, A, B, M, N, K, trans_a, trans_b, alpha, beta,
+                                                     stride_c, stride_a, stride_b);
+            CUDA_LAUNCHED();
+            return;
+        }
         dim3 grid((unsigned)((N + IG_TILE - 1) / IG_TILE), (unsigned)((M + IG_TILE - 1) / IG_TILE),
                   (unsigned)batch);
         k_gemm_invariant<<<grid, 256, 0, s>>>(C, A, B, M, N, K, trans_a, trans_b, alpha, beta,

@@ -69,7 +69,9 @@ typedef struct cuda_impl {
     double *red;      /* device partials for host-returned reductions */
     double *red_host; /* pinned landing buffer for them */
     int sm_count;
-    int attn_tc; /* fp16-phase attention on the tensor cores (KF_CUDA_ATTN_TC=1; see cuda_attention_tc.cu) */
+    /* KF_CUDA_TC=1: the fp16 tensor-core kernels not yet verified on a GPU
+     * (attention, cuda_attention_tc.cu; batch-invariant GEMM, cuda_gemm.cu) */
+    int tc;
 } cuda_impl;
 
 static inline cuda_impl *cu_impl(kf_backend *b) { return (cuda_impl *)b->impl; }

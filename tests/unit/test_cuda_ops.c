@@ -110,6 +110,8 @@ static void check_same_bytes(const char *what, const buf2 *x) {
 
 /* ---- dense algebra ---- */
 
+/* invariant: 0 cuBLAS, 1 fixed-tiling kernel, 2 its tensor-core form (names only: the
+ * mode is the backend's) */
 static void test_matmul(kf_precision prec, int invariant) {
     static const char *names[2] = {"fp32", "fp16"};
     int64_t M = 67, N = 45, K = 131;
@@ -118,7 +120,8 @@ static void test_matmul(kf_precision prec, int invariant) {
             buf2 A = mk_rand(M * K, 1), B = mk_rand(K * N, 1), C = mk_rand(M * N, 1);
             BOTH(BE->matmul(BE, PF(C), PF(A), PF(B), M, N, K, ta, tb, 0.7f, 0.5f));
             char w[96];
-            snprintf(w, sizeof w, "matmul %s%s ta=%d tb=%d", names[prec], invariant ? " inv" : "", ta, tb);
+            snprintf(w, sizeof w, "matmul %s%s ta=%d tb=%d", names[prec],
+                     invariant == 2 ? " inv-tc" : invariant ? " inv" : "", ta, tb);
             check_close(w, &C, M * N, prec == KF_PREC_FP16 ? 2e-3 : 2e-6);
             drop(&A), drop(&B), drop(&C);
         }
@@ -132,8 +135,9 @@ static void test_matmul(kf_precision prec, int invariant) {
 
 /* Batch invariance of the fixed-tiling GEMM: the first 5 rows of a 300-row
  * product equal the same 5 rows computed alone, bit for bit. */
-static void test_matmul_invariance(void) {
+static void test_matmul_invariance(kf_precision prec) {
     kf_backend *g = be[1];
+    g->set_precision(g, prec);
     int64_t M = 300, N = 96, K = 768;
     buf2 A = mk_rand(M * K, 1), B = mk_rand(N * K, 1), C1 = mk_rand(M * N, 1), C2 = mk_rand(5 * N, 1);
     g->batch_invariant = 1;
@@ -142,8 +146,10 @@ static void test_matmul_invariance(void) {
     g->batch_invariant = 0;
     float *c1 = down(&C1, 1), *c2 = down(&C2, 1);
     T_CHECK(memcmp(c1, c2, (size_t)(5 * N) * sizeof(float)) == 0,
-            "batch-invariant matmul: rows differ alone vs in a batch of %lld", (long long)M);
+            "batch-invariant matmul (%s): rows differ alone vs in a batch of %lld",
+            prec == KF_PREC_FP16 ? "fp16" : "fp32", (long long)M);
     free(c1), free(c2);
+    g->set_precision(g, KF_PREC_FP32);
     drop(&A), drop(&B), drop(&C1), drop(&C2);
 }
 
@@ -285,19 +291,26 @@ static void test_attention(void) {
     attn_case("q_start=37 inside the context", dfq, 2, 1, 64, KF_PREC_FP32);
 }
 
-/* The fp16 cases again on a backend with the tensor-core kernels enabled. */
-static void test_attention_tc(void) {
+/* The fp16 tensor-core kernels (KF_CUDA_TC=1): batch-invariant GEMM and
+ * every fp16 attention case. */
+static void test_tensor_cores(void) {
     int32_t vl[3] = {75, 40, 1};
-    setenv("KF_CUDA_ATTN_TC", "1", 1);
+    setenv("KF_CUDA_TC", "1", 1);
     char msg[256] = "";
     kf_backend *simt = be[1];
     be[1] = kernels_cuda_create(0, msg, sizeof msg);
-    unsetenv("KF_CUDA_ATTN_TC");
+    unsetenv("KF_CUDA_TC");
     T_CHECK(be[1] != NULL, "second CUDA backend: %s", msg);
     if (!be[1]) {
         be[1] = simt;
         return;
     }
+    BOTH(BE->set_precision(BE, KF_PREC_FP16));
+    be[1]->batch_invariant = 1;
+    test_matmul(KF_PREC_FP16, 2); /* the WMMA batch-invariant GEMM */
+    be[1]->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    test_matmul_invariance(KF_PREC_FP16);
     kf_mask causal = {.n_ctx = 75};
     attn_case("tc: causal N=75 D=64 fp16", causal, 2, 2, 64, KF_PREC_FP16);
     kf_mask causal200 = {.n_ctx = 200};
@@ -489,13 +502,14 @@ int main(void) {
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     test_matmul(KF_PREC_FP32, 1);
     be[1]->batch_invariant = 0;
-    test_matmul_invariance();
+    test_matmul_invariance(KF_PREC_FP32);
+    test_matmul_invariance(KF_PREC_FP16);
     test_bias();
     test_layernorm(0);
     test_layernorm(1);
     test_rope();
     test_attention();
-    test_attention_tc();
+    test_tensor_cores();
     test_attn_decode();
     test_pointwise();
     test_rows();
