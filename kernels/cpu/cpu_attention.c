@@ -300,7 +300,32 @@ CPU_INLINE int64_t bwd_head_body(float *dbase, const float *base, const float *d
             dp[i] = p[i] * (dp[i] - Di) * scale;
         }
         /* dq += dS K; dK_j += dS_j q; dV_j += p_j dout — q, dout and dq held in
-         * registers one VB-wide column chunk at a time */
+         * registers (head dims 32/64: all column chunks in one pass over j) */
+        if (D == 2 * VB || D == 4 * VB) {
+            float aq[4][VB], qv[4][VB], ov[4][VB];
+            int64_t nc = D / VB;
+            for (int64_t c = 0; c < nc; c++)
+                for (int i = 0; i < VB; i++)
+                    aq[c][i] = dq[c * VB + i], qv[c][i] = q[c * VB + i], ov[c][i] = dor[c * VB + i];
+            n = 0;
+            for (int t = 0; t < nr; t++)
+                for (int64_t j = lo[t]; j < hi[t]; j++, n++) {
+                    const float *kj = k + j * ld;
+                    float *dkj = dk + j * ld, *dvj = dv + j * ld;
+                    float g = dp[n], pj = p[n];
+                    for (int64_t c = 0; c < nc; c++) {
+#pragma omp simd
+                        for (int i = 0; i < VB; i++) {
+                            aq[c][i] += g * kj[c * VB + i];
+                            dkj[c * VB + i] += g * qv[c][i];
+                            dvj[c * VB + i] += pj * ov[c][i];
+                        }
+                    }
+                }
+            for (int64_t c = 0; c < nc; c++)
+                for (int i = 0; i < VB; i++) dq[c * VB + i] = aq[c][i];
+            continue;
+        }
         for (int64_t d0 = 0; d0 < D; d0 += VB) {
             int64_t w = D - d0 < VB ? D - d0 : VB;
             float aq[VB] = {0}, qv[VB] = {0}, ov[VB] = {0};
