@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/fsutil.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "common/runconfig.h"
@@ -484,6 +485,32 @@ static int setup_training(trainer *t, kf_err *err) {
     return 0;
 }
 
+/* Drops log records past the checkpoint being resumed (and a torn last
+ * line), so log.jsonl reads as one history even after a crash repeated
+ * steps. Rank 0 only; atomic. */
+static void trim_log(trainer *t, int64_t step) {
+    char p[4096];
+    pathcat(p, sizeof p, t->stage_dir, "log.jsonl");
+    char *buf;
+    size_t len;
+    kf_err err = {{0}};
+    if (!fs_exists(p) || fs_read_file(p, &buf, &len, &err)) return;
+    char *out = kf_malloc(len + 1);
+    size_t n = 0;
+    for (char *line = buf, *nl; (nl = memchr(line, '\n', len - (size_t)(line - buf))); line = nl + 1) {
+        json_doc *d = json_parse(line, (size_t)(nl - line), p, &err);
+        const json *sj = d ? json_get(json_root(d), "step") : NULL;
+        if (sj && sj->type == JSON_NUMBER && sj->i <= step) {
+            memcpy(out + n, line, (size_t)(nl - line) + 1);
+            n += (size_t)(nl - line) + 1;
+        }
+        json_free(d);
+    }
+    if (n != len && fs_write_atomic(p, out, n, &err)) kf_log_warn("log: %s", err.msg);
+    free(out);
+    free(buf);
+}
+
 /* --resume: the newest verified checkpoint, if any (rank 0 chooses, every
  * rank loads the same one). */
 static int resume(trainer *t, kf_err *err) {
@@ -520,6 +547,7 @@ static int resume(trainer *t, kf_err *err) {
     KF_CHECK(meta.cursor == t->step * t->o->batch, "checkpoint cursor %lld is not step x batch",
              (long long)meta.cursor);
     loader_seek(t->ld, meta.cursor);
+    if (t->d->rank == 0) trim_log(t, t->step);
     if (t->d->rank == 0)
         kf_log_info("%s: resumed from %s (step %lld, %s, loss scale %g, written by %d rank%s)",
                     t->st->name, path, (long long)t->step, meta.phase, t->os.scale, meta.world,

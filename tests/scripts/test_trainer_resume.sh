@@ -37,6 +37,7 @@ check "refusal says --resume" grep -q -- '--resume' "$T/b.err"
 "$KF" train "$C" --stage ar --run-dir "$T/b" --resume 2>/dev/null; rc=$?
 check "resume completes (rc $rc)" [ $rc -eq 0 ]
 check "stop+resume is bitwise identical" same_weights "$T/a/stages/ar" "$T/b/stages/ar"
+check "resumed log holds each step once" [ "$(grep -c '"loss"' "$T/b/stages/ar/log.jsonl")" -eq 12 ]
 
 # C: corrupt newest + partial newer checkpoints are skipped with a warning
 "$KF" train "$C" --stage ar --run-dir "$T/c" --stop-at 9 2>/dev/null
@@ -49,6 +50,7 @@ check "warning names the corrupt one" grep -q 'skipping checkpoint .*step-9.*sha
 check "warning names the partial one" grep -q 'skipping checkpoint .*step-11' "$T/c.err"
 check "resumed from step-8" grep -q 'resumed from .*step-8' "$T/c.err"
 check "corrupt-skip resume is bitwise identical" same_weights "$T/a/stages/ar" "$T/c/stages/ar"
+check "log trimmed to the resumed step: 12 step records" [ "$(grep -c '"loss"' "$T/c/stages/ar/log.jsonl")" -eq 12 ]
 
 # D: SIGUSR1 -> checkpoint + exit 75 at the next step boundary (slow steps via a bigger batch)
 "$KF" train "$C" --stage ar --run-dir "$T/d" stages.0.steps=400 defaults.batch=64 2>/dev/null &
