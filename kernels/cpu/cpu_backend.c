@@ -24,7 +24,7 @@ void cpu_round_half_copy(float *dst, const float *src, int64_t n) {
 }
 
 int cpu_simd_level(void) {
-    static int level = -1; /* benign race: every thread computes the same value */
+    static int level = -1; /* first set by kernels_cpu_create, before any parallel use */
     if (level < 0) {
         __builtin_cpu_init();
         int fma = __builtin_cpu_supports("fma");
@@ -71,6 +71,7 @@ static void cpu_destroy(kf_backend *b) {
 }
 
 kf_backend *kernels_cpu_create(void) {
+    cpu_simd_level();
     kf_backend *b = kf_calloc(1, sizeof *b);
     b->name = "cpu";
     b->precision = KF_PREC_FP32;
