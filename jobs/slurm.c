@@ -18,7 +18,7 @@ bool slurm_available(void) {
 /* The wrapper's text: $KF_STAGE_WRAPPER, else ROOT/slurm/stage.sbatch where
  * the binary is ROOT/bin/kf. */
 static char *read_wrapper(kf_err *err) {
-    char p[PATH_MAX];
+    char p[PATH_MAX + 32];
     const char *env = getenv("KF_STAGE_WRAPPER");
     if (env && *env) {
         snprintf(p, sizeof p, "%s", env);
@@ -110,39 +110,47 @@ static void field(const char *line, const char *key, char *out, size_t cap) {
     }
 }
 
-int slurm_query(const char *id, slurm_job *j) {
-    memset(j, 0, sizeof *j);
-    snprintf(j->state, sizeof j->state, "UNKNOWN");
-    j->restarts = -1;
-    char *out;
+/* `scontrol show job -o ID`: pending, running and recently finished jobs. */
+static int query_scontrol(const char *id, slurm_job *j) {
+    char *argv[] = {"scontrol", "show", "job", "-o", (char *)id, NULL}, *out, buf[64];
     kf_err err;
-    char *sc[] = {"scontrol", "show", "job", "-o", (char *)id, NULL};
-    if (proc_in_path("scontrol") && proc_capture(sc, &out, true, &err) == 0) {
-        char buf[64];
+    if (!proc_in_path("scontrol")) return -1;
+    int code = proc_capture(argv, &out, true, &err);
+    if (code == 0) {
         field(out, "JobState", j->state, sizeof j->state);
         field(out, "Reason", j->reason, sizeof j->reason);
         if (!strcmp(j->reason, "None")) *j->reason = 0;
         field(out, "Restarts", buf, sizeof buf);
         if (*buf) j->restarts = atoi(buf);
         field(out, "ExitCode", j->exit_code, sizeof j->exit_code);
-        free(out);
-        if (*j->state) return 0;
-        snprintf(j->state, sizeof j->state, "UNKNOWN");
-    } else if (proc_in_path("scontrol")) {
-        free(out);
     }
-    char *sa[] = {"sacct", "-n", "-P", "-X", "-o", "State,ExitCode", "-j", (char *)id, NULL};
-    if (proc_in_path("sacct") && proc_capture(sa, &out, true, &err) == 0) {
-        char st[64] = "", ec[16] = "";
-        if (sscanf(out, "%63[^|\n]|%15[^|\n]", st, ec) >= 1 && *st) {
-            st[strcspn(st, " ")] = 0; /* "CANCELLED by 0" */
-            snprintf(j->state, sizeof j->state, "%s", st);
-            snprintf(j->exit_code, sizeof j->exit_code, "%s", ec);
-            free(out);
-            return 0;
-        }
-        free(out);
-    }
+    free(out);
+    return code == 0 && *j->state ? 0 : -1;
+}
+
+/* `sacct` (when accounting is on): jobs long gone from slurmctld's memory. */
+static int query_sacct(const char *id, slurm_job *j) {
+    char *argv[] = {"sacct", "-n", "-P", "-X", "-o", "State,ExitCode", "-j", (char *)id, NULL}, *out;
+    char st[64] = "", ec[16] = "";
+    kf_err err;
+    if (!proc_in_path("sacct")) return -1;
+    int code = proc_capture(argv, &out, true, &err);
+    int found = code == 0 && sscanf(out ? out : "", "%63[^|\n]|%15[^|\n]", st, ec) >= 1 && *st;
+    free(out);
+    if (!found) return -1;
+    st[strcspn(st, " ")] = 0; /* "CANCELLED by 0" */
+    snprintf(j->state, sizeof j->state, "%s", st);
+    snprintf(j->exit_code, sizeof j->exit_code, "%s", ec);
+    return 0;
+}
+
+int slurm_query(const char *id, slurm_job *j) {
+    memset(j, 0, sizeof *j);
+    j->restarts = -1;
+    if (query_scontrol(id, j) == 0 || query_sacct(id, j) == 0) return 0;
+    memset(j, 0, sizeof *j);
+    j->restarts = -1;
+    snprintf(j->state, sizeof j->state, "UNKNOWN");
     return -1;
 }
 

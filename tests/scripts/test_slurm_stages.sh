@@ -24,10 +24,17 @@ trap 'slurm_down; if [ $FAIL -eq 0 ] && [ -z "${KF_TEST_KEEP:-}" ]; then rm -rf 
 slurm_up "$T/cluster" || { bad "local Slurm cluster starts"; finish; exit 1; }
 ok "local Slurm cluster up"
 
-# release_requeued JOB: a requeued job held for BeginTime starts now.
+# release_requeued JOB: a requeued job held for BeginTime starts now — after
+# 3 s: a start in the second of the requeue is refused by slurmd ("Job
+# credential revoked") and the job fails.
+declare -A held_since
 release_requeued() {
-  [ "$(job_state "$1")" = PENDING ] && [ "$(job_field "$1" Reason)" = BeginTime ] &&
-    scontrol update JobId="$1" StartTime=now >/dev/null 2>&1
+  if [ "$(job_state "$1")" = PENDING ] && [ "$(job_field "$1" Reason)" = BeginTime ]; then
+    : "${held_since[$1]:=$SECONDS}"
+    if [ $((SECONDS - held_since[$1])) -ge 3 ]; then
+      scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 && unset "held_since[$1]"
+    fi
+  fi
   return 0
 }
 stage_done() { test -f "$1/stages/$2/final/DONE"; }
