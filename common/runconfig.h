@@ -96,7 +96,7 @@ typedef struct runconfig_opts {
     int64_t keep_checkpoints; /* retention K >= 1 */
     int64_t log_every;        /* human log line every N steps */
     int64_t eval_every;       /* validation every N steps (0: at the end only) */
-    int64_t eval_batches;     /* validation micro-batches per evaluation */
+    int64_t eval_batches;     /* validation global batches per evaluation */
     int n_phases;
     runconfig_phase phases[RUNCONFIG_MAX_PHASES];
     double scale_init;        /* fp16 loss scaler */

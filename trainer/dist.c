@@ -89,7 +89,7 @@ static int env_int(const char *name, int def) {
 static int launcher_world(void) {
     int w = env_int("OMPI_COMM_WORLD_SIZE", 0);
     if (!w) w = env_int("PMI_SIZE", 0);
-    if (!w && getenv("PMIX_RANK")) w = env_int("SLURM_NTASKS", 2);
+    if (!w && getenv("PMIX_RANK")) w = env_int("SLURM_NTASKS", 1); /* srun --mpi=pmix */
     return w > 0 ? w : 1;
 }
 

@@ -87,19 +87,13 @@ static void pathcat(char *out, size_t cap, const char *a, const char *b) {
 
 static void write_status(trainer *t, const char *state) {
     if (t->d->rank != 0) return;
-    char p[4096], buf[1024];
+    char p[4096], ck[64] = "", buf[1024];
     pathcat(p, sizeof p, t->stage_dir, "status");
+    if (t->last_ckpt_step >= 0) snprintf(ck, sizeof ck, "step-%" PRId64, t->last_ckpt_step);
     int n = snprintf(buf, sizeof buf,
-                     "state: %s\nstep: %" PRId64 "\nsteps: %" PRId64 "\ncheckpoint: \"%s%" PRId64
-                     "\"\ntokens_per_s: %.1f\nupdated: %lld\n",
-                     state, t->step, t->st->steps, t->last_ckpt_step >= 0 ? "step-" : "",
-                     t->last_ckpt_step >= 0 ? t->last_ckpt_step : 0, t->last_tps,
-                     (long long)time(NULL));
-    if (t->last_ckpt_step < 0) /* no checkpoint yet: an empty string, not "0" */
-        n = snprintf(buf, sizeof buf,
-                     "state: %s\nstep: %" PRId64 "\nsteps: %" PRId64 "\ncheckpoint: \"\"\n"
+                     "state: %s\nstep: %" PRId64 "\nsteps: %" PRId64 "\ncheckpoint: \"%s\"\n"
                      "tokens_per_s: %.1f\nupdated: %lld\n",
-                     state, t->step, t->st->steps, t->last_tps, (long long)time(NULL));
+                     state, t->step, t->st->steps, ck, t->last_tps, (long long)time(NULL));
     kf_err err = {{0}};
     if (fs_write_atomic(p, buf, (size_t)n, &err)) kf_log_warn("status: %s", err.msg);
 }
@@ -181,12 +175,13 @@ static void mb_store_free(mb_store *s) {
     free(s->ids), free(s->len), free(s->targets), free(s->z), free(s->tau);
 }
 
-/* Validation loss of the current params over eval_batches micro-batches per
- * rank from the start of the valid split: {sum, count} summed over ranks. */
+/* Validation loss of the current params over the first eval_batches global
+ * batches of the valid split (the same samples whatever the rank count),
+ * each rank its slice: {sum, count} summed over ranks. */
 static double evaluate(trainer *t) {
     loader_seek(t->vld, 0);
     double acc[2] = {0, 0};
-    for (int64_t i = 0; i < t->o->eval_batches; i++) {
+    for (int64_t i = 0; i < t->o->eval_batches * t->accum; i++) {
         const loader_batch *lb = loader_next(t->vld);
         build(t, lb);
         model_forward(t->m, t->ws, &t->sb->in, 0, NULL);
@@ -411,7 +406,6 @@ static int setup_training(trainer *t, kf_err *err) {
     if (loader_open(&lo, &t->ld, err)) return -1;
     loader_opts vo = lo;
     vo.data_dir = t->rc->data_valid, vo.split = "valid", vo.shuffle = 0;
-    vo.global_batch = world * t->micro;
     vo.depth = 1;
     if (loader_open(&vo, &t->vld, err)) return -1;
     t->accum = loader_accum(t->ld);
