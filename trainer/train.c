@@ -203,7 +203,7 @@ static void evaluate_both(trainer *t, double *val, double *val_ema) {
     t->be->copy(t->be, t->m->params, t->acc, bytes);
 }
 
-/* One optimizer step; returns its record for the log. */
+/* One optimizer step (train.h describes the sequence), then its log record. */
 static void train_step(trainer *t) {
     kf_backend *be = t->be;
     model *m = t->m;
@@ -211,17 +211,17 @@ static void train_step(trainer *t) {
     runconfig_prec prec = runconfig_precision_at(t->o, t->step);
     be->set_precision(be, prec == RC_PREC_FP16 ? KF_PREC_FP16 : KF_PREC_FP32);
 
-    double cnt[3] = {0, 0, 0}; /* targets, loss sum, tokens */
+    double count = 0, loss = 0; /* targets over the global batch, their summed loss */
     for (int64_t a = 0; a < t->accum; a++) {
         const loader_batch *lb = loader_next(t->ld);
         KF_CHECK(lb->step == t->step && lb->micro == a, "loader out of step (%lld.%lld vs %lld.%lld)",
                  (long long)lb->step, (long long)lb->micro, (long long)t->step, (long long)a);
         build(t, lb);
         store(t, &t->mbs[a]);
-        cnt[0] += (double)t->mbs[a].n_targets;
+        count += (double)t->mbs[a].n_targets;
     }
-    dist_allreduce_sum_f64(t->d, cnt, 1);
-    double norm = cnt[0] > 0 ? cnt[0] : 1.0;
+    dist_allreduce_sum_f64(t->d, &count, 1);
+    double norm = count > 0 ? count : 1.0;
     float scale = (float)optim_loss_scale(&t->os, t->o, t->step);
     size_t gbytes = (size_t)m->n_params * sizeof(float);
     for (int64_t a = 0; a < t->accum; a++) {
@@ -230,7 +230,7 @@ static void train_step(trainer *t) {
         model_zero_grads(m);
         model_forward(m, t->ws, &in, MODEL_TRAIN, NULL);
         int64_t c;
-        cnt[1] += model_loss(m, t->ws, sb->targets, norm, scale, &c, NULL);
+        loss += model_loss(m, t->ws, sb->targets, norm, scale, &c, NULL);
         model_backward(m, t->ws);
         /* micro-batch gradients are summed in order: acc = g0, acc += g1, ... */
         if (t->accum > 1) {
@@ -240,8 +240,7 @@ static void train_step(trainer *t) {
     }
     float *g = t->accum > 1 ? t->acc : m->grads;
     dist_allreduce_grads(t->d, be, g, m->n_params);
-    double loss[1] = {cnt[1]};
-    dist_allreduce_sum_f64(t->d, loss, 1);
+    dist_allreduce_sum_f64(t->d, &loss, 1);
     optim_result r = optim_step(be, t->o, &t->os, t->step, m->params, g, t->adam_m, t->adam_v,
                                 t->ema, m->n_params);
     be->sync(be);
@@ -253,7 +252,7 @@ static void train_step(trainer *t) {
     kf_rec rec;
     kf_rec_init(&rec);
     kf_rec_int(&rec, "step", t->step);
-    kf_rec_double(&rec, "loss", loss[0] / norm);
+    kf_rec_double(&rec, "loss", loss / norm);
     kf_rec_double(&rec, "lr", r.lr);
     kf_rec_double(&rec, "grad_norm", r.grad_norm);
     kf_rec_double(&rec, "loss_scale", r.scale_used);
@@ -273,7 +272,7 @@ static void train_step(trainer *t) {
     if (t->step % t->o->log_every == 0 || t->step == t->st->steps)
         kf_log_info("%s: step %" PRId64 "/%" PRId64 " loss %.4f lr %.3g |g| %.3g scale %g %s "
                     "%.0f tok/s %.0f ms/step",
-                    t->st->name, t->step, t->st->steps, loss[0] / norm, r.lr, r.grad_norm,
+                    t->st->name, t->step, t->st->steps, loss / norm, r.lr, r.grad_norm,
                     r.scale_used, prec == RC_PREC_FP16 ? "fp16" : "fp32", t->last_tps, dt * 1e3);
 }
 
