@@ -187,9 +187,22 @@ static int run_stage_local(const char *run, const runconfig *rc, const char *sta
     return proc_run(argv, err);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *elapsed(double s, char *buf, size_t cap) {
+    if (s < 120) snprintf(buf, cap, "%.1f s", s);
+    else snprintf(buf, cap, "%.1f min", s / 60);
+    return buf;
+}
+
 /* Every incomplete stage here, in order. */
 static int run_local(const char *run, const runconfig *rc, int np, int no_sample) {
     kf_err err;
+    double start = now_s();
     char why[PATH_MAX + 64];
     int n = rc->n_stages + 1;
     for (int i = 0; i < n; i++) {
@@ -198,6 +211,7 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
             fprintf(stderr, "kf jobs: %s: complete, skipped\n", stage);
             continue;
         }
+        double t0 = now_s();
         int code = run_stage_local(run, rc, stage, np, &err);
         if (code < 0) return fail(&err);
         if (code == KF_EXIT_PREEMPTED) {
@@ -209,8 +223,12 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
                     "its last checkpoint\n", stage, code, code ? "" : ", ", code ? "" : why);
             return KF_EXIT_ERROR;
         }
-        fprintf(stderr, "kf jobs: %s: complete\n", stage);
+        char took[32];
+        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage, elapsed(now_s() - t0, took, sizeof took));
     }
+    char took[32];
+    fprintf(stderr, "kf jobs: every stage of %s is complete (%s in this command)\n", run,
+            elapsed(now_s() - start, took, sizeof took));
     if (no_sample) return KF_EXIT_OK;
     return sample_run(run, rc, kf_bin(), &err) ? fail(&err) : KF_EXIT_OK;
 }
