@@ -15,6 +15,8 @@
 
 typedef struct fit_state {
     float *m, *v; /* AdamW moments (device) */
+    float *ema;   /* EMA of the weights (device), NULL: none */
+    float ema_decay;
     int64_t step;
 } fit_state;
 
@@ -24,12 +26,15 @@ typedef void (*fit_data_fn)(int32_t *tokens, int64_t B, int64_t n, const uint64_
 static inline void fit_init(fit_state *s, model *m) {
     s->m = m->be->alloc(m->be, (size_t)m->n_params * sizeof(float));
     s->v = m->be->alloc(m->be, (size_t)m->n_params * sizeof(float));
+    s->ema = NULL;
+    s->ema_decay = 0.0f;
     s->step = 0;
 }
 
 static inline void fit_free(fit_state *s, model *m) {
     m->be->free(m->be, s->m);
     m->be->free(m->be, s->v);
+    if (s->ema) m->be->free(m->be, s->ema);
 }
 
 /* One optimizer step on one supervised batch; returns the mean loss. */
@@ -46,17 +51,23 @@ static inline double fit_step(model *m, model_ws *ws, fit_state *s, const sup_ba
     s->step++;
     be->adamw(be, m->params, m->grads, s->m, s->v, m->n_params, lr, 0.9f, 0.999f, 1e-6f, 0.0f,
               s->step, scale);
+    if (s->ema) be->ema(be, s->ema, m->params, m->n_params, s->ema_decay);
     return count ? sum / (double)count : 0.0;
 }
 
 /* Runs `steps` steps of supervision sup on data from gen (batch B, n tokens);
  * sample keys are step*B + b (+ key0). The learning rate decays linearly from
- * lr to lr/10. Returns the mean loss of the last 20 steps. */
+ * lr to lr/10; the model ends with the EMA (decay 0.99) of its weights, as the
+ * paper's stages hand their EMA weights on. Returns the mean loss of the last
+ * 20 steps. */
 static inline double fit_run(model *m, sup_ctx *sup, fit_data_fn gen, int64_t B, int64_t n,
                              int64_t steps, float lr, uint64_t key0) {
     model_ws *ws = model_ws_create(m);
     fit_state st;
     fit_init(&st, m);
+    st.ema = m->be->alloc(m->be, (size_t)m->n_params * sizeof(float));
+    st.ema_decay = 0.99f;
+    m->be->copy(m->be, st.ema, m->params, (size_t)m->n_params * sizeof(float));
     int32_t *tok = malloc((size_t)(B * n) * sizeof(int32_t));
     uint64_t *keys = malloc((size_t)B * sizeof(uint64_t));
     double tail = 0;
@@ -72,6 +83,7 @@ static inline double fit_run(model *m, sup_ctx *sup, fit_data_fn gen, int64_t B,
             nt++;
         }
     }
+    m->be->copy(m->be, m->params, st.ema, (size_t)m->n_params * sizeof(float));
     free(tok);
     free(keys);
     fit_free(&st, m);

@@ -14,6 +14,8 @@
 #include "common/rng.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/kernels.h"
+#include <omp.h>
+
 #include "tests/test.h"
 #include "trainer/layout.h"
 #include "trainer/model.h"
@@ -60,6 +62,9 @@ static double maxdiff(const float *a, const float *b, int64_t n) {
 }
 
 int main(void) {
+    /* tiny models: one thread avoids OpenMP barrier waits on a loaded machine
+     * (results do not depend on the thread count) */
+    omp_set_num_threads(1);
     kf_backend *be = kernels_cpu_create();
     model_config cfg = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = V, .mask_id = V - 1,
                         .seq_len = 16, .kind = MODEL_PFLM, .head = HEAD_SHARED, .k_train = K};

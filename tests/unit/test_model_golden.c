@@ -14,6 +14,8 @@
 
 #include "common/rng.h"
 #include "kernels/kernels.h"
+#include <omp.h>
+
 #include "tests/test.h"
 #include "tests/unit/model_fit.h"
 #include "trainer/layout.h"
@@ -209,6 +211,9 @@ static void resume_bitwise(kf_backend *be) {
 }
 
 int main(void) {
+    /* tiny models: one thread avoids OpenMP barrier waits on a loaded machine
+     * (results do not depend on the thread count) */
+    omp_set_num_threads(1);
     kf_backend *be = kernels_cpu_create();
     model_config ar = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = 11, .mask_id = 10,
                        .seq_len = 16, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
