@@ -10,8 +10,8 @@
 #      stage checkpoints, exits 75, requeues itself, and completes;
 #  (d) kill -9 of a stage's trainer: the job fails, its dependents are
 #      cancelled, and kf jobs resume completes the run from the checkpoint;
-#  (e) a 2-rank stage started by the wrapper with srun --mpi=pmix; and
-#      kf jobs cancel.
+#  (e) data not built yet: a kf shards build job first, then a 2-rank stage
+#      started by the wrapper with srun --mpi=pmix; and kf jobs cancel.
 # The scenarios share one cluster and run side by side (2 CPUs). A requeued
 # job waits ~2 min (BeginTime) before Slurm restarts it; the test releases it
 # at once with scontrol update StartTime=now.
@@ -84,9 +84,19 @@ submit "$D" "$T/d.yaml"; check "(d) submit exits 0" [ $? -eq 0 ]
 jd=$(job_of "$D" ar); jd2=$(job_of "$D" k1)
 
 # ---- (e) a stage with 2 ranks: the wrapper starts them with srun --mpi=pmix
+# on data not built yet: the chain starts with a kf shards build job
 M=$T/m
+head -n 2000 data/text/brown.txt > "$T/small.txt"
 tiny_config "$T/m.yaml" 2 1
+sed -i "s#$DATA#$T/mshards#g" "$T/m.yaml"
+cat >> "$T/m.yaml" <<YAML
+shards:
+  small: {out: $T/mshards, tokenizer: gpt2, vocab: data/vocab/gpt2, packing: wrap, seq_len: 128,
+          inputs: [{path: $T/small.txt, format: lines}], valid: {last: 200}}
+YAML
 submit "$M" "$T/m.yaml" resources.ranks=2 defaults.batch=2; check "(e) submit with 2 ranks exits 0" [ $? -eq 0 ]
+check "(e) missing data: a shards job first, the stage after it" bash -c '
+  s=$(awk "\$1==\"shards\"{print \$2}" "$1"); a=$(awk "\$1==\"ar\"{print \$3}" "$1"); [ -n "$s" ] && [ "$a" = "afterok:$s" ]' _ "$M.submit"
 
 # (b): requeue once a checkpoint exists
 wait_until 120 test -e "$B/stages/ar/ckpt/latest"
@@ -171,6 +181,7 @@ out=$("$KF" jobs resume "$D" 2>&1)
 check "(d) resume of a complete run submits nothing" bash -c '[[ "$1" == *"nothing to submit"* ]]' _ "$out"
 
 # (e) two ranks under srun
+check "(e) shards built by their job" bash -c 'test -f "$1/mshards/manifest.yaml" && grep -q "shards build" "$2/stages/shards/slurm.out"' _ "$T" "$M"
 check "(e) sbatch script asks for 2 tasks" grep -q -- "--ntasks=2" "$M/slurm/ar.sbatch"
 check "(e) ranks started with srun --mpi=pmix -n 2" grep -q "running (pid [0-9]*): srun --mpi=pmix -n 2" "$M/stages/ar/slurm.out"
 check "(e) the trainer ran 2 ranks and completed" bash -c 'grep -q "2 ranks" "$1/stages/ar/slurm.out" && test -f "$1/stages/ar/final/DONE"' _ "$M"
