@@ -8,8 +8,10 @@
  *      inverts its CDF at it and the PFLM(1) was trained to map it to that
  *      inversion. Teacher and student are trained here (model_fit.h) on a
  *      small synthetic language (blocks "SEP a b c d": a random permutation
- *      of 4 symbols, so 3 of every 5 tokens are genuinely random); the
- *      agreement rate over random and forced tokens is printed. */
+ *      of 4 symbols, so 3 of every 5 tokens are genuinely random). The
+ *      agreement is counted per token given the same context (every earlier
+ *      token of the completion equal), over all and over the random
+ *      positions; the raw rate over all tokens is printed too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +65,7 @@ int main(void) {
     model_config base = {.hidden = 32, .heads = 2, .blocks = 2, .vocab = V, .mask_id = -1,
                          .seq_len = NTOK, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
     model *ar = train(be, NULL, &base, SUP_AR, 200, 3e-3f);
-    model *k1 = train(be, ar, &base, SUP_DISTILL_AR, 200, 2e-3f);
+    model *k1 = train(be, ar, &base, SUP_DISTILL_AR, 400, 2e-3f);
 
     int32_t prefix[P] = {SEP, 2, 0, 3, 1, SEP};
     int32_t *pre = malloc(sizeof(int32_t) * DRAWS * P);
@@ -99,22 +101,30 @@ int main(void) {
     /* (b) PFLM(1) at k = 1 vs its AR teacher, same seed and keys */
     decode_run(ar, pre, DRAWS, P, &o, keys, a);
     decode_run(k1, pre, DRAWS, P, &o, keys, b);
-    int same = 0, prefix_same = 0, random_pos = 0, random_same = 0;
+    /* agreement per token given the same context (all earlier tokens equal),
+     * over all positions and over the random ones (a, b, c of a block); the
+     * raw rate over all tokens, which counts every token after a first
+     * difference as its consequence, is printed too */
+    int same = 0, ctx_pos = 0, ctx_same = 0, random_pos = 0, random_same = 0, whole = 0;
     for (int d = 0; d < DRAWS; d++) {
         int all = 1;
         for (int j = 0; j < NEW; j++) {
             int eq = a[d * NEW + j] == b[d * NEW + j];
             same += eq;
-            if (all && (j % BLK) < SYM - 1) random_pos++, random_same += eq; /* a, b, c of a block */
+            if (all) {
+                ctx_pos++, ctx_same += eq;
+                if ((j % BLK) < SYM - 1) random_pos++, random_same += eq;
+            }
             all &= eq;
         }
-        prefix_same += all;
+        whole += all;
     }
-    double rate = (double)same / (DRAWS * NEW), rrate = (double)random_same / (random_pos ? random_pos : 1);
-    printf("(b) PFLM(1) k=1 vs AR teacher inverse-CDF: %d/%d tokens agree (%.1f%%); on random positions "
-           "before any divergence %.1f%%; %d/%d whole completions identical\n",
-           same, DRAWS * NEW, 100 * rate, 100 * rrate, prefix_same, DRAWS);
-    T_CHECK(rate >= 0.8, "(b) only %.1f%% of tokens agree", 100 * rate);
+    double rate = (double)ctx_same / ctx_pos, rrate = (double)random_same / (random_pos ? random_pos : 1);
+    printf("(b) PFLM(1) k=1 vs AR teacher inverse-CDF, same context: %d/%d tokens agree (%.1f%%), random "
+           "positions %d/%d (%.1f%%); all tokens %d/%d (%.1f%%); %d/%d whole completions identical\n",
+           ctx_same, ctx_pos, 100 * rate, random_same, random_pos, 100 * rrate, same, DRAWS * NEW,
+           100.0 * same / (DRAWS * NEW), whole, DRAWS);
+    T_CHECK(rate >= 0.85, "(b) only %.1f%% of tokens agree", 100 * rate);
     T_CHECK(rrate >= 0.8, "(b) only %.1f%% of the random positions agree", 100 * rrate);
 
     free(pre);
