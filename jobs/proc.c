@@ -12,10 +12,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t child_pid;
+static volatile sig_atomic_t child_pid, pending_sig;
 
+/* A signal that comes before the child exists is kept and sent once it does. */
 static void forward(int sig) {
     if (child_pid > 0) kill((pid_t)child_pid, sig);
+    else pending_sig = sig;
 }
 
 static int status_code(int st) {
@@ -55,10 +57,15 @@ int proc_run(char *const argv[], kf_err *err) {
     const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};
     sa.sa_handler = forward;
     sigemptyset(&sa.sa_mask);
-    pid_t pid = spawn(argv, -1, false, err);
-    if (pid < 0) return -1;
-    child_pid = pid;
+    pending_sig = 0;
     for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+    pid_t pid = spawn(argv, -1, false, err);
+    if (pid < 0) {
+        for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+        return -1;
+    }
+    child_pid = pid;
+    if (pending_sig) kill(pid, pending_sig);
     int rc = wait_for(pid);
     for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
     child_pid = 0;
