@@ -247,11 +247,17 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
                               "distill_ar needs an AR teacher (ar or import stage)");
     }
 
+    /* Self-forcing passes the same sampled tau to its tau-conditioned teacher and
+     * the student (paper, Algorithm 2), so by default it keeps its teacher's range. */
     s->tau_min = s->tau_max = 1.0;
+    if (s->kind == RC_KIND_SELF_FORCING && s->teacher_stage >= 0) {
+        s->tau_min = rc->stages[s->teacher_stage].tau_min;
+        s->tau_max = rc->stages[s->teacher_stage].tau_max;
+    }
     cfg_node *tau = cfg_find(st, "tau");
     if (tau) {
-        if (s->kind == RC_KIND_AR || s->kind == RC_KIND_IMPORT || s->kind == RC_KIND_SELF_FORCING)
-            return cfg_err_at(tau, err, "only distill_ar and noise inversion stages sample with tau");
+        if (s->kind == RC_KIND_AR || s->kind == RC_KIND_IMPORT)
+            return cfg_err_at(tau, err, "ar and import stages do not sample with tau");
         if (tau->kind != CFG_SEQ || tau->n != 2)
             return cfg_err_at(tau, err, "expected [tau_min, tau_max]");
         if (cfg_as_double(tau->items[0], &s->tau_min, err) ||

@@ -110,7 +110,7 @@ typedef struct runconfig_stage {
     runconfig_kind kind;
     int64_t steps;            /* optimizer steps (0 for import) */
     int64_t k;                /* tokens per pass of the student (1 for ar) */
-    double tau_min, tau_max;  /* distill_ar / noise inversion temperature range */
+    double tau_min, tau_max;  /* sampled temperature range (self_forcing: the teacher's by default) */
     char *teacher;            /* as written, or NULL */
     int teacher_stage;        /* index of the teacher stage, or -1 (path or none) */
     char *init;               /* as written, or NULL (self_forcing: = teacher) */

@@ -62,6 +62,10 @@ int main(void) {
         T_CLOSE(rc->stages[1].opt.lr, 1e-3, 0, "defaults lr");
         T_CHECK(rc->stages[1].teacher_stage == 0 && rc->stages[2].teacher_stage == 1, "teachers");
         T_CHECK(rc->stages[2].init_stage == 1, "self_forcing initialises from its teacher");
+        T_CHECK(rc->stages[2].tau_min == 0.5 && rc->stages[2].tau_max == 1.0,
+                "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min,
+                rc->stages[2].tau_max);
+        T_CHECK(rc->stages[0].tau_min == 1.0 && rc->stages[0].tau_max == 1.0, "ar has tau 1");
         T_CHECK(runconfig_precision_at(&rc->stages[0].opt, 4) == RC_PREC_FP16 &&
                     runconfig_precision_at(&rc->stages[0].opt, 5) == RC_PREC_FP32, "phases");
         T_CLOSE(rc->stages[0].opt.scale_init, 1024, 0, "loss scale init");
@@ -81,6 +85,7 @@ int main(void) {
     T_CHECK(load_with(NULL, NULL, 1, bad_over, &rc, &err) == -1 && strstr(err.msg, "defaults.bach"),
             "unknown override key: %s", err.msg);
 
+    expect_error("steps: 10, lr", "steps: 10, tau: [0.5, 1.0], lr", "do not sample with tau");
     expect_error("seq_len: 32}", "seq_len: 32, hiden: 3}", "model.hiden");
     expect_error("batch: 8", "batch: eight", "defaults.batch");
     expect_error("batch: 8", "batch: 0", "defaults.batch");
