@@ -47,8 +47,6 @@ job_of() { awk -v s="$2" '$1 == s {print $2}' "$1.submit"; }
 # ---- (c) first: the sweep that sends --signal comes every 30 s from slurmctld's
 # start, so a job started ~20 s after it gets USR1 ~10 s into its work.
 C=$T/c
-tiny_config "$T/c.yaml" 160 1
-sed -i 's/checkpoint_every: 2/checkpoint_every: 0/' "$T/c.yaml"   # only the preemption checkpoint
 # ---- (a) configs/tiny.yaml, every stage tiny
 A=$T/a
 tiny=(model.hidden=32 model.heads=2 model.blocks=1 defaults.batch=1 defaults.warmup=0
@@ -71,7 +69,8 @@ check "(a) run.yaml frozen and one sbatch script per stage" bash -c '
 
 # ---- (b) one stage, requeued while running
 B=$T/b
-tiny_config "$T/b.yaml" 12 1
+tiny_config "$T/b.yaml" 24 1
+sed -i 's/checkpoint_every: 2/checkpoint_every: 4/' "$T/b.yaml"
 submit "$B" "$T/b.yaml"; check "(b) submit exits 0" [ $? -eq 0 ]
 jb=$(job_of "$B" ar)
 # the uninterrupted reference, from the same frozen config, meanwhile
@@ -79,7 +78,8 @@ jb=$(job_of "$B" ar)
 ref_pid=$!
 # ---- (d) two stages; the first one's trainer is killed
 D=$T/d
-tiny_config "$T/d.yaml" 12 2
+tiny_config "$T/d.yaml" 24 2
+sed -i 's/checkpoint_every: 2/checkpoint_every: 4/' "$T/d.yaml"
 submit "$D" "$T/d.yaml"; check "(d) submit exits 0" [ $? -eq 0 ]
 jd=$(job_of "$D" ar); jd2=$(job_of "$D" k1)
 
@@ -112,7 +112,16 @@ done
 check "(d) trainer process found in job $jd" [ -n "$tpid" ]
 [ -n "$tpid" ] && kill -9 "$tpid"
 
-# (c): submit ~20 s after slurmctld started (next sweep at ~30 s)
+# (c): ~25 s of work at the speed (b) ran at here (median ms/step of its log),
+# submitted ~20 s after slurmctld started: USR1 comes ~10 s into the work.
+ms=$(node -e '
+  const ms = require("fs").readFileSync(process.argv[1], "utf8").split("\n")
+    .filter(l => l.includes("ms_step")).map(l => JSON.parse(l).ms_step).sort((a, b) => a - b);
+  console.log(ms.length ? ms[ms.length >> 1] : 100);' "$B/stages/ar/log.jsonl" 2>/dev/null || echo 100)
+c_steps=$(awk -v ms="$ms" 'BEGIN { n = int(25000 / ms); print (n < 100 ? 100 : n) }')
+tiny_config "$T/c.yaml" "$c_steps" 1
+sed -i 's/checkpoint_every: 2/checkpoint_every: 0/' "$T/c.yaml"   # only the preemption checkpoint
+echo "(c) $c_steps steps at ~$ms ms/step"
 while [ $((SECONDS - SLURM_T0)) -lt 20 ]; do sleep 0.2; done
 submit "$C" "$T/c.yaml" resources.time_limit=1 resources.signal_lead=59; check "(c) submit (1 min limit, USR1 at 59 s) exits 0" [ $? -eq 0 ]
 jc=$(job_of "$C" ar)
