@@ -70,18 +70,18 @@ check "a hand-edited run.yaml is refused" bash -c '[ $1 -eq 1 ] && [[ "$2" == *"
 
 # --- preemption: USR1 to kf jobs run reaches the trainer (exit 75), a rerun resumes
 P=$T/pre
-tiny_config "$T/pre.yaml" 16 1
+tiny_config "$T/pre.yaml" 24 1
 "$KF" jobs run "$T/pre.yaml" --run-dir "$P" --no-sample > "$T/pre1.log" 2>&1 &
 pid=$!
-wait_until 120 test -e "$P/stages/ar/ckpt/latest"
+wait_until 120 test -s "$P/stages/ar/log.jsonl"   # training (the trainer checkpoints on the signal)
 kill -USR1 $pid; wait $pid; rc=$?
 mkdir -p "$T/w" && cp "$P/run.yaml" "$T/w/"   # for the wrapper test below
 check "USR1 to kf jobs run: exit 75 (preempted)" [ $rc -eq 75 ]
 st=$("$KF" jobs status "$P" --json)
-check "status after preemption: ar preempted with a checkpoint before step 16" node -e '
+check "status after preemption: ar preempted with a checkpoint before step 24" node -e '
   const r = JSON.parse(process.argv[1]).stages[1];
-  process.exit(r.state === "preempted" && r.ckpt_step > 0 && r.ckpt_step < 16 && r.status === "preempted" ? 0 : 1);' "$st"
-"$KF" jobs run "$T/pre.yaml" --run-dir "$P" --no-sample stages.0.steps=17 > "$T/pre2.log" 2>&1; rc=$?
+  process.exit(r.state === "preempted" && r.ckpt_step > 0 && r.ckpt_step < 24 && r.status === "preempted" ? 0 : 1);' "$st"
+"$KF" jobs run "$T/pre.yaml" --run-dir "$P" --no-sample stages.0.steps=25 > "$T/pre2.log" 2>&1; rc=$?
 check "rerun with the preempted run's stages changed is refused" [ $rc -eq 1 ]
 "$KF" jobs run "$T/pre.yaml" --run-dir "$P" --no-sample > "$T/pre3.log" 2>&1; rc=$?
 check "rerun after preemption exits 0" [ $rc -eq 0 ]
@@ -91,7 +91,7 @@ rm -rf "$P"
 
 # --- the stage wrapper by hand, outside Slurm: a signal as soon as it runs (before
 # the trainer starts) ends in exit 75 with a checkpoint, never a dead job
-W=$T/w   # a copy of the preempted run's frozen run.yaml (16 steps), nothing trained yet
+W=$T/w   # a copy of the preempted run's frozen run.yaml (24 steps), nothing trained yet
 bash slurm/stage.sbatch "$W" ar > "$T/w1.log" 2>&1 &
 pid=$!; wait_until 30 grep -q "start on" "$T/w1.log"; kill -USR1 $pid; wait $pid; rc=$?
 check "wrapper signalled as it starts: exit 75, not killed" [ $rc -eq 75 ]
