@@ -448,7 +448,7 @@ void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride
         vcache = hv;
         kstride = T * H;
     }
-#pragma omp parallel
+#pragma omp parallel if (B * n_head * Q * T * head_dim >= KF_CPU_PAR_MIN)
     {
         float *s = kf_malloc((size_t)(T + VB) * sizeof(float));
         float *Kt = kf_malloc((size_t)(kt_ld(T) * D) * sizeof(float));

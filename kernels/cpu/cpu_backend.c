@@ -19,7 +19,7 @@ float *cpu_scratch(kf_backend *b, int slot, size_t n) {
 }
 
 void cpu_round_half_copy(float *dst, const float *src, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) dst[i] = cpu_half(src[i]);
 }
 

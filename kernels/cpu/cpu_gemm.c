@@ -92,7 +92,7 @@ void cpu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B,
 }
 
 void cpu_add_bias(kf_backend *b, float *y, const float *bias, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= KF_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         float *yr = y + r * cols;
         for (int64_t c = 0; c < cols; c++) yr[c] += bias[c];

@@ -23,6 +23,12 @@
 /** Rows per partial sum in row reductions; independent of the thread count. */
 #define KF_CPU_ROW_CHUNK 64
 
+/** Elements an op touches below which it runs on the calling thread alone
+ *  (an OpenMP `if` clause): waking the workers, which sleep under the passive
+ *  wait policy, costs more than such an op (decoding runs dozens of them per
+ *  step on a few rows). Results are thread-count independent either way. */
+#define KF_CPU_PAR_MIN ((int64_t)1 << 15)
+
 /** Scratch slots owned by the backend (grown on demand, never shrunk). */
 enum { CPU_SCRATCH_A, CPU_SCRATCH_B, CPU_SCRATCH_C, CPU_SCRATCH_D, CPU_SCRATCH_N };
 

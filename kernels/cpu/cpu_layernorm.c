@@ -9,7 +9,7 @@
 
 void cpu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const float *x,
                        const float *w, const float *bias, int64_t rows, int64_t cols, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= KF_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
         float *yr = y + r * cols;

@@ -54,31 +54,49 @@ void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
     }
 }
 
-void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = logits + r * V;
-        int64_t best = 0;
-        for (int64_t v = 1; v < V; v++)
-            if (x[v] > x[best]) best = v;
-        ids[r] = (int32_t)best;
+/* First index of the row maximum, as the scan "v replaces best when x[v] >
+ * x[best]" gives it (NaNs never win; a NaN at 0 is never replaced), in two
+ * vector passes: the maximum (exact whatever the lane order), then the first
+ * block of ARGMAX_BLOCK values holding it, scanned in order. */
+#define ARGMAX_BLOCK 256
+CPU_INLINE int64_t argmax_row_body(const float *x, int64_t V) {
+    if (x[0] != x[0]) return 0;
+    float mx = x[0];
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+    for (int64_t v0 = 0; v0 < V; v0 += ARGMAX_BLOCK) {
+        int64_t v1 = v0 + ARGMAX_BLOCK < V ? v0 + ARGMAX_BLOCK : V;
+        int hit = 0;
+#pragma omp simd reduction(| : hit)
+        for (int64_t v = v0; v < v1; v++) hit |= x[v] == mx;
+        if (hit)
+            for (int64_t v = v0; v < v1; v++)
+                if (x[v] == mx) return v;
     }
+    return 0;
+}
+CPU_MULTIVERSION(int64_t, argmax_row, (const float *x, int64_t V), (x, V))
+
+void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V) {
+#pragma omp parallel for schedule(static) if (rows * V >= KF_CPU_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) ids[r] = (int32_t)argmax_row(logits + r * V, V);
 }
 
 /* e[v] = exp(l_v/tau - max) in float64; returns their sum, so that p_v =
  * e[v] / sum is softmax(logits/tau). The normaliser is a vector reduction
  * (fixed lane order for a given build and CPU); the CDF itself is then
- * accumulated strictly in id order. */
+ * accumulated strictly in id order. l_v/tau is divided once and kept in e
+ * (the division, not the exp, is what this loop is bound by). */
 CPU_INLINE double icdf_weights_body(double *e, const float *x, double tau, int64_t V) {
     double mx = -INFINITY, sum = 0.0;
 #pragma omp simd reduction(max : mx)
     for (int64_t v = 0; v < V; v++) {
-        double a = (double)x[v] / tau;
-        mx = a > mx ? a : mx;
+        e[v] = (double)x[v] / tau;
+        mx = e[v] > mx ? e[v] : mx;
     }
 #pragma omp simd reduction(+ : sum)
     for (int64_t v = 0; v < V; v++) {
-        e[v] = cpu_exp((double)x[v] / tau - mx);
+        e[v] = cpu_exp(e[v] - mx);
         sum += e[v];
     }
     return sum;

@@ -15,13 +15,13 @@ static inline float tanh_fast(float u) { return 1.0f - 2.0f / (cpu_expf(2.0f * u
 
 void cpu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind) {
     if (kind == KF_GELU_TANH) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= KF_CPU_PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
             y[i] = 0.5f * v * (1.0f + tanh_fast(GELU_C * (v + GELU_A * v * v * v)));
         }
     } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN / 8)
         for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2));
     }
 }
@@ -29,7 +29,7 @@ void cpu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_ki
 void cpu_gelu_bwd(kf_backend *b, float *dx, const float *dy, const float *x, int64_t n,
                   kf_gelu_kind kind) {
     if (kind == KF_GELU_TANH) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= KF_CPU_PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
             float t = tanh_fast(GELU_C * (v + GELU_A * v * v * v));
@@ -48,12 +48,12 @@ void cpu_gelu_bwd(kf_backend *b, float *dx, const float *dy, const float *x, int
 }
 
 void cpu_add_inplace(kf_backend *b, float *y, const float *x, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 void cpu_scale(kf_backend *b, float *x, float alpha, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) x[i] *= alpha;
 }
 

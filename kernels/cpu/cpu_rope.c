@@ -19,7 +19,7 @@
 static float *rope_table(kf_backend *b, const int32_t *pos, int64_t L, int64_t D, float base) {
     int64_t half = D / 2;
     float *t = cpu_scratch(b, CPU_SCRATCH_D, (size_t)(2 * L * half));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (L * half >= KF_CPU_PAR_MIN / 16)
     for (int64_t l = 0; l < L; l++)
         for (int64_t i = 0; i < half; i++) {
             double a = (double)pos[l] * pow((double)base, -(double)(2 * i) / (double)D);
@@ -35,7 +35,7 @@ static void rope_apply(kf_backend *b, float *qkv, const int32_t *pos, int64_t B,
     KF_CHECK(D % 2 == 0, "rope needs an even head_dim, got %lld", (long long)D);
     int64_t half = D / 2, H = n_head * D;
     const float *t = rope_table(b, pos, L, D, base);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (B * L * H >= KF_CPU_PAR_MIN)
     for (int64_t row = 0; row < B * L; row++) {
         const float *tr = t + (row % L) * half * 2;
         for (int64_t part = 0; part < 2; part++) /* q, then k */

@@ -7,21 +7,21 @@
 
 void cpu_gather_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
                      int64_t dim) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * dim >= KF_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         memcpy(dst + i * dim, src + (int64_t)idx[i] * dim, (size_t)dim * sizeof(float));
 }
 
 void cpu_scatter_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
                       int64_t dim) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * dim >= KF_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         memcpy(dst + (int64_t)idx[i] * dim, src + i * dim, (size_t)dim * sizeof(float));
 }
 
 void cpu_embed_fwd(kf_backend *b, float *out, const int32_t *ids, const int32_t *row_idx,
                    const float *table, int64_t n, int64_t dim) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * dim >= KF_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         int64_t r = row_idx ? row_idx[i] : i;
         memcpy(out + r * dim, table + (int64_t)ids[i] * dim, (size_t)dim * sizeof(float));
@@ -57,7 +57,7 @@ void cpu_noise_features(kf_backend *b, float *out, const double *z, const double
                         int64_t H) {
     KF_CHECK(H % 2 == 0, "noise_features needs an even hidden size, got %lld", (long long)H);
     int64_t half = H / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * H >= KF_CPU_PAR_MIN / 16) /* trig: costly */
     for (int64_t r = 0; r < n; r++) {
         float *o = out + r * 2 * H;
         for (int64_t i = 0; i < half; i++) {
