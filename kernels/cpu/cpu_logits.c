@@ -85,14 +85,23 @@ void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, 
 /* e[v] = exp(l_v/tau - max) in float64; returns their sum, so that p_v =
  * e[v] / sum is softmax(logits/tau). The normaliser is a vector reduction
  * (fixed lane order for a given build and CPU); the CDF itself is then
- * accumulated strictly in id order. l_v/tau is divided once and kept in e
- * (the division, not the exp, is what this loop is bound by). */
+ * accumulated strictly in id order. l_v/tau is divided once and kept in e:
+ * the division, not the exp, bounds these loops, and at tau = 1 (the default
+ * temperature) it is skipped, since l/1 == l exactly (same bits). */
 CPU_INLINE double icdf_weights_body(double *e, const float *x, double tau, int64_t V) {
     double mx = -INFINITY, sum = 0.0;
+    if (tau == 1.0) {
 #pragma omp simd reduction(max : mx)
-    for (int64_t v = 0; v < V; v++) {
-        e[v] = (double)x[v] / tau;
-        mx = e[v] > mx ? e[v] : mx;
+        for (int64_t v = 0; v < V; v++) {
+            e[v] = (double)x[v];
+            mx = e[v] > mx ? e[v] : mx;
+        }
+    } else {
+#pragma omp simd reduction(max : mx)
+        for (int64_t v = 0; v < V; v++) {
+            e[v] = (double)x[v] / tau;
+            mx = e[v] > mx ? e[v] : mx;
+        }
     }
 #pragma omp simd reduction(+ : sum)
     for (int64_t v = 0; v < V; v++) {
