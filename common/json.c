@@ -2,6 +2,7 @@
  * array/object are gathered on a shared scratch stack and copied into the
  * arena once their count is known, so each container is one contiguous run. */
 #include "common/json.h"
+#include "common/utf8.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -90,20 +91,6 @@ static int hex4(const char *s, unsigned *out)
     return 0;
 }
 
-static size_t put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 63)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 63));
-        o[2] = (char)(0x80 | (cp & 63));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 63));
-    o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63));
-    return 4;
-}
-
 /* Parses a string literal at ps->p (which is '"') into the arena. Decoded
  * output is never longer than the literal, so one allocation suffices. */
 static int parse_string(parser *ps, json_str *out)
@@ -158,7 +145,7 @@ static int parse_string(parser *ps, json_str *out)
             }
             /* 6 source bytes ("\uXXXX") always cover <= 3 output bytes, and
              * a surrogate pair's 12 cover 4. */
-            w += put_utf8(w, cp);
+            w += utf8_encode(cp, w);
             break;
         }
         default: ps->p = r - 1; return fail(ps, "bad escape in string");

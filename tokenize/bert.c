@@ -13,6 +13,7 @@
 
 #include "common/fsutil.h"
 #include "common/sha256.h"
+#include "common/utf8.h"
 #include "tokenize/tok_internal.h"
 #include "tokenize/unicode.h"
 
@@ -50,7 +51,7 @@ static void word_add(bert_state *b, uint32_t cp)
         b->bcap = 2 * b->bcap + 64;
         b->bounds = kf_realloc(b->bounds, b->bcap * sizeof *b->bounds);
     }
-    b->wn += uni_encode(cp, b->word + 2 + b->wn);
+    b->wn += utf8_encode(cp, b->word + 2 + b->wn);
     b->bounds[b->wchars++] = (uint32_t)b->wn;
 }
 

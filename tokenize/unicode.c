@@ -1,5 +1,5 @@
 /* tokenize/unicode.c — UTF-8 decoding with Python-compatible replacement, and
- * BERT's per-character fold. See unicode.h. */
+ * BERT's per-character fold (encoding: common/utf8.h). See unicode.h. */
 #include "tokenize/unicode.h"
 
 size_t uni_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad)
@@ -43,20 +43,6 @@ size_t uni_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad)
     }
     *cp = c;
     return need + 1;
-}
-
-size_t uni_encode(uint32_t cp, char *o)
-{
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 63)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 63));
-        o[2] = (char)(0x80 | (cp & 63));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 63));
-    o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63));
-    return 4;
 }
 
 int uni_bert_fold(uint32_t cp, uint32_t *out)

@@ -45,9 +45,6 @@ static inline unsigned uni_flags(uint32_t c) { return uni_stage2[uni_stage1[c >>
  * *bad set to 1. */
 size_t uni_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad);
 
-/** Appends the UTF-8 encoding of cp to out (at most 4 bytes); returns bytes written. */
-size_t uni_encode(uint32_t cp, char *out);
-
 /** BERT's NFD + strip Mn + lowercase of one code point: writes at most
  * UNI_FOLD_MAX code points to out and returns how many (0 when it vanishes).
  * Canonical reordering of combining marks is not applied: after Mn marks
