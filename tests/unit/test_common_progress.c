@@ -9,24 +9,7 @@
 #include "common/log.h"
 #include "common/progress.h"
 #include "tests/test.h"
-
-/* Runs fn with stderr redirected to a fresh file; returns what it wrote. */
-static char *capture_stderr(void (*fn)(void)) {
-    char path[] = "/tmp/kf_test_log_err_XXXXXX";
-    int fd = mkstemp(path), saved = dup(2);
-    fflush(stderr);
-    dup2(fd, 2);
-    fn();
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    close(fd);
-    char *buf;
-    size_t n;
-    if (fs_read_file(path, &buf, &n, NULL)) buf = strdup("");
-    unlink(path);
-    return buf;
-}
+#include "tests/unit/capture_stderr.h"
 
 static void plain_progress(void) {
     setenv("KF_PROGRESS_INTERVAL", "0", 1);
