@@ -22,39 +22,24 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "kernels/attn_mask.h"
 #include "kernels/cpu/cpu_internal.h"
 
 /* Visible keys of query row r (sample with valid context length vl) as up to
  * two ranges [lo, hi); returns how many. */
 static int mask_ranges(const kf_mask *m, int64_t vl, int64_t r, int64_t lo[2], int64_t hi[2]) {
-    if (r < m->n_ctx) {
-        if (r >= vl) return 0;
-        lo[0] = 0;
-        hi[0] = r + 1;
-        return 1;
-    }
-    int64_t g = (r - m->n_ctx) / m->group;
-    int64_t ctx = g + 1 < vl ? g + 1 : vl;
+    int64_t ctx, grp;
+    int in_group = kf_mask_row_keys(m->n_ctx, m->group, vl, r, &ctx, &grp);
     int n = 0;
     if (ctx > 0) {
         lo[n] = 0;
         hi[n++] = ctx;
     }
-    lo[n] = m->n_ctx + g * m->group;
-    hi[n++] = r + 1;
+    if (in_group) {
+        lo[n] = grp;
+        hi[n++] = r + 1;
+    }
     return n;
-}
-
-static int64_t valid_ctx(const kf_mask *m, int64_t b) {
-    if (!m->valid_len) return m->n_ctx;
-    int64_t vl = m->valid_len[b];
-    return vl < 0 ? 0 : vl > m->n_ctx ? m->n_ctx : vl;
-}
-
-static void check_mask(const kf_mask *m) {
-    KF_CHECK(m->n_ctx >= 0 && m->n_groups >= 0 && m->group >= 0, "attention: negative mask sizes");
-    KF_CHECK(m->n_groups == 0 || m->group > 0, "attention: n_groups > 0 needs group > 0");
-    KF_CHECK(m->q_start >= 0 && m->q_start <= kf_mask_len(m), "attention: q_start out of range");
 }
 
 /* Width of the register-resident accumulators (one AVX-512 vector). Chunking
@@ -237,7 +222,7 @@ CPU_MULTIVERSION(int64_t, fwd_block,
 
 void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
                   int64_t B, int64_t n_head, int64_t head_dim) {
-    check_mask(m);
+    kf_mask_check(m);
     int64_t L = kf_mask_len(m), H = n_head * head_dim, D = head_dim, ld = 3 * H;
     int half = b->precision == KF_PREC_FP16;
     if (half) {
@@ -254,8 +239,9 @@ void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++)
                 pairs += fwd_block(out + bi * L * H + h * D, H, lse + (bi * n_head + h) * L,
-                                   qkv + bi * L * ld + h * D, H, m, valid_ctx(m, bi), m->q_start,
-                                   L, D, half, Kt, s);
+                                   qkv + bi * L * ld + h * D, H, m,
+                                   kf_mask_valid_ctx(m->valid_len, m->n_ctx, bi), m->q_start, L,
+                                   D, half, Kt, s);
         free(s);
         free(Kt);
     }
@@ -367,7 +353,7 @@ CPU_MULTIVERSION(int64_t, bwd_head,
 void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
                   const float *lse, const float *qkv, const kf_mask *m, int64_t B, int64_t n_head,
                   int64_t head_dim) {
-    check_mask(m);
+    kf_mask_check(m);
     int64_t L = kf_mask_len(m), H = n_head * head_dim, D = head_dim, ld = 3 * H;
     int half = b->precision == KF_PREC_FP16;
     if (half) {
@@ -393,7 +379,7 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
                 int64_t off = bi * L * H + h * D;
                 pairs += bwd_head(dqkv + bi * L * ld + h * D, qkv + bi * L * ld + h * D,
                                   dout + off, out + off, lse + (bi * n_head + h) * L, H, L, m,
-                                  valid_ctx(m, bi), D, Kt, Vt, p, dp);
+                                  kf_mask_valid_ctx(m->valid_len, m->n_ctx, bi), D, Kt, Vt, p, dp);
             }
         free(Kt);
         free(p);

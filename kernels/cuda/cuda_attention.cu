@@ -399,9 +399,7 @@ __global__ void __launch_bounds__(THREADS) k_attn_bwd_q(float *dqkv, const float
 }
 
 mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B) {
-    KF_CHECK(m->n_ctx >= 0 && m->n_groups >= 0 && m->group >= 0, "attention: negative mask sizes");
-    KF_CHECK(m->n_groups == 0 || m->group > 0, "attention: n_groups > 0 needs group > 0");
-    KF_CHECK(m->q_start >= 0 && m->q_start <= kf_mask_len(m), "attention: q_start out of range");
+    kf_mask_check(m);
     mask_dev d;
     d.L = kf_mask_len(m);
     d.n_ctx = m->n_ctx;

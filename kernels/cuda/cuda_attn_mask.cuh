@@ -4,7 +4,9 @@
 #ifndef KF_KERNELS_CUDA_ATTN_MASK_CUH
 #define KF_KERNELS_CUDA_ATTN_MASK_CUH
 
+/* cuda_internal.h first: it includes kernels.h and error.h as C */
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/attn_mask.h"
 
 struct mask_dev {
     int64_t L, n_ctx, group, q_start;
@@ -12,9 +14,7 @@ struct mask_dev {
 };
 
 __device__ __forceinline__ int64_t mask_vl(const mask_dev &m, int64_t b) {
-    if (!m.valid_len) return m.n_ctx;
-    int64_t v = m.valid_len[b];
-    return v < 0 ? 0 : v > m.n_ctx ? m.n_ctx : v;
+    return kf_mask_valid_ctx(m.valid_len, m.n_ctx, b);
 }
 
 /* What query row r sees, precomputed once per row so the per-element test
@@ -31,13 +31,10 @@ __device__ __forceinline__ row_mask mask_row(const mask_dev &m, int64_t vl, int6
         q.r = -1;
         q.ctx = 0;
         q.grp = 0x7fffffff;
-    } else if (r < m.n_ctx) {
-        q.ctx = r < vl ? (int)r + 1 : 0;
-        q.grp = 0x7fffffff;
     } else {
-        int64_t g = (r - m.n_ctx) / m.group;
-        q.ctx = (int)min(g + 1, vl);
-        q.grp = (int)(m.n_ctx + g * m.group);
+        int64_t ctx, grp;
+        q.grp = kf_mask_row_keys(m.n_ctx, m.group, vl, r, &ctx, &grp) ? (int)grp : 0x7fffffff;
+        q.ctx = (int)ctx;
     }
     return q;
 }
