@@ -94,14 +94,11 @@ __global__ void __launch_bounds__(THREADS) k_attn_fwd(float *out, float *lse, co
     row_mask rm[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) rm[i] = mask_row(m, vl, r0 + ty * 4 + i, r0, r1);
-    int64_t ctx_hi, grp_lo, grp_hi;
-    mask_query_tile_keys(m, vl, r0, r1, &ctx_hi, &grp_lo, &grp_hi);
-    int64_t n_ctx_tiles = (ctx_hi + TILE - 1) / TILE;
-    int64_t n_grp_tiles = (grp_hi - grp_lo + TILE - 1) / TILE;
-    for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
-        int64_t c0 = t < n_ctx_tiles ? t * TILE : grp_lo + (t - n_ctx_tiles) * TILE;
-        /* a tile may run past its range into the other one: count each key once */
-        int kmin = t < n_ctx_tiles ? 0 : (int)grp_lo, kmax = t < n_ctx_tiles ? (int)ctx_hi : (int)grp_hi;
+    key_tiles tiles = mask_key_tiles<TILE>(m, vl, r0, r1);
+    for (int64_t t = 0; t < tiles.n; t++) {
+        int64_t c0;
+        int kmin, kmax;
+        key_tile<TILE>(tiles, t, &c0, &kmin, &kmax);
         __syncthreads(); /* previous tile's k/v/p fully consumed */
         load_tile<D>(S.k, base + H, ld, c0, m.L, half);
         load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
@@ -358,13 +355,11 @@ __global__ void __launch_bounds__(THREADS) k_attn_bwd_q(float *dqkv, const float
     if (q0 < r1) {
         bwd_load_queries<D>(S, base, dout + b * m.L * H + h * D, lse + (b * n_head + h) * m.L,
                             delta + (b * n_head + h) * m.L, ld, H, r0, m.L, half);
-        int64_t ctx_hi, grp_lo, grp_hi;
-        mask_query_tile_keys(m, vl, q0, r1, &ctx_hi, &grp_lo, &grp_hi);
-        int64_t n_ctx_tiles = (ctx_hi + TILE - 1) / TILE;
-        int64_t n_grp_tiles = (grp_hi - grp_lo + TILE - 1) / TILE;
-        for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
-            int64_t c0 = t < n_ctx_tiles ? t * TILE : grp_lo + (t - n_ctx_tiles) * TILE;
-            int kmin = t < n_ctx_tiles ? 0 : (int)grp_lo, kmax = t < n_ctx_tiles ? (int)ctx_hi : (int)grp_hi;
+        key_tiles tiles = mask_key_tiles<TILE>(m, vl, q0, r1);
+        for (int64_t t = 0; t < tiles.n; t++) {
+            int64_t c0;
+            int kmin, kmax;
+            key_tile<TILE>(tiles, t, &c0, &kmin, &kmax);
             __syncthreads();
             load_tile<D>(S.k, base + H, ld, c0, m.L, half);
             load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);

@@ -84,13 +84,11 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_fwd_tc(float *out, float *l
         S.l[i] = 0.0f;
     }
     row_mask rm = mask_row(m, vl, r0 + rr, r0, r1);
-    int64_t ctx_hi, grp_lo, grp_hi;
-    mask_query_tile_keys(m, vl, r0, r1, &ctx_hi, &grp_lo, &grp_hi);
-    int64_t n_ctx_tiles = (ctx_hi + TC_TILE - 1) / TC_TILE;
-    int64_t n_grp_tiles = (grp_hi - grp_lo + TC_TILE - 1) / TC_TILE;
-    for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
-        int64_t c0 = t < n_ctx_tiles ? t * TC_TILE : grp_lo + (t - n_ctx_tiles) * TC_TILE;
-        int kmin = t < n_ctx_tiles ? 0 : (int)grp_lo, kmax = t < n_ctx_tiles ? (int)ctx_hi : (int)grp_hi;
+    key_tiles tiles = mask_key_tiles<TC_TILE>(m, vl, r0, r1);
+    for (int64_t t = 0; t < tiles.n; t++) {
+        int64_t c0;
+        int kmin, kmax;
+        key_tile<TC_TILE>(tiles, t, &c0, &kmin, &kmax);
         __syncthreads();
         load_half_tile<D>(S.k, base + H, ld, c0, m.L);
         load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
@@ -330,13 +328,11 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_bwd_q_tc(float *dqkv, const
         row_mask rm = mask_row(m, vl, r0 + qr, q0, r1);
         float l = r0 + qr < m.L ? lse[(b * n_head + h) * m.L + r0 + qr] : 0.0f;
         float dl = r0 + qr < m.L ? delta[(b * n_head + h) * m.L + r0 + qr] : 0.0f;
-        int64_t ctx_hi, grp_lo, grp_hi;
-        mask_query_tile_keys(m, vl, q0, r1, &ctx_hi, &grp_lo, &grp_hi);
-        int64_t n_ctx_tiles = (ctx_hi + TC_TILE - 1) / TC_TILE;
-        int64_t n_grp_tiles = (grp_hi - grp_lo + TC_TILE - 1) / TC_TILE;
-        for (int64_t t = 0; t < n_ctx_tiles + n_grp_tiles; t++) {
-            int64_t c0 = t < n_ctx_tiles ? t * TC_TILE : grp_lo + (t - n_ctx_tiles) * TC_TILE;
-            int kmin = t < n_ctx_tiles ? 0 : (int)grp_lo, kmax = t < n_ctx_tiles ? (int)ctx_hi : (int)grp_hi;
+        key_tiles tiles = mask_key_tiles<TC_TILE>(m, vl, q0, r1);
+        for (int64_t t = 0; t < tiles.n; t++) {
+            int64_t c0;
+            int kmin, kmax;
+            key_tile<TC_TILE>(tiles, t, &c0, &kmin, &kmax);
             __syncthreads();
             load_half_tile<D>(S.k, base + H, ld, c0, m.L);
             load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);

@@ -43,20 +43,43 @@ __device__ __forceinline__ bool row_sees(const row_mask &q, int c) {
     return c <= q.r && (c < q.ctx || c >= q.grp);
 }
 
-/* Key ranges of the query tile [r0, r1): [0, ctx_hi) and [grp_lo, grp_hi). */
-static __device__ void mask_query_tile_keys(const mask_dev &m, int64_t vl, int64_t r0, int64_t r1,
-                                     int64_t *ctx_hi, int64_t *grp_lo, int64_t *grp_hi) {
+/* The key tiles (T keys each) the query tile [r0, r1) visits: those over the
+ * context keys [0, ctx_hi), then those over the group keys [grp_lo, grp_hi). */
+struct key_tiles {
+    int64_t ctx_hi, grp_lo, grp_hi;
+    int64_t n_ctx; /* tiles over the context range */
+    int64_t n;     /* tiles in all */
+};
+
+template <int T>
+__device__ __forceinline__ key_tiles mask_key_tiles(const mask_dev &m, int64_t vl, int64_t r0,
+                                                    int64_t r1) {
+    key_tiles k;
     int64_t hi = 0;
     if (r0 < min(m.n_ctx, vl)) hi = min(min(r1, m.n_ctx), vl); /* rows r < vl see [0, r] */
-    *grp_lo = *grp_hi = 0;
+    k.grp_lo = k.grp_hi = 0;
     if (r1 > m.n_ctx) {
         int64_t g_last = (r1 - 1 - m.n_ctx) / m.group;
         hi = max(hi, min(g_last + 1, vl));
         int64_t g_first = (max(r0, m.n_ctx) - m.n_ctx) / m.group;
-        *grp_lo = m.n_ctx + g_first * m.group;
-        *grp_hi = r1;
+        k.grp_lo = m.n_ctx + g_first * m.group;
+        k.grp_hi = r1;
     }
-    *ctx_hi = hi;
+    k.ctx_hi = hi;
+    k.n_ctx = (k.ctx_hi + T - 1) / T;
+    k.n = k.n_ctx + (k.grp_hi - k.grp_lo + T - 1) / T;
+    return k;
+}
+
+/* Tile t of k: its first key *c0 and the keys [*kmin, *kmax) it counts (a
+ * tile may run past its range into the other one: each key counts once). */
+template <int T>
+__device__ __forceinline__ void key_tile(const key_tiles &k, int64_t t, int64_t *c0, int *kmin,
+                                         int *kmax) {
+    bool ctx = t < k.n_ctx;
+    *c0 = ctx ? t * T : k.grp_lo + (t - k.n_ctx) * T;
+    *kmin = ctx ? 0 : (int)k.grp_lo;
+    *kmax = ctx ? (int)k.ctx_hi : (int)k.grp_hi;
 }
 
 /* Query ranges that see some key of the tile [c0, c1), clipped to
