@@ -14,45 +14,9 @@
 
 #include "common/fsutil.h"
 #include "common/sha256.h"
+#include "common/strbuf.h"
 
 enum { MAX_DEPTH = 200 }; /* bounded recursion on hostile input */
-
-/* ---- a growable string ---- */
-
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        b->s = kf_realloc(b->s, cap);
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if ((size_t)n < sizeof tmp) { sb_put(b, tmp, (size_t)n); return; }
-    char *big = kf_malloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)n);
-    free(big);
-}
 
 static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *fmt_alloc(const char *fmt, ...) {
@@ -705,22 +669,22 @@ static bool plain_ok(const char *v, bool quoted) {
     return true;
 }
 
-static void emit_scalar_text(sbuf *o, const char *v, bool quoted) {
-    if (plain_ok(v, quoted)) { sb_puts(o, v); return; }
-    sb_put(o, "\"", 1);
+static void emit_scalar_text(strbuf *o, const char *v, bool quoted) {
+    if (plain_ok(v, quoted)) { strbuf_puts(o, v); return; }
+    strbuf_put(o, "\"", 1);
     for (const char *c = v; *c; c++) {
         unsigned char u = (unsigned char)*c;
-        if (u == '"' || u == '\\') { sb_put(o, "\\", 1); sb_put(o, c, 1); }
-        else if (u == '\n') sb_puts(o, "\\n");
-        else if (u == '\t') sb_puts(o, "\\t");
-        else if (u < 0x20 || u == 0x7f) sb_printf(o, "\\x%02x", u);
-        else sb_put(o, c, 1);
+        if (u == '"' || u == '\\') { strbuf_put(o, "\\", 1); strbuf_put(o, c, 1); }
+        else if (u == '\n') strbuf_puts(o, "\\n");
+        else if (u == '\t') strbuf_puts(o, "\\t");
+        else if (u < 0x20 || u == 0x7f) strbuf_printf(o, "\\x%02x", u);
+        else strbuf_put(o, c, 1);
     }
-    sb_put(o, "\"", 1);
+    strbuf_put(o, "\"", 1);
 }
 
-static void emit_scalar(sbuf *o, const cfg_node *n) {
-    if (cfg_is_null(n)) sb_puts(o, "null");
+static void emit_scalar(strbuf *o, const cfg_node *n) {
+    if (cfg_is_null(n)) strbuf_puts(o, "null");
     else emit_scalar_text(o, n->value, n->quoted);
 }
 
@@ -730,58 +694,58 @@ static bool all_scalars(const cfg_node *n) {
     return true;
 }
 
-static void indent(sbuf *o, int k) {
-    for (int i = 0; i < k; i++) sb_put(o, " ", 1);
+static void indent(strbuf *o, int k) {
+    for (int i = 0; i < k; i++) strbuf_put(o, " ", 1);
 }
 
 /* Writes what follows a "key:" or "- " for values that fit on that line,
  * and returns false for those that need a block below it. */
-static bool emit_inline(sbuf *o, const cfg_node *n, const char *lead) {
-    if (n->kind == CFG_SCALAR) { sb_puts(o, lead); emit_scalar(o, n); sb_put(o, "\n", 1); return true; }
-    if (n->n == 0) { sb_puts(o, lead); sb_puts(o, n->kind == CFG_MAP ? "{}\n" : "[]\n"); return true; }
+static bool emit_inline(strbuf *o, const cfg_node *n, const char *lead) {
+    if (n->kind == CFG_SCALAR) { strbuf_puts(o, lead); emit_scalar(o, n); strbuf_put(o, "\n", 1); return true; }
+    if (n->n == 0) { strbuf_puts(o, lead); strbuf_puts(o, n->kind == CFG_MAP ? "{}\n" : "[]\n"); return true; }
     if (n->kind == CFG_SEQ && all_scalars(n)) {
-        sb_puts(o, lead);
-        sb_put(o, "[", 1);
+        strbuf_puts(o, lead);
+        strbuf_put(o, "[", 1);
         for (size_t i = 0; i < n->n; i++) {
-            if (i) sb_puts(o, ", ");
+            if (i) strbuf_puts(o, ", ");
             emit_scalar(o, n->items[i]);
         }
-        sb_puts(o, "]\n");
+        strbuf_puts(o, "]\n");
         return true;
     }
     return false;
 }
 
-static void emit_seq(sbuf *o, const cfg_node *n, int ind, bool first_inline);
+static void emit_seq(strbuf *o, const cfg_node *n, int ind, bool first_inline);
 
 /* Mapping entries at indentation ind; the first goes on the current line when
  * first_inline (after "- "). */
-static void emit_map(sbuf *o, const cfg_node *n, int ind, bool first_inline) {
+static void emit_map(strbuf *o, const cfg_node *n, int ind, bool first_inline) {
     for (size_t i = 0; i < n->n; i++) {
         const cfg_node *c = n->items[i];
         if (i || !first_inline) indent(o, ind);
         emit_scalar_text(o, c->key, true);
-        sb_put(o, ":", 1);
+        strbuf_put(o, ":", 1);
         if (emit_inline(o, c, " ")) continue;
-        sb_put(o, "\n", 1);
+        strbuf_put(o, "\n", 1);
         if (c->kind == CFG_MAP) emit_map(o, c, ind + 2, false);
         else emit_seq(o, c, ind + 2, false);
     }
 }
 
-static void emit_seq(sbuf *o, const cfg_node *n, int ind, bool first_inline) {
+static void emit_seq(strbuf *o, const cfg_node *n, int ind, bool first_inline) {
     for (size_t i = 0; i < n->n; i++) {
         const cfg_node *c = n->items[i];
         if (i || !first_inline) indent(o, ind);
         if (emit_inline(o, c, "- ")) continue;
-        sb_puts(o, "- ");
+        strbuf_puts(o, "- ");
         if (c->kind == CFG_MAP) emit_map(o, c, ind + 2, true);
         else emit_seq(o, c, ind + 2, true);
     }
 }
 
 char *cfg_emit(const cfg_node *root) {
-    sbuf o = {0};
+    strbuf o = {0};
     if (root->kind == CFG_MAP && root->n) emit_map(&o, root, 0, false);
     else if (root->kind == CFG_SEQ && root->n && !all_scalars(root)) emit_seq(&o, root, 0, false);
     else emit_inline(&o, root, "");

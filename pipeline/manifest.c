@@ -2,7 +2,6 @@
 #include "pipeline/manifest.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "common/config.h"
 #include "common/fsutil.h"
 #include "common/sha256.h"
+#include "common/strbuf.h"
 #include "pipeline/shard_format.h"
 
 void manifest_split_sum(manifest_split *s) {
@@ -31,66 +31,43 @@ void manifest_split_sum(manifest_split *s) {
     }
 }
 
-/* Growable text; the manifest is small (one line per shard). */
-typedef struct {
-    char *p;
-    size_t n, cap;
-} text;
-
-static void add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add(text *t, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(t->p ? t->p + t->n : NULL, t->p ? t->cap - t->n : 0, fmt, ap);
-        va_end(ap);
-        KF_CHECK(k >= 0, "manifest: format error");
-        if (t->p && t->n + (size_t)k < t->cap) {
-            t->n += (size_t)k;
-            return;
-        }
-        t->cap = (t->cap + (size_t)k + 1) * 2;
-        t->p = kf_realloc(t->p, t->cap);
-    }
-}
-
-static void add_split(text *t, const char *name, const manifest_split *s) {
-    add(t, "  %s:\n", name);
-    add(t, "    samples: %" PRId64 "\n", s->samples);
-    add(t, "    documents: %" PRId64 "\n", s->docs);
-    add(t, "    empty_documents: %" PRId64 "\n", s->empty_docs);
-    add(t, "    replaced_utf8: %" PRId64 "\n", s->replaced);
-    add(t, "    raw_bytes: %" PRId64 "\n", s->raw_bytes);
-    add(t, "    tokens: %" PRId64 "\n", s->tokens);
-    add(t, "    truncated_documents: %" PRId64 "\n", s->truncated);
-    add(t, "    dropped_tokens: %" PRId64 "\n", s->dropped_tokens);
+static void add_split(strbuf *t, const char *name, const manifest_split *s) {
+    strbuf_printf(t, "  %s:\n", name);
+    strbuf_printf(t, "    samples: %" PRId64 "\n", s->samples);
+    strbuf_printf(t, "    documents: %" PRId64 "\n", s->docs);
+    strbuf_printf(t, "    empty_documents: %" PRId64 "\n", s->empty_docs);
+    strbuf_printf(t, "    replaced_utf8: %" PRId64 "\n", s->replaced);
+    strbuf_printf(t, "    raw_bytes: %" PRId64 "\n", s->raw_bytes);
+    strbuf_printf(t, "    tokens: %" PRId64 "\n", s->tokens);
+    strbuf_printf(t, "    truncated_documents: %" PRId64 "\n", s->truncated);
+    strbuf_printf(t, "    dropped_tokens: %" PRId64 "\n", s->dropped_tokens);
     if (s->nshards == 0) {
-        add(t, "    shards: []\n");
+        strbuf_printf(t, "    shards: []\n");
         return;
     }
-    add(t, "    shards:\n");
+    strbuf_printf(t, "    shards:\n");
     for (int i = 0; i < s->nshards; i++)
-        add(t, "      - {file: %s/shard-%05d.lmdb, first: %" PRId64 ", count: %" PRId64 ", sha256: %s}\n",
+        strbuf_printf(t, "      - {file: %s/shard-%05d.lmdb, first: %" PRId64 ", count: %" PRId64 ", sha256: %s}\n",
             name, i, s->first[i], s->shards[i].count, s->shards[i].samples_sha256);
 }
 
 int manifest_write(const char *dir, const manifest *m, kf_err *err) {
-    text t = {0};
-    add(&t, "# kforcing shard set, written by `kf shards build`; do not edit (verify: kf shards verify)\n");
-    add(&t, "magic: %s\nversion: %d\n", MANIFEST_MAGIC, MANIFEST_VERSION);
-    add(&t, "name: \"%s\"\n", m->name);
-    add(&t, "tokenizer: %s\nvocab_size: %" PRId64 "\nvocab_sha256: %s\n", m->tokenizer, m->vocab_size,
+    strbuf t = {0};
+    strbuf_printf(&t, "# kforcing shard set, written by `kf shards build`; do not edit (verify: kf shards verify)\n");
+    strbuf_printf(&t, "magic: %s\nversion: %d\n", MANIFEST_MAGIC, MANIFEST_VERSION);
+    strbuf_printf(&t, "name: \"%s\"\n", m->name);
+    strbuf_printf(&t, "tokenizer: %s\nvocab_size: %" PRId64 "\nvocab_sha256: %s\n", m->tokenizer, m->vocab_size,
         m->vocab_sha256);
-    add(&t, "seq_len: %d\npacking: %s\nid_bytes: %d\n", m->seq_len, m->packing, m->id_bytes);
-    add(&t, "special: {bos: %d, eos: %d, cls: %d, sep: %d, pad: %d}\n", m->special.bos,
+    strbuf_printf(&t, "seq_len: %d\npacking: %s\nid_bytes: %d\n", m->seq_len, m->packing, m->id_bytes);
+    strbuf_printf(&t, "special: {bos: %d, eos: %d, cls: %d, sep: %d, pad: %d}\n", m->special.bos,
         m->special.eos, m->special.cls, m->special.sep, m->special.pad);
-    add(&t, "config_sha256: %s\nsplits:\n", m->config_sha256);
+    strbuf_printf(&t, "config_sha256: %s\nsplits:\n", m->config_sha256);
     add_split(&t, "train", &m->train);
     add_split(&t, "valid", &m->valid);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, MANIFEST_FILE);
-    int rc = fs_write_atomic(path, t.p, t.n, err);
-    free(t.p);
+    int rc = fs_write_atomic(path, t.s, t.len, err);
+    free(t.s);
     return rc;
 }
 

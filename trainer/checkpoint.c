@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,34 +13,12 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "common/strbuf.h"
 
 /* The tensor files every checkpoint holds, in write order. */
 static const char *const tensor_files[] = {"model.safetensors", "ema.safetensors",
                                            "adam_m.safetensors", "adam_v.safetensors"};
 #define N_TENSOR_FILES 4
-
-/* ---- a growing text buffer ---- */
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        KF_CHECK(n >= 0, "sb_printf: bad format");
-        if (b->s && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        b->cap = (b->cap + (size_t)n + 1) * 2;
-        b->s = kf_realloc(b->s, b->cap);
-    }
-}
 
 static void join(char *out, size_t cap, const char *a, const char *b) {
     int n = snprintf(out, cap, "%s/%s", a, b);
@@ -54,31 +31,31 @@ static void step_name(char *out, size_t cap, int64_t step, const char *suffix) {
 
 /* ---- writing ---- */
 
-static void emit_identity(sbuf *b, const ckpt_identity *id) {
+static void emit_identity(strbuf *b, const ckpt_identity *id) {
     const model_config *c = &id->model;
-    sb_printf(b,
+    strbuf_printf(b,
               "model: {hidden: %" PRId64 ", heads: %" PRId64 ", blocks: %" PRId64
               ", vocab: %" PRId64 ", mask_id: %" PRId64 ", seq_len: %" PRId64
               ", kind: %d, head: %d, k_train: %" PRId64 "}\n",
               c->hidden, c->heads, c->blocks, c->vocab, c->mask_id, c->seq_len, (int)c->kind,
               (int)c->head, c->k_train);
-    sb_printf(b, "data_manifest: \"%s\"\ntokenizer: \"%s\"\nvocab_sha256: \"%s\"\nteacher_sha256: \"%s\"\n",
+    strbuf_printf(b, "data_manifest: \"%s\"\ntokenizer: \"%s\"\nvocab_sha256: \"%s\"\nteacher_sha256: \"%s\"\n",
               id->data_manifest, id->tokenizer, id->vocab_sha256, id->teacher_sha256);
 }
 
-static void write_text(const char *path, const sbuf *b) {
+static void write_text(const char *path, const strbuf *b) {
     kf_err err = {{0}};
     if (fs_write_atomic(path, b->s, b->len, &err)) KF_FATAL("checkpoint: %s", err.msg);
 }
 
-static void file_entry(sbuf *b, const char *dir, const char *name) {
+static void file_entry(strbuf *b, const char *dir, const char *name) {
     char path[4096], hex[65];
     kf_err err = {{0}};
     struct stat st;
     join(path, sizeof path, dir, name);
     if (stat(path, &st) || sha256_file_hex(path, hex, &err))
         KF_FATAL("checkpoint: cannot hash %s: %s", path, err.msg[0] ? err.msg : "missing");
-    sb_printf(b, "  - {name: \"%s\", bytes: %lld, sha256: \"%s\"}\n", name, (long long)st.st_size, hex);
+    strbuf_printf(b, "  - {name: \"%s\", bytes: %lld, sha256: \"%s\"}\n", name, (long long)st.st_size, hex);
 }
 
 /* Keeps the newest `keep` committed checkpoints; removes the rest and every
@@ -155,8 +132,8 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
             if (model_save(m, path, bufs[i], &err)) KF_FATAL("checkpoint: %s", err.msg);
         }
     }
-    sbuf rb = {0};
-    sb_printf(&rb, "rank: %d\nworld: %d\nrng: {seed: %" PRIu64 ", stream: %" PRIu64 ", counter: %" PRIu64 "}\n",
+    strbuf rb = {0};
+    strbuf_printf(&rb, "rank: %d\nworld: %d\nrng: {seed: %" PRIu64 ", stream: %" PRIu64 ", counter: %" PRIu64 "}\n",
               d->rank, d->world, rng->seed, rng->stream, rng->counter);
     snprintf(name, sizeof name, "rank-%05d.yaml", d->rank);
     join(path, sizeof path, tmp, name);
@@ -165,16 +142,16 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
     dist_barrier(d);
 
     if (d->rank == 0) {
-        sbuf b = {0};
-        sb_printf(&b, "format: %s\nversion: %d\nstage: \"%s\"\nkind: \"%s\"\n", CKPT_FORMAT,
+        strbuf b = {0};
+        strbuf_printf(&b, "format: %s\nversion: %d\nstage: \"%s\"\nkind: \"%s\"\n", CKPT_FORMAT,
                   CKPT_VERSION, meta->stage, meta->kind);
-        sb_printf(&b, "step: %" PRId64 "\ncursor: %" PRId64 "\nglobal_batch: %" PRId64 "\nworld: %d\n",
+        strbuf_printf(&b, "step: %" PRId64 "\ncursor: %" PRId64 "\nglobal_batch: %" PRId64 "\nworld: %d\n",
                   meta->step, meta->cursor, meta->global_batch, d->world);
-        sb_printf(&b, "config_hash: \"%s\"\nphase: %s\n", meta->config_hash, meta->phase);
-        sb_printf(&b, "optim: {adam_t: %" PRId64 ", scale: %.17g, good_steps: %" PRId64 ", skipped: %" PRId64 "}\n",
+        strbuf_printf(&b, "config_hash: \"%s\"\nphase: %s\n", meta->config_hash, meta->phase);
+        strbuf_printf(&b, "optim: {adam_t: %" PRId64 ", scale: %.17g, good_steps: %" PRId64 ", skipped: %" PRId64 "}\n",
                   meta->opt.adam_t, meta->opt.scale, meta->opt.good_steps, meta->opt.skipped);
         emit_identity(&b, &meta->id);
-        sb_printf(&b, "files:\n");
+        strbuf_printf(&b, "files:\n");
         for (int i = 0; i < N_TENSOR_FILES; i++) file_entry(&b, tmp, tensor_files[i]);
         for (int r = 0; r < d->world; r++) {
             snprintf(name, sizeof name, "rank-%05d.yaml", r);
@@ -185,9 +162,9 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
         free(b.s);
         if (fs_fsync_path(tmp, &err) || fs_rename_atomic(tmp, fin, &err))
             KF_FATAL("checkpoint: %s", err.msg);
-        sbuf l = {0};
+        strbuf l = {0};
         step_name(name, sizeof name, meta->step, "\n");
-        sb_printf(&l, "%s", name);
+        strbuf_printf(&l, "%s", name);
         join(path, sizeof path, ckpt_dir, "latest");
         write_text(path, &l);
         free(l.s);
@@ -420,20 +397,20 @@ void ckpt_write_final(const char *final_dir, const model *m, const float *ema,
         KF_FATAL("final weights: %s", err.msg);
     join(path, sizeof path, tmp, "model.safetensors");
     if (model_save(m, path, ema, &err)) KF_FATAL("final weights: %s", err.msg);
-    sbuf b = {0};
-    sb_printf(&b, "format: kforcing-final\nversion: 1\nstage: \"%s\"\nkind: \"%s\"\nstep: %" PRId64
+    strbuf b = {0};
+    strbuf_printf(&b, "format: kforcing-final\nversion: 1\nstage: \"%s\"\nkind: \"%s\"\nstep: %" PRId64
                   "\nconfig_hash: \"%s\"\n",
               meta->stage, meta->kind, meta->step, meta->config_hash);
     emit_identity(&b, &meta->id);
-    sb_printf(&b, "files:\n");
+    strbuf_printf(&b, "files:\n");
     file_entry(&b, tmp, "model.safetensors");
     join(path, sizeof path, tmp, "final.yaml");
     write_text(path, &b);
     free(b.s);
     if (fs_rm_rf(final_dir, &err) || fs_fsync_path(tmp, &err) || fs_rename_atomic(tmp, final_dir, &err))
         KF_FATAL("final weights: %s", err.msg);
-    sbuf done = {0};
-    sb_printf(&done, "step %" PRId64 "\n", meta->step);
+    strbuf done = {0};
+    strbuf_printf(&done, "step %" PRId64 "\n", meta->step);
     join(path, sizeof path, final_dir, "DONE");
     write_text(path, &done);
     free(done.s);
