@@ -11,7 +11,11 @@
  *   timing      per (method, batch size): one warm-up run, then R timed runs
  *               (default 5) of trainer/decode.h's decode_run; throughput =
  *               generated tokens (special tokens included, no truncation) /
- *               wall-clock seconds, averaged over the timed runs
+ *               wall-clock seconds, averaged over the timed runs. At each
+ *               batch size the methods take turns run by run (warm-ups, then
+ *               run 1 of every method, run 2, ...), so a change in the
+ *               machine's load during the benchmark (a shared machine) falls
+ *               on every method alike rather than on whichever ran then
  *   methods     the AR checkpoint (one token per step, inverse-CDF sampling)
  *               and every PFLM checkpoint at each requested k <= k_train
  *               (default 2, 3, 4); speedup = tokens/s over AR's at that batch
@@ -49,7 +53,8 @@ static void usage(FILE *f) {
             "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
             "data's sequence length (capped by every model's context, rounded down to a multiple of\n"
             "every k), one warm-up and R timed runs per method and batch size; tokens/s = generated\n"
-            "tokens (special tokens included) / wall-clock seconds, averaged over the runs.\n"
+            "tokens (special tokens included) / wall-clock seconds, averaged over the runs (the\n"
+            "methods take turns run by run, so a load change on a shared machine hits all alike).\n"
             "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
             "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
             "\n"
@@ -279,23 +284,28 @@ int bench_decode_main(int argc, char **argv) {
     uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
     int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
     for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
-    for (int b = 0; b < nb; b++)
-        for (int i = 0; i < nm; i++) {
-            decode_opts o = {.k = mt[i].k, .tau = tau, .max_new = N, .seed = (uint64_t)seed};
-            double sum = 0, sum2 = 0;
-            for (int64_t r = 0; r <= runs; r++) {
+    double *sum = kf_malloc((size_t)nm * sizeof(double)), *sum2 = kf_malloc((size_t)nm * sizeof(double));
+    for (int b = 0; b < nb; b++) {
+        for (int i = 0; i < nm; i++) sum[i] = sum2[i] = 0;
+        for (int64_t r = 0; r <= runs; r++) /* r = 0: warm-up */
+            for (int i = 0; i < nm; i++) {
+                decode_opts o = {.k = mt[i].k, .tau = tau, .max_new = N, .seed = (uint64_t)seed};
                 double t0 = now();
                 decode_run(mt[i].m, pre, bs[b], P, &o, keys, out);
                 double tps = (double)(bs[b] * N) / (now() - t0);
-                if (r == 0) continue; /* warm-up */
-                sum += tps;
-                sum2 += tps * tps;
+                if (r == 0) continue;
+                sum[i] += tps;
+                sum2[i] += tps * tps;
             }
-            mt[i].tps[b] = sum / (double)runs;
-            double var = sum2 / (double)runs - mt[i].tps[b] * mt[i].tps[b];
+        for (int i = 0; i < nm; i++) {
+            mt[i].tps[b] = sum[i] / (double)runs;
+            double var = sum2[i] / (double)runs - mt[i].tps[b] * mt[i].tps[b];
             mt[i].sd[b] = var > 0 ? sqrt(var) : 0;
             fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)bs[b], mt[i].label, mt[i].tps[b]);
         }
+    }
+    free(sum);
+    free(sum2);
     free(keys);
     free(out);
 
