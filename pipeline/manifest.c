@@ -48,7 +48,7 @@ static void add_split(strbuf *t, const char *name, const manifest_split *s) {
     strbuf_printf(t, "    shards:\n");
     for (int i = 0; i < s->nshards; i++)
         strbuf_printf(t, "      - {file: %s/shard-%05d.lmdb, first: %" PRId64 ", count: %" PRId64 ", sha256: %s}\n",
-            name, i, s->first[i], s->shards[i].count, s->shards[i].samples_sha256);
+                      name, i, s->first[i], s->shards[i].count, s->shards[i].samples_sha256);
 }
 
 int manifest_write(const char *dir, const manifest *m, kf_err *err) {
@@ -57,10 +57,10 @@ int manifest_write(const char *dir, const manifest *m, kf_err *err) {
     strbuf_printf(&t, "magic: %s\nversion: %d\n", MANIFEST_MAGIC, MANIFEST_VERSION);
     strbuf_printf(&t, "name: \"%s\"\n", m->name);
     strbuf_printf(&t, "tokenizer: %s\nvocab_size: %" PRId64 "\nvocab_sha256: %s\n", m->tokenizer, m->vocab_size,
-        m->vocab_sha256);
+                  m->vocab_sha256);
     strbuf_printf(&t, "seq_len: %d\npacking: %s\nid_bytes: %d\n", m->seq_len, m->packing, m->id_bytes);
     strbuf_printf(&t, "special: {bos: %d, eos: %d, cls: %d, sep: %d, pad: %d}\n", m->special.bos,
-        m->special.eos, m->special.cls, m->special.sep, m->special.pad);
+                  m->special.eos, m->special.cls, m->special.sep, m->special.pad);
     strbuf_printf(&t, "config_sha256: %s\nsplits:\n", m->config_sha256);
     add_split(&t, "train", &m->train);
     add_split(&t, "valid", &m->valid);
