@@ -34,13 +34,13 @@ static void step_name(char *out, size_t cap, int64_t step, const char *suffix) {
 static void emit_identity(strbuf *b, const ckpt_identity *id) {
     const model_config *c = &id->model;
     strbuf_printf(b,
-              "model: {hidden: %" PRId64 ", heads: %" PRId64 ", blocks: %" PRId64
-              ", vocab: %" PRId64 ", mask_id: %" PRId64 ", seq_len: %" PRId64
-              ", kind: %d, head: %d, k_train: %" PRId64 "}\n",
-              c->hidden, c->heads, c->blocks, c->vocab, c->mask_id, c->seq_len, (int)c->kind,
-              (int)c->head, c->k_train);
+                  "model: {hidden: %" PRId64 ", heads: %" PRId64 ", blocks: %" PRId64
+                  ", vocab: %" PRId64 ", mask_id: %" PRId64 ", seq_len: %" PRId64
+                  ", kind: %d, head: %d, k_train: %" PRId64 "}\n",
+                  c->hidden, c->heads, c->blocks, c->vocab, c->mask_id, c->seq_len, (int)c->kind,
+                  (int)c->head, c->k_train);
     strbuf_printf(b, "data_manifest: \"%s\"\ntokenizer: \"%s\"\nvocab_sha256: \"%s\"\nteacher_sha256: \"%s\"\n",
-              id->data_manifest, id->tokenizer, id->vocab_sha256, id->teacher_sha256);
+                  id->data_manifest, id->tokenizer, id->vocab_sha256, id->teacher_sha256);
 }
 
 static void write_text(const char *path, const strbuf *b) {
@@ -58,36 +58,48 @@ static void file_entry(strbuf *b, const char *dir, const char *name) {
     strbuf_printf(b, "  - {name: \"%s\", bytes: %lld, sha256: \"%s\"}\n", name, (long long)st.st_size, hex);
 }
 
-/* Keeps the newest `keep` committed checkpoints; removes the rest and every
- * leftover *.tmp directory. An old checkpoint is first renamed to a .tmp name
- * so a crash mid-removal never leaves a partial step-N that looks committed. */
-static void retention(const char *dir, int keep) {
+/* Steps of the committed checkpoints in dir (entries named exactly step-N),
+ * newest first, into *steps (malloc'd); returns how many, -1 when dir cannot
+ * be opened. With tmps, also collects the names of leftover step-*.tmp
+ * entries into *tmps (malloc'd strings) and their count into *nt. */
+static int list_steps(const char *dir, int64_t **steps, char ***tmps, int *nt) {
     DIR *dp = opendir(dir);
-    if (!dp) return;
-    int64_t *steps = NULL;
+    if (!dp) return -1;
+    *steps = NULL;
     int n = 0, cap = 0;
-    char **tmps = NULL;
-    int nt = 0;
     struct dirent *e;
     while ((e = readdir(dp))) {
         long long s;
         int used = 0;
         if (sscanf(e->d_name, "step-%lld%n", &s, &used) == 1 && used == (int)strlen(e->d_name)) {
-            if (n == cap) steps = kf_realloc(steps, (size_t)(cap = cap * 2 + 8) * sizeof *steps);
-            steps[n++] = s;
-        } else if (!strncmp(e->d_name, "step-", 5) && strstr(e->d_name, ".tmp")) {
-            tmps = kf_realloc(tmps, (size_t)(nt + 1) * sizeof *tmps);
-            tmps[nt++] = kf_strdup(e->d_name);
+            if (n == cap) *steps = kf_realloc(*steps, (size_t)(cap = cap * 2 + 8) * sizeof **steps);
+            (*steps)[n++] = s;
+        } else if (tmps && !strncmp(e->d_name, "step-", 5) && strstr(e->d_name, ".tmp")) {
+            *tmps = kf_realloc(*tmps, (size_t)(*nt + 1) * sizeof **tmps);
+            (*tmps)[(*nt)++] = kf_strdup(e->d_name);
         }
     }
     closedir(dp);
+    int64_t *st = *steps;
     for (int i = 0; i < n; i++) /* newest first */
         for (int j = i + 1; j < n; j++)
-            if (steps[j] > steps[i]) {
-                int64_t t = steps[i];
-                steps[i] = steps[j];
-                steps[j] = t;
+            if (st[j] > st[i]) {
+                int64_t t = st[i];
+                st[i] = st[j];
+                st[j] = t;
             }
+    return n;
+}
+
+/* Keeps the newest `keep` committed checkpoints; removes the rest and every
+ * leftover *.tmp directory. An old checkpoint is first renamed to a .tmp name
+ * so a crash mid-removal never leaves a partial step-N that looks committed. */
+static void retention(const char *dir, int keep) {
+    int64_t *steps;
+    char **tmps = NULL;
+    int nt = 0;
+    int n = list_steps(dir, &steps, &tmps, &nt);
+    if (n < 0) return;
     char from[4096], to[4096], name[64];
     kf_err err = {{0}};
     for (int i = keep; i < n; i++) {
@@ -134,7 +146,7 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
     }
     strbuf rb = {0};
     strbuf_printf(&rb, "rank: %d\nworld: %d\nrng: {seed: %" PRIu64 ", stream: %" PRIu64 ", counter: %" PRIu64 "}\n",
-              d->rank, d->world, rng->seed, rng->stream, rng->counter);
+                  d->rank, d->world, rng->seed, rng->stream, rng->counter);
     snprintf(name, sizeof name, "rank-%05d.yaml", d->rank);
     join(path, sizeof path, tmp, name);
     write_text(path, &rb);
@@ -144,12 +156,12 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
     if (d->rank == 0) {
         strbuf b = {0};
         strbuf_printf(&b, "format: %s\nversion: %d\nstage: \"%s\"\nkind: \"%s\"\n", CKPT_FORMAT,
-                  CKPT_VERSION, meta->stage, meta->kind);
+                      CKPT_VERSION, meta->stage, meta->kind);
         strbuf_printf(&b, "step: %" PRId64 "\ncursor: %" PRId64 "\nglobal_batch: %" PRId64 "\nworld: %d\n",
-                  meta->step, meta->cursor, meta->global_batch, d->world);
+                      meta->step, meta->cursor, meta->global_batch, d->world);
         strbuf_printf(&b, "config_hash: \"%s\"\nphase: %s\n", meta->config_hash, meta->phase);
         strbuf_printf(&b, "optim: {adam_t: %" PRId64 ", scale: %.17g, good_steps: %" PRId64 ", skipped: %" PRId64 "}\n",
-                  meta->opt.adam_t, meta->opt.scale, meta->opt.good_steps, meta->opt.skipped);
+                      meta->opt.adam_t, meta->opt.scale, meta->opt.good_steps, meta->opt.skipped);
         emit_identity(&b, &meta->id);
         strbuf_printf(&b, "files:\n");
         for (int i = 0; i < N_TENSOR_FILES; i++) file_entry(&b, tmp, tensor_files[i]);
@@ -300,27 +312,13 @@ out:
 }
 
 int ckpt_find(const char *ckpt_dir, char *out, size_t cap, ckpt_meta *meta) {
-    DIR *dp = opendir(ckpt_dir);
-    if (!dp) return 0;
-    int64_t *steps = NULL;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(dp))) {
-        long long s;
-        int used = 0;
-        if (sscanf(e->d_name, "step-%lld%n", &s, &used) == 1 && used == (int)strlen(e->d_name)) {
-            steps = kf_realloc(steps, (size_t)(n + 1) * sizeof *steps);
-            steps[n++] = s;
-        }
-    }
-    closedir(dp);
+    int64_t *steps;
+    int n = list_steps(ckpt_dir, &steps, NULL, NULL);
+    if (n < 0) return 0;
     int found = 0;
-    while (n > 0 && !found) {
-        int best = 0;
-        for (int i = 1; i < n; i++)
-            if (steps[i] > steps[best]) best = i;
+    for (int i = 0; i < n && !found; i++) { /* newest first */
         char name[64], path[4096];
-        step_name(name, sizeof name, steps[best], "");
+        step_name(name, sizeof name, steps[i], "");
         join(path, sizeof path, ckpt_dir, name);
         kf_err err = {{0}};
         if (ckpt_verify(path, meta, &err) == 0) {
@@ -330,7 +328,6 @@ int ckpt_find(const char *ckpt_dir, char *out, size_t cap, ckpt_meta *meta) {
         } else {
             kf_log_warn("skipping checkpoint %s: %s", path, err.msg);
         }
-        steps[best] = steps[--n];
     }
     free(steps);
     return found;
