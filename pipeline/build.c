@@ -59,10 +59,19 @@ typedef struct builder {
     int qlen, qcap, closed;
     int failed;
     kf_err err; /* the first worker error */
-    /* CPU tokens: at most `jobs` threads (the reader included) compute at any
-     * moment, so --jobs N means N cores and --jobs 1 is a sequential build. */
-    int tokens_free;
+    /* CPU slots: at most `jobs` threads (the reader included) compute at any
+     * moment, so --jobs N means N cores and --jobs 1 is a sequential build.
+     * Slot i owns tokenizer toks[i] and a packer, so an encoder's cache stays
+     * with the slot, not with whichever worker thread holds it. There are
+     * twice as many worker threads as slots: a worker waiting for a shard's
+     * sync holds no slot, and another one computes meanwhile. */
+    int jobs;
+    tok **toks;
+    packer **packers;
+    char *slot_busy;
     pthread_cond_t token_freed;
+    int reader_slot;
+    int reader_waiting; /* the reader is the serial part: it gets the next free slot */
     /* every unit, per split, in order */
     unit **units[2];
     int64_t nunits[2], capunits[2];
@@ -76,26 +85,58 @@ typedef struct builder {
     int64_t raw_bytes;
 } builder;
 
-/* ---- CPU tokens ---- */
+/* ---- CPU slots ---- */
 
-static void token_take(builder *b) {
-    pthread_mutex_lock(&b->mu);
-    while (b->tokens_free == 0) pthread_cond_wait(&b->token_freed, &b->mu);
-    b->tokens_free--;
-    pthread_mutex_unlock(&b->mu);
+static int slot_free(const builder *b, int want) {
+    if (want >= 0) return b->slot_busy[want] ? -1 : want;
+    for (int s = 0; s < b->jobs; s++)
+        if (!b->slot_busy[s]) return s;
+    return -1;
 }
 
-static void token_give(builder *b) {
+/* Takes a slot under b->mu; see token_take. */
+static int token_take_locked(builder *b, int want, int reader) {
+    int s;
+    if (reader) b->reader_waiting = 1;
+    while ((!reader && b->reader_waiting) || (s = slot_free(b, want)) < 0)
+        pthread_cond_wait(&b->token_freed, &b->mu);
+    b->slot_busy[s] = 1;
+    if (reader) {
+        b->reader_waiting = 0;
+        pthread_cond_broadcast(&b->token_freed); /* workers may take what is left */
+    }
+    return s;
+}
+
+/* Takes slot `want`, or any free slot when want < 0; returns its index.
+ * reader: take precedence over waiting workers. */
+static int token_take(builder *b, int want, int reader) {
     pthread_mutex_lock(&b->mu);
-    b->tokens_free++;
-    pthread_cond_signal(&b->token_freed);
+    int s = token_take_locked(b, want, reader);
+    pthread_mutex_unlock(&b->mu);
+    return s;
+}
+
+static void token_give(builder *b, int s) {
+    pthread_mutex_lock(&b->mu);
+    b->slot_busy[s] = 0;
+    pthread_cond_broadcast(&b->token_freed); /* a waiter may want this very slot */
     pthread_mutex_unlock(&b->mu);
 }
 
 /* ---- the queue ---- */
 
-static void enqueue(builder *b, unit *u) {
+/* Appends u, waiting while the queue is full. reader_holds_slot: the reader
+ * gives its slot back only for that wait (never blocks holding one) and then
+ * takes one back before any waiting worker. */
+static void enqueue(builder *b, unit *u, int reader_holds_slot) {
     pthread_mutex_lock(&b->mu);
+    if (b->qlen >= b->qcap && reader_holds_slot) {
+        b->slot_busy[b->reader_slot] = 0;
+        pthread_cond_broadcast(&b->token_freed);
+        while (b->qlen >= b->qcap) pthread_cond_wait(&b->has_space, &b->mu);
+        b->reader_slot = token_take_locked(b, -1, 1);
+    }
     while (b->qlen >= b->qcap) pthread_cond_wait(&b->has_space, &b->mu);
     u->next = NULL;
     if (b->tail) b->tail->next = u;
@@ -160,24 +201,30 @@ static void unit_source_hash(const unit *u, char out[65]) {
     sha256_to_hex(d, out);
 }
 
-static int process_unit(builder *b, packer *p, unit *u, kf_err *err) {
+/* The computing part of a unit, run holding slot `slot`: reuses a matching
+ * shard (*wp = NULL) or writes the unit's samples into a new shard *wp, left
+ * for the caller to commit with *stats. */
+static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_meta *stats, kf_err *err) {
     char path[4096];
     shard_path(b, u->split, u->index, path, sizeof path);
-    shard_meta stats;
-    memset(&stats, 0, sizeof stats);
-    unit_source_hash(u, stats.source_sha256);
-    memcpy(stats.config_sha256, b->m.config_sha256, sizeof stats.config_sha256);
+    *wp = NULL;
+    memset(stats, 0, sizeof *stats);
+    unit_source_hash(u, stats->source_sha256);
+    memcpy(stats->config_sha256, b->m.config_sha256, sizeof stats->config_sha256);
     if (!b->force && fs_exists(path)) {
         shard_meta old;
         kf_err verr;
-        if (shard_verify(path, &old, &verr) == 0 && !strcmp(old.source_sha256, stats.source_sha256) &&
-            !strcmp(old.config_sha256, stats.config_sha256)) {
+        if (shard_verify(path, &old, &verr) == 0 && !strcmp(old.source_sha256, stats->source_sha256) &&
+            !strcmp(old.config_sha256, stats->config_sha256)) {
             u->meta = old;
             u->reused = 1;
             __atomic_add_fetch(&b->tokens_done, old.tokens, __ATOMIC_RELAXED);
             return 0;
         }
     }
+    if (!b->toks[slot] && !(b->toks[slot] = tok_load(b->c->tokenizer, b->c->vocab, err))) return -1;
+    if (!b->packers[slot]) b->packers[slot] = packer_new(b->toks[slot], b->c, &b->m.special);
+    packer *p = b->packers[slot];
     shard_meta fmt;
     memset(&fmt, 0, sizeof fmt);
     snprintf(fmt.tokenizer, sizeof fmt.tokenizer, "%s", b->m.tokenizer);
@@ -187,23 +234,31 @@ static int process_unit(builder *b, packer *p, unit *u, kf_err *err) {
     snprintf(fmt.packing, sizeof fmt.packing, "%s", b->m.packing);
     shard_writer *w;
     if (shard_writer_open(path, &fmt, &w, err)) return -1;
-    stats.empty_docs = u->empties;
-    stats.raw_bytes = (int64_t)u->len;
-    packer_begin(p, w, &stats);
+    stats->empty_docs = u->empties;
+    stats->raw_bytes = (int64_t)u->len;
+    packer_begin(p, w, stats);
     for (int64_t i = 0; i < u->ndocs; i++) {
-        int64_t before = stats.tokens;
+        int64_t before = stats->tokens;
         if (packer_add(p, u->text + u->off[i], u->off[i + 1] - u->off[i], err)) {
             shard_writer_abort(w);
             return -1;
         }
-        __atomic_add_fetch(&b->tokens_done, stats.tokens - before, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&b->tokens_done, stats->tokens - before, __ATOMIC_RELAXED);
     }
     packer_end(p);
-    /* The commit is mostly waiting for the disk (sync, rename, fsync of the
-     * directory): let another thread compute meanwhile. */
-    token_give(b);
-    int rc = shard_writer_commit(w, &stats, &u->meta, err);
-    token_take(b);
+    *wp = w;
+    return 0;
+}
+
+/* One unit -> one shard. The commit is mostly waiting for the disk (sync,
+ * rename, fsync of the directory), so it runs without a slot. */
+static int process_unit(builder *b, unit *u, kf_err *err) {
+    shard_writer *w;
+    shard_meta stats;
+    int slot = token_take(b, -1, 0);
+    int rc = pack_unit(b, slot, u, &w, &stats, err);
+    token_give(b, slot);
+    if (!rc && w) rc = shard_writer_commit(w, &stats, &u->meta, err);
     return rc;
 }
 
@@ -218,33 +273,25 @@ static void unit_drop_text(unit *u) {
 typedef struct worker_arg {
     builder *b;
     int index;
-    tok **t; /* this worker's slot in the tokenizer array */
     pthread_t th;
 } worker_arg;
 
-/* Workers start before setup: worker i > 0 loads its tokenizer meanwhile
- * (unless the caller's array has one); worker 0's is the one setup loads.
- * Units only arrive after setup succeeded, so the packer is made then. */
+/* Workers start before setup: worker i in 1..jobs-1 loads slot i's tokenizer
+ * meanwhile (unless the caller's array has one); slot 0's is the one setup
+ * loads. Units only arrive after setup succeeded, so packers are made then. */
 static void *worker(void *arg) {
     worker_arg *a = arg;
     builder *b = a->b;
     kf_err err;
     int failed = 0;
-    if (a->index > 0 && !*a->t) {
-        token_take(b);
-        *a->t = tok_load(b->c->tokenizer, b->c->vocab, &err);
-        token_give(b);
-        failed = !*a->t;
+    if (a->index > 0 && a->index < b->jobs) {
+        int s = token_take(b, a->index, 0);
+        if (!b->toks[s]) failed = !(b->toks[s] = tok_load(b->c->tokenizer, b->c->vocab, &err));
+        token_give(b, s);
     }
-    packer *p = NULL;
     unit *u = NULL;
     while (!failed && (u = dequeue(b)) != NULL) {
-        if (!worker_failed(b)) {
-            if (!p) p = packer_new(*a->t, b->c, &b->m.special);
-            token_take(b);
-            failed = process_unit(b, p, u, &err) != 0;
-            token_give(b);
-        }
+        if (!worker_failed(b)) failed = process_unit(b, u, &err) != 0;
         unit_drop_text(u);
     }
     if (failed) {
@@ -255,7 +302,6 @@ static void *worker(void *arg) {
         /* Keep draining so the reader never blocks on a full queue. */
         while ((u = dequeue(b)) != NULL) unit_drop_text(u);
     }
-    packer_free(p);
     return NULL;
 }
 
@@ -295,9 +341,7 @@ static int add_doc(builder *b, int split, const char *text, size_t len, int64_t 
     u->off[++u->ndocs] = u->len;
     if (u->ndocs == b->c->docs_per_shard) {
         b->cur[split] = NULL;
-        token_give(b); /* never block on the queue holding a token */
-        enqueue(b, u);
-        token_take(b);
+        enqueue(b, u, 1);
         if (worker_failed(b)) return kf_err_set(err, "a worker failed");
     }
     return 0;
@@ -458,7 +502,7 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Loads the tokenizer into *tp if needed (worker 0's) and fills the
+/* Loads the tokenizer into *tp if needed (slot 0's) and fills the
  * manifest's format fields and config hash. */
 static int setup(builder *b, const build_config *c, tok **tp, kf_err *err) {
     if (!*tp) *tp = tok_load(c->tokenizer, c->vocab, err);
@@ -487,14 +531,17 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     pthread_cond_init(&b->has_item, NULL);
     pthread_cond_init(&b->has_space, NULL);
     pthread_cond_init(&b->token_freed, NULL);
-    b->tokens_free = jobs;
-    worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
+    b->jobs = jobs;
+    b->slot_busy = kf_calloc((size_t)jobs, 1);
+    b->packers = kf_calloc((size_t)jobs, sizeof *b->packers);
+    int nworkers = 2 * jobs;
+    worker_arg *ws = kf_calloc((size_t)nworkers, sizeof *ws);
     tok **own = toks ? NULL : kf_calloc((size_t)jobs, sizeof *own);
     if (own) toks = own;
-    for (int i = 0; i < jobs; i++) ws[i].t = &toks[i];
+    b->toks = toks;
     int started = 0, rc = -1, lock_fd = -1, reading = 0;
     char label[160];
-    for (; started < jobs; started++) {
+    for (; started < nworkers; started++) {
         ws[started].b = b;
         ws[started].index = started;
         if (pthread_create(&ws[started].th, NULL, worker, &ws[started])) {
@@ -502,9 +549,9 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             break;
         }
     }
-    token_take(b);
-    int rrc = started == jobs ? setup(b, c, &toks[0], err) : -1;
-    token_give(b);
+    token_take(b, 0, 1);
+    int rrc = started == nworkers ? setup(b, c, &toks[0], err) : -1;
+    token_give(b, 0);
     if (!rrc && ((lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err))) rrc = -1;
     if (!rrc) {
         reading = 1;
@@ -515,17 +562,17 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
         doc_sink sink = {sink_doc, sink_empty, sink_progress, b};
         snprintf(label, sizeof label, "shards %s", c->name);
         progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
-        token_take(b); /* the reader computes too */
+        b->reader_slot = token_take(b, -1, 1); /* the reader computes too */
         rrc = docs_read(&c->inputs, &sink, err);
         if (!rrc && c->valid_last > 0) rrc = flush_fifo(b, err);
-        token_give(b);
+        token_give(b, b->reader_slot);
         if (!rrc && c->valid_inputs.n) {
             for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
-                if (b->cur[s]) enqueue(b, b->cur[s]), b->cur[s] = NULL;
+                if (b->cur[s]) enqueue(b, b->cur[s], 0), b->cur[s] = NULL;
             b->phase = 1;
-            token_take(b);
+            b->reader_slot = token_take(b, -1, 1);
             rrc = docs_read(&c->valid_inputs, &sink, err);
-            token_give(b);
+            token_give(b, b->reader_slot);
         }
     }
     for (int s = 0; s < 2; s++) {
@@ -533,7 +580,7 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             if (rrc) { /* never handed to a worker */
                 unit_drop_text(b->cur[s]);
             } else {
-                enqueue(b, b->cur[s]);
+                enqueue(b, b->cur[s], 0);
             }
             b->cur[s] = NULL;
         }
@@ -581,6 +628,9 @@ out:
     pthread_cond_destroy(&b->has_item);
     pthread_cond_destroy(&b->has_space);
     pthread_cond_destroy(&b->token_freed);
+    for (int i = 0; i < jobs; i++) packer_free(b->packers[i]);
+    free(b->packers);
+    free(b->slot_busy);
     for (int i = 0; own && i < jobs; i++) tok_free(own[i]);
     free(own);
     if (lock_fd >= 0) close(lock_fd);

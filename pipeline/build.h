@@ -2,11 +2,13 @@
  * pack in parallel, write shards, then the manifest.
  *
  * Work split: the calling thread reads documents (doc_reader.h) and cuts them
- * into shard units of docs_per_shard documents (build_config.h); `jobs` worker
- * threads each take a whole unit and turn it into one shard. A shard is a pure
- * function of its unit's documents and the config, so the output does not
- * depend on `jobs` or on scheduling, and the manifest (written last) is byte
- * identical across runs.
+ * into shard units of docs_per_shard documents (build_config.h); worker
+ * threads each take a whole unit and turn it into one shard. At most `jobs`
+ * threads (the reader included, which goes first) compute at once; a worker
+ * syncing its shard to disk does not count, so 2 * jobs workers exist to keep
+ * the cores busy meanwhile. A shard is a pure function of its unit's
+ * documents and the config, so the output does not depend on `jobs` or on
+ * scheduling, and the manifest (written last) is byte identical across runs.
  *
  * Resume: at start the old manifest and stale temp files are removed. A unit
  * whose shard file already exists is kept when the file verifies (every
