@@ -220,9 +220,6 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
 
 /* ---------------------------------------------------------------- student */
 
-static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B,
-                              int64_t n, const int32_t *valid_len, const uint64_t *keys);
-
 static void grow(sup_ctx *s, size_t n) {
     if (n <= s->cap) return;
     s->ids = kf_realloc(s->ids, n * sizeof(int32_t));
@@ -235,17 +232,6 @@ static void grow(sup_ctx *s, size_t n) {
     s->z2 = kf_realloc(s->z2, n * sizeof(double));
     s->lo = kf_realloc(s->lo, 2 * n * sizeof(double));
     s->cap = n;
-}
-
-void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,
-               const int32_t *valid_len, const uint64_t *keys) {
-    /* Teacher passes run batch-invariant: a sample's targets must not depend on
-     * the batch it is in, or the student sees contradictory supervision. */
-    kf_backend *tbe = s->teacher ? s->teacher->be : NULL;
-    int saved_invariant = tbe ? tbe->batch_invariant : 0;
-    if (tbe) tbe->batch_invariant = 1;
-    sup_build_targets(s, out, tokens, B, n, valid_len, keys);
-    if (tbe) tbe->batch_invariant = saved_invariant;
 }
 
 static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B,
@@ -367,4 +353,15 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
                             .z = c->kind == SUP_AR ? NULL : s->z1, .tau = s->tau};
     out->targets = s->targets;
     out->n_ctx = np;
+}
+
+void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,
+               const int32_t *valid_len, const uint64_t *keys) {
+    /* Teacher passes run batch-invariant: a sample's targets must not depend on
+     * the batch it is in, or the student sees contradictory supervision. */
+    kf_backend *tbe = s->teacher ? s->teacher->be : NULL;
+    int saved_invariant = tbe ? tbe->batch_invariant : 0;
+    if (tbe) tbe->batch_invariant = 1;
+    sup_build_targets(s, out, tokens, B, n, valid_len, keys);
+    if (tbe) tbe->batch_invariant = saved_invariant;
 }
