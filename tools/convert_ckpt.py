@@ -11,8 +11,10 @@ config in the safetensors metadata ("kf.hidden", "kf.heads", "kf.blocks",
   python3 tools/convert_ckpt.py pflm_owt_k4.ckpt pflm_owt_k4.safetensors
   kf import pflm_owt_k4.safetensors --run-dir RUN --stage k4
 
-Weights: the EMA weights when the checkpoint has them (the ones the papers
-evaluate), else the raw state_dict (--no-ema forces the raw weights). MDLM
+Weights: the EMA weights when the checkpoint has them (the ones MDLM's
+evaluation uses), else the raw state_dict (--no-ema forces the raw weights;
+K-Forcing's released loader, utils/checkpoint.py, reads the state_dict only,
+so --no-ema reproduces its sampler when a checkpoint carries an EMA). MDLM
 keeps its EMA outside the state_dict, as ExponentialMovingAverage.state_dict()
 under checkpoint["ema"]: {"decay", "num_updates", "shadow_params": [...]},
 shadow_params in the order of the LightningModule's parameters() — the
@@ -21,11 +23,14 @@ mapped onto the backbone's parameters in state_dict order with buffers (RoPE's
 inv_freq) left out, and every shape is checked. A dict {name: tensor} under
 "ema" is accepted too.
 
-Config: hidden, vocab and blocks come from the tensor shapes; heads, seq_len
-and k_train from the checkpoint's hyper_parameters (config.model.n_heads,
-config.model.length, k) when present, else the command line, else the
-defaults: heads = hidden / 64 (the reference head dim), seq_len 1024 for a
-GPT-2 vocabulary and 128 otherwise, k_train from a "_k<N>" in the file name.
+Config: hidden, vocab and blocks come from the tensor shapes; heads from the
+RoPE buffer rotary_emb.inv_freq (head dim = 2 * its length), as the released
+loader (K-Forcing utils/checkpoint.py) infers it; seq_len and k_train from the
+checkpoint's hyper_parameters (config.model.length, k) when present. The
+command line overrides all of these (a --heads that contradicts inv_freq is
+warned about); without either: heads = hidden / 64 (the reference head dim),
+seq_len 1024 for a GPT-2 vocabulary and 128 otherwise, k_train from a "_k<N>"
+in the file name.
 mask_id: the reference appends a mask token to GPT-2 (V = 50258, mask 50257);
 bert-base-uncased has [MASK] = 103; --mask-id overrides (-1: none).
 
@@ -33,9 +38,11 @@ bert-base-uncased has [MASK] = 103; --mask-id overrides (-1: none).
 converted weights over a fixed input and writes its logits, so that
 `kf import CKPT --probe P` checks our C implementation reproduces them.
 
-Loading the pickle needs torch. Checkpoints that pickled classes from packages
-not installed here (omegaconf configs in hyper_parameters) load through a
-permissive unpickler that turns unknown classes into plain placeholders.
+Loading the pickle needs torch (scripts/setup.sh installs Debian's
+python3-torch: run this with /usr/bin/python3 where another python3 comes first
+on PATH). Checkpoints that pickled classes from packages not installed here
+(omegaconf configs in hyper_parameters) load through a permissive unpickler
+that turns unknown classes into plain placeholders.
 """
 import argparse
 import os
@@ -193,7 +200,12 @@ def main(argv=None):
     pflm = any(k.startswith("noise_encoder.") for k in state)
     hp = ck.get("hyper_parameters") if isinstance(ck, dict) else None
     model_hp = _get(hp, "config", "model")
-    heads = a.heads or _get(model_hp, "n_heads") or H // 64
+    inv_freq = state.get("rotary_emb.inv_freq")
+    rope_heads = H // (2 * inv_freq.numel()) if inv_freq is not None and inv_freq.numel() else None
+    heads = a.heads or rope_heads or _get(model_hp, "n_heads") or H // 64
+    if rope_heads and heads != rope_heads:
+        print(f"convert_ckpt: warning: --heads {heads} contradicts rotary_emb.inv_freq "
+              f"(head dim {2 * inv_freq.numel()}, {rope_heads} heads)", file=sys.stderr)
     seq_len = a.seq_len or _get(model_hp, "length") or _get(hp, "config", "model", "length") or \
         (1024 if V >= 50257 else 128)
     k_train = 1
@@ -205,6 +217,10 @@ def main(argv=None):
     mask_id = a.mask_id if a.mask_id is not None else 50257 if V == 50258 else 103 if V == 30522 else -1
     if H % heads or (H // heads) % 2:
         sys.exit(f"convert_ckpt: hidden {H} does not split into {heads} heads of even size")
+    if rope_heads:  # kf computes RoPE with base 10000 and does not store inv_freq
+        want = ref_model.Rotary(H // rope_heads).inv_freq
+        if not torch.allclose(inv_freq.double(), want.double(), rtol=1e-6, atol=0):
+            sys.exit("convert_ckpt: rotary_emb.inv_freq is not RoPE's with base 10000")
 
     names = expected_names(H, blocks, pflm)
     missing = [n for n in names if n not in state]

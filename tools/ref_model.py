@@ -1,10 +1,13 @@
 """tools/ref_model.py — the reference model in PyTorch, for checking conversions.
 
 An independent PyTorch implementation of the models kforcing trains
-(ARCHITECTURE.md "Reference model"; MDLM's causal DDiT as in
-kuleshov-group/mdlm models/autoregressive.py, plus the K-Forcing noise
-encoder), with the released checkpoints' parameter names (state_dict keys
-without the Lightning "backbone." prefix):
+(ARCHITECTURE.md "Reference model"; the released inference code,
+alibaba-damo-academy/K-Forcing models/transformer.py, autoregressive.py (AR:
+MDLM's causal DDiT) and pflm.py (MTP: the same blocks plus the
+PointwiseNoiseEncoder)), with the released checkpoints' parameter names
+(state_dict keys without the Lightning "backbone." prefix), registered in the
+released modules' order (PFLM: noise_encoder before output_layer, as MTP
+re-registers them), so parameters() orders an EMA's shadow_params alike:
 
   vocab_embed.embedding [V, H]; blocks.N.{norm1.weight, attn_qkv.weight,
   attn_out.weight, norm2.weight, mlp.0.weight/bias, mlp.2.weight/bias};
@@ -14,8 +17,12 @@ without the Lightning "backbone." prefix):
 
 LayerNorms without bias (eps 1e-5, fp32 or wider), RoPE rotate-half over the
 whole head dim (base 10000, v untouched), tanh GELU in the blocks, erf GELU in
-the noise encoder, the mask token's logit forced to -1000. Noise features in
-float64: f_i = 2*pi*10000^(-i/half), [cos(z f), sin(z f), cos(tau f), sin(tau f)].
+the noise encoder, the mask token's logit forced to -1000. Everything else runs
+in the caller's dtype (float64 for probes), but two tables are computed as the
+released code computes them, in float32: the RoPE angles (pos * inv_freq, both
+float32, then cos/sin in float32) and the noise frequencies
+10000^(-i/half) (float32, then the features in float64:
+args = x * freq * 2*pi, [cos(z args), sin(z args), cos(tau args), sin(tau args)]).
 
 Row layouts (kforcing trainer/layout.h) are rebuilt here from their
 definitions, not from kforcing's code: `ar` (causal over L tokens) and
@@ -23,7 +30,7 @@ definitions, not from kforcing's code: `ar` (causal over L tokens) and
 j of group t sits at RoPE position t+1+j and sees context 0..t and its own
 group's earlier rows).
 
-Used by tests/scripts/test_cuda_convert.sh (random model -> Lightning-style
+Used by tests/scripts/test_convert.sh (random model -> Lightning-style
 checkpoint -> tools/convert_ckpt.py -> `kf import --probe`) and by
 tools/convert_ckpt.py --probe. Needs torch (and nothing else).
 """
@@ -52,13 +59,11 @@ class LayerNorm(nn.Module):
 class Rotary(nn.Module):
     def __init__(self, dim, base=10_000):
         super().__init__()
-        self.dim, self.base = dim, base
-        # kept for the checkpoints' key set; angles are computed in float64 below
         self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)))
 
     def cos_sin(self, pos, dtype):
-        inv = 1.0 / (self.base ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim))
-        freqs = pos.to(torch.float64)[:, None] * inv[None, :]
+        # float32 as released, even after .double() (the buffer's values are float32's)
+        freqs = pos.float()[:, None] * self.inv_freq.float()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -103,9 +108,8 @@ class NoiseEncoder(nn.Module):
 
     def features(self, v):
         half = self.dim // 2
-        f = 2 * math.pi * torch.pow(torch.tensor(10000.0, dtype=torch.float64),
-                                    -torch.arange(half, dtype=torch.float64) / half)
-        a = v.to(torch.float64)[..., None] * f
+        freqs = torch.pow(10000, -torch.arange(half).div(half))  # float32, as released
+        a = v.to(torch.float64)[..., None] * freqs * 2.0 * math.pi
         return torch.cat([a.cos(), a.sin()], dim=-1)
 
     def forward(self, z, tau):
@@ -137,9 +141,9 @@ class DDiT(nn.Module):
         nn.init.kaiming_uniform_(self.vocab_embed.embedding, a=math.sqrt(5))
         self.rotary_emb = Rotary(hidden // heads)
         self.blocks = nn.ModuleList([Block(hidden, heads) for _ in range(blocks)])
-        self.output_layer = OutputLayer(hidden, vocab)
         if pflm:
             self.noise_encoder = NoiseEncoder(hidden)
+        self.output_layer = OutputLayer(hidden, vocab)
 
     def forward(self, ids, pos, allowed, noise=None, z=None, tau=None):
         """ids [B, L]; pos [L] RoPE positions; allowed [L, L] bool (query, key);

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Released-checkpoint conversion (issue 8 item 4), on the GPU machine (PyTorch
-# is installed there; `make test-cuda` runs it): randomly initialised PyTorch
+# Released-checkpoint conversion (issue 8 item 4): randomly initialised PyTorch
 # models with the reference key names and architecture (tools/ref_model.py),
 # written as PyTorch Lightning-style checkpoints (state_dict with "backbone."
 # keys, MDLM-style EMA shadow_params), converted by tools/convert_ckpt.py, then
@@ -10,10 +9,12 @@
 # converter. Checks that must fail: the raw (non-EMA) weights against the EMA
 # probe; a wrong head count. Then `kf import` registers a converted checkpoint
 # as a stage's final weights.
+# PyTorch (CPU) is Debian's python3-torch (scripts/setup.sh), importable by
+# /usr/bin/python3; PYTHON overrides. A Python without torch is a failure.
 set -u
 cd "$(dirname "$0")/../.."
 KF=${KF_BIN:-bin/kf}
-PY=${PYTHON:-python3}
+PY=${PYTHON:-/usr/bin/python3}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 pass=0 fail=0
@@ -70,14 +71,22 @@ for kind in ar pflm; do
   "$KF" import "$T/$kind.safetensors" --probe "$T/${kind}_self.safetensors" >"$T/out" 2>&1; rc=$?
   check "[ $rc -eq 0 ]" "$kind: kf logits vs the converter's own probe (rc $rc): $(cat "$T/out")"
   # must fail: raw weights against the EMA model's logits
-  "$PY" tools/convert_ckpt.py "$src" "$T/${kind}_raw.safetensors" --heads 2 --seq-len 64 --mask-id 96 --no-ema >/dev/null 2>&1
+  "$PY" tools/convert_ckpt.py "$src" "$T/${kind}_raw.safetensors" --heads 2 --seq-len 64 --mask-id 96 --no-ema >"$T/conv" 2>&1; rc=$?
+  check "[ $rc -eq 0 ]" "$kind: --no-ema conversion (rc $rc): $(cat "$T/conv")"
   "$KF" import "$T/${kind}_raw.safetensors" --probe "$T/${kind}_probe.safetensors" >"$T/out" 2>&1; rc=$?
+  cat "$T/out"
   check "[ $rc -eq 1 ] && grep -q 'differ from the reference' '$T/out'" "$kind: raw weights pass the EMA probe (rc $rc)"
 done
-# must fail: a wrong head count changes the attention
-"$PY" tools/convert_ckpt.py "$T/ar_toy.ckpt" "$T/ar_h1.safetensors" --heads 1 --seq-len 64 --mask-id 96 >/dev/null 2>&1
+# must fail: a wrong head count changes the attention (the converter warns that
+# --heads contradicts rotary_emb.inv_freq, and writes what it was told)
+"$PY" tools/convert_ckpt.py "$T/ar_toy.ckpt" "$T/ar_h1.safetensors" --heads 1 --seq-len 64 --mask-id 96 >"$T/conv" 2>&1; rc=$?
+check "[ $rc -eq 0 ] && grep -q 'contradicts rotary_emb.inv_freq' '$T/conv'" "--heads 1 conversion (rc $rc): $(cat "$T/conv")"
 "$KF" import "$T/ar_h1.safetensors" --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc=$?
-check "[ $rc -eq 1 ]" "a wrong head count passes the probe (rc $rc)"
+check "[ $rc -eq 1 ] && grep -q 'differ from the reference' '$T/out'" "a wrong head count passes the probe (rc $rc): $(cat "$T/out")"
+# without --heads the head count comes from rotary_emb.inv_freq (head dim 32 -> 2 heads)
+"$PY" tools/convert_ckpt.py "$T/ar_toy.ckpt" "$T/ar_auto.safetensors" --seq-len 64 --mask-id 96 >"$T/conv" 2>&1; rc=$?
+"$KF" import "$T/ar_auto.safetensors" --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc2=$?
+check "[ $rc -eq 0 ] && grep -q 'heads=2 ' '$T/conv' && [ $rc2 -eq 0 ]" "heads from inv_freq (rc $rc, $rc2): $(cat "$T/conv" "$T/out")"
 # a PFLM probe does not fit an AR checkpoint
 "$KF" import "$T/ar.safetensors" --probe "$T/pflm_probe.safetensors" >"$T/out" 2>&1; rc=$?
 check "[ $rc -eq 1 ] && grep -q 'does not fit' '$T/out'" "PFLM probe on AR checkpoint (rc $rc): $(cat "$T/out")"
