@@ -608,7 +608,9 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
     return sum;
 }
 
-void model_backward(model *m, model_ws *ws) {
+void model_backward(model *m, model_ws *ws) { model_backward_notify(m, ws, NULL, NULL); }
+
+void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, void *ctx) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     const model_config *c = &m->cfg;
@@ -628,6 +630,9 @@ void model_backward(model *m, model_ws *ws) {
         be->layernorm_bwd(be, dxf, m->grads + o->norm, NULL, dln, ws->xf.p, m->params + o->norm,
                           ws->hact[h].mean.p, ws->hact[h].rstd.p, O, H);
     }
+    /* the heads' tensors are contiguous, after the last block's */
+    int64_t heads_end = p->head[m->n_heads_out - 1].b + V;
+    if (ready) ready(ctx, p->head[0].norm, heads_end - p->head[0].norm);
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
     float *dqkv = dbuf_ensure(be, &ws->dqkv, (size_t)(R * 3 * H) * f);
     float *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * f);
@@ -650,14 +655,18 @@ void model_backward(model *m, model_ws *ws) {
         linear_bwd(m, dln, 0.0f, dqkv, a->ln1.p, o->qkv, -1, R, H, 3 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm1, NULL, dln, ws->xs[l].p,
                           m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);
+        if (ready) ready(ctx, o->norm1, o->fc2_b + H - o->norm1);
     }
     if (ws->n_tok)
         be->embed_bwd(be, m->grads + p->embed, dx, ws->tok_ids_d.p, ws->tok_rows_d.p, ws->n_tok, H,
                       V);
+    if (ready) ready(ctx, p->embed, V * H);
     if (ws->n_noise) {
         float *dn = dbuf_ensure(be, &ws->dxf, (size_t)(ws->n_noise * H) * f);
         be->gather_rows(be, dn, dx, ws->noise_rows_d.p, ws->n_noise, H);
         noise_encoder_bwd(m, &ws->nact, ws->n_noise, dn);
     }
+    /* reported whether or not this batch had noise rows: ranks must agree */
+    if (ready && m->n_params > heads_end) ready(ctx, heads_end, m->n_params - heads_end);
     ws->have_dlogits = 0;
 }

@@ -40,6 +40,7 @@
  *   model_forward(m, ws, &in, MODEL_TRAIN, NULL);
  *   double sum = model_loss(m, ws, targets, norm, loss_scale, &count);
  *   model_backward(m, ws);          // grads += d(loss_scale * sum / norm)
+ *   (model_backward_notify: the same, reporting when each part of grads is final)
  */
 #ifndef KF_TRAINER_MODEL_H
 #define KF_TRAINER_MODEL_H
@@ -175,6 +176,19 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
 
 /** Backpropagates the dlogits left by model_loss; grads += . */
 void model_backward(model *m, model_ws *ws);
+
+/** Told that grads[off, off + count) is final: every op of this backward
+ *  that writes it has been issued on m->be (done on the CPU; queued on the
+ *  backend's stream on a GPU). */
+typedef void (*model_grads_ready_fn)(void *ctx, int64_t off, int64_t count);
+
+/** model_backward, calling ready as parts of grads become final, in the
+ *  order the backward finishes them: the output head(s), blocks N-1 .. 0,
+ *  vocab_embed, then the noise encoder (PFLM). The ranges cover grads
+ *  exactly once and do not depend on the batch, so every data-parallel rank
+ *  reports the same sequence (dist_grads_ready overlaps the all-reduce with
+ *  the rest of the backward). */
+void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, void *ctx);
 
 /* ---- KV-cached decoding (decode.h drives it) ---- */
 
