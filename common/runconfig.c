@@ -302,6 +302,7 @@ static int parse_resources(runconfig *rc, cfg_node *root, kf_err *err) {
     runconfig_resources *r = &rc->res;
     r->ranks = 1, r->nodes = 1, r->gpus_per_node = 0, r->signal_lead = 120;
     r->collective_timeout = 120;
+    r->bucket_mb = 25; /* PyTorch DDP's default */
     const char *tl, *backend, *part;
     cfg_node *n = cfg_find(root, "resources");
     if (n && n->kind != CFG_MAP) return cfg_err_at(n, err, "expected a mapping");
@@ -314,6 +315,7 @@ static int parse_resources(runconfig *rc, cfg_node *root, kf_err *err) {
         opt_int_min(n, RK("gpus_per_node"), &r->gpus_per_node, 0, err) ||
         opt_int_min(n, RK("signal_lead"), &r->signal_lead, 0, err) ||
         opt_int_min(n, RK("collective_timeout"), &r->collective_timeout, 1, err) ||
+        opt_dbl_range(n, RK("bucket_mb"), &r->bucket_mb, 0, 0, 1e6, err) ||
         cfg_opt_str(n, RK("time_limit"), "01:00:00", &tl, err) ||
         cfg_opt_str(n, RK("backend"), "auto", &backend, err) ||
         cfg_opt_str(n, RK("partition"), "", &part, err))

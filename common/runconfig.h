@@ -28,7 +28,8 @@
  *     - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 400}
  *     - {name: imp, kind: import, path: ckpt.safetensors}
  *   resources: {ranks: 1, nodes: 1, gpus_per_node: 0, time_limit: "00:30:00",
- *               backend: cpu, partition: "", signal_lead: 120, collective_timeout: 120}
+ *               backend: cpu, partition: "", signal_lead: 120, collective_timeout: 120,
+ *               bucket_mb: 25}
  *
  * A stage may carry any `defaults:` key to override it for that stage only
  * (e.g. `{name: ar, kind: ar, steps: 600, lr: 3.0e-4}`); runconfig_stage.opt
@@ -131,6 +132,8 @@ typedef struct runconfig_resources {
     char *partition;           /* Slurm partition, "" = default */
     int64_t signal_lead;       /* seconds before the limit Slurm sends USR1 */
     int64_t collective_timeout;/* seconds a collective may block before the job dies */
+    double bucket_mb;          /* gradient all-reduce bucket (MiB) overlapped with the
+                                  backward; 0: one all-reduce after it */
 } runconfig_resources;
 
 typedef struct runconfig {

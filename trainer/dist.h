@@ -54,9 +54,52 @@ const char *dist_build_info(void);
 /** Sets up NCCL for the CUDA backend b (after dist_init; no-op for CPU). */
 int dist_attach_backend(dist *d, kf_backend *b, kf_err *err);
 
-/** Sums buf (n floats in b's memory) over all ranks, in place, in the fixed
- * order described above. No-op when world == 1. */
-void dist_allreduce_grads(dist *d, kf_backend *b, float *buf, int64_t n);
+/* ---- gradient all-reduce, overlapped with the backward ----
+ *
+ * Sums buf (n floats in b's memory) over all ranks, in place, in the fixed
+ * order described above, while the backward is still running:
+ *
+ *   dist_grads_begin(d, b, grads, n, bucket);
+ *   model_backward_notify(m, ws, ready, ctx);  // ready -> dist_grads_ready
+ *   dist_grads_wait(d);                        // before clipping / the optimizer
+ *
+ * Buckets: dist_grads_ready reports a range that is final; adjacent ranges
+ * merge into a pending bucket, which is launched once it reaches `bucket`
+ * floats, or when a range arrives that is not adjacent to it (then a new one
+ * starts), or at dist_grads_wait. Buckets are thus contiguous, launched in
+ * the order the backward finishes them, and the same on every rank (the
+ * ranges reported must be: model_backward_notify's are). With bucket >= n
+ * and ranges that grow one contiguous run (model_backward_notify's do), the
+ * whole buffer is one all-reduce launched at the last range (no overlap).
+ *
+ * CPU backend: a communication thread runs the rank-order chain of each
+ * bucket in launch order (MPI_THREAD_SERIALIZED: the main thread makes no
+ * MPI call until dist_grads_wait; the other dist_* collectives die when
+ * called in between). Every element is still ((g0 + g1) + g2) + ..., so the
+ * result is bitwise that of one chain over the whole buffer, whatever the
+ * buckets. If MPI does not provide SERIALIZED, the buckets are reduced in
+ * dist_grads_wait (same result, no overlap). CUDA backend: each bucket is an
+ * ncclAllReduce on a separate stream that first waits for an event recorded
+ * on the backend's stream; dist_grads_wait makes the backend's stream wait
+ * for the NCCL stream and blocks the host until it is done (so the watchdog
+ * covers it). The watchdog's deadline brackets every bucket.
+ *
+ * All three are no-ops when world == 1. */
+
+/** Starts an all-reduce of buf (n floats in b's memory) in buckets of about
+ *  bucket_floats (> 0); nothing is launched until ranges are ready. */
+void dist_grads_begin(dist *d, kf_backend *b, float *buf, int64_t n, int64_t bucket_floats);
+
+/** buf[off, off + count) is final (on a GPU: its writes are queued on b's
+ *  stream): launches every bucket this completes. */
+void dist_grads_ready(dist *d, int64_t off, int64_t count);
+
+/** Launches what is pending, waits until every bucket is reduced, and
+ *  returns the seconds the all-reduce was exposed: the host's time blocked
+ *  here on the CPU; on a GPU the time from the end of the backward's ops to
+ *  the end of the last bucket on the device (0 when fully overlapped). Every
+ *  float of buf must have been reported ready exactly once. */
+double dist_grads_wait(dist *d);
 
 /** Sums n doubles (host) over ranks in rank order; every rank gets the result. */
 void dist_allreduce_sum_f64(dist *d, double *x, int n);

@@ -67,6 +67,7 @@ typedef struct trainer {
     float *ema, *adam_m, *adam_v, *acc;
     loader *ld, *vld;
     int64_t accum, micro, seq_len;
+    int64_t bucket;           /* all-reduce bucket (floats), see dist_grads_begin */
     int pad;                  /* `pad` data: pass valid lengths */
     model *teacher;
     mb_store *mbs;            /* [accum] prepared micro-batches of the current step */
@@ -203,6 +204,15 @@ static void evaluate_both(trainer *t, double *val, double *val_ema) {
     t->be->copy(t->be, t->m->params, t->acc, bytes);
 }
 
+/* The last micro-batch's backward reports a final range of m->grads: add it
+ * to the accumulator (acc += g, as the earlier micro-batches) and let the
+ * all-reduce of its bucket start. */
+static void grads_ready(void *ctx, int64_t off, int64_t count) {
+    trainer *t = ctx;
+    if (t->accum > 1) t->be->add_inplace(t->be, t->acc + off, t->m->grads + off, count);
+    dist_grads_ready(t->d, off, count);
+}
+
 /* One optimizer step (train.h describes the sequence), then its log record. */
 static void train_step(trainer *t) {
     kf_backend *be = t->be;
@@ -224,6 +234,7 @@ static void train_step(trainer *t) {
     double norm = count > 0 ? count : 1.0;
     float scale = (float)optim_loss_scale(&t->os, t->o, t->step);
     size_t gbytes = (size_t)m->n_params * sizeof(float);
+    float *g = t->accum > 1 ? t->acc : m->grads;
     for (int64_t a = 0; a < t->accum; a++) {
         mb_store *sb = &t->mbs[a];
         model_input in = stored_input(t, sb);
@@ -231,15 +242,19 @@ static void train_step(trainer *t) {
         model_forward(m, t->ws, &in, MODEL_TRAIN, NULL);
         int64_t c;
         loss += model_loss(m, t->ws, sb->targets, norm, scale, &c, NULL);
-        model_backward(m, t->ws);
-        /* micro-batch gradients are summed in order: acc = g0, acc += g1, ... */
-        if (t->accum > 1) {
+        /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
+         * the last one's parts are added (grads_ready) and all-reduced as the
+         * backward finishes them */
+        if (a == t->accum - 1) {
+            dist_grads_begin(t->d, be, g, m->n_params, t->bucket);
+            model_backward_notify(m, t->ws, grads_ready, t);
+        } else {
+            model_backward(m, t->ws);
             if (a == 0) be->copy(be, t->acc, m->grads, gbytes);
             else be->add_inplace(be, t->acc, m->grads, m->n_params);
         }
     }
-    float *g = t->accum > 1 ? t->acc : m->grads;
-    dist_allreduce_grads(t->d, be, g, m->n_params);
+    double exposed = dist_grads_wait(t->d);
     dist_allreduce_sum_f64(t->d, &loss, 1);
     optim_result r = optim_step(be, t->o, &t->os, t->step, m->params, g, t->adam_m, t->adam_v,
                                 t->ema, m->n_params);
@@ -262,6 +277,7 @@ static void train_step(trainer *t) {
     kf_rec_int(&rec, "tokens", (int64_t)tokens);
     kf_rec_double(&rec, "tokens_per_s", t->last_tps);
     kf_rec_double(&rec, "ms_step", dt * 1e3);
+    kf_rec_double(&rec, "ms_grad_wait", exposed * 1e3);
     kf_rec_double(&rec, "time", now_s() - t->t0);
     kf_err err = {{0}};
     if (kf_jsonl_append(t->log, &rec, &err)) kf_log_warn("log: %s", err.msg);
@@ -408,6 +424,9 @@ static int setup_training(trainer *t, kf_err *err) {
     vo.depth = 1;
     if (loader_open(&vo, &t->vld, err)) return -1;
     t->accum = loader_accum(t->ld);
+    /* bucket_mb 0: one bucket larger than any model, launched after the backward */
+    double bucket = t->rc->res.bucket_mb * (1 << 20) / sizeof(float);
+    t->bucket = t->rc->res.bucket_mb == 0 ? INT64_MAX : bucket >= 1 ? (int64_t)bucket : 1;
     const shard_set *ss = loader_shards(t->ld);
     t->seq_len = shard_set_seq_len(ss);
     const runconfig_model *rm = &t->rc->model;

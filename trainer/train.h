@@ -6,8 +6,9 @@
  *   final/       the finished stage's EMA weights + final.yaml + DONE
  *   log.jsonl    one record per optimizer step from rank 0: step, loss, lr,
  *                grad_norm, loss_scale, skipped (this step), skipped_total,
- *                phase, tokens, tokens_per_s, ms_step, time (s since start);
- *                evaluations add val_loss and val_loss_ema
+ *                phase, tokens, tokens_per_s, ms_step, ms_grad_wait (the
+ *                gradient all-reduce's exposed time, dist_grads_wait), time
+ *                (s since start); evaluations add val_loss and val_loss_ema
  *   status       YAML, replaced atomically: state (running | preempted |
  *                failed | done), step, steps, checkpoint (latest step-N or
  *                ""), tokens_per_s, updated (unix time)
@@ -24,7 +25,10 @@
  *      backward into zeroed gradients, added to the rank's accumulator in
  *      micro-batch order;
  *   4. the accumulators are summed over ranks in rank order (dist.h), so
- *      np=W with accum=1 equals np=1 with accum=W bit for bit;
+ *      np=W with accum=1 equals np=1 with accum=W bit for bit; the sum runs
+ *      in buckets of resources.bucket_mb during the last micro-batch's
+ *      backward, each as soon as the backward has finished its gradients
+ *      (same bits whatever the bucket size on the CPU backend);
  *   5. optim_step (scaler, clip, AdamW, EMA), log, checkpoint every
  *      checkpoint_every steps.
  * At the end: a last checkpoint, final/ (EMA weights), status done, exit 0.
