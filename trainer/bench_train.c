@@ -2,9 +2,10 @@
  *
  * For each selected stage of a run config, runs the real stage loop
  * (train_run, in a temporary run directory) for warmup + measured steps and
- * reads ms/step from its log. Stages that need a teacher get a randomly
- * initialised one of the right kind (an AR model, or a PFLM(k/2)), written to
- * the temporary directory: speed does not depend on the teacher's values.
+ * reads ms/step and the exposed gradient all-reduce time (ms_grad_wait) from
+ * its log. Stages that need a teacher get a randomly initialised one of the
+ * right kind (an AR model, or a PFLM(k/2)), written to the temporary
+ * directory: speed does not depend on the teacher's values.
  *
  * FLOPs counted per step (the student's forward + backward only; teacher
  * passes are overhead the MFU figure does not credit):
@@ -133,8 +134,8 @@ static flops step_flops(const model_config *c, int64_t B, int64_t n, const runco
     return f;
 }
 
-/* Mean ms/step over log records with step > warmup. */
-static double read_ms(const char *log, int64_t warmup, char *phase, size_t cap) {
+/* Mean of a log field (ms_step, ms_grad_wait) over records with step > warmup. */
+static double read_mean(const char *log, const char *key, int64_t warmup, char *phase, size_t cap) {
     char *buf;
     size_t len;
     kf_err err = {{0}};
@@ -144,7 +145,7 @@ static double read_ms(const char *log, int64_t warmup, char *phase, size_t cap) 
     for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
         json_doc *d = json_parse(line, strlen(line), log, &err);
         if (!d) continue;
-        const json *r = json_root(d), *s = json_get(r, "step"), *ms = json_get(r, "ms_step"),
+        const json *r = json_root(d), *s = json_get(r, "step"), *ms = json_get(r, key),
                    *ph = json_get(r, "phase");
         if (s && ms && ms->type == JSON_NUMBER && s->i > warmup) {
             sum += ms->num;
@@ -165,7 +166,9 @@ static void usage(FILE *f) {
             "configs/tiny.yaml; default: every training stage) with a random teacher where one\n"
             "is needed, and prints tokens/s, ms/step, the student's GFLOP/s and its fraction of\n"
             "the GEMM peak measured in the same run (OpenBLAS sgemm on the CPU; the backend's\n"
-            "matmul and the nominal dense peak on a GPU). Defaults: N 10, W 2.\n");
+            "matmul and the nominal dense peak on a GPU). ms/wait: the gradient all-reduce's\n"
+            "exposed time per step, after the backward (resources.bucket_mb sets its overlap;\n"
+            "0 on one rank). Defaults: N 10, W 2.\n");
 }
 
 int bench_train_main(int argc, char **argv) {
@@ -236,8 +239,8 @@ int bench_train_main(int argc, char **argv) {
     char dev[256];
     double peak_before = gpu ? 0 : sgemm_peak(1536, 4);
     if (d.rank == 0)
-        printf("%-8s %-24s %-5s %-5s %6s %9s %10s %9s %10s %10s %6s\n", "stage", "kind", "dev", "phase",
-               "ranks", "ms/step", "tokens/s", "GFLOP/st", "GFLOP/s", "peak", "MFU");
+        printf("%-8s %-24s %-5s %-5s %6s %9s %9s %10s %9s %10s %10s %6s\n", "stage", "kind", "dev",
+               "phase", "ranks", "ms/step", "ms/wait", "tokens/s", "GFLOP/st", "GFLOP/s", "peak", "MFU");
     int rcode = KF_EXIT_OK;
     for (int i = 0; i < rc->n_stages; i++) {
         const runconfig_stage *st = &rc->stages[i];
@@ -295,7 +298,8 @@ int bench_train_main(int argc, char **argv) {
         if (d.rank != 0) continue;
         char log[4400], phase[16] = "?";
         snprintf(log, sizeof log, "%s/stages/%s/log.jsonl", run, st->name);
-        double ms = read_ms(log, warmup, phase, sizeof phase);
+        double ms = read_mean(log, "ms_step", warmup, phase, sizeof phase);
+        double wait = read_mean(log, "ms_grad_wait", warmup, phase, sizeof phase);
         flops f = step_flops(&student, st->opt.batch, rc->model.seq_len, st);
         int fp16 = !strcmp(phase, "fp16");
         double peak;
@@ -307,8 +311,8 @@ int bench_train_main(int argc, char **argv) {
         }
         double nom = nominal_peak(fp16, dev, sizeof dev);
         double gflops = f.total / (ms * 1e-3) / 1e9;
-        printf("%-8s %-24s %-5s %-5s %6d %9.1f %10.0f %9.2f %10.1f %10.1f %5.1f%%", st->name,
-               runconfig_kind_name(st->kind), gpu ? "cuda" : "cpu", phase, d.world, ms,
+        printf("%-8s %-24s %-5s %-5s %6d %9.1f %9.2f %10.0f %9.2f %10.1f %10.1f %5.1f%%", st->name,
+               runconfig_kind_name(st->kind), gpu ? "cuda" : "cpu", phase, d.world, ms, wait,
                f.tokens / (ms * 1e-3), f.total / 1e9, gflops, peak, 100 * gflops / peak);
         if (nom > 0) printf("  (%.1f%% of %s nominal %.0f TFLOP/s)", 100 * gflops / nom, dev, nom / 1e3);
         printf("\n");
