@@ -197,6 +197,22 @@ struct kf_backend {
     void (*freq_penalty)(kf_backend *b, float *logits, const int32_t *hist, int64_t n_hist,
                          int64_t rows, int64_t V, float penalty);
 
+    /* ---- the decode-time output layer ----
+     * Decoding applies one [V, H] output layer to a few rows per step, where a
+     * GEMM library re-packs all of W on every call. head_pack makes the
+     * layer's backend-specific form once from W [V, H] and bias [V] (NULL:
+     * none), with logit mask_col (-1: none) fixed to mask_value; it reflects
+     * W and bias as they are at the call. Free it with head_free. */
+    void *(*head_pack)(kf_backend *b, const float *W, const float *bias, int64_t V, int64_t H,
+                       int64_t mask_col, float mask_value);
+    void (*head_free)(kf_backend *b, void *head);
+    /* For rows x [rows, H]: logits [rows, V] = x W^T + bias (when logits !=
+     * NULL) and ids[r] = first index of the row maximum of those logits (when
+     * ids != NULL; an argmax alone need not materialise the logits). A row's
+     * logits do not depend on the other rows (batch invariant). */
+    void (*head_fwd)(kf_backend *b, float *logits, int32_t *ids, const float *x, const void *head,
+                     int64_t rows);
+
     /* ---- reductions (results returned to the host; fixed order) ---- */
     double (*sum)(kf_backend *b, const float *x, int64_t n);
     double (*sumsq)(kf_backend *b, const float *x, int64_t n);

@@ -112,6 +112,9 @@ kf_backend *kernels_cpu_create(void) {
     b->noise_features = cpu_noise_features;
     b->xent = cpu_xent;
     b->argmax = cpu_argmax;
+    b->head_pack = cpu_head_pack;
+    b->head_free = cpu_head_free;
+    b->head_fwd = cpu_head_fwd;
     b->sample_icdf = cpu_sample_icdf;
     b->icdf_bin = cpu_icdf_bin;
     b->freq_penalty = cpu_freq_penalty;

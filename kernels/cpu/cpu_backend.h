@@ -13,4 +13,10 @@
  *  check that attention costs what its mask structure costs. */
 int64_t kernels_cpu_attn_pairs(kf_backend *b);
 
+/** Whether head_pack built the int8 screen for this packed output layer
+ *  (cpu_head_screen.c: a CPU with AVX-512 VNNI, finite weights, and
+ *  KF_CPU_HEAD_SCREEN not 0), i.e. whether an argmax-only head_fwd goes
+ *  through it. Lets tests say which path they checked. */
+int kernels_cpu_head_screened(const void *head);
+
 #endif

@@ -173,6 +173,11 @@ void cpu_noise_features(kf_backend *b, float *out, const double *z, const double
 void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
               const int32_t *targets, int64_t rows, int64_t V, float grad_scale);
 void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V);
+void *cpu_head_pack(kf_backend *b, const float *W, const float *bias, int64_t V, int64_t H,
+                    int64_t mask_col, float mask_value);
+void cpu_head_free(kf_backend *b, void *head);
+void cpu_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float *x, const void *head,
+                  int64_t rows);
 void cpu_sample_icdf(kf_backend *b, int32_t *ids, const float *logits, const double *tau,
                      const double *z, int64_t rows, int64_t V);
 void cpu_icdf_bin(kf_backend *b, double *lo, double *hi, const float *logits, const double *tau,

@@ -157,6 +157,9 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     b->noise_features = cu_noise_features;
     b->xent = cu_xent;
     b->argmax = cu_argmax;
+    b->head_pack = cu_head_pack;
+    b->head_free = cu_head_free;
+    b->head_fwd = cu_head_fwd;
     b->sample_icdf = cu_sample_icdf;
     b->icdf_bin = cu_icdf_bin;
     b->freq_penalty = cu_freq_penalty;

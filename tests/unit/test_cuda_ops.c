@@ -452,6 +452,41 @@ static void test_logits(void) {
 
 /* ---- reductions and optimiser ---- */
 
+/* The decode-time output layer: logits close to the CPU's; the argmax with
+ * planted ties (first index) and with the mask token. Ids are compared only
+ * where the CPU's best logit beats the runner-up by a margin the two
+ * backends' roundings cannot bridge. */
+static void test_head(void) {
+    const int64_t V = 5003, H = 64, rows = 12, mask = 17;
+    buf2 w = mk_rand(V * H, 0.2f), bias = mk_rand(V, 1.0f), x = mk_rand(rows * H, 1.0f);
+    buf2 logits = mk(NULL, (size_t)(rows * V) * sizeof(float)), ids = mk_ints(NULL, rows);
+    buf2 ids2 = mk_ints(NULL, rows);
+    void *hd[2];
+    BOTH(hd[side_] = BE->head_pack(BE, PF(w), PF(bias), V, H, mask, -1000.0f));
+    BOTH(BE->head_fwd(BE, PF(logits), PI(ids), PF(x), hd[side_], rows));
+    check_close("head_fwd logits", &logits, rows * V, 1e-5);
+    BOTH(BE->head_fwd(BE, NULL, PI(ids2), PF(x), hd[side_], rows));
+    float *lc = down(&logits, 0);
+    int32_t *ic = down(&ids, 0), *ig = down(&ids, 1), *ig2 = down(&ids2, 1);
+    int same = 1, compared = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        float best = -INFINITY, second = -INFINITY;
+        for (int64_t v = 0; v < V; v++) {
+            float l = lc[r * V + v];
+            if (l > best) second = best, best = l;
+            else if (l > second) second = l;
+        }
+        if (best - second < 1e-4f * fmaxf(1.0f, fabsf(best))) continue;
+        compared++;
+        same &= ic[r] == ig[r] && ic[r] == ig2[r] && lc[r * V + mask] == -1000.0f;
+    }
+    printf("  %-44s %d of %lld rows compared\n", "head_fwd ids", compared, (long long)rows);
+    T_CHECK(same && compared >= rows / 2, "head_fwd ids: cuda differs from cpu (%d rows compared)", compared);
+    free(lc), free(ic), free(ig), free(ig2);
+    BOTH(BE->head_free(BE, hd[side_]));
+    drop(&w), drop(&bias), drop(&x), drop(&logits), drop(&ids), drop(&ids2);
+}
+
 static void test_optim(void) {
     int64_t n = 1000003;
     buf2 x = mk_rand(n, 3);
@@ -514,6 +549,7 @@ int main(void) {
     test_pointwise();
     test_rows();
     test_logits();
+    test_head();
     test_optim();
     be[0]->destroy(be[0]);
     be[1]->destroy(be[1]);

@@ -1,0 +1,214 @@
+/* kernels/cpu/cpu_head.c — the decode-time output layer (head_pack, head_fwd).
+ *
+ * Decoding runs the [V, H] output layer on a few rows per step. Through
+ * OpenBLAS every call re-packs all of W (12.8 MB for GPT-2 at H = 64), which
+ * costs as much as the product itself at batch 16, then writes the logits and
+ * adds the bias in another pass. Here W is packed once, in panels of 32
+ * vocabulary entries by H ([V/32][H][32]), and a register-blocked kernel
+ * (4 rows x 32 entries) computes each logit as one fused multiply-add chain
+ * over h = 0..H-1 followed by the bias: the same sum for any row count,
+ * batch split or thread count. An argmax alone never materialises the
+ * logits: per-lane maxima are kept as the panels go by, or, with AVX-512
+ * VNNI, an int8 screen (cpu_head_screen.c) leaves only a few logits to
+ * compute exactly.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_head.h"
+#include "kernels/cpu/cpu_internal.h"
+
+#define PANEL CPU_HEAD_PANEL
+#define ROWS CPU_HEAD_ROWS
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+void *cpu_head_pack(kf_backend *b, const float *W, const float *bias, int64_t V, int64_t H,
+                    int64_t mask_col, float mask_value) {
+    KF_CHECK(V >= 1 && H >= 1 && mask_col < V, "head_pack: V = %lld, H = %lld, mask %lld",
+             (long long)V, (long long)H, (long long)mask_col);
+    cpu_head *hd = kf_calloc(1, sizeof *hd);
+    hd->V = V;
+    hd->H = H;
+    hd->panels = (V + PANEL - 1) / PANEL;
+    size_t nw = (size_t)(hd->panels * H * PANEL), nb = (size_t)(hd->panels * PANEL);
+    hd->w = aligned_alloc(64, nw * sizeof(float));
+    hd->bias = aligned_alloc(64, nb * sizeof(float));
+    KF_CHECK(hd->w && hd->bias, "out of memory packing a %lld x %lld output layer", (long long)V,
+             (long long)H);
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < hd->panels; p++)
+        for (int64_t j = 0; j < PANEL; j++) {
+            int64_t v = p * PANEL + j;
+            const float *wv = W + v * H;
+            for (int64_t h = 0; h < H; h++)
+                hd->w[(p * H + h) * PANEL + j] = v < V && v != mask_col ? wv[h] : 0.0f;
+        }
+    for (int64_t v = 0; v < hd->panels * PANEL; v++)
+        hd->bias[v] = v >= V ? NAN : v == mask_col ? mask_value : bias ? bias[v] : 0.0f;
+    cpu_head_screen_pack(hd);
+    return hd;
+}
+
+void cpu_head_free(kf_backend *b, void *head) {
+    cpu_head *hd = head;
+    if (!hd) return;
+    cpu_head_screen_free(hd);
+    free(hd->w);
+    free(hd->bias);
+    free(hd);
+}
+
+/* Running per-lane maxima of one row: the lane's best value and its id. */
+typedef struct lane_best {
+    v16f val;
+    v16i id;
+} lane_best;
+
+/* best = first maximum: a later id replaces only a strictly greater value, so
+ * each lane keeps its first maximum (ids grow along a lane); NaN never wins. */
+CPU_INLINE void lane_update(lane_best *best, v16f val, v16i id) {
+    v16i gt = val > best->val;
+    best->val = (v16f)(((v16i)val & gt) | ((v16i)best->val & ~gt));
+    best->id = (id & gt) | (best->id & ~gt);
+}
+
+/* Logits of the rows xp [nblk * ROWS, H] (zero-padded) for panels [p0, p1),
+ * panel by panel so a panel stays in L1 while every row block uses it:
+ * stored for rows < `rows` and v < V when out != NULL, folded into
+ * best[row * 2 + half] when best != NULL. */
+CPU_INLINE int head_panels_body(const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows,
+                                float *out, lane_best *best, int64_t p0, int64_t p1) {
+    int64_t H = hd->H, V = hd->V;
+    v16i lane;
+    for (int j = 0; j < 16; j++) lane[j] = j;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *w = hd->w + p * H * PANEL;
+        v16f b0, b1;
+        memcpy(&b0, hd->bias + p * PANEL, sizeof b0);
+        memcpy(&b1, hd->bias + p * PANEL + 16, sizeof b1);
+        int64_t v0 = p * PANEL, n = V - v0 < PANEL ? V - v0 : PANEL;
+        v16i id0 = lane + (int32_t)v0, id1 = id0 + 16;
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            const float *x = xp + blk * ROWS * H;
+            v16f acc[ROWS][2];
+            for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = (v16f){0};
+            for (int64_t h = 0; h < H; h++) {
+                v16f w0, w1;
+                memcpy(&w0, w + h * PANEL, sizeof w0);
+                memcpy(&w1, w + h * PANEL + 16, sizeof w1);
+                for (int r = 0; r < ROWS; r++) {
+                    float xr = x[r * H + h];
+                    acc[r][0] += xr * w0;
+                    acc[r][1] += xr * w1;
+                }
+            }
+            for (int r = 0; r < ROWS; r++) {
+                int64_t row = blk * ROWS + r;
+                v16f l0 = acc[r][0] + b0, l1 = acc[r][1] + b1;
+                if (out && row < rows) {
+                    float *o = out + row * V + v0;
+                    if (n == PANEL) {
+                        memcpy(o, &l0, sizeof l0);
+                        memcpy(o + 16, &l1, sizeof l1);
+                    } else {
+                        float tmp[PANEL];
+                        memcpy(tmp, &l0, sizeof l0);
+                        memcpy(tmp + 16, &l1, sizeof l1);
+                        memcpy(o, tmp, (size_t)n * sizeof(float));
+                    }
+                }
+                if (best) {
+                    lane_update(&best[row * 2], l0, id0);
+                    lane_update(&best[row * 2 + 1], l1, id1);
+                }
+            }
+        }
+    }
+    return 0;
+}
+CPU_MULTIVERSION(int, head_panels,
+                 (const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows, float *out,
+                  lane_best *best, int64_t p0, int64_t p1),
+                 (hd, xp, nblk, rows, out, best, p0, p1))
+
+/* (v, i) replaces (*val, *id) when it is the earlier maximum; NaN never wins. */
+static void best_merge(float *val, int32_t *id, float v, int32_t i) {
+    if (v != v) return;
+    if (*val != *val || v > *val || (v == *val && i < *id)) {
+        *val = v;
+        *id = i;
+    }
+}
+
+#define CHUNK_PANELS 16 /* panels per unit of work (128 KB of W at H = 64) */
+
+/* The exact kernel over every panel: logits and/or ids for rows of xp. */
+static void head_exact(kf_backend *b, const cpu_head *hd, const float *xp, int64_t rows,
+                       float *logits, int32_t *ids) {
+    int64_t H = hd->H, nblk = (rows + ROWS - 1) / ROWS;
+    int64_t nchunk = (hd->panels + CHUNK_PANELS - 1) / CHUNK_PANELS;
+    float *bval = NULL;
+    if (ids) {
+        bval = kf_malloc((size_t)rows * sizeof(float));
+        for (int64_t r = 0; r < rows; r++) {
+            bval[r] = NAN;
+            ids[r] = 0; /* a row with no comparable logit */
+        }
+    }
+    /* Threads split the panels: every logit is computed whole by one thread,
+     * and the first maximum does not depend on the order maxima merge in. */
+#pragma omp parallel if (hd->V * rows * H >= 64 * KF_CPU_PAR_MIN)
+    {
+        lane_best *best = NULL;
+        if (ids) {
+            best = aligned_alloc(64, (size_t)(nblk * ROWS * 2) * sizeof(lane_best));
+            KF_CHECK(best, "out of memory in head_fwd");
+            for (int64_t i = 0; i < nblk * ROWS * 2; i++) {
+                /* -inf with id 0: a lane that never beats it loses to any
+                 * greater logit, and when none is greater id 0 is the
+                 * first maximum anyway */
+                best[i].val = (v16f){0} - INFINITY;
+                best[i].id = (v16i){0};
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < nchunk; c++) {
+            int64_t p0 = c * CHUNK_PANELS;
+            int64_t p1 = p0 + CHUNK_PANELS < hd->panels ? p0 + CHUNK_PANELS : hd->panels;
+            head_panels(hd, xp, nblk, rows, logits, best, p0, p1);
+        }
+        if (best) {
+#pragma omp critical(kf_head_best)
+            for (int64_t r = 0; r < rows; r++)
+                for (int j = 0; j < 32; j++)
+                    best_merge(&bval[r], &ids[r], best[r * 2 + j / 16].val[j % 16],
+                               best[r * 2 + j / 16].id[j % 16]);
+            free(best);
+        }
+    }
+    free(bval);
+}
+
+void cpu_head_exact_argmax(kf_backend *b, const cpu_head *hd, const float *xp, int64_t rows,
+                           int32_t *ids) {
+    head_exact(b, hd, xp, rows, NULL, ids);
+}
+
+void cpu_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float *x, const void *head,
+                  int64_t rows) {
+    const cpu_head *hd = head;
+    int64_t H = hd->H, nblk = (rows + ROWS - 1) / ROWS;
+    if (rows <= 0) return;
+    /* rows padded to whole register blocks with zeros (their results are dropped) */
+    float *xp = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(nblk * ROWS * H));
+    memcpy(xp, x, (size_t)(rows * H) * sizeof(float));
+    memset(xp + rows * H, 0, (size_t)((nblk * ROWS - rows) * H) * sizeof(float));
+    if (ids && !logits && hd->screen)
+        cpu_head_screen_argmax(b, hd, xp, rows, ids);
+    else
+        head_exact(b, hd, xp, rows, logits, ids);
+}

@@ -1,0 +1,333 @@
+/* kernels/cpu/cpu_head_screen.c — the decode-time argmax through an int8 screen.
+ *
+ * K-Forcing's tokens are argmaxes, so a step needs the largest logit of each
+ * row, not all V of them. With AVX-512 VNNI an int8 product (vpdpbusd: four
+ * times the multiply-adds of fp32 per instruction, a quarter of the bytes of
+ * W) gives every logit within a rigorous bound E:
+ *
+ *   x = sx*qx + ex, w = sw*qw + ew (per-row and per-entry scales, |qx|,|qw| <= 127)
+ *   x.w - sx*sw*(qx.qw) = (sx*qx).ew + ex.w, so |error| <= max|sx*qx| * |ew|_1 + max|ex| * |w|_1
+ *
+ * plus a slack of 2^-14 * (max|x| * |w|_1 + |bias|) that covers, ten times
+ * over, the float rounding of the screen and of the exact kernel's own sum
+ * (at most (H+2) * 2^-24 of the same quantity for H <= 64, and still
+ * covered up to H of several thousand). With T the largest lower bound seen
+ * (approx - E), an entry whose upper bound (approx + E) is below T cannot be
+ * the maximum; the few that reach T are computed by the exact kernel's
+ * multiply-add chain, bit for bit, and the first maximum among them is the
+ * answer: ids equal the exact kernel's on every input (rows the screen
+ * cannot bound, with a non-finite value or too many candidates, go to the
+ * exact kernel). KF_CPU_HEAD_SCREEN=0 turns the screen off (for A/B runs).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_head.h"
+#include "kernels/cpu/cpu_internal.h"
+
+#define PANEL CPU_HEAD_PANEL
+#define ROWS CPU_HEAD_ROWS
+#define CHUNK 16  /* panels per unit of work; candidates are scanned per chunk */
+#define CAP 1024  /* candidates a thread keeps per row (compacted when full) */
+#define SLACK 0x1p-14
+
+#define SCREEN_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+
+static int screen_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("fma");
+}
+
+/* x rounded up to a float (bounds must not shrink when stored). */
+static float round_up(double x) {
+    float f = (float)x;
+    return (double)f < x ? nextafterf(f, INFINITY) : f;
+}
+
+static int clamp127(long q) { return q > 127 ? 127 : q < -127 ? -127 : (int)q; }
+
+void cpu_head_screen_pack(cpu_head *hd) {
+    const char *env = getenv("KF_CPU_HEAD_SCREEN");
+    if ((env && !strcmp(env, "0")) || !screen_supported()) return;
+    int64_t H = hd->H, np = hd->panels, n = np * PANEL, h4 = (H + 3) / 4 * 4, g = h4 / 4;
+    for (int64_t i = 0; i < np * H * PANEL; i++)
+        if (!isfinite(hd->w[i])) return;
+    for (int64_t v = 0; v < hd->V; v++)
+        if (!isfinite(hd->bias[v])) return;
+    cpu_head_screen *s = kf_calloc(1, sizeof *s);
+    s->h4 = h4;
+    s->qw = aligned_alloc(64, (size_t)(np * h4 * PANEL));
+    s->corr = aligned_alloc(64, (size_t)n * sizeof(int32_t));
+    float **vecs[] = {&s->sw, &s->ew1, &s->w1, &s->bias, &s->babs};
+    for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++)
+        *vecs[i] = aligned_alloc(64, (size_t)n * sizeof(float));
+    KF_CHECK(s->qw && s->corr && s->sw && s->ew1 && s->w1 && s->bias && s->babs,
+             "out of memory packing the int8 screen of a %lld x %lld output layer",
+             (long long)hd->V, (long long)H);
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < np; p++)
+        for (int64_t j = 0; j < PANEL; j++) {
+            int64_t v = p * PANEL + j;
+            const float *w = hd->w + p * H * PANEL + j; /* w[h * PANEL] */
+            double amax = 0.0, e1 = 0.0, a1 = 0.0;
+            for (int64_t h = 0; h < H; h++) amax = fmax(amax, fabs(w[h * PANEL]));
+            float sw = amax > 0.0 ? (float)(amax / 127.0) : 1.0f;
+            int32_t colsum = 0;
+            for (int64_t h = 0; h < h4; h++) {
+                double wv = h < H ? w[h * PANEL] : 0.0;
+                int q = clamp127(lrint(wv / sw));
+                s->qw[((p * g + h / 4) * PANEL + j) * 4 + h % 4] = (int8_t)q;
+                colsum += q;
+                e1 += fabs(wv - (double)sw * q); /* exact: sw*q has 31 bits */
+                a1 += fabs(wv);
+            }
+            s->corr[v] = 128 * colsum;
+            s->sw[v] = sw;
+            s->ew1[v] = round_up(e1 * (1.0 + 1e-12));
+            s->w1[v] = round_up(a1 * (1.0 + 1e-12));
+            s->bias[v] = v < hd->V ? hd->bias[v] : -INFINITY;
+            s->babs[v] = v < hd->V ? round_up(SLACK * fabs(hd->bias[v])) : 0.0f;
+        }
+    hd->screen = s;
+}
+
+int kernels_cpu_head_screened(const void *head) { return ((const cpu_head *)head)->screen != NULL; }
+
+void cpu_head_screen_free(cpu_head *hd) {
+    cpu_head_screen *s = hd->screen;
+    if (!s) return;
+    free(s->qw);
+    free(s->corr);
+    free(s->sw);
+    free(s->ew1);
+    free(s->w1);
+    free(s->bias);
+    free(s->babs);
+    free(s);
+    hd->screen = NULL;
+}
+
+/* Per-row screen constants: sx, A = max|sx*qx|, C = max|ex| + SLACK*max|x|
+ * (rounded up); ok = 0 for a row the screen cannot bound. */
+typedef struct row_q {
+    float sx, A, C;
+    int ok;
+} row_q;
+
+/* Quantises row x (H floats) into g quads of u8 (qx + 128) in xq. */
+static row_q quantise_row(int32_t *xq, const float *x, int64_t H, int64_t g) {
+    row_q rq = {1.0f, 0.0f, 0.0f, 1};
+    float xmax = 0.0f;
+    for (int64_t h = 0; h < H; h++) xmax = fmaxf(xmax, fabsf(x[h]));
+    if (!isfinite(xmax)) {
+        rq.ok = 0;
+        memset(xq, 0, (size_t)g * sizeof(int32_t));
+        return rq;
+    }
+    if (xmax > 0.0f) rq.sx = xmax / 127.0f;
+    double qmax = 0.0, emax = 0.0;
+    uint8_t *u = (uint8_t *)xq;
+    for (int64_t h = 0; h < 4 * g; h++) {
+        double xv = h < H ? x[h] : 0.0;
+        int q = clamp127(lrint(xv / rq.sx));
+        u[h] = (uint8_t)(q + 128);
+        qmax = fmax(qmax, fabs((double)rq.sx * q));
+        emax = fmax(emax, fabs(xv - (double)rq.sx * q));
+    }
+    rq.A = round_up(qmax);
+    rq.C = round_up(emax + SLACK * xmax);
+    return rq;
+}
+
+/* Upper bounds of panels [p0, p1) for every row (up [rows][CHUNK*PANEL]) and
+ * the running per-lane maxima of the lower bounds (lo [rows]). */
+SCREEN_TARGET static void screen_panels(const cpu_head *hd, const int32_t *xq, const row_q *rq,
+                                        int64_t nblk, int64_t p0, int64_t p1, float *up,
+                                        __m512 *lo) {
+    const cpu_head_screen *s = hd->screen;
+    int64_t g = s->h4 / 4;
+    for (int64_t p = p0; p < p1; p++) {
+        const int8_t *q = s->qw + p * g * PANEL * 4;
+        int64_t o = p * PANEL;
+        __m512i corr[2];
+        __m512 sw[2], bias[2], ew1[2], w1[2], babs[2];
+        for (int j = 0; j < 2; j++) {
+            corr[j] = _mm512_loadu_si512(s->corr + o + 16 * j);
+            sw[j] = _mm512_loadu_ps(s->sw + o + 16 * j);
+            bias[j] = _mm512_loadu_ps(s->bias + o + 16 * j);
+            ew1[j] = _mm512_loadu_ps(s->ew1 + o + 16 * j);
+            w1[j] = _mm512_loadu_ps(s->w1 + o + 16 * j);
+            babs[j] = _mm512_loadu_ps(s->babs + o + 16 * j);
+        }
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            const int32_t *xb = xq + blk * ROWS * g;
+            __m512i acc[ROWS][2];
+            for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+            for (int64_t k = 0; k < g; k++) {
+                __m512i w0 = _mm512_loadu_si512(q + k * PANEL * 4);
+                __m512i w1v = _mm512_loadu_si512(q + k * PANEL * 4 + 64);
+                for (int r = 0; r < ROWS; r++) {
+                    __m512i xv = _mm512_set1_epi32(xb[r * g + k]);
+                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], xv, w0);
+                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], xv, w1v);
+                }
+            }
+            for (int r = 0; r < ROWS; r++) {
+                int64_t row = blk * ROWS + r;
+                __m512 sx = _mm512_set1_ps(rq[row].sx), A = _mm512_set1_ps(rq[row].A);
+                __m512 C = _mm512_set1_ps(rq[row].C);
+                for (int j = 0; j < 2; j++) {
+                    __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], corr[j]));
+                    __m512 approx = _mm512_fmadd_ps(d, _mm512_mul_ps(sx, sw[j]), bias[j]);
+                    __m512 e = _mm512_fmadd_ps(A, ew1[j], _mm512_fmadd_ps(C, w1[j], babs[j]));
+                    lo[row] = _mm512_max_ps(lo[row], _mm512_sub_ps(approx, e));
+                    _mm512_storeu_ps(up + row * CHUNK * PANEL + (p - p0) * PANEL + 16 * j,
+                                     _mm512_add_ps(approx, e));
+                }
+            }
+        }
+    }
+}
+
+/* The exact kernel's logit v of row x: the same multiply-add chain, bit for bit. */
+SCREEN_TARGET static float exact_logit(const cpu_head *hd, const float *x, int64_t v) {
+    const float *w = hd->w + (v / PANEL) * hd->H * PANEL + v % PANEL;
+    float acc = 0.0f;
+    for (int64_t h = 0; h < hd->H; h++) acc = fmaf(x[h], w[h * PANEL], acc);
+    return acc + hd->bias[v];
+}
+
+/* One thread's state for every row. */
+typedef struct screen_ws {
+    float *up;      /* [rows][CHUNK*PANEL] upper bounds of the current chunk */
+    __m512 *lo;     /* [rows] per-lane maxima of the lower bounds */
+    float *T;       /* [rows] best lower bound */
+    int32_t *cv;    /* [rows][CAP] candidate ids */
+    float *cu;      /* [rows][CAP] their upper bounds */
+    int32_t *n;     /* [rows] candidates kept */
+    int32_t *full;  /* [rows] 1: more candidates than CAP (exact kernel) */
+} screen_ws;
+
+/* Keeps the candidates of the chunk starting at panel p0 whose upper bound
+ * reaches T. */
+SCREEN_TARGET static void screen_collect(screen_ws *w, int64_t row, int64_t p0, int64_t np) {
+    float T = w->T[row] = fmaxf(w->T[row], _mm512_reduce_max_ps(w->lo[row]));
+    const float *up = w->up + row * CHUNK * PANEL;
+    int32_t *cv = w->cv + row * CAP;
+    float *cu = w->cu + row * CAP;
+    __m512 t = _mm512_set1_ps(T);
+    for (int64_t i = 0; i < np * PANEL; i += 16) {
+        __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(up + i), t, _CMP_GE_OQ);
+        while (m) {
+            int l = __builtin_ctz(m);
+            m &= m - 1;
+            if (w->n[row] == CAP) { /* compact against the bound known now */
+                int32_t k = 0;
+                for (int32_t c = 0; c < CAP; c++)
+                    if (cu[c] >= T) {
+                        cv[k] = cv[c];
+                        cu[k++] = cu[c];
+                    }
+                w->n[row] = k;
+                if (k == CAP) {
+                    w->full[row] = 1;
+                    return;
+                }
+            }
+            cv[w->n[row]] = (int32_t)(p0 * PANEL + i + l);
+            cu[w->n[row]++] = up[i + l];
+        }
+    }
+}
+
+void cpu_head_screen_argmax(kf_backend *b, const cpu_head *hd, const float *xp, int64_t rows,
+                            int32_t *ids) {
+    int64_t H = hd->H, g = hd->screen->h4 / 4, nblk = (rows + ROWS - 1) / ROWS, rp = nblk * ROWS;
+    int64_t nchunk = (hd->panels + CHUNK - 1) / CHUNK;
+    int nt = omp_get_max_threads();
+    /* scratch D: quantised rows and their constants; C: every thread's state
+     * (kept between calls: decoding calls this every step) */
+    size_t xq_f = (size_t)(rp * g), rq_f = (size_t)rp * sizeof(row_q) / sizeof(float);
+    float *sd = cpu_scratch(b, CPU_SCRATCH_D, xq_f + rq_f);
+    int32_t *xq = (int32_t *)sd;
+    row_q *rq = (row_q *)(sd + xq_f);
+    size_t per = (size_t)rp * (CHUNK * PANEL + 16 + 1 + 2 * CAP + 2) + 16;
+    float *sc = cpu_scratch(b, CPU_SCRATCH_C, per * (size_t)nt);
+    for (int64_t r = 0; r < rp; r++) rq[r] = quantise_row(xq + r * g, xp + r * H, H, g);
+    screen_ws *ws = kf_malloc((size_t)nt * sizeof *ws);
+    int nused = 1;
+#pragma omp parallel if (hd->V * rows * H >= 64 * KF_CPU_PAR_MIN)
+    {
+        int t = omp_get_thread_num();
+#pragma omp single
+        nused = omp_get_num_threads();
+        screen_ws *w = &ws[t];
+        float *base = sc + per * (size_t)t;
+        base += (16 - ((uintptr_t)base / sizeof(float)) % 16) % 16; /* 64-byte aligned */
+        w->lo = (__m512 *)base;
+        w->up = base + rp * 16;
+        w->T = w->up + rp * CHUNK * PANEL;
+        w->cu = w->T + rp;
+        w->cv = (int32_t *)(w->cu + rp * CAP);
+        w->n = w->cv + rp * CAP;
+        w->full = w->n + rp;
+        for (int64_t r = 0; r < rp; r++) {
+            for (int l = 0; l < 16; l++) ((float *)&w->lo[r])[l] = -INFINITY;
+            w->T[r] = -INFINITY;
+            w->n[r] = w->full[r] = 0;
+        }
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < nchunk; c++) {
+            int64_t p0 = c * CHUNK, p1 = p0 + CHUNK < hd->panels ? p0 + CHUNK : hd->panels;
+            screen_panels(hd, xq, rq, nblk, p0, p1, w->up, w->lo);
+            for (int64_t r = 0; r < rows; r++)
+                if (rq[r].ok && !w->full[r]) screen_collect(w, r, p0, p1 - p0);
+        }
+    }
+    /* merge: the best lower bound over threads, then the exact logits of the
+     * candidates that reach it (the first maximum, as the exact kernel) */
+    int64_t nexact = 0;
+    int32_t *exact_rows = kf_malloc((size_t)rows * sizeof(int32_t));
+    for (int64_t r = 0; r < rows; r++) {
+        float T = -INFINITY;
+        int full = !rq[r].ok;
+        for (int t = 0; t < nused; t++) {
+            T = fmaxf(T, ws[t].T[r]);
+            full |= ws[t].full[r];
+        }
+        float best = NAN;
+        int32_t id = 0;
+        for (int t = 0; t < nused && !full; t++)
+            for (int32_t c = 0; c < ws[t].n[r]; c++) {
+                if (ws[t].cu[r * CAP + c] < T) continue;
+                int32_t v = ws[t].cv[r * CAP + c];
+                float l = exact_logit(hd, xp + r * H, v);
+                if (l == l && (best != best || l > best || (l == best && v < id))) {
+                    best = l;
+                    id = v;
+                }
+            }
+        ids[r] = id;
+        if (full) exact_rows[nexact++] = (int32_t)r;
+    }
+    free(ws);
+    if (nexact) { /* rows the screen could not bound */
+        int64_t eb = (nexact + ROWS - 1) / ROWS;
+        float *xe = kf_calloc((size_t)(eb * ROWS * H), sizeof(float));
+        int32_t *ie = kf_malloc((size_t)nexact * sizeof(int32_t));
+        for (int64_t i = 0; i < nexact; i++)
+            memcpy(xe + i * H, xp + exact_rows[i] * H, (size_t)H * sizeof(float));
+        cpu_head_exact_argmax(b, hd, xe, nexact, ie);
+        for (int64_t i = 0; i < nexact; i++) ids[exact_rows[i]] = ie[i];
+        free(xe);
+        free(ie);
+    }
+    free(exact_rows);
+}
