@@ -9,7 +9,9 @@
  *               context, rounded down to a multiple of every k benchmarked
  *               (fixed stride: each step emits exactly k tokens per sequence)
  *   timing      per (method, batch size): one warm-up run, then R timed runs
- *               (default 5) of trainer/decode.h's decode_run; throughput =
+ *               (default 5) of trainer/decode.h's decode_run, each model's
+ *               output layer packed once beforehand (model_heads_pack, as a
+ *               server keeps it between batches); throughput =
  *               generated tokens (special tokens included, no truncation) /
  *               wall-clock seconds, averaged over the timed runs. At each
  *               batch size the methods take turns run by run (warm-ups, then
@@ -69,6 +71,7 @@ typedef struct method {
     char label[32];
     const char *path;
     model *m;
+    const model_heads *heads; /* the model's output layer, packed once */
     int64_t k;
     double tps[MAX_LIST], sd[MAX_LIST]; /* per batch size */
 } method;
@@ -219,25 +222,27 @@ int bench_decode_main(int argc, char **argv) {
     kf_backend *be = kernels_create(backend);
     method mt[MAX_METHODS * MAX_LIST];
     model *models[MAX_METHODS] = {0};
+    model_heads *heads[MAX_METHODS] = {0};
     int nm = 0, ar = -1, code = KF_EXIT_ERROR;
     int64_t step_lcm = 1;
     for (int c = 0; c < nck; c++) {
         model *m = models[c] = load(be, ckpts[c], &err);
         if (!m) goto done;
+        heads[c] = model_heads_pack(m);
         if (m->cfg.kind == MODEL_AR) {
             if (ar >= 0) {
                 kf_err_set(&err, "%s and %s are both AR checkpoints: give one baseline", mt[ar].path, ckpts[c]);
                 goto done;
             }
             ar = nm;
-            mt[nm++] = (method){.label = "AR", .path = ckpts[c], .m = m, .k = 1};
+            mt[nm++] = (method){.label = "AR", .path = ckpts[c], .m = m, .heads = heads[c], .k = 1};
             continue;
         }
         int any = 0;
         for (int j = 0; j < nk; j++) {
             if (ks[j] > m->cfg.k_train || (m->cfg.head == HEAD_MTP && ks[j] != m->cfg.k_train)) continue;
             method *x = &mt[nm++];
-            *x = (method){.path = ckpts[c], .m = m, .k = ks[j]};
+            *x = (method){.path = ckpts[c], .m = m, .heads = heads[c], .k = ks[j]};
             /* several PFLM checkpoints are told apart by their position */
             char tag[8] = "";
             if (nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
@@ -291,7 +296,7 @@ int bench_decode_main(int argc, char **argv) {
             for (int i = 0; i < nm; i++) {
                 decode_opts o = {.k = mt[i].k, .tau = tau, .max_new = N, .seed = (uint64_t)seed};
                 double t0 = now();
-                decode_run(mt[i].m, pre, bs[b], P, &o, keys, out);
+                decode_run(mt[i].m, mt[i].heads, pre, bs[b], P, &o, keys, out);
                 double tps = (double)(bs[b] * N) / (now() - t0);
                 if (r == 0) continue;
                 sum[i] += tps;
@@ -357,8 +362,10 @@ int bench_decode_main(int argc, char **argv) {
     code = KF_EXIT_OK;
 done:
     if (code) fprintf(stderr, "kf bench decode: error: %s\n", err.msg);
-    for (int c = 0; c < nck; c++)
+    for (int c = 0; c < nck; c++) {
+        model_heads_free(heads[c]);
         if (models[c]) model_free(models[c]);
+    }
     be->destroy(be);
     free(pre);
     return code;

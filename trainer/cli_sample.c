@@ -292,6 +292,7 @@ int sample_main(int argc, char **argv) {
     for (int64_t i = 0; i < npre; i++)
         for (int64_t c = 0; c < per; c++) jobs[i * per + c] = (job){pre[i], plen[i], i * per + c};
     qsort(jobs, (size_t)nj, sizeof *jobs, cmp_len);
+    model_heads *heads = model_heads_pack(m);
     for (int64_t s = 0; s < nj;) {
         int64_t e = s;
         while (e < nj && e - s < batch && jobs[e].n == jobs[s].n) e++;
@@ -304,7 +305,7 @@ int sample_main(int argc, char **argv) {
             keys[b] = (uint64_t)jobs[s + b].index;
         }
         double t0 = now_s();
-        decode_run(m, pb, B, P, &o, keys, out);
+        decode_run(m, heads, pb, B, P, &o, keys, out);
         be->sync(be);
         double tps = (double)(B * max_new) / (now_s() - t0);
         for (int64_t b = 0; b < B; b++) {
@@ -338,6 +339,7 @@ int sample_main(int argc, char **argv) {
         free(keys);
         s = e;
     }
+    model_heads_free(heads);
     free(jobs);
 done:
     for (int64_t i = 0; i < npre; i++) free(pre[i]);

@@ -49,15 +49,16 @@ static void penalize(model *m, float *logits, int64_t B, int64_t V, const int32_
     m->be->freq_penalty(m->be, logits, dev_hist, n, B, V, penalty);
 }
 
-void decode_run(model *m, const int32_t *prefix, int64_t B, int64_t P, const decode_opts *o,
-                const uint64_t *keys, int32_t *out) {
+void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64_t B, int64_t P,
+                const decode_opts *o, const uint64_t *keys, int32_t *out) {
     kf_err err;
     KF_CHECK(decode_check(m, o, P, &err) == 0, "decode_run: %s", err.msg);
     kf_backend *be = m->be;
     int64_t V = m->cfg.vocab, k = o->k, steps = steps_of(o), total = steps * k;
     int ar = m->cfg.kind == MODEL_AR, mtp = m->cfg.head == HEAD_MTP;
     int64_t zdim = mtp ? m->cfg.k_train : 1, nnoise = ar ? 0 : mtp ? 1 : k;
-    model_cache *c = model_cache_create(m, B, decode_cache_rows(m, o, P));
+    model_heads *own = heads ? NULL : model_heads_pack(m);
+    model_cache *c = model_cache_create(m, heads ? heads : own, B, decode_cache_rows(m, o, P));
     int64_t qmax = P + k + nnoise;
     int32_t *gen = kf_malloc((size_t)(B * total) * sizeof(int32_t));
     int32_t *ids = kf_calloc((size_t)(B * qmax), sizeof(int32_t));
@@ -67,10 +68,10 @@ void decode_run(model *m, const int32_t *prefix, int64_t B, int64_t P, const dec
     int32_t outrows[64];
     int32_t *hist = kf_malloc((size_t)(B * total + 1) * sizeof(int32_t));
     int32_t *dev_hist = be->alloc(be, (size_t)(B * total + 1) * sizeof(int32_t));
-    int32_t *dev_ids = be->alloc(be, (size_t)B * sizeof(int32_t));
+    int32_t *dev_ids = be->alloc(be, (size_t)(k * B) * sizeof(int32_t));
     double *dev_z = be->alloc(be, (size_t)B * sizeof(double));
     double *dev_tau = be->alloc(be, (size_t)B * sizeof(double));
-    int32_t *step_ids = kf_malloc((size_t)B * sizeof(int32_t));
+    int32_t *step_ids = kf_malloc((size_t)(k * B) * sizeof(int32_t));
     double *zs = kf_malloc((size_t)B * sizeof(double));
     for (int64_t b = 0; b < B; b++) tau[b] = o->tau;
     be->upload(be, dev_tau, tau, (size_t)B * sizeof(double));
@@ -92,7 +93,18 @@ void decode_run(model *m, const int32_t *prefix, int64_t B, int64_t P, const dec
         }
         int64_t nout = ar ? 1 : mtp ? 1 : k;
         for (int64_t j = 0; j < nout; j++) outrows[j] = (int32_t)(ar ? nctx - 1 : nctx + j);
-        float *logits = (float *)model_decode_step(m, c, Q, noise, ids, z, tau, nout, outrows, nctx);
+        /* K-Forcing tokens are argmaxes: without a penalty (which depends on
+         * the tokens of this very step) the output layer computes them
+         * directly, never materialising the logits */
+        int fused = !ar && o->freq_penalty == 0.0f;
+        float *logits = (float *)model_decode_step(m, c, Q, noise, ids, z, tau, nout, outrows,
+                                                   nctx, fused ? dev_ids : NULL);
+        if (fused) {
+            be->download(be, step_ids, dev_ids, (size_t)(k * B) * sizeof(int32_t));
+            for (int64_t j = 0; j < k; j++, n++)
+                for (int64_t b = 0; b < B; b++) gen[b * total + n] = step_ids[j * B + b];
+            continue;
+        }
         for (int64_t j = 0; j < k; j++) {
             float *lj = logits + j * B * V; /* output j of every sequence (head j for MTP) */
             penalize(m, lj, B, V, gen, total, n, o->freq_penalty, dev_hist, hist);
@@ -123,4 +135,5 @@ void decode_run(model *m, const int32_t *prefix, int64_t B, int64_t P, const dec
     free(step_ids);
     free(zs);
     model_cache_free(c);
+    model_heads_free(own);
 }

@@ -46,9 +46,11 @@ int decode_check(const model *m, const decode_opts *o, int64_t prefix_len, kf_er
 
 /** Generates o->max_new tokens for B sequences with prefixes prefix [B*P]
  *  (P >= 1 tokens each) into out [B*max_new]. keys [B] seed the draws of each
- *  sequence. Dies on invalid arguments (call decode_check first). */
-void decode_run(model *m, const int32_t *prefix, int64_t B, int64_t P, const decode_opts *o,
-                const uint64_t *keys, int32_t *out);
+ *  sequence. heads: m's output layers packed by model_heads_pack, kept across
+ *  runs by callers that decode many batches (NULL: packed for this run).
+ *  Dies on invalid arguments (call decode_check first). */
+void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64_t B, int64_t P,
+                const decode_opts *o, const uint64_t *keys, int32_t *out);
 
 /** Rows of KV cache decode_run needs for prefix length P. */
 int64_t decode_cache_rows(const model *m, const decode_opts *o, int64_t P);

@@ -11,10 +11,6 @@
 #include "common/rng.h"
 #include "trainer/model_internal.h"
 
-#define LN_EPS 1e-5f
-#define ROPE_BASE 10000.0f
-#define MASK_LOGIT -1000.0f
-
 /* ---------------------------------------------------------------- config */
 
 int model_config_check(const model_config *c, kf_err *err) {
@@ -307,18 +303,25 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
 }
 
 /* Final norm + linear of every head for the R rows of xf; logits [heads*R, V]. */
+float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden;
+    size_t f = sizeof(float);
+    float *ln = dbuf_ensure(be, &a->ln, (size_t)(R * H) * f);
+    float *mean = dbuf_ensure(be, &a->mean, (size_t)R * f);
+    float *rstd = dbuf_ensure(be, &a->rstd, (size_t)R * f);
+    be->layernorm_fwd(be, ln, mean, rstd, xf, m->params + m->priv->head[h].norm, NULL, R, H,
+                      LN_EPS);
+    return ln;
+}
+
 void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     int64_t H = m->cfg.hidden, V = m->cfg.vocab;
-    size_t f = sizeof(float);
     for (int h = 0; h < m->n_heads_out; h++) {
-        const head_off *o = &p->head[h];
-        float *ln = dbuf_ensure(be, &a[h].ln, (size_t)(R * H) * f);
-        float *mean = dbuf_ensure(be, &a[h].mean, (size_t)R * f);
-        float *rstd = dbuf_ensure(be, &a[h].rstd, (size_t)R * f);
-        be->layernorm_fwd(be, ln, mean, rstd, xf, m->params + o->norm, NULL, R, H, LN_EPS);
-        linear_fwd(m, logits + h * R * V, ln, o->w, o->b, R, H, V, 0.0f);
+        float *ln = head_norm_fwd(m, &a[h], h, xf, R);
+        linear_fwd(m, logits + h * R * V, ln, p->head[h].w, p->head[h].b, R, H, V, 0.0f);
     }
     if (m->cfg.mask_id >= 0)
         be->fill_column(be, logits, m->n_heads_out * R, V, m->cfg.mask_id, MASK_LOGIT);

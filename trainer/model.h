@@ -192,9 +192,17 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
 
 /* ---- KV-cached decoding (decode.h drives it) ---- */
 
-/** Per-layer K/V caches for B sequences of up to cap rows. */
+/** The output layer(s) in the backend's decoding form (head_pack), made
+ *  once from the weights as they are at the call and shared by any number
+ *  of decoding runs: the weights must not change while it is in use. */
+typedef struct model_heads model_heads;
+model_heads *model_heads_pack(model *m);
+void model_heads_free(model_heads *h);
+
+/** Per-layer K/V caches for B sequences of up to cap rows, decoding through
+ *  the packed output layers h (borrowed). */
 typedef struct model_cache model_cache;
-model_cache *model_cache_create(model *m, int64_t B, int64_t cap);
+model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64_t cap);
 void model_cache_free(model_cache *c);
 /** Rows currently kept. */
 int64_t model_cache_len(const model_cache *c);
@@ -206,10 +214,13 @@ void model_cache_reset(model_cache *c);
  *  is noise when noise[i] (then z[b*Q+i] (zdim values) and tau[b]) else token
  *  ids[b*Q+i]. Returns logits [n_heads_out * n_out * B, V] for rows out[0..n_out)
  *  ordered head, out row, sample (so one output position of all samples is
- *  contiguous). Afterwards the first `keep` new rows stay cached (P += keep);
- *  the others (noise rows) are discarded. */
+ *  contiguous). With argmax != NULL (device int32, one per logits row) it
+ *  gets each row's first maximum instead and NULL is returned: the output
+ *  layer then never materialises the logits. Afterwards the first `keep` new
+ *  rows stay cached (P += keep); the others (noise rows) are discarded. */
 const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_t *noise,
                                const int32_t *ids, const double *z, const double *tau,
-                               int64_t n_out, const int32_t *out, int64_t keep);
+                               int64_t n_out, const int32_t *out, int64_t keep,
+                               int32_t *argmax);
 
 #endif

@@ -6,11 +6,33 @@
 
 #include "trainer/model_internal.h"
 
-#define LN_EPS 1e-5f
-#define ROPE_BASE 10000.0f
+struct model_heads {
+    model *m;
+    void **head; /* [n_heads_out] */
+};
+
+model_heads *model_heads_pack(model *m) {
+    model_heads *h = kf_calloc(1, sizeof *h);
+    model_priv *p = m->priv;
+    h->m = m;
+    h->head = kf_calloc((size_t)m->n_heads_out, sizeof *h->head);
+    for (int i = 0; i < m->n_heads_out; i++)
+        h->head[i] = m->be->head_pack(m->be, m->params + p->head[i].w,
+                                      p->head[i].b >= 0 ? m->params + p->head[i].b : NULL,
+                                      m->cfg.vocab, m->cfg.hidden, m->cfg.mask_id, MASK_LOGIT);
+    return h;
+}
+
+void model_heads_free(model_heads *h) {
+    if (!h) return;
+    for (int i = 0; i < h->m->n_heads_out; i++) h->m->be->head_free(h->m->be, h->head[i]);
+    free(h->head);
+    free(h);
+}
 
 struct model_cache {
     model *m;
+    const model_heads *heads;
     int64_t B, cap, len;
     float **k, **v; /* [blocks] of [B, cap, H] */
     layer_act a;
@@ -22,11 +44,12 @@ struct model_cache {
     size_t h32_cap, h64_cap;
 };
 
-model_cache *model_cache_create(model *m, int64_t B, int64_t cap) {
-    KF_CHECK(B >= 1 && cap >= 1, "model_cache_create: B = %lld, cap = %lld", (long long)B,
-             (long long)cap);
+model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64_t cap) {
+    KF_CHECK(B >= 1 && cap >= 1 && h && h->m == m, "model_cache_create: B = %lld, cap = %lld, "
+             "heads %s", (long long)B, (long long)cap, !h ? "missing" : h->m != m ? "of another model" : "ok");
     model_cache *c = kf_calloc(1, sizeof *c);
     c->m = m;
+    c->heads = h;
     c->B = B;
     c->cap = cap;
     int64_t nb = m->cfg.blocks, H = m->cfg.hidden;
@@ -82,7 +105,8 @@ static int32_t *h32(model_cache *c, size_t n) {
 
 const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_t *noise,
                                const int32_t *ids, const double *z, const double *tau,
-                               int64_t n_out, const int32_t *out, int64_t keep) {
+                               int64_t n_out, const int32_t *out, int64_t keep,
+                               int32_t *argmax) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     int64_t B = c->B, P = c->len, H = m->cfg.hidden, V = m->cfg.vocab, nh = m->cfg.heads;
@@ -181,8 +205,12 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     dbuf_upload(be, &c->oidx_d, oi, (size_t)O, sizeof(int32_t));
     float *xf = dbuf_ensure(be, &c->xf, (size_t)(O * H) * f);
     be->gather_rows(be, xf, x, c->oidx_d.p, O, H);
-    float *logits = dbuf_ensure(be, &c->logits, (size_t)(m->n_heads_out * O * V) * f);
-    heads_fwd(m, c->hact, xf, O, logits);
+    float *logits = argmax ? NULL : dbuf_ensure(be, &c->logits, (size_t)(m->n_heads_out * O * V) * f);
+    for (int hh = 0; hh < m->n_heads_out; hh++) {
+        float *ln = head_norm_fwd(m, &c->hact[hh], hh, xf, O);
+        be->head_fwd(be, logits ? logits + hh * O * V : NULL, argmax ? argmax + hh * O : NULL, ln,
+                     c->heads->head[hh], O);
+    }
     c->len = P + keep;
     return logits;
 }

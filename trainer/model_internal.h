@@ -8,6 +8,11 @@
 
 #include "trainer/model.h"
 
+#define LN_EPS 1e-5f
+#define ROPE_BASE 10000.0f
+/* the mask token's logit: the model never predicts the mask */
+#define MASK_LOGIT -1000.0f
+
 /* Offsets (elements) of one block's tensors in the flat buffers. */
 typedef struct block_off {
     int64_t norm1, qkv, out, norm2, fc1_w, fc1_b, fc2_w, fc2_b;
@@ -59,6 +64,8 @@ void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float
 void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d);
 /* x += mlp(norm2(x)) of one block over R rows (a: scratch/saved activations). */
 void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R);
+/* Head h's final norm over R rows of xf; returns the normalised rows (in a->ln). */
+float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R);
 /* Final norm + linear of every head over R rows of xf; logits [heads*R, V]. */
 void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits);
 

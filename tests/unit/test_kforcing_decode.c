@@ -94,7 +94,7 @@ static void compare(model *m, int64_t k, double tau, float pen, const char *what
     uint64_t keys[BATCH] = {5, 9, 123};
     for (int i = 0; i < BATCH * P; i++) prefix[i] = (int32_t)rng_below(2, 2, (uint64_t)i, V - 1);
     decode_opts o = {.k = k, .tau = tau, .freq_penalty = pen, .max_new = NEW, .seed = 77};
-    decode_run(m, prefix, BATCH, P, &o, keys, a);
+    decode_run(m, NULL, prefix, BATCH, P, &o, keys, a);
     uncached(m, prefix, &o, keys, b);
     int same = memcmp(a, b, sizeof a) == 0;
     printf("(c) %s k=%lld penalty=%.1f: cached %s uncached (first: %d %d %d %d)\n", what,
@@ -126,7 +126,7 @@ int main(void) {
     double taus[2] = {0.01, 1.0};
     for (int ti = 0; ti < 2; ti++) {
         decode_opts o = {.k = 1, .tau = taus[ti], .max_new = 1, .seed = 3};
-        decode_run(m, prefix, DRAWS, P, &o, keys, got);
+        decode_run(m, NULL, prefix, DRAWS, P, &o, keys, got);
         int seen[V] = {0};
         distinct[ti] = 0;
         for (int d = 0; d < DRAWS; d++) distinct[ti] += !seen[got[d]]++;

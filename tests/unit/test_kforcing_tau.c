@@ -45,7 +45,7 @@ static int distinct(model *m, double tau) {
         keys[d] = (uint64_t)d;
     }
     decode_opts o = {.k = 1, .tau = tau, .max_new = 1, .seed = 11};
-    decode_run(m, prefix, DRAWS, P, &o, keys, out);
+    decode_run(m, NULL, prefix, DRAWS, P, &o, keys, out);
     int seen[V] = {0}, n = 0;
     for (int d = 0; d < DRAWS; d++) n += !seen[out[d]]++;
     return n;

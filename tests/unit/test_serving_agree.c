@@ -81,16 +81,16 @@ int main(void) {
     /* (a) determinism, for both samplers */
     model *ms[2] = {ar, k1};
     for (int i = 0; i < 2; i++) {
-        decode_run(ms[i], pre, DRAWS, P, &o, keys, a);
-        decode_run(ms[i], pre, DRAWS, P, &o, keys, b);
+        decode_run(ms[i], NULL, pre, DRAWS, P, &o, keys, a);
+        decode_run(ms[i], NULL, pre, DRAWS, P, &o, keys, b);
         T_CHECK(!memcmp(a, b, sizeof(int32_t) * DRAWS * NEW), "(a) %s: same seed, different completions",
                 i ? "PFLM" : "AR");
-        decode_run(ms[i], pre + 7 * P, 1, P, &o, keys + 7, c);
+        decode_run(ms[i], NULL, pre + 7 * P, 1, P, &o, keys + 7, c);
         T_CHECK(!memcmp(c, a + 7 * NEW, sizeof(int32_t) * NEW),
                 "(a) %s: sequence 7 alone differs from sequence 7 in a batch of %d", i ? "PFLM" : "AR", DRAWS);
         decode_opts o2 = o;
         o2.seed = 100;
-        decode_run(ms[i], pre, DRAWS, P, &o2, keys, c);
+        decode_run(ms[i], NULL, pre, DRAWS, P, &o2, keys, c);
         int diff = 0;
         for (int j = 0; j < DRAWS * NEW; j++) diff += a[j] != c[j];
         printf("(a) %s: identical on a repeat and alone vs in a batch; seed 100 changes %d of %d tokens\n",
@@ -99,8 +99,8 @@ int main(void) {
     }
 
     /* (b) PFLM(1) at k = 1 vs its AR teacher, same seed and keys */
-    decode_run(ar, pre, DRAWS, P, &o, keys, a);
-    decode_run(k1, pre, DRAWS, P, &o, keys, b);
+    decode_run(ar, NULL, pre, DRAWS, P, &o, keys, a);
+    decode_run(k1, NULL, pre, DRAWS, P, &o, keys, b);
     /* agreement per token given the same context (all earlier tokens equal),
      * over all positions and over the random ones (a, b, c of a block); the
      * raw rate over all tokens, which counts every token after a first
