@@ -286,33 +286,35 @@ static void noise_encoder_bwd(model *m, noise_act *a, int64_t nz, const float *d
     linear_bwd(m, NULL, 0.0f, dc, a->feats.p, o->proj_w, o->proj_b, nz, ZD, H);
 }
 
+/* y = norm(x) with weight w (no bias) over R rows, into growable buffers
+ * that keep mean and rstd for the backward; returns y. */
+static float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w,
+                       int64_t R) {
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden;
+    size_t f = sizeof(float);
+    float *yp = dbuf_ensure(be, y, (size_t)(R * H) * f);
+    be->layernorm_fwd(be, yp, dbuf_ensure(be, mean, (size_t)R * f),
+                      dbuf_ensure(be, rstd, (size_t)R * f), x, m->params + w, NULL, R, H, LN_EPS);
+    return yp;
+}
+
 /* Runs the MLP half of block l on x in place: x += mlp(norm2(x)). */
 void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R) {
     kf_backend *be = m->be;
     int64_t H = m->cfg.hidden;
     size_t f = sizeof(float);
-    float *ln2 = dbuf_ensure(be, &a->ln2, (size_t)(R * H) * f);
-    float *mean = dbuf_ensure(be, &a->mean2, (size_t)R * f);
-    float *rstd = dbuf_ensure(be, &a->rstd2, (size_t)R * f);
     float *h1 = dbuf_ensure(be, &a->h1, (size_t)(R * 4 * H) * f);
     float *h2 = dbuf_ensure(be, &a->h2, (size_t)(R * 4 * H) * f);
-    be->layernorm_fwd(be, ln2, mean, rstd, x, m->params + o->norm2, NULL, R, H, LN_EPS);
+    float *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, R);
     linear_fwd(m, h1, ln2, o->fc1_w, o->fc1_b, R, H, 4 * H, 0.0f);
     be->gelu_fwd(be, h2, h1, R * 4 * H, KF_GELU_TANH);
     linear_fwd(m, x, h2, o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
 }
 
-/* Final norm + linear of every head for the R rows of xf; logits [heads*R, V]. */
+/* Head h's final norm over the R rows of xf (buffers in a); returns it. */
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
-    kf_backend *be = m->be;
-    int64_t H = m->cfg.hidden;
-    size_t f = sizeof(float);
-    float *ln = dbuf_ensure(be, &a->ln, (size_t)(R * H) * f);
-    float *mean = dbuf_ensure(be, &a->mean, (size_t)R * f);
-    float *rstd = dbuf_ensure(be, &a->rstd, (size_t)R * f);
-    be->layernorm_fwd(be, ln, mean, rstd, xf, m->params + m->priv->head[h].norm, NULL, R, H,
-                      LN_EPS);
-    return ln;
+    return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, m->priv->head[h].norm, R);
 }
 
 void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits) {
