@@ -27,19 +27,39 @@
 enum { TRAIN = 0, VALID = 1 };
 static const char *const split_names[2] = {"train", "valid"};
 
-/* A shard unit: its documents (concatenated, with boundaries) and, once a
- * worker is done, its shard's record. */
+/* Documents back to back: doc i = text[off[i] .. off[i+1]). */
+typedef struct doclist {
+    char *text;
+    size_t len, cap;
+    size_t *off;
+    int64_t n, capn;
+} doclist;
+
+/* A shard unit: its documents and, once a worker is done, its shard's record. */
 typedef struct unit {
     int split;
     int64_t index;
-    char *text;
-    size_t len, cap;
-    size_t *off; /* doc i = text[off[i] .. off[i+1]) */
-    int64_t ndocs, capdocs, empties;
+    doclist docs;
+    int64_t empties;
     shard_meta meta;
     int reused;
     struct unit *next;
 } unit;
+
+/* A nested archive (OpenWebText's urlsf_subset*.xz, doc_sink.member) that a
+ * worker decodes into documents (empty ones included) while the reader goes
+ * on; the reader then takes them in input order, as if it had read them. */
+typedef struct batch {
+    const build_input *in;
+    char *name;
+    void *data; /* the archive's bytes, until decoded */
+    size_t size;
+    doclist docs;
+    int done, rc;
+    kf_err err;
+    struct batch *next;  /* in the work queue */
+    struct batch *later; /* in the reader's list, input order */
+} batch;
 
 /* A document held back while it may still belong to the valid split. */
 typedef struct held {
@@ -52,11 +72,13 @@ typedef struct builder {
     const build_config *c;
     int force;
     manifest m;
-    /* work queue (bounded, so reading never runs far ahead of the workers) */
+    /* work queue (bounded, so reading never runs far ahead of the workers);
+     * batches go first: the reader waits for them */
     pthread_mutex_t mu;
-    pthread_cond_t has_item, has_space;
+    pthread_cond_t has_item, has_space, batch_done;
     unit *head, *tail;
     int qlen, qcap, closed;
+    batch *bhead, *btail;
     int failed;
     kf_err err; /* the first worker error */
     /* CPU slots: at most `jobs` threads (the reader included) compute at any
@@ -76,6 +98,8 @@ typedef struct builder {
     unit **units[2];
     int64_t nunits[2], capunits[2];
     /* reader state */
+    batch *pend_head, *pend_tail; /* handed to workers, not yet taken */
+    int npend, max_pend;
     unit *cur[2];
     int phase;                 /* 0: main inputs, 1: separate validation inputs */
     held *fifo;                /* valid.last: the newest documents (ring) */
@@ -124,18 +148,25 @@ static void token_give(builder *b, int s) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* The reader never blocks holding a slot: it gives its slot back for a wait
+ * (under b->mu) and then takes one back before any waiting worker. */
+static void reader_pause_locked(builder *b) {
+    b->slot_busy[b->reader_slot] = 0;
+    pthread_cond_broadcast(&b->token_freed);
+}
+
+static void reader_resume_locked(builder *b) { b->reader_slot = token_take_locked(b, -1, 1); }
+
 /* ---- the queue ---- */
 
 /* Appends u, waiting while the queue is full. reader_holds_slot: the reader
- * gives its slot back only for that wait (never blocks holding one) and then
- * takes one back before any waiting worker. */
+ * gives its slot back for that wait. */
 static void enqueue(builder *b, unit *u, int reader_holds_slot) {
     pthread_mutex_lock(&b->mu);
     if (b->qlen >= b->qcap && reader_holds_slot) {
-        b->slot_busy[b->reader_slot] = 0;
-        pthread_cond_broadcast(&b->token_freed);
+        reader_pause_locked(b);
         while (b->qlen >= b->qcap) pthread_cond_wait(&b->has_space, &b->mu);
-        b->reader_slot = token_take_locked(b, -1, 1);
+        reader_resume_locked(b);
     }
     while (b->qlen >= b->qcap) pthread_cond_wait(&b->has_space, &b->mu);
     u->next = NULL;
@@ -147,18 +178,35 @@ static void enqueue(builder *b, unit *u, int reader_holds_slot) {
     pthread_mutex_unlock(&b->mu);
 }
 
-static unit *dequeue(builder *b) {
+/* Appends a batch (never waits: the reader bounds their number). */
+static void enqueue_batch(builder *b, batch *bt) {
     pthread_mutex_lock(&b->mu);
-    while (!b->head && !b->closed) pthread_cond_wait(&b->has_item, &b->mu);
-    unit *u = b->head;
-    if (u) {
-        b->head = u->next;
+    bt->next = NULL;
+    if (b->btail) b->btail->next = bt;
+    else b->bhead = bt;
+    b->btail = bt;
+    pthread_cond_signal(&b->has_item);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* The next batch (*bt) or else unit (*u); returns 0 once the queue is closed
+ * and empty. */
+static int dequeue(builder *b, batch **bt, unit **u) {
+    pthread_mutex_lock(&b->mu);
+    while (!b->bhead && !b->head && !b->closed) pthread_cond_wait(&b->has_item, &b->mu);
+    *bt = b->bhead;
+    *u = NULL;
+    if (*bt) {
+        b->bhead = (*bt)->next;
+        if (!b->bhead) b->btail = NULL;
+    } else if ((*u = b->head) != NULL) {
+        b->head = (*u)->next;
         if (!b->head) b->tail = NULL;
         b->qlen--;
         pthread_cond_signal(&b->has_space);
     }
     pthread_mutex_unlock(&b->mu);
-    return u;
+    return *bt || *u;
 }
 
 static void queue_close(builder *b) {
@@ -175,6 +223,42 @@ static int worker_failed(builder *b) {
     return f;
 }
 
+/* Records a worker's error (the first one is reported). */
+static void worker_fail(builder *b, const kf_err *err) {
+    pthread_mutex_lock(&b->mu);
+    if (!b->failed) b->err = *err;
+    b->failed = 1;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* ---- document lists ---- */
+
+static void doclist_add(doclist *d, const char *text, size_t len) {
+    if (!d->off) {
+        d->capn = 64;
+        d->off = kf_malloc(sizeof *d->off * (size_t)(d->capn + 1));
+        d->off[0] = 0;
+    }
+    if (d->len + len > d->cap) {
+        d->cap = (d->len + len) * 2;
+        d->text = kf_realloc(d->text, d->cap);
+    }
+    if (len) memcpy(d->text + d->len, text, len);
+    d->len += len;
+    if (d->n == d->capn) {
+        d->capn *= 2;
+        d->off = kf_realloc(d->off, sizeof *d->off * (size_t)(d->capn + 1));
+    }
+    d->off[++d->n] = d->len;
+}
+
+static void doclist_free(doclist *d) {
+    free(d->text);
+    free(d->off);
+    d->text = NULL;
+    d->off = NULL;
+}
+
 /* ---- workers ---- */
 
 static void shard_path(const builder *b, int split, int64_t index, char *out, size_t cap) {
@@ -184,21 +268,22 @@ static void shard_path(const builder *b, int split, int64_t index, char *out, si
 /* sha256 over the unit's documents (length-prefixed) and its empty count:
  * equal exactly when the unit's input is. */
 static void unit_source_hash(const unit *u, char out[65]) {
+    const doclist *d = &u->docs;
     sha256_ctx h;
     sha256_init(&h);
-    for (int64_t i = 0; i < u->ndocs; i++) {
-        uint64_t n = u->off[i + 1] - u->off[i];
+    for (int64_t i = 0; i < d->n; i++) {
+        uint64_t n = d->off[i + 1] - d->off[i];
         uint8_t le[8];
         for (int k = 0; k < 8; k++) le[k] = (uint8_t)(n >> (8 * k));
         sha256_update(&h, le, 8);
-        sha256_update(&h, u->text + u->off[i], n);
+        sha256_update(&h, d->text + d->off[i], n);
     }
     uint8_t le[8];
     for (int k = 0; k < 8; k++) le[k] = (uint8_t)((uint64_t)u->empties >> (8 * k));
     sha256_update(&h, le, 8);
-    uint8_t d[32];
-    sha256_final(&h, d);
-    sha256_to_hex(d, out);
+    uint8_t digest[32];
+    sha256_final(&h, digest);
+    sha256_to_hex(digest, out);
 }
 
 /* The computing part of a unit, run holding slot `slot`: reuses a matching
@@ -235,11 +320,12 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
     shard_writer *w;
     if (shard_writer_open(path, &fmt, &w, err)) return -1;
     stats->empty_docs = u->empties;
-    stats->raw_bytes = (int64_t)u->len;
+    const doclist *d = &u->docs;
+    stats->raw_bytes = (int64_t)d->len;
     packer_begin(p, w, stats);
-    for (int64_t i = 0; i < u->ndocs; i++) {
+    for (int64_t i = 0; i < d->n; i++) {
         int64_t before = stats->tokens;
-        if (packer_add(p, u->text + u->off[i], u->off[i + 1] - u->off[i], err)) {
+        if (packer_add(p, d->text + d->off[i], d->off[i + 1] - d->off[i], err)) {
             shard_writer_abort(w);
             return -1;
         }
@@ -262,12 +348,34 @@ static int process_unit(builder *b, unit *u, kf_err *err) {
     return rc;
 }
 
-/* Frees a unit's documents (its record stays for the manifest). */
-static void unit_drop_text(unit *u) {
-    free(u->text);
-    free(u->off);
-    u->text = NULL;
-    u->off = NULL;
+static int batch_doc(void *ctx, const char *text, size_t len, kf_err *err) {
+    doclist_add(ctx, text, len);
+    return 0;
+}
+
+static int batch_empty(void *ctx, kf_err *err) { return batch_doc(ctx, NULL, 0, err); }
+
+/* Decodes a batch's archive into its documents (unless a worker failed:
+ * the build stops) and tells the reader. */
+static void decode_batch(builder *b, batch *bt) {
+    kf_err err;
+    int rc;
+    if (worker_failed(b)) {
+        rc = kf_err_set(&err, "a worker failed");
+    } else {
+        doc_sink sink = {batch_doc, batch_empty, NULL, NULL, &bt->docs};
+        int slot = token_take(b, -1, 0);
+        rc = docs_read_member(bt->in, bt->name, bt->data, bt->size, &sink, &err);
+        token_give(b, slot);
+    }
+    free(bt->data);
+    bt->data = NULL;
+    pthread_mutex_lock(&b->mu);
+    bt->rc = rc;
+    if (rc) bt->err = err;
+    bt->done = 1;
+    pthread_cond_broadcast(&b->batch_done);
+    pthread_mutex_unlock(&b->mu);
 }
 
 typedef struct worker_arg {
@@ -283,24 +391,22 @@ static void *worker(void *arg) {
     worker_arg *a = arg;
     builder *b = a->b;
     kf_err err;
-    int failed = 0;
     if (a->index > 0 && a->index < b->jobs) {
         int s = token_take(b, a->index, 0);
-        if (!b->toks[s]) failed = !(b->toks[s] = tok_load(b->c->tokenizer, b->c->vocab, &err));
+        if (!b->toks[s] && !(b->toks[s] = tok_load(b->c->tokenizer, b->c->vocab, &err))) worker_fail(b, &err);
         token_give(b, s);
     }
-    unit *u = NULL;
-    while (!failed && (u = dequeue(b)) != NULL) {
-        if (!worker_failed(b)) failed = process_unit(b, u, &err) != 0;
-        unit_drop_text(u);
-    }
-    if (failed) {
-        pthread_mutex_lock(&b->mu);
-        if (!b->failed) b->err = err;
-        b->failed = 1;
-        pthread_mutex_unlock(&b->mu);
-        /* Keep draining so the reader never blocks on a full queue. */
-        while ((u = dequeue(b)) != NULL) unit_drop_text(u);
+    /* After a failure every worker keeps draining, so the reader never
+     * blocks on a full queue or a batch. */
+    batch *bt;
+    unit *u;
+    while (dequeue(b, &bt, &u)) {
+        if (bt) {
+            decode_batch(b, bt);
+            continue;
+        }
+        if (!worker_failed(b) && process_unit(b, u, &err)) worker_fail(b, &err);
+        doclist_free(&u->docs); /* its record stays for the manifest */
     }
     return NULL;
 }
@@ -312,9 +418,6 @@ static unit *current(builder *b, int split) {
     unit *u = kf_calloc(1, sizeof *u);
     u->split = split;
     u->index = b->nunits[split];
-    u->capdocs = 64;
-    u->off = kf_malloc(sizeof *u->off * (size_t)(u->capdocs + 1));
-    u->off[0] = 0;
     if (b->nunits[split] == b->capunits[split]) {
         b->capunits[split] = b->capunits[split] ? 2 * b->capunits[split] : 64;
         b->units[split] = kf_realloc(b->units[split], sizeof(unit *) * (size_t)b->capunits[split]);
@@ -328,18 +431,8 @@ static unit *current(builder *b, int split) {
 static int add_doc(builder *b, int split, const char *text, size_t len, int64_t empties_before, kf_err *err) {
     unit *u = current(b, split);
     u->empties += empties_before;
-    if (u->len + len > u->cap) {
-        u->cap = (u->len + len) * 2;
-        u->text = kf_realloc(u->text, u->cap);
-    }
-    memcpy(u->text + u->len, text, len);
-    u->len += len;
-    if (u->ndocs == u->capdocs) {
-        u->capdocs *= 2;
-        u->off = kf_realloc(u->off, sizeof *u->off * (size_t)(u->capdocs + 1));
-    }
-    u->off[++u->ndocs] = u->len;
-    if (u->ndocs == b->c->docs_per_shard) {
+    doclist_add(&u->docs, text, len);
+    if (u->docs.n == b->c->docs_per_shard) {
         b->cur[split] = NULL;
         enqueue(b, u, 1);
         if (worker_failed(b)) return kf_err_set(err, "a worker failed");
@@ -351,8 +444,7 @@ static int add_doc(builder *b, int split, const char *text, size_t len, int64_t 
  * one that is pushed out is certainly a training document, and what is left
  * at the end is the validation split. An empty document belongs to the unit
  * of the next non-empty one (trailing empties to the last split's last unit). */
-static int sink_doc(void *ctx, const char *text, size_t len, kf_err *err) {
-    builder *b = ctx;
+static int take_doc(builder *b, const char *text, size_t len, kf_err *err) {
     b->docs_read++;
     b->raw_bytes += (int64_t)len;
     if (b->phase == 1) return add_doc(b, VALID, text, len, 0, err);
@@ -373,10 +465,92 @@ static int sink_doc(void *ctx, const char *text, size_t len, kf_err *err) {
     return rc;
 }
 
-static void sink_empty(void *ctx) {
-    builder *b = ctx;
+static void take_empty(builder *b) {
     if (b->phase == 0 && b->c->valid_last > 0) b->pending_empties++;
     else current(b, b->phase == 1 ? VALID : TRAIN)->empties++;
+}
+
+static void batch_free(batch *bt) {
+    free(bt->name);
+    free(bt->data);
+    doclist_free(&bt->docs);
+    free(bt);
+}
+
+/* Takes the documents of decoded batches in input order: those at the head
+ * that are done, waiting for more while over `keep` are pending. */
+static int take_batches(builder *b, int keep, kf_err *err) {
+    while (b->pend_head) {
+        batch *bt = b->pend_head;
+        pthread_mutex_lock(&b->mu);
+        if (!bt->done && b->npend > keep) {
+            reader_pause_locked(b);
+            while (!bt->done) pthread_cond_wait(&b->batch_done, &b->mu);
+            reader_resume_locked(b);
+        }
+        int done = bt->done;
+        pthread_mutex_unlock(&b->mu);
+        if (!done) return 0;
+        b->pend_head = bt->later;
+        if (!b->pend_head) b->pend_tail = NULL;
+        b->npend--;
+        int rc = bt->rc;
+        if (rc) *err = bt->err;
+        for (int64_t i = 0; !rc && i < bt->docs.n; i++) {
+            size_t len = bt->docs.off[i + 1] - bt->docs.off[i];
+            if (len) rc = take_doc(b, bt->docs.text + bt->docs.off[i], len, err);
+            else take_empty(b);
+        }
+        batch_free(bt);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* After a reader error: waits for the workers to finish the pending batches
+ * (the reader holds no slot) and frees them. */
+static void drop_batches(builder *b) {
+    while (b->pend_head) {
+        batch *bt = b->pend_head;
+        pthread_mutex_lock(&b->mu);
+        while (!bt->done) pthread_cond_wait(&b->batch_done, &b->mu);
+        pthread_mutex_unlock(&b->mu);
+        b->pend_head = bt->later;
+        batch_free(bt);
+    }
+    b->pend_tail = NULL;
+    b->npend = 0;
+}
+
+/* A document read in line comes after every pending batch's. */
+static int sink_doc(void *ctx, const char *text, size_t len, kf_err *err) {
+    builder *b = ctx;
+    if (take_batches(b, 0, err)) return -1;
+    return take_doc(b, text, len, err);
+}
+
+static int sink_empty(void *ctx, kf_err *err) {
+    builder *b = ctx;
+    if (take_batches(b, 0, err)) return -1;
+    take_empty(b);
+    return 0;
+}
+
+/* A nested archive goes to the workers; at most max_pend wait decoded or
+ * not taken, which bounds the memory they hold. */
+static int sink_member(void *ctx, const build_input *in, const char *name, void *data, size_t size, kf_err *err) {
+    builder *b = ctx;
+    batch *bt = kf_calloc(1, sizeof *bt);
+    bt->in = in;
+    bt->name = kf_strdup(name);
+    bt->data = data;
+    bt->size = size;
+    if (b->pend_tail) b->pend_tail->later = bt;
+    else b->pend_head = bt;
+    b->pend_tail = bt;
+    b->npend++;
+    enqueue_batch(b, bt);
+    return take_batches(b, b->max_pend, err);
 }
 
 /* End of the main inputs with a `last: N` rule: the FIFO is the valid split. */
@@ -531,6 +705,8 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     pthread_cond_init(&b->has_item, NULL);
     pthread_cond_init(&b->has_space, NULL);
     pthread_cond_init(&b->token_freed, NULL);
+    pthread_cond_init(&b->batch_done, NULL);
+    b->max_pend = 2 * jobs;
     b->jobs = jobs;
     b->slot_busy = kf_calloc((size_t)jobs, 1);
     b->packers = kf_calloc((size_t)jobs, sizeof *b->packers);
@@ -559,11 +735,12 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             b->fifo_cap = c->valid_last + 1;
             b->fifo = kf_calloc((size_t)b->fifo_cap, sizeof *b->fifo);
         }
-        doc_sink sink = {sink_doc, sink_empty, sink_progress, b};
+        doc_sink sink = {sink_doc, sink_empty, sink_progress, sink_member, b};
         snprintf(label, sizeof label, "shards %s", c->name);
         progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
         b->reader_slot = token_take(b, -1, 1); /* the reader computes too */
         rrc = docs_read(&c->inputs, &sink, err);
+        if (!rrc) rrc = take_batches(b, 0, err);
         if (!rrc && c->valid_last > 0) rrc = flush_fifo(b, err);
         token_give(b, b->reader_slot);
         if (!rrc && c->valid_inputs.n) {
@@ -572,13 +749,15 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             b->phase = 1;
             b->reader_slot = token_take(b, -1, 1);
             rrc = docs_read(&c->valid_inputs, &sink, err);
+            if (!rrc) rrc = take_batches(b, 0, err);
             token_give(b, b->reader_slot);
         }
+        drop_batches(b); /* left by an error */
     }
     for (int s = 0; s < 2; s++) {
         if (b->cur[s]) {
             if (rrc) { /* never handed to a worker */
-                unit_drop_text(b->cur[s]);
+                doclist_free(&b->cur[s]->docs);
             } else {
                 enqueue(b, b->cur[s], 0);
             }
@@ -628,6 +807,7 @@ out:
     pthread_cond_destroy(&b->has_item);
     pthread_cond_destroy(&b->has_space);
     pthread_cond_destroy(&b->token_freed);
+    pthread_cond_destroy(&b->batch_done);
     for (int i = 0; i < jobs; i++) packer_free(b->packers[i]);
     free(b->packers);
     free(b->slot_busy);

@@ -3,7 +3,10 @@
  *
  * Work split: the calling thread reads documents (doc_reader.h) and cuts them
  * into shard units of docs_per_shard documents (build_config.h); worker
- * threads each take a whole unit and turn it into one shard. At most `jobs`
+ * threads each take a whole unit and turn it into one shard. Nested archives
+ * (OpenWebText's urlsf_subset*.xz inside the outer .tar.xz) are handed whole
+ * to the workers, which decompress and split them while the reader goes on;
+ * the reader takes their documents back in input order. At most `jobs`
  * threads (the reader included, which goes first) compute at once; a worker
  * syncing its shard to disk does not count, so 2 * jobs workers exist to keep
  * the cores busy meanwhile. A shard is a pure function of its unit's

@@ -69,10 +69,7 @@ static ssize_t member_read(stream *s, void *buf, size_t n, kf_err *err) {
 }
 
 static int emit(rd *r, const char *text, size_t len) {
-    if (len == 0) {
-        r->sink->empty(r->sink->ctx);
-        return 0;
-    }
+    if (len == 0) return r->sink->empty(r->sink->ctx, r->err);
     return r->sink->doc(r->sink->ctx, text, len, r->err);
 }
 
@@ -175,6 +172,23 @@ static struct archive *archive_new(void) {
 
 static int read_archive(rd *r, struct archive *a, const char *name);
 
+/* Hands the current member (size bytes, a nested archive) whole to
+ * sink->member. */
+static int hand_member(rd *r, struct archive *a, const char *name, int64_t size) {
+    char *data = kf_malloc(size ? (size_t)size : 1);
+    for (size_t have = 0; have < (size_t)size;) {
+        la_ssize_t k = archive_read_data(a, data + have, (size_t)size - have);
+        if (k <= 0) {
+            free(data);
+            return kf_err_set(r->err, "%s: truncated or corrupt archive member: %s", name,
+                              k ? archive_error_string(a) : "ends early");
+        }
+        have += (size_t)k;
+    }
+    report(r);
+    return r->sink->member(r->sink->ctx, r->in, name, data, (size_t)size, r->err);
+}
+
 static int read_member_archive(rd *r, struct archive *parent, const char *name) {
     struct archive *a = archive_new();
     nested *n = kf_malloc(sizeof *n);
@@ -205,7 +219,9 @@ static int read_archive(rd *r, struct archive *a, const char *name) {
             stream s = {member_read, -1, a, raw ? name : full};
             rc = consume(r, &s);
         } else if (member && build_is_archive_name(member)) {
-            rc = read_member_archive(r, a, full);
+            int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+            rc = r->sink->member && size >= 0 && size <= DOCS_MEMBER_MAX ? hand_member(r, a, full, size)
+                                                                         : read_member_archive(r, a, full);
         } else {
             rc = 0; /* not selected by suffix */
         }
@@ -227,6 +243,22 @@ static int read_archive_file(rd *r, const char *path) {
     }
     archive_read_free(a);
     if (stat(path, &st) == 0) r->disk_base += st.st_size;
+    return rc;
+}
+
+int docs_read_member(const build_input *in, const char *name, const void *data, size_t size,
+                     const doc_sink *sink, kf_err *err) {
+    doc_sink own = *sink;
+    own.member = NULL; /* deeper levels are read in line */
+    own.progress = NULL;
+    rd r = {.sink = &own, .in = in, .err = err};
+    struct archive *a = archive_new();
+    int rc;
+    if (archive_read_open_memory(a, data, size) != ARCHIVE_OK)
+        rc = kf_err_set(err, "%s: cannot open archive (truncated or corrupt?): %s", name, archive_error_string(a));
+    else rc = read_archive(&r, a, name);
+    archive_read_free(a);
+    free(r.buf);
     return rc;
 }
 

@@ -77,6 +77,41 @@ check "jsonl sample 2 decodes with its \\u escape (got '$out')" test "$out" = '<
 out=$("$KF" shards inspect "$T/out/dir" --index 2 --decode)
 check "directory order: sub/c.txt after b.txt (got '$out')" test "$out" = '<|endoftext|>Document C, nested.<|endoftext|>'
 
+# Nested archives are decoded by the workers while the reader goes on: an
+# outer tar mixing nested xz tars, a bare .xz and plain .txt members keeps
+# input order (one document per pad sample) and gives the same manifest for
+# any --jobs; a corrupt nested member fails naming it.
+mkdir -p "$T/mixed/out"
+want=
+for m in a b c d e; do
+  mkdir -p "$T/mixed/$m"
+  printf 'doc %s one' $m > "$T/mixed/$m/0000001.txt"
+  printf 'doc %s two' $m > "$T/mixed/$m/0000002.txt"
+  [ $m = a ] && : > "$T/mixed/$m/0000003.txt"  # an empty document inside a nested archive
+  det_tar -C "$T/mixed/$m" -cf - . | xz -T1 > "$T/mixed/out/${m}_data.xz"
+  printf 'plain %s' $m > "$T/mixed/out/${m}_plain.txt"
+  want="$want|doc $m one|doc $m two|plain $m"
+done
+want="${want#|}|bare xz"
+printf 'bare xz' | xz -T1 > "$T/mixed/out/f_bare.xz"
+det_tar -C "$T/mixed/out" -cf "$T/in/mixed.tar" .
+printf 'shards:\n%s\n' "$(set_yaml mixed pad "{path: $T/in/mixed.tar}")" > "$T/mixed.yaml"
+for j in 1 3; do
+  "$KF" shards build "$T/mixed.yaml" --jobs $j --force > /dev/null 2>&1
+  check "mixed nested archive builds with --jobs $j" test $? -eq 0
+  cp "$T/out/mixed/manifest.yaml" "$T/mixed.j$j"
+done
+got=$(for ((i = 0; i < 16; i++)); do "$KF" shards inspect "$T/out/mixed" --index $i --decode; done |
+      sed 's/<|endoftext|>//g' | paste -sd '|')
+check "mixed nested archive: documents in input order (got '$got')" test "$got" = "$want"
+expect mixed train empty_documents 1
+check "mixed nested archive: same manifest for --jobs 1 and 3" cmp -s "$T/mixed.j1" "$T/mixed.j3"
+head -c 100 "$T/mixed/out/c_data.xz" > "$T/mixed/c_data.xz.cut" && mv "$T/mixed/c_data.xz.cut" "$T/mixed/out/c_data.xz"
+det_tar -C "$T/mixed/out" -cf "$T/in/mixed.tar" .
+"$KF" shards build "$T/mixed.yaml" --jobs 2 > /dev/null 2> "$T/err.txt"
+rc=$?; check "corrupt nested member fails ($(cat "$T/err.txt"))" test $rc -eq 1
+check "corrupt nested member is named" grep -q "mixed.tar/./c_data.xz" "$T/err.txt"
+
 # BERT WordPiece with a generated vocabulary: [CLS] ids [SEP] then [PAD] (id 0).
 mkdir -p "$T/bert"
 printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsees\na\ndog\n##s\n.\n' > "$T/bert/vocab.txt"
