@@ -91,9 +91,13 @@ typedef struct builder {
     tok **toks;
     packer **packers;
     char *slot_busy;
-    pthread_cond_t token_freed;
+    /* A freed slot wakes one thread (not all: each wake-up costs an idle
+     * CPU a while): the reader if it waits (reader_freed; it is the serial
+     * part, so it gets the next free slot), else one worker (token_freed);
+     * all workers while one waits for a given slot (at start-up). */
+    pthread_cond_t token_freed, reader_freed;
     int reader_slot;
-    int reader_waiting; /* the reader is the serial part: it gets the next free slot */
+    int reader_waiting, want_waiting;
     /* every unit, per split, in order */
     unit **units[2];
     int64_t nunits[2], capunits[2];
@@ -118,16 +122,26 @@ static int slot_free(const builder *b, int want) {
     return -1;
 }
 
+/* Wakes whoever should take a free slot (under b->mu). */
+static void token_wake(builder *b) {
+    if (slot_free(b, -1) < 0) return;
+    if (b->reader_waiting) pthread_cond_signal(&b->reader_freed);
+    else if (b->want_waiting) pthread_cond_broadcast(&b->token_freed);
+    else pthread_cond_signal(&b->token_freed);
+}
+
 /* Takes a slot under b->mu; see token_take. */
 static int token_take_locked(builder *b, int want, int reader) {
     int s;
     if (reader) b->reader_waiting = 1;
+    if (want >= 0) b->want_waiting++;
     while ((!reader && b->reader_waiting) || (s = slot_free(b, want)) < 0)
-        pthread_cond_wait(&b->token_freed, &b->mu);
+        pthread_cond_wait(reader ? &b->reader_freed : &b->token_freed, &b->mu);
+    if (want >= 0) b->want_waiting--;
     b->slot_busy[s] = 1;
     if (reader) {
         b->reader_waiting = 0;
-        pthread_cond_broadcast(&b->token_freed); /* workers may take what is left */
+        token_wake(b); /* workers held back by the reader may take what is left */
     }
     return s;
 }
@@ -144,7 +158,7 @@ static int token_take(builder *b, int want, int reader) {
 static void token_give(builder *b, int s) {
     pthread_mutex_lock(&b->mu);
     b->slot_busy[s] = 0;
-    pthread_cond_broadcast(&b->token_freed); /* a waiter may want this very slot */
+    token_wake(b);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -152,7 +166,7 @@ static void token_give(builder *b, int s) {
  * (under b->mu) and then takes one back before any waiting worker. */
 static void reader_pause_locked(builder *b) {
     b->slot_busy[b->reader_slot] = 0;
-    pthread_cond_broadcast(&b->token_freed);
+    token_wake(b);
 }
 
 static void reader_resume_locked(builder *b) { b->reader_slot = token_take_locked(b, -1, 1); }
@@ -705,6 +719,7 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     pthread_cond_init(&b->has_item, NULL);
     pthread_cond_init(&b->has_space, NULL);
     pthread_cond_init(&b->token_freed, NULL);
+    pthread_cond_init(&b->reader_freed, NULL);
     pthread_cond_init(&b->batch_done, NULL);
     b->max_pend = 2 * jobs;
     b->jobs = jobs;
@@ -807,6 +822,7 @@ out:
     pthread_cond_destroy(&b->has_item);
     pthread_cond_destroy(&b->has_space);
     pthread_cond_destroy(&b->token_freed);
+    pthread_cond_destroy(&b->reader_freed);
     pthread_cond_destroy(&b->batch_done);
     for (int i = 0; i < jobs; i++) packer_free(b->packers[i]);
     free(b->packers);
