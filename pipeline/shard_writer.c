@@ -3,6 +3,7 @@
 #include "pipeline/shard_writer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
 #include <stdio.h>
@@ -10,7 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/fsutil.h"
 #include "common/sha256.h"
 #include "pipeline/shard_format.h"
 
@@ -53,10 +53,15 @@ int shard_writer_open(const char *path, const shard_meta *m, shard_writer **out,
     w->checks = kf_malloc(SHARD_CHECK_BYTES * BATCH_SAMPLES);
     w->map_size = INITIAL_MAP;
     sha256_init(&w->hash);
-    if (unlink(w->tmp) != 0 && errno != ENOENT) {
-        kf_err_set(err, "%s: cannot remove stale file: %s", w->tmp, strerror(errno));
+    /* Empty a stale temp file rather than unlink it: an unlink and then the
+     * create would lock the directory twice, and each lock waits behind
+     * other shards' renames and syncs in it. */
+    int fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        kf_err_set(err, "%s: cannot create: %s", w->tmp, strerror(errno));
         goto fail;
     }
+    close(fd);
     int rc = mdb_env_create(&w->env);
     if (!rc) rc = mdb_env_set_maxdbs(w->env, 3);
     if (!rc) rc = mdb_env_set_mapsize(w->env, w->map_size);
@@ -175,7 +180,13 @@ int shard_writer_commit(shard_writer *w, const shard_meta *stats, shard_meta *fi
     }
     mdb_env_close(w->env);
     w->env = NULL;
-    if (fs_rename_atomic(w->tmp, w->path, err)) goto fail;
+    /* The directory is not fsynced here: each fsync stalls the creation of
+     * the next shard in it (the directory block is under writeback). The
+     * caller syncs it once before publishing (shard_writer.h). */
+    if (rename(w->tmp, w->path) != 0) {
+        kf_err_set(err, "rename %s -> %s: %s", w->tmp, w->path, strerror(errno));
+        goto fail;
+    }
     if (final_meta) *final_meta = m;
     free(w->batch);
     free(w->checks);
