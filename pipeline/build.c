@@ -35,16 +35,25 @@ typedef struct doclist {
     int64_t n, capn;
 } doclist;
 
-/* A shard unit: its documents and, once a worker is done, its shard's record. */
+/* A shard unit: its documents, then its packed shard waiting for the commit,
+ * then its shard's record. */
 typedef struct unit {
     int split;
     int64_t index;
     doclist docs;
     int64_t empties;
+    shard_writer *w; /* packed, not committed yet */
+    shard_meta stats;
     shard_meta meta;
     int reused;
     struct unit *next;
 } unit;
+
+/* A FIFO of units. */
+typedef struct ufifo {
+    unit *head, *tail;
+    int len;
+} ufifo;
 
 /* A nested archive (OpenWebText's urlsf_subset*.xz, doc_sink.member) that a
  * worker decodes into documents (empty ones included) while the reader goes
@@ -76,17 +85,21 @@ typedef struct builder {
      * batches go first: the reader waits for them */
     pthread_mutex_t mu;
     pthread_cond_t has_item, has_space, batch_done;
-    unit *head, *tail;
-    int qlen, qcap, closed;
+    ufifo work;
+    int qcap, closed;
     batch *bhead, *btail;
+    /* packed shards waiting for their sync and rename, which `jobs`
+     * committer threads do, so a worker never waits for the disk */
+    pthread_cond_t has_commit, commit_space;
+    ufifo commits;
+    int ccap, commits_closed;
     int failed;
     kf_err err; /* the first worker error */
     /* CPU slots: at most `jobs` threads (the reader included) compute at any
      * moment, so --jobs N means N cores and --jobs 1 is a sequential build.
      * Slot i owns tokenizer toks[i] and a packer, so an encoder's cache stays
      * with the slot, not with whichever worker thread holds it. There are
-     * twice as many worker threads as slots: a worker waiting for a shard's
-     * sync holds no slot, and another one computes meanwhile. */
+     * `jobs` workers: while the reader holds a slot, one of them waits. */
     int jobs;
     tok **toks;
     packer **packers;
@@ -171,23 +184,37 @@ static void reader_pause_locked(builder *b) {
 
 static void reader_resume_locked(builder *b) { b->reader_slot = token_take_locked(b, -1, 1); }
 
-/* ---- the queue ---- */
+/* ---- the queues ---- */
 
-/* Appends u, waiting while the queue is full. reader_holds_slot: the reader
- * gives its slot back for that wait. */
+static void ufifo_push(ufifo *q, unit *u) {
+    u->next = NULL;
+    if (q->tail) q->tail->next = u;
+    else q->head = u;
+    q->tail = u;
+    q->len++;
+}
+
+static unit *ufifo_pop(ufifo *q) {
+    unit *u = q->head;
+    if (u) {
+        q->head = u->next;
+        if (!q->head) q->tail = NULL;
+        q->len--;
+    }
+    return u;
+}
+
+/* Appends u. A full queue is waited on until half of it is done, so the
+ * reader refills it in bursts (fewer hand-offs of its slot).
+ * reader_holds_slot: the reader gives its slot back for that wait. */
 static void enqueue(builder *b, unit *u, int reader_holds_slot) {
     pthread_mutex_lock(&b->mu);
-    if (b->qlen >= b->qcap && reader_holds_slot) {
-        reader_pause_locked(b);
-        while (b->qlen >= b->qcap) pthread_cond_wait(&b->has_space, &b->mu);
-        reader_resume_locked(b);
+    if (b->work.len >= b->qcap) {
+        if (reader_holds_slot) reader_pause_locked(b);
+        while (b->work.len > b->qcap / 2) pthread_cond_wait(&b->has_space, &b->mu);
+        if (reader_holds_slot) reader_resume_locked(b);
     }
-    while (b->qlen >= b->qcap) pthread_cond_wait(&b->has_space, &b->mu);
-    u->next = NULL;
-    if (b->tail) b->tail->next = u;
-    else b->head = u;
-    b->tail = u;
-    b->qlen++;
+    ufifo_push(&b->work, u);
     pthread_cond_signal(&b->has_item);
     pthread_mutex_unlock(&b->mu);
 }
@@ -207,16 +234,13 @@ static void enqueue_batch(builder *b, batch *bt) {
  * and empty. */
 static int dequeue(builder *b, batch **bt, unit **u) {
     pthread_mutex_lock(&b->mu);
-    while (!b->bhead && !b->head && !b->closed) pthread_cond_wait(&b->has_item, &b->mu);
+    while (!b->bhead && !b->work.head && !b->closed) pthread_cond_wait(&b->has_item, &b->mu);
     *bt = b->bhead;
     *u = NULL;
     if (*bt) {
         b->bhead = (*bt)->next;
         if (!b->bhead) b->btail = NULL;
-    } else if ((*u = b->head) != NULL) {
-        b->head = (*u)->next;
-        if (!b->head) b->tail = NULL;
-        b->qlen--;
+    } else if ((*u = ufifo_pop(&b->work)) != NULL && b->work.len <= b->qcap / 2) {
         pthread_cond_signal(&b->has_space);
     }
     pthread_mutex_unlock(&b->mu);
@@ -227,6 +251,32 @@ static void queue_close(builder *b) {
     pthread_mutex_lock(&b->mu);
     b->closed = 1;
     pthread_cond_broadcast(&b->has_item);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Hands a packed shard to the committers, waiting while ccap are queued. */
+static void commit_enqueue(builder *b, unit *u) {
+    pthread_mutex_lock(&b->mu);
+    while (b->commits.len >= b->ccap) pthread_cond_wait(&b->commit_space, &b->mu);
+    ufifo_push(&b->commits, u);
+    pthread_cond_signal(&b->has_commit);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* The next shard to commit; NULL once closed and empty. */
+static unit *commit_dequeue(builder *b) {
+    pthread_mutex_lock(&b->mu);
+    while (!b->commits.head && !b->commits_closed) pthread_cond_wait(&b->has_commit, &b->mu);
+    unit *u = ufifo_pop(&b->commits);
+    if (u) pthread_cond_signal(&b->commit_space);
+    pthread_mutex_unlock(&b->mu);
+    return u;
+}
+
+static void commits_close(builder *b) {
+    pthread_mutex_lock(&b->mu);
+    b->commits_closed = 1;
+    pthread_cond_broadcast(&b->has_commit);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -350,15 +400,13 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
     return 0;
 }
 
-/* One unit -> one shard. The commit is mostly waiting for the disk (sync,
- * rename, fsync of the directory), so it runs without a slot. */
+/* One unit -> one shard, left to the committers: the commit is mostly
+ * waiting for the disk (sync and rename). */
 static int process_unit(builder *b, unit *u, kf_err *err) {
-    shard_writer *w;
-    shard_meta stats;
     int slot = token_take(b, -1, 0);
-    int rc = pack_unit(b, slot, u, &w, &stats, err);
+    int rc = pack_unit(b, slot, u, &u->w, &u->stats, err);
     token_give(b, slot);
-    if (!rc && w) rc = shard_writer_commit(w, &stats, &u->meta, err);
+    if (!rc && u->w) commit_enqueue(b, u);
     return rc;
 }
 
@@ -397,6 +445,19 @@ typedef struct worker_arg {
     int index;
     pthread_t th;
 } worker_arg;
+
+/* Commits packed shards (after a failure: drops them). */
+static void *committer(void *arg) {
+    builder *b = arg;
+    kf_err err;
+    unit *u;
+    while ((u = commit_dequeue(b)) != NULL) {
+        if (worker_failed(b)) shard_writer_abort(u->w);
+        else if (shard_writer_commit(u->w, &u->stats, &u->meta, &err)) worker_fail(b, &err);
+        u->w = NULL;
+    }
+    return NULL;
+}
 
 /* Workers start before setup: worker i in 1..jobs-1 loads slot i's tokenizer
  * meanwhile (unless the caller's array has one); slot 0's is the one setup
@@ -649,7 +710,9 @@ static int prepare_out(const build_config *c, kf_err *err) {
     return 0;
 }
 
-/* Removes shard files numbered >= n in a split directory. */
+/* Removes shard files numbered >= n in a split directory, then fsyncs it:
+ * this makes the shards' renames durable before the manifest lists them
+ * (shard_writer_commit leaves that to its caller). */
 static int remove_orphans(const build_config *c, int split, int64_t n, kf_err *err) {
     char dir[4096], path[4096 + 260];
     snprintf(dir, sizeof dir, "%s/%s", c->out, split_names[split]);
@@ -714,10 +777,13 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     builder *b = kf_calloc(1, sizeof *b);
     b->c = c;
     b->force = force;
-    b->qcap = 2 * jobs;
+    b->qcap = 4 * jobs; /* refilled from half: at least 2 * jobs units ready */
+    b->ccap = 8 * jobs; /* rides out a sync that stalls for 100 ms (seen) */
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->has_item, NULL);
     pthread_cond_init(&b->has_space, NULL);
+    pthread_cond_init(&b->has_commit, NULL);
+    pthread_cond_init(&b->commit_space, NULL);
     pthread_cond_init(&b->token_freed, NULL);
     pthread_cond_init(&b->reader_freed, NULL);
     pthread_cond_init(&b->batch_done, NULL);
@@ -725,14 +791,14 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     b->jobs = jobs;
     b->slot_busy = kf_calloc((size_t)jobs, 1);
     b->packers = kf_calloc((size_t)jobs, sizeof *b->packers);
-    int nworkers = 2 * jobs;
-    worker_arg *ws = kf_calloc((size_t)nworkers, sizeof *ws);
+    worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
+    pthread_t *cs = kf_calloc((size_t)jobs, sizeof *cs);
     tok **own = toks ? NULL : kf_calloc((size_t)jobs, sizeof *own);
     if (own) toks = own;
     b->toks = toks;
-    int started = 0, rc = -1, lock_fd = -1, reading = 0;
+    int started = 0, cstarted = 0, rc = -1, lock_fd = -1, reading = 0;
     char label[160];
-    for (; started < nworkers; started++) {
+    for (; started < jobs; started++) {
         ws[started].b = b;
         ws[started].index = started;
         if (pthread_create(&ws[started].th, NULL, worker, &ws[started])) {
@@ -740,8 +806,14 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             break;
         }
     }
+    for (; started == jobs && cstarted < jobs; cstarted++) {
+        if (pthread_create(&cs[cstarted], NULL, committer, b)) {
+            kf_err_set(err, "cannot start committer thread %d: %s", cstarted, strerror(errno));
+            break;
+        }
+    }
     token_take(b, 0, 1);
-    int rrc = started == nworkers ? setup(b, c, &toks[0], err) : -1;
+    int rrc = started == jobs && cstarted == jobs ? setup(b, c, &toks[0], err) : -1;
     token_give(b, 0);
     if (!rrc && ((lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err))) rrc = -1;
     if (!rrc) {
@@ -781,6 +853,8 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     }
     queue_close(b);
     for (int i = 0; i < started; i++) pthread_join(ws[i].th, NULL);
+    commits_close(b);
+    for (int i = 0; i < cstarted; i++) pthread_join(cs[i], NULL);
     if (reading) {
         sink_progress(b, b->disk_bytes); /* the final token count */
         progress_end();
@@ -821,6 +895,8 @@ out:
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->has_item);
     pthread_cond_destroy(&b->has_space);
+    pthread_cond_destroy(&b->has_commit);
+    pthread_cond_destroy(&b->commit_space);
     pthread_cond_destroy(&b->token_freed);
     pthread_cond_destroy(&b->reader_freed);
     pthread_cond_destroy(&b->batch_done);
@@ -831,6 +907,7 @@ out:
     free(own);
     if (lock_fd >= 0) close(lock_fd);
     free(ws);
+    free(cs);
     free(b);
     return rc;
 }

@@ -7,11 +7,14 @@
  * (OpenWebText's urlsf_subset*.xz inside the outer .tar.xz) are handed whole
  * to the workers, which decompress and split them while the reader goes on;
  * the reader takes their documents back in input order. At most `jobs`
- * threads (the reader included, which goes first) compute at once; a worker
- * syncing its shard to disk does not count, so 2 * jobs workers exist to keep
- * the cores busy meanwhile. A shard is a pure function of its unit's
- * documents and the config, so the output does not depend on `jobs` or on
- * scheduling, and the manifest (written last) is byte identical across runs.
+ * threads (the reader included, which goes first) compute at once, and there
+ * are `jobs` workers. A packed shard's sync and rename (mostly waiting for
+ * the disk) are left to `jobs` committer threads, so a worker goes on with
+ * the next unit at once and never hands its core over for that wait (each
+ * hand-over leaves a core idle for a while). A shard is a pure
+ * function of its unit's documents and the config, so the output does not
+ * depend on `jobs` or on scheduling, and the manifest (written last) is byte
+ * identical across runs.
  *
  * Resume: at start the old manifest and stale temp files are removed. A unit
  * whose shard file already exists is kept when the file verifies (every
