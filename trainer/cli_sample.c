@@ -20,6 +20,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kf sample CKPT [--k K] [--tau T] [--freq-penalty P] [--prefix-file F.jsonl]\n"
             "                 [--batch B] [--n-per-prefix M] [--max-new N] [--seed S]\n"
+            "                 [--position-temp T0,T1,...]\n"
             "                 [--vocab DIR] [--eos ID] [--bos ID] [--backend cpu|cuda|auto]\n"
             "\n"
             "Generates completions with the KV-cached decoder: an AR checkpoint one token per\n"
@@ -36,6 +37,10 @@ static void usage(FILE *f) {
             "  --max-new N      tokens generated per completion (default 64)\n"
             "  --k K (default k_train)  --tau T (default 1)  --freq-penalty P (default 0)\n"
             "  --seed S         completion j of prefix i uses draws keyed (S, i*M + j)\n"
+            "  --position-temp LIST  PFLM: one temperature per output position of a step; 0 =\n"
+            "                   the argmax (push-forward decoding, the default everywhere), T > 0 =\n"
+            "                   sampling the head's softmax at T. The released K-Forcing sampler's\n"
+            "                   heuristic is 0,0.3,0.5,0.7 (OWT) and 0,0.2,0.4,0.6 (LM1B)\n"
             "  --eos ID, --bos ID  override the tokenizer's (text is cut at the first EOS)\n"
             "\n"
             "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
@@ -169,10 +174,30 @@ static int parse_f64(const char *flag, const char *v, double *out) {
     return 0;
 }
 
+/* A comma-separated list of at most cap numbers. */
+static int parse_f64_list(const char *flag, const char *v, double *out, int64_t cap, int64_t *n) {
+    char buf[1024], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", v);
+    *n = 0;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == cap) {
+            fprintf(stderr, "kf sample: %s: more than %lld values\n", flag, (long long)cap);
+            return -1;
+        }
+        if (parse_f64(flag, t, &out[(*n)++])) return -1;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "kf sample: %s %s: expected numbers separated by commas\n", flag, v);
+        return -1;
+    }
+    return 0;
+}
+
 int sample_main(int argc, char **argv) {
     const char *ckpt = NULL, *prefix_file = NULL, *vocab = NULL, *backend = "cpu";
     int64_t k = 0, batch = 16, per = 1, max_new = 64, seed = 0, eos = -2, bos = -2;
-    double tau = 1.0, pen = 0.0;
+    double tau = 1.0, pen = 0.0, ptemp[64];
+    int64_t nptemp = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -197,6 +222,7 @@ int sample_main(int argc, char **argv) {
         if (!strcmp(a, "--k")) bad = parse_i64(a, v, 1, &k);
         else if (!strcmp(a, "--tau")) bad = parse_f64(a, v, &tau);
         else if (!strcmp(a, "--freq-penalty")) bad = parse_f64(a, v, &pen);
+        else if (!strcmp(a, "--position-temp")) bad = parse_f64_list(a, v, ptemp, 64, &nptemp);
         else if (!strcmp(a, "--prefix-file")) prefix_file = v;
         else if (!strcmp(a, "--batch")) bad = parse_i64(a, v, 1, &batch);
         else if (!strcmp(a, "--n-per-prefix")) bad = parse_i64(a, v, 1, &per);
@@ -269,7 +295,8 @@ int sample_main(int argc, char **argv) {
     }
     if (!k) k = m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
     decode_opts o = {.k = k, .tau = tau, .freq_penalty = (float)pen, .max_new = max_new,
-                     .seed = (uint64_t)seed};
+                     .seed = (uint64_t)seed, .position_temp = nptemp ? ptemp : NULL,
+                     .n_position_temp = nptemp};
     for (int64_t i = 0; i < npre && !rc; i++) {
         for (int64_t j = 0; j < plen[i]; j++)
             if (pre[i][j] >= m->cfg.vocab) {

@@ -1,6 +1,7 @@
 /* trainer/decode.c — KV-cached AR and K-Forcing decoding (see decode.h). */
 #include "trainer/decode.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,17 @@ int decode_check(const model *m, const decode_opts *o, int64_t P, kf_err *err) {
         return kf_err_set(err, "--k %lld: the MTP baseline decodes exactly k_train = %lld tokens",
                           (long long)o->k, (long long)m->cfg.k_train);
     if (!(o->tau > 0)) return kf_err_set(err, "--tau %g: must be > 0", o->tau);
+    if (o->n_position_temp) {
+        if (m->cfg.kind == MODEL_AR)
+            return kf_err_set(err, "--position-temp: an AR checkpoint samples every token at --tau");
+        if (o->n_position_temp < o->k)
+            return kf_err_set(err, "--position-temp: %lld temperatures for %lld positions per step",
+                              (long long)o->n_position_temp, (long long)o->k);
+        for (int64_t j = 0; j < o->n_position_temp; j++)
+            if (!(o->position_temp[j] >= 0) || !isfinite(o->position_temp[j]))
+                return kf_err_set(err, "--position-temp: %g at position %lld: must be >= 0",
+                                  o->position_temp[j], (long long)j);
+    }
     if (o->max_new < 1) return kf_err_set(err, "--max-new must be >= 1");
     if (P < 1) return kf_err_set(err, "a prefix needs at least one token");
     int64_t rows = decode_cache_rows(m, o, P);
@@ -70,11 +82,10 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     int32_t *dev_hist = be->alloc(be, (size_t)(B * total + 1) * sizeof(int32_t));
     int32_t *dev_ids = be->alloc(be, (size_t)(k * B) * sizeof(int32_t));
     double *dev_z = be->alloc(be, (size_t)B * sizeof(double));
-    double *dev_tau = be->alloc(be, (size_t)B * sizeof(double));
+    double *dev_ptau = be->alloc(be, (size_t)B * sizeof(double)); /* a sampled token's temperature */
     int32_t *step_ids = kf_malloc((size_t)(k * B) * sizeof(int32_t));
-    double *zs = kf_malloc((size_t)B * sizeof(double));
+    double *zs = kf_malloc((size_t)B * sizeof(double)), *ptau = kf_malloc((size_t)B * sizeof(double));
     for (int64_t b = 0; b < B; b++) tau[b] = o->tau;
-    be->upload(be, dev_tau, tau, (size_t)B * sizeof(double));
 
     int64_t n = 0; /* tokens generated per sequence */
     for (int64_t s = 0; s < steps; s++) {
@@ -96,7 +107,7 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
         /* K-Forcing tokens are argmaxes: without a penalty (which depends on
          * the tokens of this very step) the output layer computes them
          * directly, never materialising the logits */
-        int fused = !ar && o->freq_penalty == 0.0f;
+        int fused = !ar && o->freq_penalty == 0.0f && !o->n_position_temp;
         float *logits = (float *)model_decode_step(m, c, Q, noise, ids, z, tau, nout, outrows,
                                                    nctx, fused ? dev_ids : NULL);
         if (fused) {
@@ -108,10 +119,16 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
         for (int64_t j = 0; j < k; j++) {
             float *lj = logits + j * B * V; /* output j of every sequence (head j for MTP) */
             penalize(m, lj, B, V, gen, total, n, o->freq_penalty, dev_hist, hist);
-            if (ar) {
-                for (int64_t b = 0; b < B; b++) zs[b] = rng_uniform01(o->seed, keys[b], (uint64_t)n);
+            double pt = ar || !o->n_position_temp ? 0.0 : o->position_temp[j];
+            if (ar || pt > 0) {
+                uint64_t i0 = ar ? 0 : DECODE_POSITION_DRAWS;
+                for (int64_t b = 0; b < B; b++) {
+                    zs[b] = rng_uniform01(o->seed, keys[b], i0 + (uint64_t)n);
+                    ptau[b] = ar ? o->tau : pt;
+                }
                 be->upload(be, dev_z, zs, (size_t)B * sizeof(double));
-                be->sample_icdf(be, dev_ids, lj, dev_tau, dev_z, B, V);
+                be->upload(be, dev_ptau, ptau, (size_t)B * sizeof(double));
+                be->sample_icdf(be, dev_ids, lj, dev_ptau, dev_z, B, V);
             } else {
                 be->argmax(be, dev_ids, lj, B, V);
             }
@@ -125,7 +142,7 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     be->free(be, dev_hist);
     be->free(be, dev_ids);
     be->free(be, dev_z);
-    be->free(be, dev_tau);
+    be->free(be, dev_ptau);
     free(gen);
     free(ids);
     free(z);
@@ -134,6 +151,7 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     free(hist);
     free(step_ids);
     free(zs);
+    free(ptau);
     model_cache_free(c);
     model_heads_free(own);
 }

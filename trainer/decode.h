@@ -18,6 +18,15 @@
  * Every sequence of a batch advances by exactly k tokens per step (fixed
  * stride), so all share one prefix length and one cache length.
  *
+ * Position temperatures (the released K-Forcing sampler's heuristic, off by
+ * default): with position_temp, output j of every step is the argmax when
+ * position_temp[j] == 0 and otherwise the inverse-CDF sample of the head's
+ * softmax at temperature position_temp[j], at z = rng_uniform01(seed,
+ * keys[b], DECODE_POSITION_DRAWS + i) for token i (a counter range the noise
+ * never uses). The release decodes OWT with 0, 0.3, 0.5, 0.7 and LM1B with 0,
+ * 0.2, 0.4, 0.6 "to avoid repetition caused by imperfect training"; the
+ * paper's push-forward decoding is all zeros.
+ *
  * Frequency penalty (the released sampler's): before each emitted token is
  * chosen, its logits get -= penalty * (occurrences of each id among the
  * tokens this sequence has generated so far, including earlier outputs of
@@ -31,15 +40,21 @@
 #include "common/error.h"
 #include "trainer/model.h"
 
+/** First RNG counter of the position-temperature draws (see above). */
+#define DECODE_POSITION_DRAWS ((uint64_t)1 << 62)
+
 typedef struct decode_opts {
     int64_t k;          /* tokens per step (AR: 1; PFLM: 1..k_train) */
     double tau;         /* temperature (> 0) */
     float freq_penalty; /* 0: off */
+    const double *position_temp; /* [n_position_temp >= k] or NULL (PFLM only) */
+    int64_t n_position_temp;
     int64_t max_new;    /* tokens to generate per sequence */
     uint64_t seed;
 } decode_opts;
 
-/** Checks opts against the model (k range, tau > 0, max_new >= 1) and the
+/** Checks opts against the model (k range, tau > 0, max_new >= 1, position
+ *  temperatures: PFLM only, one >= 0 per output position) and the
  *  prefix length against the model's context (prefix + generated tokens +
  *  noise rows must fit in seq_len positions). @return 0 or -1 with err. */
 int decode_check(const model *m, const decode_opts *o, int64_t prefix_len, kf_err *err);

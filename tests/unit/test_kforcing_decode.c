@@ -4,7 +4,9 @@
  *     every step — for AR and PFLM models, k = 1..k_train, with and without
  *     the frequency penalty, and for the MTP baseline;
  * (e) temperature: AR draws from one prefix at tau = 0.01 are (nearly)
- *     identical and at tau = 1 diverse (distinct tokens counted). */
+ *     identical and at tau = 1 diverse (distinct tokens counted);
+ * (f) position temperatures (the released sampler's heuristic): all zeros is
+ *     the argmax decoding, hot positions sample, bad lists are refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +42,6 @@ static void uncached(model *m, const int32_t *prefix, const decode_opts *o, cons
     model_ws *ws = model_ws_create(m);
     int32_t *dv = be->alloc(be, sizeof(int32_t) * 64), *dh = be->alloc(be, sizeof(int32_t) * 64);
     double *dz = be->alloc(be, sizeof(double)), *dt = be->alloc(be, sizeof(double));
-    be->upload(be, dt, &o->tau, sizeof(double));
     for (int64_t b = 0; b < BATCH; b++) {
         int32_t seq[64];
         int64_t n = 0;
@@ -68,9 +69,11 @@ static void uncached(model *m, const int32_t *prefix, const decode_opts *o, cons
                     be->freq_penalty(be, row, dh, n, 1, V, o->freq_penalty);
                 }
                 int32_t id;
-                if (ar) {
-                    double zz = rng_uniform01(o->seed, keys[b], (uint64_t)n);
+                double pt = o->position_temp ? o->position_temp[j] : 0.0;
+                if (ar || pt > 0) {
+                    double zz = rng_uniform01(o->seed, keys[b], (ar ? 0 : DECODE_POSITION_DRAWS) + (uint64_t)n);
                     be->upload(be, dz, &zz, sizeof zz);
+                    be->upload(be, dt, ar ? &o->tau : &pt, sizeof(double));
                     be->sample_icdf(be, dv, row, dt, dz, 1, V);
                 } else {
                     be->argmax(be, dv, row, 1, V);
@@ -89,17 +92,30 @@ static void uncached(model *m, const int32_t *prefix, const decode_opts *o, cons
     model_ws_free(ws);
 }
 
-static void compare(model *m, int64_t k, double tau, float pen, const char *what) {
+/* Cached against uncached decoding; returns how many tokens differ from the
+ * push-forward (all-argmax) decoding when position temperatures pt are given. */
+static int compare(model *m, int64_t k, double tau, float pen, const double *pt, const char *what) {
     int32_t prefix[BATCH * P], a[BATCH * NEW], b[BATCH * NEW];
     uint64_t keys[BATCH] = {5, 9, 123};
     for (int i = 0; i < BATCH * P; i++) prefix[i] = (int32_t)rng_below(2, 2, (uint64_t)i, V - 1);
-    decode_opts o = {.k = k, .tau = tau, .freq_penalty = pen, .max_new = NEW, .seed = 77};
+    decode_opts o = {.k = k, .tau = tau, .freq_penalty = pen, .max_new = NEW, .seed = 77,
+                     .position_temp = pt, .n_position_temp = pt ? k : 0};
     decode_run(m, NULL, prefix, BATCH, P, &o, keys, a);
     uncached(m, prefix, &o, keys, b);
     int same = memcmp(a, b, sizeof a) == 0;
-    printf("(c) %s k=%lld penalty=%.1f: cached %s uncached (first: %d %d %d %d)\n", what,
-           (long long)k, pen, same ? "==" : "!=", a[0], a[1], a[2], a[3]);
+    printf("(c) %s k=%lld penalty=%.1f%s: cached %s uncached (first: %d %d %d %d)\n", what,
+           (long long)k, pen, pt ? " position temperatures" : "", same ? "==" : "!=", a[0], a[1],
+           a[2], a[3]);
     T_CHECK(same, "(c) %s k=%lld: KV-cached decoding differs from uncached", what, (long long)k);
+    if (!pt) return 0;
+    o.position_temp = NULL;
+    o.n_position_temp = 0;
+    decode_run(m, NULL, prefix, BATCH, P, &o, keys, b);
+    int differ = 0;
+    for (int i = 0; i < BATCH * NEW; i++) differ += a[i] != b[i];
+    /* the first step's position 0 is an argmax of the same context and noise */
+    for (int i = 0; i < BATCH; i++) T_CHECK(a[i * NEW] == b[i * NEW], "(c) %s: sequence %d's first token is not the argmax's", what, i);
+    return differ;
 }
 
 int main(void) {
@@ -111,8 +127,8 @@ int main(void) {
                        .seq_len = 32, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
     model *m = model_create(be, &ar);
     randomize(m, 0.8);
-    compare(m, 1, 1.0, 0.0f, "AR");
-    compare(m, 1, 0.7, 0.5f, "AR");
+    compare(m, 1, 1.0, 0.0f, NULL, "AR");
+    compare(m, 1, 0.7, 0.5f, NULL, "AR");
 
     /* (e) temperature on the AR sampler: 64 draws of one token from one prefix */
     enum { DRAWS = 64 };
@@ -142,14 +158,32 @@ int main(void) {
     pf.k_train = 3;
     m = model_create(be, &pf);
     randomize(m, 3.0);
-    for (int64_t k = 1; k <= 3; k++) compare(m, k, 0.6, 0.0f, "PFLM");
-    compare(m, 2, 0.6, 0.8f, "PFLM");
+    for (int64_t k = 1; k <= 3; k++) compare(m, k, 0.6, 0.0f, NULL, "PFLM");
+    compare(m, 2, 0.6, 0.8f, NULL, "PFLM");
+    /* (f) position temperatures: zeros are the argmax decoding; hot positions
+     * sample (cached == uncached either way) */
+    const double zeros[3] = {0, 0, 0}, hot[3] = {0, 3.0, 3.0};
+    int d0 = compare(m, 3, 0.6, 0.0f, zeros, "PFLM");
+    int d1 = compare(m, 3, 0.6, 0.0f, hot, "PFLM");
+    printf("(f) tokens differing from the argmax decoding: temperatures 0,0,0 -> %d, 0,3,3 -> %d of %d\n",
+           d0, d1, BATCH * NEW);
+    T_CHECK(d0 == 0, "(f) zero position temperatures changed %d tokens", d0);
+    T_CHECK(d1 > 0, "(f) position temperatures 0,3,3 changed no token");
+    decode_opts bad = {.k = 3, .tau = 1, .max_new = 3, .position_temp = hot, .n_position_temp = 2};
+    kf_err err;
+    T_CHECK(decode_check(m, &bad, P, &err) != 0 && strstr(err.msg, "2 temperatures for 3"),
+            "(f) too few position temperatures accepted");
+    const double neg[3] = {0, -1, 0};
+    bad.position_temp = neg;
+    bad.n_position_temp = 3;
+    T_CHECK(decode_check(m, &bad, P, &err) != 0 && strstr(err.msg, "must be >= 0"),
+            "(f) a negative position temperature accepted");
     model_free(m);
 
     pf.head = HEAD_MTP;
     m = model_create(be, &pf);
     randomize(m, 0.8);
-    compare(m, 3, 0.6, 0.0f, "MTP");
+    compare(m, 3, 0.6, 0.0f, NULL, "MTP");
     model_free(m);
     be->destroy(be);
     return T_DONE();
