@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fsutil.h"
 #include "common/sha256.h"
 #include "pipeline/shard_format.h"
 
@@ -21,6 +22,7 @@
 
 struct shard_writer {
     char *path, *tmp;
+    int fd; /* the unnamed (O_TMPFILE) file, or -1: the file is named tmp */
     MDB_env *env;
     size_t map_size;
     shard_meta m;
@@ -41,6 +43,7 @@ int shard_writer_open(const char *path, const shard_meta *m, shard_writer **out,
     KF_CHECK(!strcmp(m->packing, "wrap") || !strcmp(m->packing, "pad"),
              "shard_writer_open: packing must be wrap or pad");
     shard_writer *w = kf_calloc(1, sizeof *w);
+    w->fd = -1;
     w->path = kf_strdup(path);
     w->tmp = kf_malloc(strlen(path) + 5);
     sprintf(w->tmp, "%s.tmp", path);
@@ -53,21 +56,32 @@ int shard_writer_open(const char *path, const shard_meta *m, shard_writer **out,
     w->checks = kf_malloc(SHARD_CHECK_BYTES * BATCH_SAMPLES);
     w->map_size = INITIAL_MAP;
     sha256_init(&w->hash);
-    /* Empty a stale temp file rather than unlink it: an unlink and then the
-     * create would lock the directory twice, and each lock waits behind
-     * other shards' renames and syncs in it. */
-    int fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        kf_err_set(err, "%s: cannot create: %s", w->tmp, strerror(errno));
-        goto fail;
+    /* An unnamed file in the shard's directory (O_TMPFILE), named at commit:
+     * creating and syncing it neither locks nor writes the directory, where
+     * other shards are being named meanwhile (each such wait would idle a
+     * core). Filesystems without O_TMPFILE get the named file tmp (a stale
+     * one emptied, not unlinked: one directory lock, not two). */
+    char dir[4096], fdpath[32];
+    const char *file = w->tmp;
+    fs_dirname(path, dir, sizeof dir);
+    w->fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+    if (w->fd >= 0) {
+        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", w->fd);
+        file = fdpath;
+    } else {
+        int fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            kf_err_set(err, "%s: cannot create: %s", w->tmp, strerror(errno));
+            goto fail;
+        }
+        close(fd);
     }
-    close(fd);
     int rc = mdb_env_create(&w->env);
     if (!rc) rc = mdb_env_set_maxdbs(w->env, 3);
     if (!rc) rc = mdb_env_set_mapsize(w->env, w->map_size);
     /* NOSYNC: durability comes from the explicit sync in commit; NOLOCK: one
      * writer per file, and the file is invisible to readers until renamed. */
-    if (!rc) rc = mdb_env_open(w->env, w->tmp, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOLOCK, 0644);
+    if (!rc) rc = mdb_env_open(w->env, file, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOLOCK, 0644);
     if (rc) {
         lmdb_err(err, w->tmp, "cannot create shard", rc);
         goto fail;
@@ -180,10 +194,20 @@ int shard_writer_commit(shard_writer *w, const shard_meta *stats, shard_meta *fi
     }
     mdb_env_close(w->env);
     w->env = NULL;
-    /* The directory is not fsynced here: each fsync stalls the creation of
-     * the next shard in it (the directory block is under writeback). The
-     * caller syncs it once before publishing (shard_writer.h). */
-    if (rename(w->tmp, w->path) != 0) {
+    /* The directory is not fsynced here: each fsync stalls the other shards'
+     * commits in it. The caller syncs it once before publishing
+     * (shard_writer.h). An unnamed file replaces an older shard in two steps
+     * (no shard is listed anywhere during a build). */
+    if (w->fd >= 0) {
+        char fdpath[32];
+        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", w->fd);
+        if ((unlink(w->path) != 0 && errno != ENOENT) ||
+            linkat(AT_FDCWD, fdpath, AT_FDCWD, w->path, AT_SYMLINK_FOLLOW) != 0) {
+            kf_err_set(err, "%s: cannot name the new shard: %s", w->path, strerror(errno));
+            goto fail;
+        }
+        close(w->fd);
+    } else if (rename(w->tmp, w->path) != 0) {
         kf_err_set(err, "rename %s -> %s: %s", w->tmp, w->path, strerror(errno));
         goto fail;
     }
@@ -202,7 +226,8 @@ fail:
 void shard_writer_abort(shard_writer *w) {
     if (!w) return;
     if (w->env) mdb_env_close(w->env);
-    unlink(w->tmp);
+    if (w->fd >= 0) close(w->fd); /* an unnamed file: gone */
+    else unlink(w->tmp);
     free(w->batch);
     free(w->checks);
     free(w->tmp);

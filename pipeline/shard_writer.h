@@ -16,14 +16,17 @@
  * samples_sha256 = sha256 over the values of "samples" in key order; it is the
  * check `kf shards verify` and the resume logic recompute.
  *
- * Atomicity: the writer fills PATH.tmp, and shard_writer_commit writes the
- * meta, syncs and renames PATH.tmp -> PATH. A file named PATH therefore
- * always holds a complete shard; PATH.tmp files are leftovers of a killed
- * build and are never listed or read (the builder deletes them). The rename
- * is durable once the caller fsyncs the directory (fs_fsync_dir), which it
- * must do before listing the shard anywhere: the builder does it once per
- * split before writing the manifest. After a power loss a shard may thus be
- * missing again, never half there; a resumed build rebuilds it.
+ * Atomicity: the writer fills an unnamed file (O_TMPFILE) in PATH's
+ * directory, and shard_writer_commit writes the meta, syncs and names it
+ * PATH (replacing an older file). A file named PATH therefore always holds a
+ * complete shard, and a killed build leaves no partial file behind. Where
+ * the filesystem has no O_TMPFILE the writer fills PATH.tmp instead and
+ * renames it: PATH.tmp files are leftovers of a killed build and are never
+ * listed or read (the builder deletes them). The name is durable once the
+ * caller fsyncs the directory (fs_fsync_dir), which it must do before
+ * listing the shard anywhere: the builder does it once per split before
+ * writing the manifest. After a power loss a shard may thus be missing
+ * again, never half there; a resumed build rebuilds it.
  * The map grows (doubling) whenever a put reports MDB_MAP_FULL.
  */
 #ifndef KF_PIPELINE_SHARD_WRITER_H
@@ -83,7 +86,7 @@ int shard_writer_append(shard_writer *w, const int32_t *ids, int32_t len, kf_err
 int64_t shard_writer_count(const shard_writer *w);
 
 /** Finishes the shard: copies the provenance and statistics fields of stats
- * into the record, writes the meta db, syncs and renames to the final path
+ * into the record, writes the meta db, syncs and gives it the final path
  * (the directory is the caller's to fsync, see above). Frees w in every case.
  * @param final_meta if non-NULL, receives the complete record as stored.
  * @return 0, or -1 with err set (the temp file is removed). */
