@@ -388,14 +388,14 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
     stats->raw_bytes = (int64_t)d->len;
     packer_begin(p, w, stats);
     for (int64_t i = 0; i < d->n; i++) {
-        int64_t before = stats->tokens;
         if (packer_add(p, d->text + d->off[i], d->off[i + 1] - d->off[i], err)) {
             shard_writer_abort(w);
             return -1;
         }
-        __atomic_add_fetch(&b->tokens_done, stats->tokens - before, __ATOMIC_RELAXED);
     }
     packer_end(p);
+    /* once per unit: the counter shares a cache line with the reader's */
+    __atomic_add_fetch(&b->tokens_done, stats->tokens, __ATOMIC_RELAXED);
     *wp = w;
     return 0;
 }
