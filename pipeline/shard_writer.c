@@ -59,12 +59,13 @@ int shard_writer_open(const char *path, const shard_meta *m, shard_writer **out,
     /* An unnamed file in the shard's directory (O_TMPFILE), named at commit:
      * creating and syncing it neither locks nor writes the directory, where
      * other shards are being named meanwhile (each such wait would idle a
-     * core). Filesystems without O_TMPFILE get the named file tmp (a stale
-     * one emptied, not unlinked: one directory lock, not two). */
+     * core). LMDB opens it as /proc/self/fd/N. Filesystems without
+     * O_TMPFILE (or no /proc) get the named file tmp (a stale one emptied,
+     * not unlinked: one directory lock, not two). */
     char dir[4096], fdpath[32];
     const char *file = w->tmp;
     fs_dirname(path, dir, sizeof dir);
-    w->fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+    w->fd = access("/proc/self/fd", X_OK) == 0 ? open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644) : -1;
     if (w->fd >= 0) {
         snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", w->fd);
         file = fdpath;
