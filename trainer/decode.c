@@ -83,6 +83,7 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     int32_t *dev_ids = be->alloc(be, (size_t)(k * B) * sizeof(int32_t));
     double *dev_z = be->alloc(be, (size_t)B * sizeof(double));
     double *dev_ptau = be->alloc(be, (size_t)B * sizeof(double)); /* a sampled token's temperature */
+    double ptau_dev = -1.0; /* the value dev_ptau holds (-1: none yet) */
     int32_t *step_ids = kf_malloc((size_t)(k * B) * sizeof(int32_t));
     double *zs = kf_malloc((size_t)B * sizeof(double)), *ptau = kf_malloc((size_t)B * sizeof(double));
     for (int64_t b = 0; b < B; b++) tau[b] = o->tau;
@@ -122,12 +123,14 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
             double pt = ar || !o->n_position_temp ? 0.0 : o->position_temp[j];
             if (ar || pt > 0) {
                 uint64_t i0 = ar ? 0 : DECODE_POSITION_DRAWS;
-                for (int64_t b = 0; b < B; b++) {
-                    zs[b] = rng_uniform01(o->seed, keys[b], i0 + (uint64_t)n);
-                    ptau[b] = ar ? o->tau : pt;
-                }
+                double t = ar ? o->tau : pt;
+                for (int64_t b = 0; b < B; b++) zs[b] = rng_uniform01(o->seed, keys[b], i0 + (uint64_t)n);
                 be->upload(be, dev_z, zs, (size_t)B * sizeof(double));
-                be->upload(be, dev_ptau, ptau, (size_t)B * sizeof(double));
+                if (t != ptau_dev) { /* AR's never changes: one upload */
+                    for (int64_t b = 0; b < B; b++) ptau[b] = t;
+                    be->upload(be, dev_ptau, ptau, (size_t)B * sizeof(double));
+                    ptau_dev = t;
+                }
                 be->sample_icdf(be, dev_ids, lj, dev_ptau, dev_z, B, V);
             } else {
                 be->argmax(be, dev_ids, lj, B, V);
