@@ -135,15 +135,6 @@ CPU_MULTIVERSION(int, head_panels,
                   lane_best *best, int64_t p0, int64_t p1),
                  (hd, xp, nblk, rows, out, best, p0, p1))
 
-/* (v, i) replaces (*val, *id) when it is the earlier maximum; NaN never wins. */
-static void best_merge(float *val, int32_t *id, float v, int32_t i) {
-    if (v != v) return;
-    if (*val != *val || v > *val || (v == *val && i < *id)) {
-        *val = v;
-        *id = i;
-    }
-}
-
 #define CHUNK_PANELS 16 /* panels per unit of work (128 KB of W at H = 64) */
 
 /* The exact kernel over every panel: logits and/or ids for rows of xp. */
@@ -185,7 +176,7 @@ static void head_exact(kf_backend *b, const cpu_head *hd, const float *xp, int64
 #pragma omp critical(kf_head_best)
             for (int64_t r = 0; r < rows; r++)
                 for (int j = 0; j < 32; j++)
-                    best_merge(&bval[r], &ids[r], best[r * 2 + j / 16].val[j % 16],
+                    cpu_head_best_merge(&bval[r], &ids[r], best[r * 2 + j / 16].val[j % 16],
                                best[r * 2 + j / 16].id[j % 16]);
             free(best);
         }

@@ -31,6 +31,17 @@ typedef struct cpu_head {
     cpu_head_screen *screen; /* NULL: argmax by the exact kernel alone */
 } cpu_head;
 
+/** Folds logit v of id i into the running first maximum (*val, *id): it
+ *  replaces it when greater, or equal with a lower id; NaN never wins and a
+ *  NaN *val (nothing yet) is always replaced. */
+static inline void cpu_head_best_merge(float *val, int32_t *id, float v, int32_t i) {
+    if (v != v) return;
+    if (*val != *val || v > *val || (v == *val && i < *id)) {
+        *val = v;
+        *id = i;
+    }
+}
+
 /** Builds hd->screen from the packed exact weights when this CPU has
  *  AVX-512 VNNI and every weight and bias is finite (else leaves it NULL). */
 void cpu_head_screen_pack(cpu_head *hd);

@@ -308,11 +308,7 @@ void cpu_head_screen_argmax(kf_backend *b, const cpu_head *hd, const float *xp, 
             for (int32_t c = 0; c < ws[t].n[r]; c++) {
                 if (ws[t].cu[r * CAP + c] < T) continue;
                 int32_t v = ws[t].cv[r * CAP + c];
-                float l = exact_logit(hd, xp + r * H, v);
-                if (l == l && (best != best || l > best || (l == best && v < id))) {
-                    best = l;
-                    id = v;
-                }
+                cpu_head_best_merge(&best, &id, exact_logit(hd, xp + r * H, v), v);
             }
         ids[r] = id;
         if (full) exact_rows[nexact++] = (int32_t)r;
