@@ -1,4 +1,5 @@
-/* common/sha256.c — SHA-256 per FIPS 180-4 (portable C, big-endian words). */
+/* common/sha256.c — SHA-256 per FIPS 180-4: padding and streaming here, the
+ * block function portable (below) or on the SHA extensions (sha256_shani.c). */
 #include "common/sha256.h"
 
 #include <errno.h>
@@ -6,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const uint32_t K[64] = {
+#include "common/sha256_blocks.h"
+
+const uint32_t sha256_K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
     0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
     0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
@@ -29,11 +32,28 @@ static void compress(uint32_t h[8], const uint8_t *p) {
     }
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
     for (int i = 0; i < 64; i++) {
-        uint32_t t1 = hh + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+        uint32_t t1 = hh + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + sha256_K[i] + w[i];
         uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
         hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
     }
     h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+}
+
+void sha256_blocks_portable(uint32_t h[8], const uint8_t *p, size_t nblocks) {
+    for (; nblocks; nblocks--, p += 64) compress(h, p);
+}
+
+typedef void (*blocks_fn)(uint32_t h[8], const uint8_t *p, size_t nblocks);
+
+/* Chosen on first use; every thread that races here stores the same value. */
+static blocks_fn blocks(void) {
+    static blocks_fn fn;
+    blocks_fn f = __atomic_load_n(&fn, __ATOMIC_RELAXED);
+    if (!f) {
+        f = sha256_shani_available() ? sha256_blocks_shani : sha256_blocks_portable;
+        __atomic_store_n(&fn, f, __ATOMIC_RELAXED);
+    }
+    return f;
 }
 
 void sha256_init(sha256_ctx *c) {
@@ -52,10 +72,14 @@ void sha256_update(sha256_ctx *c, const void *data, size_t n) {
         memcpy(c->buf + c->nbuf, p, take);
         c->nbuf += take; p += take; n -= take;
         if (c->nbuf < 64) return;
-        compress(c->h, c->buf);
+        blocks()(c->h, c->buf, 1);
         c->nbuf = 0;
     }
-    for (; n >= 64; p += 64, n -= 64) compress(c->h, p);
+    if (n >= 64) {
+        blocks()(c->h, p, n / 64);
+        p += n / 64 * 64;
+        n %= 64;
+    }
     if (n) memcpy(c->buf, p, n);
     c->nbuf = n;
 }
