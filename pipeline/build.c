@@ -710,9 +710,23 @@ static int prepare_out(const build_config *c, kf_err *err) {
     return 0;
 }
 
+/* Makes every shard of the set durable before the manifest lists it
+ * (shard_writer_commit leaves that to its caller): their write-back started
+ * at commit, so this mostly waits for what is still in flight. Reused shards
+ * too: the build that wrote them may have been killed before its sync. */
+static int sync_shards(const builder *b, kf_err *err) {
+    char path[4096];
+    for (int s = 0; s < 2; s++) {
+        for (int64_t i = 0; i < b->nunits[s]; i++) {
+            shard_path(b, s, i, path, sizeof path);
+            if (fs_fsync_path(path, err)) return -1;
+        }
+    }
+    return 0;
+}
+
 /* Removes shard files numbered >= n in a split directory, then fsyncs it:
- * this makes the shards' renames durable before the manifest lists them
- * (shard_writer_commit leaves that to its caller). */
+ * this makes the shards' names durable before the manifest lists them. */
 static int remove_orphans(const build_config *c, int split, int64_t n, kf_err *err) {
     char dir[4096], path[4096 + 260];
     snprintf(dir, sizeof dir, "%s/%s", c->out, split_names[split]);
@@ -864,6 +878,7 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
         goto out;
     }
     if (rrc) goto out;
+    if (sync_shards(b, err)) goto out;
     build_result r = {0};
     for (int s = 0; s < 2; s++) {
         manifest_split *sp = s ? &b->m.valid : &b->m.train;

@@ -17,16 +17,17 @@
  * check `kf shards verify` and the resume logic recompute.
  *
  * Atomicity: the writer fills an unnamed file (O_TMPFILE) in PATH's
- * directory, and shard_writer_commit writes the meta, syncs and names it
- * PATH (replacing an older file). A file named PATH therefore always holds a
- * complete shard, and a killed build leaves no partial file behind. Where
- * the filesystem has no O_TMPFILE the writer fills PATH.tmp instead and
- * renames it: PATH.tmp files are leftovers of a killed build and are never
- * listed or read (the builder deletes them). The name is durable once the
- * caller fsyncs the directory (fs_fsync_dir), which it must do before
- * listing the shard anywhere: the builder does it once per split before
- * writing the manifest. After a power loss a shard may thus be missing
- * again, never half there; a resumed build rebuilds it.
+ * directory, and shard_writer_commit writes the meta, starts its write-back
+ * and names it PATH (replacing an older file). A file named PATH therefore
+ * holds a complete shard as long as the machine stays up (a killed build
+ * leaves no partial file behind). Where the filesystem has no O_TMPFILE the
+ * writer fills PATH.tmp instead and renames it: PATH.tmp files are leftovers
+ * of a killed build and are never listed or read (the builder deletes them).
+ * Durability is the caller's, before it lists the shard anywhere: fsync the
+ * file (fs_fsync_path), then its directory (fs_fsync_dir); the builder does
+ * both once, before writing the manifest. After a power loss an unlisted
+ * shard may thus be missing or damaged; a resumed build verifies every
+ * existing shard (shard_verify) and rebuilds those.
  * The map grows (doubling) whenever a put reports MDB_MAP_FULL.
  */
 #ifndef KF_PIPELINE_SHARD_WRITER_H
@@ -86,8 +87,9 @@ int shard_writer_append(shard_writer *w, const int32_t *ids, int32_t len, kf_err
 int64_t shard_writer_count(const shard_writer *w);
 
 /** Finishes the shard: copies the provenance and statistics fields of stats
- * into the record, writes the meta db, syncs and gives it the final path
- * (the directory is the caller's to fsync, see above). Frees w in every case.
+ * into the record, writes the meta db, starts its write-back and gives it
+ * the final path (the file's and the directory's fsync are the caller's,
+ * see above). Frees w in every case.
  * @param final_meta if non-NULL, receives the complete record as stored.
  * @return 0, or -1 with err set (the temp file is removed). */
 int shard_writer_commit(shard_writer *w, const shard_meta *stats, shard_meta *final_meta,

@@ -3,8 +3,10 @@
 # twice at random points, checks that no manifest (or only the finished one)
 # is visible in between, reruns to completion and compares the manifest byte
 # for byte with an uninterrupted build, checks finished shards were reused,
-# and verifies every shard. Needs data/vocab/gpt2 and data/text/brown.txt
-# (scripts/setup.sh).
+# and verifies every shard. Then, under strace, that every shard is fsynced
+# before the manifest is renamed into place (power-loss safety: shards are
+# not synced one by one while they are written). Needs data/vocab/gpt2,
+# data/text/brown.txt (scripts/setup.sh) and strace.
 set -u
 cd "$(dirname "$0")/../.."
 KF=${KF_BIN:-bin/kf}
@@ -75,6 +77,22 @@ for trial in 1 2 3 4 5; do
   check "trial $trial: verify" "$KF" shards verify "$T/run" > /dev/null
 done
 check "some rerun reused shards finished before a kill" test $reused_any -eq 1
+
+# Durability order: each shard file's fsync precedes the manifest's rename.
+if command -v strace >/dev/null; then
+  strace -f -qq -y -e trace=fsync,fdatasync,rename,renameat,renameat2 -o "$T/strace.log" \
+    "$KF" shards build "$T/cfg.yaml" --jobs 2 --force shards.resume.out="$T/run" 2>/dev/null
+  check "build under strace" test -s "$T/run/manifest.yaml"
+  mline=$(grep -n 'rename.*manifest\.yaml"' "$T/strace.log" | tail -n 1 | cut -d: -f1)
+  check "the manifest's rename is in the trace" test -n "$mline"
+  nshards=$(ls "$T/run/train" "$T/run/valid" | grep -c '\.lmdb$')
+  synced=$(head -n "${mline:-0}" "$T/strace.log" | grep -E 'f(data)?sync\([0-9]+<[^>]*/shard-[0-9]+\.lmdb>\) = 0' |
+           sed -E 's/.*<([^>]*)>.*/\1/' | sort -u | wc -l)
+  echo "durability: $synced of $nshards shard files fsynced before the manifest's rename"
+  check "every shard fsynced before the manifest ($synced of $nshards)" test "$synced" -eq "$nshards" -a "$nshards" -gt 0
+else
+  check "strace installed (scripts/setup.sh)" false
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
