@@ -106,11 +106,10 @@ typedef struct builder {
     char *slot_busy;
     /* A freed slot wakes one thread (not all: each wake-up costs an idle
      * CPU a while): the reader if it waits (reader_freed; it is the serial
-     * part, so it gets the next free slot), else one worker (token_freed);
-     * all workers while one waits for a given slot (at start-up). */
+     * part, so it gets the next free slot), else one worker (token_freed). */
     pthread_cond_t token_freed, reader_freed;
     int reader_slot;
-    int reader_waiting, want_waiting;
+    int reader_waiting;
     /* every unit, per split, in order */
     unit **units[2];
     int64_t nunits[2], capunits[2];
@@ -128,8 +127,7 @@ typedef struct builder {
 
 /* ---- CPU slots ---- */
 
-static int slot_free(const builder *b, int want) {
-    if (want >= 0) return b->slot_busy[want] ? -1 : want;
+static int slot_free(const builder *b) {
     for (int s = 0; s < b->jobs; s++)
         if (!b->slot_busy[s]) return s;
     return -1;
@@ -137,20 +135,17 @@ static int slot_free(const builder *b, int want) {
 
 /* Wakes whoever should take a free slot (under b->mu). */
 static void token_wake(builder *b) {
-    if (slot_free(b, -1) < 0) return;
+    if (slot_free(b) < 0) return;
     if (b->reader_waiting) pthread_cond_signal(&b->reader_freed);
-    else if (b->want_waiting) pthread_cond_broadcast(&b->token_freed);
     else pthread_cond_signal(&b->token_freed);
 }
 
 /* Takes a slot under b->mu; see token_take. */
-static int token_take_locked(builder *b, int want, int reader) {
+static int token_take_locked(builder *b, int reader) {
     int s;
     if (reader) b->reader_waiting = 1;
-    if (want >= 0) b->want_waiting++;
-    while ((!reader && b->reader_waiting) || (s = slot_free(b, want)) < 0)
+    while ((!reader && b->reader_waiting) || (s = slot_free(b)) < 0)
         pthread_cond_wait(reader ? &b->reader_freed : &b->token_freed, &b->mu);
-    if (want >= 0) b->want_waiting--;
     b->slot_busy[s] = 1;
     if (reader) {
         b->reader_waiting = 0;
@@ -159,11 +154,11 @@ static int token_take_locked(builder *b, int want, int reader) {
     return s;
 }
 
-/* Takes slot `want`, or any free slot when want < 0; returns its index.
- * reader: take precedence over waiting workers. */
-static int token_take(builder *b, int want, int reader) {
+/* Takes a free slot; returns its index. reader: take precedence over
+ * waiting workers. */
+static int token_take(builder *b, int reader) {
     pthread_mutex_lock(&b->mu);
-    int s = token_take_locked(b, want, reader);
+    int s = token_take_locked(b, reader);
     pthread_mutex_unlock(&b->mu);
     return s;
 }
@@ -182,7 +177,7 @@ static void reader_pause_locked(builder *b) {
     token_wake(b);
 }
 
-static void reader_resume_locked(builder *b) { b->reader_slot = token_take_locked(b, -1, 1); }
+static void reader_resume_locked(builder *b) { b->reader_slot = token_take_locked(b, 1); }
 
 /* ---- the queues ---- */
 
@@ -371,7 +366,6 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
             return 0;
         }
     }
-    if (!b->toks[slot] && !(b->toks[slot] = tok_load(b->c->tokenizer, b->c->vocab, err))) return -1;
     if (!b->packers[slot]) b->packers[slot] = packer_new(b->toks[slot], b->c, &b->m.special);
     packer *p = b->packers[slot];
     shard_meta fmt;
@@ -403,7 +397,7 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
 /* One unit -> one shard, left to the committers: the commit is mostly
  * waiting for the disk (sync and rename). */
 static int process_unit(builder *b, unit *u, kf_err *err) {
-    int slot = token_take(b, -1, 0);
+    int slot = token_take(b, 0);
     int rc = pack_unit(b, slot, u, &u->w, &u->stats, err);
     token_give(b, slot);
     if (!rc && u->w) commit_enqueue(b, u);
@@ -426,7 +420,7 @@ static void decode_batch(builder *b, batch *bt) {
         rc = kf_err_set(&err, "a worker failed");
     } else {
         doc_sink sink = {batch_doc, batch_empty, NULL, NULL, &bt->docs};
-        int slot = token_take(b, -1, 0);
+        int slot = token_take(b, 0);
         rc = docs_read_member(bt->in, bt->name, bt->data, bt->size, &sink, &err);
         token_give(b, slot);
     }
@@ -442,7 +436,6 @@ static void decode_batch(builder *b, batch *bt) {
 
 typedef struct worker_arg {
     builder *b;
-    int index;
     pthread_t th;
 } worker_arg;
 
@@ -459,18 +452,12 @@ static void *committer(void *arg) {
     return NULL;
 }
 
-/* Workers start before setup: worker i in 1..jobs-1 loads slot i's tokenizer
- * meanwhile (unless the caller's array has one); slot 0's is the one setup
- * loads. Units only arrive after setup succeeded, so packers are made then. */
+/* Units only arrive after setup succeeded, so every slot has its tokenizer
+ * by then; packers are made on first use. */
 static void *worker(void *arg) {
     worker_arg *a = arg;
     builder *b = a->b;
     kf_err err;
-    if (a->index > 0 && a->index < b->jobs) {
-        int s = token_take(b, a->index, 0);
-        if (!b->toks[s] && !(b->toks[s] = tok_load(b->c->tokenizer, b->c->vocab, &err))) worker_fail(b, &err);
-        token_give(b, s);
-    }
     /* After a failure every worker keeps draining, so the reader never
      * blocks on a full queue or a batch. */
     batch *bt;
@@ -767,12 +754,14 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Loads the tokenizer into *tp if needed (slot 0's) and fills the
+/* Gives every slot its tokenizer (slot 0's loaded unless the caller has it,
+ * the others cloned from it: shared tables, own caches) and fills the
  * manifest's format fields and config hash. */
-static int setup(builder *b, const build_config *c, tok **tp, kf_err *err) {
-    if (!*tp) *tp = tok_load(c->tokenizer, c->vocab, err);
-    tok *t = *tp;
-    if (!t) return -1;
+static int setup(builder *b, const build_config *c, tok **toks, kf_err *err) {
+    if (!toks[0] && !(toks[0] = tok_load(c->tokenizer, c->vocab, err))) return -1;
+    tok *t = toks[0];
+    for (int i = 1; i < b->jobs; i++)
+        if (!toks[i]) toks[i] = tok_clone(t);
     manifest *m = &b->m;
     snprintf(m->name, sizeof m->name, "%s", c->name);
     snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tok_name(t));
@@ -814,7 +803,6 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     char label[160];
     for (; started < jobs; started++) {
         ws[started].b = b;
-        ws[started].index = started;
         if (pthread_create(&ws[started].th, NULL, worker, &ws[started])) {
             kf_err_set(err, "cannot start worker thread %d: %s", started, strerror(errno));
             break;
@@ -826,9 +814,9 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             break;
         }
     }
-    token_take(b, 0, 1);
-    int rrc = started == jobs && cstarted == jobs ? setup(b, c, &toks[0], err) : -1;
-    token_give(b, 0);
+    int slot = token_take(b, 1);
+    int rrc = started == jobs && cstarted == jobs ? setup(b, c, toks, err) : -1;
+    token_give(b, slot);
     if (!rrc && ((lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err))) rrc = -1;
     if (!rrc) {
         reading = 1;
@@ -839,7 +827,7 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
         doc_sink sink = {sink_doc, sink_empty, sink_progress, sink_member, b};
         snprintf(label, sizeof label, "shards %s", c->name);
         progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
-        b->reader_slot = token_take(b, -1, 1); /* the reader computes too */
+        b->reader_slot = token_take(b, 1); /* the reader computes too */
         rrc = docs_read(&c->inputs, &sink, err);
         if (!rrc) rrc = take_batches(b, 0, err);
         if (!rrc && c->valid_last > 0) rrc = flush_fifo(b, err);
@@ -848,7 +836,7 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
                 if (b->cur[s]) enqueue(b, b->cur[s], 0), b->cur[s] = NULL;
             b->phase = 1;
-            b->reader_slot = token_take(b, -1, 1);
+            b->reader_slot = token_take(b, 1);
             rrc = docs_read(&c->valid_inputs, &sink, err);
             if (!rrc) rrc = take_batches(b, 0, err);
             token_give(b, b->reader_slot);

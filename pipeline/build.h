@@ -47,9 +47,10 @@ typedef struct build_result {
  * code, which the config hash cannot see). Prints a progress bar on a
  * terminal (plain periodic lines otherwise) and a report at the end.
  * @param toks NULL, or an array of `jobs` tokenizers for c's tokenizer and
- *        vocabulary, one per worker; NULL entries are loaded and stored back,
- *        so a caller building several sets with one vocabulary loads it once
- *        and keeps the encoders' caches warm. The caller frees them.
+ *        vocabulary, one per CPU slot; NULL entries are filled and stored
+ *        back (the first loaded, the others tok_clone'd from it), so a
+ *        caller building several sets with one vocabulary loads it once and
+ *        keeps the encoders' caches warm. The caller frees them.
  * @return 0, or -1 with err set (input error, write error); on failure no
  *         manifest exists in c->out. */
 int shards_build(const build_config *c, int jobs, int force, struct tok **toks, build_result *res,

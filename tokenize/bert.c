@@ -217,10 +217,19 @@ int bert_load(tok *t, const char *dir, kf_err *err)
     return 0;
 }
 
-void bert_free(bert_state *b)
+bert_state *bert_clone(const bert_state *b)
+{
+    bert_state *c = kf_calloc(1, sizeof *c);
+    c->vocab = b->vocab; /* the struct: its arrays are shared */
+    memcpy(c->special, b->special, sizeof c->special);
+    c->unk = b->unk;
+    return c;
+}
+
+void bert_free(bert_state *b, int tables)
 {
     if (!b) return;
-    strmap_free(&b->vocab);
+    if (tables) strmap_free(&b->vocab);
     free(b->word);
     free(b->bounds);
     free(b);

@@ -4,7 +4,8 @@
  * a hand-written equivalent of GPT-2's regex
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * then map each piece to ids: (1) the piece is itself a token that BPE maps
- * to itself (checked once per token at load time, so this shortcut is exact),
+ * to itself (learnt the first time the token is met as a piece, so this
+ * shortcut is exact),
  * (2) a bounded cache, (3) BPE: repeatedly merge the leftmost pair of lowest
  * rank, as HuggingFace tokenizers and tiktoken do.
  */
@@ -19,6 +20,7 @@
 
 enum { C_L, C_N, C_WS, C_OTHER }; /* pre-tokenizer classes */
 enum { NO_RANK = INT32_MAX, BPE_SHORT = 48 /* bytes; longer pieces use the heap */ };
+enum { SELF_UNKNOWN = 0, SELF_YES = 1, SELF_NO = 2 };
 
 /* Cache bounds: pieces longer than CACHE_MAX_KEY bytes are not cached; the
  * cache is emptied when it reaches CACHE_ENTRIES entries or its pools fill,
@@ -41,14 +43,16 @@ typedef struct cache_slot {
 } cache_slot;
 
 struct gpt2_state {
+    /* read-only after gpt2_load, shared by clones */
     strmap vocab;          /* raw token bytes -> id */
     merge_slot *merges;
     size_t merge_mask;
     int32_t byte_id[256];
-    uint8_t *self_ok;      /* id -> BPE(bytes(id)) == [id] */
+    uint8_t *self_ok;      /* id -> SELF_*: does BPE(bytes(id)) == [id]? (learnt
+                              lazily; shared by clones, see encode_piece) */
     int32_t eot;           /* <|endoftext|> */
     uint8_t ascii_class[128]; /* pre-tokenizer class of each ASCII byte */
-    /* BPE workspace */
+    /* per state: BPE workspace */
     int32_t *w, *r, *mg;
     uint64_t *heap;
     size_t wcap;
@@ -216,6 +220,13 @@ static void bpe(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
 
 /* ---- bounded cache: piece bytes -> ids ---- */
 
+static void cache_alloc(gpt2_state *g)
+{
+    g->cslots = kf_calloc(CACHE_SLOTS, sizeof *g->cslots);
+    g->ckeys = kf_malloc(CACHE_KEY_POOL);
+    g->cids = kf_malloc(CACHE_ID_POOL * sizeof *g->cids);
+}
+
 static void cache_clear(gpt2_state *g)
 {
     memset(g->cslots, 0, CACHE_SLOTS * sizeof *g->cslots);
@@ -225,9 +236,20 @@ static void cache_clear(gpt2_state *g)
 static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
 {
     int32_t id = strmap_get(&g->vocab, p, n);
-    if (id >= 0 && g->self_ok[id]) {
+    /* Relaxed atomics: clones on other threads may learn the same entry at
+     * once; they store the same value (a function of the vocabulary). */
+    uint8_t self = id >= 0 ? __atomic_load_n(&g->self_ok[id], __ATOMIC_RELAXED) : SELF_NO;
+    if (self == SELF_YES) {
         tok_ids_push(out, id);
         return;
+    }
+    if (self == SELF_UNKNOWN) {
+        size_t before = out->n;
+        bpe(g, p, n, out);
+        int yes = out->n == before + 1 && out->v[before] == id;
+        __atomic_store_n(&g->self_ok[id], yes ? SELF_YES : SELF_NO, __ATOMIC_RELAXED);
+        if (yes || n > CACHE_MAX_KEY) return;
+        out->n = before; /* recomputed below, to be cached */
     }
     if (n > CACHE_MAX_KEY) {
         bpe(g, p, n, out);
@@ -493,27 +515,33 @@ int gpt2_load(tok *t, const char *dir, kf_err *err)
     sha256_final(&sha, d);
     sha256_to_hex(d, t->sha);
     g->eot = strmap_get(&g->vocab, "<|endoftext|>", 13);
-    /* Which tokens BPE maps to themselves: only those may skip BPE. */
-    g->self_ok = kf_calloc((size_t)t->vocab_size, 1);
-    tok_ids tmp = {0};
-    for (int64_t id = 0; id < t->vocab_size; id++) {
-        tmp.n = 0;
-        bpe(g, (const unsigned char *)t->id_bytes[id], t->id_len[id], &tmp);
-        g->self_ok[id] = tmp.n == 1 && tmp.v[0] == id;
-    }
-    tok_ids_free(&tmp);
-    g->cslots = kf_calloc(CACHE_SLOTS, sizeof *g->cslots);
-    g->ckeys = kf_malloc(CACHE_KEY_POOL);
-    g->cids = kf_malloc(CACHE_ID_POOL * sizeof *g->cids);
+    g->self_ok = kf_calloc((size_t)t->vocab_size, 1); /* all SELF_UNKNOWN */
+    cache_alloc(g);
     return 0;
 }
 
-void gpt2_free(gpt2_state *g)
+gpt2_state *gpt2_clone(const gpt2_state *g)
+{
+    gpt2_state *c = kf_calloc(1, sizeof *c);
+    c->vocab = g->vocab; /* the struct: its arrays are shared */
+    c->merges = g->merges;
+    c->merge_mask = g->merge_mask;
+    memcpy(c->byte_id, g->byte_id, sizeof c->byte_id);
+    c->self_ok = g->self_ok;
+    c->eot = g->eot;
+    memcpy(c->ascii_class, g->ascii_class, sizeof c->ascii_class);
+    cache_alloc(c);
+    return c;
+}
+
+void gpt2_free(gpt2_state *g, int tables)
 {
     if (!g) return;
-    strmap_free(&g->vocab);
-    free(g->merges);
-    free(g->self_ok);
+    if (tables) {
+        strmap_free(&g->vocab);
+        free(g->merges);
+        free(g->self_ok);
+    }
     free(g->w);
     free(g->r);
     free(g->mg);

@@ -40,6 +40,8 @@ void tok_bytes_free(tok_bytes *b)
 tok *tok_load(const char *kind, const char *vocab_dir, kf_err *err)
 {
     tok *t = kf_calloc(1, sizeof *t);
+    t->refs = kf_malloc(sizeof *t->refs);
+    *t->refs = 1;
     int rc;
     if (!strcmp(kind, "gpt2")) rc = gpt2_load(t, vocab_dir, err);
     else if (!strcmp(kind, "bert")) rc = bert_load(t, vocab_dir, err);
@@ -51,14 +53,29 @@ tok *tok_load(const char *kind, const char *vocab_dir, kf_err *err)
     return t;
 }
 
+tok *tok_clone(tok *t)
+{
+    tok *c = kf_malloc(sizeof *c);
+    *c = *t; /* name, sha, sizes and the id -> bytes table are shared */
+    c->gpt2 = t->gpt2 ? gpt2_clone(t->gpt2) : NULL;
+    c->bert = t->bert ? bert_clone(t->bert) : NULL;
+    __atomic_add_fetch(t->refs, 1, __ATOMIC_RELAXED);
+    return c;
+}
+
 void tok_free(tok *t)
 {
     if (!t) return;
-    for (int64_t i = 0; t->id_bytes && i < t->vocab_size; i++) free(t->id_bytes[i]);
-    free(t->id_bytes);
-    free(t->id_len);
-    gpt2_free(t->gpt2);
-    bert_free(t->bert);
+    /* acq_rel: the last one frees tables the others read */
+    int last = __atomic_sub_fetch(t->refs, 1, __ATOMIC_ACQ_REL) == 0;
+    if (last) {
+        for (int64_t i = 0; t->id_bytes && i < t->vocab_size; i++) free(t->id_bytes[i]);
+        free(t->id_bytes);
+        free(t->id_len);
+        free(t->refs);
+    }
+    gpt2_free(t->gpt2, last);
+    bert_free(t->bert, last);
     free(t);
 }
 

@@ -2,8 +2,10 @@
  * special ids, encode/decode round trips, invalid UTF-8 repair (as Python's
  * errors="replace"), --allow-special behaviour, the bounded BPE cache under
  * many distinct words, and WordPiece on a small vocabulary with outputs
- * derived by hand. Parity with the reference libraries is
+ * derived by hand; clones (tok_clone) encoding on two threads at once, used
+ * after their original is freed. Parity with the reference libraries is
  * tests/scripts/test_tokenize_parity.sh. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +165,61 @@ static void expect_bert(tok *t, const char *text, int allow, const char *want)
     tok_ids_free(&ids);
 }
 
+typedef struct enc_job {
+    tok *t;
+    const char *text;
+    size_t len;
+    tok_ids ids;
+} enc_job;
+
+static void *enc_run(void *arg)
+{
+    enc_job *j = arg;
+    for (size_t off = 0, n; off < j->len; off += n) { /* line by line, as the packer does */
+        const char *nl = memchr(j->text + off, '\n', j->len - off);
+        n = nl ? (size_t)(nl - (j->text + off)) + 1 : j->len - off;
+        tok_encode(j->t, j->text + off, n, 0, &j->ids, NULL);
+    }
+    return NULL;
+}
+
+/* Clones share the tables the original learns lazily (which tokens BPE maps
+ * to themselves) and may outlive it. */
+static void test_clone(void)
+{
+    kf_err err = {{0}};
+    char *text;
+    size_t len;
+    T_CHECK(!fs_read_file("data/text/brown.txt", &text, &len, &err), "read brown.txt: %s", err.msg);
+    if (len > 400000) len = 400000;
+    tok *ref = tok_load("gpt2", gpt2_dir, &err);
+    tok *t = tok_load("gpt2", gpt2_dir, &err);
+    T_CHECK(ref && t, "load: %s", err.msg);
+    if (!ref || !t) return;
+    enc_job want = {ref, text, len, {0}};
+    enc_run(&want);
+    tok *c1 = tok_clone(t), *c2 = tok_clone(c1);
+    T_CHECK(!strcmp(tok_name(c2), "gpt2") && !strcmp(tok_vocab_sha256(c2), tok_vocab_sha256(t)) &&
+                tok_vocab_size(c2) == tok_vocab_size(t),
+            "a clone reports the original's name, hash and size");
+    tok_free(t); /* the clones keep the tables */
+    enc_job jobs[2] = {{c1, text, len, {0}}, {c2, text, len, {0}}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, enc_run, &jobs[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+        T_CHECK(jobs[i].ids.n == want.ids.n && !memcmp(jobs[i].ids.v, want.ids.v, want.ids.n * sizeof *want.ids.v),
+                "clone %d on its own thread: %zu ids, want %zu (or different ids)", i + 1, jobs[i].ids.n,
+                want.ids.n);
+    T_CHECK(want.ids.n > 50000, "the text gave %zu ids", want.ids.n);
+    for (int i = 0; i < 2; i++) tok_ids_free(&jobs[i].ids);
+    tok_ids_free(&want.ids);
+    tok_free(c1);
+    tok_free(c2);
+    tok_free(ref);
+    free(text);
+}
+
 static void test_bert(void)
 {
     char dir[] = "/tmp/kf-bert-XXXXXX";
@@ -199,6 +256,10 @@ static void test_bert(void)
     char want[400] = "5"; /* longest match first: "un", then 98 x "##n" */
     for (int i = 2; i < 100; i++) strcat(want, " 12");
     expect_bert(t, longw, 0, want);                           /* exactly 100 chars: split */
+    tok *c = tok_clone(t);
+    tok_free(t);
+    t = c; /* the rest runs on a clone whose original is gone */
+    expect_bert(t, "UnAffable, HELLO!", 0, "5 6 7 9 8 10");
     int32_t ids[] = {5, 6, 7, 9, 8};
     tok_bytes out = {0};
     T_CHECK(!tok_decode(t, ids, 5, &out, &err) && out.n == 17 && !memcmp(out.v, "unaffable , hello", 17),
@@ -217,6 +278,7 @@ int main(void)
         return 1;
     }
     test_gpt2();
+    test_clone();
     test_load_errors();
     test_bert();
     return T_DONE();
