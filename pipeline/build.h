@@ -8,10 +8,12 @@
  * to the workers, which decompress and split them while the reader goes on;
  * the reader takes their documents back in input order. At most `jobs`
  * threads (the reader included, which goes first) compute at once, and there
- * are `jobs` workers. A packed shard's sync and rename (mostly waiting for
- * the disk) are left to `jobs` committer threads, so a worker goes on with
- * the next unit at once and never hands its core over for that wait (each
- * hand-over leaves a core idle for a while). A shard is a pure
+ * are `jobs` workers. A packed shard's commit (LMDB's last writes, starting
+ * its write-back, naming it: system calls that may wait for the disk) is
+ * left to `jobs` committer threads, so a worker goes on with the next unit at
+ * once and never hands its core over for that wait (each hand-over leaves a
+ * core idle for a while). Every shard is fsynced once, after the last
+ * commit and before the manifest is written. A shard is a pure
  * function of its unit's documents and the config, so the output does not
  * depend on `jobs` or on scheduling, and the manifest (written last) is byte
  * identical across runs.
