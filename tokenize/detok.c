@@ -6,7 +6,8 @@
  * overlap matches; `$` matches at the end or before a final "\n"; \w is a
  * letter, a number or '_'; \s is Python's str.isspace. The patterns' fixed
  * parts are ASCII, so working on UTF-8 bytes is equivalent to working on
- * characters; only \w and \s need decoding.
+ * characters; only \w and \s need decoding. A pass that would change
+ * nothing returns before copying (most rules rarely match a sentence).
  */
 #include <string.h>
 
@@ -33,12 +34,13 @@ static void rep(pass *p, const char *from, const char *to)
 {
     const char *s = p->cur->v, *end = s + p->cur->n;
     size_t fl = strlen(from), tl = strlen(to);
-    const char *hit;
-    while (s < end && (hit = memmem(s, (size_t)(end - s), from, fl))) {
+    const char *hit = memmem(s, (size_t)(end - s), from, fl);
+    if (!hit) return;
+    do {
         put(p, s, (size_t)(hit - s));
         put(p, to, tl);
         s = hit + fl;
-    }
+    } while (s < end && (hit = memmem(s, (size_t)(end - s), from, fl)));
     put(p, s, (size_t)(end - s));
     pass_swap(p);
 }
@@ -71,6 +73,7 @@ static void lm1b_apostrophe(pass *p)
 {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
+    if (!memmem(s, n, " '", 2)) return;
     while (i + 2 < n) {
         size_t e;
         if (s[i] == ' ' && s[i + 1] == '\'' && (e = word_end(s, i + 2, n)) > i + 2) {
@@ -90,6 +93,7 @@ static void lm1b_period(pass *p)
 {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
+    if (!memmem(s, n, " . ", 3)) return;
     while (i < n) {
         size_t e;
         if (s[i] == ' ' && (e = word_end(s, i + 1, n)) > i + 1 && e + 3 <= n && !memcmp(s + e, " . ", 3)) {
@@ -104,13 +108,28 @@ static void lm1b_period(pass *p)
     pass_swap(p);
 }
 
+static int ascii_word(unsigned char c) { return c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'); }
+
+/* Does the \w run that ends at e (> 0) start right after a space? Backwards
+ * over ASCII (a code point boundary precedes every ASCII byte, valid UTF-8
+ * or not); -1 when a non-ASCII byte is met: the caller decodes forwards. */
+static int word_after_space_ascii(const char *s, size_t e)
+{
+    size_t j = e;
+    while (j > 0 && (unsigned char)s[j - 1] < 0x80 && ascii_word((unsigned char)s[j - 1])) j--;
+    if (j > 0 && (unsigned char)s[j - 1] >= 0x80) return -1;
+    return j < e && j > 0 && s[j - 1] == ' ';
+}
+
 /* re.sub(r' (\w+) \.$', r' \1.') */
 static void lm1b_period_end(pass *p)
 {
     const char *s = p->cur->v;
     size_t n = p->cur->n, d = dollar(s, n);
-    if (d >= 4 && s[d - 2] == ' ' && s[d - 1] == '.') {
-        /* the \w run that ends at d-2 must start right after a space */
+    if (d < 4 || s[d - 2] != ' ' || s[d - 1] != '.') return;
+    /* the \w run that ends at d-2 must start right after a space */
+    int match = word_after_space_ascii(s, d - 2);
+    if (match < 0) {
         size_t run = SIZE_MAX, i = 0, l;
         while (i < d - 2) {
             int w = is_word_cp(cp_at(s, i, n, &l));
@@ -118,14 +137,11 @@ static void lm1b_period_end(pass *p)
             if (!w) run = SIZE_MAX;
             i += l;
         }
-        if (run != SIZE_MAX && run > 0 && s[run - 1] == ' ' && i == d - 2) {
-            put(p, s, d - 2);
-            put(p, s + d - 1, n - d + 1);
-            pass_swap(p);
-            return;
-        }
+        match = run != SIZE_MAX && run > 0 && s[run - 1] == ' ' && i == d - 2;
     }
-    put(p, s, n);
+    if (!match) return;
+    put(p, s, d - 2);
+    put(p, s + d - 1, n - d + 1);
     pass_swap(p);
 }
 
@@ -134,12 +150,9 @@ static void drop_space_before_end(pass *p, char mark)
 {
     const char *s = p->cur->v;
     size_t n = p->cur->n, d = dollar(s, n);
-    if (d >= 2 && s[d - 2] == ' ' && s[d - 1] == mark) {
-        put(p, s, d - 2);
-        put(p, s + d - 1, n - d + 1);
-    } else {
-        put(p, s, n);
-    }
+    if (d < 2 || s[d - 2] != ' ' || s[d - 1] != mark) return;
+    put(p, s, d - 2);
+    put(p, s + d - 1, n - d + 1);
     pass_swap(p);
 }
 
@@ -149,6 +162,7 @@ static void lm1b_wrapped(pass *p, char open, char close)
 {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
+    if (!memchr(s, open, n)) return;
     while (i + 1 < n) {
         if (s[i] == open && s[i + 1] == ' ') {
             size_t q = i + 2;
@@ -174,6 +188,7 @@ static void wt_bracket(pass *p, char open, char close)
 {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
+    if (!memchr(s, open, n)) return;
     while (i < n) {
         const char *q = s[i] == open ? memchr(s + i + 1, close, n - i - 1) : NULL;
         if (!q) {
@@ -243,6 +258,7 @@ static void wt_slash_quote(pass *p)
 {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
+    if (!memmem(s, n, "/' ", 3)) return;
     while (i + 5 <= n) {
         if (s[i] == '/' && s[i + 1] == '\'' && s[i + 2] == ' ' && s[i + 3] >= '0' && s[i + 3] <= '9' && s[i + 4] == '/') {
             put(p, s + from, i - from);

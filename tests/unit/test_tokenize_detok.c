@@ -43,6 +43,13 @@ static void test_lm1b(void)
         {"", ""},
         {" .", " ."},
         {"a ?", "a?"},
+        /* ' (\w+) \.$' read backwards over ASCII, forwards past non-ASCII */
+        {"caf\xC3\xA9 au na\xC3\xAFve .", "caf\xC3\xA9 au na\xC3\xAFve."},
+        {"\xFF abc .", "\xFF abc."},
+        {"a\xFF" "abc .", "a\xFF" "abc ."},
+        {"_x9 .", "_x9 ."},
+        {" _x9 .", " _x9."},
+        {"a-b .", "a-b ."},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check(detok_lm1b, "lm1b", cases[i][0], cases[i][1]);
 }
