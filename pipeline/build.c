@@ -45,7 +45,7 @@ typedef struct unit {
     shard_writer *w; /* packed, not committed yet */
     shard_meta stats;
     shard_meta meta;
-    int reused;
+    int reused, synced;
     struct unit *next;
 } unit;
 
@@ -88,11 +88,14 @@ typedef struct builder {
     ufifo work;
     int qcap, closed;
     batch *bhead, *btail;
-    /* packed shards waiting for their sync and rename, which `jobs`
-     * committer threads do, so a worker never waits for the disk */
+    /* packed shards waiting for their commit, which `jobs` committer
+     * threads do, so a worker never waits for the disk; then waiting for
+     * their fsync, which the committers do when idle, a few shards behind
+     * (by then the write-back started at commit is mostly done, and the
+     * fsync finds little to wait for) */
     pthread_cond_t has_commit, commit_space;
-    ufifo commits;
-    int ccap, commits_closed;
+    ufifo commits, unsynced;
+    int ccap, sync_lag, commits_closed;
     int failed;
     kf_err err; /* the first worker error */
     /* CPU slots: at most `jobs` threads (the reader included) compute at any
@@ -258,14 +261,37 @@ static void commit_enqueue(builder *b, unit *u) {
     pthread_mutex_unlock(&b->mu);
 }
 
-/* The next shard to commit; NULL once closed and empty. */
-static unit *commit_dequeue(builder *b) {
+/* The next shard to commit (*sync = 0) or else to fsync (*sync = 1);
+ * NULL once closed and both are done. */
+static unit *commit_dequeue(builder *b, int *sync) {
     pthread_mutex_lock(&b->mu);
-    while (!b->commits.head && !b->commits_closed) pthread_cond_wait(&b->has_commit, &b->mu);
-    unit *u = ufifo_pop(&b->commits);
-    if (u) pthread_cond_signal(&b->commit_space);
+    for (;;) {
+        unit *u = ufifo_pop(&b->commits);
+        if (u) {
+            pthread_cond_signal(&b->commit_space);
+            *sync = 0;
+            pthread_mutex_unlock(&b->mu);
+            return u;
+        }
+        if (b->unsynced.len > (b->commits_closed ? 0 : b->sync_lag)) {
+            *sync = 1;
+            u = ufifo_pop(&b->unsynced);
+            pthread_mutex_unlock(&b->mu);
+            return u;
+        }
+        if (b->commits_closed) break;
+        pthread_cond_wait(&b->has_commit, &b->mu);
+    }
     pthread_mutex_unlock(&b->mu);
-    return u;
+    return NULL;
+}
+
+/* A committed shard waits for its fsync. */
+static void sync_enqueue(builder *b, unit *u) {
+    pthread_mutex_lock(&b->mu);
+    ufifo_push(&b->unsynced, u);
+    if (b->unsynced.len > b->sync_lag) pthread_cond_signal(&b->has_commit);
+    pthread_mutex_unlock(&b->mu);
 }
 
 static void commits_close(builder *b) {
@@ -439,14 +465,29 @@ typedef struct worker_arg {
     pthread_t th;
 } worker_arg;
 
-/* Commits packed shards (after a failure: drops them). */
+/* Commits packed shards (after a failure: drops them) and fsyncs them. */
 static void *committer(void *arg) {
     builder *b = arg;
     kf_err err;
     unit *u;
-    while ((u = commit_dequeue(b)) != NULL) {
-        if (worker_failed(b)) shard_writer_abort(u->w);
-        else if (shard_writer_commit(u->w, &u->stats, &u->meta, &err)) worker_fail(b, &err);
+    int sync;
+    while ((u = commit_dequeue(b, &sync)) != NULL) {
+        if (sync) {
+            char path[4096];
+            shard_path(b, u->split, u->index, path, sizeof path);
+            if (worker_failed(b)) continue;
+            if (fs_fsync_path(path, &err)) worker_fail(b, &err);
+            else u->synced = 1;
+            continue;
+        }
+        if (worker_failed(b)) {
+            shard_writer_abort(u->w);
+        } else if (shard_writer_commit(u->w, &u->stats, &u->meta, &err)) {
+            worker_fail(b, &err);
+        } else {
+            u->w = NULL;
+            sync_enqueue(b, u);
+        }
         u->w = NULL;
     }
     return NULL;
@@ -698,13 +739,14 @@ static int prepare_out(const build_config *c, kf_err *err) {
 }
 
 /* Makes every shard of the set durable before the manifest lists it
- * (shard_writer_commit leaves that to its caller): their write-back started
- * at commit, so this mostly waits for what is still in flight. Reused shards
- * too: the build that wrote them may have been killed before its sync. */
+ * (shard_writer_commit leaves that to its caller): the committers synced
+ * those they wrote; this syncs reused ones (the build that wrote them may
+ * have been killed before its sync). */
 static int sync_shards(const builder *b, kf_err *err) {
     char path[4096];
     for (int s = 0; s < 2; s++) {
         for (int64_t i = 0; i < b->nunits[s]; i++) {
+            if (b->units[s][i]->synced) continue;
             shard_path(b, s, i, path, sizeof path);
             if (fs_fsync_path(path, err)) return -1;
         }
@@ -781,7 +823,8 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     b->c = c;
     b->force = force;
     b->qcap = 4 * jobs; /* refilled from half: at least 2 * jobs units ready */
-    b->ccap = 8 * jobs; /* rides out a sync that stalls for 100 ms (seen) */
+    b->ccap = 8 * jobs; /* rides out a disk that stalls for 100 ms (seen) */
+    b->sync_lag = 2 * jobs;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->has_item, NULL);
     pthread_cond_init(&b->has_space, NULL);
