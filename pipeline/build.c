@@ -420,8 +420,8 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
     return 0;
 }
 
-/* One unit -> one shard, left to the committers: the commit is mostly
- * waiting for the disk (sync and rename). */
+/* One unit -> one shard, left to the committers: the commit's system calls
+ * may wait for the disk. */
 static int process_unit(builder *b, unit *u, kf_err *err) {
     int slot = token_take(b, 0);
     int rc = pack_unit(b, slot, u, &u->w, &u->stats, err);

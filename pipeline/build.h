@@ -12,8 +12,9 @@
  * its write-back, naming it: system calls that may wait for the disk) is
  * left to `jobs` committer threads, so a worker goes on with the next unit at
  * once and never hands its core over for that wait (each hand-over leaves a
- * core idle for a while). Every shard is fsynced once, after the last
- * commit and before the manifest is written. A shard is a pure
+ * core idle for a while). The committers also fsync each shard, a few
+ * commits later, so every shard is durable before the manifest is written
+ * without a wait at the end. A shard is a pure
  * function of its unit's documents and the config, so the output does not
  * depend on `jobs` or on scheduling, and the manifest (written last) is byte
  * identical across runs.
