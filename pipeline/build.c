@@ -113,6 +113,9 @@ typedef struct builder {
     pthread_cond_t token_freed, reader_freed;
     int reader_slot;
     int reader_waiting;
+    /* the batch the reader waits for, and the slot its worker handed over */
+    batch *reader_awaits;
+    int handed_slot;
     /* every unit, per split, in order */
     unit **units[2];
     int64_t nunits[2], capunits[2];
@@ -166,10 +169,14 @@ static int token_take(builder *b, int reader) {
     return s;
 }
 
-static void token_give(builder *b, int s) {
-    pthread_mutex_lock(&b->mu);
+static void token_give_locked(builder *b, int s) {
     b->slot_busy[s] = 0;
     token_wake(b);
+}
+
+static void token_give(builder *b, int s) {
+    pthread_mutex_lock(&b->mu);
+    token_give_locked(b, s);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -228,11 +235,18 @@ static void enqueue_batch(builder *b, batch *bt) {
     pthread_mutex_unlock(&b->mu);
 }
 
-/* The next batch (*bt) or else unit (*u); returns 0 once the queue is closed
- * and empty. */
-static int dequeue(builder *b, batch **bt, unit **u) {
+/* The next batch (*bt) or else unit (*u), with a CPU slot in *slot; returns
+ * 0 once the queue is closed and empty (*slot given back). A worker keeps
+ * its slot from one item to the next (a slot handed from thread to thread
+ * stays idle while the next one wakes up: 0.1-0.5 ms here, hundreds of
+ * times per build); it gives it back only to wait for work, or to the
+ * reader when the reader waits for one. */
+static int dequeue(builder *b, int *slot, batch **bt, unit **u) {
     pthread_mutex_lock(&b->mu);
-    while (!b->bhead && !b->work.head && !b->closed) pthread_cond_wait(&b->has_item, &b->mu);
+    while (!b->bhead && !b->work.head && !b->closed) {
+        if (*slot >= 0) token_give_locked(b, *slot), *slot = -1;
+        pthread_cond_wait(&b->has_item, &b->mu);
+    }
     *bt = b->bhead;
     *u = NULL;
     if (*bt) {
@@ -241,8 +255,11 @@ static int dequeue(builder *b, batch **bt, unit **u) {
     } else if ((*u = ufifo_pop(&b->work)) != NULL && b->work.len <= b->qcap / 2) {
         pthread_cond_signal(&b->has_space);
     }
+    int got = *bt || *u;
+    if (*slot >= 0 && (!got || b->reader_waiting)) token_give_locked(b, *slot), *slot = -1;
+    if (got && *slot < 0) *slot = token_take_locked(b, 0);
     pthread_mutex_unlock(&b->mu);
-    return *bt || *u;
+    return got;
 }
 
 static void queue_close(builder *b) {
@@ -252,9 +269,11 @@ static void queue_close(builder *b) {
     pthread_mutex_unlock(&b->mu);
 }
 
-/* Hands a packed shard to the committers, waiting while ccap are queued. */
-static void commit_enqueue(builder *b, unit *u) {
+/* Hands a packed shard to the committers, waiting while ccap are queued
+ * (and giving the worker's slot back for that wait). */
+static void commit_enqueue(builder *b, unit *u, int *slot) {
     pthread_mutex_lock(&b->mu);
+    if (b->commits.len >= b->ccap && *slot >= 0) token_give_locked(b, *slot), *slot = -1;
     while (b->commits.len >= b->ccap) pthread_cond_wait(&b->commit_space, &b->mu);
     ufifo_push(&b->commits, u);
     pthread_cond_signal(&b->has_commit);
@@ -422,11 +441,9 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
 
 /* One unit -> one shard, left to the committers: the commit's system calls
  * may wait for the disk. */
-static int process_unit(builder *b, unit *u, kf_err *err) {
-    int slot = token_take(b, 0);
-    int rc = pack_unit(b, slot, u, &u->w, &u->stats, err);
-    token_give(b, slot);
-    if (!rc && u->w) commit_enqueue(b, u);
+static int process_unit(builder *b, int *slot, unit *u, kf_err *err) {
+    int rc = pack_unit(b, *slot, u, &u->w, &u->stats, err);
+    if (!rc && u->w) commit_enqueue(b, u, slot);
     return rc;
 }
 
@@ -438,17 +455,16 @@ static int batch_doc(void *ctx, const char *text, size_t len, kf_err *err) {
 static int batch_empty(void *ctx, kf_err *err) { return batch_doc(ctx, NULL, 0, err); }
 
 /* Decodes a batch's archive into its documents (unless a worker failed:
- * the build stops) and tells the reader. */
-static void decode_batch(builder *b, batch *bt) {
+ * the build stops) and tells the reader. When the reader waits for just this
+ * batch, the worker's slot goes with it: the reader goes on at once. */
+static void decode_batch(builder *b, int *slot, batch *bt) {
     kf_err err;
     int rc;
     if (worker_failed(b)) {
         rc = kf_err_set(&err, "a worker failed");
     } else {
         doc_sink sink = {batch_doc, batch_empty, NULL, NULL, &bt->docs};
-        int slot = token_take(b, 0);
         rc = docs_read_member(bt->in, bt->name, bt->data, bt->size, &sink, &err);
-        token_give(b, slot);
     }
     free(bt->data);
     bt->data = NULL;
@@ -456,6 +472,10 @@ static void decode_batch(builder *b, batch *bt) {
     bt->rc = rc;
     if (rc) bt->err = err;
     bt->done = 1;
+    if (b->reader_awaits == bt) {
+        b->handed_slot = *slot;
+        *slot = -1;
+    }
     pthread_cond_broadcast(&b->batch_done);
     pthread_mutex_unlock(&b->mu);
 }
@@ -503,12 +523,13 @@ static void *worker(void *arg) {
      * blocks on a full queue or a batch. */
     batch *bt;
     unit *u;
-    while (dequeue(b, &bt, &u)) {
+    int slot = -1;
+    while (dequeue(b, &slot, &bt, &u)) {
         if (bt) {
-            decode_batch(b, bt);
+            decode_batch(b, &slot, bt);
             continue;
         }
-        if (!worker_failed(b) && process_unit(b, u, &err)) worker_fail(b, &err);
+        if (!worker_failed(b) && process_unit(b, &slot, u, &err)) worker_fail(b, &err);
         doclist_free(&u->docs); /* its record stays for the manifest */
     }
     return NULL;
@@ -588,8 +609,11 @@ static int take_batches(builder *b, int keep, kf_err *err) {
         pthread_mutex_lock(&b->mu);
         if (!bt->done && b->npend > keep) {
             reader_pause_locked(b);
+            b->reader_awaits = bt;
             while (!bt->done) pthread_cond_wait(&b->batch_done, &b->mu);
-            reader_resume_locked(b);
+            b->reader_awaits = NULL;
+            if (b->handed_slot >= 0) b->reader_slot = b->handed_slot, b->handed_slot = -1;
+            else reader_resume_locked(b);
         }
         int done = bt->done;
         pthread_mutex_unlock(&b->mu);
@@ -836,6 +860,7 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     b->max_pend = 2 * jobs;
     b->jobs = jobs;
     b->slot_busy = kf_calloc((size_t)jobs, 1);
+    b->handed_slot = -1;
     b->packers = kf_calloc((size_t)jobs, sizeof *b->packers);
     worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
     pthread_t *cs = kf_calloc((size_t)jobs, sizeof *cs);
