@@ -25,6 +25,7 @@
 #include "tokenize/tokenizer.h"
 
 enum { TRAIN = 0, VALID = 1 };
+enum { READ_AHEAD = 64 << 20 }; /* bytes of units the reader may queue before setup ends */
 static const char *const split_names[2] = {"train", "valid"};
 
 /* Documents back to back: doc i = text[off[i] .. off[i+1]). */
@@ -87,6 +88,12 @@ typedef struct builder {
     pthread_cond_t has_item, has_space, batch_done;
     ufifo work;
     int qcap, closed;
+    /* setup (loading the tokenizer, preparing the output directory) runs on
+     * its own thread while the reader starts; units wait for `ready` (set
+     * when setup ends, failed or not), and until then the reader may queue
+     * up to READ_AHEAD bytes of units (when jobs > 1: a slot is free for it) */
+    int ready, lock_fd;
+    int64_t queued_bytes, read_ahead;
     batch *bhead, *btail;
     /* packed shards waiting for their commit, which `jobs` committer
      * threads do, so a worker never waits for the disk; then waiting for
@@ -212,13 +219,18 @@ static unit *ufifo_pop(ufifo *q) {
 /* Appends u. A full queue is waited on until half of it is done, so the
  * reader refills it in bursts (fewer hand-offs of its slot).
  * reader_holds_slot: the reader gives its slot back for that wait. */
+static int queue_over(const builder *b, int cap) {
+    return b->work.len > cap && (b->ready || b->queued_bytes >= b->read_ahead);
+}
+
 static void enqueue(builder *b, unit *u, int reader_holds_slot) {
     pthread_mutex_lock(&b->mu);
-    if (b->work.len >= b->qcap) {
+    if (queue_over(b, b->qcap - 1)) {
         if (reader_holds_slot) reader_pause_locked(b);
-        while (b->work.len > b->qcap / 2) pthread_cond_wait(&b->has_space, &b->mu);
+        while (queue_over(b, b->qcap / 2)) pthread_cond_wait(&b->has_space, &b->mu);
         if (reader_holds_slot) reader_resume_locked(b);
     }
+    b->queued_bytes += (int64_t)u->docs.len;
     ufifo_push(&b->work, u);
     pthread_cond_signal(&b->has_item);
     pthread_mutex_unlock(&b->mu);
@@ -243,7 +255,7 @@ static void enqueue_batch(builder *b, batch *bt) {
  * reader when the reader waits for one. */
 static int dequeue(builder *b, int *slot, batch **bt, unit **u) {
     pthread_mutex_lock(&b->mu);
-    while (!b->bhead && !b->work.head && !b->closed) {
+    while (!b->bhead && !(b->ready && b->work.head) && !(b->ready && b->closed)) {
         if (*slot >= 0) token_give_locked(b, *slot), *slot = -1;
         pthread_cond_wait(&b->has_item, &b->mu);
     }
@@ -252,8 +264,9 @@ static int dequeue(builder *b, int *slot, batch **bt, unit **u) {
     if (*bt) {
         b->bhead = (*bt)->next;
         if (!b->bhead) b->btail = NULL;
-    } else if ((*u = ufifo_pop(&b->work)) != NULL && b->work.len <= b->qcap / 2) {
-        pthread_cond_signal(&b->has_space);
+    } else if ((*u = ufifo_pop(&b->work)) != NULL) {
+        b->queued_bytes -= (int64_t)(*u)->docs.len;
+        if (!queue_over(b, b->qcap / 2)) pthread_cond_signal(&b->has_space);
     }
     int got = *bt || *u;
     if (*slot >= 0 && (!got || b->reader_waiting)) token_give_locked(b, *slot), *slot = -1;
@@ -840,6 +853,26 @@ static int setup(builder *b, const build_config *c, tok **toks, kf_err *err) {
     return packer_specials(t, c, &m->special, err);
 }
 
+/* Setup on its own thread, so the reader starts at once (loading a GPT-2
+ * vocabulary takes ~30 ms, a core's worth of reading). Its error stops the
+ * build as a worker's would; the output directory is touched only once the
+ * tokenizer has loaded. */
+static void *setup_main(void *arg) {
+    builder *b = arg;
+    kf_err err;
+    int slot = token_take(b, 0);
+    int rc = setup(b, b->c, b->toks, &err);
+    token_give(b, slot);
+    if (!rc && ((b->lock_fd = lock_out(b->c, &err)) < 0 || prepare_out(b->c, &err))) rc = -1;
+    if (rc) worker_fail(b, &err);
+    pthread_mutex_lock(&b->mu);
+    b->ready = 1;
+    pthread_cond_broadcast(&b->has_item);
+    pthread_cond_broadcast(&b->has_space);
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
 int shards_build(const build_config *c, int jobs, int force, tok **toks, build_result *res, kf_err *err) {
     KF_CHECK(jobs >= 1, "shards_build: jobs must be >= 1");
     double t0 = now();
@@ -861,13 +894,16 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     b->jobs = jobs;
     b->slot_busy = kf_calloc((size_t)jobs, 1);
     b->handed_slot = -1;
+    b->lock_fd = -1;
+    b->read_ahead = jobs > 1 ? READ_AHEAD : 0;
     b->packers = kf_calloc((size_t)jobs, sizeof *b->packers);
     worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
     pthread_t *cs = kf_calloc((size_t)jobs, sizeof *cs);
     tok **own = toks ? NULL : kf_calloc((size_t)jobs, sizeof *own);
     if (own) toks = own;
     b->toks = toks;
-    int started = 0, cstarted = 0, rc = -1, lock_fd = -1, reading = 0;
+    int started = 0, cstarted = 0, rc = -1, reading = 0, setting_up = 0;
+    pthread_t setup_th;
     char label[160];
     for (; started < jobs; started++) {
         ws[started].b = b;
@@ -882,10 +918,10 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             break;
         }
     }
-    int slot = token_take(b, 1);
-    int rrc = started == jobs && cstarted == jobs ? setup(b, c, toks, err) : -1;
-    token_give(b, slot);
-    if (!rrc && ((lock_fd = lock_out(c, err)) < 0 || prepare_out(c, err))) rrc = -1;
+    int rrc = started == jobs && cstarted == jobs ? 0 : -1;
+    if (!rrc && pthread_create(&setup_th, NULL, setup_main, b))
+        rrc = kf_err_set(err, "cannot start the setup thread: %s", strerror(errno));
+    setting_up = !rrc;
     if (!rrc) {
         reading = 1;
         if (c->valid_last > 0) {
@@ -910,6 +946,12 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
             token_give(b, b->reader_slot);
         }
         drop_batches(b); /* left by an error */
+    }
+    if (setting_up) pthread_join(setup_th, NULL);
+    if (!setting_up) { /* let the workers drain and stop */
+        pthread_mutex_lock(&b->mu);
+        b->ready = 1;
+        pthread_mutex_unlock(&b->mu);
     }
     for (int s = 0; s < 2; s++) {
         if (b->cur[s]) {
@@ -976,7 +1018,7 @@ out:
     free(b->slot_busy);
     for (int i = 0; own && i < jobs; i++) tok_free(own[i]);
     free(own);
-    if (lock_fd >= 0) close(lock_fd);
+    if (b->lock_fd >= 0) close(b->lock_fd);
     free(ws);
     free(cs);
     free(b);

@@ -19,6 +19,12 @@
  * depend on `jobs` or on scheduling, and the manifest (written last) is byte
  * identical across runs.
  *
+ * Start-up: the tokenizer is loaded (once per vocabulary; the other slots
+ * get tok_clone's) and the output directory prepared on a setup thread while
+ * the reader already reads: with jobs > 1 it may queue up to 64 MiB of units
+ * before the tokenizer is there. The output directory is touched only after
+ * the tokenizer has loaded, so a bad vocabulary leaves an old set intact.
+ *
  * Resume: at start the old manifest and stale temp files are removed. A unit
  * whose shard file already exists is kept when the file verifies (every
  * sample's hash recomputed) and its record names the same source hash (sha256
