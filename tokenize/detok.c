@@ -17,7 +17,22 @@
 typedef struct pass {
     tok_bytes a, b;
     tok_bytes *cur, *next;
+    uint64_t seen[4]; /* bytes that occur in the text, or may (a superset) */
 } pass;
+
+static void seen_add(pass *p, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) p->seen[(unsigned char)s[i] >> 6] |= 1ull << ((unsigned char)s[i] & 63);
+}
+
+/* Can `pat` occur? Rules only delete or move text, or write their constant
+ * replacement (seen_add'ed), so a byte absent at the start stays absent. */
+static int seen_all(const pass *p, const char *pat)
+{
+    for (const unsigned char *c = (const unsigned char *)pat; *c; c++)
+        if (!(p->seen[*c >> 6] >> (*c & 63) & 1)) return 0;
+    return 1;
+}
 
 static void pass_swap(pass *p)
 {
@@ -32,10 +47,12 @@ static void put(pass *p, const char *s, size_t n) { tok_bytes_append(p->next, s,
 /* str.replace(from, to) */
 static void rep(pass *p, const char *from, const char *to)
 {
+    if (!seen_all(p, from)) return;
     const char *s = p->cur->v, *end = s + p->cur->n;
     size_t fl = strlen(from), tl = strlen(to);
     const char *hit = memmem(s, (size_t)(end - s), from, fl);
     if (!hit) return;
+    seen_add(p, to, tl);
     do {
         put(p, s, (size_t)(hit - s));
         put(p, to, tl);
@@ -217,6 +234,7 @@ static void pass_begin(pass *p, const char *in, size_t len)
     p->next = &p->b;
     tok_bytes_append(p->cur, in, len);
     tok_bytes_append(p->next, "", 0);
+    seen_add(p, in, len);
 }
 
 static void pass_end(pass *p, tok_bytes *out)
@@ -259,6 +277,7 @@ static void wt_slash_quote(pass *p)
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
     if (!memmem(s, n, "/' ", 3)) return;
+    seen_add(p, "/'[0-9]/", 8);
     while (i + 5 <= n) {
         if (s[i] == '/' && s[i + 1] == '\'' && s[i + 2] == ' ' && s[i + 3] >= '0' && s[i + 3] <= '9' && s[i + 4] == '/') {
             put(p, s + from, i - from);
