@@ -235,7 +235,8 @@ static void cache_clear(gpt2_state *g)
 
 static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
 {
-    int32_t id = strmap_get(&g->vocab, p, n);
+    uint64_t h64 = strmap_hash(p, n); /* for the vocabulary and the cache */
+    int32_t id = strmap_get_hashed(&g->vocab, p, n, h64);
     /* Relaxed atomics: clones on other threads may learn the same entry at
      * once; they store the same value (a function of the vocabulary). */
     uint8_t self = id >= 0 ? __atomic_load_n(&g->self_ok[id], __ATOMIC_RELAXED) : SELF_NO;
@@ -255,7 +256,7 @@ static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_id
         bpe(g, p, n, out);
         return;
     }
-    uint32_t h = (uint32_t)strmap_hash(p, n);
+    uint32_t h = (uint32_t)h64;
     size_t i = h & (CACHE_SLOTS - 1);
     for (;; i = (i + 1) & (CACHE_SLOTS - 1)) {
         cache_slot *s = &g->cslots[i];

@@ -49,15 +49,21 @@ void strmap_free(strmap *m);
 /** Inserts or overwrites key -> val (val >= 0). Returns the previous value or -1. */
 int32_t strmap_put(strmap *m, const void *key, size_t len, int32_t val);
 
-/** The value for key, or -1 when absent. */
-static inline int32_t strmap_get(const strmap *m, const void *key, size_t len)
+/** The value for key, whose strmap_hash is h, or -1 when absent (for a
+ * caller that needs the hash for more than this lookup). */
+static inline int32_t strmap_get_hashed(const strmap *m, const void *key, size_t len, uint64_t h)
 {
-    uint64_t h = strmap_hash(key, len);
     for (size_t i = (size_t)h & m->mask;; i = (i + 1) & m->mask) {
         const strmap_slot *s = &m->slots[i];
         if (s->val < 0) return -1;
         if (s->hash == (uint32_t)h && s->len == len && !memcmp(m->pool + s->off, key, len)) return s->val;
     }
+}
+
+/** The value for key, or -1 when absent. */
+static inline int32_t strmap_get(const strmap *m, const void *key, size_t len)
+{
+    return strmap_get_hashed(m, key, len, strmap_hash(key, len));
 }
 
 #endif
