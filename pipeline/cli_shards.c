@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/blas_threads.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -53,14 +54,8 @@ static int parse_int(const char *s, int64_t lo, int64_t *out) {
     return 0;
 }
 
-/* OpenBLAS (linked for the trainer) starts its threads when the program
- * loads, and they spin for about 0.1 s of CPU before sleeping: time taken
- * from the build's own threads when they use every core. A build never
- * calls BLAS, so stop them; weak, so another BLAS library links too. */
-int blas_thread_shutdown_(void) __attribute__((weak));
-
 static int cmd_build(int argc, char **argv) {
-    if (blas_thread_shutdown_) blas_thread_shutdown_();
+    blas_threads_stop(); /* a build never calls BLAS */
     const char *config = NULL, *only = NULL;
     int64_t jobs = sysconf(_SC_NPROCESSORS_ONLN);
     int force = 0;

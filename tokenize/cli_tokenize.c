@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/blas_threads.h"
 #include "tokenize/tokenizer.h"
 
 enum { IN_BLOCK = 8 << 20, OUT_FLUSH = 1 << 20 };
@@ -79,6 +80,7 @@ static int parse_ids(const char *s, size_t n, long lineno, tok_ids *ids, kf_err 
 
 int tokenize_main(int argc, char **argv)
 {
+    blas_threads_stop(); /* tokenizing never calls BLAS */
     const char *kind = NULL, *vocab = NULL;
     int decode = 0, allow_special = 0;
     for (int i = 1; i < argc; i++) {
