@@ -4,11 +4,12 @@
 # GPT-2 + pad 128; nlp-corpus in OWT's nested tar.xz -> GPT-2 + wrap 128), with
 # every input listed REPEAT times (default 4: ~60 MB of text, so start-up
 # costs such as loading the vocabulary do not dominate), from scratch (into
-# an empty output directory) with --jobs 1 and --jobs J (default 2), alternated ROUNDS times (default 3).
+# an empty output directory) with --jobs 1 and --jobs J (default 2),
+# alternated ROUNDS times (default 7).
 # Prints the best time of each, the speedup and MB of raw text per second per
 # core, and checks both produced the same manifests. The speedup is given as
 # best-of (best / best), median / median, and the median of each round's own
-# ratio: the two runs of a round are seconds apart, so the last is the least
+# ratio: the two runs of a round are seconds apart, so that one is the least
 # disturbed by a VM whose speed drifts (seen here: the same binary 20% apart
 # a minute later). Goal (issue 2): speedup >= 1.8 for --jobs 2 on a 2-core
 # machine.
@@ -16,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KF=${KF_BIN:-bin/kf}
-J=${1:-2}; ROUNDS=${2:-3}; REPEAT=${3:-4}
+J=${1:-2}; ROUNDS=${2:-7}; REPEAT=${3:-4}
 for f in data/text/brown.txt data/text/owt-tiny/openwebtext.tar.xz data/vocab/gpt2/vocab.json; do
   [ -f "$f" ] || { echo "bench/shards.sh: $f missing (run scripts/setup.sh)"; exit 1; }
 done
