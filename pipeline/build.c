@@ -92,8 +92,9 @@ typedef struct builder {
      * its own thread while the reader starts; units wait for `ready` (set
      * when setup ends, failed or not), and until then the reader may queue
      * up to READ_AHEAD bytes of units (when jobs > 1: a slot is free for it) */
-    int ready, lock_fd;
+    int ready;
     int64_t queued_bytes, read_ahead;
+    int lock_fd; /* OUT/.build.lock, taken by setup */
     batch *bhead, *btail;
     /* packed shards waiting for their commit, which `jobs` committer
      * threads do, so a worker never waits for the disk; then waiting for
@@ -216,13 +217,14 @@ static unit *ufifo_pop(ufifo *q) {
     return u;
 }
 
-/* Appends u. A full queue is waited on until half of it is done, so the
- * reader refills it in bursts (fewer hand-offs of its slot).
- * reader_holds_slot: the reader gives its slot back for that wait. */
+/* More than cap units queued (before setup ends: and READ_AHEAD bytes). */
 static int queue_over(const builder *b, int cap) {
     return b->work.len > cap && (b->ready || b->queued_bytes >= b->read_ahead);
 }
 
+/* Appends u. A full queue is waited on until half of it is done, so the
+ * reader refills it in bursts (fewer hand-offs of its slot).
+ * reader_holds_slot: the reader gives its slot back for that wait. */
 static void enqueue(builder *b, unit *u, int reader_holds_slot) {
     pthread_mutex_lock(&b->mu);
     if (queue_over(b, b->qcap - 1)) {
@@ -513,15 +515,11 @@ static void *committer(void *arg) {
             else u->synced = 1;
             continue;
         }
-        if (worker_failed(b)) {
-            shard_writer_abort(u->w);
-        } else if (shard_writer_commit(u->w, &u->stats, &u->meta, &err)) {
-            worker_fail(b, &err);
-        } else {
-            u->w = NULL;
-            sync_enqueue(b, u);
-        }
+        shard_writer *w = u->w;
         u->w = NULL;
+        if (worker_failed(b)) shard_writer_abort(w);
+        else if (shard_writer_commit(w, &u->stats, &u->meta, &err)) worker_fail(b, &err);
+        else sync_enqueue(b, u);
     }
     return NULL;
 }
