@@ -945,8 +945,9 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
         }
         drop_batches(b); /* left by an error */
     }
-    if (setting_up) pthread_join(setup_th, NULL);
-    if (!setting_up) { /* let the workers drain and stop */
+    if (setting_up) {
+        pthread_join(setup_th, NULL);
+    } else { /* let the workers drain and stop */
         pthread_mutex_lock(&b->mu);
         b->ready = 1;
         pthread_mutex_unlock(&b->mu);
