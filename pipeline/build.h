@@ -14,10 +14,11 @@
  * once and never hands its core over for that wait (each hand-over leaves a
  * core idle for a while). The committers also fsync each shard, a few
  * commits later, so every shard is durable before the manifest is written
- * without a wait at the end. A shard is a pure
- * function of its unit's documents and the config, so the output does not
- * depend on `jobs` or on scheduling, and the manifest (written last) is byte
- * identical across runs.
+ * without a wait at the end. A worker keeps its CPU slot from one unit to
+ * the next unless the reader wants one. A shard is a pure function of its
+ * unit's documents and the config, so the output does not depend on `jobs`
+ * or on scheduling, and the manifest (written last) is byte identical
+ * across runs.
  *
  * Start-up: the tokenizer is loaded (once per vocabulary; the other slots
  * get tok_clone's) and the output directory prepared on a setup thread while
