@@ -196,5 +196,19 @@ printf '%s\n' "${good/lines.txt/bad.jsonl}" > "$T/bad.yaml"
 "$KF" shards build "$T/bad.yaml" > /dev/null 2> "$T/err.txt"
 check "non-string JSONL text fails with FILE:LINE ($(cat "$T/err.txt"))" grep -q "bad.jsonl:2: non-string field 'text'" "$T/err.txt"
 
+# A vocabulary that fails to load (setup runs while the reader already
+# reads): the error names the file and line, and an existing set is intact.
+printf '%s\n' "$good" > "$T/bad.yaml"
+"$KF" shards build "$T/bad.yaml" > /dev/null 2>&1
+check "a good build of the set" test -s "$T/out/bad/manifest.yaml"
+cp "$T/out/bad/manifest.yaml" "$T/bad.manifest"
+mkdir -p "$T/badvocab" && cp data/vocab/gpt2/merges.txt "$T/badvocab/" && printf '{"a": 0,\n "b" 1}\n' > "$T/badvocab/vocab.json"
+for j in 1 2; do
+  "$KF" shards build "$T/bad.yaml" --jobs $j --force shards.bad.vocab="$T/badvocab" > /dev/null 2> "$T/err.txt"
+  rc=$?; check "--jobs $j: a malformed vocab.json fails ($(cat "$T/err.txt"))" test $rc -eq 1
+  check "--jobs $j: the error names vocab.json:2" grep -q "badvocab/vocab.json:2:" "$T/err.txt"
+  check "--jobs $j: the old manifest is intact" cmp -s "$T/bad.manifest" "$T/out/bad/manifest.yaml"
+done
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
