@@ -244,31 +244,27 @@ static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_id
         tok_ids_push(out, id);
         return;
     }
-    if (self == SELF_UNKNOWN) {
-        size_t before = out->n;
-        bpe(g, p, n, out);
-        int yes = out->n == before + 1 && out->v[before] == id;
-        __atomic_store_n(&g->self_ok[id], yes ? SELF_YES : SELF_NO, __ATOMIC_RELAXED);
-        if (yes || n > CACHE_MAX_KEY) return;
-        out->n = before; /* recomputed below, to be cached */
-    }
-    if (n > CACHE_MAX_KEY) {
-        bpe(g, p, n, out);
-        return;
-    }
     uint32_t h = (uint32_t)h64;
     size_t i = h & (CACHE_SLOTS - 1);
-    for (;; i = (i + 1) & (CACHE_SLOTS - 1)) {
-        cache_slot *s = &g->cslots[i];
-        if (!s->key_len) break;
-        if (s->hash == h && s->key_len == n && !memcmp(g->ckeys + s->key_off, p, n)) {
-            for (uint32_t k = 0; k < s->nids; k++) tok_ids_push(out, g->cids[s->ids_off + k]);
-            return;
+    if (n <= CACHE_MAX_KEY) {
+        for (;; i = (i + 1) & (CACHE_SLOTS - 1)) {
+            cache_slot *s = &g->cslots[i];
+            if (!s->key_len) break;
+            if (s->hash == h && s->key_len == n && !memcmp(g->ckeys + s->key_off, p, n)) {
+                for (uint32_t k = 0; k < s->nids; k++) tok_ids_push(out, g->cids[s->ids_off + k]);
+                return;
+            }
         }
     }
     size_t before = out->n;
     bpe(g, p, n, out);
     size_t nids = out->n - before;
+    if (self == SELF_UNKNOWN) { /* the first time this token is met as a piece */
+        int yes = nids == 1 && out->v[before] == id;
+        __atomic_store_n(&g->self_ok[id], yes ? SELF_YES : SELF_NO, __ATOMIC_RELAXED);
+        if (yes) return; /* from now on found before the cache */
+    }
+    if (n > CACHE_MAX_KEY) return;
     if (g->centries >= CACHE_ENTRIES || g->ckey_n + n > CACHE_KEY_POOL || g->cid_n + nids > CACHE_ID_POOL) {
         cache_clear(g);
         i = h & (CACHE_SLOTS - 1); /* the home slot is free now */
