@@ -20,10 +20,10 @@ struct tok {
     int *refs;          /* toks sharing the read-only parts above (tok_clone) */
 };
 
-/* Each returns 0, or -1 with err set. vocab files are read from dir and
- * hashed into t->sha in the documented order. */
-/* *_clone: a state sharing g's read-only tables, with its own workspace and
- * cache; *_free frees the tables too when `tables` (the last user). */
+/* *_load returns 0, or -1 with err set; vocab files are read from dir and
+ * hashed into t->sha in the documented order. *_clone makes a state sharing
+ * the read-only tables, with its own workspace and cache; *_free frees the
+ * tables too when `tables` is set (the last user). */
 int gpt2_load(tok *t, const char *dir, kf_err *err);
 gpt2_state *gpt2_clone(const gpt2_state *g);
 void gpt2_free(gpt2_state *g, int tables);
