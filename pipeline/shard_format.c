@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <zlib.h>
+#include "common/crc32.h"
 
 int shard_id_bytes(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
@@ -37,7 +37,7 @@ uint32_t shard_get_le(const uint8_t *p, int nbytes) {
 }
 
 void shard_check_bytes(const void *value, size_t n, uint8_t out[SHARD_CHECK_BYTES]) {
-    shard_put_le(out, (uint32_t)crc32(0L, value, (uInt)n), 4);
+    shard_put_le(out, crc32_update(0, value, n), 4);
 }
 
 const char *shard_value_decode(const uint8_t *value, const shard_meta *m, int32_t *ids, int32_t *len) {
