@@ -30,6 +30,28 @@ void shard_put_le(uint8_t *p, uint32_t v, int nbytes) {
     for (int i = 0; i < nbytes; i++, v >>= 8) p[i] = (uint8_t)(v & 0xff);
 }
 
+void shard_ids_put(uint8_t *out, const int32_t *ids, int32_t n, int32_t id_bytes) {
+    if (id_bytes == 2) {
+        for (int32_t i = 0; i < n; i++) {
+            out[2 * i] = (uint8_t)ids[i];
+            out[2 * i + 1] = (uint8_t)(ids[i] >> 8);
+        }
+    } else {
+        for (int32_t i = 0; i < n; i++) shard_put_le(out + 4 * (size_t)i, (uint32_t)ids[i], 4);
+    }
+}
+
+uint32_t shard_ids_get(const uint8_t *in, int32_t n, int32_t id_bytes, int32_t *ids) {
+    uint32_t max = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t id = id_bytes == 2 ? (uint32_t)in[2 * i] | (uint32_t)in[2 * i + 1] << 8
+                                    : shard_get_le(in + 4 * (size_t)i, 4);
+        if (id > max) max = id;
+        if (ids) ids[i] = (int32_t)id;
+    }
+    return max;
+}
+
 uint32_t shard_get_le(const uint8_t *p, int nbytes) {
     uint32_t v = 0;
     for (int i = nbytes - 1; i >= 0; i--) v = v << 8 | p[i];
@@ -41,11 +63,8 @@ void shard_check_bytes(const void *value, size_t n, uint8_t out[SHARD_CHECK_BYTE
 }
 
 const char *shard_value_decode(const uint8_t *value, const shard_meta *m, int32_t *ids, int32_t *len) {
-    for (int32_t i = 0; i < m->seq_len; i++) {
-        uint32_t id = shard_get_le(value + (size_t)i * m->id_bytes, m->id_bytes);
-        if (id >= (uint64_t)m->vocab_size) return "token id out of the vocabulary's range";
-        if (ids) ids[i] = (int32_t)id;
-    }
+    if (shard_ids_get(value, m->seq_len, m->id_bytes, ids) >= (uint64_t)m->vocab_size)
+        return "token id out of the vocabulary's range";
     int32_t n = m->seq_len;
     if (!strcmp(m->packing, "pad")) {
         uint32_t l = shard_get_le(value + (size_t)m->seq_len * m->id_bytes, 4);

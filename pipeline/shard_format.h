@@ -37,6 +37,14 @@ uint64_t shard_key_decode(const void *p);
 void shard_put_le(uint8_t *p, uint32_t v, int nbytes);
 uint32_t shard_get_le(const uint8_t *p, int nbytes);
 
+/** Stores ids[0..n) (each in [0, 2^(8*id_bytes))) little-endian, id_bytes
+ * (2 or 4) each, at out: a sample's ids in one tight loop. */
+void shard_ids_put(uint8_t *out, const int32_t *ids, int32_t n, int32_t id_bytes);
+
+/** Loads n ids stored by shard_ids_put into ids (NULL: only scans them);
+ * returns the largest, for the caller's range check (0 when n is 0). */
+uint32_t shard_ids_get(const uint8_t *in, int32_t n, int32_t id_bytes, int32_t *ids);
+
 /** The per-sample check bytes of a value. */
 void shard_check_bytes(const void *value, size_t n, uint8_t out[SHARD_CHECK_BYTES]);
 

@@ -147,11 +147,14 @@ int shard_writer_append(shard_writer *w, const int32_t *ids, int32_t len, kf_err
              "shard_writer_append: length %d invalid for %s packing (seq_len %d)", len,
              w->m.packing, w->m.seq_len);
     uint8_t *v = w->batch + (size_t)w->batch_n * w->value_bytes;
+    int32_t lo = 0, hi = 0; /* checked once per sample: the loop below stays tight */
     for (int32_t i = 0; i < w->m.seq_len; i++) {
-        KF_CHECK(ids[i] >= 0 && ids[i] < w->m.vocab_size, "shard_writer_append: id %d out of range",
-                 ids[i]);
-        shard_put_le(v + (size_t)i * w->m.id_bytes, (uint32_t)ids[i], w->m.id_bytes);
+        lo = ids[i] < lo ? ids[i] : lo;
+        hi = ids[i] > hi ? ids[i] : hi;
     }
+    KF_CHECK(lo >= 0 && hi < w->m.vocab_size, "shard_writer_append: id %d out of range [0, %lld)",
+             lo < 0 ? lo : hi, (long long)w->m.vocab_size);
+    shard_ids_put(v, ids, w->m.seq_len, w->m.id_bytes);
     if (pad) shard_put_le(v + (size_t)w->m.seq_len * w->m.id_bytes, (uint32_t)len, 4);
     sha256_update(&w->hash, v, w->value_bytes);
     shard_check_bytes(v, w->value_bytes, w->checks + (size_t)w->batch_n * SHARD_CHECK_BYTES);

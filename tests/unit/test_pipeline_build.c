@@ -2,7 +2,8 @@
  * pad and wrap packing against the tokenizer run directly, every document
  * exactly once and in order, results independent of the worker count,
  * statistics (empty lines, invalid UTF-8, truncation, dropped tokens), the
- * writer/reader round trip with uint32 ids and map growth, and corruption
+ * writer/reader round trip with uint32 ids and map growth, the id codec and
+ * the decoder's range checks, and corruption
  * and tampering detection. Needs data/vocab/gpt2 (scripts/setup.sh). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "common/fsutil.h"
 #include "pipeline/build.h"
 #include "pipeline/manifest.h"
+#include "pipeline/shard_format.h"
 #include "pipeline/shard_reader.h"
 #include "pipeline/shard_writer.h"
 #include "tests/test.h"
@@ -301,8 +303,33 @@ static void test_writer_reader(void) {
     T_CHECK(shard_set_open(tmp, "train", &s, &err) != 0 && strstr(err.msg, "no manifest"), "no manifest: %s", err.msg);
 }
 
+/* The id codec at both widths, and the decoder's range and length checks. */
+static void test_ids_codec(void) {
+    int32_t ids[5] = {0, 1, 255, 256, 50257}, got[5];
+    uint8_t v[5 * 4 + 4];
+    for (int w = 2; w <= 4; w += 2) {
+        shard_ids_put(v, ids, 5, w);
+        int same = 1;
+        for (int i = 0; i < 5; i++) same &= shard_get_le(v + w * i, w) == (uint32_t)ids[i];
+        T_CHECK(same && shard_ids_get(v, 5, w, got) == 50257 && !memcmp(got, ids, sizeof ids),
+                "%d-byte ids round trip, largest 50257", w);
+    }
+    shard_meta m = {.vocab_size = 50258, .seq_len = 5, .id_bytes = 2};
+    strcpy(m.packing, "pad");
+    shard_ids_put(v, ids, 5, 2);
+    shard_put_le(v + 10, 4, 4);
+    int32_t len;
+    T_CHECK(shard_value_decode(v, &m, got, &len) == NULL && len == 4, "a pad value decodes (length 4)");
+    m.vocab_size = 50257;
+    T_CHECK(shard_value_decode(v, &m, got, &len) != NULL, "id 50257 is out of a 50257-token vocabulary");
+    m.vocab_size = 50258;
+    shard_put_le(v + 10, 6, 4);
+    T_CHECK(shard_value_decode(v, &m, got, &len) != NULL, "a stored length over seq_len is refused");
+}
+
 int main(void) {
     kf_err err;
+    test_ids_codec();
     tok *t = tok_load("gpt2", "data/vocab/gpt2", &err);
     T_CHECK(t != NULL, "GPT-2 vocabulary (run scripts/setup.sh): %s", err.msg);
     if (!t) return T_DONE();
