@@ -119,6 +119,16 @@ static void retention(const char *dir, int keep) {
     free(steps);
 }
 
+void ckpt_set_latest(const char *ckpt_dir, int64_t step) {
+    char name[64], path[4096];
+    step_name(name, sizeof name, step, "\n");
+    strbuf l = {0};
+    strbuf_printf(&l, "%s", name);
+    join(path, sizeof path, ckpt_dir, "latest");
+    write_text(path, &l);
+    free(l.s);
+}
+
 void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
                const float *adam_m, const float *adam_v, const ckpt_meta *meta,
                const rng_state *rng, int keep) {
@@ -174,12 +184,7 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
         free(b.s);
         if (fs_fsync_path(tmp, &err) || fs_rename_atomic(tmp, fin, &err))
             KF_FATAL("checkpoint: %s", err.msg);
-        strbuf l = {0};
-        step_name(name, sizeof name, meta->step, "\n");
-        strbuf_printf(&l, "%s", name);
-        join(path, sizeof path, ckpt_dir, "latest");
-        write_text(path, &l);
-        free(l.s);
+        ckpt_set_latest(ckpt_dir, meta->step);
         retention(ckpt_dir, keep);
     }
     dist_barrier(d);

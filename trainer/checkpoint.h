@@ -30,6 +30,9 @@
  * Resume never trusts `latest` alone: ckpt_find scans every step-N directory
  * newest first and takes the first whose state.yaml parses and whose files
  * all have the recorded sizes and sha256, warning about each one it skips.
+ * The resume then points `latest` at the checkpoint it loaded: a crash
+ * between the rename and the `latest` update, at a stage's last step, would
+ * otherwise leave `latest` one checkpoint behind for good.
  *
  * Final weights (RUN/stages/NAME/final/): model.safetensors (the EMA weights:
  * the next stage's teacher), final.yaml (stage, step, config hash, model
@@ -92,6 +95,10 @@ int ckpt_verify(const char *path, ckpt_meta *meta, kf_err *err);
  * about each newer one that does not (partial, corrupt).
  * @return 1 with its path in out (cap bytes) and *meta filled, 0 when there is none. */
 int ckpt_find(const char *ckpt_dir, char *out, size_t cap, ckpt_meta *meta);
+
+/** Points ckpt_dir/latest at step-`step` (atomic replace; fatal on I/O
+ * failure). Rank 0 only. */
+void ckpt_set_latest(const char *ckpt_dir, int64_t step);
 
 /** Refuses a resume whose identity differs (model shape, dataset manifest,
  * tokenizer, teacher) or whose global batch differs; a different world size

@@ -559,7 +559,10 @@ static int resume(trainer *t, kf_err *err) {
     KF_CHECK(meta.cursor == t->step * t->o->batch, "checkpoint cursor %lld is not step x batch",
              (long long)meta.cursor);
     loader_seek(t->ld, meta.cursor);
-    if (t->d->rank == 0) trim_log(t, t->step);
+    if (t->d->rank == 0) {
+        trim_log(t, t->step);
+        ckpt_set_latest(t->ckpt_dir, t->step);
+    }
     if (t->d->rank == 0)
         kf_log_info("%s: resumed from %s (step %lld, %s, loss scale %g, written by %d rank%s)",
                     t->st->name, path, (long long)t->step, meta.phase, t->os.scale, meta.world,

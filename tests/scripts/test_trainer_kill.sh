@@ -24,10 +24,11 @@ for trial in 1 2 3 4 5 6; do
   mp=$!
   if [ $trial -eq 6 ]; then
     # wait until a checkpoint write is in flight (a step-N.tmp exists), then kill
-    pause=write; end=$((SECONDS + 60))
+    when="once a write was in flight"; end=$((SECONDS + 60))
     while [ $SECONDS -lt $end ] && ! compgen -G "$ck/step-*.tmp" >/dev/null; do :; done
   else
     r=$((RANDOM % 900 + 50)); pause=$(echo "scale=3; $dur * $r / 1000" | bc); sleep "$pause"
+    when="at $pause s of $dur s"
   fi
   inwrite=no; compgen -G "$ck/step-*.tmp" >/dev/null && { inwrite=yes; midwrite=$((midwrite + 1)); }
   victims=($(pgrep -P $mp))
@@ -35,12 +36,13 @@ for trial in 1 2 3 4 5 6; do
   wait $mp; rc=$?
   last=$(cat "$ck/latest" 2>/dev/null || echo none)
   # resume (repeatedly, as a requeue would) until the stage completes
+  rm -f "$T/resume.err"
   for _ in 1 2 3; do
     [ -f "$R/stages/ar/final/DONE" ] && break
     $MPIRUN -np 2 "$KF" train "$C" --stage ar --run-dir "$R" --resume $OV 2>"$T/resume.err"
   done
-  echo "trial $trial: killed at ${pause:-a write} s of ${dur} s (mpirun rc $rc) after $last, during a checkpoint write: $inwrite"
-  check "trial $trial: resumed run completes: $(tail -1 "$T/resume.err")" [ -f "$R/stages/ar/final/DONE" ]
+  echo "trial $trial: killed $when (mpirun rc $rc) after $last, during a checkpoint write: $inwrite"
+  check "trial $trial: resumed run completes: $(tail -1 "$T/resume.err" 2>/dev/null)" [ -f "$R/stages/ar/final/DONE" ]
   check "trial $trial: bitwise identical to the uninterrupted run" same_weights "$T/ref/stages/ar" "$R/stages/ar"
 done
 echo "kills that interrupted a checkpoint write: $midwrite of 6"

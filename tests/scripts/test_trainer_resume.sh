@@ -2,8 +2,9 @@
 # Single-process resume: stop (--stop-at, SIGUSR1) -> --resume ends bitwise
 # identical to an uninterrupted run, across the fp16 -> fp32 switch; fp16
 # overflow is skipped with backoff and the scale grows again; corrupt and
-# partial checkpoints are skipped with a warning; incompatible resumes and
-# unasked restarts are refused; a distillation stage verifies its teacher.
+# partial checkpoints are skipped with a warning; a stale `latest` is
+# repaired; incompatible resumes and unasked restarts are refused; a
+# distillation stage verifies its teacher.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/scripts/lib_trainer.sh
@@ -51,6 +52,15 @@ check "warning names the partial one" grep -q 'skipping checkpoint .*step-11' "$
 check "resumed from step-8" grep -q 'resumed from .*step-8' "$T/c.err"
 check "corrupt-skip resume is bitwise identical" same_weights "$T/a/stages/ar" "$T/c/stages/ar"
 check "log trimmed to the resumed step: 12 step records" [ "$(grep -c '"loss"' "$T/c/stages/ar/log.jsonl")" -eq 12 ]
+
+# C2: a crash at the last step after step-12's rename but before `latest` and
+# final/ were written: the resume finishes the stage and repairs `latest`
+cp -r "$T/a" "$T/c2"; ck=$T/c2/stages/ar/ckpt
+rm -rf "$T/c2/stages/ar/final"; printf 'step-8\n' > "$ck/latest"
+"$KF" train "$C" --stage ar --run-dir "$T/c2" --resume 2>"$T/c2.err"; rc=$?
+check "resume at the last step (rc $rc)" [ $rc -eq 0 ] && grep -q 'resumed from .*step-12' "$T/c2.err"
+check "latest points at the resumed step-12 ($(cat "$ck/latest"))" [ "$(cat "$ck/latest")" = step-12 ]
+check "last-step resume is bitwise identical" same_weights "$T/a/stages/ar" "$T/c2/stages/ar"
 
 # D: SIGUSR1 -> checkpoint + exit 75 at the next step boundary (slow steps via a bigger batch)
 "$KF" train "$C" --stage ar --run-dir "$T/d" stages.0.steps=400 defaults.batch=64 2>/dev/null &
