@@ -533,7 +533,10 @@ static int resume(trainer *t, kf_err *err) {
     if (t->d->rank == 0) found = ckpt_find(t->ckpt_dir, path, sizeof path, &meta);
     dist_bcast(t->d, &found, sizeof found, 0);
     if (!found) {
-        if (t->d->rank == 0) kf_log_info("%s: no checkpoint to resume from: starting at step 0", t->st->name);
+        if (t->d->rank == 0) {
+            trim_log(t, 0); /* a run killed before its first checkpoint logged steps */
+            kf_log_info("%s: no checkpoint to resume from: starting at step 0", t->st->name);
+        }
         return 0;
     }
     dist_bcast(t->d, path, sizeof path, 0);

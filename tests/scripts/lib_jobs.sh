@@ -5,11 +5,7 @@ KF=${KF_BIN:-bin/kf}
 KF=$(cd "$(dirname "$KF")" && pwd)/$(basename "$KF")
 export KF_BIN=$KF
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # tiny models: threads only add contention
-PASS=0; FAIL=0
-ok()   { PASS=$((PASS + 1)); echo "ok   [${SECONDS}s] $*"; }
-bad()  { FAIL=$((FAIL + 1)); echo "FAIL [${SECONDS}s] $*"; }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-finish() { echo "$PASS passed, $FAIL failed"; [ "$FAIL" -eq 0 ]; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib_check.sh"
 # wait_until SECONDS CMD...: polls CMD every 0.2 s; false on timeout.
 wait_until() {
   local end=$((SECONDS + $1)); shift

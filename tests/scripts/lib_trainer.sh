@@ -2,13 +2,10 @@
 # (sourced, not run): a tiny synthetic corpus with its own WordPiece vocabulary
 # (29 ids), its shard set, and a run config whose steps take milliseconds.
 #   trainer_setup DIR        builds DIR/shards and writes DIR/cfg.yaml
-#   ok COND-MESSAGE / bad    count checks; finish prints "N passed, N failed"
+#   same_weights A B         two stage directories hold identical weights
+# (checks: lib_check.sh)
 KF=${KF_BIN:-bin/kf}
-PASS=0; FAIL=0
-ok()  { PASS=$((PASS + 1)); }
-bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*" >&2; }
-check() { local msg=$1; shift; if "$@"; then ok; else bad "$msg"; fi; }
-finish() { echo "$PASS passed, $FAIL failed"; [ "$FAIL" -eq 0 ]; }
+. tests/scripts/lib_check.sh
 export OMP_NUM_THREADS=1 KF_QUIET=${KF_QUIET:-0}
 # Open MPI: run as root in containers, yield the CPU while waiting, loopback only.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 \
@@ -61,7 +58,7 @@ YAML
   "$KF" shards build "$d/cfg.yaml" >/dev/null 2>&1 || { bad "shards build failed"; finish; exit 1; }
 }
 
-# same_files A B: the weight files of two stage directories are byte-identical.
+# same_weights A B: the weight files of two stage directories are byte-identical.
 same_weights() {
   cmp -s "$1/final/model.safetensors" "$2/final/model.safetensors" &&
   cmp -s "$1/ckpt/$(cat "$1/ckpt/latest")/adam_v.safetensors" "$2/ckpt/$(cat "$2/ckpt/latest")/adam_v.safetensors" &&

@@ -17,8 +17,7 @@ KF=${KF_BIN:-bin/kf}
 PY=${PYTHON:-/usr/bin/python3}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-check() { if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi; }
+. tests/scripts/lib_check.sh
 
 if ! "$PY" -c 'import torch' 2>"$T/err"; then
   echo "FAIL: PyTorch is not importable by $PY: $(tail -n 1 "$T/err")"
@@ -63,38 +62,37 @@ EOF
 for kind in ar pflm; do
   src=$T/ar_toy.ckpt; [ $kind = pflm ] && src=$T/pflm_toy_k3.ckpt
   "$PY" tools/convert_ckpt.py "$src" "$T/$kind.safetensors" --heads 2 --seq-len 64 --mask-id 96 --probe "$T/${kind}_self.safetensors" >"$T/conv" 2>&1; rc=$?
-  check "[ $rc -eq 0 ] && grep -q 'EMA (shadow_params' '$T/conv'" "$kind: convert rc $rc: $(cat "$T/conv")"
+  check "$kind: convert rc $rc: $(cat "$T/conv")" eval "[ $rc -eq 0 ] && grep -q 'EMA (shadow_params' '$T/conv'"
   cat "$T/conv"
   "$KF" import "$T/$kind.safetensors" --probe "$T/${kind}_probe.safetensors" >"$T/out" 2>&1; rc=$?
   cat "$T/out"
-  check "[ $rc -eq 0 ] && grep -q 'max |diff|' '$T/out'" "$kind: kf logits vs PyTorch EMA model (rc $rc)"
+  check "$kind: kf logits vs PyTorch EMA model (rc $rc)" eval "[ $rc -eq 0 ] && grep -q 'max |diff|' '$T/out'"
   "$KF" import "$T/$kind.safetensors" --probe "$T/${kind}_self.safetensors" >"$T/out" 2>&1; rc=$?
-  check "[ $rc -eq 0 ]" "$kind: kf logits vs the converter's own probe (rc $rc): $(cat "$T/out")"
+  check "$kind: kf logits vs the converter's own probe (rc $rc): $(cat "$T/out")" eval "[ $rc -eq 0 ]"
   # must fail: raw weights against the EMA model's logits
   "$PY" tools/convert_ckpt.py "$src" "$T/${kind}_raw.safetensors" --heads 2 --seq-len 64 --mask-id 96 --no-ema >"$T/conv" 2>&1; rc=$?
-  check "[ $rc -eq 0 ]" "$kind: --no-ema conversion (rc $rc): $(cat "$T/conv")"
+  check "$kind: --no-ema conversion (rc $rc): $(cat "$T/conv")" eval "[ $rc -eq 0 ]"
   "$KF" import "$T/${kind}_raw.safetensors" --probe "$T/${kind}_probe.safetensors" >"$T/out" 2>&1; rc=$?
   cat "$T/out"
-  check "[ $rc -eq 1 ] && grep -q 'differ from the reference' '$T/out'" "$kind: raw weights pass the EMA probe (rc $rc)"
+  check "$kind: raw weights pass the EMA probe (rc $rc)" eval "[ $rc -eq 1 ] && grep -q 'differ from the reference' '$T/out'"
 done
 # must fail: a wrong head count changes the attention (the converter warns that
 # --heads contradicts rotary_emb.inv_freq, and writes what it was told)
 "$PY" tools/convert_ckpt.py "$T/ar_toy.ckpt" "$T/ar_h1.safetensors" --heads 1 --seq-len 64 --mask-id 96 >"$T/conv" 2>&1; rc=$?
-check "[ $rc -eq 0 ] && grep -q 'contradicts rotary_emb.inv_freq' '$T/conv'" "--heads 1 conversion (rc $rc): $(cat "$T/conv")"
+check "--heads 1 conversion (rc $rc): $(cat "$T/conv")" eval "[ $rc -eq 0 ] && grep -q 'contradicts rotary_emb.inv_freq' '$T/conv'"
 "$KF" import "$T/ar_h1.safetensors" --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc=$?
-check "[ $rc -eq 1 ] && grep -q 'differ from the reference' '$T/out'" "a wrong head count passes the probe (rc $rc): $(cat "$T/out")"
+check "a wrong head count passes the probe (rc $rc): $(cat "$T/out")" eval "[ $rc -eq 1 ] && grep -q 'differ from the reference' '$T/out'"
 # without --heads the head count comes from rotary_emb.inv_freq (head dim 32 -> 2 heads)
 "$PY" tools/convert_ckpt.py "$T/ar_toy.ckpt" "$T/ar_auto.safetensors" --seq-len 64 --mask-id 96 >"$T/conv" 2>&1; rc=$?
 "$KF" import "$T/ar_auto.safetensors" --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc2=$?
-check "[ $rc -eq 0 ] && grep -q 'heads=2 ' '$T/conv' && [ $rc2 -eq 0 ]" "heads from inv_freq (rc $rc, $rc2): $(cat "$T/conv" "$T/out")"
+check "heads from inv_freq (rc $rc, $rc2): $(cat "$T/conv" "$T/out")" eval "[ $rc -eq 0 ] && grep -q 'heads=2 ' '$T/conv' && [ $rc2 -eq 0 ]"
 # a PFLM probe does not fit an AR checkpoint
 "$KF" import "$T/ar.safetensors" --probe "$T/pflm_probe.safetensors" >"$T/out" 2>&1; rc=$?
-check "[ $rc -eq 1 ] && grep -q 'does not fit' '$T/out'" "PFLM probe on AR checkpoint (rc $rc): $(cat "$T/out")"
+check "PFLM probe on AR checkpoint (rc $rc): $(cat "$T/out")" eval "[ $rc -eq 1 ] && grep -q 'does not fit' '$T/out'"
 
 # register the converted AR checkpoint as a stage's final weights
 "$KF" import "$T/ar.safetensors" --run-dir "$T/run" --stage ar --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc=$?
-check "[ $rc -eq 0 ] && [ -f '$T/run/stages/ar/final/DONE' ] && [ -f '$T/run/stages/ar/final/model.safetensors' ]" \
-  "import into a run (rc $rc): $(cat "$T/out")"
+check "import into a run (rc $rc): $(cat "$T/out")" \
+  eval "[ $rc -eq 0 ] && [ -f '$T/run/stages/ar/final/DONE' ] && [ -f '$T/run/stages/ar/final/model.safetensors' ]"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

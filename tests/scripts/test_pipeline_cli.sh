@@ -7,10 +7,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 KF=${KF_BIN:-bin/kf}
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-check() { local what=$1; shift; if "$@"; then ok; else bad "$what"; fi; }
+. tests/scripts/lib_check.sh
 T=$(mktemp -d /tmp/kf_test_pipeline_cli.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 export KF_QUIET=1
@@ -210,5 +207,4 @@ for j in 1 2; do
   check "--jobs $j: the old manifest is intact" cmp -s "$T/bad.manifest" "$T/out/bad/manifest.yaml"
 done
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

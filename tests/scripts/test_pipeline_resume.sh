@@ -10,8 +10,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 KF=${KF_BIN:-bin/kf}
-pass=0; fail=0
-check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what"; fi; }
+. tests/scripts/lib_check.sh
 T=$(mktemp -d /tmp/kf_test_pipeline_resume.XXXXXX)
 pid=
 trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$T"' EXIT
@@ -96,5 +95,4 @@ else
   check "strace installed (scripts/setup.sh)" false
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -12,10 +12,7 @@ KF=${KF_BIN:-bin/kf}
 VOCAB=data/vocab/gpt2
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
+. tests/scripts/lib_check.sh
 
 # same_lines NAME EXPECTED ACTUAL: identical line by line (prints the first differences)
 same_lines() {
@@ -29,18 +26,18 @@ same_lines() {
 }
 
 # --- references must exist ---
-check "command -v node >/dev/null" "node not found (run scripts/setup.sh)"
-check "[ -d tests/node/node_modules/@anush008/tokenizers ] && [ -d tests/node/node_modules/tiktoken ]" \
-  "npm packages missing in tests/node/node_modules (run scripts/setup.sh)"
-check "[ -f $VOCAB/vocab.json ] && [ -f $VOCAB/merges.txt ]" "GPT-2 vocabulary missing in $VOCAB"
-check "[ -x $KF ]" "$KF not built"
-[ "$fail" -eq 0 ] || { echo "$pass passed, $fail failed"; exit 1; }
+check "node not found (run scripts/setup.sh)" eval "command -v node >/dev/null"
+check "npm packages missing in tests/node/node_modules (run scripts/setup.sh)" \
+  eval "[ -d tests/node/node_modules/@anush008/tokenizers ] && [ -d tests/node/node_modules/tiktoken ]"
+check "GPT-2 vocabulary missing in $VOCAB" eval "[ -f $VOCAB/vocab.json ] && [ -f $VOCAB/merges.txt ]"
+check "$KF not built" eval "[ -x $KF ]"
+[ "$FAIL" -eq 0 ] || { finish; exit 1; }
 
 node tests/node/corpus_text.js data/nlp-corpus >"$T/corpus.txt" || bad "corpus_text.js failed"
 node tests/node/tricky_text.js >"$T/tricky.txt" || bad "tricky_text.js failed"
 node tests/node/codepoints_text.js >"$T/cps.txt" || bad "codepoints_text.js failed"
 size=$(wc -c <"$T/corpus.txt")
-check "[ $size -ge 5000000 ]" "nlp-corpus text is only $size bytes (want >= 5 MB)"
+check "nlp-corpus text is only $size bytes (want >= 5 MB)" eval "[ $size -ge 5000000 ]"
 echo "corpus: $(wc -l <"$T/corpus.txt") lines, $size bytes"
 
 ref() { node tests/node/ref_tokenize.js "$@" 2>>"$T/ref.log" || { bad "reference $1 failed: $(tail -n 3 "$T/ref.log")"; return 1; }; }
@@ -63,11 +60,11 @@ ref gpt2-special $VOCAB <"$T/tricky.txt" >"$T/tricky-sp.hf" &&
 nrep=$(node -e 'const b = require("fs").readFileSync(0); let lit = 0;
   for (let i = 0; i + 2 < b.length; i++) if (b[i] == 0xef && b[i + 1] == 0xbf && b[i + 2] == 0xbd) lit++;
   console.log([...b.toString("utf8")].filter((c) => c == "\ufffd").length - lit)' <"$T/tricky.txt")
-check "grep -q ': $nrep invalid UTF-8' '$T/tricky.err'" "gpt2: expected $nrep U+FFFD replacements reported, got: $(cat "$T/tricky.err")"
-check "! cmp -s '$T/tricky.kf' '$T/tricky-sp.kf'" "--allow-special changed nothing"
+check "gpt2: expected $nrep U+FFFD replacements reported, got: $(cat "$T/tricky.err")" eval "grep -q ': $nrep invalid UTF-8' '$T/tricky.err'"
+check "--allow-special changed nothing" eval "! cmp -s '$T/tricky.kf' '$T/tricky-sp.kf'"
 # decoding is the exact inverse on valid UTF-8
 "$KF" tokenize gpt2 --decode --vocab $VOCAB <"$T/corpus.kf" >"$T/corpus.dec"
-check "cmp -s '$T/corpus.txt' '$T/corpus.dec'" "gpt2 --decode of the corpus ids is not the corpus"
+check "gpt2 --decode of the corpus ids is not the corpus" eval "cmp -s '$T/corpus.txt' '$T/corpus.dec'"
 
 # --- BERT WordPiece on a test vocabulary built from the same text ---
 mkdir -p "$T/bert"
@@ -90,11 +87,10 @@ ref bert-special "$T/bert" <"$T/tricky.txt" >"$T/btricky-sp.hf" &&
   same_lines "bert --allow-special tricky vs HF" "$T/btricky-sp.hf" "$T/btricky-sp.kf"
 # the vocabulary really exercises WordPiece: continuation pieces and [UNK] both occur
 unk=$(awk 'NR==2' "$T/bert/vocab.txt")
-check "[ '$unk' = '[UNK]' ]" "test vocab: [UNK] is not id 1"
+check "test vocab: [UNK] is not id 1" eval "[ '$unk' = '[UNK]' ]"
 nunk=$(tr ' ' '\n' <"$T/bcorpus.kf" | grep -cx 1)
 ncont=$(tr ' ' '\n' <"$T/bcorpus.kf" | awk 'NR==FNR { if (substr($0, 1, 2) == "##") c[NR - 1] = 1; next } ($0 in c) { n++ } END { print n + 0 }' "$T/bert/vocab.txt" -)
 echo "bert corpus: $nunk [UNK], $ncont ## pieces"
-check "[ $nunk -gt 100 ] && [ $ncont -gt 10000 ]" "test vocab too easy: $nunk [UNK], $ncont ## pieces"
+check "test vocab too easy: $nunk [UNK], $ncont ## pieces" eval "[ $nunk -gt 100 ] && [ $ncont -gt 10000 ]"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -40,5 +40,5 @@ for _ in $(seq 300); do [ -f "$T/p/stages/ar/log.jsonl" ] && [ "$(wc -l < "$T/p/
 kill -USR1 $pid; wait $pid; rc=$?
 check "preempted np=2 job exits 75 (rc $rc)" [ $rc -eq 75 ]
 n=$(cat "$T/p/stages/ar/ckpt/latest" 2>/dev/null)
-check "one checkpoint with both ranks ($n)" [ -n "$n" ] && [ -f "$T/p/stages/ar/ckpt/$n/rank-00001.yaml" ] && [ -f "$T/p/stages/ar/ckpt/$n/state.yaml" ]
+check "one checkpoint with both ranks ($n)" bash -c '[ -n "$1" ] && [ -f "$2/$1/rank-00001.yaml" ] && [ -f "$2/$1/state.yaml" ]' _ "$n" "$T/p/stages/ar/ckpt"
 finish

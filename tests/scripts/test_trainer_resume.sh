@@ -3,7 +3,7 @@
 # identical to an uninterrupted run, across the fp16 -> fp32 switch; fp16
 # overflow is skipped with backoff and the scale grows again; corrupt and
 # partial checkpoints are skipped with a warning; a stale `latest` is
-# repaired; incompatible resumes and unasked restarts are refused; a
+# repaired, and so is the log of a run killed before its first checkpoint; incompatible resumes and unasked restarts are refused; a
 # distillation stage verifies its teacher.
 set -u
 cd "$(dirname "$0")/../.."
@@ -58,7 +58,7 @@ check "log trimmed to the resumed step: 12 step records" [ "$(grep -c '"loss"' "
 cp -r "$T/a" "$T/c2"; ck=$T/c2/stages/ar/ckpt
 rm -rf "$T/c2/stages/ar/final"; printf 'step-8\n' > "$ck/latest"
 "$KF" train "$C" --stage ar --run-dir "$T/c2" --resume 2>"$T/c2.err"; rc=$?
-check "resume at the last step (rc $rc)" [ $rc -eq 0 ] && grep -q 'resumed from .*step-12' "$T/c2.err"
+check "resume at the last step (rc $rc)" exits_saying $rc 0 "$T/c2.err" 'resumed from .*step-12'
 check "latest points at the resumed step-12 ($(cat "$ck/latest"))" [ "$(cat "$ck/latest")" = step-12 ]
 check "last-step resume is bitwise identical" same_weights "$T/a/stages/ar" "$T/c2/stages/ar"
 
@@ -69,19 +69,30 @@ for _ in $(seq 200); do [ -f "$T/d/stages/ar/log.jsonl" ] && [ "$(wc -l < "$T/d/
 kill -USR1 $pid; wait $pid; rc=$?
 check "SIGUSR1 exits 75 (rc $rc)" [ $rc -eq 75 ]
 n=$(sed 's/step-//' "$T/d/stages/ar/ckpt/latest" 2>/dev/null)
-check "checkpoint at the step where it stopped (step-$n)" [ -n "$n" ] && [ "$n" -lt 400 ]
+check "checkpoint at the step where it stopped (step-$n)" bash -c '[ -n "$1" ] && [ "$1" -lt 400 ]' _ "$n"
+
+# D2: kill -9 before the first checkpoint: --resume starts at step 0 and the
+# log holds each step once (the killed run's records are dropped)
+"$KF" train "$C" --stage ar --run-dir "$T/d2" stages.0.steps=400 defaults.batch=64 defaults.checkpoint_every=1000 2>/dev/null &
+pid=$!
+for _ in $(seq 200); do [ -f "$T/d2/stages/ar/log.jsonl" ] && [ "$(wc -l < "$T/d2/stages/ar/log.jsonl")" -ge 3 ] && break; sleep 0.05; done
+kill -9 $pid; wait $pid 2>/dev/null
+"$KF" train "$C" --stage ar --run-dir "$T/d2" --resume stages.0.steps=20 defaults.batch=64 2>"$T/d2.err"; rc=$?
+check "resume without a checkpoint starts over (rc $rc)" exits_saying $rc 0 "$T/d2.err" 'no checkpoint to resume from'
+L=$T/d2/stages/ar/log.jsonl
+check "its log holds steps 1..20 once each" [ "$(grep -c '"loss"' "$L") $(grep -o '"step":[0-9]*,"loss"' "$L" | sort -u | wc -l)" = "20 20" ]
 
 # E: incompatible resumes are refused
 "$KF" train "$C" --stage ar --run-dir "$T/b2" --stop-at 4 2>/dev/null
 "$KF" train "$C" --stage ar --run-dir "$T/b2" --resume model.hidden=64 2>"$T/e.err"; rc=$?
-check "different model shape refused (rc $rc)" [ $rc -eq 1 ] && grep -q 'model shape' "$T/e.err"
+check "different model shape refused (rc $rc)" exits_saying $rc 1 "$T/e.err" 'model shape'
 "$KF" train "$C" --stage ar --run-dir "$T/b2" --resume defaults.batch=16 2>"$T/e.err"; rc=$?
-check "different global batch refused (rc $rc)" [ $rc -eq 1 ] && grep -q 'global batch' "$T/e.err"
+check "different global batch refused (rc $rc)" exits_saying $rc 1 "$T/e.err" 'global batch'
 mkdir -p "$T/other"; sed 's/^\(.*\) \.$/\1 , ./' "$T/text.txt" > "$T/other/text.txt"
 sed -e "s#$T/shards#$T/other/shards#g" -e "s#$T/text.txt#$T/other/text.txt#" "$C" > "$T/other/cfg.yaml"
 "$KF" shards build "$T/other/cfg.yaml" >/dev/null 2>&1
 "$KF" train "$T/other/cfg.yaml" --stage ar --run-dir "$T/b2" --resume 2>"$T/e.err"; rc=$?
-check "different dataset refused (rc $rc)" [ $rc -eq 1 ] && grep -q 'dataset manifest' "$T/e.err"
+check "different dataset refused (rc $rc)" exits_saying $rc 1 "$T/e.err" 'dataset manifest'
 
 # F: the next stage verifies its teacher (sha256) and never modifies it
 sha_before=$(sha256sum "$T/a/stages/ar/final/model.safetensors")
@@ -90,5 +101,5 @@ check "distill stage runs (rc $rc): $(tail -1 "$T/f.err")" [ $rc -eq 0 ]
 check "teacher unchanged" [ "$sha_before" = "$(sha256sum "$T/a/stages/ar/final/model.safetensors")" ]
 printf 'x' | dd of="$T/b/stages/ar/final/model.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null
 "$KF" train "$C" --stage k2 --run-dir "$T/b" 2>"$T/f.err"; rc=$?
-check "modified teacher refused (rc $rc)" [ $rc -eq 1 ] && grep -q 'sha256' "$T/f.err"
+check "modified teacher refused (rc $rc)" exits_saying $rc 1 "$T/f.err" 'sha256'
 finish
