@@ -502,6 +502,7 @@ typedef struct worker_arg {
 
 /* Commits packed shards (after a failure: drops them) and fsyncs them. */
 static void *committer(void *arg) {
+    pthread_setname_np(pthread_self(), "kf-commit"); /* for top -H, perf */
     builder *b = arg;
     kf_err err;
     unit *u;
@@ -527,6 +528,7 @@ static void *committer(void *arg) {
 /* Units only arrive after setup succeeded, so every slot has its tokenizer
  * by then; packers are made on first use. */
 static void *worker(void *arg) {
+    pthread_setname_np(pthread_self(), "kf-worker"); /* for top -H, perf */
     worker_arg *a = arg;
     builder *b = a->b;
     kf_err err;
@@ -856,6 +858,7 @@ static int setup(builder *b, const build_config *c, tok **toks, kf_err *err) {
  * build as a worker's would; the output directory is touched only once the
  * tokenizer has loaded. */
 static void *setup_main(void *arg) {
+    pthread_setname_np(pthread_self(), "kf-setup"); /* for top -H, perf */
     builder *b = arg;
     kf_err err;
     int slot = token_take(b, 0);
