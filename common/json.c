@@ -2,6 +2,7 @@
  * array/object are gathered on a shared scratch stack and copied into the
  * arena once their count is known, so each container is one contiguous run. */
 #include "common/json.h"
+#include "common/error.h"
 #include "common/utf8.h"
 
 #include <errno.h>
@@ -355,10 +356,24 @@ size_t json_escape(char *dst, size_t cap, const char *s, size_t n)
 #define PUT(ch) do { if (o < cap) dst[o] = (ch); o++; } while (0)
     PUT('"');
     char tmp[8];
-    for (size_t i = 0; i < n; i++) {
-        const char *e = esc_of((unsigned char)s[i], tmp);
-        if (!e) { PUT(s[i]); continue; }
-        for (; *e; e++) PUT(*e);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80) { /* JSON text is UTF-8: ill-formed bytes become U+FFFD */
+            uint32_t cp;
+            int bad;
+            size_t l = utf8_decode((const unsigned char *)s + i, n - i, &cp, &bad);
+            if (bad) {
+                for (const char *r = "\xEF\xBF\xBD"; *r; r++) PUT(*r);
+            } else {
+                for (size_t k = 0; k < l; k++) PUT(s[i + k]);
+            }
+            i += l;
+            continue;
+        }
+        const char *e = esc_of(c, tmp);
+        if (!e) PUT(s[i]);
+        else for (; *e; e++) PUT(*e);
+        i++;
     }
     PUT('"');
 #undef PUT
@@ -367,16 +382,14 @@ size_t json_escape(char *dst, size_t cap, const char *s, size_t n)
 
 void json_write_str(FILE *f, const char *s, size_t n)
 {
-    char tmp[8];
-    size_t run = 0;
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        const char *e = esc_of((unsigned char)s[i], tmp);
-        if (!e) continue;
-        fwrite(s + run, 1, i - run, f);
-        fputs(e, f);
-        run = i + 1;
+    char small[256];
+    size_t need = json_escape(small, sizeof small, s, n);
+    if (need <= sizeof small) {
+        fwrite(small, 1, need, f);
+        return;
     }
-    fwrite(s + run, 1, n - run, f);
-    fputc('"', f);
+    char *buf = kf_malloc(need);
+    json_escape(buf, need, s, n);
+    fwrite(buf, 1, need, f);
+    free(buf);
 }

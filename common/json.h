@@ -79,13 +79,15 @@ void json_free(json_doc *d);
 const json *json_get(const json *obj, const char *key);
 
 /** Writes s (n bytes) as a quoted JSON string to f: '"', '\\' and control
- * characters are escaped (\n, \t, ... or \u00XX); other bytes, including
- * UTF-8, are written as they are. */
+ * characters are escaped (\n, \t, ... or \u00XX); well-formed UTF-8 is
+ * written as it is and each maximal ill-formed subpart becomes U+FFFD (as
+ * Python's errors="replace"), so the output is always valid JSON text even
+ * for bytes such as a GPT-2 decode cut inside a character. */
 void json_write_str(FILE *f, const char *s, size_t n);
 
 /** Same escaping into a buffer: writes at most cap bytes to dst and returns
  * the length the full quoted string needs (like snprintf; no NUL added). At
- * most 6*n+2 bytes are ever needed. */
+ * most 6*n+2 bytes are ever needed (a lone ill-formed byte becomes 3). */
 size_t json_escape(char *dst, size_t cap, const char *s, size_t n);
 
 #endif

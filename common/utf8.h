@@ -1,5 +1,7 @@
-/* common/utf8.h — UTF-8 encoding of one code point, shared by the JSON
- * parser (\u escapes) and the tokenizers (rebuilt words). */
+/* common/utf8.h — UTF-8 encoding and decoding of one code point, shared by
+ * the JSON reader and writer and the tokenizers. Decoding follows Python's
+ * bytes.decode("utf-8", errors="replace"): each maximal ill-formed subpart
+ * becomes one U+FFFD. */
 #ifndef KF_COMMON_UTF8_H
 #define KF_COMMON_UTF8_H
 
@@ -21,5 +23,11 @@ static inline size_t utf8_encode(uint32_t cp, char *o)
     o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63));
     return 4;
 }
+
+/** Decodes one code point from s[0..n) (n >= 1) into *cp and returns the
+ * number of bytes consumed. Ill-formed input yields U+FFFD covering the
+ * maximal subpart (Unicode's "best practice", as Python's decoder), with
+ * *bad set to 1; otherwise *bad is 0. */
+size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad);
 
 #endif

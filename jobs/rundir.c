@@ -251,7 +251,7 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
         while (fgets(line, sizeof line, f))
             if (!strncmp(line, "state: ", 7)) {
                 line[strcspn(line, "\n")] = 0;
-                snprintf(st->status, sizeof st->status, "%s", line + 7);
+                snprintf(st->status, sizeof st->status, "%.*s", (int)sizeof st->status - 1, line + 7);
             }
         fclose(f);
     }

@@ -121,7 +121,7 @@ void bert_encode(tok *t, const char *text, size_t len, int allow_special, tok_id
         }
         uint32_t cp;
         int bad;
-        i += uni_decode(s + i, len - i, &cp, &bad);
+        i += utf8_decode(s + i, len - i, &cp, &bad);
         unsigned f = uni_flags(cp);
         int tnr = cp == '\t' || cp == '\n' || cp == '\r';
         /* controls are dropped before whitespace is mapped, so \v \f U+0085

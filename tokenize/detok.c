@@ -11,6 +11,7 @@
  */
 #include <string.h>
 
+#include "common/utf8.h"
 #include "tokenize/tokenizer.h"
 #include "tokenize/unicode.h"
 
@@ -70,7 +71,7 @@ static uint32_t cp_at(const char *s, size_t i, size_t n, size_t *l)
 {
     uint32_t cp;
     int bad;
-    *l = uni_decode((const unsigned char *)s + i, n - i, &cp, &bad);
+    *l = utf8_decode((const unsigned char *)s + i, n - i, &cp, &bad);
     return cp;
 }
 

@@ -15,6 +15,7 @@
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/sha256.h"
+#include "common/utf8.h"
 #include "tokenize/tok_internal.h"
 #include "tokenize/unicode.h"
 
@@ -82,7 +83,7 @@ static long unicode_to_bytes(const int16_t *u2b, const char *s, size_t n, char *
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         int bad;
-        i += uni_decode((const unsigned char *)s + i, n - i, &cp, &bad);
+        i += utf8_decode((const unsigned char *)s + i, n - i, &cp, &bad);
         if (bad || cp >= 512 || u2b[cp] < 0) return -1;
         out[k++] = (char)u2b[cp];
     }
@@ -289,7 +290,7 @@ static inline int class_at(const uint8_t *ascii_class, const unsigned char *s, s
     }
     uint32_t cp;
     int bad;
-    *l = uni_decode(s + i, n - i, &cp, &bad);
+    *l = utf8_decode(s + i, n - i, &cp, &bad);
     unsigned f = uni_flags(cp);
     return f & UNI_L ? C_L : f & UNI_N ? C_N : f & UNI_WS ? C_WS : C_OTHER;
 }

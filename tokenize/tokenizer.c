@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "tokenize/tok_internal.h"
-#include "tokenize/unicode.h"
 
 void tok_ids_push(tok_ids *a, int32_t id)
 {
@@ -103,7 +103,7 @@ static size_t valid_prefix(const unsigned char *s, size_t n)
         }
         uint32_t cp;
         int bad;
-        size_t l = uni_decode(s + i, n - i, &cp, &bad);
+        size_t l = utf8_decode(s + i, n - i, &cp, &bad);
         if (bad) return i;
         i += l;
     }
@@ -121,7 +121,7 @@ int tok_encode(tok *t, const char *text, size_t len, int allow_special, tok_ids 
         for (size_t i = ok; i < len;) {
             uint32_t cp;
             int bad;
-            size_t l = uni_decode(s + i, len - i, &cp, &bad);
+            size_t l = utf8_decode(s + i, len - i, &cp, &bad);
             if (bad) {
                 tok_bytes_append(&fixed, "\xEF\xBF\xBD", 3);
                 nbad++;

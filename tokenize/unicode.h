@@ -3,9 +3,8 @@
  *
  * The data lives in the generated tokenize/unicode_tables.c (Unicode 15.0,
  * except BERT's P/OTHER/MN classes which follow HF's Unicode 8.0 tables; see
- * tokenize/gen/gen_unicode_tables.c for why). UTF-8
- * decoding follows Python's errors="replace": each maximal ill-formed
- * subpart becomes one U+FFFD.
+ * tokenize/gen/gen_unicode_tables.c for why). UTF-8 decoding is
+ * common/utf8.h's utf8_decode.
  */
 #ifndef KF_TOKENIZE_UNICODE_H
 #define KF_TOKENIZE_UNICODE_H
@@ -38,12 +37,6 @@ extern const int32_t uni_map_pool[];
 
 /** Flags of code point c (0 <= c < 0x110000). */
 static inline unsigned uni_flags(uint32_t c) { return uni_stage2[uni_stage1[c >> 8]][c & 255]; }
-
-/** Decodes one code point from s[0..n) (n >= 1) into *cp and returns the
- * number of bytes consumed. Ill-formed input yields U+FFFD covering the
- * maximal subpart (Unicode's "best practice", as Python's decoder), with
- * *bad set to 1. */
-size_t uni_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad);
 
 /** BERT's NFD + strip Mn + lowercase of one code point: writes at most
  * UNI_FOLD_MAX code points to out and returns how many (0 when it vanishes).

@@ -80,10 +80,46 @@ static void test_escape_roundtrip(void)
     T_CHECK(json_escape(out, 2, "abc", 3) == 5, "escape reports the needed size when truncated");
 }
 
+/* Output is valid UTF-8 whatever the bytes: ill-formed subparts become
+ * U+FFFD as Python's errors="replace" does, well-formed UTF-8 is kept. */
+static void test_escape_utf8(void)
+{
+    static const struct { const char *in, *want; } cases[] = {
+        {"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80", "\"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80\""},
+        {"a\xe2\x80T", "\"a\xef\xbf\xbdT\""},           /* truncated 3-byte: one U+FFFD */
+        {"\xff\xfe", "\"\xef\xbf\xbd\xef\xbf\xbd\""},  /* two invalid bytes: two */
+        {"\xed\xa0\x80", "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\""}, /* surrogate: three */
+        {"x\xf0\x9f\x98", "\"x\xef\xbf\xbd\""},         /* cut emoji at the end */
+        {"\xc3\"", "\"\xef\xbf\xbd\\\"\""},          /* a quote after a lead byte stays escaped */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const char *in = cases[c].in, *want = cases[c].want;
+        char out[64];
+        size_t m = json_escape(out, sizeof out, in, strlen(in));
+        T_CHECK(m == strlen(want) && !memcmp(out, want, m), "case %zu: escaped to %.*s", c, (int)m, out);
+        FILE *f = tmpfile();
+        json_write_str(f, in, strlen(in));
+        rewind(f);
+        size_t got = fread(out, 1, sizeof out, f);
+        fclose(f);
+        T_CHECK(got == m && !memcmp(out, want, m), "case %zu: json_write_str agrees with json_escape", c);
+    }
+    /* a long string takes json_write_str's heap path */
+    char big[1000];
+    memset(big, 'x', sizeof big);
+    big[500] = (char)0xff;
+    FILE *f = tmpfile();
+    json_write_str(f, big, sizeof big);
+    long len = ftell(f);
+    fclose(f);
+    T_CHECK(len == (long)sizeof big + 2 + 2, "long string with one bad byte: %ld bytes", len);
+}
+
 int main(void)
 {
     test_values();
     test_errors();
     test_escape_roundtrip();
+    test_escape_utf8();
     return T_DONE();
 }

@@ -133,7 +133,7 @@ int main(void) {
     T_CHECK(ckpt_find(ck, found, sizeof found, &got) == 1 && strstr(found, "step-6"), "partial/truncated skipped: %s", found);
 
     /* final weights and teacher resolution */
-    char fin[8192], tf[4096], sha[65], want[65];
+    char fin[64], tf[4096], sha[65], want[65];
     snprintf(fin, sizeof fin, "%s/final", dir);
     ckpt_write_final(fin, m, ema, &meta);
     T_CHECK(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err) == 0, "final verifies: %s", err.msg);
