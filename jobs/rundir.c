@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "pipeline/build.h"
 
 /* What `kf train` leaves in a stage directory (trainer's checkpoint layout). */
 #define CKPT_MANIFEST "state.yaml"
@@ -154,17 +155,48 @@ static bool is_file(const char *p) {
     return stat(p, &s) == 0 && S_ISREG(s.st_mode);
 }
 
+/* Same directory: by realpath when both exist, else as written. */
+static bool same_dir(const char *a, const char *b) {
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (realpath(a, ra) && realpath(b, rb)) return !strcmp(ra, rb);
+    size_t na = strlen(a), nb = strlen(b);
+    while (na > 1 && a[na - 1] == '/') na--;
+    while (nb > 1 && b[nb - 1] == '/') nb--;
+    return na == nb && !strncmp(a, b, na);
+}
+
+/* The data directories' manifests exist, and each one that a shard set of
+ * this config builds was built with that set's current settings (a shared
+ * data/shards/ built by an earlier config must not pass for this one's). A
+ * config whose shards: section does not read (none, or inputs missing where
+ * prebuilt shards were copied) is judged by the manifests alone. */
+static bool shards_complete(const runconfig *rc, char *why, size_t cap) {
+    const char *dirs[2] = {rc->data_train, rc->data_valid};
+    char p[PATH_MAX];
+    for (int i = 0; i < 2; i++) {
+        join(p, sizeof p, dirs[i], "manifest.yaml");
+        if (!is_file(p)) return snprintf(why, cap, "no data manifest %s", p), false;
+    }
+    kf_err err;
+    cfg_node *root = cfg_load_string(rc->canonical, "run.yaml", &err);
+    build_config *sets = NULL;
+    int n = root && cfg_find(root, "shards") ? build_config_read(root, &sets, &err) : -1;
+    bool ok = true;
+    for (int s = 0; s < n && ok; s++) {
+        if (!same_dir(sets[s].out, dirs[0]) && !same_dir(sets[s].out, dirs[1])) continue;
+        int cur = shards_current(&sets[s], why, cap, &err);
+        if (cur < 0) snprintf(why, cap, "%s", err.msg);
+        ok = cur == 1;
+    }
+    free(sets);
+    cfg_free(root);
+    return ok;
+}
+
 bool rundir_stage_complete(const char *run, const runconfig *rc, const char *stage, char *why,
                            size_t cap) {
     char p[PATH_MAX];
-    if (!strcmp(stage, RUNDIR_SHARDS)) {
-        const char *dirs[2] = {rc->data_train, rc->data_valid};
-        for (int i = 0; i < 2; i++) {
-            join(p, sizeof p, dirs[i], "manifest.yaml");
-            if (!is_file(p)) return snprintf(why, cap, "no data manifest %s", p), false;
-        }
-        return true;
-    }
+    if (!strcmp(stage, RUNDIR_SHARDS)) return shards_complete(rc, why, cap);
     const char *need[2] = {"final/" FINAL_MARKER, "final/" FINAL_MODEL};
     for (int i = 0; i < 2; i++) {
         stage_path(p, sizeof p, run, stage, need[i]);

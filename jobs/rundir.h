@@ -20,7 +20,9 @@
  *                           across requeues)
  *
  * The pseudo-stage "shards" stands for `kf shards build`: it is complete when
- * the manifests of data.train and data.valid exist.
+ * the manifests of data.train and data.valid exist and each one that a set of
+ * the config's shards: section builds records that set's current settings
+ * (config hash over the vocabulary's sha256).
  */
 #ifndef KF_JOBS_RUNDIR_H
 #define KF_JOBS_RUNDIR_H
@@ -71,7 +73,8 @@ typedef struct rundir_state {
 void rundir_stage_state(const char *run, const runconfig *rc, const char *stage, rundir_state *st);
 
 /** True when the stage's completion marker and final checkpoint exist
- * (for "shards": both data manifests); why (cap bytes) says what is missing. */
+ * (for "shards": both data manifests, built with the current settings; see
+ * above); why (cap bytes) says what is missing or stale. */
 bool rundir_stage_complete(const char *run, const runconfig *rc, const char *stage, char *why,
                            size_t cap);
 

@@ -833,6 +833,28 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+int shards_current(const build_config *c, char *why, size_t cap, kf_err *err) {
+    manifest m;
+    kf_err merr;
+    if (manifest_read(c->out, &m, NULL, &merr)) {
+        snprintf(why, cap, "%s", merr.msg);
+        return 0;
+    }
+    tok *t = tok_load(c->tokenizer, c->vocab, err);
+    int rc = -1;
+    if (t) {
+        char want[65];
+        build_config_hash(c, tok_vocab_sha256(t), want);
+        rc = !strcmp(m.config_sha256, want);
+        if (!rc)
+            snprintf(why, cap, "%s/" MANIFEST_FILE " was built with other settings than shards.%s has now "
+                     "(config_sha256 %.12s..., now %.12s...)", c->out, c->name, m.config_sha256, want);
+        tok_free(t);
+    }
+    manifest_free(&m);
+    return rc;
+}
+
 /* Gives every slot its tokenizer (slot 0's loaded unless the caller has it,
  * the others cloned from it: shared tables, own caches) and fills the
  * manifest's format fields and config hash. */

@@ -66,4 +66,13 @@ typedef struct build_result {
 int shards_build(const build_config *c, int jobs, int force, struct tok **toks, build_result *res,
                  kf_err *err);
 
+/** Whether c->out holds a finished build of set c as c is configured now:
+ * its manifest reads and records c's config hash over the vocabulary's
+ * current sha256 (loads the tokenizer: tens of milliseconds). The inputs are
+ * not read, so an edited input file goes unnoticed here (shards_build
+ * notices: each shard records its source's hash).
+ * @return 1 current; 0 not, with why (cap bytes) saying what differs; -1
+ *         with err when the vocabulary cannot be loaded. */
+int shards_current(const build_config *c, char *why, size_t cap, kf_err *err);
+
 #endif

@@ -2,7 +2,8 @@
 # kf jobs without Slurm: plan, the local runner (order, skipping completed
 # stages, mpirun for --np 2, preemption and rerun), the frozen run.yaml
 # (later config edits do not reach the run; incompatible changes are refused,
-# naming the change), status --json, check, and usage errors.
+# naming the change), status --json, check, usage errors, and data built with
+# other shard settings rebuilt rather than taken as complete.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/scripts/lib_jobs.sh
@@ -133,6 +134,17 @@ check "samples: AR and k2 at k=1,2 with tokens/s" bash -c '
   grep -Eq "^ar +1 +[0-9]+ " "$1" && grep -Eq "^k2 +1 +[0-9]+ " "$1" && grep -Eq "^k2 +2 +[0-9]+ " "$1"' _ "$T/sh.out"
 check "samples: 16 completions per model kept as JSONL" bash -c '
   for f in ar-k1 k2-k1 k2-k2; do [ "$(grep -c "\"completion\"" "$1/samples/$f.jsonl")" -eq 16 ] || exit 1; done' _ "$T/sh"
+
+# --- data built with other shard settings (a shared data/ directory, an edited
+# shards: section) does not pass for this config's: the run rebuilds it
+old_hash=$(grep config_sha256 "$T/shards/manifest.yaml")
+sed 's/valid: {last: 300}/valid: {last: 200}/' "$T/sh.yaml" > "$T/sh2.yaml"
+"$KF" jobs run "$T/sh2.yaml" --run-dir "$T/sh2" --no-sample > /dev/null 2> "$T/sh2.log"; rc=$?
+check "run over data built with other settings exits 0" [ $rc -eq 0 ]
+check "that data is rebuilt, not skipped" bash -c '! grep -q "shards: complete, skipped" "$1" && grep -q "shards: running" "$1"' _ "$T/sh2.log"
+check "its manifest records the new settings" bash -c '[ "$(grep config_sha256 "$1/manifest.yaml")" != "$2" ]' _ "$T/shards" "$old_hash"
+"$KF" jobs run "$T/sh2.yaml" --run-dir "$T/sh2" --no-sample > /dev/null 2> "$T/sh2b.log"
+check "data built with the current settings is skipped" grep -q "shards: complete, skipped" "$T/sh2b.log"
 
 # --- submit needs Slurm
 out=$(PATH=/nonexistent "$KF" jobs submit "$T/cfg.yaml" --run-dir "$T/nosl" 2>&1); rc=$?
