@@ -488,7 +488,8 @@ static void fill_row(const char *run, const runconfig *rc, const rundir_job *job
         lower(r->state, sizeof r->state, r->sj.state); /* failed, cancelled, timeout, ... */
     else if (!strcmp(r->st.status, "running") && r->st.log_mtime && difftime(now, r->st.log_mtime) < 120)
         snprintf(r->state, sizeof r->state, "running");
-    else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed"))
+    else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed") ||
+             !strcmp(r->st.status, "stale"))
         snprintf(r->state, sizeof r->state, "%s", r->st.status);
     else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0) snprintf(r->state, sizeof r->state, "partial");
     else snprintf(r->state, sizeof r->state, "not started");

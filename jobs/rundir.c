@@ -170,7 +170,7 @@ static bool same_dir(const char *a, const char *b) {
  * data/shards/ built by an earlier config must not pass for this one's). A
  * config whose shards: section does not read (none, or inputs missing where
  * prebuilt shards were copied) is judged by the manifests alone. */
-static bool shards_complete(const runconfig *rc, char *why, size_t cap) {
+static bool shards_complete(const runconfig *rc, char *why, size_t cap, bool *stale) {
     const char *dirs[2] = {rc->data_train, rc->data_valid};
     char p[PATH_MAX];
     for (int i = 0; i < 2; i++) {
@@ -187,6 +187,7 @@ static bool shards_complete(const runconfig *rc, char *why, size_t cap) {
         int cur = shards_current(&sets[s], why, cap, &err);
         if (cur < 0) snprintf(why, cap, "%s", err.msg);
         ok = cur == 1;
+        if (cur == 0 && stale) *stale = true;
     }
     free(sets);
     cfg_free(root);
@@ -196,7 +197,7 @@ static bool shards_complete(const runconfig *rc, char *why, size_t cap) {
 bool rundir_stage_complete(const char *run, const runconfig *rc, const char *stage, char *why,
                            size_t cap) {
     char p[PATH_MAX];
-    if (!strcmp(stage, RUNDIR_SHARDS)) return shards_complete(rc, why, cap);
+    if (!strcmp(stage, RUNDIR_SHARDS)) return shards_complete(rc, why, cap, NULL);
     const char *need[2] = {"final/" FINAL_MARKER, "final/" FINAL_MODEL};
     for (int i = 0; i < 2; i++) {
         stage_path(p, sizeof p, run, stage, need[i]);
@@ -271,8 +272,13 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
     memset(st, 0, sizeof *st);
     st->ckpt_step = st->log_step = -1;
     char why[PATH_MAX + 32];
+    if (!strcmp(stage, RUNDIR_SHARDS)) {
+        bool stale = false;
+        st->complete = shards_complete(rc, why, sizeof why, &stale);
+        if (stale) snprintf(st->status, sizeof st->status, "stale");
+        return;
+    }
     st->complete = rundir_stage_complete(run, rc, stage, why, sizeof why);
-    if (!strcmp(stage, RUNDIR_SHARDS)) return;
     newest_ckpt(run, stage, st);
     read_log(run, stage, st);
     char p[PATH_MAX];

@@ -143,6 +143,7 @@ sed 's/valid: {last: 300}/valid: {last: 200}/' "$T/sh.yaml" > "$T/sh2.yaml"
 check "run over data built with other settings exits 0" [ $rc -eq 0 ]
 check "that data is rebuilt, not skipped" bash -c '! grep -q "shards: complete, skipped" "$1" && grep -q "shards: running" "$1"' _ "$T/sh2.log"
 check "its manifest records the new settings" bash -c '[ "$(grep config_sha256 "$1/manifest.yaml")" != "$2" ]' _ "$T/shards" "$old_hash"
+check "the first run's status now shows its data stale" bash -c '"$1" jobs status "$2" | grep -Eq "^shards +shards +stale"' _ "$KF" "$T/sh"
 "$KF" jobs run "$T/sh2.yaml" --run-dir "$T/sh2" --no-sample > /dev/null 2> "$T/sh2b.log"
 check "data built with the current settings is skipped" grep -q "shards: complete, skipped" "$T/sh2b.log"
 
