@@ -15,7 +15,6 @@ KF_CMD(shards_main);
 KF_CMD(train_main);
 KF_CMD(eval_main);
 KF_CMD(sample_main);
-KF_CMD(bench_tokenize_main);
 KF_CMD(bench_train_main);
 KF_CMD(bench_attention_main);
 KF_CMD(bench_decode_main);
@@ -33,7 +32,7 @@ static const struct {
     {"train", "CONFIG --stage NAME --run-dir RUN [--resume] [key=value...]"},
     {"eval", "CKPT --data DIR [--k K]   validation NLL / per-position NLL"},
     {"sample", "CKPT [--k K] [--tau T] [--freq-penalty P] --prefix-file F.jsonl"},
-    {"bench", "tokenize|train|attention|decode|ablation ..."},
+    {"bench", "train|attention|decode|ablation ...   (tokenizer, shards: bench/*.sh)"},
     {"jobs", "plan|run|submit CONFIG | status|resume|cancel RUN"},
     {"import", "CKPT.safetensors --run-dir RUN --stage NAME   register a checkpoint"},
     {"plot", "LOG.jsonl [-o OUT.png]   loss curve"},
@@ -45,7 +44,6 @@ static const struct {
     kf_cmd_fn fn;
     const char *help;
 } benches[] = {
-    {"tokenize", bench_tokenize_main, "GPT-2 encoding against tiktoken"},
     {"train", bench_train_main, "tokens/s, ms/step and MFU per stage kind"},
     {"attention", bench_attention_main, "attention kernels: causal and SingleForward(k)"},
     {"decode", bench_decode_main, "AR vs K-Forcing decoding throughput"},
@@ -69,6 +67,8 @@ static int bench_dispatch(int argc, char **argv) {
     fprintf(f, "usage: kf bench NAME [ARGS...]\n\nbenchmarks:\n");
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
         fprintf(f, "  %-10s %s%s\n", benches[i].name, benches[i].help, benches[i].fn ? "" : "   [not in this build]");
+    fprintf(f, "\nscripts (they drive whole kf processes): bench/tokenize.sh (GPT-2 encoding vs tiktoken),\n"
+               "bench/shards.sh (kf shards build --jobs scaling), bench/ablation.sh\n");
     return f == stdout ? KF_EXIT_OK : KF_EXIT_USAGE;
 }
 
