@@ -565,11 +565,10 @@ static int resume(trainer *t, kf_err *err) {
     if (t->d->rank == 0) {
         trim_log(t, t->step);
         ckpt_set_latest(t->ckpt_dir, t->step);
-    }
-    if (t->d->rank == 0)
         kf_log_info("%s: resumed from %s (step %lld, %s, loss scale %g, written by %d rank%s)",
                     t->st->name, path, (long long)t->step, meta.phase, t->os.scale, meta.world,
                     meta.world == 1 ? "" : "s");
+    }
     return 0;
 }
 
