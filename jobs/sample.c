@@ -137,7 +137,9 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
             if (ar_tps > 0) snprintf(vs, sizeof vs, "%.2fx", r.tps / ar_tps);
             /* GPT-2 pieces carry their leading space; WordPiece text does not */
             const char *sep = r.text[0] == ' ' || !r.text[0] ? "" : " ";
-            printf("%-6s %3d %10.0f %8s  \"%s%s%s\"\n", s->name, k, r.tps, vs, prompts[0], sep, r.text);
+            /* text stops at the first EOS: say so when that is the first token */
+            printf("%-6s %3d %10.0f %8s  \"%s%s%s\"%s\n", s->name, k, r.tps, vs, prompts[0], sep, r.text,
+                   r.text[0] ? "" : "  (EOS at once)");
             fflush(stdout);
         }
     }
