@@ -509,9 +509,9 @@ static void *committer(void *arg) {
     int sync;
     while ((u = commit_dequeue(b, &sync)) != NULL) {
         if (sync) {
+            if (worker_failed(b)) continue;
             char path[4096];
             shard_path(b, u->split, u->index, path, sizeof path);
-            if (worker_failed(b)) continue;
             if (fs_fsync_path(path, &err)) worker_fail(b, &err);
             else u->synced = 1;
             continue;
