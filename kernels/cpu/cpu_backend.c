@@ -23,16 +23,46 @@ void cpu_round_half_copy(float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = cpu_half(src[i]);
 }
 
+static int cpu_best_level(void) {
+    __builtin_cpu_init();
+    int fma = __builtin_cpu_supports("fma");
+    int avx512 = fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    if (avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+        return CPU_SIMD_VNNI;
+    if (avx512) return CPU_SIMD_AVX512;
+    return fma && __builtin_cpu_supports("avx2") ? CPU_SIMD_AVX2 : CPU_SIMD_BASE;
+}
+
+static const char *const simd_names[] = {"base", "avx2", "avx512", "vnni"};
+static int simd_level = -1; /* first set by kernels_cpu_create, before any parallel use */
+
+static int simd_parse(const char *name) {
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, simd_names[i])) return i;
+    return -1;
+}
+
 int cpu_simd_level(void) {
-    static int level = -1; /* first set by kernels_cpu_create, before any parallel use */
-    if (level < 0) {
-        __builtin_cpu_init();
-        int fma = __builtin_cpu_supports("fma");
-        level = fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") ? 2
-                : fma && __builtin_cpu_supports("avx2")                                         ? 1
-                                                                                                : 0;
+    if (simd_level >= 0) return simd_level;
+    int best = cpu_best_level();
+    const char *want = getenv("KF_CPU_ISA");
+    simd_level = best;
+    if (want && *want) {
+        int w = simd_parse(want);
+        if (w < 0) KF_FATAL("KF_CPU_ISA=%s: expected base, avx2, avx512 or vnni", want);
+        if (w > best) KF_FATAL("KF_CPU_ISA=%s: this CPU supports up to %s", want, simd_names[best]);
+        simd_level = w;
     }
-    return level;
+    return simd_level;
+}
+
+const char *kernels_cpu_isa(void) { return simd_names[cpu_simd_level()]; }
+
+int kernels_cpu_set_isa(const char *name) {
+    int w = simd_parse(name);
+    if (w < 0 || w > cpu_best_level()) return -1;
+    simd_level = w;
+    return 0;
 }
 
 int64_t kernels_cpu_attn_pairs(kf_backend *b) {
@@ -75,7 +105,9 @@ kf_backend *kernels_cpu_create(void) {
     kf_backend *b = kf_calloc(1, sizeof *b);
     b->name = "cpu";
     b->precision = KF_PREC_FP32;
-    b->batch_invariant = 1;
+    /* the project's fixed-order GEMM unless OpenBLAS is asked for (cpu_gemm.c) */
+    const char *gemm = getenv("KF_CPU_GEMM");
+    b->batch_invariant = !(gemm && !strcmp(gemm, "openblas"));
     b->impl = kf_calloc(1, sizeof(cpu_impl));
 
     b->alloc = cpu_alloc;

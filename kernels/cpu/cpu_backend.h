@@ -13,6 +13,18 @@
  *  check that attention costs what its mask structure costs. */
 int64_t kernels_cpu_attn_pairs(kf_backend *b);
 
+/** The SIMD level the CPU kernels run at: "vnni", "avx512", "avx2" or
+ *  "base" — the best this CPU has, or a lower one forced with KF_CPU_ISA
+ *  (for tests and benchmarks of each level on one machine). */
+const char *kernels_cpu_isa(void);
+
+/** Switches the CPU kernels to SIMD level `name` ("base", "avx2", "avx512",
+ *  "vnni") for the rest of the process, so a test can run each level's
+ *  kernels side by side. Returns 0, or -1 (nothing changed) for an unknown
+ *  name or a level this CPU lacks. Call it between ops, never during one;
+ *  heads packed before the switch keep the screen they were packed with. */
+int kernels_cpu_set_isa(const char *name);
+
 /** Whether head_pack built the int8 screen for this packed output layer
  *  (cpu_head_screen.c: a CPU with AVX-512 VNNI, finite weights, and
  *  KF_CPU_HEAD_SCREEN not 0), i.e. whether an argmax-only head_fwd goes

@@ -1,23 +1,23 @@
-/* kernels/cpu/cpu_gemm.c — matmul through OpenBLAS, bias add and bias gradient.
+/* kernels/cpu/cpu_gemm.c — matmul, bias add and bias gradient.
  *
- * Threading: OpenBLAS (Debian's pthreads build) threads each product itself,
- * splitting over M/N, never over K, so each C element is one dot product in a
- * fixed order whatever its thread count (the unit test checks 1, 2 and 3
- * threads bitwise). Splitting products over OpenMP threads instead was tried
- * and rejected: concurrent calls into the pthreads build are ~10x slower.
- * On a small loaded machine OMP_WAIT_POLICY=passive keeps idle OpenMP threads
- * from spinning against OpenBLAS's.
+ * Two GEMMs. By default (b->batch_invariant, which the CPU backend sets
+ * unless KF_CPU_GEMM=openblas) every product goes through the project's own
+ * kernel (cpu_gemm_fixed.c), whose summation order the project fixes: a
+ * row's result does not depend on the row count, the thread count, the SIMD
+ * level or the OpenBLAS build. Training, teacher passes, evaluation and
+ * decoding all rely on that for their bitwise guarantees (resume, -np 1 vs
+ * -np 2, batch-invariant targets, the same weights on every CPU).
  *
- * Batch invariance: OpenBLAS routes tiny products (M*N*K up to 100^3 on the
- * Skylake-X kernels) to a "small matrix" kernel whose summation order differs
- * from the blocked kernel, so a row of C could change with the number of rows
- * M (e.g. one decoding sample vs a batch). A product that small is padded with
- * zero rows past the threshold, so every element is computed by the blocked
- * kernel (tested for the model's shapes).
+ * With KF_CPU_GEMM=openblas (speed comparisons only; teacher passes still
+ * switch batch_invariant on) products go to OpenBLAS, whose kernels split
+ * K per CPU model and per thread count, and whose "small matrix" kernel
+ * (M*N*K up to 100^3 on Skylake-X) sums in another order: such a product is
+ * padded with zero rows past the threshold to keep rows independent of M
+ * on that CPU at least.
  *
- * fp16 mode: A and B are rounded through _Float16 into scratch copies (inputs
- * are never modified) and C is rounded after the product: a half GEMM with
- * fp32 accumulation.
+ * fp16 mode: A and B are rounded through _Float16 (inputs are never
+ * modified) and C is rounded after the product: a half GEMM with fp32
+ * accumulation.
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -78,6 +78,11 @@ void cpu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B,
     for (int64_t i = 0; i < batch; i++) {
         float *c = C + i * stride_c;
         const float *a = A + i * stride_a, *bb = B + i * stride_b;
+        if (b->batch_invariant) {
+            cpu_gemm_fixed(b, c, a, bb, M, N, K, trans_a, trans_b, alpha, beta, half);
+            if (half) cpu_round_half_copy(c, c, M * N);
+            continue;
+        }
         if (half) {
             float *ha = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(M * K));
             float *hb = cpu_scratch(b, CPU_SCRATCH_B, (size_t)(K * N));

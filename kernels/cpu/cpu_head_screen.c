@@ -38,13 +38,6 @@
 
 #define SCREEN_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 
-static int screen_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-           __builtin_cpu_supports("fma");
-}
-
 /* x rounded up to a float (bounds must not shrink when stored). */
 static float round_up(double x) {
     float f = (float)x;
@@ -55,7 +48,7 @@ static int clamp127(long q) { return q > 127 ? 127 : q < -127 ? -127 : (int)q; }
 
 void cpu_head_screen_pack(cpu_head *hd) {
     const char *env = getenv("KF_CPU_HEAD_SCREEN");
-    if ((env && !strcmp(env, "0")) || !screen_supported()) return;
+    if ((env && !strcmp(env, "0")) || cpu_simd_level() < CPU_SIMD_VNNI) return;
     int64_t H = hd->H, np = hd->panels, n = np * PANEL, h4 = (H + 3) / 4 * 4, g = h4 / 4;
     for (int64_t i = 0; i < np * H * PANEL; i++)
         if (!isfinite(hd->w[i])) return;

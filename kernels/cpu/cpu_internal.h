@@ -30,7 +30,9 @@
 #define KF_CPU_PAR_MIN ((int64_t)1 << 15)
 
 /** Scratch slots owned by the backend (grown on demand, never shrunk). */
-enum { CPU_SCRATCH_A, CPU_SCRATCH_B, CPU_SCRATCH_C, CPU_SCRATCH_D, CPU_SCRATCH_N };
+enum { CPU_SCRATCH_A, CPU_SCRATCH_B, CPU_SCRATCH_C, CPU_SCRATCH_D,
+       CPU_SCRATCH_GEMM_A, CPU_SCRATCH_GEMM_B, CPU_SCRATCH_GEMM_W, /* cpu_gemm_fixed's own */
+       CPU_SCRATCH_N };
 
 typedef struct cpu_impl {
     float *scratch[CPU_SCRATCH_N];
@@ -41,11 +43,20 @@ typedef struct cpu_impl {
 /** Returns scratch slot `slot` with room for n floats (contents undefined). */
 float *cpu_scratch(kf_backend *b, int slot, size_t n);
 
+/** SIMD levels the CPU kernels dispatch on, lowest first. Each level has
+ *  kernels built for its register file; CPU_SIMD_VNNI adds the head's int8
+ *  screen to CPU_SIMD_AVX512. */
+enum { CPU_SIMD_BASE = 0, CPU_SIMD_AVX2 = 1, CPU_SIMD_AVX512 = 2, CPU_SIMD_VNNI = 3 };
+
+/** The level in use: the best this CPU has, or KF_CPU_ISA (base, avx2,
+ *  avx512, vnni) when set, which may only lower it (a level the CPU lacks
+ *  is a fatal error naming it). Read once, before any parallel use. */
+int cpu_simd_level(void);
+
 /** CPU_MULTIVERSION(ret, name, params, args) defines `static ret name params`,
  *  which runs name##_body (a CPU_INLINE function) compiled for AVX-512 + FMA,
- *  AVX2 + FMA or the baseline, picked by the CPU's features (cpu_simd_level).
- *  The choice depends only on the CPU, never on the thread count, so results
- *  stay bitwise reproducible on one machine. */
+ *  AVX2 + FMA or the baseline, picked by cpu_simd_level(). The choice
+ *  depends only on the level, never on the thread count. */
 #define CPU_MULTIVERSION(ret, name, params, args)                                          \
     __attribute__((target("avx512f,avx512vl,avx2,fma"))) static ret name##_avx512 params { \
         return name##_body args;                                                           \
@@ -56,11 +67,10 @@ float *cpu_scratch(kf_backend *b, int slot, size_t n);
     static ret name##_base params { return name##_body args; }                             \
     static ret name params {                                                               \
         int lvl_ = cpu_simd_level();                                                       \
-        return lvl_ == 2 ? name##_avx512 args : lvl_ == 1 ? name##_avx2 args : name##_base args; \
+        return lvl_ >= CPU_SIMD_AVX512 ? name##_avx512 args                                \
+               : lvl_ == CPU_SIMD_AVX2 ? name##_avx2 args                                  \
+                                       : name##_base args;                                 \
     }
-
-/** 2: AVX-512F + FMA, 1: AVX2 + FMA, 0: baseline (cached after the first call). */
-int cpu_simd_level(void);
 
 /** Kernel bodies and their helpers are inlined into each CPU_MULTIVERSION
  *  variant, or they would run as one baseline (SSE) copy. */
@@ -115,11 +125,37 @@ CPU_INLINE double cpu_exp(double x) {
     return x < -708.0 ? 0.0 : p * s.f;
 }
 
+/** Sums that must not depend on the SIMD level keep CPU_LANES partial sums,
+ *  element i going to lane i % CPU_LANES, whatever the vector width (one
+ *  AVX-512 register of floats, two of AVX2, ...), and fold the lanes in one
+ *  fixed order. `#pragma omp simd reduction(+)` instead keeps one partial
+ *  per hardware lane, so its result changes with the vector width. */
+#define CPU_LANES 16
+
+/** The lanes' total: pairwise, (0+8, 1+9, ...), then halves again. */
+CPU_INLINE float cpu_lanes_sumf(float *acc) {
+    for (int w = CPU_LANES / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) acc[i] += acc[i + w];
+    return acc[0];
+}
+CPU_INLINE double cpu_lanes_sum(double *acc) {
+    for (int w = CPU_LANES / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) acc[i] += acc[i + w];
+    return acc[0];
+}
+
 /** Rounds one float through IEEE half precision (round to nearest even). */
 static inline float cpu_half(float x) { return (float)(_Float16)x; }
 
 /** dst[i] = half(src[i]) for i < n (dst may equal src). */
 void cpu_round_half_copy(float *dst, const float *src, int64_t n);
+
+/** C[M,N] = alpha op(A) op(B) + beta C by the project's own packed kernel
+ *  (cpu_gemm_fixed.c): each element one fma chain over k in order, so the
+ *  same bits for any M, thread count and SIMD level. half: A and B are
+ *  rounded through _Float16 as they are packed (inputs are not modified). */
+void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+                    int64_t K, int trans_a, int trans_b, float alpha, float beta, int half);
 
 /* ---- op implementations (signatures as in kf_backend) ---- */
 void cpu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,

@@ -1,11 +1,12 @@
 /* CPU backend forward ops against naive references written here, plus the
- * properties the backend promises: OpenBLAS and OpenMP thread-count
- * independence (bitwise), GEMM row (batch) invariance, fp16 rounding, the
+ * properties the backend promises: the GEMM's fma-chain contract at every
+ * SIMD level, OpenMP thread-count independence (bitwise), GEMM row (batch)
+ * invariance, fp16 rounding, the
  * inverse-CDF edge cases, a hand-computed AdamW example, and kernels_create.
  * Backward ops: test_kernels_cpu_grad.c; attention: test_kernels_cpu_attn.c. */
-#include <cblas.h>
 #include <omp.h>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "tests/unit/kernels_test_util.h"
 
 static void ref_matmul(double *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
@@ -90,10 +91,10 @@ static void check_gemm_invariance(kf_backend *be) {
             }
     T_CHECK(rows_ok, "matmul rows depend on the number of rows (batch invariance)");
 
-    /* OpenBLAS threads split products over M or N: 1, 2 and 3 must agree bitwise */
+
+    /* OpenMP threads split C into tiles, never K: 1, 2 and 3 must agree bitwise */
     const int64_t shapes[][3] = {{4096, 384, 128}, {128, 512, 4096}, {300, 5000, 128}, {16, 5000, 128},
                                  {5, 384, 128}, {64, 64, 64}, {700, 16, 300}};
-    int thr_ok = 1;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
@@ -104,18 +105,68 @@ static void check_gemm_invariance(kf_backend *be) {
                     if (t) memcpy(C[t], C[0], (size_t)(M * N) * 4);
                 }
                 for (int t = 0; t < 3; t++) {
-                    openblas_set_num_threads(t + 1);
+                    omp_set_num_threads(t + 1);
                     be->matmul(be, C[t], A, B, M, N, K, ta, tb, 1.0f, 0.5f);
                 }
-                if (memcmp(C[0], C[1], (size_t)(M * N) * 4) || memcmp(C[0], C[2], (size_t)(M * N) * 4)) {
-                    thr_ok = 0;
-                    fprintf(stderr, "sgemm 1/2/3 threads differ: %lld %lld %lld %d %d\n", (long long)M,
-                            (long long)N, (long long)K, ta, tb);
-                }
+                omp_set_num_threads(2);
+                for (int t = 1; t < 3; t++)
+                    T_CHECK(!memcmp(C[0], C[t], (size_t)(M * N) * 4),
+                            "matmul %lldx%lldx%lld ta=%d tb=%d: %d threads differ from 1",
+                            (long long)M, (long long)N, (long long)K, ta, tb, t + 1);
                 free(A); free(B); free(C[0]); free(C[1]); free(C[2]);
             }
-    openblas_set_num_threads(2);
-    T_CHECK(thr_ok, "matmul differs between 1, 2 and 3 OpenBLAS threads");
+}
+
+/* The GEMM's contract, bit for bit at every SIMD level this CPU has: each
+ * element one fma chain over k in order from +0, then alpha*s (beta = 0,
+ * C not read) or fma(beta, C, alpha*s). Shapes cover edge tiles, one and
+ * several K blocks, and every transpose. */
+static void check_gemm_exact(kf_backend *be) {
+    const int64_t shapes[][3] = {{1, 1, 1}, {13, 21, 17}, {8, 32, 256}, {9, 33, 257}, {70, 100, 600}, {3, 70, 1000}};
+    const float ab[][2] = {{1.0f, 0.0f}, {0.5f, 0.75f}, {-1.5f, 1.0f}};
+    const char *levels[] = {"base", "avx2", "avx512", "vnni"};
+    char native[16];
+    snprintf(native, sizeof native, "%s", kernels_cpu_isa());
+    int n_levels = 0;
+    for (int l = 0; l < 4; l++) {
+        if (kernels_cpu_set_isa(levels[l])) continue;
+        n_levels++;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int t = 0; t < 4; t++) {
+                int ta = t & 1, tb = t >> 1;
+                const float alpha = ab[(s + t) % 3][0], beta = ab[(s + t) % 3][1];
+                int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                float *A = tu_randf(M * K, 1), *B = tu_randf(K * N, 1), *C = tu_randf(M * N, 1);
+                float *want = kf_malloc(M * N * 4);
+                if (beta == 0.0f)
+                    for (int64_t i = 0; i < M * N; i++) C[i] = NAN; /* must not be read */
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        float acc = 0.0f;
+                        for (int64_t k = 0; k < K; k++)
+                            acc = fmaf(ta ? A[k * M + i] : A[i * K + k], tb ? B[j * K + k] : B[k * N + j], acc);
+                        want[i * N + j] = beta == 0.0f ? alpha * acc : fmaf(beta, C[i * N + j], alpha * acc);
+                    }
+                be->matmul(be, C, A, B, M, N, K, ta, tb, alpha, beta);
+                int64_t bad = -1;
+                for (int64_t i = 0; i < M * N && bad < 0; i++)
+                    if (memcmp(&C[i], &want[i], 4)) bad = i;
+                T_CHECK(bad < 0, "%s gemm %lldx%lldx%lld ta=%d tb=%d: C[%lld] = %.9g, want %.9g (the fma chain)",
+                        levels[l], (long long)M, (long long)N, (long long)K, ta, tb, (long long)bad,
+                        bad < 0 ? 0.0 : C[bad], bad < 0 ? 0.0 : want[bad]);
+                free(A); free(B); free(C); free(want);
+            }
+    }
+    T_CHECK(kernels_cpu_set_isa(native) == 0, "cannot return to the native level %s", native);
+    T_CHECK(n_levels >= 2, "gemm checked at %d SIMD levels, want at least base and one vector level", n_levels);
+    printf("  gemm fma-chain contract checked at %d SIMD levels (native %s)\n", n_levels, native);
+}
+
+/* KF_CPU_GEMM=openblas's path (batch_invariant = 0): right within rounding. */
+static void check_openblas_matmul(kf_backend *be) {
+    be->batch_invariant = 0;
+    check_matmul(be);
+    be->batch_invariant = 1;
 }
 
 static void check_fp16_matmul(kf_backend *be) {
@@ -333,11 +384,38 @@ static void check_optim(kf_backend *be) {
     T_CHECK(e[0] == 1.5f && e[1] == 2.0f && e[2] == -0.5f, "ema = decay*ema + (1-decay)*params");
 }
 
-/* Every non-attention op run with 1 and 2 OpenMP threads on sizes that span
- * several chunks gives bitwise identical results. */
-static size_t run_suite(kf_backend *be, unsigned char *sink) {
-    size_t off = 0;
-#define SINK(p, bytes) (memcpy(sink + off, (p), (bytes)), off += (bytes))
+/* Every non-attention op, run on sizes that span several chunks, gives
+ * bitwise identical results with 1 and 2 OpenMP threads and at every SIMD
+ * level: run_suite writes each op's outputs to a sink, naming each part. */
+typedef struct sink {
+    unsigned char *buf;
+    size_t off, cap;
+    int n;
+    const char *name[64];
+    size_t end[64];
+} sink;
+
+static void sink_put(sink *k, const char *name, const void *p, size_t bytes) {
+    KF_CHECK(k->off + bytes <= k->cap && k->n < 64, "test sink too small");
+    memcpy(k->buf + k->off, p, bytes);
+    k->off += bytes;
+    k->name[k->n] = name;
+    k->end[k->n++] = k->off;
+}
+
+/* The first op whose outputs differ between two sinks, or NULL. */
+static const char *sink_diff(const sink *a, const sink *b) {
+    if (a->n != b->n || a->off != b->off) return "(different op lists)";
+    size_t start = 0;
+    for (int i = 0; i < a->n; start = a->end[i++])
+        if (memcmp(a->buf + start, b->buf + start, a->end[i] - start)) return a->name[i];
+    return NULL;
+}
+
+static void run_suite(kf_backend *be, sink *k) {
+    k->off = 0;
+    k->n = 0;
+#define SINK(p, bytes) sink_put(k, #p, (p), (bytes))
     tu_state = 12345;
     const int64_t R = 300, C = 96, n = R * C, V = 2000, Rv = 20;
     float *x = tu_randf(n, 2), *dy = tu_randf(n, 1), *w = tu_randf(C, 1), *bb = tu_randf(C, 1);
@@ -380,18 +458,42 @@ static size_t run_suite(kf_backend *be, unsigned char *sink) {
 #undef SINK
     free(x); free(dy); free(w); free(bb); free(y); free(mean); free(rstd); free(dx); free(dw); free(db);
     free(tab); free(lg); free(loss); free(dl); free(m); free(v); free(nf);
-    return off;
 }
 
 static void check_threads(kf_backend *be) {
+    const char *levels[] = {"base", "avx2", "avx512", "vnni"};
+    char native[16];
+    snprintf(native, sizeof native, "%s", kernels_cpu_isa());
     size_t cap = 16u << 20;
-    unsigned char *a = kf_malloc(cap), *b = kf_malloc(cap);
+    sink ref = {kf_malloc(cap), 0, cap, 0, {0}, {0}}, got = {kf_malloc(cap), 0, cap, 0, {0}, {0}};
     omp_set_num_threads(1);
-    size_t na = run_suite(be, a);
+    run_suite(be, &ref);
     omp_set_num_threads(2);
-    size_t nb = run_suite(be, b);
-    T_CHECK(na == nb && na < cap && memcmp(a, b, na) == 0, "ops differ between 1 and 2 OpenMP threads");
-    free(a); free(b);
+    run_suite(be, &got);
+    const char *op = sink_diff(&ref, &got);
+    T_CHECK(!op, "%s differs between 1 and 2 OpenMP threads", op);
+    /* Levels with FMA contract a*b+c alike, so they agree bit for bit; the
+     * baseline (CPUs without FMA) rounds products separately and is checked
+     * against itself across thread counts. */
+    for (int l = 0; l < 4; l++) {
+        if (kernels_cpu_set_isa(levels[l])) continue;
+        if (l == 0) {
+            sink one = {kf_malloc(cap), 0, cap, 0, {0}, {0}};
+            omp_set_num_threads(1);
+            run_suite(be, &one);
+            omp_set_num_threads(2);
+            run_suite(be, &got);
+            op = sink_diff(&one, &got);
+            T_CHECK(!op, "%s at SIMD level base differs between 1 and 2 threads", op);
+            free(one.buf);
+            continue;
+        }
+        run_suite(be, &got);
+        op = sink_diff(&ref, &got);
+        T_CHECK(!op, "%s at SIMD level %s differs from the native level %s", op, levels[l], native);
+    }
+    kernels_cpu_set_isa(native);
+    free(ref.buf); free(got.buf);
 }
 
 static void check_create(void) {
@@ -412,6 +514,8 @@ int main(void) {
     kf_backend *be = kernels_cpu_create();
     check_matmul(be);
     check_gemm_invariance(be);
+    check_gemm_exact(be);
+    check_openblas_matmul(be);
     check_fp16_matmul(be);
     check_pointwise(be);
     check_noise_features(be);
