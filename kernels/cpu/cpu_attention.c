@@ -45,6 +45,7 @@ static int mask_ranges(const kf_mask *m, int64_t vl, int64_t r, int64_t lo[2], i
 /* Width of the register-resident accumulators (one AVX-512 vector). Chunking
  * keeps every sum in the same order as a plain loop would. */
 #define VB 16
+_Static_assert(VB == CPU_LANES, "attn_row's sum folds VB-wide chunks as CPU_LANES lanes");
 
 /* Leading dimension of n transposed keys: room for a full VB-wide chunk that
  * starts anywhere before n, so scoring never needs a scalar tail. */
@@ -165,14 +166,15 @@ CPU_INLINE float attn_row(float *out, const float *q, const float *Kt, int64_t l
     /* pad to whole vectors with -inf (exp gives 0) so no scalar tail runs */
     int64_t npad = (n + VB - 1) / VB * VB;
     for (int64_t i = n; i < npad; i++) s[i] = -INFINITY;
-    float mx = -INFINITY, sum = 0.0f;
+    float mx = -INFINITY, acc[CPU_LANES] = {0};
 #pragma omp simd reduction(max : mx)
     for (int64_t i = 0; i < npad; i++) mx = s[i] > mx ? s[i] : mx;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < npad; i++) {
-        s[i] = cpu_expf(s[i] - mx);
-        sum += s[i];
-    }
+    for (int64_t i0 = 0; i0 < npad; i0 += VB) /* fixed lanes: the same sum at every SIMD level */
+        for (int i = 0; i < VB; i++) {
+            s[i0 + i] = cpu_expf(s[i0 + i] - mx);
+            acc[i] += s[i0 + i];
+        }
+    float sum = cpu_lanes_sumf(acc);
     for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
     n = 0;
     for (int t = 0; t < nr; t++) {

@@ -8,27 +8,31 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
-/* One row of softmax cross-entropy; d may alias x. Vector reductions (max, sum)
- * have a fixed lane order for a given build and CPU. */
+/* One row of softmax cross-entropy; d may alias x. The sum of exponentials
+ * runs in CPU_LANES fixed lanes (the same bits at every SIMD level). */
 CPU_INLINE int xent_row_body(float *loss, float *d, const float *x, int32_t t, int64_t V,
                             float grad_scale) {
-    float mx = -INFINITY, sum = 0.0f, xt = x[t];
+    float mx = -INFINITY, acc[CPU_LANES] = {0}, xt = x[t];
 #pragma omp simd reduction(max : mx)
     for (int64_t v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
-    if (d) {
-#pragma omp simd reduction(+ : sum)
-        for (int64_t v = 0; v < V; v++) {
-            float e = cpu_expf(x[v] - mx);
-            d[v] = e;
-            sum += e;
+    int64_t v0 = 0;
+    for (; v0 + CPU_LANES <= V; v0 += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) {
+            float e = cpu_expf(x[v0 + l] - mx);
+            if (d) d[v0 + l] = e;
+            acc[l] += e;
         }
+    for (int l = 0; v0 + l < V; l++) {
+        float e = cpu_expf(x[v0 + l] - mx);
+        if (d) d[v0 + l] = e;
+        acc[l] += e;
+    }
+    float sum = cpu_lanes_sumf(acc);
+    if (d) {
         float g = grad_scale / sum;
 #pragma omp simd
         for (int64_t v = 0; v < V; v++) d[v] *= g;
         d[t] -= grad_scale;
-    } else {
-#pragma omp simd reduction(+ : sum)
-        for (int64_t v = 0; v < V; v++) sum += cpu_expf(x[v] - mx);
     }
     if (loss) *loss = mx + logf(sum) - xt;
     return 0;
@@ -83,13 +87,13 @@ void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, 
 }
 
 /* e[v] = exp(l_v/tau - max) in float64; returns their sum, so that p_v =
- * e[v] / sum is softmax(logits/tau). The normaliser is a vector reduction
- * (fixed lane order for a given build and CPU); the CDF itself is then
+ * e[v] / sum is softmax(logits/tau). The normaliser is summed in CPU_LANES
+ * fixed lanes (the same bits at every SIMD level); the CDF itself is then
  * accumulated strictly in id order. l_v/tau is divided once and kept in e:
  * the division, not the exp, bounds these loops, and at tau = 1 (the default
  * temperature) it is skipped, since l/1 == l exactly (same bits). */
 CPU_INLINE double icdf_weights_body(double *e, const float *x, double tau, int64_t V) {
-    double mx = -INFINITY, sum = 0.0;
+    double mx = -INFINITY, acc[CPU_LANES] = {0};
     if (tau == 1.0) {
 #pragma omp simd reduction(max : mx)
         for (int64_t v = 0; v < V; v++) {
@@ -103,12 +107,17 @@ CPU_INLINE double icdf_weights_body(double *e, const float *x, double tau, int64
             mx = e[v] > mx ? e[v] : mx;
         }
     }
-#pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < V; v++) {
-        e[v] = cpu_exp(e[v] - mx);
-        sum += e[v];
+    int64_t v0 = 0;
+    for (; v0 + CPU_LANES <= V; v0 += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) {
+            e[v0 + l] = cpu_exp(e[v0 + l] - mx);
+            acc[l] += e[v0 + l];
+        }
+    for (int l = 0; v0 + l < V; l++) {
+        e[v0 + l] = cpu_exp(e[v0 + l] - mx);
+        acc[l] += e[v0 + l];
     }
-    return sum;
+    return cpu_lanes_sum(acc);
 }
 CPU_MULTIVERSION(double, icdf_weights, (double *e, const float *x, double tau, int64_t V),
                  (e, x, tau, V))

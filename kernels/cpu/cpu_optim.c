@@ -1,8 +1,9 @@
 /* kernels/cpu/cpu_optim.c — reductions returned to the host, AdamW and EMA.
  *
  * sum/sumsq accumulate in double over fixed chunks of SUM_CHUNK elements
- * (vector lanes in a fixed order inside a chunk), and the chunk partials are
- * added in chunk order, so the result does not depend on the thread count.
+ * (CPU_LANES fixed lanes inside a chunk), and the chunk partials are added in
+ * chunk order, so the result depends on neither the thread count nor the
+ * SIMD level.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -19,15 +20,14 @@ static double chunked_sum(const float *x, int64_t n, int square) {
 #pragma omp parallel for schedule(static)
     for (int64_t ch = 0; ch < nchunk; ch++) {
         int64_t i1 = (ch + 1) * SUM_CHUNK < n ? (ch + 1) * SUM_CHUNK : n;
-        double s = 0.0;
-        if (square) {
-#pragma omp simd reduction(+ : s)
-            for (int64_t i = ch * SUM_CHUNK; i < i1; i++) s += (double)x[i] * (double)x[i];
-        } else {
-#pragma omp simd reduction(+ : s)
-            for (int64_t i = ch * SUM_CHUNK; i < i1; i++) s += (double)x[i];
-        }
-        part[ch] = s;
+        double acc[CPU_LANES] = {0};
+        int64_t i = ch * SUM_CHUNK; /* chunks start at whole lanes */
+        for (; i + CPU_LANES <= i1; i += CPU_LANES)
+            for (int l = 0; l < CPU_LANES; l++)
+                acc[l] += square ? (double)x[i + l] * (double)x[i + l] : (double)x[i + l];
+        for (int l = 0; i + l < i1; l++)
+            acc[l] += square ? (double)x[i + l] * (double)x[i + l] : (double)x[i + l];
+        part[ch] = cpu_lanes_sum(acc);
     }
     double s = 0.0;
     for (int64_t ch = 0; ch < nchunk; ch++) s += part[ch];
