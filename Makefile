@@ -34,7 +34,7 @@ endif
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-cuda tests clean bench cuda-check
+.PHONY: all test test-isa test-cuda tests clean bench cuda-check
 all: $(BIN)
 
 $(BUILD)/libkf.a: $(OBJ)
@@ -65,6 +65,11 @@ tests: $(BIN) $(TEST_BIN)
 test: tests
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory cuda-check; else echo "nvcc not found: CUDA backend not compiled"; fi
 	tests/run.sh $(T)
+
+# The whole CPU suite with the kernels forced to one SIMD level (base, avx2,
+# avx512, vnni: at most what this CPU has), e.g. make test-isa ISA=avx2.
+test-isa: tests
+	KF_CPU_ISA=$(ISA) tests/run.sh $(T)
 
 cuda-check:
 	$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf

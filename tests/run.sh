@@ -42,6 +42,18 @@ for t in tests/scripts/test_*.sh; do
   skip_gpu "$n" && continue
   run_one "$n" bash "$t"
 done
+# CI machines differ (Zen 3: AVX2 + FMA; Zen 4: AVX-512 VNNI): on a CPU above
+# AVX2 the kernel, model and decoding programs run again with the CPU kernels
+# forced to AVX2 (KF_CPU_ISA), so the AVX2 code paths are tested wherever CI
+# runs. `make test-isa ISA=LEVEL` runs the whole suite at one level.
+flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null) "
+if [[ -z "${KF_CPU_ISA:-}" && $flags == *" avx512f "* && $flags == *" avx2 "* && $flags == *" fma "* ]]; then
+  for t in "${KF_TEST_BUILD:-build}"/tests/test_{kernels_cpu,model_,serving_,kforcing_decode,kforcing_forward}*; do
+    [ -x "$t" ] || continue
+    n="$(basename "$t")[avx2]"; [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
+    run_one "$n" env KF_CPU_ISA=avx2 "$t"
+  done
+fi
 [ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
 echo "$total_p passed, $total_f failed"
 [ "$total_f" -eq 0 ]

@@ -33,29 +33,35 @@
 #define KC 256   /* k per block: a B panel (KC x NR) stays in L1 */
 #define MC_PANELS 8  /* A panels per tile */
 #define NC_PANELS 8  /* B panels per tile */
+#define DIRECT_MAX_PANELS 4 /* at most this many B panels: A is read in place */
 
 enum { UKR_FIRST = 1, UKR_LAST = 2 };
 
-/* One MR x NR tile over kc values of k: partial chains come from / go to acc
- * ([MR][NR]) unless FIRST / LAST; on LAST the result is combined with C
- * (ldc) as the contract says. */
-typedef void ukr_fn(const float *a, const float *b, int64_t kc, float *acc, int flags, float *c,
-                    int64_t ldc, float alpha, float beta);
+/* One MR x NR tile over kc values of k: op(A)[i][k] is a[k*ks + i*is] (a
+ * packed panel: ks = MR, is = 1; A read in place: its strides), op(B) a
+ * packed panel [kc][NR]. Partial chains come from / go to acc ([MR][NR])
+ * unless FIRST / LAST; on LAST the result is combined with C (ldc) as the
+ * contract says. */
+typedef void ukr_fn(const float *a, int64_t ks, int64_t is, const float *b, int64_t kc, float *acc,
+                    int flags, float *c, int64_t ldc, float alpha, float beta);
 
 /* ------------------------------------------------------------ AVX-512 8x32 */
 #define AVX512_TARGET __attribute__((target("avx512f,fma")))
 
-AVX512_TARGET static void ukr_avx512(const float *a, const float *b, int64_t kc, float *acc,
-                                     int flags, float *c, int64_t ldc, float alpha, float beta) {
+AVX512_TARGET static void ukr_avx512(const float *a, int64_t ks, int64_t is, const float *b,
+                                     int64_t kc, float *acc, int flags, float *c, int64_t ldc,
+                                     float alpha, float beta) {
     enum { MR = 8 };
     __m512 r[MR][2];
+    const float *ar[MR];
+    for (int i = 0; i < MR; i++) ar[i] = a + i * is;
     for (int i = 0; i < MR; i++)
         for (int h = 0; h < 2; h++)
             r[i][h] = flags & UKR_FIRST ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * 32 + h * 16);
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);
         for (int i = 0; i < MR; i++) {
-            __m512 ai = _mm512_set1_ps(a[k * MR + i]);
+            __m512 ai = _mm512_set1_ps(ar[i][k * ks]);
             r[i][0] = _mm512_fmadd_ps(ai, b0, r[i][0]);
             r[i][1] = _mm512_fmadd_ps(ai, b1, r[i][1]);
         }
@@ -83,9 +89,11 @@ AVX512_TARGET static void ukr_avx512(const float *a, const float *b, int64_t kc,
  * every accumulator on every k. */
 #define AVX2_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
-AVX2_TARGET static void ukr_avx2(const float *a, const float *b, int64_t kc, float *acc, int flags,
-                                 float *c, int64_t ldc, float alpha, float beta) {
+AVX2_TARGET static void ukr_avx2(const float *a, int64_t ks, int64_t is, const float *b, int64_t kc,
+                                 float *acc, int flags, float *c, int64_t ldc, float alpha, float beta) {
     enum { MR = 6 };
+    const float *a0 = a, *a1 = a + is, *a2 = a + 2 * is, *a3 = a + 3 * is, *a4 = a + 4 * is,
+                *a5 = a + 5 * is;
 #define DECL(i) __m256 r##i##0, r##i##1;
     AVX2_ROWS(DECL)
 #undef DECL
@@ -101,7 +109,7 @@ AVX2_TARGET static void ukr_avx2(const float *a, const float *b, int64_t kc, flo
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_loadu_ps(b + k * 16), b1 = _mm256_loadu_ps(b + k * 16 + 8), ai;
 #define STEP(i)                                   \
-    ai = _mm256_broadcast_ss(a + k * MR + i);     \
+    ai = _mm256_broadcast_ss(a##i + k * ks);      \
     r##i##0 = _mm256_fmadd_ps(ai, b0, r##i##0);   \
     r##i##1 = _mm256_fmadd_ps(ai, b1, r##i##1);
         AVX2_ROWS(STEP)
@@ -132,15 +140,15 @@ AVX2_TARGET static void ukr_avx2(const float *a, const float *b, int64_t kc, flo
 /* ----------------------------------------------------------- baseline 4x4 */
 /* CPUs without FMA (before 2013): fmaf keeps the chain exact, so results
  * equal the vector levels' bit for bit, at a fraction of their speed. */
-static void ukr_base(const float *a, const float *b, int64_t kc, float *acc, int flags, float *c,
-                     int64_t ldc, float alpha, float beta) {
+static void ukr_base(const float *a, int64_t ks, int64_t is, const float *b, int64_t kc, float *acc,
+                     int flags, float *c, int64_t ldc, float alpha, float beta) {
     enum { MR = 4, NR = 4 };
     float r[MR][NR];
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) r[i][j] = flags & UKR_FIRST ? 0.0f : acc[i * NR + j];
     for (int64_t k = 0; k < kc; k++)
         for (int i = 0; i < MR; i++)
-            for (int j = 0; j < NR; j++) r[i][j] = fmaf(a[k * MR + i], b[k * NR + j], r[i][j]);
+            for (int j = 0; j < NR; j++) r[i][j] = fmaf(a[k * ks + i * is], b[k * NR + j], r[i][j]);
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) {
             if (!(flags & UKR_LAST)) {
@@ -163,44 +171,48 @@ static gemm_level level_for(int simd) {
     return (gemm_level){4, 4, ukr_base};
 }
 
-/* Panels [0, np) of op(A) for k in [k0, k0 + kc): [np][kc][mr], zero past
- * M; op(A)[i][k] = trans ? A[k*M + i] : A[i*K + k]. Split over threads. */
-static void pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int half,
-                   int64_t np, int64_t k0, int64_t kc) {
-#pragma omp for schedule(static) nowait
-    for (int64_t p = 0; p < np; p++) {
-        float *d = dst + p * kc * mr;
+/* Panels [p0, p0 + np) of op(A) for k in [k0, k0 + kc): [np][kc][mr], zero
+ * past M; op(A)[i][k] = trans ? A[k*M + i] : A[i*K + k]. (gcc would turn the
+ * mr-float copies into memcpy calls, half of a transposed product's time.) */
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int half,
+                   int64_t p0, int64_t np, int64_t k0, int64_t kc) {
+    for (int64_t p = p0; p < p0 + np; p++, dst += kc * mr) {
         int64_t r0 = p * mr, m = M - r0 < mr ? M - r0 : mr;
         if (trans) /* rows of A [K, M] hold mr neighbours of a panel */
             for (int64_t k = 0; k < kc; k++) {
                 const float *src = A + (k0 + k) * M + r0;
-                for (int64_t i = 0; i < m; i++) d[k * mr + i] = half ? cpu_half(src[i]) : src[i];
-                for (int64_t i = m; i < mr; i++) d[k * mr + i] = 0.0f;
+                for (int64_t i = 0; i < m; i++) dst[k * mr + i] = half ? cpu_half(src[i]) : src[i];
+                for (int64_t i = m; i < mr; i++) dst[k * mr + i] = 0.0f;
             }
         else
             for (int64_t i = 0; i < mr; i++) {
                 const float *src = A + (r0 + i) * K + k0;
                 for (int64_t k = 0; k < kc; k++)
-                    d[k * mr + i] = i >= m ? 0.0f : half ? cpu_half(src[k]) : src[k];
+                    dst[k * mr + i] = i >= m ? 0.0f : half ? cpu_half(src[k]) : src[k];
             }
     }
 }
 
 /* Panels [0, np) of op(B) for k in [k0, k0 + kc): [np][kc][nr], zero past
  * N; op(B)[k][j] = trans ? B[j*K + k] : B[k*N + j]. Split over threads. */
-static void pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int half,
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int half,
                    int64_t np, int64_t k0, int64_t kc) {
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < np; p++) {
         float *d = dst + p * kc * nr;
         int64_t j0 = p * nr, n = N - j0 < nr ? N - j0 : nr;
-        for (int64_t k = 0; k < kc; k++) {
+        if (trans)
             for (int64_t j = 0; j < n; j++) {
-                float v = trans ? B[(j0 + j) * K + k0 + k] : B[(k0 + k) * N + j0 + j];
-                d[k * nr + j] = half ? cpu_half(v) : v;
+                const float *src = B + (j0 + j) * K + k0;
+                for (int64_t k = 0; k < kc; k++) d[k * nr + j] = half ? cpu_half(src[k]) : src[k];
             }
+        else
+            for (int64_t k = 0; k < kc; k++) {
+                const float *src = B + (k0 + k) * N + j0;
+                for (int64_t j = 0; j < n; j++) d[k * nr + j] = half ? cpu_half(src[j]) : src[j];
+            }
+        for (int64_t k = 0; k < kc; k++)
             for (int64_t j = n; j < nr; j++) d[k * nr + j] = 0.0f;
-        }
     }
 }
 
@@ -222,39 +234,65 @@ void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int
     while (ncp > 1 && ((mp + mcp - 1) / mcp) * ((np + ncp - 1) / ncp) < want) ncp /= 2;
     while (mcp > 1 && ((mp + mcp - 1) / mcp) * ((np + ncp - 1) / ncp) < want) mcp /= 2;
     int64_t tm = (mp + mcp - 1) / mcp, tn = (np + ncp - 1) / ncp;
-    float *pa = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (size_t)(mp * mr * kcmax));
+    /* With few B panels a packed A panel would serve only a few microkernel
+     * calls, and packing costs as much as they do: read full panels of A in
+     * place instead (fp32 only: half mode rounds while packing). */
+    int direct = !half && np <= DIRECT_MAX_PANELS;
+    int64_t a_ks = direct ? (trans_a ? M : 1) : mr, a_is = direct ? (trans_a ? 1 : K) : 1;
     float *pb = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (size_t)(np * nr * kcmax));
     /* partial chains of every tile between K blocks */
     float *ws = K > KC ? cpu_scratch(b, CPU_SCRATCH_GEMM_W, (size_t)(mp * mr * np * nr)) : NULL;
 #pragma omp parallel if (par)
-    for (int64_t k0 = 0; k0 < K; k0 += KC) {
-        int64_t kc = K - k0 < KC ? K - k0 : KC;
-        int flags = (k0 == 0 ? UKR_FIRST : 0) | (k0 + kc == K ? UKR_LAST : 0);
-        pack_a(pa, A, M, K, trans_a, mr, half, mp, k0, kc);
-        pack_b(pb, B, K, N, trans_b, nr, half, np, k0, kc); /* its barrier covers both */
+    {
+        float *pa = aligned_alloc(64, (size_t)(mcp * mr * kcmax) * sizeof(float));
+        KF_CHECK(pa, "out of memory in matmul");
         float edge[32 * 8]; /* one mr x nr tile of C past M or N */
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            int64_t kc = K - k0 < KC ? K - k0 : KC;
+            int flags = (k0 == 0 ? UKR_FIRST : 0) | (k0 + kc == K ? UKR_LAST : 0);
+            pack_b(pb, B, K, N, trans_b, nr, half, np, k0, kc); /* ends in a barrier */
+            /* row-major tile order: C is written along its rows, and a
+             * thread's consecutive tiles share their rows of A, packed once */
+            int64_t packed = -1;
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < tm * tn; t++) {
-            int64_t ip0 = (t / tn) * mcp, jp0 = (t % tn) * ncp;
-            int64_t ip1 = ip0 + mcp < mp ? ip0 + mcp : mp, jp1 = jp0 + ncp < np ? jp0 + ncp : np;
-            for (int64_t jp = jp0; jp < jp1; jp++)
-                for (int64_t ip = ip0; ip < ip1; ip++) {
-                    float *acc = ws ? ws + (jp * mp + ip) * mr * nr : NULL;
-                    const float *a = pa + ip * kc * mr, *bb = pb + jp * kc * nr;
-                    int64_t i0 = ip * mr, j0 = jp * nr;
-                    int64_t mi = M - i0 < mr ? M - i0 : mr, nj = N - j0 < nr ? N - j0 : nr;
-                    if (!(flags & UKR_LAST) || (mi == mr && nj == nr)) {
-                        lv.ukr(a, bb, kc, acc, flags, C + i0 * N + j0, N, alpha, beta);
-                        continue;
-                    }
-                    /* edge tile: the same combine on a copy, valid part written back */
-                    memset(edge, 0, sizeof edge);
-                    for (int64_t i = 0; i < mi; i++)
-                        memcpy(edge + i * nr, C + (i0 + i) * N + j0, (size_t)nj * sizeof(float));
-                    lv.ukr(a, bb, kc, acc, flags, edge, nr, alpha, beta);
-                    for (int64_t i = 0; i < mi; i++)
-                        memcpy(C + (i0 + i) * N + j0, edge + i * nr, (size_t)nj * sizeof(float));
+            for (int64_t t = 0; t < tm * tn; t++) {
+                int64_t ip0 = (t / tn) * mcp, jp0 = (t % tn) * ncp;
+                int64_t nip = ip0 + mcp < mp ? mcp : mp - ip0, njp = jp0 + ncp < np ? ncp : np - jp0;
+                if (ip0 != packed) {
+                    if (!direct)
+                        pack_a(pa, A, M, K, trans_a, mr, half, ip0, nip, k0, kc);
+                    else if (ip0 + nip == mp && M % mr) /* the last, partial panel */
+                        pack_a(pa, A, M, K, trans_a, mr, half, mp - 1, 1, k0, kc);
+                    packed = ip0;
                 }
-        } /* its barrier: the next block's packing must wait for every tile */
+                for (int64_t jp = jp0; jp < jp0 + njp; jp++)
+                    for (int64_t ip = ip0; ip < ip0 + nip; ip++) {
+                        float *acc = ws ? ws + (jp * mp + ip) * mr * nr : NULL;
+                        const float *bb = pb + jp * kc * nr, *a = pa + (ip - ip0) * kc * mr;
+                        int64_t ks = mr, is = 1;
+                        if (direct && (ip + 1) * mr <= M) {
+                            a = trans_a ? A + k0 * M + ip * mr : A + ip * mr * K + k0;
+                            ks = a_ks;
+                            is = a_is;
+                        } else if (direct) {
+                            a = pa;
+                        }
+                        int64_t i0 = ip * mr, j0 = jp * nr;
+                        int64_t mi = M - i0 < mr ? M - i0 : mr, nj = N - j0 < nr ? N - j0 : nr;
+                        if (!(flags & UKR_LAST) || (mi == mr && nj == nr)) {
+                            lv.ukr(a, ks, is, bb, kc, acc, flags, C + i0 * N + j0, N, alpha, beta);
+                            continue;
+                        }
+                        /* edge tile: the same combine on a copy, valid part written back */
+                        memset(edge, 0, sizeof edge);
+                        for (int64_t i = 0; i < mi; i++)
+                            memcpy(edge + i * nr, C + (i0 + i) * N + j0, (size_t)nj * sizeof(float));
+                        lv.ukr(a, ks, is, bb, kc, acc, flags, edge, nr, alpha, beta);
+                        for (int64_t i = 0; i < mi; i++)
+                            memcpy(C + (i0 + i) * N + j0, edge + i * nr, (size_t)nj * sizeof(float));
+                    }
+            } /* its barrier: the next block's B must wait for every tile */
+        }
+        free(pa);
     }
 }

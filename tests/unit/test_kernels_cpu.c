@@ -122,7 +122,7 @@ static void check_gemm_invariance(kf_backend *be) {
  * C not read) or fma(beta, C, alpha*s). Shapes cover edge tiles, one and
  * several K blocks, and every transpose. */
 static void check_gemm_exact(kf_backend *be) {
-    const int64_t shapes[][3] = {{1, 1, 1}, {13, 21, 17}, {8, 32, 256}, {9, 33, 257}, {70, 100, 600}, {3, 70, 1000}};
+    const int64_t shapes[][3] = {{1, 1, 1}, {13, 21, 17}, {8, 32, 256}, {9, 33, 257}, {70, 100, 600}, {3, 70, 1000}, {20, 300, 300}};
     const float ab[][2] = {{1.0f, 0.0f}, {0.5f, 0.75f}, {-1.5f, 1.0f}};
     const char *levels[] = {"base", "avx2", "avx512", "vnni"};
     char native[16];
