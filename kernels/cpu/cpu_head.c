@@ -12,6 +12,7 @@
  * VNNI, an int8 screen (cpu_head_screen.c) leaves only a few logits to
  * compute exactly.
  */
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,10 +131,94 @@ CPU_INLINE int head_panels_body(const cpu_head *hd, const float *xp, int64_t nbl
     }
     return 0;
 }
-CPU_MULTIVERSION(int, head_panels,
-                 (const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows, float *out,
-                  lane_best *best, int64_t p0, int64_t p1),
-                 (hd, xp, nblk, rows, out, best, p0, p1))
+/* AVX2 has 16 registers: head_panels_body's 4 rows x 32 entries would need
+ * 16 accumulators alone, and gcc's lowering of its 64-byte vectors spilled
+ * them all (1.5 GFLOP/s). Here each panel runs as two halves of 16 entries:
+ * 4 rows x 2 registers of accumulators, 2 of weights, 1 broadcast. Each
+ * logit is the same fma chain over h plus the bias as the AVX-512 kernel's,
+ * so logits and ids are bitwise the same. */
+__attribute__((target("avx2,fma"))) static void head_lanes_avx2(lane_best *best, __m256 l, __m256i id,
+                                                                int half8) {
+    float *bv = (float *)&best->val + 8 * half8;
+    int32_t *bi = (int32_t *)&best->id + 8 * half8;
+    __m256 v = _mm256_loadu_ps(bv);
+    __m256i i = _mm256_loadu_si256((const __m256i *)bi);
+    __m256 gt = _mm256_cmp_ps(l, v, _CMP_GT_OQ); /* NaN never wins */
+    _mm256_storeu_ps(bv, _mm256_blendv_ps(v, l, gt));
+    _mm256_storeu_si256((__m256i *)bi, _mm256_castps_si256(_mm256_blendv_ps(
+                                           _mm256_castsi256_ps(i), _mm256_castsi256_ps(id), gt)));
+}
+
+__attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *hd, const float *xp,
+                                                                int64_t nblk, int64_t rows,
+                                                                float *out, lane_best *best,
+                                                                int64_t p0, int64_t p1) {
+    int64_t H = hd->H, V = hd->V;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t p = p0; p < p1; p++)
+        for (int half = 0; half < 2; half++) {
+            const float *w = hd->w + p * H * PANEL + 16 * half;
+            int64_t v0 = p * PANEL + 16 * half, n = V - v0 < 16 ? V - v0 : 16;
+            __m256 b0 = _mm256_loadu_ps(hd->bias + v0), b1 = _mm256_loadu_ps(hd->bias + v0 + 8);
+            __m256i id0 = _mm256_add_epi32(lane, _mm256_set1_epi32((int32_t)v0));
+            __m256i id1 = _mm256_add_epi32(id0, _mm256_set1_epi32(8));
+            for (int64_t blk = 0; blk < nblk; blk++) {
+                const float *x = xp + blk * ROWS * H;
+                __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
+                       a21 = a00, a30 = a00, a31 = a00;
+                for (int64_t h = 0; h < H; h++) {
+                    __m256 w0 = _mm256_loadu_ps(w + h * PANEL), w1 = _mm256_loadu_ps(w + h * PANEL + 8);
+                    __m256 xr = _mm256_broadcast_ss(x + h);
+                    a00 = _mm256_fmadd_ps(xr, w0, a00);
+                    a01 = _mm256_fmadd_ps(xr, w1, a01);
+                    xr = _mm256_broadcast_ss(x + H + h);
+                    a10 = _mm256_fmadd_ps(xr, w0, a10);
+                    a11 = _mm256_fmadd_ps(xr, w1, a11);
+                    xr = _mm256_broadcast_ss(x + 2 * H + h);
+                    a20 = _mm256_fmadd_ps(xr, w0, a20);
+                    a21 = _mm256_fmadd_ps(xr, w1, a21);
+                    xr = _mm256_broadcast_ss(x + 3 * H + h);
+                    a30 = _mm256_fmadd_ps(xr, w0, a30);
+                    a31 = _mm256_fmadd_ps(xr, w1, a31);
+                }
+                __m256 acc[ROWS][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+                for (int r = 0; r < ROWS; r++) {
+                    int64_t row = blk * ROWS + r;
+                    __m256 l0 = _mm256_add_ps(acc[r][0], b0), l1 = _mm256_add_ps(acc[r][1], b1);
+                    if (out && row < rows && n > 0) {
+                        float tmp[16], *o = out + row * V + v0;
+                        _mm256_storeu_ps(tmp, l0);
+                        _mm256_storeu_ps(tmp + 8, l1);
+                        memcpy(o, tmp, (size_t)n * sizeof(float));
+                    }
+                    if (best) {
+                        head_lanes_avx2(&best[row * 2 + half], l0, id0, 0);
+                        head_lanes_avx2(&best[row * 2 + half], l1, id1, 1);
+                    }
+                }
+            }
+        }
+    return 0;
+}
+
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) static int head_panels_avx512(
+    const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows, float *out, lane_best *best,
+    int64_t p0, int64_t p1) {
+    return head_panels_body(hd, xp, nblk, rows, out, best, p0, p1);
+}
+
+static int head_panels_base(const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows,
+                            float *out, lane_best *best, int64_t p0, int64_t p1) {
+    return head_panels_body(hd, xp, nblk, rows, out, best, p0, p1);
+}
+
+static int head_panels(const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows, float *out,
+                       lane_best *best, int64_t p0, int64_t p1) {
+    int lvl = cpu_simd_level();
+    return lvl >= CPU_SIMD_AVX512 ? head_panels_avx512(hd, xp, nblk, rows, out, best, p0, p1)
+           : lvl == CPU_SIMD_AVX2 ? head_panels_avx2(hd, xp, nblk, rows, out, best, p0, p1)
+                                  : head_panels_base(hd, xp, nblk, rows, out, best, p0, p1);
+}
 
 #define CHUNK_PANELS 16 /* panels per unit of work (128 KB of W at H = 64) */
 

@@ -107,11 +107,49 @@ static void free_layer(layer *l) {
     free(l->bias);
 }
 
+/* Logits and ids are the same bits at every SIMD level with FMA (each level
+ * has its own kernel: AVX-512 4x32 blocks, AVX2 4x16 half panels). */
+static void check_levels(kf_backend *be) {
+    const char *levels[] = {"avx2", "avx512", "vnni"};
+    char native[16];
+    snprintf(native, sizeof native, "%s", kernels_cpu_isa());
+    const int64_t V = 5003, H = 65, rows = 7;
+    layer l = make_layer(V, H, 77, 1, 1.0);
+    float *x = tu_randf(rows * H, 3.0);
+    float *want = kf_malloc((size_t)(rows * V) * sizeof(float)), *got = kf_malloc((size_t)(rows * V) * sizeof(float));
+    int32_t wid[7], gid[7];
+    void *hd = be->head_pack(be, l.W, l.bias, V, H, l.mask, MASK_VALUE);
+    be->head_fwd(be, want, wid, x, hd, rows);
+    be->head_free(be, hd);
+    for (int i = 0; i < 3; i++) {
+        if (kernels_cpu_set_isa(levels[i])) continue;
+        hd = be->head_pack(be, l.W, l.bias, V, H, l.mask, MASK_VALUE);
+        be->head_fwd(be, got, gid, x, hd, rows);
+        int64_t bad = -1;
+        for (int64_t j = 0; j < rows * V && bad < 0; j++)
+            if (memcmp(&got[j], &want[j], sizeof(float))) bad = j;
+        T_CHECK(bad < 0, "level %s: logit %lld = %.9g, want %.9g (level %s)", levels[i], (long long)bad,
+                bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad], native);
+        for (int64_t r = 0; r < rows; r++)
+            T_CHECK(gid[r] == wid[r], "level %s: row %lld id %d, want %d (level %s)", levels[i], (long long)r,
+                    gid[r], wid[r], native);
+        be->head_fwd(be, NULL, gid, x, hd, rows); /* ids alone: the screen where the level has it */
+        for (int64_t r = 0; r < rows; r++)
+            T_CHECK(gid[r] == wid[r], "level %s, ids alone: row %lld id %d, want %d", levels[i], (long long)r,
+                    gid[r], wid[r]);
+        be->head_free(be, hd);
+    }
+    kernels_cpu_set_isa(native);
+    free(x), free(want), free(got);
+    free_layer(&l);
+}
+
 int main(void) {
     kf_backend *be = kernels_cpu_create();
     int vnni = !strcmp(kernels_cpu_isa(), "vnni"); /* the level in use (KF_CPU_ISA may lower it) */
     printf("  int8 screen: %s\n", vnni ? "level vnni: screened and exact paths checked"
                                         : "level below vnni: the exact path is checked twice");
+    check_levels(be);
     /* awkward shapes: V around the 32-entry panel, H around the 4-wide int8 groups */
     const int64_t shapes[][3] = {{1, 1, 5}, {31, 3, 4}, {32, 4, 5}, {33, 7, 9}, {1000, 64, 17},
                                  {5003, 65, 6}, {2049, 16, 64}};
