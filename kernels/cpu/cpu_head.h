@@ -14,9 +14,10 @@
 /* The int8 screen (cpu_head_screen.c): W quantised per vocabulary entry with
  * a rigorous bound on what quantisation can change of each logit. */
 typedef struct cpu_head_screen {
+    int vnni;        /* packed for vpdpbusd (|qx| <= 127), else vpmaddubsw (|qx| <= 63) */
     int64_t h4;      /* H rounded up to whole groups of 4 (one 32-bit lane) */
     int8_t *qw;      /* [panels][h4/4][PANEL][4]: round(w / sw), zeros past H and V */
-    int32_t *corr;   /* [panels*PANEL] 128 * sum_h qw (the u8 offset of x) */
+    int32_t *corr;   /* [panels*PANEL] offset * sum_h qw (x's u8 offset: 128 or 64) */
     float *sw;       /* [panels*PANEL] scale: max|w| / 127 */
     float *ew1;      /* [panels*PANEL] sum_h |w - sw*qw|, rounded up */
     float *w1;       /* [panels*PANEL] sum_h |w|, rounded up */
@@ -42,8 +43,9 @@ static inline void cpu_head_best_merge(float *val, int32_t *id, float v, int32_t
     }
 }
 
-/** Builds hd->screen from the packed exact weights when this CPU has
- *  AVX-512 VNNI and every weight and bias is finite (else leaves it NULL). */
+/** Builds hd->screen from the packed exact weights when the SIMD level is
+ *  AVX2 or above and every weight and bias is finite (else leaves it NULL).
+ *  The screen keeps the level it was packed for. */
 void cpu_head_screen_pack(cpu_head *hd);
 void cpu_head_screen_free(cpu_head *hd);
 

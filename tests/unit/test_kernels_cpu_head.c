@@ -38,7 +38,7 @@ static void check_layer(kf_backend *be, const char *what, const layer *l, const 
     unsetenv("KF_CPU_HEAD_SCREEN");
     T_CHECK(!kernels_cpu_head_screened(hx), "%s: KF_CPU_HEAD_SCREEN=0 still screens", what);
     if (want_screen)
-        T_CHECK(kernels_cpu_head_screened(hd), "%s: no int8 screen on a CPU with AVX-512 VNNI", what);
+        T_CHECK(kernels_cpu_head_screened(hd), "%s: no int8 screen at level %s", what, kernels_cpu_isa());
     float *L = kf_malloc((size_t)(rows * V) * sizeof(float));
     float *L1 = kf_malloc((size_t)V * sizeof(float));
     int32_t *ia = kf_malloc((size_t)rows * sizeof(int32_t)), *ib = kf_malloc((size_t)rows * sizeof(int32_t));
@@ -118,27 +118,31 @@ static void check_levels(kf_backend *be) {
     float *x = tu_randf(rows * H, 3.0);
     float *want = kf_malloc((size_t)(rows * V) * sizeof(float)), *got = kf_malloc((size_t)(rows * V) * sizeof(float));
     int32_t wid[7], gid[7];
-    void *hd = be->head_pack(be, l.W, l.bias, V, H, l.mask, MASK_VALUE);
-    be->head_fwd(be, want, wid, x, hd, rows);
-    be->head_free(be, hd);
+    int ref = -1; /* the first level this CPU has is the reference */
     for (int i = 0; i < 3; i++) {
         if (kernels_cpu_set_isa(levels[i])) continue;
-        hd = be->head_pack(be, l.W, l.bias, V, H, l.mask, MASK_VALUE);
-        be->head_fwd(be, got, gid, x, hd, rows);
+        void *hd = be->head_pack(be, l.W, l.bias, V, H, l.mask, MASK_VALUE);
+        be->head_fwd(be, ref < 0 ? want : got, ref < 0 ? wid : gid, x, hd, rows);
+        if (ref < 0) {
+            ref = i;
+            be->head_free(be, hd);
+            continue;
+        }
         int64_t bad = -1;
         for (int64_t j = 0; j < rows * V && bad < 0; j++)
             if (memcmp(&got[j], &want[j], sizeof(float))) bad = j;
         T_CHECK(bad < 0, "level %s: logit %lld = %.9g, want %.9g (level %s)", levels[i], (long long)bad,
-                bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad], native);
+                bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad], levels[ref]);
         for (int64_t r = 0; r < rows; r++)
             T_CHECK(gid[r] == wid[r], "level %s: row %lld id %d, want %d (level %s)", levels[i], (long long)r,
-                    gid[r], wid[r], native);
+                    gid[r], wid[r], levels[ref]);
         be->head_fwd(be, NULL, gid, x, hd, rows); /* ids alone: the screen where the level has it */
         for (int64_t r = 0; r < rows; r++)
             T_CHECK(gid[r] == wid[r], "level %s, ids alone: row %lld id %d, want %d", levels[i], (long long)r,
                     gid[r], wid[r]);
         be->head_free(be, hd);
     }
+    T_CHECK(ref >= 0, "this CPU has no SIMD level with FMA: cross-level check not run");
     kernels_cpu_set_isa(native);
     free(x), free(want), free(got);
     free_layer(&l);
@@ -146,9 +150,10 @@ static void check_levels(kf_backend *be) {
 
 int main(void) {
     kf_backend *be = kernels_cpu_create();
-    int vnni = !strcmp(kernels_cpu_isa(), "vnni"); /* the level in use (KF_CPU_ISA may lower it) */
-    printf("  int8 screen: %s\n", vnni ? "level vnni: screened and exact paths checked"
-                                        : "level below vnni: the exact path is checked twice");
+    /* the level in use (KF_CPU_ISA may lower it): AVX2 and above screen */
+    int screen = strcmp(kernels_cpu_isa(), "base") != 0;
+    printf("  int8 screen: %s\n", screen ? "screened (this level's screen) and exact paths checked"
+                                          : "level base: no screen, the exact path is checked twice");
     check_levels(be);
     /* awkward shapes: V around the 32-entry panel, H around the 4-wide int8 groups */
     const int64_t shapes[][3] = {{1, 1, 5}, {31, 3, 4}, {32, 4, 5}, {33, 7, 9}, {1000, 64, 17},
@@ -159,7 +164,7 @@ int main(void) {
         layer l = make_layer(V, H, V > 2 ? V / 2 : -1, i % 2 == 0, 1.0);
         float *x = tu_randf(rows * H, 3.0);
         snprintf(what, sizeof what, "V=%lld H=%lld rows=%lld", (long long)V, (long long)H, (long long)rows);
-        check_layer(be, what, &l, x, rows, vnni);
+        check_layer(be, what, &l, x, rows, screen);
         free(x);
         free_layer(&l);
     }
@@ -167,8 +172,28 @@ int main(void) {
     {
         layer l = make_layer(50258, 64, 50257, 1, 0.1);
         float *x = tu_randf(16 * 64, 2.0);
-        check_layer(be, "V=50258 H=64 rows=16 (GPT-2 head)", &l, x, 16, vnni);
+        check_layer(be, "V=50258 H=64 rows=16 (GPT-2 head)", &l, x, 16, screen);
         free(x);
+        free_layer(&l);
+    }
+    /* int8 rounding reverses two entries: entry 5's true logit (1.0041) beats
+     * entry 40's (1.0040), but 0.0039 rounds to 0 and 0.0040 to 1 in steps of
+     * 1/127, so the screen's estimates are 1.0002 and 1.0079. Only a bound
+     * as wide as the rounding keeps entry 5 a candidate (a screen whose bound
+     * is shrunk to 1% answers 40). */
+    {
+        layer l = make_layer(64, 2, -1, 1, 0.001);
+        for (int64_t v = 0; v < 64; v++) l.bias[v] = -1.0f;
+        l.W[5 * 2] = 1.0f, l.W[5 * 2 + 1] = 0.0039f, l.bias[5] = 0.0002f;
+        l.W[40 * 2] = 1.0f, l.W[40 * 2 + 1] = 0.0040f, l.bias[40] = 0.0f;
+        float x[2 * 4] = {1, 1, 1, 1, 1, 1, 1, 1};
+        check_layer(be, "int8 rounding reverses the order", &l, x, 4, screen);
+        int32_t id;
+        void *hd = be->head_pack(be, l.W, l.bias, l.V, l.H, l.mask, MASK_VALUE);
+        be->head_fwd(be, NULL, &id, x, hd, 1);
+        T_CHECK(id == 5, "int8 rounding reverses the order: got id %d, want 5 (%s)", id,
+                kernels_cpu_head_screened(hd) ? "screened" : "exact");
+        be->head_free(be, hd);
         free_layer(&l);
     }
     /* exact ties: entries 5, 300, 301, 2000 share the best row and bias, so the
@@ -182,7 +207,7 @@ int main(void) {
             l.W[5 * 32 + h] = l.W[300 * 32 + h] = l.W[301 * 32 + h] = l.W[2000 * 32 + h] = best;
         }
         l.bias[5] = l.bias[300] = l.bias[301] = l.bias[2000] = 0.25f;
-        check_layer(be, "exact ties", &l, x, 8, vnni);
+        check_layer(be, "exact ties", &l, x, 8, screen);
         int32_t id;
         void *hd = be->head_pack(be, l.W, l.bias, l.V, l.H, l.mask, MASK_VALUE);
         be->head_fwd(be, NULL, &id, x, hd, 1);
@@ -208,7 +233,7 @@ int main(void) {
         be->head_fwd(be, NULL, &id, x, hd, 1);
         T_CHECK(id == 900, "one-ulp near tie: got id %d, want 900", id);
         free(lg);
-        check_layer(be, "one-ulp near tie", &l, x, 8, vnni);
+        check_layer(be, "one-ulp near tie", &l, x, 8, screen);
         be->head_free(be, hd);
         free(x);
         free_layer(&l);
@@ -218,10 +243,10 @@ int main(void) {
         layer l = make_layer(3000, 48, 7, 1, 1.0);
         for (int64_t v = 0; v < l.V; v++) l.bias[v] *= 1e6f;
         float *x = tu_randf(6 * 48, 1.0);
-        check_layer(be, "huge biases", &l, x, 6, vnni);
+        check_layer(be, "huge biases", &l, x, 6, screen);
         for (int64_t v = 0; v < l.V; v++) l.bias[v] *= 1e-12f;
         for (int64_t i = 0; i < 6 * 48; i++) x[i] *= 1e4f;
-        check_layer(be, "huge products", &l, x, 6, vnni);
+        check_layer(be, "huge products", &l, x, 6, screen);
         free(x);
         free_layer(&l);
     }
@@ -230,7 +255,7 @@ int main(void) {
         layer l = make_layer(6000, 32, -1, 1, 1e-4);
         for (int64_t v = 0; v < l.V; v++) l.bias[v] = 1.0f;
         float *x = tu_randf(5 * 32, 1.0);
-        check_layer(be, "flat rows (thousands of candidates)", &l, x, 5, vnni);
+        check_layer(be, "flat rows (thousands of candidates)", &l, x, 5, screen);
         free(x);
         free_layer(&l);
     }
@@ -241,7 +266,7 @@ int main(void) {
         x[1 * 24 + 4] = NAN;
         x[2 * 24 + 9] = INFINITY;
         memset(x + 3 * 24, 0, 24 * sizeof(float));
-        check_layer(be, "NaN, inf and zero rows", &l, x, 5, vnni);
+        check_layer(be, "NaN, inf and zero rows", &l, x, 5, screen);
         l.W[17 * 24 + 2] = INFINITY; /* non-finite weights: no screen, still exact */
         void *hd = be->head_pack(be, l.W, l.bias, l.V, l.H, l.mask, MASK_VALUE);
         T_CHECK(!kernels_cpu_head_screened(hd), "an infinite weight was screened");
