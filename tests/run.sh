@@ -53,6 +53,11 @@ if [[ -z "${KF_CPU_ISA:-}" && $flags == *" avx512f "* && $flags == *" avx2 "* &&
     n="$(basename "$t")[avx2]"; [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
     run_one "$n" env KF_CPU_ISA=avx2 "$t"
   done
+  # AVX-512 without VNNI has its own int8 screen (vpmaddubsw, 512 bits)
+  t="${KF_TEST_BUILD:-build}/tests/test_kernels_cpu_head"; n="test_kernels_cpu_head[avx512]"
+  if [[ $flags == *" avx512_vnni "* && -x "$t" && ( -z "$filter" || "$n" == *"$filter"* ) ]]; then
+    run_one "$n" env KF_CPU_ISA=avx512 "$t"
+  fi
 fi
 [ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
 echo "$total_p passed, $total_f failed"

@@ -201,12 +201,76 @@ __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *
     return 0;
 }
 
-__attribute__((target("avx512f,avx512vl,avx2,fma"))) static int head_panels_avx512(
-    const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows, float *out, lane_best *best,
-    int64_t p0, int64_t p1) {
-    return head_panels_body(hd, xp, nblk, rows, out, best, p0, p1);
+/* AVX-512: 4 rows x one whole panel (2 registers) of accumulators. The fma
+ * is written out, as in the AVX2 kernel: a contraction left to gcc happens
+ * at -O2 and not at -O1, and both levels must give the same bits. */
+__attribute__((target("avx512f,fma"))) static void head_lanes_avx512(lane_best *best, __m512 l,
+                                                                     __m512i id) {
+    __m512 v = _mm512_loadu_ps(&best->val);
+    __mmask16 gt = _mm512_cmp_ps_mask(l, v, _CMP_GT_OQ); /* NaN never wins */
+    _mm512_storeu_ps(&best->val, _mm512_mask_mov_ps(v, gt, l));
+    _mm512_storeu_si512(&best->id, _mm512_mask_mov_epi32(_mm512_loadu_si512(&best->id), gt, id));
 }
 
+__attribute__((target("avx512f,fma"))) static int head_panels_avx512(const cpu_head *hd,
+                                                                     const float *xp, int64_t nblk,
+                                                                     int64_t rows, float *out,
+                                                                     lane_best *best, int64_t p0,
+                                                                     int64_t p1) {
+    int64_t H = hd->H, V = hd->V;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t p = p0; p < p1; p++) {
+        const float *w = hd->w + p * H * PANEL;
+        int64_t v0 = p * PANEL, n = V - v0 < PANEL ? V - v0 : PANEL;
+        __m512 b0 = _mm512_loadu_ps(hd->bias + v0), b1 = _mm512_loadu_ps(hd->bias + v0 + 16);
+        __m512i id0 = _mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)v0));
+        __m512i id1 = _mm512_add_epi32(id0, _mm512_set1_epi32(16));
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            const float *x = xp + blk * ROWS * H;
+            __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
+                   a21 = a00, a30 = a00, a31 = a00;
+            for (int64_t h = 0; h < H; h++) {
+                __m512 w0 = _mm512_loadu_ps(w + h * PANEL), w1 = _mm512_loadu_ps(w + h * PANEL + 16);
+                __m512 xr = _mm512_set1_ps(x[h]);
+                a00 = _mm512_fmadd_ps(xr, w0, a00);
+                a01 = _mm512_fmadd_ps(xr, w1, a01);
+                xr = _mm512_set1_ps(x[H + h]);
+                a10 = _mm512_fmadd_ps(xr, w0, a10);
+                a11 = _mm512_fmadd_ps(xr, w1, a11);
+                xr = _mm512_set1_ps(x[2 * H + h]);
+                a20 = _mm512_fmadd_ps(xr, w0, a20);
+                a21 = _mm512_fmadd_ps(xr, w1, a21);
+                xr = _mm512_set1_ps(x[3 * H + h]);
+                a30 = _mm512_fmadd_ps(xr, w0, a30);
+                a31 = _mm512_fmadd_ps(xr, w1, a31);
+            }
+            __m512 acc[ROWS][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+            for (int r = 0; r < ROWS; r++) {
+                int64_t row = blk * ROWS + r;
+                __m512 l0 = _mm512_add_ps(acc[r][0], b0), l1 = _mm512_add_ps(acc[r][1], b1);
+                if (out && row < rows) {
+                    float *o = out + row * V + v0;
+                    if (n == PANEL) {
+                        _mm512_storeu_ps(o, l0);
+                        _mm512_storeu_ps(o + 16, l1);
+                    } else {
+                        float tmp[PANEL];
+                        _mm512_storeu_ps(tmp, l0);
+                        _mm512_storeu_ps(tmp + 16, l1);
+                        memcpy(o, tmp, (size_t)n * sizeof(float));
+                    }
+                }
+                if (best) {
+                    head_lanes_avx512(&best[row * 2], l0, id0);
+                    head_lanes_avx512(&best[row * 2 + 1], l1, id1);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* CPUs without FMA: the portable body (products rounded separately). */
 static int head_panels_base(const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows,
                             float *out, lane_best *best, int64_t p0, int64_t p1) {
     return head_panels_body(hd, xp, nblk, rows, out, best, p0, p1);

@@ -13,8 +13,12 @@
 
 /* The int8 screen (cpu_head_screen.c): W quantised per vocabulary entry with
  * a rigorous bound on what quantisation can change of each logit. */
+/* The int8 dot product a screen was packed for: vpdpbusd (|qx| <= 127) or
+ * vpmaddubsw + vpmaddwd (|qx| <= 63), 512 or 256 bits wide. */
+enum { CPU_SCREEN_AVX2, CPU_SCREEN_AVX512BW, CPU_SCREEN_VNNI };
+
 typedef struct cpu_head_screen {
-    int vnni;        /* packed for vpdpbusd (|qx| <= 127), else vpmaddubsw (|qx| <= 63) */
+    int kind;        /* CPU_SCREEN_*: fixed at packing, whatever the level later */
     int64_t h4;      /* H rounded up to whole groups of 4 (one 32-bit lane) */
     int8_t *qw;      /* [panels][h4/4][PANEL][4]: round(w / sw), zeros past H and V */
     int32_t *corr;   /* [panels*PANEL] offset * sum_h qw (x's u8 offset: 128 or 64) */

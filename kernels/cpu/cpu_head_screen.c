@@ -39,6 +39,7 @@
 #define SLACK 0x1p-14
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+#define BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 
 /* x's int8 range and u8 offset per level: vpdpbusd multiplies u8 x by s8 w
@@ -49,8 +50,8 @@ typedef struct screen_level {
     int offset; /* x is stored as qx + offset (u8) */
 } screen_level;
 
-static screen_level level_params(int vnni) {
-    return vnni ? (screen_level){127, 128} : (screen_level){63, 64};
+static screen_level level_params(int kind) {
+    return kind == CPU_SCREEN_VNNI ? (screen_level){127, 128} : (screen_level){63, 64};
 }
 
 /* x rounded up to a float (bounds must not shrink when stored). */
@@ -70,7 +71,10 @@ void cpu_head_screen_pack(cpu_head *hd) {
     for (int64_t v = 0; v < hd->V; v++)
         if (!isfinite(hd->bias[v])) return;
     cpu_head_screen *s = kf_calloc(1, sizeof *s);
-    s->vnni = cpu_simd_level() >= CPU_SIMD_VNNI;
+    __builtin_cpu_init();
+    s->kind = cpu_simd_level() >= CPU_SIMD_VNNI ? CPU_SCREEN_VNNI
+              : cpu_simd_level() >= CPU_SIMD_AVX512 && __builtin_cpu_supports("avx512bw") ? CPU_SCREEN_AVX512BW
+                                                                                          : CPU_SCREEN_AVX2;
     s->h4 = h4;
     s->qw = aligned_alloc(64, (size_t)(np * h4 * PANEL));
     s->corr = aligned_alloc(64, (size_t)n * sizeof(int32_t));
@@ -97,7 +101,7 @@ void cpu_head_screen_pack(cpu_head *hd) {
                 e1 += fabs(wv - (double)sw * q); /* exact: sw*q has 31 bits */
                 a1 += fabs(wv);
             }
-            s->corr[v] = level_params(s->vnni).offset * colsum;
+            s->corr[v] = level_params(s->kind).offset * colsum;
             s->sw[v] = sw;
             s->ew1[v] = round_up(e1 * (1.0 + 1e-12));
             s->w1[v] = round_up(a1 * (1.0 + 1e-12));
@@ -157,55 +161,64 @@ static row_q quantise_row(int32_t *xq, const float *x, int64_t H, int64_t g, scr
 }
 
 /* Upper bounds of panels [p0, p1) for every row (up [rows][CHUNK*PANEL]) and
- * the running per-lane maxima of the lower bounds (lo [rows][16]). */
-VNNI_TARGET static void screen_panels_vnni(const cpu_head *hd, const int32_t *xq, const row_q *rq,
-                                           int64_t nblk, int64_t p0, int64_t p1, float *up,
-                                           float *lo) {
-    const cpu_head_screen *s = hd->screen;
-    int64_t g = s->h4 / 4;
-    for (int64_t p = p0; p < p1; p++) {
-        const int8_t *q = s->qw + p * g * PANEL * 4;
-        int64_t o = p * PANEL;
-        __m512i corr[2];
-        __m512 sw[2], bias[2], ew1[2], w1[2], babs[2];
-        for (int j = 0; j < 2; j++) {
-            corr[j] = _mm512_loadu_si512(s->corr + o + 16 * j);
-            sw[j] = _mm512_loadu_ps(s->sw + o + 16 * j);
-            bias[j] = _mm512_loadu_ps(s->bias + o + 16 * j);
-            ew1[j] = _mm512_loadu_ps(s->ew1 + o + 16 * j);
-            w1[j] = _mm512_loadu_ps(s->w1 + o + 16 * j);
-            babs[j] = _mm512_loadu_ps(s->babs + o + 16 * j);
-        }
-        for (int64_t blk = 0; blk < nblk; blk++) {
-            const int32_t *xb = xq + blk * ROWS * g;
-            __m512i acc[ROWS][2];
-            for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
-            for (int64_t k = 0; k < g; k++) {
-                __m512i w0 = _mm512_loadu_si512(q + k * PANEL * 4);
-                __m512i w1v = _mm512_loadu_si512(q + k * PANEL * 4 + 64);
-                for (int r = 0; r < ROWS; r++) {
-                    __m512i xv = _mm512_set1_epi32(xb[r * g + k]);
-                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], xv, w0);
-                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], xv, w1v);
-                }
-            }
-            for (int r = 0; r < ROWS; r++) {
-                int64_t row = blk * ROWS + r;
-                __m512 sx = _mm512_set1_ps(rq[row].sx), A = _mm512_set1_ps(rq[row].A);
-                __m512 C = _mm512_set1_ps(rq[row].C);
-                for (int j = 0; j < 2; j++) {
-                    __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], corr[j]));
-                    __m512 approx = _mm512_fmadd_ps(d, _mm512_mul_ps(sx, sw[j]), bias[j]);
-                    __m512 e = _mm512_fmadd_ps(A, ew1[j], _mm512_fmadd_ps(C, w1[j], babs[j]));
-                    _mm512_storeu_ps(lo + row * 16, _mm512_max_ps(_mm512_loadu_ps(lo + row * 16),
-                                                                   _mm512_sub_ps(approx, e)));
-                    _mm512_storeu_ps(up + row * CHUNK * PANEL + (p - p0) * PANEL + 16 * j,
-                                     _mm512_add_ps(approx, e));
-                }
-            }
-        }
-    }
+ * the running per-lane maxima of the lower bounds (lo [rows][16]), with
+ * AVX-512: whole panels, 4 rows x 2 accumulators. One source for two
+ * kernels that differ in the int8 dot step DOT(acc, x, w): VNNI's vpdpbusd,
+ * or AVX-512BW's vpmaddubsw + vpmaddwd (16-bit pair sums, |qx| <= 63). */
+#define SCREEN_PANELS_512(NAME, TARGET, DOT)                                                       \
+TARGET static void NAME(const cpu_head *hd, const int32_t *xq, const row_q *rq, int64_t nblk,      \
+                        int64_t p0, int64_t p1, float *up, float *lo) {                            \
+    const cpu_head_screen *s = hd->screen;                                                         \
+    int64_t g = s->h4 / 4;                                                                         \
+    for (int64_t p = p0; p < p1; p++) {                                                            \
+        const int8_t *q = s->qw + p * g * PANEL * 4;                                               \
+        int64_t o = p * PANEL;                                                                     \
+        __m512i corr[2];                                                                           \
+        __m512 sw[2], bias[2], ew1[2], w1[2], babs[2];                                             \
+        for (int j = 0; j < 2; j++) {                                                              \
+            corr[j] = _mm512_loadu_si512(s->corr + o + 16 * j);                                    \
+            sw[j] = _mm512_loadu_ps(s->sw + o + 16 * j);                                           \
+            bias[j] = _mm512_loadu_ps(s->bias + o + 16 * j);                                       \
+            ew1[j] = _mm512_loadu_ps(s->ew1 + o + 16 * j);                                         \
+            w1[j] = _mm512_loadu_ps(s->w1 + o + 16 * j);                                           \
+            babs[j] = _mm512_loadu_ps(s->babs + o + 16 * j);                                       \
+        }                                                                                          \
+        for (int64_t blk = 0; blk < nblk; blk++) {                                                 \
+            const int32_t *xb = xq + blk * ROWS * g;                                               \
+            __m512i acc[ROWS][2];                                                                  \
+            for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();         \
+            for (int64_t k = 0; k < g; k++) {                                                      \
+                __m512i w0 = _mm512_loadu_si512(q + k * PANEL * 4);                                \
+                __m512i w1v = _mm512_loadu_si512(q + k * PANEL * 4 + 64);                          \
+                for (int r = 0; r < ROWS; r++) {                                                   \
+                    __m512i xv = _mm512_set1_epi32(xb[r * g + k]);                                 \
+                    acc[r][0] = DOT(acc[r][0], xv, w0);                                            \
+                    acc[r][1] = DOT(acc[r][1], xv, w1v);                                           \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < ROWS; r++) {                                                       \
+                int64_t row = blk * ROWS + r;                                                      \
+                __m512 sx = _mm512_set1_ps(rq[row].sx), A = _mm512_set1_ps(rq[row].A);             \
+                __m512 C = _mm512_set1_ps(rq[row].C);                                              \
+                for (int j = 0; j < 2; j++) {                                                      \
+                    __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], corr[j]));           \
+                    __m512 approx = _mm512_fmadd_ps(d, _mm512_mul_ps(sx, sw[j]), bias[j]);         \
+                    __m512 e = _mm512_fmadd_ps(A, ew1[j], _mm512_fmadd_ps(C, w1[j], babs[j]));     \
+                    _mm512_storeu_ps(lo + row * 16, _mm512_max_ps(_mm512_loadu_ps(lo + row * 16),  \
+                                                                   _mm512_sub_ps(approx, e)));     \
+                    _mm512_storeu_ps(up + row * CHUNK * PANEL + (p - p0) * PANEL + 16 * j,         \
+                                     _mm512_add_ps(approx, e));                                    \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
 }
+
+#define DOT_VNNI(acc, x, w) _mm512_dpbusd_epi32(acc, x, w)
+#define DOT_BW(acc, x, w) \
+    _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(x, w), _mm512_set1_epi16(1)))
+SCREEN_PANELS_512(screen_panels_vnni, VNNI_TARGET, DOT_VNNI)
+SCREEN_PANELS_512(screen_panels_avx512bw, BW_TARGET, DOT_BW)
 
 /* The same with AVX2, half a panel (16 entries) at a time: 4 rows x 2
  * accumulators. vpmaddubsw gives u8*s8 pair sums in 16 bits (no saturation:
@@ -260,10 +273,11 @@ AVX2_TARGET static void screen_panels_avx2(const cpu_head *hd, const int32_t *xq
 
 static void screen_panels(const cpu_head *hd, const int32_t *xq, const row_q *rq, int64_t nblk,
                           int64_t p0, int64_t p1, float *up, float *lo) {
-    if (hd->screen->vnni)
-        screen_panels_vnni(hd, xq, rq, nblk, p0, p1, up, lo);
-    else
-        screen_panels_avx2(hd, xq, rq, nblk, p0, p1, up, lo);
+    switch (hd->screen->kind) {
+    case CPU_SCREEN_VNNI: screen_panels_vnni(hd, xq, rq, nblk, p0, p1, up, lo); break;
+    case CPU_SCREEN_AVX512BW: screen_panels_avx512bw(hd, xq, rq, nblk, p0, p1, up, lo); break;
+    default: screen_panels_avx2(hd, xq, rq, nblk, p0, p1, up, lo);
+    }
 }
 
 /* The exact kernel's logit v of row x: the same multiply-add chain, bit for bit. */
@@ -307,7 +321,7 @@ CPU_INLINE int push_candidate(screen_ws *w, int64_t row, int32_t v, float u, flo
 
 /* Keeps the candidates of the chunk starting at panel p0 whose upper bound
  * reaches T, 16 bounds tested at once (most groups have none). */
-VNNI_TARGET static void screen_collect_vnni(screen_ws *w, int64_t row, int64_t p0, int64_t np) {
+__attribute__((target("avx512f"))) static void screen_collect_512(screen_ws *w, int64_t row, int64_t p0, int64_t np) {
     float T = w->T[row] = fmaxf(w->T[row], _mm512_reduce_max_ps(_mm512_loadu_ps(w->lo + row * 16)));
     const float *up = w->up + row * CHUNK * PANEL;
     __m512 t = _mm512_set1_ps(T);
@@ -350,7 +364,7 @@ void cpu_head_screen_argmax(kf_backend *b, const cpu_head *hd, const float *xp, 
     row_q *rq = (row_q *)(sd + xq_f);
     size_t per = (size_t)rp * (CHUNK * PANEL + 16 + 1 + 2 * CAP + 2) + 16;
     float *sc = cpu_scratch(b, CPU_SCRATCH_C, per * (size_t)nt);
-    screen_level lv = level_params(hd->screen->vnni);
+    screen_level lv = level_params(hd->screen->kind);
     for (int64_t r = 0; r < rp; r++) rq[r] = quantise_row(xq + r * g, xp + r * H, H, g, lv);
     screen_ws *ws = kf_malloc((size_t)nt * sizeof *ws);
     int nused = 1;
@@ -380,8 +394,8 @@ void cpu_head_screen_argmax(kf_backend *b, const cpu_head *hd, const float *xp, 
             screen_panels(hd, xq, rq, nblk, p0, p1, w->up, w->lo);
             for (int64_t r = 0; r < rows; r++)
                 if (rq[r].ok && !w->full[r]) {
-                    if (hd->screen->vnni)
-                        screen_collect_vnni(w, r, p0, p1 - p0);
+                    if (hd->screen->kind != CPU_SCREEN_AVX2)
+                        screen_collect_512(w, r, p0, p1 - p0);
                     else
                         screen_collect_avx2(w, r, p0, p1 - p0);
                 }
