@@ -11,8 +11,9 @@ OPT      ?= -O3 -march=x86-64-v2
 CUDA     ?= 0
 MPI      ?= $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
+SAN      ?=
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
-CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread
+CFLAGS   += -std=c11 $(OPT) $(SAN) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread
 LDLIBS   += -lyaml -llmdb -larchive -lz -lopenblas -lm -lpthread -fopenmp
 
 ifeq ($(MPI),1)
@@ -34,7 +35,7 @@ endif
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-isa test-cuda tests clean bench cuda-check
+.PHONY: all test test-isa test-asan test-tsan test-cuda tests clean bench cuda-check
 all: $(BIN)
 
 $(BUILD)/libkf.a: $(OBJ)
@@ -66,6 +67,23 @@ test: tests
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory cuda-check; else echo "nvcc not found: CUDA backend not compiled"; fi
 	tests/run.sh $(T)
 
+# Sanitizers, each in its own build directory: the whole CPU suite under
+# ASan + UBSan (any report fails the test that triggered it), and the
+# threaded parts (shard builder, data loader, overlapped all-reduce) under
+# TSan. tests/sanitizers/ holds the suppressions for third-party libraries.
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+SAN_ENV := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:check_initialization_order=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	TSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1
+test-asan:
+	$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/kf OPT=-O1 SAN="$(ASAN_FLAGS)" tests
+	$(SAN_ENV) KF_SANITIZER=asan KF_BIN=build-asan/kf KF_TEST_BUILD=build-asan tests/run.sh $(T)
+test-tsan:
+	$(MAKE) --no-print-directory BUILD=build-tsan BIN=build-tsan/kf OPT=-O1 SAN="$(TSAN_FLAGS)" tests
+	$(SAN_ENV) KF_SANITIZER=tsan KF_BIN=build-tsan/kf KF_TEST_BUILD=build-tsan tests/run.sh $(or $(T),$(TSAN_TESTS))
+
 # The whole CPU suite with the kernels forced to one SIMD level (base, avx2,
 # avx512, vnni: at most what this CPU has), e.g. make test-isa ISA=avx2.
 test-isa: tests
@@ -79,6 +97,6 @@ test-cuda:
 	KF_TEST_CUDA=1 KF_BIN=build-cuda/kf KF_TEST_BUILD=build-cuda tests/run.sh cuda
 
 clean:
-	rm -rf build build-cuda bin
+	rm -rf build build-cuda build-asan build-tsan bin
 
 -include $(OBJ:.o=.d) $(BUILD)/kf.d

@@ -64,10 +64,11 @@ int rundir_load(const char *run, int n_over, char *const *over, runconfig **out,
     runconfig *rc;
     if (runconfig_load(p, 0, NULL, &rc, err)) return -1;
     if (strcmp(rc->hash, recorded)) {
-        runconfig_free(rc);
-        return kf_err_set(err, "%s: changed after the run was made (sha256 %.12s..., recorded %.12s...): "
-                          "the run's stages were trained under the recorded config; restore it or start a new run",
-                          p, rc->hash, recorded);
+        kf_err_set(err, "%s: changed after the run was made (sha256 %.12s..., recorded %.12s...): "
+                   "the run's stages were trained under the recorded config; restore it or start a new run",
+                   p, rc->hash, recorded);
+        runconfig_free(rc); /* after the message: it names rc->hash */
+        return -1;
     }
     if (n_over) {
         runconfig_free(rc);

@@ -27,7 +27,7 @@ void tok_bytes_append(tok_bytes *b, const void *p, size_t n)
         b->cap = 2 * (b->n + n) + 256;
         b->v = kf_realloc(b->v, b->cap);
     }
-    memcpy(b->v + b->n, p, n);
+    if (n) memcpy(b->v + b->n, p, n); /* p may be NULL when n is 0 */
     b->n += n;
 }
 

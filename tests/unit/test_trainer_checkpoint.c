@@ -151,6 +151,7 @@ int main(void) {
     T_CHECK(ckpt_resolve_teacher(path, tf, sizeof tf, sha, &err) == 0 && strstr(tf, "ema.safetensors"), "checkpoint dir as teacher");
 
     model_free(m), model_free(m2);
+    b->free(b, ema), b->free(b, am), b->free(b, av), b->free(b, e2), b->free(b, am2), b->free(b, av2);
     b->destroy(b);
     dist_finalize(&d);
     fs_rm_rf(dir, &err);

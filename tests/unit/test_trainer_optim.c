@@ -115,6 +115,7 @@ int main(void) {
     b->download(b, he, e, N * 4);
     T_CLOSE(he[10], 0.5f * before[10] + 0.5f * h0[10], 1e-6, "EMA update");
 
+    b->free(b, p), b->free(b, g), b->free(b, m), b->free(b, v), b->free(b, e);
     b->destroy(b);
     free(hp), free(hg), free(h0), free(he), free(before), free(ebefore);
     return T_DONE();
