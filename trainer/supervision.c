@@ -358,10 +358,20 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
 void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,
                const int32_t *valid_len, const uint64_t *keys) {
     /* Teacher passes run batch-invariant: a sample's targets must not depend on
-     * the batch it is in, or the student sees contradictory supervision. */
+     * the batch it is in, or the student sees contradictory supervision. They
+     * also run in fp32 whatever the student's precision phase, as the released
+     * teacher does: fp16 rounding moves inverse-CDF samples into neighbouring
+     * bins, and the noise -> token map would change again at the fp32 switch. */
     kf_backend *tbe = s->teacher ? s->teacher->be : NULL;
     int saved_invariant = tbe ? tbe->batch_invariant : 0;
-    if (tbe) tbe->batch_invariant = 1;
+    kf_precision saved_precision = tbe ? tbe->precision : KF_PREC_FP32;
+    if (tbe) {
+        tbe->batch_invariant = 1;
+        tbe->set_precision(tbe, KF_PREC_FP32);
+    }
     sup_build_targets(s, out, tokens, B, n, valid_len, keys);
-    if (tbe) tbe->batch_invariant = saved_invariant;
+    if (tbe) {
+        tbe->batch_invariant = saved_invariant;
+        tbe->set_precision(tbe, saved_precision);
+    }
 }
