@@ -105,6 +105,9 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
         opt_int_min(n, "eval_batches", &o->eval_batches, 1, err))
         return -1;
     o->seed = (uint64_t)seed;
+    bool ema_warmup;
+    if (cfg_opt_bool(n, "ema_warmup", o->ema_warmup, &ema_warmup, err)) return -1;
+    o->ema_warmup = ema_warmup;
     const char *ob;
     if (cfg_opt_str(n, "output_bias", o->unigram_bias ? "unigram" : "zero", &ob, err)) return -1;
     if (strcmp(ob, "zero") && strcmp(ob, "unigram"))

@@ -13,6 +13,8 @@
  *     lr: 1.0e-4           warmup: 0            # linear warmup steps, then constant
  *     beta1: 0.9  beta2: 0.999  eps: 1.0e-6  weight_decay: 0.0
  *     ema: 0.999  clip: 1.0                     # clip <= 0 disables clipping
+ *     ema_warmup: false    # true: MDLM's warm-up (the release's checkpoints): the
+ *                          # decay of update u (1-based) is min(ema, (1+u)/(10+u))
  *     seed: 1234
  *     checkpoint_every: 100  keep_checkpoints: 3
  *     log_every: 10                             # human line every N steps (JSONL: every step)
@@ -91,6 +93,7 @@ typedef struct runconfig_opts {
     int64_t warmup;           /* linear warmup steps (0 = none) */
     double beta1, beta2, eps, weight_decay;
     double ema;               /* EMA decay */
+    int ema_warmup;           /* MDLM's EMA warm-up (optim_ema_decay); the paper: off */
     double clip;              /* global grad-norm clip; <= 0 disables */
     uint64_t seed;
     int64_t checkpoint_every; /* steps between checkpoints (0: only final/preempt) */

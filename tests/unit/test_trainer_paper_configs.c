@@ -28,6 +28,7 @@ static void check_stage(const char *cfg, const runconfig_stage *s) {
     T_CLOSE(o->weight_decay, 0.0, 0, "weight decay");
     T_CLOSE(o->clip, 1.0, 0, "clip");
     T_CLOSE(o->ema, 0.999, 0, "EMA decay");
+    T_CHECK(!o->ema_warmup, "%s %s: the paper's EMA has no warm-up", cfg, s->name);
 }
 
 /* Stages 1-3: fp16 for the first 400K steps, then fp32 (paper, "Precision schedule"). */
