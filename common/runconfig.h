@@ -7,6 +7,10 @@
  *   data: {train: DIR, valid: DIR}               # shard sets (manifest.yaml inside)
  *   shards: ...                                  # owned by `kf shards build`; not read here
  *   model: {hidden: 128, heads: 4, blocks: 4, vocab: 50258, seq_len: 128}
+ *                        # mask_id: N (optional): the mask token, whose logit is
+ *                        # forced to -1000 (model.h); default: the id past the
+ *                        # data's vocabulary when model.vocab is larger (OWT:
+ *                        # GPT-2 + MDLM's added mask), else none
  *   defaults:                                    # training options for every stage
  *     batch: 32            # GLOBAL batch (samples per optimizer step, all ranks)
  *     micro_batch: 0       # samples per rank per forward/backward; 0 = batch / ranks
@@ -125,6 +129,7 @@ typedef struct runconfig_stage {
 
 typedef struct runconfig_model {
     int64_t hidden, heads, blocks, vocab, seq_len;
+    int64_t mask_id;           /* as written; -1: automatic (runconfig_mask_id) */
 } runconfig_model;
 
 typedef struct runconfig_resources {
@@ -158,6 +163,11 @@ typedef struct runconfig {
  * @param err "FILE:LINE:COL: key.path: what" on failure.
  * @return 0 or -1. */
 int runconfig_load(const char *path, int n_over, char *const *over, runconfig **out, kf_err *err);
+
+/** The model's mask token for data of data_vocab ids: model.mask_id when
+ * given, else data_vocab when model.vocab is larger (the added mask token),
+ * else -1 (none). */
+int64_t runconfig_mask_id(const runconfig_model *m, int64_t data_vocab);
 
 /** The stage called name, or NULL. */
 const runconfig_stage *runconfig_stage_find(const runconfig *rc, const char *name);

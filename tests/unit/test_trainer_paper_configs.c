@@ -39,7 +39,8 @@ static void check_kf_precision(const char *cfg, const runconfig_stage *s) {
     T_CHECK(runconfig_precision_at(o, 0) == RC_PREC_FP16, "%s %s: step 0 in fp16", cfg, s->name);
 }
 
-static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_trained) {
+static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_trained,
+                       int64_t data_vocab, int64_t mask_id) {
     runconfig *rc = load(path);
     if (!rc) return;
     const runconfig_model *m = &rc->model;
@@ -49,6 +50,8 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
     T_CHECK(m->vocab == vocab, "%s: vocab got %lld want %lld", path, (long long)m->vocab, (long long)vocab);
     T_CHECK(m->seq_len == seq_len, "%s: seq_len got %lld want %lld", path, (long long)m->seq_len,
             (long long)seq_len);
+    T_CHECK(runconfig_mask_id(m, data_vocab) == mask_id, "%s: mask token got %lld want %lld (MDLM's)", path,
+            (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
     T_CHECK(rc->n_stages == 4, "%s: ar, k1, k2, k4; got %d stages", path, rc->n_stages);
     if (rc->n_stages != 4) goto out;
     const int64_t ks[4] = {1, 1, 2, 4};
@@ -80,8 +83,9 @@ out:
 }
 
 int main(void) {
-    check_main("configs/lm1b.yaml", 30522, 128, 1);
-    check_main("configs/owt.yaml", 50258, 1024, 0);
+    /* LM1B: bert-base-uncased's [MASK] = 103; OWT: the id MDLM adds past GPT-2's 50257 */
+    check_main("configs/lm1b.yaml", 30522, 128, 1, 30522, 103);
+    check_main("configs/owt.yaml", 50258, 1024, 0, 50257, 50257);
 
     /* the temperature appendix: LM1B, k = 1 from the AR teacher, tau ~ U[0.01, 1] */
     runconfig *rc = load("configs/lm1b-temperature.yaml");
