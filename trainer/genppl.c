@@ -26,8 +26,9 @@ static void usage(FILE *f) {
             "vocab.json and merges.txt as published. Each line of FILE is a `kf sample` object:\n"
             "\"prefix\" and \"completion\" as id arrays (detokenised with --vocab, the generating\n"
             "model's tokenizer: BERT ids (LM1B) are decoded and cleaned up as Hugging Face does,\n"
-            "then re-tokenised with GPT-2) or as strings (used as they are). The completion is\n"
-            "cut at its first EOS; special tokens are dropped; the prefix is scored with it.\n"
+            "then re-tokenised with GPT-2) or as strings (the release's output: used as they\n"
+            "are, cut at the first <|endoftext|> or [SEP]). The completion is cut at its first\n"
+            "EOS; special tokens are dropped; the prefix is scored with it.\n"
             "Texts are scored in windows of the evaluator's context (each restarting it), every\n"
             "token after a window's first counted; Gen-PPL = exp(total NLL / tokens).\n"
             "\n"
@@ -182,8 +183,16 @@ static int sample_text(const json *o, const tok *gen, tok_bytes *txt, kf_err *er
     const json *pre = json_get(o, "prefix"), *comp = json_get(o, "completion");
     if (!comp) return kf_err_set(err, "line %d: no \"completion\"", (int)o->line);
     if (comp->type == JSON_STRING) {
+        /* text as the release writes it: decoded with special tokens kept, the
+         * completion ending with its EOS; cut there */
+        size_t n = comp->str.len;
+        const char *eos[] = {"<|endoftext|>", "[SEP]"};
+        for (int i = 0; i < 2; i++) {
+            const char *at = strstr(comp->str.s, eos[i]);
+            if (at && (size_t)(at - comp->str.s) < n) n = (size_t)(at - comp->str.s);
+        }
         if (pre && pre->type == JSON_STRING) tok_bytes_append(txt, pre->str.s, pre->str.len);
-        tok_bytes_append(txt, comp->str.s, comp->str.len);
+        tok_bytes_append(txt, comp->str.s, n);
         return 0;
     }
     if (comp->type != JSON_ARRAY || (pre && pre->type != JSON_ARRAY))

@@ -8,7 +8,8 @@
  *      generating model's tokenizer (--vocab); a BERT (LM1B) decode is
  *      followed by Hugging Face's clean_up_tokenization (" ." -> ".",
  *      " ' " -> "'", " n't" -> "n't", ...), as MDLM's batch_decode does.
- *      Samples given as text (strings) are used as they are.
+ *      Samples given as text (strings: the release's output) are used as
+ *      they are, the completion cut at its first "<|endoftext|>" or "[SEP]".
  *   2. re-tokenised with the evaluator's GPT-2 tokenizer (no special tokens
  *      added), truncated to max_length tokens;
  *   3. scored in windows of the evaluator's context (n_positions), each

@@ -97,6 +97,18 @@ check "lm1b: mean NLL matches the reference to 1e-6" agree "$T/outb" "$T/refb" n
 check "lm1b: Gen-PPL matches the reference to 1e-5" agree "$T/outb" "$T/refb" gen_ppl 1e-5
 check "lm1b: entropy matches the reference" agree "$T/outb" "$T/refb" entropy 1e-9
 
+# the same samples as text (the release's output: decoded, EOS kept) score the same
+cat >"$T/text.jsonl" <<'EOF'
+{"prefix": "The city council voted on Tuesday to approve", "completion": " the budget, which includes money for schools.<|endoftext|>,-."}
+{"prefix": "Scientists say the new study shows that", "completion": " the drug works well in mice."}
+EOF
+head -n 2 "$T/owt.jsonl" >"$T/owt2.jsonl"
+"$KF" eval genppl "$T/owt2.jsonl" --evaluator "$T/ok" --vocab data/vocab/gpt2 >"$T/ids.out" 2>/dev/null
+"$KF" eval genppl "$T/text.jsonl" --evaluator "$T/ok" >"$T/text.out" 2>"$T/err"; rc=$?
+check "text samples exit 0 (rc $rc): $(cat "$T/err")" [ $rc -eq 0 ]
+check "text samples: the ids' tokens" agree "$T/text.out" "$T/ids.out" tokens 0
+check "text samples: the ids' NLL" agree "$T/text.out" "$T/ids.out" nll 1e-12
+
 # usage errors
 "$KF" eval genppl "$T/lm1b.jsonl" --evaluator "$T/ok" >"$T/out" 2>&1; rc=$?
 check "id arrays without --vocab exit 1 saying so (rc $rc)" exits_saying $rc 1 "$T/out" 'need --vocab'
