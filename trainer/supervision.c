@@ -133,15 +133,14 @@ void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t tar
                          double *hi) {
     double mx = -INFINITY;
     for (int64_t v = 0; v < V; v++) mx = fmax(mx, (double)logits[v] / tau);
-    double sum = 0;
-    for (int64_t v = 0; v < V; v++) sum += exp((double)logits[v] / tau - mx);
     /* the target's rank among ids by descending probability (ties: lower id
      * first) decides which probabilities come before it: those of higher
      * probability; comparing the scaled logits orders them the same way */
-    double lt = (double)logits[target] / tau, before = 0;
+    double lt = (double)logits[target] / tau, sum = 0, before = 0;
     for (int64_t v = 0; v < V; v++) {
-        double l = (double)logits[v] / tau;
-        if (l > lt || (l == lt && v < target)) before += exp(l - mx);
+        double l = (double)logits[v] / tau, e = exp(l - mx);
+        sum += e;
+        if (l > lt || (l == lt && v < target)) before += e;
     }
     *lo = before / sum;
     *hi = *lo + exp(lt - mx) / sum;
