@@ -59,9 +59,10 @@ static void usage(FILE *f) {
             "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
             "data's sequence length (capped by every model's context; the last step emits fewer\n"
             "than k tokens when k does not divide the length), one warm-up and R timed runs per\n"
-            "method and batch size; tokens/s = generated\n"
-            "tokens (special tokens included) / wall-clock seconds, averaged over the runs (the\n"
-            "methods take turns run by run, so a load change on a shared machine hits all alike).\n"
+            "method and batch size; tokens/s = generated tokens (special tokens included) /\n"
+            "wall-clock seconds, averaged over the runs (the methods take turns run by run, so a\n"
+            "load change on a shared machine hits all alike). Decoding is the released sampler's:\n"
+            "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
             "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
             "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
             "\n"
@@ -69,8 +70,8 @@ static void usage(FILE *f) {
             "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
             "  --runs R       timed runs after the warm-up (default 5)\n"
             "  --tau T        temperature (default 1)\n"
-            "  --freq-penalty P  PFLM decoding's frequency penalty (default 0.5, the released\n"
-            "                 sampler's; AR samples without one, as the release does)\n"
+            "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
+            "                 0: the fused argmax path; AR samples without one, as the release)\n"
             "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n");
 }
 

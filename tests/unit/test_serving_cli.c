@@ -163,6 +163,8 @@ static void bench_tests(void) {
     T_CHECK(run(bench_decode_main, cmd) == 1, "missing checkpoint exits 1");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 0", T, T);
     T_CHECK(run(bench_decode_main, cmd) == 2, "--batch 0 is a usage error");
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --freq-penalty -0.5", T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 2, "a negative --freq-penalty is a usage error");
     T_CHECK(run(bench_decode_main, "decode --data x") == 2, "no checkpoint is a usage error");
 }
 
