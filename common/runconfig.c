@@ -105,6 +105,9 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
         opt_int_min(n, "eval_batches", &o->eval_batches, 1, err))
         return -1;
     o->seed = (uint64_t)seed;
+    bool ema_warmup;
+    if (cfg_opt_bool(n, "ema_warmup", o->ema_warmup, &ema_warmup, err)) return -1;
+    o->ema_warmup = ema_warmup;
     const char *ob;
     if (cfg_opt_str(n, "output_bias", o->unigram_bias ? "unigram" : "zero", &ob, err)) return -1;
     if (strcmp(ob, "zero") && strcmp(ob, "unigram"))
@@ -353,7 +356,8 @@ static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
         cfg_get_int(root, "model.heads", &m->heads, err) ||
         cfg_get_int(root, "model.blocks", &m->blocks, err) ||
         cfg_get_int(root, "model.vocab", &m->vocab, err) ||
-        cfg_get_int(root, "model.seq_len", &m->seq_len, err))
+        cfg_get_int(root, "model.seq_len", &m->seq_len, err) ||
+        cfg_opt_int(root, "model.mask_id", -1, &m->mask_id, err))
         return -1;
     if (m->heads < 1 || m->hidden < 2 || m->hidden % m->heads || (m->hidden / m->heads) % 2)
         return cfg_err_at(cfg_find(root, "model.hidden"), err,
@@ -363,6 +367,8 @@ static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
         return cfg_err_at(cfg_find(root, "model.vocab"), err, "must be in [2, 2^30]");
     if (m->seq_len < 2 || m->seq_len > (1 << 20))
         return cfg_err_at(cfg_find(root, "model.seq_len"), err, "must be in [2, 2^20]");
+    if (m->mask_id < -1 || m->mask_id >= m->vocab)
+        return cfg_err_at(cfg_find(root, "model.mask_id"), err, "must be in [0, vocab) (or -1: automatic)");
 
     cfg_node *defaults = cfg_find(root, "defaults");
     if (defaults && defaults->kind != CFG_MAP)
@@ -400,6 +406,11 @@ int runconfig_load(const char *path, int n_over, char *const *over, runconfig **
     cfg_free(root);
     *out = rc;
     return 0;
+}
+
+int64_t runconfig_mask_id(const runconfig_model *m, int64_t data_vocab) {
+    if (m->mask_id >= 0) return m->mask_id;
+    return m->vocab > data_vocab ? data_vocab : -1;
 }
 
 const runconfig_stage *runconfig_stage_find(const runconfig *rc, const char *name) {

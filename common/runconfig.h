@@ -7,12 +7,18 @@
  *   data: {train: DIR, valid: DIR}               # shard sets (manifest.yaml inside)
  *   shards: ...                                  # owned by `kf shards build`; not read here
  *   model: {hidden: 128, heads: 4, blocks: 4, vocab: 50258, seq_len: 128}
+ *                        # mask_id: N (optional): the mask token, whose logit is
+ *                        # forced to -1000 (model.h); default: the id past the
+ *                        # data's vocabulary when model.vocab is larger (OWT:
+ *                        # GPT-2 + MDLM's added mask), else none
  *   defaults:                                    # training options for every stage
  *     batch: 32            # GLOBAL batch (samples per optimizer step, all ranks)
  *     micro_batch: 0       # samples per rank per forward/backward; 0 = batch / ranks
  *     lr: 1.0e-4           warmup: 0            # linear warmup steps, then constant
  *     beta1: 0.9  beta2: 0.999  eps: 1.0e-6  weight_decay: 0.0
  *     ema: 0.999  clip: 1.0                     # clip <= 0 disables clipping
+ *     ema_warmup: false    # true: MDLM's warm-up (the release's checkpoints): the
+ *                          # decay of update u (1-based) is min(ema, (1+u)/(10+u))
  *     seed: 1234
  *     checkpoint_every: 100  keep_checkpoints: 3
  *     log_every: 10                             # human line every N steps (JSONL: every step)
@@ -91,6 +97,7 @@ typedef struct runconfig_opts {
     int64_t warmup;           /* linear warmup steps (0 = none) */
     double beta1, beta2, eps, weight_decay;
     double ema;               /* EMA decay */
+    int ema_warmup;           /* MDLM's EMA warm-up (optim_ema_decay); the paper: off */
     double clip;              /* global grad-norm clip; <= 0 disables */
     uint64_t seed;
     int64_t checkpoint_every; /* steps between checkpoints (0: only final/preempt) */
@@ -122,6 +129,7 @@ typedef struct runconfig_stage {
 
 typedef struct runconfig_model {
     int64_t hidden, heads, blocks, vocab, seq_len;
+    int64_t mask_id;           /* as written; -1: automatic (runconfig_mask_id) */
 } runconfig_model;
 
 typedef struct runconfig_resources {
@@ -155,6 +163,11 @@ typedef struct runconfig {
  * @param err "FILE:LINE:COL: key.path: what" on failure.
  * @return 0 or -1. */
 int runconfig_load(const char *path, int n_over, char *const *over, runconfig **out, kf_err *err);
+
+/** The model's mask token for data of data_vocab ids: model.mask_id when
+ * given, else data_vocab when model.vocab is larger (the added mask token),
+ * else -1 (none). */
+int64_t runconfig_mask_id(const runconfig_model *m, int64_t data_vocab);
 
 /** The stage called name, or NULL. */
 const runconfig_stage *runconfig_stage_find(const runconfig *rc, const char *name);

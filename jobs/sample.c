@@ -45,9 +45,11 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
                       const char *out_path, result *r, kf_err *err) {
     char kbuf[16];
     snprintf(kbuf, sizeof kbuf, "%d", k);
+    /* explicit, not kf sample's defaults: plain push-forward decoding (no
+     * frequency penalty) at every k, so the tokens/s compare like for like */
     char *argv[] = {(char *)kf, "sample", (char *)ckpt, "--k", kbuf, "--prefix-file", (char *)prefixes,
                     "--vocab", (char *)vocab, "--n-per-prefix", PER_PROMPT, "--max-new", MAX_NEW,
-                    "--seed", "1", NULL};
+                    "--seed", "1", "--tau", "1", "--freq-penalty", "0", NULL};
     char *out;
     int code = proc_capture(argv, &out, false, err);
     if (code < 0) return -1;

@@ -6,8 +6,12 @@
  *               64 for `wrap` (OWT-style) data unless --prefix-len says
  *   length      generate up to the data's sequence length (6 -> 128,
  *               64 -> 1024), capped so every method's cache fits the model's
- *               context, rounded down to a multiple of every k benchmarked
- *               (fixed stride: each step emits exactly k tokens per sequence)
+ *               context; when k does not divide it, the last step emits the
+ *               tokens left (decode.h), so LM1B's 122 new tokens run at k = 3
+ *               and 4 as in the paper
+ *   sampler     the released one: PFLM tokens are argmaxes under a frequency
+ *               penalty (default 0.5, --freq-penalty), AR tokens inverse-CDF
+ *               samples at tau without one
  *   timing      per (method, batch size): one warm-up run, then R timed runs
  *               (default 5) of trainer/decode.h's decode_run, each model's
  *               output layer packed once beforehand (model_heads_pack, as a
@@ -53,10 +57,12 @@ static void usage(FILE *f) {
             "\n"
             "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
             "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
-            "data's sequence length (capped by every model's context, rounded down to a multiple of\n"
-            "every k), one warm-up and R timed runs per method and batch size; tokens/s = generated\n"
-            "tokens (special tokens included) / wall-clock seconds, averaged over the runs (the\n"
-            "methods take turns run by run, so a load change on a shared machine hits all alike).\n"
+            "data's sequence length (capped by every model's context; the last step emits fewer\n"
+            "than k tokens when k does not divide the length), one warm-up and R timed runs per\n"
+            "method and batch size; tokens/s = generated tokens (special tokens included) /\n"
+            "wall-clock seconds, averaged over the runs (the methods take turns run by run, so a\n"
+            "load change on a shared machine hits all alike). Decoding is the released sampler's:\n"
+            "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
             "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
             "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
             "\n"
@@ -64,6 +70,8 @@ static void usage(FILE *f) {
             "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
             "  --runs R       timed runs after the warm-up (default 5)\n"
             "  --tau T        temperature (default 1)\n"
+            "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
+            "                 0: the fused argmax path; AR samples without one, as the release)\n"
             "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n");
 }
 
@@ -94,7 +102,11 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
+/* The released sampler: PFLM argmaxes under the frequency penalty, AR samples without it. */
+static decode_opts method_opts(const method *x, double tau, double pen, int64_t N, int64_t seed) {
+    return (decode_opts){.k = x->k, .tau = tau, .max_new = N, .seed = (uint64_t)seed,
+                         .freq_penalty = x->m->cfg.kind == MODEL_AR ? 0.0f : (float)pen};
+}
 
 /* Reads B prefixes of P tokens: the first validation samples with >= P valid tokens. */
 static int read_prefixes(const char *dir, int64_t *P, int64_t B, int32_t **out, int64_t *seq_len,
@@ -161,7 +173,7 @@ int bench_decode_main(int argc, char **argv) {
     const char *json_path = "bench-decode.json", *png_path = "bench-decode.png";
     int nck = 0, nb = 3, nk = 3;
     int64_t bs[MAX_LIST] = {4, 16, 128}, ks[MAX_LIST] = {2, 3, 4}, P = 0, N = 0, runs = 5, seed = 1;
-    double tau = 1.0;
+    double tau = 1.0, pen = DECODE_FREQ_PENALTY_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -194,6 +206,7 @@ int bench_decode_main(int argc, char **argv) {
         else if (!strcmp(a, "--runs")) ok = (runs = strtoll(v, &end, 10)) >= 1 && !*end;
         else if (!strcmp(a, "--seed")) ok = (seed = strtoll(v, &end, 10)) >= 0 && !*end;
         else if (!strcmp(a, "--tau")) ok = (tau = strtod(v, &end)) > 0 && !*end;
+        else if (!strcmp(a, "--freq-penalty")) ok = (pen = strtod(v, &end)) >= 0 && !*end;
         else ok = 0;
         if (!ok) {
             fprintf(stderr, "kf bench decode: bad option '%s %s'\n", a, v);
@@ -224,7 +237,6 @@ int bench_decode_main(int argc, char **argv) {
     model *models[MAX_METHODS] = {0};
     model_heads *heads[MAX_METHODS] = {0};
     int nm = 0, ar = -1, code = KF_EXIT_ERROR;
-    int64_t step_lcm = 1;
     for (int c = 0; c < nck; c++) {
         model *m = models[c] = load(be, ckpts[c], &err);
         if (!m) goto done;
@@ -248,7 +260,6 @@ int bench_decode_main(int argc, char **argv) {
             if (nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
             snprintf(x->label, sizeof x->label, "%s%s k=%lld", m->cfg.head == HEAD_MTP ? "MTP" : "KF", tag,
                      (long long)ks[j]);
-            step_lcm = step_lcm / gcd(step_lcm, ks[j]) * ks[j];
             any = 1;
         }
         if (!any) {
@@ -258,16 +269,12 @@ int bench_decode_main(int argc, char **argv) {
         }
     }
     /* completion length: the protocol's, capped by every method's context */
-    int explicit_n = N > 0;
-    if (!explicit_n) {
+    if (N == 0) {
         N = data_len - P;
         for (int i = 0; i < nm; i++) {
-            const model_config *c = &mt[i].m->cfg;
-            int64_t noise = c->kind == MODEL_AR ? 0 : c->head == HEAD_MTP ? 1 : mt[i].k;
-            int64_t room = c->seq_len - P - noise;
-            N = room < N ? room : N;
+            decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
+            while (N >= 1 && decode_cache_rows(mt[i].m, &o, P) > mt[i].m->cfg.seq_len) o.max_new = --N;
         }
-        N -= N % step_lcm;
         if (N < 1) {
             kf_err_set(&err, "a prefix of %lld tokens leaves no room to generate in the models' context",
                        (long long)P);
@@ -275,7 +282,7 @@ int bench_decode_main(int argc, char **argv) {
         }
     }
     for (int i = 0; i < nm; i++) {
-        decode_opts o = {.k = mt[i].k, .tau = tau, .max_new = N, .seed = (uint64_t)seed};
+        decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
         if (decode_check(mt[i].m, &o, P, &err)) {
             char msg[sizeof err.msg];
             snprintf(msg, sizeof msg, "%s", err.msg);
@@ -284,8 +291,8 @@ int bench_decode_main(int argc, char **argv) {
         }
     }
     printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new tokens, "
-           "1 warm-up + %lld timed runs, tau %g\n",
-           be->name, (long long)P, data, (long long)N, (long long)runs, tau);
+           "1 warm-up + %lld timed runs, tau %g, PFLM frequency penalty %g\n",
+           be->name, (long long)P, data, (long long)N, (long long)runs, tau, pen);
     uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
     int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
     for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
@@ -294,7 +301,7 @@ int bench_decode_main(int argc, char **argv) {
         for (int i = 0; i < nm; i++) sum[i] = sum2[i] = 0;
         for (int64_t r = 0; r <= runs; r++) /* r = 0: warm-up */
             for (int i = 0; i < nm; i++) {
-                decode_opts o = {.k = mt[i].k, .tau = tau, .max_new = N, .seed = (uint64_t)seed};
+                decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
                 double t0 = now();
                 decode_run(mt[i].m, mt[i].heads, pre, bs[b], P, &o, keys, out);
                 double tps = (double)(bs[b] * N) / (now() - t0);

@@ -235,7 +235,7 @@ int bench_train_main(int argc, char **argv) {
         if (!want) continue;
         model_config base = {.hidden = rc->model.hidden, .heads = rc->model.heads,
                              .blocks = rc->model.blocks, .vocab = rc->model.vocab,
-                             .seq_len = rc->model.seq_len, .mask_id = rc->model.vocab > dv ? dv : -1,
+                             .seq_len = rc->model.seq_len, .mask_id = runconfig_mask_id(&rc->model, dv),
                              .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
         sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
                          .k = st->kind == RC_KIND_AR ? 1 : st->k};

@@ -8,7 +8,8 @@
  * targets (the teacher's exact k-token inverse-CDF blocks), a PFLM(k/2)
  * teacher self-forcing targets; --supervision picks the noise-inversion ones
  * (the ablation's variants A and B). `kf eval --completions ...` is the
- * completion-quality report of trainer/quality.h. */
+ * completion-quality report of trainer/quality.h, `kf eval genppl ...` the
+ * paper's Gen-PPL under a Hugging Face GPT-2 (trainer/genppl.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "pipeline/shard_reader.h"
 #include "trainer/checkpoint.h"
 #include "trainer/eval.h"
+#include "trainer/genppl.h"
 #include "trainer/model.h"
 #include "trainer/omp_env.h"
 #include "trainer/quality.h"
@@ -30,6 +32,7 @@ static void usage(FILE *f) {
             "               [--tau T] [--split valid|train] [--samples N] [--batch B] [--seed S]\n"
             "               [--backend cpu|cuda|auto]\n"
             "       kf eval --completions FILE.jsonl --evaluator CKPT ...   (see --completions --help)\n"
+            "       kf eval genppl FILE.jsonl --evaluator GPT2_DIR ...     (see genppl --help)\n"
             "\n"
             "AR checkpoint: validation next-token NLL and perplexity. PFLM checkpoint: per-position\n"
             "NLL L_1..L_K, per-position and whole-block accuracy against targets built as in\n"
@@ -55,6 +58,7 @@ static int load_ckpt(kf_backend *be, const char *ref, model **out, kf_err *err) 
 }
 
 int eval_main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "genppl")) return genppl_main(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--completions")) return quality_eval_main(argc, argv);
     const char *ckpt = NULL, *data = NULL, *teacher_ref = NULL, *sup_name = NULL;

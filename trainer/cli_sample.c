@@ -1,6 +1,7 @@
 /* trainer/cli_sample.c — `kf sample CKPT`: completions from an AR or PFLM
  * checkpoint with the KV-cached decoder (trainer/decode.h), as JSONL. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +36,17 @@ static void usage(FILE *f) {
             "  --n-per-prefix M completions per prefix (default 1); --batch B sequences per\n"
             "                   decoding batch (default 16; a batch holds prefixes of one length)\n"
             "  --max-new N      tokens generated per completion (default 64)\n"
-            "  --k K (default k_train)  --tau T (default 1)  --freq-penalty P (default 0)\n"
+            "  --k K (default k_train)  --tau T (default 1)\n"
+            "  --freq-penalty P each emitted token's logits -= P x its count among the tokens\n"
+            "                   generated so far; default 0.5 for a PFLM checkpoint (the released\n"
+            "                   sampler's default; its scripts suggest 0.2-0.5 by k and dataset),\n"
+            "                   0 for AR (the release samples AR without it)\n"
             "  --seed S         completion j of prefix i uses draws keyed (S, i*M + j)\n"
             "  --position-temp LIST  PFLM: one temperature per output position of a step; 0 =\n"
-            "                   the argmax (push-forward decoding, the default everywhere), T > 0 =\n"
-            "                   sampling the head's softmax at T. The released K-Forcing sampler's\n"
-            "                   heuristic is 0,0.3,0.5,0.7 (OWT) and 0,0.2,0.4,0.6 (LM1B)\n"
+            "                   the argmax (push-forward decoding, the default), T > 0 = sampling\n"
+            "                   the head's softmax at T. Not the released sampler (argmax with the\n"
+            "                   frequency penalty): an older commit of the release used\n"
+            "                   0,0.3,0.5,0.7 (OWT) and 0,0.2,0.4,0.6 (LM1B) before the penalty\n"
             "  --eos ID, --bos ID  override the tokenizer's (text is cut at the first EOS)\n"
             "\n"
             "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
@@ -196,7 +202,7 @@ static int parse_f64_list(const char *flag, const char *v, double *out, int64_t 
 int sample_main(int argc, char **argv) {
     const char *ckpt = NULL, *prefix_file = NULL, *vocab = NULL, *backend = "cpu";
     int64_t k = 0, batch = 16, per = 1, max_new = 64, seed = 0, eos = -2, bos = -2;
-    double tau = 1.0, pen = 0.0, ptemp[64];
+    double tau = 1.0, pen = NAN, ptemp[64]; /* pen NAN: the default for the checkpoint's kind */
     int64_t nptemp = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -294,6 +300,7 @@ int sample_main(int argc, char **argv) {
         goto done;
     }
     if (!k) k = m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
+    if (isnan(pen)) pen = m->cfg.kind == MODEL_AR ? 0.0 : DECODE_FREQ_PENALTY_DEFAULT;
     decode_opts o = {.k = k, .tau = tau, .freq_penalty = (float)pen, .max_new = max_new,
                      .seed = (uint64_t)seed, .position_temp = nptemp ? ptemp : NULL,
                      .n_position_temp = nptemp};

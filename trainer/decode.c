@@ -11,10 +11,11 @@ static int64_t steps_of(const decode_opts *o) { return (o->max_new + o->k - 1) /
 
 int64_t decode_cache_rows(const model *m, const decode_opts *o, int64_t P) {
     /* the last step feeds the previous step's k tokens (none after the
-     * prefill) plus the noise rows; AR feeds one token per step */
+     * prefill) plus its noise rows: one per token it still has to emit (the
+     * MTP baseline's one row carries them all); AR feeds one token per step */
     if (m->cfg.kind == MODEL_AR) return P + o->max_new - 1;
-    int64_t noise = m->cfg.head == HEAD_MTP ? 1 : o->k;
-    return P + (steps_of(o) - 1) * o->k + noise;
+    int64_t before = (steps_of(o) - 1) * o->k;
+    return P + before + (m->cfg.head == HEAD_MTP ? 1 : o->max_new - before);
 }
 
 int decode_check(const model *m, const decode_opts *o, int64_t P, kf_err *err) {
@@ -90,20 +91,23 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
 
     int64_t n = 0; /* tokens generated per sequence */
     for (int64_t s = 0; s < steps; s++) {
-        /* this step's rows: the new context tokens, then the noise rows */
-        int64_t nctx = s == 0 ? P : (ar ? 1 : k), Q = nctx + nnoise;
+        /* this step's rows: the new context tokens, then the noise rows; the
+         * last step emits only the tokens still missing (fewer than k when k
+         * does not divide max_new) and feeds only their noise rows */
+        int64_t emit = ar ? 1 : (o->max_new - n < k ? o->max_new - n : k);
+        int64_t nctx = s == 0 ? P : (ar ? 1 : k), nz = mtp ? nnoise : ar ? 0 : emit, Q = nctx + nz;
         memset(noise, 0, (size_t)Q);
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < nctx; i++)
                 ids[b * Q + i] = s == 0 ? prefix[b * P + i] : gen[b * total + n - nctx + i];
-        for (int64_t i = 0; i < nnoise; i++) {
+        for (int64_t i = 0; i < nz; i++) {
             noise[nctx + i] = 1;
             for (int64_t b = 0; b < B; b++)
                 for (int64_t e = 0; e < zdim; e++)
                     z[((b * Q) + nctx + i) * zdim + e] =
                         rng_uniform01(o->seed, keys[b], (uint64_t)(s * k + i + e));
         }
-        int64_t nout = ar ? 1 : mtp ? 1 : k;
+        int64_t nout = ar || mtp ? 1 : emit;
         for (int64_t j = 0; j < nout; j++) outrows[j] = (int32_t)(ar ? nctx - 1 : nctx + j);
         /* K-Forcing tokens are argmaxes: without a penalty (which depends on
          * the tokens of this very step) the output layer computes them
@@ -113,11 +117,11 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
                                                    nctx, fused ? dev_ids : NULL);
         if (fused) {
             be->download(be, step_ids, dev_ids, (size_t)(k * B) * sizeof(int32_t));
-            for (int64_t j = 0; j < k; j++, n++)
+            for (int64_t j = 0; j < emit; j++, n++)
                 for (int64_t b = 0; b < B; b++) gen[b * total + n] = step_ids[j * B + b];
             continue;
         }
-        for (int64_t j = 0; j < k; j++) {
+        for (int64_t j = 0; j < emit; j++) {
             float *lj = logits + j * B * V; /* output j of every sequence (head j for MTP) */
             penalize(m, lj, B, V, gen, total, n, o->freq_penalty, dev_hist, hist);
             double pt = ar || !o->n_position_temp ? 0.0 : o->position_temp[j];

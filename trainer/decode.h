@@ -16,21 +16,29 @@
  * tau conditions the noise encoder.
  *
  * Every sequence of a batch advances by exactly k tokens per step (fixed
- * stride), so all share one prefix length and one cache length.
+ * stride), so all share one prefix length and one cache length. When k does
+ * not divide max_new, the last step feeds only the noise rows of the tokens
+ * still missing and emits those (the released sampler likewise emits
+ * min(k, remaining) tokens in its last step), so prefix + max_new tokens fit
+ * a context of exactly that many positions: the paper's LM1B protocol,
+ * 6 -> 128 tokens, runs in a 128-token model at k = 3 and 4.
  *
- * Position temperatures (the released K-Forcing sampler's heuristic, off by
- * default): with position_temp, output j of every step is the argmax when
- * position_temp[j] == 0 and otherwise the inverse-CDF sample of the head's
- * softmax at temperature position_temp[j], at z = rng_uniform01(seed,
- * keys[b], DECODE_POSITION_DRAWS + i) for token i (a counter range the noise
- * never uses). The release decodes OWT with 0, 0.3, 0.5, 0.7 and LM1B with 0,
- * 0.2, 0.4, 0.6 "to avoid repetition caused by imperfect training"; the
- * paper's push-forward decoding is all zeros.
+ * Position temperatures (off by default; not the released sampler): with
+ * position_temp, output j of every step is the argmax when position_temp[j]
+ * == 0 and otherwise the inverse-CDF sample of the head's softmax at
+ * temperature position_temp[j], at z = rng_uniform01(seed, keys[b],
+ * DECODE_POSITION_DRAWS + i) for token i (a counter range the noise never
+ * uses). An older commit of the release (847fd9a, "adding a hack for pflm")
+ * decoded OWT with 0, 0.3, 0.5, 0.7 and LM1B with 0, 0.2, 0.4, 0.6 "to avoid
+ * repetition caused by imperfect training"; its next commit replaced that by
+ * the frequency penalty below, and its current sampler is argmax at every
+ * position with that penalty (the paper's push-forward decoding).
  *
- * Frequency penalty (the released sampler's): before each emitted token is
- * chosen, its logits get -= penalty * (occurrences of each id among the
- * tokens this sequence has generated so far, including earlier outputs of
- * the same step).
+ * Frequency penalty (the released sampler's; `kf sample` and `kf bench
+ * decode` default to its 0.5 for PFLM checkpoints): before each emitted
+ * token is chosen, its logits get -= penalty * (occurrences of each id among
+ * the tokens this sequence has generated so far, including earlier outputs
+ * of the same step).
  */
 #ifndef KF_TRAINER_DECODE_H
 #define KF_TRAINER_DECODE_H
@@ -39,6 +47,10 @@
 
 #include "common/error.h"
 #include "trainer/model.h"
+
+/** The released sampler's frequency penalty, the PFLM default of `kf sample`
+ *  and `kf bench decode`. */
+#define DECODE_FREQ_PENALTY_DEFAULT 0.5
 
 /** First RNG counter of the position-temperature draws (see above). */
 #define DECODE_POSITION_DRAWS ((uint64_t)1 << 62)

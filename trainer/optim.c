@@ -12,6 +12,11 @@ double optim_lr(const runconfig_opts *o, int64_t step) {
     return o->lr;
 }
 
+double optim_ema_decay(const runconfig_opts *o, int64_t updates) {
+    if (!o->ema_warmup) return o->ema;
+    return fmin(o->ema, (1.0 + (double)updates) / (10.0 + (double)updates));
+}
+
 double optim_loss_scale(const optim_state *st, const runconfig_opts *o, int64_t step) {
     return runconfig_precision_at(o, step) == RC_PREC_FP16 ? st->scale : 1.0;
 }
@@ -39,7 +44,7 @@ optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st,
     st->adam_t++;
     b->adamw(b, params, grads, m, v, n, (float)r.lr, (float)o->beta1, (float)o->beta2,
              (float)o->eps, (float)o->weight_decay, st->adam_t, (float)(clip / r.scale_used));
-    b->ema(b, ema, params, n, (float)o->ema);
+    b->ema(b, ema, params, n, (float)optim_ema_decay(o, st->adam_t));
     if (fp16 && ++st->good_steps >= o->scale_growth_interval) {
         st->scale *= o->scale_growth;
         st->good_steps = 0;

@@ -43,6 +43,12 @@ optim_state optim_init(const runconfig_opts *o);
 /** The learning rate at 0-based step: lr * min(1, (step+1)/warmup). */
 double optim_lr(const runconfig_opts *o, int64_t step);
 
+/** The EMA decay of optimizer update number `updates` (1-based: the first
+ * applied update is 1): o->ema, or with o->ema_warmup MDLM's warm-up
+ * min(o->ema, (1 + updates) / (10 + updates)), which lets the average
+ * follow the early, fast-moving weights instead of keeping the initial ones. */
+double optim_ema_decay(const runconfig_opts *o, int64_t updates);
+
 /** The loss scale to multiply the loss by at this step: st->scale in an fp16
  * phase, 1 in an fp32 phase. */
 double optim_loss_scale(const optim_state *st, const runconfig_opts *o, int64_t step);

@@ -2,6 +2,7 @@
  * (see supervision.h). */
 #include "trainer/supervision.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +127,23 @@ static void argmax_rows(kf_backend *be, const float *logits, int64_t rows, int64
     be->argmax(be, id, logits, rows, V);
     be->download(be, ids_host, id, (size_t)rows * sizeof(int32_t));
     be->free(be, id);
+}
+
+void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t target, double *lo,
+                         double *hi) {
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, (double)logits[v] / tau);
+    /* the target's rank among ids by descending probability (ties: lower id
+     * first) decides which probabilities come before it: those of higher
+     * probability; comparing the scaled logits orders them the same way */
+    double lt = (double)logits[target] / tau, sum = 0, before = 0;
+    for (int64_t v = 0; v < V; v++) {
+        double l = (double)logits[v] / tau, e = exp(l - mx);
+        sum += e;
+        if (l > lt || (l == lt && v < target)) before += e;
+    }
+    *lo = before / sum;
+    *hi = *lo + exp(lt - mx) / sum;
 }
 
 void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
@@ -298,28 +316,16 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
         for (int64_t b = 0; b < B; b++) memcpy(s->blk + b * m1, tokens + b * n, (size_t)m1 * sizeof(int32_t));
         model_input in = {.lay = &la, .B = B, .ids = s->blk};
         const float *logits = model_forward(ar, s->ws1, &in, 0, NULL);
-        int32_t *tg = kf_malloc((size_t)rows * sizeof(int32_t));
-        double *tr = kf_malloc((size_t)rows * sizeof(double));
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t p = 0; p < m1; p++) {
-                tg[b * m1 + p] = tokens[b * n + p + 1];
-                tr[b * m1 + p] = s->tau[b];
-            }
-        int32_t *tg_d = be->alloc(be, (size_t)rows * sizeof(int32_t));
-        be->upload(be, tg_d, tg, (size_t)rows * sizeof(int32_t));
-        double *tr_d = dev_f64(be, tr, rows);
-        double *lo_d = be->alloc(be, (size_t)rows * sizeof(double));
-        double *hi_d = be->alloc(be, (size_t)rows * sizeof(double));
-        be->icdf_bin(be, lo_d, hi_d, logits, tr_d, tg_d, rows, ar->cfg.vocab);
+        int64_t V = ar->cfg.vocab;
+        float *lg = kf_malloc((size_t)(rows * V) * sizeof(float));
+        be->download(be, lg, logits, (size_t)(rows * V) * sizeof(float));
         double *lo = s->lo, *hi = s->lo + rows;
-        be->download(be, lo, lo_d, (size_t)rows * sizeof(double));
-        be->download(be, hi, hi_d, (size_t)rows * sizeof(double));
-        be->free(be, tg_d);
-        be->free(be, tr_d);
-        be->free(be, lo_d);
-        be->free(be, hi_d);
-        free(tg);
-        free(tr);
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t b = r / m1, p = r % m1;
+            sup_icdf_bin_sorted(lg + r * V, V, s->tau[b], tokens[b * n + p + 1], &lo[r], &hi[r]);
+        }
+        free(lg);
         layout_free(&la);
         for (int64_t b = 0; b < B; b++)
             for (int64_t t = 0; t < np; t++)
@@ -358,10 +364,20 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
 void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,
                const int32_t *valid_len, const uint64_t *keys) {
     /* Teacher passes run batch-invariant: a sample's targets must not depend on
-     * the batch it is in, or the student sees contradictory supervision. */
+     * the batch it is in, or the student sees contradictory supervision. They
+     * also run in fp32 whatever the student's precision phase, as the released
+     * teacher does: fp16 rounding moves inverse-CDF samples into neighbouring
+     * bins, and the noise -> token map would change again at the fp32 switch. */
     kf_backend *tbe = s->teacher ? s->teacher->be : NULL;
     int saved_invariant = tbe ? tbe->batch_invariant : 0;
-    if (tbe) tbe->batch_invariant = 1;
+    kf_precision saved_precision = tbe ? tbe->precision : KF_PREC_FP32;
+    if (tbe) {
+        tbe->batch_invariant = 1;
+        tbe->set_precision(tbe, KF_PREC_FP32);
+    }
     sup_build_targets(s, out, tokens, B, n, valid_len, keys);
-    if (tbe) tbe->batch_invariant = saved_invariant;
+    if (tbe) {
+        tbe->batch_invariant = saved_invariant;
+        tbe->set_precision(tbe, saved_precision);
+    }
 }

@@ -19,8 +19,10 @@
  *                     z[k/2:k]; context x[0..n-k).
  *   SUP_NI_CAUSAL     noise inversion (variant B): targets are the real tokens
  *                     x[t+1+j]; z_j is uniform inside that token's CDF bin
- *                     under the AR teacher's softmax(logits/tau) (icdf_bin
- *                     op); fully causal layout.
+ *                     under the AR teacher's softmax(logits/tau), the CDF
+ *                     taken over the vocabulary sorted by descending
+ *                     probability as the release's noise_inversion does
+ *                     (sup_icdf_bin_sorted); fully causal layout.
  *   SUP_NI_MTP        the same supervision for the standard-MTP model
  *                     (variant A): one noise token per position carrying
  *                     z_1..z_k; targets head-major.
@@ -102,6 +104,13 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
 void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx, int64_t B,
                      int64_t n, int64_t k, const double *z, int64_t k2, const double *z2,
                      const double *tau, int32_t *out);
+
+/** The noise-inversion bin of target under p = softmax(logits / tau) (V
+ *  logits, float64), the CDF running over the ids sorted by descending
+ *  probability (ties: lower id first): lo = the probability of every id
+ *  ranked before target, hi = lo + p[target]. */
+void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t target, double *lo,
+                         double *hi);
 
 /** Philox draws used above (exposed for tests and decoding). */
 enum { SUP_RNG_Z = 1, SUP_RNG_TAU = 2, SUP_RNG_INV = 3 };

@@ -446,8 +446,7 @@ static int setup_training(trainer *t, kf_err *err) {
                      .tau_max = st->tau_max, .seed = t->o->seed};
     model_config base = {.hidden = rm->hidden, .heads = rm->heads, .blocks = rm->blocks,
                          .vocab = rm->vocab, .seq_len = rm->seq_len,
-                         /* the extra id past the data's vocabulary is the mask token */
-                         .mask_id = rm->vocab > dv ? dv : -1, .kind = MODEL_AR,
+                         .mask_id = runconfig_mask_id(rm, dv), .kind = MODEL_AR,
                          .head = HEAD_SHARED, .k_train = 1};
     model_config *mc = &t->id.model;
     *mc = sup_student_config(&sc, &base);

@@ -21,7 +21,7 @@ static const char *kf;
 
 /* Runs a kf command line with stdout to OUT and stderr to ERR; returns the exit code. */
 static int run(const char *args) {
-    char cmd[8192];
+    char cmd[16384]; /* args (up to 8192) + kf and the redirections */
     snprintf(cmd, sizeof cmd, "%s %s >%s/out 2>%s/err", kf, args, dir, dir);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -41,6 +41,14 @@ static int count(const char *s, const char *needle) {
     int n = 0;
     for (const char *p = s; (p = strstr(p, needle)); p++) n++;
     return n;
+}
+
+/* The "completion" arrays of a kf sample output, concatenated (tokens/s left out). */
+static char *completions(const char *out) {
+    char *c = calloc(strlen(out) + 1, 1);
+    for (const char *p = out; (p = strstr(p, "\"completion\": [")); p++)
+        strncat(c, p, (size_t)(strchr(p, ']') - p + 1));
+    return c;
 }
 
 static void write_file(const char *name, const char *text) {
@@ -108,6 +116,31 @@ int main(void) {
     o1 = slurp("out");
     T_CHECK(count(o1, "\"k\": 2") == 2, "PFLM sample output:\n%s", o1);
     free(o1);
+    /* the frequency penalty defaults to the released sampler's 0.5 for a PFLM, 0 for AR */
+    char *pen[3];
+    const char *pen_args[3] = {"", "--freq-penalty 0.5", "--freq-penalty 0"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 20 %s",
+                 dir, dir, pen_args[i]);
+        T_CHECK(run(a) == 0, "PFLM sample %s: %s", pen_args[i], slurp("err"));
+        o1 = slurp("out");
+        pen[i] = completions(o1);
+        free(o1);
+    }
+    T_CHECK(!strcmp(pen[0], pen[1]), "PFLM default penalty: got %s want (0.5) %s", pen[0], pen[1]);
+    T_CHECK(strcmp(pen[0], pen[2]), "PFLM default penalty is not 0: both gave %s", pen[0]);
+    for (int i = 0; i < 3; i++) free(pen[i]);
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof a, "sample %s/ar.safetensors --prefix-file %s/prefixes.jsonl --max-new 20 %s", dir,
+                 dir, i ? "--freq-penalty 0" : "");
+        T_CHECK(run(a) == 0, "AR sample: %s", slurp("err"));
+        o1 = slurp("out");
+        pen[i] = completions(o1);
+        free(o1);
+    }
+    T_CHECK(!strcmp(pen[0], pen[1]), "AR default penalty: got %s want (0) %s", pen[0], pen[1]);
+    free(pen[0]);
+    free(pen[1]);
     snprintf(a, sizeof a, "eval %s/ar.safetensors --data %s --samples 8", dir, data);
     T_CHECK(run(a) == 0, "AR eval: %s", slurp("err"));
     o1 = slurp("out");

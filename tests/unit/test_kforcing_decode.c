@@ -5,8 +5,12 @@
  *     the frequency penalty, and for the MTP baseline;
  * (e) temperature: AR draws from one prefix at tau = 0.01 are (nearly)
  *     identical and at tau = 1 diverse (distinct tokens counted);
- * (f) position temperatures (the released sampler's heuristic): all zeros is
- *     the argmax decoding, hot positions sample, bad lists are refused. */
+ * (f) position temperatures (an older commit of the released sampler): all
+ *     zeros is the argmax decoding, hot positions sample, bad lists are refused;
+ * (g) the paper's LM1B protocol, 6 -> 128 tokens in a 128-token model at
+ *     k = 3 and 4 (122 is no multiple of either): accepted, the last step
+ *     emits the 2 missing tokens, and the tokens equal those of the same
+ *     weights in a model with room for a full last window. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +182,41 @@ int main(void) {
     bad.n_position_temp = 3;
     T_CHECK(decode_check(m, &bad, P, &err) != 0 && strstr(err.msg, "must be >= 0"),
             "(f) a negative position temperature accepted");
+    model_free(m);
+
+    /* (g) the exact LM1B protocol */
+    model_config lm = pf;
+    lm.k_train = 4;
+    lm.seq_len = 128;
+    model_config wide_cfg = lm;
+    wide_cfg.seq_len = 256;
+    m = model_create(be, &lm);
+    randomize(m, 3.0);
+    model *wide = model_create(be, &wide_cfg);
+    model_copy_matching(wide, m);
+    enum { LP = 6, LNEW = 122 };
+    int32_t lpre[BATCH * LP], la[BATCH * LNEW], lb[BATCH * LNEW];
+    for (int i = 0; i < BATCH * LP; i++) lpre[i] = (int32_t)rng_below(6, 1, (uint64_t)i, V - 1);
+    uint64_t lkeys[BATCH] = {1, 2, 3};
+    for (int64_t k = 3; k <= 4; k++) {
+        decode_opts o = {.k = k, .tau = 1.0, .freq_penalty = 0.5f, .max_new = LNEW, .seed = 8};
+        int ok = decode_check(m, &o, LP, &err) == 0;
+        T_CHECK(ok, "(g) k=%lld: 6 -> 128 refused: %s", (long long)k, ok ? "" : err.msg);
+        T_CHECK(decode_cache_rows(m, &o, LP) == 128, "(g) k=%lld: cache rows got %lld want 128",
+                (long long)k, (long long)decode_cache_rows(m, &o, LP));
+        if (!ok) continue;
+        decode_run(m, NULL, lpre, BATCH, LP, &o, lkeys, la);
+        decode_run(wide, NULL, lpre, BATCH, LP, &o, lkeys, lb);
+        int differ = 0;
+        for (int i = 0; i < BATCH * LNEW; i++) differ += la[i] != lb[i];
+        printf("(g) k=%lld: 6 -> 128 in a 128-token model, %d of %d tokens differ from a full last window\n",
+               (long long)k, differ, BATCH * LNEW);
+        T_CHECK(differ == 0, "(g) k=%lld: %d tokens differ from the full-window decoding", (long long)k, differ);
+    }
+    decode_opts over = {.k = 4, .tau = 1.0, .max_new = LNEW + 1, .seed = 8};
+    T_CHECK(decode_check(m, &over, LP, &err) != 0 && strstr(err.msg, "context"),
+            "(g) 6 + 123 tokens in a 128-token model accepted");
+    model_free(wide);
     model_free(m);
 
     pf.head = HEAD_MTP;

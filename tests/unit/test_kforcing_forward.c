@@ -5,7 +5,9 @@
  *     second of two sequential passes: a plain forward over context[0..t],
  *     the k round-1 tokens and the k round-2 noise tokens;
  * and both cost exactly the visible (query, key) pairs of their structure
- * (the paper's O(k), counted by the CPU backend). */
+ * (the paper's O(k), counted by the CPU backend);
+ * (c) a mask token inside the data's vocabulary (LM1B's [MASK] = 103, issue
+ *     16 item 7) gets logit -1000 in the forward and is never decoded. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <omp.h>
 
 #include "tests/test.h"
+#include "trainer/decode.h"
 #include "trainer/layout.h"
 #include "trainer/model.h"
 #include "trainer/supervision.h"
@@ -175,6 +178,30 @@ int main(void) {
     model_ws_free(w1);
     model_ws_free(w2);
     model_ws_free(wp);
+    model_free(m);
+
+    /* (c) an AR model whose mask id (3) is an ordinary id of its vocabulary */
+    model_config ac = {.hidden = 16, .heads = 2, .blocks = 1, .vocab = V, .mask_id = 3, .seq_len = 16,
+                       .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    m = model_create(be, &ac);
+    randomize(m);
+    model_ws *wa = model_ws_create(m);
+    layout la;
+    layout_ar(&la, N);
+    model_input ia = {.lay = &la, .B = B, .ids = ctx};
+    const float *la_logits = model_forward(m, wa, &ia, 0, NULL);
+    int forced = 1;
+    for (int64_t r = 0; r < B * N; r++) forced &= la_logits[r * V + 3] == -1000.0f;
+    T_CHECK(forced, "(c) the mask id's logit is -1000 in every row");
+    int32_t gen[B * 8];
+    uint64_t keys[B] = {1, 2};
+    decode_opts o = {.k = 1, .tau = 1.0, .max_new = 8, .seed = 4};
+    decode_run(m, NULL, ctx, B, 4, &o, keys, gen);
+    int never = 1;
+    for (int i = 0; i < B * 8; i++) never &= gen[i] != 3;
+    T_CHECK(never, "(c) the mask id is never sampled");
+    layout_free(&la);
+    model_ws_free(wa);
     model_free(m);
     be->destroy(be);
     return T_DONE();

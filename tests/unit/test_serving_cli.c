@@ -131,8 +131,9 @@ static void bench_tests(void) {
     T_CHECK(d != NULL, "bench JSON: %s", d ? "" : err.msg);
     if (d) {
         const json *r = json_root(d), *rows = json_get(r, "rows"), *mn = json_get(r, "max_new");
-        /* data 32 - prefix 6 = 26, capped by PFLM k=4: 32 - 6 - 4 = 22, multiple of 4 -> 20 */
-        T_CHECK(mn && mn->i == 20, "max_new %lld, want 20", mn ? (long long)mn->i : -1LL);
+        /* the exact protocol: data 32 - prefix 6 = 26 in the 32-token models; k = 4
+         * ends with a 2-token step (was 20: rounded to a multiple of every k) */
+        T_CHECK(mn && mn->i == 26, "max_new %lld, want 26", mn ? (long long)mn->i : -1LL);
         T_CHECK(rows && rows->n == 6, "%zu rows, want 3 methods x 2 batches", rows ? rows->n : 0);
         for (size_t i = 0; rows && i < rows->n; i++) {
             const json *x = &rows->kids[i], *tps = json_get(x, "tokens_per_s"), *sp = json_get(x, "speedup");
@@ -162,6 +163,8 @@ static void bench_tests(void) {
     T_CHECK(run(bench_decode_main, cmd) == 1, "missing checkpoint exits 1");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 0", T, T);
     T_CHECK(run(bench_decode_main, cmd) == 2, "--batch 0 is a usage error");
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --freq-penalty -0.5", T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 2, "a negative --freq-penalty is a usage error");
     T_CHECK(run(bench_decode_main, "decode --data x") == 2, "no checkpoint is a usage error");
 }
 

@@ -115,6 +115,27 @@ int main(void) {
     b->download(b, he, e, N * 4);
     T_CLOSE(he[10], 0.5f * before[10] + 0.5f * h0[10], 1e-6, "EMA update");
 
+    /* MDLM's EMA warm-up (models/ema.py): the decay of update u is
+     * min(ema, (1+u)/(10+u)); off (the paper's setting) it is ema throughout */
+    runconfig_opts w = opts();
+    w.ema = 0.999;
+    T_CLOSE(optim_ema_decay(&w, 1), 0.999, 0, "no warm-up: update 1");
+    w.ema_warmup = 1;
+    T_CLOSE(optim_ema_decay(&w, 1), 2.0 / 11.0, 1e-15, "warm-up: update 1");
+    T_CLOSE(optim_ema_decay(&w, 10), 11.0 / 20.0, 1e-15, "warm-up: update 10");
+    T_CLOSE(optim_ema_decay(&w, 8990), 0.999, 0, "warm-up: capped at ema by update 8990");
+    T_CLOSE(optim_ema_decay(&w, 8000), 8001.0 / 8010.0, 1e-15, "warm-up: update 8000");
+    /* in a step: the first update of a fresh state uses 2/11 */
+    optim_state s3 = optim_init(&w);
+    w.n_phases = 1;
+    w.phases[0] = (runconfig_phase){-1, RC_PREC_FP32};
+    b->download(b, before, e, N * 4);
+    r = optim_step(b, &w, &s3, 0, p, g, m, v, e, N);
+    b->download(b, h0, p, N * 4);
+    b->download(b, he, e, N * 4);
+    T_CHECK(!r.skipped && s3.adam_t == 1, "warm-up step applied");
+    T_CLOSE(he[10], (2.0 / 11.0) * before[10] + (9.0 / 11.0) * h0[10], 1e-6, "EMA update 1 with warm-up");
+
     b->free(b, p), b->free(b, g), b->free(b, m), b->free(b, v), b->free(b, e);
     b->destroy(b);
     free(hp), free(hg), free(h0), free(he), free(before), free(ebefore);

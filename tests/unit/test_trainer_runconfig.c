@@ -73,6 +73,10 @@ int main(void) {
         T_CHECK(rc->res.time_limit_s == 3723 && rc->res.ranks == 2, "time limit %lld",
                 (long long)rc->res.time_limit_s);
         T_CHECK(strlen(rc->hash) == 64, "hash");
+        T_CHECK(!rc->stages[0].opt.ema_warmup, "ema_warmup defaults to off (the paper)");
+        T_CHECK(rc->model.mask_id == -1, "model.mask_id defaults to automatic");
+        T_CHECK(runconfig_mask_id(&rc->model, 99) == 99, "automatic mask: the id past the data's 99");
+        T_CHECK(runconfig_mask_id(&rc->model, 100) == -1, "automatic mask: none when vocab = data's");
         runconfig_free(rc);
     }
     char *over[] = {"defaults.batch=16", "stages.0.steps=3"};
@@ -81,6 +85,22 @@ int main(void) {
         T_CHECK(rc->stages[1].opt.batch == 16 && rc->stages[0].steps == 3, "override values");
         runconfig_free(rc);
     }
+    char *ema_over[] = {"defaults.ema_warmup=true", "stages.1.ema_warmup=false"};
+    T_CHECK(load_with(NULL, NULL, 2, ema_over, &rc, &err) == 0, "ema_warmup overrides: %s", err.msg);
+    if (rc) {
+        T_CHECK(rc->stages[0].opt.ema_warmup == 1, "ema_warmup: true from defaults");
+        T_CHECK(rc->stages[1].opt.ema_warmup == 0, "ema_warmup: a stage turns it off");
+        runconfig_free(rc);
+    }
+    expect_error("batch: 8", "batch: 8\n  ema_warmup: sometimes", "defaults.ema_warmup");
+    char *mask_over[] = {"model.mask_id=7"};
+    T_CHECK(load_with(NULL, NULL, 1, mask_over, &rc, &err) == 0, "model.mask_id: %s", err.msg);
+    if (rc) {
+        T_CHECK(runconfig_mask_id(&rc->model, 100) == 7, "explicit mask id: got %lld want 7",
+                (long long)runconfig_mask_id(&rc->model, 100));
+        runconfig_free(rc);
+    }
+    expect_error("seq_len: 32}", "seq_len: 32, mask_id: 100}", "model.mask_id");
     char *bad_over[] = {"defaults.bach=16"};
     T_CHECK(load_with(NULL, NULL, 1, bad_over, &rc, &err) == -1 && strstr(err.msg, "defaults.bach"),
             "unknown override key: %s", err.msg);

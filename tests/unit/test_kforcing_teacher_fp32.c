@@ -1,0 +1,96 @@
+/* Teacher passes run in fp32 whatever the student's precision phase (the
+ * released teacher always does, issue 16 item 2): a student step in the fp16
+ * phase gets exactly the targets of the fp32 phase, and the backend is back
+ * in fp16 afterwards. The precondition check shows the test has teeth: the
+ * same teacher run in fp16 changes some inverse-CDF targets (a sample lands
+ * in the neighbouring bin when the CDF moves by fp16 rounding). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "kernels/kernels.h"
+#include "tests/test.h"
+#include "trainer/model.h"
+#include "trainer/supervision.h"
+
+enum { V = 512, B = 16, N = 65 };
+
+/* Every weight U(-a, a): model_init zeroes the output layer, whose logits
+ * would then be uniform and their CDF exact in any precision. */
+static void randomize(model *m, float a) {
+    float *h = malloc((size_t)m->n_params * sizeof(float));
+    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)((2 * rng_uniform01(3, 0, (uint64_t)i) - 1) * a);
+    m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
+    free(h);
+}
+
+static void targets_at(sup_ctx *s, kf_backend *be, kf_precision p, const int32_t *tok,
+                       const uint64_t *keys, int32_t *out, int64_t *rows) {
+    be->set_precision(be, p);
+    sup_batch sb;
+    sup_build(s, &sb, tok, B, N, NULL, keys);
+    T_CHECK(be->precision == p, "sup_build leaves the backend in the caller's precision: got %d want %d",
+            (int)be->precision, (int)p);
+    memcpy(out, sb.targets, (size_t)sb.rows * sizeof(int32_t));
+    *rows = sb.rows;
+}
+
+int main(void) {
+    kf_backend *be = kernels_cpu_create();
+    model_config c = {.hidden = 64, .heads = 2, .blocks = 2, .vocab = V, .mask_id = -1,
+                      .seq_len = N, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model *ar = model_create(be, &c);
+    randomize(ar, 0.5f);
+    int32_t tok[B * N];
+    uint64_t keys[B];
+    for (int b = 0; b < B; b++) {
+        keys[b] = (uint64_t)b;
+        for (int t = 0; t < N; t++) tok[b * N + t] = (int32_t)rng_below(9, (uint64_t)b, (uint64_t)t, V);
+    }
+
+    /* precondition: a teacher pass in fp16 moves some targets */
+    int64_t n = N - 1, rows = B * n;
+    double *z = malloc((size_t)rows * sizeof(double)), tau[B];
+    int32_t *ctx = malloc((size_t)rows * sizeof(int32_t));
+    int32_t *t32 = malloc((size_t)rows * sizeof(int32_t)), *t16 = malloc((size_t)rows * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {
+        tau[b] = 1.0;
+        memcpy(ctx + b * n, tok + b * N, (size_t)n * sizeof(int32_t));
+        for (int64_t t = 0; t < n; t++) z[b * n + t] = sup_uniform(1234, keys[b], SUP_RNG_Z, t, 0);
+    }
+    model_ws *ws = model_ws_create(ar);
+    be->set_precision(be, KF_PREC_FP32);
+    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, t32);
+    be->set_precision(be, KF_PREC_FP16);
+    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, t16);
+    int64_t moved = 0;
+    for (int64_t r = 0; r < rows; r++) moved += t32[r] != t16[r];
+    printf("an fp16 teacher pass changes %lld of %lld targets (%.2f%%)\n", (long long)moved,
+           (long long)rows, 100.0 * (double)moved / (double)rows);
+    T_CHECK(moved > 0, "precondition: fp16 teacher targets differ from fp32 ones in %lld rows (want > 0)",
+            (long long)moved);
+
+    /* the fix: sup_build in the fp16 phase gives the fp32 targets */
+    sup_config sc = {.kind = SUP_DISTILL_AR, .k = 1, .tau_min = 1.0, .tau_max = 1.0, .seed = 1234};
+    kf_err err;
+    sup_ctx *s = sup_create(&sc, ar, &err);
+    int64_t r32 = 0, r16 = 0;
+    targets_at(s, be, KF_PREC_FP32, tok, keys, t32, &r32);
+    targets_at(s, be, KF_PREC_FP16, tok, keys, t16, &r16);
+    T_CHECK(r32 == rows && r16 == rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16,
+            (long long)rows);
+    int64_t diff = 0;
+    for (int64_t r = 0; r < rows; r++) diff += t32[r] != t16[r];
+    T_CHECK(diff == 0, "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",
+            (long long)diff, (long long)rows);
+
+    sup_free(s);
+    model_ws_free(ws);
+    model_free(ar);
+    free(z);
+    free(ctx);
+    free(t32);
+    free(t16);
+    return T_DONE();
+}

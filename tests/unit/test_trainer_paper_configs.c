@@ -1,0 +1,105 @@
+/* The paper-scale configs against the paper's tables, row by row (appendix
+ * "Experimental configuration", table "Model architecture" and the precision
+ * schedule; docs/fidelity.md lists the same rows): model, steps, batch, lr,
+ * sequence length, precision schedule, tau, EMA. Run from the repository root. */
+#include <string.h>
+
+#include "common/runconfig.h"
+#include "tests/test.h"
+
+static runconfig *load(const char *path) {
+    runconfig *rc = NULL;
+    kf_err err;
+    int r = runconfig_load(path, 0, NULL, &rc, &err);
+    T_CHECK(r == 0, "%s loads: %s", path, r ? err.msg : "");
+    return r ? NULL : rc;
+}
+
+/* Every row the paper's training table fixes, for one trained stage. */
+static void check_stage(const char *cfg, const runconfig_stage *s) {
+    const runconfig_opts *o = &s->opt;
+    T_CHECK(s->steps == 500000, "%s %s: steps got %lld want 500000", cfg, s->name, (long long)s->steps);
+    T_CHECK(o->batch == 512, "%s %s: batch got %lld want 512", cfg, s->name, (long long)o->batch);
+    T_CLOSE(o->lr, 1e-4, 0, "lr");
+    T_CHECK(o->warmup == 0, "%s %s: constant lr, warmup got %lld", cfg, s->name, (long long)o->warmup);
+    T_CLOSE(o->beta1, 0.9, 0, "beta1");
+    T_CLOSE(o->beta2, 0.999, 0, "beta2");
+    T_CLOSE(o->eps, 1e-6, 0, "eps");
+    T_CLOSE(o->weight_decay, 0.0, 0, "weight decay");
+    T_CLOSE(o->clip, 1.0, 0, "clip");
+    T_CLOSE(o->ema, 0.999, 0, "EMA decay");
+    T_CHECK(!o->ema_warmup, "%s %s: the paper's EMA has no warm-up", cfg, s->name);
+}
+
+/* Stages 1-3: fp16 for the first 400K steps, then fp32 (paper, "Precision schedule"). */
+static void check_kf_precision(const char *cfg, const runconfig_stage *s) {
+    const runconfig_opts *o = &s->opt;
+    T_CHECK(runconfig_precision_at(o, 399999) == RC_PREC_FP16, "%s %s: step 399999 in fp16", cfg, s->name);
+    T_CHECK(runconfig_precision_at(o, 400000) == RC_PREC_FP32, "%s %s: step 400000 in fp32", cfg, s->name);
+    T_CHECK(runconfig_precision_at(o, 0) == RC_PREC_FP16, "%s %s: step 0 in fp16", cfg, s->name);
+}
+
+static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_trained,
+                       int64_t data_vocab, int64_t mask_id) {
+    runconfig *rc = load(path);
+    if (!rc) return;
+    const runconfig_model *m = &rc->model;
+    T_CHECK(m->hidden == 768 && m->heads == 12 && m->blocks == 12,
+            "%s: 12 x 768, 12 heads; got %lld x %lld, %lld heads", path, (long long)m->blocks,
+            (long long)m->hidden, (long long)m->heads);
+    T_CHECK(m->vocab == vocab, "%s: vocab got %lld want %lld", path, (long long)m->vocab, (long long)vocab);
+    T_CHECK(m->seq_len == seq_len, "%s: seq_len got %lld want %lld", path, (long long)m->seq_len,
+            (long long)seq_len);
+    T_CHECK(runconfig_mask_id(m, data_vocab) == mask_id, "%s: mask token got %lld want %lld (MDLM's)", path,
+            (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
+    T_CHECK(rc->n_stages == 4, "%s: ar, k1, k2, k4; got %d stages", path, rc->n_stages);
+    if (rc->n_stages != 4) goto out;
+    const int64_t ks[4] = {1, 1, 2, 4};
+    const runconfig_kind kinds[4] = {ar_trained ? RC_KIND_AR : RC_KIND_IMPORT, RC_KIND_DISTILL_AR,
+                                     RC_KIND_SELF_FORCING, RC_KIND_SELF_FORCING};
+    for (int i = 0; i < 4; i++) {
+        const runconfig_stage *s = &rc->stages[i];
+        T_CHECK(s->kind == kinds[i], "%s stage %d: kind got %s want %s", path, i,
+                runconfig_kind_name(s->kind), runconfig_kind_name(kinds[i]));
+        if (i == 0 && !ar_trained) continue;
+        check_stage(path, s);
+        if (i == 0) {
+            /* the paper trains its AR teacher in BF16 mixed precision; our half is FP16 */
+            T_CHECK(runconfig_precision_at(&s->opt, 0) == RC_PREC_FP16 &&
+                        runconfig_precision_at(&s->opt, 499999) == RC_PREC_FP16,
+                    "%s ar: half precision throughout", path);
+            continue;
+        }
+        T_CHECK(s->k == ks[i], "%s %s: k got %lld want %lld", path, s->name, (long long)s->k,
+                (long long)ks[i]);
+        T_CHECK(s->tau_min == 1.0 && s->tau_max == 1.0, "%s %s: tau got [%g, %g] want 1 (main models)",
+                path, s->name, s->tau_min, s->tau_max);
+        T_CHECK(s->teacher_stage == i - 1, "%s %s: taught by the previous stage", path, s->name);
+        T_CHECK(s->init_stage == i - 1, "%s %s: initialised from the previous stage", path, s->name);
+        check_kf_precision(path, s);
+    }
+out:
+    runconfig_free(rc);
+}
+
+int main(void) {
+    /* LM1B: bert-base-uncased's [MASK] = 103; OWT: the id MDLM adds past GPT-2's 50257 */
+    check_main("configs/lm1b.yaml", 30522, 128, 1, 30522, 103);
+    check_main("configs/owt.yaml", 50258, 1024, 0, 50257, 50257);
+
+    /* the temperature appendix: LM1B, k = 1 from the AR teacher, tau ~ U[0.01, 1] */
+    runconfig *rc = load("configs/lm1b-temperature.yaml");
+    if (rc) {
+        const runconfig_stage *k1 = runconfig_stage_find(rc, "k1");
+        T_CHECK(k1 && k1->kind == RC_KIND_DISTILL_AR && k1->k == 1, "temperature: k1 is distill_ar k = 1");
+        if (k1) {
+            T_CHECK(k1->tau_min == 0.01 && k1->tau_max == 1.0, "temperature: tau got [%g, %g] want [0.01, 1]",
+                    k1->tau_min, k1->tau_max);
+            check_stage("configs/lm1b-temperature.yaml", k1);
+            check_kf_precision("configs/lm1b-temperature.yaml", k1);
+        }
+        T_CHECK(rc->model.seq_len == 128 && rc->model.vocab == 30522, "temperature: the LM1B model");
+        runconfig_free(rc);
+    }
+    return T_DONE();
+}
