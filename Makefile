@@ -77,6 +77,7 @@ SAN_ENV := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:check_initialization_ord
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	TSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1
+TSAN_TESTS := test_pipeline test_trainer_loader test_trainer_mpi_overlap
 test-asan:
 	$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/kf OPT=-O1 SAN="$(ASAN_FLAGS)" tests
 	$(SAN_ENV) KF_SANITIZER=asan KF_BIN=build-asan/kf KF_TEST_BUILD=build-asan tests/run.sh $(T)

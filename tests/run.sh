@@ -2,10 +2,16 @@
 # Runs every test: the C test programs build/tests/test_* and the scripts
 # tests/scripts/test_*.sh. Each prints "N passed, N failed" as its last such
 # line; a program that crashes or prints no such line counts as one failure.
-# Usage: tests/run.sh [NAME-FILTER]
+# Usage: tests/run.sh [NAME-FILTER...]   (a test runs when its name contains any filter)
 set -u
 cd "$(dirname "$0")/.."
-filter=${1:-}
+filters=("$@")
+# skip NAME: a filter was given and NAME contains none of them
+skip_name() {
+  [ ${#filters[@]} -eq 0 ] && return 1
+  local f; for f in "${filters[@]}"; do [[ "$1" == *"$f"* ]] && return 1; done
+  return 0
+}
 total_p=0; total_f=0; failed_names=()
 run_one() {
   local name=$1; shift
@@ -32,13 +38,13 @@ run_one() {
 skip_gpu() { [[ "$1" == *cuda* && "${KF_TEST_CUDA:-0}" != 1 ]] && { echo "--   $1: needs a GPU (make test-cuda), not run"; return 0; }; return 1; }
 for t in "${KF_TEST_BUILD:-build}"/tests/test_*; do
   [ -x "$t" ] || continue
-  n=$(basename "$t"); [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
+  n=$(basename "$t"); skip_name "$n" && continue
   skip_gpu "$n" && continue
   run_one "$n" "$t"
 done
 for t in tests/scripts/test_*.sh; do
   [ -f "$t" ] || continue
-  n=$(basename "$t" .sh); [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
+  n=$(basename "$t" .sh); skip_name "$n" && continue
   skip_gpu "$n" && continue
   run_one "$n" bash "$t"
 done
@@ -50,12 +56,12 @@ flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null) "
 if [[ -z "${KF_CPU_ISA:-}" && $flags == *" avx512f "* && $flags == *" avx2 "* && $flags == *" fma "* ]]; then
   for t in "${KF_TEST_BUILD:-build}"/tests/test_{kernels_cpu,model_,serving_,kforcing_decode,kforcing_forward}*; do
     [ -x "$t" ] || continue
-    n="$(basename "$t")[avx2]"; [[ -n "$filter" && "$n" != *"$filter"* ]] && continue
+    n="$(basename "$t")[avx2]"; skip_name "$n" && continue
     run_one "$n" env KF_CPU_ISA=avx2 "$t"
   done
   # AVX-512 without VNNI has its own int8 screen (vpmaddubsw, 512 bits)
   t="${KF_TEST_BUILD:-build}/tests/test_kernels_cpu_head"; n="test_kernels_cpu_head[avx512]"
-  if [[ $flags == *" avx512_vnni "* && -x "$t" && ( -z "$filter" || "$n" == *"$filter"* ) ]]; then
+  if [[ $flags == *" avx512_vnni "* && -x "$t" ]] && ! skip_name "$n"; then
     run_one "$n" env KF_CPU_ISA=avx512 "$t"
   fi
 fi
