@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The closing samples of `kf jobs run` (jobs/sample.c): on a chain whose model
+# The embedded default configs validate (`kf jobs plan`), and the closing
+# samples of `kf jobs run` (jobs/sample.c): on a chain whose model
 # context is 64 tokens (and 16: the prompts are cut to half of it) the run
 # exits 0 with a quality table (tokens/s and x AR, Gen-PPL under the AR stage,
 # entropy, distinct-2/3, length) for AR and every PFLM stage at each k, every
@@ -10,6 +11,14 @@ cd "$(dirname "$0")/../.."
 . tests/scripts/lib_jobs.sh
 T=$(mktemp -d /tmp/kf-test-samples.XXXXXX)
 trap 'rm -rf "$T"' EXIT
+
+# the embedded defaults validate: byte-level configs/tiny.yaml, GPT-2 tiny-gpt2.yaml
+for c in tiny tiny-gpt2; do
+  out=$("$KF" jobs plan configs/$c.yaml 2>&1); rc=$?
+  dag=$(grep -cE '(ar -> k1|k1 -> k2|k2 -> k4)' <<<"$out")
+  check "plan configs/$c.yaml: exit status got $rc want 0; DAG lines got $dag want 3" \
+    bash -c '[ $1 -eq 0 ] && [ $2 -eq 3 ]' _ $rc "$dag"
+done
 
 # private shards of CTX-token samples (400 Brown sentences, GPT-2 vocabulary)
 # and a 3-stage chain of a model with a context of CTX
