@@ -43,26 +43,32 @@ static int find_vocab(const char *run, const runconfig *rc, char **vocab, char *
     return 0;
 }
 
-/* The prompts as ids, each cut to half the context so that completions keep
- * the other half; *max_new is then what every model's context holds, a
- * multiple of kmax (a K-Forcing step emits k tokens). Writes them to path. */
+/* The prompts as ids, each after the BOS token (CLS for BERT) that starts
+ * every training sample of either packing, and cut to half the context so
+ * that completions keep the other half; *max_new is then what every model's
+ * context holds, a multiple of kmax (a K-Forcing step emits k tokens).
+ * Writes them to path; shown[i] is the text of prompt i as kept. */
 static int write_prefixes(tok *tk, int64_t seq_len, int64_t kmax, const char *path, char shown[][160],
                           int64_t *max_new, kf_err *err) {
     int64_t cap = seq_len / 2, longest = 0;
+    int32_t bos = tok_special_id(tk, "bos") >= 0 ? tok_special_id(tk, "bos") : tok_special_id(tk, "cls");
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     int rc = 0;
     for (int i = 0; i < N_PROMPTS && !rc; i++) {
         tok_ids ids = {0};
+        if (bos >= 0) tok_ids_push(&ids, bos);
+        int64_t skip = (int64_t)ids.n;
         tok_encode(tk, prompts[i], strlen(prompts[i]), 0, &ids, NULL);
-        int64_t n = (int64_t)ids.n < cap ? (int64_t)ids.n : cap;
+        int64_t keep = cap > skip ? cap : skip + 1; /* at least one token of the prompt */
+        int64_t n = (int64_t)ids.n < keep ? (int64_t)ids.n : keep;
         longest = n > longest ? n : longest;
         fprintf(f, "{\"prefix\": [");
         for (int64_t j = 0; j < n; j++) fprintf(f, j ? ", %d" : "%d", ids.v[j]);
         fprintf(f, "]}\n");
         tok_bytes b = {0};
-        rc = tok_decode(tk, ids.v, (size_t)n, &b, err);
+        rc = tok_decode(tk, ids.v + skip, (size_t)(n - skip), &b, err);
         if (!rc) snprintf(shown[i], sizeof shown[i], "%.*s", (int)b.n, b.v);
         tok_bytes_free(&b);
         tok_ids_free(&ids);

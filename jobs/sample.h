@@ -6,7 +6,8 @@
  * completions (one batch) for each of a few fixed text prompts
  * (RUN/samples/prefixes.jsonl). The prompts are encoded with the vocabulary of
  * the shard set that data.train names (its `vocab:` and `tokenizer:` in the
- * config's `shards:` section) and cut to half the model's context; the
+ * config's `shards:` section) after the BOS token that starts every training
+ * sample (CLS for BERT), and cut to half the model's context; the
  * completions take what the context leaves, at most 64 tokens, a multiple of
  * the largest k. Each run's JSONL goes to RUN/samples/STAGE-kK.jsonl and is
  * scored by `kf eval --completions` under the AR stage's weights. A table on
