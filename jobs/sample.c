@@ -15,11 +15,17 @@
 #include "tokenize/tokenizer.h"
 #include "trainer/quality.h"
 
+/* 8 x 16 completions: enough that the quality ratios to AR move by a few
+ * percent between seeds, not tens */
 static const char *const prompts[] = {"The city council voted on Tuesday to",
                                       "Scientists say the new study shows that",
                                       "In a statement released on Monday, the company",
-                                      "The first thing you notice about the game is"};
-#define N_PROMPTS 4
+                                      "The first thing you notice about the game is",
+                                      "She opened the door and saw",
+                                      "The best way to learn a new language is",
+                                      "After the game, the coach told reporters that",
+                                      "It was a cold morning in the small town when"};
+#define N_PROMPTS 8
 #define PER_PROMPT 16 /* one decoding batch of 16 per prompt: tokens/s at batch 16 */
 #define MAX_NEW 64
 

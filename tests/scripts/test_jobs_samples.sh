@@ -53,7 +53,7 @@ fits() {  # FILE CTX
   node -e '
     const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n");
     const worst = Math.max(...lines.map(l => { const o = JSON.parse(l); return o.prefix.length + o.completion.length; }));
-    console.log(worst); process.exit(lines.length === 64 && worst <= +process.argv[2] ? 0 : 1);' "$1" "$2"
+    console.log(worst); process.exit(lines.length === 128 && worst <= +process.argv[2] ? 0 : 1);' "$1" "$2"
 }
 
 for ctx in 64 16; do
@@ -72,7 +72,7 @@ for ctx in 64 16; do
   done
   for f in ar-k1 k1-k1 k2-k1 k2-k2; do
     worst=$(fits "$R/samples/$f.jsonl" $ctx); frc=$?
-    check "context $ctx: $f.jsonl: 64 completions, longest prefix + completion: got $worst want <= $ctx" [ $frc -eq 0 ]
+    check "context $ctx: $f.jsonl: 128 completions, longest prefix + completion: got $worst want <= $ctx" [ $frc -eq 0 ]
   done
 done
 p16=$(node -e 'const l = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n");
