@@ -91,6 +91,7 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
         opt_int_min(n, "micro_batch", &o->micro_batch, 0, err) ||
         opt_dbl_range(n, "lr", &o->lr, 0, 0, 10, err) ||
         opt_int_min(n, "warmup", &o->warmup, 0, err) ||
+        opt_dbl_range(n, "lr_min", &o->lr_min, 0, 0, 10, err) ||
         opt_dbl_range(n, "beta1", &o->beta1, 0, 0, 0.999999, err) ||
         opt_dbl_range(n, "beta2", &o->beta2, 0, 0, 0.999999999, err) ||
         opt_dbl_range(n, "eps", &o->eps, 0, 1, 1, err) ||
@@ -113,6 +114,11 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
     if (strcmp(ob, "zero") && strcmp(ob, "unigram"))
         return cfg_err_at(cfg_find(n, "output_bias"), err, "expected zero or unigram, got '%s'", ob);
     o->unigram_bias = !strcmp(ob, "unigram");
+    const char *decay;
+    if (cfg_opt_str(n, "lr_decay", o->lr_cosine ? "cosine" : "none", &decay, err)) return -1;
+    if (strcmp(decay, "none") && strcmp(decay, "cosine"))
+        return cfg_err_at(cfg_find(n, "lr_decay"), err, "expected none or cosine, got '%s'", decay);
+    o->lr_cosine = !strcmp(decay, "cosine");
     if (o->micro_batch > o->batch)
         return cfg_err_at(cfg_find(n, "micro_batch"), err, "must be <= batch (%lld)",
                           (long long)o->batch);
@@ -197,6 +203,7 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
     if (trains) {
         if (cfg_get_int(st, "steps", &s->steps, err)) return -1;
         if (s->steps < 1) return cfg_err_at(cfg_find(st, "steps"), err, "must be >= 1");
+        s->opt.decay_steps = s->steps;
     } else if (cfg_find(st, "steps")) {
         return cfg_err_at(cfg_find(st, "steps"), err, "an import stage does not train");
     }

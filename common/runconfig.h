@@ -15,6 +15,8 @@
  *     batch: 32            # GLOBAL batch (samples per optimizer step, all ranks)
  *     micro_batch: 0       # samples per rank per forward/backward; 0 = batch / ranks
  *     lr: 1.0e-4           warmup: 0            # linear warmup steps, then constant
+ *     lr_decay: none       lr_min: 0.0          # cosine: after the warmup, lr falls
+ *                                               # to lr_min at the stage's last step
  *     beta1: 0.9  beta2: 0.999  eps: 1.0e-6  weight_decay: 0.0
  *     ema: 0.999  clip: 1.0                     # clip <= 0 disables clipping
  *     ema_warmup: false    # true: MDLM's warm-up (the release's checkpoints): the
@@ -95,6 +97,9 @@ typedef struct runconfig_opts {
     int64_t micro_batch;      /* per-rank samples per forward/backward; 0 = batch / world */
     double lr;
     int64_t warmup;           /* linear warmup steps (0 = none) */
+    int lr_cosine;            /* lr_decay: cosine (1) or none (0) */
+    double lr_min;            /* the cosine's end rate */
+    int64_t decay_steps;      /* the stage's steps: where the cosine ends */
     double beta1, beta2, eps, weight_decay;
     double ema;               /* EMA decay */
     int ema_warmup;           /* MDLM's EMA warm-up (optim_ema_decay); the paper: off */

@@ -1,7 +1,9 @@
-/* jobs/sample.c — completions at k = 1, 2, 4 with tokens/s after a local run. */
+/* jobs/sample.c — completions of every model of the chain with their quality
+ * and decoding speed after a local run (see sample.h). */
 #include "jobs/sample.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,46 +12,125 @@
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "jobs/proc.h"
+#include "tokenize/tokenizer.h"
+#include "trainer/quality.h"
 
+/* 8 x 16 completions: enough that the quality ratios to AR move by a few
+ * percent between seeds, not tens */
 static const char *const prompts[] = {"The city council voted on Tuesday to",
-                                      "Scientists say the new study shows that"};
-#define N_PROMPTS 2
-#define PER_PROMPT "8"
-#define MAX_NEW "64"
+                                      "Scientists say the new study shows that",
+                                      "In a statement released on Monday, the company",
+                                      "The first thing you notice about the game is",
+                                      "She opened the door and saw",
+                                      "The best way to learn a new language is",
+                                      "After the game, the coach told reporters that",
+                                      "It was a cold morning in the small town when"};
+#define N_PROMPTS 8
+#define PER_PROMPT 16 /* one decoding batch of 16 per prompt: tokens/s at batch 16 */
+#define MAX_NEW 64
 
-/* The `vocab:` of the shards set whose `out:` is data.train, or NULL. */
-static char *find_vocab(const char *run, const runconfig *rc, kf_err *err) {
+/* The `vocab:` and `tokenizer:` of the shards set whose `out:` is data.train. */
+static int find_vocab(const char *run, const runconfig *rc, char **vocab, char **kind, kf_err *err) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/run.yaml", run);
     cfg_node *root = cfg_load_file(p, err);
-    if (!root) return NULL;
-    char *vocab = NULL;
+    if (!root) return -1;
+    *vocab = *kind = NULL;
     cfg_node *sets = cfg_find(root, "shards");
-    for (size_t i = 0; sets && sets->kind == CFG_MAP && i < sets->n && !vocab; i++) {
+    for (size_t i = 0; sets && sets->kind == CFG_MAP && i < sets->n && !*vocab; i++) {
         cfg_node *out = cfg_find(sets->items[i], "out"), *v = cfg_find(sets->items[i], "vocab");
-        if (out && v && out->kind == CFG_SCALAR && v->kind == CFG_SCALAR && !strcmp(out->value, rc->data_train))
-            vocab = kf_strdup(v->value);
+        cfg_node *t = cfg_find(sets->items[i], "tokenizer");
+        if (out && v && out->kind == CFG_SCALAR && v->kind == CFG_SCALAR && !strcmp(out->value, rc->data_train)) {
+            *vocab = kf_strdup(v->value);
+            *kind = kf_strdup(t && t->kind == CFG_SCALAR ? t->value : "gpt2");
+        }
     }
     cfg_free(root);
-    return vocab;
+    return 0;
+}
+
+/* The prompts as ids, each after the BOS token (CLS for BERT) that starts
+ * every training sample of either packing, and cut to half the context so
+ * that completions keep the other half; *max_new is then what every model's
+ * context holds, a multiple of kmax (a K-Forcing step emits k tokens).
+ * Writes them to path; shown[i] is the text of prompt i as kept. */
+static int write_prefixes(tok *tk, int64_t seq_len, int64_t kmax, const char *path, char shown[][160],
+                          int64_t *max_new, kf_err *err) {
+    int64_t cap = seq_len / 2, longest = 0;
+    int32_t bos = tok_special_id(tk, "bos") >= 0 ? tok_special_id(tk, "bos") : tok_special_id(tk, "cls");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int rc = 0;
+    for (int i = 0; i < N_PROMPTS && !rc; i++) {
+        tok_ids ids = {0};
+        if (bos >= 0) tok_ids_push(&ids, bos);
+        int64_t skip = (int64_t)ids.n;
+        tok_encode(tk, prompts[i], strlen(prompts[i]), 0, &ids, NULL);
+        int64_t keep = cap > skip ? cap : skip + 1; /* at least one token of the prompt */
+        int64_t n = (int64_t)ids.n < keep ? (int64_t)ids.n : keep;
+        longest = n > longest ? n : longest;
+        fprintf(f, "{\"prefix\": [");
+        for (int64_t j = 0; j < n; j++) fprintf(f, j ? ", %d" : "%d", ids.v[j]);
+        fprintf(f, "]}\n");
+        tok_bytes b = {0};
+        rc = tok_decode(tk, ids.v + skip, (size_t)(n - skip), &b, err);
+        if (!rc) snprintf(shown[i], sizeof shown[i], "%.*s", (int)b.n, b.v);
+        tok_bytes_free(&b);
+        tok_ids_free(&ids);
+    }
+    fclose(f);
+    /* AR needs P + N - 1 positions, K-Forcing P + N (N a multiple of k) */
+    int64_t n = seq_len - longest < MAX_NEW ? seq_len - longest : MAX_NEW;
+    *max_new = n - n % kmax;
+    if (!rc && *max_new < 1)
+        rc = kf_err_set(err, "a context of %lld tokens leaves no room for %lld new tokens after a "
+                        "%lld-token prompt", (long long)seq_len, (long long)kmax, (long long)longest);
+    if (!rc) rc = fs_write_atomic(path, text, len, err);
+    free(text);
+    return rc;
 }
 
 typedef struct result {
     double tps;      /* mean tokens/s over the output lines */
     char text[96];   /* the first completion, one line */
-    int lines;
+    quality_row q;
 } result;
 
-/* Runs kf sample, keeps its JSONL in out_path and summarises it. */
+static double number(const json *o, const char *key) {
+    const json *v = json_get(o, key);
+    return v && v->type == JSON_NUMBER ? v->num : NAN;
+}
+
+/* The first completion of kf sample's output as one line: control characters
+ * become spaces, cut at a UTF-8 boundary. */
+static void first_text(const json *tx, result *r) {
+    size_t j = 0, len = tx->str.len;
+    const unsigned char *t = (const unsigned char *)tx->str.s;
+    for (; j < len && j + 4 < sizeof r->text; j++) r->text[j] = t[j] < 0x20 ? ' ' : (char)t[j];
+    if (j < len) {
+        while (j > 0 && (t[j] & 0xC0) == 0x80) j--;
+        memcpy(r->text + j, "...", 4);
+    } else {
+        r->text[j] = 0;
+    }
+}
+
+/* Runs kf sample, keeps its JSONL in out_path, reads tokens/s and the first
+ * completion, then scores the file with kf eval --completions under the AR
+ * checkpoint eval_ckpt. */
 static int sample_one(const char *kf, const char *ckpt, int k, const char *prefixes, const char *vocab,
-                      const char *out_path, result *r, kf_err *err) {
-    char kbuf[16];
+                      int64_t max_new, const char *eval_ckpt, int32_t eos, const char *out_path, result *r,
+                      kf_err *err) {
+    char kbuf[16], nbuf[24], pbuf[16], ebuf[16];
     snprintf(kbuf, sizeof kbuf, "%d", k);
-    /* explicit, not kf sample's defaults: plain push-forward decoding (no
-     * frequency penalty) at every k, so the tokens/s compare like for like */
-    char *argv[] = {(char *)kf, "sample", (char *)ckpt, "--k", kbuf, "--prefix-file", (char *)prefixes,
-                    "--vocab", (char *)vocab, "--n-per-prefix", PER_PROMPT, "--max-new", MAX_NEW,
-                    "--seed", "1", "--tau", "1", "--freq-penalty", "0", NULL};
+    snprintf(nbuf, sizeof nbuf, "%lld", (long long)max_new);
+    snprintf(pbuf, sizeof pbuf, "%d", PER_PROMPT);
+    snprintf(ebuf, sizeof ebuf, "%d", eos);
+    /* plain sampling at tau 1 (no penalty): the distribution the paper compares */
+    char *argv[] = {(char *)kf, "sample", (char *)ckpt, "--k", kbuf, "--tau", "1", "--freq-penalty", "0",
+                    "--prefix-file", (char *)prefixes, "--vocab", (char *)vocab, "--n-per-prefix", pbuf,
+                    "--batch", pbuf, "--max-new", nbuf, "--seed", "1", NULL};
     char *out;
     int code = proc_capture(argv, &out, false, err);
     if (code < 0) return -1;
@@ -59,6 +140,7 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
     }
     int rv = fs_write_atomic(out_path, out, strlen(out), err);
     memset(r, 0, sizeof *r);
+    int lines = 0;
     for (char *line = out; *line && !rv;) {
         char *end = strchr(line, '\n');
         size_t n = end ? (size_t)(end - line) : strlen(line);
@@ -67,28 +149,35 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
             rv = -1;
             break;
         }
-        const json *tps = json_get(json_root(d), "tokens_per_s"), *tx = json_get(json_root(d), "text");
-        if (tps && tps->type == JSON_NUMBER) r->tps += tps->num;
-        if (!r->lines && tx && tx->type == JSON_STRING) {
-            /* one line: control characters become spaces; cut at a UTF-8 boundary */
-            size_t j = 0, len = tx->str.len;
-            const unsigned char *t = (const unsigned char *)tx->str.s;
-            for (; j < len && j + 4 < sizeof r->text; j++) r->text[j] = t[j] < 0x20 ? ' ' : (char)t[j];
-            if (j < len) {
-                while (j > 0 && (t[j] & 0xC0) == 0x80) j--;
-                memcpy(r->text + j, "...", 4);
-            } else {
-                r->text[j] = 0;
-            }
-        }
-        r->lines++;
+        const json *tx = json_get(json_root(d), "text");
+        r->tps += number(json_root(d), "tokens_per_s");
+        if (!lines && tx && tx->type == JSON_STRING) first_text(tx, r);
+        lines++;
         json_free(d);
         line = end ? end + 1 : line + n;
     }
     free(out);
-    if (!rv && r->lines == 0) rv = kf_err_set(err, "kf sample %s --k %d printed no completions", ckpt, k);
-    if (!rv) r->tps /= r->lines;
-    return rv;
+    if (!rv && lines == 0) rv = kf_err_set(err, "kf sample %s --k %d printed no completions", ckpt, k);
+    if (rv) return rv;
+    r->tps /= lines;
+
+    char *ev[] = {(char *)kf, "eval", "--completions", (char *)out_path, "--evaluator", (char *)eval_ckpt,
+                  "--eos", ebuf, NULL};
+    code = proc_capture(ev, &out, false, err);
+    if (code < 0) return -1;
+    json_doc *d = code ? NULL : json_parse(out, strlen(out), "kf eval output", err);
+    free(out);
+    if (code) return kf_err_set(err, "kf eval --completions %s failed (exit %d)", out_path, code);
+    if (!d) return -1;
+    const json *o = json_root(d);
+    r->q = (quality_row){.gen_ppl = number(o, "gen_ppl"),
+                         .st = {.samples = lines,
+                                .distinct = {number(o, "distinct_1"), number(o, "distinct_2"),
+                                             number(o, "distinct_3")},
+                                .entropy = number(o, "entropy"),
+                                .mean_len = number(o, "mean_len")}};
+    json_free(d);
+    return 0;
 }
 
 int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err) {
@@ -99,52 +188,80 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
         fprintf(stderr, "kf jobs: samples skipped: this build has no kf sample\n");
         return 0;
     }
-    char *vocab = find_vocab(run, rc, err);
+    char *vocab, *kind;
+    if (find_vocab(run, rc, &vocab, &kind, err)) return -1;
     if (!vocab) {
         fprintf(stderr, "kf jobs: samples skipped: no `shards:` set of the config has out: %s "
                 "(its vocab: would encode the prompts)\n", rc->data_train);
         return 0;
     }
-    const runconfig_stage *ar = NULL, *pflm = NULL;
+    const runconfig_stage *ar = NULL;
+    int64_t kmax = 1;
     for (int i = 0; i < rc->n_stages; i++) {
         const runconfig_stage *s = &rc->stages[i];
         if (s->kind == RC_KIND_AR && !ar) ar = s;
-        if (s->kind == RC_KIND_DISTILL_AR || s->kind == RC_KIND_SELF_FORCING) pflm = s;
+        if ((s->kind == RC_KIND_DISTILL_AR || s->kind == RC_KIND_SELF_FORCING) && s->k > kmax) kmax = s->k;
     }
-    char dir[PATH_MAX], prefixes[PATH_MAX + 32];
+    if (!ar) {
+        free(vocab), free(kind);
+        fprintf(stderr, "kf jobs: samples skipped: no `ar` stage (the teacher that scores the samples)\n");
+        return 0;
+    }
+    char dir[PATH_MAX], prefixes[PATH_MAX + 32], eval_ckpt[PATH_MAX + 64], shown[N_PROMPTS][160];
     snprintf(dir, sizeof dir, "%s/samples", run);
     snprintf(prefixes, sizeof prefixes, "%s/prefixes.jsonl", dir);
-    char text[1024];
-    size_t n = 0;
-    for (int i = 0; i < N_PROMPTS; i++) n += (size_t)snprintf(text + n, sizeof text - n, "{\"text\": \"%s\"}\n", prompts[i]);
-    if (fs_mkdir_p(dir, err) || fs_write_atomic(prefixes, text, n, err)) return free(vocab), -1;
+    snprintf(eval_ckpt, sizeof eval_ckpt, "%s/stages/%s/final/model.safetensors", run, ar->name);
+    tok *tk = tok_load(kind, vocab, err);
+    int64_t max_new = 0;
+    int rv = tk ? 0 : -1;
+    int32_t eos = tk ? tok_special_id(tk, "eos") : -1;
+    if (tk && eos < 0) eos = tok_special_id(tk, "sep");
+    if (!rv) rv = fs_mkdir_p(dir, err);
+    if (!rv) rv = write_prefixes(tk, rc->model.seq_len, kmax, prefixes, shown, &max_new, err);
+    tok_free(tk);
+    free(kind);
+    if (rv) return free(vocab), -1;
 
-    printf("\nsamples: %d prompts x %s completions of %s tokens (CPU, one process), in %s/\n", N_PROMPTS,
-           PER_PROMPT, MAX_NEW, dir);
-    printf("%-6s %3s %10s %8s  %s\n", "model", "k", "tokens/s", "vs AR", "first completion");
-    double ar_tps = 0;
-    int rv = 0;
-    for (int pass = 0; pass < 2 && !rv; pass++) {
-        const runconfig_stage *s = pass ? pflm : ar;
-        if (!s) continue;
-        for (int k = 1; k <= (pass ? s->k : 1) && !rv; k *= 2) {
+    printf("\nsamples: %d prompts x %d completions of up to %lld tokens at tau 1, batch %d (CPU, one "
+           "process), in %s/\n", N_PROMPTS, PER_PROMPT, (long long)max_new, PER_PROMPT, dir);
+    printf("quality: Gen-PPL under %s; entropy: mean unigram entropy (nats) per completion; dist-n: "
+           "distinct n-grams; length: mean tokens before EOS.\nFLAG: Gen-PPL > %.1fx, entropy < %.1fx or "
+           "length < %.1fx AR's\n\n", ar->name, QUALITY_MAX_PPL_RATIO, QUALITY_MIN_ENTROPY_RATIO,
+           QUALITY_MIN_LENGTH_RATIO);
+    printf("%-6s %3s %9s %6s %s\n", "model", "k", "tokens/s", "vs AR", quality_header());
+    enum { MAX_ROWS = 64 };
+    result *rows = kf_calloc(MAX_ROWS, sizeof *rows);
+    char names[MAX_ROWS][40];
+    int n = 0;
+    /* AR first (the baseline of every ratio), then every PFLM stage at each k */
+    for (int i = -1; i < rc->n_stages && !rv; i++) {
+        const runconfig_stage *s = i < 0 ? ar : &rc->stages[i];
+        int pflm = s->kind == RC_KIND_DISTILL_AR || s->kind == RC_KIND_SELF_FORCING;
+        if (i >= 0 && !pflm) continue;
+        for (int k = 1; k <= (pflm ? s->k : 1) && !rv && n < MAX_ROWS; k *= 2) {
             char ckpt[PATH_MAX + 64], out[PATH_MAX + 64];
             snprintf(ckpt, sizeof ckpt, "%s/stages/%s/final", run, s->name);
             snprintf(out, sizeof out, "%s/%s-k%d.jsonl", dir, s->name, k);
-            result r;
-            rv = sample_one(kf, ckpt, k, prefixes, vocab, out, &r, err);
+            result *r = &rows[n];
+            rv = sample_one(kf, ckpt, k, prefixes, vocab, max_new, eval_ckpt, eos, out, r, err);
             if (rv) break;
-            if (!pass) ar_tps = r.tps;
-            char vs[16] = "-";
-            if (ar_tps > 0) snprintf(vs, sizeof vs, "%.2fx", r.tps / ar_tps);
-            /* GPT-2 pieces carry their leading space; WordPiece text does not */
-            const char *sep = r.text[0] == ' ' || !r.text[0] ? "" : " ";
-            /* text stops at the first EOS: say so when that is the first token */
-            printf("%-6s %3d %10.0f %8s  \"%s%s%s\"%s\n", s->name, k, r.tps, vs, prompts[0], sep, r.text,
-                   r.text[0] ? "" : "  (EOS at once)");
+            snprintf(names[n++], sizeof names[0], "%s k=%d", s->name, k);
+            char vs[16], q[256];
+            snprintf(vs, sizeof vs, "%.2fx", r->tps / rows[0].tps);
+            quality_format(&r->q, &rows[0].q, q, sizeof q);
+            printf("%-6s %3d %9.0f %6s %s\n", s->name, k, r->tps, vs, q);
             fflush(stdout);
         }
     }
+    if (n) printf("\nfirst completion of each (prompt: \"%s\"):\n", shown[0]);
+    for (int i = 0; i < n; i++) {
+        /* GPT-2 pieces carry their leading space; WordPiece text does not */
+        const char *sep = rows[i].text[0] == ' ' || !rows[i].text[0] ? "" : " ";
+        /* text stops at the first EOS: say so when that is the first token */
+        printf("  %-9s \"%s%s%s\"%s\n", names[i], shown[0], sep, rows[i].text,
+               rows[i].text[0] ? "" : "  (EOS at once)");
+    }
+    free(rows);
     free(vocab);
     return rv;
 }

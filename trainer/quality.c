@@ -141,6 +141,81 @@ void quality_distinct(const quality_sample *s, int64_t n, int32_t eos, int32_t s
     }
 }
 
+static int cmp_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Entropy (nats) of the histogram of ids[0..n), which it sorts. */
+static double unigram_entropy(int32_t *ids, int64_t n) {
+    qsort(ids, (size_t)n, sizeof *ids, cmp_id);
+    double h = 0;
+    for (int64_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && ids[j] == ids[i]; j++) {}
+        double p = (double)(j - i) / (double)n;
+        h -= p * log(p);
+    }
+    return h;
+}
+
+void quality_stats_compute(const quality_sample *s, int64_t n, int32_t eos, int32_t strip,
+                           quality_stats *out) {
+    out->samples = n;
+    quality_distinct(s, n, eos, strip, 3, out->distinct);
+    double h = 0, len = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t *c = kf_malloc((size_t)(s[i].n_completion + 1) * sizeof(int32_t));
+        int64_t m = quality_clean(s[i].completion, s[i].n_completion, eos, strip, c);
+        h += unigram_entropy(c, m);
+        len += (double)m;
+        free(c);
+    }
+    out->entropy = n ? h / (double)n : NAN;
+    out->mean_len = n ? len / (double)n : NAN;
+}
+
+int quality_flag(const quality_row *r, const quality_row *ar, char *buf, size_t cap) {
+    const struct {
+        const char *name;
+        double got, ref, bound;
+        int upper; /* 1: got/ref must stay <= bound; 0: >= bound */
+    } m[] = {{"Gen-PPL", r->gen_ppl, ar->gen_ppl, QUALITY_MAX_PPL_RATIO, 1},
+             {"entropy", r->st.entropy, ar->st.entropy, QUALITY_MIN_ENTROPY_RATIO, 0},
+             {"length", r->st.mean_len, ar->st.mean_len, QUALITY_MIN_LENGTH_RATIO, 0}};
+    int reasons = 0;
+    size_t used = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        if (!isfinite(m[i].got) || !isfinite(m[i].ref) || !(m[i].ref > 0)) continue;
+        double x = m[i].got / m[i].ref;
+        if (m[i].upper ? x <= m[i].bound : x >= m[i].bound) continue;
+        if (used < cap)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s %.2fx AR %s %.1f", reasons ? "; " : "",
+                                     m[i].name, x, m[i].upper ? ">" : "<", m[i].bound);
+        reasons++;
+    }
+    return reasons;
+}
+const char *quality_header(void) { return " Gen-PPL entropy dist-2 dist-3 length"; }
+
+/* One right-aligned column of width w, "-" for a figure not measured. */
+static size_t column(char *buf, size_t cap, int w, int prec, double v) {
+    int n = isfinite(v) ? snprintf(buf, cap, " %*.*f", w, prec, v) : snprintf(buf, cap, " %*s", w, "-");
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap;
+}
+
+void quality_format(const quality_row *r, const quality_row *ar, char *buf, size_t cap) {
+    size_t u = 0;
+    buf[0] = 0;
+    u += column(buf + u, cap - u, 7, r->gen_ppl < 1000 ? 1 : 0, r->gen_ppl);
+    u += column(buf + u, cap - u, 7, 2, r->st.entropy);
+    u += column(buf + u, cap - u, 6, 2, r->st.distinct[1]);
+    u += column(buf + u, cap - u, 6, 2, r->st.distinct[2]);
+    u += column(buf + u, cap - u, 6, 1, r->st.mean_len);
+    char why[160];
+    if (ar && quality_flag(r, ar, why, sizeof why)) snprintf(buf + u, cap - u, "  FLAG: %s", why);
+}
+
 /* ---- kf eval --completions FILE --evaluator CKPT ---- */
 
 static void usage(FILE *f) {
@@ -297,14 +372,16 @@ int quality_eval_main(int argc, char **argv) {
                             "truncated (pass --eos ID)\n", (long long)V);
     }
     if (ev && quality_genppl(ev, s, n, (int32_t)eos, batch, &ppl, &err) == 0) {
-        double d[3];
-        quality_distinct(s, n, (int32_t)eos, (int32_t)ev->cfg.mask_id, 3, d);
+        quality_stats st;
+        quality_stats_compute(s, n, (int32_t)eos, (int32_t)ev->cfg.mask_id, &st);
         printf("{\"samples\": %lld, \"tokens\": %lld", (long long)n, (long long)ppl.tokens);
         json_number("gen_ppl", ppl.ppl);
         json_number("nll", ppl.tokens ? ppl.nll_sum / (double)ppl.tokens : NAN);
-        json_number("distinct_1", d[0]);
-        json_number("distinct_2", d[1]);
-        json_number("distinct_3", d[2]);
+        json_number("distinct_1", st.distinct[0]);
+        json_number("distinct_2", st.distinct[1]);
+        json_number("distinct_3", st.distinct[2]);
+        json_number("entropy", st.entropy);
+        json_number("mean_len", st.mean_len);
         printf(", \"eos\": %lld, \"evaluator\": ", (long long)eos);
         json_write_str(stdout, evp, strlen(evp));
         printf("}\n");

@@ -10,9 +10,17 @@
  *              than the evaluator's context is scored in consecutive windows
  *              of seq_len tokens (each window restarts the context, as MDLM's
  *              generative-perplexity code does).
- *   distinct-n the repetition measure: over all truncated completions
- *              together, the number of distinct n-grams divided by the number
- *              of n-grams (n = 1, 2, 3; n-grams never cross completions).
+ *   distinct-n over all truncated completions together, the number of
+ *              distinct n-grams divided by the number of n-grams (n = 1, 2,
+ *              3; n-grams never cross completions).
+ *   entropy    the repetition measure of MDLM and its successors (the
+ *              paper's unigram entropy): for each truncated completion, the
+ *              Shannon entropy in nats of its own token histogram,
+ *              -sum_v p_v ln p_v with p_v = count(v) / length; the mean over
+ *              completions, an empty one counting 0 (a model that stops at
+ *              once has repeated nothing, but said nothing either).
+ *   length     the mean number of tokens before the first EOS (mask tokens
+ *              not counted).
  *
  * The evaluator must share the completions' tokenizer (re-tokenisation
  * between vocabularies, as the paper does for LM1B, is not done here).
@@ -23,6 +31,7 @@
 #ifndef KF_TRAINER_QUALITY_H
 #define KF_TRAINER_QUALITY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -60,11 +69,50 @@ int quality_genppl(model *ev, const quality_sample *s, int64_t n, int32_t eos, i
 void quality_distinct(const quality_sample *s, int64_t n, int32_t eos, int32_t strip, int nmax,
                       double *out);
 
+/** The sample statistics that need no evaluator. */
+typedef struct quality_stats {
+    int64_t samples;
+    double distinct[3]; /* distinct-1, -2, -3 (NaN when there are no n-grams) */
+    double entropy;     /* mean per-completion unigram entropy, nats (NaN: no samples) */
+    double mean_len;    /* mean tokens before EOS (NaN: no samples) */
+} quality_stats;
+
+/** distinct-1..3, entropy and mean length of n samples (see the top of this
+ *  file), cleaned with eos and strip as quality_clean does. */
+void quality_stats_compute(const quality_sample *s, int64_t n, int32_t eos, int32_t strip,
+                           quality_stats *out);
+
+/* The margins of AR's quality within which a K-Forcing row reads as matching
+ * its teacher (issue 14): Gen-PPL at most 1.3x AR's, entropy and mean length
+ * at least 0.9x AR's. Outside them the row is flagged. */
+#define QUALITY_MAX_PPL_RATIO 1.3
+#define QUALITY_MIN_ENTROPY_RATIO 0.9
+#define QUALITY_MIN_LENGTH_RATIO 0.9
+
+/** One row of a quality table: Gen-PPL under the AR teacher and the stats. */
+typedef struct quality_row {
+    double gen_ppl; /* NaN when not measured */
+    quality_stats st;
+} quality_row;
+
+/** Writes into buf the reasons row r falls outside the margins of ar (e.g.
+ *  "Gen-PPL 2.31x AR; entropy 0.52x AR"), "" when it is within them or when
+ *  a figure is missing (NaN) on either side. @return the number of reasons. */
+int quality_flag(const quality_row *r, const quality_row *ar, char *buf, size_t cap);
+
+/** The column titles of quality_format, for a table header. */
+const char *quality_header(void);
+
+/** Formats r's quality columns (Gen-PPL, entropy, distinct-2/3, length) as
+ *  quality_header names them, then "  FLAG: reasons" when quality_flag finds
+ *  any against ar (ar may be r itself or NULL: no flag). */
+void quality_format(const quality_row *r, const quality_row *ar, char *buf, size_t cap);
+
 /** `kf eval --completions FILE.jsonl --evaluator CKPT [--eos ID] [--batch B]
  *  [--json OUT]`. FILE is `kf sample` output: one JSON object per line with
  *  "prefix" (array of ids, optional) and "completion" (array of ids; also
  *  accepted: "completion_ids"). Prints one JSON object (samples, tokens,
- *  gen_ppl, nll, distinct_1..3) on stdout. */
+ *  gen_ppl, nll, distinct_1..3, entropy, mean_len) on stdout. */
 int quality_eval_main(int argc, char **argv);
 
 #endif

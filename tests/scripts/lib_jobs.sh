@@ -32,8 +32,8 @@ YAML
 }
 DATA=$(pwd)/data/shards/owt-tiny
 need_data() {
-  [ -f "$DATA/manifest.yaml" ] || "$KF" shards build configs/tiny.yaml >/dev/null 2>&1
-  [ -f "$DATA/manifest.yaml" ] || { bad "shards $DATA (kf shards build configs/tiny.yaml) available"; finish; exit 1; }
+  [ -f "$DATA/manifest.yaml" ] || "$KF" shards build configs/tiny-gpt2.yaml >/dev/null 2>&1
+  [ -f "$DATA/manifest.yaml" ] || { bad "shards $DATA (kf shards build configs/tiny-gpt2.yaml) available"; finish; exit 1; }
 }
 file_sha() { sha256sum "$1" | cut -d' ' -f1; }
 

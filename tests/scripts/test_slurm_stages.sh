@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kf jobs on a real Slurm cluster (slurmctld + slurmd + munge started here, on
 # this machine, and stopped by PID at exit), issue 6 item 6:
-#  (a) configs/tiny.yaml (tiny overrides) end to end through kf jobs submit:
+#  (a) configs/tiny-gpt2.yaml (tiny overrides) end to end through kf jobs submit:
 #      every stage starts after its teacher's job ended and trains from the
 #      teacher's final weights (sha256 recorded in its checkpoint);
 #  (b) scontrol requeue of a running stage: it resumes from its checkpoint and
@@ -47,16 +47,16 @@ job_of() { awk -v s="$2" '$1 == s {print $2}' "$1.submit"; }
 # ---- (c) first: the sweep that sends --signal comes every 30 s from slurmctld's
 # start, so a job started ~20 s after it gets USR1 ~10 s into its work.
 C=$T/c
-# ---- (a) configs/tiny.yaml, every stage tiny
+# ---- (a) configs/tiny-gpt2.yaml, every stage tiny
 A=$T/a
 tiny=(model.hidden=32 model.heads=2 model.blocks=1 defaults.batch=1 defaults.warmup=0
       defaults.checkpoint_every=2 defaults.eval_batches=1 defaults.log_every=1
       stages.0.steps=2 stages.1.steps=2 stages.2.steps=2 stages.3.steps=2)
-cp configs/tiny.yaml "$T/tiny.yaml"
+cp configs/tiny-gpt2.yaml "$T/tiny.yaml"
 submit "$A" "$T/tiny.yaml" "${tiny[@]}"; rc=$?
 # editing the config after submit must not reach the run: point its data nowhere
 sed -i 's#data/shards/owt-tiny#/nonexistent/owt-tiny#g; s#lr: 3.0e-3#lr: 9.0e-3#' "$T/tiny.yaml"
-check "(a) kf jobs submit configs/tiny.yaml exits 0" [ $rc -eq 0 ]
+check "(a) kf jobs submit configs/tiny-gpt2.yaml exits 0" [ $rc -eq 0 ]
 check "(a) one job per stage, chained afterok" bash -c '
   f=$1; [ "$(grep -c . "$f")" -ge 5 ] || exit 1
   prev=""; while IFS=$'"'"'\t'"'"' read -r st id dep; do
@@ -141,7 +141,7 @@ all_done() {
   stage_done "$A" k4 && stage_done "$B" ar && stage_done "$C" ar && stage_done "$D" k1 && stage_done "$M" ar
 }
 wait_until 240 all_done
-check "(a) every stage of configs/tiny.yaml complete" bash -c 'for s in ar k1 k2 k4; do test -f "$1/stages/$s/final/DONE" || exit 1; done' _ "$A"
+check "(a) every stage of configs/tiny-gpt2.yaml complete" bash -c 'for s in ar k1 k2 k4; do test -f "$1/stages/$s/final/DONE" || exit 1; done' _ "$A"
 
 # (a) order and teacher weights
 prev=""

@@ -3,8 +3,11 @@
  *    the JSON table has one row per (method, batch) with positive
  *    throughput and AR's speedup 1, the PNG is written; the completion length
  *    follows the protocol (data length - prefix, capped by the context,
- *    multiple of every k); bad input exits 1 (prefix longer than the data,
- *    no method fitting --k, missing checkpoint) or 2 (usage);
+ *    multiple of every k); every row carries the quality of its completions
+ *    (Gen-PPL under the AR checkpoint, entropy, distinct-2/3, length, flag;
+ *    AR unflagged); the default prefix is cut to half the smallest context;
+ *    bad input exits 1 (prefix longer than the data, no method fitting --k,
+ *    missing checkpoint) or 2 (usage);
  *  - `kf import --probe`: logits recorded from the model pass, perturbed ones
  *    fail; registration writes final/ + DONE, refuses a second time without
  *    --force, refuses a checkpoint that does not fit the run's stage;
@@ -140,6 +143,18 @@ static void bench_tests(void) {
             const json *me = json_get(x, "method");
             T_CHECK(tps && tps->num > 0, "row %zu: tokens/s", i);
             if (me && !strcmp(me->str.s, "AR")) T_CHECK(sp && sp->num == 1.0, "AR speedup is 1");
+            const json *ppl = json_get(x, "gen_ppl"), *ent = json_get(x, "entropy"), *ml = json_get(x, "mean_len");
+            const json *d2 = json_get(x, "distinct_2"), *fl = json_get(x, "flag");
+            T_CHECK(ppl && ppl->type == JSON_NUMBER && ppl->num >= 1, "row %zu: gen_ppl got %g want a number >= 1", i,
+                    ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
+            T_CHECK(ent && ent->type == JSON_NUMBER && ent->num >= 0, "row %zu: entropy got %g want >= 0", i,
+                    ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
+            T_CHECK(ml && ml->type == JSON_NUMBER && ml->num >= 0 && ml->num <= 26, "row %zu: mean_len got %g want "
+                    "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+            T_CHECK(d2 && d2->type != JSON_STRING, "row %zu: distinct_2 present", i);
+            if (me && !strcmp(me->str.s, "AR"))
+                T_CHECK(fl && fl->type == JSON_STRING && fl->str.len == 0, "AR's own flag: got \"%s\" want \"\"",
+                        fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
         }
         json_free(d);
     }
@@ -155,7 +170,19 @@ static void bench_tests(void) {
     /* bad input */
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --json %s/x.json "
              "--png %s/x.png", T, T, T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 1, "default OWT prefix (64) longer than the data (32) exits 1");
+    T_CHECK(run(bench_decode_main, cmd) == 0, "default OWT prefix (64) with a context of 32 runs");
+    snprintf(p, sizeof p, "%s/x.json", T);
+    if (fs_read_file(p, &text, &len, &err) == 0) {
+        json_doc *x = json_parse(text, len, p, &err);
+        const json *pl = x ? json_get(json_root(x), "prefix_len") : NULL;
+        T_CHECK(pl && pl->i == SEQ / 2, "default prefix: got %lld want half the context, %d",
+                pl ? (long long)pl->i : -1LL, SEQ / 2);
+        json_free(x);
+        free(text);
+    }
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --prefix-len 40 "
+             "--json %s/x.json --png %s/x.png", T, T, T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 1, "--prefix-len 40 longer than the data (32) exits 1");
     snprintf(cmd, sizeof cmd, "decode %s/pf4.safetensors --data %s/data --batch 2 --k 5,6 --prefix-len 4 --json %s/x.json "
              "--png %s/x.png", T, T, T, T);
     T_CHECK(run(bench_decode_main, cmd) == 1, "k > k_train for every --k exits 1");

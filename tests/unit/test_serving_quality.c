@@ -1,6 +1,9 @@
 /* Quality metrics (trainer/quality.h, issue 8 item 3):
  *  - truncation at the first EOS and mask stripping;
  *  - distinct-1/2/3 against counts worked out by hand;
+ *  - unigram entropy and mean length per completion (an empty completion
+ *    counting 0), the flag margins at and past their bounds, and the FLAG
+ *    column of the formatted row;
  *  - Gen-PPL of a uniform evaluator (output layer zero, mask logit -1000) is
  *    exactly V - 1;
  *  - Gen-PPL of a random evaluator equals the NLL computed here from full
@@ -75,6 +78,41 @@ int main(void) {
     T_CLOSE(d[0], 4.0 / 8.0, 1e-12, "distinct-1 (4 distinct of 8 unigrams)");
     T_CLOSE(d[1], 3.0 / 5.0, 1e-12, "distinct-2 (3 distinct of 5 bigrams)");
     T_CLOSE(d[2], 3.0 / 3.0, 1e-12, "distinct-3 (3 distinct of 3 trigrams)");
+
+    /* stats: the three above plus one that is EOS at once; cleaned
+     * [1 2 1 2] [1 2 3] [4] [] -> entropies ln 2, ln 3, 0, 0; lengths 4 3 1 0 */
+    int32_t e[] = {EOS, 5};
+    quality_sample ss[4] = {ds[0], ds[1], ds[2], {none, 0, e, 2}};
+    quality_stats st;
+    quality_stats_compute(ss, 4, EOS, MASK, &st);
+    printf("stats: entropy %.6f, mean length %.4f, distinct-2 %.4f\n", st.entropy, st.mean_len, st.distinct[1]);
+    T_CLOSE(st.entropy, (log(2.0) + log(3.0)) / 4, 1e-12, "mean unigram entropy (nats), empty completion = 0");
+    T_CLOSE(st.mean_len, 8.0 / 4, 1e-12, "mean length before EOS");
+    T_CLOSE(st.distinct[1], 3.0 / 5.0, 1e-12, "stats carry distinct-2");
+    T_CHECK(st.samples == 4, "stats: samples got %lld want 4", (long long)st.samples);
+
+    /* flags: AR {Gen-PPL 100, entropy 3, length 50}; the bounds themselves pass */
+    quality_row ar = {.gen_ppl = 100, .st = {.entropy = 3.0, .mean_len = 50}};
+    quality_row edge = {.gen_ppl = 130, .st = {.entropy = 2.7, .mean_len = 45}};
+    quality_row bad = {.gen_ppl = 131, .st = {.entropy = 2.69, .mean_len = 44.9}};
+    quality_row nan_ppl = {.gen_ppl = NAN, .st = {.entropy = 3.0, .mean_len = 50}};
+    char why[160], row[256];
+    int nf = quality_flag(&edge, &ar, why, sizeof why);
+    T_CHECK(nf == 0 && !why[0], "flag at the bounds: got %d reasons \"%s\", want 0 \"\"", nf, why);
+    nf = quality_flag(&bad, &ar, why, sizeof why);
+    T_CHECK(nf == 3, "flag past every bound: got %d reasons (%s), want 3", nf, why);
+    T_CHECK(!strcmp(why, "Gen-PPL 1.31x AR > 1.3; entropy 0.90x AR < 0.9; length 0.90x AR < 0.9"),
+            "flag text: got \"%s\" want \"Gen-PPL 1.31x AR > 1.3; entropy 0.90x AR < 0.9; length 0.90x AR < 0.9\"",
+            why);
+    nf = quality_flag(&nan_ppl, &ar, why, sizeof why);
+    T_CHECK(nf == 0, "a Gen-PPL not measured is not flagged: got %d reasons (%s), want 0", nf, why);
+    quality_format(&bad, &ar, row, sizeof row);
+    T_CHECK(strstr(row, "  FLAG: Gen-PPL 1.31x AR") != NULL, "formatted flagged row: got \"%s\" want a FLAG column", row);
+    T_CHECK(strstr(row, " 131.0    2.69") != NULL, "formatted row columns: got \"%s\" want \" 131.0    2.69\"", row);
+    quality_format(&ar, &ar, row, sizeof row);
+    T_CHECK(!strstr(row, "FLAG"), "AR's own row: got \"%s\" want no FLAG", row);
+    quality_format(&nan_ppl, NULL, row, sizeof row);
+    T_CHECK(!strncmp(row, "       -", 8), "a figure not measured prints -: got \"%s\"", row);
 
     kf_backend *be = kernels_cpu_create();
     model_config cfg = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = V, .mask_id = MASK,

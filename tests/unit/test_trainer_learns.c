@@ -1,4 +1,4 @@
-/* Stage 0 of configs/tiny.yaml learns: after 100 steps of `kf train` on the
+/* Stage 0 of configs/tiny-gpt2.yaml learns: after 100 steps of `kf train` on the
  * embedded OWT-like shards, the validation loss is well below the unigram
  * entropy of the validation data (computed here from the shards), i.e. the
  * model uses context. Builds the shards first when they are missing. */
@@ -41,7 +41,7 @@ static double unigram_entropy(const char *dir, const char *split) {
 
 int main(void) {
     const char *kf = getenv("KF_BIN") ? getenv("KF_BIN") : "bin/kf";
-    const char *cfg = "configs/tiny.yaml";
+    const char *cfg = "configs/tiny-gpt2.yaml";
     runconfig *rc;
     kf_err err = {{0}};
     if (runconfig_load(cfg, 0, NULL, &rc, &err)) {

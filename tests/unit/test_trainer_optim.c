@@ -29,6 +29,15 @@ int main(void) {
     T_CLOSE(optim_lr(&o, 0), 2.5e-3, 1e-12, "warmup step 0");
     T_CLOSE(optim_lr(&o, 2), 7.5e-3, 1e-12, "warmup step 2");
     T_CLOSE(optim_lr(&o, 3), 1e-2, 1e-12, "after warmup");
+    /* cosine over a 14-step stage: lr at step+1 = warmup (4), the mean of lr
+     * and lr_min half way (step+1 = 9), lr_min at the last step */
+    runconfig_opts c = o;
+    c.lr_cosine = 1, c.lr_min = 1e-3, c.decay_steps = 14;
+    T_CLOSE(optim_lr(&c, 1), 5e-3, 1e-12, "cosine: warmup step 1 unchanged");
+    T_CLOSE(optim_lr(&c, 3), 1e-2, 1e-12, "cosine: lr at the end of the warmup");
+    T_CLOSE(optim_lr(&c, 8), 5.5e-3, 1e-12, "cosine: (lr + lr_min) / 2 half way");
+    T_CLOSE(optim_lr(&c, 13), 1e-3, 1e-12, "cosine: lr_min at the last step");
+    T_CLOSE(optim_lr(&o, 13), 1e-2, 1e-12, "lr_decay none: constant after the warmup");
     T_CHECK(runconfig_precision_at(&o, 5) == RC_PREC_FP16 && runconfig_precision_at(&o, 6) == RC_PREC_FP32,
             "phase switch at until_step");
 

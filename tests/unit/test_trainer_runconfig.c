@@ -101,6 +101,16 @@ int main(void) {
         runconfig_free(rc);
     }
     expect_error("seq_len: 32}", "seq_len: 32, mask_id: 100}", "model.mask_id");
+    char *cos_over[] = {"stages.1.lr_decay=cosine", "stages.1.lr_min=1.0e-4"};
+    T_CHECK(load_with(NULL, NULL, 2, cos_over, &rc, &err) == 0, "lr_decay override: %s", err.msg);
+    if (rc) {
+        const runconfig_opts *o = &rc->stages[1].opt;
+        T_CHECK(o->lr_cosine == 1 && !rc->stages[0].opt.lr_cosine, "lr_decay: cosine on stage 1 only: got %d, %d "
+                "want 1, 0", o->lr_cosine, rc->stages[0].opt.lr_cosine);
+        T_CLOSE(o->lr_min, 1e-4, 0, "lr_min");
+        T_CHECK(o->decay_steps == 4, "decay_steps: got %lld want the stage's 4 steps", (long long)o->decay_steps);
+        runconfig_free(rc);
+    }
     char *bad_over[] = {"defaults.bach=16"};
     T_CHECK(load_with(NULL, NULL, 1, bad_over, &rc, &err) == -1 && strstr(err.msg, "defaults.bach"),
             "unknown override key: %s", err.msg);
@@ -109,6 +119,7 @@ int main(void) {
     expect_error("seq_len: 32}", "seq_len: 32, hiden: 3}", "model.hiden");
     expect_error("batch: 8", "batch: eight", "defaults.batch");
     expect_error("batch: 8", "batch: 0", "defaults.batch");
+    expect_error("batch: 8\n", "batch: 8\n  lr_decay: linear\n", "expected none or cosine");
     expect_error("kind: ar,", "kind: arr,", "unknown kind");
     expect_error("teacher: ar,", "teacher: k2,", "not an earlier stage");
     expect_error("teacher: k1, k: 2", "teacher: k1, k: 3", "doubles k");

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The embedded default configs validate (`kf jobs plan`), and the closing
+# samples of `kf jobs run` (jobs/sample.c): on a chain whose model
+# context is 64 tokens (and 16: the prompts are cut to half of it) the run
+# exits 0 with a quality table (tokens/s and x AR, Gen-PPL under the AR stage,
+# entropy, distinct-2/3, length) for AR and every PFLM stage at each k, every
+# completion fitting the context; a failure of the samples after complete
+# stages is reported and the exit status stays 0.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/scripts/lib_jobs.sh
+T=$(mktemp -d /tmp/kf-test-samples.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+
+# the embedded defaults validate: byte-level configs/tiny.yaml, GPT-2 tiny-gpt2.yaml
+for c in tiny tiny-gpt2; do
+  out=$("$KF" jobs plan configs/$c.yaml 2>&1); rc=$?
+  dag=$(grep -cE '(ar -> k1|k1 -> k2|k2 -> k4)' <<<"$out")
+  check "plan configs/$c.yaml: exit status got $rc want 0; DAG lines got $dag want 3" \
+    bash -c '[ $1 -eq 0 ] && [ $2 -eq 3 ]' _ $rc "$dag"
+done
+
+# private shards of CTX-token samples (400 Brown sentences, GPT-2 vocabulary)
+# and a 3-stage chain of a model with a context of CTX
+head -n 400 data/text/brown.txt > "$T/text.txt"
+config() {  # CTX
+  cat > "$T/cfg$1.yaml" <<YAML
+name: samples-test
+shards:
+  s:
+    out: $T/shards$1
+    tokenizer: gpt2
+    vocab: data/vocab/gpt2
+    packing: wrap
+    seq_len: $1
+    docs_per_shard: 100
+    inputs: [{path: $T/text.txt, format: lines}]
+    valid: {last: 40}
+data: {train: $T/shards$1, valid: $T/shards$1}
+model: {hidden: 32, heads: 2, blocks: 1, vocab: 50258, seq_len: $1}
+defaults: {batch: 1, lr: 1.0e-3, checkpoint_every: 0, log_every: 1, eval_batches: 1,
+           precision: [{mode: fp32}]}
+resources: {ranks: 1, time_limit: "00:10:00"}
+stages:
+  - {name: ar, kind: ar, steps: 2}
+  - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 2, tau: [0.01, 1.0]}
+  - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 2}
+YAML
+}
+
+# prefix + completion lengths of every line of a samples file, at most CTX
+fits() {  # FILE CTX
+  node -e '
+    const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n");
+    const worst = Math.max(...lines.map(l => { const o = JSON.parse(l); return o.prefix.length + o.completion.length; }));
+    console.log(worst); process.exit(lines.length === 128 && worst <= +process.argv[2] ? 0 : 1);' "$1" "$2"
+}
+
+for ctx in 64 16; do
+  R=$T/run$ctx
+  config $ctx
+  "$KF" jobs run "$T/cfg$ctx.yaml" --run-dir "$R" > "$T/out$ctx" 2> "$T/err$ctx"; rc=$?
+  check "context $ctx: kf jobs run exit status: got $rc want 0 ($(tail -n 1 "$T/err$ctx"))" [ $rc -eq 0 ]
+  hdr=$(grep -E '^model +k +tokens/s' "$T/out$ctx")
+  check "context $ctx: table header: got '$hdr' want model, k, tokens/s, vs AR, Gen-PPL, entropy, dist-2, dist-3, length" \
+    bash -c '[[ "$1" =~ vs\ AR\ +Gen-PPL\ entropy\ dist-2\ dist-3\ length ]]' _ "$hdr"
+  for row in "ar +1" "k1 +1" "k2 +1" "k2 +2"; do
+    line=$(grep -E "^$row +[0-9]+ +[0-9.]+x " "$T/out$ctx")
+    # tokens/s, x AR, then five figures (a Gen-PPL, entropy, distinct, length)
+    check "context $ctx: row '$row': got '$line' want tokens/s, x AR and 5 numeric quality figures" \
+      bash -c '[[ "$1" =~ x\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+ ]]' _ "$line"
+  done
+  for f in ar-k1 k1-k1 k2-k1 k2-k2; do
+    worst=$(fits "$R/samples/$f.jsonl" $ctx); frc=$?
+    check "context $ctx: $f.jsonl: 128 completions, longest prefix + completion: got $worst want <= $ctx" [ $frc -eq 0 ]
+  done
+done
+p16=$(node -e 'const l = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n");
+  console.log(Math.max(...l.map(x => JSON.parse(x).prefix.length)))' "$R/samples/prefixes.jsonl" 2>/dev/null)
+check "context 16: the longest prompt is cut to half the context: got $p16 tokens want 8" [ "$p16" = 8 ]
+
+# a failure in the samples step: RUN/samples is a file, so nothing can be written there
+R=$T/run64
+rm -rf "$R/samples" && : > "$R/samples"
+"$KF" jobs run "$T/cfg64.yaml" --run-dir "$R" > "$T/outf" 2> "$T/errf"; rc=$?
+check "samples failing after complete stages: exit status got $rc want 0" [ $rc -eq 0 ]
+msg=$(grep 'samples failed' "$T/errf")
+check "samples failing: reported on stderr: got '$msg' want 'kf jobs: samples failed (the trained stages are complete): ...'" \
+  bash -c '[[ "$1" == "kf jobs: samples failed (the trained stages are complete): "* ]]' _ "$msg"
+finish
