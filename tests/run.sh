@@ -35,17 +35,28 @@ run_one() {
 }
 # Tests named *cuda* need a GPU: they run only under `make test-cuda` (KF_TEST_CUDA=1)
 # and are neither run nor counted otherwise.
+# KF_TEST_EXCLUDE="NAME..." leaves those tests out (printed, not counted):
+# make test-asan excludes the two long convergence runs, which under ASan take
+# 20+ minutes each and run no code the other trainer tests do not.
+skip_excluded() {
+  local x; for x in ${KF_TEST_EXCLUDE:-}; do
+    [[ "$1" == "$x" ]] && { echo "--   $1: excluded (KF_TEST_EXCLUDE), not run"; return 0; }
+  done
+  return 1
+}
 skip_gpu() { [[ "$1" == *cuda* && "${KF_TEST_CUDA:-0}" != 1 ]] && { echo "--   $1: needs a GPU (make test-cuda), not run"; return 0; }; return 1; }
 for t in "${KF_TEST_BUILD:-build}"/tests/test_*; do
   [ -x "$t" ] || continue
   n=$(basename "$t"); skip_name "$n" && continue
   skip_gpu "$n" && continue
+  skip_excluded "$n" && continue
   run_one "$n" "$t"
 done
 for t in tests/scripts/test_*.sh; do
   [ -f "$t" ] || continue
   n=$(basename "$t" .sh); skip_name "$n" && continue
   skip_gpu "$n" && continue
+  skip_excluded "$n" && continue
   run_one "$n" bash "$t"
 done
 # CI machines differ (Zen 3: AVX2 + FMA; Zen 4: AVX-512 VNNI): on a CPU above
@@ -57,6 +68,7 @@ if [[ -z "${KF_CPU_ISA:-}" && $flags == *" avx512f "* && $flags == *" avx2 "* &&
   for t in "${KF_TEST_BUILD:-build}"/tests/test_{kernels_cpu,model_,serving_,kforcing_decode,kforcing_forward}*; do
     [ -x "$t" ] || continue
     n="$(basename "$t")[avx2]"; skip_name "$n" && continue
+    skip_excluded "$(basename "$t")" && continue
     run_one "$n" env KF_CPU_ISA=avx2 "$t"
   done
   # AVX-512 without VNNI has its own int8 screen (vpmaddubsw, 512 bits)

@@ -247,6 +247,7 @@ static void pass_end(pass *p, tok_bytes *out)
 
 void detok_lm1b(const char *in, size_t len, tok_bytes *out)
 {
+    if (len == 0) return; /* empty text: the passes' buffers would be NULL */
     pass p;
     pass_begin(&p, in, len);
     rep(&p, "http : / / ", "http://");
@@ -294,6 +295,7 @@ static void wt_slash_quote(pass *p)
 
 void detok_wikitext(const char *in, size_t len, tok_bytes *out)
 {
+    if (len == 0) return; /* empty text: the passes' buffers would be NULL */
     pass p;
     pass_begin(&p, in, len);
     rep(&p, "s '", "s'");

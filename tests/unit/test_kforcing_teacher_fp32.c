@@ -92,5 +92,6 @@ int main(void) {
     free(ctx);
     free(t32);
     free(t16);
+    be->destroy(be);
     return T_DONE();
 }
