@@ -1,14 +1,22 @@
 # kforcing build. `make` builds bin/kf (CPU backend, MPI when mpicc exists);
 # `make CUDA=1` adds kernels/cuda (nvcc, cuBLAS, NCCL); `make test` runs every
 # test and ends with "N passed, N failed"; `make test-cuda` needs a GPU.
+# Each configuration has its own object directory (build/, build-cuda/), so
+# `make` and `make CUDA=1` alternate without `make clean`; bin/kf is a copy of
+# the last requested configuration's $(BUILD)/kf.
 CC       ?= gcc
 NVCC     ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= /usr/local/cuda
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
-BUILD    ?= build
-BIN      ?= bin/kf
+# sm_90a: Hopper's arch-specific instructions (wgmma, TMA) are only reachable there
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
 OPT      ?= -O3 -march=x86-64-v2
 CUDA     ?= 0
+ifeq ($(CUDA),1)
+BUILD    ?= build-cuda
+else
+BUILD    ?= build
+endif
+BIN      ?= bin/kf
 MPI      ?= $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
@@ -28,13 +36,13 @@ CU_SRC   := $(wildcard kernels/cuda/*.cu)
 OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o)
 CPPFLAGS += -DKF_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
-NVFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC -I. -DKF_CUDA
+NVFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC -I. -DKF_CUDA -MMD -MP
 endif
 
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-cuda tests clean bench cuda-check
+.PHONY: all test test-cuda tests clean bench cuda-check FORCE
 all: $(BIN)
 
 $(BUILD)/libkf.a: $(OBJ)
@@ -43,9 +51,17 @@ $(BUILD)/libkf.a: $(OBJ)
 
 # whole-archive: kf.c reaches the commands only through weak symbols, which
 # do not pull archive members in by themselves.
-$(BIN): $(BUILD)/kf.o $(BUILD)/libkf.a
+$(BUILD)/kf: $(BUILD)/kf.o $(BUILD)/libkf.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $(BUILD)/kf.o -Wl,--whole-archive $(BUILD)/libkf.a -Wl,--no-whole-archive $(LDLIBS)
+
+# bin/kf follows the configuration asked for last, even when that one's
+# $(BUILD)/kf is older than the copy there (hence FORCE and the compare).
+ifneq ($(BIN),$(BUILD)/kf)
+$(BIN): $(BUILD)/kf FORCE
+	@mkdir -p $(@D)
+	@cmp -s $< $@ || { cp $< $@.tmp && mv $@.tmp $@ && echo "$@: copied from $<"; }
+endif
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
