@@ -1,9 +1,12 @@
 # kforcing build. `make` builds bin/kf (CPU backend, MPI when mpicc exists);
 # `make CUDA=1` adds kernels/cuda (nvcc, cuBLAS, NCCL); `make test` runs every
 # test and ends with "N passed, N failed"; `make test-cuda` needs a GPU.
-# Each configuration has its own object directory (build/, build-cuda/), so
-# `make` and `make CUDA=1` alternate without `make clean`; bin/kf is a copy of
-# the last requested configuration's $(BUILD)/kf.
+# `make EMU=1` builds the CUDA backend for the CPU emulation harness
+# (kernels/cuda/emu, docs/cuda_emulation.md) into build-emu/ (ASAN=1:
+# build-emu-asan/); it never replaces bin/kf.
+# Each configuration has its own object directory (build/, build-cuda/,
+# build-emu/), so `make` and `make CUDA=1` alternate without `make clean`;
+# bin/kf is a copy of the last requested configuration's $(BUILD)/kf.
 CC       ?= gcc
 NVCC     ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= /usr/local/cuda
@@ -11,7 +14,12 @@ CUDA_HOME ?= /usr/local/cuda
 CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
 OPT      ?= -O3 -march=x86-64-v2
 CUDA     ?= 0
-ifeq ($(CUDA),1)
+EMU      ?= 0
+ASAN     ?= 0
+ifeq ($(EMU),1)
+BUILD    ?= build-emu$(if $(filter 1,$(ASAN)),-asan)
+BIN      ?= $(BUILD)/kf
+else ifeq ($(CUDA),1)
 BUILD    ?= build-cuda
 else
 BUILD    ?= build
@@ -31,8 +39,19 @@ endif
 SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c kernels/*.c kernels/cpu/*.c trainer/*.c jobs/*.c)
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 
-ifeq ($(CUDA),1)
+ifeq ($(ASAN),1)
+CFLAGS   += -fsanitize=address -fno-omit-frame-pointer
+endif
+
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
+ifeq ($(EMU),1)
+# The same .cu files as host C++ against kernels/cuda/emu/include's CUDA headers.
+EMU_DIR  := kernels/cuda/emu
+OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o) $(patsubst %,$(BUILD)/$(EMU_DIR)/%.o,emu_runtime emu_blas emu_nccl)
+CPPFLAGS += -DKF_CUDA -I$(EMU_DIR)/include
+CXXFLAGS_EMU = -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-sign-compare $(filter -fsanitize% -fno-omit%,$(CFLAGS)) -pthread
+LDLIBS   += -lstdc++
+else ifeq ($(CUDA),1)
 OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o)
 CPPFLAGS += -DKF_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
@@ -42,7 +61,7 @@ endif
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-cuda tests clean bench cuda-check FORCE
+.PHONY: all test test-cuda tests clean bench cuda-check emu-tests FORCE
 all: $(BIN)
 
 $(BUILD)/libkf.a: $(OBJ)
@@ -67,9 +86,22 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+ifeq ($(EMU),1)
+$(BUILD)/%.cu.cc: %.cu $(EMU_DIR)/cu2cc.sh
+	@mkdir -p $(@D)
+	sh $(EMU_DIR)/cu2cc.sh $< $@
+
+$(BUILD)/%.o: $(BUILD)/%.cu.cc
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS_EMU) -c $< -o $@
+
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS_EMU) -c $< -o $@
+else
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+endif
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 	@mkdir -p $(@D)
@@ -82,6 +114,12 @@ test: tests
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory cuda-check; else echo "nvcc not found: CUDA backend not compiled"; fi
 	tests/run.sh $(T)
 
+# The GPU test programs under the emulation harness, plain and with ASan.
+EMU_TESTS := tests/test_cuda_ops tests/test_cuda_train
+emu-tests:
+	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS))
+	$(MAKE) --no-print-directory EMU=1 ASAN=1 OPT=-O1 $(addprefix build-emu-asan/,$(EMU_TESTS))
+
 cuda-check:
 	$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf
 
@@ -90,6 +128,6 @@ test-cuda:
 	KF_TEST_CUDA=1 KF_BIN=build-cuda/kf KF_TEST_BUILD=build-cuda tests/run.sh cuda
 
 clean:
-	rm -rf build build-cuda bin
+	rm -rf build build-cuda build-emu build-emu-asan bin
 
 -include $(OBJ:.o=.d) $(BUILD)/kf.d
