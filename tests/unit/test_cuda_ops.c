@@ -524,6 +524,7 @@ static void test_optim(void) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a crash keeps every line printed before it */
     char msg[256] = "";
     be[0] = kernels_cpu_create();
     be[1] = kernels_cuda_create(0, msg, sizeof msg);
