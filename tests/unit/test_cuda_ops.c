@@ -133,6 +133,28 @@ static void test_matmul(kf_precision prec, int invariant) {
     drop(&A), drop(&B), drop(&C);
 }
 
+/* An empty product (K = 0): C = beta*C in each matrix of the batch, 0 where
+ * beta is 0 even over NaN, and the elements between strided matrices untouched
+ * — with cuBLAS and with the fixed-tiling kernel. */
+static void test_matmul_empty(void) {
+    int64_t M = 5, N = 7, batch = 2, sc = M * N + 3;
+    float hc[2 * (5 * 7 + 3)];
+    for (int64_t i = 0; i < batch * sc; i++) hc[i] = i % 3 ? NAN : (float)i;
+    buf2 A = mk_rand(M, 1), B = mk_rand(N, 1), C = mk(hc, sizeof hc), C2 = mk(hc, sizeof hc);
+    for (int inv = 0; inv < 2; inv++) {
+        be[1]->batch_invariant = inv;
+        BOTH(BE->upload(BE, P(C), hc, sizeof hc));
+        BOTH(BE->matmul_batched(BE, PF(C), PF(A), PF(B), M, N, 0, 0, 1, 1.0f, 0.0f, batch, sc, 0, 0));
+        check_same_bytes(inv ? "matmul K=0 beta=0 over NaN (inv)" : "matmul K=0 beta=0 over NaN", &C);
+        BOTH(BE->upload(BE, P(C2), hc, sizeof hc));
+        BOTH(BE->fill_column(BE, PF(C2), 2 * sc, 1, 0, 3.0f)); /* finite everywhere */
+        BOTH(BE->matmul_batched(BE, PF(C2), PF(A), PF(B), M, N, 0, 0, 1, 1.0f, 0.5f, batch, sc, 0, 0));
+        check_same_bytes(inv ? "matmul K=0 beta=0.5, gaps kept (inv)" : "matmul K=0 beta=0.5, gaps kept", &C2);
+    }
+    be[1]->batch_invariant = 0;
+    drop(&A), drop(&B), drop(&C), drop(&C2);
+}
+
 /* Batch invariance of the fixed-tiling GEMM: the first 5 rows of a 300-row
  * product equal the same 5 rows computed alone, bit for bit. */
 static void test_matmul_invariance(kf_precision prec) {
@@ -487,6 +509,36 @@ static void test_head(void) {
     drop(&w), drop(&bias), drop(&x), drop(&logits), drop(&ids), drop(&ids2);
 }
 
+/* The head's contract beyond test_head: in fp16 mode the logits are still
+ * fp32 (no half rounding: close to the CPU's at fp32 tolerance), and outside
+ * batch-invariant mode a row's logits alone equal the same row's inside a
+ * batch of 140, bit for bit (a shape-dependent GEMM, e.g. split-K, breaks it). */
+static void test_head_contract(void) {
+    const int64_t V = 2000, H = 768, rows = 140;
+    buf2 w = mk_rand(V * H, 0.05f), x = mk_rand(rows * H, 1.0f);
+    buf2 logits = mk(NULL, (size_t)(rows * V) * sizeof(float));
+    buf2 one = mk(NULL, (size_t)V * sizeof(float));
+    void *hd[2];
+    BOTH(hd[side_] = BE->head_pack(BE, PF(w), NULL, V, H, -1, 0.0f));
+    BOTH(BE->set_precision(BE, KF_PREC_FP16));
+    BOTH(BE->head_fwd(BE, PF(logits), NULL, PF(x), hd[side_], rows));
+    check_close("head_fwd logits fp16 mode (fp32 logits)", &logits, rows * V, 1e-5);
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    kf_backend *g = be[1];
+    g->head_fwd(g, logits.p[1], NULL, x.p[1], hd[1], rows);
+    g->head_fwd(g, one.p[1], NULL, x.p[1], hd[1], 1);
+    float *lb = down(&logits, 1), *l1 = down(&one, 1);
+    int64_t diff = 0;
+    for (int64_t v = 0; v < V; v++) diff += memcmp(&lb[v], &l1[v], sizeof(float)) != 0;
+    printf("  %-44s %lld of %lld logits differ\n", "head_fwd row alone vs in a batch", (long long)diff,
+           (long long)V);
+    T_CHECK(diff == 0, "head_fwd: got %lld logits of row 0 that differ alone vs in a batch of %lld, want 0",
+            (long long)diff, (long long)rows);
+    free(lb), free(l1);
+    BOTH(BE->head_free(BE, hd[side_]));
+    drop(&w), drop(&x), drop(&logits), drop(&one);
+}
+
 static void test_optim(void) {
     int64_t n = 1000003;
     buf2 x = mk_rand(n, 3);
@@ -540,6 +592,7 @@ int main(void) {
     be[1]->batch_invariant = 0;
     test_matmul_invariance(KF_PREC_FP32);
     test_matmul_invariance(KF_PREC_FP16);
+    test_matmul_empty();
     test_bias();
     test_layernorm(0);
     test_layernorm(1);
@@ -551,6 +604,7 @@ int main(void) {
     test_rows();
     test_logits();
     test_head();
+    test_head_contract();
     test_optim();
     be[0]->destroy(be[0]);
     be[1]->destroy(be[1]);

@@ -64,15 +64,6 @@ const char *cublasGetStatusString(cublasStatus_t s) {
     return "CUBLAS_STATUS_UNKNOWN";
 }
 
-cublasStatus_t cublasSscal(cublasHandle_t h, int n, const float *alpha, float *x, int incx) {
-    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (n <= 0 || incx <= 0) return CUBLAS_STATUS_SUCCESS; /* quick return, as BLAS */
-    if (!emu_is_device(x, ((size_t)(n - 1) * incx + 1) * sizeof(float)))
-        emu_fatal("cublasSscal: x (%d elements, stride %d) is not device memory", n, incx);
-    for (int i = 0; i < n; i++) x[(size_t)i * incx] *= *alpha; /* no special case: 0 * NaN = NaN */
-    return CUBLAS_STATUS_SUCCESS;
-}
-
 static size_t type_size(cudaDataType t) { return t == CUDA_R_16F || t == CUDA_R_16BF ? 2 : t == CUDA_R_64F ? 8 : 4; }
 
 static float load(const void *p, cudaDataType t, size_t i) {

@@ -52,7 +52,6 @@ cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode);
 cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *mode);
 const char *cublasGetStatusString(cublasStatus_t s);
-cublasStatus_t cublasSscal(cublasHandle_t h, int n, const float *alpha, float *x, int incx);
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t transa,
                                           cublasOperation_t transb, int m, int n, int k,
                                           const void *alpha, const void *A, cudaDataType Atype,
