@@ -446,6 +446,23 @@ static void test_logits(void) {
     BOTH(BE->argmax(BE, PI(ids), PF(logits), rows, V));
     check_same_bytes("argmax (ties)", &ids);
 
+    /* NaNs never win: one at the start of a GPU thread's slice (v < 512) must
+     * not hide the row maximum later in that slice; a NaN at 0 gives 0 */
+    h = down(&logits, 0);
+    for (int r = 0; r < rows; r++) {
+        h[r * V + 7 + r] = NAN;
+        h[r * V + 7 + r + 512] = 60.0f;
+    }
+    h[0] = NAN;
+    BOTH(BE->upload(BE, P(logits), h, logits.bytes));
+    free(h);
+    BOTH(BE->argmax(BE, PI(ids), PF(logits), rows, V));
+    check_same_bytes("argmax (NaNs)", &ids);
+    int32_t *ia = down(&ids, 1);
+    T_CHECK(ia[0] == 0 && ia[1] == 7 + 1 + 512, "argmax (NaNs): got rows 0, 1 = %d, %d want 0, %d",
+            ia[0], ia[1], 7 + 1 + 512);
+    free(ia);
+
     double z[24], tau[24];
     buf2 l2 = mk_rand(rows * V, 4);
     for (int i = 0; i < rows; i++) z[i] = urand(), tau[i] = i == 0 ? 0.01 : 0.2 + urand();
@@ -461,6 +478,39 @@ static void test_logits(void) {
     printf("  %-44s max abs err %.3g\n", "icdf_bin", md);
     T_CHECK(md < 1e-12, "icdf_bin: max abs err %.3g", md);
     free(loc), free(log_), free(hic), free(hig);
+
+    /* CDF bins tile [0, 1): the bin of token t ends exactly where t+1's begins
+     * (one row repeated, target r in row r), also across the GPU's slices */
+    {
+        int64_t Vb = 600;
+        buf2 one = mk_rand(Vb, 4);
+        float *h1 = down(&one, 0), *hb = malloc((size_t)(Vb * Vb) * sizeof(float));
+        int32_t *tb = malloc((size_t)Vb * sizeof(int32_t));
+        double *taub = malloc((size_t)Vb * sizeof(double));
+        for (int64_t r = 0; r < Vb; r++) {
+            memcpy(hb + r * Vb, h1, (size_t)Vb * sizeof(float));
+            tb[r] = (int32_t)r;
+            taub[r] = 0.7;
+        }
+        buf2 lb = mk(hb, (size_t)(Vb * Vb) * sizeof(float)), tgb = mk_ints(tb, Vb);
+        buf2 taubb = mk_doubles(taub, Vb), lob = mk_doubles(taub, Vb), hib = mk_doubles(taub, Vb);
+        for (int side = 0; side < 2; side++) {
+            kf_backend *bk = be[side];
+            bk->icdf_bin(bk, lob.p[side], hib.p[side], lb.p[side], taubb.p[side], tgb.p[side], Vb, Vb);
+            double *lo_h = down(&lob, side), *hi_h = down(&hib, side);
+            int64_t gaps = 0, first = -1;
+            for (int64_t t = 0; t + 1 < Vb; t++)
+                if (hi_h[t] != lo_h[t + 1]) gaps++, first = first < 0 ? t : first;
+            printf("  %-44s %lld bin edges differ\n", side ? "icdf_bin tiling (cuda)" : "icdf_bin tiling (cpu)",
+                   (long long)gaps);
+            T_CHECK(gaps == 0, "icdf_bin tiling (%s): got %lld bins whose hi != the next lo (first at "
+                    "t = %lld: %.17g vs %.17g), want 0", side ? "cuda" : "cpu", (long long)gaps,
+                    (long long)first, first < 0 ? 0.0 : hi_h[first], first < 0 ? 0.0 : lo_h[first + 1]);
+            free(lo_h), free(hi_h);
+        }
+        free(h1), free(hb), free(tb), free(taub);
+        drop(&one), drop(&lb), drop(&tgb), drop(&taubb), drop(&lob), drop(&hib);
+    }
 
     int64_t nh = 40;
     int32_t hist[24 * 40];
