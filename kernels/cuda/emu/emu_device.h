@@ -27,11 +27,9 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static __attribute__((section("emu_shared")))
-#define __constant__ static
 
 struct uint3 {
     unsigned x, y, z;
@@ -43,11 +41,7 @@ struct dim3 {
 struct __align__(16) float4 {
     float x, y, z, w;
 };
-struct __align__(8) float2 {
-    float x, y;
-};
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
-static inline float2 make_float2(float x, float y) { return {x, y}; }
 
 /* Set by the scheduler for the fiber it resumes (one host thread launches). */
 extern uint3 threadIdx, blockIdx;
@@ -206,8 +200,6 @@ template <typename T> static inline T atomicCAS(T *p, T cmp, T v) {
     if (o == cmp) *p = v;
     return o;
 }
-static inline void __threadfence() {}
-static inline void __threadfence_block() {}
 
 /* ---- device math: host libm stands in for the device's (see the doc) ---- */
 template <typename A, typename B>
@@ -220,18 +212,16 @@ static inline typename std::common_type<A, B>::type max(A a, B b) {
     typedef typename std::common_type<A, B>::type T;
     return (T)a < (T)b ? (T)b : (T)a;
 }
-#define __expf emu_expf /* glibc declares __expf and __logf itself */
-#define __logf emu_logf
+/* floating point as the device's: fminf/fmaxf, a NaN loses */
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+static inline double min(double a, double b) { return fmin(a, b); }
+static inline double max(double a, double b) { return fmax(a, b); }
+#define __expf emu_expf /* glibc declares an __expf of its own */
 static inline float emu_expf(float x) { return expf(x); }
-static inline float emu_logf(float x) { return logf(x); }
-static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __frcp_rn(float a) { return 1.0f / a; }
-static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-template <typename T> static inline T __ldg(const T *p) { return *p; }
 
 #endif

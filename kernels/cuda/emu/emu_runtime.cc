@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define EMU_ASAN 1
 #else
@@ -256,6 +257,11 @@ void run_block() {
         /* a frame as emu_ctx_switch leaves it: six registers, then fiber_main as
          * the return address above a dummy one (so fiber_main sees the ABI's
          * alignment: rsp + 8 a multiple of 16 at entry) */
+#if EMU_ASAN
+        /* the frames a finished fiber left (fiber_main down to the switch,
+         * which never return) keep their poisoned redzones: clear them */
+        __asan_unpoison_memory_region(f.stack + STACK - 16384, 16384);
+#endif
         uintptr_t *s = (uintptr_t *)(f.stack + STACK);
         *--s = 0;
         *--s = (uintptr_t)fiber_main;
@@ -511,12 +517,20 @@ cudaError_t cudaGetLastError(void) {
 }
 cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
+/* KF_CUDA_EMU_DEVICES (default 8, a node's worth: one per MPI rank); they
+ * all share the host's memory */
+static int device_count() {
+    const char *e = getenv("KF_CUDA_EMU_DEVICES");
+    int n = e ? atoi(e) : 8;
+    return n > 0 ? n : 1;
+}
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    *n = device_count();
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) {
-    if (d != 0) return fail_api(cudaErrorInvalidDevice, "cudaSetDevice(%d): one emulated device", d);
+    if (d < 0 || d >= device_count())
+        return fail_api(cudaErrorInvalidDevice, "cudaSetDevice(%d): %d emulated devices", d, device_count());
     current_device = d;
     return cudaSuccess;
 }
@@ -525,7 +539,7 @@ cudaError_t cudaGetDevice(int *d) {
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
-    if (d != 0) return fail_api(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", d);
+    if (d < 0 || d >= device_count()) return fail_api(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", d);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda-emu (H100 limits, run on the CPU)");
     p->totalGlobalMem = (size_t)80 << 30;
@@ -546,7 +560,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
-    if (d != 0 || a != cudaDevAttrMultiProcessorCount)
+    if (d < 0 || d >= device_count() || a != cudaDevAttrMultiProcessorCount)
         return fail_api(cudaErrorInvalidValue, "cudaDeviceGetAttribute(%d, device %d)", (int)a, d);
     *v = 132;
     return cudaSuccess;
