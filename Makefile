@@ -87,6 +87,14 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 ifeq ($(EMU),1)
+# kept: deleted as intermediates, they would be remade (and every .cu
+# recompiled) on the next run, since the .d files name them
+.SECONDARY: $(CU_SRC:%.cu=$(BUILD)/%.cu.cc) $(BUILD)/$(EMU_DIR)/emu_selftest.cu.cc
+
+# kernels with deliberate bugs the harness must report (tests/scripts/test_gpu_emu.sh)
+$(BUILD)/emu_selftest: $(BUILD)/$(EMU_DIR)/emu_selftest.o $(BUILD)/libkf.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
+
 $(BUILD)/%.cu.cc: %.cu $(EMU_DIR)/cu2cc.sh
 	@mkdir -p $(@D)
 	sh $(EMU_DIR)/cu2cc.sh $< $@
@@ -109,15 +117,18 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 
 tests: $(BIN) $(TEST_BIN)
 
-# The CPU suite; CUDA code is compiled (not run) so a broken .cu fails CI here.
+# The CPU suite; CUDA code is compiled by nvcc (not run) so a broken .cu fails
+# CI here, and run under the CPU emulation harness (tests/scripts/test_gpu_emu.sh).
 test: tests
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory cuda-check; else echo "nvcc not found: CUDA backend not compiled"; fi
+	$(MAKE) --no-print-directory emu-tests
 	tests/run.sh $(T)
 
 # The GPU test programs under the emulation harness, plain and with ASan.
+# (ASan at -O1: it builds the whole library once more, faster than at -O3)
 EMU_TESTS := tests/test_cuda_ops tests/test_cuda_train
 emu-tests:
-	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS))
+	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS) tests/test_cuda_limits kf emu_selftest)
 	$(MAKE) --no-print-directory EMU=1 ASAN=1 OPT=-O1 $(addprefix build-emu-asan/,$(EMU_TESTS))
 
 cuda-check:
