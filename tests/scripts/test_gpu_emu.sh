@@ -90,10 +90,11 @@ fi
 EMU_KF=build-emu/kf
 if [ -x "$EMU_KF" ]; then
   T=$(mktemp -d /tmp/kf_emu_XXXXXX); trap 'rm -rf "$R" "$T"' EXIT
-  trainer_setup "$T"
-  cuda=(resources.backend=cuda stages.0.steps=4)
+  KF=$EMU_KF trainer_setup "$T" # shards built by the same binary
+  # emulated steps are slow: a generous collective timeout (cfg.yaml has 4 s)
+  cuda=(resources.backend=cuda resources.collective_timeout=300 stages.0.steps=4)
   $MPIRUN -np 2 "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/n2" "${cuda[@]}" 2>"$T/n2.err"; rc=$?
-  check "emulated cuda, np=2: exits 0 (rc $rc): $(tail -n 1 "$T/n2.err")" [ $rc -eq 0 ]
+  check "emulated cuda, np=2: exits 0 (rc $rc): $(grep -m1 "error" "$T/n2.err")" [ $rc -eq 0 ]
   check "emulated cuda, np=2: reports 2 ranks" grep -q '2 ranks x 1 micro-batches x 4' "$T/n2.err"
   "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/n1" "${cuda[@]}" defaults.micro_batch=4 2>"$T/n1.err"; rc=$?
   check "emulated cuda, np=1 with 2 micro-batches: exits 0 (rc $rc): $(tail -n 1 "$T/n1.err")" [ $rc -eq 0 ]
