@@ -4,11 +4,12 @@
  * A launch runs its blocks one after another. The threads of a block are
  * fibers on their own stacks (a hand-written x86-64 context switch: glibc's
  * swapcontext makes a system call per switch); a fiber runs until it reaches
- * a synchronisation point, exits, or fails a check. The scheduler resumes the
- * runnable fibers in the order KF_CUDA_EMU_ORDER names — forward (thread 0
- * first), reverse, or random[:SEED] (a fresh permutation every round) — so a
- * value read before the barrier that should publish it differs between
- * orders. Memory is host memory and everything is synchronous.
+ * a synchronisation point, exits, or fails a check. The scheduler runs one
+ * warp at a time as far as it gets, warps and lanes in the order
+ * KF_CUDA_EMU_ORDER names — forward (thread 0 first), reverse, or
+ * random[:SEED] (fresh permutations every round) — so a value read before
+ * the barrier that should publish it differs between orders. Memory is host
+ * memory and everything is synchronous.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -152,6 +153,10 @@ uint64_t next_rand() {
     return rng * 2685821657736338717ull;
 }
 
+void shuffle(std::vector<unsigned> &v) {
+    for (size_t i = v.size() - 1; i > 0; i--) std::swap(v[i], v[next_rand() % (i + 1)]);
+}
+
 char *stack_for(unsigned i) {
     while (stacks.size() <= i) {
         char *p = (char *)mmap(NULL, STACK + GUARD, PROT_READ | PROT_WRITE,
@@ -268,17 +273,31 @@ void run_block() {
         for (int r = 0; r < 6; r++) *--s = 0;
         f.sp = s;
     }
-    std::vector<unsigned> perm(l.nthreads);
-    for (unsigned i = 0; i < l.nthreads; i++) perm[i] = order == 1 ? l.nthreads - 1 - i : i;
+    /* A warp runs until none of its lanes can (all wait at a __syncthreads or
+     * have exited) before the next warp starts: warps drift as far apart as
+     * the block's barriers allow, so a missing one lets a warp overwrite or
+     * read shared memory another warp has not finished with. */
+    unsigned nw = (unsigned)l.warps.size();
+    std::vector<unsigned> wperm(nw), lperm(32);
+    for (unsigned i = 0; i < nw; i++) wperm[i] = order == 1 ? nw - 1 - i : i;
+    for (unsigned i = 0; i < 32; i++) lperm[i] = order == 1 ? 31 - i : i;
     while (l.exited < l.nthreads) {
-        if (order == 2)
-            for (unsigned i = l.nthreads - 1; i > 0; i--) std::swap(perm[i], perm[next_rand() % (i + 1)]);
+        if (order == 2) shuffle(wperm);
         bool progress = false;
-        for (unsigned i : perm) {
-            fiber &f = l.fibers[i];
-            if (f.state == F_DONE || (f.state == F_WAIT && *f.wait_ctr == f.wait_gen)) continue;
-            resume(&f);
-            progress = true;
+        for (unsigned w : wperm) {
+            bool ran;
+            do {
+                ran = false;
+                if (order == 2) shuffle(lperm);
+                for (unsigned lane : lperm) {
+                    unsigned i = w * 32 + lane;
+                    if (i >= l.nthreads) continue;
+                    fiber &f = l.fibers[i];
+                    if (f.state == F_DONE || (f.state == F_WAIT && *f.wait_ctr == f.wait_gen)) continue;
+                    resume(&f);
+                    ran = progress = true;
+                }
+            } while (ran);
         }
         if (!progress) deadlock();
     }
