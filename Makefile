@@ -1,17 +1,32 @@
 # kforcing build. `make` builds bin/kf (CPU backend, MPI when mpicc exists);
 # `make CUDA=1` adds kernels/cuda (nvcc, cuBLAS, NCCL); `make test` runs every
 # test and ends with "N passed, N failed"; `make test-cuda` needs a GPU.
+# `make EMU=1` builds the CUDA backend for the CPU emulation harness
+# (kernels/cuda/emu, docs/cuda_emulation.md) into build-emu/ (with SAN=...
+# sanitizer flags: build-emu-asan/); it never replaces bin/kf.
+# Each configuration has its own object directory (build/, build-cuda/,
+# build-emu/), so `make` and `make CUDA=1` alternate without `make clean`;
+# bin/kf is a copy of the last requested configuration's $(BUILD)/kf.
 CC       ?= gcc
 NVCC     ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= /usr/local/cuda
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
-BUILD    ?= build
-BIN      ?= bin/kf
+# sm_90a: Hopper's arch-specific instructions (wgmma, TMA) are only reachable there
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
 OPT      ?= -O3 -march=x86-64-v2
 CUDA     ?= 0
+EMU      ?= 0
+SAN      ?=
+ifeq ($(EMU),1)
+BUILD    ?= build-emu$(if $(SAN),-asan)
+BIN      ?= $(BUILD)/kf
+else ifeq ($(CUDA),1)
+BUILD    ?= build-cuda
+else
+BUILD    ?= build
+endif
+BIN      ?= bin/kf
 MPI      ?= $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
-SAN      ?=
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
 CFLAGS   += -std=c11 $(OPT) $(SAN) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread
 LDLIBS   += -lyaml -llmdb -larchive -lz -lopenblas -lm -lpthread -fopenmp
@@ -24,18 +39,25 @@ endif
 SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c kernels/*.c kernels/cpu/*.c trainer/*.c jobs/*.c)
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 
-ifeq ($(CUDA),1)
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
+ifeq ($(EMU),1)
+# The same .cu files as host C++ against kernels/cuda/emu/include's CUDA headers.
+EMU_DIR  := kernels/cuda/emu
+OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o) $(patsubst %,$(BUILD)/$(EMU_DIR)/%.o,emu_runtime emu_blas emu_nccl)
+CPPFLAGS += -DKF_CUDA -I$(EMU_DIR)/include
+CXXFLAGS_EMU = -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-sign-compare $(filter -fsanitize% -fno-omit%,$(CFLAGS)) -pthread
+LDLIBS   += -lstdc++
+else ifeq ($(CUDA),1)
 OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o)
 CPPFLAGS += -DKF_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
-NVFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC -I. -DKF_CUDA
+NVFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC -I. -DKF_CUDA -MMD -MP
 endif
 
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-isa test-asan test-tsan test-cuda tests clean bench cuda-check
+.PHONY: all test test-isa test-asan test-tsan test-cuda tests clean bench cuda-check emu-tests FORCE
 all: $(BIN)
 
 $(BUILD)/libkf.a: $(OBJ)
@@ -44,17 +66,46 @@ $(BUILD)/libkf.a: $(OBJ)
 
 # whole-archive: kf.c reaches the commands only through weak symbols, which
 # do not pull archive members in by themselves.
-$(BIN): $(BUILD)/kf.o $(BUILD)/libkf.a
+$(BUILD)/kf: $(BUILD)/kf.o $(BUILD)/libkf.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $(BUILD)/kf.o -Wl,--whole-archive $(BUILD)/libkf.a -Wl,--no-whole-archive $(LDLIBS)
+
+# bin/kf follows the configuration asked for last, even when that one's
+# $(BUILD)/kf is older than the copy there (hence FORCE and the compare).
+ifneq ($(BIN),$(BUILD)/kf)
+$(BIN): $(BUILD)/kf FORCE
+	@mkdir -p $(@D)
+	@cmp -s $< $@ || { cp $< $@.tmp && mv $@.tmp $@ && echo "$@: copied from $<"; }
+endif
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+ifeq ($(EMU),1)
+# kept: deleted as intermediates, they would be remade (and every .cu
+# recompiled) on the next run, since the .d files name them
+.SECONDARY: $(CU_SRC:%.cu=$(BUILD)/%.cu.cc) $(BUILD)/$(EMU_DIR)/emu_selftest.cu.cc
+
+# kernels with deliberate bugs the harness must report (tests/scripts/test_gpu_emu.sh)
+$(BUILD)/emu_selftest: $(BUILD)/$(EMU_DIR)/emu_selftest.o $(BUILD)/libkf.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
+
+$(BUILD)/%.cu.cc: %.cu $(EMU_DIR)/cu2cc.sh
+	@mkdir -p $(@D)
+	sh $(EMU_DIR)/cu2cc.sh $< $@
+
+$(BUILD)/%.o: $(BUILD)/%.cu.cc
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS_EMU) -c $< -o $@
+
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS_EMU) -c $< -o $@
+else
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+endif
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 	@mkdir -p $(@D)
@@ -62,10 +113,20 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 
 tests: $(BIN) $(TEST_BIN)
 
-# The CPU suite; CUDA code is compiled (not run) so a broken .cu fails CI here.
+# The CPU suite; CUDA code is compiled by nvcc (not run) so a broken .cu fails
+# CI here, and run under the CPU emulation harness (tests/scripts/test_gpu_emu.sh).
 test: tests
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory cuda-check; else echo "nvcc not found: CUDA backend not compiled"; fi
+	$(MAKE) --no-print-directory emu-tests
 	tests/run.sh $(T)
+
+# The GPU test programs under the emulation harness, plain and with ASan.
+# (ASan at -O1: it builds the whole library once more, faster than at -O3)
+EMU_TESTS := tests/test_cuda_ops tests/test_cuda_train
+emu-tests:
+	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS) tests/test_cuda_limits kf emu_selftest)
+	$(MAKE) --no-print-directory EMU=1 SAN="-fsanitize=address -fno-omit-frame-pointer" OPT=-O1 \
+		$(addprefix build-emu-asan/,$(EMU_TESTS))
 
 # Sanitizers, each in its own build directory: the whole CPU suite under
 # ASan + UBSan (any report fails the test that triggered it; the two long
@@ -100,6 +161,6 @@ test-cuda:
 	KF_TEST_CUDA=1 KF_BIN=build-cuda/kf KF_TEST_BUILD=build-cuda tests/run.sh cuda
 
 clean:
-	rm -rf build build-cuda build-asan build-tsan bin
+	rm -rf build build-cuda build-emu build-emu-asan build-asan build-tsan bin
 
 -include $(OBJ:.o=.d) $(BUILD)/kf.d

@@ -476,14 +476,16 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
                   scale, half);
 }
 
-/* One block per (query, head, sample): scores of the T = P+i+1 visible cache
- * rows in shared memory, softmax, then thread d sums p_j v_j[d] in row order. */
+/* One block per (sample, head, query): scores of the T = P+i+1 visible cache
+ * rows in shared memory, softmax, then thread d sums p_j v_j[d] in row order.
+ * Samples go on grid x (up to 2^31-1 blocks); y and z are limited to 65535,
+ * which the shared-memory bound keeps Q under. */
 __global__ void k_attn_decode(float *out, const float *q, int64_t q_stride, const float *kc,
                               const float *vc, int64_t cap, int64_t P, int64_t Q, int64_t n_head,
                               int64_t D, float scale, int half) {
     extern __shared__ float sc[];
     __shared__ float sh[32];
-    int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int64_t i = blockIdx.z, h = blockIdx.y, b = blockIdx.x;
     int64_t H = n_head * D, T = P + i + 1;
     const float *qr = q + (b * Q + i) * q_stride + h * D;
     const float *kb = kc + b * cap * H + h * D, *vb = vc + b * cap * H + h * D;
@@ -520,9 +522,11 @@ void cu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
     if (B <= 0 || Q <= 0) return;
     size_t bytes = (size_t)T * sizeof(float);
     KF_CHECK(bytes <= 200 * 1024, "attn_decode: %lld cached rows is too many", (long long)T);
+    KF_CHECK(n_head <= 65535 && B <= 0x7fffffff, "attn_decode: %lld heads or %lld samples is too many",
+             (long long)n_head, (long long)B);
     CUDA_OK(cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)bytes));
-    dim3 grid((unsigned)Q, (unsigned)n_head, (unsigned)B);
+    dim3 grid((unsigned)B, (unsigned)n_head, (unsigned)Q); /* Q <= T <= 51200 (bytes above) */
     k_attn_decode<<<grid, 128, bytes, cu_stream(b)>>>(out, q, q_stride, kcache, vcache, cap, P, Q,
                                                       n_head, head_dim,
                                                       1.0f / sqrtf((float)head_dim),

@@ -170,9 +170,34 @@ __global__ void __launch_bounds__(128) k_gemm_invariant_tc(float *C, const float
     }
 }
 
+/* An empty product (K = 0): C = beta*C, and 0 where beta is 0 whatever C held
+ * (BLAS reads no C then), rounded to half in fp16 mode — the CPU backend's
+ * steps. Each element walks the batch's matrices in order, so strides that
+ * overlap or leave gaps give the CPU's result too. */
+__global__ void k_scale_c(float *C, float beta, int64_t mn, int64_t batch, int64_t sc, int half) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < mn;
+         i += (int64_t)gridDim.x * blockDim.x)
+        for (int64_t z = 0; z < batch; z++) {
+            float *c = C + z * sc + i;
+            float v = beta == 0.0f ? 0.0f : beta * *c;
+            *c = half ? __half2float(__float2half_rn(v)) : v;
+        }
+}
+
 void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                int64_t K, int trans_a, int trans_b, float alpha, float beta) {
     cu_matmul_batched(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
+}
+
+void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                     int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
+                     int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b, int half) {
+    KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
+    dim3 grid((unsigned)((N + IG_TILE - 1) / IG_TILE), (unsigned)((M + IG_TILE - 1) / IG_TILE),
+              (unsigned)batch);
+    k_gemm_invariant<<<grid, 256, 0, cu_stream(b)>>>(C, A, B, M, N, K, trans_a, trans_b, alpha,
+                                                     beta, stride_c, stride_a, stride_b, half);
+    CUDA_LAUNCHED();
 }
 
 void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
@@ -181,6 +206,11 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
     if (M <= 0 || N <= 0 || batch <= 0) return;
     cudaStream_t s = cu_stream(b);
     int half = b->precision == KF_PREC_FP16;
+    if (K <= 0) {
+        k_scale_c<<<cu_blocks(M * N), 256, 0, s>>>(C, beta, M * N, batch, stride_c, half);
+        CUDA_LAUNCHED();
+        return;
+    }
     if (b->batch_invariant) {
         KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
         if (half && cu_impl(b)->tc) {
@@ -191,11 +221,8 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
             CUDA_LAUNCHED();
             return;
         }
-        dim3 grid((unsigned)((N + IG_TILE - 1) / IG_TILE), (unsigned)((M + IG_TILE - 1) / IG_TILE),
-                  (unsigned)batch);
-        k_gemm_invariant<<<grid, 256, 0, s>>>(C, A, B, M, N, K, trans_a, trans_b, alpha, beta,
-                                              stride_c, stride_a, stride_b, half);
-        CUDA_LAUNCHED();
+        cu_matmul_fixed(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c,
+                        stride_a, stride_b, half);
         return;
     }
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
@@ -203,12 +230,6 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
     cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
-    if (K <= 0) { /* no product: C = beta*C, as BLAS defines it */
-        int64_t n = span(M * N, batch, stride_c);
-        CUBLAS_OK(cublasSscal(h, (int)n, &beta, C, 1));
-        if (half) cu_round_half(b, C, n);
-        return;
-    }
     if (!half) {
         CUBLAS_OK(cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)K, &alpha, B,
                                              CUDA_R_32F, ldb, stride_b, A, CUDA_R_32F, lda,

@@ -1,7 +1,10 @@
 /* kernels/cuda/cuda_head.cu — the decode-time output layer (head_pack,
- * head_fwd) as cuBLAS's product, the bias and the argmax: cuBLAS reads W in
- * place, so packing is only the copy that fixes the mask token's logit
- * (a zero row of W and mask_value as its bias). */
+ * head_fwd) as a product, the bias and the argmax. The product is the
+ * fixed-tiling kernel in fp32 in every mode: the contract (kernels.h) wants a
+ * row's logits independent of the other rows, which cuBLAS's shape-dependent
+ * kernels do not promise, and fp32 logits, as the CPU head gives them. W is
+ * read in place, so packing is only the copy that fixes the mask token's
+ * logit (a zero row of W and mask_value as its bias). */
 #include "kernels/cuda/cuda_internal.h"
 
 typedef struct cu_head {
@@ -51,7 +54,7 @@ void cu_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float *x, con
         }
         l = hd->logits;
     }
-    cu_matmul(b, l, x, hd->w, rows, hd->V, hd->H, 0, 1, 1.0f, 0.0f);
+    cu_matmul_fixed(b, l, x, hd->w, rows, hd->V, hd->H, 0, 1, 1.0f, 0.0f, 1, 0, 0, 0, 0);
     cu_add_bias(b, l, hd->bias, rows, hd->V);
     if (ids) cu_argmax(b, ids, l, rows, hd->V);
 }

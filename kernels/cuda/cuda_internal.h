@@ -134,6 +134,12 @@ void cu_col_finish(kf_backend *b, float *out, const float *part, int64_t nchunk,
 /* ---- op implementations (signatures as in kf_backend) ---- */
 void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                int64_t K, int trans_a, int trans_b, float alpha, float beta);
+/** matmul_batched through the fixed-tiling kernel whatever the backend's mode:
+ *  each C element one dot product summed in k order, so a row of C never
+ *  depends on M; half: operands and C rounded through half (fp16 mode). */
+void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                     int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
+                     int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b, int half);
 void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
                        int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
                        int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b);

@@ -60,8 +60,10 @@ __global__ void __launch_bounds__(ROW_THREADS) k_argmax(int32_t *ids, const floa
     const float *x = logits + blockIdx.x * V;
     float best = -INFINITY;
     int64_t bi = -1;
+    /* NaNs never win (the CPU's scan): one taken as a slice's first value
+     * would hide the slice's real maximum */
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        if (bi < 0 || x[v] > best) { best = x[v]; bi = v; }
+        if (x[v] == x[v] && (bi < 0 || x[v] > best)) { best = x[v]; bi = v; }
     shv[threadIdx.x] = best;
     shi[threadIdx.x] = bi;
     __syncthreads();
@@ -78,7 +80,8 @@ __global__ void __launch_bounds__(ROW_THREADS) k_argmax(int32_t *ids, const floa
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) ids[blockIdx.x] = (int32_t)(shi[0] < 0 ? 0 : shi[0]);
+    /* as the scan from index 0: a NaN there is never replaced; all NaN: 0 */
+    if (threadIdx.x == 0) ids[blockIdx.x] = (int32_t)(shi[0] < 0 || x[0] != x[0] ? 0 : shi[0]);
 }
 
 void cu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V) {
@@ -88,7 +91,11 @@ void cu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, i
 }
 
 /* Shared setup of the inverse-CDF ops for row x: returns 1/sum and this
- * thread's slice [v0, v1) with the CDF just before v0 in *before. */
+ * thread's slice [v0, v1) with the CDF just before v0 in *before. Inside a
+ * slice the CDF is before + (p_v0 + ... + p_v), the sum taken from 0 in the
+ * order that gave the slice's share, so a slice's last bin ends exactly where
+ * the next slice's first begins (adding to `before` one p at a time would
+ * round differently from the prefix and leave gaps or overlaps of an ulp). */
 struct icdf_row {
     double mx, inv_sum, before;
     int64_t v0, v1;
@@ -138,14 +145,14 @@ __global__ void __launch_bounds__(ICDF_THREADS) k_sample_icdf(int32_t *ids, cons
     const float *x = logits + r * V;
     if (threadIdx.x == 0) { pick = V; last = 0; }
     icdf_row R = icdf_prepare(x, tau[r], V, sh, pref);
-    double c = R.before, zr = z[r];
+    double c = 0.0, zr = z[r];
     int64_t my_pick = V, my_last = -1;
     for (int64_t v = R.v0; v < R.v1; v++) {
         double p = exp((double)x[v] / tau[r] - R.mx) * R.inv_sum;
         if (p <= 0.0) continue;
         c += p;
         my_last = v;
-        if (c >= zr) { my_pick = v; break; }
+        if (R.before + c >= zr) { my_pick = v; break; }
     }
     /* integer min/max: order-independent, so atomics are deterministic here */
     if (my_pick < V) atomicMin(&pick, (long long)my_pick);
@@ -171,13 +178,14 @@ __global__ void __launch_bounds__(ICDF_THREADS) k_icdf_bin(double *lo, double *h
     icdf_row R = icdf_prepare(x, tau[r], V, sh, pref);
     int64_t t = targets[r];
     if (t < R.v0 || t >= R.v1) return; /* the owner of the target's slice writes */
-    double c = R.before;
+    double c = 0.0;
     for (int64_t v = R.v0; v < t; v++) {
         double p = exp((double)x[v] / tau[r] - R.mx) * R.inv_sum;
         if (p > 0.0) c += p;
     }
-    lo[r] = c;
-    hi[r] = c + exp((double)x[t] / tau[r] - R.mx) * R.inv_sum;
+    double p = exp((double)x[t] / tau[r] - R.mx) * R.inv_sum;
+    lo[r] = R.before + c;
+    hi[r] = R.before + (p > 0.0 ? c + p : c);
 }
 
 void cu_icdf_bin(kf_backend *b, double *lo, double *hi, const float *logits, const double *tau,

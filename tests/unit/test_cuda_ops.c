@@ -133,6 +133,28 @@ static void test_matmul(kf_precision prec, int invariant) {
     drop(&A), drop(&B), drop(&C);
 }
 
+/* An empty product (K = 0): C = beta*C in each matrix of the batch, 0 where
+ * beta is 0 even over NaN, and the elements between strided matrices untouched
+ * — with cuBLAS and with the fixed-tiling kernel. */
+static void test_matmul_empty(void) {
+    int64_t M = 5, N = 7, batch = 2, sc = M * N + 3;
+    float hc[2 * (5 * 7 + 3)];
+    for (int64_t i = 0; i < batch * sc; i++) hc[i] = i % 3 ? NAN : (float)i;
+    buf2 A = mk_rand(M, 1), B = mk_rand(N, 1), C = mk(hc, sizeof hc), C2 = mk(hc, sizeof hc);
+    for (int inv = 0; inv < 2; inv++) {
+        be[1]->batch_invariant = inv;
+        BOTH(BE->upload(BE, P(C), hc, sizeof hc));
+        BOTH(BE->matmul_batched(BE, PF(C), PF(A), PF(B), M, N, 0, 0, 1, 1.0f, 0.0f, batch, sc, 0, 0));
+        check_same_bytes(inv ? "matmul K=0 beta=0 over NaN (inv)" : "matmul K=0 beta=0 over NaN", &C);
+        BOTH(BE->upload(BE, P(C2), hc, sizeof hc));
+        BOTH(BE->fill_column(BE, PF(C2), 2 * sc, 1, 0, 3.0f)); /* finite everywhere */
+        BOTH(BE->matmul_batched(BE, PF(C2), PF(A), PF(B), M, N, 0, 0, 1, 1.0f, 0.5f, batch, sc, 0, 0));
+        check_same_bytes(inv ? "matmul K=0 beta=0.5, gaps kept (inv)" : "matmul K=0 beta=0.5, gaps kept", &C2);
+    }
+    be[1]->batch_invariant = 0;
+    drop(&A), drop(&B), drop(&C), drop(&C2);
+}
+
 /* Batch invariance of the fixed-tiling GEMM: the first 5 rows of a 300-row
  * product equal the same 5 rows computed alone, bit for bit. */
 static void test_matmul_invariance(kf_precision prec) {
@@ -424,6 +446,23 @@ static void test_logits(void) {
     BOTH(BE->argmax(BE, PI(ids), PF(logits), rows, V));
     check_same_bytes("argmax (ties)", &ids);
 
+    /* NaNs never win: one at the start of a GPU thread's slice (v < 512) must
+     * not hide the row maximum later in that slice; a NaN at 0 gives 0 */
+    h = down(&logits, 0);
+    for (int r = 0; r < rows; r++) {
+        h[r * V + 7 + r] = NAN;
+        h[r * V + 7 + r + 512] = 60.0f;
+    }
+    h[0] = NAN;
+    BOTH(BE->upload(BE, P(logits), h, logits.bytes));
+    free(h);
+    BOTH(BE->argmax(BE, PI(ids), PF(logits), rows, V));
+    check_same_bytes("argmax (NaNs)", &ids);
+    int32_t *ia = down(&ids, 1);
+    T_CHECK(ia[0] == 0 && ia[1] == 7 + 1 + 512, "argmax (NaNs): got rows 0, 1 = %d, %d want 0, %d",
+            ia[0], ia[1], 7 + 1 + 512);
+    free(ia);
+
     double z[24], tau[24];
     buf2 l2 = mk_rand(rows * V, 4);
     for (int i = 0; i < rows; i++) z[i] = urand(), tau[i] = i == 0 ? 0.01 : 0.2 + urand();
@@ -439,6 +478,39 @@ static void test_logits(void) {
     printf("  %-44s max abs err %.3g\n", "icdf_bin", md);
     T_CHECK(md < 1e-12, "icdf_bin: max abs err %.3g", md);
     free(loc), free(log_), free(hic), free(hig);
+
+    /* CDF bins tile [0, 1): the bin of token t ends exactly where t+1's begins
+     * (one row repeated, target r in row r), also across the GPU's slices */
+    {
+        int64_t Vb = 600;
+        buf2 one = mk_rand(Vb, 4);
+        float *h1 = down(&one, 0), *hb = malloc((size_t)(Vb * Vb) * sizeof(float));
+        int32_t *tb = malloc((size_t)Vb * sizeof(int32_t));
+        double *taub = malloc((size_t)Vb * sizeof(double));
+        for (int64_t r = 0; r < Vb; r++) {
+            memcpy(hb + r * Vb, h1, (size_t)Vb * sizeof(float));
+            tb[r] = (int32_t)r;
+            taub[r] = 0.7;
+        }
+        buf2 lb = mk(hb, (size_t)(Vb * Vb) * sizeof(float)), tgb = mk_ints(tb, Vb);
+        buf2 taubb = mk_doubles(taub, Vb), lob = mk_doubles(taub, Vb), hib = mk_doubles(taub, Vb);
+        for (int side = 0; side < 2; side++) {
+            kf_backend *bk = be[side];
+            bk->icdf_bin(bk, lob.p[side], hib.p[side], lb.p[side], taubb.p[side], tgb.p[side], Vb, Vb);
+            double *lo_h = down(&lob, side), *hi_h = down(&hib, side);
+            int64_t gaps = 0, first = -1;
+            for (int64_t t = 0; t + 1 < Vb; t++)
+                if (hi_h[t] != lo_h[t + 1]) gaps++, first = first < 0 ? t : first;
+            printf("  %-44s %lld bin edges differ\n", side ? "icdf_bin tiling (cuda)" : "icdf_bin tiling (cpu)",
+                   (long long)gaps);
+            T_CHECK(gaps == 0, "icdf_bin tiling (%s): got %lld bins whose hi != the next lo (first at "
+                    "t = %lld: %.17g vs %.17g), want 0", side ? "cuda" : "cpu", (long long)gaps,
+                    (long long)first, first < 0 ? 0.0 : hi_h[first], first < 0 ? 0.0 : lo_h[first + 1]);
+            free(lo_h), free(hi_h);
+        }
+        free(h1), free(hb), free(tb), free(taub);
+        drop(&one), drop(&lb), drop(&tgb), drop(&taubb), drop(&lob), drop(&hib);
+    }
 
     int64_t nh = 40;
     int32_t hist[24 * 40];
@@ -487,6 +559,36 @@ static void test_head(void) {
     drop(&w), drop(&bias), drop(&x), drop(&logits), drop(&ids), drop(&ids2);
 }
 
+/* The head's contract beyond test_head: in fp16 mode the logits are still
+ * fp32 (no half rounding: close to the CPU's at fp32 tolerance), and outside
+ * batch-invariant mode a row's logits alone equal the same row's inside a
+ * batch of 65, bit for bit (a shape-dependent GEMM, e.g. split-K, breaks it). */
+static void test_head_contract(void) {
+    const int64_t V = 2000, H = 512, rows = 65;
+    buf2 w = mk_rand(V * H, 0.05f), x = mk_rand(rows * H, 1.0f);
+    buf2 logits = mk(NULL, (size_t)(rows * V) * sizeof(float));
+    buf2 one = mk(NULL, (size_t)V * sizeof(float));
+    void *hd[2];
+    BOTH(hd[side_] = BE->head_pack(BE, PF(w), NULL, V, H, -1, 0.0f));
+    BOTH(BE->set_precision(BE, KF_PREC_FP16));
+    BOTH(BE->head_fwd(BE, PF(logits), NULL, PF(x), hd[side_], rows));
+    check_close("head_fwd logits fp16 mode (fp32 logits)", &logits, rows * V, 1e-5);
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    kf_backend *g = be[1];
+    g->head_fwd(g, logits.p[1], NULL, x.p[1], hd[1], rows);
+    g->head_fwd(g, one.p[1], NULL, x.p[1], hd[1], 1);
+    float *lb = down(&logits, 1), *l1 = down(&one, 1);
+    int64_t diff = 0;
+    for (int64_t v = 0; v < V; v++) diff += memcmp(&lb[v], &l1[v], sizeof(float)) != 0;
+    printf("  %-44s %lld of %lld logits differ\n", "head_fwd row alone vs in a batch", (long long)diff,
+           (long long)V);
+    T_CHECK(diff == 0, "head_fwd: got %lld logits of row 0 that differ alone vs in a batch of %lld, want 0",
+            (long long)diff, (long long)rows);
+    free(lb), free(l1);
+    BOTH(BE->head_free(BE, hd[side_]));
+    drop(&w), drop(&x), drop(&logits), drop(&one);
+}
+
 static void test_optim(void) {
     int64_t n = 1000003;
     buf2 x = mk_rand(n, 3);
@@ -524,6 +626,7 @@ static void test_optim(void) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a crash keeps every line printed before it */
     char msg[256] = "";
     be[0] = kernels_cpu_create();
     be[1] = kernels_cuda_create(0, msg, sizeof msg);
@@ -539,6 +642,7 @@ int main(void) {
     be[1]->batch_invariant = 0;
     test_matmul_invariance(KF_PREC_FP32);
     test_matmul_invariance(KF_PREC_FP16);
+    test_matmul_empty();
     test_bias();
     test_layernorm(0);
     test_layernorm(1);
@@ -550,6 +654,7 @@ int main(void) {
     test_rows();
     test_logits();
     test_head();
+    test_head_contract();
     test_optim();
     be[0]->destroy(be[0]);
     be[1]->destroy(be[1]);

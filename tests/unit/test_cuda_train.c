@@ -207,9 +207,12 @@ static void ar_step(model *m, model_ws *ws, const sup_batch *sb, float *mom, flo
 static void save_load_continue(void) {
     kf_backend *b = be[1];
     model_config cfg = base_cfg();
-    sup_config sc = {.kind = SUP_AR, .k = 1, .seed = 3};
+    /* tau is unused by AR, but sup_create validates every field */
+    sup_config sc = {.kind = SUP_AR, .k = 1, .tau_min = 0.3, .tau_max = 1.0, .seed = 3};
     kf_err err = {{0}};
     sup_ctx *s = sup_create(&sc, NULL, &err);
+    T_CHECK(s != NULL, "save_load_continue: sup_create: %s", err.msg);
+    if (!s) return;
     int32_t x[B * N];
     uint64_t keys[B] = {1, 2, 3, 4};
     tokens(x, B * N, 9);
@@ -261,6 +264,7 @@ static void save_load_continue(void) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a crash keeps every line printed before it */
     char msg[256] = "";
     be[0] = kernels_cpu_create();
     be[1] = kernels_cuda_create(0, msg, sizeof msg);

@@ -1,0 +1,85 @@
+/* kernels/cuda/emu/emu_nccl.c — NCCL for the CPU emulation harness
+ * (docs/cuda_emulation.md): a communicator of one rank works in-process; one
+ * of N ranks maps to MPI_COMM_WORLD (one rank per process, mpirun -np N) in
+ * builds with MPI. Buffers must be device memory, as NCCL requires. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+#ifdef KF_MPI
+#include <mpi.h>
+#endif
+
+struct emu_nccl {
+    int nranks, rank;
+};
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    memset(id, 0, sizeof *id);
+    strcpy(id->internal, "cuda-emu");
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    if (nranks < 1 || rank < 0 || rank >= nranks || strcmp(id.internal, "cuda-emu"))
+        return ncclInvalidArgument;
+    if (nranks > 1) {
+#ifdef KF_MPI
+        int init = 0, world = 0, me = 0;
+        MPI_Initialized(&init);
+        if (!init) return ncclInvalidUsage;
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        if (world != nranks || me != rank) return ncclInvalidUsage; /* one rank per MPI process */
+#else
+        return ncclInvalidUsage;
+#endif
+    }
+    *comm = malloc(sizeof **comm);
+    (*comm)->nranks = nranks;
+    (*comm)->rank = rank;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    free(comm);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
+    if (!comm) return ncclInvalidArgument;
+    if (type != ncclFloat || op != ncclSum) return ncclInvalidArgument; /* the one the project uses */
+    if (!emu_stream_valid(s)) return ncclInvalidArgument;
+    if (!count) return ncclSuccess;
+    size_t bytes = count * sizeof(float);
+    if (!emu_is_device(send, bytes) || !emu_is_device(recv, bytes)) return ncclInvalidArgument;
+    if (comm->nranks == 1) {
+        if (send != recv) memmove(recv, send, bytes);
+        return ncclSuccess;
+    }
+#ifdef KF_MPI
+    for (size_t off = 0; off < count; off += 1 << 30) { /* MPI counts are int */
+        int n = (int)(count - off < (1u << 30) ? count - off : 1u << 30);
+        const float *sp = (const float *)send + off;
+        float *rp = (float *)recv + off;
+        if (MPI_Allreduce(sp == rp ? MPI_IN_PLACE : sp, rp, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+            return ncclSystemError;
+    }
+    return ncclSuccess;
+#else
+    return ncclInvalidUsage;
+#endif
+}
+
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    }
+    return "unknown result code";
+}

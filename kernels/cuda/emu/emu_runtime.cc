@@ -1,0 +1,712 @@
+/* kernels/cuda/emu/emu_runtime.cc — the CPU emulation harness's scheduler and
+ * CUDA runtime (docs/cuda_emulation.md).
+ *
+ * A launch runs its blocks one after another. The threads of a block are
+ * fibers on their own stacks (a hand-written x86-64 context switch: glibc's
+ * swapcontext makes a system call per switch); a fiber runs until it reaches
+ * a synchronisation point, exits, or fails a check. The scheduler runs one
+ * warp at a time as far as it gets, warps and lanes in the order
+ * KF_CUDA_EMU_ORDER names — forward (thread 0 first), reverse, or
+ * random[:SEED] (fresh permutations every round) — so a value read before
+ * the barrier that should publish it differs between orders. Memory is host
+ * memory and everything is synchronous.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <map>
+#include <string>
+#include <set>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+#if !defined(__x86_64__)
+#error "the CUDA emulation harness switches fibers with x86-64 assembly"
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+/* ---- context switch: saves the callee-saved registers on the current stack,
+ * stores its pointer in *save, continues on `load` ---- */
+extern "C" void emu_ctx_switch(void **save, void *load);
+asm(R"(
+    .text
+    .globl emu_ctx_switch
+    .type emu_ctx_switch, @function
+emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_ctx_switch, .-emu_ctx_switch
+)");
+
+extern "C" char __start_emu_shared[] __attribute__((weak));
+extern "C" char __stop_emu_shared[] __attribute__((weak));
+
+namespace {
+
+enum fiber_state { F_READY, F_WAIT, F_DONE };
+
+struct fiber {
+    void *sp;
+    char *stack;
+    uint3 tid;
+    unsigned lane, warp;
+    fiber_state state;
+    const uint64_t *wait_ctr; /* F_WAIT: runnable again once *wait_ctr != wait_gen */
+    uint64_t wait_gen;
+    const char *wait_what, *wait_file;
+    int wait_line;
+};
+
+struct warp_state {
+    unsigned exists, exited, arrived, mask;
+    emu::sync_kind kind;
+    const char *file;
+    int line;
+    uint64_t gen;
+    uint64_t vals[2][32]; /* by generation parity: a fast lane's next collective
+                           * cannot overwrite what a slow lane has yet to read */
+};
+
+struct launch_state {
+    const char *name, *file;
+    int line;
+    void (*fn)(void *);
+    void *ctx;
+    unsigned nthreads, exited, arrived;
+    uint64_t bar_gen;
+    const char *bar_file;
+    int bar_line;
+    std::vector<fiber> fibers;
+    std::vector<warp_state> warps;
+    void *smem;
+    size_t smem_len;
+};
+
+const size_t STACK = 256 * 1024, GUARD = 4096;
+std::vector<char *> stacks; /* grown on demand, never freed */
+launch_state *L;            /* the running launch */
+fiber *cur;                 /* the running fiber (NULL: the scheduler) */
+void *sched_sp;
+int order = -1; /* 0 forward, 1 reverse, 2 random */
+uint64_t rng = 0x9e3779b97f4a7c15ull;
+#if EMU_ASAN
+const void *main_bottom;
+size_t main_size;
+#endif
+
+const char *sync_name(emu::sync_kind k) {
+    switch (k) {
+    case emu::SYNC_SHFL: return "a shuffle";
+    case emu::SYNC_BALLOT: return "a ballot";
+    case emu::SYNC_SYNCWARP: return "__syncwarp";
+    default: return "a wmma operation";
+    }
+}
+
+void read_order() {
+    const char *o = getenv("KF_CUDA_EMU_ORDER");
+    order = 0;
+    if (!o || !*o || !strcmp(o, "forward")) return;
+    if (!strcmp(o, "reverse")) {
+        order = 1;
+    } else if (!strncmp(o, "random", 6) && (o[6] == 0 || o[6] == ':')) {
+        order = 2;
+        if (o[6] == ':') rng ^= strtoull(o + 7, NULL, 10) * 0x2545f4914f6cdd1dull;
+    } else {
+        emu_fatal("KF_CUDA_EMU_ORDER=%s: expected forward, reverse or random[:SEED]", o);
+    }
+}
+
+uint64_t next_rand() {
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 2685821657736338717ull;
+}
+
+void shuffle(std::vector<unsigned> &v) {
+    for (size_t i = v.size() - 1; i > 0; i--) std::swap(v[i], v[next_rand() % (i + 1)]);
+}
+
+char *stack_for(unsigned i) {
+    while (stacks.size() <= i) {
+        char *p = (char *)mmap(NULL, STACK + GUARD, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) emu_fatal("no memory for fiber stacks (%s)", strerror(errno));
+        mprotect(p, GUARD, PROT_NONE); /* an overflow faults instead of corrupting a neighbour */
+        stacks.push_back(p + GUARD);
+    }
+    return stacks[i];
+}
+
+/* Switch from the running fiber to the scheduler; `done`: never resumed. */
+void to_scheduler(bool done) {
+    fiber *f = cur;
+#if EMU_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(done ? NULL : &fake, main_bottom, main_size);
+    emu_ctx_switch(&f->sp, sched_sp);
+    __sanitizer_finish_switch_fiber(fake, &main_bottom, &main_size);
+#else
+    (void)done;
+    emu_ctx_switch(&f->sp, sched_sp);
+#endif
+}
+
+void wait_on(const uint64_t *ctr, const char *what, const char *file, int line) {
+    fiber *f = cur;
+    f->state = F_WAIT;
+    f->wait_ctr = ctr;
+    f->wait_gen = *ctr;
+    f->wait_what = what;
+    f->wait_file = file;
+    f->wait_line = line;
+    to_scheduler(false);
+}
+
+void fiber_exit() {
+    fiber *f = cur;
+    warp_state &w = L->warps[f->warp];
+    if (L->arrived)
+        emu::fail("thread exits while %u threads of its block wait at the __syncthreads at %s:%d "
+                  "(divergent barrier)",
+                  L->arrived, L->bar_file, L->bar_line);
+    if (w.arrived && (w.mask >> f->lane & 1u))
+        emu::fail("lane %u exits while its warp waits for it in %s at %s:%d", f->lane,
+                  sync_name(w.kind), w.file, w.line);
+    f->state = F_DONE;
+    w.exited |= 1u << f->lane;
+    L->exited++;
+    to_scheduler(true);
+    __builtin_unreachable();
+}
+
+void fiber_main() {
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &main_bottom, &main_size);
+#endif
+    L->fn(L->ctx);
+    fiber_exit();
+}
+
+void resume(fiber *f) {
+    cur = f;
+    threadIdx = f->tid;
+    f->state = F_READY;
+#if EMU_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, f->stack, STACK);
+    emu_ctx_switch(&sched_sp, f->sp);
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#else
+    emu_ctx_switch(&sched_sp, f->sp);
+#endif
+    cur = NULL;
+}
+
+[[noreturn]] void deadlock() {
+    std::map<std::string, int> sites;
+    for (fiber &f : L->fibers)
+        if (f.state == F_WAIT) {
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s at %s:%d", f.wait_what, f.wait_file, f.wait_line);
+            sites[buf]++;
+        }
+    fprintf(stderr, "cuda-emu: error: kernel %s (launched at %s:%d), block (%u,%u,%u): deadlock, "
+                    "threads wait at different synchronisation points:\n",
+            L->name, L->file, L->line, blockIdx.x, blockIdx.y, blockIdx.z);
+    for (auto &s : sites) fprintf(stderr, "  %d threads in %s\n", s.second, s.first.c_str());
+    abort();
+}
+
+void run_block() {
+    launch_state &l = *L;
+    size_t shared_len = (uintptr_t)__stop_emu_shared - (uintptr_t)__start_emu_shared;
+    if (shared_len) /* unwritten shared memory reads as NaN / -1 */
+        memset(__start_emu_shared, 0xff, shared_len);
+    if (l.smem_len) memset(l.smem, 0xff, l.smem_len);
+    l.exited = l.arrived = 0;
+    for (warp_state &w : l.warps) w.exited = w.arrived = 0;
+    for (unsigned i = 0; i < l.nthreads; i++) {
+        fiber &f = l.fibers[i];
+        f.state = F_READY;
+        /* a frame as emu_ctx_switch leaves it: six registers, then fiber_main as
+         * the return address above a dummy one (so fiber_main sees the ABI's
+         * alignment: rsp + 8 a multiple of 16 at entry) */
+#if EMU_ASAN
+        /* the frames a finished fiber left (fiber_main down to the switch,
+         * which never return) keep their poisoned redzones: clear them */
+        __asan_unpoison_memory_region(f.stack + STACK - 16384, 16384);
+#endif
+        uintptr_t *s = (uintptr_t *)(f.stack + STACK);
+        *--s = 0;
+        *--s = (uintptr_t)fiber_main;
+        for (int r = 0; r < 6; r++) *--s = 0;
+        f.sp = s;
+    }
+    /* A warp runs until none of its lanes can (all wait at a __syncthreads or
+     * have exited) before the next warp starts: warps drift as far apart as
+     * the block's barriers allow, so a missing one lets a warp overwrite or
+     * read shared memory another warp has not finished with. */
+    unsigned nw = (unsigned)l.warps.size();
+    std::vector<unsigned> wperm(nw), lperm(32);
+    for (unsigned i = 0; i < nw; i++) wperm[i] = order == 1 ? nw - 1 - i : i;
+    for (unsigned i = 0; i < 32; i++) lperm[i] = order == 1 ? 31 - i : i;
+    while (l.exited < l.nthreads) {
+        if (order == 2) shuffle(wperm);
+        bool progress = false;
+        for (unsigned w : wperm) {
+            bool ran;
+            do {
+                ran = false;
+                if (order == 2) shuffle(lperm);
+                for (unsigned lane : lperm) {
+                    unsigned i = w * 32 + lane;
+                    if (i >= l.nthreads) continue;
+                    fiber &f = l.fibers[i];
+                    if (f.state == F_DONE || (f.state == F_WAIT && *f.wait_ctr == f.wait_gen)) continue;
+                    resume(&f);
+                    ran = progress = true;
+                }
+            } while (ran);
+        }
+        if (!progress) deadlock();
+    }
+}
+
+struct mem_map {
+    std::map<uintptr_t, size_t> dev, host;
+};
+mem_map &mem() {
+    static mem_map m;
+    return m;
+}
+std::set<void *> &streams() {
+    static std::set<void *> s;
+    return s;
+}
+std::set<void *> &events() {
+    static std::set<void *> s;
+    return s;
+}
+std::map<const void *, int> &dyn_smem_limit() {
+    static std::map<const void *, int> m;
+    return m;
+}
+cudaError_t last_error = cudaSuccess;
+int current_device = 0;
+
+/* H100 SXM limits */
+const int SMEM_DEFAULT = 48 * 1024, SMEM_OPTIN = 232448;
+
+bool inside(const std::map<uintptr_t, size_t> &m, const void *p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return false;
+    --it;
+    return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+cudaError_t fail_api(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+cudaError_t fail_api(cudaError_t e, const char *fmt, ...) {
+    /* as the runtime: an error code, kept for cudaGetLastError; the message
+     * says what the emulator saw, since codes alone are hard to trace */
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda-emu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (%s)\n", cudaGetErrorString(e));
+    va_end(ap);
+    last_error = e;
+    return e;
+}
+
+} // namespace
+
+/* ---- device side ---- */
+
+namespace emu {
+
+void fail(const char *fmt, ...) {
+    fprintf(stderr, "cuda-emu: error: ");
+    if (L)
+        fprintf(stderr, "kernel %s (launched at %s:%d), block (%u,%u,%u), thread (%u,%u,%u): ",
+                L->name, L->file, L->line, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
+                threadIdx.y, threadIdx.z);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}
+
+unsigned lane_id() { return cur->lane; }
+
+void *dyn_smem() { return L->smem; }
+
+void syncthreads(const char *file, int line) {
+    launch_state &l = *L;
+    if (l.exited)
+        fail("__syncthreads at %s:%d after %u threads of the block exited (divergent barrier)", file,
+             line, l.exited);
+    if (l.arrived == 0) {
+        l.bar_file = file;
+        l.bar_line = line;
+    } else if (line != l.bar_line || (file != l.bar_file && strcmp(file, l.bar_file))) {
+        fail("divergent __syncthreads: this thread is at %s:%d, %u others wait at %s:%d", file, line,
+             l.arrived, l.bar_file, l.bar_line);
+    }
+    if (++l.arrived == l.nthreads) {
+        l.arrived = 0;
+        l.bar_gen++;
+        return;
+    }
+    wait_on(&l.bar_gen, "__syncthreads", file, line);
+}
+
+const uint64_t *warp_collective(sync_kind kind, unsigned mask, uint64_t value, const char *file,
+                                int line) {
+    fiber *f = cur;
+    warp_state &w = L->warps[f->warp];
+    unsigned bit = 1u << f->lane;
+    if (!(mask & bit))
+        fail("%s at %s:%d: the calling lane %u is not in the mask 0x%08x", sync_name(kind), file,
+             line, f->lane, mask);
+    if (mask & ~w.exists)
+        fail("%s at %s:%d: the mask 0x%08x names lane %d, which does not exist (%u threads per block)",
+             sync_name(kind), file, line, mask, __builtin_ctz(mask & ~w.exists), L->nthreads);
+    if (mask & w.exited)
+        fail("%s at %s:%d: the mask 0x%08x names lane %d, which has exited", sync_name(kind), file,
+             line, mask, __builtin_ctz(mask & w.exited));
+    if (w.arrived == 0) {
+        w.mask = mask;
+        w.kind = kind;
+        w.file = file;
+        w.line = line;
+    } else if (w.mask != mask || w.kind != kind) {
+        fail("divergent warp: this lane is in %s at %s:%d (mask 0x%08x), lanes 0x%08x in %s at "
+             "%s:%d (mask 0x%08x)",
+             sync_name(kind), file, line, mask, w.arrived, sync_name(w.kind), w.file, w.line, w.mask);
+    }
+    uint64_t *vals = w.vals[w.gen & 1];
+    vals[f->lane] = value;
+    w.arrived |= bit;
+    if (w.arrived == mask) {
+        w.arrived = 0;
+        w.gen++;
+        return vals;
+    }
+    wait_on(&w.gen, sync_name(kind), file, line);
+    return vals;
+}
+
+void run_grid(const void *kernel, const char *name, const char *file, int line, dim3 grid,
+              dim3 block, size_t smem, void *stream, void (*fn)(void *), void *ctx) {
+    if (order < 0) read_order();
+    if (L) emu_fatal("%s:%d: launch of %s from inside kernel %s", file, line, name, L->name);
+    uint64_t nt = (uint64_t)block.x * block.y * block.z;
+    if (block.x == 0 || block.y == 0 || block.z == 0 || nt > 1024 || block.x > 1024 ||
+        block.y > 1024 || block.z > 64)
+        emu_fatal("%s:%d: launch of %s with block (%u,%u,%u): at most (1024,1024,64) and 1024 "
+                  "threads",
+                  file, line, name, block.x, block.y, block.z);
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 ||
+        grid.z > 65535)
+        emu_fatal("%s:%d: launch of %s with grid (%u,%u,%u): x in [1, 2^31-1], y and z in [1, 65535]",
+                  file, line, name, grid.x, grid.y, grid.z);
+    auto lim = dyn_smem_limit().find(kernel);
+    size_t max_smem = lim != dyn_smem_limit().end() ? (size_t)lim->second : (size_t)SMEM_DEFAULT;
+    if (smem > max_smem)
+        emu_fatal("%s:%d: launch of %s with %zu bytes of dynamic shared memory; the limit is %zu "
+                  "(cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raises it)",
+                  file, line, name, smem, max_smem);
+    if (!emu_stream_valid((cudaStream_t)stream))
+        emu_fatal("%s:%d: launch of %s on a destroyed or unknown stream", file, line, name);
+
+    launch_state l = {};
+    l.name = name;
+    l.file = file;
+    l.line = line;
+    l.fn = fn;
+    l.ctx = ctx;
+    l.nthreads = (unsigned)nt;
+    l.fibers.resize(nt);
+    l.warps.resize((nt + 31) / 32);
+    for (unsigned i = 0; i < nt; i++) {
+        fiber &f = l.fibers[i];
+        f.stack = stack_for(i);
+        f.tid = uint3{i % block.x, i / block.x % block.y, i / (block.x * block.y)};
+        f.lane = i % 32;
+        f.warp = i / 32;
+        l.warps[f.warp].exists |= 1u << f.lane;
+    }
+    l.smem_len = smem;
+    if (smem && posix_memalign(&l.smem, 256, smem)) emu_fatal("no memory for shared memory");
+    gridDim = grid;
+    blockDim = block;
+    L = &l;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = uint3{x, y, z};
+                run_block();
+            }
+    L = NULL;
+    free(l.smem);
+}
+
+} // namespace emu
+
+cudaError_t emu_func_set_attribute(const void *f, cudaFuncAttribute a, int v) {
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize)
+        return fail_api(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute %d not emulated", (int)a);
+    if (v < 0 || v > SMEM_OPTIN)
+        return fail_api(cudaErrorInvalidValue,
+                        "cudaFuncSetAttribute: %d bytes of dynamic shared memory (at most %d)", v,
+                        SMEM_OPTIN);
+    dyn_smem_limit()[f] = v;
+    return cudaSuccess;
+}
+
+/* ---- host API ---- */
+
+extern "C" {
+
+void emu_fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda-emu: error: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    abort();
+}
+
+int emu_is_device(const void *p, size_t bytes) { return inside(mem().dev, p, bytes ? bytes : 1); }
+
+int emu_stream_valid(cudaStream_t s) { return !s || streams().count((void *)s); }
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    }
+    return "unknown error";
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+/* KF_CUDA_EMU_DEVICES (default 8, a node's worth: one per MPI rank); they
+ * all share the host's memory */
+static int device_count() {
+    const char *e = getenv("KF_CUDA_EMU_DEVICES");
+    int n = e ? atoi(e) : 8;
+    return n > 0 ? n : 1;
+}
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = device_count();
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= device_count())
+        return fail_api(cudaErrorInvalidDevice, "cudaSetDevice(%d): %d emulated devices", d, device_count());
+    current_device = d;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) {
+    *d = current_device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (d < 0 || d >= device_count()) return fail_api(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", d);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuda-emu (H100 limits, run on the CPU)");
+    p->totalGlobalMem = (size_t)80 << 30;
+    p->sharedMemPerBlock = SMEM_DEFAULT;
+    p->sharedMemPerBlockOptin = SMEM_OPTIN;
+    p->multiProcessorCount = 132;
+    p->major = 9;
+    p->minor = 0;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->clockRate = 1980000;
+    p->memoryClockRate = 2619000;
+    p->memoryBusWidth = 5120;
+    p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647;
+    p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
+    if (d < 0 || d >= device_count() || a != cudaDevAttrMultiProcessorCount)
+        return fail_api(cudaErrorInvalidValue, "cudaDeviceGetAttribute(%d, device %d)", (int)a, d);
+    *v = 132;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    void *q = NULL;
+    if (posix_memalign(&q, 256, bytes ? bytes : 1))
+        return fail_api(cudaErrorMemoryAllocation, "cudaMalloc(%zu)", bytes);
+    memset(q, 0xff, bytes); /* device memory starts undefined: NaN here */
+    mem().dev[(uintptr_t)q] = bytes ? bytes : 1;
+    *p = q;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    if (!mem().dev.erase((uintptr_t)p))
+        return fail_api(cudaErrorInvalidValue, "cudaFree(%p): not a cudaMalloc pointer", p);
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    void *q = malloc(bytes ? bytes : 1);
+    if (!q) return fail_api(cudaErrorMemoryAllocation, "cudaMallocHost(%zu)", bytes);
+    mem().host[(uintptr_t)q] = bytes ? bytes : 1;
+    *p = q;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    if (!mem().host.erase((uintptr_t)p))
+        return fail_api(cudaErrorInvalidValue, "cudaFreeHost(%p): not a cudaMallocHost pointer", p);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s) {
+    if (!emu_stream_valid(s)) return fail_api(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
+    if (!bytes) return cudaSuccess;
+    bool dd = emu_is_device(dst, bytes), sd = emu_is_device(src, bytes);
+    bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToDevice && dd && !sd) ||
+              (kind == cudaMemcpyDeviceToHost && !dd && sd) ||
+              (kind == cudaMemcpyDeviceToDevice && dd && sd) ||
+              (kind == cudaMemcpyHostToHost && !dd && !sd);
+    if (!ok)
+        return fail_api(cudaErrorInvalidValue,
+                        "cudaMemcpy kind %d: %zu bytes from %s %p to %s %p", (int)kind, bytes,
+                        sd ? "device" : "host", src, dd ? "device" : "host", dst);
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    return cudaMemcpyAsync(dst, src, bytes, kind, 0);
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
+    if (!emu_stream_valid(s)) return fail_api(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
+    if (!bytes) return cudaSuccess;
+    if (!emu_is_device(p, bytes))
+        return fail_api(cudaErrorInvalidValue, "cudaMemset of %zu bytes at %p: not device memory", bytes, p);
+    memset(p, v, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    if (flags > cudaStreamNonBlocking) return fail_api(cudaErrorInvalidValue, "cudaStreamCreateWithFlags(%u)", flags);
+    *s = (cudaStream_t)malloc(1);
+    streams().insert((void *)*s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s || !streams().erase((void *)s))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p)", (void *)s);
+    free(s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    return emu_stream_valid(s) ? cudaSuccess
+                               : fail_api(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize(%p)", (void *)s);
+}
+
+struct emu_event {
+    unsigned flags;
+    int recorded;
+    double t;
+};
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    emu_event *ev = (emu_event *)calloc(1, sizeof *ev);
+    ev->flags = flags;
+    events().insert(ev);
+    *e = ev;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e || !events().erase(e)) return fail_api(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p)", (void *)e);
+    free(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!events().count(e) || !emu_stream_valid(s))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p, %p)", (void *)e, (void *)s);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    e->recorded = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    return events().count(e) ? cudaSuccess
+                             : fail_api(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p)", (void *)e);
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    if (!events().count(e) || !emu_stream_valid(s) || flags)
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(%p, %p)", (void *)s, (void *)e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!events().count(a) || !events().count(b) || !a->recorded || !b->recorded ||
+        (a->flags | b->flags) & cudaEventDisableTiming)
+        return fail_api(cudaErrorInvalidResourceHandle,
+                        "cudaEventElapsedTime: events not recorded, or created without timing");
+    *ms = (float)(b->t - a->t);
+    return cudaSuccess;
+}
+
+} // extern "C"

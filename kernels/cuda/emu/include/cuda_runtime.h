@@ -1,0 +1,112 @@
+/* kernels/cuda/emu/include/cuda_runtime.h — the CUDA runtime API subset the
+ * project uses, for the CPU emulation harness (make EMU=1; docs/cuda_emulation.md).
+ * Valid C and C++: C files of trainer/ include it too. Device memory is host memory,
+ * every stream and event is synchronous. In C++ the device language
+ * (emu_device.h) comes with it, as with nvcc. */
+#ifndef KF_CUDA_EMU_RUNTIME_H
+#define KF_CUDA_EMU_RUNTIME_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+#include "kernels/cuda/emu/emu_device.h"
+extern "C" {
+#endif
+
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNoDevice = 100
+} cudaError_t;
+
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+} cudaMemcpyKind;
+
+typedef enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 } cudaDeviceAttr;
+typedef enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8
+} cudaFuncAttribute;
+
+typedef struct emu_stream *cudaStream_t;
+typedef struct emu_event *cudaEvent_t;
+
+#define cudaStreamDefault 0x0
+#define cudaStreamNonBlocking 0x1
+#define cudaEventDefault 0x0
+#define cudaEventDisableTiming 0x2
+
+typedef struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin;
+    int multiProcessorCount, major, minor, warpSize, maxThreadsPerBlock, clockRate,
+        memoryClockRate, memoryBusWidth;
+    int maxThreadsDim[3], maxGridSize[3];
+} cudaDeviceProp;
+
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDevice(int *d);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d);
+cudaError_t cudaDeviceSynchronize(void);
+
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s);
+cudaError_t cudaMemset(void *p, int v, size_t bytes);
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s);
+
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+
+/* emulator internals shared with the library stand-ins (emu_blas.cc, emu_nccl.c) */
+/** 1 when [p, p+bytes) lies inside one cudaMalloc allocation. */
+int emu_is_device(const void *p, size_t bytes);
+/** 1 when s is the default stream or a live created stream. */
+int emu_stream_valid(cudaStream_t s);
+/** Aborts with "cuda-emu: error: <msg>". */
+void emu_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), __noreturn__));
+
+#ifdef __cplusplus
+}
+
+/* typed pointers, as the real runtime's C++ overloads */
+template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) {
+    return cudaMalloc((void **)p, bytes);
+}
+template <typename T> static inline cudaError_t cudaMallocHost(T **p, size_t bytes) {
+    return cudaMallocHost((void **)p, bytes);
+}
+
+cudaError_t emu_func_set_attribute(const void *f, cudaFuncAttribute a, int v);
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a, int v) {
+    return emu_func_set_attribute((const void *)f, a, v);
+}
+#endif
+
+#endif

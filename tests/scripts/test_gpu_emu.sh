@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The GPU test programs tests/unit/test_cuda_ops.c and test_cuda_train.c,
+# unmodified, on the CPU under the CUDA emulation harness (kernels/cuda/emu,
+# docs/cuda_emulation.md): every block's threads as fibers in each scheduling
+# order — forward, reverse, seeded random (KF_CUDA_EMU_SEED, default 1) — and
+# once more under AddressSanitizer, the two programs side by side; then
+# test_cuda_limits (65536 blocks) once, the harness's own checks on kernels
+# with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
+# ranks training on the emulated CUDA backend end bitwise equal to 1 rank
+# accumulating the same 2 micro-batches. Each program's own checks count here.
+# `make test` builds the programs (make emu-tests); a missing one is a failure.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/scripts/lib_trainer.sh
+seed=${KF_CUDA_EMU_SEED:-1}
+
+R=$(mktemp -d)
+trap 'rm -rf "$R"' EXIT
+
+# start NAME BINARY ORDER: runs the program in the background (two at a time
+# use both cores of a CI machine), its output in $R/NAME.ORDER
+start() {
+  local out="$R/$1.$3"
+  if [ ! -x "$2" ]; then echo "$2 not built (make emu-tests)" >"$out.log"; echo 127 >"$out.rc"; return; fi
+  { s0=$SECONDS; KF_CUDA_EMU_ORDER=$3 ASAN_OPTIONS=detect_leaks=0 "$2" >"$out.log" 2>&1
+    echo $? >"$out.rc"; echo $((SECONDS - s0)) >"$out.s"; } &
+}
+# collect NAME ORDER: adds the program's "N passed, N failed"; a crash or a
+# missing result line is one more failure
+collect() {
+  local out="$R/$1.$2" rc line p=0 f=0
+  rc=$(cat "$out.rc")
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out.log" | tail -n 1)
+  if [ -n "$line" ]; then
+    p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
+  fi
+  PASS=$((PASS + p)); FAIL=$((FAIL + f))
+  echo "$1, order $2: ${line:-no result line}, rc $rc, $(cat "$out.s" 2>/dev/null || echo 0) s"
+  if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
+    [ "$f" -ne 0 ] || bad "$1, order $2: exit status $rc"
+    grep -E 'FAIL|cuda-emu|ERROR|Sanitizer|SUMMARY|not built' "$out.log" | head -n 20
+    tail -n 5 "$out.log"
+  fi
+}
+
+for order in forward reverse "random:$seed"; do
+  start test_cuda_ops build-emu/tests/test_cuda_ops "$order"
+  start test_cuda_train build-emu/tests/test_cuda_train "$order"
+  wait
+  collect test_cuda_ops "$order"
+  collect test_cuda_train "$order"
+done
+asan="random:$((seed + 1))"
+start "test_cuda_ops (ASan)" build-emu-asan/tests/test_cuda_ops "$asan"
+start "test_cuda_train (ASan)" build-emu-asan/tests/test_cuda_train "$asan"
+wait
+collect "test_cuda_ops (ASan)" "$asan"
+collect "test_cuda_train (ASan)" "$asan"
+start test_cuda_limits build-emu/tests/test_cuda_limits forward
+wait
+collect test_cuda_limits forward
+
+# the harness's own checks: kernels/cuda/emu/emu_selftest.cu, one bug per case
+ST=build-emu/emu_selftest
+if [ -x "$ST" ]; then
+  selftest() { # CASE REGEX: aborts saying REGEX in both orders
+    local o out rc want=$2
+    for o in forward reverse; do
+      out=$(KF_CUDA_EMU_ORDER=$o "$ST" "$1" 2>&1); rc=$?
+      check "emu_selftest $1 ($o): got rc $rc and '${out%%$'\n'*}', want an abort saying '$want'" \
+        eval '[ "$rc" -ne 0 ] && grep -qE -- "$want" <<<"$out"'
+    done
+  }
+  selftest divergent 'divergent barrier'
+  selftest shfl 'exits while its warp waits|names lane 16, which has exited'
+  selftest wmma 'not 32-byte aligned'
+  selftest launch 'block \(2048,1,1\)'
+  selftest smem '65536 bytes of dynamic shared memory'
+  selftest deadlock 'deadlock'
+  ok_out=$(KF_CUDA_EMU_ORDER=reverse "$ST" ok 2>&1)
+  check "emu_selftest ok: got '$ok_out', want 'ok: 64'" [ "$ok_out" = "ok: 64" ]
+  rf=$(KF_CUDA_EMU_ORDER=forward "$ST" race 2>&1) rr=$(KF_CUDA_EMU_ORDER=reverse "$ST" race 2>&1)
+  check "emu_selftest race: a read without its barrier gives '$rf' forward and '$rr' reverse, want them to differ" \
+    [ "$rf" != "$rr" ]
+else
+  bad "$ST not built (make emu-tests)"
+fi
+
+# NCCL: mpirun -np 2 (MPI_Allreduce underneath) vs one rank, 2 micro-batches
+EMU_KF=build-emu/kf
+if [ -x "$EMU_KF" ]; then
+  T=$(mktemp -d /tmp/kf_emu_XXXXXX); trap 'rm -rf "$R" "$T"' EXIT
+  KF=$EMU_KF trainer_setup "$T" # shards built by the same binary
+  # emulated steps are slow: a generous collective timeout (cfg.yaml has 4 s)
+  cuda=(resources.backend=cuda resources.collective_timeout=300 stages.0.steps=4)
+  $MPIRUN -np 2 "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/n2" "${cuda[@]}" 2>"$T/n2.err"; rc=$?
+  check "emulated cuda, np=2: exits 0 (rc $rc): $(grep -m1 "error" "$T/n2.err")" [ $rc -eq 0 ]
+  check "emulated cuda, np=2: reports 2 ranks" grep -q '2 ranks x 1 micro-batches x 4' "$T/n2.err"
+  "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/n1" "${cuda[@]}" defaults.micro_batch=4 2>"$T/n1.err"; rc=$?
+  check "emulated cuda, np=1 with 2 micro-batches: exits 0 (rc $rc): $(tail -n 1 "$T/n1.err")" [ $rc -eq 0 ]
+  check "emulated cuda: np=2 == np=1 x 2 micro-batches, bitwise" same_weights "$T/n2/stages/ar" "$T/n1/stages/ar"
+else
+  bad "$EMU_KF not built (make emu-tests)"
+fi
+finish
