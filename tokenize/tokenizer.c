@@ -1,8 +1,10 @@
 /* tokenize/tokenizer.c — the public API of tokenizer.h: vectors, loading by
  * kind, UTF-8 repair before encoding, and decoding. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fsutil.h"
 #include "common/utf8.h"
 #include "tokenize/tok_internal.h"
 
@@ -35,6 +37,17 @@ void tok_bytes_free(tok_bytes *b)
 {
     free(b->v);
     memset(b, 0, sizeof *b);
+}
+
+tok *tok_load_dir(const char *vocab_dir, kf_err *err)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/vocab.json", vocab_dir);
+    if (fs_exists(p)) return tok_load("gpt2", vocab_dir, err);
+    snprintf(p, sizeof p, "%s/vocab.txt", vocab_dir);
+    if (fs_exists(p)) return tok_load("bert", vocab_dir, err);
+    kf_err_set(err, "--vocab %s: neither vocab.json (gpt2) nor vocab.txt (bert) is there", vocab_dir);
+    return NULL;
 }
 
 tok *tok_load(const char *kind, const char *vocab_dir, kf_err *err)

@@ -56,6 +56,12 @@ typedef struct tok tok;
  * @return the tokenizer, or NULL on failure. */
 tok *tok_load(const char *kind, const char *vocab_dir, kf_err *err);
 
+/** Loads the tokenizer whose files vocab_dir holds: gpt2 when it has
+ *  vocab.json, bert when it has vocab.txt.
+ * @return the tokenizer, or NULL (err names the directory when it has
+ *         neither file, or the file and line as tok_load does). */
+tok *tok_load_dir(const char *vocab_dir, kf_err *err);
+
 /** A second tokenizer over t's vocabulary that shares t's read-only tables
  * (nothing is read or parsed: about a microsecond, against tens of
  * milliseconds for tok_load). It has its own workspace and encoder cache, so

@@ -139,17 +139,6 @@ static int read_prefixes(const char *path, tok *tk, int32_t ***out, int64_t **le
     return 0;
 }
 
-/* gpt2 when DIR has vocab.json, bert when it has vocab.txt. */
-static tok *load_tokenizer(const char *dir, kf_err *err) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/vocab.json", dir);
-    if (fs_exists(p)) return tok_load("gpt2", dir, err);
-    snprintf(p, sizeof p, "%s/vocab.txt", dir);
-    if (fs_exists(p)) return tok_load("bert", dir, err);
-    kf_err_set(err, "--vocab %s: neither vocab.json (gpt2) nor vocab.txt (bert) is there", dir);
-    return NULL;
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -261,7 +250,7 @@ int sample_main(int argc, char **argv) {
         return KF_EXIT_ERROR;
     }
     tok *tk = NULL;
-    if (vocab && !(tk = load_tokenizer(vocab, &err))) {
+    if (vocab && !(tk = tok_load_dir(vocab, &err))) {
         fprintf(stderr, "kf sample: %s\n", err.msg);
         return KF_EXIT_ERROR;
     }

@@ -144,17 +144,6 @@ void genppl_score(hf_gpt2 *ev, int32_t *const *ids, const int64_t *lens, int64_t
     free(nll);
 }
 
-/* The generator's tokenizer (a directory with vocab.txt or vocab.json). */
-static tok *load_generator_vocab(const char *dir, kf_err *err) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/vocab.json", dir);
-    if (fs_exists(p)) return tok_load("gpt2", dir, err);
-    snprintf(p, sizeof p, "%s/vocab.txt", dir);
-    if (fs_exists(p)) return tok_load("bert", dir, err);
-    kf_err_set(err, "--vocab %s: neither vocab.json (gpt2) nor vocab.txt (bert) is there", dir);
-    return NULL;
-}
-
 /* Whether id is one of gen's special tokens (or past its vocabulary: the mask id). */
 static int is_special(const tok *gen, int32_t id) {
     static const char *const roles[] = {"eos", "bos", "cls", "sep", "pad", "unk", "mask"};
@@ -304,7 +293,7 @@ int genppl_main(int argc, char **argv) {
                    (long long)ev->vocab);
         goto out;
     }
-    if (vocab && !(gen = load_generator_vocab(vocab, &err))) goto out;
+    if (vocab && !(gen = tok_load_dir(vocab, &err))) goto out;
     size_t len;
     if (fs_read_file(file, &text, &len, &err)) goto out;
     int64_t cap = 0, line = 0;

@@ -19,11 +19,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 . tests/scripts/lib_check.sh
 
-if ! "$PY" -c 'import torch' 2>"$T/err"; then
-  echo "FAIL: PyTorch is not importable by $PY: $(tail -n 1 "$T/err")"
-  echo "0 passed, 1 failed"
-  exit 1
-fi
+require_torch "$PY"
 
 # AR (V = 97 with mask 96) and PFLM(3) models; EMA weights differ from the raw ones.
 PYTHONPATH=tools "$PY" - "$T" <<'EOF' || { echo "FAIL: building the PyTorch models"; echo "0 passed, 1 failed"; exit 1; }

@@ -22,11 +22,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 . tests/scripts/lib_check.sh
 
-if ! "$PY" -c 'import torch' 2>"$T/err"; then
-  echo "FAIL: PyTorch is not importable by $PY: $(tail -n 1 "$T/err")"
-  echo "0 passed, 1 failed"
-  exit 1
-fi
+require_torch "$PY"
 
 for v in ok badkey transposed; do
   "$PY" tools/ref_gpt2.py make "$T/$v" --variant $v >/dev/null || bad "making the $v GPT-2"
