@@ -1,8 +1,8 @@
 /* kernels/kernels.h — the op interface every model computation goes through.
  *
  * The model (trainer/) is written once against this table of function
- * pointers; a backend fills it. kernels/cpu/ is the reference (fp32, OpenBLAS,
- * OpenMP, fp16 emulated by rounding through _Float16); kernels/cuda/ runs the
+ * pointers; a backend fills it. kernels/cpu/ is the reference (fp32, its own
+ * fixed-order GEMM, OpenMP, fp16 emulated by rounding through _Float16); kernels/cuda/ runs the
  * same ops on a GPU and is tested op by op against the CPU backend. Both
  * backends can live in one process (that is how the CUDA tests compare them).
  *
@@ -69,7 +69,8 @@ typedef struct kf_backend kf_backend;
 struct kf_backend {
     const char *name;       /* "cpu" or "cuda" */
     kf_precision precision; /* set with set_precision */
-    int batch_invariant;    /* 1: fixed tilings (teacher passes); CPU is always invariant */
+    int batch_invariant;    /* 1: fixed tilings (teacher passes); the CPU backend's default
+                               (its fixed-order GEMM) unless KF_CPU_GEMM=openblas */
     void *impl;             /* backend private state */
 
     /* ---- memory ---- */
