@@ -23,7 +23,8 @@
  *    inputs, independent of the number of threads and of the other rows in
  *    the batch (no split reductions whose order depends on sizes, no
  *    floating-point atomics). Reductions over rows (bias/weight gradients,
- *    norms) use a fixed order.
+ *    norms) use a fixed order. The CPU backend also gives the same bits at
+ *    every SIMD level with FMA (docs/determinism.md).
  *  - Sizes are int64_t; row counts and dims are element counts, not bytes.
  */
 #ifndef KF_KERNELS_H
