@@ -26,9 +26,10 @@ void cpu_round_half_copy(float *dst, const float *src, int64_t n) {
 static int cpu_best_level(void) {
     __builtin_cpu_init();
     int fma = __builtin_cpu_supports("fma");
-    int avx512 = fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-    if (avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
-        return CPU_SIMD_VNNI;
+    /* BW: the head's 512-bit int8 screen (every AVX-512 CPU with VL has it) */
+    int avx512 = fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512bw");
+    if (avx512 && __builtin_cpu_supports("avx512vnni")) return CPU_SIMD_VNNI;
     if (avx512) return CPU_SIMD_AVX512;
     return fma && __builtin_cpu_supports("avx2") ? CPU_SIMD_AVX2 : CPU_SIMD_BASE;
 }

@@ -71,10 +71,8 @@ void cpu_head_screen_pack(cpu_head *hd) {
     for (int64_t v = 0; v < hd->V; v++)
         if (!isfinite(hd->bias[v])) return;
     cpu_head_screen *s = kf_calloc(1, sizeof *s);
-    __builtin_cpu_init();
-    s->kind = cpu_simd_level() >= CPU_SIMD_VNNI ? CPU_SCREEN_VNNI
-              : cpu_simd_level() >= CPU_SIMD_AVX512 && __builtin_cpu_supports("avx512bw") ? CPU_SCREEN_AVX512BW
-                                                                                          : CPU_SCREEN_AVX2;
+    int lvl = cpu_simd_level();
+    s->kind = lvl >= CPU_SIMD_VNNI ? CPU_SCREEN_VNNI : lvl >= CPU_SIMD_AVX512 ? CPU_SCREEN_AVX512BW : CPU_SCREEN_AVX2;
     s->h4 = h4;
     s->qw = aligned_alloc(64, (size_t)(np * h4 * PANEL));
     s->corr = aligned_alloc(64, (size_t)n * sizeof(int32_t));

@@ -44,8 +44,8 @@ typedef struct cpu_impl {
 float *cpu_scratch(kf_backend *b, int slot, size_t n);
 
 /** SIMD levels the CPU kernels dispatch on, lowest first. Each level has
- *  kernels built for its register file; CPU_SIMD_VNNI adds the head's int8
- *  screen to CPU_SIMD_AVX512. */
+ *  kernels built for its register file: AVX2 means AVX2 + FMA, AVX512 means
+ *  AVX-512 F/VL/BW + FMA, VNNI adds vpdpbusd (the head's int8 screen). */
 enum { CPU_SIMD_BASE = 0, CPU_SIMD_AVX2 = 1, CPU_SIMD_AVX512 = 2, CPU_SIMD_VNNI = 3 };
 
 /** The level in use: the best this CPU has, or KF_CPU_ISA (base, avx2,

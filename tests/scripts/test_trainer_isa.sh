@@ -19,7 +19,7 @@ flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
 has() { [[ $flags == *" $1 "* ]]; }
 levels=(base)
 has avx2 && has fma && levels+=(avx2)
-has avx512f && has avx512vl && has fma && levels+=(avx512)
+has avx512f && has avx512vl && has avx512bw && has fma && levels+=(avx512)
 has avx512f && has avx512vl && has avx512bw && has avx512_vnni && has fma && levels+=(vnni)
 echo "levels on this CPU: ${levels[*]}"
 check "this CPU has AVX2 + FMA (every CI machine does): ${levels[*]}" has avx2
