@@ -8,15 +8,17 @@ tanh GELU, causal attention scaled by 1/sqrt(head_dim), tied head) and of
 the Gen-PPL protocol (MDLM's compute_generative_perplexity with the paper's
 EOS truncation; trainer/genppl.h):
 
-  make DIR [--variant ok|badkey|transposed]
+  make DIR [--variant ok|badkey|transposed|extrakey|untied]
       a random-initialised GPT-2 of the HF layout: DIR/config.json,
       DIR/model.safetensors (HF key names, "transformer." prefix as
       GPT2LMHeadModel.save_pretrained writes, lm_head.weight tied), and the
       GPT-2 vocab.json/merges.txt copied from --vocab-from. badkey renames one
       key; transposed stores the square Conv1D weights transposed (the
-      mistake a loader with the wrong layout would make).
+      mistake a loader with the wrong layout would make); extrakey adds a
+      tensor GPT-2 has not; untied gives lm_head.weight its own values.
   probe DIR OUT   ids [2, 24] and the model's logits [2, 24, V] (float64
-      forward, stored F32), the format `kf eval genppl --probe` reads.
+      forward, stored F32), the probe format `kf import --probe` reads
+      (metadata probe.layout = "ar").
   genppl DIR FILE.jsonl --vocab GEN_DIR [--max-length N]
       Gen-PPL of kf-sample-style completions: ids truncated at the first EOS,
       special tokens dropped, decoded here (GPT-2 byte-level; BERT WordPiece
@@ -112,6 +114,10 @@ def make(a):
     w["lm_head.weight"] = w["transformer.wte.weight"]
     if a.variant == "badkey":
         w["transformer.h.1.ln_2.b"] = w.pop("transformer.h.1.ln_2.bias")
+    elif a.variant == "extrakey":
+        w["transformer.h.0.attn.q_norm.weight"] = r(H)
+    elif a.variant == "untied":
+        w["lm_head.weight"] = r(V, H)
     elif a.variant == "transposed":
         for l in range(nl):
             k = f"transformer.h.{l}.attn.c_proj.weight"
@@ -129,7 +135,7 @@ def probe(a):
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(0, cfg["vocab_size"], (2, 24), generator=g)
     logits = forward(cfg, w, ids)
-    write_safetensors(a.out, {"ids": ids.to(torch.int32), "logits": logits.float()})
+    write_safetensors(a.out, {"ids": ids.to(torch.int32), "logits": logits.float()}, {"probe.layout": "ar"})
     print(f"probe: ids {list(ids.shape)}, logits {list(logits.shape)} -> {a.out}")
 
 
@@ -225,7 +231,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make")
     m.add_argument("dir")
-    m.add_argument("--variant", choices=["ok", "badkey", "transposed"], default="ok")
+    m.add_argument("--variant", choices=["ok", "badkey", "transposed", "extrakey", "untied"], default="ok")
     m.add_argument("--vocab-from", default=os.path.join(ROOT, "data/vocab/gpt2"))
     m.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("probe")

@@ -2,6 +2,9 @@
  * registers a checkpoint (ours, or a released one converted by
  * tools/convert_ckpt.py) as a stage's final weights, so later stages use it as
  * their teacher and `kf jobs run|resume` treat the stage as complete.
+ * CKPT may also be a Hugging Face GPT-2 directory (config.json +
+ * model.safetensors), mapped into the model by model_hf.h; --out writes the
+ * result as a kforcing checkpoint.
  *
  * What it writes is exactly what a finished `kf train` stage leaves
  * (trainer/checkpoint.h "Final weights"): RUN/stages/NAME/final/ with
@@ -40,12 +43,14 @@
 #include "trainer/checkpoint.h"
 #include "trainer/layout.h"
 #include "trainer/model.h"
+#include "trainer/model_hf.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kf import CKPT.safetensors --run-dir RUN --stage NAME [--probe P.safetensors]\n"
             "                 [--tol T] [--force]\n"
             "       kf import CKPT.safetensors --probe P.safetensors [--tol T]\n"
+            "       kf import HF_GPT2_DIR --out OUT.safetensors [--probe P.safetensors] [--tol T]\n"
             "\n"
             "Registers CKPT (a kforcing safetensors checkpoint, e.g. from tools/convert_ckpt.py)\n"
             "as the final weights of stage NAME of run RUN: writes RUN/stages/NAME/final/\n"
@@ -53,7 +58,11 @@ static void usage(FILE *f) {
             "later stages use it as teacher and `kf jobs run|resume` skip the stage.\n"
             "When RUN/run.yaml exists, NAME must be one of its stages and the checkpoint must\n"
             "fit it (model sizes; AR for an `ar` stage, PFLM(k) for a distillation stage).\n"
+            "A directory CKPT is a Hugging Face GPT-2 (config.json and model.safetensors with HF's\n"
+            "key names and Conv1D weights, e.g. gpt2-large): it becomes the model with GPT-2's\n"
+            "options (learned positions, LayerNorm and attention biases, tied head; model_hf.h).\n"
             "\n"
+            "  --out OUT   write the (converted) model as a kforcing checkpoint OUT\n"
             "  --probe P   first check that our model reproduces the reference logits in P\n"
             "              (tools/convert_ckpt.py --probe); without --run-dir: check only\n"
             "  --tol T     largest allowed |logit difference| for --probe (default 1e-4)\n"
@@ -224,7 +233,7 @@ static int fail(kf_err *err) {
 }
 
 int import_main(int argc, char **argv) {
-    const char *ckpt = NULL, *run = NULL, *stage = NULL, *probe = NULL;
+    const char *ckpt = NULL, *run = NULL, *stage = NULL, *probe = NULL, *out = NULL;
     double tol = 1e-4;
     int force = 0;
     for (int i = 1; i < argc; i++) {
@@ -235,9 +244,10 @@ int import_main(int argc, char **argv) {
         } else if (!strcmp(s, "--force")) {
             force = 1;
         } else if ((!strcmp(s, "--run-dir") || !strcmp(s, "--stage") || !strcmp(s, "--probe") ||
-                    !strcmp(s, "--tol")) && i + 1 < argc) {
+                    !strcmp(s, "--tol") || !strcmp(s, "--out")) && i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(s, "--run-dir")) run = v;
+            else if (!strcmp(s, "--out")) out = v;
             else if (!strcmp(s, "--stage")) stage = v;
             else if (!strcmp(s, "--probe")) probe = v;
             else {
@@ -256,8 +266,8 @@ int import_main(int argc, char **argv) {
             ckpt = s;
         }
     }
-    if (!ckpt || (!run != !stage) || (!run && !probe)) {
-        fprintf(stderr, "kf import: CKPT and --run-dir RUN --stage NAME (or --probe) are required\n");
+    if (!ckpt || (!run != !stage) || (!run && !probe && !out)) {
+        fprintf(stderr, "kf import: CKPT and --run-dir RUN --stage NAME (or --probe, --out) are required\n");
         usage(stderr);
         return KF_EXIT_USAGE;
     }
@@ -291,14 +301,22 @@ int import_main(int argc, char **argv) {
         }
     }
     kf_backend *be = kernels_cpu_create();
-    model *m = model_load(be, ckpt, &err);
+    int hf = fs_is_dir(ckpt);
+    char weights[4200];
+    snprintf(weights, sizeof weights, hf ? "%s/model.safetensors" : "%s", ckpt);
+    model *m = hf ? model_hf_gpt2_load(be, ckpt, &err) : model_load(be, ckpt, &err);
     int code = KF_EXIT_ERROR;
     if (!m) goto done;
     if (probe && check_probe(m, probe, tol, &err)) goto done;
     if (st && check_fits(&m->cfg, rc, st, &err)) goto done;
+    if (out) {
+        if (model_save(m, out, NULL, &err)) goto done;
+        printf("wrote %s (%s%s, %lld parameters)\n", out, hf ? "from the Hugging Face GPT-2 in " : "",
+               hf ? ckpt : "kforcing checkpoint", (long long)m->n_params);
+    }
     if (run) {
         char sha[65];
-        if (sha256_file_hex(ckpt, sha, &err)) goto done;
+        if (sha256_file_hex(weights, sha, &err)) goto done;
         ckpt_meta meta;
         memset(&meta, 0, sizeof meta);
         snprintf(meta.stage, sizeof meta.stage, "%s", stage);

@@ -13,17 +13,20 @@
 #include "common/safetensors.h"
 #include "kernels/kernels.h"
 #include "tokenize/tokenizer.h"
+#include "trainer/layout.h"
+#include "trainer/model_hf.h"
 #include "trainer/omp_env.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kf eval genppl FILE.jsonl --evaluator DIR [--vocab DIR] [--max-length N]\n"
             "                      [--batch B] [--backend cpu|cuda|auto] [--json OUT]\n"
-            "       kf eval genppl --evaluator DIR --probe FILE.safetensors\n"
             "\n"
             "The paper's Gen-PPL: completions from any model scored by a Hugging Face GPT-2\n"
             "(the paper uses gpt2-large; docs/eval.md). DIR holds config.json, model.safetensors,\n"
-            "vocab.json and merges.txt as published. Each line of FILE is a `kf sample` object:\n"
+            "vocab.json and merges.txt as published (or model.safetensors written by `kf import\n"
+            "DIR --out`); the model runs as kforcing's model with GPT-2's options (model_hf.h).\n"
+            "Each line of FILE is a `kf sample` object:\n"
             "\"prefix\" and \"completion\" as id arrays (detokenised with --vocab, the generating\n"
             "model's tokenizer: BERT ids (LM1B) are decoded and cleaned up as Hugging Face does,\n"
             "then re-tokenised with GPT-2) or as strings (the release's output: used as they\n"
@@ -36,11 +39,10 @@ static void usage(FILE *f) {
             "                   needed for id arrays\n"
             "  --max-length N   GPT-2 tokens kept per sample (default: the evaluator's context;\n"
             "                   MDLM uses the generator's length, e.g. 128 on LM1B)\n"
-            "  --batch B        windows per forward (default 8)\n"
+            "  --batch B        windows per forward (default 8; fewer when their logits would\n"
+            "                   exceed 1 GiB)\n"
             "  --json OUT       also write the result there\n"
-            "  --probe FILE     parity check: FILE holds \"ids\" (I32 [B, L]) and \"logits\"\n"
-            "                   (F32 [B, L, V]) of a reference forward; exits 1 when the\n"
-            "                   evaluator's logits differ by more than 1e-4\n"
+            "(`kf import DIR --probe P` checks the evaluator's logits against a reference.)\n"
             "\n"
             "Prints one JSON object (samples, tokens, nll, gen_ppl, entropy) on stdout and a\n"
             "progress bar on stderr.\n");
@@ -66,11 +68,19 @@ size_t genppl_cleanup(char *s, size_t len) {
     return len;
 }
 
-void genppl_score(hf_gpt2 *ev, int32_t *const *ids, const int64_t *lens, int64_t n, int64_t max_length,
+int64_t genppl_context(const model *ev) {
+    return ev->cfg.pos == POS_LEARNED ? ev->cfg.n_positions : ev->cfg.seq_len;
+}
+
+void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n, int64_t max_length,
                   int64_t batch, int progress, genppl_result *out) {
     memset(out, 0, sizeof *out);
     out->samples = n;
-    int64_t ctx = ev->n_positions, nw = 0;
+    int64_t ctx = genppl_context(ev), nw = 0, V = ev->cfg.vocab;
+    /* the logits of a forward are [windows * ctx, V] floats: at most 1 GiB
+     * (GPT-2's 50257 per row take 200 MB per 1024-token window) */
+    int64_t fit = (int64_t)((1ull << 30) / ((uint64_t)ctx * (uint64_t)V * sizeof(float)));
+    if (batch > fit) batch = fit > 1 ? fit : 1;
     /* windows: (sample, start, length), MDLM's split of each truncated text */
     for (int64_t i = 0; i < n; i++) {
         int64_t len = lens[i] < max_length ? lens[i] : max_length;
@@ -111,7 +121,12 @@ void genppl_score(hf_gpt2 *ev, int32_t *const *ids, const int64_t *lens, int64_t
     out->entropy = nonempty ? out->entropy / (double)nonempty : NAN;
     if (progress) progress_begin("gen-ppl", (double)total, "tok");
     int32_t *bids = kf_malloc((size_t)(batch * ctx) * sizeof(int32_t)), *vl = kf_malloc((size_t)batch * sizeof(int32_t));
+    int32_t *tg = kf_malloc((size_t)(batch * ctx) * sizeof(int32_t));
     float *nll = kf_malloc((size_t)(batch * ctx) * sizeof(float));
+    model_ws *mws = model_ws_create(ev);
+    kf_backend *be = ev->be;
+    kf_precision saved = be->precision;
+    be->set_precision(be, KF_PREC_FP32);
     int64_t done = 0;
     for (int64_t w0 = 0; w0 < nw; w0 += batch) {
         int64_t B = nw - w0 < batch ? nw - w0 : batch, L = 1;
@@ -122,8 +137,15 @@ void genppl_score(hf_gpt2 *ev, int32_t *const *ids, const int64_t *lens, int64_t
             memcpy(bids + b * L, ids[x[0]] + x[1], (size_t)x[2] * sizeof(int32_t));
             vl[b] = (int32_t)x[2];
         }
-        hf_gpt2_forward(ev, bids, B, L, vl, NULL, nll);
-        /* every target after a window's first token; pad rows' nll is 0 */
+        /* row t predicts token t+1 of its window; padding is neither attended nor scored */
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < L; t++) tg[b * L + t] = t + 1 < vl[b] ? bids[b * L + t + 1] : -1;
+        layout lay;
+        layout_ar(&lay, L);
+        model_input in = {.lay = &lay, .B = B, .ids = bids, .valid_len = vl};
+        model_forward(ev, mws, &in, 0, NULL);
+        model_loss(ev, mws, tg, 0, 1.0f, NULL, nll);
+        layout_free(&lay);
         for (int64_t b = 0; b < B; b++) {
             for (int64_t t = 0; t + 1 < vl[b]; t++) out->nll_sum += nll[b * L + t];
             out->tokens += vl[b] > 1 ? vl[b] - 1 : 0;
@@ -137,6 +159,9 @@ void genppl_score(hf_gpt2 *ev, int32_t *const *ids, const int64_t *lens, int64_t
         }
     }
     if (progress) progress_end();
+    be->set_precision(be, saved);
+    model_ws_free(mws);
+    free(tg);
     out->gen_ppl = out->tokens ? exp(out->nll_sum / (double)out->tokens) : NAN;
     free(ws);
     free(bids);
@@ -197,39 +222,26 @@ static int sample_text(const json *o, const tok *gen, tok_bytes *txt, kf_err *er
     return rc ? -1 : 0;
 }
 
-/* Reference logits in FILE against the evaluator's; 0 when within 1e-4. */
-static int probe(hf_gpt2 *ev, const char *path, kf_err *err) {
+/* The evaluator in dir: a Hugging Face GPT-2, or a checkpoint `kf import`
+ * wrote (kforcing metadata), which must be an AR model. */
+static model *load_evaluator(kf_backend *be, const char *dir, kf_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     safetensors_file *f;
-    if (safetensors_open(path, &f, err)) return -1;
-    const safetensors_tensor *ti = safetensors_find(f, "ids"), *tl = safetensors_find(f, "logits");
-    int rc = -1;
-    if (!ti || !tl || ti->dtype != ST_I32 || ti->ndim != 2 || tl->ndim != 3 || tl->shape[0] != ti->shape[0] ||
-        tl->shape[1] != ti->shape[1] || tl->shape[2] != ev->vocab) {
-        kf_err_set(err, "%s: needs \"ids\" I32 [B, L] and \"logits\" [B, L, %lld]", path, (long long)ev->vocab);
-        safetensors_close(f);
-        return -1;
-    }
-    int64_t B = ti->shape[0], L = ti->shape[1], n = B * L * ev->vocab;
-    int32_t *ids = kf_malloc((size_t)(B * L) * sizeof(int32_t));
-    memcpy(ids, ti->data, (size_t)(B * L) * sizeof(int32_t));
-    float *want = kf_malloc((size_t)n * sizeof(float)), *got = kf_malloc((size_t)n * sizeof(float));
-    if (!safetensors_read_f32(tl, want, err)) {
-        hf_gpt2_forward(ev, ids, B, L, NULL, got, NULL);
-        double md = 0;
-        for (int64_t i = 0; i < n; i++) md = fmax(md, fabs((double)got[i] - want[i]));
-        printf("evaluator logits vs %s: max |diff| %.3g over %lld x %lld tokens\n", path, md, (long long)B,
-               (long long)L);
-        rc = md <= 1e-4 ? 0 : kf_err_set(err, "the evaluator's logits differ from the reference by %.3g (> 1e-4)", md);
-    }
-    free(ids);
-    free(want);
-    free(got);
+    if (safetensors_open(path, &f, err)) return NULL;
+    int ours = safetensors_meta(f, "kf.hidden") != NULL;
     safetensors_close(f);
-    return rc;
+    model *m = ours ? model_load(be, path, err) : model_hf_gpt2_load(be, dir, err);
+    if (m && m->cfg.kind != MODEL_AR) {
+        kf_err_set(err, "%s: the evaluator must be an AR model", path);
+        model_free(m);
+        return NULL;
+    }
+    return m;
 }
 
 int genppl_main(int argc, char **argv) {
-    const char *file = NULL, *evdir = NULL, *vocab = NULL, *backend = "cpu", *json_out = NULL, *probe_path = NULL;
+    const char *file = NULL, *evdir = NULL, *vocab = NULL, *backend = "cpu", *json_out = NULL;
     long long max_length = 0, batch = 8;
     for (int i = 2; i < argc; i++) { /* argv[1] is "genppl" */
         const char *a = argv[i];
@@ -256,7 +268,6 @@ int genppl_main(int argc, char **argv) {
         else if (!strcmp(a, "--vocab")) vocab = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--json")) json_out = v;
-        else if (!strcmp(a, "--probe")) probe_path = v;
         else if (!strcmp(a, "--max-length")) ok = (max_length = strtoll(v, &end, 10)) >= 1 && !*end;
         else if (!strcmp(a, "--batch")) ok = (batch = strtoll(v, &end, 10)) >= 1 && !*end;
         else {
@@ -268,29 +279,25 @@ int genppl_main(int argc, char **argv) {
             return KF_EXIT_USAGE;
         }
     }
-    if (!evdir || (!file && !probe_path)) {
-        fprintf(stderr, "kf eval genppl: FILE.jsonl (or --probe) and --evaluator DIR are required\n");
+    if (!evdir || !file) {
+        fprintf(stderr, "kf eval genppl: FILE.jsonl and --evaluator DIR are required\n");
         usage(stderr);
         return KF_EXIT_USAGE;
     }
     omp_env_passive();
     kf_err err = {{0}};
     kf_backend *be = kernels_create(backend);
-    hf_gpt2 *ev = hf_gpt2_load(be, evdir, &err);
+    model *ev = load_evaluator(be, evdir, &err);
     tok *evtok = NULL, *gen = NULL;
     char *text = NULL;
     int32_t **ids = NULL;
     int64_t *lens = NULL, n = 0;
     int rc = KF_EXIT_ERROR;
     if (!ev) goto out;
-    if (probe_path) {
-        rc = probe(ev, probe_path, &err) ? KF_EXIT_ERROR : KF_EXIT_OK;
-        goto out;
-    }
     if (!(evtok = tok_load("gpt2", evdir, &err))) goto out;
-    if (tok_vocab_size(evtok) > ev->vocab) {
+    if (tok_vocab_size(evtok) > ev->cfg.vocab) {
         kf_err_set(&err, "%s: the tokenizer has %lld ids, the model %lld", evdir, (long long)tok_vocab_size(evtok),
-                   (long long)ev->vocab);
+                   (long long)ev->cfg.vocab);
         goto out;
     }
     if (vocab && !(gen = tok_load_dir(vocab, &err))) goto out;
@@ -338,13 +345,14 @@ int genppl_main(int argc, char **argv) {
         goto out;
     }
     genppl_result r;
-    genppl_score(ev, ids, lens, n, max_length ? max_length : ev->n_positions, batch, 1, &r);
+    int64_t ctx = genppl_context(ev);
+    genppl_score(ev, ids, lens, n, max_length ? max_length : ctx, batch, 1, &r);
     char res[512];
     snprintf(res, sizeof res,
              "{\"samples\": %lld, \"tokens\": %lld, \"nll\": %.17g, \"gen_ppl\": %.17g, \"entropy\": %.17g, "
              "\"max_length\": %lld}\n",
              (long long)r.samples, (long long)r.tokens, r.tokens ? r.nll_sum / (double)r.tokens : NAN,
-             r.gen_ppl, r.entropy, max_length ? max_length : (long long)ev->n_positions);
+             r.gen_ppl, r.entropy, max_length ? max_length : (long long)ctx);
     fputs(res, stdout);
     if (json_out && fs_write_atomic(json_out, res, strlen(res), &err)) goto out;
     rc = KF_EXIT_OK;
@@ -356,7 +364,7 @@ out:
     free(text);
     tok_free(gen);
     tok_free(evtok);
-    hf_gpt2_free(ev);
+    model_free(ev);
     be->destroy(be);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* trainer/genppl.h — the paper's Gen-PPL: completions from any model scored
- * by a Hugging Face GPT-2 (the paper: gpt2-large; docs/eval.md).
+ * by a Hugging Face GPT-2 (the paper: gpt2-large; docs/eval.md), run as
+ * the one model (model_hf.h maps its checkpoint into it).
  *
  * Per sample (one JSONL line), as MDLM's compute_generative_perplexity and
  * the paper's appendix "Evaluation Protocol":
@@ -26,7 +27,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "trainer/hf_gpt2.h"
+#include "trainer/model.h"
 
 /** Hugging Face's clean_up_tokenization on len bytes of s, in place
  *  (returns the new length): the spacing a BERT decode leaves before
@@ -42,10 +43,14 @@ typedef struct genppl_result {
     double entropy;      /* mean unigram entropy per sample (nats) */
 } genppl_result;
 
-/** Scores n samples already re-tokenised for the evaluator (ids[i], lens[i]
- *  tokens each, at most max_length used), batch windows per forward, with a
- *  progress bar when progress is set. */
-void genppl_score(hf_gpt2 *ev, int32_t *const *ids, const int64_t *lens, int64_t n, int64_t max_length,
+/** The evaluator's context (window length): n_positions with learned
+ *  positions, else its training seq_len. */
+int64_t genppl_context(const model *ev);
+
+/** Scores n samples already re-tokenised for the evaluator (an AR model,
+ *  run in fp32; ids[i], lens[i] tokens each, at most max_length used),
+ *  batch windows per forward, with a progress bar when progress is set. */
+void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n, int64_t max_length,
                   int64_t batch, int progress, genppl_result *out);
 
 /** `kf eval genppl FILE.jsonl --evaluator DIR [--vocab DIR] ...` (cli_eval.c

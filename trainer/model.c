@@ -19,7 +19,7 @@ int model_config_check(const model_config *c, kf_err *err) {
                                "(got %lld, %lld, %lld, %lld, %lld)",
                           (long long)c->hidden, (long long)c->heads, (long long)c->blocks,
                           (long long)c->vocab, (long long)c->seq_len);
-    if (c->hidden % c->heads || (c->hidden / c->heads) % 2)
+    if (c->hidden % c->heads || (c->pos == POS_ROPE && (c->hidden / c->heads) % 2))
         return kf_err_set(err, "model.hidden (%lld) must split into model.heads (%lld) heads of "
                                "an even dimension (RoPE rotates pairs)",
                           (long long)c->hidden, (long long)c->heads);
@@ -33,6 +33,15 @@ int model_config_check(const model_config *c, kf_err *err) {
     if (c->kind == MODEL_AR && (c->k_train != 1 || c->head != HEAD_SHARED))
         return kf_err_set(err, "model: an AR model has k = 1 and the shared head");
     if (c->head != HEAD_SHARED && c->head != HEAD_MTP) return kf_err_set(err, "model: bad head");
+    if (c->pos != POS_ROPE && c->pos != POS_LEARNED) return kf_err_set(err, "model: bad pos");
+    if (c->pos == POS_LEARNED ? c->n_positions < 1 : c->n_positions != 0)
+        return kf_err_set(err, "model: n_positions %lld: learned positions need >= 1, RoPE 0",
+                          (long long)c->n_positions);
+    if ((c->tied_head | c->norm_bias | c->attn_bias) & ~1)
+        return kf_err_set(err, "model: tied_head, norm_bias and attn_bias are 0 or 1 (got %d, %d, %d)",
+                          c->tied_head, c->norm_bias, c->attn_bias);
+    if (c->tied_head && c->head != HEAD_SHARED)
+        return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP)");
     return 0;
 }
 
@@ -51,6 +60,11 @@ static int64_t add_tensor(model *m, int cap, const char *name, int64_t r, int64_
     return t->offset;
 }
 
+/* Adds an optional tensor; -1 when the architecture has none. */
+static int64_t add_opt(model *m, int cap, int present, const char *name, int64_t r, int64_t c) {
+    return present ? add_tensor(m, cap, name, r, c) : -1;
+}
+
 model *model_create(kf_backend *be, const model_config *cfg) {
     kf_err err = {{0}};
     KF_CHECK(model_config_check(cfg, &err) == 0, "%s", err.msg);
@@ -59,8 +73,9 @@ model *model_create(kf_backend *be, const model_config *cfg) {
     m->cfg = *cfg;
     int64_t H = cfg->hidden, V = cfg->vocab, nb = cfg->blocks;
     int heads = cfg->head == HEAD_MTP ? (int)cfg->k_train : 1;
+    int nbias = cfg->norm_bias, abias = cfg->attn_bias;
     m->n_heads_out = heads;
-    int cap = (int)(1 + 8 * nb + 3 * heads + 8);
+    int cap = (int)(2 + 12 * nb + 4 * heads + 8);
     m->tensors = kf_calloc((size_t)cap, sizeof *m->tensors);
     model_priv *p = kf_calloc(1, sizeof *p);
     m->priv = p;
@@ -68,21 +83,27 @@ model *model_create(kf_backend *be, const model_config *cfg) {
     p->head = kf_calloc((size_t)heads, sizeof *p->head);
     char nm[64];
     p->embed = add_tensor(m, cap, "vocab_embed.embedding", V, H);
+    p->pos = add_opt(m, cap, cfg->pos == POS_LEARNED, "pos_embed.embedding", cfg->n_positions, H);
     for (int64_t l = 0; l < nb; l++) {
         block_off *b = &p->blk[l];
-#define T(field, suffix, r, c)                                              \
+#define T(field, present, suffix, r, c)                                     \
     snprintf(nm, sizeof nm, "blocks.%lld." suffix, (long long)l);          \
-    b->field = add_tensor(m, cap, nm, r, c)
-        T(norm1, "norm1.weight", H, 0);
-        T(qkv, "attn_qkv.weight", 3 * H, H);
-        T(out, "attn_out.weight", H, H);
-        T(norm2, "norm2.weight", H, 0);
-        T(fc1_w, "mlp.0.weight", 4 * H, H);
-        T(fc1_b, "mlp.0.bias", 4 * H, 0);
-        T(fc2_w, "mlp.2.weight", H, 4 * H);
-        T(fc2_b, "mlp.2.bias", H, 0);
+    b->field = add_opt(m, cap, present, nm, r, c)
+        T(norm1, 1, "norm1.weight", H, 0);
+        T(norm1_b, nbias, "norm1.bias", H, 0);
+        T(qkv, 1, "attn_qkv.weight", 3 * H, H);
+        T(qkv_b, abias, "attn_qkv.bias", 3 * H, 0);
+        T(out, 1, "attn_out.weight", H, H);
+        T(out_b, abias, "attn_out.bias", H, 0);
+        T(norm2, 1, "norm2.weight", H, 0);
+        T(norm2_b, nbias, "norm2.bias", H, 0);
+        T(fc1_w, 1, "mlp.0.weight", 4 * H, H);
+        T(fc1_b, 1, "mlp.0.bias", 4 * H, 0);
+        T(fc2_w, 1, "mlp.2.weight", H, 4 * H);
+        T(fc2_b, 1, "mlp.2.bias", H, 0);
 #undef T
     }
+    p->heads_begin = m->n_params;
     for (int h = 0; h < heads; h++) {
         head_off *o = &p->head[h];
         const char *pre = "output_layer";
@@ -93,11 +114,14 @@ model *model_create(kf_backend *be, const model_config *cfg) {
         }
         snprintf(nm, sizeof nm, "%s.norm_final.weight", pre);
         o->norm = add_tensor(m, cap, nm, H, 0);
+        snprintf(nm, sizeof nm, "%s.norm_final.bias", pre);
+        o->norm_b = add_opt(m, cap, nbias, nm, H, 0);
         snprintf(nm, sizeof nm, "%s.linear.weight", pre);
-        o->w = add_tensor(m, cap, nm, V, H);
+        o->w = cfg->tied_head ? p->embed : add_tensor(m, cap, nm, V, H);
         snprintf(nm, sizeof nm, "%s.linear.bias", pre);
-        o->b = add_tensor(m, cap, nm, V, 0);
+        o->b = add_opt(m, cap, !cfg->tied_head, nm, V, 0);
     }
+    p->heads_end = m->n_params;
     if (cfg->kind == MODEL_PFLM) {
         p->zdim = cfg->head == HEAD_MTP ? cfg->k_train : 1;
         int64_t ZD = 2 * H * p->zdim;
@@ -286,17 +310,24 @@ static void noise_encoder_bwd(model *m, noise_act *a, int64_t nz, const float *d
     linear_bwd(m, NULL, 0.0f, dc, a->feats.p, o->proj_w, o->proj_b, nz, ZD, H);
 }
 
-/* y = norm(x) with weight w (no bias) over R rows, into growable buffers
- * that keep mean and rstd for the backward; returns y. */
-static float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w,
-                       int64_t R) {
+float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w, int64_t b,
+                int64_t R) {
     kf_backend *be = m->be;
     int64_t H = m->cfg.hidden;
     size_t f = sizeof(float);
     float *yp = dbuf_ensure(be, y, (size_t)(R * H) * f);
     be->layernorm_fwd(be, yp, dbuf_ensure(be, mean, (size_t)R * f),
-                      dbuf_ensure(be, rstd, (size_t)R * f), x, m->params + w, NULL, R, H, LN_EPS);
+                      dbuf_ensure(be, rstd, (size_t)R * f), x, m->params + w,
+                      b >= 0 ? m->params + b : NULL, R, H, LN_EPS);
     return yp;
+}
+
+void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R) {
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden;
+    float *t = dbuf_ensure(be, tmp, (size_t)(R * H) * sizeof(float));
+    be->embed_fwd(be, t, pos, NULL, m->params + m->priv->pos, R, H);
+    be->add_inplace(be, x, t, R * H);
 }
 
 /* Runs the MLP half of block l on x in place: x += mlp(norm2(x)). */
@@ -306,7 +337,7 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
     size_t f = sizeof(float);
     float *h1 = dbuf_ensure(be, &a->h1, (size_t)(R * 4 * H) * f);
     float *h2 = dbuf_ensure(be, &a->h2, (size_t)(R * 4 * H) * f);
-    float *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, R);
+    float *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, o->norm2_b, R);
     linear_fwd(m, h1, ln2, o->fc1_w, o->fc1_b, R, H, 4 * H, 0.0f);
     be->gelu_fwd(be, h2, h1, R * 4 * H, KF_GELU_TANH);
     linear_fwd(m, x, h2, o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
@@ -314,7 +345,8 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
 
 /* Head h's final norm over the R rows of xf (buffers in a); returns it. */
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
-    return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, m->priv->head[h].norm, R);
+    const head_off *o = &m->priv->head[h];
+    return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R);
 }
 
 void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits) {
@@ -344,6 +376,7 @@ struct model_ws {
     int64_t ctx_n;             /* n_ctx of the kept context K/V (0: none) */
     dbuf qkv_full, att_full, lse_full;
     dbuf pos_d, tok_ids_d, tok_rows_d, noise_rows_d, z_d, tau_d, out_idx_d, ctx_idx_d, comp_idx_d;
+    dbuf posrow_d, pos_tmp;    /* POS_LEARNED: each row's position, pos_embed rows */
     noise_act nact;
     head_act *hact;
     dbuf xf, logits, targets_d, losses_d;
@@ -390,6 +423,7 @@ void model_ws_free(model_ws *ws) {
                  &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d, &ws->tau_d, &ws->out_idx_d,
                  &ws->ctx_idx_d, &ws->comp_idx_d, &ws->xf, &ws->logits, &ws->targets_d,
                  &ws->losses_d, &ws->dx, &ws->dxf, &ws->dln, &ws->dqkv, &ws->dh, &ws->datt,
+                 &ws->posrow_d, &ws->pos_tmp,
                  &n->feats, &n->c, &n->ln, &n->mean, &n->rstd, &n->h1, &n->h2, &n->out,
                  &n->dh, &n->dln, &n->dc};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
@@ -511,6 +545,17 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
     for (int64_t l = 0; l < nx; l++) dbuf_ensure(be, &ws->xs[l], (size_t)(R * H) * f);
     float *x0 = ws->xs[0].p;
     embed_inputs(m, ws, in, x0);
+    if (c->pos == POS_LEARNED) {
+        int32_t *pr = host_i32(ws, (size_t)R);
+        for (int64_t r = q0; r < L; r++)
+            KF_CHECK(lay->pos[r] >= 0 && lay->pos[r] < c->n_positions,
+                     "model_forward: position %d of row %lld is outside the %lld learned positions",
+                     lay->pos[r], (long long)r, (long long)c->n_positions);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t r = q0; r < L; r++) pr[b * Lc + r - q0] = lay->pos[r];
+        int32_t *pr_d = dbuf_upload(be, &ws->posrow_d, pr, (size_t)R, sizeof(int32_t));
+        pos_embed_fwd(m, &ws->pos_tmp, x0, pr_d, R);
+    }
 
     int32_t *pos_d = dbuf_upload(be, &ws->pos_d, lay->pos, (size_t)L, sizeof(int32_t));
     /* row maps for the context K/V hand-over */
@@ -542,9 +587,10 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
         float *rstd = dbuf_ensure(be, &a->rstd1, (size_t)R * f);
         float *qkv = dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * f);
         float *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * f);
-        be->layernorm_fwd(be, ln1, mean, rstd, x, m->params + o->norm1, NULL, R, H, LN_EPS);
-        linear_fwd(m, qkv, ln1, o->qkv, -1, R, H, 3 * H, 0.0f);
-        be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE);
+        be->layernorm_fwd(be, ln1, mean, rstd, x, m->params + o->norm1,
+                          o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
+        linear_fwd(m, qkv, ln1, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
+        if (c->pos == POS_ROPE) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE);
         if (q0 > 0) {
             be->scatter_rows(be, ws->qkv_full.p, qkv, ws->comp_idx_d.p, R, 3 * H);
             be->scatter_rows(be, ws->qkv_full.p, kv_src->ctxkv[l].p, ws->ctx_idx_d.p, B * q0, 3 * H);
@@ -560,7 +606,7 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
             }
         }
         if (xo != x) be->copy(be, xo, x, (size_t)(R * H) * f);
-        linear_fwd(m, xo, att, o->out, -1, R, H, H, 1.0f);
+        linear_fwd(m, xo, att, o->out, o->out_b, R, H, H, 1.0f);
         /* training keeps x_mid (input of norm2) in ln2's partner: xs[l+1] holds
          * x_mid until the MLP adds to it, so save a copy for the backward. */
         if (train) {
@@ -632,12 +678,12 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     for (int h = 0; h < m->n_heads_out; h++) {
         const head_off *o = &p->head[h];
         linear_bwd(m, dln, 0.0f, dlogits + h * O * V, ws->hact[h].ln.p, o->w, o->b, O, H, V);
-        be->layernorm_bwd(be, dxf, m->grads + o->norm, NULL, dln, ws->xf.p, m->params + o->norm,
-                          ws->hact[h].mean.p, ws->hact[h].rstd.p, O, H);
+        be->layernorm_bwd(be, dxf, m->grads + o->norm, o->norm_b >= 0 ? m->grads + o->norm_b : NULL,
+                          dln, ws->xf.p, m->params + o->norm, ws->hact[h].mean.p,
+                          ws->hact[h].rstd.p, O, H);
     }
-    /* the heads' tensors are contiguous, after the last block's */
-    int64_t heads_end = p->head[m->n_heads_out - 1].b + V;
-    if (ready) ready(ctx, p->head[0].norm, heads_end - p->head[0].norm);
+    /* the heads' own tensors (a tied head's weight is vocab_embed, reported with it) */
+    if (ready) ready(ctx, p->heads_begin, p->heads_end - p->heads_begin);
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
     float *dqkv = dbuf_ensure(be, &ws->dqkv, (size_t)(R * 3 * H) * f);
     float *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * f);
@@ -651,27 +697,30 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
         linear_bwd(m, dh, 0.0f, dx, a->h2.p, o->fc2_w, o->fc2_b, R, 4 * H, H);
         be->gelu_bwd(be, dh, dh, a->h1.p, R * 4 * H, KF_GELU_TANH);
         linear_bwd(m, dln, 0.0f, dh, a->ln2.p, o->fc1_w, o->fc1_b, R, H, 4 * H);
-        be->layernorm_bwd(be, dx, m->grads + o->norm2, NULL, dln, a->xmid.p,
-                          m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
+        be->layernorm_bwd(be, dx, m->grads + o->norm2, o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL,
+                          dln, a->xmid.p, m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
         /* attention half: x_mid = x_in + out(attn(rope(qkv(norm1(x_in))))) */
-        linear_bwd(m, datt, 0.0f, dx, a->att.p, o->out, -1, R, H, H);
+        linear_bwd(m, datt, 0.0f, dx, a->att.p, o->out, o->out_b, R, H, H);
         be->attn_bwd(be, dqkv, datt, a->att.p, a->lse.p, a->qkv.p, &ws->mask, B, nh, hd);
-        be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE);
-        linear_bwd(m, dln, 0.0f, dqkv, a->ln1.p, o->qkv, -1, R, H, 3 * H);
-        be->layernorm_bwd(be, dx, m->grads + o->norm1, NULL, dln, ws->xs[l].p,
-                          m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);
+        if (c->pos == POS_ROPE) be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE);
+        linear_bwd(m, dln, 0.0f, dqkv, a->ln1.p, o->qkv, o->qkv_b, R, H, 3 * H);
+        be->layernorm_bwd(be, dx, m->grads + o->norm1, o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL,
+                          dln, ws->xs[l].p, m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);
         if (ready) ready(ctx, o->norm1, o->fc2_b + H - o->norm1);
     }
     if (ws->n_tok)
         be->embed_bwd(be, m->grads + p->embed, dx, ws->tok_ids_d.p, ws->tok_rows_d.p, ws->n_tok, H,
                       V);
-    if (ready) ready(ctx, p->embed, V * H);
+    if (p->pos >= 0)
+        be->embed_bwd(be, m->grads + p->pos, dx, ws->posrow_d.p, NULL, R, H, c->n_positions);
+    /* pos_embed follows vocab_embed */
+    if (ready) ready(ctx, p->embed, V * H + (p->pos >= 0 ? c->n_positions * H : 0));
     if (ws->n_noise) {
         float *dn = dbuf_ensure(be, &ws->dxf, (size_t)(ws->n_noise * H) * f);
         be->gather_rows(be, dn, dx, ws->noise_rows_d.p, ws->n_noise, H);
         noise_encoder_bwd(m, &ws->nact, ws->n_noise, dn);
     }
     /* reported whether or not this batch had noise rows: ranks must agree */
-    if (ready && m->n_params > heads_end) ready(ctx, heads_end, m->n_params - heads_end);
+    if (ready && m->n_params > p->heads_end) ready(ctx, p->heads_end, m->n_params - p->heads_end);
     ws->have_dlogits = 0;
 }

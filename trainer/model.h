@@ -12,14 +12,20 @@
  * offset into the flat buffer), in this order:
  *
  *   vocab_embed.embedding                 [V, H]
- *   blocks.N.norm1.weight                 [H]        LayerNorm, no bias, eps 1e-5
- *   blocks.N.attn_qkv.weight              [3H, H]    no bias; RoPE on q,k (base 1e4)
- *   blocks.N.attn_out.weight              [H, H]     no bias
- *   blocks.N.norm2.weight                 [H]
+ *   pos_embed.embedding                   [n_positions, H] POS_LEARNED only
+ *   blocks.N.norm1.weight                 [H]        LayerNorm, eps 1e-5
+ *   blocks.N.norm1.bias                   [H]        norm_bias only
+ *   blocks.N.attn_qkv.weight              [3H, H]    RoPE on q,k (base 1e4) unless POS_LEARNED
+ *   blocks.N.attn_qkv.bias                [3H]       attn_bias only
+ *   blocks.N.attn_out.weight              [H, H]
+ *   blocks.N.attn_out.bias                [H]        attn_bias only
+ *   blocks.N.norm2.weight (/ .bias)       [H]        (.bias: norm_bias only)
  *   blocks.N.mlp.0.weight / .bias         [4H, H] / [4H]   GELU (tanh)
  *   blocks.N.mlp.2.weight / .bias         [H, 4H] / [H]
- *   output_layer.norm_final.weight        [H]
- *   output_layer.linear.weight / .bias    [V, H] / [V]     zero-initialised
+ *   output_layer.norm_final.weight        [H]        (.bias [H]: norm_bias only)
+ *   output_layer.linear.weight / .bias    [V, H] / [V]     zero-initialised; absent
+ *                                                    with tied_head (logits = x E^T,
+ *                                                    E = vocab_embed.embedding, no bias)
  *   PFLM only (the noise encoder; ZD = 2H, or 2H*k_train for HEAD_MTP):
  *   noise_encoder.combined_proj.weight / .bias   [H, ZD] / [H]
  *   noise_encoder.norm.weight / .bias            [H]        LayerNorm with bias
@@ -33,6 +39,17 @@
  * carry k_train noise values: the features of (z_1, tau) ... (z_k, tau)
  * concatenated (2H*k values) — all k noise values in one token.
  * The mask token's logit (cfg.mask_id >= 0) is set to -1000.
+ *
+ * Architecture options (model_config; all zero = the DDiT above, which is
+ * what every checkpoint without "kf.version" holds): pos = POS_LEARNED adds
+ * a learned position embedding to every row's input (at the row's layout
+ * position) instead of rotating q and k; norm_bias gives the block and final
+ * LayerNorms a bias; attn_bias gives attn_qkv and attn_out a bias; tied_head
+ * makes the output layer the transposed token embedding. With all four
+ * (n_positions = the context) the backbone is GPT-2: blocks are pre-norm,
+ * x += attn_out(attn(attn_qkv(norm1(x)))), x += mlp(norm2(x)), GELU tanh
+ * (model_hf.h maps a Hugging Face GPT-2 into it). The noise encoder is the
+ * same under every option.
  *
  * Usage (training step):
  *   model *m = model_create(be, &cfg); model_init(m, seed);
@@ -53,6 +70,7 @@
 
 typedef enum { MODEL_AR = 0, MODEL_PFLM = 1 } model_kind;
 typedef enum { HEAD_SHARED = 0, HEAD_MTP = 1 } model_head;
+typedef enum { POS_ROPE = 0, POS_LEARNED = 1 } model_pos;
 
 typedef struct model_config {
     int64_t hidden;   /* H; head_dim = H / heads (64 in the reference) */
@@ -64,6 +82,12 @@ typedef struct model_config {
     model_kind kind;
     model_head head;  /* HEAD_MTP only with MODEL_PFLM */
     int64_t k_train;  /* PFLM window k (AR: 1); HEAD_MTP: number of heads */
+    /* architecture options (see above; 0 = the DDiT) */
+    model_pos pos;       /* POS_ROPE, or POS_LEARNED (pos_embed.embedding) */
+    int tied_head;       /* 1: logits = x E^T (HEAD_SHARED only) */
+    int norm_bias;       /* 1: LayerNorms norm1, norm2, norm_final have a bias */
+    int attn_bias;       /* 1: attn_qkv and attn_out have a bias */
+    int64_t n_positions; /* POS_LEARNED: rows of pos_embed (positions < it); else 0 */
 } model_config;
 
 /** Checks a config (sizes positive, H divisible by heads into an even head
@@ -113,7 +137,15 @@ const model_tensor *model_find(const model *m, const char *name);
 /** Sets grads to zero. */
 void model_zero_grads(model *m);
 
-/* ---- checkpoints (safetensors; config in __metadata__ as "kf.<field>") ---- */
+/* ---- checkpoints (safetensors; config in __metadata__ as "kf.<field>") ----
+ * Format version "kf.version" = "2": the config keys kf.hidden, kf.heads,
+ * kf.blocks, kf.vocab, kf.mask_id, kf.seq_len, kf.k_train (integers),
+ * kf.kind (ar|pflm), kf.head (shared|mtp), and the options kf.pos
+ * (rope|learned), kf.n_positions, kf.tied_head, kf.norm_bias, kf.attn_bias
+ * (0|1). A file without kf.version is version 1 (no option keys: the
+ * default architecture); other versions are refused. Loading checks the
+ * config (model_config_check) and that the file holds exactly the model's
+ * tensors (names above) with their shapes. */
 
 /** Writes buf (a device buffer laid out like params, e.g. the EMA; NULL:
  *  params) with the reference names. Atomic. */
@@ -209,8 +241,8 @@ int64_t model_cache_len(const model_cache *c);
 /** Forgets every row (reuse for a new batch). */
 void model_cache_reset(model_cache *c);
 
-/** Feeds Q new rows per sample, which take cache rows and RoPE positions
- *  [P, P+Q) (P = model_cache_len) and see every earlier row causally. Row i
+/** Feeds Q new rows per sample, which take cache rows and positions
+ *  [P, P+Q) (P = model_cache_len; POS_LEARNED: P+Q <= n_positions) and see every earlier row causally. Row i
  *  is noise when noise[i] (then z[b*Q+i] (zdim values) and tau[b]) else token
  *  ids[b*Q+i]. Returns logits [n_heads_out * n_out * B, V] for rows out[0..n_out)
  *  ordered head, out row, sample (so one output position of all samples is

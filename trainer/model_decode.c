@@ -39,6 +39,7 @@ struct model_cache {
     noise_act nact;
     head_act *hact;
     dbuf x, xf, logits, tmp, pos_d, ids_d, rows_d, nrows_d, z_d, kidx_d, vidx_d, cidx_d, oidx_d;
+    dbuf posrow_d; /* POS_LEARNED: each new row's position */
     int32_t *h32;
     double *h64;
     size_t h32_cap, h64_cap;
@@ -76,7 +77,7 @@ void model_cache_free(model_cache *c) {
                  &a->mean2, &a->rstd2, &a->h1, &a->h2, &n->feats, &n->c, &n->ln, &n->mean,
                  &n->rstd, &n->h1, &n->h2, &n->out, &n->dh, &n->dln, &n->dc, &c->x, &c->xf,
                  &c->logits, &c->tmp, &c->pos_d, &c->ids_d, &c->rows_d, &c->nrows_d, &c->z_d,
-                 &c->kidx_d, &c->vidx_d, &c->cidx_d, &c->oidx_d};
+                 &c->kidx_d, &c->vidx_d, &c->cidx_d, &c->oidx_d, &c->posrow_d};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     for (int h = 0; h < c->m->n_heads_out; h++) {
         dbuf_release(be, &c->hact[h].ln);
@@ -162,6 +163,12 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     /* positions P..P+Q-1; K rows of qkv viewed as [3R, H] are 3r+1, V rows 3r+2;
      * cache rows b*cap + P + i */
     int32_t *pos = h32(c, (size_t)(3 * R + Q));
+    if (m->cfg.pos == POS_LEARNED) {
+        KF_CHECK(P + Q <= m->cfg.n_positions, "model_decode_step: positions up to %lld exceed the "
+                 "%lld learned positions", (long long)(P + Q), (long long)m->cfg.n_positions);
+        for (int64_t r = 0; r < R; r++) pos[r] = (int32_t)(P + r % Q);
+        pos_embed_fwd(m, &c->tmp, x, dbuf_upload(be, &c->posrow_d, pos, (size_t)R, sizeof(int32_t)), R);
+    }
     for (int64_t i = 0; i < Q; i++) pos[i] = (int32_t)(P + i);
     dbuf_upload(be, &c->pos_d, pos, (size_t)Q, sizeof(int32_t));
     for (int64_t r = 0; r < R; r++) {
@@ -182,15 +189,16 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     float *tmp = dbuf_ensure(be, &c->tmp, (size_t)(R * H) * f);
     for (int64_t l = 0; l < m->cfg.blocks; l++) {
         const block_off *o = &p->blk[l];
-        be->layernorm_fwd(be, ln1, mean, rstd, x, m->params + o->norm1, NULL, R, H, LN_EPS);
-        linear_fwd(m, qkv, ln1, o->qkv, -1, R, H, 3 * H, 0.0f);
-        be->rope_fwd(be, qkv, c->pos_d.p, B, Q, nh, hd, ROPE_BASE);
+        be->layernorm_fwd(be, ln1, mean, rstd, x, m->params + o->norm1,
+                          o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
+        linear_fwd(m, qkv, ln1, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
+        if (m->cfg.pos == POS_ROPE) be->rope_fwd(be, qkv, c->pos_d.p, B, Q, nh, hd, ROPE_BASE);
         be->gather_rows(be, tmp, qkv, c->kidx_d.p, R, H);
         be->scatter_rows(be, c->k[l], tmp, c->cidx_d.p, R, H);
         be->gather_rows(be, tmp, qkv, c->vidx_d.p, R, H);
         be->scatter_rows(be, c->v[l], tmp, c->cidx_d.p, R, H);
         be->attn_decode(be, att, qkv, 3 * H, c->k[l], c->v[l], B, c->cap, P, Q, nh, hd);
-        linear_fwd(m, x, att, o->out, -1, R, H, H, 1.0f);
+        linear_fwd(m, x, att, o->out, o->out_b, R, H, H, 1.0f);
         block_mlp_fwd(m, o, a, x, R);
     }
 

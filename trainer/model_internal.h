@@ -13,13 +13,15 @@
 /* the mask token's logit: the model never predicts the mask */
 #define MASK_LOGIT -1000.0f
 
-/* Offsets (elements) of one block's tensors in the flat buffers. */
+/* Offsets (elements) of one block's tensors in the flat buffers; -1: the
+ * architecture has no such tensor (model_config options). */
 typedef struct block_off {
-    int64_t norm1, qkv, out, norm2, fc1_w, fc1_b, fc2_w, fc2_b;
+    int64_t norm1, norm1_b, qkv, qkv_b, out, out_b, norm2, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b;
 } block_off;
 
+/* w is vocab_embed's offset with a tied head (then b = -1). */
 typedef struct head_off {
-    int64_t norm, w, b;
+    int64_t norm, norm_b, w, b;
 } head_off;
 
 typedef struct noise_off {
@@ -28,6 +30,8 @@ typedef struct noise_off {
 
 typedef struct model_priv {
     int64_t embed;
+    int64_t pos;     /* pos_embed (POS_LEARNED), right after embed; else -1 */
+    int64_t heads_begin, heads_end; /* the output heads' own tensors (contiguous) */
     block_off *blk;
     head_off *head;  /* [n_heads_out] */
     noise_off noise; /* PFLM only */
@@ -62,6 +66,13 @@ void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float
                 int64_t bias, int64_t rows, int64_t in, int64_t out);
 /* Noise encoder over nz rows (z_d: nz*zdim values, tau_d the same count); result in a->out. */
 void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d);
+/* y = LayerNorm(x) with weight w and bias b (-1: none) over R rows, into
+ * growable buffers that keep mean and rstd for the backward; returns y. */
+float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w, int64_t b,
+                int64_t R);
+/* x[i] += pos_embed[pos[i]] for R rows (POS_LEARNED; pos device int32 [R],
+ * every value < n_positions; tmp: scratch). */
+void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R);
 /* x += mlp(norm2(x)) of one block over R rows (a: scratch/saved activations). */
 void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R);
 /* Head h's final norm over R rows of xf; returns the normalised rows (in a->ln). */

@@ -1,8 +1,7 @@
 /* trainer/model_io.c — model checkpoints in safetensors.
  * Tensors carry the reference names (model.h); the config is recorded in
- * __metadata__ as "kf.hidden", "kf.heads", "kf.blocks", "kf.vocab",
- * "kf.mask_id", "kf.seq_len", "kf.kind" (ar|pflm), "kf.head" (shared|mtp),
- * "kf.k_train", plus "format": "pt", so a checkpoint describes itself. */
+ * __metadata__ (format version 2, model.h "checkpoints"), plus "format":
+ * "pt", so a checkpoint describes itself. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,6 +10,9 @@
 
 #include "common/safetensors.h"
 #include "trainer/model_internal.h"
+
+/* the checkpoint format this build writes; it reads 1 (no kf.version) and 2 */
+#define MODEL_FORMAT_VERSION 2
 
 int model_save(const model *m, const char *path, const float *buf, kf_err *err) {
     kf_backend *be = m->be;
@@ -33,7 +35,13 @@ int model_save(const model *m, const char *path, const float *buf, kf_err *err) 
     META("mask_id", c->mask_id);
     META("seq_len", c->seq_len);
     META("k_train", c->k_train);
+    META("version", MODEL_FORMAT_VERSION);
+    META("n_positions", c->n_positions);
+    META("tied_head", c->tied_head);
+    META("norm_bias", c->norm_bias);
+    META("attn_bias", c->attn_bias);
 #undef META
+    safetensors_set_meta(w, "kf.pos", c->pos == POS_LEARNED ? "learned" : "rope");
     safetensors_set_meta(w, "kf.kind", c->kind == MODEL_PFLM ? "pflm" : "ar");
     safetensors_set_meta(w, "kf.head", c->head == HEAD_MTP ? "mtp" : "shared");
     safetensors_set_meta(w, "format", "pt");
@@ -70,6 +78,29 @@ static int config_from_file(const safetensors_file *f, model_config *c, kf_err *
         return kf_err_set(err, "%s: metadata \"kf.head\" must be shared or mtp", f->path);
     c->kind = strcmp(kind, "pflm") == 0 ? MODEL_PFLM : MODEL_AR;
     c->head = strcmp(head, "mtp") == 0 ? HEAD_MTP : HEAD_SHARED;
+    /* version 1 (no key) predates the architecture options: all default */
+    int64_t version = 1, tied = 0, nbias = 0, abias = 0;
+    if (safetensors_meta(f, "kf.version") && meta_int(f, "kf.version", &version, err)) return -1;
+    if (version < 1 || version > MODEL_FORMAT_VERSION)
+        return kf_err_set(err, "%s: checkpoint format version %lld (metadata \"kf.version\"); this "
+                               "build reads versions 1 to %d", f->path, (long long)version,
+                          MODEL_FORMAT_VERSION);
+    if (version >= 2) {
+        const char *pos = safetensors_meta(f, "kf.pos");
+        if (!pos || (strcmp(pos, "rope") && strcmp(pos, "learned")))
+            return kf_err_set(err, "%s: metadata \"kf.pos\" must be rope or learned", f->path);
+        c->pos = strcmp(pos, "learned") == 0 ? POS_LEARNED : POS_ROPE;
+        if (meta_int(f, "kf.n_positions", &c->n_positions, err) ||
+            meta_int(f, "kf.tied_head", &tied, err) || meta_int(f, "kf.norm_bias", &nbias, err) ||
+            meta_int(f, "kf.attn_bias", &abias, err))
+            return -1;
+        if ((tied | nbias | abias) & ~(int64_t)1)
+            return kf_err_set(err, "%s: metadata kf.tied_head, kf.norm_bias, kf.attn_bias must be 0 "
+                                   "or 1", f->path);
+        c->tied_head = (int)tied;
+        c->norm_bias = (int)nbias;
+        c->attn_bias = (int)abias;
+    }
     kf_err e2;
     if (model_config_check(c, &e2)) return kf_err_set(err, "%s: %s", f->path, e2.msg);
     return 0;

@@ -3,10 +3,12 @@
 # tools/ref_gpt2.py builds a random-initialised GPT-2 in HF's layout
 # (config.json, model.safetensors with HF key names and Conv1D weights) and is
 # the reference: its own PyTorch forward, decoding, and HF tokenizers' GPT-2
-# encoding (Node). Checks:
-#   - kf's evaluator logits match the reference's to 1e-4 (`--probe`);
+# encoding (Node). kf runs it as the one model (trainer/model_hf.h). Checks:
+#   - the model's logits match the reference's to 1e-5 (`kf import DIR --probe`),
+#     also from the checkpoint `kf import DIR --out` writes;
 #   - must fail: a renamed key (the error names it), Conv1D weights stored
-#     transposed (logits differ);
+#     transposed (logits differ), a key GPT-2 does not have, an untied lm_head;
+#   - an imported checkpoint as the evaluator scores as the HF directory does;
 #   - the Gen-PPL and entropy of GPT-2-id completions (EOS truncation, BOS and
 #     mask ids dropped, texts longer than the 64-token context scored in
 #     windows) and of BERT-id (LM1B) completions, detokenised and
@@ -24,19 +26,31 @@ trap 'rm -rf "$T"' EXIT
 
 require_torch "$PY"
 
-for v in ok badkey transposed; do
+for v in ok badkey transposed extrakey untied; do
   "$PY" tools/ref_gpt2.py make "$T/$v" --variant $v >/dev/null || bad "making the $v GPT-2"
 done
 "$PY" tools/ref_gpt2.py probe "$T/ok" "$T/probe.safetensors" >/dev/null || bad "writing the probe"
 
-# logits: parity, and the two layouts that must fail
-"$KF" eval genppl --evaluator "$T/ok" --probe "$T/probe.safetensors" >"$T/out" 2>&1; rc=$?
+# logits of the one model (kf import maps the HF checkpoint into it): parity
+# to 1e-5, and the two layouts that must fail
+"$KF" import "$T/ok" --probe "$T/probe.safetensors" --tol 1e-5 >"$T/out" 2>&1; rc=$?
 cat "$T/out"
-check "logits match the PyTorch reference to 1e-4 (rc $rc)" exits_saying $rc 0 "$T/out" 'max \|diff\|'
-"$KF" eval genppl --evaluator "$T/badkey" --probe "$T/probe.safetensors" >"$T/out" 2>&1; rc=$?
+check "logits match the PyTorch reference to 1e-5 (rc $rc)" exits_saying $rc 0 "$T/out" 'max \|diff\| [0-9.e-]+ '
+"$KF" import "$T/badkey" --probe "$T/probe.safetensors" >"$T/out" 2>&1; rc=$?
 check "a renamed key fails naming it (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" "no tensor 'h.1.ln_2.bias'"
-"$KF" eval genppl --evaluator "$T/transposed" --probe "$T/probe.safetensors" >"$T/out" 2>&1; rc=$?
+"$KF" import "$T/transposed" --probe "$T/probe.safetensors" >"$T/out" 2>&1; rc=$?
 check "transposed Conv1D weights fail the probe (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" 'differ from the reference'
+"$KF" import "$T/extrakey" --probe "$T/probe.safetensors" >"$T/out" 2>&1; rc=$?
+check "a key GPT-2 does not have fails naming it (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" "tensor 'transformer.h.0.attn.q_norm.weight' is not part of a GPT-2"
+"$KF" import "$T/untied" --probe "$T/probe.safetensors" >"$T/out" 2>&1; rc=$?
+check "an lm_head that is not wte fails (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" 'lm_head.weight differs from wte.weight'
+# kf import --out: a kforcing checkpoint (format version 2, GPT-2 options) with the same logits
+"$KF" import "$T/ok" --out "$T/gpt2.safetensors" >"$T/out" 2>&1; rc=$?
+check "kf import DIR --out exits 0 (rc $rc): $(cat "$T/out")" [ $rc -eq 0 ]
+"$KF" import "$T/gpt2.safetensors" --probe "$T/probe.safetensors" --tol 1e-5 >"$T/out" 2>&1; rc=$?
+check "the written checkpoint reproduces the reference logits (rc $rc): $(cat "$T/out")" exits_saying $rc 0 "$T/out" 'max \|diff\| [0-9.e-]+ '
+mkdir -p "$T/imported"
+cp "$T/ok/vocab.json" "$T/ok/merges.txt" "$T/imported/" && cp "$T/gpt2.safetensors" "$T/imported/model.safetensors"
 
 # GPT-2-id completions (OWT-style): prefix with a BOS, EOS then junk, a mask id
 # (50257), one completion longer than the context (windows)
@@ -66,6 +80,9 @@ check "owt: mean NLL matches the reference to 1e-6" agree "$T/out" "$T/ref" nll 
 check "owt: Gen-PPL matches the reference to 1e-5" agree "$T/out" "$T/ref" gen_ppl 1e-5
 check "owt: entropy matches the reference to 1e-9" agree "$T/out" "$T/ref" entropy 1e-9
 check "--json written" cmp -s "$T/kf.json" "$T/out"
+"$KF" eval genppl "$T/owt.jsonl" --evaluator "$T/imported" --vocab data/vocab/gpt2 --batch 2 >"$T/outi" 2>"$T/err"; rc=$?
+check "an imported checkpoint as the evaluator exits 0 (rc $rc): $(cat "$T/err")" [ $rc -eq 0 ]
+check "an imported checkpoint as the evaluator: the same NLL as the HF directory" agree "$T/outi" "$T/out" nll 0
 "$PY" tools/ref_gpt2.py genppl "$T/ok" "$T/owt.jsonl" --vocab data/vocab/gpt2 --max-length 20 >"$T/ref20" || bad "reference genppl --max-length"
 "$KF" eval genppl "$T/owt.jsonl" --evaluator "$T/ok" --vocab data/vocab/gpt2 --max-length 20 >"$T/out20" 2>/dev/null
 check "--max-length 20: tokens equal the reference's" agree "$T/out20" "$T/ref20" tokens 0
