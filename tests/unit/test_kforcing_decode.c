@@ -2,7 +2,8 @@
  * (c) KV-cached decoding (decode_run) equals uncached decoding — a full
  *     forward over the whole sequence so far plus the step's noise rows at
  *     every step — for AR and PFLM models, k = 1..k_train, with and without
- *     the frequency penalty, and for the MTP baseline;
+ *     the frequency penalty, for the MTP baseline, and for AR and PFLM with
+ *     the GPT-2 architecture options (model.h);
  * (e) temperature: AR draws from one prefix at tau = 0.01 are (nearly)
  *     identical and at tau = 1 diverse (distinct tokens counted);
  * (f) position temperatures (an older commit of the released sampler): all
@@ -223,6 +224,22 @@ int main(void) {
     m = model_create(be, &pf);
     randomize(m, 0.8);
     compare(m, 3, 0.6, 0.0f, NULL, "MTP");
+    model_free(m);
+
+    /* the GPT-2 options (learned positions, biases, tied head): AR and PFLM */
+    model_config g = ar;
+    g.pos = POS_LEARNED;
+    g.n_positions = 32;
+    g.tied_head = g.norm_bias = g.attn_bias = 1;
+    m = model_create(be, &g);
+    randomize(m, 0.8);
+    compare(m, 1, 0.7, 0.5f, NULL, "GPT-2 options AR");
+    model_free(m);
+    g.kind = MODEL_PFLM;
+    g.k_train = 3;
+    m = model_create(be, &g);
+    randomize(m, 3.0);
+    for (int64_t k = 1; k <= 3; k++) compare(m, k, 0.6, 0.0f, NULL, "GPT-2 options PFLM");
     model_free(m);
     be->destroy(be);
     return T_DONE();

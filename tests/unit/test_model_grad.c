@@ -1,5 +1,6 @@
 /* Whole-model backward against central finite differences on tiny configs:
- * the AR model, the PFLM (SingleForward, k = 2) and the MTP baseline head.
+ * the AR model, the PFLM (SingleForward, k = 2), the MTP baseline head, and
+ * AR and PFLM with the GPT-2 architecture options (model.h).
  * Prints the largest relative error per configuration and asserts a bound. */
 #include <math.h>
 #include <stdio.h>
@@ -110,6 +111,20 @@ int main(void) {
     mtp.k_train = 3;
     layout_single(&l, 5, 1);
     T_CHECK(check(be, &mtp, &l, "MTP k=3") < 0.05, "MTP gradient");
+    layout_free(&l);
+
+    /* the GPT-2 options: learned positions, LayerNorm and attention biases, tied head */
+    model_config g = ar;
+    g.pos = POS_LEARNED;
+    g.n_positions = 12;
+    g.tied_head = g.norm_bias = g.attn_bias = 1;
+    layout_ar(&l, 7);
+    T_CHECK(check(be, &g, &l, "AR, GPT-2 options") < 0.05, "GPT-2 options AR gradient");
+    layout_free(&l);
+    g.kind = MODEL_PFLM;
+    g.k_train = 2;
+    layout_single(&l, 5, 2);
+    T_CHECK(check(be, &g, &l, "PFLM k=2, GPT-2 options") < 0.05, "GPT-2 options PFLM gradient");
     layout_free(&l);
     be->destroy(be);
     return T_DONE();

@@ -1,0 +1,221 @@
+/* The architecture options of model.h (the GPT-2 form) and the checkpoint
+ * format that records them:
+ *   - model_config_check refuses inconsistent options;
+ *   - the tensors each option adds or removes (names, shapes);
+ *   - a version-2 checkpoint round-trips every option and every tensor;
+ *   - a version-1 checkpoint (no kf.version, as every checkpoint before the
+ *     options) loads as the default architecture;
+ *   - an unknown version, a bad option value, or tensors that do not fit the
+ *     recorded options are refused with an error naming them;
+ *   - learned positions are used: moving a token to another position changes
+ *     its logits, and with RoPE the same weights give other logits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/rng.h"
+#include "common/safetensors.h"
+#include "kernels/kernels.h"
+#include <omp.h>
+
+#include "tests/test.h"
+#include "trainer/layout.h"
+#include "trainer/model.h"
+
+static char dir[] = "/tmp/kf_model_options_XXXXXX";
+
+static model_config base(void) {
+    model_config c = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = 13, .mask_id = -1,
+                      .seq_len = 8, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    return c;
+}
+
+static model_config gpt2(void) {
+    model_config c = base();
+    c.pos = POS_LEARNED;
+    c.n_positions = 8;
+    c.tied_head = c.norm_bias = c.attn_bias = 1;
+    return c;
+}
+
+static void randomize(model *m, uint64_t seed) {
+    float *h = malloc((size_t)m->n_params * sizeof(float));
+    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(rng_uniform01(seed, 1, (uint64_t)i) - 0.5);
+    m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
+    free(h);
+}
+
+/* Writes m's tensors with the given metadata pairs (NULL-terminated). */
+static void write_raw(const model *m, const char *path, const char *const *meta) {
+    float *h = malloc((size_t)m->n_params * sizeof(float));
+    m->be->download(m->be, h, m->params, (size_t)m->n_params * sizeof(float));
+    safetensors_writer *w = safetensors_writer_new();
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        safetensors_add(w, t->name, ST_F32, t->ndim, t->shape, h + t->offset);
+    }
+    for (int i = 0; meta[i]; i += 2) safetensors_set_meta(w, meta[i], meta[i + 1]);
+    kf_err err;
+    if (safetensors_write(w, path, &err)) fprintf(stderr, "write %s: %s\n", path, err.msg);
+    safetensors_writer_free(w);
+    free(h);
+}
+
+/* Logits of one sequence ids[L] at positions pos[L] (AR, every row out). */
+static float *logits_at(model *m, const int32_t *ids, const int32_t *pos, int64_t L) {
+    layout l;
+    layout_ar(&l, L);
+    memcpy(l.pos, pos, (size_t)L * sizeof(int32_t));
+    model_ws *ws = model_ws_create(m);
+    model_input in = {.lay = &l, .B = 1, .ids = ids};
+    const float *d = model_forward(m, ws, &in, 0, NULL);
+    float *h = malloc((size_t)(L * m->cfg.vocab) * sizeof(float));
+    m->be->download(m->be, h, d, (size_t)(L * m->cfg.vocab) * sizeof(float));
+    model_ws_free(ws);
+    layout_free(&l);
+    return h;
+}
+
+int main(void) {
+    omp_set_num_threads(1);
+    if (!mkdtemp(dir)) return 2;
+    kf_backend *be = kernels_cpu_create();
+    kf_err err = {{0}};
+    char path[256];
+
+    /* config checks */
+    model_config c = base();
+    c.pos = POS_LEARNED;
+    T_CHECK(model_config_check(&c, &err) != 0 && strstr(err.msg, "n_positions"),
+            "learned positions without n_positions accepted (%s)", err.msg);
+    c = base();
+    c.n_positions = 8;
+    T_CHECK(model_config_check(&c, &err) != 0 && strstr(err.msg, "n_positions"),
+            "RoPE with n_positions accepted (%s)", err.msg);
+    c = gpt2();
+    c.kind = MODEL_PFLM;
+    c.head = HEAD_MTP;
+    c.k_train = 2;
+    T_CHECK(model_config_check(&c, &err) != 0 && strstr(err.msg, "tied"),
+            "a tied MTP head accepted (%s)", err.msg);
+    c = gpt2();
+    c.norm_bias = 2;
+    T_CHECK(model_config_check(&c, &err) != 0 && strstr(err.msg, "0 or 1"), "norm_bias 2 accepted (%s)", err.msg);
+    c = gpt2();
+    c.heads = 16; /* head dim 1: odd, fine without RoPE */
+    T_CHECK(model_config_check(&c, &err) == 0, "an odd head dim refused with learned positions: %s", err.msg);
+    c = gpt2();
+    T_CHECK(model_config_check(&c, &err) == 0, "the GPT-2 options refused: %s", err.msg);
+
+    /* the tensors the options add and remove */
+    c = gpt2();
+    model *g = model_create(be, &c);
+    const model_tensor *t = model_find(g, "pos_embed.embedding");
+    T_CHECK(t && t->ndim == 2 && t->shape[0] == 8 && t->shape[1] == 16, "pos_embed.embedding [8, 16]");
+    t = model_find(g, "blocks.1.attn_qkv.bias");
+    T_CHECK(t && t->ndim == 1 && t->shape[0] == 48, "blocks.1.attn_qkv.bias [48]");
+    T_CHECK(model_find(g, "blocks.0.attn_out.bias") && model_find(g, "blocks.0.norm1.bias") &&
+                model_find(g, "blocks.1.norm2.bias") && model_find(g, "output_layer.norm_final.bias"),
+            "the bias tensors exist");
+    T_CHECK(!model_find(g, "output_layer.linear.weight") && !model_find(g, "output_layer.linear.bias"),
+            "a tied head has no output_layer.linear tensors");
+    T_CHECK(g->n_tensors == 28, "GPT-2 options: %d tensors, want 28", g->n_tensors);
+    c = base();
+    model *r = model_create(be, &c);
+    T_CHECK(r->n_tensors == 20, "default: %d tensors, want 20", r->n_tensors);
+    T_CHECK(!model_find(r, "pos_embed.embedding") && !model_find(r, "blocks.0.norm1.bias"),
+            "the default architecture has no option tensors");
+
+    /* version 2 round trip */
+    randomize(g, 3);
+    snprintf(path, sizeof path, "%s/g.safetensors", dir);
+    T_CHECK(model_save(g, path, NULL, &err) == 0, "save: %s", err.msg);
+    model_config rc;
+    T_CHECK(model_read_config(path, &rc, &err) == 0 && memcmp(&rc, &g->cfg, sizeof rc) == 0,
+            "the config read back differs (pos %d n_positions %lld tied %d norm_bias %d attn_bias %d)",
+            (int)rc.pos, (long long)rc.n_positions, rc.tied_head, rc.norm_bias, rc.attn_bias);
+    model *g2 = model_load(be, path, &err);
+    T_CHECK(g2 != NULL, "load: %s", err.msg);
+    if (g2) {
+        float *a = malloc((size_t)g->n_params * sizeof(float)), *b = malloc((size_t)g->n_params * sizeof(float));
+        be->download(be, a, g->params, (size_t)g->n_params * sizeof(float));
+        be->download(be, b, g2->params, (size_t)g->n_params * sizeof(float));
+        T_CHECK(g2->n_params == g->n_params && memcmp(a, b, (size_t)g->n_params * sizeof(float)) == 0,
+                "the parameters read back differ");
+        free(a);
+        free(b);
+        model_free(g2);
+    }
+
+    /* version 1: no kf.version, no option keys */
+    const char *v1[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
+                        "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
+                        "kf.head", "shared", "format", "pt", NULL};
+    randomize(r, 4);
+    snprintf(path, sizeof path, "%s/v1.safetensors", dir);
+    write_raw(r, path, v1);
+    model *r2 = model_load(be, path, &err);
+    model_config want = base();
+    T_CHECK(r2 && memcmp(&r2->cfg, &want, sizeof want) == 0, "a version-1 checkpoint does not load as the "
+            "default architecture: %s", r2 ? "config differs" : err.msg);
+    model_free(r2);
+    snprintf(path, sizeof path, "%s/v1g.safetensors", dir);
+    write_raw(g, path, v1);
+    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "tensors"),
+            "version-1 metadata over GPT-2 tensors accepted (%s)", err.msg);
+
+    /* refused: unknown version, bad option value, options the tensors do not have */
+    const char *v3[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
+                        "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
+                        "kf.head", "shared", "kf.version", "3", NULL};
+    snprintf(path, sizeof path, "%s/v3.safetensors", dir);
+    write_raw(r, path, v3);
+    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "kf.version"), "version 3 accepted (%s)", err.msg);
+    const char *badpos[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
+                            "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
+                            "kf.head", "shared", "kf.version", "2", "kf.pos", "alibi",
+                            "kf.n_positions", "0", "kf.tied_head", "0", "kf.norm_bias", "0",
+                            "kf.attn_bias", "0", NULL};
+    snprintf(path, sizeof path, "%s/badpos.safetensors", dir);
+    write_raw(r, path, badpos);
+    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "kf.pos"), "kf.pos alibi accepted (%s)", err.msg);
+    const char *nokey[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
+                           "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
+                           "kf.head", "shared", "kf.version", "2", "kf.pos", "rope",
+                           "kf.n_positions", "0", "kf.tied_head", "0", "kf.norm_bias", "0", NULL};
+    snprintf(path, sizeof path, "%s/nokey.safetensors", dir);
+    write_raw(r, path, nokey);
+    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "kf.attn_bias"),
+            "version 2 without kf.attn_bias accepted (%s)", err.msg);
+    const char *claims[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
+                            "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
+                            "kf.head", "shared", "kf.version", "2", "kf.pos", "rope",
+                            "kf.n_positions", "0", "kf.tied_head", "0", "kf.norm_bias", "1",
+                            "kf.attn_bias", "0", NULL};
+    snprintf(path, sizeof path, "%s/claims.safetensors", dir);
+    write_raw(r, path, claims);
+    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "tensors"),
+            "norm_bias recorded over tensors without biases accepted (%s)", err.msg);
+
+    /* learned positions are used */
+    int32_t ids[4] = {1, 5, 7, 2}, p0[4] = {0, 1, 2, 3}, p4[4] = {4, 5, 6, 7};
+    float *a0 = logits_at(g, ids, p0, 4), *a4 = logits_at(g, ids, p4, 4);
+    double diff = 0;
+    for (int64_t i = 0; i < 4 * 13; i++) diff = fmax(diff, fabs((double)a0[i] - a4[i]));
+    printf("logits at positions 0..3 vs 4..7: max |diff| %.3g\n", diff);
+    T_CHECK(diff > 1e-3, "moving the tokens to other positions changed the logits by only %.3g", diff);
+    free(a0);
+    free(a4);
+
+    model_free(g);
+    model_free(r);
+    be->destroy(be);
+    const char *names[] = {"g", "v1", "v1g", "v3", "badpos", "nokey", "claims"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    return T_DONE();
+}
