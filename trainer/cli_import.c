@@ -195,6 +195,12 @@ out:
 static int check_fits(const model_config *c, const runconfig *rc, const runconfig_stage *st,
                       kf_err *err) {
     const runconfig_model *rm = &rc->model;
+    /* run configs describe the default architecture; a stage's weights are
+     * copied by name into later stages, which would misread GPT-2's */
+    if (c->pos != POS_ROPE || c->tied_head || c->norm_bias || c->attn_bias)
+        return kf_err_set(err, "the checkpoint has architecture options (learned positions, biases or a "
+                               "tied head: a GPT-2) that %s's model does not; it can be an evaluator "
+                               "(kf eval genppl), not a stage", rc->path);
     if (c->hidden != rm->hidden || c->heads != rm->heads || c->blocks != rm->blocks ||
         c->vocab != rm->vocab)
         return kf_err_set(err, "the checkpoint's model (hidden %lld, heads %lld, blocks %lld, vocab %lld) "

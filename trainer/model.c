@@ -34,9 +34,9 @@ int model_config_check(const model_config *c, kf_err *err) {
         return kf_err_set(err, "model: an AR model has k = 1 and the shared head");
     if (c->head != HEAD_SHARED && c->head != HEAD_MTP) return kf_err_set(err, "model: bad head");
     if (c->pos != POS_ROPE && c->pos != POS_LEARNED) return kf_err_set(err, "model: bad pos");
-    if (c->pos == POS_LEARNED ? c->n_positions < 1 : c->n_positions != 0)
-        return kf_err_set(err, "model: n_positions %lld: learned positions need >= 1, RoPE 0",
-                          (long long)c->n_positions);
+    if (c->pos == POS_LEARNED ? c->n_positions < c->seq_len : c->n_positions != 0)
+        return kf_err_set(err, "model: n_positions %lld: learned positions need at least seq_len "
+                               "(%lld), RoPE 0", (long long)c->n_positions, (long long)c->seq_len);
     if ((c->tied_head | c->norm_bias | c->attn_bias) & ~1)
         return kf_err_set(err, "model: tied_head, norm_bias and attn_bias are 0 or 1 (got %d, %d, %d)",
                           c->tied_head, c->norm_bias, c->attn_bias);

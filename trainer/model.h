@@ -87,7 +87,7 @@ typedef struct model_config {
     int tied_head;       /* 1: logits = x E^T (HEAD_SHARED only) */
     int norm_bias;       /* 1: LayerNorms norm1, norm2, norm_final have a bias */
     int attn_bias;       /* 1: attn_qkv and attn_out have a bias */
-    int64_t n_positions; /* POS_LEARNED: rows of pos_embed (positions < it); else 0 */
+    int64_t n_positions; /* POS_LEARNED: rows of pos_embed (positions < it), >= seq_len; else 0 */
 } model_config;
 
 /** Checks a config (sizes positive, H divisible by heads into an even head

@@ -27,7 +27,8 @@ static int cfg_int(const json *root, const char *key, int64_t def, int64_t *out,
 
 static int is_true(const json *v) { return v && v->type == JSON_BOOL && v->b; }
 
-int model_hf_gpt2_config(const char *dir, model_config *c, kf_err *err) {
+/* DIR/config.json as the model's config with the GPT-2 options. */
+static int gpt2_config(const char *dir, model_config *c, kf_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text;
@@ -171,7 +172,7 @@ static int map_all(const model *m, const safetensors_file *f, float *host, kf_er
 
 model *model_hf_gpt2_load(kf_backend *be, const char *dir, kf_err *err) {
     model_config c;
-    if (model_hf_gpt2_config(dir, &c, err)) return NULL;
+    if (gpt2_config(dir, &c, err)) return NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     safetensors_file *f;

@@ -32,11 +32,8 @@
 #include "common/error.h"
 #include "trainer/model.h"
 
-/** Reads DIR/config.json into cfg (the GPT-2 options above).
- *  @return 0, or -1 with err naming the file and field. */
-int model_hf_gpt2_config(const char *dir, model_config *cfg, kf_err *err);
-
-/** Creates a model on be from the Hugging Face GPT-2 in DIR.
+/** Creates a model on be from the Hugging Face GPT-2 in DIR (its config
+ *  from config.json: n_embd, n_head, n_layer, vocab_size, n_positions).
  *  @return the model, or NULL with err (the file, key or config field). */
 model *model_hf_gpt2_load(kf_backend *be, const char *dir, kf_err *err);
 

@@ -49,6 +49,12 @@ check "an lm_head that is not wte fails (rc $rc): $(cat "$T/out")" exits_saying 
 check "kf import DIR --out exits 0 (rc $rc): $(cat "$T/out")" [ $rc -eq 0 ]
 "$KF" import "$T/gpt2.safetensors" --probe "$T/probe.safetensors" --tol 1e-5 >"$T/out" 2>&1; rc=$?
 check "the written checkpoint reproduces the reference logits (rc $rc): $(cat "$T/out")" exits_saying $rc 0 "$T/out" 'max \|diff\| [0-9.e-]+ '
+# a GPT-2 is an evaluator, not a stage of a run (whose model is the default architecture)
+mkdir -p "$T/run"
+printf 'name: t\ndata: {train: %s/data, valid: %s/data}\nmodel: {hidden: 32, heads: 2, blocks: 2, vocab: 50257, seq_len: 64}\nstages:\n  - {name: ar, kind: ar, steps: 10}\n' "$T" "$T" >"$T/run/run.yaml"
+"$KF" import "$T/ok" --run-dir "$T/run" --stage ar >"$T/out" 2>&1; rc=$?
+check "a GPT-2 registered as a run's stage is refused (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" 'architecture options'
+check "... and nothing is written" [ ! -e "$T/run/stages/ar/final" ]
 mkdir -p "$T/imported"
 cp "$T/ok/vocab.json" "$T/ok/merges.txt" "$T/imported/" && cp "$T/gpt2.safetensors" "$T/imported/model.safetensors"
 

@@ -3,7 +3,8 @@
  * teacher targets on the GPU (issue 7 items 3 and 4).
  *
  * For each kind (ar, distill_ar from an AR teacher, self_forcing from a
- * PFLM(1) teacher to PFLM(2)), both backends hold the same tiny model (same
+ * PFLM(1) teacher to PFLM(2); ar and self_forcing also with the GPT-2
+ * architecture options of model.h), both backends hold the same tiny model (same
  * seed, weights checked bitwise equal after upload), build the supervision
  * with their own teacher passes, run forward, loss, backward and an AdamW +
  * EMA update, and the test compares: teacher targets (agreement), loss,
@@ -63,9 +64,15 @@ static double rel(const float *g, const float *c, int64_t n) {
     return sqrt(num) / (den > 0 ? sqrt(den) : 1);
 }
 
-static model_config base_cfg(void) {
+/* gpt2: with the GPT-2 architecture options (model.h) */
+static model_config base_cfg(int gpt2) {
     model_config c = {.hidden = H, .heads = HEADS, .blocks = BLOCKS, .vocab = V, .mask_id = V - 1,
                       .seq_len = N, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    if (gpt2) {
+        c.pos = POS_LEARNED;
+        c.n_positions = 2 * N + 8; /* SingleForward rows reach position 2N */
+        c.tied_head = c.norm_bias = c.attn_bias = 1;
+    }
     return c;
 }
 
@@ -75,12 +82,12 @@ static void tokens(int32_t *x, int64_t n, uint64_t seed) {
 
 /* One stage step on both backends; teacher_cfg NULL for ar. */
 static void stage_step(const char *name, sup_kind kind, int64_t k, const model_config *teacher_cfg,
-                       kf_precision prec, double tol_loss, double tol_grad) {
+                       kf_precision prec, double tol_loss, double tol_grad, int gpt2) {
     model *teacher[2] = {NULL, NULL}, *student[2];
     sup_ctx *sup[2];
     sup_batch sb[2];
     sup_config sc = {.kind = kind, .k = k, .tau_min = 0.3, .tau_max = 1.0, .seed = 1234};
-    model_config base = base_cfg();
+    model_config base = base_cfg(gpt2);
     model_config scfg = sup_student_config(&sc, &base);
     int32_t x[B * N];
     uint64_t keys[B] = {11, 12, 13, 14};
@@ -206,7 +213,7 @@ static void ar_step(model *m, model_ws *ws, const sup_batch *sb, float *mom, flo
  * safetensors files), a fresh model loaded from it, 1 more step. */
 static void save_load_continue(void) {
     kf_backend *b = be[1];
-    model_config cfg = base_cfg();
+    model_config cfg = base_cfg(0);
     /* tau is unused by AR, but sup_create validates every field */
     sup_config sc = {.kind = SUP_AR, .k = 1, .tau_min = 0.3, .tau_max = 1.0, .seed = 3};
     kf_err err = {{0}};
@@ -270,14 +277,19 @@ int main(void) {
     be[1] = kernels_cuda_create(0, msg, sizeof msg);
     T_CHECK(be[1] != NULL, "no CUDA backend: %s", msg);
     if (!be[1]) return T_DONE();
-    model_config ar = base_cfg();
-    model_config pf1 = base_cfg();
+    model_config ar = base_cfg(0);
+    model_config pf1 = base_cfg(0);
     pf1.kind = MODEL_PFLM;
     pf1.k_train = 1;
-    stage_step("ar", SUP_AR, 1, NULL, KF_PREC_FP32, 1e-5, 1e-4);
-    stage_step("ar", SUP_AR, 1, NULL, KF_PREC_FP16, 2e-3, 2e-2);
-    stage_step("distill_ar k=1", SUP_DISTILL_AR, 1, &ar, KF_PREC_FP32, 1e-5, 1e-4);
-    stage_step("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP32, 1e-5, 1e-4);
+    stage_step("ar", SUP_AR, 1, NULL, KF_PREC_FP32, 1e-5, 1e-4, 0);
+    stage_step("ar", SUP_AR, 1, NULL, KF_PREC_FP16, 2e-3, 2e-2, 0);
+    stage_step("distill_ar k=1", SUP_DISTILL_AR, 1, &ar, KF_PREC_FP32, 1e-5, 1e-4, 0);
+    stage_step("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP32, 1e-5, 1e-4, 0);
+    /* the GPT-2 options (learned positions, biases, tied head) */
+    model_config pf1g = base_cfg(1);
+    pf1g.kind = MODEL_PFLM;
+    stage_step("ar, GPT-2 options", SUP_AR, 1, NULL, KF_PREC_FP32, 1e-5, 1e-4, 1);
+    stage_step("self_forcing 1->2, GPT-2 options", SUP_SELF_FORCING, 2, &pf1g, KF_PREC_FP32, 1e-5, 1e-4, 1);
     batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar);
     batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1);
     save_load_continue();
