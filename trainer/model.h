@@ -1,8 +1,9 @@
 /* trainer/model.h — the DDiT backbone, the AR head and the PFLM noise encoder.
  *
  * One implementation of the paper's models, written against kernels/kernels.h
- * only (it runs on any backend). ARCHITECTURE.md "Reference model" is the
- * specification; the parameter names are the reference's PyTorch names, so a
+ * only (it runs on any backend). This header is the specification (the
+ * PyTorch reference is tools/ref_model.py, GPT-2's tools/ref_gpt2.py); the
+ * parameter names are the reference's PyTorch names, so a
  * checkpoint saved here loads with safetensors.torch.load_file and the
  * released checkpoints convert by stripping their "backbone." prefix.
  *
@@ -90,8 +91,9 @@ typedef struct model_config {
     int64_t n_positions; /* POS_LEARNED: rows of pos_embed (positions < it), >= seq_len; else 0 */
 } model_config;
 
-/** Checks a config (sizes positive, H divisible by heads into an even head
- *  dim, mask_id < vocab, ...). @return 0, or -1 with err naming the field. */
+/** Checks a config (sizes positive, H divisible by heads (into an even head
+ *  dim with RoPE), mask_id < vocab, consistent options, ...).
+ *  @return 0, or -1 with err naming the field. */
 int model_config_check(const model_config *c, kf_err *err);
 
 typedef struct model_tensor {
@@ -121,7 +123,7 @@ void model_free(model *m);
 
 /** Deterministic initialisation from seed (common/rng.h, stream = tensor
  *  index): PyTorch defaults — Linear weights and biases U(-1/sqrt(in),
- *  1/sqrt(in)), the embedding U(-1/sqrt(H), 1/sqrt(H)) (MDLM's
+ *  1/sqrt(in)), the embeddings U(-1/sqrt(H), 1/sqrt(H)) (MDLM's
  *  kaiming_uniform(a=sqrt 5)), LayerNorm weights 1 and biases 0, the output
  *  layers (output_layer.linear, mtp heads) zero. Gradients are zeroed. */
 void model_init(model *m, uint64_t seed);
