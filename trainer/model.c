@@ -310,8 +310,10 @@ static void noise_encoder_bwd(model *m, noise_act *a, int64_t nz, const float *d
     linear_bwd(m, NULL, 0.0f, dc, a->feats.p, o->proj_w, o->proj_b, nz, ZD, H);
 }
 
-float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w, int64_t b,
-                int64_t R) {
+/* y = LayerNorm(x) with weight w and bias b (-1: none) over R rows, into
+ * growable buffers that keep mean and rstd for the backward; returns y. */
+static float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w,
+                       int64_t b, int64_t R) {
     kf_backend *be = m->be;
     int64_t H = m->cfg.hidden;
     size_t f = sizeof(float);

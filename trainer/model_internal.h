@@ -66,10 +66,6 @@ void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float
                 int64_t bias, int64_t rows, int64_t in, int64_t out);
 /* Noise encoder over nz rows (z_d: nz*zdim values, tau_d the same count); result in a->out. */
 void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d);
-/* y = LayerNorm(x) with weight w and bias b (-1: none) over R rows, into
- * growable buffers that keep mean and rstd for the backward; returns y. */
-float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w, int64_t b,
-                int64_t R);
 /* x[i] += pos_embed[pos[i]] for R rows (POS_LEARNED; pos device int32 [R],
  * every value < n_positions; tmp: scratch). */
 void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R);
