@@ -57,7 +57,7 @@ endif
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-isa test-asan test-tsan test-cuda tests clean bench cuda-check emu-tests FORCE
+.PHONY: all test test-isa test-loaded test-asan test-tsan test-cuda tests clean bench cuda-check emu-tests FORCE
 all: $(BIN)
 
 $(BUILD)/libkf.a: $(OBJ)
@@ -152,6 +152,12 @@ test-tsan:
 # avx512, vnni: at most what this CPU has), e.g. make test-isa ISA=avx2.
 test-isa: tests
 	KF_CPU_ISA=$(ISA) tests/run.sh $(T)
+
+# The suite RUNS times with every core busy beside it (stress-ng): a test
+# that fails there depends on timing. make test-loaded RUNS=5 [T=filter]
+RUNS ?= 5
+test-loaded: tests
+	tests/run_loaded.sh $(RUNS) $(T)
 
 cuda-check:
 	$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf

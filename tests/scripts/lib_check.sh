@@ -9,12 +9,21 @@
 #   exits_saying RC WANT FILE REGEX
 #                             RC is WANT and FILE matches REGEX (grep -E)
 #   finish                    prints "N passed, N failed"; status 0 when none failed
+#   wait_until SECONDS CMD... polls CMD every 0.2 s; false after SECONDS. Tests
+#                             wait on a condition, never a fixed sleep, and give
+#                             it minutes: a loaded machine is slow, not broken.
+#   log_lines FILE N          FILE exists and holds at least N lines
 #   require_torch PY          ends the test as one failure unless PY imports torch
 #                             (Debian's python3-torch: a missing torch fails, never skips)
 PASS=0; FAIL=0
 ok()  { PASS=$((PASS + 1)); }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL [${SECONDS}s] $*"; }
 check() { local msg=$1; shift; if "$@"; then ok; else bad "$msg"; fi; }
+wait_until() {
+  local end=$((SECONDS + $1)); shift
+  while ! "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
+}
+log_lines() { [ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ]; }
 exits_saying() { [ "$1" -eq "$2" ] && grep -qE -- "$4" "$3"; }
 finish() { echo "$PASS passed, $FAIL failed"; [ "$FAIL" -eq 0 ]; }
 require_torch() {

@@ -6,11 +6,6 @@ KF=$(cd "$(dirname "$KF")" && pwd)/$(basename "$KF")
 export KF_BIN=$KF
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # tiny models: threads only add contention
 source "$(dirname "${BASH_SOURCE[0]}")/lib_check.sh"
-# wait_until SECONDS CMD...: polls CMD every 0.2 s; false on timeout.
-wait_until() {
-  local end=$((SECONDS + $1)); shift
-  while ! "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
-}
 # A one-block, 32-wide model over the embedded OWT-like shards with stages
 # ar -> k1 -> k2 (the first NSTAGES of them). Usage: tiny_config FILE [STEPS [NSTAGES]]
 tiny_config() {

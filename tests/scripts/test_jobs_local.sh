@@ -74,7 +74,7 @@ P=$T/pre
 tiny_config "$T/pre.yaml" 24 1
 "$KF" jobs run "$T/pre.yaml" --run-dir "$P" --no-sample > "$T/pre1.log" 2>&1 &
 pid=$!
-wait_until 120 test -s "$P/stages/ar/log.jsonl"   # training (the trainer checkpoints on the signal)
+wait_until 600 test -s "$P/stages/ar/log.jsonl"   # training (the trainer checkpoints on the signal)
 kill -USR1 $pid; wait $pid; rc=$?
 mkdir -p "$T/w" && cp "$P/run.yaml" "$T/w/"   # for the wrapper test below
 check "USR1 to kf jobs run: exit 75 (preempted)" [ $rc -eq 75 ]
@@ -94,7 +94,7 @@ rm -rf "$P"
 # the trainer starts) ends in exit 75 with a checkpoint, never a dead job
 W=$T/w   # a copy of the preempted run's frozen run.yaml (24 steps), nothing trained yet
 bash slurm/stage.sbatch "$W" ar > "$T/w1.log" 2>&1 &
-pid=$!; wait_until 30 grep -q "start on" "$T/w1.log"; kill -USR1 $pid; wait $pid; rc=$?
+pid=$!; wait_until 600 grep -q "start on" "$T/w1.log"; kill -USR1 $pid; wait $pid; rc=$?
 check "wrapper signalled as it starts: exit 75, not killed" [ $rc -eq 75 ]
 check "wrapper kept the early signal for the trainer" grep -q "got USR1" "$T/w1.log"
 bash slurm/stage.sbatch "$W" ar > "$T/w2.log" 2>&1; rc=$?

@@ -18,7 +18,7 @@ BOUND=15   # seconds: timeout 4 s + watchdog period + teardown, with slack for a
 start_and_wait() {  # starts the job in $1, waits for its first checkpoint
   $MPIRUN -np 2 "$KF" train "$C" --stage ar --run-dir "$1" $OV 2>"$1.err" &
   mp=$!
-  for _ in $(seq 600); do [ -f "$1/stages/ar/ckpt/latest" ] && break; sleep 0.05; done
+  check "$1: the first checkpoint is written" wait_until 600 test -f "$1/stages/ar/ckpt/latest"
 }
 
 # (a) SIGKILL

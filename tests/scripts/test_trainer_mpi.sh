@@ -36,7 +36,7 @@ check "... and ends bitwise equal" same_weights "$T/n1/stages/ar" "$T/w/stages/a
 # SIGUSR1 to mpirun reaches every rank; they agree on one step
 $MPIRUN -np 2 "$KF" train "$C" --stage ar --run-dir "$T/p" stages.0.steps=400 defaults.batch=64 2>/dev/null &
 pid=$!
-for _ in $(seq 300); do [ -f "$T/p/stages/ar/log.jsonl" ] && [ "$(wc -l < "$T/p/stages/ar/log.jsonl")" -ge 3 ] && break; sleep 0.05; done
+check "the preempted job logs 3 steps" wait_until 600 log_lines "$T/p/stages/ar/log.jsonl" 3
 kill -USR1 $pid; wait $pid; rc=$?
 check "preempted np=2 job exits 75 (rc $rc)" [ $rc -eq 75 ]
 n=$(cat "$T/p/stages/ar/ckpt/latest" 2>/dev/null)

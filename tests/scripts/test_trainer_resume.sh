@@ -65,7 +65,7 @@ check "last-step resume is bitwise identical" same_weights "$T/a/stages/ar" "$T/
 # D: SIGUSR1 -> checkpoint + exit 75 at the next step boundary (slow steps via a bigger batch)
 "$KF" train "$C" --stage ar --run-dir "$T/d" stages.0.steps=400 defaults.batch=64 2>/dev/null &
 pid=$!
-for _ in $(seq 200); do [ -f "$T/d/stages/ar/log.jsonl" ] && [ "$(wc -l < "$T/d/stages/ar/log.jsonl")" -ge 3 ] && break; sleep 0.05; done
+check "D: the run logs 3 steps" wait_until 600 log_lines "$T/d/stages/ar/log.jsonl" 3
 kill -USR1 $pid; wait $pid; rc=$?
 check "SIGUSR1 exits 75 (rc $rc)" [ $rc -eq 75 ]
 n=$(sed 's/step-//' "$T/d/stages/ar/ckpt/latest" 2>/dev/null)
@@ -75,7 +75,7 @@ check "checkpoint at the step where it stopped (step-$n)" bash -c '[ -n "$1" ] &
 # log holds each step once (the killed run's records are dropped)
 "$KF" train "$C" --stage ar --run-dir "$T/d2" stages.0.steps=400 defaults.batch=64 defaults.checkpoint_every=1000 2>/dev/null &
 pid=$!
-for _ in $(seq 200); do [ -f "$T/d2/stages/ar/log.jsonl" ] && [ "$(wc -l < "$T/d2/stages/ar/log.jsonl")" -ge 3 ] && break; sleep 0.05; done
+check "D2: the run logs 3 steps" wait_until 600 log_lines "$T/d2/stages/ar/log.jsonl" 3
 kill -9 $pid; wait $pid 2>/dev/null
 "$KF" train "$C" --stage ar --run-dir "$T/d2" --resume stages.0.steps=20 defaults.batch=64 2>"$T/d2.err"; rc=$?
 check "resume without a checkpoint starts over (rc $rc)" exits_saying $rc 0 "$T/d2.err" 'no checkpoint to resume from'
