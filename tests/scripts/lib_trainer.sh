@@ -53,7 +53,10 @@ defaults:
 stages:
   - {name: ar, kind: ar, steps: 12}
   - {name: k2, kind: distill_ar, teacher: ar, k: 2, steps: 6, tau: [0.5, 1.0]}
-resources: {backend: cpu, collective_timeout: 4}
+# a minute: on a loaded machine a rank can wait seconds for a starved peer or an
+# fsync (4 s failed test_trainer_kill's reference run at load 20);
+# test_trainer_deadrank shortens it to test the watchdog
+resources: {backend: cpu, collective_timeout: 60}
 YAML
   "$KF" shards build "$d/cfg.yaml" >/dev/null 2>&1 || { bad "shards build failed"; finish; exit 1; }
 }

@@ -12,9 +12,9 @@ C=$T/cfg.yaml
 OV="stages.0.steps=16 defaults.checkpoint_every=1 defaults.keep_checkpoints=2"
 
 t0=$(date +%s.%N)
-$MPIRUN -np 2 "$KF" train "$C" --stage ar --run-dir "$T/ref" $OV 2>/dev/null; rc=$?
+$MPIRUN -np 2 "$KF" train "$C" --stage ar --run-dir "$T/ref" $OV 2>"$T/ref.err"; rc=$?
 dur=$(echo "$(date +%s.%N) - $t0" | bc)
-check "reference run exits 0 (rc $rc)" [ $rc -eq 0 ]
+check "reference run exits 0 (rc $rc): $(tail -1 "$T/ref.err")" [ $rc -eq 0 ]
 
 RANDOM=4242
 midwrite=0
