@@ -405,6 +405,14 @@ static int cmd_resume(int argc, char **argv) {
     } else {
         printf("# run %s: %s (config sha256 %s)\n", cur->name, run, cur->hash);
         if (submit_chain(run, cur, &err)) code = fail(&err);
+        /* a job needing a lost node waits for it: say so rather than look stuck */
+        slurm_node *down;
+        int nd = slurm_down_nodes(&down);
+        for (int i = 0; i < nd; i++)
+            fprintf(stderr, "kf jobs: warning: node %s is out of service (%s%s%s); jobs that need it wait until it "
+                    "is back (start its slurmd; scontrol update NodeName=%s State=RESUME)\n", down[i].name,
+                    down[i].state, *down[i].reason ? ": " : "", down[i].reason, down[i].name);
+        free(down);
     }
     runconfig_free(cur);
     free(a.over);
