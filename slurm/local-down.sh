@@ -2,6 +2,7 @@
 # Stops the cluster started by slurm/local-up.sh BASE: the daemons by their
 # PID files, then (--netns) every process left in its namespaces (job steps),
 # and removes the namespaces. Usage: slurm/local-down.sh BASE
+case "${1:-}" in -h|--help) sed -n "2,4p" "$0" | cut -c3-; exit 0 ;; esac
 [ $# -eq 1 ] || { echo "usage: $0 BASE" >&2; exit 2; }
 B=$1; S=$B/slurm; M=$B/munge
 export SLURM_CONF=$B/slurm.conf

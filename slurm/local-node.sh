@@ -8,9 +8,10 @@
 # TmpFS, and the job requeued after the failure (same job and step ids) then
 # fails on that node ("Cannot bind() UNIX socket ...: Address already in use",
 # "Cannot create client cli tmpdir ...: File exists"). A real node keeps its
-# spool across a reboot: clear the same there before slurmd starts. A node still DOWN after
-# registering is resumed (scontrol update State=RESUME).
+# spool across a reboot: clear the same there before slurmd starts. A node
+# still DOWN after registering is resumed (scontrol update State=RESUME).
 # Usage: slurm/local-node.sh BASE NODE
+case "${1:-}" in -h|--help) sed -n "2,13p" "$0" | cut -c3-; exit 0 ;; esac
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BASE NODE" >&2; exit 2; }
 B=$(cd "$1" && pwd); node=$2; S=$B/slurm

@@ -18,6 +18,7 @@
 # slurm/local-node.sh BASE NODE restarts a node that died. Stop it with
 # slurm/local-down.sh BASE. Needs root, iproute2 (--netns) and
 # Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup.sh).
+case "${1:-}" in -h|--help) sed -n "2,20p" "$0" | cut -c3-; exit 0 ;; esac
 set -euo pipefail
 nodes=0
 if [ "${1:-}" = --netns ]; then nodes=${2:-}; shift 2 || true; fi

@@ -21,9 +21,9 @@ set -u
 cd "$(dirname "$0")/../.."
 . tests/scripts/lib_jobs.sh      # KF (absolute), wait_until, job_field, checks
 . tests/scripts/lib_trainer.sh   # trainer_setup, same_weights, MPIRUN (loopback)
-CT=8             # resources.collective_timeout (s): above the slowed checkpoint's 4 s
+CT=8             # resources.collective_timeout (s): above a barrier's wait in the slowed checkpoint (~2.5 s)
 SLACK=4          # the watchdog's 0.5 s period, the step in flight, process exit
-NODE_TIMEOUT=6   # SlurmdTimeout: Slurm calls a silent node DOWN after this
+NODE_TIMEOUT=10  # SlurmdTimeout: Slurm calls a silent node DOWN after this (less risks a loaded node)
 P=kfsn           # namespace prefix: kfsn-ctl, kfsn-n1, kfsn-n2
 T=$(mktemp -d /tmp/kf-test-nodes.XXXXXX); chmod 711 "$T"   # munged: o+x on every directory above its socket
 CL=$T/cluster
