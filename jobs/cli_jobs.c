@@ -50,7 +50,8 @@ static const char usage_text[] =
     "         resubmit every incomplete stage (from its latest checkpoint), re-chained;\n"
     "         jobs still queued or running are kept, complete stages never redone. Only\n"
     "         resources.* may differ from RUN/run.yaml; another change is refused.\n"
-    "         --local runs the rest here instead, like `run`.\n"
+    "         --local runs the rest here instead, like `run`. Warns about the cluster's\n"
+    "         nodes out of service (a job that needs one waits for it).\n"
     "  cancel RUN\n"
     "         scancel the run's queued and running jobs\n"
     "  check  RUN STAGE\n"
@@ -546,9 +547,13 @@ static void print_json(const char *run, const runconfig *rc, row *rows, int n, c
         if (r->job) json_write_str(stdout, r->job->id, strlen(r->job->id));
         else printf("null");
         printf(",\"slurm_state\":");
-        if (r->job) printf("\"%s\",\"slurm_reason\":\"%s\",\"restarts\":%d,\"nodes\":\"%s\"", r->sj.state,
-                           r->sj.reason, r->sj.restarts, r->sj.nodes);
-        else printf("null,\"slurm_reason\":null,\"restarts\":null,\"nodes\":null");
+        if (r->job) {
+            printf("\"%s\",\"slurm_reason\":\"%s\",\"restarts\":%d,\"nodes\":", r->sj.state, r->sj.reason,
+                   r->sj.restarts);
+            json_write_str(stdout, r->sj.nodes, strlen(r->sj.nodes));
+        } else {
+            printf("null,\"slurm_reason\":null,\"restarts\":null,\"nodes\":null");
+        }
         json_num_or_null(stdout, "tokens_per_s", r->st.tokens_per_s, r->st.tokens_per_s > 0);
         json_num_or_null(stdout, "steps_per_s", r->st.steps_per_s, r->st.steps_per_s > 0);
         json_num_or_null(stdout, "eta_s", r->eta_s, r->eta_s >= 0);
