@@ -5,8 +5,8 @@
 # Without --netns: one node, 'localhost' (127.0.0.1). Slurm's ports
 # (6817/6818) are fixed: one such cluster per machine.
 # With --netns N: N nodes n1..nN, each a slurmd in its own network namespace
-# PREFIX-nI (address 10.87.0.1I on its veth 'kfeth'), and slurmctld in
-# PREFIX-ctl (10.87.0.1 on a bridge joining the veths), so nothing listens in
+# PREFIX-nI (address 10.87.0.1I on its veth 'kfeth'), and slurmctld and munged
+# in PREFIX-ctl (10.87.0.1 on a bridge joining the veths), so nothing listens in
 # the machine's own namespace (entered with nsenter --net: ip netns exec
 # mounts another /sys, without the cgroup file system slurmd needs). PREFIX is
 # $KF_SLURM_NETNS_PREFIX (default kfsn); namespaces named PREFIX-* left by a
@@ -71,7 +71,9 @@ cpus=${KF_SLURM_CPUS:-$(nproc)}
 export SLURM_CONF=$B/slurm.conf
 chmod go+x "$B"; chmod 711 "$M"   # munged insists: socket dirs o+x, not group/other-writable
 dd if=/dev/urandom of="$M/munge.key" bs=1024 count=1 status=none; chmod 400 "$M/munge.key"
-munged --key-file="$M/munge.key" --socket="$M/munge.socket.2" --pid-file="$M/munged.pid" \
+# (--netns: munged in the controller's namespace too, so that a crashed run's
+# is removed with it; its socket is a file, reachable from every namespace)
+"${ctl[@]}" munged --key-file="$M/munge.key" --socket="$M/munge.socket.2" --pid-file="$M/munged.pid" \
        --log-file="$M/munged.log" --seed-file="$M/munged.seed"
 for i in $(seq 50); do munge -n -S "$M/munge.socket.2" >/dev/null 2>&1 && break; sleep 0.1; done
 "${ctl[@]}" slurmctld -f "$SLURM_CONF"
