@@ -43,13 +43,15 @@ static const char usage_text[] =
     "         per stage (RUN/slurm/STAGE.sbatch) and submit them chained with afterok;\n"
     "         prints STAGE JOBID lines\n"
     "  status RUN [--json]\n"
-    "         per stage: state, step/total, last valid checkpoint and its age, Slurm job\n"
-    "         and state, throughput, ETA\n"
+    "         per stage: state, step/total, last valid checkpoint and its age, Slurm job,\n"
+    "         state and nodes, throughput, ETA; then the cluster's nodes out of service\n"
+    "         (down, drained, not responding) when the run has Slurm jobs\n"
     "  resume RUN [--config CONFIG] [--local [--np N]] [key=value...]\n"
     "         resubmit every incomplete stage (from its latest checkpoint), re-chained;\n"
     "         jobs still queued or running are kept, complete stages never redone. Only\n"
     "         resources.* may differ from RUN/run.yaml; another change is refused.\n"
-    "         --local runs the rest here instead, like `run`.\n"
+    "         --local runs the rest here instead, like `run`. Warns about the cluster's\n"
+    "         nodes out of service (a job that needs one waits for it).\n"
     "  cancel RUN\n"
     "         scancel the run's queued and running jobs\n"
     "  check  RUN STAGE\n"
@@ -404,6 +406,14 @@ static int cmd_resume(int argc, char **argv) {
     } else {
         printf("# run %s: %s (config sha256 %s)\n", cur->name, run, cur->hash);
         if (submit_chain(run, cur, &err)) code = fail(&err);
+        /* a job needing a lost node waits for it: say so rather than look stuck */
+        slurm_node *down;
+        int nd = slurm_down_nodes(&down);
+        for (int i = 0; i < nd; i++)
+            fprintf(stderr, "kf jobs: warning: node %s is out of service (%s%s%s); jobs that need it wait until it "
+                    "is back (start its slurmd; scontrol update NodeName=%s State=RESUME)\n", down[i].name,
+                    down[i].state, *down[i].reason ? ": " : "", down[i].reason, down[i].name);
+        free(down);
     }
     runconfig_free(cur);
     free(a.over);
@@ -515,7 +525,7 @@ static void json_num_or_null(FILE *f, const char *key, double v, int ok) {
     else fprintf(f, ",\"%s\":null", key);
 }
 
-static void print_json(const char *run, const runconfig *rc, row *rows, int n) {
+static void print_json(const char *run, const runconfig *rc, row *rows, int n, const slurm_node *down, int nd) {
     printf("{\"run\":");
     json_write_str(stdout, rc->name, strlen(rc->name));
     printf(",\"dir\":");
@@ -537,8 +547,13 @@ static void print_json(const char *run, const runconfig *rc, row *rows, int n) {
         if (r->job) json_write_str(stdout, r->job->id, strlen(r->job->id));
         else printf("null");
         printf(",\"slurm_state\":");
-        if (r->job) printf("\"%s\",\"slurm_reason\":\"%s\",\"restarts\":%d", r->sj.state, r->sj.reason, r->sj.restarts);
-        else printf("null,\"slurm_reason\":null,\"restarts\":null");
+        if (r->job) {
+            printf("\"%s\",\"slurm_reason\":\"%s\",\"restarts\":%d,\"nodes\":", r->sj.state, r->sj.reason,
+                   r->sj.restarts);
+            json_write_str(stdout, r->sj.nodes, strlen(r->sj.nodes));
+        } else {
+            printf("null,\"slurm_reason\":null,\"restarts\":null,\"nodes\":null");
+        }
         json_num_or_null(stdout, "tokens_per_s", r->st.tokens_per_s, r->st.tokens_per_s > 0);
         json_num_or_null(stdout, "steps_per_s", r->st.steps_per_s, r->st.steps_per_s > 0);
         json_num_or_null(stdout, "eta_s", r->eta_s, r->eta_s >= 0);
@@ -546,16 +561,26 @@ static void print_json(const char *run, const runconfig *rc, row *rows, int n) {
         json_write_str(stdout, r->st.status, strlen(r->st.status));
         printf("}");
     }
+    printf("],\"down_nodes\":[");
+    for (int i = 0; i < nd; i++) {
+        printf("%s{\"node\":", i ? "," : "");
+        json_write_str(stdout, down[i].name, strlen(down[i].name));
+        printf(",\"state\":");
+        json_write_str(stdout, down[i].state, strlen(down[i].state));
+        printf(",\"reason\":");
+        json_write_str(stdout, down[i].reason, strlen(down[i].reason));
+        printf("}");
+    }
     printf("]}\n");
 }
 
-static void print_table(const char *run, const runconfig *rc, row *rows, int n) {
+static void print_table(const char *run, const runconfig *rc, row *rows, int n, const slurm_node *down, int nd) {
     printf("run %s: %s (config sha256 %.16s)\n", rc->name, run, rc->hash);
     printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", "stage", "kind", "state", "step/total",
            "checkpoint", "age", "job", "slurm", "tokens/s", "eta");
     for (int i = 0; i < n; i++) {
         row *r = &rows[i];
-        char steps[40], ck[32], ag[16], sl[48], tps[24], eta[16];
+        char steps[40], ck[32], ag[16], sl[224], tps[24], eta[16];
         if (r->total) snprintf(steps, sizeof steps, "%lld/%lld", (long long)(r->step < 0 ? 0 : r->step), (long long)r->total);
         else snprintf(steps, sizeof steps, "-");
         snprintf(ck, sizeof ck, "%s", r->st.ckpt_step >= 0 ? r->st.ckpt : "-");
@@ -566,9 +591,13 @@ static void print_table(const char *run, const runconfig *rc, row *rows, int n) 
         if (r->st.tokens_per_s > 0) snprintf(tps, sizeof tps, "%.0f", r->st.tokens_per_s);
         else snprintf(tps, sizeof tps, "-");
         age(r->eta_s, eta, sizeof eta);
+        if (*r->sj.nodes) snprintf(sl + strlen(sl), sizeof sl - strlen(sl), " on %s", r->sj.nodes);
         printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", r->stage, r->kind, r->state, steps, ck,
                ag, r->job ? r->job->id : "-", sl, tps, eta);
     }
+    for (int i = 0; i < nd; i++)
+        printf("node %s out of service: %s%s%s\n", down[i].name, down[i].state, *down[i].reason ? ", " : "",
+               down[i].reason);
 }
 
 static int cmd_status(int argc, char **argv) {
@@ -585,9 +614,12 @@ static int cmd_status(int argc, char **argv) {
     int n = rc->n_stages + 1;
     row *rows = kf_calloc((size_t)n, sizeof *rows);
     for (int i = 0; i < n; i++) fill_row(a.pos[0], rc, jobs, nj, i - 1, &rows[i]);
-    if (a.json) print_json(a.pos[0], rc, rows, n);
-    else print_table(a.pos[0], rc, rows, n);
-    free(rows), free(jobs);
+    /* a run with Slurm jobs: the nodes out of service, e.g. the one its job lost */
+    slurm_node *down = NULL;
+    int nd = nj > 0 ? slurm_down_nodes(&down) : 0;
+    if (a.json) print_json(a.pos[0], rc, rows, n, down, nd);
+    else print_table(a.pos[0], rc, rows, n, down, nd);
+    free(down), free(rows), free(jobs);
     runconfig_free(rc);
     free(a.over);
     return KF_EXIT_OK;

@@ -123,6 +123,8 @@ static int query_scontrol(const char *id, slurm_job *j) {
         field(out, "Restarts", buf, sizeof buf);
         if (*buf) j->restarts = atoi(buf);
         field(out, "ExitCode", j->exit_code, sizeof j->exit_code);
+        field(out, "NodeList", j->nodes, sizeof j->nodes);
+        if (!strcmp(j->nodes, "(null)")) *j->nodes = 0;
     }
     free(out);
     return code == 0 && *j->state ? 0 : -1;
@@ -161,6 +163,34 @@ bool slurm_state_alive(const char *state) {
     for (const char **a = alive; *a; a++)
         if (!strcmp(state, *a)) return true;
     return false;
+}
+
+int slurm_down_nodes(slurm_node **out) {
+    char *argv[] = {"sinfo", "-h", "-N", "-o", "%N|%t|%E", NULL}, *text;
+    kf_err err;
+    *out = NULL;
+    if (!proc_in_path("sinfo")) return 0;
+    int code = proc_capture(argv, &text, true, &err);
+    int n = 0;
+    for (char *line = code == 0 ? text : NULL, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        slurm_node d;
+        memset(&d, 0, sizeof d);
+        if (sscanf(line, "%63[^|]|%31[^|]|%127[^\n]", d.name, d.state, d.reason) < 2) continue;
+        if (!strcmp(d.reason, "none")) *d.reason = 0;
+        size_t k = strlen(d.state);
+        bool out_of_service = d.state[k - 1] == '*' || !strncmp(d.state, "down", 4) ||
+                              !strncmp(d.state, "drain", 5) || !strncmp(d.state, "drng", 4) ||
+                              !strncmp(d.state, "fail", 4);
+        bool seen = false; /* sinfo -N lists a node once per partition */
+        for (int i = 0; i < n && !seen; i++) seen = !strcmp((*out)[i].name, d.name);
+        if (!out_of_service || seen) continue;
+        *out = kf_realloc(*out, (size_t)(n + 1) * sizeof **out);
+        (*out)[n++] = d;
+    }
+    free(text);
+    return n;
 }
 
 int slurm_cancel(const char *id, kf_err *err) {

@@ -24,7 +24,15 @@ typedef struct slurm_job {
     char reason[64];    /* why pending ("BeginTime", "Dependency", ...), "" if none */
     int restarts;       /* requeues so far (-1 if unknown) */
     char exit_code[16]; /* "rc:signal", "" if unknown */
+    char nodes[128];    /* NodeList: the nodes it runs (or ran) on, "" if none yet */
 } slurm_job;
+
+/** A node that is out of service. */
+typedef struct slurm_node {
+    char name[64];
+    char state[32];     /* sinfo's short state: "down*", "drain", "fail", "idle*", ... */
+    char reason[128];   /* why, as Slurm records it ("Not responding"), "" if none */
+} slurm_node;
 
 /** True when sbatch, scontrol and scancel are in PATH. */
 bool slurm_available(void);
@@ -48,6 +56,13 @@ int slurm_query(const char *id, slurm_job *j);
 /** True for states in which the job will still run or is running (pending,
  * running, requeued, suspended, completing, ...). */
 bool slurm_state_alive(const char *state);
+
+/** The cluster's nodes out of service (`sinfo -N`): DOWN, DRAIN, FAIL, or
+ * not responding (a '*' after the state), each once, into *out (malloc'd,
+ * NULL when none). A node that dies under a job shows here from the moment
+ * Slurm stops hearing from it until its slurmd is back.
+ * @return how many; 0 as well when sinfo is missing or fails. */
+int slurm_down_nodes(slurm_node **out);
 
 /** `scancel ID`. */
 int slurm_cancel(const char *id, kf_err *err);

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential pkg-config libyaml-dev liblmdb-dev lmdb-utils libarchive-dev zlib1g-dev libopenblas-dev
-      libopenmpi-dev openmpi-bin slurmctld slurmd slurm-client munge xz-utils nodejs npm python3-torch strace stress-ng)
+      libopenmpi-dev openmpi-bin slurmctld slurmd slurm-client munge xz-utils nodejs npm python3-torch strace stress-ng
+      iproute2)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # nodejs/npm may come from outside Debian's packages (the image's own): accept any working node+npm.
