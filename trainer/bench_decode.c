@@ -81,7 +81,8 @@ static void usage(FILE *f) {
             "  --runs R       timed runs after the warm-up (default 5)\n"
             "  --clock C      wall (default): wall-clock seconds; cpu: the process's CPU time\n"
             "                 (every thread's), for a loaded machine: with OMP_NUM_THREADS=1\n"
-            "                 other jobs barely change it (cache and memory sharing still do)\n"
+            "                 other jobs barely change it (cache and memory sharing still do);\n"
+            "                 CPU backend only\n"
             "  --tau T        temperature (default 1)\n"
             "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
             "                 0: the fused argmax path; AR samples without one, as the release)\n"
@@ -270,6 +271,11 @@ int bench_decode_main(int argc, char **argv) {
     model *models[MAX_METHODS] = {0};
     model_heads *heads[MAX_METHODS] = {0};
     int nm = 0, ar = -1, code = KF_EXIT_ERROR;
+    if (clock_id != CLOCK_MONOTONIC && strcmp(be->name, "cpu")) {
+        kf_err_set(&err, "--clock cpu times the CPU backend only (the %s backend's work is not this "
+                   "process's CPU time)", be->name);
+        goto done;
+    }
     for (int c = 0; c < nck; c++) {
         model *m = models[c] = load(be, ckpts[c], &err);
         if (!m) goto done;
