@@ -17,7 +17,10 @@
  *               output layer packed once beforehand (model_heads_pack, as a
  *               server keeps it between batches); throughput =
  *               generated tokens (special tokens included, no truncation) /
- *               wall-clock seconds, averaged over the timed runs. At each
+ *               seconds, averaged over the timed runs: wall-clock, or with
+ *               --clock cpu the process's CPU time (all threads), which a
+ *               shared machine's other jobs barely move when decoding runs on
+ *               one thread (OMP_NUM_THREADS=1). At each
  *               batch size the methods take turns run by run (warm-ups, then
  *               run 1 of every method, run 2, ...), so a change in the
  *               machine's load during the benchmark (a shared machine) falls
@@ -54,14 +57,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
             "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
-            "                       [--backend cpu|cuda|auto] [--json OUT.json] [--png OUT.png]\n"
+            "                       [--backend cpu|cuda|auto] [--clock wall|cpu] [--json OUT.json]\n"
+            "                       [--png OUT.png]\n"
             "\n"
             "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
             "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
             "data's sequence length (capped by every model's context; the last step emits fewer\n"
             "than k tokens when k does not divide the length), one warm-up and R timed runs per\n"
             "method and batch size; tokens/s = generated tokens (special tokens included) /\n"
-            "wall-clock seconds, averaged over the runs (the methods take turns run by run, so a\n"
+            "seconds (--clock), averaged over the runs (the methods take turns run by run, so a\n"
             "load change on a shared machine hits all alike). Decoding is the released sampler's:\n"
             "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
             "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
@@ -75,6 +79,10 @@ static void usage(FILE *f) {
             "  --batch LIST   batch sizes (default 4,16,128)\n"
             "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
             "  --runs R       timed runs after the warm-up (default 5)\n"
+            "  --clock C      wall (default): wall-clock seconds; cpu: the process's CPU time\n"
+            "                 (every thread's), for a loaded machine: with OMP_NUM_THREADS=1\n"
+            "                 other jobs barely change it (cache and memory sharing still do);\n"
+            "                 CPU backend only\n"
             "  --tau T        temperature (default 1)\n"
             "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
             "                 0: the fused argmax path; AR samples without one, as the release)\n"
@@ -103,9 +111,9 @@ static int parse_list(const char *s, int64_t *out, int *n, int64_t lo) {
     return *n ? 0 : -1;
 }
 
-static double now(void) {
+static double now(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -159,9 +167,10 @@ static model *load(kf_backend *be, const char *path, kf_err *err) {
     return model_load(be, p, err);
 }
 
-static void write_json(FILE *f, const char *dev, const char *data, int64_t P, int64_t N, int runs,
+static void write_json(FILE *f, const char *dev, clockid_t clock, const char *data, int64_t P, int64_t N, int runs,
                        const int64_t *bs, int nb, const method *mt, int nm, int ar) {
-    fprintf(f, "{\"device\": \"%s\", \"data\": ", dev);
+    fprintf(f, "{\"device\": \"%s\", \"clock\": \"%s\", \"data\": ", dev,
+            clock == CLOCK_MONOTONIC ? "wall" : "cpu");
     json_write_str(f, data, strlen(data));
     fprintf(f, ", \"prefix_len\": %lld, \"max_new\": %lld, \"warmup\": 1, \"runs\": %d,\n \"rows\": [",
             (long long)P, (long long)N, runs);
@@ -198,6 +207,7 @@ int bench_decode_main(int argc, char **argv) {
     int nck = 0, nb = 3, nk = 3;
     int64_t bs[MAX_LIST] = {4, 16, 128}, ks[MAX_LIST] = {2, 3, 4}, P = 0, N = 0, runs = 5, seed = 1;
     double tau = 1.0, pen = DECODE_FREQ_PENALTY_DEFAULT;
+    clockid_t clock_id = CLOCK_MONOTONIC;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -223,6 +233,10 @@ int bench_decode_main(int argc, char **argv) {
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--json")) json_path = v;
         else if (!strcmp(a, "--png")) png_path = v;
+        else if (!strcmp(a, "--clock")) {
+            ok = !strcmp(v, "wall") || !strcmp(v, "cpu");
+            clock_id = strcmp(v, "cpu") ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID;
+        }
         else if (!strcmp(a, "--batch")) ok = parse_list(v, bs, &nb, 1) == 0;
         else if (!strcmp(a, "--k")) ok = parse_list(v, ks, &nk, 1) == 0;
         else if (!strcmp(a, "--prefix-len")) ok = (P = strtoll(v, &end, 10)) >= 1 && !*end;
@@ -257,6 +271,11 @@ int bench_decode_main(int argc, char **argv) {
     model *models[MAX_METHODS] = {0};
     model_heads *heads[MAX_METHODS] = {0};
     int nm = 0, ar = -1, code = KF_EXIT_ERROR;
+    if (clock_id != CLOCK_MONOTONIC && strcmp(be->name, "cpu")) {
+        kf_err_set(&err, "--clock cpu times the CPU backend only (the %s backend's work is not this "
+                   "process's CPU time)", be->name);
+        goto done;
+    }
     for (int c = 0; c < nck; c++) {
         model *m = models[c] = load(be, ckpts[c], &err);
         if (!m) goto done;
@@ -314,8 +333,9 @@ int bench_decode_main(int argc, char **argv) {
         }
     }
     printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new tokens, "
-           "1 warm-up + %lld timed runs, tau %g, PFLM frequency penalty %g\n",
-           be->name, (long long)P, data, (long long)N, (long long)runs, tau, pen);
+           "1 warm-up + %lld timed runs (%s clock), tau %g, PFLM frequency penalty %g\n",
+           be->name, (long long)P, data, (long long)N, (long long)runs,
+           clock_id == CLOCK_MONOTONIC ? "wall" : "cpu", tau, pen);
     uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
     int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
     for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
@@ -329,9 +349,9 @@ int bench_decode_main(int argc, char **argv) {
         for (int64_t r = 0; r <= runs; r++) /* r = 0: warm-up */
             for (int i = 0; i < nm; i++) {
                 decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
-                double t0 = now();
+                double t0 = now(clock_id);
                 decode_run(mt[i].m, mt[i].heads, pre, bs[b], P, &o, keys, out);
-                double tps = (double)(bs[b] * N) / (now() - t0);
+                double tps = (double)(bs[b] * N) / (now(clock_id) - t0);
                 if (r == 0) continue;
                 sum[i] += tps;
                 sum2[i] += tps * tps;
@@ -384,7 +404,7 @@ int bench_decode_main(int argc, char **argv) {
     char *jtext = NULL;
     size_t jlen = 0;
     FILE *jf = open_memstream(&jtext, &jlen);
-    write_json(jf, be->name, data, P, N, (int)runs, bs, nb, mt, nm, ar);
+    write_json(jf, be->name, clock_id, data, P, N, (int)runs, bs, nb, mt, nm, ar);
     fclose(jf);
     int wrc = fs_write_atomic(json_path, jtext, jlen, &err);
     free(jtext);

@@ -134,6 +134,9 @@ static void bench_tests(void) {
     T_CHECK(d != NULL, "bench JSON: %s", d ? "" : err.msg);
     if (d) {
         const json *r = json_root(d), *rows = json_get(r, "rows"), *mn = json_get(r, "max_new");
+        const json *ck = json_get(r, "clock");
+        T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "wall"), "default clock: got \"%s\" want \"wall\"",
+                ck && ck->type == JSON_STRING ? ck->str.s : "(none)");
         /* the exact protocol: data 32 - prefix 6 = 26 in the 32-token models; k = 4
          * ends with a 2-token step (was 20: rounded to a multiple of every k) */
         T_CHECK(mn && mn->i == 26, "max_new %lld, want 26", mn ? (long long)mn->i : -1LL);
@@ -168,8 +171,8 @@ static void bench_tests(void) {
         T_CHECK(0, "no chart: %s", err.msg);
     }
     /* bad input */
-    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --json %s/x.json "
-             "--png %s/x.png", T, T, T, T);
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --clock cpu "
+             "--json %s/x.json --png %s/x.png", T, T, T, T);
     T_CHECK(run(bench_decode_main, cmd) == 0, "default OWT prefix (64) with a context of 32 runs");
     snprintf(p, sizeof p, "%s/x.json", T);
     if (fs_read_file(p, &text, &len, &err) == 0) {
@@ -177,6 +180,11 @@ static void bench_tests(void) {
         const json *pl = x ? json_get(json_root(x), "prefix_len") : NULL;
         T_CHECK(pl && pl->i == SEQ / 2, "default prefix: got %lld want half the context, %d",
                 pl ? (long long)pl->i : -1LL, SEQ / 2);
+        const json *ck = x ? json_get(json_root(x), "clock") : NULL, *rows = x ? json_get(json_root(x), "rows") : NULL;
+        T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "cpu"), "--clock cpu: got \"%s\" want \"cpu\"",
+                ck && ck->type == JSON_STRING ? ck->str.s : "(none)");
+        const json *tps = rows && rows->n ? json_get(&rows->kids[0], "tokens_per_s") : NULL;
+        T_CHECK(tps && tps->num > 0, "--clock cpu: tokens/s got %g want > 0", tps ? tps->num : -1.0);
         json_free(x);
         free(text);
     }
@@ -192,6 +200,8 @@ static void bench_tests(void) {
     T_CHECK(run(bench_decode_main, cmd) == 2, "--batch 0 is a usage error");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --freq-penalty -0.5", T, T);
     T_CHECK(run(bench_decode_main, cmd) == 2, "a negative --freq-penalty is a usage error");
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --clock gpu", T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 2, "--clock gpu is a usage error");
     T_CHECK(run(bench_decode_main, "decode --data x") == 2, "no checkpoint is a usage error");
 }
 
