@@ -190,7 +190,7 @@ static bool shards_complete(const runconfig *rc, char *why, size_t cap, bool *st
         ok = cur == 1;
         if (cur == 0 && stale) *stale = true;
     }
-    free(sets);
+    build_config_free(sets, n);
     cfg_free(root);
     return ok;
 }

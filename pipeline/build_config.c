@@ -129,12 +129,16 @@ int build_config_read(cfg_node *root, build_config **out, kf_err *err) {
     *out = v;
     return (int)sets->n;
 fail:
-    for (size_t i = 0; i < sets->n; i++) {
-        free(v[i].inputs.v);
-        free(v[i].valid_inputs.v);
-    }
-    free(v);
+    build_config_free(v, (int)sets->n);
     return -1;
+}
+
+void build_config_free(build_config *sets, int n) {
+    for (int i = 0; sets && i < n; i++) {
+        free(sets[i].inputs.v);
+        free(sets[i].valid_inputs.v);
+    }
+    free(sets);
 }
 
 static void hash_str(sha256_ctx *h, const char *k, const char *v) {

@@ -79,8 +79,12 @@ typedef struct build_config {
  * unknown keys, wrong types, missing fields and bad values fail with
  * FILE:LINE:COL and the key path), and checks every input path exists and is
  * readable. Strings stay owned by root.
- * @return the number of sets (>= 1) in *out (free with free()), or -1. */
+ * @return the number of sets (>= 1) in *out (free with build_config_free),
+ * or -1. */
 int build_config_read(cfg_node *root, build_config **out, kf_err *err);
+
+/** Frees the n sets build_config_read returned (NULL: nothing). */
+void build_config_free(build_config *sets, int n);
 
 /** sha256 (hex) of the settings that determine the shards' contents
  * (tokenizer, vocabulary hash, packing, seq_len, detok, allow_special,

@@ -120,11 +120,9 @@ out:
     for (int i = 0; i < nsets; i++) {
         for (int k = 0; toks && toks[i] && k < jobs; k++) tok_free(toks[i][k]);
         free(toks ? toks[i] : NULL);
-        free(sets[i].inputs.v);
-        free(sets[i].valid_inputs.v);
     }
     free(toks);
-    free(sets);
+    build_config_free(sets, nsets);
     cfg_free(root);
     free(over);
     return rc;
