@@ -315,6 +315,24 @@ const char *safetensors_meta(const safetensors_file *f, const char *key) {
     return NULL;
 }
 
+/* IEEE binary16 bits to float, exactly (portable C: clang 14, which builds
+ * the fuzzers, has no _Float16 on x86-64 without AVX512-FP16). */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    float f;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | man << 13; /* inf, NaN (payload kept) */
+    } else if (exp) {
+        u = sign | (exp + 112) << 23 | man << 13;
+    } else { /* zero or subnormal: man * 2^-24, exact in float */
+        f = (float)man * 0x1p-24f;
+        memcpy(&u, &f, 4);
+        u |= sign;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 int safetensors_read_f32(const safetensors_tensor *t, float *dst, kf_err *err) {
     const unsigned char *p = t->data;
     switch (t->dtype) {
@@ -323,7 +341,7 @@ int safetensors_read_f32(const safetensors_tensor *t, float *dst, kf_err *err) {
         for (int64_t i = 0; i < t->numel; i++) { double v; memcpy(&v, p + 8 * i, 8); dst[i] = (float)v; }
         return 0;
     case ST_F16:
-        for (int64_t i = 0; i < t->numel; i++) { _Float16 v; memcpy(&v, p + 2 * i, 2); dst[i] = (float)v; }
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
         return 0;
     case ST_BF16:
         for (int64_t i = 0; i < t->numel; i++) {

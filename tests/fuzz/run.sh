@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer harnesses built by `make fuzz` (build-fuzz/fuzz/fuzz_*):
+# each replays its committed corpus (tests/fuzz/corpus/NAME/) and then fuzzes
+# for FUZZ_SECONDS seconds (default 60; 0: replay only) from a scratch copy
+# of it, one job.
+# One check per harness: no crash, sanitizer report, leak, hang or timeout.
+# A finding's input is kept under build-fuzz/findings/NAME/ (commit it to the
+# corpus once fixed: see docs/fuzzing.md).
+# Usage: tests/fuzz/run.sh [NAME-FILTER...]; ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/../.."
+secs=${FUZZ_SECONDS:-60}
+pass=0; fail=0
+for bin in build-fuzz/fuzz/fuzz_*; do
+  [ -x "$bin" ] || continue
+  name=$(basename "$bin")
+  if [ $# -gt 0 ]; then
+    hit=0; for f in "$@"; do [[ "$name" == *"$f"* ]] && hit=1; done
+    [ $hit = 1 ] || continue
+  fi
+  corpus=tests/fuzz/corpus/$name
+  work=$(mktemp -d); found=build-fuzz/findings/$name
+  mkdir -p "$found"
+  [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+  dict=(); [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
+  log=$(mktemp)
+  # -max_total_time ends fuzzing cleanly; the timeout is a backstop for a hang
+  # libFuzzer itself cannot report.
+  limit=(-max_total_time="$secs"); [ "$secs" = 0 ] && limit=(-runs=0) # 0 = replay only
+  timeout $((secs + 120)) "$bin" "${dict[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=65536 -jobs=1 -print_final_stats=1 -artifact_prefix="$found/" "$work" >"$log" 2>&1
+  rc=$?
+  stats=$(grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" | sed 's/stat:://' | tr '\n' ' ')
+  cov=$(grep -E '^#[0-9]+.*(DONE|INITED)' "$log" | tail -n 1 | grep -oE 'cov: [0-9]+ ft: [0-9]+')
+  if [ $rc -eq 0 ]; then
+    pass=$((pass + 1)); echo "ok   $name: ${secs}s, $stats$cov"
+  else
+    fail=$((fail + 1)); echo "---- $name FAILED (rc=$rc): libFuzzer found a crash, leak, hang or timeout"
+    grep -E 'ERROR|SUMMARY|invariant|Test unit written|==[0-9]+==' "$log" | head -n 20
+    tail -n 30 "$log"
+  fi
+  rm -rf "$work" "$log"
+done
+echo "fuzz: $pass passed, $fail failed"
