@@ -28,7 +28,7 @@ for bin in build-fuzz/fuzz/fuzz_*; do
   # libFuzzer itself cannot report.
   limit=(-max_total_time="$secs"); [ "$secs" = 0 ] && limit=(-runs=0) # 0 = replay only
   timeout $((secs + 120)) "$bin" "${dict[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
-    -max_len=65536 -jobs=1 -print_final_stats=1 -artifact_prefix="$found/" "$work" >"$log" 2>&1
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="$found/" "$work" >"$log" 2>&1
   rc=$?
   stats=$(grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" | sed 's/stat:://' | tr '\n' ' ')
   cov=$(grep -E '^#[0-9]+.*(DONE|INITED)' "$log" | tail -n 1 | grep -oE 'cov: [0-9]+ ft: [0-9]+')
