@@ -15,6 +15,7 @@
 #include "common/fsutil.h"
 #include "common/sha256.h"
 #include "common/strbuf.h"
+#include "common/utf8.h"
 
 enum { MAX_DEPTH = 200 }; /* bounded recursion on hostile input */
 
@@ -567,12 +568,30 @@ static void relabel(cfg_node *n, const char *label) {
     for (size_t i = 0; i < n->n; i++) relabel(n->items[i], label);
 }
 
+/* True when s[0..n) is well-formed UTF-8. */
+static bool utf8_valid(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int bad;
+        i += utf8_decode((const unsigned char *)s + i, n - i, &cp, &bad);
+        if (bad) return false;
+    }
+    return true;
+}
+
 int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
     const char *eq = strchr(assignment, '=');
     char *label = fmt_alloc("override '%s'", assignment);
     int rc = -1;
     if (!eq || eq == assignment) {
         kf_err_set(err, "%s: expected KEY.PATH=VALUE", label);
+        free(label);
+        return -1;
+    }
+    /* libyaml checks the value; a key it never parses must be checked here,
+     * or cfg_emit writes text that does not load again (a frozen run.yaml) */
+    if (!utf8_valid(assignment, (size_t)(eq - assignment))) {
+        kf_err_set(err, "%s: the key path is not valid UTF-8", label);
         free(label);
         return -1;
     }
