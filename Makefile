@@ -155,7 +155,7 @@ test-tsan:
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 # the parsers only: kernels/ needs _Float16, which clang 14 lacks on x86-64
-FUZZ_LIB_SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c jobs/*.c) trainer/quality.c trainer/prefixes.c
+FUZZ_LIB_SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c jobs/*.c) $(addprefix trainer/,quality.c prefixes.c checkpoint.c)
 FUZZ_SECONDS ?= 60
 fuzz:
 	$(MAKE) --no-print-directory CC=clang MPI=0 BUILD=build-fuzz OPT=-O1 SAN="$(FUZZ_FLAGS)" \
