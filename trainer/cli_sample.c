@@ -284,11 +284,15 @@ int sample_main(int argc, char **argv) {
             }
             printf(", \"k\": %lld, \"tau\": %g, \"tokens_per_s\": %.1f}\n", (long long)k, tau, tps);
         }
-        fflush(stdout);
         free(pb);
         free(out);
         free(keys);
         s = e;
+        if (fs_flush_stdout(&err)) { /* e.g. a full disk under `> FILE` */
+            fprintf(stderr, "kf sample: %s\n", err.msg);
+            rc = KF_EXIT_ERROR;
+            break;
+        }
     }
     model_heads_free(heads);
     free(jobs);
