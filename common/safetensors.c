@@ -321,7 +321,7 @@ static float half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
     float f;
     if (exp == 0x1f) {
-        u = sign | 0x7f800000u | man << 13; /* inf, NaN (payload kept) */
+        u = sign | 0x7f800000u | man << 13 | (man ? 0x400000u : 0); /* inf; NaN quieted, as the hardware does */
     } else if (exp) {
         u = sign | (exp + 112) << 23 | man << 13;
     } else { /* zero or subnormal: man * 2^-24, exact in float */

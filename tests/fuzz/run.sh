@@ -22,7 +22,11 @@ for bin in build-fuzz/fuzz/fuzz_*; do
   work=$(mktemp -d); found=build-fuzz/findings/$name
   mkdir -p "$found"
   [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
-  dict=(); [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
+  case $name in
+    fuzz_json|fuzz_prefixes) dict=(-dict=tests/fuzz/json.dict) ;;
+    fuzz_config|fuzz_rundir|fuzz_manifest|fuzz_ckpt_state) dict=(-dict=tests/fuzz/yaml.dict) ;;
+    *) dict=() ;;
+  esac
   log=$(mktemp)
   # -max_total_time ends fuzzing cleanly; the timeout is a backstop for a hang
   # libFuzzer itself cannot report.
