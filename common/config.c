@@ -568,17 +568,6 @@ static void relabel(cfg_node *n, const char *label) {
     for (size_t i = 0; i < n->n; i++) relabel(n->items[i], label);
 }
 
-/* True when s[0..n) is well-formed UTF-8. */
-static bool utf8_valid(const char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        int bad;
-        i += utf8_decode((const unsigned char *)s + i, n - i, &cp, &bad);
-        if (bad) return false;
-    }
-    return true;
-}
-
 int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
     const char *eq = strchr(assignment, '=');
     char *label = fmt_alloc("override '%s'", assignment);
@@ -658,6 +647,16 @@ out:
 
 /* ---- canonical emission ---- */
 
+/* The code point when c starts with one of YAML's non-ASCII line breaks
+ * (U+0085, U+2028, U+2029), which a reader folds even inside double quotes,
+ * else 0. */
+static unsigned yaml_break_at(const char *c) {
+    const unsigned char *u = (const unsigned char *)c;
+    if (u[0] == 0xC2 && u[1] == 0x85) return 0x85;
+    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0xA8 || u[2] == 0xA9)) return 0x2000u + (u[2] - 0x80u);
+    return 0;
+}
+
 /* True when v, written plain, reads back as the same text with the same
  * meaning in both block and flow context. */
 static bool plain_ok(const char *v, bool quoted) {
@@ -682,7 +681,7 @@ static bool plain_ok(const char *v, bool quoted) {
     if (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == ':') return false;
     for (const char *c = v; *c; c++) {
         unsigned char u = (unsigned char)*c;
-        if (u < 0x20 || u == 0x7f || strchr(",[]{}", u)) return false;
+        if (u < 0x20 || u == 0x7f || strchr(",[]{}", u) || yaml_break_at(c)) return false;
         if ((c[0] == ':' && c[1] == ' ') || (c[0] == ' ' && c[1] == '#')) return false;
     }
     return true;
@@ -697,6 +696,10 @@ static void emit_scalar_text(strbuf *o, const char *v, bool quoted) {
         else if (u == '\n') strbuf_puts(o, "\\n");
         else if (u == '\t') strbuf_puts(o, "\\t");
         else if (u < 0x20 || u == 0x7f) strbuf_printf(o, "\\x%02x", u);
+        else if (yaml_break_at(c)) { /* found by fuzz_config: NEL came back as a space */
+            strbuf_printf(o, "\\u%04x", yaml_break_at(c));
+            c += u == 0xC2 ? 1 : 2;
+        }
         else strbuf_put(o, c, 1);
     }
     strbuf_put(o, "\"", 1);

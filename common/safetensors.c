@@ -15,6 +15,7 @@
 
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/utf8.h"
 
 enum { NDTYPES = ST_U8 + 1 };
 static const char *const DT_NAME[NDTYPES] = {"F64", "F32", "F16", "BF16", "I64", "I32", "U8"};
@@ -221,6 +222,9 @@ static int parse_header(safetensors_file *f, const char *hdr, size_t hn, uint64_
         const char *key = root->keys[i].s;
         const json *v = &root->kids[i];
         if (strlen(key) != root->keys[i].len) { rc = kf_err_set(err, "%s: tensor name with a NUL byte", path); break; }
+        /* the writer (json_escape) would turn ill-formed bytes into U+FFFD:
+         * a name read must be one that can be written back */
+        if (!utf8_valid(key, root->keys[i].len)) { rc = kf_err_set(err, "%s: a name in the header is not valid UTF-8", path); break; }
         for (size_t j = 0; j < i && !rc; j++)
             if (!strcmp(root->keys[j].s, key)) rc = kf_err_set(err, "%s: '%s' appears twice in the header", path, key);
         if (rc) break;
@@ -231,6 +235,10 @@ static int parse_header(safetensors_file *f, const char *hdr, size_t hn, uint64_
             for (size_t m = 0; m < v->n; m++) {
                 if (v->kids[m].type != JSON_STRING) {
                     rc = kf_err_set(err, "%s: __metadata__ '%s' is not a string", path, v->keys[m].s);
+                    break;
+                }
+                if (!utf8_valid(v->keys[m].s, v->keys[m].len) || !utf8_valid(v->kids[m].str.s, v->kids[m].str.len)) {
+                    rc = kf_err_set(err, "%s: __metadata__ entry %zu is not valid UTF-8", path, m);
                     break;
                 }
                 f->meta_keys[m] = kf_strdup(v->keys[m].s);

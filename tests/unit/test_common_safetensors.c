@@ -207,6 +207,10 @@ int main(void) {
                  "tensor 'x': shape[0] is not a non-negative integer");
     expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "tensor 'x': data_offsets must be");
     expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "tensor 'x': missing 'data_offsets'");
+    /* names the writer could not write back (found by fuzz_safetensors) */
+    expect_error("{\"x\xc8\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+                 "a name in the header is not valid UTF-8");
+    expect_error("{\"__metadata__\":{\"fo\xc8mat\":\"pt\"}}", 0, "__metadata__ entry 0 is not valid UTF-8");
     expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"z\":1}}", 8, "tensor 'x': unknown field 'z'");
     snprintf(h, sizeof h, "{%s,\"y\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", ok);
     expect_error(h, 8, "tensor 'y': starts at 4 but the previous tensor ends at 8 (overlap)");
