@@ -647,13 +647,17 @@ out:
 
 /* ---- canonical emission ---- */
 
-/* The code point when c starts with one of YAML's non-ASCII line breaks
- * (U+0085, U+2028, U+2029), which a reader folds even inside double quotes,
- * else 0. */
-static unsigned yaml_break_at(const char *c) {
+/* The code point when c starts with a non-ASCII character a YAML reader
+ * does not take back as written: the C1 controls (not printable; U+0085 and
+ * U+2028/9 are line breaks, folded even inside double quotes) and U+FFFE/F;
+ * else 0. *len gets its length in bytes. */
+static unsigned yaml_unsafe_at(const char *c, int *len) {
     const unsigned char *u = (const unsigned char *)c;
-    if (u[0] == 0xC2 && u[1] == 0x85) return 0x85;
+    *len = 2;
+    if (u[0] == 0xC2 && u[1] >= 0x80 && u[1] <= 0x9F) return u[1];
+    *len = 3;
     if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0xA8 || u[2] == 0xA9)) return 0x2000u + (u[2] - 0x80u);
+    if (u[0] == 0xEF && u[1] == 0xBF && (u[2] == 0xBE || u[2] == 0xBF)) return 0xFFC0u + (u[2] - 0x80u);
     return 0;
 }
 
@@ -681,7 +685,8 @@ static bool plain_ok(const char *v, bool quoted) {
     if (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == ':') return false;
     for (const char *c = v; *c; c++) {
         unsigned char u = (unsigned char)*c;
-        if (u < 0x20 || u == 0x7f || strchr(",[]{}", u) || yaml_break_at(c)) return false;
+        int len;
+        if (u < 0x20 || u == 0x7f || strchr(",[]{}", u) || yaml_unsafe_at(c, &len)) return false;
         if ((c[0] == ':' && c[1] == ' ') || (c[0] == ' ' && c[1] == '#')) return false;
     }
     return true;
@@ -692,13 +697,15 @@ static void emit_scalar_text(strbuf *o, const char *v, bool quoted) {
     strbuf_put(o, "\"", 1);
     for (const char *c = v; *c; c++) {
         unsigned char u = (unsigned char)*c;
+        unsigned cp;
+        int len;
         if (u == '"' || u == '\\') { strbuf_put(o, "\\", 1); strbuf_put(o, c, 1); }
         else if (u == '\n') strbuf_puts(o, "\\n");
         else if (u == '\t') strbuf_puts(o, "\\t");
         else if (u < 0x20 || u == 0x7f) strbuf_printf(o, "\\x%02x", u);
-        else if (yaml_break_at(c)) { /* found by fuzz_config: NEL came back as a space */
-            strbuf_printf(o, "\\u%04x", yaml_break_at(c));
-            c += u == 0xC2 ? 1 : 2;
+        else if ((cp = yaml_unsafe_at(c, &len))) { /* found by fuzz_config: NEL came back as a space */
+            strbuf_printf(o, "\\u%04x", cp);
+            c += len - 1;
         }
         else strbuf_put(o, c, 1);
     }

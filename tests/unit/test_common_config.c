@@ -253,14 +253,16 @@ static void test_emit(void) {
     cfg_free(r);
     cfg_free(r2);
 
-    /* YAML's non-ASCII line breaks (NEL, LS, PS) are escaped: written raw, a
-     * reader folds them into spaces even in quotes (found by fuzz_config). */
-    r = load("a: \"x\\Ny\\Lz\\Pw\"\n");
+    /* YAML's non-ASCII line breaks (NEL, LS, PS), the other C1 controls and
+     * U+FFFE/F are escaped: written raw, a reader folds the first into spaces
+     * even in quotes and refuses the others (found by fuzz_config). */
+    r = load("a: \"x\\Ny\\Lz\\Pw\\x9e\\uFFFE\"\n");
     out = cfg_emit(r);
-    T_CHECK(!strcmp(out, "a: \"x\\u0085y\\u2028z\\u2029w\"\n"), "line breaks escaped: got %s", out);
+    T_CHECK(!strcmp(out, "a: \"x\\u0085y\\u2028z\\u2029w\\u009e\\ufffe\"\n"), "escaped: got %s", out);
     r2 = load(out);
-    T_CHECK(cfg_get_str(r2, "a", &s, &err) == 0 && !strcmp(s, "x\xc2\x85y\xe2\x80\xa8z\xe2\x80\xa9w"),
-            "line breaks round trip: got '%s'", s);
+    T_CHECK(cfg_get_str(r2, "a", &s, &err) == 0 &&
+                !strcmp(s, "x\xc2\x85y\xe2\x80\xa8z\xe2\x80\xa9w\xc2\x9e\xef\xbf\xbe"),
+            "round trip: got '%s'", s);
     free(out);
     cfg_free(r);
     cfg_free(r2);
