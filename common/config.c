@@ -568,6 +568,20 @@ static void relabel(cfg_node *n, const char *label) {
     for (size_t i = 0; i < n->n; i++) relabel(n->items[i], label);
 }
 
+static void emit_scalar_text(strbuf *o, const char *v, bool quoted);
+
+/* True when key s[0..n), as cfg_emit writes it, is a key YAML reads back:
+ * an implicit key is at most 1024 characters (found by fuzz_config). */
+static bool key_fits(const char *s, int n) {
+    char *k = dupn(s, n);
+    strbuf b = {0};
+    emit_scalar_text(&b, k, true);
+    bool ok = b.len <= 1024;
+    free(b.s);
+    free(k);
+    return ok;
+}
+
 int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
     const char *eq = strchr(assignment, '=');
     char *label = fmt_alloc("override '%s'", assignment);
@@ -610,6 +624,10 @@ int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
             goto out;
         }
         if (!c && (index >= 0 || len == 0)) { kf_err_set(err, "%s: '%s' is not a list", label, n->path); goto out; }
+        if (!c && !key_fits(seg, len)) {
+            kf_err_set(err, "%s: a key longer than YAML's 1024 characters", label);
+            goto out;
+        }
         if (last) {
             cfg_node *repl = val;
             val = NULL;

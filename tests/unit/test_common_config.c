@@ -186,6 +186,11 @@ static void test_overrides(void) {
           "override 'x=a: b': expected a scalar, [list] or {mapping}: quote text containing ': '");
     /* found by fuzz_config: a key the emitter writes must load again */
     T_ERR(cfg_override(r, "mo\xe4" "el.x=1", &err), "override 'mo\xe4" "el.x=1': the key path is not valid UTF-8");
+    char longkey[320]; /* 300 bytes, each written as \x01: 1200 characters */
+    memset(longkey, 1, 300);
+    snprintf(longkey + 300, sizeof longkey - 300, "=1");
+    T_CHECK(cfg_override(r, longkey, &err) == -1 && strstr(err.msg, "a key longer than YAML's 1024 characters"),
+            "long key: got '%s'", err.msg);
     T_ERR(cfg_override(r, "x=*a", &err), "override 'x=*a': aliases (*name) are not supported: write the value out");
 
     /* Read everything legitimate; the unknown override is reported as such. */
