@@ -688,8 +688,9 @@ static bool plain_ok(const char *v, bool quoted) {
         int64_t i;
         double d;
         cfg_node tmp = {.kind = CFG_SCALAR, .value = (char *)v};
+        /* a plain key << is a merge key, which loading refuses (found by fuzz_config) */
         if (parse_int_text(v, &i) != -1 || parse_double_text(v, &d) || is_bool_text(v, NULL) || cfg_is_null(&tmp) ||
-            strchr(v, ':'))
+            strchr(v, ':') || !strcmp(v, "<<"))
             return false;
         for (size_t k = 0; k < sizeof yaml11 / sizeof *yaml11; k++)
             if (!strcasecmp(v, yaml11[k])) return false;

@@ -271,6 +271,15 @@ static void test_emit(void) {
     free(out);
     cfg_free(r);
     cfg_free(r2);
+    /* a key << (made by an override) is written quoted: plain, it is a merge key */
+    r = load("a: 1\n");
+    T_CHECK(cfg_override(r, "<<.b=2", &err) == 0, "override <<: %s", err.msg);
+    out = cfg_emit(r);
+    T_CHECK(!strcmp(out, "a: 1\n\"<<\":\n  b: 2\n"), "<< quoted: got %s", out);
+    r2 = load(out);
+    free(out);
+    cfg_free(r);
+    cfg_free(r2);
 
     /* From a file: positions name the path. */
     char path[] = "/tmp/kf_test_config_XXXXXX";
