@@ -57,7 +57,7 @@ endif
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-isa test-loaded test-asan test-tsan test-cuda tests clean bench cuda-check emu-tests FORCE
+.PHONY: all test test-isa test-loaded test-asan test-tsan test-cuda test-fuzz fuzz tests clean bench cuda-check emu-tests FORCE
 all: $(BIN)
 
 $(BUILD)/libkf.a: $(OBJ)
@@ -149,6 +149,28 @@ test-tsan:
 	$(MAKE) --no-print-directory BUILD=build-tsan BIN=build-tsan/kf OPT=-O1 SAN="$(TSAN_FLAGS)" tests
 	$(SAN_ENV) KF_BIN=build-tsan/kf KF_TEST_BUILD=build-tsan tests/run.sh $(or $(T),$(TSAN_TESTS))
 
+# libFuzzer harnesses (tests/fuzz/, docs/fuzzing.md): the library built by
+# clang with ASan + UBSan and libFuzzer's coverage into build-fuzz/ (never
+# bin/kf); `make test-fuzz FUZZ_SECONDS=N` replays the committed corpus of
+# each harness and then fuzzes it for N seconds, one check per harness.
+FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+# the parsers only: kernels/ needs _Float16, which clang 14 lacks on x86-64
+FUZZ_LIB_SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c jobs/*.c) $(addprefix trainer/,quality.c prefixes.c checkpoint.c)
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(MAKE) --no-print-directory CC=clang MPI=0 BUILD=build-fuzz OPT=-O1 SAN="$(FUZZ_FLAGS)" \
+		$(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/fuzz/%)
+test-fuzz: fuzz
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(T)
+
+$(BUILD)/libkf-fuzz.a: $(FUZZ_LIB_SRC:%.c=$(BUILD)/%.o)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h $(BUILD)/libkf-fuzz.a
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libkf-fuzz.a $(LDLIBS)
+
 # The whole CPU suite with the kernels forced to one SIMD level (base, avx2,
 # avx512, vnni: at most what this CPU has), e.g. make test-isa ISA=avx2.
 test-isa: tests
@@ -168,6 +190,6 @@ test-cuda:
 	KF_TEST_CUDA=1 KF_BIN=build-cuda/kf KF_TEST_BUILD=build-cuda tests/run.sh cuda
 
 clean:
-	rm -rf build build-cuda build-emu build-emu-asan build-asan build-tsan bin
+	rm -rf build build-cuda build-emu build-emu-asan build-asan build-tsan build-fuzz bin
 
--include $(OBJ:.o=.d) $(BUILD)/kf.d
+-include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d)

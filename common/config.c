@@ -15,6 +15,7 @@
 #include "common/fsutil.h"
 #include "common/sha256.h"
 #include "common/strbuf.h"
+#include "common/utf8.h"
 
 enum { MAX_DEPTH = 200 }; /* bounded recursion on hostile input */
 
@@ -567,12 +568,33 @@ static void relabel(cfg_node *n, const char *label) {
     for (size_t i = 0; i < n->n; i++) relabel(n->items[i], label);
 }
 
+static void emit_scalar_text(strbuf *o, const char *v, bool quoted);
+
+/* True when key s[0..n), as cfg_emit writes it, is a key YAML reads back:
+ * an implicit key is at most 1024 characters (found by fuzz_config). */
+static bool key_fits(const char *s, int n) {
+    char *k = dupn(s, n);
+    strbuf b = {0};
+    emit_scalar_text(&b, k, true);
+    bool ok = b.len <= 1024;
+    free(b.s);
+    free(k);
+    return ok;
+}
+
 int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
     const char *eq = strchr(assignment, '=');
     char *label = fmt_alloc("override '%s'", assignment);
     int rc = -1;
     if (!eq || eq == assignment) {
         kf_err_set(err, "%s: expected KEY.PATH=VALUE", label);
+        free(label);
+        return -1;
+    }
+    /* libyaml checks the value; a key it never parses must be checked here,
+     * or cfg_emit writes text that does not load again (a frozen run.yaml) */
+    if (!utf8_valid(assignment, (size_t)(eq - assignment))) {
+        kf_err_set(err, "%s: the key path is not valid UTF-8", label);
         free(label);
         return -1;
     }
@@ -602,6 +624,10 @@ int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
             goto out;
         }
         if (!c && (index >= 0 || len == 0)) { kf_err_set(err, "%s: '%s' is not a list", label, n->path); goto out; }
+        if (!c && !key_fits(seg, len)) {
+            kf_err_set(err, "%s: a key longer than YAML's 1024 characters", label);
+            goto out;
+        }
         if (last) {
             cfg_node *repl = val;
             val = NULL;
@@ -639,6 +665,20 @@ out:
 
 /* ---- canonical emission ---- */
 
+/* The code point when c starts with a non-ASCII character a YAML reader
+ * does not take back as written: the C1 controls (not printable; U+0085 and
+ * U+2028/9 are line breaks, folded even inside double quotes) and U+FFFE/F;
+ * else 0. *len gets its length in bytes. */
+static unsigned yaml_unsafe_at(const char *c, int *len) {
+    const unsigned char *u = (const unsigned char *)c;
+    *len = 2;
+    if (u[0] == 0xC2 && u[1] >= 0x80 && u[1] <= 0x9F) return u[1];
+    *len = 3;
+    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0xA8 || u[2] == 0xA9)) return 0x2000u + (u[2] - 0x80u);
+    if (u[0] == 0xEF && u[1] == 0xBF && (u[2] == 0xBE || u[2] == 0xBF)) return 0xFFC0u + (u[2] - 0x80u);
+    return 0;
+}
+
 /* True when v, written plain, reads back as the same text with the same
  * meaning in both block and flow context. */
 static bool plain_ok(const char *v, bool quoted) {
@@ -648,8 +688,9 @@ static bool plain_ok(const char *v, bool quoted) {
         int64_t i;
         double d;
         cfg_node tmp = {.kind = CFG_SCALAR, .value = (char *)v};
+        /* a plain key << is a merge key, which loading refuses (found by fuzz_config) */
         if (parse_int_text(v, &i) != -1 || parse_double_text(v, &d) || is_bool_text(v, NULL) || cfg_is_null(&tmp) ||
-            strchr(v, ':'))
+            strchr(v, ':') || !strcmp(v, "<<"))
             return false;
         for (size_t k = 0; k < sizeof yaml11 / sizeof *yaml11; k++)
             if (!strcasecmp(v, yaml11[k])) return false;
@@ -663,7 +704,8 @@ static bool plain_ok(const char *v, bool quoted) {
     if (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == ':') return false;
     for (const char *c = v; *c; c++) {
         unsigned char u = (unsigned char)*c;
-        if (u < 0x20 || u == 0x7f || strchr(",[]{}", u)) return false;
+        int len;
+        if (u < 0x20 || u == 0x7f || strchr(",[]{}", u) || yaml_unsafe_at(c, &len)) return false;
         if ((c[0] == ':' && c[1] == ' ') || (c[0] == ' ' && c[1] == '#')) return false;
     }
     return true;
@@ -674,10 +716,16 @@ static void emit_scalar_text(strbuf *o, const char *v, bool quoted) {
     strbuf_put(o, "\"", 1);
     for (const char *c = v; *c; c++) {
         unsigned char u = (unsigned char)*c;
+        unsigned cp;
+        int len;
         if (u == '"' || u == '\\') { strbuf_put(o, "\\", 1); strbuf_put(o, c, 1); }
         else if (u == '\n') strbuf_puts(o, "\\n");
         else if (u == '\t') strbuf_puts(o, "\\t");
         else if (u < 0x20 || u == 0x7f) strbuf_printf(o, "\\x%02x", u);
+        else if ((cp = yaml_unsafe_at(c, &len))) { /* found by fuzz_config: NEL came back as a space */
+            strbuf_printf(o, "\\u%04x", cp);
+            c += len - 1;
+        }
         else strbuf_put(o, c, 1);
     }
     strbuf_put(o, "\"", 1);

@@ -4,7 +4,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -189,4 +191,15 @@ int fs_rename_atomic(const char *from, const char *to, kf_err *err) {
     fs_dirname(from, d2, sizeof d2);
     if (fs_fsync_dir(d1, err)) return -1;
     return strcmp(d1, d2) ? fs_fsync_dir(d2, err) : 0;
+}
+
+int fs_flush_stdout(kf_err *err) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    int e = errno ? errno : EIO; /* ferror alone: an earlier write failed */
+    char target[PATH_MAX];
+    ssize_t n = readlink("/proc/self/fd/1", target, sizeof target - 1);
+    if (n > 0) target[n] = 0;
+    return kf_err_set(err, "%s%s%s: write: %s", n > 0 ? "stdout (" : "stdout", n > 0 ? target : "",
+                      n > 0 ? ")" : "", strerror(e));
 }

@@ -44,6 +44,12 @@ void fs_atomic_abort(fs_atomic *a);
 /** Replaces path with exactly len bytes of data, atomically and durably. */
 int fs_write_atomic(const char *path, const void *data, size_t len, kf_err *err);
 
+/** Flushes stdout and reports whether everything written to it so far
+ * arrived: a failed write (a full disk under `> FILE`) is an error naming the
+ * file stdout goes to (from /proc/self/fd/1), else "stdout". Commands whose
+ * output is their product call it after each chunk and before exiting 0. */
+int fs_flush_stdout(kf_err *err);
+
 /** Reads a whole file into a fresh buffer (*buf, release with free()), with a
  * NUL after the last byte (not counted in *len) so text can be used as a C
  * string. */

@@ -15,6 +15,7 @@
 
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/utf8.h"
 
 enum { NDTYPES = ST_U8 + 1 };
 static const char *const DT_NAME[NDTYPES] = {"F64", "F32", "F16", "BF16", "I64", "I32", "U8"};
@@ -221,6 +222,9 @@ static int parse_header(safetensors_file *f, const char *hdr, size_t hn, uint64_
         const char *key = root->keys[i].s;
         const json *v = &root->kids[i];
         if (strlen(key) != root->keys[i].len) { rc = kf_err_set(err, "%s: tensor name with a NUL byte", path); break; }
+        /* the writer (json_escape) would turn ill-formed bytes into U+FFFD:
+         * a name read must be one that can be written back */
+        if (!utf8_valid(key, root->keys[i].len)) { rc = kf_err_set(err, "%s: a name in the header is not valid UTF-8", path); break; }
         for (size_t j = 0; j < i && !rc; j++)
             if (!strcmp(root->keys[j].s, key)) rc = kf_err_set(err, "%s: '%s' appears twice in the header", path, key);
         if (rc) break;
@@ -231,6 +235,10 @@ static int parse_header(safetensors_file *f, const char *hdr, size_t hn, uint64_
             for (size_t m = 0; m < v->n; m++) {
                 if (v->kids[m].type != JSON_STRING) {
                     rc = kf_err_set(err, "%s: __metadata__ '%s' is not a string", path, v->keys[m].s);
+                    break;
+                }
+                if (!utf8_valid(v->keys[m].s, v->keys[m].len) || !utf8_valid(v->kids[m].str.s, v->kids[m].str.len)) {
+                    rc = kf_err_set(err, "%s: __metadata__ entry %zu is not valid UTF-8", path, m);
                     break;
                 }
                 f->meta_keys[m] = kf_strdup(v->keys[m].s);
@@ -315,6 +323,24 @@ const char *safetensors_meta(const safetensors_file *f, const char *key) {
     return NULL;
 }
 
+/* IEEE binary16 bits to float, exactly (portable C: clang 14, which builds
+ * the fuzzers, has no _Float16 on x86-64 without AVX512-FP16). */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    float f;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | man << 13 | (man ? 0x400000u : 0); /* inf; NaN quieted, as the hardware does */
+    } else if (exp) {
+        u = sign | (exp + 112) << 23 | man << 13;
+    } else { /* zero or subnormal: man * 2^-24, exact in float */
+        f = (float)man * 0x1p-24f;
+        memcpy(&u, &f, 4);
+        u |= sign;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 int safetensors_read_f32(const safetensors_tensor *t, float *dst, kf_err *err) {
     const unsigned char *p = t->data;
     switch (t->dtype) {
@@ -323,7 +349,7 @@ int safetensors_read_f32(const safetensors_tensor *t, float *dst, kf_err *err) {
         for (int64_t i = 0; i < t->numel; i++) { double v; memcpy(&v, p + 8 * i, 8); dst[i] = (float)v; }
         return 0;
     case ST_F16:
-        for (int64_t i = 0; i < t->numel; i++) { _Float16 v; memcpy(&v, p + 2 * i, 2); dst[i] = (float)v; }
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
         return 0;
     case ST_BF16:
         for (int64_t i = 0; i < t->numel; i++) {

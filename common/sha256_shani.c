@@ -5,12 +5,18 @@
 #include "common/sha256_blocks.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 extern const uint32_t sha256_K[64]; /* common/sha256.c */
 
+/* cpuid rather than __builtin_cpu_supports("sha"), which clang 14 (the
+ * fuzzing build) does not know: SHA is leaf 7 EBX bit 29, SSE4.1 and SSSE3
+ * leaf 1 ECX bits 19 and 9. */
 int sha256_shani_available(void) {
-    return __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSE4_1) || !(c & bit_SSSE3)) return 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA);
 }
 
 __attribute__((target("sha,sse4.1,ssse3"))) void sha256_blocks_shani(uint32_t h[8], const uint8_t *p,

@@ -43,3 +43,14 @@ size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad)
     *cp = c;
     return need + 1;
 }
+
+bool utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int bad;
+        i += utf8_decode((const unsigned char *)s + i, n - i, &cp, &bad);
+        if (bad) return false;
+    }
+    return true;
+}

@@ -5,6 +5,7 @@
 #ifndef KF_COMMON_UTF8_H
 #define KF_COMMON_UTF8_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,5 +30,8 @@ static inline size_t utf8_encode(uint32_t cp, char *o)
  * maximal subpart (Unicode's "best practice", as Python's decoder), with
  * *bad set to 1; otherwise *bad is 0. */
 size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad);
+
+/** True when s[0..n) is well-formed UTF-8 (no surrogates, no overlongs). */
+bool utf8_valid(const char *s, size_t n);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/fsutil.h"
@@ -35,6 +36,14 @@ struct shard_writer {
 };
 
 static int lmdb_err(kf_err *err, const char *path, const char *what, int rc) {
+    if (rc == EIO) { /* LMDB reports a short write (a full filesystem) as EIO */
+        char dir[4096];
+        struct statvfs s;
+        fs_dirname(path, dir, sizeof dir);
+        if (statvfs(dir, &s) == 0 && s.f_bavail == 0)
+            return kf_err_set(err, "%s: %s: %s (a short write: the filesystem is full)", path, what,
+                              strerror(ENOSPC));
+    }
     return kf_err_set(err, "%s: %s: %s", path, what, mdb_strerror(rc));
 }
 

@@ -71,12 +71,13 @@ static void word_flush(bert_state *b, tok_ids *out)
             if (start == 0) {
                 id = strmap_get(&b->vocab, w, end);
             } else {
-                char save0 = w[start - 2], save1 = w[start - 1];
-                w[start - 2] = '#';
-                w[start - 1] = '#';
-                id = strmap_get(&b->vocab, w + start - 2, end - start + 2);
-                w[start - 2] = save0;
-                w[start - 1] = save1;
+                /* (w + start) - 2, not w[start - 2]: start - 2 wraps as size_t
+                 * when start is 1, an out-of-range pointer offset (UB) */
+                char *p = w + start - 2, save0 = p[0], save1 = p[1];
+                p[0] = p[1] = '#';
+                id = strmap_get(&b->vocab, p, end - start + 2);
+                p[0] = save0;
+                p[1] = save1;
             }
             if (id >= 0) break;
         }

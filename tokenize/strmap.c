@@ -56,7 +56,7 @@ int32_t strmap_put(strmap *m, const void *key, size_t len, int32_t val)
             if (old[i].val >= 0) insert_slot(m, old[i]);
         free(old);
     }
-    if (m->pool_n + len > m->pool_cap) {
+    if (!m->pool || m->pool_n + len > m->pool_cap) { /* !pool: an empty first key adds 0 to NULL (UB) */
         m->pool_cap = 2 * (m->pool_n + len) + 4096;
         m->pool = kf_realloc(m->pool, m->pool_cap);
     }

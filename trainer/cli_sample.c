@@ -16,6 +16,7 @@
 #include "trainer/decode.h"
 #include "trainer/model.h"
 #include "trainer/omp_env.h"
+#include "trainer/prefixes.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -64,79 +65,6 @@ static int cmp_len(const void *a, const void *b) {
     const job *x = a, *y = b;
     if (x->n != y->n) return x->n < y->n ? -1 : 1;
     return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* Reads the prefixes of a JSONL file. */
-static int read_prefixes(const char *path, tok *tk, int32_t ***out, int64_t **lens, int64_t *count,
-                         kf_err *err) {
-    char *text;
-    size_t len;
-    if (fs_read_file(path, &text, &len, err)) return -1;
-    int64_t n = 0, cap = 0, line = 0;
-    int32_t **pre = NULL;
-    int64_t *pl = NULL;
-    int rc = 0;
-    for (char *p = text; p < text + len && !rc;) {
-        char *e = memchr(p, '\n', (size_t)(text + len - p));
-        size_t l = e ? (size_t)(e - p) : (size_t)(text + len - p);
-        line++;
-        char name[4200];
-        snprintf(name, sizeof name, "%s:%lld", path, (long long)line);
-        int blank = 1;
-        for (size_t i = 0; i < l; i++) blank &= p[i] == ' ' || p[i] == '\t' || p[i] == '\r';
-        if (!blank) {
-            json_doc *d = json_parse(p, l, name, err);
-            if (!d) {
-                rc = -1;
-                break;
-            }
-            const json *r = json_root(d);
-            const json *ids = json_get(r, "prefix"), *tx = json_get(r, "text");
-            tok_ids got = {0};
-            if (ids && ids->type == JSON_ARRAY) {
-                for (size_t i = 0; i < ids->n && !rc; i++) {
-                    const json *v = &ids->kids[i];
-                    if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i > INT32_MAX)
-                        rc = kf_err_set(err, "%s: prefix[%zu] is not a token id", name, i);
-                    else
-                        tok_ids_push(&got, (int32_t)v->i);
-                }
-            } else if (tx && tx->type == JSON_STRING) {
-                if (!tk)
-                    rc = kf_err_set(err, "%s: a text prefix needs --vocab DIR", name);
-                else
-                    tok_encode(tk, tx->str.s, tx->str.len, 0, &got, NULL);
-            } else {
-                rc = kf_err_set(err, "%s: expected {\"prefix\": [ids]} or {\"text\": \"...\"}", name);
-            }
-            if (!rc && got.n == 0) rc = kf_err_set(err, "%s: empty prefix", name);
-            if (!rc) {
-                if (n == cap) {
-                    cap = cap ? 2 * cap : 16;
-                    pre = kf_realloc(pre, (size_t)cap * sizeof *pre);
-                    pl = kf_realloc(pl, (size_t)cap * sizeof *pl);
-                }
-                pre[n] = kf_malloc(got.n * sizeof(int32_t));
-                memcpy(pre[n], got.v, got.n * sizeof(int32_t));
-                pl[n++] = (int64_t)got.n;
-            }
-            tok_ids_free(&got);
-            json_free(d);
-        }
-        p += l + 1;
-    }
-    free(text);
-    if (!rc && n == 0) rc = kf_err_set(err, "%s: no prefixes (the file is empty)", path);
-    if (rc) {
-        for (int64_t i = 0; i < n; i++) free(pre[i]);
-        free(pre);
-        free(pl);
-        return -1;
-    }
-    *out = pre;
-    *lens = pl;
-    *count = n;
-    return 0;
 }
 
 static double now_s(void) {
@@ -260,7 +188,7 @@ int sample_main(int argc, char **argv) {
     int32_t **pre = NULL;
     int64_t *plen = NULL, npre = 0;
     if (prefix_file) {
-        if (read_prefixes(prefix_file, tk, &pre, &plen, &npre, &err)) {
+        if (prefixes_read(prefix_file, tk, &pre, &plen, &npre, &err)) {
             fprintf(stderr, "kf sample: %s\n", err.msg);
             tok_free(tk);
             return KF_EXIT_ERROR;
@@ -356,11 +284,15 @@ int sample_main(int argc, char **argv) {
             }
             printf(", \"k\": %lld, \"tau\": %g, \"tokens_per_s\": %.1f}\n", (long long)k, tau, tps);
         }
-        fflush(stdout);
         free(pb);
         free(out);
         free(keys);
         s = e;
+        if (fs_flush_stdout(&err)) { /* e.g. a full disk under `> FILE` */
+            fprintf(stderr, "kf sample: %s\n", err.msg);
+            rc = KF_EXIT_ERROR;
+            break;
+        }
     }
     model_heads_free(heads);
     free(jobs);

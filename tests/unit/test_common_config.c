@@ -184,6 +184,13 @@ static void test_overrides(void) {
           "override 'x=[1, 2': did not find expected ',' or ']' while parsing a flow sequence");
     T_ERR(cfg_override(r, "x=a: b", &err),
           "override 'x=a: b': expected a scalar, [list] or {mapping}: quote text containing ': '");
+    /* found by fuzz_config: a key the emitter writes must load again */
+    T_ERR(cfg_override(r, "mo\xe4" "el.x=1", &err), "override 'mo\xe4" "el.x=1': the key path is not valid UTF-8");
+    char longkey[320]; /* 300 bytes, each written as \x01: 1200 characters */
+    memset(longkey, 1, 300);
+    snprintf(longkey + 300, sizeof longkey - 300, "=1");
+    T_CHECK(cfg_override(r, longkey, &err) == -1 && strstr(err.msg, "a key longer than YAML's 1024 characters"),
+            "long key: got '%s'", err.msg);
     T_ERR(cfg_override(r, "x=*a", &err), "override 'x=*a': aliases (*name) are not supported: write the value out");
 
     /* Read everything legitimate; the unknown override is reported as such. */
@@ -248,6 +255,29 @@ static void test_emit(void) {
     T_CHECK(strcmp(h1, h2) != 0, "hash ignores a changed value");
     free(out);
     free(out2);
+    cfg_free(r);
+    cfg_free(r2);
+
+    /* YAML's non-ASCII line breaks (NEL, LS, PS), the other C1 controls and
+     * U+FFFE/F are escaped: written raw, a reader folds the first into spaces
+     * even in quotes and refuses the others (found by fuzz_config). */
+    r = load("a: \"x\\Ny\\Lz\\Pw\\x9e\\uFFFE\"\n");
+    out = cfg_emit(r);
+    T_CHECK(!strcmp(out, "a: \"x\\u0085y\\u2028z\\u2029w\\u009e\\ufffe\"\n"), "escaped: got %s", out);
+    r2 = load(out);
+    T_CHECK(cfg_get_str(r2, "a", &s, &err) == 0 &&
+                !strcmp(s, "x\xc2\x85y\xe2\x80\xa8z\xe2\x80\xa9w\xc2\x9e\xef\xbf\xbe"),
+            "round trip: got '%s'", s);
+    free(out);
+    cfg_free(r);
+    cfg_free(r2);
+    /* a key << (made by an override) is written quoted: plain, it is a merge key */
+    r = load("a: 1\n");
+    T_CHECK(cfg_override(r, "<<.b=2", &err) == 0, "override <<: %s", err.msg);
+    out = cfg_emit(r);
+    T_CHECK(!strcmp(out, "a: 1\n\"<<\":\n  b: 2\n"), "<< quoted: got %s", out);
+    r2 = load(out);
+    free(out);
     cfg_free(r);
     cfg_free(r2);
 

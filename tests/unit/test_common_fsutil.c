@@ -2,7 +2,9 @@
  * killed mid-write leaves the old file), read_file, mkdir_p, rm_rf (links not
  * followed), rename_atomic, dirname. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -123,5 +125,19 @@ int main(void) {
     T_CHECK(fs_rm_rf(q, &err) == 0, "rm_rf of a missing path: %s", err.msg);
     T_CHECK(fs_fsync_dir(root, &err) == 0 && fs_fsync_path(p, &err) == 0, "fsync: %s", err.msg);
     T_CHECK(fs_rm_rf(root, &err) == 0 && !fs_exists(root), "cleanup: %s", err.msg);
+
+    /* A failed stdout write (a full disk under `> FILE`) names the file. */
+    T_CHECK(fs_flush_stdout(&err) == 0, "flush to the terminal or pipe: %s", err.msg);
+    fflush(stdout);
+    int saved = dup(1), full = open("/dev/full", O_WRONLY);
+    T_CHECK(saved >= 0 && full >= 0 && dup2(full, 1) == 1, "redirect stdout to /dev/full");
+    close(full);
+    printf("lost\n");
+    int rc = fs_flush_stdout(&err);
+    clearerr(stdout);
+    dup2(saved, 1);
+    close(saved);
+    T_CHECK(rc == -1 && !strcmp(err.msg, "stdout (/dev/full): write: No space left on device"),
+            "flush to /dev/full: got '%s'", err.msg);
     return T_DONE();
 }

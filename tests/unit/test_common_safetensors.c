@@ -207,6 +207,10 @@ int main(void) {
                  "tensor 'x': shape[0] is not a non-negative integer");
     expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "tensor 'x': data_offsets must be");
     expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "tensor 'x': missing 'data_offsets'");
+    /* names the writer could not write back (found by fuzz_safetensors) */
+    expect_error("{\"x\xc8\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+                 "a name in the header is not valid UTF-8");
+    expect_error("{\"__metadata__\":{\"fo\xc8mat\":\"pt\"}}", 0, "__metadata__ entry 0 is not valid UTF-8");
     expect_error("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"z\":1}}", 8, "tensor 'x': unknown field 'z'");
     snprintf(h, sizeof h, "{%s,\"y\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", ok);
     expect_error(h, 8, "tensor 'y': starts at 4 but the previous tensor ends at 8 (overlap)");
@@ -232,6 +236,35 @@ int main(void) {
     craft("{}      ", 0);
     T_CHECK(safetensors_open(path, &f, &err) == 0 && f->n == 0, "empty file: %s", err.msg);
     safetensors_close(f);
+
+    /* F16 reads (portable bit conversion) agree with the compiler's _Float16
+     * conversion bit for bit on all 65536 values: subnormals, inf, NaN. */
+    static uint16_t all16[65536];
+    static float all32[65536];
+    for (uint32_t i = 0; i < 65536; i++) all16[i] = (uint16_t)i;
+    int64_t n16 = 65536;
+    wr = safetensors_writer_new();
+    safetensors_add(wr, "h", ST_F16, 1, &n16, all16);
+    T_CHECK(safetensors_write(wr, path, &err) == 0, "write f16: %s", err.msg);
+    safetensors_writer_free(wr);
+    T_CHECK(safetensors_open(path, &f, &err) == 0, "open f16: %s", err.msg);
+    if (f) {
+        T_CHECK(safetensors_read_f32(&f->tensors[0], all32, &err) == 0, "read f16: %s", err.msg);
+        uint32_t first_bad = 65536, got_bits = 0, want_bits = 0;
+        for (uint32_t i = 0; i < 65536 && first_bad == 65536; i++) {
+            _Float16 h;
+            memcpy(&h, &all16[i], 2);
+            float want = (float)h;
+            if (memcmp(&want, &all32[i], 4)) {
+                first_bad = i;
+                memcpy(&got_bits, &all32[i], 4);
+                memcpy(&want_bits, &want, 4);
+            }
+        }
+        T_CHECK(first_bad == 65536, "f16 0x%04x reads as float bits 0x%08x, want 0x%08x", first_bad, got_bits,
+                want_bits);
+        safetensors_close(f);
+    }
     fs_rm_rf(dir, &err);
     return T_DONE();
 }
