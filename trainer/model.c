@@ -620,9 +620,9 @@ void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first,
     KF_CHECK(period > 0 && first >= 0 && first + count <= period && rows % period == 0,
              "model_weight_dlogits: rows %lld, period %lld, [%lld, +%lld)", (long long)rows,
              (long long)period, (long long)first, (long long)count);
+    float *dlogits = ws->logits.p;
     /* each period's weighted rows are contiguous */
-    for (int64_t r = first; r < rows; r += period)
-        m->be->scale(m->be, ws->logits.p + r * V, w, count * V);
+    for (int64_t r = first; r < rows; r += period) m->be->scale(m->be, dlogits + r * V, w, count * V);
 }
 
 void model_backward(model *m, model_ws *ws) { model_backward_notify(m, ws, NULL, NULL); }
