@@ -89,7 +89,7 @@ def run_chain(rng, p, pi2, n):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1],
+    ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
