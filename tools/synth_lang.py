@@ -7,7 +7,7 @@ per context (weights drawn from a Dirichlet), plus `noise` spread uniformly,
 so every sequence has non-zero probability and the k tokens after a context
 are genuinely random and dependent (not a permutation). The joint of any
 window is exact: the stationary distribution over symbol pairs times the
-transition probabilities (`joint`, used by tools/tv_pairs.py --exact).
+transition probabilities (lang.json holds both; tools/tv_pairs.py --exact reads it).
 
 Everything is a pure function of --seed (Python's random.Random; no numpy, so
 any python3 runs it). It writes, in OUT:
