@@ -30,7 +30,7 @@ runconfig_prec runconfig_precision_at(const runconfig_opts *o, int64_t step) {
 
 static const runconfig_opts builtin_defaults = {
     .batch = 32, .micro_batch = 0, .lr = 1e-4, .warmup = 0, .beta1 = 0.9, .beta2 = 0.999,
-    .eps = 1e-6, .weight_decay = 0.0, .ema = 0.999, .clip = 1.0, .seed = 1234,
+    .eps = 1e-6, .weight_decay = 0.0, .ema = 0.999, .clip = 1.0, .seed = 1234, .new_weight = 1.0,
     .checkpoint_every = 100, .keep_checkpoints = 3, .log_every = 10, .eval_every = 0,
     .eval_batches = 4, .n_phases = 1, .phases = {{-1, RC_PREC_FP32}}, .scale_init = 65536.0,
     .scale_growth_interval = 2000, .scale_growth = 2.0, .scale_backoff = 0.5,
@@ -97,6 +97,8 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
         opt_dbl_range(n, "eps", &o->eps, 0, 1, 1, err) ||
         opt_dbl_range(n, "weight_decay", &o->weight_decay, 0, 0, 1, err) ||
         opt_dbl_range(n, "ema", &o->ema, 0, 0, 1, err) ||
+        opt_dbl_range(n, "new_weight", &o->new_weight, 0, 1, 100, err) ||
+        opt_int_min(n, "tau_curriculum", &o->tau_curriculum, 0, err) ||
         opt_dbl_range(n, "clip", &o->clip, -1, 0, 1e30, err) ||
         opt_int_min(n, "seed", &seed, 0, err) ||
         opt_int_min(n, "checkpoint_every", &o->checkpoint_every, 0, err) ||

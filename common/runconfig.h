@@ -30,6 +30,12 @@
  *     output_bias: zero    # zero (the reference) | unigram: a student that starts
  *                          # from scratch (no `init:`) gets output_layer.linear.bias =
  *                          # log of the training split's smoothed token frequencies
+ *     new_weight: 1.0      # self_forcing only: the loss weight of the student's k/2
+ *                          # new positions (j >= k/2, the teacher's second round)
+ *                          # relative to the k/2 it inherits; (0, 100]
+ *     tau_curriculum: 0    # PFLM stages: over the first N steps the sampled tau's
+ *                          # upper end rises linearly from tau_min to tau_max (the
+ *                          # near-deterministic low temperatures first); 0: off
  *   stages:                                      # ordered
  *     - {name: ar, kind: ar, steps: 600}
  *     - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 400, tau: [0.01, 1.0]}
@@ -116,6 +122,8 @@ typedef struct runconfig_opts {
     int64_t scale_growth_interval;
     double scale_growth, scale_backoff;
     int unigram_bias;         /* output bias starts at the training data's log unigram */
+    double new_weight;        /* self_forcing: loss weight of the k/2 new positions */
+    int64_t tau_curriculum;   /* steps over which the tau range opens up (0: off) */
 } runconfig_opts;
 
 typedef struct runconfig_stage {

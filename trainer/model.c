@@ -661,6 +661,18 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
     return sum;
 }
 
+void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,
+                          float w) {
+    KF_CHECK(ws->train && ws->have_dlogits, "model_weight_dlogits: needs model_loss after a MODEL_TRAIN forward");
+    int64_t rows = model_ws_rows(ws), V = m->cfg.vocab;
+    KF_CHECK(period > 0 && first >= 0 && first + count <= period && rows % period == 0,
+             "model_weight_dlogits: rows %lld, period %lld, [%lld, +%lld)", (long long)rows,
+             (long long)period, (long long)first, (long long)count);
+    float *dlogits = ws->logits.p;
+    /* each period's weighted rows are contiguous */
+    for (int64_t r = first; r < rows; r += period) m->be->scale(m->be, dlogits + r * V, w, count * V);
+}
+
 void model_backward(model *m, model_ws *ws) { model_backward_notify(m, ws, NULL, NULL); }
 
 void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, void *ctx) {

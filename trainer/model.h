@@ -208,6 +208,12 @@ int64_t model_ws_rows(const model_ws *ws);
 double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
                   int64_t *count, float *row_loss);
 
+/** Multiplies the dlogits left by model_loss (a MODEL_TRAIN pass) of the logit
+ *  rows r with first <= r % period < first + count by w: per-position loss
+ *  weights for outputs grouped (t, j) with period = k (shared head). */
+void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,
+                          float w);
+
 /** Backpropagates the dlogits left by model_loss; grads += . */
 void model_backward(model *m, model_ws *ws);
 

@@ -83,6 +83,12 @@ sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err) {
     return s;
 }
 
+void sup_set_tau(sup_ctx *s, double tau_min, double tau_max) {
+    KF_CHECK(tau_min > 0 && tau_min <= tau_max, "sup_set_tau: need 0 < %g <= %g", tau_min, tau_max);
+    s->cfg.tau_min = tau_min;
+    s->cfg.tau_max = tau_max;
+}
+
 void sup_free(sup_ctx *s) {
     if (!s) return;
     model_ws_free(s->ws1);

@@ -82,6 +82,10 @@ typedef struct sup_ctx sup_ctx;
 sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err);
 void sup_free(sup_ctx *s);
 
+/** Changes the range the per-sample tau is drawn from (a curriculum over a
+ *  stage's steps); 0 < tau_min <= tau_max. */
+void sup_set_tau(sup_ctx *s, double tau_min, double tau_max);
+
 /** The model config a student of this supervision needs, derived from base
  *  (the architecture): kind, head and k_train set for the stage. */
 model_config sup_student_config(const sup_config *cfg, const model_config *base);

@@ -221,6 +221,13 @@ static void train_step(trainer *t) {
     runconfig_prec prec = runconfig_precision_at(t->o, t->step);
     be->set_precision(be, prec == RC_PREC_FP16 ? KF_PREC_FP16 : KF_PREC_FP32);
 
+    /* tau curriculum: the range's upper end opens up over the first steps
+     * (a function of the step alone, so resumes draw the same tau) */
+    int64_t tc = t->o->tau_curriculum;
+    if (tc && t->st->kind != RC_KIND_AR) {
+        double f = t->step >= tc ? 1.0 : (double)(t->step + 1) / (double)tc;
+        sup_set_tau(t->sup, t->st->tau_min, t->st->tau_min + f * (t->st->tau_max - t->st->tau_min));
+    }
     double count = 0, loss = 0; /* targets over the global batch, their summed loss */
     for (int64_t a = 0; a < t->accum; a++) {
         const loader_batch *lb = loader_next(t->ld);
@@ -242,6 +249,9 @@ static void train_step(trainer *t) {
         model_forward(m, t->ws, &in, MODEL_TRAIN, NULL);
         int64_t c;
         loss += model_loss(m, t->ws, sb->targets, norm, scale, &c, NULL);
+        if (t->st->kind == RC_KIND_SELF_FORCING && t->o->new_weight != 1.0)
+            model_weight_dlogits(m, t->ws, t->st->k, t->st->k / 2, t->st->k / 2,
+                                 (float)t->o->new_weight);
         /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
          * the last one's parts are added (grads_ready) and all-reduced as the
          * backward finishes them */

@@ -1,7 +1,10 @@
 /* Whole-model backward against central finite differences on tiny configs:
  * the AR model, the PFLM (SingleForward, k = 2), the MTP baseline head, and
  * AR and PFLM with the GPT-2 architecture options (model.h).
- * Prints the largest relative error per configuration and asserts a bound. */
+ * Prints the largest relative error per configuration and asserts a bound.
+ * Then per-position loss weights (model_weight_dlogits): weight 0 on a
+ * position is that position's targets ignored, weight 2 everywhere doubles
+ * the gradients. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +90,66 @@ static double check(kf_backend *be, const model_config *cfg, const layout *lay, 
     return worst;
 }
 
+/* max |s a - b| / max |s a| (the fixed-order GEMM rounds its products to a
+ * grid set by each operand's range, so gradients agree to rounding only). */
+static double max_rel(const float *a, const float *b, float s, int64_t n) {
+    double d = 0, top = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)s * a[i] - b[i]));
+        top = fmax(top, fabs((double)s * a[i]));
+    }
+    return d / top;
+}
+
+/* The gradients of one PFLM pass against tg (norm fixed at 10), with the
+ * dlogits of positions [first, first + count) of every k weighted by w. */
+static void weighted_grads(model *m, model_ws *ws, const model_input *in, const int32_t *tg,
+                           int64_t first, int64_t count, float w, float *g) {
+    model_zero_grads(m);
+    model_forward(m, ws, in, MODEL_TRAIN, NULL);
+    int64_t n;
+    model_loss(m, ws, tg, 10, 1.0f, &n, NULL);
+    if (count) model_weight_dlogits(m, ws, m->cfg.k_train, first, count, w);
+    model_backward(m, ws);
+    m->be->download(m->be, g, m->grads, (size_t)m->n_params * sizeof(float));
+}
+
+static void check_weights(kf_backend *be, const model_config *cfg) {
+    layout lay;
+    layout_single(&lay, 5, 2);
+    model *m = model_create(be, cfg);
+    randomize(m, 12);
+    int64_t B = 2, L = lay.L, rows = B * lay.n_out;
+    int32_t *ids = calloc((size_t)(B * L), sizeof(int32_t)), *tg = malloc((size_t)rows * sizeof(int32_t)),
+            *tg_half = malloc((size_t)rows * sizeof(int32_t));
+    double *z = calloc((size_t)(B * L), sizeof(double)), tau[2] = {0.7, 0.3};
+    for (int64_t i = 0; i < B * L; i++) ids[i] = (int32_t)rng_below(6, 1, (uint64_t)i, (uint64_t)cfg->vocab - 1);
+    for (int64_t i = 0; i < B * L; i++) z[i] = rng_uniform01(6, 2, (uint64_t)i);
+    for (int64_t r = 0; r < rows; r++) {
+        tg[r] = (int32_t)rng_below(6, 3, (uint64_t)r, (uint64_t)cfg->vocab - 1);
+        tg_half[r] = r % 2 ? -1 : tg[r];
+    }
+    model_input in = {.lay = &lay, .B = B, .ids = ids, .z = z, .tau = tau};
+    model_ws *ws = model_ws_create(m);
+    size_t bytes = (size_t)m->n_params * sizeof(float);
+    float *g = malloc(bytes), *gw = malloc(bytes);
+    weighted_grads(m, ws, &in, tg_half, 0, 0, 1, g);
+    weighted_grads(m, ws, &in, tg, 1, 1, 0, gw);
+    weighted_grads(m, ws, &in, tg, 1, 1, 0, gw);
+    T_CHECK(max_rel(g, gw, 1, m->n_params) < 1e-5,
+            "weight 0 on position 1 vs its targets ignored: max relative difference %.3g",
+            max_rel(g, gw, 1, m->n_params));
+    weighted_grads(m, ws, &in, tg, 0, 0, 1, g);
+    weighted_grads(m, ws, &in, tg, 0, 2, 2, gw);
+    T_CHECK(max_rel(g, gw, 2, m->n_params) < 1e-5,
+            "weight 2 on both positions: max relative difference from 2x the gradients %.3g",
+            max_rel(g, gw, 2, m->n_params));
+    free(g); free(gw); free(ids); free(tg); free(tg_half); free(z);
+    model_ws_free(ws);
+    model_free(m);
+    layout_free(&lay);
+}
+
 int main(void) {
     /* tiny models: one thread avoids OpenMP barrier waits on a loaded machine
      * (results do not depend on the thread count) */
@@ -126,6 +189,7 @@ int main(void) {
     layout_single(&l, 5, 2);
     T_CHECK(check(be, &g, &l, "PFLM k=2, GPT-2 options") < 0.05, "GPT-2 options PFLM gradient");
     layout_free(&l);
+    check_weights(be, &pf);
     be->destroy(be);
     return T_DONE();
 }

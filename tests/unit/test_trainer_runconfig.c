@@ -111,6 +111,19 @@ int main(void) {
         T_CHECK(o->decay_steps == 4, "decay_steps: got %lld want the stage's 4 steps", (long long)o->decay_steps);
         runconfig_free(rc);
     }
+    char *recipe_over[] = {"stages.2.new_weight=2.5", "stages.2.tau_curriculum=40"};
+    T_CHECK(load_with(NULL, NULL, 2, recipe_over, &rc, &err) == 0, "recipe overrides: %s", err.msg);
+    if (rc) {
+        const runconfig_opts *o = &rc->stages[2].opt;
+        T_CLOSE(o->new_weight, 2.5, 0, "new_weight of stage 2");
+        T_CLOSE(rc->stages[1].opt.new_weight, 1.0, 0, "new_weight defaults to 1");
+        T_CHECK(o->tau_curriculum == 40 && rc->stages[1].opt.tau_curriculum == 0,
+                "tau_curriculum: got %lld, %lld want 40, 0 (off by default)",
+                (long long)o->tau_curriculum, (long long)rc->stages[1].opt.tau_curriculum);
+        runconfig_free(rc);
+    }
+    expect_error("batch: 8\n", "batch: 8\n  new_weight: 0\n", "defaults.new_weight");
+    expect_error("batch: 8\n", "batch: 8\n  tau_curriculum: -1\n", "defaults.tau_curriculum");
     char *bad_over[] = {"defaults.bach=16"};
     T_CHECK(load_with(NULL, NULL, 1, bad_over, &rc, &err) == -1 && strstr(err.msg, "defaults.bach"),
             "unknown override key: %s", err.msg);

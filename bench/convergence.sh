@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# bench/convergence.sh — how fast each stage of the chain reproduces its AR
+# teacher's joint on a stochastic synthetic language (docs/convergence.md).
+#
+# Text (tools/synth_lang.py: a noisy second-order Markov chain over 8
+# symbols) -> `kf shards build` -> `kf jobs run` (AR -> PFLM(1) -> PFLM(2) ->
+# PFLM(4), a checkpoint every EVERY steps) -> `kf sample` of every checkpoint
+# at its k (k1: 1, k2: 2, k4: 4), tau 1, no frequency penalty, from PREFIXES
+# prompts x N completions of 4 tokens -> tools/tv_pairs.py: the worst pairwise
+# TV of the 4 generated tokens against the AR teacher's own samples. The noise
+# floor is the AR teacher against itself (another seed).
+#
+# usage: bench/convergence.sh OUT [key.path=value ...]
+#   OUT         working directory (language, shards, run, samples, curve.jsonl,
+#               curve.png); a finished run there is reused
+#   overrides   passed to `kf jobs run` (a recipe: e.g. stages.3.lr=1e-3)
+# environment: STEPS (every PFLM stage's steps, default 600), AR_STEPS (1000),
+#   EVERY (checkpoint interval, 100), PREFIXES (2048), N (per prefix, 8),
+#   HIDDEN (32), BLOCKS (4), KF (bin/kf)
+# Output: curve.jsonl, one record per step: {"step", "k1", "k2", "k4" (TV at
+# that step of each stage), "floor"}, its chart curve.png, and a summary: per
+# stage the first checkpoint within floor + 0.05 of the teacher.
+set -eu
+case "${1:-}" in
+  ""|-h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; [ -n "${1:-}" ]; exit ;;
+esac
+cd "$(dirname "$0")/.."
+OUT=$1; shift
+KF=${KF:-bin/kf}
+STEPS=${STEPS:-600} AR_STEPS=${AR_STEPS:-1000} EVERY=${EVERY:-100}
+PREFIXES=${PREFIXES:-2048} N=${N:-8} HIDDEN=${HIDDEN:-32} BLOCKS=${BLOCKS:-4}
+mkdir -p "$OUT/samples"
+python3 tools/synth_lang.py --out "$OUT/lang" --seed 1 --prefixes "$PREFIXES"
+cat > "$OUT/synth.yaml" <<YAML
+name: synth
+shards:
+  synth:
+    out: $OUT/shards
+    tokenizer: gpt2
+    vocab: data/vocab/bytes
+    packing: wrap
+    seq_len: 32
+    docs_per_shard: 200
+    inputs: [{path: $OUT/lang/train.txt, format: lines}]
+    valid: {last: 20}
+data: {train: $OUT/shards, valid: $OUT/shards}
+model: {hidden: $HIDDEN, heads: 2, blocks: $BLOCKS, vocab: 258, seq_len: 32}
+defaults: {batch: 16, lr: 3.0e-3, warmup: 10, lr_decay: cosine, lr_min: 3.0e-4, ema: 0.95,
+           checkpoint_every: $EVERY, keep_checkpoints: 1000, log_every: 100, eval_batches: 2,
+           precision: [{mode: fp32}]}
+resources: {ranks: 1, time_limit: "02:00:00", backend: cpu}
+stages:
+  - {name: ar, kind: ar, steps: $AR_STEPS}
+  - {name: k1, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: $STEPS, tau: [0.01, 1.0]}
+  # the kept recipe (docs/convergence.md): self-forcing at a 3x higher rate
+  # and twice the batch of the other stages
+  - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: $STEPS, batch: 32, lr: 1.0e-2, lr_min: 1.0e-3}
+  - {name: k4, kind: self_forcing, teacher: k2, k: 4, steps: $STEPS, batch: 32, lr: 1.0e-2, lr_min: 1.0e-3}
+YAML
+"$KF" jobs run "$OUT/synth.yaml" --run-dir "$OUT/run" --no-sample "$@" > "$OUT/run.log" 2>&1 ||
+  { tail -n 20 "$OUT/run.log" >&2; exit 1; }
+
+sample() {  # CKPT K SEED OUT
+  "$KF" sample "$1" --k "$2" --tau 1 --freq-penalty 0 --prefix-file "$OUT/lang/prefixes.jsonl" \
+    --n-per-prefix "$N" --max-new 4 --seed "$3" > "$4"
+}
+tv() { python3 tools/tv_pairs.py "$@" | sed 's/.*"tv": \([0-9.]*\).*/\1/'; }
+A=$OUT/run/stages/ar/final
+sample "$A" 1 1 "$OUT/samples/ar.jsonl"
+sample "$A" 1 2 "$OUT/samples/ar-seed2.jsonl"
+floor=$(tv "$OUT/samples/ar.jsonl" "$OUT/samples/ar-seed2.jsonl")
+echo "noise floor (AR vs AR, another seed): $floor"
+: > "$OUT/curve.tsv"
+for st in k1 k2 k4; do
+  k=${st#k}
+  for d in "$OUT"/run/stages/$st/ckpt/step-*; do
+    s=${d##*step-}
+    sample "$d" "$k" 1 "$OUT/samples/$st-$s.jsonl"
+    printf '%s\t%s\t%s\n' "$st" "$s" "$(tv "$OUT/samples/$st-$s.jsonl" "$OUT/samples/ar.jsonl")" >> "$OUT/curve.tsv"
+  done
+done
+python3 - "$OUT" "$floor" <<'PY'
+import collections, json, sys
+out, floor = sys.argv[1], float(sys.argv[2])
+rows = collections.defaultdict(dict)
+first = {}
+for line in open(f"{out}/curve.tsv"):
+    st, s, tv = line.split()
+    rows[int(s)][st] = float(tv)
+    if float(tv) <= floor + 0.05 and st not in first:
+        first[st] = int(s)
+with open(f"{out}/curve.jsonl", "w") as f:
+    for s in sorted(rows):
+        f.write(json.dumps({"step": s, **rows[s], "floor": floor, "floor+0.05": round(floor + 0.05, 4)}) + "\n")
+for s in sorted(rows):
+    print(f"step {s:5d}  " + "  ".join(f"{st} {rows[s].get(st, float('nan')):.3f}" for st in ("k1", "k2", "k4")))
+print("first step within floor + 0.05 = %.3f: " % (floor + 0.05) +
+      ", ".join(f"{st} {first.get(st, 'never')}" for st in ("k1", "k2", "k4")))
+PY
+"$KF" plot "$OUT/curve.jsonl" -o "$OUT/curve.png" --key k1 --key k2 --key k4 --key floor+0.05 \
+  --title "worst pairwise TV vs the AR teacher's samples" > /dev/null
