@@ -382,6 +382,7 @@ struct model_ws {
     noise_act nact;
     head_act *hact;
     dbuf xf, logits, targets_d, losses_d;
+    dbuf pick_ids_d, pick_z_d, pick_tau_d; /* model_pick */
     dbuf dx, dxf, dln, dqkv, dh, datt;
     int32_t *h_i32;            /* host scratch */
     double *h_f64;
@@ -424,8 +425,8 @@ void model_ws_free(model_ws *ws) {
     dbuf *d[] = {&ws->qkv_full, &ws->att_full, &ws->lse_full, &ws->pos_d, &ws->tok_ids_d,
                  &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d, &ws->tau_d, &ws->out_idx_d,
                  &ws->ctx_idx_d, &ws->comp_idx_d, &ws->xf, &ws->logits, &ws->targets_d,
-                 &ws->losses_d, &ws->dx, &ws->dxf, &ws->dln, &ws->dqkv, &ws->dh, &ws->datt,
-                 &ws->posrow_d, &ws->pos_tmp,
+                 &ws->losses_d, &ws->pick_ids_d, &ws->pick_z_d, &ws->pick_tau_d, &ws->dx, &ws->dxf,
+                 &ws->dln, &ws->dqkv, &ws->dh, &ws->datt, &ws->posrow_d, &ws->pos_tmp,
                  &n->feats, &n->c, &n->ln, &n->mean, &n->rstd, &n->h1, &n->h2, &n->out,
                  &n->dh, &n->dln, &n->dc};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
@@ -671,6 +672,24 @@ void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first,
     float *dlogits = ws->logits.p;
     /* each period's weighted rows are contiguous */
     for (int64_t r = first; r < rows; r += period) m->be->scale(m->be, dlogits + r * V, w, count * V);
+}
+
+void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
+                int32_t *ids) {
+    kf_backend *be = m->be;
+    int64_t V = m->cfg.vocab;
+    KF_CHECK(rows <= m->n_heads_out * ws->n_out_rows,
+             "model_pick: %lld rows, the last forward made %lld", (long long)rows,
+             (long long)(m->n_heads_out * ws->n_out_rows));
+    int32_t *id = dbuf_ensure(be, &ws->pick_ids_d, (size_t)rows * sizeof(int32_t));
+    if (z) {
+        double *zd = dbuf_upload(be, &ws->pick_z_d, z, (size_t)rows, sizeof(double));
+        double *td = dbuf_upload(be, &ws->pick_tau_d, tau, (size_t)rows, sizeof(double));
+        be->sample_icdf(be, id, ws->logits.p, td, zd, rows, V);
+    } else {
+        be->argmax(be, id, ws->logits.p, rows, V);
+    }
+    be->download(be, ids, id, (size_t)rows * sizeof(int32_t));
 }
 
 void model_backward(model *m, model_ws *ws) { model_backward_notify(m, ws, NULL, NULL); }

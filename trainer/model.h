@@ -214,6 +214,14 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
 void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,
                           float w);
 
+/** Token ids from the logits of the last model_forward on ws, read back to
+ *  the host ids[rows] (the first `rows` logit rows): each row's first
+ *  maximum (z == NULL), or its inverse-CDF sample for host noise z[r] and
+ *  temperature tau[r] (kernels.h sample_icdf). Its device buffers stay in
+ *  ws, so a teacher pass waits for the device once: at this read-back. */
+void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
+                int32_t *ids);
+
 /** Backpropagates the dlogits left by model_loss; grads += . */
 void model_backward(model *m, model_ws *ws);
 

@@ -108,33 +108,6 @@ void sup_free(sup_ctx *s) {
 
 /* ---------------------------------------------------------------- teachers */
 
-/* Uploads host doubles into a fresh device buffer. */
-static double *dev_f64(kf_backend *be, const double *h, int64_t n) {
-    double *d = be->alloc(be, (size_t)(n ? n : 1) * sizeof(double));
-    be->upload(be, d, h, (size_t)n * sizeof(double));
-    return d;
-}
-
-/* Inverse-CDF samples of `rows` logit rows; z_rows / tau_rows host doubles. */
-static void sample_rows(kf_backend *be, const float *logits, const double *z_rows,
-                        const double *tau_rows, int64_t rows, int64_t V, int32_t *ids_host) {
-    double *zd = dev_f64(be, z_rows, rows), *td = dev_f64(be, tau_rows, rows);
-    int32_t *id = be->alloc(be, (size_t)rows * sizeof(int32_t));
-    be->sample_icdf(be, id, logits, td, zd, rows, V);
-    be->download(be, ids_host, id, (size_t)rows * sizeof(int32_t));
-    be->free(be, zd);
-    be->free(be, td);
-    be->free(be, id);
-}
-
-static void argmax_rows(kf_backend *be, const float *logits, int64_t rows, int64_t V,
-                        int32_t *ids_host) {
-    int32_t *id = be->alloc(be, (size_t)rows * sizeof(int32_t));
-    be->argmax(be, id, logits, rows, V);
-    be->download(be, ids_host, id, (size_t)rows * sizeof(int32_t));
-    be->free(be, id);
-}
-
 void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t target, double *lo,
                          double *hi) {
     double mx = -INFINITY;
@@ -154,17 +127,16 @@ void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t tar
 
 void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
                    const double *z, const double *tau, int32_t *out) {
-    kf_backend *be = ar->be;
-    int64_t V = ar->cfg.vocab, rows = B * n;
+    int64_t rows = B * n;
     double *zr = kf_malloc((size_t)rows * sizeof(double)), *tr = kf_malloc((size_t)rows * sizeof(double));
     int32_t *got = kf_malloc((size_t)rows * sizeof(int32_t));
     for (int64_t r = 0; r < rows; r++) tr[r] = tau[r / n];
     layout lay;
     layout_ar(&lay, n);
     model_input in = {.lay = &lay, .B = B, .ids = ctx};
-    const float *logits = model_forward(ar, ws, &in, 0, NULL);
+    model_forward(ar, ws, &in, 0, NULL);
     for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k];
-    sample_rows(be, logits, zr, tr, rows, V, got);
+    model_pick(ar, ws, rows, zr, tr, got);
     for (int64_t r = 0; r < rows; r++) out[r * k] = got[r];
     layout_free(&lay);
     if (k > 1) {
@@ -181,9 +153,9 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
                 for (int64_t t = 0; t < n; t++)
                     ids[b * L + layout_group_row(n, k - 1, t, j - 1)] = out[(b * n + t) * k + j - 1];
             for (int64_t t = 0; t < n; t++) lay.out_rows[t] = (int32_t)layout_group_row(n, k - 1, t, j - 1);
-            logits = model_forward(ar, ws, &in, 0, NULL);
+            model_forward(ar, ws, &in, 0, NULL);
             for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k + j];
-            sample_rows(be, logits, zr, tr, rows, V, got);
+            model_pick(ar, ws, rows, zr, tr, got);
             for (int64_t r = 0; r < rows; r++) out[r * k + j] = got[r];
         }
         free(ids);
@@ -200,8 +172,7 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
     KF_CHECK(pf->cfg.kind == MODEL_PFLM && pf->cfg.head == HEAD_SHARED,
              "sup_pflm_rounds: needs a PFLM with the shared head");
     KF_CHECK(k2 == 0 || k2 == k, "sup_pflm_rounds: the second round has k tokens");
-    kf_backend *be = pf->be;
-    int64_t V = pf->cfg.vocab, w = k + k2, rows = B * n * k;
+    int64_t w = k + k2, rows = B * n * k;
     int32_t *got = kf_malloc((size_t)rows * sizeof(int32_t));
     layout l1;
     layout_single(&l1, n, k);
@@ -215,8 +186,8 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
                 zz[b * L + layout_group_row(n, k, t, j)] = z[(b * n + t) * k + j];
     }
     model_input in = {.lay = &l1, .B = B, .ids = ids, .z = zz, .tau = tau};
-    const float *logits = model_forward(pf, ws1, &in, k2 ? MODEL_KEEP_CTX_KV : 0, NULL);
-    argmax_rows(be, logits, rows, V, got);
+    model_forward(pf, ws1, &in, k2 ? MODEL_KEEP_CTX_KV : 0, NULL);
+    model_pick(pf, ws1, rows, NULL, NULL, got);
     for (int64_t r = 0; r < rows; r++) out[(r / k) * w + r % k] = got[r];
     layout_free(&l1);
     if (k2) {
@@ -232,8 +203,8 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
                     zz[b * L2 + layout_group_row(n, 2 * k, t, k + j)] = z2[(b * n + t) * k + j];
                 }
         in.lay = &l2;
-        logits = model_forward(pf, ws2, &in, 0, ws1);
-        argmax_rows(be, logits, rows, V, got);
+        model_forward(pf, ws2, &in, 0, ws1);
+        model_pick(pf, ws2, rows, NULL, NULL, got);
         for (int64_t r = 0; r < rows; r++) out[(r / k) * w + k + r % k] = got[r];
         layout_free(&l2);
     }

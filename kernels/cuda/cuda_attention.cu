@@ -403,9 +403,7 @@ mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B) {
     d.valid_len = NULL;
     if (m->valid_len) {
         int32_t *v = (int32_t *)cu_scratch(b, CU_SCRATCH_VLEN, (size_t)B * sizeof(int32_t));
-        /* pageable source: returns once the host array has been consumed */
-        CUDA_OK(cudaMemcpyAsync(v, m->valid_len, (size_t)B * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, cu_stream(b)));
+        cu_upload_async(b, v, m->valid_len, (size_t)B * sizeof(int32_t));
         d.valid_len = v;
     }
     return d;

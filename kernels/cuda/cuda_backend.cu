@@ -10,20 +10,74 @@
 /* Partials of host-returned reductions (cuda_optim.cu uses at most this many). */
 #define CU_RED_SLOTS 1024
 
+/* Keeps p until the next cu_wait: queued work may still use it. */
+static void retire(cuda_impl *im, void *p, int host) {
+    if (im->n_retired == im->cap_retired) {
+        im->cap_retired = im->cap_retired ? 2 * im->cap_retired : 16;
+        im->retired = (void **)kf_realloc(im->retired, (size_t)im->cap_retired * sizeof(void *));
+        im->retired_host = (int *)kf_realloc(im->retired_host, (size_t)im->cap_retired * sizeof(int));
+    }
+    im->retired[im->n_retired] = p;
+    im->retired_host[im->n_retired++] = host;
+}
+
 void *cu_scratch(kf_backend *b, int slot, size_t bytes) {
     cuda_impl *im = cu_impl(b);
     if (im->scratch_len[slot] < bytes) {
-        CUDA_OK(cudaStreamSynchronize(im->stream));
-        if (slot == CU_SCRATCH_HOST) {
-            if (im->scratch[slot]) CUDA_OK(cudaFreeHost(im->scratch[slot]));
-            CUDA_OK(cudaMallocHost(&im->scratch[slot], bytes));
-        } else {
-            if (im->scratch[slot]) CUDA_OK(cudaFree(im->scratch[slot]));
-            CUDA_OK(cudaMalloc(&im->scratch[slot], bytes));
-        }
+        if (im->scratch[slot]) retire(im, im->scratch[slot], 0);
+        CUDA_OK(cudaMalloc(&im->scratch[slot], bytes));
         im->scratch_len[slot] = bytes;
     }
     return im->scratch[slot];
+}
+
+void cu_wait(kf_backend *b) {
+    cuda_impl *im = cu_impl(b);
+    CUDA_OK(cudaMemcpyAsync(im->err_host, im->err_dev, sizeof(int), cudaMemcpyDeviceToHost,
+                            im->stream));
+    CUDA_OK(cudaStreamSynchronize(im->stream));
+    for (int i = 0; i < im->n_retired; i++) {
+        if (im->retired_host[i])
+            CUDA_OK(cudaFreeHost(im->retired[i]));
+        else
+            CUDA_OK(cudaFree(im->retired[i]));
+    }
+    im->n_retired = 0;
+    im->stage_used = 0;
+    KF_CHECK(!(*im->err_host & CU_ERR_EMBED_ID),
+             "embed_bwd: a token id lies outside [0, vocab) (seen on the device, reported at the "
+             "next synchronisation)");
+}
+
+/* `bytes` of pinned staging memory, free until the next cu_wait. A full
+ * buffer is replaced by one that holds everything staged since the last
+ * wait, so a step that repeats the previous one's uploads never grows it. */
+static char *stage(cuda_impl *im, size_t bytes) {
+    size_t need = (bytes + 255) & ~(size_t)255;
+    if (im->stage_used + need > im->stage_cap) {
+        size_t cap = im->stage_used + need;
+        if (cap < 2 * im->stage_cap) cap = 2 * im->stage_cap;
+        if (cap < ((size_t)1 << 20)) cap = (size_t)1 << 20;
+        if (im->stage) retire(im, im->stage, 1);
+        CUDA_OK(cudaMallocHost(&im->stage, cap));
+        im->stage_cap = cap;
+        im->stage_used = 0;
+    }
+    char *p = im->stage + im->stage_used;
+    im->stage_used += need;
+    return p;
+}
+
+void cu_upload_async(kf_backend *b, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cuda_impl *im = cu_impl(b);
+    if (bytes > CU_STAGE_MAX) { /* pageable: returns once src is consumed */
+        CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, im->stream));
+        return;
+    }
+    char *p = stage(im, bytes);
+    memcpy(p, src, bytes);
+    CUDA_OK(cudaMemcpyAsync(dst, p, bytes, cudaMemcpyHostToDevice, im->stream));
 }
 
 static void *cu_alloc(kf_backend *b, size_t bytes) {
@@ -36,21 +90,25 @@ static void *cu_alloc(kf_backend *b, size_t bytes) {
 }
 
 static void cu_free(kf_backend *b, void *p) {
-    if (!p) return;
-    CUDA_OK(cudaStreamSynchronize(cu_stream(b))); /* queued ops may still read it */
-    CUDA_OK(cudaFree(p));
+    if (p) retire(cu_impl(b), p, 0);
 }
 
 static void cu_upload(kf_backend *b, void *dst, const void *src, size_t bytes) {
-    if (!bytes) return;
-    CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_stream(b)));
-    CUDA_OK(cudaStreamSynchronize(cu_stream(b)));
+    cu_upload_async(b, dst, src, bytes);
 }
 
 static void cu_download(kf_backend *b, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
-    CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu_stream(b)));
-    CUDA_OK(cudaStreamSynchronize(cu_stream(b)));
+    cuda_impl *im = cu_impl(b);
+    if (bytes > CU_STAGE_MAX) {
+        CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
+        cu_wait(b);
+        return;
+    }
+    char *p = stage(im, bytes);
+    CUDA_OK(cudaMemcpyAsync(p, src, bytes, cudaMemcpyDeviceToHost, im->stream));
+    cu_wait(b);
+    memcpy(dst, p, bytes);
 }
 
 static void cu_copy(kf_backend *b, void *dst, const void *src, size_t bytes) {
@@ -62,20 +120,20 @@ static void cu_zero(kf_backend *b, void *dst, size_t bytes) {
     if (bytes) CUDA_OK(cudaMemsetAsync(dst, 0, bytes, cu_stream(b)));
 }
 
-static void cu_sync(kf_backend *b) { CUDA_OK(cudaStreamSynchronize(cu_stream(b))); }
+static void cu_sync(kf_backend *b) { cu_wait(b); }
 
 static void cu_set_precision(kf_backend *b, kf_precision p) { b->precision = p; }
 
 static void cu_destroy(kf_backend *b) {
     cuda_impl *im = cu_impl(b);
-    CUDA_OK(cudaStreamSynchronize(im->stream));
-    for (int i = 0; i < CU_SCRATCH_N; i++) {
-        if (!im->scratch[i]) continue;
-        if (i == CU_SCRATCH_HOST)
-            cudaFreeHost(im->scratch[i]);
-        else
-            cudaFree(im->scratch[i]);
-    }
+    cu_wait(b);
+    free(im->retired);
+    free(im->retired_host);
+    cudaFreeHost(im->stage);
+    cudaFree(im->err_dev);
+    cudaFreeHost(im->err_host);
+    cudaFree(im->rope_tab);
+    for (int i = 0; i < CU_SCRATCH_N; i++) cudaFree(im->scratch[i]);
     cudaFree(im->red);
     cudaFreeHost(im->red_host);
     cublasDestroy(im->blas);
@@ -92,6 +150,14 @@ extern "C" void *kernels_cuda_stream(kf_backend *b) {
 extern "C" int kernels_cuda_device(kf_backend *b) {
     KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_device needs the cuda backend");
     return cu_impl(b)->device;
+}
+
+extern "C" int64_t kernels_cuda_host_syncs(void) {
+#ifdef KF_CUDA_EMU
+    return emu_host_syncs();
+#else
+    return -1;
+#endif
 }
 
 extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err_len) {
@@ -124,6 +190,9 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     im->tc = tc && !strcmp(tc, "1");
     CUDA_OK(cudaMalloc(&im->red, CU_RED_SLOTS * sizeof(double)));
     CUDA_OK(cudaMallocHost(&im->red_host, CU_RED_SLOTS * sizeof(double)));
+    CUDA_OK(cudaMalloc(&im->err_dev, sizeof(int)));
+    CUDA_OK(cudaMemsetAsync(im->err_dev, 0, sizeof(int), im->stream));
+    CUDA_OK(cudaMallocHost(&im->err_host, sizeof(int)));
 
     b->alloc = cu_alloc;
     b->free = cu_free;

@@ -22,6 +22,13 @@ void *kernels_cuda_stream(kf_backend *b);
 /** The CUDA device ordinal backend b runs on. */
 int kernels_cuda_device(kf_backend *b);
 
+/** Host synchronisations the process has made so far (cudaStreamSynchronize,
+ *  cudaFree, a copy with pageable memory, ...: the list in
+ *  kernels/cuda/emu/include/cuda_runtime.h), as counted by the CPU emulation
+ *  harness; -1 on a real GPU, whose runtime keeps no such count. Tests take
+ *  the difference around a piece of work to show it never stops the host. */
+int64_t kernels_cuda_host_syncs(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,13 @@
  * stream (im->stream), so ops are ordered among themselves and b->sync (or a
  * download) waits for them.
  *
+ * The host waits for the device only in cu_wait (b->sync, downloads, the
+ * host-returned reductions) and when a buffer grows: uploads go through
+ * pinned staging memory as asynchronous copies, frees are deferred to the
+ * next cu_wait, and checks made on the device (CU_ERR_*) are reported there.
+ * A training step therefore queues its forward and backward without
+ * stopping (test_cuda_train counts the waits under the emulation harness).
+ *
  * Determinism rules used throughout (kernels.h "Determinism"):
  *  - every output element is written by exactly one thread; no float atomics;
  *  - reductions over rows go through fixed-size row chunks whose partials are
@@ -56,9 +63,11 @@ enum {
     CU_SCRATCH_C,
     CU_SCRATCH_D,
     CU_SCRATCH_VLEN, /* attention's device copy of valid_len */
-    CU_SCRATCH_HOST, /* pinned host memory */
     CU_SCRATCH_N
 };
+
+/** Bits of the device-side error word, set by kernels, raised at cu_wait. */
+enum { CU_ERR_EMBED_ID = 1 /* embed_bwd: a token id outside [0, vocab) */ };
 
 typedef struct cuda_impl {
     int device;
@@ -68,6 +77,16 @@ typedef struct cuda_impl {
     size_t scratch_len[CU_SCRATCH_N];
     double *red;      /* device partials for host-returned reductions */
     double *red_host; /* pinned landing buffer for them */
+    int *err_dev;     /* CU_ERR_* bits (device) */
+    int *err_host;    /* pinned copy read at cu_wait */
+    char *stage;      /* pinned staging for uploads since the last cu_wait */
+    size_t stage_cap, stage_used;
+    void **retired;   /* staging buffers and device pointers released at cu_wait */
+    int *retired_host; /* 1: pinned host memory (cudaFreeHost), 0: device */
+    int n_retired, cap_retired;
+    float *rope_tab;  /* RoPE cos/sin for positions [0, rope_cap) (cuda_rope.cu) */
+    int64_t rope_cap, rope_D;
+    float rope_base;
     int sm_count;
     /* KF_CUDA_TC=1: the fp16 tensor-core kernels not yet verified on a GPU
      * (attention, cuda_attention_tc.cu; batch-invariant GEMM, cuda_gemm.cu) */
@@ -78,8 +97,23 @@ static inline cuda_impl *cu_impl(kf_backend *b) { return (cuda_impl *)b->impl; }
 static inline cudaStream_t cu_stream(kf_backend *b) { return cu_impl(b)->stream; }
 
 /** Device scratch slot `slot` with room for `bytes` (contents undefined).
- *  Growing synchronises the stream first, so earlier queued users finish. */
+ *  Growing retires the old buffer until the next cu_wait, so earlier queued
+ *  users still find it. */
 void *cu_scratch(kf_backend *b, int slot, size_t bytes);
+
+/** Queues a copy of `bytes` host bytes at src to device memory dst. src may
+ *  be reused as soon as this returns (small copies are staged in pinned
+ *  memory; large ones, above CU_STAGE_MAX, copy from src directly, which
+ *  waits for the stream). */
+void cu_upload_async(kf_backend *b, void *dst, const void *src, size_t bytes);
+
+/** Waits for everything queued on the stream, then releases deferred frees
+ *  and staging, and dies naming the op if a device-side check failed. The
+ *  one place the backend's ops block the host. */
+void cu_wait(kf_backend *b);
+
+/** Uploads larger than this copy straight from the caller's memory. */
+#define CU_STAGE_MAX ((size_t)16 << 20)
 
 /** Blocks for a grid-stride loop over n elements with 256 threads. */
 static inline unsigned cu_blocks(int64_t n, int threads = 256) {

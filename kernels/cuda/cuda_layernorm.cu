@@ -1,9 +1,11 @@
 /* kernels/cuda/cuda_layernorm.cu — LayerNorm forward/backward (with or without bias), fp32.
  *
- * Forward: one block per row (batch-invariant by construction). Backward: one
- * block per CUDA_ROW_CHUNK rows; each block writes dx for its rows and one
- * partial row of dw (and dbias) summed over its rows in order; the partials
- * are then added in chunk order (cu_col_finish). No atomics anywhere.
+ * Forward: one block per row (batch-invariant by construction). Backward, in
+ * two independent launches: dx with one block per row (the row's two sums
+ * as block_sum's fixed tree), and the weight (and bias) gradient as
+ * partials over chunks of CUDA_ROW_CHUNK rows — one thread per (chunk,
+ * column) summing its rows in order in a register — added in chunk order by
+ * cu_col_finish. No atomics, no read-modify-write of global partials.
  */
 #include "kernels/cuda/cuda_internal.h"
 
@@ -41,18 +43,11 @@ void cu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const f
     CUDA_LAUNCHED();
 }
 
-__global__ void __launch_bounds__(256) k_ln_bwd(float *dx, float *pw, float *pb, const float *dy,
-                                                const float *x, const float *w, const float *mean,
-                                                const float *rstd, int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(256) k_ln_bwd_dx(float *dx, const float *dy, const float *x,
+                                                   const float *w, const float *mean,
+                                                   const float *rstd, int64_t rows, int64_t cols) {
     __shared__ float sh[32];
-    int64_t ch = blockIdx.x;
-    float *pwc = pw + ch * cols, *pbc = pb ? pb + ch * cols : NULL;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-        pwc[c] = 0.0f;
-        if (pbc) pbc[c] = 0.0f;
-    }
-    int64_t r1 = min(rows, (ch + 1) * CUDA_ROW_CHUNK);
-    for (int64_t r = ch * CUDA_ROW_CHUNK; r < r1; r++) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * cols, *dyr = dy + r * cols;
         float *dxr = dx + r * cols;
         float mu = mean[r], rs = rstd[r];
@@ -61,8 +56,6 @@ __global__ void __launch_bounds__(256) k_ln_bwd(float *dx, float *pw, float *pb,
             float xh = (xr[c] - mu) * rs, g = dyr[c] * w[c];
             sg += g;
             sgx += g * xh;
-            pwc[c] += dyr[c] * xh; /* this thread owns column c of the partial */
-            if (pbc) pbc[c] += dyr[c];
         }
         float a = block_sum(sg, sh) / (float)cols;
         float bb = block_sum(sgx, sh) / (float)cols;
@@ -73,16 +66,40 @@ __global__ void __launch_bounds__(256) k_ln_bwd(float *dx, float *pw, float *pb,
     }
 }
 
+/* pw[ch, c] = sum over chunk ch's rows r (in order) of dy[r, c] * xhat[r, c];
+ * pb the same of dy[r, c] (when not NULL). */
+__global__ void k_ln_bwd_dw(float *pw, float *pb, const float *dy, const float *x,
+                            const float *mean, const float *rstd, int64_t rows, int64_t cols,
+                            int64_t nchunk) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    for (int64_t ch = blockIdx.y; ch < nchunk; ch += gridDim.y) {
+        int64_t r1 = min(rows, (ch + 1) * CUDA_ROW_CHUNK);
+        float sw = 0.0f, sb = 0.0f;
+        for (int64_t r = ch * CUDA_ROW_CHUNK; r < r1; r++) {
+            float d = dy[r * cols + c], xh = (x[r * cols + c] - mean[r]) * rstd[r];
+            sw += d * xh;
+            sb += d;
+        }
+        pw[ch * cols + c] = sw;
+        if (pb) pb[ch * cols + c] = sb;
+    }
+}
+
 void cu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
                       const float *x, const float *w, const float *mean, const float *rstd,
                       int64_t rows, int64_t cols) {
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
     if (nchunk == 0) return;
+    cudaStream_t s = cu_stream(b);
     float *pw = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(nchunk * cols) * sizeof(float));
     float *pb = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * cols) * sizeof(float))
                       : NULL;
-    k_ln_bwd<<<(unsigned)nchunk, 256, 0, cu_stream(b)>>>(dx, pw, pb, dy, x, w, mean, rstd, rows,
-                                                         cols);
+    k_ln_bwd_dx<<<(unsigned)min(rows, (int64_t)1 << 20), 256, 0, s>>>(dx, dy, x, w, mean, rstd,
+                                                                        rows, cols);
+    CUDA_LAUNCHED();
+    dim3 grid((unsigned)((cols + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
+    k_ln_bwd_dw<<<grid, 256, 0, s>>>(pw, pb, dy, x, mean, rstd, rows, cols, nchunk);
     CUDA_LAUNCHED();
     cu_col_finish(b, dw, pw, nchunk, cols);
     if (dbias) cu_col_finish(b, dbias, pb, nchunk, cols);

@@ -39,7 +39,7 @@ static double reduce(kf_backend *b, const float *x, int64_t n, int mode) {
     CUDA_LAUNCHED();
     CUDA_OK(cudaMemcpyAsync(im->red_host, im->red, (size_t)g * sizeof(double),
                             cudaMemcpyDeviceToHost, im->stream));
-    CUDA_OK(cudaStreamSynchronize(im->stream));
+    cu_wait(b);
     double s = 0.0;
     for (int64_t i = 0; i < g; i++) s += im->red_host[i];
     return s;

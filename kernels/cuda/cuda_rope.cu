@@ -1,11 +1,35 @@
 /* kernels/cuda/cuda_rope.cu — rotary position embedding, rotate-half
  * convention, with the rotation factors computed exactly as
  * kernels/cpu/cpu_rope.c documents (angle in double, cos/sin rounded to float,
- * rotation in fp32). One thread per (row, q|k, head, pair). */
+ * rotation in fp32).
+ *
+ * The factors come from a table of (cos, sin) per position p < rope_cap and
+ * pair i, made once per (head_dim, base) by the same double-precision
+ * formula (so the bits are those of computing it per element); a position
+ * past the table (decoding a long context) is computed in place. One thread
+ * per (row, q|k, head, pair). */
 #include "kernels/cuda/cuda_internal.h"
 
-__global__ void k_rope(float *qkv, const int32_t *pos, int64_t rows, int64_t L, int64_t n_head,
-                       int64_t D, double base, float dir) {
+/* Positions the table covers at least (more when a call has more rows). */
+#define ROPE_MIN_CAP 4096
+
+__device__ __forceinline__ void rope_factors(int64_t p, int64_t i, int64_t D, double base,
+                                             float *c, float *s) {
+    double a = (double)p * pow(base, -(double)(2 * i) / (double)D);
+    *c = (float)cos(a);
+    *s = (float)sin(a);
+}
+
+/* tab[(p * half + i) * 2 + {0, 1}] = cos, sin */
+__global__ void k_rope_table(float *tab, int64_t cap, int64_t D, double base) {
+    int64_t half = D / 2;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < cap * half;
+         t += (int64_t)gridDim.x * blockDim.x)
+        rope_factors(t / half, t % half, D, base, &tab[2 * t], &tab[2 * t + 1]);
+}
+
+__global__ void k_rope(float *qkv, const int32_t *pos, const float *tab, int64_t cap, int64_t rows,
+                       int64_t L, int64_t n_head, int64_t D, double base, float dir) {
     int64_t half = D / 2, H = n_head * D;
     int64_t n = rows * 2 * n_head * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n;
@@ -14,8 +38,15 @@ __global__ void k_rope(float *qkv, const int32_t *pos, int64_t rows, int64_t L, 
         int64_t h = rest % n_head;
         rest /= n_head;
         int64_t part = rest % 2, row = rest / 2;
-        double a = (double)pos[row % L] * pow(base, -(double)(2 * i) / (double)D);
-        float c = (float)cos(a), s = dir * (float)sin(a);
+        int64_t p = pos[row % L];
+        float c, s;
+        if (p >= 0 && p < cap) {
+            c = tab[(p * half + i) * 2];
+            s = tab[(p * half + i) * 2 + 1];
+        } else {
+            rope_factors(p, i, D, base, &c, &s);
+        }
+        s *= dir;
         float *x = qkv + row * 3 * H + part * H + h * D;
         float x1 = x[i], x2 = x[i + half];
         x[i] = x1 * c - x2 * s;
@@ -23,12 +54,30 @@ __global__ void k_rope(float *qkv, const int32_t *pos, int64_t rows, int64_t L, 
     }
 }
 
+/* The backend's table for (D, base) with at least `rows` positions. */
+static const float *rope_table(kf_backend *b, int64_t rows, int64_t D, float base) {
+    cuda_impl *im = cu_impl(b);
+    if (im->rope_tab && im->rope_D == D && im->rope_base == base && im->rope_cap >= rows)
+        return im->rope_tab;
+    int64_t cap = rows > ROPE_MIN_CAP ? rows : ROPE_MIN_CAP;
+    if (im->rope_tab) b->free(b, im->rope_tab); /* queued launches may still read it */
+    CUDA_OK(cudaMalloc(&im->rope_tab, (size_t)(cap * D) * sizeof(float)));
+    k_rope_table<<<cu_blocks(cap * D / 2), 256, 0, im->stream>>>(im->rope_tab, cap, D, (double)base);
+    CUDA_LAUNCHED();
+    im->rope_cap = cap;
+    im->rope_D = D;
+    im->rope_base = base;
+    return im->rope_tab;
+}
+
 static void rope(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
                  int64_t n_head, int64_t D, float base, float dir) {
     KF_CHECK(D % 2 == 0, "rope needs an even head_dim, got %lld", (long long)D);
     int64_t n = B * L * n_head * D;
     if (n <= 0) return;
-    k_rope<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(qkv, pos, B * L, L, n_head, D, (double)base, dir);
+    const float *tab = rope_table(b, L, D, base);
+    k_rope<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(qkv, pos, tab, cu_impl(b)->rope_cap, B * L, L,
+                                                   n_head, D, (double)base, dir);
     CUDA_LAUNCHED();
 }
 

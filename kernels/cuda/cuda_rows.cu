@@ -42,24 +42,26 @@ void cu_embed_fwd(kf_backend *b, float *out, const int32_t *ids, const int32_t *
     move_rows(b, out, table, row_idx, ids, n, dim);
 }
 
-__global__ void k_iota(int32_t *p, int64_t n) {
+/* pos[i] = i; a token id outside [0, vocab) sets CU_ERR_EMBED_ID, which
+ * the host sees at its next wait (cu_wait), not by stopping here. */
+__global__ void k_iota_check(int32_t *pos, int *err, const int32_t *ids, int64_t n, int64_t vocab) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        p[i] = (int32_t)i;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        pos[i] = (int32_t)i;
+        if (ids[i] < 0 || ids[i] >= vocab) atomicOr(err, (int)CU_ERR_EMBED_ID);
+    }
 }
 
-__global__ void k_check_ids(int *bad, const int32_t *ids, int64_t n, int64_t vocab) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        if (ids[i] < 0 || ids[i] >= vocab) *bad = 1; /* any writer: same value */
-}
-
-/* Block per sorted position; only the first position of each id's run works. */
+/* Block per sorted position; only the first position of each id's run works.
+ * Ids outside [0, vocab) are skipped (the step dies at the next wait): the
+ * sort looks at the key bits below vocab's, so such an id can split another
+ * id's run, but nothing is written outside the table. */
 __global__ void k_embed_bwd(float *dtable, const float *dout, const int32_t *sid,
-                            const int32_t *spos, const int32_t *row_idx, int64_t n, int64_t dim) {
+                            const int32_t *spos, const int32_t *row_idx, int64_t n, int64_t dim,
+                            int64_t vocab) {
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
         int32_t id = sid[i];
-        if (i > 0 && sid[i - 1] == id) continue;
+        if ((i > 0 && sid[i - 1] == id) || id < 0 || id >= vocab) continue;
         float *dst = dtable + (int64_t)id * dim;
         for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
             float v = dst[c];
@@ -84,22 +86,14 @@ void cu_embed_bwd(kf_backend *b, float *dtable, const float *dout, const int32_t
                                             (const int32_t *)NULL, (int32_t *)NULL, (int)n, 0,
                                             end_bit, s));
     size_t arr = ((size_t)n * sizeof(int32_t) + 255) & ~(size_t)255;
-    char *base = (char *)cu_scratch(b, CU_SCRATCH_C, 3 * arr + temp + 256);
+    char *base = (char *)cu_scratch(b, CU_SCRATCH_C, 3 * arr + temp);
     int32_t *pos = (int32_t *)base, *sid = (int32_t *)(base + arr), *spos = (int32_t *)(base + 2 * arr);
-    int *bad = (int *)(base + 3 * arr);
-    void *tmp = base + 3 * arr + 256;
-    CUDA_OK(cudaMemsetAsync(bad, 0, sizeof(int), s));
-    k_check_ids<<<cu_blocks(n), 256, 0, s>>>(bad, ids, n, vocab);
-    CUDA_LAUNCHED();
-    int bad_host = 0;
-    CUDA_OK(cudaMemcpyAsync(&bad_host, bad, sizeof(int), cudaMemcpyDeviceToHost, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    KF_CHECK(!bad_host, "embed_bwd: a token id lies outside [0, %lld)", (long long)vocab);
-    k_iota<<<cu_blocks(n), 256, 0, s>>>(pos, n);
+    void *tmp = base + 3 * arr;
+    k_iota_check<<<cu_blocks(n), 256, 0, s>>>(pos, cu_impl(b)->err_dev, ids, n, vocab);
     CUDA_LAUNCHED();
     CUDA_OK(cub::DeviceRadixSort::SortPairs(tmp, temp, ids, sid, pos, spos, (int)n, 0, end_bit, s));
     unsigned g = (unsigned)(n < 65535 * 4 ? n : 65535 * 4);
-    k_embed_bwd<<<g, 128, 0, s>>>(dtable, dout, sid, spos, row_idx, n, dim);
+    k_embed_bwd<<<g, 128, 0, s>>>(dtable, dout, sid, spos, row_idx, n, dim, vocab);
     CUDA_LAUNCHED();
 }
 

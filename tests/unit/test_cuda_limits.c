@@ -1,6 +1,10 @@
 /* tests/unit/test_cuda_limits.c — CUDA ops at sizes past a launch limit: a
  * grid's y and z dimensions stop at 65535 blocks, so an op that put the batch
  * there failed to launch for larger batches. Compared with the CPU backend.
+ * And the checks the backend makes on the device instead of stopping the
+ * host (embed_bwd's token ids): a bad id ends the program at the next host
+ * wait, naming the op (in a child process, forked before this one touches
+ * the GPU).
  *
  * Needs a GPU (make test-cuda) or the CPU emulation harness, which checks the
  * limits as the hardware does (tests/scripts/test_gpu_emu.sh runs it once:
@@ -9,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kernels/kernels.h"
 #include "tests/test.h"
@@ -44,8 +50,52 @@ static void decode_many_samples(kf_backend *cpu, kf_backend *gpu) {
     free(h), free(out[0]), free(out[1]);
 }
 
+/* embed_bwd with token id 7 of a vocabulary of 5, then b->sync: the op
+ * returns (the check runs on the device), the sync dies with its message. */
+static void embed_bad_id_dies(void) {
+    int fd[2];
+    T_CHECK(pipe(fd) == 0, "pipe");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        char msg[256] = "";
+        kf_backend *g = kernels_cuda_create(0, msg, sizeof msg);
+        if (!g) _exit(3);
+        const int32_t ids[4] = {1, 2, 7, 3};
+        float dout[4 * 8];
+        for (int i = 0; i < 4 * 8; i++) dout[i] = (float)i;
+        float *tab = g->alloc(g, 5 * 8 * sizeof(float)), *dd = g->alloc(g, sizeof dout);
+        int32_t *id = g->alloc(g, sizeof ids);
+        g->upload(g, dd, dout, sizeof dout);
+        g->upload(g, id, ids, sizeof ids);
+        g->embed_bwd(g, tab, dd, id, NULL, 4, 8, 5);
+        fputs("embed_bwd returned\n", stderr);
+        g->sync(g);
+        _exit(0);
+    }
+    close(fd[1]);
+    char out[4096] = "";
+    size_t len = 0;
+    ssize_t r;
+    while (len + 1 < sizeof out && (r = read(fd[0], out + len, sizeof out - 1 - len)) > 0) len += (size_t)r;
+    out[len] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    printf("embed_bwd with an id outside the vocabulary: exit %d, stderr: %s", code, out);
+    T_CHECK(code != 0 && code != 3, "embed_bwd, bad id: got exit %d, want a failure (3: no backend)", code);
+    T_CHECK(strstr(out, "embed_bwd returned") != NULL,
+            "embed_bwd, bad id: got '%s', want the op to return before the check is reported", out);
+    T_CHECK(strstr(out, "embed_bwd: a token id lies outside [0, vocab)") != NULL,
+            "embed_bwd, bad id: got '%s', want the sync to name embed_bwd", out);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a crash keeps every line printed before it */
+    embed_bad_id_dies();
     char msg[256] = "";
     kf_backend *cpu = kernels_cpu_create(), *gpu = kernels_cuda_create(0, msg, sizeof msg);
     T_CHECK(gpu != NULL, "no CUDA backend: %s", msg);

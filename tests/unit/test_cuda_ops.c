@@ -185,8 +185,11 @@ static void test_bias(void) {
     drop(&y), drop(&bias), drop(&db);
 }
 
+/* 150 rows: chunks of 64, 64 and 22 for the weight gradient's partials;
+ * 300 columns: two blocks of columns there, and more columns than threads
+ * in the per-row kernels */
 static void test_layernorm(int with_bias) {
-    int64_t rows = 150, cols = 200;
+    int64_t rows = 150, cols = 300;
     buf2 x = mk_rand(rows * cols, 2), w = mk_rand(cols, 1), bias = mk_rand(cols, 1);
     buf2 y = mk_rand(rows * cols, 1), mean = mk_rand(rows, 1), rstd = mk_rand(rows, 1);
     buf2 dy = mk_rand(rows * cols, 1), dx = mk_rand(rows * cols, 1), dw = mk_rand(cols, 1),
@@ -205,16 +208,27 @@ static void test_layernorm(int with_bias) {
         drop(&dw), drop(&db);
 }
 
-static void test_rope(void) {
+/* Positions first .. first + 49: inside the CUDA backend's table of rotation
+ * factors (first = 0), or around its end at 4096, past which it computes
+ * them per element (first = 4070). */
+static void rope_case(const char *what, int32_t first) {
     int64_t B = 2, L = 37, nh = 3, D = 64, H = nh * D;
     int32_t pos[37];
-    for (int i = 0; i < L; i++) pos[i] = (i * 7) % 50;
+    for (int i = 0; i < L; i++) pos[i] = first + (i * 7) % 50;
     buf2 p = mk_ints(pos, L), x = mk_rand(B * L * 3 * H, 1);
+    char name[64];
+    snprintf(name, sizeof name, "rope_fwd%s", what);
     BOTH(BE->rope_fwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f));
-    check_close("rope_fwd", &x, B * L * 3 * H, 1e-6);
+    check_close(name, &x, B * L * 3 * H, 1e-6);
+    snprintf(name, sizeof name, "rope_bwd%s", what);
     BOTH(BE->rope_bwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f));
-    check_close("rope_bwd", &x, B * L * 3 * H, 1e-6);
+    check_close(name, &x, B * L * 3 * H, 1e-6);
     drop(&p), drop(&x);
+}
+
+static void test_rope(void) {
+    rope_case("", 0);
+    rope_case(" (positions 4070..4119)", 4070);
 }
 
 /* ---- attention ---- */

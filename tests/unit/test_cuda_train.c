@@ -19,6 +19,12 @@
  * Batch invariance: on the GPU in batch-invariant mode, the teacher targets
  * of one sample built alone equal those built inside a batch of 64, bit for
  * bit, for distill_ar and self_forcing.
+ *
+ * Host synchronisations (under the emulation harness, which counts them):
+ * once its buffers have grown, a training step's forward, backward and
+ * AdamW + EMA update never make the host wait for the device, its loss
+ * makes it wait once (the read-back of the row losses), and a teacher pass
+ * once (the read-back of its picked tokens).
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +34,9 @@
 
 #include "common/rng.h"
 #include "kernels/kernels.h"
+#ifdef KF_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 #include "tests/test.h"
 #include "trainer/layout.h"
 #include "trainer/model.h"
@@ -270,6 +279,78 @@ static void save_load_continue(void) {
     sup_free(s);
 }
 
+/* Host synchronisations so far (-1: not counted, on a real GPU). */
+static int64_t host_syncs(void) {
+#ifdef KF_CUDA
+    return kernels_cuda_host_syncs();
+#else
+    return -1;
+#endif
+}
+
+/* Counts the host waits of each part of a training step and of the teacher
+ * passes, on the second of two identical steps (the first grows buffers).
+ * kind: distill_ar from an AR teacher (k = 2: two teacher passes) or
+ * self_forcing 1 -> 2 from a PFLM(1) teacher (two rounds). */
+static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_config *tcfg,
+                                 int64_t passes) {
+    kf_backend *b = be[1];
+    if (host_syncs() < 0) {
+        printf("%s: host synchronisations not counted (real GPU; the emulation harness counts them)\n", name);
+        return;
+    }
+    model *teacher = model_create(b, tcfg);
+    randomize(teacher, 41);
+    sup_config sc = {.kind = kind, .k = 2, .tau_min = 0.3, .tau_max = 1.0, .seed = 5};
+    kf_err err = {{0}};
+    sup_ctx *s = sup_create(&sc, teacher, &err);
+    T_CHECK(s != NULL, "%s: sup_create: %s", name, err.msg);
+    if (!s) return;
+    model_config base = base_cfg(0), scfg = sup_student_config(&sc, &base);
+    model *m = model_create(b, &scfg);
+    randomize(m, 42);
+    model_ws *ws = model_ws_create(m);
+    size_t bytes = (size_t)m->n_params * sizeof(float);
+    float *mom = b->alloc(b, bytes), *vel = b->alloc(b, bytes), *ema = b->alloc(b, bytes);
+    int32_t x[B * N];
+    uint64_t keys[B] = {5, 6, 7, 8};
+    tokens(x, B * N, 13);
+    int64_t n[5]; /* waits in: teacher passes, forward, loss, backward, update */
+    for (int step = 1; step <= 2; step++) {
+        sup_batch sb;
+        int64_t t0 = host_syncs(), count = 0;
+        sup_build(s, &sb, x, B, N, NULL, keys);
+        int64_t t1 = host_syncs();
+        model_zero_grads(m);
+        model_forward(m, ws, &sb.in, MODEL_TRAIN, NULL);
+        int64_t t2 = host_syncs();
+        model_loss(m, ws, sb.targets, 0, 1.0f, &count, NULL);
+        int64_t t3 = host_syncs();
+        model_backward(m, ws);
+        int64_t t4 = host_syncs();
+        b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f,
+                 step, 1.0f);
+        b->ema(b, ema, m->params, m->n_params, 0.999f);
+        int64_t t5 = host_syncs();
+        n[0] = t1 - t0, n[1] = t2 - t1, n[2] = t3 - t2, n[3] = t4 - t3, n[4] = t5 - t4;
+    }
+    b->sync(b);
+    printf("%s, second step: host waits: teacher %lld, forward %lld, loss %lld, backward %lld, "
+           "update %lld\n", name, (long long)n[0], (long long)n[1], (long long)n[2],
+           (long long)n[3], (long long)n[4]);
+    T_CHECK(n[0] == passes, "%s: teacher passes: got %lld host waits, want %lld (one read-back per pass)",
+            name, (long long)n[0], (long long)passes);
+    T_CHECK(n[1] == 0, "%s: forward: got %lld host waits, want 0", name, (long long)n[1]);
+    T_CHECK(n[2] == 1, "%s: loss: got %lld host waits, want 1 (the read-back)", name, (long long)n[2]);
+    T_CHECK(n[3] == 0, "%s: backward: got %lld host waits, want 0", name, (long long)n[3]);
+    T_CHECK(n[4] == 0, "%s: AdamW + EMA: got %lld host waits, want 0", name, (long long)n[4]);
+    b->free(b, mom), b->free(b, vel), b->free(b, ema);
+    model_ws_free(ws);
+    model_free(m);
+    sup_free(s);
+    model_free(teacher);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a crash keeps every line printed before it */
     char msg[256] = "";
@@ -293,6 +374,8 @@ int main(void) {
     batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar);
     batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1);
     save_load_continue();
+    host_syncs_in_a_step("distill_ar k=2", SUP_DISTILL_AR, &ar, 2);
+    host_syncs_in_a_step("self_forcing 1->2", SUP_SELF_FORCING, &pf1, 2);
     be[0]->destroy(be[0]);
     be[1]->destroy(be[1]);
     return T_DONE();

@@ -12,6 +12,7 @@
  * memory and everything is synchronous.
  */
 #include <errno.h>
+#include <execinfo.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +325,20 @@ std::map<const void *, int> &dyn_smem_limit() {
 }
 cudaError_t last_error = cudaSuccess;
 int current_device = 0;
+long long n_host_syncs = 0;
+
+/* A call that blocks the host until the device has finished queued work (or
+ * may, as cudaMalloc/cudaFree and copies with pageable host memory do on a
+ * GPU). KF_CUDA_EMU_TRACE_SYNCS=1 prints each one with its call stack, to
+ * find the one a test counted. */
+void host_sync(const char *api) {
+    n_host_syncs++;
+    const char *e = getenv("KF_CUDA_EMU_TRACE_SYNCS");
+    if (!e || strcmp(e, "1")) return;
+    fprintf(stderr, "cuda-emu: host sync %lld: %s\n", n_host_syncs, api);
+    void *frames[16];
+    backtrace_symbols_fd(frames, backtrace(frames, 16), 2);
+}
 
 /* H100 SXM limits */
 const int SMEM_DEFAULT = 48 * 1024, SMEM_OPTIN = 232448;
@@ -516,6 +531,8 @@ int emu_is_device(const void *p, size_t bytes) { return inside(mem().dev, p, byt
 
 int emu_stream_valid(cudaStream_t s) { return !s || streams().count((void *)s); }
 
+long long emu_host_syncs(void) { return n_host_syncs; }
+
 const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "no error";
@@ -584,9 +601,13 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
     *v = 132;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    host_sync("cudaDeviceSynchronize");
+    return cudaSuccess;
+}
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
+    host_sync("cudaMalloc");
     void *q = NULL;
     if (posix_memalign(&q, 256, bytes ? bytes : 1))
         return fail_api(cudaErrorMemoryAllocation, "cudaMalloc(%zu)", bytes);
@@ -597,12 +618,14 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 }
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    host_sync("cudaFree");
     if (!mem().dev.erase((uintptr_t)p))
         return fail_api(cudaErrorInvalidValue, "cudaFree(%p): not a cudaMalloc pointer", p);
     free(p);
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    host_sync("cudaMallocHost");
     void *q = malloc(bytes ? bytes : 1);
     if (!q) return fail_api(cudaErrorMemoryAllocation, "cudaMallocHost(%zu)", bytes);
     mem().host[(uintptr_t)q] = bytes ? bytes : 1;
@@ -611,15 +634,18 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void *p) {
     if (!p) return cudaSuccess;
+    host_sync("cudaFreeHost");
     if (!mem().host.erase((uintptr_t)p))
         return fail_api(cudaErrorInvalidValue, "cudaFreeHost(%p): not a cudaMallocHost pointer", p);
     free(p);
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t s) {
+/* sync: the caller blocks the host whatever the memory (cudaMemcpy) */
+static cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                        cudaStream_t s, bool sync) {
     if (!emu_stream_valid(s)) return fail_api(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
+    if (sync) host_sync("cudaMemcpy");
     if (!bytes) return cudaSuccess;
     bool dd = emu_is_device(dst, bytes), sd = emu_is_device(src, bytes);
     bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToDevice && dd && !sd) ||
@@ -630,11 +656,19 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
         return fail_api(cudaErrorInvalidValue,
                         "cudaMemcpy kind %d: %zu bytes from %s %p to %s %p", (int)kind, bytes,
                         sd ? "device" : "host", src, dd ? "device" : "host", dst);
+    /* with pageable host memory the copy returns only once the host side is
+     * consumed (H2D) or written (D2H): after the stream's earlier work */
+    if (!sync && ((!sd && !inside(mem().host, src, bytes)) || (!dd && !inside(mem().host, dst, bytes))))
+        host_sync("cudaMemcpyAsync with pageable host memory");
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s) {
+    return copy(dst, src, bytes, kind, s, false);
+}
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
-    return cudaMemcpyAsync(dst, src, bytes, kind, 0);
+    return copy(dst, src, bytes, kind, 0, true);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
     if (!emu_stream_valid(s)) return fail_api(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
@@ -660,6 +694,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    host_sync("cudaStreamSynchronize");
     return emu_stream_valid(s) ? cudaSuccess
                                : fail_api(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize(%p)", (void *)s);
 }
@@ -692,6 +727,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    host_sync("cudaEventSynchronize");
     return events().count(e) ? cudaSuccess
                              : fail_api(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p)", (void *)e);
 }

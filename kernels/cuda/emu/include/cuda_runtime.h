@@ -8,6 +8,9 @@
 
 #include <stddef.h>
 
+/* this is the emulator's runtime (kernels/cuda code may ask for its counters) */
+#define KF_CUDA_EMU 1
+
 #ifdef __cplusplus
 #include "kernels/cuda/emu/emu_device.h"
 extern "C" {
@@ -89,6 +92,12 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 int emu_is_device(const void *p, size_t bytes);
 /** 1 when s is the default stream or a live created stream. */
 int emu_stream_valid(cudaStream_t s);
+/** Host synchronisations so far: calls that block the host until queued
+ *  device work is done, or may on a GPU — cudaDeviceSynchronize,
+ *  cudaStreamSynchronize, cudaEventSynchronize, cudaMemcpy, cudaMemcpyAsync
+ *  with pageable (not cudaMallocHost) host memory, cudaMalloc, cudaFree,
+ *  cudaMallocHost, cudaFreeHost. */
+long long emu_host_syncs(void);
 /** Aborts with "cuda-emu: error: <msg>". */
 void emu_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), __noreturn__));
 
