@@ -599,6 +599,9 @@ static void teardown(trainer *t) {
     }
     model_ws_free(t->ws);
     model_free(t->m);
+    /* last: everything above frees through it (NCCL's communicator, which
+     * dist_finalize destroys later, does not use it) */
+    if (t->be) t->be->destroy(t->be);
     kf_jsonl_close(t->log);
     runconfig_free(t->rc);
 }
