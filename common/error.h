@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdnoreturn.h>
 
-/** Exit codes shared by every command (ARCHITECTURE.md "Command line"). */
+/** Exit codes shared by every command (docs/architecture.md "Invariants"). */
 enum {
     KF_EXIT_OK = 0,
     KF_EXIT_ERROR = 1,

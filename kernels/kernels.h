@@ -170,7 +170,7 @@ struct kf_backend {
     void (*embed_bwd)(kf_backend *b, float *dtable, const float *dout, const int32_t *ids,
                       const int32_t *row_idx, int64_t n, int64_t dim, int64_t vocab);
 
-    /* Sinusoidal noise features, computed in float64 (ARCHITECTURE.md "PFLM"):
+    /* Sinusoidal noise features, computed in float64 (docs/architecture.md "Reference model"):
      * out[r] = [cos(z*f), sin(z*f), cos(tau*f), sin(tau*f)] with f_i = 2*pi*10000^(-i/half),
      * half = H/2, so out is [n, 2H]. z[n], tau[n] are device doubles. */
     void (*noise_features)(kf_backend *b, float *out, const double *z, const double *tau,

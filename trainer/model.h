@@ -1,7 +1,7 @@
 /* trainer/model.h — the DDiT backbone, the AR head and the PFLM noise encoder.
  *
  * One implementation of the paper's models, written against kernels/kernels.h
- * only (it runs on any backend). ARCHITECTURE.md "Reference model" is the
+ * only (it runs on any backend). docs/architecture.md "Reference model" is the
  * specification; the parameter names are the reference's PyTorch names, so a
  * checkpoint saved here loads with safetensors.torch.load_file and the
  * released checkpoints convert by stripping their "backbone." prefix.

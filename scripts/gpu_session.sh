@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# kernels/cuda/gpu_session.sh — what one call on a lent GPU machine runs:
+# scripts/gpu_session.sh — what one call on a lent GPU machine runs:
 # unpacks the runtime libraries built binaries need (carry/cuda/libs.tar.xz, made
 # on the build machine, since the GPU machine has no package registry), then
 # runs the CUDA tests and benchmarks from carry/cuda/bin. Usage on that machine:
-#   bash kernels/cuda/gpu_session.sh [tests] [bench-attention] [bench-attention-fp32]
+#   bash scripts/gpu_session.sh [tests] [bench-attention] [bench-attention-fp32]
 #                                    [bench-train-124m] [NAME (kf bench NAME)]...
 # Output goes to stdout and $OUT/gpu_session.log when OUT is set.
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 log=${OUT:-/tmp}/gpu_session.log
 mkdir -p carry/cuda/lib && tar xJf carry/cuda/libs.tar.xz -C carry/cuda/lib
