@@ -124,7 +124,7 @@ test: tests
 # (ASan at -O1: it builds the whole library once more, faster than at -O3)
 EMU_TESTS := tests/test_cuda_ops tests/test_cuda_train
 emu-tests:
-	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS) tests/test_cuda_limits kf emu_selftest)
+	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS) tests/test_cuda_limits tests/test_kernels_table kf emu_selftest)
 	$(MAKE) --no-print-directory EMU=1 SAN="-fsanitize=address -fno-omit-frame-pointer" OPT=-O1 \
 		$(addprefix build-emu-asan/,$(EMU_TESTS))
 
