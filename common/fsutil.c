@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,6 +18,11 @@ void fs_dirname(const char *path, char *out, size_t cap) {
     while (n > 1 && path[n - 1] == '/') n--;
     if (n == 0) snprintf(out, cap, ".");
     else snprintf(out, cap, "%.*s", (int)n, path);
+}
+
+void fs_path_join(char *out, size_t cap, const char *a, const char *b) {
+    int n = snprintf(out, cap, "%s/%s", a, b);
+    KF_CHECK(n > 0 && (size_t)n < cap, "path too long: %s/%s", a, b);
 }
 
 int fs_fsync_path(const char *path, kf_err *err) {

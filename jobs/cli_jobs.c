@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -190,12 +191,6 @@ static int run_stage_local(const char *run, const runconfig *rc, const char *sta
     return proc_run(argv, err);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static const char *elapsed(double s, char *buf, size_t cap) {
     if (s < 120) snprintf(buf, cap, "%.1f s", s);
     else snprintf(buf, cap, "%.1f min", s / 60);
@@ -205,7 +200,7 @@ static const char *elapsed(double s, char *buf, size_t cap) {
 /* Every incomplete stage here, in order. */
 static int run_local(const char *run, const runconfig *rc, int np, int no_sample) {
     kf_err err;
-    double start = now_s();
+    double start = clock_now_s();
     char why[PATH_MAX + 64];
     int n = rc->n_stages + 1;
     for (int i = 0; i < n; i++) {
@@ -214,7 +209,7 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
             fprintf(stderr, "kf jobs: %s: complete, skipped\n", stage);
             continue;
         }
-        double t0 = now_s();
+        double t0 = clock_now_s();
         int code = run_stage_local(run, rc, stage, np, &err);
         if (code < 0) return fail(&err);
         if (code == KF_EXIT_PREEMPTED) {
@@ -227,11 +222,11 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
             return KF_EXIT_ERROR;
         }
         char took[32];
-        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage, elapsed(now_s() - t0, took, sizeof took));
+        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage, elapsed(clock_now_s() - t0, took, sizeof took));
     }
     char took[32];
     fprintf(stderr, "kf jobs: every stage of %s is complete (%s in this command)\n", run,
-            elapsed(now_s() - start, took, sizeof took));
+            elapsed(clock_now_s() - start, took, sizeof took));
     /* the stages are the run's result: a failure of the samples after them is
      * reported, and the samples can be redone by running the command again */
     if (!no_sample && sample_run(run, rc, kf_bin(), &err))

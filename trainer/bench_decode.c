@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "common/chart.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -101,12 +102,6 @@ static int parse_list(const char *s, int64_t *out, int *n, int64_t lo) {
         p = *end ? end + 1 : end;
     }
     return *n ? 0 : -1;
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The released sampler: PFLM argmaxes under the frequency penalty, AR samples without it. */
@@ -329,9 +324,9 @@ int bench_decode_main(int argc, char **argv) {
         for (int64_t r = 0; r <= runs; r++) /* r = 0: warm-up */
             for (int i = 0; i < nm; i++) {
                 decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
-                double t0 = now();
+                double t0 = clock_now_s();
                 decode_run(mt[i].m, mt[i].heads, pre, bs[b], P, &o, keys, out);
-                double tps = (double)(bs[b] * N) / (now() - t0);
+                double tps = (double)(bs[b] * N) / (clock_now_s() - t0);
                 if (r == 0) continue;
                 sum[i] += tps;
                 sum2[i] += tps * tps;

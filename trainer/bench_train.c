@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -42,12 +43,6 @@
 #include <cuda_runtime.h>
 #endif
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Best GFLOP/s of the backend's own matmul (the GEMM training runs: on the CPU
  * the project's fixed-order kernel, or OpenBLAS under KF_CPU_GEMM=openblas). */
 static double backend_peak(kf_backend *be, kf_precision p, int n, int reps) {
@@ -58,10 +53,10 @@ static double backend_peak(kf_backend *be, kf_precision p, int n, int reps) {
     be->sync(be);
     double best = 0;
     for (int r = 0; r < reps; r++) {
-        double t = now_s();
+        double t = clock_now_s();
         for (int i = 0; i < 10; i++) be->matmul(be, c, a, b, n, n, n, 0, 0, 1.0f, 0.0f);
         be->sync(be);
-        double g = 10 * 2.0 * n * n * (double)n / (now_s() - t) / 1e9;
+        double g = 10 * 2.0 * n * n * (double)n / (clock_now_s() - t) / 1e9;
         if (g > best) best = g;
     }
     be->free(be, a), be->free(be, b), be->free(be, c);

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "kernels/kernels.h"
@@ -137,12 +138,6 @@ static int read_prefixes(const char *path, tok *tk, int32_t ***out, int64_t **le
     *lens = pl;
     *count = n;
     return 0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t *out) {
@@ -327,10 +322,10 @@ int sample_main(int argc, char **argv) {
             memcpy(pb + b * P, jobs[s + b].prefix, (size_t)P * sizeof(int32_t));
             keys[b] = (uint64_t)jobs[s + b].index;
         }
-        double t0 = now_s();
+        double t0 = clock_now_s();
         decode_run(m, heads, pb, B, P, &o, keys, out);
         be->sync(be);
-        double tps = (double)(B * max_new) / (now_s() - t0);
+        double tps = (double)(B * max_new) / (clock_now_s() - t0);
         for (int64_t b = 0; b < B; b++) {
             const int32_t *c = out + b * max_new;
             printf("{\"prefix\": [");
