@@ -13,6 +13,8 @@
 #include "common/config.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/log.h"
+#include "common/stage_status.h"
 #include "pipeline/build.h"
 
 /* What `kf train` leaves in a stage directory (trainer's checkpoint layout). */
@@ -278,17 +280,12 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
     newest_ckpt(run, stage, st);
     read_log(run, stage, st);
     char p[PATH_MAX];
-    stage_path(p, sizeof p, run, stage, "status");
-    FILE *f = fopen(p, "r");
-    if (f) {
-        char line[256]; /* trainer's status file: YAML, "state: running|preempted|done|failed" */
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "state: ", 7)) {
-                line[strcspn(line, "\n")] = 0;
-                snprintf(st->status, sizeof st->status, "%.*s", (int)sizeof st->status - 1, line + 7);
-            }
-        fclose(f);
-    }
+    stage_path(p, sizeof p, run, stage, "");
+    stage_status ss;
+    kf_err err = {{0}};
+    int got = stage_status_read(p, &ss, &err);
+    if (got < 0) kf_log_warn("%s", err.msg);
+    if (got == 0) snprintf(st->status, sizeof st->status, "%s", ss.state);
 }
 
 /* ---- job records ---- */

@@ -36,6 +36,7 @@
 #include "common/runconfig.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
+#include "common/stage_status.h"
 #include "kernels/kernels.h"
 #include "trainer/checkpoint.h"
 #include "trainer/layout.h"
@@ -308,12 +309,9 @@ int import_main(int argc, char **argv) {
         meta.world = 1;
         meta.id.model = m->cfg;
         ckpt_write_final(final_dir, m, m->params, &meta);
-        snprintf(p, sizeof p, "%s/stages/%s/status", run, stage);
-        char buf[256];
-        int n = snprintf(buf, sizeof buf,
-                         "state: done\nstep: 0\nsteps: 0\ncheckpoint: \"\"\ntokens_per_s: 0.0\n"
-                         "updated: %lld\n", (long long)time(NULL));
-        if (fs_write_atomic(p, buf, (size_t)n, &err)) goto done;
+        snprintf(p, sizeof p, "%s/stages/%s", run, stage);
+        stage_status st = {.state = "done"};
+        if (stage_status_write(p, &st, &err)) goto done;
         printf("imported %s (sha256 %.12s..., %s%s, k_train %lld, %lld parameters) as %s\n", ckpt, sha,
                m->cfg.kind == MODEL_AR ? "AR" : "PFLM", m->cfg.head == HEAD_MTP ? " MTP" : "",
                (long long)m->cfg.k_train, (long long)m->n_params, final_dir);

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/sha256.h"
 #include "common/runconfig.h"
+#include "common/stage_status.h"
 #include "trainer/checkpoint.h"
 #include "trainer/loader.h"
 #include "trainer/model.h"
@@ -78,15 +79,12 @@ typedef struct trainer {
 
 static void write_status(trainer *t, const char *state) {
     if (t->d->rank != 0) return;
-    char p[4096], ck[64] = "", buf[1024];
-    fs_path_join(p, sizeof p, t->stage_dir, "status");
-    if (t->last_ckpt_step >= 0) snprintf(ck, sizeof ck, "step-%" PRId64, t->last_ckpt_step);
-    int n = snprintf(buf, sizeof buf,
-                     "state: %s\nstep: %" PRId64 "\nsteps: %" PRId64 "\ncheckpoint: \"%s\"\n"
-                     "tokens_per_s: %.1f\nupdated: %lld\n",
-                     state, t->step, t->st->steps, ck, t->last_tps, (long long)time(NULL));
+    stage_status st = {.step = t->step, .steps = t->st->steps, .tokens_per_s = t->last_tps};
+    snprintf(st.state, sizeof st.state, "%s", state);
+    if (t->last_ckpt_step >= 0)
+        snprintf(st.checkpoint, sizeof st.checkpoint, "step-%" PRId64, t->last_ckpt_step);
     kf_err err = {{0}};
-    if (fs_write_atomic(p, buf, (size_t)n, &err)) kf_log_warn("status: %s", err.msg);
+    if (stage_status_write(t->stage_dir, &st, &err)) kf_log_warn("status: %s", err.msg);
 }
 
 static void fill_meta(trainer *t, ckpt_meta *m) {
