@@ -64,11 +64,9 @@ $(BUILD)/libkf.a: $(OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-# whole-archive: kf.c reaches the commands only through weak symbols, which
-# do not pull archive members in by themselves.
 $(BUILD)/kf: $(BUILD)/kf.o $(BUILD)/libkf.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $(BUILD)/kf.o -Wl,--whole-archive $(BUILD)/libkf.a -Wl,--no-whole-archive $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(BUILD)/kf.o $(BUILD)/libkf.a $(LDLIBS)
 
 # bin/kf follows the configuration asked for last, even when that one's
 # $(BUILD)/kf is older than the copy there (hence FORCE and the compare).
