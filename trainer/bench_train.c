@@ -21,11 +21,13 @@
  * device is known.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/cli.h"
 #include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -138,53 +140,37 @@ static double read_mean(const char *log, const char *key, int64_t warmup, char *
     return cnt ? sum / cnt : -1;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf bench train [CONFIG] [--stage NAME]... [--steps N] [--warmup W] [key.path=value ...]\n"
-            "\n"
-            "Runs W + N training steps of each selected stage of CONFIG (default\n"
-            "configs/tiny.yaml; default: every training stage) with a random teacher where one\n"
-            "is needed, and prints tokens/s, ms/step, the student's GFLOP/s and its fraction of\n"
-            "the peak of the backend's matmul measured in the same run (and the nominal dense\n"
-            "peak on a GPU). ms/wait: the gradient all-reduce's\n"
-            "exposed time per step, after the backward (resources.bucket_mb sets its overlap;\n"
-            "0 on one rank). Defaults: N 10, W 2.\n");
-}
+static const char USAGE[] =
+    "usage: kf bench train [CONFIG] [--stage NAME]... [--steps N] [--warmup W] [key.path=value ...]\n"
+    "\n"
+    "Runs W + N training steps of each selected stage of CONFIG (default\n"
+    "configs/tiny.yaml; default: every training stage) with a random teacher where one\n"
+    "is needed, and prints tokens/s, ms/step, the student's GFLOP/s and its fraction of\n"
+    "the peak of the backend's matmul measured in the same run (and the nominal dense\n"
+    "peak on a GPU). ms/wait: the gradient all-reduce's\n"
+    "exposed time per step, after the backward (resources.bucket_mb sets its overlap;\n"
+    "0 on one rank). Defaults: N 10, W 2.\n";
 
 int bench_train_main(int argc, char **argv) {
-    const char *config = NULL;
+    const char *config = "configs/tiny.yaml";
     const char *stages[32];
     int n_st = 0, n_over = 0;
     int64_t steps = 10, warmup = 2;
     char **over = calloc((size_t)argc + 8, sizeof *over);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            free(over);
-            return KF_EXIT_OK;
-        } else if ((!strcmp(argv[i], "--stage") || !strcmp(argv[i], "--steps") ||
-                    !strcmp(argv[i], "--warmup")) && i + 1 < argc) {
-            const char *o = argv[i++];
-            if (!strcmp(o, "--stage") && n_st < 32) stages[n_st++] = argv[i];
-            else if (!strcmp(o, "--steps")) steps = atoll(argv[i]);
-            else warmup = atoll(argv[i]);
-        } else if (argv[i][0] == '-') {
-            usage(stderr);
-            free(over);
-            return KF_EXIT_USAGE;
-        } else if (strchr(argv[i], '=')) {
-            over[n_over++] = argv[i];
-        } else {
-            config = argv[i];
-        }
-    }
-    if (!config) config = "configs/tiny.yaml";
-    omp_env_passive();
-    if (steps < 1 || warmup < 0) {
-        usage(stderr);
+    const cli_opt opts[] = {
+        {"--stage", CLI_STR_LIST, stages, .n = &n_st, .cap = 32},
+        {"--steps", CLI_INT, &steps, .lo = 1, .hi = INFINITY},
+        {"--warmup", CLI_INT, &warmup, .lo = 0, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf bench train", USAGE, opts, .pos = &config, .max_pos = 1, .over = over,
+                           .n_over = &n_over};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) {
         free(over);
-        return KF_EXIT_USAGE;
+        return code;
     }
+    omp_env_passive();
     runconfig *rc;
     kf_err err = {{0}};
     if (runconfig_load(config, n_over, over, &rc, &err)) {
