@@ -6,8 +6,8 @@
  *   const char *stages[32];
  *   int n_stages = 0;
  *   const cli_opt opts[] = {
- *       {"--steps", CLI_INT, &steps, .lo = 1, .hi = INFINITY},
- *       {"--stage", CLI_STR_LIST, stages, .n = &n_stages, .cap = 32},
+ *       {"--steps", CLI_INT, .out = &steps, .lo = 1, .hi = INFINITY},
+ *       {"--stage", CLI_STR_LIST, .out = stages, .n = &n_stages, .cap = 32},
  *       {NULL},
  *   };
  *   cli_spec spec = {"kf bench train", USAGE, opts, .pos = &config, .max_pos = 1,

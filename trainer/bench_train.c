@@ -158,9 +158,9 @@ int bench_train_main(int argc, char **argv) {
     int64_t steps = 10, warmup = 2;
     char **over = calloc((size_t)argc + 8, sizeof *over);
     const cli_opt opts[] = {
-        {"--stage", CLI_STR_LIST, stages, .n = &n_st, .cap = 32},
-        {"--steps", CLI_INT, &steps, .lo = 1, .hi = INFINITY},
-        {"--warmup", CLI_INT, &warmup, .lo = 0, .hi = INFINITY},
+        {"--stage", CLI_STR_LIST, .out = stages, .n = &n_st, .cap = 32},
+        {"--steps", CLI_INT, .out = &steps, .lo = 1, .hi = INFINITY},
+        {"--warmup", CLI_INT, .out = &warmup, .lo = 0, .hi = INFINITY},
         {NULL},
     };
     const cli_spec spec = {"kf bench train", USAGE, opts, .pos = &config, .max_pos = 1, .over = over,

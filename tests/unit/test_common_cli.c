@@ -18,12 +18,12 @@ static double taus[3];
 static int n_pos, n_stages, n_taus, n_over;
 
 static const cli_opt opts[] = {
-    {"--steps", CLI_INT, &steps, .lo = 1, .hi = INFINITY},
-    {"--tau", CLI_FLOAT, &tau, .lo = 0, .hi = 1},
+    {"--steps", CLI_INT, .out = &steps, .lo = 1, .hi = INFINITY},
+    {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = 1},
     {"--resume", CLI_FLAG, .out = &resume},
-    {"--name", CLI_STR, &name, .alias = "-n"},
-    {"--stage", CLI_STR_LIST, stages, .n = &n_stages, .cap = 2},
-    {"--taus", CLI_FLOAT_LIST, taus, .n = &n_taus, .cap = 3, .lo = 0, .hi = INFINITY},
+    {"--name", CLI_STR, .out = &name, .alias = "-n"},
+    {"--stage", CLI_STR_LIST, .out = stages, .n = &n_stages, .cap = 2},
+    {"--taus", CLI_FLOAT_LIST, .out = taus, .n = &n_taus, .cap = 3, .lo = 0, .hi = INFINITY},
     {NULL},
 };
 
