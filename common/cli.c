@@ -36,7 +36,9 @@ int cli_parse_float(const char *text, double lo, double hi, double *out) {
 /* "an integer >= 1", "a number in [0, 1]", ... for error messages. */
 static void describe(const cli_opt *o, char *buf, size_t cap) {
     const char *what = o->kind == CLI_INT ? "an integer" : "a number";
-    const char *list = o->kind == CLI_FLOAT_LIST ? "a comma-separated list of numbers" : NULL;
+    const char *list = o->kind == CLI_INT_LIST     ? "a comma-separated list of integers"
+                       : o->kind == CLI_FLOAT_LIST ? "a comma-separated list of numbers"
+                                                   : NULL;
     if (!bounded(o->lo, o->hi))
         snprintf(buf, cap, "%s", list ? list : what);
     else if (isinf(o->hi))
@@ -76,6 +78,7 @@ static int take_value(const cli_spec *s, const cli_opt *o, const char *v, int *e
         if (*o->n >= o->cap) return usage_error(s, exit_code, "%s: at most %d values", o->name, o->cap);
         ((const char **)o->out)[(*o->n)++] = v;
         return 0;
+    case CLI_INT_LIST:
     case CLI_FLOAT_LIST: {
         int n = 0;
         const char *p = v;
@@ -85,7 +88,9 @@ static int take_value(const cli_spec *s, const cli_opt *o, const char *v, int *e
             if (n >= o->cap || len == 0 || len >= sizeof item) break;
             memcpy(item, p, len);
             item[len] = 0;
-            if (cli_parse_float(item, o->lo, o->hi, (double *)o->out + n)) break;
+            if (o->kind == CLI_INT_LIST ? cli_parse_int(item, o->lo, o->hi, (int64_t *)o->out + n)
+                                        : cli_parse_float(item, o->lo, o->hi, (double *)o->out + n))
+                break;
             n++;
             if (!p[len]) {
                 *o->n = n;

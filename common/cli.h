@@ -33,7 +33,8 @@ typedef enum {
     CLI_INT,       /* *(int64_t *)out, within [lo, hi] */
     CLI_FLOAT,     /* *(double *)out, finite, within [lo, hi] */
     CLI_STR_LIST,  /* repeated option: ((const char **)out)[(*n)++], at most cap */
-    CLI_FLOAT_LIST /* one comma-separated value: ((double *)out)[0..*n), at most cap, each within [lo, hi] */
+    CLI_INT_LIST,  /* one comma-separated value: ((int64_t *)out)[0..*n), at most cap, each within [lo, hi] */
+    CLI_FLOAT_LIST /* the same for numbers: ((double *)out)[0..*n) */
 } cli_kind;
 
 typedef struct cli_opt {

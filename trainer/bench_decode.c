@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "common/chart.h"
+#include "common/cli.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -51,36 +52,34 @@
 #define MAX_LIST 16
 #define MAX_METHODS 32
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
-            "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
-            "                       [--backend cpu|cuda|auto] [--json OUT.json] [--png OUT.png]\n"
-            "\n"
-            "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
-            "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
-            "data's sequence length (capped by every model's context; the last step emits fewer\n"
-            "than k tokens when k does not divide the length), one warm-up and R timed runs per\n"
-            "method and batch size; tokens/s = generated tokens (special tokens included) /\n"
-            "wall-clock seconds, averaged over the runs (the methods take turns run by run, so a\n"
-            "load change on a shared machine hits all alike). Decoding is the released sampler's:\n"
-            "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
-            "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
-            "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
-            "Quality of each method's completions of the largest batch (trainer/quality.h): Gen-PPL\n"
-            "under the AR checkpoint, mean unigram entropy per completion (nats), distinct-2/3 and\n"
-            "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
-            "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
-            "smallest context.\n"
-            "\n"
-            "  --batch LIST   batch sizes (default 4,16,128)\n"
-            "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
-            "  --runs R       timed runs after the warm-up (default 5)\n"
-            "  --tau T        temperature (default 1)\n"
-            "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
-            "                 0: the fused argmax path; AR samples without one, as the release)\n"
-            "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n");
-}
+static const char USAGE[] =
+    "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
+    "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
+    "                       [--backend cpu|cuda|auto] [--json OUT.json] [--png OUT.png]\n"
+    "\n"
+    "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
+    "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
+    "data's sequence length (capped by every model's context; the last step emits fewer\n"
+    "than k tokens when k does not divide the length), one warm-up and R timed runs per\n"
+    "method and batch size; tokens/s = generated tokens (special tokens included) /\n"
+    "wall-clock seconds, averaged over the runs (the methods take turns run by run, so a\n"
+    "load change on a shared machine hits all alike). Decoding is the released sampler's:\n"
+    "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
+    "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
+    "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
+    "Quality of each method's completions of the largest batch (trainer/quality.h): Gen-PPL\n"
+    "under the AR checkpoint, mean unigram entropy per completion (nats), distinct-2/3 and\n"
+    "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
+    "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
+    "smallest context.\n"
+    "\n"
+    "  --batch LIST   batch sizes (default 4,16,128)\n"
+    "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
+    "  --runs R       timed runs after the warm-up (default 5)\n"
+    "  --tau T        temperature (default 1)\n"
+    "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
+    "                 0: the fused argmax path; AR samples without one, as the release)\n"
+    "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n";
 
 typedef struct method {
     char label[32];
@@ -91,18 +90,6 @@ typedef struct method {
     double tps[MAX_LIST], sd[MAX_LIST]; /* per batch size */
     quality_row q;                      /* of the largest batch's completions */
 } method;
-
-static int parse_list(const char *s, int64_t *out, int *n, int64_t lo) {
-    *n = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || v < lo || *n == MAX_LIST || (*end && *end != ',')) return -1;
-        out[(*n)++] = v;
-        p = *end ? end + 1 : end;
-    }
-    return *n ? 0 : -1;
-}
 
 /* The released sampler: PFLM argmaxes under the frequency penalty, AR samples without it. */
 static decode_opts method_opts(const method *x, double tau, double pen, int64_t N, int64_t seed) {
@@ -193,49 +180,31 @@ int bench_decode_main(int argc, char **argv) {
     int nck = 0, nb = 3, nk = 3;
     int64_t bs[MAX_LIST] = {4, 16, 128}, ks[MAX_LIST] = {2, 3, 4}, P = 0, N = 0, runs = 5, seed = 1;
     double tau = 1.0, pen = DECODE_FREQ_PENALTY_DEFAULT;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return KF_EXIT_OK;
-        }
-        if (a[0] != '-') {
-            if (nck == MAX_METHODS) {
-                fprintf(stderr, "kf bench decode: at most %d checkpoints\n", MAX_METHODS);
-                return KF_EXIT_USAGE;
-            }
-            ckpts[nck++] = a;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kf bench decode: option '%s' needs a value\n", a);
-            return KF_EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        char *end = NULL;
-        int ok = 1;
-        if (!strcmp(a, "--data")) data = v;
-        else if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--json")) json_path = v;
-        else if (!strcmp(a, "--png")) png_path = v;
-        else if (!strcmp(a, "--batch")) ok = parse_list(v, bs, &nb, 1) == 0;
-        else if (!strcmp(a, "--k")) ok = parse_list(v, ks, &nk, 1) == 0;
-        else if (!strcmp(a, "--prefix-len")) ok = (P = strtoll(v, &end, 10)) >= 1 && !*end;
-        else if (!strcmp(a, "--max-new")) ok = (N = strtoll(v, &end, 10)) >= 1 && !*end;
-        else if (!strcmp(a, "--runs")) ok = (runs = strtoll(v, &end, 10)) >= 1 && !*end;
-        else if (!strcmp(a, "--seed")) ok = (seed = strtoll(v, &end, 10)) >= 0 && !*end;
-        else if (!strcmp(a, "--tau")) ok = (tau = strtod(v, &end)) > 0 && !*end;
-        else if (!strcmp(a, "--freq-penalty")) ok = (pen = strtod(v, &end)) >= 0 && !*end;
-        else ok = 0;
-        if (!ok) {
-            fprintf(stderr, "kf bench decode: bad option '%s %s'\n", a, v);
-            usage(stderr);
-            return KF_EXIT_USAGE;
-        }
+    const cli_opt opts[] = {
+        {"--data", CLI_STR, .out = &data},
+        {"--backend", CLI_STR, .out = &backend},
+        {"--json", CLI_STR, .out = &json_path},
+        {"--png", CLI_STR, .out = &png_path},
+        {"--batch", CLI_INT_LIST, .out = bs, .n = &nb, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
+        {"--k", CLI_INT_LIST, .out = ks, .n = &nk, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
+        {"--prefix-len", CLI_INT, .out = &P, .lo = 1, .hi = INFINITY},
+        {"--max-new", CLI_INT, .out = &N, .lo = 1, .hi = INFINITY},
+        {"--runs", CLI_INT, .out = &runs, .lo = 1, .hi = INFINITY},
+        {"--seed", CLI_INT, .out = &seed, .lo = 0, .hi = INFINITY},
+        {"--tau", CLI_FLOAT, .out = &tau},
+        {"--freq-penalty", CLI_FLOAT, .out = &pen, .lo = 0, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf bench decode", USAGE, opts, .pos = ckpts, .max_pos = MAX_METHODS, .n_pos = &nck};
+    int code = KF_EXIT_ERROR;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
+    if (!(tau > 0)) {
+        fprintf(stderr, "kf bench decode: --tau: expected a number > 0, got %g\n", tau);
+        return KF_EXIT_USAGE;
     }
     if (!nck || !data) {
         fprintf(stderr, "kf bench decode: at least one CKPT and --data DIR are required\n");
-        usage(stderr);
+        fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
     if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "auto")) {
@@ -251,7 +220,8 @@ int bench_decode_main(int argc, char **argv) {
     method mt[MAX_METHODS * MAX_LIST];
     model *models[MAX_METHODS] = {0};
     model_heads *heads[MAX_METHODS] = {0};
-    int nm = 0, ar = -1, code = KF_EXIT_ERROR;
+    int nm = 0, ar = -1;
+    code = KF_EXIT_ERROR;
     for (int c = 0; c < nck; c++) {
         model *m = models[c] = load(be, ckpts[c], &err);
         if (!m) goto done;

@@ -15,7 +15,8 @@ static double tau;
 static bool resume;
 static const char *name, *pos[2], *stages[2], *over[8];
 static double taus[3];
-static int n_pos, n_stages, n_taus, n_over;
+static int64_t batches[2];
+static int n_pos, n_stages, n_taus, n_batches, n_over;
 
 static const cli_opt opts[] = {
     {"--steps", CLI_INT, .out = &steps, .lo = 1, .hi = INFINITY},
@@ -24,6 +25,7 @@ static const cli_opt opts[] = {
     {"--name", CLI_STR, .out = &name, .alias = "-n"},
     {"--stage", CLI_STR_LIST, .out = stages, .n = &n_stages, .cap = 2},
     {"--taus", CLI_FLOAT_LIST, .out = taus, .n = &n_taus, .cap = 3, .lo = 0, .hi = INFINITY},
+    {"--batch", CLI_INT_LIST, .out = batches, .n = &n_batches, .cap = 2, .lo = 1, .hi = INFINITY},
     {NULL},
 };
 
@@ -36,7 +38,7 @@ static int parse(const char *args, int *code, char **said) {
     int argc = 1;
     for (char *t = strtok(buf, " "); t && argc < 31; t = strtok(NULL, " ")) argv[argc++] = t;
     steps = 10, tau = 0.5, resume = false, name = NULL;
-    n_pos = n_stages = n_taus = n_over = 0;
+    n_pos = n_stages = n_taus = n_batches = n_over = 0;
     const cli_spec spec = {"kf test", "usage: kf test\n", opts, .pos = pos, .max_pos = 2,
                            .n_pos = &n_pos, .over = (char **)over, .n_over = &n_over};
     *code = -7;
@@ -61,7 +63,9 @@ int main(void) {
     T_EQ_STR(over[0], "k.v=1", "override");
     free(said);
 
-    T_EQ_INT(parse("--stage s1 --stage s2 --taus 0.5,1,2", &code, &said), 0, "lists: %s", said);
+    T_EQ_INT(parse("--stage s1 --stage s2 --taus 0.5,1,2 --batch 4,16", &code, &said), 0, "lists: %s", said);
+    T_EQ_INT(n_batches, 2, "--batch count");
+    T_EQ_INT(batches[1], 16, "second --batch value");
     T_EQ_INT(n_stages, 2, "--stage count");
     T_EQ_STR(stages[1], "s2", "second --stage");
     T_EQ_INT(n_taus, 3, "--taus count");
@@ -81,6 +85,8 @@ int main(void) {
         {"--taus 1,,2", "--taus: expected a comma-separated list of numbers each >= 0, at most 3"},
         {"--taus 1,2,3,4", "--taus: expected a comma-separated list"},
         {"--taus 1,-2", "--taus: expected a comma-separated list"},
+        {"--batch 4,0", "--batch: expected a comma-separated list of integers each >= 1, at most 2"},
+        {"--batch 4,1.5", "--batch: expected a comma-separated list of integers"},
         {"--bogus", "kf test: unknown option '--bogus'"},
         {"--steps", "kf test: --steps needs a value"},
         {"a b c", "kf test: unexpected argument 'c'"},
