@@ -26,11 +26,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/cli.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/runconfig.h"
@@ -42,26 +44,24 @@
 #include "trainer/layout.h"
 #include "trainer/model.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf import CKPT.safetensors --run-dir RUN --stage NAME [--probe P.safetensors]\n"
-            "                 [--tol T] [--force]\n"
-            "       kf import CKPT.safetensors --probe P.safetensors [--tol T]\n"
-            "\n"
-            "Registers CKPT (a kforcing safetensors checkpoint, e.g. from tools/convert_ckpt.py)\n"
-            "as the final weights of stage NAME of run RUN: writes RUN/stages/NAME/final/\n"
-            "(model.safetensors, final.yaml, DONE) as a finished `kf train` stage does, so\n"
-            "later stages use it as teacher and `kf jobs run|resume` skip the stage.\n"
-            "When RUN/run.yaml exists, NAME must be one of its stages and the checkpoint must\n"
-            "fit it (model sizes; AR for an `ar` stage, PFLM(k) for a distillation stage).\n"
-            "\n"
-            "  --probe P   first check that our model reproduces the reference logits in P\n"
-            "              (tools/convert_ckpt.py --probe); without --run-dir: check only\n"
-            "  --tol T     largest allowed |logit difference| for --probe (default 1e-4)\n"
-            "  --force     replace a stage's existing final weights\n"
-            "\n"
-            "Exit codes: 0 done, 1 error (bad checkpoint, probe mismatch, misfit), 2 usage.\n");
-}
+static const char USAGE[] =
+    "usage: kf import CKPT.safetensors --run-dir RUN --stage NAME [--probe P.safetensors]\n"
+    "                 [--tol T] [--force]\n"
+    "       kf import CKPT.safetensors --probe P.safetensors [--tol T]\n"
+    "\n"
+    "Registers CKPT (a kforcing safetensors checkpoint, e.g. from tools/convert_ckpt.py)\n"
+    "as the final weights of stage NAME of run RUN: writes RUN/stages/NAME/final/\n"
+    "(model.safetensors, final.yaml, DONE) as a finished `kf train` stage does, so\n"
+    "later stages use it as teacher and `kf jobs run|resume` skip the stage.\n"
+    "When RUN/run.yaml exists, NAME must be one of its stages and the checkpoint must\n"
+    "fit it (model sizes; AR for an `ar` stage, PFLM(k) for a distillation stage).\n"
+    "\n"
+    "  --probe P   first check that our model reproduces the reference logits in P\n"
+    "              (tools/convert_ckpt.py --probe); without --run-dir: check only\n"
+    "  --tol T     largest allowed |logit difference| for --probe (default 1e-4)\n"
+    "  --force     replace a stage's existing final weights\n"
+    "\n"
+    "Exit codes: 0 done, 1 error (bad checkpoint, probe mismatch, misfit), 2 usage.\n";
 
 /* Reads an integer tensor of the probe into a fresh int32 array. */
 static int probe_i32(const safetensors_file *f, const char *name, int64_t n, int32_t **out,
@@ -219,53 +219,30 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     return 0;
 }
 
-static int fail(kf_err *err) {
-    fprintf(stderr, "kf import: error: %s\n", err->msg);
-    return KF_EXIT_ERROR;
-}
-
 int import_main(int argc, char **argv) {
     const char *ckpt = NULL, *run = NULL, *stage = NULL, *probe = NULL;
     double tol = 1e-4;
-    int force = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-            usage(stdout);
-            return KF_EXIT_OK;
-        } else if (!strcmp(s, "--force")) {
-            force = 1;
-        } else if ((!strcmp(s, "--run-dir") || !strcmp(s, "--stage") || !strcmp(s, "--probe") ||
-                    !strcmp(s, "--tol")) && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(s, "--run-dir")) run = v;
-            else if (!strcmp(s, "--stage")) stage = v;
-            else if (!strcmp(s, "--probe")) probe = v;
-            else {
-                char *end;
-                tol = strtod(v, &end);
-                if (*end || !(tol >= 0)) {
-                    fprintf(stderr, "kf import: --tol needs a number >= 0, got '%s'\n", v);
-                    return KF_EXIT_USAGE;
-                }
-            }
-        } else if (s[0] == '-' || ckpt) {
-            fprintf(stderr, "kf import: unknown or incomplete option '%s'\n", s);
-            usage(stderr);
-            return KF_EXIT_USAGE;
-        } else {
-            ckpt = s;
-        }
-    }
+    bool force = false;
+    const cli_opt opts[] = {
+        {"--run-dir", CLI_STR, .out = &run},
+        {"--stage", CLI_STR, .out = &stage},
+        {"--probe", CLI_STR, .out = &probe},
+        {"--tol", CLI_FLOAT, .out = &tol, .lo = 0, .hi = INFINITY},
+        {"--force", CLI_FLAG, .out = &force},
+        {NULL},
+    };
+    const cli_spec spec = {"kf import", USAGE, opts, .pos = &ckpt, .max_pos = 1};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!ckpt || (!run != !stage) || (!run && !probe)) {
         fprintf(stderr, "kf import: CKPT and --run-dir RUN --stage NAME (or --probe) are required\n");
-        usage(stderr);
+        fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
     kf_err err = {{0}};
     if (!fs_exists(ckpt)) {
         kf_err_set(&err, "%s: no such file", ckpt);
-        return fail(&err);
+        return kf_err_report("kf import", &err);
     }
     /* Validate everything before writing anything. */
     runconfig *rc = NULL;
@@ -275,12 +252,12 @@ int import_main(int argc, char **argv) {
         snprintf(final_dir, sizeof final_dir, "%s/stages/%s/final", run, stage);
         snprintf(p, sizeof p, "%s/run.yaml", run);
         if (fs_exists(p)) {
-            if (runconfig_load(p, 0, NULL, &rc, &err)) return fail(&err);
+            if (runconfig_load(p, 0, NULL, &rc, &err)) return kf_err_report("kf import", &err);
             st = runconfig_stage_find(rc, stage);
             if (!st) {
                 kf_err_set(&err, "%s has no stage named '%s'", p, stage);
                 runconfig_free(rc);
-                return fail(&err);
+                return kf_err_report("kf import", &err);
             }
         }
         snprintf(p, sizeof p, "%s/DONE", final_dir);
@@ -288,12 +265,12 @@ int import_main(int argc, char **argv) {
             kf_err_set(&err, "stage '%s' of %s already has final weights (%s): pass --force to replace "
                              "them", stage, run, final_dir);
             runconfig_free(rc);
-            return fail(&err);
+            return kf_err_report("kf import", &err);
         }
     }
     kf_backend *be = kernels_cpu_create();
     model *m = model_load(be, ckpt, &err);
-    int code = KF_EXIT_ERROR;
+    code = KF_EXIT_ERROR;
     if (!m) goto done;
     if (probe && check_probe(m, probe, tol, &err)) goto done;
     if (st && check_fits(&m->cfg, rc, st, &err)) goto done;
@@ -319,7 +296,7 @@ int import_main(int argc, char **argv) {
     }
     code = KF_EXIT_OK;
 done:
-    if (code) fail(&err);
+    if (code) kf_err_report("kf import", &err);
     if (m) model_free(m);
     be->destroy(be);
     runconfig_free(rc);
