@@ -11,24 +11,27 @@
 
 #include "common/error.h"
 
-static bool bounded(double lo, double hi) { return lo != 0 || hi != 0; }
+static bool bounded(const cli_opt *o) { return o->lo != 0 || o->hi != 0 || o->above; }
 
-int cli_parse_int(const char *text, double lo, double hi, int64_t *out) {
+static bool within(const cli_opt *o, double v) {
+    if (!bounded(o)) return true;
+    return (o->above ? v > o->lo : v >= o->lo) && v <= o->hi;
+}
+
+int cli_parse_int(const cli_opt *o, const char *text, int64_t *out) {
     char *end;
     errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (errno || end == text || *end) return -1;
-    if (bounded(lo, hi) && ((double)v < lo || (double)v > hi)) return -1;
+    if (errno || end == text || *end || !within(o, (double)v)) return -1;
     *out = v;
     return 0;
 }
 
-int cli_parse_float(const char *text, double lo, double hi, double *out) {
+int cli_parse_float(const cli_opt *o, const char *text, double *out) {
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (errno || end == text || *end || !isfinite(v)) return -1;
-    if (bounded(lo, hi) && (v < lo || v > hi)) return -1;
+    if (errno || end == text || *end || !isfinite(v) || !within(o, v)) return -1;
     *out = v;
     return 0;
 }
@@ -39,12 +42,13 @@ static void describe(const cli_opt *o, char *buf, size_t cap) {
     const char *list = o->kind == CLI_INT_LIST     ? "a comma-separated list of integers"
                        : o->kind == CLI_FLOAT_LIST ? "a comma-separated list of numbers"
                                                    : NULL;
-    if (!bounded(o->lo, o->hi))
+    if (!bounded(o))
         snprintf(buf, cap, "%s", list ? list : what);
     else if (isinf(o->hi))
-        snprintf(buf, cap, "%s%s >= %g", list ? list : what, list ? " each" : "", o->lo);
+        snprintf(buf, cap, "%s%s %s %g", list ? list : what, list ? " each" : "", o->above ? ">" : ">=", o->lo);
     else
-        snprintf(buf, cap, "%s%s in [%g, %g]", list ? list : what, list ? " each" : "", o->lo, o->hi);
+        snprintf(buf, cap, "%s%s in %s%g, %g]", list ? list : what, list ? " each" : "", o->above ? "(" : "[", o->lo,
+                 o->hi);
 }
 
 /* Prints "CMD: MESSAGE (see CMD --help)", sets the usage exit code, returns -1. */
@@ -69,10 +73,10 @@ static int take_value(const cli_spec *s, const cli_opt *o, const char *v, int *e
         *(const char **)o->out = v;
         return 0;
     case CLI_INT:
-        if (cli_parse_int(v, o->lo, o->hi, (int64_t *)o->out)) break;
+        if (cli_parse_int(o, v, (int64_t *)o->out)) break;
         return 0;
     case CLI_FLOAT:
-        if (cli_parse_float(v, o->lo, o->hi, (double *)o->out)) break;
+        if (cli_parse_float(o, v, (double *)o->out)) break;
         return 0;
     case CLI_STR_LIST:
         if (*o->n >= o->cap) return usage_error(s, exit_code, "%s: at most %d values", o->name, o->cap);
@@ -88,8 +92,8 @@ static int take_value(const cli_spec *s, const cli_opt *o, const char *v, int *e
             if (n >= o->cap || len == 0 || len >= sizeof item) break;
             memcpy(item, p, len);
             item[len] = 0;
-            if (o->kind == CLI_INT_LIST ? cli_parse_int(item, o->lo, o->hi, (int64_t *)o->out + n)
-                                        : cli_parse_float(item, o->lo, o->hi, (double *)o->out + n))
+            if (o->kind == CLI_INT_LIST ? cli_parse_int(o, item, (int64_t *)o->out + n)
+                                        : cli_parse_float(o, item, (double *)o->out + n))
                 break;
             n++;
             if (!p[len]) {

@@ -42,6 +42,7 @@ typedef struct cli_opt {
     cli_kind kind;
     void *out;
     double lo, hi; /* numeric bounds, inclusive; lo == hi == 0: no bounds (see cli_parse) */
+    bool above;    /* lo itself excluded: values > lo (e.g. a temperature > 0) */
     int *n;        /* lists: number of values stored */
     int cap;       /* lists: room in out */
     const char *alias; /* another spelling, e.g. "-o" (NULL: none) */
@@ -67,10 +68,10 @@ typedef struct cli_spec {
  * stderr, naming the option). */
 int cli_parse(const cli_spec *spec, int argc, char **argv, int *exit_code);
 
-/** Parses all of text as an int64 in [lo, hi]; -1 when it is not one. */
-int cli_parse_int(const char *text, double lo, double hi, int64_t *out);
+/** Parses all of text as an int64 within o's bounds; -1 when it is not one. */
+int cli_parse_int(const cli_opt *o, const char *text, int64_t *out);
 
-/** Parses all of text as a finite double in [lo, hi]; -1 when it is not one. */
-int cli_parse_float(const char *text, double lo, double hi, double *out);
+/** Parses all of text as a finite double within o's bounds; -1 when it is not one. */
+int cli_parse_float(const cli_opt *o, const char *text, double *out);
 
 #endif

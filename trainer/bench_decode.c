@@ -191,17 +191,13 @@ int bench_decode_main(int argc, char **argv) {
         {"--max-new", CLI_INT, .out = &N, .lo = 1, .hi = INFINITY},
         {"--runs", CLI_INT, .out = &runs, .lo = 1, .hi = INFINITY},
         {"--seed", CLI_INT, .out = &seed, .lo = 0, .hi = INFINITY},
-        {"--tau", CLI_FLOAT, .out = &tau},
+        {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = INFINITY, .above = true},
         {"--freq-penalty", CLI_FLOAT, .out = &pen, .lo = 0, .hi = INFINITY},
         {NULL},
     };
     const cli_spec spec = {"kf bench decode", USAGE, opts, .pos = ckpts, .max_pos = MAX_METHODS, .n_pos = &nck};
     int code = KF_EXIT_ERROR;
     if (cli_parse(&spec, argc, argv, &code)) return code;
-    if (!(tau > 0)) {
-        fprintf(stderr, "kf bench decode: --tau: expected a number > 0, got %g\n", tau);
-        return KF_EXIT_USAGE;
-    }
     if (!nck || !data) {
         fprintf(stderr, "kf bench decode: at least one CKPT and --data DIR are required\n");
         fputs(USAGE, stderr);

@@ -69,7 +69,7 @@ int eval_main(int argc, char **argv) {
         {"--supervision", CLI_STR, .out = &sup_name},
         {"--split", CLI_STR, .out = &split},
         {"--backend", CLI_STR, .out = &backend},
-        {"--tau", CLI_FLOAT, .out = &tau},
+        {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = INFINITY, .above = true},
         {"--k", CLI_INT, .out = &k, .lo = 0, .hi = INFINITY},
         {"--samples", CLI_INT, .out = &samples, .lo = 0, .hi = INFINITY},
         {"--batch", CLI_INT, .out = &batch, .lo = 1, .hi = INFINITY},
@@ -81,10 +81,6 @@ int eval_main(int argc, char **argv) {
     if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!ckpt || !data) {
         fputs(USAGE, stderr);
-        return KF_EXIT_USAGE;
-    }
-    if (!(tau > 0)) {
-        fprintf(stderr, "kf eval: --tau: expected a number > 0, got %g\n", tau);
         return KF_EXIT_USAGE;
     }
     omp_env_passive();

@@ -145,7 +145,7 @@ int sample_main(int argc, char **argv) {
     int nptemp = 0;
     const cli_opt opts[] = {
         {"--k", CLI_INT, .out = &k, .lo = 1, .hi = INFINITY},
-        {"--tau", CLI_FLOAT, .out = &tau},
+        {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = INFINITY, .above = true},
         {"--freq-penalty", CLI_FLOAT, .out = &pen},
         {"--position-temp", CLI_FLOAT_LIST, .out = ptemp, .n = &nptemp, .cap = 64},
         {"--prefix-file", CLI_STR, .out = &prefix_file},
@@ -164,10 +164,6 @@ int sample_main(int argc, char **argv) {
     if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!ckpt) {
         fputs(USAGE, stderr);
-        return KF_EXIT_USAGE;
-    }
-    if (!(tau > 0)) {
-        fprintf(stderr, "kf sample: --tau must be > 0\n");
         return KF_EXIT_USAGE;
     }
     omp_env_passive();

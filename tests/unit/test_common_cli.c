@@ -11,7 +11,7 @@
 #include "tests/test.h"
 
 static int64_t steps;
-static double tau;
+static double tau, temp;
 static bool resume;
 static const char *name, *pos[2], *stages[2], *over[8];
 static double taus[3];
@@ -21,6 +21,7 @@ static int n_pos, n_stages, n_taus, n_batches, n_over;
 static const cli_opt opts[] = {
     {"--steps", CLI_INT, .out = &steps, .lo = 1, .hi = INFINITY},
     {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = 1},
+    {"--temp", CLI_FLOAT, .out = &temp, .lo = 0, .hi = INFINITY, .above = true},
     {"--resume", CLI_FLAG, .out = &resume},
     {"--name", CLI_STR, .out = &name, .alias = "-n"},
     {"--stage", CLI_STR_LIST, .out = stages, .n = &n_stages, .cap = 2},
@@ -81,6 +82,7 @@ int main(void) {
         {"--steps 99999999999999999999", "--steps: expected an integer >= 1"},
         {"--tau 1.5", "kf test: --tau: expected a number in [0, 1], got '1.5'"},
         {"--tau nan", "--tau: expected a number in [0, 1], got 'nan'"},
+        {"--temp 0", "kf test: --temp: expected a number > 0, got '0'"},
         {"--stage a --stage b --stage c", "kf test: --stage: at most 2 values"},
         {"--taus 1,,2", "--taus: expected a comma-separated list of numbers each >= 0, at most 3"},
         {"--taus 1,2,3,4", "--taus: expected a comma-separated list"},
@@ -104,10 +106,14 @@ int main(void) {
 
     int64_t v;
     double d;
-    T_EQ_INT(cli_parse_int("-5", 0, 0, &v), 0, "unbounded integer");
+    const cli_opt any = {.name = "--any", .kind = CLI_INT};
+    const cli_opt positive = {.name = "--p", .kind = CLI_FLOAT, .lo = 0, .hi = INFINITY, .above = true};
+    T_EQ_INT(cli_parse_int(&any, "-5", &v), 0, "unbounded integer");
     T_EQ_INT(v, -5, "unbounded integer value");
-    T_EQ_INT(cli_parse_int("", 0, 0, &v), -1, "empty is not an integer");
-    T_EQ_INT(cli_parse_float("1e-3", 0, 0, &d), 0, "unbounded float");
-    T_EQ_INT(cli_parse_float("inf", 0, 0, &d), -1, "inf is not a finite number");
+    T_EQ_INT(cli_parse_int(&any, "", &v), -1, "empty is not an integer");
+    T_EQ_INT(cli_parse_float(&any, "1e-3", &d), 0, "unbounded float");
+    T_EQ_INT(cli_parse_float(&any, "inf", &d), -1, "inf is not a finite number");
+    T_EQ_INT(cli_parse_float(&positive, "0", &d), -1, "0 is not > 0");
+    T_EQ_INT(cli_parse_float(&positive, "1e-9", &d), 0, "1e-9 is > 0");
     return T_DONE();
 }
