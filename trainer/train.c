@@ -581,11 +581,12 @@ static void teardown(trainer *t) {
     runconfig_free(t->rc);
 }
 
-static int fail(trainer *t, const kf_err *err) {
-    fprintf(stderr, "kf: error: %s\n", err->msg);
+/* Ends the stage on an error: the message, status "failed", resources freed. */
+static int stage_failed(trainer *t, const kf_err *err) {
+    int code = kf_err_report("kf", err);
     write_status(t, "failed");
     teardown(t);
-    return KF_EXIT_ERROR;
+    return code;
 }
 
 int train_run(const train_args *a, dist *d) {
@@ -608,14 +609,14 @@ int train_run(const train_args *a, dist *d) {
     }
     if (t->st->kind == RC_KIND_IMPORT) {
         int rc = run_import(t, &err);
-        if (rc) return fail(t, &err);
+        if (rc) return stage_failed(t, &err);
         write_status(t, "done");
         teardown(t);
         return KF_EXIT_OK;
     }
-    if (setup_training(t, &err)) return fail(t, &err);
+    if (setup_training(t, &err)) return stage_failed(t, &err);
     if (a->resume) {
-        if (resume(t, &err)) return fail(t, &err);
+        if (resume(t, &err)) return stage_failed(t, &err);
     } else if (d->rank == 0) {
         char found[4096];
         ckpt_meta m;
@@ -629,12 +630,12 @@ int train_run(const train_args *a, dist *d) {
     refuse = dist_allreduce_max_int(d, refuse);
     if (refuse) {
         if (!err.msg[0]) kf_err_set(&err, "rank 0 refused to start");
-        return fail(t, &err);
+        return stage_failed(t, &err);
     }
     if (d->rank == 0) {
         fs_path_join(p, sizeof p, t->stage_dir, "log.jsonl");
         t->log = kf_jsonl_open(p, &err);
-        if (!t->log) return fail(t, &err);
+        if (!t->log) return stage_failed(t, &err);
         kf_log_info("%s: %s, %lld steps, %lld params, global batch %lld = %d ranks x %lld "
                     "micro-batches x %lld, backend %s, %s",
                     t->st->name, runconfig_kind_name(t->st->kind), (long long)t->st->steps,
