@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/error.h"
+
 typedef enum { KF_PREC_FP32 = 0, KF_PREC_FP16 = 1 } kf_precision;
 typedef enum { KF_GELU_TANH = 0, KF_GELU_ERF = 1 } kf_gelu_kind;
 
@@ -254,7 +256,8 @@ kf_backend *kernels_cpu_create(void);
 kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err_len);
 
 /** Creates a backend by name ("cpu", "cuda", "auto": cuda when available).
- *  Dies with a clear message when the named backend is unavailable. */
-kf_backend *kernels_create(const char *name);
+ *  Returns NULL with err set when the name is unknown or the named backend is
+ *  unavailable (a build without CUDA, no GPU). */
+kf_backend *kernels_create(const char *name, kf_err *err);
 
 #endif

@@ -212,12 +212,13 @@ int bench_decode_main(int argc, char **argv) {
     int64_t bmax = 0, data_len = 0;
     for (int b = 0; b < nb; b++) bmax = bs[b] > bmax ? bs[b] : bmax;
     int32_t *pre = NULL, eos = -1;
-    kf_backend *be = kernels_create(backend);
+    kf_backend *be = kernels_create(backend, &err);
     method mt[MAX_METHODS * MAX_LIST];
     model *models[MAX_METHODS] = {0};
     model_heads *heads[MAX_METHODS] = {0};
     int nm = 0, ar = -1;
     code = KF_EXIT_ERROR;
+    if (!be) goto done;
     for (int c = 0; c < nck; c++) {
         model *m = models[c] = load(be, ckpts[c], &err);
         if (!m) goto done;
@@ -376,7 +377,7 @@ done:
         model_heads_free(heads[c]);
         if (models[c]) model_free(models[c]);
     }
-    be->destroy(be);
+    if (be) be->destroy(be);
     free(pre);
     return code;
 }

@@ -86,11 +86,11 @@ int eval_main(int argc, char **argv) {
     omp_env_passive();
 
     kf_err err = {{0}};
-    kf_backend *be = kernels_create(backend);
+    kf_backend *be = kernels_create(backend, &err);
     model *m = NULL, *teacher = NULL;
     shard_set *ss = NULL;
     int rc = KF_EXIT_ERROR;
-    if (load_ckpt(be, ckpt, &m, &err)) goto fail;
+    if (!be || load_ckpt(be, ckpt, &m, &err)) goto fail;
     if (shard_set_open(data, split, &ss, &err)) goto fail;
     if (shard_set_vocab_size(ss) > m->cfg.vocab) {
         kf_err_set(&err, "%s: the data's vocabulary (%lld ids) exceeds the model's (%lld)", data,
@@ -122,6 +122,6 @@ fail:
     shard_set_close(ss);
     model_free(teacher);
     model_free(m);
-    be->destroy(be);
+    if (be) be->destroy(be);
     return rc;
 }

@@ -205,8 +205,8 @@ int sample_main(int argc, char **argv) {
         plen[0] = 1;
     }
 
-    kf_backend *be = kernels_create(backend);
-    model *m = model_load(be, path, &err);
+    kf_backend *be = kernels_create(backend, &err);
+    model *m = be ? model_load(be, path, &err) : NULL;
     int rc = KF_EXIT_OK;
     if (!m) {
         fprintf(stderr, "kf sample: %s\n", err.msg);
@@ -295,6 +295,6 @@ done:
     free(plen);
     model_free(m);
     tok_free(tk);
-    be->destroy(be);
+    if (be) be->destroy(be);
     return rc;
 }

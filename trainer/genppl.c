@@ -250,8 +250,8 @@ int genppl_main(int argc, char **argv) {
     }
     omp_env_passive();
     kf_err err = {{0}};
-    kf_backend *be = kernels_create(backend);
-    hf_gpt2 *ev = hf_gpt2_load(be, evdir, &err);
+    kf_backend *be = kernels_create(backend, &err);
+    hf_gpt2 *ev = be ? hf_gpt2_load(be, evdir, &err) : NULL;
     tok *evtok = NULL, *gen = NULL;
     char *text = NULL;
     int32_t **ids = NULL;
@@ -332,6 +332,6 @@ out:
     tok_free(gen);
     tok_free(evtok);
     hf_gpt2_free(ev);
-    be->destroy(be);
+    if (be) be->destroy(be);
     return rc;
 }

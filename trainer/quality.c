@@ -346,8 +346,8 @@ int quality_eval_main(int argc, char **argv) {
         fprintf(stderr, "kf eval: error: %s\n", err.msg);
         return KF_EXIT_ERROR;
     }
-    kf_backend *be = kernels_create(backend);
-    model *ev = model_load(be, evp, &err);
+    kf_backend *be = kernels_create(backend, &err);
+    model *ev = be ? model_load(be, evp, &err) : NULL;
     code = KF_EXIT_ERROR;
     quality_ppl ppl;
     if (ev && eos == -2) {
@@ -375,7 +375,7 @@ int quality_eval_main(int argc, char **argv) {
     }
     if (code) fprintf(stderr, "kf eval: error: %s\n", err.msg);
     if (ev) model_free(ev);
-    be->destroy(be);
+    if (be) be->destroy(be);
     for (int64_t i = 0; i < n; i++) free((void *)s[i].prefix), free((void *)s[i].completion);
     free(s);
     return code;

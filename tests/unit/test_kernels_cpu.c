@@ -507,20 +507,26 @@ static void check_threads(kf_backend *be) {
 }
 
 static void check_create(void) {
-    kf_backend *b = kernels_create("cpu");
+    kf_backend *b = kernels_create("cpu", NULL);
     T_CHECK(b, "kernels_create(\"cpu\")");
     if (b) {
         T_CHECK(strcmp(b->name, "cpu") == 0, "kernels_create(\"cpu\")");
     }
     b->destroy(b);
-    b = kernels_create("auto");
+    b = kernels_create("auto", NULL);
     T_CHECK(b != NULL, "kernels_create(\"auto\")");
     b->destroy(b);
     char msg[256] = "";
 #ifndef KF_CUDA
     T_CHECK(kernels_cuda_create(0, msg, sizeof msg) == NULL, "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
     T_CHECK(strstr(msg, "CUDA=1"), "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
+    kf_err err = {{0}};
+    T_CHECK(kernels_create("cuda", &err) == NULL, "kernels_create(\"cuda\") without CUDA returns NULL");
+    T_CHECK(strstr(err.msg, "CUDA=1"), "kernels_create(\"cuda\") says why: \"%s\"", err.msg);
 #endif
+    kf_err bad = {{0}};
+    T_CHECK(kernels_create("tpu", &bad) == NULL, "an unknown backend is refused");
+    T_CHECK(strstr(bad.msg, "\"tpu\""), "the error names it: \"%s\"", bad.msg);
 }
 
 int main(void) {

@@ -169,6 +169,7 @@ int main(void) {
         {"sample %s/ar.safetensors", 2, "BOS"},
         {"sample %s/ar.safetensors --bos 0 --tau 0", 2, "tau"},
         {"sample %s/ar.safetensors --bogus 1", 2, "unknown option"},
+        {"sample %s/ar.safetensors --bos 0 --backend nosuch", 1, "unknown backend"},
         {"eval %s/pf.safetensors --data %s/data", 1, "--teacher"},
         {"eval %s/pf.safetensors --data %s/data --teacher %s/ar.safetensors --k 3", 1, "k_train"},
         {"eval %s/ar.safetensors --data %s/nodata", 1, "nodata"},
