@@ -111,6 +111,21 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 
 tests: $(BIN) $(TEST_BIN)
 
+# Benchmarks, never part of make test (docs/architecture.md "Components"):
+# the bench/ programs are built against libkf.a, then each benchmark in
+# BENCHES runs in turn (make bench BENCHES="kernels train" for a subset).
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+BENCHES ?= kernels train tokenize shards
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libkf.a
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
+
+bench: $(BIN) $(BENCH_BIN)
+	$(if $(filter kernels,$(BENCHES)),$(BUILD)/bench/bench_kernels_cpu)
+	$(if $(filter train,$(BENCHES)),$(BIN) bench train configs/tiny.yaml)
+	$(if $(filter tokenize,$(BENCHES)),KF_BIN=$(BIN) bench/tokenize.sh)
+	$(if $(filter shards,$(BENCHES)),KF_BIN=$(BIN) bench/shards.sh)
+
 # The CPU suite; CUDA code is compiled by nvcc (not run) so a broken .cu fails
 # CI here, and run under the CPU emulation harness (tests/scripts/test_gpu_emu.sh).
 test: tests
