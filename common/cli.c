@@ -42,13 +42,13 @@ static void describe(const cli_opt *o, char *buf, size_t cap) {
     const char *list = o->kind == CLI_INT_LIST     ? "a comma-separated list of integers"
                        : o->kind == CLI_FLOAT_LIST ? "a comma-separated list of numbers"
                                                    : NULL;
-    if (!bounded(o))
-        snprintf(buf, cap, "%s", list ? list : what);
+    if (!bounded(o)) snprintf(buf, cap, "%s", list ? list : what);
     else if (isinf(o->hi))
-        snprintf(buf, cap, "%s%s %s %g", list ? list : what, list ? " each" : "", o->above ? ">" : ">=", o->lo);
+        snprintf(buf, cap, "%s%s %s %g", list ? list : what, list ? " each" : "",
+                 o->above ? ">" : ">=", o->lo);
     else
-        snprintf(buf, cap, "%s%s in %s%g, %g]", list ? list : what, list ? " each" : "", o->above ? "(" : "[", o->lo,
-                 o->hi);
+        snprintf(buf, cap, "%s%s in %s%g, %g]", list ? list : what, list ? " each" : "",
+                 o->above ? "(" : "[", o->lo, o->hi);
 }
 
 /* Prints "CMD: MESSAGE (see CMD --help)", sets the usage exit code, returns -1. */
@@ -69,9 +69,7 @@ static int take_value(const cli_spec *s, const cli_opt *o, const char *v, int *e
     char want[128];
     describe(o, want, sizeof want);
     switch (o->kind) {
-    case CLI_STR:
-        *(const char **)o->out = v;
-        return 0;
+    case CLI_STR: *(const char **)o->out = v; return 0;
     case CLI_INT:
         if (cli_parse_int(o, v, (int64_t *)o->out)) break;
         return 0;
@@ -79,7 +77,8 @@ static int take_value(const cli_spec *s, const cli_opt *o, const char *v, int *e
         if (cli_parse_float(o, v, (double *)o->out)) break;
         return 0;
     case CLI_STR_LIST:
-        if (*o->n >= o->cap) return usage_error(s, exit_code, "%s: at most %d values", o->name, o->cap);
+        if (*o->n >= o->cap)
+            return usage_error(s, exit_code, "%s: at most %d values", o->name, o->cap);
         ((const char **)o->out)[(*o->n)++] = v;
         return 0;
     case CLI_INT_LIST:
@@ -102,10 +101,10 @@ static int take_value(const cli_spec *s, const cli_opt *o, const char *v, int *e
             }
             p += len + 1;
         }
-        return usage_error(s, exit_code, "%s: expected %s, at most %d, got '%s'", o->name, want, o->cap, v);
+        return usage_error(s, exit_code, "%s: expected %s, at most %d, got '%s'", o->name, want,
+                           o->cap, v);
     }
-    case CLI_FLAG:
-        break;
+    case CLI_FLAG: break;
     }
     return usage_error(s, exit_code, "%s: expected %s, got '%s'", o->name, want, v);
 }

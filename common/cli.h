@@ -33,7 +33,8 @@ typedef enum {
     CLI_INT,       /* *(int64_t *)out, within [lo, hi] */
     CLI_FLOAT,     /* *(double *)out, finite, within [lo, hi] */
     CLI_STR_LIST,  /* repeated option: ((const char **)out)[(*n)++], at most cap */
-    CLI_INT_LIST,  /* one comma-separated value: ((int64_t *)out)[0..*n), at most cap, each within [lo, hi] */
+    CLI_INT_LIST,  /* one comma-separated value: ((int64_t *)out)[0..*n), at most cap, each within
+                      [lo, hi] */
     CLI_FLOAT_LIST /* the same for numbers: ((double *)out)[0..*n) */
 } cli_kind;
 
@@ -41,10 +42,10 @@ typedef struct cli_opt {
     const char *name; /* "--steps"; NULL ends the table */
     cli_kind kind;
     void *out;
-    double lo, hi; /* numeric bounds, inclusive; lo == hi == 0: no bounds (see cli_parse) */
-    bool above;    /* lo itself excluded: values > lo (e.g. a temperature > 0) */
-    int *n;        /* lists: number of values stored */
-    int cap;       /* lists: room in out */
+    double lo, hi;     /* numeric bounds, inclusive; lo == hi == 0: no bounds (see cli_parse) */
+    bool above;        /* lo itself excluded: values > lo (e.g. a temperature > 0) */
+    int *n;            /* lists: number of values stored */
+    int cap;           /* lists: room in out */
     const char *alias; /* another spelling, e.g. "-o" (NULL: none) */
 } cli_opt;
 

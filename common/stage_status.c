@@ -42,8 +42,10 @@ static int parse_line(char *key, char *v, stage_status *s) {
         s->tokens_per_s = strtod(v, &end);
         return errno || end == v || *end ? -1 : 0;
     }
-    int64_t *dst = !strcmp(key, "step") ? &s->step : !strcmp(key, "steps") ? &s->steps
-                 : !strcmp(key, "updated") ? &s->updated : NULL;
+    int64_t *dst = !strcmp(key, "step")      ? &s->step
+                   : !strcmp(key, "steps")   ? &s->steps
+                   : !strcmp(key, "updated") ? &s->updated
+                                             : NULL;
     if (!dst) return 0; /* a key added later */
     *dst = strtoll(v, &end, 10);
     return errno || end == v || *end ? -1 : 0;
@@ -69,7 +71,8 @@ int stage_status_read(const char *stage_dir, stage_status *s, kf_err *err) {
         }
         *colon = 0;
         if (parse_line(line, colon + 2, s))
-            rc = kf_err_set(err, "%s:%d: key '%s': malformed value '%.60s'", p, lineno, line, colon + 2);
+            rc = kf_err_set(err, "%s:%d: key '%s': malformed value '%.60s'", p, lineno, line,
+                            colon + 2);
     }
     free(text);
     return rc;

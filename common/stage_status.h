@@ -22,11 +22,11 @@
 #include "common/error.h"
 
 typedef struct stage_status {
-    char state[16];      /* running, preempted, failed or done */
+    char state[16]; /* running, preempted, failed or done */
     int64_t step, steps;
     char checkpoint[64]; /* "step-N", "" when none */
     double tokens_per_s;
-    int64_t updated;     /* unix time */
+    int64_t updated; /* unix time */
 } stage_status;
 
 /** Writes stage_dir/status from s atomically (updated: now, not s->updated). */

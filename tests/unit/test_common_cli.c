@@ -40,8 +40,14 @@ static int parse(const char *args, int *code, char **said) {
     for (char *t = strtok(buf, " "); t && argc < 31; t = strtok(NULL, " ")) argv[argc++] = t;
     steps = 10, tau = 0.5, resume = false, name = NULL;
     n_pos = n_stages = n_taus = n_batches = n_over = 0;
-    const cli_spec spec = {"kf test", "usage: kf test\n", opts, .pos = pos, .max_pos = 2,
-                           .n_pos = &n_pos, .over = (char **)over, .n_over = &n_over};
+    const cli_spec spec = {"kf test",
+                           "usage: kf test\n",
+                           opts,
+                           .pos = pos,
+                           .max_pos = 2,
+                           .n_pos = &n_pos,
+                           .over = (char **)over,
+                           .n_over = &n_over};
     *code = -7;
     t_stderr_begin();
     int rc = cli_parse(&spec, argc, argv, code);
@@ -52,7 +58,8 @@ static int parse(const char *args, int *code, char **said) {
 int main(void) {
     int code;
     char *said;
-    T_EQ_INT(parse("a --steps 3 --tau 0.25 --resume -n x b k.v=1", &code, &said), 0, "valid: %s", said);
+    T_EQ_INT(parse("a --steps 3 --tau 0.25 --resume -n x b k.v=1", &code, &said), 0, "valid: %s",
+             said);
     T_EQ_INT(steps, 3, "--steps");
     T_NEAR(tau, 0.25, 0, "--tau");
     T_CHECK(resume, "--resume");
@@ -64,7 +71,8 @@ int main(void) {
     T_EQ_STR(over[0], "k.v=1", "override");
     free(said);
 
-    T_EQ_INT(parse("--stage s1 --stage s2 --taus 0.5,1,2 --batch 4,16", &code, &said), 0, "lists: %s", said);
+    T_EQ_INT(parse("--stage s1 --stage s2 --taus 0.5,1,2 --batch 4,16", &code, &said), 0,
+             "lists: %s", said);
     T_EQ_INT(n_batches, 2, "--batch count");
     T_EQ_INT(batches[1], 16, "second --batch value");
     T_EQ_INT(n_stages, 2, "--stage count");
@@ -87,7 +95,8 @@ int main(void) {
         {"--taus 1,,2", "--taus: expected a comma-separated list of numbers each >= 0, at most 3"},
         {"--taus 1,2,3,4", "--taus: expected a comma-separated list"},
         {"--taus 1,-2", "--taus: expected a comma-separated list"},
-        {"--batch 4,0", "--batch: expected a comma-separated list of integers each >= 1, at most 2"},
+        {"--batch 4,0",
+         "--batch: expected a comma-separated list of integers each >= 1, at most 2"},
         {"--batch 4,1.5", "--batch: expected a comma-separated list of integers"},
         {"--bogus", "kf test: unknown option '--bogus'"},
         {"--steps", "kf test: --steps needs a value"},
@@ -96,7 +105,8 @@ int main(void) {
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         T_EQ_INT(parse(bad[k].args, &code, &said), -1, "'%s' refused", bad[k].args);
         T_EQ_INT(code, KF_EXIT_USAGE, "'%s' exit code", bad[k].args);
-        T_CHECK(strstr(said, bad[k].says), "'%s': said '%s', want '%s'", bad[k].args, said, bad[k].says);
+        T_CHECK(strstr(said, bad[k].says), "'%s': said '%s', want '%s'", bad[k].args, said,
+                bad[k].says);
         free(said);
     }
 
@@ -107,7 +117,8 @@ int main(void) {
     int64_t v;
     double d;
     const cli_opt any = {.name = "--any", .kind = CLI_INT};
-    const cli_opt positive = {.name = "--p", .kind = CLI_FLOAT, .lo = 0, .hi = INFINITY, .above = true};
+    const cli_opt positive = {
+        .name = "--p", .kind = CLI_FLOAT, .lo = 0, .hi = INFINITY, .above = true};
     T_EQ_INT(cli_parse_int(&any, "-5", &v), 0, "unbounded integer");
     T_EQ_INT(v, -5, "unbounded integer value");
     T_EQ_INT(cli_parse_int(&any, "", &v), -1, "empty is not an integer");

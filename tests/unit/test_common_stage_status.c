@@ -18,7 +18,10 @@ int main(void) {
     stage_status got;
     T_EQ_INT(stage_status_read(dir, &got, &err), 1, "no status file yet");
 
-    stage_status st = {.state = "running", .step = 12, .steps = 400, .checkpoint = "step-10",
+    stage_status st = {.state = "running",
+                       .step = 12,
+                       .steps = 400,
+                       .checkpoint = "step-10",
                        .tokens_per_s = 1234.56};
     T_EQ_INT(stage_status_write(dir, &st, &err), 0, "write: %s", err.msg);
     char *text;
