@@ -29,6 +29,11 @@ MPI      ?= $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
 CFLAGS   += -std=c11 $(OPT) $(SAN) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread
+# WERROR=1 (CI): every warning fails the build, at any OPT and sanitizer
+WERROR   ?= 0
+ifeq ($(WERROR),1)
+CFLAGS   += -Werror
+endif
 LDLIBS   += -lyaml -llmdb -larchive -lz -lopenblas -lm -lpthread -fopenmp
 
 ifeq ($(MPI),1)
@@ -45,7 +50,7 @@ ifeq ($(EMU),1)
 EMU_DIR  := kernels/cuda/emu
 OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o) $(patsubst %,$(BUILD)/$(EMU_DIR)/%.o,emu_runtime emu_blas emu_nccl)
 CPPFLAGS += -DKF_CUDA -I$(EMU_DIR)/include
-CXXFLAGS_EMU = -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-sign-compare $(filter -fsanitize% -fno-omit%,$(CFLAGS)) -pthread
+CXXFLAGS_EMU = -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-sign-compare $(filter -fsanitize% -fno-omit% -Werror,$(CFLAGS)) -pthread
 LDLIBS   += -lstdc++
 else ifeq ($(CUDA),1)
 OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o)

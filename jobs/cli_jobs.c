@@ -475,7 +475,7 @@ static void fill_row(const char *run, const runconfig *rc, const rundir_job *job
         snprintf(r->state, sizeof r->state, "running");
     else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed") ||
              !strcmp(r->st.status, "stale"))
-        snprintf(r->state, sizeof r->state, "%s", r->st.status);
+        snprintf(r->state, sizeof r->state, "%.*s", (int)sizeof r->state - 1, r->st.status);
     else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0) snprintf(r->state, sizeof r->state, "partial");
     else snprintf(r->state, sizeof r->state, "not started");
     if (!r->st.complete && r->st.steps_per_s > 0 && r->step >= 0 && !strcmp(r->state, "running"))
@@ -534,7 +534,7 @@ static void print_table(const char *run, const runconfig *rc, row *rows, int n) 
            "checkpoint", "age", "job", "slurm", "tokens/s", "eta");
     for (int i = 0; i < n; i++) {
         row *r = &rows[i];
-        char steps[40], ck[32], ag[16], sl[48], tps[24], eta[16];
+        char steps[40], ck[sizeof r->st.ckpt], ag[16], sl[128], tps[24], eta[16];
         if (r->total) snprintf(steps, sizeof steps, "%lld/%lld", (long long)(r->step < 0 ? 0 : r->step), (long long)r->total);
         else snprintf(steps, sizeof steps, "-");
         snprintf(ck, sizeof ck, "%s", r->st.ckpt_step >= 0 ? r->st.ckpt : "-");

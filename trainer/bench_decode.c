@@ -238,7 +238,7 @@ int bench_decode_main(int argc, char **argv) {
             method *x = &mt[nm++];
             *x = (method){.path = ckpts[c], .m = m, .heads = heads[c], .k = ks[j]};
             /* several PFLM checkpoints are told apart by their position */
-            char tag[8] = "";
+            char tag[12] = "";
             if (nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
             snprintf(x->label, sizeof x->label, "%s%s k=%lld", m->cfg.head == HEAD_MTP ? "MTP" : "KF", tag,
                      (long long)ks[j]);
