@@ -33,7 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/error.h"
+/* common/error.h's recoverable error (kernels_create). Declared, not included:
+ * the CUDA sources include this header from C++. */
+typedef struct kf_err kf_err;
 
 typedef enum { KF_PREC_FP32 = 0, KF_PREC_FP16 = 1 } kf_precision;
 typedef enum { KF_GELU_TANH = 0, KF_GELU_ERF = 1 } kf_gelu_kind;
