@@ -516,8 +516,8 @@ static void check_create(void) {
     b = kernels_create("auto", NULL);
     T_CHECK(b != NULL, "kernels_create(\"auto\")");
     b->destroy(b);
-    char msg[256] = "";
 #ifndef KF_CUDA
+    char msg[256] = "";
     T_CHECK(kernels_cuda_create(0, msg, sizeof msg) == NULL, "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
     T_CHECK(strstr(msg, "CUDA=1"), "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
     kf_err err = {{0}};
