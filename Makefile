@@ -29,6 +29,11 @@ MPI      ?= $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
 CFLAGS   += -std=c11 $(OPT) $(SAN) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread
+# WERROR=1 (CI): every warning fails the build, at any OPT and sanitizer
+WERROR   ?= 0
+ifeq ($(WERROR),1)
+CFLAGS   += -Werror
+endif
 LDLIBS   += -lyaml -llmdb -larchive -lz -lopenblas -lm -lpthread -fopenmp
 
 ifeq ($(MPI),1)
@@ -45,7 +50,7 @@ ifeq ($(EMU),1)
 EMU_DIR  := kernels/cuda/emu
 OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o) $(patsubst %,$(BUILD)/$(EMU_DIR)/%.o,emu_runtime emu_blas emu_nccl)
 CPPFLAGS += -DKF_CUDA -I$(EMU_DIR)/include
-CXXFLAGS_EMU = -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-sign-compare $(filter -fsanitize% -fno-omit%,$(CFLAGS)) -pthread
+CXXFLAGS_EMU = -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-sign-compare $(filter -fsanitize% -fno-omit% -Werror,$(CFLAGS)) -pthread
 LDLIBS   += -lstdc++
 else ifeq ($(CUDA),1)
 OBJ      += $(CU_SRC:%.cu=$(BUILD)/%.o)
@@ -64,11 +69,9 @@ $(BUILD)/libkf.a: $(OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-# whole-archive: kf.c reaches the commands only through weak symbols, which
-# do not pull archive members in by themselves.
 $(BUILD)/kf: $(BUILD)/kf.o $(BUILD)/libkf.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $(BUILD)/kf.o -Wl,--whole-archive $(BUILD)/libkf.a -Wl,--no-whole-archive $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(BUILD)/kf.o $(BUILD)/libkf.a $(LDLIBS)
 
 # bin/kf follows the configuration asked for last, even when that one's
 # $(BUILD)/kf is older than the copy there (hence FORCE and the compare).
@@ -113,6 +116,21 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 
 tests: $(BIN) $(TEST_BIN)
 
+# Benchmarks, never part of make test (docs/architecture.md "Components"):
+# the bench/ programs are built against libkf.a, then each benchmark in
+# BENCHES runs in turn (make bench BENCHES="kernels train" for a subset).
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+BENCHES ?= kernels train tokenize shards
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libkf.a
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
+
+bench: $(BIN) $(BENCH_BIN)
+	$(if $(filter kernels,$(BENCHES)),$(BUILD)/bench/bench_kernels_cpu)
+	$(if $(filter train,$(BENCHES)),$(BIN) bench train configs/tiny.yaml)
+	$(if $(filter tokenize,$(BENCHES)),KF_BIN=$(BIN) bench/tokenize.sh)
+	$(if $(filter shards,$(BENCHES)),KF_BIN=$(BIN) bench/shards.sh)
+
 # The CPU suite; CUDA code is compiled by nvcc (not run) so a broken .cu fails
 # CI here, and run under the CPU emulation harness (tests/scripts/test_gpu_emu.sh).
 test: tests
@@ -124,7 +142,7 @@ test: tests
 # (ASan at -O1: it builds the whole library once more, faster than at -O3)
 EMU_TESTS := tests/test_cuda_ops tests/test_cuda_train
 emu-tests:
-	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS) tests/test_cuda_limits kf emu_selftest)
+	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS) tests/test_cuda_limits tests/test_kernels_table kf emu_selftest)
 	$(MAKE) --no-print-directory EMU=1 SAN="-fsanitize=address -fno-omit-frame-pointer" OPT=-O1 \
 		$(addprefix build-emu-asan/,$(EMU_TESTS))
 

@@ -2,9 +2,9 @@
  * the share of a training step's time spent outside sgemm.
  *
  * Build and run (not part of make test):
- *   make build/libkf.a && gcc -I. -D_GNU_SOURCE -std=c11 -O3 -fopenmp \
- *       bench/bench_kernels_cpu.c build/libkf.a -lopenblas -lm -o build/bench_kernels_cpu
- *   build/bench_kernels_cpu [--cpu-time] [batch seq hidden heads blocks vocab]
+ *   make bench BENCHES=kernels (builds build/bench/bench_kernels_cpu and runs it), or
+ *   make build/bench/bench_kernels_cpu, then
+ *   build/bench/bench_kernels_cpu [--cpu-time] [batch seq hidden heads blocks vocab]
  *   (default: the tiny model, 32 128 128 4 4 50258)
  * --cpu-time times with the process CPU clock instead of the wall clock: on a
  * loaded machine, run it with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for a

@@ -1,12 +1,12 @@
 /* common/cli_plot.c — `kf plot LOG.jsonl`: a PNG line chart of JSONL series
  * (by default the training loss against the step). */
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/chart.h"
+#include "common/cli.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -19,20 +19,18 @@ typedef struct series {
     size_t n, cap;
 } series;
 
-static void usage(FILE *f) {
-    fputs("usage: kf plot LOG.jsonl [-o OUT.png] [--key NAME]... [--x NAME] [--logy] [--title TEXT]\n"
-          "\n"
-          "Draws each --key (default: loss) of the JSONL records against --x (default:\n"
-          "step; the record number when a record has no such field) as a PNG line\n"
-          "chart. Records without the key, or with null (non-finite) values, are skipped;\n"
-          "a last line without a newline (a log being written) is ignored.\n"
-          "  -o OUT.png     output file (default: LOG with .png instead of .jsonl)\n"
-          "  --key NAME     a series to draw; repeat for up to 6 series\n"
-          "  --x NAME       the x-axis field (default: step)\n"
-          "  --logy         logarithmic y axis (values <= 0 are skipped)\n"
-          "  --title TEXT   chart title (default: the log's file name)\n",
-          f);
-}
+static const char USAGE[] =
+    "usage: kf plot LOG.jsonl [-o OUT.png] [--key NAME]... [--x NAME] [--logy] [--title TEXT]\n"
+    "\n"
+    "Draws each --key (default: loss) of the JSONL records against --x (default:\n"
+    "step; the record number when a record has no such field) as a PNG line\n"
+    "chart. Records without the key, or with null (non-finite) values, are skipped;\n"
+    "a last line without a newline (a log being written) is ignored.\n"
+    "  -o OUT.png     output file (default: LOG with .png instead of .jsonl)\n"
+    "  --key NAME     a series to draw; repeat for up to 6 series\n"
+    "  --x NAME       the x-axis field (default: step)\n"
+    "  --logy         logarithmic y axis (values <= 0 are skipped)\n"
+    "  --title TEXT   chart title (default: the log's file name)\n";
 
 static void push(series *s, double x, double y) {
     if (s->n == s->cap) {
@@ -84,30 +82,27 @@ static int read_log(const char *path, const char *xkey, series *ser, int nser, b
 }
 
 int plot_main(int argc, char **argv) {
-    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {"key", required_argument, 0, 'k'},
-                                         {"x", required_argument, 0, 'x'}, {"logy", no_argument, 0, 'l'},
-                                         {"title", required_argument, 0, 't'}, {0, 0, 0, 0}};
     series ser[MAX_SERIES] = {{0}};
-    int nser = 0, c;
+    const char *keys[MAX_SERIES], *log = NULL;
+    int nser = 0;
     const char *out = NULL, *xkey = "step", *title = NULL;
     bool logy = false;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        switch (c) {
-        case 'h': usage(stdout); return KF_EXIT_OK;
-        case 'o': out = optarg; break;
-        case 'k':
-            if (nser == MAX_SERIES) { fprintf(stderr, "kf plot: at most %d --key options\n", MAX_SERIES); return KF_EXIT_USAGE; }
-            ser[nser++].key = optarg;
-            break;
-        case 'x': xkey = optarg; break;
-        case 'l': logy = true; break;
-        case 't': title = optarg; break;
-        default: usage(stderr); return KF_EXIT_USAGE;
-        }
+    const cli_opt opts[] = {
+        {"-o", CLI_STR, .out = &out},
+        {"--key", CLI_STR_LIST, .out = keys, .n = &nser, .cap = MAX_SERIES},
+        {"--x", CLI_STR, .out = &xkey},
+        {"--logy", CLI_FLAG, .out = &logy},
+        {"--title", CLI_STR, .out = &title},
+        {NULL},
+    };
+    const cli_spec spec = {"kf plot", USAGE, opts, .pos = &log, .max_pos = 1};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
+    if (!log) {
+        fputs(USAGE, stderr);
+        return KF_EXIT_USAGE;
     }
-    if (optind != argc - 1) { usage(stderr); return KF_EXIT_USAGE; }
-    const char *log = argv[optind];
+    for (int s = 0; s < nser; s++) ser[s].key = keys[s];
     if (!nser) ser[nser++].key = "loss";
     char *defout = NULL;
     if (!out) { /* LOG.jsonl -> LOG.png */

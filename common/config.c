@@ -19,7 +19,7 @@
 
 enum { MAX_DEPTH = 200 }; /* bounded recursion on hostile input */
 
-static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2), nonnull(1)));
 static char *fmt_alloc(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -15,6 +15,11 @@ int kf_err_set(kf_err *err, const char *fmt, ...) {
     return -1;
 }
 
+int kf_err_report(const char *cmd, const kf_err *err) {
+    fprintf(stderr, "%s: error: %s\n", cmd, err->msg);
+    return KF_EXIT_ERROR;
+}
+
 void kf_fatal_at(const char *file, int line, const char *fmt, ...) {
     va_list ap;
     fflush(stdout);

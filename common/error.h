@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdnoreturn.h>
 
-/** Exit codes shared by every command (ARCHITECTURE.md "Command line"). */
+/** Exit codes shared by every command (docs/architecture.md "Invariants"). */
 enum {
     KF_EXIT_OK = 0,
     KF_EXIT_ERROR = 1,
@@ -28,6 +28,10 @@ typedef struct kf_err {
 
 /** Formats msg into err (if err is non-NULL) and returns -1. */
 int kf_err_set(kf_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/** Prints "CMD: error: MESSAGE" to stderr (cmd: "kf shards", ...) and returns
+ * KF_EXIT_ERROR: how a command ends on a recoverable error. */
+int kf_err_report(const char *cmd, const kf_err *err);
 
 /** Prints "kf: error: MESSAGE (at FILE:LINE)" to stderr and exits with 1. */
 noreturn void kf_fatal_at(const char *file, int line, const char *fmt, ...)

@@ -21,6 +21,11 @@ void fs_dirname(const char *path, char *out, size_t cap) {
     else snprintf(out, cap, "%.*s", (int)n, path);
 }
 
+void fs_path_join(char *out, size_t cap, const char *a, const char *b) {
+    int n = snprintf(out, cap, "%s/%s", a, b);
+    KF_CHECK(n > 0 && (size_t)n < cap, "path too long: %s/%s", a, b);
+}
+
 int fs_fsync_path(const char *path, kf_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return kf_err_set(err, "%s: cannot open to fsync: %s", path, strerror(errno));

@@ -85,4 +85,8 @@ int fs_rename_atomic(const char *from, const char *to, kf_err *err);
  * "c" -> ".", "/c" -> "/". */
 void fs_dirname(const char *path, char *out, size_t cap);
 
+/** Writes "a/b" into out (cap bytes); a path that does not fit is a fatal
+ * error naming it (callers size out for any path, PATH_MAX). */
+void fs_path_join(char *out, size_t cap, const char *a, const char *b);
+
 #endif

@@ -1,6 +1,8 @@
 /* common/progress.c — the single stderr progress display. */
 #include "common/progress.h"
 
+#include "common/clock.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -21,12 +23,6 @@ static struct {
     double t0, last;      /* start and last output, seconds (monotonic) */
     double interval;      /* seconds between outputs */
 } P;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* "1.2 GB" for bytes, "5.6M tok" otherwise; x is a count or a rate. */
 static void fmt_amount(char *out, size_t cap, double x, const char *unit, const char *suffix) {
@@ -72,7 +68,7 @@ void progress_begin(const char *label, double total, const char *unit) {
     P.extra[0] = 0;
     P.total = total;
     P.done = 0;
-    P.t0 = P.last = now_s();
+    P.t0 = P.last = clock_now_s();
     const char *iv = getenv("KF_PROGRESS_INTERVAL");
     P.interval = P.tty ? 0.1 : 10.0;
     if (!P.tty && iv && *iv) {
@@ -90,7 +86,7 @@ void progress_update(double done, const char *extra) {
     if (!P.active) { pthread_mutex_unlock(&mu); return; }
     P.done = done;
     if (extra) snprintf(P.extra, sizeof P.extra, "%s", extra);
-    double t = now_s();
+    double t = clock_now_s();
     if (t - P.last >= P.interval) {
         P.last = t;
         char status[400];
@@ -133,7 +129,7 @@ void progress_end(void) {
     char line[1024], amount[48], rate[48];
     pthread_mutex_lock(&mu);
     if (!P.active) { pthread_mutex_unlock(&mu); return; }
-    double el = now_s() - P.t0;
+    double el = clock_now_s() - P.t0;
     fmt_amount(amount, sizeof amount, P.done, P.unit, "");
     fmt_amount(rate, sizeof rate, el > 0 ? P.done / el : 0, P.unit, "/s");
     snprintf(line, sizeof line, "%s: %s in %.1f s, %s%s%s", P.label, amount, el, rate,

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -75,9 +77,10 @@ typedef struct args {
     int n_pos;
     char **over;
     int n_over;
-    const char *run_dir, *config, *flops;
-    int np;
-    int json, local, no_sample;
+    const char *run_dir, *config;
+    double flops; /* 0: the backend's default */
+    int64_t np;
+    bool json, local, no_sample;
 } args;
 
 /* True when word is one of the space-separated words of list. */
@@ -88,45 +91,30 @@ static bool has_word(const char *list, const char *word) {
     return false;
 }
 
-/* Options anywhere; key=value words are overrides. Returns 0 or a usage exit code. */
-static int parse_args(int argc, char **argv, args *a, const char *allowed) {
+/* Options anywhere (those of `allowed`, space-separated names without the
+ * dashes); key=value words are overrides. Returns 0, or -1 when the command
+ * should exit with *code (--help, a usage error). */
+static int parse_args(int argc, char **argv, args *a, const char *allowed, int *code) {
     memset(a, 0, sizeof *a);
     a->np = 1;
     a->over = kf_calloc((size_t)argc + 1, sizeof *a->over);
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strncmp(s, "--", 2)) {
-            if (!has_word(allowed, s + 2)) return usage_error("unknown option %s", s);
-            if (!strcmp(s, "--json")) a->json = 1;
-            else if (!strcmp(s, "--local")) a->local = 1;
-            else if (!strcmp(s, "--no-sample")) a->no_sample = 1;
-            else {
-                if (!val) return usage_error("%s needs a value", s);
-                i++;
-                if (!strcmp(s, "--run-dir")) a->run_dir = val;
-                else if (!strcmp(s, "--config")) a->config = val;
-                else if (!strcmp(s, "--flops")) a->flops = val;
-                else if (!strcmp(s, "--np")) {
-                    char *end;
-                    long n = strtol(val, &end, 10);
-                    if (*end || n < 1 || n > 4096) return usage_error("--np expects a number of ranks >= 1, got '%s'", val);
-                    a->np = (int)n;
-                }
-            }
-        } else if (strchr(s, '=') && a->n_pos > 0) {
-            a->over[a->n_over++] = (char *)s;
-        } else {
-            if (a->n_pos == 2) return usage_error("unexpected argument '%s'", s);
-            a->pos[a->n_pos++] = s;
-        }
-    }
-    return 0;
-}
-
-static int fail(const kf_err *err) {
-    fprintf(stderr, "kf jobs: error: %s\n", err->msg);
-    return KF_EXIT_ERROR;
+    const cli_opt all[] = {
+        {"--run-dir", CLI_STR, .out = &a->run_dir},
+        {"--config", CLI_STR, .out = &a->config},
+        {"--flops", CLI_FLOAT, .out = &a->flops, .lo = 0, .hi = INFINITY, .above = true},
+        {"--np", CLI_INT, .out = &a->np, .lo = 1, .hi = 4096},
+        {"--json", CLI_FLAG, .out = &a->json},
+        {"--local", CLI_FLAG, .out = &a->local},
+        {"--no-sample", CLI_FLAG, .out = &a->no_sample},
+    };
+    cli_opt opts[sizeof all / sizeof *all + 1];
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (has_word(allowed, all[i].name + 2)) opts[n++] = all[i];
+    opts[n] = (cli_opt){NULL};
+    const cli_spec spec = {"kf jobs", usage_text, opts, .pos = a->pos, .max_pos = 2, .n_pos = &a->n_pos,
+                           .over = a->over, .n_over = &a->n_over};
+    return cli_parse(&spec, argc, argv, code);
 }
 
 /* ---- shared steps ---- */
@@ -192,12 +180,6 @@ static int run_stage_local(const char *run, const runconfig *rc, const char *sta
     return proc_run(argv, err);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static const char *elapsed(double s, char *buf, size_t cap) {
     if (s < 120) snprintf(buf, cap, "%.1f s", s);
     else snprintf(buf, cap, "%.1f min", s / 60);
@@ -207,7 +189,7 @@ static const char *elapsed(double s, char *buf, size_t cap) {
 /* Every incomplete stage here, in order. */
 static int run_local(const char *run, const runconfig *rc, int np, int no_sample) {
     kf_err err;
-    double start = now_s();
+    double start = clock_now_s();
     char why[PATH_MAX + 64];
     int n = rc->n_stages + 1;
     for (int i = 0; i < n; i++) {
@@ -216,9 +198,9 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
             fprintf(stderr, "kf jobs: %s: complete, skipped\n", stage);
             continue;
         }
-        double t0 = now_s();
+        double t0 = clock_now_s();
         int code = run_stage_local(run, rc, stage, np, &err);
-        if (code < 0) return fail(&err);
+        if (code < 0) return kf_err_report("kf jobs", &err);
         if (code == KF_EXIT_PREEMPTED) {
             fprintf(stderr, "kf jobs: %s: preempted with a checkpoint; run the same command again to resume\n", stage);
             return KF_EXIT_PREEMPTED;
@@ -229,11 +211,11 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
             return KF_EXIT_ERROR;
         }
         char took[32];
-        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage, elapsed(now_s() - t0, took, sizeof took));
+        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage, elapsed(clock_now_s() - t0, took, sizeof took));
     }
     char took[32];
     fprintf(stderr, "kf jobs: every stage of %s is complete (%s in this command)\n", run,
-            elapsed(now_s() - start, took, sizeof took));
+            elapsed(clock_now_s() - start, took, sizeof took));
     /* the stages are the run's result: a failure of the samples after them is
      * reported, and the samples can be redone by running the command again */
     if (!no_sample && sample_run(run, rc, kf_bin(), &err))
@@ -288,18 +270,14 @@ fail:
 
 static int cmd_plan(int argc, char **argv) {
     args a;
-    int u = parse_args(argc, argv, &a, "flops ");
-    if (u) return u;
+    int code;
+    if (parse_args(argc, argv, &a, "flops ", &code)) return code;
     if (a.n_pos != 1) return usage_error("plan needs CONFIG%s", "");
     kf_err err;
     runconfig *rc;
-    if (runconfig_load(a.pos[0], a.n_over, a.over, &rc, &err)) return fail(&err);
+    if (runconfig_load(a.pos[0], a.n_over, a.over, &rc, &err)) return kf_err_report("kf jobs", &err);
     double flops = !strcmp(rc->res.backend, "cuda") ? 2e14 : 6e10; /* cpu: the tiny AR stage on 2 cores */
-    if (a.flops) {
-        char *end;
-        flops = strtod(a.flops, &end);
-        if (*end || !(flops > 0)) return usage_error("--flops expects a positive number, got '%s'", a.flops);
-    }
+    if (a.flops > 0) flops = a.flops;
     plan_print(stdout, rc, flops);
     runconfig_free(rc);
     free(a.over);
@@ -319,15 +297,15 @@ static int load_and_open(const args *a, char *run, size_t cap, runconfig **out, 
 
 static int cmd_run(int argc, char **argv) {
     args a;
-    int u = parse_args(argc, argv, &a, "run-dir np no-sample ");
-    if (u) return u;
+    int code;
+    if (parse_args(argc, argv, &a, "run-dir np no-sample ", &code)) return code;
     if (a.n_pos != 1) return usage_error("run needs CONFIG%s", "");
     kf_err err;
     char run[PATH_MAX];
     runconfig *rc;
-    if (load_and_open(&a, run, sizeof run, &rc, &err)) return fail(&err);
+    if (load_and_open(&a, run, sizeof run, &rc, &err)) return kf_err_report("kf jobs", &err);
     fprintf(stderr, "kf jobs: run %s in %s (config sha256 %.16s)\n", rc->name, run, rc->hash);
-    int code = run_local(run, rc, a.np, a.no_sample);
+    code = run_local(run, rc, (int)a.np, a.no_sample);
     runconfig_free(rc);
     free(a.over);
     return code;
@@ -349,8 +327,8 @@ static bool run_has_live_jobs(const char *run) {
 
 static int cmd_submit(int argc, char **argv) {
     args a;
-    int u = parse_args(argc, argv, &a, "run-dir ");
-    if (u) return u;
+    int code;
+    if (parse_args(argc, argv, &a, "run-dir ", &code)) return code;
     if (a.n_pos != 1) return usage_error("submit needs CONFIG%s", "");
     kf_err err;
     if (!slurm_available()) {
@@ -359,18 +337,18 @@ static int cmd_submit(int argc, char **argv) {
     }
     char run[PATH_MAX], abs_run[PATH_MAX];
     runconfig *rc;
-    if (load_and_open(&a, run, sizeof run, &rc, &err)) return fail(&err);
-    int code = KF_EXIT_OK;
+    if (load_and_open(&a, run, sizeof run, &rc, &err)) return kf_err_report("kf jobs", &err);
+    code = KF_EXIT_OK;
     if (!realpath(run, abs_run)) {
         kf_err_set(&err, "%s: %s", run, strerror(errno));
-        code = fail(&err);
+        code = kf_err_report("kf jobs", &err);
     } else if (run_has_live_jobs(abs_run)) {
         fprintf(stderr, "kf jobs: error: %s already has jobs queued or running; see kf jobs status %s "
                 "(kf jobs resume re-chains the rest)\n", run, run);
         code = KF_EXIT_ERROR;
     } else {
         printf("# run %s: %s (config sha256 %s)\n", rc->name, abs_run, rc->hash);
-        if (submit_chain(abs_run, rc, &err)) code = fail(&err);
+        if (submit_chain(abs_run, rc, &err)) code = kf_err_report("kf jobs", &err);
     }
     runconfig_free(rc);
     free(a.over);
@@ -379,33 +357,33 @@ static int cmd_submit(int argc, char **argv) {
 
 static int cmd_resume(int argc, char **argv) {
     args a;
-    int u = parse_args(argc, argv, &a, "config local np ");
-    if (u) return u;
+    int code;
+    if (parse_args(argc, argv, &a, "config local np ", &code)) return code;
     if (a.n_pos != 1) return usage_error("resume needs RUN%s", "");
     kf_err err;
     char run[PATH_MAX], yaml[PATH_MAX + 16];
     if (!realpath(a.pos[0], run)) {
         kf_err_set(&err, "%s: %s", a.pos[0], strerror(errno));
-        return fail(&err);
+        return kf_err_report("kf jobs", &err);
     }
     if ((size_t)snprintf(yaml, sizeof yaml, "%s/run.yaml", run) >= sizeof yaml) return usage_error("path too long: %s", run);
     runconfig *frozen, *rc;
-    if (rundir_load(run, 0, NULL, &frozen, &err)) return fail(&err);
+    if (rundir_load(run, 0, NULL, &frozen, &err)) return kf_err_report("kf jobs", &err);
     runconfig_free(frozen);
-    if (runconfig_load(a.config ? a.config : yaml, a.n_over, a.over, &rc, &err)) return fail(&err);
+    if (runconfig_load(a.config ? a.config : yaml, a.n_over, a.over, &rc, &err)) return kf_err_report("kf jobs", &err);
     runconfig *cur;
     int rv = open_run(run, rc, &cur, &err);
     runconfig_free(rc);
-    if (rv) return fail(&err);
-    int code = KF_EXIT_OK;
+    if (rv) return kf_err_report("kf jobs", &err);
+    code = KF_EXIT_OK;
     if (a.local) {
-        code = run_local(run, cur, a.np, 1);
+        code = run_local(run, cur, (int)a.np, 1);
     } else if (!slurm_available()) {
         fprintf(stderr, "kf jobs: error: Slurm is not available here; kf jobs resume %s --local runs the rest here\n", run);
         code = KF_EXIT_ERROR;
     } else {
         printf("# run %s: %s (config sha256 %s)\n", cur->name, run, cur->hash);
-        if (submit_chain(run, cur, &err)) code = fail(&err);
+        if (submit_chain(run, cur, &err)) code = kf_err_report("kf jobs", &err);
         /* a job needing a lost node waits for it: say so rather than look stuck */
         slurm_node *down;
         int nd = slurm_down_nodes(&down);
@@ -422,19 +400,20 @@ static int cmd_resume(int argc, char **argv) {
 
 static int cmd_cancel(int argc, char **argv) {
     args a;
-    int u = parse_args(argc, argv, &a, "");
-    if (u) return u;
+    int code;
+    if (parse_args(argc, argv, &a, "", &code)) return code;
     if (a.n_pos != 1 || a.n_over) return usage_error("cancel needs RUN%s", "");
     kf_err err;
     rundir_job *jobs;
     int n = rundir_jobs_read(a.pos[0], &jobs, &err);
-    if (n < 0) return fail(&err);
-    int code = KF_EXIT_OK, cancelled = 0;
+    if (n < 0) return kf_err_report("kf jobs", &err);
+    code = KF_EXIT_OK;
+    int cancelled = 0;
     for (int i = 0; i < n; i++) {
         if (rundir_jobs_current(jobs, n, jobs[i].stage) != &jobs[i]) continue;
         slurm_job sj;
         if (slurm_query(jobs[i].id, &sj) || !slurm_state_alive(sj.state)) continue;
-        if (slurm_cancel(jobs[i].id, &err)) code = fail(&err);
+        if (slurm_cancel(jobs[i].id, &err)) code = kf_err_report("kf jobs", &err);
         else printf("%s\t%s\tcancelled (was %s)\n", jobs[i].stage, jobs[i].id, sj.state), cancelled++;
     }
     if (!cancelled && code == KF_EXIT_OK) fprintf(stderr, "kf jobs: %s: no queued or running jobs\n", a.pos[0]);
@@ -445,12 +424,12 @@ static int cmd_cancel(int argc, char **argv) {
 
 static int cmd_check(int argc, char **argv) {
     args a;
-    int u = parse_args(argc, argv, &a, "");
-    if (u) return u;
+    int code;
+    if (parse_args(argc, argv, &a, "", &code)) return code;
     if (a.n_pos != 2 || a.n_over) return usage_error("check needs RUN STAGE%s", "");
     kf_err err;
     runconfig *rc;
-    if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return fail(&err);
+    if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return kf_err_report("kf jobs", &err);
     const char *stage = a.pos[1];
     if (strcmp(stage, RUNDIR_SHARDS) && !runconfig_stage_find(rc, stage)) {
         runconfig_free(rc);
@@ -506,7 +485,7 @@ static void fill_row(const char *run, const runconfig *rc, const rundir_job *job
         snprintf(r->state, sizeof r->state, "running");
     else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed") ||
              !strcmp(r->st.status, "stale"))
-        snprintf(r->state, sizeof r->state, "%s", r->st.status);
+        snprintf(r->state, sizeof r->state, "%.*s", (int)sizeof r->state - 1, r->st.status);
     else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0) snprintf(r->state, sizeof r->state, "partial");
     else snprintf(r->state, sizeof r->state, "not started");
     if (!r->st.complete && r->st.steps_per_s > 0 && r->step >= 0 && !strcmp(r->state, "running"))
@@ -580,7 +559,7 @@ static void print_table(const char *run, const runconfig *rc, row *rows, int n, 
            "checkpoint", "age", "job", "slurm", "tokens/s", "eta");
     for (int i = 0; i < n; i++) {
         row *r = &rows[i];
-        char steps[40], ck[32], ag[16], sl[224], tps[24], eta[16];
+        char steps[40], ck[sizeof r->st.ckpt], ag[16], sl[224], tps[24], eta[16];
         if (r->total) snprintf(steps, sizeof steps, "%lld/%lld", (long long)(r->step < 0 ? 0 : r->step), (long long)r->total);
         else snprintf(steps, sizeof steps, "-");
         snprintf(ck, sizeof ck, "%s", r->st.ckpt_step >= 0 ? r->st.ckpt : "-");
@@ -602,15 +581,15 @@ static void print_table(const char *run, const runconfig *rc, row *rows, int n, 
 
 static int cmd_status(int argc, char **argv) {
     args a;
-    int u = parse_args(argc, argv, &a, "json ");
-    if (u) return u;
+    int code;
+    if (parse_args(argc, argv, &a, "json ", &code)) return code;
     if (a.n_pos != 1 || a.n_over) return usage_error("status needs RUN%s", "");
     kf_err err;
     runconfig *rc;
-    if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return fail(&err);
+    if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return kf_err_report("kf jobs", &err);
     rundir_job *jobs;
     int nj = rundir_jobs_read(a.pos[0], &jobs, &err);
-    if (nj < 0) return runconfig_free(rc), fail(&err);
+    if (nj < 0) return runconfig_free(rc), kf_err_report("kf jobs", &err);
     int n = rc->n_stages + 1;
     row *rows = kf_calloc((size_t)n, sizeof *rows);
     for (int i = 0; i < n; i++) fill_row(a.pos[0], rc, jobs, nj, i - 1, &rows[i]);

@@ -1,6 +1,6 @@
 /* jobs/plan.h — the stage DAG of a run config and rough resource estimates.
  *
- * Estimates are first-order: parameters from the model shape (ARCHITECTURE.md
+ * Estimates are first-order: parameters from the model shape (docs/architecture.md
  * "Reference model"), training FLOPs per step as 6·P per trained row plus 2·P
  * per teacher row (rows: seq_len context rows and k noise rows per position,
  * the fully causal layout), attention by its mask structure, and memory as

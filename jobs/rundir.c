@@ -13,6 +13,8 @@
 #include "common/config.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/log.h"
+#include "common/stage_status.h"
 #include "pipeline/build.h"
 
 /* What `kf train` leaves in a stage directory (trainer's checkpoint layout). */
@@ -21,11 +23,6 @@
 #define FINAL_MARKER "DONE"
 #define HASH_LINE "# kf run config sha256: "
 #define JOBS_HEADER "# kf jobs v1\n"
-
-static void join(char *out, size_t cap, const char *a, const char *b) {
-    int n = snprintf(out, cap, "%s/%s", a, b);
-    KF_CHECK(n > 0 && (size_t)n < cap, "path too long: %s/%s", a, b);
-}
 
 static void stage_path(char *out, size_t cap, const char *run, const char *stage, const char *rel) {
     int n = snprintf(out, cap, "%s/stages/%s%s%s", run, stage, *rel ? "/" : "", rel);
@@ -36,13 +33,13 @@ int rundir_freeze(const char *run, const runconfig *rc, kf_err *err) {
     char p[PATH_MAX];
     const char *subs[] = {"stages", "slurm"};
     for (int i = 0; i < 2; i++) {
-        join(p, sizeof p, run, subs[i]);
+        fs_path_join(p, sizeof p, run, subs[i]);
         if (fs_mkdir_p(p, err)) return -1;
     }
     size_t n = strlen(HASH_LINE) + 64 + 1 + strlen(rc->canonical) + 1;
     char *text = kf_malloc(n);
     snprintf(text, n, HASH_LINE "%s\n%s", rc->hash, rc->canonical);
-    join(p, sizeof p, run, "run.yaml");
+    fs_path_join(p, sizeof p, run, "run.yaml");
     int rv = fs_write_atomic(p, text, strlen(text), err);
     free(text);
     return rv;
@@ -50,7 +47,7 @@ int rundir_freeze(const char *run, const runconfig *rc, kf_err *err) {
 
 int rundir_load(const char *run, int n_over, char *const *over, runconfig **out, kf_err *err) {
     char p[PATH_MAX];
-    join(p, sizeof p, run, "run.yaml");
+    fs_path_join(p, sizeof p, run, "run.yaml");
     char *text;
     size_t len;
     if (fs_read_file(p, &text, &len, err)) return -1;
@@ -175,7 +172,7 @@ static bool shards_complete(const runconfig *rc, char *why, size_t cap, bool *st
     const char *dirs[2] = {rc->data_train, rc->data_valid};
     char p[PATH_MAX];
     for (int i = 0; i < 2; i++) {
-        join(p, sizeof p, dirs[i], "manifest.yaml");
+        fs_path_join(p, sizeof p, dirs[i], "manifest.yaml");
         if (!is_file(p)) return snprintf(why, cap, "no data manifest %s", p), false;
     }
     kf_err err;
@@ -283,24 +280,19 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
     newest_ckpt(run, stage, st);
     read_log(run, stage, st);
     char p[PATH_MAX];
-    stage_path(p, sizeof p, run, stage, "status");
-    FILE *f = fopen(p, "r");
-    if (f) {
-        char line[256]; /* trainer's status file: YAML, "state: running|preempted|done|failed" */
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "state: ", 7)) {
-                line[strcspn(line, "\n")] = 0;
-                snprintf(st->status, sizeof st->status, "%.*s", (int)sizeof st->status - 1, line + 7);
-            }
-        fclose(f);
-    }
+    stage_path(p, sizeof p, run, stage, "");
+    stage_status ss;
+    kf_err err = {{0}};
+    int got = stage_status_read(p, &ss, &err);
+    if (got < 0) kf_log_warn("%s", err.msg);
+    if (got == 0) snprintf(st->status, sizeof st->status, "%s", ss.state);
 }
 
 /* ---- job records ---- */
 
 int rundir_jobs_read(const char *run, rundir_job **jobs, kf_err *err) {
     char p[PATH_MAX];
-    join(p, sizeof p, run, "jobs.tsv");
+    fs_path_join(p, sizeof p, run, "jobs.tsv");
     *jobs = NULL;
     if (!fs_exists(p)) return 0;
     char *text;
@@ -337,7 +329,7 @@ int rundir_jobs_add(const char *run, const char *stage, const char *id, kf_err *
         len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%" PRId64 "\n", jobs[i].stage, jobs[i].id, jobs[i].when);
     len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%lld\n", stage, id, (long long)time(NULL));
     char p[PATH_MAX];
-    join(p, sizeof p, run, "jobs.tsv");
+    fs_path_join(p, sizeof p, run, "jobs.tsv");
     int rv = fs_write_atomic(p, text, len, err);
     free(text), free(jobs);
     return rv;

@@ -1,6 +1,6 @@
 /* jobs/rundir.h — a run directory and what its files say about each stage.
  *
- * Layout (ARCHITECTURE.md "Files on disk"; the jobs system owns the files
+ * Layout (docs/architecture.md "Files on disk"; the jobs system owns the files
  * marked *, `kf train` the others):
  *
  *   RUN/run.yaml *          the resolved config, frozen when the run is made:

@@ -133,11 +133,11 @@ static int query_scontrol(const char *id, slurm_job *j) {
 /* `sacct` (when accounting is on): jobs long gone from slurmctld's memory. */
 static int query_sacct(const char *id, slurm_job *j) {
     char *argv[] = {"sacct", "-n", "-P", "-X", "-o", "State,ExitCode", "-j", (char *)id, NULL}, *out;
-    char st[64] = "", ec[16] = "";
+    char st[32] = "", ec[16] = ""; /* st: as long as slurm_job's state */
     kf_err err;
     if (!proc_in_path("sacct")) return -1;
     int code = proc_capture(argv, &out, true, &err);
-    int found = code == 0 && sscanf(out ? out : "", "%63[^|\n]|%15[^|\n]", st, ec) >= 1 && *st;
+    int found = code == 0 && sscanf(out ? out : "", "%31[^|\n]|%15[^|\n]", st, ec) >= 1 && *st;
     free(out);
     if (!found) return -1;
     st[strcspn(st, " ")] = 0; /* "CANCELLED by 0" */

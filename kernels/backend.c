@@ -14,17 +14,18 @@ kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err_len) {
 }
 #endif
 
-kf_backend *kernels_create(const char *name) {
+kf_backend *kernels_create(const char *name, kf_err *err) {
     char msg[512] = "";
     if (!name || strcmp(name, "cpu") == 0) return kernels_cpu_create();
     if (strcmp(name, "cuda") == 0) {
         kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
-        KF_CHECK(b, "backend \"cuda\" is unavailable: %s", msg);
+        if (!b) kf_err_set(err, "backend \"cuda\" is unavailable: %s", msg);
         return b;
     }
     if (strcmp(name, "auto") == 0) {
         kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
         return b ? b : kernels_cpu_create();
     }
-    KF_FATAL("unknown backend \"%s\" (expected cpu, cuda or auto)", name);
+    kf_err_set(err, "unknown backend \"%s\" (expected cpu, cuda or auto)", name);
+    return NULL;
 }

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/progress.h"
@@ -827,12 +828,6 @@ static void report(const builder *b, const build_result *r) {
                 r->seconds > 0 ? r->raw_bytes / 1e6 / r->seconds : 0.0, b->c->out);
 }
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int shards_current(const build_config *c, char *why, size_t cap, kf_err *err) {
     manifest m;
     kf_err merr;
@@ -898,7 +893,7 @@ static void *setup_main(void *arg) {
 
 int shards_build(const build_config *c, int jobs, int force, tok **toks, build_result *res, kf_err *err) {
     KF_CHECK(jobs >= 1, "shards_build: jobs must be >= 1");
-    double t0 = now();
+    double t0 = clock_now_s();
     builder *b = kf_calloc(1, sizeof *b);
     b->c = c;
     b->force = force;
@@ -1016,7 +1011,7 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
         if (remove_orphans(c, s, b->nunits[s], err)) goto out;
     }
     if (manifest_write(c->out, &b->m, err)) goto out;
-    r.seconds = now() - t0;
+    r.seconds = clock_now_s() - t0;
     report(b, &r);
     if (res) *res = r;
     rc = 0;

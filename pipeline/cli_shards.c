@@ -1,11 +1,14 @@
 /* pipeline/cli_shards.c — `kf shards build|verify|inspect|stats`. */
 #include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/blas_threads.h"
+#include "common/cli.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -41,49 +44,23 @@ static int usage(int code) {
     return code;
 }
 
-static int fail(const kf_err *err) {
-    fprintf(stderr, "kf shards: error: %s\n", err->msg);
-    return KF_EXIT_ERROR;
-}
-
-static int parse_int(const char *s, int64_t lo, int64_t *out) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < lo) return -1;
-    *out = v;
-    return 0;
-}
-
 static int cmd_build(int argc, char **argv) {
     blas_threads_stop(); /* a build never calls BLAS */
     const char *config = NULL, *only = NULL;
     int64_t jobs = sysconf(_SC_NPROCESSORS_ONLN);
-    int force = 0;
+    bool force = false;
     char **over = kf_calloc((size_t)argc + 1, sizeof *over);
     int nover = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return free(over), usage(0);
-        if (!strcmp(argv[i], "--jobs") && i + 1 < argc) {
-            if (parse_int(argv[++i], 1, &jobs)) {
-                fprintf(stderr, "kf shards build: --jobs needs a positive integer, got '%s'\n", argv[i]);
-                return free(over), KF_EXIT_USAGE;
-            }
-        } else if (!strcmp(argv[i], "--force")) {
-            force = 1;
-        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
-            only = argv[++i];
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "kf shards build: unknown option '%s'\n", argv[i]);
-            return free(over), usage(KF_EXIT_USAGE);
-        } else if (!config) {
-            config = argv[i];
-        } else if (strchr(argv[i], '=')) {
-            over[nover++] = argv[i];
-        } else {
-            fprintf(stderr, "kf shards build: unexpected argument '%s' (overrides are key.path=value)\n", argv[i]);
-            return free(over), usage(KF_EXIT_USAGE);
-        }
-    }
+    const cli_opt opts[] = {
+        {"--jobs", CLI_INT, .out = &jobs, .lo = 1, .hi = INFINITY},
+        {"--force", CLI_FLAG, .out = &force},
+        {"--only", CLI_STR, .out = &only},
+        {NULL},
+    };
+    const cli_spec spec = {"kf shards build", usage_text, opts, .pos = &config, .max_pos = 1, .over = over,
+                           .n_over = &nover};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return free(over), code;
     if (!config) return free(over), usage(KF_EXIT_USAGE);
     kf_err err = {{0}};
     cfg_node *root = cfg_load_file(config, &err);
@@ -116,7 +93,7 @@ static int cmd_build(int argc, char **argv) {
     }
     rc = KF_EXIT_OK;
 out:
-    if (rc) fail(&err);
+    if (rc) kf_err_report("kf shards", &err);
     for (int i = 0; i < nsets; i++) {
         for (int k = 0; toks && toks[i] && k < jobs; k++) tok_free(toks[i][k]);
         free(toks ? toks[i] : NULL);
@@ -134,7 +111,7 @@ static int cmd_verify(int argc, char **argv) {
     const char *dir = argv[1];
     manifest m;
     kf_err err;
-    if (manifest_read(dir, &m, NULL, &err)) return fail(&err);
+    if (manifest_read(dir, &m, NULL, &err)) return kf_err_report("kf shards", &err);
     int bad = 0;
     int64_t samples = 0, shards = 0;
     for (int s = 0; s < 2; s++) {
@@ -174,24 +151,28 @@ static int cmd_verify(int argc, char **argv) {
 typedef struct view_opts {
     const char *dir, *split, *vocab;
     int64_t index, top;
-    int decode;
+    bool decode;
 } view_opts;
 
 static int parse_view(int argc, char **argv, int is_stats, view_opts *o) {
     *o = (view_opts){.split = "train", .index = -1, .top = 20};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(0), 1;
-        if (!strcmp(a, "--split") && i + 1 < argc) o->split = argv[++i];
-        else if (!strcmp(a, "--vocab") && i + 1 < argc) o->vocab = argv[++i];
-        else if (!is_stats && !strcmp(a, "--decode")) o->decode = 1;
-        else if (!is_stats && !strcmp(a, "--index") && i + 1 < argc) {
-            if (parse_int(argv[++i], 0, &o->index)) return usage(KF_EXIT_USAGE);
-        } else if (is_stats && !strcmp(a, "--top") && i + 1 < argc) {
-            if (parse_int(argv[++i], 0, &o->top)) return usage(KF_EXIT_USAGE);
-        } else if (a[0] != '-' && !o->dir) o->dir = a;
-        else return usage(KF_EXIT_USAGE);
-    }
+    const cli_opt inspect_opts[] = {
+        {"--split", CLI_STR, .out = &o->split},
+        {"--vocab", CLI_STR, .out = &o->vocab},
+        {"--decode", CLI_FLAG, .out = &o->decode},
+        {"--index", CLI_INT, .out = &o->index, .lo = 0, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_opt stats_opts[] = {
+        {"--split", CLI_STR, .out = &o->split},
+        {"--vocab", CLI_STR, .out = &o->vocab},
+        {"--top", CLI_INT, .out = &o->top, .lo = 0, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {is_stats ? "kf shards stats" : "kf shards inspect", usage_text,
+                           is_stats ? stats_opts : inspect_opts, .pos = &o->dir, .max_pos = 1};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code ? code : 1;
     return o->dir ? 0 : usage(KF_EXIT_USAGE);
 }
 
@@ -236,7 +217,7 @@ static int cmd_inspect(int argc, char **argv) {
     if (o.index < 0) {
         manifest m;
         char sha[65];
-        if (manifest_read(o.dir, &m, sha, &err)) return fail(&err);
+        if (manifest_read(o.dir, &m, sha, &err)) return kf_err_report("kf shards", &err);
         printf("%s: set '%s', tokenizer %s (vocab %" PRId64 ", sha256 %s), seq_len %d, packing %s, manifest sha256 %s\n",
                o.dir, m.name, m.tokenizer, m.vocab_size, m.vocab_sha256, m.seq_len, m.packing, sha);
         printf("special ids: bos %d eos %d cls %d sep %d pad %d\n", m.special.bos, m.special.eos, m.special.cls,
@@ -247,15 +228,15 @@ static int cmd_inspect(int argc, char **argv) {
         return 0;
     }
     shard_set *s;
-    if (shard_set_open(o.dir, o.split, &s, &err)) return fail(&err);
+    if (shard_set_open(o.dir, o.split, &s, &err)) return kf_err_report("kf shards", &err);
     int L = shard_set_seq_len(s), rc = 0;
     int32_t *ids = kf_malloc(sizeof *ids * (size_t)L), len;
     tok *t = NULL;
     if (shard_set_get(s, o.index, ids, &len, &err) || (o.decode && !(t = load_decoder(s, o.vocab, &err)))) {
-        rc = fail(&err);
+        rc = kf_err_report("kf shards", &err);
     } else if (o.decode) {
         tok_bytes out = {0};
-        if (tok_decode(t, ids, (size_t)len, &out, &err)) rc = fail(&err);
+        if (tok_decode(t, ids, (size_t)len, &out, &err)) rc = kf_err_report("kf shards", &err);
         else fwrite(out.v, 1, out.n, stdout), putchar('\n');
         tok_bytes_free(&out);
     } else {
@@ -285,7 +266,7 @@ static int cmd_stats(int argc, char **argv) {
     if (prc) return prc == 1 ? 0 : prc;
     kf_err err;
     shard_set *s;
-    if (shard_set_open(o.dir, o.split, &s, &err)) return fail(&err);
+    if (shard_set_open(o.dir, o.split, &s, &err)) return kf_err_report("kf shards", &err);
     int64_t V = shard_set_vocab_size(s), n = shard_set_count(s), tokens = 0;
     int L = shard_set_seq_len(s), rc = 0;
     int32_t *ids = kf_malloc(sizeof *ids * (size_t)L), len;
@@ -293,7 +274,7 @@ static int cmd_stats(int argc, char **argv) {
     for (int64_t v = 0; v < V; v++) counts[v].id = (int32_t)v;
     for (int64_t i = 0; i < n && !rc; i++) {
         if (shard_set_get(s, i, ids, &len, &err)) {
-            rc = fail(&err);
+            rc = kf_err_report("kf shards", &err);
             break;
         }
         tokens += len;

@@ -3,12 +3,14 @@
  * and output is assembled in a buffer, so the command is bound by the
  * tokenizer rather than by I/O. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/blas_threads.h"
+#include "common/cli.h"
 #include "tokenize/tokenizer.h"
 
 enum { IN_BLOCK = 8 << 20, OUT_FLUSH = 1 << 20 };
@@ -82,24 +84,16 @@ int tokenize_main(int argc, char **argv)
 {
     blas_threads_stop(); /* tokenizing never calls BLAS */
     const char *kind = NULL, *vocab = NULL;
-    int decode = 0, allow_special = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage, stdout);
-            return KF_EXIT_OK;
-        } else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) {
-            vocab = argv[++i];
-        } else if (!strcmp(argv[i], "--decode")) {
-            decode = 1;
-        } else if (!strcmp(argv[i], "--allow-special")) {
-            allow_special = 1;
-        } else if (!kind && argv[i][0] != '-') {
-            kind = argv[i];
-        } else {
-            fprintf(stderr, "kf tokenize: unknown or incomplete argument \"%s\"\n%s", argv[i], usage);
-            return KF_EXIT_USAGE;
-        }
-    }
+    bool decode = false, allow_special = false;
+    const cli_opt opts[] = {
+        {"--vocab", CLI_STR, .out = &vocab},
+        {"--decode", CLI_FLAG, .out = &decode},
+        {"--allow-special", CLI_FLAG, .out = &allow_special},
+        {NULL},
+    };
+    const cli_spec spec = {"kf tokenize", usage, opts, .pos = &kind, .max_pos = 1};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!kind || !vocab) {
         fprintf(stderr, "kf tokenize: %s is required\n%s", kind ? "--vocab DIR" : "the tokenizer (gpt2|bert)", usage);
         return KF_EXIT_USAGE;

@@ -190,7 +190,7 @@ static void bpe_long(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *o
         nx[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
         pv[i] = (int32_t)i - 1;
     }
-    int32_t mrg;
+    int32_t mrg = -1; /* merge_rank sets it whenever it finds a rank */
     for (size_t i = 0; i + 1 < n; i++) {
         int32_t rk = merge_rank(g, id[i], id[i + 1], &mrg);
         if (rk != NO_RANK) heap_push(heap, &hn, (uint64_t)rk << 32 | i);

@@ -1,7 +1,7 @@
 """tools/ref_model.py — the reference model in PyTorch, for checking conversions.
 
 An independent PyTorch implementation of the models kforcing trains
-(ARCHITECTURE.md "Reference model"; the released inference code,
+(docs/architecture.md "Reference model"; the released inference code,
 alibaba-damo-academy/K-Forcing models/transformer.py, autoregressive.py (AR:
 MDLM's causal DDiT) and pflm.py (MTP: the same blocks plus the
 PointwiseNoiseEncoder)), with the released checkpoints' parameter names

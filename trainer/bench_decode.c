@@ -33,6 +33,7 @@
  * bench-decode.json) and a grouped bar chart (--png, default bench-decode.png;
  * common/chart.h): one group per batch size, one bar per method.
  */
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,8 @@
 #include <time.h>
 
 #include "common/chart.h"
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -53,41 +56,39 @@
 #define MAX_LIST 16
 #define MAX_METHODS 32
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
-            "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
-            "                       [--backend cpu|cuda|auto] [--clock wall|cpu] [--json OUT.json]\n"
-            "                       [--png OUT.png]\n"
-            "\n"
-            "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
-            "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
-            "data's sequence length (capped by every model's context; the last step emits fewer\n"
-            "than k tokens when k does not divide the length), one warm-up and R timed runs per\n"
-            "method and batch size; tokens/s = generated tokens (special tokens included) /\n"
-            "seconds (--clock), averaged over the runs (the methods take turns run by run, so a\n"
-            "load change on a shared machine hits all alike). Decoding is the released sampler's:\n"
-            "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
-            "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
-            "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
-            "Quality of each method's completions of the largest batch (trainer/quality.h): Gen-PPL\n"
-            "under the AR checkpoint, mean unigram entropy per completion (nats), distinct-2/3 and\n"
-            "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
-            "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
-            "smallest context.\n"
-            "\n"
-            "  --batch LIST   batch sizes (default 4,16,128)\n"
-            "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
-            "  --runs R       timed runs after the warm-up (default 5)\n"
-            "  --clock C      wall (default): wall-clock seconds; cpu: the process's CPU time\n"
-            "                 (every thread's), for a loaded machine: with OMP_NUM_THREADS=1\n"
-            "                 other jobs barely change it (cache and memory sharing still do);\n"
-            "                 CPU backend only\n"
-            "  --tau T        temperature (default 1)\n"
-            "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
-            "                 0: the fused argmax path; AR samples without one, as the release)\n"
-            "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n");
-}
+static const char USAGE[] =
+    "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
+    "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
+    "                       [--backend cpu|cuda|auto] [--clock wall|cpu] [--json OUT.json]\n"
+    "                       [--png OUT.png]\n"
+    "\n"
+    "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
+    "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
+    "data's sequence length (capped by every model's context; the last step emits fewer\n"
+    "than k tokens when k does not divide the length), one warm-up and R timed runs per\n"
+    "method and batch size; tokens/s = generated tokens (special tokens included) /\n"
+    "seconds (--clock), averaged over the runs (the methods take turns run by run, so a\n"
+    "load change on a shared machine hits all alike). Decoding is the released sampler's:\n"
+    "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
+    "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
+    "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
+    "Quality of each method's completions of the largest batch (trainer/quality.h): Gen-PPL\n"
+    "under the AR checkpoint, mean unigram entropy per completion (nats), distinct-2/3 and\n"
+    "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
+    "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
+    "smallest context.\n"
+    "\n"
+    "  --batch LIST   batch sizes (default 4,16,128)\n"
+    "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
+    "  --runs R       timed runs after the warm-up (default 5)\n"
+    "  --clock C      wall (default): wall-clock seconds; cpu: the process's CPU time\n"
+    "                 (every thread's), for a loaded machine: with OMP_NUM_THREADS=1\n"
+    "                 other jobs barely change it (cache and memory sharing still do);\n"
+    "                 CPU backend only\n"
+    "  --tau T        temperature (default 1)\n"
+    "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
+    "                 0: the fused argmax path; AR samples without one, as the release)\n"
+    "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n";
 
 typedef struct method {
     char label[32];
@@ -98,24 +99,6 @@ typedef struct method {
     double tps[MAX_LIST], sd[MAX_LIST]; /* per batch size */
     quality_row q;                      /* of the largest batch's completions */
 } method;
-
-static int parse_list(const char *s, int64_t *out, int *n, int64_t lo) {
-    *n = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || v < lo || *n == MAX_LIST || (*end && *end != ',')) return -1;
-        out[(*n)++] = v;
-        p = *end ? end + 1 : end;
-    }
-    return *n ? 0 : -1;
-}
-
-static double now(clockid_t clock) {
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The released sampler: PFLM argmaxes under the frequency penalty, AR samples without it. */
 static decode_opts method_opts(const method *x, double tau, double pen, int64_t N, int64_t seed) {
@@ -167,10 +150,9 @@ static model *load(kf_backend *be, const char *path, kf_err *err) {
     return model_load(be, p, err);
 }
 
-static void write_json(FILE *f, const char *dev, clockid_t clock, const char *data, int64_t P, int64_t N, int runs,
+static void write_json(FILE *f, const char *dev, const char *clock, const char *data, int64_t P, int64_t N, int runs,
                        const int64_t *bs, int nb, const method *mt, int nm, int ar) {
-    fprintf(f, "{\"device\": \"%s\", \"clock\": \"%s\", \"data\": ", dev,
-            clock == CLOCK_MONOTONIC ? "wall" : "cpu");
+    fprintf(f, "{\"device\": \"%s\", \"clock\": \"%s\", \"data\": ", dev, clock);
     json_write_str(f, data, strlen(data));
     fprintf(f, ", \"prefix_len\": %lld, \"max_new\": %lld, \"warmup\": 1, \"runs\": %d,\n \"rows\": [",
             (long long)P, (long long)N, runs);
@@ -207,54 +189,35 @@ int bench_decode_main(int argc, char **argv) {
     int nck = 0, nb = 3, nk = 3;
     int64_t bs[MAX_LIST] = {4, 16, 128}, ks[MAX_LIST] = {2, 3, 4}, P = 0, N = 0, runs = 5, seed = 1;
     double tau = 1.0, pen = DECODE_FREQ_PENALTY_DEFAULT;
-    clockid_t clock_id = CLOCK_MONOTONIC;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return KF_EXIT_OK;
-        }
-        if (a[0] != '-') {
-            if (nck == MAX_METHODS) {
-                fprintf(stderr, "kf bench decode: at most %d checkpoints\n", MAX_METHODS);
-                return KF_EXIT_USAGE;
-            }
-            ckpts[nck++] = a;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kf bench decode: option '%s' needs a value\n", a);
-            return KF_EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        char *end = NULL;
-        int ok = 1;
-        if (!strcmp(a, "--data")) data = v;
-        else if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--json")) json_path = v;
-        else if (!strcmp(a, "--png")) png_path = v;
-        else if (!strcmp(a, "--clock")) {
-            ok = !strcmp(v, "wall") || !strcmp(v, "cpu");
-            clock_id = strcmp(v, "cpu") ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID;
-        }
-        else if (!strcmp(a, "--batch")) ok = parse_list(v, bs, &nb, 1) == 0;
-        else if (!strcmp(a, "--k")) ok = parse_list(v, ks, &nk, 1) == 0;
-        else if (!strcmp(a, "--prefix-len")) ok = (P = strtoll(v, &end, 10)) >= 1 && !*end;
-        else if (!strcmp(a, "--max-new")) ok = (N = strtoll(v, &end, 10)) >= 1 && !*end;
-        else if (!strcmp(a, "--runs")) ok = (runs = strtoll(v, &end, 10)) >= 1 && !*end;
-        else if (!strcmp(a, "--seed")) ok = (seed = strtoll(v, &end, 10)) >= 0 && !*end;
-        else if (!strcmp(a, "--tau")) ok = (tau = strtod(v, &end)) > 0 && !*end;
-        else if (!strcmp(a, "--freq-penalty")) ok = (pen = strtod(v, &end)) >= 0 && !*end;
-        else ok = 0;
-        if (!ok) {
-            fprintf(stderr, "kf bench decode: bad option '%s %s'\n", a, v);
-            usage(stderr);
-            return KF_EXIT_USAGE;
-        }
+    const char *clock_name = "wall";
+    const cli_opt opts[] = {
+        {"--data", CLI_STR, .out = &data},
+        {"--backend", CLI_STR, .out = &backend},
+        {"--json", CLI_STR, .out = &json_path},
+        {"--png", CLI_STR, .out = &png_path},
+        {"--clock", CLI_STR, .out = &clock_name},
+        {"--batch", CLI_INT_LIST, .out = bs, .n = &nb, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
+        {"--k", CLI_INT_LIST, .out = ks, .n = &nk, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
+        {"--prefix-len", CLI_INT, .out = &P, .lo = 1, .hi = INFINITY},
+        {"--max-new", CLI_INT, .out = &N, .lo = 1, .hi = INFINITY},
+        {"--runs", CLI_INT, .out = &runs, .lo = 1, .hi = INFINITY},
+        {"--seed", CLI_INT, .out = &seed, .lo = 0, .hi = INFINITY},
+        {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = INFINITY, .above = true},
+        {"--freq-penalty", CLI_FLOAT, .out = &pen, .lo = 0, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf bench decode", USAGE, opts, .pos = ckpts, .max_pos = MAX_METHODS, .n_pos = &nck};
+    int code = KF_EXIT_ERROR;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
+    if (strcmp(clock_name, "wall") && strcmp(clock_name, "cpu")) {
+        fprintf(stderr, "kf bench decode: --clock: expected wall or cpu, got '%s'\n", clock_name);
+        return KF_EXIT_USAGE;
     }
+    bool cpu_clock = !strcmp(clock_name, "cpu");
+    double (*now)(void) = cpu_clock ? clock_cpu_s : clock_now_s;
     if (!nck || !data) {
         fprintf(stderr, "kf bench decode: at least one CKPT and --data DIR are required\n");
-        usage(stderr);
+        fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
     if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "auto")) {
@@ -266,12 +229,14 @@ int bench_decode_main(int argc, char **argv) {
     int64_t bmax = 0, data_len = 0;
     for (int b = 0; b < nb; b++) bmax = bs[b] > bmax ? bs[b] : bmax;
     int32_t *pre = NULL, eos = -1;
-    kf_backend *be = kernels_create(backend);
+    kf_backend *be = kernels_create(backend, &err);
     method mt[MAX_METHODS * MAX_LIST];
     model *models[MAX_METHODS] = {0};
     model_heads *heads[MAX_METHODS] = {0};
-    int nm = 0, ar = -1, code = KF_EXIT_ERROR;
-    if (clock_id != CLOCK_MONOTONIC && strcmp(be->name, "cpu")) {
+    int nm = 0, ar = -1;
+    code = KF_EXIT_ERROR;
+    if (!be) goto done;
+    if (cpu_clock && strcmp(be->name, "cpu")) {
         kf_err_set(&err, "--clock cpu times the CPU backend only (the %s backend's work is not this "
                    "process's CPU time)", be->name);
         goto done;
@@ -295,7 +260,7 @@ int bench_decode_main(int argc, char **argv) {
             method *x = &mt[nm++];
             *x = (method){.path = ckpts[c], .m = m, .heads = heads[c], .k = ks[j]};
             /* several PFLM checkpoints are told apart by their position */
-            char tag[8] = "";
+            char tag[12] = "";
             if (nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
             snprintf(x->label, sizeof x->label, "%s%s k=%lld", m->cfg.head == HEAD_MTP ? "MTP" : "KF", tag,
                      (long long)ks[j]);
@@ -335,7 +300,7 @@ int bench_decode_main(int argc, char **argv) {
     printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new tokens, "
            "1 warm-up + %lld timed runs (%s clock), tau %g, PFLM frequency penalty %g\n",
            be->name, (long long)P, data, (long long)N, (long long)runs,
-           clock_id == CLOCK_MONOTONIC ? "wall" : "cpu", tau, pen);
+           clock_name, tau, pen);
     uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
     int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
     for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
@@ -349,9 +314,9 @@ int bench_decode_main(int argc, char **argv) {
         for (int64_t r = 0; r <= runs; r++) /* r = 0: warm-up */
             for (int i = 0; i < nm; i++) {
                 decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
-                double t0 = now(clock_id);
+                double t0 = now();
                 decode_run(mt[i].m, mt[i].heads, pre, bs[b], P, &o, keys, out);
-                double tps = (double)(bs[b] * N) / (now(clock_id) - t0);
+                double tps = (double)(bs[b] * N) / (now() - t0);
                 if (r == 0) continue;
                 sum[i] += tps;
                 sum2[i] += tps * tps;
@@ -404,7 +369,7 @@ int bench_decode_main(int argc, char **argv) {
     char *jtext = NULL;
     size_t jlen = 0;
     FILE *jf = open_memstream(&jtext, &jlen);
-    write_json(jf, be->name, clock_id, data, P, N, (int)runs, bs, nb, mt, nm, ar);
+    write_json(jf, be->name, clock_name, data, P, N, (int)runs, bs, nb, mt, nm, ar);
     fclose(jf);
     int wrc = fs_write_atomic(json_path, jtext, jlen, &err);
     free(jtext);
@@ -435,7 +400,7 @@ done:
         model_heads_free(heads[c]);
         if (models[c]) model_free(models[c]);
     }
-    be->destroy(be);
+    if (be) be->destroy(be);
     free(pre);
     return code;
 }

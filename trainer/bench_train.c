@@ -21,11 +21,14 @@
  * device is known.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -42,12 +45,6 @@
 #include <cuda_runtime.h>
 #endif
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Best GFLOP/s of the backend's own matmul (the GEMM training runs: on the CPU
  * the project's fixed-order kernel, or OpenBLAS under KF_CPU_GEMM=openblas). */
 static double backend_peak(kf_backend *be, kf_precision p, int n, int reps) {
@@ -58,10 +55,10 @@ static double backend_peak(kf_backend *be, kf_precision p, int n, int reps) {
     be->sync(be);
     double best = 0;
     for (int r = 0; r < reps; r++) {
-        double t = now_s();
+        double t = clock_now_s();
         for (int i = 0; i < 10; i++) be->matmul(be, c, a, b, n, n, n, 0, 0, 1.0f, 0.0f);
         be->sync(be);
-        double g = 10 * 2.0 * n * n * (double)n / (now_s() - t) / 1e9;
+        double g = 10 * 2.0 * n * n * (double)n / (clock_now_s() - t) / 1e9;
         if (g > best) best = g;
     }
     be->free(be, a), be->free(be, b), be->free(be, c);
@@ -143,91 +140,167 @@ static double read_mean(const char *log, const char *key, int64_t warmup, char *
     return cnt ? sum / cnt : -1;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf bench train [CONFIG] [--stage NAME]... [--steps N] [--warmup W] [key.path=value ...]\n"
-            "\n"
-            "Runs W + N training steps of each selected stage of CONFIG (default\n"
-            "configs/tiny.yaml; default: every training stage) with a random teacher where one\n"
-            "is needed, and prints tokens/s, ms/step, the student's GFLOP/s and its fraction of\n"
-            "the peak of the backend's matmul measured in the same run (and the nominal dense\n"
-            "peak on a GPU). ms/wait: the gradient all-reduce's\n"
-            "exposed time per step, after the backward (resources.bucket_mb sets its overlap;\n"
-            "0 on one rank). Defaults: N 10, W 2.\n");
+static const char USAGE[] =
+    "usage: kf bench train [CONFIG] [--stage NAME]... [--steps N] [--warmup W] [key.path=value ...]\n"
+    "\n"
+    "Runs W + N training steps of each selected stage of CONFIG (default\n"
+    "configs/tiny.yaml; default: every training stage) with a random teacher where one\n"
+    "is needed, and prints tokens/s, ms/step, the student's GFLOP/s and its fraction of\n"
+    "the peak of the backend's matmul measured in the same run (and the nominal dense\n"
+    "peak on a GPU). ms/wait: the gradient all-reduce's\n"
+    "exposed time per step, after the backward (resources.bucket_mb sets its overlap;\n"
+    "0 on one rank). Defaults: N 10, W 2.\n";
+
+/* What every measured stage shares. */
+typedef struct bench_run {
+    const char *config;  /* the run config */
+    char **over;         /* the user's overrides */
+    int n_over;
+    runconfig *rc;
+    int64_t data_vocab;  /* the training shards' vocabulary */
+    int64_t steps, warmup;
+    dist d;
+    kf_backend *be;
+    int gpu;
+    double peak_before;  /* CPU: the backend's matmul before any stage */
+    char tmp[32];        /* temporary directory (teachers, run directories) */
+} bench_run;
+
+/* A randomly initialised teacher of the right kind for stage i, written to
+ * the temporary directory (path in teacher): speed does not depend on its
+ * values. */
+static void write_teacher(bench_run *br, int i, const model_config *base, char *teacher, size_t cap) {
+    const runconfig_stage *st = &br->rc->stages[i];
+    model_config tc = *base;
+    if (st->kind == RC_KIND_SELF_FORCING) {
+        sup_config tsc = {.kind = SUP_DISTILL_AR, .k = st->k / 2};
+        tc = sup_student_config(&tsc, base);
+    }
+    snprintf(teacher, cap, "%s/teacher-%s.safetensors", br->tmp, st->name);
+    if (br->d.rank == 0) {
+        kf_err err = {{0}};
+        model *t = model_create(br->be, &tc);
+        model_init(t, 99);
+        if (model_save(t, teacher, NULL, &err)) KF_FATAL("bench: %s", err.msg);
+        model_free(t);
+    }
+    dist_barrier(&br->d);
+}
+
+/* Trains stage i for warmup + steps steps in run (its own run directory);
+ * returns train_run's exit code. */
+static int run_stage(bench_run *br, int i, const char *teacher, const char *run) {
+    const runconfig_stage *st = &br->rc->stages[i];
+    char ov_teacher[4400], ov_init[4400], ov_steps[128], ov_log[128];
+    char ov_ck[] = "defaults.checkpoint_every=0", ov_ev[] = "defaults.eval_batches=1";
+    long long total = (long long)(br->steps + br->warmup);
+    snprintf(ov_steps, sizeof ov_steps, "stages.%d.steps=%lld", i, total);
+    snprintf(ov_log, sizeof ov_log, "stages.%d.log_every=%lld", i, total);
+    char **ov = kf_calloc((size_t)br->n_over + 8, sizeof *ov);
+    int no = 0;
+    for (int j = 0; j < br->n_over; j++) ov[no++] = br->over[j];
+    ov[no++] = ov_steps, ov[no++] = ov_ck, ov[no++] = ov_ev, ov[no++] = ov_log;
+    if (st->teacher) {
+        snprintf(ov_teacher, sizeof ov_teacher, "stages.%d.teacher=%s", i, teacher);
+        ov[no++] = ov_teacher;
+        if (st->init) {
+            snprintf(ov_init, sizeof ov_init, "stages.%d.init=%s", i, teacher);
+            ov[no++] = ov_init;
+        }
+    }
+    train_args a = {.config = br->config, .stage = st->name, .run_dir = run, .n_over = no, .over = ov};
+    int code = train_run(&a, &br->d);
+    free(ov);
+    return code;
+}
+
+/* Prints stage i's row from its log (rank 0). */
+static void report_stage(bench_run *br, int i, const model_config *student, const char *run) {
+    const runconfig_stage *st = &br->rc->stages[i];
+    char log[4400], phase[16] = "?", dev[256];
+    snprintf(log, sizeof log, "%s/stages/%s/log.jsonl", run, st->name);
+    double ms = read_mean(log, "ms_step", br->warmup, phase, sizeof phase);
+    double wait = read_mean(log, "ms_grad_wait", br->warmup, phase, sizeof phase);
+    flops f = step_flops(student, st->opt.batch, br->rc->model.seq_len, st);
+    int fp16 = !strcmp(phase, "fp16");
+    double peak;
+    if (br->gpu) {
+        peak = backend_peak(br->be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32, 8192, 3);
+    } else { /* the higher of the measurements before and right after: conservative */
+        double now = backend_peak(br->be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32, 1024, 4);
+        peak = now > br->peak_before ? now : br->peak_before;
+    }
+    double nom = nominal_peak(fp16, dev, sizeof dev);
+    double gflops = f.total / (ms * 1e-3) / 1e9;
+    printf("%-8s %-24s %-5s %-5s %6d %9.1f %9.2f %10.0f %9.2f %10.1f %10.1f %5.1f%%", st->name,
+           runconfig_kind_name(st->kind), br->gpu ? "cuda" : "cpu", phase, br->d.world, ms, wait,
+           f.tokens / (ms * 1e-3), f.total / 1e9, gflops, peak, 100 * gflops / peak);
+    if (nom > 0) printf("  (%.1f%% of %s nominal %.0f TFLOP/s)", 100 * gflops / nom, dev, nom / 1e3);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* Loads the config and the data's vocabulary, starts the ranks and the
+ * backend; -1 after printing why. */
+static int bench_setup(bench_run *br, int *argc, char ***argv) {
+    kf_err err = {{0}};
+    if (runconfig_load(br->config, br->n_over, br->over, &br->rc, &err)) {
+        fprintf(stderr, "kf: error: %s\n", err.msg);
+        return -1;
+    }
+    shard_set *ss;
+    if (shard_set_open(br->rc->data_train, "train", &ss, &err)) {
+        fprintf(stderr, "kf: error: %s (build the shards first: kf shards build %s)\n", err.msg,
+                br->config);
+        return -1;
+    }
+    br->data_vocab = shard_set_vocab_size(ss);
+    shard_set_close(ss);
+    if (dist_init(&br->d, argc, argv, (double)br->rc->res.collective_timeout, &err)) {
+        fprintf(stderr, "kf: error: %s\n", err.msg);
+        return -1;
+    }
+    snprintf(br->tmp, sizeof br->tmp, "/tmp/kf_bench_train_XXXXXX");
+    if (br->d.rank == 0 && !mkdtemp(br->tmp)) KF_FATAL("mkdtemp failed");
+    dist_bcast(&br->d, br->tmp, sizeof br->tmp, 0);
+    if (strcmp(br->rc->res.backend, "cpu"))
+        br->be = kernels_cuda_create(br->d.local_rank, err.msg, sizeof err.msg);
+    br->gpu = br->be != NULL;
+    if (!br->be) br->be = kernels_cpu_create();
+    br->peak_before = br->gpu ? 0 : backend_peak(br->be, KF_PREC_FP32, 1024, 4);
+    return 0;
 }
 
 int bench_train_main(int argc, char **argv) {
-    const char *config = NULL;
+    bench_run br = {.config = "configs/tiny.yaml", .steps = 10, .warmup = 2};
     const char *stages[32];
-    int n_st = 0, n_over = 0;
-    int64_t steps = 10, warmup = 2;
-    char **over = calloc((size_t)argc + 8, sizeof *over);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            free(over);
-            return KF_EXIT_OK;
-        } else if ((!strcmp(argv[i], "--stage") || !strcmp(argv[i], "--steps") ||
-                    !strcmp(argv[i], "--warmup")) && i + 1 < argc) {
-            const char *o = argv[i++];
-            if (!strcmp(o, "--stage") && n_st < 32) stages[n_st++] = argv[i];
-            else if (!strcmp(o, "--steps")) steps = atoll(argv[i]);
-            else warmup = atoll(argv[i]);
-        } else if (argv[i][0] == '-') {
-            usage(stderr);
-            free(over);
-            return KF_EXIT_USAGE;
-        } else if (strchr(argv[i], '=')) {
-            over[n_over++] = argv[i];
-        } else {
-            config = argv[i];
-        }
+    int n_st = 0;
+    br.over = kf_calloc((size_t)argc + 8, sizeof *br.over);
+    const cli_opt opts[] = {
+        {"--stage", CLI_STR_LIST, .out = stages, .n = &n_st, .cap = 32},
+        {"--steps", CLI_INT, .out = &br.steps, .lo = 1, .hi = INFINITY},
+        {"--warmup", CLI_INT, .out = &br.warmup, .lo = 0, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf bench train", USAGE, opts, .pos = &br.config, .max_pos = 1,
+                           .over = br.over, .n_over = &br.n_over};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) {
+        free(br.over);
+        return code;
     }
-    if (!config) config = "configs/tiny.yaml";
     omp_env_passive();
-    if (steps < 1 || warmup < 0) {
-        usage(stderr);
-        free(over);
-        return KF_EXIT_USAGE;
-    }
-    runconfig *rc;
-    kf_err err = {{0}};
-    if (runconfig_load(config, n_over, over, &rc, &err)) {
-        fprintf(stderr, "kf: error: %s\n", err.msg);
-        free(over);
+    if (bench_setup(&br, &argc, &argv)) {
+        runconfig_free(br.rc);
+        free(br.over);
         return KF_EXIT_ERROR;
     }
-    shard_set *ss;
-    if (shard_set_open(rc->data_train, "train", &ss, &err)) {
-        fprintf(stderr, "kf: error: %s (build the shards first: kf shards build %s)\n", err.msg, config);
-        runconfig_free(rc);
-        free(over);
-        return KF_EXIT_ERROR;
-    }
-    int64_t dv = shard_set_vocab_size(ss);
-    shard_set_close(ss);
-    dist d;
-    if (dist_init(&d, &argc, &argv, (double)rc->res.collective_timeout, &err)) {
-        fprintf(stderr, "kf: error: %s\n", err.msg);
-        runconfig_free(rc);
-        free(over);
-        return KF_EXIT_ERROR;
-    }
-    char tmp[] = "/tmp/kf_bench_train_XXXXXX";
-    if (d.rank == 0 && !mkdtemp(tmp)) KF_FATAL("mkdtemp failed");
-    dist_bcast(&d, tmp, sizeof tmp, 0);
-
-    kf_backend *be = NULL;
-    if (strcmp(rc->res.backend, "cpu")) be = kernels_cuda_create(d.local_rank, err.msg, sizeof err.msg);
-    int gpu = be != NULL;
-    if (!be) be = kernels_cpu_create();
-    char dev[256];
-    double peak_before = gpu ? 0 : backend_peak(be, KF_PREC_FP32, 1024, 4);
-    if (d.rank == 0)
+    const runconfig *rc = br.rc;
+    if (br.d.rank == 0)
         printf("%-8s %-24s %-5s %-5s %6s %9s %9s %10s %9s %10s %10s %6s\n", "stage", "kind", "dev",
                "phase", "ranks", "ms/step", "ms/wait", "tokens/s", "GFLOP/st", "GFLOP/s", "peak", "MFU");
-    int rcode = KF_EXIT_OK;
-    for (int i = 0; i < rc->n_stages; i++) {
+    code = KF_EXIT_OK;
+    for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
         const runconfig_stage *st = &rc->stages[i];
         if (st->kind == RC_KIND_IMPORT) continue;
         int want = n_st == 0;
@@ -235,83 +308,28 @@ int bench_train_main(int argc, char **argv) {
         if (!want) continue;
         model_config base = {.hidden = rc->model.hidden, .heads = rc->model.heads,
                              .blocks = rc->model.blocks, .vocab = rc->model.vocab,
-                             .seq_len = rc->model.seq_len, .mask_id = runconfig_mask_id(&rc->model, dv),
+                             .seq_len = rc->model.seq_len,
+                             .mask_id = runconfig_mask_id(&rc->model, br.data_vocab),
                              .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
         sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
                          .k = st->kind == RC_KIND_AR ? 1 : st->k};
         model_config student = sup_student_config(&sc, &base);
-        char teacher[4200] = "", ov_teacher[4400], ov_init[4400], ov_steps[128], ov_ck[] = "defaults.checkpoint_every=0",
-             ov_ev[] = "defaults.eval_batches=1", ov_log[128];
-        if (st->teacher) {
-            model_config tc = base;
-            if (st->kind == RC_KIND_SELF_FORCING) {
-                sup_config tsc = {.kind = SUP_DISTILL_AR, .k = st->k / 2};
-                tc = sup_student_config(&tsc, &base);
-            }
-            snprintf(teacher, sizeof teacher, "%s/teacher-%s.safetensors", tmp, st->name);
-            if (d.rank == 0) {
-                model *t = model_create(be, &tc);
-                model_init(t, 99);
-                if (model_save(t, teacher, NULL, &err)) KF_FATAL("bench: %s", err.msg);
-                model_free(t);
-            }
-            dist_barrier(&d);
-        }
-        snprintf(ov_steps, sizeof ov_steps, "stages.%d.steps=%lld", i, (long long)(steps + warmup));
-        snprintf(ov_log, sizeof ov_log, "stages.%d.log_every=%lld", i, (long long)(steps + warmup));
-        char **ov = calloc((size_t)n_over + 8, sizeof *ov);
-        int no = 0;
-        for (int j = 0; j < n_over; j++) ov[no++] = over[j];
-        ov[no++] = ov_steps, ov[no++] = ov_ck, ov[no++] = ov_ev, ov[no++] = ov_log;
-        if (st->teacher) {
-            snprintf(ov_teacher, sizeof ov_teacher, "stages.%d.teacher=%s", i, teacher);
-            ov[no++] = ov_teacher;
-            if (st->init) {
-                snprintf(ov_init, sizeof ov_init, "stages.%d.init=%s", i, teacher);
-                ov[no++] = ov_init;
-            }
-        }
-        char run[4200];
-        snprintf(run, sizeof run, "%s/run-%s", tmp, st->name);
-        train_args a = {.config = config, .stage = st->name, .run_dir = run, .n_over = no, .over = ov};
-        int code = train_run(&a, &d);
-        free(ov);
-        if (code != KF_EXIT_OK) {
-            rcode = code;
-            break;
-        }
-        if (d.rank != 0) continue;
-        char log[4400], phase[16] = "?";
-        snprintf(log, sizeof log, "%s/stages/%s/log.jsonl", run, st->name);
-        double ms = read_mean(log, "ms_step", warmup, phase, sizeof phase);
-        double wait = read_mean(log, "ms_grad_wait", warmup, phase, sizeof phase);
-        flops f = step_flops(&student, st->opt.batch, rc->model.seq_len, st);
-        int fp16 = !strcmp(phase, "fp16");
-        double peak;
-        if (gpu) {
-            peak = backend_peak(be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32, 8192, 3);
-        } else { /* the higher of the measurements before and right after: conservative */
-            double now = backend_peak(be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32, 1024, 4);
-            peak = now > peak_before ? now : peak_before;
-        }
-        double nom = nominal_peak(fp16, dev, sizeof dev);
-        double gflops = f.total / (ms * 1e-3) / 1e9;
-        printf("%-8s %-24s %-5s %-5s %6d %9.1f %9.2f %10.0f %9.2f %10.1f %10.1f %5.1f%%", st->name,
-               runconfig_kind_name(st->kind), gpu ? "cuda" : "cpu", phase, d.world, ms, wait,
-               f.tokens / (ms * 1e-3), f.total / 1e9, gflops, peak, 100 * gflops / peak);
-        if (nom > 0) printf("  (%.1f%% of %s nominal %.0f TFLOP/s)", 100 * gflops / nom, dev, nom / 1e3);
-        printf("\n");
-        fflush(stdout);
+        char teacher[4200] = "", run[4200];
+        if (st->teacher) write_teacher(&br, i, &base, teacher, sizeof teacher);
+        snprintf(run, sizeof run, "%s/run-%s", br.tmp, st->name);
+        code = run_stage(&br, i, teacher, run);
+        if (code == KF_EXIT_OK && br.d.rank == 0) report_stage(&br, i, &student, run);
     }
-    if (!gpu && d.rank == 0)
+    if (!br.gpu && br.d.rank == 0)
         printf("peak: the backend's matmul (%s) 1024^3, best of 4 before the runs (%.1f GFLOP/s) and "
                "right after each stage, %s threads; FLOPs: the student's forward + backward\n",
-               be->batch_invariant ? "fixed-order kernel" : "OpenBLAS", peak_before,
+               br.be->batch_invariant ? "fixed-order kernel" : "OpenBLAS", br.peak_before,
                getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "default");
-    if (d.rank == 0) fs_rm_rf(tmp, &err);
-    be->destroy(be);
-    dist_finalize(&d);
-    runconfig_free(rc);
-    free(over);
-    return rcode;
+    kf_err err = {{0}};
+    if (br.d.rank == 0) fs_rm_rf(br.tmp, &err);
+    br.be->destroy(br.be);
+    dist_finalize(&br.d);
+    runconfig_free(br.rc);
+    free(br.over);
+    return code;
 }

@@ -20,11 +20,6 @@ static const char *const tensor_files[] = {"model.safetensors", "ema.safetensors
                                            "adam_m.safetensors", "adam_v.safetensors"};
 #define N_TENSOR_FILES 4
 
-static void join(char *out, size_t cap, const char *a, const char *b) {
-    int n = snprintf(out, cap, "%s/%s", a, b);
-    KF_CHECK(n > 0 && (size_t)n < cap, "path too long: %s/%s", a, b);
-}
-
 static void step_name(char *out, size_t cap, int64_t step, const char *suffix) {
     snprintf(out, cap, "step-%" PRId64 "%s", step, suffix);
 }
@@ -52,7 +47,7 @@ static void file_entry(strbuf *b, const char *dir, const char *name) {
     char path[4096], hex[65];
     kf_err err = {{0}};
     struct stat st;
-    join(path, sizeof path, dir, name);
+    fs_path_join(path, sizeof path, dir, name);
     if (stat(path, &st) || sha256_file_hex(path, hex, &err))
         KF_FATAL("checkpoint: cannot hash %s: %s", path, err.msg[0] ? err.msg : "missing");
     strbuf_printf(b, "  - {name: \"%s\", bytes: %lld, sha256: \"%s\"}\n", name, (long long)st.st_size, hex);
@@ -104,14 +99,14 @@ static void retention(const char *dir, int keep) {
     kf_err err = {{0}};
     for (int i = keep; i < n; i++) {
         step_name(name, sizeof name, steps[i], "");
-        join(from, sizeof from, dir, name);
+        fs_path_join(from, sizeof from, dir, name);
         step_name(name, sizeof name, steps[i], ".del.tmp");
-        join(to, sizeof to, dir, name);
+        fs_path_join(to, sizeof to, dir, name);
         if (fs_rename_atomic(from, to, &err) || fs_rm_rf(to, &err))
             kf_log_warn("checkpoint retention: %s", err.msg);
     }
     for (int i = 0; i < nt; i++) {
-        join(from, sizeof from, dir, tmps[i]);
+        fs_path_join(from, sizeof from, dir, tmps[i]);
         if (fs_rm_rf(from, &err)) kf_log_warn("checkpoint retention: %s", err.msg);
         free(tmps[i]);
     }
@@ -124,7 +119,7 @@ void ckpt_set_latest(const char *ckpt_dir, int64_t step) {
     step_name(name, sizeof name, step, "\n");
     strbuf l = {0};
     strbuf_printf(&l, "%s", name);
-    join(path, sizeof path, ckpt_dir, "latest");
+    fs_path_join(path, sizeof path, ckpt_dir, "latest");
     write_text(path, &l);
     free(l.s);
 }
@@ -135,9 +130,9 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
     char tmp[4096], fin[4096], path[4096], name[64];
     kf_err err = {{0}};
     step_name(name, sizeof name, meta->step, ".tmp");
-    join(tmp, sizeof tmp, ckpt_dir, name);
+    fs_path_join(tmp, sizeof tmp, ckpt_dir, name);
     step_name(name, sizeof name, meta->step, "");
-    join(fin, sizeof fin, ckpt_dir, name);
+    fs_path_join(fin, sizeof fin, ckpt_dir, name);
     if (d->rank == 0) {
         if (fs_mkdir_p(ckpt_dir, &err) || fs_rm_rf(tmp, &err) || fs_mkdir_p(tmp, &err))
             KF_FATAL("checkpoint: %s", err.msg);
@@ -150,7 +145,7 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
     if (d->rank == 0) {
         const float *bufs[N_TENSOR_FILES] = {NULL, ema, adam_m, adam_v};
         for (int i = 0; i < N_TENSOR_FILES; i++) {
-            join(path, sizeof path, tmp, tensor_files[i]);
+            fs_path_join(path, sizeof path, tmp, tensor_files[i]);
             if (model_save(m, path, bufs[i], &err)) KF_FATAL("checkpoint: %s", err.msg);
         }
     }
@@ -158,7 +153,7 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
     strbuf_printf(&rb, "rank: %d\nworld: %d\nrng: {seed: %" PRIu64 ", stream: %" PRIu64 ", counter: %" PRIu64 "}\n",
                   d->rank, d->world, rng->seed, rng->stream, rng->counter);
     snprintf(name, sizeof name, "rank-%05d.yaml", d->rank);
-    join(path, sizeof path, tmp, name);
+    fs_path_join(path, sizeof path, tmp, name);
     write_text(path, &rb);
     free(rb.s);
     dist_barrier(d);
@@ -179,7 +174,7 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
             snprintf(name, sizeof name, "rank-%05d.yaml", r);
             file_entry(&b, tmp, name);
         }
-        join(path, sizeof path, tmp, "state.yaml");
+        fs_path_join(path, sizeof path, tmp, "state.yaml");
         write_text(path, &b);
         free(b.s);
         if (fs_fsync_path(tmp, &err) || fs_rename_atomic(tmp, fin, &err))
@@ -237,7 +232,7 @@ static int check_file(const char *dir, cfg_node *e, const char **name_out, kf_er
         get_hex(e, "sha256", want, 0, err))
         return -1;
     if (strchr(name, '/')) return cfg_err_at(e, err, "file name '%s' has a '/'", name);
-    join(path, sizeof path, dir, name);
+    fs_path_join(path, sizeof path, dir, name);
     struct stat st;
     if (stat(path, &st)) return kf_err_set(err, "%s: missing", path);
     if (st.st_size != bytes)
@@ -253,7 +248,7 @@ static int check_file(const char *dir, cfg_node *e, const char **name_out, kf_er
 
 int ckpt_verify(const char *path, ckpt_meta *meta, kf_err *err) {
     char sp[4096];
-    join(sp, sizeof sp, path, "state.yaml");
+    fs_path_join(sp, sizeof sp, path, "state.yaml");
     if (!fs_exists(sp)) return kf_err_set(err, "%s: no state.yaml (an unfinished write)", path);
     cfg_node *r = cfg_load_file(sp, err);
     if (!r) return -1;
@@ -324,7 +319,7 @@ int ckpt_find(const char *ckpt_dir, char *out, size_t cap, ckpt_meta *meta) {
     for (int i = 0; i < n && !found; i++) { /* newest first */
         char name[64], path[4096];
         step_name(name, sizeof name, steps[i], "");
-        join(path, sizeof path, ckpt_dir, name);
+        fs_path_join(path, sizeof path, ckpt_dir, name);
         kf_err err = {{0}};
         if (ckpt_verify(path, meta, &err) == 0) {
             KF_CHECK(strlen(path) < cap, "checkpoint path too long");
@@ -373,11 +368,11 @@ int ckpt_load(const char *path, int rank, model *m, float *ema, float *adam_m, f
     char p[4096], name[64];
     kf_err err = {{0}};
     for (int i = 0; i < N_TENSOR_FILES; i++) {
-        join(p, sizeof p, path, tensor_files[i]);
+        fs_path_join(p, sizeof p, path, tensor_files[i]);
         if (model_load_into(m, p, bufs[i], &err)) KF_FATAL("checkpoint: %s", err.msg);
     }
     snprintf(name, sizeof name, "rank-%05d.yaml", rank);
-    join(p, sizeof p, path, name);
+    fs_path_join(p, sizeof p, path, name);
     if (!fs_exists(p)) return 0;
     cfg_node *r = cfg_load_file(p, &err);
     int64_t seed, stream, counter;
@@ -397,7 +392,7 @@ void ckpt_write_final(const char *final_dir, const model *m, const float *ema,
     fs_dirname(final_dir, parent, sizeof parent);
     if (fs_mkdir_p(parent, &err) || fs_rm_rf(tmp, &err) || fs_mkdir_p(tmp, &err))
         KF_FATAL("final weights: %s", err.msg);
-    join(path, sizeof path, tmp, "model.safetensors");
+    fs_path_join(path, sizeof path, tmp, "model.safetensors");
     if (model_save(m, path, ema, &err)) KF_FATAL("final weights: %s", err.msg);
     strbuf b = {0};
     strbuf_printf(&b, "format: kforcing-final\nversion: 1\nstage: \"%s\"\nkind: \"%s\"\nstep: %" PRId64
@@ -406,14 +401,14 @@ void ckpt_write_final(const char *final_dir, const model *m, const float *ema,
     emit_identity(&b, &meta->id);
     strbuf_printf(&b, "files:\n");
     file_entry(&b, tmp, "model.safetensors");
-    join(path, sizeof path, tmp, "final.yaml");
+    fs_path_join(path, sizeof path, tmp, "final.yaml");
     write_text(path, &b);
     free(b.s);
     if (fs_rm_rf(final_dir, &err) || fs_fsync_path(tmp, &err) || fs_rename_atomic(tmp, final_dir, &err))
         KF_FATAL("final weights: %s", err.msg);
     strbuf done = {0};
     strbuf_printf(&done, "step %" PRId64 "\n", meta->step);
-    join(path, sizeof path, final_dir, "DONE");
+    fs_path_join(path, sizeof path, final_dir, "DONE");
     write_text(path, &done);
     free(done.s);
 }
@@ -421,10 +416,10 @@ void ckpt_write_final(const char *final_dir, const model *m, const float *ema,
 /* final/: DONE present, final.yaml's sha256 of model.safetensors matches. */
 static int verify_final(const char *dir, char *out, size_t cap, char sha[65], kf_err *err) {
     char p[4096];
-    join(p, sizeof p, dir, "DONE");
+    fs_path_join(p, sizeof p, dir, "DONE");
     if (!fs_exists(p))
         return kf_err_set(err, "%s: no DONE marker: the stage did not finish", dir);
-    join(p, sizeof p, dir, "final.yaml");
+    fs_path_join(p, sizeof p, dir, "final.yaml");
     cfg_node *r = cfg_load_file(p, err);
     if (!r) return -1;
     cfg_node *files;
@@ -438,7 +433,7 @@ static int verify_final(const char *dir, char *out, size_t cap, char sha[65], kf
     }
     if (check_file(dir, files->items[0], &name, err)) goto out;
     if (get_hex(files->items[0], "sha256", sha, 0, err)) goto out;
-    join(out, cap, dir, name);
+    fs_path_join(out, cap, dir, name);
     rc = 0;
 out:
     cfg_free(r);
@@ -448,14 +443,14 @@ out:
 int ckpt_resolve_teacher(const char *ref, char *out, size_t cap, char sha[65], kf_err *err) {
     char p[4096];
     if (fs_is_dir(ref)) {
-        join(p, sizeof p, ref, "final.yaml");
+        fs_path_join(p, sizeof p, ref, "final.yaml");
         if (fs_exists(p)) return verify_final(ref, out, cap, sha, err);
-        join(p, sizeof p, ref, "state.yaml");
+        fs_path_join(p, sizeof p, ref, "state.yaml");
         if (fs_exists(p)) {
             kf_err e2 = {{0}};
             if (ckpt_verify(ref, NULL, &e2))
                 return kf_err_set(err, "teacher checkpoint %s does not verify: %s", ref, e2.msg);
-            join(out, cap, ref, "ema.safetensors");
+            fs_path_join(out, cap, ref, "ema.safetensors");
             return sha256_file_hex(out, sha, err);
         }
         return kf_err_set(err, "teacher %s: neither a final/ directory (final.yaml) nor a checkpoint "

@@ -10,12 +10,12 @@
  * (the ablation's variants A and B). `kf eval --completions ...` is the
  * completion-quality report of trainer/quality.h, `kf eval genppl ...` the
  * paper's Gen-PPL under a Hugging Face GPT-2 (trainer/genppl.h). */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
 #include "kernels/kernels.h"
 #include "pipeline/shard_reader.h"
 #include "trainer/checkpoint.h"
@@ -26,29 +26,27 @@
 #include "trainer/quality.h"
 #include "trainer/supervision.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf eval CKPT --data DIR [--k K] [--teacher TCKPT] [--supervision KIND]\n"
-            "               [--tau T] [--split valid|train] [--samples N] [--batch B] [--seed S]\n"
-            "               [--backend cpu|cuda|auto]\n"
-            "       kf eval --completions FILE.jsonl --evaluator CKPT ...   (see --completions --help)\n"
-            "       kf eval genppl FILE.jsonl --evaluator GPT2_DIR ...     (see genppl --help)\n"
-            "\n"
-            "AR checkpoint: validation next-token NLL and perplexity. PFLM checkpoint: per-position\n"
-            "NLL L_1..L_K, per-position and whole-block accuracy against targets built as in\n"
-            "training from --teacher (AR: forward distillation, the teacher's exact K-token\n"
-            "inverse-CDF blocks; PFLM(K/2): self-forcing). CKPT / TCKPT: a .safetensors file, a\n"
-            "stage's final/ directory or a step-N checkpoint directory.\n"
-            "\n"
-            "  --k K            PFLM window evaluated (default k_train)\n"
-            "  --supervision S  distill_ar | self_forcing | noise_inversion_causal |\n"
-            "                   noise_inversion_mtp (default: from the teacher and the head)\n"
-            "  --tau T          temperature of the targets (default 1)\n"
-            "  --samples N      samples of the split evaluated (default 64; 0: all)\n"
-            "  --batch B        samples per pass (default 8); --seed S noise seed (default 0)\n"
-            "\n"
-            "Prints one JSON object on stdout.\n");
-}
+static const char USAGE[] =
+    "usage: kf eval CKPT --data DIR [--k K] [--teacher TCKPT] [--supervision KIND]\n"
+    "               [--tau T] [--split valid|train] [--samples N] [--batch B] [--seed S]\n"
+    "               [--backend cpu|cuda|auto]\n"
+    "       kf eval --completions FILE.jsonl --evaluator CKPT ...   (see --completions --help)\n"
+    "       kf eval genppl FILE.jsonl --evaluator GPT2_DIR ...     (see genppl --help)\n"
+    "\n"
+    "AR checkpoint: validation next-token NLL and perplexity. PFLM checkpoint: per-position\n"
+    "NLL L_1..L_K, per-position and whole-block accuracy against targets built as in\n"
+    "training from --teacher (AR: forward distillation, the teacher's exact K-token\n"
+    "inverse-CDF blocks; PFLM(K/2): self-forcing). CKPT / TCKPT: a .safetensors file, a\n"
+    "stage's final/ directory or a step-N checkpoint directory.\n"
+    "\n"
+    "  --k K            PFLM window evaluated (default k_train)\n"
+    "  --supervision S  distill_ar | self_forcing | noise_inversion_causal |\n"
+    "                   noise_inversion_mtp (default: from the teacher and the head)\n"
+    "  --tau T          temperature of the targets (default 1)\n"
+    "  --samples N      samples of the split evaluated (default 64; 0: all)\n"
+    "  --batch B        samples per pass (default 8); --seed S noise seed (default 0)\n"
+    "\n"
+    "Prints one JSON object on stdout.\n";
 
 static int load_ckpt(kf_backend *be, const char *ref, model **out, kf_err *err) {
     char path[4096], sha[65];
@@ -63,64 +61,36 @@ int eval_main(int argc, char **argv) {
         if (!strcmp(argv[i], "--completions")) return quality_eval_main(argc, argv);
     const char *ckpt = NULL, *data = NULL, *teacher_ref = NULL, *sup_name = NULL;
     const char *split = "valid", *backend = "cpu";
-    long long k = 0, samples = 64, batch = 8, seed = 0;
+    int64_t k = 0, samples = 64, batch = 8, seed = 0;
     double tau = 1.0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return KF_EXIT_OK;
-        }
-        if (a[0] != '-') {
-            if (ckpt) {
-                fprintf(stderr, "kf eval: unexpected argument %s\n", a);
-                return KF_EXIT_USAGE;
-            }
-            ckpt = a;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kf eval: %s needs a value\n", a);
-            return KF_EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        char *end = NULL;
-        errno = 0;
-        if (!strcmp(a, "--data")) data = v;
-        else if (!strcmp(a, "--teacher")) teacher_ref = v;
-        else if (!strcmp(a, "--supervision")) sup_name = v;
-        else if (!strcmp(a, "--split")) split = v;
-        else if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--tau")) tau = strtod(v, &end);
-        else if (!strcmp(a, "--k")) k = strtoll(v, &end, 10);
-        else if (!strcmp(a, "--samples")) samples = strtoll(v, &end, 10);
-        else if (!strcmp(a, "--batch")) batch = strtoll(v, &end, 10);
-        else if (!strcmp(a, "--seed")) seed = strtoll(v, &end, 10);
-        else {
-            fprintf(stderr, "kf eval: unknown option %s (see --help)\n", a);
-            return KF_EXIT_USAGE;
-        }
-        if (end && (errno || end == v || *end)) {
-            fprintf(stderr, "kf eval: %s %s: not a number\n", a, v);
-            return KF_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        {"--data", CLI_STR, .out = &data},
+        {"--teacher", CLI_STR, .out = &teacher_ref},
+        {"--supervision", CLI_STR, .out = &sup_name},
+        {"--split", CLI_STR, .out = &split},
+        {"--backend", CLI_STR, .out = &backend},
+        {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = INFINITY, .above = true},
+        {"--k", CLI_INT, .out = &k, .lo = 0, .hi = INFINITY},
+        {"--samples", CLI_INT, .out = &samples, .lo = 0, .hi = INFINITY},
+        {"--batch", CLI_INT, .out = &batch, .lo = 1, .hi = INFINITY},
+        {"--seed", CLI_INT, .out = &seed, .lo = 0, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf eval", USAGE, opts, .pos = &ckpt, .max_pos = 1};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!ckpt || !data) {
-        usage(stderr);
-        return KF_EXIT_USAGE;
-    }
-    if (k < 0 || samples < 0 || batch < 1 || seed < 0 || !(tau > 0)) {
-        fprintf(stderr, "kf eval: --k, --samples, --seed must be >= 0, --batch >= 1, --tau > 0\n");
+        fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
     omp_env_passive();
 
     kf_err err = {{0}};
-    kf_backend *be = kernels_create(backend);
+    kf_backend *be = kernels_create(backend, &err);
     model *m = NULL, *teacher = NULL;
     shard_set *ss = NULL;
     int rc = KF_EXIT_ERROR;
-    if (load_ckpt(be, ckpt, &m, &err)) goto fail;
+    if (!be || load_ckpt(be, ckpt, &m, &err)) goto fail;
     if (shard_set_open(data, split, &ss, &err)) goto fail;
     if (shard_set_vocab_size(ss) > m->cfg.vocab) {
         kf_err_set(&err, "%s: the data's vocabulary (%lld ids) exceeds the model's (%lld)", data,
@@ -152,6 +122,6 @@ fail:
     shard_set_close(ss);
     model_free(teacher);
     model_free(m);
-    be->destroy(be);
+    if (be) be->destroy(be);
     return rc;
 }

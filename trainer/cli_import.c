@@ -29,49 +29,50 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/cli.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/runconfig.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
+#include "common/stage_status.h"
 #include "kernels/kernels.h"
 #include "trainer/checkpoint.h"
 #include "trainer/layout.h"
 #include "trainer/model.h"
 #include "trainer/model_hf.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf import CKPT.safetensors --run-dir RUN --stage NAME [--probe P.safetensors]\n"
-            "                 [--tol T] [--force]\n"
-            "       kf import CKPT.safetensors --probe P.safetensors [--tol T]\n"
-            "       kf import HF_GPT2_DIR --out OUT.safetensors [--probe P.safetensors] [--tol T]\n"
-            "\n"
-            "Registers CKPT (a kforcing safetensors checkpoint, e.g. from tools/convert_ckpt.py)\n"
-            "as the final weights of stage NAME of run RUN: writes RUN/stages/NAME/final/\n"
-            "(model.safetensors, final.yaml, DONE) as a finished `kf train` stage does, so\n"
-            "later stages use it as teacher and `kf jobs run|resume` skip the stage.\n"
-            "When RUN/run.yaml exists, NAME must be one of its stages and the checkpoint must\n"
-            "fit it (model sizes; AR for an `ar` stage, PFLM(k) for a distillation stage).\n"
-            "A directory CKPT is a Hugging Face GPT-2 (config.json and model.safetensors with HF's\n"
-            "key names and Conv1D weights, e.g. gpt2-large): it becomes the model with GPT-2's\n"
-            "options (learned positions, LayerNorm and attention biases, tied head; model_hf.h),\n"
-            "an evaluator for `kf eval genppl`; it cannot be a stage of a run.\n"
-            "\n"
-            "  --out OUT   write the (converted) model as a kforcing checkpoint OUT\n"
-            "  --probe P   first check that our model reproduces the reference logits in P\n"
-            "              (tools/convert_ckpt.py --probe, tools/ref_gpt2.py probe); without\n"
-            "              --run-dir or --out: check only\n"
-            "  --tol T     largest allowed |logit difference| for --probe (default 1e-4)\n"
-            "  --force     replace a stage's existing final weights\n"
-            "\n"
-            "Exit codes: 0 done, 1 error (bad checkpoint, probe mismatch, misfit), 2 usage.\n");
-}
+static const char USAGE[] =
+    "usage: kf import CKPT.safetensors --run-dir RUN --stage NAME [--probe P.safetensors]\n"
+    "                 [--tol T] [--force]\n"
+    "       kf import CKPT.safetensors --probe P.safetensors [--tol T]\n"
+    "       kf import HF_GPT2_DIR --out OUT.safetensors [--probe P.safetensors] [--tol T]\n"
+    "\n"
+    "Registers CKPT (a kforcing safetensors checkpoint, e.g. from tools/convert_ckpt.py)\n"
+    "as the final weights of stage NAME of run RUN: writes RUN/stages/NAME/final/\n"
+    "(model.safetensors, final.yaml, DONE) as a finished `kf train` stage does, so\n"
+    "later stages use it as teacher and `kf jobs run|resume` skip the stage.\n"
+    "When RUN/run.yaml exists, NAME must be one of its stages and the checkpoint must\n"
+    "fit it (model sizes; AR for an `ar` stage, PFLM(k) for a distillation stage).\n"
+    "A directory CKPT is a Hugging Face GPT-2 (config.json and model.safetensors with HF's\n"
+    "key names and Conv1D weights, e.g. gpt2-large): it becomes the model with GPT-2's\n"
+    "options (learned positions, LayerNorm and attention biases, tied head; model_hf.h),\n"
+    "an evaluator for `kf eval genppl`; it cannot be a stage of a run.\n"
+    "\n"
+    "  --out OUT   write the (converted) model as a kforcing checkpoint OUT\n"
+    "  --probe P   first check that our model reproduces the reference logits in P\n"
+    "              (tools/convert_ckpt.py --probe, tools/ref_gpt2.py probe); without\n"
+    "              --run-dir or --out: check only\n"
+    "  --tol T     largest allowed |logit difference| for --probe (default 1e-4)\n"
+    "  --force     replace a stage's existing final weights\n"
+    "\n"
+    "Exit codes: 0 done, 1 error (bad checkpoint, probe mismatch, misfit), 2 usage.\n";
 
 /* Reads an integer tensor of the probe into a fresh int32 array. */
 static int probe_i32(const safetensors_file *f, const char *name, int64_t n, int32_t **out,
@@ -235,54 +236,31 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     return 0;
 }
 
-static int fail(kf_err *err) {
-    fprintf(stderr, "kf import: error: %s\n", err->msg);
-    return KF_EXIT_ERROR;
-}
-
 int import_main(int argc, char **argv) {
     const char *ckpt = NULL, *run = NULL, *stage = NULL, *probe = NULL, *out = NULL;
     double tol = 1e-4;
-    int force = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-            usage(stdout);
-            return KF_EXIT_OK;
-        } else if (!strcmp(s, "--force")) {
-            force = 1;
-        } else if ((!strcmp(s, "--run-dir") || !strcmp(s, "--stage") || !strcmp(s, "--probe") ||
-                    !strcmp(s, "--tol") || !strcmp(s, "--out")) && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(s, "--run-dir")) run = v;
-            else if (!strcmp(s, "--out")) out = v;
-            else if (!strcmp(s, "--stage")) stage = v;
-            else if (!strcmp(s, "--probe")) probe = v;
-            else {
-                char *end;
-                tol = strtod(v, &end);
-                if (*end || !(tol >= 0)) {
-                    fprintf(stderr, "kf import: --tol needs a number >= 0, got '%s'\n", v);
-                    return KF_EXIT_USAGE;
-                }
-            }
-        } else if (s[0] == '-' || ckpt) {
-            fprintf(stderr, "kf import: unknown or incomplete option '%s'\n", s);
-            usage(stderr);
-            return KF_EXIT_USAGE;
-        } else {
-            ckpt = s;
-        }
-    }
+    bool force = false;
+    const cli_opt opts[] = {
+        {"--run-dir", CLI_STR, .out = &run},
+        {"--stage", CLI_STR, .out = &stage},
+        {"--probe", CLI_STR, .out = &probe},
+        {"--out", CLI_STR, .out = &out},
+        {"--tol", CLI_FLOAT, .out = &tol, .lo = 0, .hi = INFINITY},
+        {"--force", CLI_FLAG, .out = &force},
+        {NULL},
+    };
+    const cli_spec spec = {"kf import", USAGE, opts, .pos = &ckpt, .max_pos = 1};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!ckpt || (!run != !stage) || (!run && !probe && !out)) {
         fprintf(stderr, "kf import: CKPT and --run-dir RUN --stage NAME (or --probe, --out) are required\n");
-        usage(stderr);
+        fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
     kf_err err = {{0}};
     if (!fs_exists(ckpt)) {
         kf_err_set(&err, "%s: no such file", ckpt);
-        return fail(&err);
+        return kf_err_report("kf import", &err);
     }
     /* Validate everything before writing anything. */
     runconfig *rc = NULL;
@@ -292,12 +270,12 @@ int import_main(int argc, char **argv) {
         snprintf(final_dir, sizeof final_dir, "%s/stages/%s/final", run, stage);
         snprintf(p, sizeof p, "%s/run.yaml", run);
         if (fs_exists(p)) {
-            if (runconfig_load(p, 0, NULL, &rc, &err)) return fail(&err);
+            if (runconfig_load(p, 0, NULL, &rc, &err)) return kf_err_report("kf import", &err);
             st = runconfig_stage_find(rc, stage);
             if (!st) {
                 kf_err_set(&err, "%s has no stage named '%s'", p, stage);
                 runconfig_free(rc);
-                return fail(&err);
+                return kf_err_report("kf import", &err);
             }
         }
         snprintf(p, sizeof p, "%s/DONE", final_dir);
@@ -305,7 +283,7 @@ int import_main(int argc, char **argv) {
             kf_err_set(&err, "stage '%s' of %s already has final weights (%s): pass --force to replace "
                              "them", stage, run, final_dir);
             runconfig_free(rc);
-            return fail(&err);
+            return kf_err_report("kf import", &err);
         }
     }
     kf_backend *be = kernels_cpu_create();
@@ -313,7 +291,7 @@ int import_main(int argc, char **argv) {
     char weights[4200];
     snprintf(weights, sizeof weights, hf ? "%s/model.safetensors" : "%s", ckpt);
     model *m = hf ? model_hf_gpt2_load(be, ckpt, &err) : model_load(be, ckpt, &err);
-    int code = KF_EXIT_ERROR;
+    code = KF_EXIT_ERROR;
     if (!m) goto done;
     if (probe && check_probe(m, probe, tol, &err)) goto done;
     if (st && check_fits(&m->cfg, rc, st, &err)) goto done;
@@ -334,12 +312,9 @@ int import_main(int argc, char **argv) {
         meta.world = 1;
         meta.id.model = m->cfg;
         ckpt_write_final(final_dir, m, m->params, &meta);
-        snprintf(p, sizeof p, "%s/stages/%s/status", run, stage);
-        char buf[256];
-        int n = snprintf(buf, sizeof buf,
-                         "state: done\nstep: 0\nsteps: 0\ncheckpoint: \"\"\ntokens_per_s: 0.0\n"
-                         "updated: %lld\n", (long long)time(NULL));
-        if (fs_write_atomic(p, buf, (size_t)n, &err)) goto done;
+        snprintf(p, sizeof p, "%s/stages/%s", run, stage);
+        stage_status st = {.state = "done"};
+        if (stage_status_write(p, &st, &err)) goto done;
         printf("imported %s (sha256 %.12s..., %s%s, k_train %lld, %lld parameters) as %s\n", ckpt, sha,
                m->cfg.kind == MODEL_AR ? "AR" : "PFLM", m->cfg.head == HEAD_MTP ? " MTP" : "",
                (long long)m->cfg.k_train, (long long)m->n_params, final_dir);
@@ -347,7 +322,7 @@ int import_main(int argc, char **argv) {
     }
     code = KF_EXIT_OK;
 done:
-    if (code) fail(&err);
+    if (code) kf_err_report("kf import", &err);
     if (m) model_free(m);
     be->destroy(be);
     runconfig_free(rc);

@@ -1,6 +1,5 @@
 /* trainer/cli_sample.c — `kf sample CKPT`: completions from an AR or PFLM
  * checkpoint with the KV-cached decoder (trainer/decode.h), as JSONL. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "kernels/kernels.h"
@@ -18,42 +19,40 @@
 #include "trainer/omp_env.h"
 #include "trainer/prefixes.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf sample CKPT [--k K] [--tau T] [--freq-penalty P] [--prefix-file F.jsonl]\n"
-            "                 [--batch B] [--n-per-prefix M] [--max-new N] [--seed S]\n"
-            "                 [--position-temp T0,T1,...]\n"
-            "                 [--vocab DIR] [--eos ID] [--bos ID] [--backend cpu|cuda|auto]\n"
-            "\n"
-            "Generates completions with the KV-cached decoder: an AR checkpoint one token per\n"
-            "step (inverse-CDF sampling at temperature T), a PFLM checkpoint K <= k_train tokens\n"
-            "per step (K-Forcing; T conditions the noise encoder). CKPT is a .safetensors file, a\n"
-            "stage's final/ directory or a step-N checkpoint directory (its EMA weights).\n"
-            "\n"
-            "  --prefix-file F  JSONL, one prefix per line: {\"prefix\": [ids...]} or, with --vocab,\n"
-            "                   {\"text\": \"...\"}; without it one prefix holding the BOS token\n"
-            "  --vocab DIR      tokenizer files (vocab.json+merges.txt: gpt2, vocab.txt: bert) to\n"
-            "                   encode text prefixes and detokenise completions\n"
-            "  --n-per-prefix M completions per prefix (default 1); --batch B sequences per\n"
-            "                   decoding batch (default 16; a batch holds prefixes of one length)\n"
-            "  --max-new N      tokens generated per completion (default 64)\n"
-            "  --k K (default k_train)  --tau T (default 1)\n"
-            "  --freq-penalty P each emitted token's logits -= P x its count among the tokens\n"
-            "                   generated so far; default 0.5 for a PFLM checkpoint (the released\n"
-            "                   sampler's default; its scripts suggest 0.2-0.5 by k and dataset),\n"
-            "                   0 for AR (the release samples AR without it)\n"
-            "  --seed S         completion j of prefix i uses draws keyed (S, i*M + j)\n"
-            "  --position-temp LIST  PFLM: one temperature per output position of a step; 0 =\n"
-            "                   the argmax (push-forward decoding, the default), T > 0 = sampling\n"
-            "                   the head's softmax at T. Not the released sampler (argmax with the\n"
-            "                   frequency penalty): an older commit of the release used\n"
-            "                   0,0.3,0.5,0.7 (OWT) and 0,0.2,0.4,0.6 (LM1B) before the penalty\n"
-            "  --eos ID, --bos ID  override the tokenizer's (text is cut at the first EOS)\n"
-            "\n"
-            "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
-            "text (detokenised, truncated at the first EOS; with --vocab), tokens_per_s (the\n"
-            "batch's generated tokens / wall-clock seconds).\n");
-}
+static const char USAGE[] =
+    "usage: kf sample CKPT [--k K] [--tau T] [--freq-penalty P] [--prefix-file F.jsonl]\n"
+    "                 [--batch B] [--n-per-prefix M] [--max-new N] [--seed S]\n"
+    "                 [--position-temp T0,T1,...]\n"
+    "                 [--vocab DIR] [--eos ID] [--bos ID] [--backend cpu|cuda|auto]\n"
+    "\n"
+    "Generates completions with the KV-cached decoder: an AR checkpoint one token per\n"
+    "step (inverse-CDF sampling at temperature T), a PFLM checkpoint K <= k_train tokens\n"
+    "per step (K-Forcing; T conditions the noise encoder). CKPT is a .safetensors file, a\n"
+    "stage's final/ directory or a step-N checkpoint directory (its EMA weights).\n"
+    "\n"
+    "  --prefix-file F  JSONL, one prefix per line: {\"prefix\": [ids...]} or, with --vocab,\n"
+    "                   {\"text\": \"...\"}; without it one prefix holding the BOS token\n"
+    "  --vocab DIR      tokenizer files (vocab.json+merges.txt: gpt2, vocab.txt: bert) to\n"
+    "                   encode text prefixes and detokenise completions\n"
+    "  --n-per-prefix M completions per prefix (default 1); --batch B sequences per\n"
+    "                   decoding batch (default 16; a batch holds prefixes of one length)\n"
+    "  --max-new N      tokens generated per completion (default 64)\n"
+    "  --k K (default k_train)  --tau T (default 1)\n"
+    "  --freq-penalty P each emitted token's logits -= P x its count among the tokens\n"
+    "                   generated so far; default 0.5 for a PFLM checkpoint (the released\n"
+    "                   sampler's default; its scripts suggest 0.2-0.5 by k and dataset),\n"
+    "                   0 for AR (the release samples AR without it)\n"
+    "  --seed S         completion j of prefix i uses draws keyed (S, i*M + j)\n"
+    "  --position-temp LIST  PFLM: one temperature per output position of a step; 0 =\n"
+    "                   the argmax (push-forward decoding, the default), T > 0 = sampling\n"
+    "                   the head's softmax at T. Not the released sampler (argmax with the\n"
+    "                   frequency penalty): an older commit of the release used\n"
+    "                   0,0.3,0.5,0.7 (OWT) and 0,0.2,0.4,0.6 (LM1B) before the penalty\n"
+    "  --eos ID, --bos ID  override the tokenizer's (text is cut at the first EOS)\n"
+    "\n"
+    "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
+    "text (detokenised, truncated at the first EOS; with --vocab), tokens_per_s (the\n"
+    "batch's generated tokens / wall-clock seconds).\n";
 
 typedef struct job {
     int32_t *prefix;
@@ -67,106 +66,32 @@ static int cmp_len(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo) {
-        fprintf(stderr, "kf sample: %s %s: expected an integer >= %lld\n", flag, v, (long long)lo);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_f64(const char *flag, const char *v, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end) {
-        fprintf(stderr, "kf sample: %s %s: expected a number\n", flag, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-/* A comma-separated list of at most cap numbers. */
-static int parse_f64_list(const char *flag, const char *v, double *out, int64_t cap, int64_t *n) {
-    char buf[1024], *save = NULL;
-    snprintf(buf, sizeof buf, "%s", v);
-    *n = 0;
-    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (*n == cap) {
-            fprintf(stderr, "kf sample: %s: more than %lld values\n", flag, (long long)cap);
-            return -1;
-        }
-        if (parse_f64(flag, t, &out[(*n)++])) return -1;
-    }
-    if (*n == 0) {
-        fprintf(stderr, "kf sample: %s %s: expected numbers separated by commas\n", flag, v);
-        return -1;
-    }
-    return 0;
-}
-
 int sample_main(int argc, char **argv) {
     const char *ckpt = NULL, *prefix_file = NULL, *vocab = NULL, *backend = "cpu";
     int64_t k = 0, batch = 16, per = 1, max_new = 64, seed = 0, eos = -2, bos = -2;
     double tau = 1.0, pen = NAN, ptemp[64]; /* pen NAN: the default for the checkpoint's kind */
-    int64_t nptemp = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return KF_EXIT_OK;
-        }
-        int has = i + 1 < argc;
-        int bad = 0;
-        if (a[0] != '-') {
-            if (ckpt) {
-                fprintf(stderr, "kf sample: unexpected argument %s\n", a);
-                return KF_EXIT_USAGE;
-            }
-            ckpt = a;
-            continue;
-        }
-        if (!has) {
-            fprintf(stderr, "kf sample: %s needs a value\n", a);
-            return KF_EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--k")) bad = parse_i64(a, v, 1, &k);
-        else if (!strcmp(a, "--tau")) bad = parse_f64(a, v, &tau);
-        else if (!strcmp(a, "--freq-penalty")) bad = parse_f64(a, v, &pen);
-        else if (!strcmp(a, "--position-temp")) bad = parse_f64_list(a, v, ptemp, 64, &nptemp);
-        else if (!strcmp(a, "--prefix-file")) prefix_file = v;
-        else if (!strcmp(a, "--batch")) bad = parse_i64(a, v, 1, &batch);
-        else if (!strcmp(a, "--n-per-prefix")) bad = parse_i64(a, v, 1, &per);
-        else if (!strcmp(a, "--max-new")) bad = parse_i64(a, v, 1, &max_new);
-        else if (!strcmp(a, "--seed")) bad = parse_i64(a, v, 0, &seed);
-        else if (!strcmp(a, "--vocab")) vocab = v;
-        else if (!strcmp(a, "--eos")) bad = parse_i64(a, v, -1, &eos);
-        else if (!strcmp(a, "--bos")) bad = parse_i64(a, v, 0, &bos);
-        else if (!strcmp(a, "--backend")) backend = v;
-        else {
-            fprintf(stderr, "kf sample: unknown option %s (see --help)\n", a);
-            return KF_EXIT_USAGE;
-        }
-        if (bad) return KF_EXIT_USAGE;
-    }
+    int nptemp = 0;
+    const cli_opt opts[] = {
+        {"--k", CLI_INT, .out = &k, .lo = 1, .hi = INFINITY},
+        {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = INFINITY, .above = true},
+        {"--freq-penalty", CLI_FLOAT, .out = &pen},
+        {"--position-temp", CLI_FLOAT_LIST, .out = ptemp, .n = &nptemp, .cap = 64},
+        {"--prefix-file", CLI_STR, .out = &prefix_file},
+        {"--batch", CLI_INT, .out = &batch, .lo = 1, .hi = INFINITY},
+        {"--n-per-prefix", CLI_INT, .out = &per, .lo = 1, .hi = INFINITY},
+        {"--max-new", CLI_INT, .out = &max_new, .lo = 1, .hi = INFINITY},
+        {"--seed", CLI_INT, .out = &seed, .lo = 0, .hi = INFINITY},
+        {"--vocab", CLI_STR, .out = &vocab},
+        {"--eos", CLI_INT, .out = &eos, .lo = -1, .hi = INFINITY},
+        {"--bos", CLI_INT, .out = &bos, .lo = 0, .hi = INFINITY},
+        {"--backend", CLI_STR, .out = &backend},
+        {NULL},
+    };
+    const cli_spec spec = {"kf sample", USAGE, opts, .pos = &ckpt, .max_pos = 1};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!ckpt) {
-        usage(stderr);
-        return KF_EXIT_USAGE;
-    }
-    if (!(tau > 0)) {
-        fprintf(stderr, "kf sample: --tau must be > 0\n");
+        fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
     omp_env_passive();
@@ -208,8 +133,8 @@ int sample_main(int argc, char **argv) {
         plen[0] = 1;
     }
 
-    kf_backend *be = kernels_create(backend);
-    model *m = model_load(be, path, &err);
+    kf_backend *be = kernels_create(backend, &err);
+    model *m = be ? model_load(be, path, &err) : NULL;
     int rc = KF_EXIT_OK;
     if (!m) {
         fprintf(stderr, "kf sample: %s\n", err.msg);
@@ -255,10 +180,10 @@ int sample_main(int argc, char **argv) {
             memcpy(pb + b * P, jobs[s + b].prefix, (size_t)P * sizeof(int32_t));
             keys[b] = (uint64_t)jobs[s + b].index;
         }
-        double t0 = now_s();
+        double t0 = clock_now_s();
         decode_run(m, heads, pb, B, P, &o, keys, out);
         be->sync(be);
-        double tps = (double)(B * max_new) / (now_s() - t0);
+        double tps = (double)(B * max_new) / (clock_now_s() - t0);
         for (int64_t b = 0; b < B; b++) {
             const int32_t *c = out + b * max_new;
             printf("{\"prefix\": [");
@@ -302,6 +227,6 @@ done:
     free(plen);
     model_free(m);
     tok_free(tk);
-    be->destroy(be);
+    if (be) be->destroy(be);
     return rc;
 }

@@ -1,77 +1,57 @@
 /* trainer/cli_train.c — `kf train CONFIG --stage NAME --run-dir RUN [--resume] [key=value...]`. */
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
 #include "common/error.h"
 #include "common/runconfig.h"
 #include "trainer/dist.h"
 #include "trainer/omp_env.h"
 #include "trainer/train.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf train CONFIG --stage NAME --run-dir RUN [--resume] [--stop-at STEP] "
-            "[key.path=value ...]\n"
-            "\n"
-            "Trains one stage of the run config CONFIG (under `mpirun -np N` for N data-parallel\n"
-            "ranks). Writes RUN/stages/NAME/{ckpt/, final/, log.jsonl, status}.\n"
-            "\n"
-            "  --stage NAME     the stage to train (a name under `stages:`)\n"
-            "  --run-dir RUN    the run directory\n"
-            "  --resume         continue from the newest checkpoint that verifies\n"
-            "  --stop-at STEP   act as if preempted when STEP is reached (drills and tests)\n"
-            "  key.path=value   config overrides, e.g. defaults.lr=3e-4 stages.0.steps=10\n"
-            "\n"
-            "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 75.\n"
-            "Exit codes: 0 done (final/ and its DONE marker written), 1 error, 2 usage,\n"
-            "75 preempted (checkpoint written; rerun with --resume).\n");
-}
+static const char USAGE[] =
+    "usage: kf train CONFIG --stage NAME --run-dir RUN [--resume] [--stop-at STEP] "
+    "[key.path=value ...]\n"
+    "\n"
+    "Trains one stage of the run config CONFIG (under `mpirun -np N` for N data-parallel\n"
+    "ranks). Writes RUN/stages/NAME/{ckpt/, final/, log.jsonl, status}.\n"
+    "\n"
+    "  --stage NAME     the stage to train (a name under `stages:`)\n"
+    "  --run-dir RUN    the run directory\n"
+    "  --resume         continue from the newest checkpoint that verifies\n"
+    "  --stop-at STEP   act as if preempted when STEP is reached (drills and tests)\n"
+    "  key.path=value   config overrides, e.g. defaults.lr=3e-4 stages.0.steps=10\n"
+    "\n"
+    "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 75.\n"
+    "Exit codes: 0 done (final/ and its DONE marker written), 1 error, 2 usage,\n"
+    "75 preempted (checkpoint written; rerun with --resume).\n";
 
 int train_main(int argc, char **argv) {
     train_args a;
     memset(&a, 0, sizeof a);
     a.over = calloc((size_t)argc, sizeof *a.over);
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-            usage(stdout);
-            free(a.over);
-            return KF_EXIT_OK;
-        } else if (!strcmp(s, "--resume")) {
-            a.resume = 1;
-        } else if ((!strcmp(s, "--stage") || !strcmp(s, "--run-dir") || !strcmp(s, "--stop-at")) &&
-                   i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(s, "--stage")) a.stage = v;
-            else if (!strcmp(s, "--run-dir")) a.run_dir = v;
-            else {
-                char *end;
-                a.stop_at = strtoll(v, &end, 10);
-                if (*end || a.stop_at < 1) {
-                    fprintf(stderr, "kf train: --stop-at needs a positive step, got '%s'\n", v);
-                    free(a.over);
-                    return KF_EXIT_USAGE;
-                }
-            }
-        } else if (s[0] == '-') {
-            fprintf(stderr, "kf train: unknown or incomplete option '%s'\n", s);
-            usage(stderr);
-            free(a.over);
-            return KF_EXIT_USAGE;
-        } else if (!a.config) {
-            a.config = s;
-        } else if (strchr(s, '=')) {
-            a.over[a.n_over++] = argv[i];
-        } else {
-            fprintf(stderr, "kf train: unexpected argument '%s' (overrides are key.path=value)\n", s);
-            free(a.over);
-            return KF_EXIT_USAGE;
-        }
+    bool resume = false;
+    const cli_opt opts[] = {
+        {"--stage", CLI_STR, .out = &a.stage},
+        {"--run-dir", CLI_STR, .out = &a.run_dir},
+        {"--resume", CLI_FLAG, .out = &resume},
+        {"--stop-at", CLI_INT, .out = &a.stop_at, .lo = 1, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf train", USAGE, opts, .pos = &a.config, .max_pos = 1, .over = a.over,
+                           .n_over = &a.n_over};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) {
+        free(a.over);
+        return code;
     }
+    a.resume = resume;
     if (!a.config || !a.stage || !a.run_dir) {
         fprintf(stderr, "kf train: CONFIG, --stage and --run-dir are required\n");
-        usage(stderr);
+        fputs(USAGE, stderr);
         free(a.over);
         return KF_EXIT_USAGE;
     }
@@ -94,7 +74,7 @@ int train_main(int argc, char **argv) {
         free(a.over);
         return KF_EXIT_ERROR;
     }
-    int code = train_run(&a, &d);
+    code = train_run(&a, &d);
     dist_finalize(&d);
     free(a.over);
     return code;

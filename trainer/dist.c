@@ -18,6 +18,8 @@
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
+#include "common/clock.h"
+
 /* Floats per chain segment: large enough to amortise latency, small enough
  * that the chain's ranks work in a pipeline. */
 #define CHAIN_SEG (1 << 18)
@@ -58,12 +60,6 @@ typedef struct dist_impl {
 #endif
 } dist_impl;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void *watchdog_main(void *arg) {
     dist *d = arg;
     dist_impl *im = d->impl;
@@ -75,7 +71,7 @@ static void *watchdog_main(void *arg) {
         const char *what = im->what;
         pthread_mutex_unlock(&im->mu);
         if (stop) return NULL;
-        if (dl > 0 && now_s() > dl) {
+        if (dl > 0 && clock_now_s() > dl) {
             /* The main thread is blocked inside MPI/NCCL, so only a hard exit
              * ends it; the launcher sees status 1 and stops the other ranks. */
             fprintf(stderr,
@@ -92,7 +88,7 @@ static void *watchdog_main(void *arg) {
 static inline void arm(dist *d, const char *what) {
     dist_impl *im = d->impl;
     pthread_mutex_lock(&im->mu);
-    im->deadline = now_s() + d->timeout;
+    im->deadline = clock_now_s() + d->timeout;
     im->what = what;
     pthread_mutex_unlock(&im->mu);
 }
@@ -361,7 +357,7 @@ double dist_grads_wait(dist *d) {
     flush(d);
     KF_CHECK(im->covered == im->gn, "dist_grads_wait: %lld of %lld gradients reported ready",
              (long long)im->covered, (long long)im->gn);
-    double t0 = now_s();
+    double t0 = clock_now_s();
 #ifdef KF_CUDA
     if (im->gpu) {
         cudaStream_t cs = (cudaStream_t)kernels_cuda_stream(im->gb);
@@ -389,7 +385,7 @@ double dist_grads_wait(dist *d) {
     }
 #endif
     im->active = 0;
-    return now_s() - t0;
+    return clock_now_s() - t0;
 }
 
 void dist_allreduce_sum_f64(dist *d, double *x, int n) {

@@ -45,14 +45,14 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
     }
     r->kind = kind;
     r->k = k;
-    r->nll_pos = calloc((size_t)k, sizeof(double));
-    r->acc_pos = calloc((size_t)k, sizeof(double));
-    int64_t *cnt = calloc((size_t)k, sizeof(int64_t));
+    r->nll_pos = kf_calloc((size_t)k, sizeof(double));
+    r->acc_pos = kf_calloc((size_t)k, sizeof(double));
+    int64_t *cnt = kf_calloc((size_t)k, sizeof(int64_t));
     int64_t B = o->batch;
-    int32_t *raw = malloc((size_t)n_data * sizeof(int32_t));
-    int32_t *tok = malloc((size_t)(B * n) * sizeof(int32_t));
-    int32_t *vl = malloc((size_t)B * sizeof(int32_t));
-    uint64_t *keys = malloc((size_t)B * sizeof(uint64_t));
+    int32_t *raw = kf_malloc((size_t)n_data * sizeof(int32_t));
+    int32_t *tok = kf_malloc((size_t)(B * n) * sizeof(int32_t));
+    int32_t *vl = kf_malloc((size_t)B * sizeof(int32_t));
+    uint64_t *keys = kf_malloc((size_t)B * sizeof(uint64_t));
     model_ws *ws = model_ws_create(m);
     int64_t correct_blocks = 0, sum_n = 0;
     double sum = 0;
@@ -61,7 +61,10 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
         int64_t nb = N - s < B ? N - s : B;
         for (int64_t b = 0; b < nb && !rc; b++) {
             int32_t len;
-            if (shard_set_get(ss, s + b, raw, &len, err)) rc = -1;
+            if (shard_set_get(ss, s + b, raw, &len, err)) {
+                rc = -1;
+                break;
+            }
             memcpy(tok + b * n, raw, (size_t)n * sizeof(int32_t));
             vl[b] = len < n ? len : (int32_t)n;
             keys[b] = (uint64_t)(s + b);
@@ -71,8 +74,8 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
         sup_build(sup, &sb, tok, nb, n, vl, keys);
         const float *lg = model_forward(m, ws, &sb.in, 0, NULL);
         int64_t rows = model_ws_rows(ws), V = c->vocab;
-        float *rl = malloc((size_t)rows * sizeof(float));
-        int32_t *am = malloc((size_t)rows * sizeof(int32_t));
+        float *rl = kf_malloc((size_t)rows * sizeof(float));
+        int32_t *am = kf_malloc((size_t)rows * sizeof(int32_t));
         int32_t *am_d = m->be->alloc(m->be, (size_t)rows * sizeof(int32_t));
         m->be->argmax(m->be, am_d, lg, rows, V);
         m->be->download(m->be, am, am_d, (size_t)rows * sizeof(int32_t));

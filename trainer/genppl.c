@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/progress.h"
@@ -17,36 +18,34 @@
 #include "trainer/model_hf.h"
 #include "trainer/omp_env.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf eval genppl FILE.jsonl --evaluator DIR [--vocab DIR] [--max-length N]\n"
-            "                      [--batch B] [--backend cpu|cuda|auto] [--json OUT]\n"
-            "\n"
-            "The paper's Gen-PPL: completions from any model scored by a Hugging Face GPT-2\n"
-            "(the paper uses gpt2-large; docs/eval.md). DIR holds config.json, model.safetensors,\n"
-            "vocab.json and merges.txt as published (or model.safetensors written by `kf import\n"
-            "DIR --out`); the model runs as kforcing's model with GPT-2's options (model_hf.h).\n"
-            "Each line of FILE is a `kf sample` object:\n"
-            "\"prefix\" and \"completion\" as id arrays (detokenised with --vocab, the generating\n"
-            "model's tokenizer: BERT ids (LM1B) are decoded and cleaned up as Hugging Face does,\n"
-            "then re-tokenised with GPT-2) or as strings (the release's output: used as they\n"
-            "are, cut at the first <|endoftext|> or [SEP]). The completion is cut at its first\n"
-            "EOS; special tokens are dropped; the prefix is scored with it.\n"
-            "Texts are scored in windows of the evaluator's context (each restarting it), every\n"
-            "token after a window's first counted; Gen-PPL = exp(total NLL / tokens).\n"
-            "\n"
-            "  --vocab DIR      the generator's tokenizer (vocab.txt: bert, vocab.json: gpt2);\n"
-            "                   needed for id arrays\n"
-            "  --max-length N   GPT-2 tokens kept per sample (default: the evaluator's context;\n"
-            "                   MDLM uses the generator's length, e.g. 128 on LM1B)\n"
-            "  --batch B        windows per forward (default 8; fewer when their logits would\n"
-            "                   exceed 1 GiB)\n"
-            "  --json OUT       also write the result there\n"
-            "(`kf import DIR --probe P` checks the evaluator's logits against a reference.)\n"
-            "\n"
-            "Prints one JSON object (samples, tokens, nll, gen_ppl, entropy) on stdout and a\n"
-            "progress bar on stderr.\n");
-}
+static const char USAGE[] =
+    "usage: kf eval genppl FILE.jsonl --evaluator DIR [--vocab DIR] [--max-length N]\n"
+    "                      [--batch B] [--backend cpu|cuda|auto] [--json OUT]\n"
+    "\n"
+    "The paper's Gen-PPL: completions from any model scored by a Hugging Face GPT-2\n"
+    "(the paper uses gpt2-large; docs/eval.md). DIR holds config.json, model.safetensors,\n"
+    "vocab.json and merges.txt as published (or model.safetensors written by `kf import\n"
+    "DIR --out`); the model runs as kforcing's model with GPT-2's options (model_hf.h).\n"
+    "Each line of FILE is a `kf sample` object:\n"
+    "\"prefix\" and \"completion\" as id arrays (detokenised with --vocab, the generating\n"
+    "model's tokenizer: BERT ids (LM1B) are decoded and cleaned up as Hugging Face does,\n"
+    "then re-tokenised with GPT-2) or as strings (the release's output: used as they\n"
+    "are, cut at the first <|endoftext|> or [SEP]). The completion is cut at its first\n"
+    "EOS; special tokens are dropped; the prefix is scored with it.\n"
+    "Texts are scored in windows of the evaluator's context (each restarting it), every\n"
+    "token after a window's first counted; Gen-PPL = exp(total NLL / tokens).\n"
+    "\n"
+    "  --vocab DIR      the generator's tokenizer (vocab.txt: bert, vocab.json: gpt2);\n"
+    "                   needed for id arrays\n"
+    "  --max-length N   GPT-2 tokens kept per sample (default: the evaluator's context;\n"
+    "                   MDLM uses the generator's length, e.g. 128 on LM1B)\n"
+    "  --batch B        windows per forward (default 8; fewer when their logits would\n"
+    "                   exceed 1 GiB)\n"
+    "  --json OUT       also write the result there\n"
+    "(`kf import DIR --probe P` checks the evaluator's logits against a reference.)\n"
+    "\n"
+    "Prints one JSON object (samples, tokens, nll, gen_ppl, entropy) on stdout and a\n"
+    "progress bar on stderr.\n";
 
 size_t genppl_cleanup(char *s, size_t len) {
     /* transformers' PreTrainedTokenizerBase.clean_up_tokenization, in its order */
@@ -242,52 +241,28 @@ static model *load_evaluator(kf_backend *be, const char *dir, kf_err *err) {
 
 int genppl_main(int argc, char **argv) {
     const char *file = NULL, *evdir = NULL, *vocab = NULL, *backend = "cpu", *json_out = NULL;
-    long long max_length = 0, batch = 8;
-    for (int i = 2; i < argc; i++) { /* argv[1] is "genppl" */
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return KF_EXIT_OK;
-        }
-        if (a[0] != '-') {
-            if (file) {
-                fprintf(stderr, "kf eval genppl: unexpected argument %s\n", a);
-                return KF_EXIT_USAGE;
-            }
-            file = a;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kf eval genppl: %s needs a value\n", a);
-            return KF_EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        char *end = NULL;
-        int ok = 1;
-        if (!strcmp(a, "--evaluator")) evdir = v;
-        else if (!strcmp(a, "--vocab")) vocab = v;
-        else if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--json")) json_out = v;
-        else if (!strcmp(a, "--max-length")) ok = (max_length = strtoll(v, &end, 10)) >= 1 && !*end;
-        else if (!strcmp(a, "--batch")) ok = (batch = strtoll(v, &end, 10)) >= 1 && !*end;
-        else {
-            fprintf(stderr, "kf eval genppl: unknown option %s (see --help)\n", a);
-            return KF_EXIT_USAGE;
-        }
-        if (!ok) {
-            fprintf(stderr, "kf eval genppl: bad value '%s' for %s\n", v, a);
-            return KF_EXIT_USAGE;
-        }
-    }
+    int64_t max_length = 0, batch = 8;
+    const cli_opt opts[] = {
+        {"--evaluator", CLI_STR, .out = &evdir},
+        {"--vocab", CLI_STR, .out = &vocab},
+        {"--backend", CLI_STR, .out = &backend},
+        {"--json", CLI_STR, .out = &json_out},
+        {"--max-length", CLI_INT, .out = &max_length, .lo = 1, .hi = INFINITY},
+        {"--batch", CLI_INT, .out = &batch, .lo = 1, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf eval genppl", USAGE, opts, .pos = &file, .max_pos = 1};
+    int code;
+    if (cli_parse(&spec, argc - 1, argv + 1, &code)) return code; /* argv[1] is "genppl" */
     if (!evdir || !file) {
         fprintf(stderr, "kf eval genppl: FILE.jsonl and --evaluator DIR are required\n");
-        usage(stderr);
+        fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
     omp_env_passive();
     kf_err err = {{0}};
-    kf_backend *be = kernels_create(backend);
-    model *ev = load_evaluator(be, evdir, &err);
+    kf_backend *be = kernels_create(backend, &err);
+    model *ev = be ? load_evaluator(be, evdir, &err) : NULL;
     tok *evtok = NULL, *gen = NULL;
     char *text = NULL;
     int32_t **ids = NULL;
@@ -365,6 +340,6 @@ out:
     tok_free(gen);
     tok_free(evtok);
     model_free(ev);
-    be->destroy(be);
+    if (be) be->destroy(be);
     return rc;
 }

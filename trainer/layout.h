@@ -3,7 +3,7 @@
  * A pass runs the backbone over L rows per sample. Each row is either a token
  * (embedded from vocab_embed) or a noise variable (embedded by the PFLM noise
  * encoder), has a RoPE position, and the attention structure is a kf_mask
- * (kernels/kernels.h). The layouts (ARCHITECTURE.md "Reference model"):
+ * (kernels/kernels.h). The layouts (docs/architecture.md "Reference model"):
  *
  *   layout_ar(n)           n context tokens, causal; every row gives logits
  *                          (row t predicts token t+1). Positions 0..n-1.

@@ -1,9 +1,9 @@
 /* trainer/model.h — the DDiT backbone, the AR head and the PFLM noise encoder.
  *
  * One implementation of the paper's models, written against kernels/kernels.h
- * only (it runs on any backend). This header is the specification (the
- * PyTorch reference is tools/ref_model.py, GPT-2's tools/ref_gpt2.py); the
- * parameter names are the reference's PyTorch names, so a
+ * only (it runs on any backend). docs/architecture.md "Reference model" is the
+ * specification (the PyTorch reference is tools/ref_model.py, GPT-2's
+ * tools/ref_gpt2.py); the parameter names are the reference's PyTorch names, so a
  * checkpoint saved here loads with safetensors.torch.load_file and the
  * released checkpoints convert by stripping their "backbone." prefix.
  *

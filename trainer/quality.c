@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "kernels/kernels.h"
@@ -218,23 +219,21 @@ void quality_format(const quality_row *r, const quality_row *ar, char *buf, size
 
 /* ---- kf eval --completions FILE --evaluator CKPT ---- */
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf eval --completions FILE.jsonl --evaluator CKPT [--eos ID] [--batch B]\n"
-            "               [--backend cpu|cuda|auto]\n"
-            "\n"
-            "Quality of generated completions (`kf sample` output: one JSON object per line with\n"
-            "\"prefix\" and \"completion\" id arrays): Gen-PPL under the AR checkpoint CKPT (each\n"
-            "completion truncated at its first EOS and stripped of the mask token, scored with its\n"
-            "prefix as context; corpus-level exp of the token-weighted mean NLL) and distinct-1/2/3\n"
-            "(distinct n-grams / n-grams over all truncated completions). CKPT must use the\n"
-            "completions' tokenizer. Prints one JSON object on stdout.\n"
-            "\n"
-            "  --eos ID      end-of-sequence id (default: 50256 for a GPT-2 vocabulary, 102 [SEP]\n"
-            "                for bert-base-uncased; -1: no truncation)\n"
-            "  --batch B     scoring windows per forward pass (default 16)\n"
-            "  --backend     cpu, cuda or auto (default auto)\n");
-}
+static const char USAGE[] =
+    "usage: kf eval --completions FILE.jsonl --evaluator CKPT [--eos ID] [--batch B]\n"
+    "               [--backend cpu|cuda|auto]\n"
+    "\n"
+    "Quality of generated completions (`kf sample` output: one JSON object per line with\n"
+    "\"prefix\" and \"completion\" id arrays): Gen-PPL under the AR checkpoint CKPT (each\n"
+    "completion truncated at its first EOS and stripped of the mask token, scored with its\n"
+    "prefix as context; corpus-level exp of the token-weighted mean NLL) and distinct-1/2/3\n"
+    "(distinct n-grams / n-grams over all truncated completions). CKPT must use the\n"
+    "completions' tokenizer. Prints one JSON object on stdout.\n"
+    "\n"
+    "  --eos ID      end-of-sequence id (default: 50256 for a GPT-2 vocabulary, 102 [SEP]\n"
+    "                for bert-base-uncased; -1: no truncation)\n"
+    "  --batch B     scoring windows per forward pass (default 16)\n"
+    "  --backend     cpu, cuda or auto (default auto)\n";
 
 /* Reads an array of ids; NULL node = absent. */
 static int read_ids(const json *a, const char *what, const char *path, int64_t line, int32_t **out,
@@ -316,33 +315,20 @@ static void json_number(const char *key, double v) {
 int quality_eval_main(int argc, char **argv) {
     const char *file = NULL, *evp = NULL, *backend = "auto";
     int64_t batch = 16, eos = -2; /* -2: from the vocabulary */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return KF_EXIT_OK;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kf eval: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return KF_EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        char *end = NULL;
-        if (!strcmp(a, "--completions")) file = v;
-        else if (!strcmp(a, "--evaluator")) evp = v;
-        else if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--eos") && (eos = strtoll(v, &end, 10), !*end && eos >= -1)) continue;
-        else if (!strcmp(a, "--batch") && (batch = strtoll(v, &end, 10), !*end && batch >= 1)) continue;
-        else {
-            fprintf(stderr, "kf eval: bad option '%s %s'\n", a, v);
-            usage(stderr);
-            return KF_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        {"--completions", CLI_STR, .out = &file},
+        {"--evaluator", CLI_STR, .out = &evp},
+        {"--backend", CLI_STR, .out = &backend},
+        {"--eos", CLI_INT, .out = &eos, .lo = -1, .hi = INFINITY},
+        {"--batch", CLI_INT, .out = &batch, .lo = 1, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf eval", USAGE, opts, .max_pos = 0};
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!file || !evp) {
         fprintf(stderr, "kf eval: --completions and --evaluator are both required for quality metrics\n");
-        usage(stderr);
+        fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
     if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "auto")) {
@@ -360,9 +346,9 @@ int quality_eval_main(int argc, char **argv) {
         fprintf(stderr, "kf eval: error: %s\n", err.msg);
         return KF_EXIT_ERROR;
     }
-    kf_backend *be = kernels_create(backend);
-    model *ev = model_load(be, evp, &err);
-    int code = KF_EXIT_ERROR;
+    kf_backend *be = kernels_create(backend, &err);
+    model *ev = be ? model_load(be, evp, &err) : NULL;
+    code = KF_EXIT_ERROR;
     quality_ppl ppl;
     if (ev && eos == -2) {
         int64_t V = ev->cfg.vocab;
@@ -389,7 +375,7 @@ int quality_eval_main(int argc, char **argv) {
     }
     if (code) fprintf(stderr, "kf eval: error: %s\n", err.msg);
     if (ev) model_free(ev);
-    be->destroy(be);
+    if (be) be->destroy(be);
     for (int64_t i = 0; i < n; i++) free((void *)s[i].prefix), free((void *)s[i].completion);
     free(s);
     return code;

@@ -229,6 +229,93 @@ static void grow(sup_ctx *s, size_t n) {
     s->cap = n;
 }
 
+/* Tokens of sample b at positions >= the returned length are padding. */
+static inline int64_t valid_upto(const int32_t *valid_len, int64_t b, int64_t n) {
+    return valid_len ? (int64_t)valid_len[b] : n;
+}
+
+/* SUP_AR: row (b, t) learns the next token x[t+1]. */
+static void targets_ar(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n, int64_t np,
+                       const int32_t *valid_len) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < np; t++)
+            s->targets[b * np + t] = t + 1 < valid_upto(valid_len, b, n) ? tokens[b * n + t + 1] : -1;
+}
+
+/* SUP_DISTILL_AR and SUP_SELF_FORCING: row (b, t, j) learns the teacher's
+ * token j of the block it produces from the noise z[(b, t), 0..k) (AR:
+ * inverse-CDF blocks; PFLM(k/2): two rounds of k/2). */
+static void targets_teacher(sup_ctx *s, int64_t B, int64_t n, int64_t np, const int32_t *valid_len,
+                            const uint64_t *keys) {
+    const sup_config *c = &s->cfg;
+    int64_t k = c->k;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < np; t++)
+            for (int64_t j = 0; j < k; j++)
+                s->z[(b * np + t) * k + j] = sup_uniform(c->seed, keys[b], SUP_RNG_Z, t, j);
+    if (c->kind == SUP_DISTILL_AR) {
+        sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, s->blk);
+    } else {
+        int64_t h = k / 2;
+        for (int64_t r = 0; r < B * np; r++)
+            for (int64_t j = 0; j < h; j++) {
+                s->z1[r * h + j] = s->z[r * k + j];
+                s->z2[r * h + j] = s->z[r * k + h + j];
+            }
+        sup_pflm_rounds(s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau,
+                        s->blk);
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < np; t++)
+            for (int64_t j = 0; j < k; j++) {
+                int64_t r = (b * np + t) * k + j;
+                s->targets[r] = t + 1 < valid_upto(valid_len, b, n) ? s->blk[r] : -1;
+            }
+}
+
+/* Noise inversion (SUP_NI_CAUSAL, SUP_NI_MTP; the release's noise_inversion):
+ * the targets are the real tokens, and each noise value is drawn uniformly
+ * inside the AR teacher's inverse-CDF bin of its target, so that the
+ * teacher's sampler would map that noise back to the real token. One AR pass
+ * over x[0..n-1) gives row p's bin of x[p+1]. */
+static void targets_noise_inversion(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n,
+                                    int64_t np, const int32_t *valid_len, const uint64_t *keys) {
+    const sup_config *c = &s->cfg;
+    int64_t k = c->k;
+    int mtp = c->kind == SUP_NI_MTP;
+    model *ar = s->teacher;
+    kf_backend *be = ar->be;
+    int64_t m1 = n - 1, rows = B * m1;
+    layout la;
+    layout_ar(&la, m1);
+    for (int64_t b = 0; b < B; b++) memcpy(s->blk + b * m1, tokens + b * n, (size_t)m1 * sizeof(int32_t));
+    model_input in = {.lay = &la, .B = B, .ids = s->blk};
+    const float *logits = model_forward(ar, s->ws1, &in, 0, NULL);
+    int64_t V = ar->cfg.vocab;
+    float *lg = kf_malloc((size_t)(rows * V) * sizeof(float));
+    be->download(be, lg, logits, (size_t)(rows * V) * sizeof(float));
+    double *lo = s->lo, *hi = s->lo + rows;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t b = r / m1, p = r % m1;
+        sup_icdf_bin_sorted(lg + r * V, V, s->tau[b], tokens[b * n + p + 1], &lo[r], &hi[r]);
+    }
+    free(lg);
+    layout_free(&la);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < np; t++)
+            for (int64_t j = 0; j < k; j++) {
+                int64_t p = b * m1 + t + j;
+                double u = sup_uniform(c->seed, keys[b], SUP_RNG_INV, t, j);
+                s->z[(b * np + t) * k + j] = lo[p] + u * (hi[p] - lo[p]);
+                int32_t target = t + 1 + j < valid_upto(valid_len, b, n) ? tokens[b * n + t + 1 + j] : -1;
+                if (mtp)
+                    s->targets[(j * B + b) * np + t] = target; /* head-major */
+                else
+                    s->targets[(b * np + t) * k + j] = target;
+            }
+}
+
 static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B,
                               int64_t n, const int32_t *valid_len, const uint64_t *keys) {
     const sup_config *c = &s->cfg;
@@ -253,71 +340,13 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
         memcpy(s->ctx + b * np, tokens + b * n, (size_t)np * sizeof(int32_t));
         s->tau[b] = c->tau_min + (c->tau_max - c->tau_min) * sup_uniform(c->seed, keys[b], SUP_RNG_TAU, 0, 0);
     }
-    /* vl(b): tokens at positions >= vl are padding */
-#define VL(b) (valid_len ? (int64_t)valid_len[b] : n)
     out->rows = B * np * k;
-    if (c->kind == SUP_AR) {
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < np; t++)
-                s->targets[b * np + t] = t + 1 < VL(b) ? tokens[b * n + t + 1] : -1;
-    } else if (c->kind == SUP_DISTILL_AR || c->kind == SUP_SELF_FORCING) {
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < np; t++)
-                for (int64_t j = 0; j < k; j++)
-                    s->z[(b * np + t) * k + j] = sup_uniform(c->seed, keys[b], SUP_RNG_Z, t, j);
-        if (c->kind == SUP_DISTILL_AR) {
-            sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, s->blk);
-        } else {
-            int64_t h = k / 2;
-            for (int64_t r = 0; r < B * np; r++)
-                for (int64_t j = 0; j < h; j++) {
-                    s->z1[r * h + j] = s->z[r * k + j];
-                    s->z2[r * h + j] = s->z[r * k + h + j];
-                }
-            sup_pflm_rounds(s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau,
-                            s->blk);
-        }
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < np; t++)
-                for (int64_t j = 0; j < k; j++) {
-                    int64_t r = (b * np + t) * k + j;
-                    s->targets[r] = t + 1 < VL(b) ? s->blk[r] : -1;
-                }
-    } else {
-        /* noise inversion: AR teacher over x[0..n-1); row p's bin of x[p+1] */
-        model *ar = s->teacher;
-        kf_backend *be = ar->be;
-        int64_t m1 = n - 1, rows = B * m1;
-        layout la;
-        layout_ar(&la, m1);
-        for (int64_t b = 0; b < B; b++) memcpy(s->blk + b * m1, tokens + b * n, (size_t)m1 * sizeof(int32_t));
-        model_input in = {.lay = &la, .B = B, .ids = s->blk};
-        const float *logits = model_forward(ar, s->ws1, &in, 0, NULL);
-        int64_t V = ar->cfg.vocab;
-        float *lg = kf_malloc((size_t)(rows * V) * sizeof(float));
-        be->download(be, lg, logits, (size_t)(rows * V) * sizeof(float));
-        double *lo = s->lo, *hi = s->lo + rows;
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t b = r / m1, p = r % m1;
-            sup_icdf_bin_sorted(lg + r * V, V, s->tau[b], tokens[b * n + p + 1], &lo[r], &hi[r]);
-        }
-        free(lg);
-        layout_free(&la);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < np; t++)
-                for (int64_t j = 0; j < k; j++) {
-                    int64_t p = b * m1 + t + j;
-                    double u = sup_uniform(c->seed, keys[b], SUP_RNG_INV, t, j);
-                    s->z[(b * np + t) * k + j] = lo[p] + u * (hi[p] - lo[p]);
-                    int32_t target = t + 1 + j < VL(b) ? tokens[b * n + t + 1 + j] : -1;
-                    if (mtp)
-                        s->targets[(j * B + b) * np + t] = target; /* head-major */
-                    else
-                        s->targets[(b * np + t) * k + j] = target;
-                }
-    }
-#undef VL
+    if (c->kind == SUP_AR)
+        targets_ar(s, tokens, B, n, np, valid_len);
+    else if (c->kind == SUP_DISTILL_AR || c->kind == SUP_SELF_FORCING)
+        targets_teacher(s, B, n, np, valid_len, keys);
+    else
+        targets_noise_inversion(s, tokens, B, n, np, valid_len, keys);
     /* student noise rows: (t, j) -> row n + t*g + j holding g (or k for MTP) values */
     if (c->kind != SUP_AR) {
         memset(s->z1, 0, (size_t)(B * L * (mtp ? k : 1)) * sizeof(double));

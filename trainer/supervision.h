@@ -2,7 +2,7 @@
  *
  * Given a batch of B data samples of n tokens, sup_build returns everything a
  * student step needs: its layout, a model_input (tokens, noise z, tau) and
- * one target per logit row. Kinds (ARCHITECTURE.md "Reference model",
+ * one target per logit row. Kinds (docs/architecture.md "Reference model",
  * paper sections 3.2 and appendix C):
  *
  *   SUP_AR            next token: context x[0..n-1), target x[t+1].

@@ -9,11 +9,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "common/runconfig.h"
+#include "common/stage_status.h"
 #include "trainer/checkpoint.h"
 #include "trainer/loader.h"
 #include "trainer/model.h"
@@ -35,12 +37,6 @@ void train_install_signals(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* A micro-batch's student input and targets, copied out of the sup_ctx so
@@ -81,22 +77,14 @@ typedef struct trainer {
     int64_t last_ckpt_step;
 } trainer;
 
-static void pathcat(char *out, size_t cap, const char *a, const char *b) {
-    int n = snprintf(out, cap, "%s/%s", a, b);
-    KF_CHECK(n > 0 && (size_t)n < cap, "path too long: %s/%s", a, b);
-}
-
 static void write_status(trainer *t, const char *state) {
     if (t->d->rank != 0) return;
-    char p[4096], ck[64] = "", buf[1024];
-    pathcat(p, sizeof p, t->stage_dir, "status");
-    if (t->last_ckpt_step >= 0) snprintf(ck, sizeof ck, "step-%" PRId64, t->last_ckpt_step);
-    int n = snprintf(buf, sizeof buf,
-                     "state: %s\nstep: %" PRId64 "\nsteps: %" PRId64 "\ncheckpoint: \"%s\"\n"
-                     "tokens_per_s: %.1f\nupdated: %lld\n",
-                     state, t->step, t->st->steps, ck, t->last_tps, (long long)time(NULL));
+    stage_status st = {.step = t->step, .steps = t->st->steps, .tokens_per_s = t->last_tps};
+    snprintf(st.state, sizeof st.state, "%s", state);
+    if (t->last_ckpt_step >= 0)
+        snprintf(st.checkpoint, sizeof st.checkpoint, "step-%" PRId64, t->last_ckpt_step);
     kf_err err = {{0}};
-    if (fs_write_atomic(p, buf, (size_t)n, &err)) kf_log_warn("status: %s", err.msg);
+    if (stage_status_write(t->stage_dir, &st, &err)) kf_log_warn("status: %s", err.msg);
 }
 
 static void fill_meta(trainer *t, ckpt_meta *m) {
@@ -217,7 +205,7 @@ static void grads_ready(void *ctx, int64_t off, int64_t count) {
 static void train_step(trainer *t) {
     kf_backend *be = t->be;
     model *m = t->m;
-    double t_start = now_s();
+    double t_start = clock_now_s();
     runconfig_prec prec = runconfig_precision_at(t->o, t->step);
     be->set_precision(be, prec == RC_PREC_FP16 ? KF_PREC_FP16 : KF_PREC_FP32);
 
@@ -270,7 +258,7 @@ static void train_step(trainer *t) {
                                 t->ema, m->n_params);
     be->sync(be);
     t->step++;
-    double dt = now_s() - t_start;
+    double dt = clock_now_s() - t_start;
     double tokens = (double)t->o->batch * (double)t->seq_len;
     t->last_tps = tokens / dt;
     if (t->d->rank != 0) return;
@@ -288,7 +276,7 @@ static void train_step(trainer *t) {
     kf_rec_double(&rec, "tokens_per_s", t->last_tps);
     kf_rec_double(&rec, "ms_step", dt * 1e3);
     kf_rec_double(&rec, "ms_grad_wait", exposed * 1e3);
-    kf_rec_double(&rec, "time", now_s() - t->t0);
+    kf_rec_double(&rec, "time", clock_now_s() - t->t0);
     kf_err err = {{0}};
     if (kf_jsonl_append(t->log, &rec, &err)) kf_log_warn("log: %s", err.msg);
     kf_rec_free(&rec);
@@ -311,7 +299,7 @@ static void log_eval(trainer *t) {
     kf_rec_int(&rec, "step", t->step);
     kf_rec_double(&rec, "val_loss", v);
     kf_rec_double(&rec, "val_loss_ema", ve);
-    kf_rec_double(&rec, "time", now_s() - t->t0);
+    kf_rec_double(&rec, "time", clock_now_s() - t->t0);
     kf_err err = {{0}};
     if (kf_jsonl_append(t->log, &rec, &err)) kf_log_warn("log: %s", err.msg);
     kf_rec_free(&rec);
@@ -374,8 +362,8 @@ static int setup(trainer *t, kf_err *err) {
     if (!t->st) return kf_err_set(err, "%s: no stage named '%s'", a->config, a->stage);
     t->o = &t->st->opt;
     snprintf(t->stage_dir, sizeof t->stage_dir, "%s/stages/%s", a->run_dir, t->st->name);
-    pathcat(t->ckpt_dir, sizeof t->ckpt_dir, t->stage_dir, "ckpt");
-    pathcat(t->final_dir, sizeof t->final_dir, t->stage_dir, "final");
+    fs_path_join(t->ckpt_dir, sizeof t->ckpt_dir, t->stage_dir, "ckpt");
+    fs_path_join(t->final_dir, sizeof t->final_dir, t->stage_dir, "final");
     t->last_ckpt_step = -1;
     if (t->d->rank == 0 && fs_mkdir_p(t->ckpt_dir, err)) return -1;
     dist_barrier(t->d);
@@ -511,7 +499,7 @@ static int setup_training(trainer *t, kf_err *err) {
  * steps. Rank 0 only; atomic. */
 static void trim_log(trainer *t, int64_t step) {
     char p[4096];
-    pathcat(p, sizeof p, t->stage_dir, "log.jsonl");
+    fs_path_join(p, sizeof p, t->stage_dir, "log.jsonl");
     char *buf;
     size_t len;
     kf_err err = {{0}};
@@ -606,18 +594,19 @@ static void teardown(trainer *t) {
     runconfig_free(t->rc);
 }
 
-static int fail(trainer *t, const kf_err *err) {
-    fprintf(stderr, "kf: error: %s\n", err->msg);
+/* Ends the stage on an error: the message, status "failed", resources freed. */
+static int stage_failed(trainer *t, const kf_err *err) {
+    int code = kf_err_report("kf", err);
     write_status(t, "failed");
     teardown(t);
-    return KF_EXIT_ERROR;
+    return code;
 }
 
 int train_run(const train_args *a, dist *d) {
     trainer tr, *t = &tr;
     memset(t, 0, sizeof *t);
     t->a = a, t->d = d;
-    t->t0 = now_s();
+    t->t0 = clock_now_s();
     kf_err err = {{0}};
     if (setup(t, &err)) {
         fprintf(stderr, "kf: error: %s\n", err.msg);
@@ -625,7 +614,7 @@ int train_run(const train_args *a, dist *d) {
         return KF_EXIT_ERROR;
     }
     char p[4096];
-    pathcat(p, sizeof p, t->final_dir, "DONE");
+    fs_path_join(p, sizeof p, t->final_dir, "DONE");
     if (fs_exists(p)) {
         if (d->rank == 0) kf_log_info("%s: already complete (%s)", t->st->name, p);
         teardown(t);
@@ -633,14 +622,14 @@ int train_run(const train_args *a, dist *d) {
     }
     if (t->st->kind == RC_KIND_IMPORT) {
         int rc = run_import(t, &err);
-        if (rc) return fail(t, &err);
+        if (rc) return stage_failed(t, &err);
         write_status(t, "done");
         teardown(t);
         return KF_EXIT_OK;
     }
-    if (setup_training(t, &err)) return fail(t, &err);
+    if (setup_training(t, &err)) return stage_failed(t, &err);
     if (a->resume) {
-        if (resume(t, &err)) return fail(t, &err);
+        if (resume(t, &err)) return stage_failed(t, &err);
     } else if (d->rank == 0) {
         char found[4096];
         ckpt_meta m;
@@ -654,12 +643,12 @@ int train_run(const train_args *a, dist *d) {
     refuse = dist_allreduce_max_int(d, refuse);
     if (refuse) {
         if (!err.msg[0]) kf_err_set(&err, "rank 0 refused to start");
-        return fail(t, &err);
+        return stage_failed(t, &err);
     }
     if (d->rank == 0) {
-        pathcat(p, sizeof p, t->stage_dir, "log.jsonl");
+        fs_path_join(p, sizeof p, t->stage_dir, "log.jsonl");
         t->log = kf_jsonl_open(p, &err);
-        if (!t->log) return fail(t, &err);
+        if (!t->log) return stage_failed(t, &err);
         kf_log_info("%s: %s, %lld steps, %lld params, global batch %lld = %d ranks x %lld "
                     "micro-batches x %lld, backend %s, %s",
                     t->st->name, runconfig_kind_name(t->st->kind), (long long)t->st->steps,

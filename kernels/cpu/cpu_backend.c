@@ -71,7 +71,7 @@ int64_t kernels_cpu_attn_pairs(kf_backend *b) {
     return ((cpu_impl *)b->impl)->attn_pairs;
 }
 
-static void *cpu_alloc(kf_backend *b, size_t bytes) {
+void *cpu_alloc(kf_backend *b, size_t bytes) {
     /* 64-byte alignment for vector loads; calloc semantics as kernels.h promises. */
     size_t n = (bytes + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, n ? n : 64);
@@ -80,81 +80,50 @@ static void *cpu_alloc(kf_backend *b, size_t bytes) {
     return p;
 }
 
-static void cpu_free(kf_backend *b, void *p) { free(p); }
+void cpu_free(kf_backend *b, void *p) { free(p); }
 
-static void cpu_memcpy(kf_backend *b, void *dst, const void *src, size_t bytes) {
+/* Host memory is the device's: upload, download and copy are one move. */
+void cpu_copy(kf_backend *b, void *dst, const void *src, size_t bytes) {
     if (bytes) memmove(dst, src, bytes);
 }
+void cpu_upload(kf_backend *b, void *dst, const void *src, size_t bytes) {
+    cpu_copy(b, dst, src, bytes);
+}
+void cpu_download(kf_backend *b, void *dst, const void *src, size_t bytes) {
+    cpu_copy(b, dst, src, bytes);
+}
 
-static void cpu_zero(kf_backend *b, void *dst, size_t bytes) {
+void cpu_zero(kf_backend *b, void *dst, size_t bytes) {
     if (bytes) memset(dst, 0, bytes);
 }
 
-static void cpu_sync(kf_backend *b) {}
+void cpu_sync(kf_backend *b) {}
 
-static void cpu_set_precision(kf_backend *b, kf_precision p) { b->precision = p; }
+void cpu_set_precision(kf_backend *b, kf_precision p) { b->precision = p; }
 
-static void cpu_destroy(kf_backend *b) {
+void cpu_destroy(kf_backend *b) {
     cpu_impl *im = b->impl;
     for (int i = 0; i < CPU_SCRATCH_N; i++) free(im->scratch[i]);
     free(im);
     free(b);
 }
 
+/* Every op slot from the one op list: a missing cpu_NAME fails to link. */
+static const kf_backend cpu_table = {
+#define CPU_OP_SLOT(ret, name, params) .name = cpu_##name,
+    KF_BACKEND_OPS(CPU_OP_SLOT)
+#undef CPU_OP_SLOT
+};
+
 kf_backend *kernels_cpu_create(void) {
     cpu_simd_level();
     kf_backend *b = kf_calloc(1, sizeof *b);
+    *b = cpu_table;
     b->name = "cpu";
     b->precision = KF_PREC_FP32;
     /* the project's fixed-order GEMM unless OpenBLAS is asked for (cpu_gemm.c) */
     const char *gemm = getenv("KF_CPU_GEMM");
     b->batch_invariant = !(gemm && !strcmp(gemm, "openblas"));
     b->impl = kf_calloc(1, sizeof(cpu_impl));
-
-    b->alloc = cpu_alloc;
-    b->free = cpu_free;
-    b->upload = cpu_memcpy;
-    b->download = cpu_memcpy;
-    b->copy = cpu_memcpy;
-    b->zero = cpu_zero;
-    b->sync = cpu_sync;
-    b->set_precision = cpu_set_precision;
-    b->destroy = cpu_destroy;
-
-    b->matmul = cpu_matmul;
-    b->matmul_batched = cpu_matmul_batched;
-    b->add_bias = cpu_add_bias;
-    b->bias_grad = cpu_bias_grad;
-    b->layernorm_fwd = cpu_layernorm_fwd;
-    b->layernorm_bwd = cpu_layernorm_bwd;
-    b->rope_fwd = cpu_rope_fwd;
-    b->rope_bwd = cpu_rope_bwd;
-    b->attn_fwd = cpu_attn_fwd;
-    b->attn_bwd = cpu_attn_bwd;
-    b->attn_decode = cpu_attn_decode;
-    b->gelu_fwd = cpu_gelu_fwd;
-    b->gelu_bwd = cpu_gelu_bwd;
-    b->add_inplace = cpu_add_inplace;
-    b->scale = cpu_scale;
-    b->fill_column = cpu_fill_column;
-    b->round_half = cpu_round_half;
-    b->gather_rows = cpu_gather_rows;
-    b->scatter_rows = cpu_scatter_rows;
-    b->embed_fwd = cpu_embed_fwd;
-    b->embed_bwd = cpu_embed_bwd;
-    b->noise_features = cpu_noise_features;
-    b->xent = cpu_xent;
-    b->argmax = cpu_argmax;
-    b->head_pack = cpu_head_pack;
-    b->head_free = cpu_head_free;
-    b->head_fwd = cpu_head_fwd;
-    b->sample_icdf = cpu_sample_icdf;
-    b->icdf_bin = cpu_icdf_bin;
-    b->freq_penalty = cpu_freq_penalty;
-    b->sum = cpu_sum;
-    b->sumsq = cpu_sumsq;
-    b->count_nonfinite = cpu_count_nonfinite;
-    b->adamw = cpu_adamw;
-    b->ema = cpu_ema;
     return b;
 }

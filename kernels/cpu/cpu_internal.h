@@ -157,76 +157,10 @@ void cpu_round_half_copy(float *dst, const float *src, int64_t n);
 void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                     int64_t K, int trans_a, int trans_b, float alpha, float beta, int half);
 
-/* ---- op implementations (signatures as in kf_backend) ---- */
-void cpu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
-                int64_t K, int trans_a, int trans_b, float alpha, float beta);
-void cpu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
-                        int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
-                        int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b);
-void cpu_add_bias(kf_backend *b, float *y, const float *bias, int64_t rows, int64_t cols);
-void cpu_bias_grad(kf_backend *b, float *dbias, const float *dy, int64_t rows, int64_t cols);
-
-void cpu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const float *x,
-                       const float *w, const float *bias, int64_t rows, int64_t cols, float eps);
-void cpu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
-                       const float *x, const float *w, const float *mean, const float *rstd,
-                       int64_t rows, int64_t cols);
-
-void cpu_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
-                  int64_t n_head, int64_t head_dim, float base);
-void cpu_rope_bwd(kf_backend *b, float *dqkv, const int32_t *pos, int64_t B, int64_t L,
-                  int64_t n_head, int64_t head_dim, float base);
-
-void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
-                  int64_t B, int64_t n_head, int64_t head_dim);
-void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
-                  const float *lse, const float *qkv, const kf_mask *m, int64_t B, int64_t n_head,
-                  int64_t head_dim);
-void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
-                     const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
-                     int64_t Q, int64_t n_head, int64_t head_dim);
-
-void cpu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind);
-void cpu_gelu_bwd(kf_backend *b, float *dx, const float *dy, const float *x, int64_t n,
-                  kf_gelu_kind kind);
-void cpu_add_inplace(kf_backend *b, float *y, const float *x, int64_t n);
-void cpu_scale(kf_backend *b, float *x, float alpha, int64_t n);
-void cpu_fill_column(kf_backend *b, float *x, int64_t rows, int64_t cols, int64_t col,
-                     float value);
-void cpu_round_half(kf_backend *b, float *x, int64_t n);
-
-void cpu_gather_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
-                     int64_t dim);
-void cpu_scatter_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
-                      int64_t dim);
-void cpu_embed_fwd(kf_backend *b, float *out, const int32_t *ids, const int32_t *row_idx,
-                   const float *table, int64_t n, int64_t dim);
-void cpu_embed_bwd(kf_backend *b, float *dtable, const float *dout, const int32_t *ids,
-                   const int32_t *row_idx, int64_t n, int64_t dim, int64_t vocab);
-void cpu_noise_features(kf_backend *b, float *out, const double *z, const double *tau, int64_t n,
-                        int64_t H);
-
-void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
-              const int32_t *targets, int64_t rows, int64_t V, float grad_scale);
-void cpu_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V);
-void *cpu_head_pack(kf_backend *b, const float *W, const float *bias, int64_t V, int64_t H,
-                    int64_t mask_col, float mask_value);
-void cpu_head_free(kf_backend *b, void *head);
-void cpu_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float *x, const void *head,
-                  int64_t rows);
-void cpu_sample_icdf(kf_backend *b, int32_t *ids, const float *logits, const double *tau,
-                     const double *z, int64_t rows, int64_t V);
-void cpu_icdf_bin(kf_backend *b, double *lo, double *hi, const float *logits, const double *tau,
-                  const int32_t *targets, int64_t rows, int64_t V);
-void cpu_freq_penalty(kf_backend *b, float *logits, const int32_t *hist, int64_t n_hist,
-                      int64_t rows, int64_t V, float penalty);
-
-double cpu_sum(kf_backend *b, const float *x, int64_t n);
-double cpu_sumsq(kf_backend *b, const float *x, int64_t n);
-int64_t cpu_count_nonfinite(kf_backend *b, const float *x, int64_t n);
-void cpu_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v, int64_t n,
-               float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
-               float grad_scale);
-void cpu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay);
+/* ---- op implementations: cpu_NAME for every KF_BACKEND_OPS entry, filled
+ * into the table by cpu_backend.c ---- */
+#define CPU_OP_DECL(ret, name, params) ret cpu_##name params;
+KF_BACKEND_OPS(CPU_OP_DECL)
+#undef CPU_OP_DECL
 
 #endif

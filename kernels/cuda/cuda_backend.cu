@@ -80,7 +80,7 @@ void cu_upload_async(kf_backend *b, void *dst, const void *src, size_t bytes) {
     CUDA_OK(cudaMemcpyAsync(dst, p, bytes, cudaMemcpyHostToDevice, im->stream));
 }
 
-static void *cu_alloc(kf_backend *b, size_t bytes) {
+void *cu_alloc(kf_backend *b, size_t bytes) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
     KF_CHECK(e == cudaSuccess, "out of GPU memory allocating %zu bytes: %s", bytes,
@@ -89,15 +89,15 @@ static void *cu_alloc(kf_backend *b, size_t bytes) {
     return p;
 }
 
-static void cu_free(kf_backend *b, void *p) {
+void cu_free(kf_backend *b, void *p) {
     if (p) retire(cu_impl(b), p, 0);
 }
 
-static void cu_upload(kf_backend *b, void *dst, const void *src, size_t bytes) {
+void cu_upload(kf_backend *b, void *dst, const void *src, size_t bytes) {
     cu_upload_async(b, dst, src, bytes);
 }
 
-static void cu_download(kf_backend *b, void *dst, const void *src, size_t bytes) {
+void cu_download(kf_backend *b, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     cuda_impl *im = cu_impl(b);
     if (bytes > CU_STAGE_MAX) {
@@ -111,20 +111,20 @@ static void cu_download(kf_backend *b, void *dst, const void *src, size_t bytes)
     memcpy(dst, p, bytes);
 }
 
-static void cu_copy(kf_backend *b, void *dst, const void *src, size_t bytes) {
+void cu_copy(kf_backend *b, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src)
         CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_stream(b)));
 }
 
-static void cu_zero(kf_backend *b, void *dst, size_t bytes) {
+void cu_zero(kf_backend *b, void *dst, size_t bytes) {
     if (bytes) CUDA_OK(cudaMemsetAsync(dst, 0, bytes, cu_stream(b)));
 }
 
-static void cu_sync(kf_backend *b) { cu_wait(b); }
+void cu_sync(kf_backend *b) { cu_wait(b); }
 
-static void cu_set_precision(kf_backend *b, kf_precision p) { b->precision = p; }
+void cu_set_precision(kf_backend *b, kf_precision p) { b->precision = p; }
 
-static void cu_destroy(kf_backend *b) {
+void cu_destroy(kf_backend *b) {
     cuda_impl *im = cu_impl(b);
     cu_wait(b);
     free(im->retired);
@@ -194,50 +194,9 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     CUDA_OK(cudaMemsetAsync(im->err_dev, 0, sizeof(int), im->stream));
     CUDA_OK(cudaMallocHost(&im->err_host, sizeof(int)));
 
-    b->alloc = cu_alloc;
-    b->free = cu_free;
-    b->upload = cu_upload;
-    b->download = cu_download;
-    b->copy = cu_copy;
-    b->zero = cu_zero;
-    b->sync = cu_sync;
-    b->set_precision = cu_set_precision;
-    b->destroy = cu_destroy;
-
-    b->matmul = cu_matmul;
-    b->matmul_batched = cu_matmul_batched;
-    b->add_bias = cu_add_bias;
-    b->bias_grad = cu_bias_grad;
-    b->layernorm_fwd = cu_layernorm_fwd;
-    b->layernorm_bwd = cu_layernorm_bwd;
-    b->rope_fwd = cu_rope_fwd;
-    b->rope_bwd = cu_rope_bwd;
-    b->attn_fwd = cu_attn_fwd;
-    b->attn_bwd = cu_attn_bwd;
-    b->attn_decode = cu_attn_decode;
-    b->gelu_fwd = cu_gelu_fwd;
-    b->gelu_bwd = cu_gelu_bwd;
-    b->add_inplace = cu_add_inplace;
-    b->scale = cu_scale;
-    b->fill_column = cu_fill_column;
-    b->round_half = cu_round_half;
-    b->gather_rows = cu_gather_rows;
-    b->scatter_rows = cu_scatter_rows;
-    b->embed_fwd = cu_embed_fwd;
-    b->embed_bwd = cu_embed_bwd;
-    b->noise_features = cu_noise_features;
-    b->xent = cu_xent;
-    b->argmax = cu_argmax;
-    b->head_pack = cu_head_pack;
-    b->head_free = cu_head_free;
-    b->head_fwd = cu_head_fwd;
-    b->sample_icdf = cu_sample_icdf;
-    b->icdf_bin = cu_icdf_bin;
-    b->freq_penalty = cu_freq_penalty;
-    b->sum = cu_sum;
-    b->sumsq = cu_sumsq;
-    b->count_nonfinite = cu_count_nonfinite;
-    b->adamw = cu_adamw;
-    b->ema = cu_ema;
+    /* every op slot from the one op list: a missing cu_NAME fails to link */
+#define CU_OP_SLOT(ret, name, params) b->name = cu_##name;
+    KF_BACKEND_OPS(CU_OP_SLOT)
+#undef CU_OP_SLOT
     return b;
 }

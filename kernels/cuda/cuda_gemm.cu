@@ -13,7 +13,7 @@
  * k order, whatever M, N or the batch count. In the fp16 phase with
  * KF_CUDA_TC=1 that kernel is a WMMA one (half operands, fp32 accumulation,
  * fixed 64x64x32 tiles, k-tiles in order: still independent of M); it awaits
- * its first GPU run (kernels/cuda/NOTES.md), hence opt-in.
+ * its first GPU run (docs/cuda.md), hence opt-in.
  */
 #include <mma.h>
 

@@ -4,7 +4,8 @@
 # docs/cuda_emulation.md): every block's threads as fibers in each scheduling
 # order — forward, reverse, seeded random (KF_CUDA_EMU_SEED, default 1) — and
 # once more under AddressSanitizer, the two programs side by side; then
-# test_cuda_limits (65536 blocks) once, the harness's own checks on kernels
+# test_cuda_limits (65536 blocks) and test_kernels_table (every op slot of
+# the CUDA backend filled) once, the harness's own checks on kernels
 # with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
 # accumulating the same 2 micro-batches. Each program's own checks count here.
@@ -57,8 +58,10 @@ wait
 collect "test_cuda_ops (ASan)" "$asan"
 collect "test_cuda_train (ASan)" "$asan"
 start test_cuda_limits build-emu/tests/test_cuda_limits forward
+start test_kernels_table build-emu/tests/test_kernels_table forward
 wait
 collect test_cuda_limits forward
+collect test_kernels_table forward
 
 # the harness's own checks: kernels/cuda/emu/emu_selftest.cu, one bug per case
 ST=build-emu/emu_selftest

@@ -16,8 +16,8 @@ static kf_err err;
     do {                                                                                    \
         err.msg[0] = 0;                                                                     \
         int rc_ = (call);                                                                   \
-        T_CHECK(rc_ == -1 && !strcmp(err.msg, (want)), "%s\n  got  '%s'\n  want '%s'", #call, \
-                err.msg, (want));                                                           \
+        T_EQ_INT(rc_, -1, "%s", #call);                                                     \
+        T_EQ_STR(err.msg, (want), "%s", #call);                                             \
     } while (0)
 
 static const char *TEXT =
@@ -49,11 +49,16 @@ static void test_getters(void) {
     double d;
     bool b;
     const char *s;
-    T_CHECK(cfg_get_str(r, "name", &s, &err) == 0 && !strcmp(s, "tiny"), "name: %s", err.msg);
-    T_CHECK(cfg_get_int(r, "model.hidden", &i, &err) == 0 && i == 128, "hidden: %s", err.msg);
-    T_CHECK(cfg_get_double(r, "model.lr", &d, &err) == 0 && d == 1e-4, "lr: %s", err.msg);
-    T_CHECK(cfg_get_double(r, "model.hidden", &d, &err) == 0 && d == 128, "int as double: %s", err.msg);
-    T_CHECK(cfg_get_bool(r, "model.tied", &b, &err) == 0 && !b, "tied: %s", err.msg);
+    T_EQ_INT(cfg_get_str(r, "name", &s, &err), 0, "name: %s", err.msg);
+    T_EQ_STR(s, "tiny", "name: %s", err.msg);
+    T_EQ_INT(cfg_get_int(r, "model.hidden", &i, &err), 0, "hidden: %s", err.msg);
+    T_EQ_INT(i, 128, "hidden: %s", err.msg);
+    T_EQ_INT(cfg_get_double(r, "model.lr", &d, &err), 0, "lr: %s", err.msg);
+    T_NEAR(d, 1e-4, 0, "lr: %s", err.msg);
+    T_EQ_INT(cfg_get_double(r, "model.hidden", &d, &err), 0, "int as double: %s", err.msg);
+    T_NEAR(d, 128, 0, "int as double: %s", err.msg);
+    T_EQ_INT(cfg_get_bool(r, "model.tied", &b, &err), 0, "tied: %s", err.msg);
+    T_CHECK(!b, "tied: %s", err.msg);
     T_ERR(cfg_get_int(r, "model.heads", &i, &err), "t.yaml:5:10: key 'model.heads': expected an integer, got 'x4'");
     T_ERR(cfg_get_int(r, "model.lr", &i, &err), "t.yaml:6:7: key 'model.lr': expected an integer, got '1.0e-4'");
     T_ERR(cfg_get_int(r, "model.quoted", &i, &err),
@@ -70,21 +75,35 @@ static void test_getters(void) {
     T_ERR(cfg_get_int(r, "stages[5].steps", &i, &err), "t.yaml:10:3: missing required key 'stages[5].steps'");
 
     /* Sequences of mappings, both index syntaxes, item keys. */
-    T_CHECK(cfg_get_int(r, "stages[0].steps", &i, &err) == 0 && i == 600, "stages[0].steps: %s", err.msg);
-    T_CHECK(cfg_get_str(r, "stages.1.name", &s, &err) == 0 && !strcmp(s, "k1"), "stages.1.name: %s", err.msg);
+    T_EQ_INT(cfg_get_int(r, "stages[0].steps", &i, &err), 0, "stages[0].steps: %s", err.msg);
+    T_EQ_INT(i, 600, "stages[0].steps: %s", err.msg);
+    T_EQ_INT(cfg_get_str(r, "stages.1.name", &s, &err), 0, "stages.1.name: %s", err.msg);
+    T_EQ_STR(s, "k1", "stages.1.name: %s", err.msg);
     cfg_node *tau;
-    T_CHECK(cfg_get_node(r, "stages[1].tau", CFG_SEQ, &tau, &err) == 0 && tau->n == 2, "tau: %s", err.msg);
-    T_CHECK(tau && cfg_as_double(tau->items[1], &d, &err) == 0 && d == 1.0, "tau[1]: %s", err.msg);
-    T_CHECK(tau && !strcmp(tau->items[1]->path, "stages[1].tau[1]"), "item path %s", tau ? tau->items[1]->path : "");
+    T_EQ_INT(cfg_get_node(r, "stages[1].tau", CFG_SEQ, &tau, &err), 0, "tau: %s", err.msg);
+    T_EQ_INT(tau->n, 2, "tau: %s", err.msg);
+    T_CHECK(tau, "tau[1]: %s", err.msg);
+    if (tau) {
+        T_EQ_INT(cfg_as_double(tau->items[1], &d, &err), 0, "tau[1]: %s", err.msg);
+        T_NEAR(d, 1.0, 0, "tau[1]: %s", err.msg);
+    }
+    T_CHECK(tau, "item path %s", tau ? tau->items[1]->path : "");
+    if (tau) {
+        T_EQ_STR(tau->items[1]->path, "stages[1].tau[1]", "item path %s", tau ? tau->items[1]->path : "");
+    }
     T_ERR(cfg_get_node(r, "stages[0]", CFG_SEQ, &tau, &err), "t.yaml:10:5: key 'stages[0]': expected a list, got a mapping");
     T_ERR(cfg_get_int(r, "stages[0].name", &i, &err), "t.yaml:10:12: key 'stages[0].name': expected an integer, got 'ar'");
 
     /* Optional values. */
-    T_CHECK(cfg_opt_int(r, "model.blocks", 4, &i, &err) == 0 && i == 4, "default: %s", err.msg);
-    T_CHECK(cfg_opt_int(r, "empty", 7, &i, &err) == 0 && i == 7, "null -> default: %s", err.msg);
-    T_CHECK(cfg_opt_str(r, "model.act", "gelu", &s, &err) == 0 && !strcmp(s, "gelu"), "str default: %s", err.msg);
+    T_EQ_INT(cfg_opt_int(r, "model.blocks", 4, &i, &err), 0, "default: %s", err.msg);
+    T_EQ_INT(i, 4, "default: %s", err.msg);
+    T_EQ_INT(cfg_opt_int(r, "empty", 7, &i, &err), 0, "null -> default: %s", err.msg);
+    T_EQ_INT(i, 7, "null -> default: %s", err.msg);
+    T_EQ_INT(cfg_opt_str(r, "model.act", "gelu", &s, &err), 0, "str default: %s", err.msg);
+    T_EQ_STR(s, "gelu", "str default: %s", err.msg);
     T_ERR(cfg_opt_double(r, "model.heads", 1, &d, &err), "t.yaml:5:10: key 'model.heads': expected a number, got 'x4'");
-    T_CHECK(cfg_get_str(r, "time_limit", &s, &err) == 0 && !strcmp(s, "00:30:00"), "time_limit: %s", err.msg);
+    T_EQ_INT(cfg_get_str(r, "time_limit", &s, &err), 0, "time_limit: %s", err.msg);
+    T_EQ_STR(s, "00:30:00", "time_limit: %s", err.msg);
 
     /* Range errors by the caller, formatted like ours. */
     T_ERR(cfg_err_at(cfg_find(r, "model.hidden"), &err, "must be a multiple of %d", 96),
@@ -107,23 +126,33 @@ static void test_scalars(void) {
     double d;
     bool b;
     const char *s;
-    T_CHECK(cfg_get_int(r, "a", &i, &err) == 0 && i == -12, "a");
-    T_CHECK(cfg_get_int(r, "b", &i, &err) == 0 && i == 31, "hex");
-    T_CHECK(cfg_get_int(r, "c", &i, &err) == 0 && i == 15, "octal");
-    T_CHECK(cfg_get_int(r, "d", &i, &err) == 0 && i == 5, "plus");
-    T_CHECK(cfg_get_int(r, "e", &i, &err) == 0 && i == INT64_MAX, "max");
+    static const struct {
+        const char *key, *what;
+        int64_t want;
+    } ints[] = {{"a", "negative", -12}, {"b", "hex", 31},       {"c", "octal", 15},
+                {"d", "plus", 5},       {"e", "max", INT64_MAX}, {"g", "min", INT64_MIN}};
+    for (size_t k = 0; k < sizeof ints / sizeof *ints; k++) {
+        T_EQ_INT(cfg_get_int(r, ints[k].key, &i, &err), 0, "%s: %s", ints[k].what, err.msg);
+        T_EQ_INT(i, ints[k].want, "%s", ints[k].what);
+    }
     T_ERR(cfg_get_int(r, "f", &i, &err), "t.yaml:6:4: key 'f': integer '9223372036854775808' out of range");
-    T_CHECK(cfg_get_int(r, "g", &i, &err) == 0 && i == INT64_MIN, "min");
-    T_CHECK(cfg_get_double(r, "h", &d, &err) == 0 && d == 0.5, ".5");
-    T_CHECK(cfg_get_double(r, "i", &d, &err) == 0 && isinf(d) && d < 0, "-.inf");
-    T_CHECK(cfg_get_double(r, "j", &d, &err) == 0 && isnan(d), ".nan");
-    T_CHECK(cfg_get_double(r, "k", &d, &err) == 0 && d == 1000, "1e3");
+    T_EQ_INT(cfg_get_double(r, "h", &d, &err), 0, ".5");
+    T_NEAR(d, 0.5, 0, ".5");
+    T_EQ_INT(cfg_get_double(r, "i", &d, &err), 0, "-.inf");
+    T_CHECK(isinf(d), "-.inf");
+    T_CHECK(d < 0, "-.inf");
+    T_EQ_INT(cfg_get_double(r, "j", &d, &err), 0, ".nan");
+    T_CHECK(isnan(d), ".nan");
+    T_EQ_INT(cfg_get_double(r, "k", &d, &err), 0, "1e3");
+    T_NEAR(d, 1000, 0, "1e3");
     T_ERR(cfg_get_int(r, "k", &i, &err), "t.yaml:11:4: key 'k': expected an integer, got '1e3'");
-    T_CHECK(cfg_get_bool(r, "l", &b, &err) == 0 && b, "True");
+    T_EQ_INT(cfg_get_bool(r, "l", &b, &err), 0, "True");
+    T_CHECK(b, "True");
     T_ERR(cfg_get_bool(r, "m", &b, &err), "t.yaml:13:4: key 'm': expected a boolean (true or false), got 'yes'");
     T_CHECK(cfg_is_null(cfg_find(r, "n")), "~ is null");
     T_ERR(cfg_get_double(r, "o", &d, &err), "t.yaml:15:4: key 'o': expected a number, got '1.5.2'");
-    T_CHECK(cfg_get_str(r, "p", &s, &err) == 0 && !strcmp(s, "two\nlines\n"), "block scalar '%s'", s);
+    T_EQ_INT(cfg_get_str(r, "p", &s, &err), 0, "block scalar '%s'", s);
+    T_EQ_STR(s, "two\nlines\n", "block scalar '%s'", s);
     cfg_free(r);
 }
 
@@ -142,14 +171,19 @@ static void test_load_errors(void) {
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         err.msg[0] = 0;
         cfg_node *r = cfg_load_string(cases[k].text, "t.yaml", &err);
-        T_CHECK(!r && !strcmp(err.msg, cases[k].want), "case %zu:\n  got  '%s'\n  want '%s'", k, err.msg, cases[k].want);
+        T_CHECK(!r, "case %zu: loaded, want the error '%s'", k, cases[k].want);
+        T_EQ_STR(err.msg, cases[k].want, "case %zu", k);
         cfg_free(r);
     }
     cfg_node *r = cfg_load_string("", "t.yaml", &err);
-    T_CHECK(r && r->kind == CFG_MAP && r->n == 0, "empty text is an empty mapping");
+    T_CHECK(r, "empty text is an empty mapping");
+    if (r) {
+        T_EQ_INT(r->kind, CFG_MAP, "empty text is an empty mapping");
+        T_EQ_INT(r->n, 0, "empty text is an empty mapping");
+    }
     cfg_free(r);
-    T_CHECK(cfg_load_file("/nonexistent/x.yaml", &err) == NULL && strstr(err.msg, "/nonexistent/x.yaml"),
-            "missing file: %s", err.msg);
+    T_CHECK(cfg_load_file("/nonexistent/x.yaml", &err) == NULL, "missing file: %s", err.msg);
+    T_CHECK(strstr(err.msg, "/nonexistent/x.yaml"), "missing file: %s", err.msg);
 }
 
 static void test_overrides(void) {
@@ -158,22 +192,34 @@ static void test_overrides(void) {
     double d;
     const char *s;
     T_CHECK(cfg_override(r, "model.hidden=256", &err) == 0, "override: %s", err.msg);
-    T_CHECK(cfg_get_int(r, "model.hidden", &i, &err) == 0 && i == 256, "override value");
+    T_EQ_INT(cfg_get_int(r, "model.hidden", &i, &err), 0, "override value");
+    T_EQ_INT(i, 256, "override value");
     T_CHECK(cfg_override(r, "stages.1.tau=[0.1, 0.5]", &err) == 0, "flow seq: %s", err.msg);
     cfg_node *tau = cfg_find(r, "stages[1].tau");
-    T_CHECK(tau && tau->kind == CFG_SEQ && tau->n == 2 && cfg_as_double(tau->items[0], &d, &err) == 0 && d == 0.1,
-            "flow seq value");
+    T_CHECK(tau, "flow seq value");
+    if (tau) {
+        T_EQ_INT(tau->kind, CFG_SEQ, "flow seq value");
+        T_EQ_INT(tau->n, 2, "flow seq value");
+        T_EQ_INT(cfg_as_double(tau->items[0], &d, &err), 0, "flow seq value");
+        T_NEAR(d, 0.1, 0, "flow seq value");
+    }
     T_CHECK(cfg_override(r, "stages[0]={name: x, steps: 3}", &err) == 0, "flow map: %s", err.msg);
-    T_CHECK(cfg_get_int(r, "stages[0].steps", &i, &err) == 0 && i == 3, "stages[0].steps after override");
+    T_EQ_INT(cfg_get_int(r, "stages[0].steps", &i, &err), 0, "stages[0].steps after override");
+    T_EQ_INT(i, 3, "stages[0].steps after override");
     T_CHECK(cfg_override(r, "data.train=a b/c", &err) == 0, "new nested key: %s", err.msg);
-    T_CHECK(cfg_get_str(r, "data.train", &s, &err) == 0 && !strcmp(s, "a b/c"), "created value '%s'", s);
-    T_CHECK(cfg_override(r, "model.lr=", &err) == 0 && cfg_is_null(cfg_find(r, "model.lr")), "empty value: %s", err.msg);
+    T_EQ_INT(cfg_get_str(r, "data.train", &s, &err), 0, "created value '%s'", s);
+    T_EQ_STR(s, "a b/c", "created value '%s'", s);
+    T_EQ_INT(cfg_override(r, "model.lr=", &err), 0, "empty value: %s", err.msg);
+    T_CHECK(cfg_is_null(cfg_find(r, "model.lr")), "empty value: %s", err.msg);
     T_ERR(cfg_get_int(r, "model.hidden=x", &i, &err), "t.yaml:4:3: missing required key 'model.hidden=x'");
     T_CHECK(cfg_override(r, "model.heads=abc", &err) == 0, "override heads");
     T_ERR(cfg_get_int(r, "model.heads", &i, &err),
           "override 'model.heads=abc': key 'model.heads': expected an integer, got 'abc'");
     /* The replaced key keeps its place in file order. */
-    T_CHECK(r->items[1]->items[0]->key && !strcmp(r->items[1]->items[0]->key, "hidden"), "order kept");
+    T_CHECK(r->items[1]->items[0]->key, "order kept");
+    if (r->items[1]->items[0]->key) {
+        T_EQ_STR(r->items[1]->items[0]->key, "hidden", "order kept");
+    }
 
     T_ERR(cfg_override(r, "model.hidden", &err), "override 'model.hidden': expected KEY.PATH=VALUE");
     T_ERR(cfg_override(r, "=3", &err), "override '=3': expected KEY.PATH=VALUE");
@@ -246,9 +292,11 @@ static void test_emit(void) {
     char h1[65], h2[65];
     cfg_hash(r, h1);
     cfg_hash(r2, h2);
-    T_CHECK(!strcmp(out, out2) && !strcmp(h1, h2), "emit is not a fixed point:\n%s", out2);
+    T_EQ_STR(out, out2, "emit is not a fixed point:\n%s", out2);
+    T_EQ_STR(h1, h2, "emit is not a fixed point:\n%s", out2);
     const char *s;
-    T_CHECK(cfg_get_str(r2, "strs[7]", &s, &err) == 0 && !strcmp(s, "tab\there"), "escaped string round trip");
+    T_EQ_INT(cfg_get_str(r2, "strs[7]", &s, &err), 0, "escaped string round trip");
+    T_EQ_STR(s, "tab\there", "escaped string round trip");
     T_CHECK(cfg_find(r2, "strs[0]")->quoted, "\"12\" stays quoted");
     cfg_override(r2, "model.hidden=129", &err);
     cfg_hash(r2, h2);

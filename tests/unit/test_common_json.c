@@ -16,22 +16,46 @@ static void test_values(void)
     T_CHECK(d != NULL, "parse failed: %s", err.msg);
     if (!d) return;
     const json *r = json_root(d);
-    T_CHECK(r->type == JSON_OBJECT && r->n == 6, "root: type %d n %zu", r->type, r->n);
+    T_EQ_INT(r->type, JSON_OBJECT, "root: type %d n %zu", r->type, r->n);
+    T_EQ_INT(r->n, 6, "root: type %d n %zu", r->type, r->n);
     const json *a = &r->kids[0];
-    T_CHECK(a->type == JSON_ARRAY && a->n == 5, "array");
-    T_CHECK(a->kids[0].is_int && a->kids[0].i == 1, "int 1");
-    T_CHECK(!a->kids[1].is_int && a->kids[1].num == -25.0, "float -25");
-    T_CHECK(a->kids[2].type == JSON_BOOL && a->kids[2].b == 1, "true");
-    T_CHECK(a->kids[3].type == JSON_BOOL && a->kids[3].b == 0, "false");
+    T_EQ_INT(a->type, JSON_ARRAY, "array");
+    T_EQ_INT(a->n, 5, "array");
+    T_CHECK(a->kids[0].is_int, "int 1");
+    if (a->kids[0].is_int) {
+        T_EQ_INT(a->kids[0].i, 1, "int 1");
+    }
+    T_CHECK(!a->kids[1].is_int, "float -25");
+    T_NEAR(a->kids[1].num, -25.0, 0, "float -25");
+    T_EQ_INT(a->kids[2].type, JSON_BOOL, "true");
+    T_EQ_INT(a->kids[2].b, 1, "true");
+    T_EQ_INT(a->kids[3].type, JSON_BOOL, "false");
+    T_EQ_INT(a->kids[3].b, 0, "false");
     T_CHECK(a->kids[4].type == JSON_NULL, "null");
     const json *s = json_get(r, "s");
     const char want[] = "x\n\xc3\xa9\xf0\x9f\x98\x80\xef\xbf\xbd";
-    T_CHECK(s && s->str.len == sizeof want - 1 && !memcmp(s->str.s, want, sizeof want - 1), "string escapes");
-    T_CHECK(s && s->line == 2 && s->col == 7, "position of s: %d:%d", s ? s->line : 0, s ? s->col : 0);
+    T_CHECK(s, "string escapes");
+    if (s) {
+        T_EQ_INT(s->str.len, sizeof want - 1, "string escapes");
+        T_CHECK(!memcmp(s->str.s, want, sizeof want - 1), "string escapes");
+    }
+    T_CHECK(s, "position of s: %d:%d", s ? s->line : 0, s ? s->col : 0);
+    if (s) {
+        T_EQ_INT(s->line, 2, "position of s: %d:%d", s ? s->line : 0, s ? s->col : 0);
+        T_EQ_INT(s->col, 7, "position of s: %d:%d", s ? s->line : 0, s ? s->col : 0);
+    }
     const json *big = json_get(r, "big");
-    T_CHECK(big && big->is_int && big->i == 12345678901234LL, "int64");
-    T_CHECK(json_get(r, "a")->is_int && json_get(r, "a")->i == 7, "duplicate key: last wins");
-    T_CHECK(json_get(r, "o")->type == JSON_OBJECT && json_get(r, "o")->n == 0, "empty object");
+    T_CHECK(big, "int64");
+    if (big) {
+        T_CHECK(big->is_int, "int64");
+        if (big->is_int) {
+            T_EQ_INT(big->i, 12345678901234LL, "int64");
+        }
+    }
+    T_CHECK(json_get(r, "a")->is_int, "duplicate key: last wins");
+    T_EQ_INT(json_get(r, "a")->i, 7, "duplicate key: last wins");
+    T_EQ_INT(json_get(r, "o")->type, JSON_OBJECT, "empty object");
+    T_EQ_INT(json_get(r, "o")->n, 0, "empty object");
     T_CHECK(json_get(r, "missing") == NULL, "missing key");
     json_free(d);
 }
@@ -52,15 +76,16 @@ static void test_errors(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kf_err err = {{0}};
         json_doc *d = parse(cases[i].src, &err);
-        T_CHECK(d == NULL && strstr(err.msg, cases[i].msg) == err.msg, "case %zu: want %s got '%s'", i,
-                cases[i].msg, err.msg);
+        T_CHECK(d == NULL, "case %zu: want %s got '%s'", i, cases[i].msg, err.msg);
+        T_EQ_INT(strstr(err.msg, cases[i].msg), err.msg, "case %zu: want %s got '%s'", i, cases[i].msg, err.msg);
         json_free(d);
     }
     char deep[2000];
     memset(deep, '[', sizeof deep - 1);
     deep[sizeof deep - 1] = 0;
     kf_err err = {{0}};
-    T_CHECK(parse(deep, &err) == NULL && strstr(err.msg, "deep"), "depth limit: %s", err.msg);
+    T_CHECK(parse(deep, &err) == NULL, "depth limit: %s", err.msg);
+    T_CHECK(strstr(err.msg, "deep"), "depth limit: %s", err.msg);
 }
 
 static void test_escape_roundtrip(void)
@@ -70,12 +95,16 @@ static void test_escape_roundtrip(void)
     size_t n = sizeof src;
     char out[1024];
     size_t m = json_escape(out, sizeof out, src, n);
-    T_CHECK(m < sizeof out && m <= 6 * n + 2, "escape length %zu", m);
+    T_CHECK(m < sizeof out, "escape length %zu", m);
+    T_CHECK(m <= 6 * n + 2, "escape length %zu", m);
     kf_err err = {{0}};
     json_doc *d = json_parse(out, m, "esc", &err);
-    T_CHECK(d && json_root(d)->type == JSON_STRING && json_root(d)->str.len == n &&
-                !memcmp(json_root(d)->str.s, src, n),
-            "escape round trip: %s", err.msg);
+    T_CHECK(d, "escape round trip: %s", err.msg);
+    if (d) {
+        T_EQ_INT(json_root(d)->type, JSON_STRING, "escape round trip: %s", err.msg);
+        T_EQ_INT(json_root(d)->str.len, n, "escape round trip: %s", err.msg);
+        T_CHECK(!memcmp(json_root(d)->str.s, src, n), "escape round trip: %s", err.msg);
+    }
     json_free(d);
     T_CHECK(json_escape(out, 2, "abc", 3) == 5, "escape reports the needed size when truncated");
 }
@@ -96,13 +125,15 @@ static void test_escape_utf8(void)
         const char *in = cases[c].in, *want = cases[c].want;
         char out[64];
         size_t m = json_escape(out, sizeof out, in, strlen(in));
-        T_CHECK(m == strlen(want) && !memcmp(out, want, m), "case %zu: escaped to %.*s", c, (int)m, out);
+        T_EQ_INT(m, strlen(want), "case %zu: escaped to %.*s", c, (int)m, out);
+        T_CHECK(!memcmp(out, want, m), "case %zu: escaped to %.*s", c, (int)m, out);
         FILE *f = tmpfile();
         json_write_str(f, in, strlen(in));
         rewind(f);
         size_t got = fread(out, 1, sizeof out, f);
         fclose(f);
-        T_CHECK(got == m && !memcmp(out, want, m), "case %zu: json_write_str agrees with json_escape", c);
+        T_EQ_INT(got, m, "case %zu: json_write_str agrees with json_escape", c);
+        T_CHECK(!memcmp(out, want, m), "case %zu: json_write_str agrees with json_escape", c);
     }
     /* a long string takes json_write_str's heap path */
     char big[1000];

@@ -9,7 +9,6 @@
 #include "common/log.h"
 #include "common/progress.h"
 #include "tests/test.h"
-#include "tests/unit/capture_stderr.h"
 
 static void plain_progress(void) {
     setenv("KF_PROGRESS_INTERVAL", "0", 1);
@@ -36,19 +35,25 @@ static int count(const char *s, const char *sub) {
 int main(void) {
     char *out;
     /* Progress, not a terminal: plain lines, then the final line. */
-    out = capture_stderr(plain_progress);
-    T_CHECK(count(out, "\n") == 3 && strstr(out, "docs:  50%  1.0 MB") && strstr(out, "docs 7") &&
-            strstr(out, "docs: 100%  2.0 MB") && strstr(out, "docs: 2.0 MB in ") && !strchr(out, '\r'),
-            "plain progress:\n%s", out);
+    out = t_capture_stderr(plain_progress);
+    T_EQ_INT(count(out, "\n"), 3, "plain progress:\n%s", out);
+    T_CHECK(strstr(out, "docs:  50%  1.0 MB"), "plain progress:\n%s", out);
+    T_CHECK(strstr(out, "docs 7"), "plain progress:\n%s", out);
+    T_CHECK(strstr(out, "docs: 100%  2.0 MB"), "plain progress:\n%s", out);
+    T_CHECK(strstr(out, "docs: 2.0 MB in "), "plain progress:\n%s", out);
+    T_CHECK(!strchr(out, '\r'), "plain progress:\n%s", out);
     free(out);
 
-    out = capture_stderr(fast_progress);
-    T_CHECK(count(out, "\n") == 1 && strstr(out, "steps: 1.0k steps in "), "rate limiting:\n%s", out);
+    out = t_capture_stderr(fast_progress);
+    T_EQ_INT(count(out, "\n"), 1, "rate limiting:\n%s", out);
+    T_CHECK(strstr(out, "steps: 1.0k steps in "), "rate limiting:\n%s", out);
     free(out);
 
     /* Progress on a pseudo-terminal: \r redraws with a bar, erased by a log line. */
     int m = posix_openpt(O_RDWR | O_NOCTTY);
-    T_CHECK(m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0, "pty");
+    T_CHECK(m >= 0, "pty");
+    T_EQ_INT(grantpt(m), 0, "pty");
+    T_EQ_INT(unlockpt(m), 0, "pty");
     int s = open(ptsname(m), O_RDWR | O_NOCTTY);
     int saved = dup(2);
     dup2(s, 2);
@@ -67,8 +72,13 @@ int main(void) {
     usleep(10000);
     ssize_t got = read(m, buf, sizeof buf - 1);
     close(m);
-    T_CHECK(got > 0 && strstr(buf, "\rtok 1.5k tok") && strstr(buf, "\r\x1b[K") && strstr(buf, "kf: between") &&
-            strstr(buf, "\rbytes [======>" "                 " "]  25%  1.0 MB  ") && strstr(buf, "/s  ETA 0:00:0") &&
-            strstr(buf, "  x 1") && strstr(buf, "bytes: 1.0 MB in"), "tty progress: %s", buf);
+    T_CHECK(got > 0, "tty progress: %s", buf);
+    T_CHECK(strstr(buf, "\rtok 1.5k tok"), "tty progress: %s", buf);
+    T_CHECK(strstr(buf, "\r\x1b[K"), "tty progress: %s", buf);
+    T_CHECK(strstr(buf, "kf: between"), "tty progress: %s", buf);
+    T_CHECK(strstr(buf, "\rbytes [======>" "                 " "]  25%  1.0 MB  "), "tty progress: %s", buf);
+    T_CHECK(strstr(buf, "/s  ETA 0:00:0"), "tty progress: %s", buf);
+    T_CHECK(strstr(buf, "  x 1"), "tty progress: %s", buf);
+    T_CHECK(strstr(buf, "bytes: 1.0 MB in"), "tty progress: %s", buf);
     return T_DONE();
 }

@@ -12,9 +12,10 @@ static void kat(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
                 uint32_t e0, uint32_t e1, uint32_t e2, uint32_t e3) {
     uint32_t o[4];
     rng_philox((uint64_t)k1 << 32 | k0, (uint64_t)c3 << 32 | c2, (uint64_t)c1 << 32 | c0, o);
-    T_CHECK(o[0] == e0 && o[1] == e1 && o[2] == e2 && o[3] == e3,
-            "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x",
-            c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
+    T_EQ_INT(o[0], e0, "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x", c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
+    T_EQ_INT(o[1], e1, "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x", c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
+    T_EQ_INT(o[2], e2, "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x", c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
+    T_EQ_INT(o[3], e3, "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x", c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
 }
 
 int main(void) {
@@ -33,7 +34,8 @@ int main(void) {
         mn = fmin(mn, u); mx = fmax(mx, u);
         bins[(int)(u * 10)]++;
     }
-    T_CHECK(mn > 0 && mx < 1, "uniform out of (0,1): min %g max %g", mn, mx);
+    T_CHECK(mn > 0, "uniform out of (0,1): min %g max %g", mn, mx);
+    T_CHECK(mx < 1, "uniform out of (0,1): min %g max %g", mn, mx);
     T_CLOSE(sum / N, 0.5, 0.005, "uniform mean");
     T_CLOSE(sum2 / N - (sum / N) * (sum / N), 1.0 / 12, 0.005, "uniform variance");
     double chi2 = 0;
@@ -41,9 +43,11 @@ int main(void) {
     T_CHECK(chi2 < 30, "uniform chi2 over 10 bins = %g (9 dof, p<0.001 at 27.9)", chi2);
     T_CHECK(rng_uniform01(0, 0, 0) == (double)(((uint64_t)0xe169c58d << 32 | 0x6627e8d5) >> 11) * 0x1p-53,
             "uniform01 is not built from words 0/1 of the block");
-    T_CHECK(rng_open01(0) > 0 && rng_open01(UINT64_MAX) < 1 && rng_open01(UINT64_MAX) == 1 - 0x1p-53 &&
-            rng_open01(1ull << 11) == 0x1p-53 && rng_open01(2047) == 0x1p-54,
-            "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
+    T_CHECK(rng_open01(0) > 0, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
+    T_CHECK(rng_open01(UINT64_MAX) < 1, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
+    T_NEAR(rng_open01(UINT64_MAX), 1 - 0x1p-53, 0, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
+    T_NEAR(rng_open01(1ull << 11), 0x1p-53, 0, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
+    T_NEAR(rng_open01(2047), 0x1p-54, 0, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
 
     /* Normals: mean 0, variance 1, kurtosis 3. */
     double m1 = 0, m2 = 0, m4 = 0;
@@ -66,7 +70,8 @@ int main(void) {
     for (int v = 0; v < 7; v++) T_CHECK(abs(cnt[v] - 10000) < 500, "rng_below(7) count[%d] = %d", v, cnt[v]);
 
     /* Different seeds and streams give different sequences; the same arguments the same value. */
-    T_CHECK(rng_u64(1, 0, 5) != rng_u64(2, 0, 5) && rng_u64(1, 0, 5) != rng_u64(1, 1, 5), "seed/stream ignored");
+    T_CHECK(rng_u64(1, 0, 5) != rng_u64(2, 0, 5), "seed/stream ignored");
+    T_CHECK(rng_u64(1, 0, 5) != rng_u64(1, 1, 5), "seed/stream ignored");
     T_CHECK(rng_u64(3, 4, 5) == rng_u64(3, 4, 5), "not deterministic");
     int corr_ok = 1;
     double c = 0;
@@ -79,13 +84,16 @@ int main(void) {
     rng_state s = rng_state_make(11, 3);
     int same = 1;
     for (uint64_t i = 0; i < 100; i++) same &= rng_next_u64(&s) == rng_u64(11, 3, i);
-    T_CHECK(same && s.counter == 100, "rng_next_u64 != rng_u64 at the counter");
+    T_CHECK(same, "rng_next_u64 != rng_u64 at the counter");
+    T_EQ_INT(s.counter, 100, "rng_next_u64 != rng_u64 at the counter");
     rng_state saved = s;
     double a = rng_next_uniform01(&s), b = rng_next_normal(&s);
     uint64_t d = rng_next_below(&s, 1000);
-    T_CHECK(a == rng_next_uniform01(&saved) && b == rng_next_normal(&saved) && d == rng_next_below(&saved, 1000),
-            "restored state diverges");
-    T_CHECK(a == rng_uniform01(11, 3, 100) && b == rng_normal(11, 3, 101) && d == rng_below(11, 3, 102, 1000),
-            "stateful draws are not the stateless ones");
+    T_NEAR(a, rng_next_uniform01(&saved), 0, "restored state diverges");
+    T_NEAR(b, rng_next_normal(&saved), 0, "restored state diverges");
+    T_EQ_INT(d, rng_next_below(&saved, 1000), "restored state diverges");
+    T_NEAR(a, rng_uniform01(11, 3, 100), 0, "stateful draws are not the stateless ones");
+    T_NEAR(b, rng_normal(11, 3, 101), 0, "stateful draws are not the stateless ones");
+    T_EQ_INT(d, rng_below(11, 3, 102, 1000), "stateful draws are not the stateless ones");
     return T_DONE();
 }

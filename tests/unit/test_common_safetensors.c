@@ -87,8 +87,10 @@ static void expect_error(const char *header, size_t ndata, const char *want) {
     safetensors_file *f = NULL;
     err.msg[0] = 0;
     int rc = safetensors_open(path, &f, &err);
-    T_CHECK(rc == -1 && f == NULL && strstr(err.msg, want) && strstr(err.msg, path),
-            "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
+    T_EQ_INT(rc, -1, "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
+    T_CHECK(f == NULL, "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
+    T_CHECK(strstr(err.msg, want), "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
+    T_CHECK(strstr(err.msg, path), "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
 }
 
 int main(void) {
@@ -111,10 +113,12 @@ int main(void) {
     T_CHECK(len == 8 + hn + 24, "file size %zu want %zu", len, 8 + hn + 24);
     uint64_t got_hn = 0;
     for (int i = 0; i < 8; i++) got_hn |= (uint64_t)(unsigned char)buf[i] << (8 * i);
-    T_CHECK(got_hn == hn && !memcmp(buf + 8, hdr, strlen(hdr)), "header bytes: %.*s", (int)hn, buf + 8);
+    T_EQ_INT(got_hn, hn, "header bytes: %.*s", (int)hn, buf + 8);
+    T_CHECK(!memcmp(buf + 8, hdr, strlen(hdr)), "header bytes: %.*s", (int)hn, buf + 8);
     int spaces = 1;
     for (size_t i = strlen(hdr); i < hn; i++) spaces &= buf[8 + i] == ' ';
-    T_CHECK(spaces && !memcmp(buf + 8 + hn, w, 24), "padding or data wrong");
+    T_CHECK(spaces, "padding or data wrong");
+    T_CHECK(!memcmp(buf + 8 + hn, w, 24), "padding or data wrong");
     free(buf);
 
     /* Every dtype, a scalar, an empty tensor, awkward names and metadata. */
@@ -140,26 +144,67 @@ int main(void) {
     safetensors_file *f;
     T_CHECK(safetensors_open(path, &f, &err) == 0, "open: %s", err.msg);
     if (f) {
-        T_CHECK(f->n == 7 && f->nmeta == 1 && !strcmp(safetensors_meta(f, "k"), "v\n2\\"), "counts / meta");
+        T_EQ_INT(f->n, 7, "counts / meta");
+        T_EQ_INT(f->nmeta, 1, "counts / meta");
+        T_EQ_STR(safetensors_meta(f, "k"), "v\n2\\", "counts / meta");
         const safetensors_tensor *t = safetensors_find(f, "b/f16 \"q\"");
         float out[4];
-        T_CHECK(t && t->dtype == ST_F16 && t->ndim == 2 && t->numel == 4 && safetensors_read_f32(t, out, &err) == 0 &&
-                out[0] == 1.5f && out[3] == 65504.0f, "f16 round trip");
+        T_CHECK(t, "f16 round trip");
+        if (t) {
+            T_EQ_INT(t->dtype, ST_F16, "f16 round trip");
+            T_EQ_INT(t->ndim, 2, "f16 round trip");
+            T_EQ_INT(t->numel, 4, "f16 round trip");
+            T_EQ_INT(safetensors_read_f32(t, out, &err), 0, "f16 round trip");
+            T_NEAR(out[0], 1.5f, 0, "f16 round trip");
+            T_NEAR(out[3], 65504.0f, 0, "f16 round trip");
+        }
         t = safetensors_find(f, "a.f64");
-        T_CHECK(t && !memcmp(t->data, f64, 24) && safetensors_read_f32(t, out, &err) == 0 && out[1] == -2.25f, "f64");
+        T_CHECK(t, "f64");
+        if (t) {
+            T_CHECK(!memcmp(t->data, f64, 24), "f64");
+            T_EQ_INT(safetensors_read_f32(t, out, &err), 0, "f64");
+            T_NEAR(out[1], -2.25f, 0, "f64");
+        }
         t = safetensors_find(f, "c.bf16");
-        T_CHECK(t && safetensors_read_f32(t, out, &err) == 0 && out[0] == 1.5f && out[1] == -2.5f, "bf16");
+        T_CHECK(t, "bf16");
+        if (t) {
+            T_EQ_INT(safetensors_read_f32(t, out, &err), 0, "bf16");
+            T_NEAR(out[0], 1.5f, 0, "bf16");
+            T_NEAR(out[1], -2.5f, 0, "bf16");
+        }
         t = safetensors_find(f, "d.i64");
-        T_CHECK(t && !memcmp(t->data, i64, 16), "i64");
-        T_CHECK(t && safetensors_read_f32(t, out, &err) == -1 && !strcmp(err.msg, "tensor 'd.i64': dtype I64 is not a float"),
-                "int as float: %s", err.msg);
+        T_CHECK(t, "i64");
+        if (t) {
+            T_CHECK(!memcmp(t->data, i64, 16), "i64");
+        }
+        T_CHECK(t, "int as float: %s", err.msg);
+        if (t) {
+            T_EQ_INT(safetensors_read_f32(t, out, &err), -1, "int as float: %s", err.msg);
+            T_EQ_STR(err.msg, "tensor 'd.i64': dtype I64 is not a float", "int as float: %s", err.msg);
+        }
         t = safetensors_find(f, "e.scalar");
-        T_CHECK(t && t->ndim == 0 && t->numel == 1 && t->nbytes == 4 && *(const int32_t *)t->data == -3, "scalar");
+        T_CHECK(t, "scalar");
+        if (t) {
+            T_EQ_INT(t->ndim, 0, "scalar");
+            T_EQ_INT(t->numel, 1, "scalar");
+            T_EQ_INT(t->nbytes, 4, "scalar");
+            T_EQ_INT(*(const int32_t *)t->data, -3, "scalar");
+        }
         t = safetensors_find(f, "f.empty");
-        T_CHECK(t && t->numel == 0 && t->nbytes == 0 && t->shape[1] == 4, "empty");
+        T_CHECK(t, "empty");
+        if (t) {
+            T_EQ_INT(t->numel, 0, "empty");
+            T_EQ_INT(t->nbytes, 0, "empty");
+            T_EQ_INT(t->shape[1], 4, "empty");
+        }
         t = safetensors_find(f, "g.u8");
-        T_CHECK(t && !memcmp(t->data, u8, 5) && t->shape[1] == 5, "u8");
-        T_CHECK(!safetensors_find(f, "nope") && !safetensors_meta(f, "nope"), "missing lookups");
+        T_CHECK(t, "u8");
+        if (t) {
+            T_CHECK(!memcmp(t->data, u8, 5), "u8");
+            T_EQ_INT(t->shape[1], 5, "u8");
+        }
+        T_CHECK(!safetensors_find(f, "nope"), "missing lookups");
+        T_CHECK(!safetensors_meta(f, "nope"), "missing lookups");
         T_CHECK((uintptr_t)f->tensors[0].data % 8 == 0, "data buffer not 8-aligned");
     }
     safetensors_close(f);
@@ -170,8 +215,10 @@ int main(void) {
           20);
     T_CHECK(safetensors_open(path, &f, &err) == 0, "reference style: %s", err.msg);
     if (f) {
-        T_CHECK(f->n == 2 && !strcmp(f->tensors[0].name, "a") && !strcmp(safetensors_meta(f, "foo"), "bar") &&
-                ((const uint8_t *)safetensors_find(f, "b")->data)[0] == 4, "reference style content");
+        T_EQ_INT(f->n, 2, "reference style content");
+        T_EQ_STR(f->tensors[0].name, "a", "reference style content");
+        T_EQ_STR(safetensors_meta(f, "foo"), "bar", "reference style content");
+        T_EQ_INT(((const uint8_t *)safetensors_find(f, "b")->data)[0], 4, "reference style content");
         safetensors_close(f);
     }
 
@@ -226,15 +273,18 @@ int main(void) {
     expect_error("[1]", 0, "not a safetensors file");
     /* Header length beyond the file. */
     fs_write_atomic(path, "\xff\x00\x00\x00\x00\x00\x00\x00{}", 10, &err);
-    T_CHECK(safetensors_open(path, &f, &err) == -1 && strstr(err.msg, "header length 255 exceeds the file (10 bytes)"),
-            "length: %s", err.msg);
+    T_EQ_INT(safetensors_open(path, &f, &err), -1, "length: %s", err.msg);
+    T_CHECK(strstr(err.msg, "header length 255 exceeds the file (10 bytes)"), "length: %s", err.msg);
     fs_write_atomic(path, "abc", 3, &err);
-    T_CHECK(safetensors_open(path, &f, &err) == -1 && strstr(err.msg, "3 bytes, need at least 8"), "tiny: %s", err.msg);
+    T_EQ_INT(safetensors_open(path, &f, &err), -1, "tiny: %s", err.msg);
+    T_CHECK(strstr(err.msg, "3 bytes, need at least 8"), "tiny: %s", err.msg);
     unlink(path);
-    T_CHECK(safetensors_open(path, &f, &err) == -1 && strstr(err.msg, "No such file"), "missing: %s", err.msg);
+    T_EQ_INT(safetensors_open(path, &f, &err), -1, "missing: %s", err.msg);
+    T_CHECK(strstr(err.msg, "No such file"), "missing: %s", err.msg);
     /* An empty header is a valid file with no tensors. */
     craft("{}      ", 0);
-    T_CHECK(safetensors_open(path, &f, &err) == 0 && f->n == 0, "empty file: %s", err.msg);
+    T_EQ_INT(safetensors_open(path, &f, &err), 0, "empty file: %s", err.msg);
+    T_EQ_INT(f->n, 0, "empty file: %s", err.msg);
     safetensors_close(f);
 
     /* F16 reads (portable bit conversion) agree with the compiler's _Float16

@@ -78,11 +78,12 @@ static void test_freeze(const char *dir) {
     T_CHECK(runconfig_load(cfg, 0, NULL, &rc, &err) == 0, "load: %s", err.msg);
     T_CHECK(rundir_freeze(run, rc, &err) == 0, "freeze: %s", err.msg);
     T_CHECK(rundir_load(run, 0, NULL, &back, &err) == 0, "load frozen: %s", err.msg);
-    T_CHECK(!strcmp(back->hash, rc->hash) && !strcmp(back->canonical, rc->canonical), "frozen = original");
+    T_EQ_STR(back->hash, rc->hash, "frozen = original");
+    T_EQ_STR(back->canonical, rc->canonical, "frozen = original");
     runconfig_free(back);
     char *over[] = {"resources.time_limit=00:20:00"};
-    T_CHECK(rundir_load(run, 1, over, &back, &err) == 0 && back->res.time_limit_s == 1200,
-            "overrides on a frozen run: %s", err.msg);
+    T_EQ_INT(rundir_load(run, 1, over, &back, &err), 0, "overrides on a frozen run: %s", err.msg);
+    T_EQ_INT(back->res.time_limit_s, 1200, "overrides on a frozen run: %s", err.msg);
     runconfig_free(back);
     snprintf(p, sizeof p, "%s/run.yaml", run);
     char *text;
@@ -92,11 +93,11 @@ static void test_freeze(const char *dir) {
     s[7] = '9';
     put(p, text);
     free(text);
-    T_CHECK(rundir_load(run, 0, NULL, &back, &err) == -1 && strstr(err.msg, "changed after the run was made"),
-            "hand-edited run.yaml refused: %s", err.msg);
+    T_EQ_INT(rundir_load(run, 0, NULL, &back, &err), -1, "hand-edited run.yaml refused: %s", err.msg);
+    T_CHECK(strstr(err.msg, "changed after the run was made"), "hand-edited run.yaml refused: %s", err.msg);
     put(p, base); /* no hash line at all */
-    T_CHECK(rundir_load(run, 0, NULL, &back, &err) == -1 && strstr(err.msg, "not a frozen run config"),
-            "run.yaml without hash refused: %s", err.msg);
+    T_EQ_INT(rundir_load(run, 0, NULL, &back, &err), -1, "run.yaml without hash refused: %s", err.msg);
+    T_CHECK(strstr(err.msg, "not a frozen run config"), "run.yaml without hash refused: %s", err.msg);
     T_CHECK(rundir_freeze(run, rc, &err) == 0, "refreeze: %s", err.msg);
     runconfig_free(rc);
 }
@@ -108,22 +109,25 @@ static void test_jobs(const char *dir) {
     T_CHECK(fs_mkdir_p(run, &err) == 0, "mkdir");
     rundir_job *j;
     T_CHECK(rundir_jobs_read(run, &j, &err) == 0, "no jobs.tsv: empty list");
-    T_CHECK(rundir_jobs_add(run, "ar", "11", &err) == 0 && rundir_jobs_add(run, "k1", "12", &err) == 0 &&
-                rundir_jobs_add(run, "ar", "15", &err) == 0,
-            "add: %s", err.msg);
+    T_EQ_INT(rundir_jobs_add(run, "ar", "11", &err), 0, "add: %s", err.msg);
+    T_EQ_INT(rundir_jobs_add(run, "k1", "12", &err), 0, "add: %s", err.msg);
+    T_EQ_INT(rundir_jobs_add(run, "ar", "15", &err), 0, "add: %s", err.msg);
     int n = rundir_jobs_read(run, &j, &err);
     T_CHECK(n == 3, "3 jobs, got %d (%s)", n, err.msg);
     const rundir_job *cur = rundir_jobs_current(j, n, "ar");
-    T_CHECK(cur && !strcmp(cur->id, "15"), "current job of ar is the last one");
+    T_CHECK(cur, "current job of ar is the last one");
+    if (cur) {
+        T_EQ_STR(cur->id, "15", "current job of ar is the last one");
+    }
     T_CHECK(rundir_jobs_current(j, n, "k2") == NULL, "no job for k2");
     free(j);
     snprintf(p, sizeof p, "%s/jobs.tsv", run);
     put(p, "# kf jobs v1\nar 11\n");
-    T_CHECK(rundir_jobs_read(run, &j, &err) == -1 && strstr(err.msg, "jobs.tsv:2:1"), "malformed line named: %s",
-            err.msg);
+    T_EQ_INT(rundir_jobs_read(run, &j, &err), -1, "malformed line named: %s", err.msg);
+    T_CHECK(strstr(err.msg, "jobs.tsv:2:1"), "malformed line named: %s", err.msg);
     put(p, "stage\tjob\n");
-    T_CHECK(rundir_jobs_read(run, &j, &err) == -1 && strstr(err.msg, "not a kf jobs file"), "bad header: %s",
-            err.msg);
+    T_EQ_INT(rundir_jobs_read(run, &j, &err), -1, "bad header: %s", err.msg);
+    T_CHECK(strstr(err.msg, "not a kf jobs file"), "bad header: %s", err.msg);
 }
 
 static void test_state(const char *dir) {
@@ -135,7 +139,10 @@ static void test_state(const char *dir) {
     T_CHECK(runconfig_load(cfg, 0, NULL, &rc, &err) == 0, "load: %s", err.msg);
     rundir_state st;
     rundir_stage_state(run, rc, "ar", &st);
-    T_CHECK(!st.complete && st.ckpt_step == -1 && st.log_step == -1 && !*st.status, "nothing yet");
+    T_CHECK(!st.complete, "nothing yet");
+    T_EQ_INT(st.ckpt_step, -1, "nothing yet");
+    T_EQ_INT(st.log_step, -1, "nothing yet");
+    T_CHECK(!*st.status, "nothing yet");
     const char *files[] = {"ckpt/step-2/state.yaml", "ckpt/step-10/model.safetensors", /* no manifest: partial */
                            "ckpt/step-12.tmp/state.yaml", "ckpt/step-3/state.yaml", "ckpt/step-x/state.yaml"};
     for (int i = 0; i < 5; i++) {
@@ -150,21 +157,24 @@ static void test_state(const char *dir) {
     snprintf(p, sizeof p, "%s/stages/ar/status", run);
     put(p, "state: preempted\nstep: 3\nsteps: 4\n");
     rundir_stage_state(run, rc, "ar", &st);
-    T_CHECK(st.ckpt_step == 3 && !strcmp(st.ckpt, "step-3"), "newest committed checkpoint: %s", st.ckpt);
-    T_CHECK(st.log_step == 2 && st.steps_per_s == 4.0 && st.tokens_per_s == 400, "log: step %lld, %g steps/s, %g tok/s",
-            (long long)st.log_step, st.steps_per_s, st.tokens_per_s);
+    T_EQ_INT(st.ckpt_step, 3, "newest committed checkpoint: %s", st.ckpt);
+    T_EQ_STR(st.ckpt, "step-3", "newest committed checkpoint: %s", st.ckpt);
+    T_EQ_INT(st.log_step, 2, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step, st.steps_per_s, st.tokens_per_s);
+    T_NEAR(st.steps_per_s, 4.0, 0, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step, st.steps_per_s, st.tokens_per_s);
+    T_NEAR(st.tokens_per_s, 400, 0, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step, st.steps_per_s, st.tokens_per_s);
     T_CHECK(!strcmp(st.status, "preempted"), "status: %s", st.status);
     char why[4200];
-    T_CHECK(!rundir_stage_complete(run, rc, "ar", why, sizeof why) && strstr(why, "final/DONE"), "not complete: %s", why);
+    T_CHECK(!rundir_stage_complete(run, rc, "ar", why, sizeof why), "not complete: %s", why);
+    T_CHECK(strstr(why, "final/DONE"), "not complete: %s", why);
     snprintf(p, sizeof p, "%s/stages/ar/final/DONE", run);
     put(p, "");
-    T_CHECK(!rundir_stage_complete(run, rc, "ar", why, sizeof why) && strstr(why, "model.safetensors"),
-            "marker without weights: %s", why);
+    T_CHECK(!rundir_stage_complete(run, rc, "ar", why, sizeof why), "marker without weights: %s", why);
+    T_CHECK(strstr(why, "model.safetensors"), "marker without weights: %s", why);
     snprintf(p, sizeof p, "%s/stages/ar/final/model.safetensors", run);
     put(p, "w");
     T_CHECK(rundir_stage_complete(run, rc, "ar", why, sizeof why), "complete");
-    T_CHECK(!rundir_stage_complete(run, rc, RUNDIR_SHARDS, why, sizeof why) && strstr(why, "D/manifest.yaml"),
-            "shards: no manifest: %s", why);
+    T_CHECK(!rundir_stage_complete(run, rc, RUNDIR_SHARDS, why, sizeof why), "shards: no manifest: %s", why);
+    T_CHECK(strstr(why, "D/manifest.yaml"), "shards: no manifest: %s", why);
     runconfig_free(rc);
 }
 

@@ -58,7 +58,10 @@ static void check_matmul(kf_backend *be) {
     float e[4] = {1.0f, NAN, 2.0f, 3.0f};
     be->matmul(be, e, A, B, 1, 2, 0, 0, 0, 1.0f, 0.0f);
     be->matmul(be, e + 2, A, B, 1, 2, 0, 1, 1, 1.0f, 0.5f);
-    T_CHECK(e[0] == 0.0f && e[1] == 0.0f && e[2] == 1.0f && e[3] == 1.5f, "matmul with K = 0 gives beta*C");
+    T_NEAR(e[0], 0.0f, 0, "matmul with K = 0 gives beta*C");
+    T_NEAR(e[1], 0.0f, 0, "matmul with K = 0 gives beta*C");
+    T_NEAR(e[2], 1.0f, 0, "matmul with K = 0 gives beta*C");
+    T_NEAR(e[3], 1.5f, 0, "matmul with K = 0 gives beta*C");
     free(A); free(B); free(C);
 }
 
@@ -191,7 +194,9 @@ static void check_fp16_matmul(kf_backend *be) {
     float x[4] = {1.0f + 1.0f / 4096, 70000.0f, 1e-8f, -3.14159f}, want[4];
     for (int i = 0; i < 4; i++) want[i] = (float)(_Float16)x[i];
     be->round_half(be, x, 4);
-    T_CHECK(memcmp(x, want, 16) == 0 && x[0] == 1.0f && isinf(x[1]), "round_half");
+    T_EQ_INT(memcmp(x, want, 16), 0, "round_half");
+    T_NEAR(x[0], 1.0f, 0, "round_half");
+    T_CHECK(isinf(x[1]), "round_half");
     free(A); free(B); free(C16); free(C32); free(A0); free(Ah); free(Bh);
 }
 
@@ -276,7 +281,8 @@ static void check_logits(kf_backend *be) {
             if (x[r * V + v] > x[r * V + b]) b = v;
         ok &= ids[r] == b;
     }
-    T_CHECK(ok && ids[3] == 17, "argmax (first index of the maximum)");
+    T_CHECK(ok, "argmax (first index of the maximum)");
+    T_EQ_INT(ids[3], 17, "argmax (first index of the maximum)");
 
     double tau[40], z[40], lo[40], hi[40];
     for (int64_t r = 0; r < R; r++) {
@@ -306,7 +312,8 @@ static void check_logits(kf_backend *be) {
     be->sample_icdf(be, back, x, tau, zm, R, V);
     ok = 1;
     for (int64_t r = 0; r < R; r++) ok &= !inside[r] || back[r] == tg[r];
-    T_CHECK(ok && nonempty > 20, "sample_icdf(mid of icdf_bin(t)) == t (%d non-empty bins)", nonempty);
+    T_CHECK(ok, "sample_icdf(mid of icdf_bin(t)) == t (%d non-empty bins)", nonempty);
+    T_CHECK(nonempty > 20, "sample_icdf(mid of icdf_bin(t)) == t (%d non-empty bins)", nonempty);
 
     /* edge cases: p_0 = p_last = 0 underflow; ties */
     float e[6] = {-1e4f, 1.0f, 1.0f, 1.0f, 1.0f, -1e4f};
@@ -324,7 +331,8 @@ static void check_logits(kf_backend *be) {
     T_CHECK(ok, "sample_icdf edge cases (z=0, tiny z, ties at exact CDF values, z~1, z>=1)");
     int32_t t4[1] = {4};
     be->icdf_bin(be, lo, hi, e, t1, t4, 1, 6);
-    T_CHECK(lo[0] == 0.75 && hi[0] == 1.0, "icdf_bin of the last tied token: [%.17g, %.17g]", lo[0], hi[0]);
+    T_NEAR(lo[0], 0.75, 0, "icdf_bin of the last tied token: [%.17g, %.17g]", lo[0], hi[0]);
+    T_NEAR(hi[0], 1.0, 0, "icdf_bin of the last tied token: [%.17g, %.17g]", lo[0], hi[0]);
     /* tau -> 0 is argmax */
     double small[40];
     for (int64_t r = 0; r < R; r++) small[r] = 1e-4, z[r] = 0.5;
@@ -381,7 +389,9 @@ static void check_optim(kf_backend *be) {
     T_CHECK(p[0] == p[1], "adamw elements independent");
     float e[3] = {1.0f, 2.0f, -1.0f}, q[3] = {3.0f, 2.0f, 1.0f};
     be->ema(be, e, q, 3, 0.75f);
-    T_CHECK(e[0] == 1.5f && e[1] == 2.0f && e[2] == -0.5f, "ema = decay*ema + (1-decay)*params");
+    T_NEAR(e[0], 1.5f, 0, "ema = decay*ema + (1-decay)*params");
+    T_NEAR(e[1], 2.0f, 0, "ema = decay*ema + (1-decay)*params");
+    T_NEAR(e[2], -0.5f, 0, "ema = decay*ema + (1-decay)*params");
 }
 
 /* Every non-attention op, run on sizes that span several chunks, gives
@@ -497,17 +507,26 @@ static void check_threads(kf_backend *be) {
 }
 
 static void check_create(void) {
-    kf_backend *b = kernels_create("cpu");
-    T_CHECK(b && strcmp(b->name, "cpu") == 0, "kernels_create(\"cpu\")");
+    kf_backend *b = kernels_create("cpu", NULL);
+    T_CHECK(b, "kernels_create(\"cpu\")");
+    if (b) {
+        T_CHECK(strcmp(b->name, "cpu") == 0, "kernels_create(\"cpu\")");
+    }
     b->destroy(b);
-    b = kernels_create("auto");
+    b = kernels_create("auto", NULL);
     T_CHECK(b != NULL, "kernels_create(\"auto\")");
     b->destroy(b);
-    char msg[256] = "";
 #ifndef KF_CUDA
-    T_CHECK(kernels_cuda_create(0, msg, sizeof msg) == NULL && strstr(msg, "CUDA=1"),
-            "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
+    char msg[256] = "";
+    T_CHECK(kernels_cuda_create(0, msg, sizeof msg) == NULL, "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
+    T_CHECK(strstr(msg, "CUDA=1"), "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
+    kf_err err = {{0}};
+    T_CHECK(kernels_create("cuda", &err) == NULL, "kernels_create(\"cuda\") without CUDA returns NULL");
+    T_CHECK(strstr(err.msg, "CUDA=1"), "kernels_create(\"cuda\") says why: \"%s\"", err.msg);
 #endif
+    kf_err bad = {{0}};
+    T_CHECK(kernels_create("tpu", &bad) == NULL, "an unknown backend is refused");
+    T_CHECK(strstr(bad.msg, "\"tpu\""), "the error names it: \"%s\"", bad.msg);
 }
 
 int main(void) {

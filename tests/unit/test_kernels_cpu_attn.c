@@ -274,8 +274,8 @@ static void check_threads(kf_backend *be, int64_t D) {
         be->attn_decode(be, dec[t], qkv, 3 * H, qkv + H, qkv + 2 * H, B, L / 3, 10, 4, nh, D);
     }
     omp_set_num_threads(2);
-    T_CHECK(memcmp(o[0], o[1], (size_t)no * 4) == 0 && memcmp(l[0], l[1], (size_t)nl * 4) == 0,
-            "attn_fwd differs between 1 and 2 threads");
+    T_EQ_INT(memcmp(o[0], o[1], (size_t)no * 4), 0, "attn_fwd differs between 1 and 2 threads");
+    T_EQ_INT(memcmp(l[0], l[1], (size_t)nl * 4), 0, "attn_fwd differs between 1 and 2 threads");
     T_CHECK(memcmp(g[0], g[1], (size_t)nq * 4) == 0, "attn_bwd differs between 1 and 2 threads");
     T_CHECK(memcmp(dec[0], dec[1], (size_t)(B * 4 * H) * 4) == 0, "attn_decode differs between 1 and 2 threads");
     /* batch invariance: the last sample alone gives the rows it got inside the batch */
@@ -284,9 +284,9 @@ static void check_threads(kf_backend *be, int64_t D) {
     float *o1 = kf_malloc((size_t)(L * H) * 4), *l1 = kf_malloc((size_t)(nh * L) * 4), *g1 = kf_malloc((size_t)(L * 3 * H) * 4);
     be->attn_fwd(be, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D);
     be->attn_bwd(be, g1, dout + 2 * L * H, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D);
-    T_CHECK(memcmp(o1, o[1] + 2 * L * H, (size_t)(L * H) * 4) == 0 && memcmp(l1, l[1] + 2 * nh * L, (size_t)(nh * L) * 4) == 0 &&
-                memcmp(g1, g[1] + 2 * L * 3 * H, (size_t)(L * 3 * H) * 4) == 0,
-            "attention of a sample differs alone and inside a batch");
+    T_EQ_INT(memcmp(o1, o[1] + 2 * L * H, (size_t)(L * H) * 4), 0, "attention of a sample differs alone and inside a batch");
+    T_EQ_INT(memcmp(l1, l[1] + 2 * nh * L, (size_t)(nh * L) * 4), 0, "attention of a sample differs alone and inside a batch");
+    T_EQ_INT(memcmp(g1, g[1] + 2 * L * 3 * H, (size_t)(L * 3 * H) * 4), 0, "attention of a sample differs alone and inside a batch");
     free(o1); free(l1); free(g1);
     for (int t = 0; t < 2; t++) { free(o[t]); free(l[t]); free(g[t]); free(dec[t]); }
     free(qkv); free(dout);

@@ -100,8 +100,8 @@ int main(void) {
     snprintf(a, sizeof a, "sample %s/ar.safetensors --prefix-file %s/prefixes.jsonl --n-per-prefix 3 --max-new 5 --seed 9", dir, dir);
     T_CHECK(run(a) == 0, "AR sample: %s", slurp("err"));
     char *o1 = slurp("out");
-    T_CHECK(count(o1, "\"completion\": [") == 6 && count(o1, "\"tokens_per_s\"") == 6,
-            "AR sample: 6 completions expected, got:\n%s", o1);
+    T_EQ_INT(count(o1, "\"completion\": ["), 6, "AR sample: 6 completions expected, got:\n%s", o1);
+    T_EQ_INT(count(o1, "\"tokens_per_s\""), 6, "AR sample: 6 completions expected, got:\n%s", o1);
     T_CHECK(run(a) == 0, "AR sample again");
     char *o2 = slurp("out");
     /* same seed, same completions (tokens/s may differ: compare up to it) */
@@ -144,13 +144,15 @@ int main(void) {
     snprintf(a, sizeof a, "eval %s/ar.safetensors --data %s --samples 8", dir, data);
     T_CHECK(run(a) == 0, "AR eval: %s", slurp("err"));
     o1 = slurp("out");
-    T_CHECK(strstr(o1, "\"nll\": ") && strstr(o1, "\"ppl\": "), "AR eval output: %s", o1);
+    T_CHECK(strstr(o1, "\"nll\": "), "AR eval output: %s", o1);
+    T_CHECK(strstr(o1, "\"ppl\": "), "AR eval output: %s", o1);
     free(o1);
     snprintf(a, sizeof a, "eval %s/pf.safetensors --data %s --teacher %s/ar.safetensors --samples 4", dir, data, dir);
     T_CHECK(run(a) == 0, "PFLM eval: %s", slurp("err"));
     o1 = slurp("out");
-    T_CHECK(strstr(o1, "\"supervision\": \"distill_ar\"") && strstr(o1, "\"nll_pos\": [") &&
-                strstr(o1, "\"block_acc\""), "PFLM eval output: %s", o1);
+    T_CHECK(strstr(o1, "\"supervision\": \"distill_ar\""), "PFLM eval output: %s", o1);
+    T_CHECK(strstr(o1, "\"nll_pos\": ["), "PFLM eval output: %s", o1);
+    T_CHECK(strstr(o1, "\"block_acc\""), "PFLM eval output: %s", o1);
     free(o1);
     snprintf(a, sizeof a, "eval %s/pf.safetensors --data %s --teacher %s/ar.safetensors --k 1 --samples 4", dir, data, dir);
     T_CHECK(run(a) == 0, "PFLM eval --k 1: %s", slurp("err"));
@@ -167,6 +169,7 @@ int main(void) {
         {"sample %s/ar.safetensors", 2, "BOS"},
         {"sample %s/ar.safetensors --bos 0 --tau 0", 2, "tau"},
         {"sample %s/ar.safetensors --bogus 1", 2, "unknown option"},
+        {"sample %s/ar.safetensors --bos 0 --backend nosuch", 1, "unknown backend"},
         {"eval %s/pf.safetensors --data %s/data", 1, "--teacher"},
         {"eval %s/pf.safetensors --data %s/data --teacher %s/ar.safetensors --k 3", 1, "k_train"},
         {"eval %s/ar.safetensors --data %s/nodata", 1, "nodata"},
@@ -177,11 +180,12 @@ int main(void) {
         snprintf(cmd, sizeof cmd, bad[i].fmt, dir, dir, dir);
         int rc = run(cmd);
         char *e = slurp("err");
-        T_CHECK(rc == bad[i].code && strstr(e, bad[i].msg), "`kf %s`: exit %d (want %d), stderr: %s",
-                cmd, rc, bad[i].code, e);
+        T_EQ_INT(rc, bad[i].code, "`kf %s`: exit %d (want %d), stderr: %s", cmd, rc, bad[i].code, e);
+        T_CHECK(strstr(e, bad[i].msg), "`kf %s`: exit %d (want %d), stderr: %s", cmd, rc, bad[i].code, e);
         free(e);
     }
-    T_CHECK(run("sample --help") == 0 && run("eval --help") == 0, "--help exits 0");
+    T_EQ_INT(run("sample --help"), 0, "--help exits 0");
+    T_EQ_INT(run("eval --help"), 0, "--help exits 0");
     kf_err err;
     fs_rm_rf(dir, &err);
     be->destroy(be);

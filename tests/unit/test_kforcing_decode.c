@@ -176,13 +176,13 @@ int main(void) {
     T_CHECK(d1 > 0, "(f) position temperatures 0,3,3 changed no token");
     decode_opts bad = {.k = 3, .tau = 1, .max_new = 3, .position_temp = hot, .n_position_temp = 2};
     kf_err err;
-    T_CHECK(decode_check(m, &bad, P, &err) != 0 && strstr(err.msg, "2 temperatures for 3"),
-            "(f) too few position temperatures accepted");
+    T_CHECK(decode_check(m, &bad, P, &err) != 0, "(f) too few position temperatures accepted");
+    T_CHECK(strstr(err.msg, "2 temperatures for 3"), "(f) too few position temperatures accepted");
     const double neg[3] = {0, -1, 0};
     bad.position_temp = neg;
     bad.n_position_temp = 3;
-    T_CHECK(decode_check(m, &bad, P, &err) != 0 && strstr(err.msg, "must be >= 0"),
-            "(f) a negative position temperature accepted");
+    T_CHECK(decode_check(m, &bad, P, &err) != 0, "(f) a negative position temperature accepted");
+    T_CHECK(strstr(err.msg, "must be >= 0"), "(f) a negative position temperature accepted");
     model_free(m);
 
     /* (g) the exact LM1B protocol */
@@ -215,8 +215,8 @@ int main(void) {
         T_CHECK(differ == 0, "(g) k=%lld: %d tokens differ from the full-window decoding", (long long)k, differ);
     }
     decode_opts over = {.k = 4, .tau = 1.0, .max_new = LNEW + 1, .seed = 8};
-    T_CHECK(decode_check(m, &over, LP, &err) != 0 && strstr(err.msg, "context"),
-            "(g) 6 + 123 tokens in a 128-token model accepted");
+    T_CHECK(decode_check(m, &over, LP, &err) != 0, "(g) 6 + 123 tokens in a 128-token model accepted");
+    T_CHECK(strstr(err.msg, "context"), "(g) 6 + 123 tokens in a 128-token model accepted");
     model_free(wide);
     model_free(m);
 

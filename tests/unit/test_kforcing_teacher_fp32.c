@@ -78,8 +78,8 @@ int main(void) {
     int64_t r32 = 0, r16 = 0;
     targets_at(s, be, KF_PREC_FP32, tok, keys, t32, &r32);
     targets_at(s, be, KF_PREC_FP16, tok, keys, t16, &r16);
-    T_CHECK(r32 == rows && r16 == rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16,
-            (long long)rows);
+    T_EQ_INT(r32, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16, (long long)rows);
+    T_EQ_INT(r16, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16, (long long)rows);
     int64_t diff = 0;
     for (int64_t r = 0; r < rows; r++) diff += t32[r] != t16[r];
     T_CHECK(diff == 0, "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",

@@ -119,15 +119,17 @@ static void compare(void) {
     if (!f) return;
     char magic[8];
     int n = 0;
-    T_CHECK(fread(magic, 1, 8, f) == 8 && !memcmp(magic, "KFGOLD1", 8), "bad golden magic");
-    T_CHECK(fread(&n, sizeof n, 1, f) == 1 && n == nrec, "golden has %d records, want %d", n, nrec);
+    T_EQ_INT(fread(magic, 1, 8, f), 8, "bad golden magic");
+    T_CHECK(!memcmp(magic, "KFGOLD1", 8), "bad golden magic");
+    T_EQ_INT(fread(&n, sizeof n, 1, f), 1, "golden has %d records, want %d", n, nrec);
+    T_EQ_INT(n, nrec, "golden has %d records, want %d", n, nrec);
     double worst_g = 0;
     for (int i = 0; i < nrec && i < n; i++) {
         char name[32];
         int64_t cnt;
         if (fread(name, 1, 32, f) != 32 || fread(&cnt, sizeof cnt, 1, f) != 1) break;
-        T_CHECK(!strcmp(name, recs[i].name) && cnt == recs[i].n, "record %d: %s/%lld vs %s/%lld", i,
-                name, (long long)cnt, recs[i].name, (long long)recs[i].n);
+        T_EQ_STR(name, recs[i].name, "record %d: %s/%lld vs %s/%lld", i, name, (long long)cnt, recs[i].name, (long long)recs[i].n);
+        T_EQ_INT(cnt, recs[i].n, "record %d: %s/%lld vs %s/%lld", i, name, (long long)cnt, recs[i].name, (long long)recs[i].n);
         if (cnt != recs[i].n) break;
         float *g = malloc(sizeof(float) * (size_t)cnt);
         if (fread(g, sizeof(float), (size_t)cnt, f) != (size_t)cnt) break;
@@ -179,8 +181,9 @@ static void resume_bitwise(kf_backend *be) {
         for (int s = 0; s < 4; s++) fit_step(m, ws, &st, &sb, 1e-2f, 1.0f);
         if (pass == 1) {
             kf_err err;
-            T_CHECK(model_save(m, pw, NULL, &err) == 0 && model_save(m, pm, st.m, &err) == 0 &&
-                        model_save(m, pv, st.v, &err) == 0, "save: %s", err.msg);
+            T_EQ_INT(model_save(m, pw, NULL, &err), 0, "save: %s", err.msg);
+            T_EQ_INT(model_save(m, pm, st.m, &err), 0, "save: %s", err.msg);
+            T_EQ_INT(model_save(m, pv, st.v, &err), 0, "save: %s", err.msg);
             int64_t step = st.step;
             fit_free(&st, m);
             model_ws_free(ws);
@@ -191,8 +194,8 @@ static void resume_bitwise(kf_backend *be) {
             ws = model_ws_create(m);
             fit_init(&st, m);
             st.step = step;
-            T_CHECK(model_load_into(m, pm, st.m, &err) == 0 && model_load_into(m, pv, st.v, &err) == 0,
-                    "load moments: %s", err.msg);
+            T_EQ_INT(model_load_into(m, pm, st.m, &err), 0, "load moments: %s", err.msg);
+            T_EQ_INT(model_load_into(m, pv, st.v, &err), 0, "load moments: %s", err.msg);
         }
         for (int s = 0; s < 4; s++) fit_step(m, ws, &st, &sb, 1e-2f, 1.0f);
         bytes = (size_t)m->n_params * sizeof(float);

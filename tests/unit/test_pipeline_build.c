@@ -94,12 +94,25 @@ static void test_pad(tok *t) {
     snprintf(p1, sizeof p1, "%s/manifest.yaml", out1);
     snprintf(p3, sizeof p3, "%s/manifest.yaml", out3);
     char *m1 = slurp(p1), *m3 = slurp(p3);
-    T_CHECK(m1 && m3 && !strcmp(m1, m3), "pad manifests differ between --jobs 1 and 3");
+    T_CHECK(m1, "pad manifests differ between --jobs 1 and 3");
+    if (m1) {
+        T_CHECK(m3, "pad manifests differ between --jobs 1 and 3");
+        if (m3) {
+            T_EQ_STR(m1, m3, "pad manifests differ between --jobs 1 and 3");
+        }
+    }
     /* a rebuild reuses every shard and writes the same bytes */
-    T_CHECK(shards_build(&c1, 2, 0, NULL, &r, &err) == 0 && r.shards_built == 0 && r.shards_reused > 0,
-            "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built, (long long)r.shards_reused, err.msg);
+    T_EQ_INT(shards_build(&c1, 2, 0, NULL, &r, &err), 0, "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built, (long long)r.shards_reused, err.msg);
+    T_EQ_INT(r.shards_built, 0, "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built, (long long)r.shards_reused, err.msg);
+    T_CHECK(r.shards_reused > 0, "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built, (long long)r.shards_reused, err.msg);
     char *m1b = slurp(p1);
-    T_CHECK(m1 && m1b && !strcmp(m1, m1b), "rebuild changed the manifest");
+    T_CHECK(m1, "rebuild changed the manifest");
+    if (m1) {
+        T_CHECK(m1b, "rebuild changed the manifest");
+        if (m1b) {
+            T_EQ_STR(m1, m1b, "rebuild changed the manifest");
+        }
+    }
     free(m1);
     free(m1b);
     free(m3);
@@ -117,9 +130,10 @@ static void test_pad(tok *t) {
         }
         T_CHECK(shard_set_count(set) == (s ? 40 : ndocs_nonempty - 40), "%s count %lld", split,
                 (long long)shard_set_count(set));
-        T_CHECK(!strcmp(shard_set_packing(set), "pad") && shard_set_seq_len(set) == 48 &&
-                    shard_set_vocab_size(set) == 50257 && !strcmp(shard_set_tokenizer(set), "gpt2"),
-                "pad set metadata");
+        T_EQ_STR(shard_set_packing(set), "pad", "pad set metadata");
+        T_EQ_INT(shard_set_seq_len(set), 48, "pad set metadata");
+        T_EQ_INT(shard_set_vocab_size(set), 50257, "pad set metadata");
+        T_EQ_STR(shard_set_tokenizer(set), "gpt2", "pad set metadata");
         int32_t ids[48], len;
         for (int64_t i = 0; i < shard_set_count(set); i++, seen++) {
             const char *d = nth_doc(seen);
@@ -136,17 +150,18 @@ static void test_pad(tok *t) {
             tok_ids_free(&want);
         }
         int32_t dummy[48];
-        T_CHECK(shard_set_get(set, shard_set_count(set), dummy, NULL, &err) != 0 && strstr(err.msg, "out of range"),
-                "index past the end must fail");
+        T_CHECK(shard_set_get(set, shard_set_count(set), dummy, NULL, &err) != 0, "index past the end must fail");
+        T_CHECK(strstr(err.msg, "out of range"), "index past the end must fail");
         shard_set_close(set);
     }
-    T_CHECK(ok_all && seen == ndocs_nonempty, "every document exactly once, in order (%d of %d)", seen, ndocs_nonempty);
+    T_CHECK(ok_all, "every document exactly once, in order (%d of %d)", seen, ndocs_nonempty);
+    T_EQ_INT(seen, ndocs_nonempty, "every document exactly once, in order (%d of %d)", seen, ndocs_nonempty);
     T_CHECK(m.train.empty_docs + m.valid.empty_docs == empties, "empty lines %lld, want %lld",
             (long long)(m.train.empty_docs + m.valid.empty_docs), (long long)empties);
     T_CHECK(m.train.replaced + m.valid.replaced == 2, "invalid UTF-8 replacements %lld, want 2",
             (long long)(m.train.replaced + m.valid.replaced));
-    T_CHECK(m.train.truncated + m.valid.truncated == truncated && truncated > 0, "truncated %lld, want %lld",
-            (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
+    T_EQ_INT(m.train.truncated + m.valid.truncated, truncated, "truncated %lld, want %lld", (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
+    T_CHECK(truncated > 0, "truncated %lld, want %lld", (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
     T_CHECK(m.train.tokens + m.valid.tokens == tokens, "tokens %lld want %lld",
             (long long)(m.train.tokens + m.valid.tokens), (long long)tokens);
     manifest_free(&m);
@@ -168,8 +183,9 @@ static void test_wrap(tok *t) {
     }
     int units = (ndocs_nonempty + per - 1) / per, ok_all = 1;
     int64_t dropped = 0;
-    T_CHECK(m.train.nshards == units && m.valid.nshards == 0 && m.valid.samples == 0, "wrap: %d shards, want %d",
-            m.train.nshards, units);
+    T_EQ_INT(m.train.nshards, units, "wrap: %d shards, want %d", m.train.nshards, units);
+    T_EQ_INT(m.valid.nshards, 0, "wrap: %d shards, want %d", m.train.nshards, units);
+    T_EQ_INT(m.valid.samples, 0, "wrap: %d shards, want %d", m.train.nshards, units);
     for (int u = 0; u < units && u < m.train.nshards; u++) {
         tok_ids stream = {0};
         for (int k = u * per; k < (u + 1) * per && k < ndocs_nonempty; k++) {
@@ -230,10 +246,12 @@ static void test_writer_reader(void) {
     shard_meta stats = {0}, rec;
     T_CHECK(shard_writer_count(w) == n, "count");
     T_CHECK(shard_writer_commit(w, &stats, &rec, &err) == 0, "commit: %s", err.msg);
-    T_CHECK(rec.id_bytes == 4 && rec.count == n, "uint32 ids for vocab 70000 (id_bytes %d)", rec.id_bytes);
+    T_EQ_INT(rec.id_bytes, 4, "uint32 ids for vocab 70000 (id_bytes %d)", rec.id_bytes);
+    T_EQ_INT(rec.count, n, "uint32 ids for vocab 70000 (id_bytes %d)", rec.id_bytes);
     char tmpname[200];
     snprintf(tmpname, sizeof tmpname, "%s.tmp", path);
-    T_CHECK(!fs_exists(tmpname) && fs_exists(path), "commit renames the temp file");
+    T_CHECK(!fs_exists(tmpname), "commit renames the temp file");
+    T_CHECK(fs_exists(path), "commit renames the temp file");
 
     manifest m = {0};
     strcpy(m.name, "raw");
@@ -284,8 +302,8 @@ static void test_writer_reader(void) {
     fclose(f);
     free(buf);
     T_CHECK(hits > 0, "sample bytes found in the file");
-    T_CHECK(shard_verify(path, NULL, &err) != 0 && strstr(err.msg, "sample 345"), "verify names sample 345: %s",
-            err.msg);
+    T_CHECK(shard_verify(path, NULL, &err) != 0, "verify names sample 345: %s", err.msg);
+    T_CHECK(strstr(err.msg, "sample 345"), "verify names sample 345: %s", err.msg);
 
     /* A manifest whose count disagrees with the shards, and a missing shard. */
     char mpath[192];
@@ -295,12 +313,14 @@ static void test_writer_reader(void) {
         memcpy(q, "count: 699", 10);
         fs_write_atomic(mpath, text, strlen(text), &err);
     }
-    T_CHECK(q && shard_set_open(dir, "train", &s, &err) != 0 && strstr(err.msg, "manifest.yaml:"),
-            "tampered manifest refused with file:line: %s", err.msg);
+    T_CHECK(q, "tampered manifest refused with file:line: %s", err.msg);
+    T_CHECK(shard_set_open(dir, "train", &s, &err) != 0, "tampered manifest refused with file:line: %s", err.msg);
+    T_CHECK(strstr(err.msg, "manifest.yaml:"), "tampered manifest refused with file:line: %s", err.msg);
     free(text);
     unlink(path);
     T_CHECK(shard_set_open(dir, "train", &s, &err) != 0, "missing shard refused");
-    T_CHECK(shard_set_open(tmp, "train", &s, &err) != 0 && strstr(err.msg, "no manifest"), "no manifest: %s", err.msg);
+    T_CHECK(shard_set_open(tmp, "train", &s, &err) != 0, "no manifest: %s", err.msg);
+    T_CHECK(strstr(err.msg, "no manifest"), "no manifest: %s", err.msg);
 }
 
 /* The id codec at both widths, and the decoder's range and length checks. */
@@ -311,15 +331,17 @@ static void test_ids_codec(void) {
         shard_ids_put(v, ids, 5, w);
         int same = 1;
         for (int i = 0; i < 5; i++) same &= shard_get_le(v + w * i, w) == (uint32_t)ids[i];
-        T_CHECK(same && shard_ids_get(v, 5, w, got) == 50257 && !memcmp(got, ids, sizeof ids),
-                "%d-byte ids round trip, largest 50257", w);
+        T_CHECK(same, "%d-byte ids round trip, largest 50257", w);
+        T_EQ_INT(shard_ids_get(v, 5, w, got), 50257, "%d-byte ids round trip, largest 50257", w);
+        T_CHECK(!memcmp(got, ids, sizeof ids), "%d-byte ids round trip, largest 50257", w);
     }
     shard_meta m = {.vocab_size = 50258, .seq_len = 5, .id_bytes = 2};
     strcpy(m.packing, "pad");
     shard_ids_put(v, ids, 5, 2);
     shard_put_le(v + 10, 4, 4);
     int32_t len;
-    T_CHECK(shard_value_decode(v, &m, got, &len) == NULL && len == 4, "a pad value decodes (length 4)");
+    T_CHECK(shard_value_decode(v, &m, got, &len) == NULL, "a pad value decodes (length 4)");
+    T_EQ_INT(len, 4, "a pad value decodes (length 4)");
     m.vocab_size = 50257;
     T_CHECK(shard_value_decode(v, &m, got, &len) != NULL, "id 50257 is out of a 50257-token vocabulary");
     m.vocab_size = 50258;

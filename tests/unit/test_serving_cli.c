@@ -139,25 +139,57 @@ static void bench_tests(void) {
                 ck && ck->type == JSON_STRING ? ck->str.s : "(none)");
         /* the exact protocol: data 32 - prefix 6 = 26 in the 32-token models; k = 4
          * ends with a 2-token step (was 20: rounded to a multiple of every k) */
-        T_CHECK(mn && mn->i == 26, "max_new %lld, want 26", mn ? (long long)mn->i : -1LL);
-        T_CHECK(rows && rows->n == 6, "%zu rows, want 3 methods x 2 batches", rows ? rows->n : 0);
+        T_CHECK(mn, "max_new %lld, want 26", mn ? (long long)mn->i : -1LL);
+        if (mn) {
+            T_EQ_INT(mn->i, 26, "max_new %lld, want 26", mn ? (long long)mn->i : -1LL);
+        }
+        T_CHECK(rows, "%zu rows, want 3 methods x 2 batches", rows ? rows->n : 0);
+        if (rows) {
+            T_EQ_INT(rows->n, 6, "%zu rows, want 3 methods x 2 batches", rows ? rows->n : 0);
+        }
         for (size_t i = 0; rows && i < rows->n; i++) {
             const json *x = &rows->kids[i], *tps = json_get(x, "tokens_per_s"), *sp = json_get(x, "speedup");
             const json *me = json_get(x, "method");
-            T_CHECK(tps && tps->num > 0, "row %zu: tokens/s", i);
-            if (me && !strcmp(me->str.s, "AR")) T_CHECK(sp && sp->num == 1.0, "AR speedup is 1");
+            T_CHECK(tps, "row %zu: tokens/s", i);
+            if (tps) {
+                T_CHECK(tps->num > 0, "row %zu: tokens/s", i);
+            }
+            if (me && !strcmp(me->str.s, "AR")) {
+                    T_CHECK(sp, "AR speedup is 1");
+                    if (sp) {
+                        T_NEAR(sp->num, 1.0, 0, "AR speedup is 1");
+                    }
+                }
             const json *ppl = json_get(x, "gen_ppl"), *ent = json_get(x, "entropy"), *ml = json_get(x, "mean_len");
             const json *d2 = json_get(x, "distinct_2"), *fl = json_get(x, "flag");
-            T_CHECK(ppl && ppl->type == JSON_NUMBER && ppl->num >= 1, "row %zu: gen_ppl got %g want a number >= 1", i,
-                    ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
-            T_CHECK(ent && ent->type == JSON_NUMBER && ent->num >= 0, "row %zu: entropy got %g want >= 0", i,
-                    ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
-            T_CHECK(ml && ml->type == JSON_NUMBER && ml->num >= 0 && ml->num <= 26, "row %zu: mean_len got %g want "
-                    "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
-            T_CHECK(d2 && d2->type != JSON_STRING, "row %zu: distinct_2 present", i);
+            T_CHECK(ppl, "row %zu: gen_ppl got %g want a number >= 1", i, ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
+            if (ppl) {
+                T_EQ_INT(ppl->type, JSON_NUMBER, "row %zu: gen_ppl got %g want a number >= 1", i, ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
+                T_CHECK(ppl->num >= 1, "row %zu: gen_ppl got %g want a number >= 1", i, ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
+            }
+            T_CHECK(ent, "row %zu: entropy got %g want >= 0", i, ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
+            if (ent) {
+                T_EQ_INT(ent->type, JSON_NUMBER, "row %zu: entropy got %g want >= 0", i, ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
+                T_CHECK(ent->num >= 0, "row %zu: entropy got %g want >= 0", i, ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
+            }
+            T_CHECK(ml, "row %zu: mean_len got %g want " "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+            if (ml) {
+                T_EQ_INT(ml->type, JSON_NUMBER, "row %zu: mean_len got %g want " "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+                T_CHECK(ml->num >= 0, "row %zu: mean_len got %g want " "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+                T_CHECK(ml->num <= 26, "row %zu: mean_len got %g want " "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+            }
+            T_CHECK(d2, "row %zu: distinct_2 present", i);
+            if (d2) {
+                T_CHECK(d2->type != JSON_STRING, "row %zu: distinct_2 present", i);
+            }
             if (me && !strcmp(me->str.s, "AR"))
-                T_CHECK(fl && fl->type == JSON_STRING && fl->str.len == 0, "AR's own flag: got \"%s\" want \"\"",
-                        fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
+                {
+                    T_CHECK(fl, "AR's own flag: got \"%s\" want \"\"", fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
+                    if (fl) {
+                        T_EQ_INT(fl->type, JSON_STRING, "AR's own flag: got \"%s\" want \"\"", fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
+                        T_EQ_INT(fl->str.len, 0, "AR's own flag: got \"%s\" want \"\"", fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
+                    }
+                }
         }
         json_free(d);
     }
@@ -165,7 +197,8 @@ static void bench_tests(void) {
     snprintf(p, sizeof p, "%s/b.png", T);
     char *png;
     if (fs_read_file(p, &png, &len, &err) == 0) {
-        T_CHECK(len > 8 && !memcmp(png, "\x89PNG", 4), "bench chart is a PNG");
+        T_CHECK(len > 8, "bench chart is a PNG");
+        T_CHECK(!memcmp(png, "\x89PNG", 4), "bench chart is a PNG");
         free(png);
     } else {
         T_CHECK(0, "no chart: %s", err.msg);
@@ -178,8 +211,10 @@ static void bench_tests(void) {
     if (fs_read_file(p, &text, &len, &err) == 0) {
         json_doc *x = json_parse(text, len, p, &err);
         const json *pl = x ? json_get(json_root(x), "prefix_len") : NULL;
-        T_CHECK(pl && pl->i == SEQ / 2, "default prefix: got %lld want half the context, %d",
-                pl ? (long long)pl->i : -1LL, SEQ / 2);
+        T_CHECK(pl, "default prefix: got %lld want half the context, %d", pl ? (long long)pl->i : -1LL, SEQ / 2);
+        if (pl) {
+            T_EQ_INT(pl->i, SEQ / 2, "default prefix: got %lld want half the context, %d", pl ? (long long)pl->i : -1LL, SEQ / 2);
+        }
         const json *ck = x ? json_get(json_root(x), "clock") : NULL, *rows = x ? json_get(json_root(x), "rows") : NULL;
         T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "cpu"), "--clock cpu: got \"%s\" want \"cpu\"",
                 ck && ck->type == JSON_STRING ? ck->str.s : "(none)");
@@ -246,7 +281,8 @@ static void import_tests(model *ar, model *pf) {
     snprintf(p, sizeof p, "%s/run/stages/ar/final/model.safetensors", T);
     kf_err err;
     model_config c;
-    T_CHECK(model_read_config(p, &c, &err) == 0 && c.kind == MODEL_AR, "final/model.safetensors loads");
+    T_EQ_INT(model_read_config(p, &c, &err), 0, "final/model.safetensors loads");
+    T_EQ_INT(c.kind, MODEL_AR, "final/model.safetensors loads");
     T_CHECK(run(import_main, cmd) == 1, "a second import without --force is refused");
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --run-dir %s/run --stage ar --force", T, T);
     T_CHECK(run(import_main, cmd) == 0, "--force replaces");

@@ -66,7 +66,9 @@ int main(void) {
     /* clean */
     int32_t c0[] = {5, MASK, 6, EOS, 7}, o[8];
     int64_t n0 = quality_clean(c0, 5, EOS, MASK, o);
-    T_CHECK(n0 == 2 && o[0] == 5 && o[1] == 6, "clean: got %lld ids", (long long)n0);
+    T_EQ_INT(n0, 2, "clean: got %lld ids", (long long)n0);
+    T_EQ_INT(o[0], 5, "clean: got %lld ids", (long long)n0);
+    T_EQ_INT(o[1], 6, "clean: got %lld ids", (long long)n0);
     T_CHECK(quality_clean(c0, 5, -1, -1, o) == 5, "clean without eos/strip keeps everything");
 
     /* distinct-n: [1 2 1 2], [1 2 3], [4 EOS 9 9] -> cleaned [1 2 1 2] [1 2 3] [4] */
@@ -98,7 +100,8 @@ int main(void) {
     quality_row nan_ppl = {.gen_ppl = NAN, .st = {.entropy = 3.0, .mean_len = 50}};
     char why[160], row[256];
     int nf = quality_flag(&edge, &ar, why, sizeof why);
-    T_CHECK(nf == 0 && !why[0], "flag at the bounds: got %d reasons \"%s\", want 0 \"\"", nf, why);
+    T_EQ_INT(nf, 0, "flag at the bounds: got %d reasons \"%s\", want 0 \"\"", nf, why);
+    T_CHECK(!why[0], "flag at the bounds: got %d reasons \"%s\", want 0 \"\"", nf, why);
     nf = quality_flag(&bad, &ar, why, sizeof why);
     T_CHECK(nf == 3, "flag past every bound: got %d reasons (%s), want 3", nf, why);
     T_CHECK(!strcmp(why, "Gen-PPL 1.31x AR > 1.3; entropy 0.90x AR < 0.9; length 0.90x AR < 0.9"),
@@ -177,13 +180,13 @@ int main(void) {
 
     /* errors */
     comp[2][0] = V + 5;
-    T_CHECK(quality_genppl(m, s, NS, EOS, 3, &q, &err) == -1 && strstr(err.msg, "vocabulary"),
-            "an id outside the vocabulary is refused");
+    T_EQ_INT(quality_genppl(m, s, NS, EOS, 3, &q, &err), -1, "an id outside the vocabulary is refused");
+    T_CHECK(strstr(err.msg, "vocabulary"), "an id outside the vocabulary is refused");
     model_free(m);
     cfg.kind = MODEL_PFLM;
     m = model_create(be, &cfg);
-    T_CHECK(quality_genppl(m, s, NS, EOS, 3, &q, &err) == -1 && strstr(err.msg, "AR"),
-            "a PFLM evaluator is refused");
+    T_EQ_INT(quality_genppl(m, s, NS, EOS, 3, &q, &err), -1, "a PFLM evaluator is refused");
+    T_CHECK(strstr(err.msg, "AR"), "a PFLM evaluator is refused");
     model_free(m);
     be->destroy(be);
     return T_DONE();

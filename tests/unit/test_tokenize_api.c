@@ -46,14 +46,15 @@ static void test_gpt2(void)
     if (!t) return;
     T_CHECK(!strcmp(tok_name(t), "gpt2"), "name %s", tok_name(t));
     T_CHECK(tok_vocab_size(t) == 50257, "vocab size %lld", (long long)tok_vocab_size(t));
-    T_CHECK(tok_special_id(t, "eos") == 50256 && tok_special_id(t, "bos") == 50256, "eos/bos");
+    T_EQ_INT(tok_special_id(t, "eos"), 50256, "eos/bos");
+    T_EQ_INT(tok_special_id(t, "bos"), 50256, "eos/bos");
     T_CHECK(tok_special_id(t, "cls") == -1, "gpt2 has no cls");
 
     /* sha256 over vocab.json then merges.txt */
     char *a, *b;
     size_t na, nb;
-    T_CHECK(!fs_read_file("data/vocab/gpt2/vocab.json", &a, &na, &err) &&
-                !fs_read_file("data/vocab/gpt2/merges.txt", &b, &nb, &err), "read vocab files");
+    T_CHECK(!fs_read_file("data/vocab/gpt2/vocab.json", &a, &na, &err), "read vocab files");
+    T_CHECK(!fs_read_file("data/vocab/gpt2/merges.txt", &b, &nb, &err), "read vocab files");
     sha256_ctx c;
     sha256_init(&c);
     sha256_update(&c, a, na);
@@ -78,8 +79,10 @@ static void test_gpt2(void)
     tok_encode(t, s, strlen(s), 1, &sp, NULL);
     int has_plain = 0;
     for (size_t i = 0; i < plain.n; i++) has_plain |= plain.v[i] == 50256;
-    T_CHECK(!has_plain && plain.n > 3, "plain text <|endoftext|> is split as text (%zu ids)", plain.n);
-    T_CHECK(sp.n == 3 && sp.v[1] == 50256, "allow_special: %zu ids", sp.n);
+    T_CHECK(!has_plain, "plain text <|endoftext|> is split as text (%zu ids)", plain.n);
+    T_CHECK(plain.n > 3, "plain text <|endoftext|> is split as text (%zu ids)", plain.n);
+    T_EQ_INT(sp.n, 3, "allow_special: %zu ids", sp.n);
+    T_EQ_INT(sp.v[1], 50256, "allow_special: %zu ids", sp.n);
 
     /* invalid UTF-8: each maximal subpart -> one U+FFFD, counted */
     static const struct { const char *bytes; size_t n; int64_t bad; const char *fixed; } inv[] = {
@@ -95,9 +98,10 @@ static void test_gpt2(void)
         int64_t nbad = 0, nbad2 = 0;
         tok_encode(t, inv[i].bytes, inv[i].n, 0, &x, &nbad);
         tok_encode(t, inv[i].fixed, strlen(inv[i].fixed), 0, &y, &nbad2);
-        T_CHECK(nbad == inv[i].bad && nbad2 == 0, "invalid case %zu: %lld replacements, want %lld", i,
-                (long long)nbad, (long long)inv[i].bad);
-        T_CHECK(x.n == y.n && !memcmp(x.v, y.v, x.n * sizeof *x.v), "invalid case %zu: ids differ from repaired text", i);
+        T_EQ_INT(nbad, inv[i].bad, "invalid case %zu: %lld replacements, want %lld", i, (long long)nbad, (long long)inv[i].bad);
+        T_EQ_INT(nbad2, 0, "invalid case %zu: %lld replacements, want %lld", i, (long long)nbad, (long long)inv[i].bad);
+        T_EQ_INT(x.n, y.n, "invalid case %zu: ids differ from repaired text", i);
+        T_CHECK(!memcmp(x.v, y.v, x.n * sizeof *x.v), "invalid case %zu: ids differ from repaired text", i);
         tok_ids_free(&x);
         tok_ids_free(&y);
     }
@@ -112,12 +116,14 @@ static void test_gpt2(void)
             tok_encode(t, buf, (size_t)n, 0, o, NULL);
         }
     }
-    T_CHECK(first.n == again.n && !memcmp(first.v, again.v, first.n * sizeof *first.v), "cache changes results");
+    T_EQ_INT(first.n, again.n, "cache changes results");
+    T_CHECK(!memcmp(first.v, again.v, first.n * sizeof *first.v), "cache changes results");
 
     int32_t badid[] = {1, 50257};
     tok_bytes out = {0};
-    T_CHECK(tok_decode(t, badid, 2, &out, &err) == -1 && strstr(err.msg, "50257") && strstr(err.msg, "position 1"),
-            "unknown id: %s", err.msg);
+    T_EQ_INT(tok_decode(t, badid, 2, &out, &err), -1, "unknown id: %s", err.msg);
+    T_CHECK(strstr(err.msg, "50257"), "unknown id: %s", err.msg);
+    T_CHECK(strstr(err.msg, "position 1"), "unknown id: %s", err.msg);
     tok_bytes_free(&out);
     tok_ids_free(&plain);
     tok_ids_free(&sp);
@@ -129,27 +135,37 @@ static void test_gpt2(void)
 static void test_load_errors(void)
 {
     kf_err err = {{0}};
-    T_CHECK(!tok_load("gpt3", gpt2_dir, &err) && strstr(err.msg, "gpt3"), "unknown kind: %s", err.msg);
-    T_CHECK(!tok_load("gpt2", "/nonexistent-dir", &err) && strstr(err.msg, "/nonexistent-dir/vocab.json"),
-            "missing dir: %s", err.msg);
+    T_CHECK(!tok_load("gpt3", gpt2_dir, &err), "unknown kind: %s", err.msg);
+    T_CHECK(strstr(err.msg, "gpt3"), "unknown kind: %s", err.msg);
+    T_CHECK(!tok_load("gpt2", "/nonexistent-dir", &err), "missing dir: %s", err.msg);
+    T_CHECK(strstr(err.msg, "/nonexistent-dir/vocab.json"), "missing dir: %s", err.msg);
     char dir[] = "/tmp/kf-tok-XXXXXX";
     KF_CHECK(mkdtemp(dir), "mkdtemp");
     char p1[300], p2[300];
     snprintf(p1, sizeof p1, "%s/vocab.json", dir);
     snprintf(p2, sizeof p2, "%s/merges.txt", dir);
-    /* a byte-level vocab needs all 256 bytes; this one has 2 tokens */
-    write_file(p1, "{\"a\": 0, \"b\": 1}");
+    /* broken GPT-2 vocabularies, each refused with a message naming the fault */
+    static const struct {
+        const char *what, *vocab, *want;
+    } bad[] = {
+        /* a byte-level vocab needs all 256 bytes; this one has 2 tokens */
+        {"incomplete vocab", "{\"a\": 0, \"b\": 1}", "byte 0x"},
+        {"duplicate id", "{\"a\": 0, \"b\": 0}", "used twice"},
+        {"bad json", "{\"a\": 0,}", "vocab.json:1:9"},
+    };
     write_file(p2, "#version: 0.2\na b\n");
-    T_CHECK(!tok_load("gpt2", dir, &err) && strstr(err.msg, "byte 0x"), "incomplete vocab: %s", err.msg);
-    write_file(p1, "{\"a\": 0, \"b\": 0}");
-    T_CHECK(!tok_load("gpt2", dir, &err) && strstr(err.msg, "used twice"), "duplicate id: %s", err.msg);
-    write_file(p1, "{\"a\": 0,}");
-    T_CHECK(!tok_load("gpt2", dir, &err) && strstr(err.msg, "vocab.json:1:9"), "bad json: %s", err.msg);
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        write_file(p1, bad[k].vocab);
+        T_CHECK(!tok_load("gpt2", dir, &err), "%s: loaded", bad[k].what);
+        T_CHECK(strstr(err.msg, bad[k].want), "%s: got '%s', want it to say '%s'", bad[k].what, err.msg,
+                bad[k].want);
+    }
     unlink(p1);
     unlink(p2);
     snprintf(p1, sizeof p1, "%s/vocab.txt", dir);
     write_file(p1, "[PAD]\nhello\n");
-    T_CHECK(!tok_load("bert", dir, &err) && strstr(err.msg, "[UNK]"), "bert without [UNK]: %s", err.msg);
+    T_CHECK(!tok_load("bert", dir, &err), "bert without [UNK]: %s", err.msg);
+    T_CHECK(strstr(err.msg, "[UNK]"), "bert without [UNK]: %s", err.msg);
     unlink(p1);
     rmdir(dir);
 }
@@ -194,23 +210,25 @@ static void test_clone(void)
     if (len > 400000) len = 400000;
     tok *ref = tok_load("gpt2", gpt2_dir, &err);
     tok *t = tok_load("gpt2", gpt2_dir, &err);
-    T_CHECK(ref && t, "load: %s", err.msg);
+    T_CHECK(ref, "load: %s", err.msg);
+    T_CHECK(t, "load: %s", err.msg);
     if (!ref || !t) return;
     enc_job want = {ref, text, len, {0}};
     enc_run(&want);
     tok *c1 = tok_clone(t), *c2 = tok_clone(c1);
-    T_CHECK(!strcmp(tok_name(c2), "gpt2") && !strcmp(tok_vocab_sha256(c2), tok_vocab_sha256(t)) &&
-                tok_vocab_size(c2) == tok_vocab_size(t),
-            "a clone reports the original's name, hash and size");
+    T_EQ_STR(tok_name(c2), "gpt2", "a clone reports the original's name, hash and size");
+    T_EQ_STR(tok_vocab_sha256(c2), tok_vocab_sha256(t), "a clone reports the original's name, hash and size");
+    T_EQ_INT(tok_vocab_size(c2), tok_vocab_size(t), "a clone reports the original's name, hash and size");
     tok_free(t); /* the clones keep the tables */
     enc_job jobs[2] = {{c1, text, len, {0}}, {c2, text, len, {0}}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, enc_run, &jobs[i]);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     for (int i = 0; i < 2; i++)
-        T_CHECK(jobs[i].ids.n == want.ids.n && !memcmp(jobs[i].ids.v, want.ids.v, want.ids.n * sizeof *want.ids.v),
-                "clone %d on its own thread: %zu ids, want %zu (or different ids)", i + 1, jobs[i].ids.n,
-                want.ids.n);
+        {
+            T_EQ_INT(jobs[i].ids.n, want.ids.n, "clone %d on its own thread: %zu ids, want %zu (or different ids)", i + 1, jobs[i].ids.n, want.ids.n);
+            T_CHECK(!memcmp(jobs[i].ids.v, want.ids.v, want.ids.n * sizeof *want.ids.v), "clone %d on its own thread: %zu ids, want %zu (or different ids)", i + 1, jobs[i].ids.n, want.ids.n);
+        }
     T_CHECK(want.ids.n > 50000, "the text gave %zu ids", want.ids.n);
     for (int i = 0; i < 2; i++) tok_ids_free(&jobs[i].ids);
     tok_ids_free(&want.ids);
@@ -232,10 +250,14 @@ static void test_bert(void)
     tok *t = tok_load("bert", dir, &err);
     T_CHECK(t != NULL, "load bert: %s", err.msg);
     if (!t) return;
-    T_CHECK(!strcmp(tok_name(t), "bert-uncased") && tok_vocab_size(t) == 16, "bert name/size");
-    T_CHECK(tok_special_id(t, "cls") == 2 && tok_special_id(t, "sep") == 3 && tok_special_id(t, "pad") == 0 &&
-                tok_special_id(t, "unk") == 1 && tok_special_id(t, "mask") == 4 && tok_special_id(t, "eos") == -1,
-            "bert special ids");
+    T_EQ_STR(tok_name(t), "bert-uncased", "bert name/size");
+    T_EQ_INT(tok_vocab_size(t), 16, "bert name/size");
+    T_EQ_INT(tok_special_id(t, "cls"), 2, "bert special ids");
+    T_EQ_INT(tok_special_id(t, "sep"), 3, "bert special ids");
+    T_EQ_INT(tok_special_id(t, "pad"), 0, "bert special ids");
+    T_EQ_INT(tok_special_id(t, "unk"), 1, "bert special ids");
+    T_EQ_INT(tok_special_id(t, "mask"), 4, "bert special ids");
+    T_EQ_INT(tok_special_id(t, "eos"), -1, "bert special ids");
     expect_bert(t, "UnAffable, HELLO!", 0, "5 6 7 9 8 10");   /* lowercase + longest match + punctuation */
     expect_bert(t, "Café  h\xC3\xA9llo", 0, "14 8");            /* accents stripped (NFC é and e+U+0301) */
     expect_bert(t, "cafe\xCC\x81", 0, "14");
@@ -262,8 +284,9 @@ static void test_bert(void)
     expect_bert(t, "UnAffable, HELLO!", 0, "5 6 7 9 8 10");
     int32_t ids[] = {5, 6, 7, 9, 8};
     tok_bytes out = {0};
-    T_CHECK(!tok_decode(t, ids, 5, &out, &err) && out.n == 17 && !memcmp(out.v, "unaffable , hello", 17),
-            "bert decode: %.*s", (int)out.n, out.v);
+    T_CHECK(!tok_decode(t, ids, 5, &out, &err), "bert decode: %.*s", (int)out.n, out.v);
+    T_EQ_INT(out.n, 17, "bert decode: %.*s", (int)out.n, out.v);
+    T_CHECK(!memcmp(out.v, "unaffable , hello", 17), "bert decode: %.*s", (int)out.n, out.v);
     tok_bytes_free(&out);
     tok_free(t);
     unlink(path);

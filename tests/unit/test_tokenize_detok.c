@@ -15,8 +15,9 @@ static void check(detok_fn f, const char *name, const char *in, const char *want
     tok_bytes_append(&out, "<", 1); /* output is appended, not overwritten */
     f(in, strlen(in), &out);
     size_t wl = strlen(want);
-    T_CHECK(out.n == wl + 1 && out.v[0] == '<' && !memcmp(out.v + 1, want, wl), "%s(\"%s\"):\n  got  \"%.*s\"\n  want \"%s\"",
-            name, in, (int)(out.n ? out.n - 1 : 0), out.v + 1, want);
+    T_EQ_INT(out.n, wl + 1, "%s(\"%s\"):\n  got  \"%.*s\"\n  want \"%s\"", name, in, (int)(out.n ? out.n - 1 : 0), out.v + 1, want);
+    T_EQ_INT(out.v[0], '<', "%s(\"%s\"):\n  got  \"%.*s\"\n  want \"%s\"", name, in, (int)(out.n ? out.n - 1 : 0), out.v + 1, want);
+    T_CHECK(!memcmp(out.v + 1, want, wl), "%s(\"%s\"):\n  got  \"%.*s\"\n  want \"%s\"", name, in, (int)(out.n ? out.n - 1 : 0), out.v + 1, want);
     tok_bytes_free(&out);
 }
 

@@ -49,7 +49,8 @@ int main(void) {
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     kf_err err = {{0}};
     dist d;
-    T_CHECK(dist_init(&d, NULL, NULL, 10, &err) == 0 && d.world == 1, "dist single process");
+    T_EQ_INT(dist_init(&d, NULL, NULL, 10, &err), 0, "dist single process");
+    T_EQ_INT(d.world, 1, "dist single process");
     kf_backend *b = kernels_cpu_create();
     model_config c = cfg();
     model *m = model_create(b, &c);
@@ -82,44 +83,65 @@ int main(void) {
     snprintf(path, sizeof path, "%s/latest", ck);
     char *txt;
     size_t len;
-    T_CHECK(fs_read_file(path, &txt, &len, &err) == 0 && !strcmp(txt, "step-9\n"), "latest names step-9");
+    T_EQ_INT(fs_read_file(path, &txt, &len, &err), 0, "latest names step-9");
+    T_EQ_STR(txt, "step-9\n", "latest names step-9");
     free(txt);
 
     ckpt_meta got;
-    T_CHECK(ckpt_find(ck, found, sizeof found, &got) == 1 && strstr(found, "step-9"), "newest found: %s", found);
-    T_CHECK(got.step == 9 && got.cursor == 36 && got.opt.adam_t == 8 && got.opt.scale == 1024.0 / 9 &&
-                got.world == 1 && !strcmp(got.phase, "fp32") && got.id.model.hidden == 16 &&
-                !strcmp(got.id.tokenizer, "gpt2"), "state round-trips");
+    T_EQ_INT(ckpt_find(ck, found, sizeof found, &got), 1, "newest found: %s", found);
+    T_CHECK(strstr(found, "step-9"), "newest found: %s", found);
+    T_EQ_INT(got.step, 9, "state round-trips");
+    T_EQ_INT(got.cursor, 36, "state round-trips");
+    T_EQ_INT(got.opt.adam_t, 8, "state round-trips");
+    T_NEAR(got.opt.scale, 1024.0 / 9, 0, "state round-trips");
+    T_EQ_INT(got.world, 1, "state round-trips");
+    T_EQ_STR(got.phase, "fp32", "state round-trips");
+    T_EQ_INT(got.id.model.hidden, 16, "state round-trips");
+    T_EQ_STR(got.id.tokenizer, "gpt2", "state round-trips");
 
     /* load into a fresh model: bitwise equal */
     model *m2 = model_create(b, &c);
     float *e2 = b->alloc(b, (size_t)n * 4), *am2 = b->alloc(b, (size_t)n * 4), *av2 = b->alloc(b, (size_t)n * 4);
     rng_state r2;
-    T_CHECK(ckpt_load(found, 0, m2, e2, am2, av2, &r2) == 1 && r2.counter == 36 && r2.stream == 9,
-            "rank RNG state restored");
-    T_CHECK(same(b, m->params, m2->params, n) && same(b, ema, e2, n) && same(b, am, am2, n) &&
-                same(b, av, av2, n), "weights, EMA and moments restored bitwise");
+    T_EQ_INT(ckpt_load(found, 0, m2, e2, am2, av2, &r2), 1, "rank RNG state restored");
+    T_EQ_INT(r2.counter, 36, "rank RNG state restored");
+    T_EQ_INT(r2.stream, 9, "rank RNG state restored");
+    T_CHECK(same(b, m->params, m2->params, n), "weights, EMA and moments restored bitwise");
+    T_CHECK(same(b, ema, e2, n), "weights, EMA and moments restored bitwise");
+    T_CHECK(same(b, am, am2, n), "weights, EMA and moments restored bitwise");
+    T_CHECK(same(b, av, av2, n), "weights, EMA and moments restored bitwise");
     T_CHECK(ckpt_load(found, 3, m2, e2, am2, av2, &r2) == 0, "no file for a rank beyond the writer's world");
 
     /* compatibility */
     ckpt_identity id = meta.id;
     T_CHECK(ckpt_check_compatible(&got, &id, 4, &err) == 0, "same identity resumes");
     id.model.hidden = 32;
-    T_CHECK(ckpt_check_compatible(&got, &id, 4, &err) == -1 && strstr(err.msg, "model shape"), "shape refused: %s", err.msg);
+    T_EQ_INT(ckpt_check_compatible(&got, &id, 4, &err), -1, "shape refused: %s", err.msg);
+    T_CHECK(strstr(err.msg, "model shape"), "shape refused: %s", err.msg);
     id = meta.id;
     memset(id.data_manifest, '0', 64);
-    T_CHECK(ckpt_check_compatible(&got, &id, 4, &err) == -1 && strstr(err.msg, "dataset manifest"), "dataset refused");
+    T_EQ_INT(ckpt_check_compatible(&got, &id, 4, &err), -1, "dataset refused");
+    T_CHECK(strstr(err.msg, "dataset manifest"), "dataset refused");
     id = meta.id;
     snprintf(id.tokenizer, sizeof id.tokenizer, "bert-uncased");
-    T_CHECK(ckpt_check_compatible(&got, &id, 4, &err) == -1 && strstr(err.msg, "tokenizer"), "tokenizer refused");
-    T_CHECK(ckpt_check_compatible(&got, &meta.id, 8, &err) == -1 && strstr(err.msg, "global batch"), "batch refused");
+    T_EQ_INT(ckpt_check_compatible(&got, &id, 4, &err), -1, "tokenizer refused");
+    T_CHECK(strstr(err.msg, "tokenizer"), "tokenizer refused");
+    T_EQ_INT(ckpt_check_compatible(&got, &meta.id, 8, &err), -1, "batch refused");
+    T_CHECK(strstr(err.msg, "global batch"), "batch refused");
 
     /* corruption: flip a byte of step-9's adam_v -> step-6 is chosen */
     snprintf(path, sizeof path, "%s/step-9/adam_v.safetensors", ck);
     flip_byte(path, 200);
-    T_CHECK(ckpt_verify(found, NULL, &err) == -1 && strstr(err.msg, "sha256"), "corruption detected: %s", err.msg);
-    T_CHECK(ckpt_find(ck, found, sizeof found, &got) == 1 && strstr(found, "step-6") && got.step == 6,
-            "corrupt newest skipped: %s", found);
+    T_EQ_INT(ckpt_verify(found, NULL, &err), -1, "corruption detected: %s", err.msg);
+    T_CHECK(strstr(err.msg, "sha256"), "corruption detected: %s", err.msg);
+    t_stderr_begin(); /* the skip warning is expected: checked, kept out of the log */
+    T_EQ_INT(ckpt_find(ck, found, sizeof found, &got), 1, "corrupt newest skipped: %s", found);
+    char *warned = t_stderr_end();
+    T_CHECK(strstr(warned, "skipping checkpoint"), "warning says it skips: %s", warned);
+    T_CHECK(strstr(warned, "step-9"), "warning names the corrupt step-9: %s", warned);
+    free(warned);
+    T_CHECK(strstr(found, "step-6"), "corrupt newest skipped: %s", found);
+    T_EQ_INT(got.step, 6, "corrupt newest skipped: %s", found);
     /* partial newer ones: a directory without state.yaml, a truncated file, a .tmp */
     snprintf(path, sizeof path, "%s/step-12", ck);
     fs_mkdir_p(path, &err);
@@ -130,7 +152,13 @@ int main(void) {
     ckpt_save(ck, &d, m, ema, am, av, &meta, &rng, 10);
     snprintf(path, sizeof path, "%s/step-18/ema.safetensors", ck);
     T_CHECK(truncate(path, 100) == 0, "truncate");
-    T_CHECK(ckpt_find(ck, found, sizeof found, &got) == 1 && strstr(found, "step-6"), "partial/truncated skipped: %s", found);
+    t_stderr_begin();
+    T_EQ_INT(ckpt_find(ck, found, sizeof found, &got), 1, "partial/truncated skipped: %s", found);
+    warned = t_stderr_end();
+    T_CHECK(strstr(warned, "step-18"), "warning names the truncated step-18: %s", warned);
+    T_CHECK(strstr(warned, "step-12"), "warning names the unfinished step-12: %s", warned);
+    free(warned);
+    T_CHECK(strstr(found, "step-6"), "partial/truncated skipped: %s", found);
 
     /* final weights and teacher resolution */
     char fin[64], tf[4096], sha[65], want[65];
@@ -138,17 +166,23 @@ int main(void) {
     ckpt_write_final(fin, m, ema, &meta);
     T_CHECK(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err) == 0, "final verifies: %s", err.msg);
     sha256_file_hex(tf, want, &err);
-    T_CHECK(!strcmp(sha, want) && strstr(tf, "final/model.safetensors"), "teacher file and sha");
+    T_EQ_STR(sha, want, "teacher file and sha");
+    T_CHECK(strstr(tf, "final/model.safetensors"), "teacher file and sha");
     model *t = model_load(b, tf, &err);
-    T_CHECK(t && same(b, t->params, ema, n), "final holds the EMA weights");
+    T_CHECK(t, "final holds the EMA weights");
+    if (t) {
+        T_CHECK(same(b, t->params, ema, n), "final holds the EMA weights");
+    }
     model_free(t);
     flip_byte(tf, 300);
     T_CHECK(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err) == -1, "modified teacher refused");
     snprintf(path, sizeof path, "%s/DONE", fin);
     unlink(path);
-    T_CHECK(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err) == -1 && strstr(err.msg, "DONE"), "unfinished stage refused");
+    T_EQ_INT(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err), -1, "unfinished stage refused");
+    T_CHECK(strstr(err.msg, "DONE"), "unfinished stage refused");
     snprintf(path, sizeof path, "%s/step-6", ck);
-    T_CHECK(ckpt_resolve_teacher(path, tf, sizeof tf, sha, &err) == 0 && strstr(tf, "ema.safetensors"), "checkpoint dir as teacher");
+    T_EQ_INT(ckpt_resolve_teacher(path, tf, sizeof tf, sha, &err), 0, "checkpoint dir as teacher");
+    T_CHECK(strstr(tf, "ema.safetensors"), "checkpoint dir as teacher");
 
     model_free(m), model_free(m2);
     b->free(b, ema), b->free(b, am), b->free(b, av), b->free(b, e2), b->free(b, am2), b->free(b, av2);

@@ -40,11 +40,12 @@ static void read_world(const char *dir, int world, int64_t micro, int64_t from_s
         for (int r = 0; r < world; r++)
             for (int64_t a = 0; a < accum; a++) {
                 const loader_batch *b = loader_next(l[r]);
-                T_CHECK(b->step == from_step + s && b->micro == a, "step/micro tags");
+                T_EQ_INT(b->step, from_step + s, "step/micro tags");
+                T_EQ_INT(b->micro, a, "step/micro tags");
                 for (int64_t i = 0; i < b->n; i++) {
                     /* the sample's data really is sample b->sample[i] (fixture ids) */
-                    T_CHECK(b->ids[i * SEQ] == (int32_t)((b->sample[i] * 7) % V) &&
-                                b->len[i] == SEQ, "sample content");
+                    T_EQ_INT(b->ids[i * SEQ], (int32_t)((b->sample[i] * 7) % V), "sample content");
+                    T_EQ_INT(b->len[i], SEQ, "sample content");
                     out[s * G + j++] = b->sample[i];
                 }
             }
@@ -86,8 +87,10 @@ int main(void) {
     }
     int perm0 = 1, perm1 = 1;
     for (int i = 0; i < N; i++) perm0 &= seen0[i] == 1, perm1 &= seen1[i] == 1;
-    T_CHECK(perm0 && perm1, "each epoch visits every sample exactly once");
-    T_CHECK(same < N / 4 && identity < N / 4, "epochs are shuffled differently (%d same, %d fixed)", same, identity);
+    T_CHECK(perm0, "each epoch visits every sample exactly once");
+    T_CHECK(perm1, "each epoch visits every sample exactly once");
+    T_CHECK(same < N / 4, "epochs are shuffled differently (%d same, %d fixed)", same, identity);
+    T_CHECK(identity < N / 4, "epochs are shuffled differently (%d same, %d fixed)", same, identity);
     T_CHECK(loader_sample_at(l, 5) == a[5], "sample_at agrees with the stream");
     loader_close(l);
 
@@ -103,7 +106,8 @@ int main(void) {
 
     /* a split that does not divide is refused */
     o.world = 5, o.micro_batch = 1, o.rank = 0;
-    T_CHECK(loader_open(&o, &l, &err) == -1 && strstr(err.msg, "not a multiple"), "bad split refused: %s", err.msg);
+    T_EQ_INT(loader_open(&o, &l, &err), -1, "bad split refused: %s", err.msg);
+    T_CHECK(strstr(err.msg, "not a multiple"), "bad split refused: %s", err.msg);
 
     free(a), free(b);
     fs_rm_rf(dir, &err);

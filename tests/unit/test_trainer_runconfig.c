@@ -45,8 +45,9 @@ static void expect_error(const char *find, const char *repl, const char *want) {
     runconfig *rc;
     kf_err err;
     int r = load_with(find, repl, 0, NULL, &rc, &err);
-    T_CHECK(r == -1 && strstr(err.msg, want) && strstr(err.msg, path),
-            "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r, err.msg);
+    T_EQ_INT(r, -1, "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r, err.msg);
+    T_CHECK(strstr(err.msg, want), "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r, err.msg);
+    T_CHECK(strstr(err.msg, path), "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r, err.msg);
     runconfig_free(rc);
 }
 
@@ -57,21 +58,23 @@ int main(void) {
     kf_err err;
     T_CHECK(load_with(NULL, NULL, 0, NULL, &rc, &err) == 0, "valid config: %s", err.msg);
     if (rc) {
-        T_CHECK(rc->n_stages == 3 && !strcmp(rc->name, "t"), "stages");
+        T_EQ_INT(rc->n_stages, 3, "stages");
+        T_EQ_STR(rc->name, "t", "stages");
         T_CLOSE(rc->stages[0].opt.lr, 2e-3, 0, "stage override lr");
         T_CLOSE(rc->stages[1].opt.lr, 1e-3, 0, "defaults lr");
-        T_CHECK(rc->stages[1].teacher_stage == 0 && rc->stages[2].teacher_stage == 1, "teachers");
+        T_EQ_INT(rc->stages[1].teacher_stage, 0, "teachers");
+        T_EQ_INT(rc->stages[2].teacher_stage, 1, "teachers");
         T_CHECK(rc->stages[2].init_stage == 1, "self_forcing initialises from its teacher");
-        T_CHECK(rc->stages[2].tau_min == 0.5 && rc->stages[2].tau_max == 1.0,
-                "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min,
-                rc->stages[2].tau_max);
-        T_CHECK(rc->stages[0].tau_min == 1.0 && rc->stages[0].tau_max == 1.0, "ar has tau 1");
-        T_CHECK(runconfig_precision_at(&rc->stages[0].opt, 4) == RC_PREC_FP16 &&
-                    runconfig_precision_at(&rc->stages[0].opt, 5) == RC_PREC_FP32, "phases");
+        T_NEAR(rc->stages[2].tau_min, 0.5, 0, "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min, rc->stages[2].tau_max);
+        T_NEAR(rc->stages[2].tau_max, 1.0, 0, "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min, rc->stages[2].tau_max);
+        T_NEAR(rc->stages[0].tau_min, 1.0, 0, "ar has tau 1");
+        T_NEAR(rc->stages[0].tau_max, 1.0, 0, "ar has tau 1");
+        T_EQ_INT(runconfig_precision_at(&rc->stages[0].opt, 4), RC_PREC_FP16, "phases");
+        T_EQ_INT(runconfig_precision_at(&rc->stages[0].opt, 5), RC_PREC_FP32, "phases");
         T_CLOSE(rc->stages[0].opt.scale_init, 1024, 0, "loss scale init");
         T_CHECK(rc->stages[0].opt.scale_growth_interval == 3, "growth interval");
-        T_CHECK(rc->res.time_limit_s == 3723 && rc->res.ranks == 2, "time limit %lld",
-                (long long)rc->res.time_limit_s);
+        T_EQ_INT(rc->res.time_limit_s, 3723, "time limit %lld", (long long)rc->res.time_limit_s);
+        T_EQ_INT(rc->res.ranks, 2, "time limit %lld", (long long)rc->res.time_limit_s);
         T_CHECK(strlen(rc->hash) == 64, "hash");
         T_CHECK(!rc->stages[0].opt.ema_warmup, "ema_warmup defaults to off (the paper)");
         T_CHECK(rc->model.mask_id == -1, "model.mask_id defaults to automatic");
@@ -82,7 +85,8 @@ int main(void) {
     char *over[] = {"defaults.batch=16", "stages.0.steps=3"};
     T_CHECK(load_with(NULL, NULL, 2, over, &rc, &err) == 0, "overrides: %s", err.msg);
     if (rc) {
-        T_CHECK(rc->stages[1].opt.batch == 16 && rc->stages[0].steps == 3, "override values");
+        T_EQ_INT(rc->stages[1].opt.batch, 16, "override values");
+        T_EQ_INT(rc->stages[0].steps, 3, "override values");
         runconfig_free(rc);
     }
     char *ema_over[] = {"defaults.ema_warmup=true", "stages.1.ema_warmup=false"};
@@ -105,8 +109,8 @@ int main(void) {
     T_CHECK(load_with(NULL, NULL, 2, cos_over, &rc, &err) == 0, "lr_decay override: %s", err.msg);
     if (rc) {
         const runconfig_opts *o = &rc->stages[1].opt;
-        T_CHECK(o->lr_cosine == 1 && !rc->stages[0].opt.lr_cosine, "lr_decay: cosine on stage 1 only: got %d, %d "
-                "want 1, 0", o->lr_cosine, rc->stages[0].opt.lr_cosine);
+        T_EQ_INT(o->lr_cosine, 1, "lr_decay: cosine on stage 1 only: got %d, %d " "want 1, 0", o->lr_cosine, rc->stages[0].opt.lr_cosine);
+        T_CHECK(!rc->stages[0].opt.lr_cosine, "lr_decay: cosine on stage 1 only: got %d, %d " "want 1, 0", o->lr_cosine, rc->stages[0].opt.lr_cosine);
         T_CLOSE(o->lr_min, 1e-4, 0, "lr_min");
         T_CHECK(o->decay_steps == 4, "decay_steps: got %lld want the stage's 4 steps", (long long)o->decay_steps);
         runconfig_free(rc);
@@ -125,8 +129,8 @@ int main(void) {
     expect_error("batch: 8\n", "batch: 8\n  new_weight: 0\n", "defaults.new_weight");
     expect_error("batch: 8\n", "batch: 8\n  tau_curriculum: -1\n", "defaults.tau_curriculum");
     char *bad_over[] = {"defaults.bach=16"};
-    T_CHECK(load_with(NULL, NULL, 1, bad_over, &rc, &err) == -1 && strstr(err.msg, "defaults.bach"),
-            "unknown override key: %s", err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 1, bad_over, &rc, &err), -1, "unknown override key: %s", err.msg);
+    T_CHECK(strstr(err.msg, "defaults.bach"), "unknown override key: %s", err.msg);
 
     expect_error("steps: 10, lr", "steps: 10, tau: [0.5, 1.0], lr", "do not sample with tau");
     expect_error("seq_len: 32}", "seq_len: 32, hiden: 3}", "model.hiden");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kernels/cuda/gpu_session.sh — what one call on a lent GPU machine runs: builds
+# scripts/gpu_session.sh — what one call on a lent GPU machine runs: builds
 # the CUDA backend there with that machine's nvcc (`make test-cuda`: build-cuda/,
 # every test program, then the tests named *cuda*), then the benchmarks. Each
 # step's output goes to its own file under $OUT (default /tmp/kf_gpu_session) as
@@ -9,7 +9,7 @@
 # The GPU machine has nvcc, gcc and the CUDA libraries, NCCL in its Python
 # packages (nvidia-nccl-cu13), and no package registry. What the link line needs
 # beyond that comes in one carried folder DEPS, made on the build machine:
-#   bash kernels/cuda/gpu_session.sh --pack DEPS
+#   bash scripts/gpu_session.sh --pack DEPS
 # DEPS/deps.tar.xz holds include/ (lmdb.h, yaml.h, zlib.h, archive*.h, cblas.h)
 # and lib/: liblmdb.a, libyaml.a, libz.a (static: nothing to install there),
 # libarchive and OpenBLAS as shared libraries with every library they need
@@ -17,14 +17,14 @@
 # (configs/tiny-gpt2.yaml's owt-tiny) for the 124M training benchmark.
 #
 # On the GPU machine, in one `run` call carrying DEPS (e.g. carry/gpu):
-#   bash kernels/cuda/gpu_session.sh [--deps DEPS] [STEP...]
+#   bash scripts/gpu_session.sh [--deps DEPS] [STEP...]
 # STEP: tests (make test-cuda), bench-attention (fp16 SIMT and --tc tensor-core
 # kernels), bench-train-124m (12 x 768, V = 50258, sequence 1024, batch $BATCH,
 # default 16; fp16 then fp32), or any `kf bench` NAME. Default: tests
 # bench-attention bench-train-124m. A step runs even when an earlier one failed;
 # the exit status is the number of failed steps.
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
