@@ -114,7 +114,12 @@ static int parse_args(int argc, char **argv, args *a, const char *allowed, int *
     opts[n] = (cli_opt){NULL};
     const cli_spec spec = {"kf jobs", usage_text, opts, .pos = a->pos, .max_pos = 2, .n_pos = &a->n_pos,
                            .over = a->over, .n_over = &a->n_over};
-    return cli_parse(&spec, argc, argv, code);
+    if (cli_parse(&spec, argc, argv, code)) {
+        free(a->over); /* the caller frees it only on success */
+        a->over = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- shared steps ---- */
@@ -426,6 +431,7 @@ static int cmd_check(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "", &code)) return code;
+    free(a.over); /* check takes no overrides */
     if (a.n_pos != 2 || a.n_over) return usage_error("check needs RUN STAGE%s", "");
     kf_err err;
     runconfig *rc;
@@ -440,7 +446,6 @@ static int cmd_check(int argc, char **argv) {
     if (done) printf("%s: complete\n", stage);
     else printf("%s: not complete: %s\n", stage, why);
     runconfig_free(rc);
-    free(a.over);
     return done ? KF_EXIT_OK : KF_EXIT_ERROR;
 }
 
