@@ -303,16 +303,19 @@ int rundir_jobs_read(const char *run, rundir_job **jobs, kf_err *err) {
     int n = 0, lineno = 1;
     for (char *line = text + strlen(JOBS_HEADER); *line; lineno++) {
         char *end = strchr(line, '\n');
-        if (!end) end = line + strlen(line);
+        bool last = !end;
+        if (last) end = line + strlen(line);
+        *end = 0; /* one line at a time: a field must never run into the next */
         *jobs = kf_realloc(*jobs, (size_t)(n + 1) * sizeof **jobs);
         rundir_job *j = &(*jobs)[n];
         long long when;
-        if (sscanf(line, "%63[^\t]\t%31[^\t]\t%lld", j->stage, j->id, &when) != 3) {
+        int used = -1;
+        if (sscanf(line, "%63[^\t]\t%31[^\t]\t%lld%n", j->stage, j->id, &when, &used) != 3 || line[used]) {
             free(text), free(*jobs), *jobs = NULL;
             return kf_err_set(err, "%s:%d:1: malformed job line", p, lineno + 1);
         }
         j->when = when, n++;
-        line = *end ? end + 1 : end;
+        line = last ? end : end + 1;
     }
     free(text);
     return n;
