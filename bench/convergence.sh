@@ -30,41 +30,13 @@ KF=${KF:-bin/kf}
 STEPS=${STEPS:-600} AR_STEPS=${AR_STEPS:-1000} EVERY=${EVERY:-100}
 PREFIXES=${PREFIXES:-2048} N=${N:-8} HIDDEN=${HIDDEN:-32} BLOCKS=${BLOCKS:-4}
 mkdir -p "$OUT/samples"
-python3 tools/synth_lang.py --out "$OUT/lang" --seed 1 --prefixes "$PREFIXES"
-cat > "$OUT/synth.yaml" <<YAML
-name: synth
-shards:
-  synth:
-    out: $OUT/shards
-    tokenizer: gpt2
-    vocab: data/vocab/bytes
-    packing: wrap
-    seq_len: 32
-    docs_per_shard: 200
-    inputs: [{path: $OUT/lang/train.txt, format: lines}]
-    valid: {last: 20}
-data: {train: $OUT/shards, valid: $OUT/shards}
-model: {hidden: $HIDDEN, heads: 2, blocks: $BLOCKS, vocab: 258, seq_len: 32}
-defaults: {batch: 16, lr: 3.0e-3, warmup: 10, lr_decay: cosine, lr_min: 3.0e-4, ema: 0.95,
-           checkpoint_every: $EVERY, keep_checkpoints: 1000, log_every: 100, eval_batches: 2,
-           precision: [{mode: fp32}]}
-resources: {ranks: 1, time_limit: "02:00:00", backend: cpu}
-stages:
-  - {name: ar, kind: ar, steps: $AR_STEPS}
-  - {name: k1, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: $STEPS, tau: [0.01, 1.0]}
-  # the kept recipe (docs/convergence.md): self-forcing at a 3x higher rate
-  # and twice the batch of the other stages
-  - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: $STEPS, batch: 32, lr: 1.0e-2, lr_min: 1.0e-3}
-  - {name: k4, kind: self_forcing, teacher: k2, k: 4, steps: $STEPS, batch: 32, lr: 1.0e-2, lr_min: 1.0e-3}
-YAML
+. tools/synth_chain.sh
+synth_setup "$OUT" "$AR_STEPS" "$STEPS" "$EVERY" "$PREFIXES" "$HIDDEN" "$BLOCKS"
 "$KF" jobs run "$OUT/synth.yaml" --run-dir "$OUT/run" --no-sample "$@" > "$OUT/run.log" 2>&1 ||
   { tail -n 20 "$OUT/run.log" >&2; exit 1; }
 
-sample() {  # CKPT K SEED OUT
-  "$KF" sample "$1" --k "$2" --tau 1 --freq-penalty 0 --prefix-file "$OUT/lang/prefixes.jsonl" \
-    --n-per-prefix "$N" --max-new 4 --seed "$3" > "$4"
-}
-tv() { python3 tools/tv_pairs.py "$@" | sed 's/.*"tv": \([0-9.]*\).*/\1/'; }
+sample() { synth_sample "$1" "$2" "$3" "$OUT/lang/prefixes.jsonl" "$N" "$4"; }
+tv() { synth_tv "$@"; }
 A=$OUT/run/stages/ar/final
 sample "$A" 1 1 "$OUT/samples/ar.jsonl"
 sample "$A" 1 2 "$OUT/samples/ar-seed2.jsonl"

@@ -19,40 +19,16 @@ T=$(mktemp -d /tmp/kf-test-convergence.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 MARGIN=0.05
 
-python3 tools/synth_lang.py --out "$T/lang" --seed 1 --prefixes 2048 > "$T/gen.log" 2>&1
-check "synth_lang.py: exit status 0 ($(tail -n 1 "$T/gen.log"))" test -s "$T/lang/prefixes.jsonl"
-cat > "$T/synth.yaml" <<YAML
-name: synth
-shards:
-  synth:
-    out: $T/shards
-    tokenizer: gpt2
-    vocab: data/vocab/bytes
-    packing: wrap
-    seq_len: 32
-    docs_per_shard: 200
-    inputs: [{path: $T/lang/train.txt, format: lines}]
-    valid: {last: 20}
-data: {train: $T/shards, valid: $T/shards}
-model: {hidden: 32, heads: 2, blocks: 4, vocab: 258, seq_len: 32}
-defaults: {batch: 16, lr: 3.0e-3, warmup: 10, lr_decay: cosine, lr_min: 3.0e-4, ema: 0.95,
-           checkpoint_every: 0, log_every: 100, eval_batches: 2, precision: [{mode: fp32}]}
-resources: {ranks: 1, time_limit: "00:10:00", backend: cpu}
-stages:
-  - {name: ar, kind: ar, steps: 1000}
-  - {name: k1, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: 400, tau: [0.01, 1.0]}
-  # the kept recipe (docs/convergence.md)
-  - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 400, batch: 32, lr: 1.0e-2, lr_min: 1.0e-3}
-  - {name: k4, kind: self_forcing, teacher: k2, k: 4, steps: 400, batch: 32, lr: 1.0e-2, lr_min: 1.0e-3}
-YAML
+. tools/synth_chain.sh
+synth_setup "$T" 1000 400 0 2048 32 4 > "$T/gen.log" 2>&1
+check "synth_setup: language and config written ($(tail -n 1 "$T/gen.log"))" test -s "$T/lang/prefixes.jsonl"
 "$KF" jobs run "$T/synth.yaml" --run-dir "$T/run" --no-sample > "$T/run.log" 2>&1; rc=$?
 check "kf jobs run: exit status got $rc want 0 ($(tail -n 1 "$T/run.log"))" test $rc -eq 0
 
 sample() {  # STAGE K SEED OUT
-  "$KF" sample "$T/run/stages/$1/final" --k "$2" --tau 1 --freq-penalty 0 \
-    --prefix-file "$T/lang/prefixes.jsonl" --n-per-prefix 8 --max-new 4 --seed "$3" > "$4"
+  synth_sample "$T/run/stages/$1/final" "$2" "$3" "$T/lang/prefixes.jsonl" 8 "$4"
 }
-tv() { python3 tools/tv_pairs.py "$@" | sed 's/.*"tv": \([0-9.]*\).*/\1/'; }
+tv() { synth_tv "$@"; }
 within() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)' "$@"; }
 sample ar 1 1 "$T/ar.jsonl"
 sample ar 1 2 "$T/ar2.jsonl"
