@@ -228,6 +228,8 @@ kf_backend *kernels_record_create(kf_backend *inner, int timed) {
     return b;
 }
 
+int kernels_record_is(const kf_backend *b) { return b->destroy == rec_destroy; }
+
 const kf_op_rec *kernels_record_ops(const kf_backend *b, int64_t *n) {
     *n = impl(b)->n_ops;
     return impl(b)->ops;

@@ -43,6 +43,9 @@ typedef struct kf_op_rec {
  *  dry one when inner is NULL (name "dry"; else "record"). */
 kf_backend *kernels_record_create(kf_backend *inner, int timed);
 
+/** 1 when b was made by kernels_record_create. */
+int kernels_record_is(const kf_backend *b);
+
 /** The calls recorded since creation or the last clear, in call order;
  *  *n receives their number. Valid until the next call on b. */
 const kf_op_rec *kernels_record_ops(const kf_backend *b, int64_t *n);

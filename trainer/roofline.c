@@ -124,9 +124,12 @@ void roofline_stage_free(roofline_stage *s) {
     free(s);
 }
 
+model *roofline_stage_model(roofline_stage *s) { return s->m; }
+
+/* Ops recorded so far (0 on a backend that records nothing). */
 static int64_t n_recorded(const kf_backend *be) {
-    int64_t n;
-    kernels_record_ops(be, &n);
+    int64_t n = 0;
+    if (kernels_record_is(be)) kernels_record_ops(be, &n);
     return n;
 }
 
@@ -135,9 +138,9 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     kf_backend *be = m->be;
     const runconfig_stage *st = s->st;
     const runconfig_opts *o = &st->opt;
-    mk->begin = n_recorded(be);
     int fp16 = runconfig_precision_at(o, 0) == RC_PREC_FP16;
     be->set_precision(be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32);
+    mk->begin = n_recorded(be);
     int32_t *tokens = kf_malloc((size_t)(B * n) * sizeof *tokens);
     uint64_t *keys = kf_malloc((size_t)B * sizeof *keys);
     /* any ids of the model's vocabulary: the costs do not depend on them */

@@ -70,9 +70,13 @@ roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
                                       const runconfig_stage *st, int init, kf_err *err);
 void roofline_stage_free(roofline_stage *s);
 
-/** Where each part of a recorded step ends: indices into the record of the
- *  stage's backend (a recorder, kernels/record.h), counted from its state
- *  at the call. */
+/** The stage's student. */
+model *roofline_stage_model(roofline_stage *s);
+
+/** Where each part of a recorded step begins and ends: indices into the
+ *  record of the stage's backend (a recorder, kernels/record.h). begin: the
+ *  supervision's first op (after set_precision); teacher: the student's
+ *  first; student: the optimizer's first; end: past the closing sync. */
 typedef struct roofline_marks {
     int64_t begin, teacher, student, end;
 } roofline_marks;
@@ -81,8 +85,8 @@ typedef struct roofline_marks {
  *  micro-batch (train.h steps 2, 3 and 5): set the precision of the stage's
  *  first phase, the supervision of B synthetic samples of n tokens (teacher
  *  passes), zeroed gradients, forward, loss at the phase's loss scale,
- *  self-forcing's loss weights, backward, the optimizer step, a sync. The
- *  stage's backend must be a recorder; mk receives the parts. */
+ *  self-forcing's loss weights, backward, the optimizer step, a sync. When
+ *  the stage's backend is a recorder, mk receives the parts (else zeros). */
 void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks *mk);
 
 /** Estimates one training step of each selected stage of the config (every
