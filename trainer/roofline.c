@@ -267,7 +267,7 @@ static void report(const roofline_device *d, const runconfig_stage *st, const mo
     printf("\npeak device memory: %.2f GB (parameters, gradients, optimizer, teacher, activations)\n",
            (double)kernels_record_peak_bytes(be) / 1e9);
     printf("dominant ops (op, shape: est ms, share):\n");
-    for (int i = 0; i < nshape && i < 8; i++)
+    for (int i = 0; i < nshape && i < 10; i++)
         printf("  %-14s %-52s %6lld x %8.3f ms %5.1f%%\n", byshape[i].op, byshape[i].shape,
                (long long)byshape[i].calls, byshape[i].est * 1e3, 100 * byshape[i].est / all.est);
     free(byop);
