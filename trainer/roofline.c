@@ -233,11 +233,12 @@ static void report(const roofline_device *d, const runconfig_stage *st, const mo
     qsort(byop, (size_t)nop, sizeof *byop, by_est);
     qsort(byshape, (size_t)nshape, sizeof *byshape, by_est);
     int fp16 = runconfig_precision_at(&st->opt, 0) == RC_PREC_FP16;
-    printf("\nstage %s (%s, k %lld): %lld x %lld, V %lld, batch %lld x %lld, %s phase, %s\n",
+    printf("\nstage %s (%s, k %lld): %lld x %lld, V %lld, batch %lld x %lld, %s phase, %s; %s\n",
            st->name, runconfig_kind_name(st->kind), (long long)mc->k_train, (long long)mc->blocks,
            (long long)mc->hidden, (long long)mc->vocab, (long long)B, (long long)n,
            fp16 ? "fp16" : "fp32",
-           attn_tc ? "tensor-core attention (KF_CUDA_TC=1)" : "attention on the fp32 units (KF_CUDA_TC unset)");
+           attn_tc ? "tensor-core attention (KF_CUDA_TC=1)" : "attention on the fp32 units (KF_CUDA_TC unset)",
+           timed ? "run and timed on this GPU" : "dry: nothing computed");
     printf("%-16s %6s %10s %9s %9s %6s %8s%s\n", "op", "calls", "GFLOP", "GB", "est ms", "share",
            "bound", timed ? "   meas ms" : "");
     for (int i = 0; i < nop; i++) {
@@ -306,12 +307,10 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
         }
     const char *tc = getenv("KF_CUDA_TC");
     int attn_tc = tc && !strcmp(tc, "1");
-    /* on a GPU the step also runs there, each op timed */
-    kf_backend *gpu = strcmp(rc->res.backend, "cpu") ? kernels_cuda_create(0, err.msg, sizeof err.msg) : NULL;
     printf("roofline: %s, %.0f TFLOP/s fp16/bf16 tensor, %.1f TFLOP/s fp32, %.2f TB/s memory, "
-           "%.0f GB/s bus; one training step of %s as the model issues it (%s)\n",
+           "%.0f GB/s bus; one training step of %s as the model issues it\n",
            d->desc, d->tensor_flops / 1e12, d->fp32_flops / 1e12, d->mem_bytes / 1e12,
-           d->bus_bytes / 1e9, config, gpu ? "timed on this GPU" : "dry: nothing computed");
+           d->bus_bytes / 1e9, config);
     model_config base = {.hidden = rc->model.hidden, .heads = rc->model.heads,
                          .blocks = rc->model.blocks, .vocab = rc->model.vocab,
                          .seq_len = rc->model.seq_len, .mask_id = mask_id(rc),
@@ -322,8 +321,10 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
         int want = n_stages == 0 ? st->kind != RC_KIND_IMPORT : 0;
         for (int j = 0; j < n_stages; j++) want |= !strcmp(stages[j], st->name);
         if (!want) continue;
+        /* on a GPU the step also runs there, each op timed; else dry */
+        char why[512];
+        kf_backend *gpu = strcmp(rc->res.backend, "cpu") ? kernels_cuda_create(0, why, sizeof why) : NULL;
         kf_backend *be = kernels_record_create(gpu, gpu != NULL);
-        gpu = NULL; /* the recorder owns it now; the next stage runs dry */
         roofline_stage *s = roofline_stage_create(be, &base, st, strcmp(be->name, "dry") != 0, &err);
         if (!s) {
             code = kf_err_report("kf", &err);
@@ -341,7 +342,6 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
         roofline_stage_free(s);
         be->destroy(be);
     }
-    if (gpu) gpu->destroy(gpu);
     runconfig_free(rc);
     return code;
 }
