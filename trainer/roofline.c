@@ -212,8 +212,9 @@ static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t fr
     return s;
 }
 
-/* Prints the step's table, parts, totals and dominant ops (rank 0's stdout). */
-static void report(const roofline_device *d, const runconfig_stage *st, const model_config *mc,
+/* Prints the step's table, parts, totals and dominant ops; returns the
+ * estimated step time (s). */
+static double report(const roofline_device *d, const runconfig_stage *st, const model_config *mc,
                    int64_t B, int64_t n, const kf_backend *be, const roofline_marks *mk,
                    int attn_tc, int timed) {
     int64_t n_ops;
@@ -273,6 +274,7 @@ static void report(const roofline_device *d, const runconfig_stage *st, const mo
                (long long)byshape[i].calls, byshape[i].est * 1e3, 100 * byshape[i].est / all.est);
     free(byop);
     free(byshape);
+    return all.est;
 }
 
 /* The data's vocabulary decides the mask token; without built shards the
@@ -316,6 +318,7 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
                          .seq_len = rc->model.seq_len, .mask_id = mask_id(rc),
                          .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
     int code = KF_EXIT_OK;
+    double *est = kf_calloc((size_t)rc->n_stages, sizeof *est), ar = 0;
     for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
         const runconfig_stage *st = &rc->stages[i];
         int want = n_stages == 0 ? st->kind != RC_KIND_IMPORT : 0;
@@ -338,10 +341,24 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
         if (timed) roofline_stage_step(s, B, rc->model.seq_len, &mk); /* warm-up: allocations */
         kernels_record_clear(be);
         roofline_stage_step(s, B, rc->model.seq_len, &mk);
-        report(d, st, &s->m->cfg, B, rc->model.seq_len, be, &mk, attn_tc, timed);
+        est[i] = report(d, st, &s->m->cfg, B, rc->model.seq_len, be, &mk, attn_tc, timed);
+        if (st->kind == RC_KIND_AR && ar == 0) ar = est[i];
         roofline_stage_free(s);
         be->destroy(be);
     }
+    /* the issue-18 goal: a self-forcing step at most 1.5 (k + 1) AR steps */
+    if (code == KF_EXIT_OK && ar > 0) {
+        printf("\nestimated step vs the AR step (%s):\n", d->name);
+        for (int i = 0; i < rc->n_stages; i++) {
+            const runconfig_stage *st = &rc->stages[i];
+            if (est[i] == 0) continue;
+            printf("  %-8s %-14s %10.2f ms %7.2fx", st->name, runconfig_kind_name(st->kind),
+                   est[i] * 1e3, est[i] / ar);
+            if (st->kind == RC_KIND_SELF_FORCING) printf("  (goal <= %.1fx)", 1.5 * (double)(st->k + 1));
+            printf("\n");
+        }
+    }
+    free(est);
     runconfig_free(rc);
     return code;
 }
