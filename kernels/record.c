@@ -65,9 +65,12 @@ static void rec_end(kf_backend *b) {
     }
 }
 
-/* Ops that need more than "log, forward or do nothing" are written out
- * below; the probe REC_OWN_<name> marks them, and the generator skips them.
- * An op that returns a value and is missing here fails to compile
+/* Every op is generated from the op list (REC_GEN_0) except those that need
+ * more than "log, then forward or do nothing", written out below. They are
+ * marked by REC_OWN_<name>, which expands to "~, 1": the second element of
+ * (REC_OWN_<name>, 0, ~) is then 1 and picks REC_GEN_1 (nothing), while for
+ * any other op REC_OWN_<name> is no macro and the second element is 0. An
+ * op that returns a value and is not marked fails to compile
  * (-Wreturn-type) instead of returning garbage. */
 #define REC_OWN_alloc ~, 1
 #define REC_OWN_free ~, 1
