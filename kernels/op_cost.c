@@ -54,13 +54,25 @@ kf_op_cost kernels_cost_destroy(kf_backend *b) { return cost(b, KF_COST_NONE, 0,
 /* ---- dense algebra: 2*M*N*K per product; A, B read, C written (and read
  * when beta != 0) */
 
+/* Conversion passes of an fp16 GEMM as kernels/cuda/cuda_gemm.cu runs it
+ * outside batch-invariant mode (cuBLAS on half copies): A and B converted in
+ * passes of their own (4 bytes read, 2 written per element), then C rounded
+ * to half in place (read and written). The batch-invariant kernels convert
+ * while loading: no pass. */
+static double gemm_convert(const kf_backend *b, double a, double bb, double c) {
+    return b->precision == KF_PREC_FP16 && !b->batch_invariant ? 6 * (a + bb) + 8 * c : 0;
+}
+
 kf_op_cost kernels_cost_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
                                int64_t N, int64_t K, int trans_a, int trans_b, float alpha,
                                float beta) {
     double m = (double)M, n = (double)N, k = (double)K;
-    return cost(b, KF_COST_GEMM, 2 * m * n * k, F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
-                "M=%lld N=%lld K=%lld%s%s%s", (long long)M, (long long)N, (long long)K,
-                trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
+    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k,
+                        F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
+                        "M=%lld N=%lld K=%lld%s%s%s", (long long)M, (long long)N, (long long)K,
+                        trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
+    c.convert_bytes = gemm_convert(b, m * k, k * n, m * n);
+    return c;
 }
 
 kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, const float *B,
@@ -68,10 +80,13 @@ kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, 
                                        float alpha, float beta, int64_t batch, int64_t stride_c,
                                        int64_t stride_a, int64_t stride_b) {
     double m = (double)M, n = (double)N, k = (double)K, g = (double)batch;
-    return cost(b, KF_COST_GEMM, g * 2 * m * n * k,
-                g * F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
-                "%lld x M=%lld N=%lld K=%lld%s%s%s", (long long)batch, (long long)M, (long long)N,
-                (long long)K, trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
+    kf_op_cost c = cost(b, KF_COST_GEMM, g * 2 * m * n * k,
+                        g * F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
+                        "%lld x M=%lld N=%lld K=%lld%s%s%s", (long long)batch, (long long)M,
+                        (long long)N, (long long)K, trans_a ? " ta" : "", trans_b ? " tb" : "",
+                        beta != 0 ? " +C" : "");
+    c.convert_bytes = g * gemm_convert(b, m * k, k * n, m * n);
+    return c;
 }
 
 /* y += bias: 1 add per element; y read and written, bias read */

@@ -16,12 +16,14 @@
  *    every output once (an accumulated output is read and written), at the
  *    op's storage precision. Activations and weights are fp32 buffers in
  *    every precision mode (kernels.h: fp16 mode only rounds through half), so
- *    floats cost 4 bytes, int32 4, doubles 8. Scratch a particular backend
- *    adds (the CUDA fp16 GEMM's conversion passes) is not counted: it is not
- *    the op's.
+ *    floats cost 4 bytes, int32 4, doubles 8. The passes today's CUDA
+ *    backend adds around an fp16 GEMM to convert its operands are counted
+ *    apart, in convert_bytes, so the estimate shows what they cost as built
+ *    and what a half-precision storage would save.
  *  - unit: which peak bounds the op's arithmetic (see kf_cost_unit).
  *  - b is only read for b->precision (fp16 mode moves GEMM and attention to
- *    the tensor units) and is never called.
+ *    the tensor units) and b->batch_invariant (which GEMM path converts), and
+ *    is never called.
  */
 #ifndef KF_KERNELS_OP_COST_H
 #define KF_KERNELS_OP_COST_H
@@ -44,6 +46,9 @@ typedef struct kf_op_cost {
     kf_cost_unit unit;
     int fp16;         /* b->precision was KF_PREC_FP16 at the call */
     int host_sync;    /* the host waits for the device (download, reductions, sync) */
+    double convert_bytes; /* bytes of the separate fp16 conversion passes today's CUDA
+                             backend runs around the op (see kernels_cost_matmul); not
+                             part of bytes, the op's own single pass */
     char shape[96];   /* the op's sizes, e.g. "M=16368 N=2304 K=768 tb" */
 } kf_op_cost;
 

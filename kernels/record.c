@@ -227,7 +227,8 @@ kf_backend *kernels_record_create(kf_backend *inner, int timed) {
     b->impl = im;
     b->name = inner ? "record" : "dry";
     b->precision = inner ? inner->precision : KF_PREC_FP32;
-    b->batch_invariant = inner ? inner->batch_invariant : 1;
+    /* dry: the CUDA backend's default (cuBLAS outside teacher passes) */
+    b->batch_invariant = inner ? inner->batch_invariant : 0;
     return b;
 }
 

@@ -205,10 +205,20 @@ static int by_est(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* The conversion passes around op r as their own memory-bound record
+ * ("fp16_convert", op_cost.h convert_bytes; no bytes: none). */
+static kf_op_rec convert_rec(const kf_op_rec *r) {
+    return (kf_op_rec){.op = "fp16_convert", .cost = {.bytes = r->cost.convert_bytes,
+                                                      .unit = KF_COST_SIMT, .fp16 = 1}};
+}
+
 static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t from, int64_t to,
                       int attn_tc) {
     double s = 0;
-    for (int64_t i = from; i < to; i++) s += roofline_op_seconds(d, &ops[i].cost, attn_tc);
+    for (int64_t i = from; i < to; i++) {
+        kf_op_rec cv = convert_rec(&ops[i]);
+        s += roofline_op_seconds(d, &ops[i].cost, attn_tc) + roofline_op_seconds(d, &cv.cost, attn_tc);
+    }
     return s;
 }
 
@@ -220,17 +230,27 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
     int64_t n_ops;
     const kf_op_rec *ops = kernels_record_ops(be, &n_ops);
     int64_t cnt = mk->end - mk->begin;
-    tally *byop = kf_calloc((size_t)cnt + 1, sizeof *byop), *byshape = kf_calloc((size_t)cnt + 1, sizeof *byshape);
-    int nop = 0, nshape = 0, syncs = 0;
+    /* room for every op and its conversion */
+    tally *byop = kf_calloc((size_t)(2 * cnt + 1), sizeof *byop);
+    tally *byshape = kf_calloc((size_t)(2 * cnt + 1), sizeof *byshape);
+    int nop = 0, nshape = 0, syncs = 0, calls = 0;
     tally all = {.op = "total"};
     for (int64_t i = mk->begin; i < mk->end; i++) {
         const kf_op_rec *r = &ops[i];
         if (r->cost.unit == KF_COST_NONE && !r->cost.host_sync) continue;
-        tally_add(tally_find(byop, &nop, r->op, NULL), d, r, attn_tc);
-        tally_add(tally_find(byshape, &nshape, r->op, r->cost.shape), d, r, attn_tc);
-        tally_add(&all, d, r, attn_tc);
+        kf_op_rec cv = convert_rec(r);
+        for (int part = 0; part < 2; part++) {
+            const kf_op_rec *x = part ? &cv : r;
+            if (part && x->cost.bytes == 0) break;
+            tally_add(tally_find(byop, &nop, x->op, NULL), d, x, attn_tc);
+            /* r's shape: it outlives cv */
+            tally_add(tally_find(byshape, &nshape, x->op, r->cost.shape), d, x, attn_tc);
+            tally_add(&all, d, x, attn_tc);
+        }
         syncs += r->cost.host_sync;
+        calls++;
     }
+    all.calls = calls; /* ops, not their conversion passes */
     qsort(byop, (size_t)nop, sizeof *byop, by_est);
     qsort(byshape, (size_t)nshape, sizeof *byshape, by_est);
     int fp16 = runconfig_precision_at(&st->opt, 0) == RC_PREC_FP16;

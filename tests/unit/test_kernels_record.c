@@ -1,6 +1,7 @@
 /* tests/unit/test_kernels_record.c — the recording backend and the roofline.
  *
- *  - a dry GEMM records exactly 2*M*N*K FLOPs and its operands' bytes;
+ *  - a dry GEMM records exactly 2*M*N*K FLOPs and its operands' bytes, and
+ *    in fp16 mode the bytes of the CUDA backend's conversion passes;
  *  - dry memory: distinct fake addresses with their sizes, downloads of
  *    zeros, reductions of 0;
  *  - kernels_mask_pairs agrees with the pairs the CPU attention scores;
@@ -44,11 +45,18 @@ static void test_gemm(void) {
     r = last_op(b);
     T_NEAR(r->cost.bytes, 4.0 * (3 * 7 + 7 * 5 + 2 * 3 * 5), 0, "matmul bytes, beta 1: C read too");
     T_EQ_INT(r->cost.fp16, 1, "fp16 mode is recorded");
+    /* cuBLAS path: A and B converted (4 B read, 2 written), C rounded (8 B) */
+    T_NEAR(r->cost.convert_bytes, 6.0 * (3 * 7 + 7 * 5) + 8.0 * 3 * 5, 0,
+           "fp16 GEMM's conversion passes outside batch-invariant mode");
+    b->batch_invariant = 1;
+    b->matmul(b, C, A, B, M, N, K, 1, 0, 1.0f, 1.0f);
+    T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "batch-invariant fp16 GEMM: no conversion pass");
+    b->batch_invariant = 0;
     b->matmul_batched(b, C, A, B, M, N, K, 0, 0, 1.0f, 0.0f, 4, 0, 0, 0);
     T_NEAR(last_op(b)->cost.flops, 4 * 2.0 * 3 * 5 * 7, 0, "batched matmul FLOPs");
     int64_t n;
     kernels_record_ops(b, &n);
-    T_EQ_INT(n, 4, "calls recorded since the clear (set_precision included)");
+    T_EQ_INT(n, 5, "calls recorded since the clear (set_precision included)");
     b->destroy(b);
 }
 
