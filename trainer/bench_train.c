@@ -7,18 +7,16 @@
  * right kind (an AR model, or a PFLM(k/2)), written to the temporary
  * directory: speed does not depend on the teacher's values.
  *
- * FLOPs counted per step (the student's forward + backward only; teacher
- * passes are overhead the MFU figure does not credit):
- *   6 * (rows * P_block + noise_rows * P_noise + out_rows * P_head)
- *   + 12 * blocks * pairs * H
- * where rows are the backbone rows of the student's layout, P_block the
- * matmul parameters of all blocks, P_noise the noise encoder's, P_head the
- * output layer's (per head), pairs the (query, key) pairs its attention mask
- * scores, H the hidden size. The input embedding is a gather (no FLOPs).
- * The peak is measured in the same run: the backend's matmul on square
+ * FLOPs counted per step: the student's forward + backward
+ * (roofline_step_flops; teacher passes are overhead the MFU figure does not
+ * credit). The peak is measured in the same run: the backend's matmul on square
  * matrices in the stage's precision (on the CPU best of several before and
  * after each stage), alongside the device's nominal dense peak when the
  * device is known.
+ *
+ * With --roofline DEVICE it runs nothing for real: trainer/roofline.h
+ * prices one step of each selected stage on the named GPU from the ops the
+ * step issues.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -38,6 +36,7 @@
 #include "trainer/dist.h"
 #include "trainer/model.h"
 #include "trainer/omp_env.h"
+#include "trainer/roofline.h"
 #include "trainer/supervision.h"
 #include "trainer/train.h"
 
@@ -83,39 +82,6 @@ static double nominal_peak(int fp16, char *name, size_t cap) {
     return 0;
 }
 
-typedef struct flops {
-    double total, rows, tokens;
-} flops;
-
-/* Student FLOPs of one step (see the file comment). */
-static flops step_flops(const model_config *c, int64_t B, int64_t n, const runconfig_stage *st) {
-    double H = (double)c->hidden, V = (double)c->vocab, nb = (double)c->blocks;
-    double p_block = nb * (3 * H * H + H * H + 2 * (4 * H * H) + 4 * H + H);
-    double k = (double)c->k_train, np, rows, noise, out, pairs;
-    int mtp = c->head == HEAD_MTP;
-    double zd = mtp ? 2 * H * k : 2 * H;
-    double p_noise = zd * H + H + 2 * (4 * H * H) + 4 * H + H;
-    double p_head = H * V + V;
-    if (st->kind == RC_KIND_AR) {
-        np = (double)n - 1;
-        rows = out = np, noise = 0;
-        pairs = np * (np + 1) / 2;
-    } else if (mtp) {
-        np = (double)n - k;
-        rows = 2 * np, noise = np, out = np * k;
-        pairs = np * (np + 1) / 2 + np * (np + 1) / 2 + np;
-    } else {
-        np = (double)n - k;
-        rows = np + np * k, noise = out = np * k;
-        pairs = np * (np + 1) / 2 + k * np * (np + 1) / 2 + np * k * (k + 1) / 2;
-    }
-    flops f;
-    f.total = (double)B * (6 * (rows * p_block + noise * p_noise + out * p_head) + 12 * nb * pairs * H);
-    f.rows = (double)B * rows;
-    f.tokens = (double)B * np * (st->kind == RC_KIND_AR ? 1 : k);
-    return f;
-}
-
 /* Mean of a log field (ms_step, ms_grad_wait) over records with step > warmup. */
 static double read_mean(const char *log, const char *key, int64_t warmup, char *phase, size_t cap) {
     char *buf;
@@ -142,6 +108,7 @@ static double read_mean(const char *log, const char *key, int64_t warmup, char *
 
 static const char USAGE[] =
     "usage: kf bench train [CONFIG] [--stage NAME]... [--steps N] [--warmup W] [key.path=value ...]\n"
+    "       kf bench train [CONFIG] [--stage NAME]... --roofline DEVICE [key.path=value ...]\n"
     "\n"
     "Runs W + N training steps of each selected stage of CONFIG (default\n"
     "configs/tiny.yaml; default: every training stage) with a random teacher where one\n"
@@ -149,7 +116,14 @@ static const char USAGE[] =
     "the peak of the backend's matmul measured in the same run (and the nominal dense\n"
     "peak on a GPU). ms/wait: the gradient all-reduce's\n"
     "exposed time per step, after the backward (resources.bucket_mb sets its overlap;\n"
-    "0 on one rank). Defaults: N 10, W 2.\n";
+    "0 on one rank). Defaults: N 10, W 2.\n"
+    "\n"
+    "--roofline DEVICE (h100, h200, a100) trains nothing: one step of each stage (its\n"
+    "micro-batch, its first precision phase) runs on a recording backend, and each op\n"
+    "it issues is priced at max(FLOPs / peak, bytes / bandwidth) on DEVICE; prints per\n"
+    "op and in total FLOPs, bytes and time, the estimated step time, tokens/s, MFU and\n"
+    "the dominant ops. Needs no GPU and no shards; on a GPU (resources.backend not cpu)\n"
+    "the step also runs there and each op's measured time is printed beside.\n";
 
 /* What every measured stage shares. */
 typedef struct bench_run {
@@ -221,7 +195,7 @@ static void report_stage(bench_run *br, int i, const model_config *student, cons
     snprintf(log, sizeof log, "%s/stages/%s/log.jsonl", run, st->name);
     double ms = read_mean(log, "ms_step", br->warmup, phase, sizeof phase);
     double wait = read_mean(log, "ms_grad_wait", br->warmup, phase, sizeof phase);
-    flops f = step_flops(student, st->opt.batch, br->rc->model.seq_len, st);
+    roofline_flops f = roofline_step_flops(student, st->opt.batch, br->rc->model.seq_len, st);
     int fp16 = !strcmp(phase, "fp16");
     double peak;
     if (br->gpu) {
@@ -273,19 +247,25 @@ static int bench_setup(bench_run *br, int *argc, char ***argv) {
 
 int bench_train_main(int argc, char **argv) {
     bench_run br = {.config = "configs/tiny.yaml", .steps = 10, .warmup = 2};
-    const char *stages[32];
+    const char *stages[32], *roofline = NULL;
     int n_st = 0;
     br.over = kf_calloc((size_t)argc + 8, sizeof *br.over);
     const cli_opt opts[] = {
         {"--stage", CLI_STR_LIST, .out = stages, .n = &n_st, .cap = 32},
         {"--steps", CLI_INT, .out = &br.steps, .lo = 1, .hi = INFINITY},
         {"--warmup", CLI_INT, .out = &br.warmup, .lo = 0, .hi = INFINITY},
+        {"--roofline", CLI_STR, .out = &roofline},
         {NULL},
     };
     const cli_spec spec = {"kf bench train", USAGE, opts, .pos = &br.config, .max_pos = 1,
                            .over = br.over, .n_over = &br.n_over};
     int code;
     if (cli_parse(&spec, argc, argv, &code)) {
+        free(br.over);
+        return code;
+    }
+    if (roofline) {
+        code = roofline_bench(br.config, br.n_over, br.over, stages, n_st, roofline);
         free(br.over);
         return code;
     }

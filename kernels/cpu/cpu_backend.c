@@ -110,7 +110,7 @@ void cpu_destroy(kf_backend *b) {
 
 /* Every op slot from the one op list: a missing cpu_NAME fails to link. */
 static const kf_backend cpu_table = {
-#define CPU_OP_SLOT(ret, name, params) .name = cpu_##name,
+#define CPU_OP_SLOT(ret, name, params, args) .name = cpu_##name,
     KF_BACKEND_OPS(CPU_OP_SLOT)
 #undef CPU_OP_SLOT
 };

@@ -159,7 +159,7 @@ void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int
 
 /* ---- op implementations: cpu_NAME for every KF_BACKEND_OPS entry, filled
  * into the table by cpu_backend.c ---- */
-#define CPU_OP_DECL(ret, name, params) ret cpu_##name params;
+#define CPU_OP_DECL(ret, name, params, args) ret cpu_##name params;
 KF_BACKEND_OPS(CPU_OP_DECL)
 #undef CPU_OP_DECL
 

@@ -195,7 +195,7 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     CUDA_OK(cudaMallocHost(&im->err_host, sizeof(int)));
 
     /* every op slot from the one op list: a missing cu_NAME fails to link */
-#define CU_OP_SLOT(ret, name, params) b->name = cu_##name;
+#define CU_OP_SLOT(ret, name, params, args) b->name = cu_##name;
     KF_BACKEND_OPS(CU_OP_SLOT)
 #undef CU_OP_SLOT
     return b;

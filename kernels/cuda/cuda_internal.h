@@ -167,7 +167,7 @@ void cu_col_finish(kf_backend *b, float *out, const float *part, int64_t nchunk,
 
 /* ---- op implementations: cu_NAME for every KF_BACKEND_OPS entry, filled
  * into the table by cuda_backend.cu ---- */
-#define CU_OP_DECL(ret, name, params) ret cu_##name params;
+#define CU_OP_DECL(ret, name, params, args) ret cu_##name params;
 KF_BACKEND_OPS(CU_OP_DECL)
 #undef CU_OP_DECL
 

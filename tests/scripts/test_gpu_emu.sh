@@ -8,7 +8,8 @@
 # the CUDA backend filled) once, the harness's own checks on kernels
 # with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
-# accumulating the same 2 micro-batches. Each program's own checks count here.
+# accumulating the same 2 micro-batches, and `kf bench train --roofline` timing
+# each op of a step on the emulated GPU. Each program's own checks count here.
 # `make test` builds the programs (make emu-tests); a missing one is a failure.
 set -u
 cd "$(dirname "$0")/../.."
@@ -102,6 +103,13 @@ if [ -x "$EMU_KF" ]; then
   "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/n1" "${cuda[@]}" defaults.micro_batch=4 2>"$T/n1.err"; rc=$?
   check "emulated cuda, np=1 with 2 micro-batches: exits 0 (rc $rc): $(tail -n 1 "$T/n1.err")" [ $rc -eq 0 ]
   check "emulated cuda: np=2 == np=1 x 2 micro-batches, bitwise" same_weights "$T/n2/stages/ar" "$T/n1/stages/ar"
+  # the roofline on a "GPU": the step runs there and each op is timed beside its estimate
+  "$EMU_KF" bench train configs/tiny.yaml --roofline h100 --stage ar resources.backend=cuda \
+    model.heads=3 defaults.micro_batch=2 >"$T/roof.out" 2>"$T/roof.err"; rc=$?
+  check "emulated cuda roofline: exits 0 (rc $rc): $(tail -n 1 "$T/roof.err")" [ $rc -eq 0 ]
+  check "emulated cuda roofline: timed on the GPU" grep -q 'run and timed on this GPU' "$T/roof.out"
+  check "emulated cuda roofline: a measured column and step time" \
+    eval "grep -q 'meas ms' '$T/roof.out' && grep -qE 'measured [0-9.]+ ms' '$T/roof.out'"
 else
   bad "$EMU_KF not built (make emu-tests)"
 fi

@@ -1,0 +1,369 @@
+/* kernels/op_cost.c — the FLOP and byte count of every op (see op_cost.h for
+ * the conventions). F = 4 bytes (a float or an int32), D = 8 (a double). */
+#include "kernels/op_cost.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "kernels/attn_mask.h"
+
+enum { F = 4, D = 8 };
+
+static kf_op_cost cost(const kf_backend *b, kf_cost_unit unit, double flops, double bytes,
+                       const char *fmt, ...) {
+    kf_op_cost c = {.flops = flops, .bytes = bytes, .unit = unit,
+                    .fp16 = b->precision == KF_PREC_FP16};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c.shape, sizeof c.shape, fmt, ap);
+    va_end(ap);
+    return c;
+}
+
+/* ---- memory: bookkeeping is free; a transfer moves its bytes over the bus,
+ * a copy reads and writes them, a zero writes them */
+
+kf_op_cost kernels_cost_alloc(kf_backend *b, size_t bytes) {
+    return cost(b, KF_COST_NONE, 0, 0, "%zu B", bytes);
+}
+kf_op_cost kernels_cost_free(kf_backend *b, void *p) { return cost(b, KF_COST_NONE, 0, 0, "-"); }
+kf_op_cost kernels_cost_upload(kf_backend *b, void *dst, const void *src_host, size_t bytes) {
+    return cost(b, KF_COST_HOST, 0, (double)bytes, "%zu B", bytes);
+}
+kf_op_cost kernels_cost_download(kf_backend *b, void *dst_host, const void *src, size_t bytes) {
+    kf_op_cost c = cost(b, KF_COST_HOST, 0, (double)bytes, "%zu B", bytes);
+    c.host_sync = 1;
+    return c;
+}
+kf_op_cost kernels_cost_copy(kf_backend *b, void *dst, const void *src, size_t bytes) {
+    return cost(b, KF_COST_SIMT, 0, 2.0 * (double)bytes, "%zu B", bytes);
+}
+kf_op_cost kernels_cost_zero(kf_backend *b, void *dst, size_t bytes) {
+    return cost(b, KF_COST_SIMT, 0, (double)bytes, "%zu B", bytes);
+}
+kf_op_cost kernels_cost_sync(kf_backend *b) {
+    kf_op_cost c = cost(b, KF_COST_NONE, 0, 0, "-");
+    c.host_sync = 1;
+    return c;
+}
+kf_op_cost kernels_cost_set_precision(kf_backend *b, kf_precision p) {
+    return cost(b, KF_COST_NONE, 0, 0, "%s", p == KF_PREC_FP16 ? "fp16" : "fp32");
+}
+kf_op_cost kernels_cost_destroy(kf_backend *b) { return cost(b, KF_COST_NONE, 0, 0, "-"); }
+
+/* ---- dense algebra: 2*M*N*K per product; A, B read, C written (and read
+ * when beta != 0) */
+
+/* Conversion passes of an fp16 GEMM as kernels/cuda/cuda_gemm.cu runs it
+ * outside batch-invariant mode (cuBLAS on half copies): A and B converted in
+ * passes of their own (4 bytes read, 2 written per element), then C rounded
+ * to half in place (read and written). The batch-invariant kernels convert
+ * while loading: no pass. */
+static double gemm_convert(const kf_backend *b, double a, double bb, double c) {
+    return b->precision == KF_PREC_FP16 && !b->batch_invariant ? 6 * (a + bb) + 8 * c : 0;
+}
+
+kf_op_cost kernels_cost_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                               int64_t N, int64_t K, int trans_a, int trans_b, float alpha,
+                               float beta) {
+    double m = (double)M, n = (double)N, k = (double)K;
+    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k,
+                        F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
+                        "M=%lld N=%lld K=%lld%s%s%s", (long long)M, (long long)N, (long long)K,
+                        trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
+    c.convert_bytes = gemm_convert(b, m * k, k * n, m * n);
+    return c;
+}
+
+kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, const float *B,
+                                       int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
+                                       float alpha, float beta, int64_t batch, int64_t stride_c,
+                                       int64_t stride_a, int64_t stride_b) {
+    double m = (double)M, n = (double)N, k = (double)K, g = (double)batch;
+    kf_op_cost c = cost(b, KF_COST_GEMM, g * 2 * m * n * k,
+                        g * F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
+                        "%lld x M=%lld N=%lld K=%lld%s%s%s", (long long)batch, (long long)M,
+                        (long long)N, (long long)K, trans_a ? " ta" : "", trans_b ? " tb" : "",
+                        beta != 0 ? " +C" : "");
+    c.convert_bytes = g * gemm_convert(b, m * k, k * n, m * n);
+    return c;
+}
+
+/* y += bias: 1 add per element; y read and written, bias read */
+kf_op_cost kernels_cost_add_bias(kf_backend *b, float *y, const float *bias, int64_t rows,
+                                 int64_t cols) {
+    double n = (double)rows * (double)cols;
+    return cost(b, KF_COST_SIMT, n, F * (2 * n + (double)cols), "%lldx%lld", (long long)rows,
+                (long long)cols);
+}
+
+/* dbias += column sums: 1 add per element; dy read, dbias read and written */
+kf_op_cost kernels_cost_bias_grad(kf_backend *b, float *dbias, const float *dy, int64_t rows,
+                                  int64_t cols) {
+    double n = (double)rows * (double)cols;
+    return cost(b, KF_COST_SIMT, n, F * (n + 2 * (double)cols), "%lldx%lld", (long long)rows,
+                (long long)cols);
+}
+
+/* ---- normalisation */
+
+/* Per element: the mean 1, the variance 3 (subtract, square, add), the output
+ * 3 (subtract, * rstd, * w), + 1 with a bias. x read, y written, w (and bias)
+ * read, mean and rstd written. */
+kf_op_cost kernels_cost_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd,
+                                      const float *x, const float *w, const float *bias,
+                                      int64_t rows, int64_t cols, float eps) {
+    double r = (double)rows, c = (double)cols, nb = bias ? 1 : 0;
+    return cost(b, KF_COST_SIMT, r * c * (7 + nb), F * (2 * r * c + c * (1 + nb) + 2 * r),
+                "%lldx%lld%s", (long long)rows, (long long)cols, bias ? " +bias" : "");
+}
+
+/* Per element: xhat 2, g = dy*w 1, the two row sums (g, g*xhat) 3, dx +=
+ * rstd*(g - mean g - xhat mean(g xhat)) 5, dw += dy*xhat 2, + 1 for dbias.
+ * dy and x read, dx read and written; w, mean, rstd read; dw (and dbias)
+ * read and written. */
+kf_op_cost kernels_cost_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
+                                      const float *dy, const float *x, const float *w,
+                                      const float *mean, const float *rstd, int64_t rows,
+                                      int64_t cols) {
+    double r = (double)rows, c = (double)cols, nb = dbias ? 1 : 0;
+    return cost(b, KF_COST_SIMT, r * c * (13 + nb), F * (4 * r * c + 2 * r + c * (3 + 2 * nb)),
+                "%lldx%lld%s", (long long)rows, (long long)cols, dbias ? " +dbias" : "");
+}
+
+/* ---- rotary embedding: q and k (2*B*L*H values) rotated in place, 3 FLOPs
+ * per value (2 products, 1 add; the angles are not counted); read and
+ * written, pos read */
+
+static kf_op_cost rope_cost(kf_backend *b, int64_t B, int64_t L, int64_t n_head, int64_t head_dim) {
+    double n = 2.0 * (double)B * (double)L * (double)(n_head * head_dim);
+    return cost(b, KF_COST_SIMT, 3 * n, F * (2 * n + (double)L), "B=%lld L=%lld heads=%lld hd=%lld",
+                (long long)B, (long long)L, (long long)n_head, (long long)head_dim);
+}
+kf_op_cost kernels_cost_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B,
+                                 int64_t L, int64_t n_head, int64_t head_dim, float base) {
+    return rope_cost(b, B, L, n_head, head_dim);
+}
+kf_op_cost kernels_cost_rope_bwd(kf_backend *b, float *dqkv, const int32_t *pos, int64_t B,
+                                 int64_t L, int64_t n_head, int64_t head_dim, float base) {
+    return rope_cost(b, B, L, n_head, head_dim);
+}
+
+/* ---- attention */
+
+double kernels_mask_pairs(const kf_mask *m, int64_t B) {
+    double pairs = 0;
+    for (int64_t s = 0; s < B; s++) {
+        int64_t vl = kf_mask_valid_ctx(m->valid_len, m->n_ctx, s);
+        for (int64_t r = m->q_start; r < kf_mask_len(m); r++) {
+            int64_t ctx, grp = 0;
+            int in_group = kf_mask_row_keys(m->n_ctx, m->group, vl, r, &ctx, &grp);
+            pairs += (double)ctx + (in_group ? (double)(r - grp + 1) : 0);
+        }
+    }
+    return pairs;
+}
+
+/* Forward: 4*head_dim per pair and head (Q K^T, P V) + 3 for the online
+ * softmax (max, exp, sum). qkv of every row read (keys span the sequence),
+ * out and lse of the query rows written. */
+kf_op_cost kernels_cost_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv,
+                                 const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim) {
+    double p = kernels_mask_pairs(m, B) * (double)n_head, H = (double)(n_head * head_dim);
+    double L = (double)kf_mask_len(m), Lq = L - (double)m->q_start, Bd = (double)B;
+    return cost(b, KF_COST_ATTN, p * (4 * (double)head_dim + 3),
+                F * (Bd * L * 3 * H + Bd * Lq * H + Bd * (double)n_head * Lq),
+                "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
+                (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
+                (long long)m->q_start, (long long)n_head, (long long)head_dim);
+}
+
+/* Backward: 10*head_dim per pair and head (S recomputed, dP = dO V^T,
+ * dV += P^T dO, dQ += dS K, dK += dS^T Q) + 4 for P and dS. qkv, out, dout
+ * and lse read, dqkv written. */
+kf_op_cost kernels_cost_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
+                                 const float *lse, const float *qkv, const kf_mask *m, int64_t B,
+                                 int64_t n_head, int64_t head_dim) {
+    double p = kernels_mask_pairs(m, B) * (double)n_head, H = (double)(n_head * head_dim);
+    double L = (double)kf_mask_len(m), Lq = L - (double)m->q_start, Bd = (double)B;
+    return cost(b, KF_COST_ATTN, p * (10 * (double)head_dim + 4),
+                F * (2 * Bd * L * 3 * H + 2 * Bd * Lq * H + Bd * (double)n_head * Lq),
+                "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
+                (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
+                (long long)m->q_start, (long long)n_head, (long long)head_dim);
+}
+
+/* Query i of Q sees P+i+1 cache rows: the forward's 4*head_dim + 3 per pair
+ * and head. q read, the cache rows read (K and V), out written. */
+kf_op_cost kernels_cost_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
+                                    const float *kcache, const float *vcache, int64_t B,
+                                    int64_t cap, int64_t P, int64_t Q, int64_t n_head,
+                                    int64_t head_dim) {
+    double pairs = (double)B * (double)Q * ((double)P + ((double)Q + 1) / 2);
+    double H = (double)(n_head * head_dim), Bd = (double)B;
+    return cost(b, KF_COST_ATTN, pairs * (double)n_head * (4 * (double)head_dim + 3),
+                F * (2 * Bd * (double)Q * H + 2 * Bd * (double)(P + Q) * H),
+                "B=%lld P=%lld Q=%lld heads=%lld hd=%lld", (long long)B, (long long)P, (long long)Q,
+                (long long)n_head, (long long)head_dim);
+}
+
+/* ---- pointwise: per element GELU 8 (its tanh or erf form, the
+ * transcendental counted as 1), its derivative 12; add 1, scale 1, rounding 1 */
+
+kf_op_cost kernels_cost_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n,
+                                 kf_gelu_kind kind) {
+    return cost(b, KF_COST_SIMT, 8 * (double)n, F * 2 * (double)n, "n=%lld %s", (long long)n,
+                kind == KF_GELU_TANH ? "tanh" : "erf");
+}
+kf_op_cost kernels_cost_gelu_bwd(kf_backend *b, float *dx, const float *dy, const float *x,
+                                 int64_t n, kf_gelu_kind kind) {
+    return cost(b, KF_COST_SIMT, 12 * (double)n, F * 3 * (double)n, "n=%lld %s", (long long)n,
+                kind == KF_GELU_TANH ? "tanh" : "erf");
+}
+kf_op_cost kernels_cost_add_inplace(kf_backend *b, float *y, const float *x, int64_t n) {
+    return cost(b, KF_COST_SIMT, (double)n, F * 3 * (double)n, "n=%lld", (long long)n);
+}
+kf_op_cost kernels_cost_scale(kf_backend *b, float *x, float alpha, int64_t n) {
+    return cost(b, KF_COST_SIMT, (double)n, F * 2 * (double)n, "n=%lld", (long long)n);
+}
+/* one value written per row */
+kf_op_cost kernels_cost_fill_column(kf_backend *b, float *x, int64_t rows, int64_t cols,
+                                    int64_t col, float value) {
+    return cost(b, KF_COST_SIMT, 0, F * (double)rows, "%lldx%lld", (long long)rows,
+                (long long)cols);
+}
+kf_op_cost kernels_cost_round_half(kf_backend *b, float *x, int64_t n) {
+    return cost(b, KF_COST_SIMT, (double)n, F * 2 * (double)n, "n=%lld", (long long)n);
+}
+
+/* ---- row movement and embeddings: rows read and written, indices read */
+
+kf_op_cost kernels_cost_gather_rows(kf_backend *b, float *dst, const float *src,
+                                    const int32_t *idx, int64_t n, int64_t dim) {
+    double e = (double)n * (double)dim;
+    return cost(b, KF_COST_SIMT, 0, F * (2 * e + (double)n), "n=%lld dim=%lld", (long long)n,
+                (long long)dim);
+}
+kf_op_cost kernels_cost_scatter_rows(kf_backend *b, float *dst, const float *src,
+                                     const int32_t *idx, int64_t n, int64_t dim) {
+    double e = (double)n * (double)dim;
+    return cost(b, KF_COST_SIMT, 0, F * (2 * e + (double)n), "n=%lld dim=%lld", (long long)n,
+                (long long)dim);
+}
+kf_op_cost kernels_cost_embed_fwd(kf_backend *b, float *out, const int32_t *ids,
+                                  const int32_t *row_idx, const float *table, int64_t n,
+                                  int64_t dim) {
+    double e = (double)n * (double)dim;
+    return cost(b, KF_COST_SIMT, 0, F * (2 * e + (double)n * (row_idx ? 2 : 1)),
+                "n=%lld dim=%lld", (long long)n, (long long)dim);
+}
+/* 1 add per element; dout rows read, the table rows they hit read and written */
+kf_op_cost kernels_cost_embed_bwd(kf_backend *b, float *dtable, const float *dout,
+                                  const int32_t *ids, const int32_t *row_idx, int64_t n,
+                                  int64_t dim, int64_t vocab) {
+    double e = (double)n * (double)dim;
+    return cost(b, KF_COST_SIMT, e, F * (3 * e + (double)n * (row_idx ? 2 : 1)),
+                "n=%lld dim=%lld V=%lld", (long long)n, (long long)dim, (long long)vocab);
+}
+
+/* 2H features per value (a product, a cos or sin: 2 each) from z and tau
+ * (doubles), written as floats */
+kf_op_cost kernels_cost_noise_features(kf_backend *b, float *out, const double *z,
+                                       const double *tau, int64_t n, int64_t H) {
+    double e = (double)n * 2 * (double)H;
+    return cost(b, KF_COST_SIMT, 2 * e, F * e + D * 2 * (double)n, "n=%lld H=%lld", (long long)n,
+                (long long)H);
+}
+
+/* ---- losses and decoding over logits [rows, V] */
+
+/* Per logit: the row max 1, exp and sum 2, and with dlogits the gradient 2.
+ * Logits read once, dlogits written, targets read, losses written. */
+kf_op_cost kernels_cost_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
+    double e = (double)rows * (double)V, r = (double)rows;
+    return cost(b, KF_COST_SIMT, e * (dlogits ? 5 : 3),
+                F * (e * (dlogits ? 2 : 1) + r * (losses ? 2 : 1)), "%lldx%lld%s",
+                (long long)rows, (long long)V, dlogits ? " +grad" : "");
+}
+kf_op_cost kernels_cost_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows,
+                               int64_t V) {
+    double e = (double)rows * (double)V;
+    return cost(b, KF_COST_SIMT, e, F * (e + (double)rows), "%lldx%lld", (long long)rows,
+                (long long)V);
+}
+/* Per logit: scale, max, exp, sum, cumulative sum: 5. Logits read; tau and z
+ * (doubles) read, ids written. */
+kf_op_cost kernels_cost_sample_icdf(kf_backend *b, int32_t *ids, const float *logits,
+                                    const double *tau, const double *z, int64_t rows, int64_t V) {
+    double e = (double)rows * (double)V, r = (double)rows;
+    return cost(b, KF_COST_SIMT, 5 * e, F * (e + r) + D * 2 * r, "%lldx%lld", (long long)rows,
+                (long long)V);
+}
+kf_op_cost kernels_cost_icdf_bin(kf_backend *b, double *lo, double *hi, const float *logits,
+                                 const double *tau, const int32_t *targets, int64_t rows,
+                                 int64_t V) {
+    double e = (double)rows * (double)V, r = (double)rows;
+    return cost(b, KF_COST_SIMT, 5 * e, F * (e + r) + D * 3 * r, "%lldx%lld", (long long)rows,
+                (long long)V);
+}
+/* one compare per history entry and row, the hit logits read and written */
+kf_op_cost kernels_cost_freq_penalty(kf_backend *b, float *logits, const int32_t *hist,
+                                     int64_t n_hist, int64_t rows, int64_t V, float penalty) {
+    double e = (double)rows * (double)n_hist;
+    return cost(b, KF_COST_SIMT, e, F * 3 * e, "%lldx%lld hist=%lld", (long long)rows,
+                (long long)V, (long long)n_hist);
+}
+
+/* ---- the decode-time output layer */
+
+/* W and bias read, the packed form written */
+kf_op_cost kernels_cost_head_pack(kf_backend *b, const float *W, const float *bias, int64_t V,
+                                  int64_t H, int64_t mask_col, float mask_value) {
+    double e = (double)V * (double)H + (bias ? (double)V : 0);
+    return cost(b, KF_COST_SIMT, 0, F * 2 * e, "V=%lld H=%lld", (long long)V, (long long)H);
+}
+kf_op_cost kernels_cost_head_free(kf_backend *b, void *head) {
+    return cost(b, KF_COST_NONE, 0, 0, "-");
+}
+/* 2*rows*V*H (+ rows*V for the argmax); W, bias and x read, logits (when
+ * asked) and ids written */
+kf_op_cost kernels_cost_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float *x,
+                                 const void *head, int64_t rows) {
+    const kf_head_shape *s = head;
+    double r = (double)rows, V = (double)s->V, H = (double)s->H;
+    return cost(b, KF_COST_GEMM, 2 * r * V * H + (ids ? r * V : 0),
+                F * (V * H + V + r * H + (logits ? r * V : 0) + (ids ? r : 0)),
+                "rows=%lld V=%lld H=%lld", (long long)rows, (long long)s->V, (long long)s->H);
+}
+
+/* ---- reductions: 1 (sum, count) or 2 (sum of squares) per element; the
+ * host waits for the result */
+
+static kf_op_cost reduce_cost(kf_backend *b, double per, int64_t n) {
+    kf_op_cost c = cost(b, KF_COST_SIMT, per * (double)n, F * (double)n, "n=%lld", (long long)n);
+    c.host_sync = 1;
+    return c;
+}
+kf_op_cost kernels_cost_sum(kf_backend *b, const float *x, int64_t n) { return reduce_cost(b, 1, n); }
+kf_op_cost kernels_cost_sumsq(kf_backend *b, const float *x, int64_t n) {
+    return reduce_cost(b, 2, n);
+}
+kf_op_cost kernels_cost_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
+    return reduce_cost(b, 1, n);
+}
+
+/* ---- optimiser */
+
+/* Per parameter: g scaled 1, m 3, v 4, the update 6 (sqrt, add eps, divide,
+ * * lr, weight decay 2). params, m, v read and written, grads read. */
+kf_op_cost kernels_cost_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v,
+                              int64_t n, float lr, float beta1, float beta2, float eps,
+                              float weight_decay, int64_t step, float grad_scale) {
+    return cost(b, KF_COST_SIMT, 14 * (double)n, F * 7 * (double)n, "n=%lld", (long long)n);
+}
+/* 3 per parameter; ema read and written, params read */
+kf_op_cost kernels_cost_ema(kf_backend *b, float *ema, const float *params, int64_t n,
+                            float decay) {
+    return cost(b, KF_COST_SIMT, 3 * (double)n, F * 3 * (double)n, "n=%lld", (long long)n);
+}

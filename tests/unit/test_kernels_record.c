@@ -1,0 +1,238 @@
+/* tests/unit/test_kernels_record.c — the recording backend and the roofline.
+ *
+ *  - a dry GEMM records exactly 2*M*N*K FLOPs and its operands' bytes, and
+ *    in fp16 mode the bytes of the CUDA backend's conversion passes;
+ *  - dry memory: distinct fake addresses with their sizes, downloads of
+ *    zeros, reductions of 0;
+ *  - kernels_mask_pairs agrees with the pairs the CPU attention scores;
+ *  - a tiny AR step run dry records the FLOPs derived here by hand from the
+ *    layer shapes (every linear layer 3 products of 2*rows*in*out, attention
+ *    (4*hd+3) and (10*hd+4) per pair and head);
+ *  - a dry step (AR and self-forcing) issues exactly the ops, with the same
+ *    shapes, as the same step on the CPU backend, and the recorder over the
+ *    CPU backend gives the CPU's bits (its calls forward every argument);
+ *  - a timed recorder measures the forwarded ops;
+ *  - the roofline time of an op on a device.
+ */
+#include <string.h>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/record.h"
+#include "tests/test.h"
+#include "trainer/roofline.h"
+
+static const kf_op_rec *last_op(kf_backend *b) {
+    int64_t n;
+    const kf_op_rec *r = kernels_record_ops(b, &n);
+    return n ? &r[n - 1] : NULL;
+}
+
+static void test_gemm(void) {
+    kf_backend *b = kernels_record_create(NULL, 0);
+    int64_t M = 3, N = 5, K = 7;
+    float *A = b->alloc(b, (size_t)(M * K) * 4), *B = b->alloc(b, (size_t)(K * N) * 4);
+    float *C = b->alloc(b, (size_t)(M * N) * 4);
+    kernels_record_clear(b);
+    b->matmul(b, C, A, B, M, N, K, 0, 1, 1.0f, 0.0f);
+    const kf_op_rec *r = last_op(b);
+    T_EQ_STR(r->op, "matmul", "dry matmul is recorded");
+    T_NEAR(r->cost.flops, 2.0 * 3 * 5 * 7, 0, "matmul FLOPs");
+    T_NEAR(r->cost.bytes, 4.0 * (3 * 7 + 7 * 5 + 3 * 5), 0, "matmul bytes, beta 0");
+    T_EQ_STR(r->cost.shape, "M=3 N=5 K=7 tb", "matmul shape");
+    T_EQ_INT(r->cost.unit, KF_COST_GEMM, "matmul unit");
+    b->set_precision(b, KF_PREC_FP16);
+    b->matmul(b, C, A, B, M, N, K, 1, 0, 1.0f, 1.0f);
+    r = last_op(b);
+    T_NEAR(r->cost.bytes, 4.0 * (3 * 7 + 7 * 5 + 2 * 3 * 5), 0, "matmul bytes, beta 1: C read too");
+    T_EQ_INT(r->cost.fp16, 1, "fp16 mode is recorded");
+    /* cuBLAS path: A and B converted (4 B read, 2 written), C rounded (8 B) */
+    T_NEAR(r->cost.convert_bytes, 6.0 * (3 * 7 + 7 * 5) + 8.0 * 3 * 5, 0,
+           "fp16 GEMM's conversion passes outside batch-invariant mode");
+    b->batch_invariant = 1;
+    b->matmul(b, C, A, B, M, N, K, 1, 0, 1.0f, 1.0f);
+    T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "batch-invariant fp16 GEMM: no conversion pass");
+    b->batch_invariant = 0;
+    b->matmul_batched(b, C, A, B, M, N, K, 0, 0, 1.0f, 0.0f, 4, 0, 0, 0);
+    T_NEAR(last_op(b)->cost.flops, 4 * 2.0 * 3 * 5 * 7, 0, "batched matmul FLOPs");
+    int64_t n;
+    kernels_record_ops(b, &n);
+    T_EQ_INT(n, 5, "calls recorded since the clear (set_precision included)");
+    b->destroy(b);
+}
+
+static void test_dry_memory(void) {
+    kf_backend *b = kernels_create("dry", NULL);
+    T_EQ_STR(b->name, "dry", "kernels_create(\"dry\")");
+    /* 3 GB: nothing is held */
+    char *p = b->alloc(b, (size_t)3 << 30), *q = b->alloc(b, 100);
+    T_CHECK(q >= p + ((size_t)3 << 30), "allocations do not overlap");
+    T_EQ_INT(kernels_record_live_bytes(b), ((int64_t)3 << 30) + 100, "live bytes");
+    b->free(b, p);
+    T_EQ_INT(kernels_record_live_bytes(b), 100, "live bytes after a free");
+    T_EQ_INT(kernels_record_peak_bytes(b), ((int64_t)3 << 30) + 100, "peak bytes");
+    float host[4] = {1, 2, 3, 4};
+    b->download(b, host, q, sizeof host);
+    T_NEAR(host[0] + host[1] + host[2] + host[3], 0, 0, "a dry download gives zeros");
+    T_NEAR(b->sumsq(b, (float *)q, 25), 0, 0, "a dry sumsq is 0");
+    T_EQ_INT(b->count_nonfinite(b, (float *)q, 25), 0, "a dry count_nonfinite is 0");
+    b->free(b, q);
+    b->destroy(b);
+}
+
+/* kernels_mask_pairs against the pairs the CPU attention scores (per head,
+ * summed over heads) on a SingleForward mask with q_start and valid lengths. */
+static void test_mask_pairs(void) {
+    kf_backend *cpu = kernels_cpu_create();
+    int32_t valid[2] = {5, 3};
+    kf_mask m = {.n_ctx = 6, .group = 3, .n_groups = 6, .q_start = 2, .valid_len = valid};
+    int64_t B = 2, nh = 2, hd = 4, L = kf_mask_len(&m);
+    float *qkv = cpu->alloc(cpu, (size_t)(B * L * 3 * nh * hd) * 4);
+    float *out = cpu->alloc(cpu, (size_t)(B * L * nh * hd) * 4), *lse = cpu->alloc(cpu, (size_t)(B * nh * L) * 4);
+    int64_t p0 = kernels_cpu_attn_pairs(cpu);
+    cpu->attn_fwd(cpu, out, lse, qkv, &m, B, nh, hd);
+    T_NEAR(kernels_mask_pairs(&m, B) * (double)nh, (double)(kernels_cpu_attn_pairs(cpu) - p0), 0,
+           "pairs of a SingleForward mask with q_start and valid lengths");
+    cpu->free(cpu, qkv), cpu->free(cpu, out), cpu->free(cpu, lse);
+    cpu->destroy(cpu);
+}
+
+static runconfig_stage stage(runconfig_kind kind, int64_t k) {
+    runconfig_stage st = {.name = "s", .kind = kind, .k = k, .tau_min = 1, .tau_max = 1};
+    st.opt = (runconfig_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .ema = 0.99,
+                              .clip = 1.0, .seed = 7, .new_weight = 1.0, .n_phases = 1,
+                              .phases = {{-1, RC_PREC_FP32}}, .scale_init = 1024,
+                              .scale_growth_interval = 100, .scale_growth = 2,
+                              .scale_backoff = 0.5};
+    return st;
+}
+
+static const model_config tiny = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = 11,
+                                   .mask_id = 10, .seq_len = 9, .kind = MODEL_AR,
+                                   .head = HEAD_SHARED, .k_train = 1};
+
+/* Sum of the FLOPs of the ops called name in records [from, to). */
+static double flops_of(kf_backend *b, const char *name, int64_t from, int64_t to) {
+    int64_t n;
+    const kf_op_rec *r = kernels_record_ops(b, &n);
+    double s = 0;
+    for (int64_t i = from; i < to; i++)
+        if (!strcmp(r[i].op, name)) s += r[i].cost.flops;
+    return s;
+}
+
+static void test_ar_step_flops(void) {
+    kf_backend *b = kernels_create("dry", NULL);
+    runconfig_stage st = stage(RC_KIND_AR, 1);
+    kf_err err = {{0}};
+    roofline_stage *s = roofline_stage_create(b, &tiny, &st, 1, &err);
+    T_CHECK(s != NULL, "stage: %s", err.msg);
+    int64_t B = 2, n = 9, H = 16, V = 11, rows = B * (n - 1), hd = 8, nh = 2;
+    roofline_marks mk;
+    roofline_stage_step(s, B, n, &mk);
+    T_EQ_INT(mk.teacher, mk.begin, "an AR step has no teacher pass");
+    /* per block qkv H->3H, out H->H, fc1 H->4H, fc2 4H->H; the head H->V;
+     * each linear: forward, weight gradient, input gradient */
+    double lin = 0;
+    int64_t shapes[][2] = {{H, 3 * H}, {H, H}, {H, 4 * H}, {4 * H, H}};
+    for (int l = 0; l < 2; l++)
+        for (int j = 0; j < 4; j++) lin += 3 * 2.0 * (double)rows * (double)(shapes[j][0] * shapes[j][1]);
+    lin += 3 * 2.0 * (double)rows * (double)(H * V);
+    T_NEAR(flops_of(b, "matmul", mk.teacher, mk.student), lin, 0, "the step's GEMM FLOPs");
+    double pairs = (double)B * (8 * 9 / 2) * (double)nh; /* causal over 8 rows, per head */
+    T_NEAR(flops_of(b, "attn_fwd", mk.teacher, mk.student), 2 * pairs * (4 * hd + 3), 0,
+           "attention forward FLOPs (2 blocks)");
+    T_NEAR(flops_of(b, "attn_bwd", mk.teacher, mk.student), 2 * pairs * (10 * hd + 4), 0,
+           "attention backward FLOPs (2 blocks)");
+    model *m = roofline_stage_model(s);
+    T_NEAR(flops_of(b, "adamw", mk.student, mk.end), 14.0 * (double)m->n_params, 0,
+           "the optimizer's AdamW over every parameter");
+    roofline_stage_free(s);
+    b->destroy(b);
+}
+
+/* The first index where the two records differ in op or shape; -1: none. */
+static int64_t first_difference(kf_backend *a, kf_backend *b) {
+    int64_t na, nb;
+    const kf_op_rec *ra = kernels_record_ops(a, &na), *rb = kernels_record_ops(b, &nb);
+    for (int64_t i = 0; i < na && i < nb; i++)
+        if (strcmp(ra[i].op, rb[i].op) || strcmp(ra[i].cost.shape, rb[i].cost.shape)) {
+            fprintf(stderr, "op %lld: %s %s vs %s %s\n", (long long)i, ra[i].op, ra[i].cost.shape,
+                    rb[i].op, rb[i].cost.shape);
+            return i;
+        }
+    return na == nb ? -1 : (na < nb ? na : nb);
+}
+
+/* One step of st on a dry recorder, on a recorder over the CPU and on the
+ * CPU alone: the same op sequence, and the CPU's bits through the recorder. */
+static void test_same_ops(runconfig_kind kind, int64_t k, const char *what) {
+    runconfig_stage st = stage(kind, k);
+    kf_err err = {{0}};
+    kf_backend *dry = kernels_create("dry", NULL), *rec = kernels_record_create(kernels_cpu_create(), 0);
+    kf_backend *cpu = kernels_cpu_create();
+    roofline_stage *sd = roofline_stage_create(dry, &tiny, &st, 1, &err);
+    roofline_stage *sr = roofline_stage_create(rec, &tiny, &st, 1, &err);
+    roofline_stage *sc = roofline_stage_create(cpu, &tiny, &st, 1, &err);
+    kernels_record_clear(dry);
+    kernels_record_clear(rec);
+    roofline_marks md, mr, mc;
+    roofline_stage_step(sd, 3, 9, &md);
+    roofline_stage_step(sr, 3, 9, &mr);
+    roofline_stage_step(sc, 3, 9, &mc);
+    T_EQ_INT(first_difference(dry, rec), -1, "%s: first op where a dry step and a CPU step differ", what);
+    T_EQ_INT(md.teacher, mr.teacher, "%s: teacher passes end at the same op", what);
+    T_EQ_INT(md.student, mr.student, "%s: the student's part ends at the same op", what);
+    T_EQ_INT(mc.end, 0, "%s: a plain backend records nothing", what);
+    model *a = roofline_stage_model(sr), *c = roofline_stage_model(sc);
+    size_t bytes = (size_t)a->n_params * sizeof(float);
+    T_EQ_INT(memcmp(a->params, c->params, bytes), 0, "%s: weights after a step through the recorder "
+             "are the CPU's bits", what);
+    roofline_stage_free(sd), roofline_stage_free(sr), roofline_stage_free(sc);
+    dry->destroy(dry), rec->destroy(rec), cpu->destroy(cpu);
+}
+
+static void test_timed(void) {
+    kf_backend *b = kernels_record_create(kernels_cpu_create(), 1);
+    int64_t n = 192;
+    float *x = b->alloc(b, (size_t)(n * n) * 4), *y = b->alloc(b, (size_t)(n * n) * 4);
+    b->matmul(b, y, x, x, n, n, n, 0, 0, 1.0f, 0.0f);
+    T_CHECK(last_op(b)->seconds > 0, "a timed recorder measures a forwarded matmul (%g s)",
+            last_op(b)->seconds);
+    b->free(b, x), b->free(b, y);
+    b->destroy(b);
+}
+
+static void test_roofline_time(void) {
+    const roofline_device *h100 = roofline_device_find("h100");
+    T_CHECK(h100 != NULL, "h100 is a device");
+    T_CHECK(roofline_device_find("h800") == NULL, "h800 is not");
+    struct {
+        kf_op_cost c;
+        int attn_tc;
+        double want;
+        const char *what;
+    } cases[] = {
+        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_GEMM, .fp16 = 1}, 0, 1e-3, "fp16 GEMM at the tensor peak"},
+        {{.flops = 67e9, .bytes = 1e6, .unit = KF_COST_GEMM}, 0, 1e-3, "fp32 GEMM at the fp32 peak"},
+        {{.flops = 67e9, .bytes = 1e6, .unit = KF_COST_ATTN, .fp16 = 1}, 0, 1e-3, "fp16 attention on fp32 units"},
+        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_ATTN, .fp16 = 1}, 1, 1e-3, "fp16 tensor-core attention"},
+        {{.flops = 1e6, .bytes = 3.35e9, .unit = KF_COST_SIMT}, 0, 1e-3, "memory-bound op at HBM bandwidth"},
+        {{.flops = 0, .bytes = 64e6, .unit = KF_COST_HOST}, 0, 1e-3, "a transfer at the bus rate"},
+        {{.flops = 0, .bytes = 0, .unit = KF_COST_NONE}, 0, 0, "bookkeeping is free"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        T_NEAR(roofline_op_seconds(h100, &cases[i].c, cases[i].attn_tc), cases[i].want, 1e-12, "%s",
+               cases[i].what);
+}
+
+int main(void) {
+    test_gemm();
+    test_dry_memory();
+    test_mask_pairs();
+    test_ar_step_flops();
+    test_same_ops(RC_KIND_AR, 1, "AR");
+    test_same_ops(RC_KIND_SELF_FORCING, 2, "self-forcing k 2");
+    test_timed();
+    test_roofline_time();
+    return T_DONE();
+}
