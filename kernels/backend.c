@@ -4,7 +4,6 @@
 
 #include "common/error.h"
 #include "kernels/kernels.h"
-#include "kernels/record.h"
 
 #ifndef KF_CUDA
 /* Builds without nvcc have no GPU backend; kernels/cuda/ defines this otherwise. */
@@ -27,7 +26,6 @@ kf_backend *kernels_create(const char *name, kf_err *err) {
         kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
         return b ? b : kernels_cpu_create();
     }
-    if (strcmp(name, "dry") == 0) return kernels_record_create(NULL, 0);
-    kf_err_set(err, "unknown backend \"%s\" (expected cpu, cuda, auto or dry)", name);
+    kf_err_set(err, "unknown backend \"%s\" (expected cpu, cuda or auto)", name);
     return NULL;
 }

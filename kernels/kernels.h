@@ -305,8 +305,9 @@ kf_backend *kernels_cpu_create(void);
  *  message in err_msg (size err_len) when the build has no CUDA or no GPU. */
 kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err_len);
 
-/** Creates a backend by name ("cpu", "cuda", "auto": cuda when available,
- *  "dry": the recorder of kernels/record.h that computes nothing).
+/** Creates a backend by name ("cpu", "cuda", "auto": cuda when available),
+ *  the names users give to --backend. The recorder of kernels/record.h,
+ *  which can compute nothing, is never one of them: kernels_record_create.
  *  Returns NULL with err set when the name is unknown or the named backend is
  *  unavailable (a build without CUDA, no GPU). */
 kf_backend *kernels_create(const char *name, kf_err *err);

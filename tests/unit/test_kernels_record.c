@@ -61,8 +61,8 @@ static void test_gemm(void) {
 }
 
 static void test_dry_memory(void) {
-    kf_backend *b = kernels_create("dry", NULL);
-    T_EQ_STR(b->name, "dry", "kernels_create(\"dry\")");
+    kf_backend *b = kernels_record_create(NULL, 0);
+    T_EQ_STR(b->name, "dry", "kernels_record_create(NULL, 0)");
     /* 3 GB: nothing is held */
     char *p = b->alloc(b, (size_t)3 << 30), *q = b->alloc(b, 100);
     T_CHECK(q >= p + ((size_t)3 << 30), "allocations do not overlap");
@@ -121,7 +121,7 @@ static double flops_of(kf_backend *b, const char *name, int64_t from, int64_t to
 }
 
 static void test_ar_step_flops(void) {
-    kf_backend *b = kernels_create("dry", NULL);
+    kf_backend *b = kernels_record_create(NULL, 0);
     runconfig_stage st = stage(RC_KIND_AR, 1);
     kf_err err = {{0}};
     roofline_stage *s = roofline_stage_create(b, &tiny, &st, 1, &err);
@@ -168,7 +168,7 @@ static int64_t first_difference(kf_backend *a, kf_backend *b) {
 static void test_same_ops(runconfig_kind kind, int64_t k, const char *what) {
     runconfig_stage st = stage(kind, k);
     kf_err err = {{0}};
-    kf_backend *dry = kernels_create("dry", NULL), *rec = kernels_record_create(kernels_cpu_create(), 0);
+    kf_backend *dry = kernels_record_create(NULL, 0), *rec = kernels_record_create(kernels_cpu_create(), 0);
     kf_backend *cpu = kernels_cpu_create();
     roofline_stage *sd = roofline_stage_create(dry, &tiny, &st, 1, &err);
     roofline_stage *sr = roofline_stage_create(rec, &tiny, &st, 1, &err);

@@ -24,7 +24,7 @@ int main(void) {
     kf_backend *cpu = kernels_cpu_create();
     check_slots(cpu);
     cpu->destroy(cpu);
-    kf_backend *dry = kernels_create("dry", NULL);
+    kf_backend *dry = kernels_record_create(NULL, 0);
     check_slots(dry);
     dry->destroy(dry);
     kf_backend *rec = kernels_record_create(kernels_cpu_create(), 0);
