@@ -62,7 +62,7 @@ endif
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-isa test-loaded test-asan test-tsan test-cuda test-fuzz fuzz tests clean bench cuda-check emu-tests FORCE
+.PHONY: all test test-build test-isa test-loaded test-asan test-tsan test-cuda test-fuzz fuzz tests clean bench cuda-check emu-tests FORCE
 all: $(BIN)
 
 $(BUILD)/libkf.a: $(OBJ)
@@ -133,9 +133,12 @@ bench: $(BIN) $(BENCH_BIN)
 
 # The CPU suite; CUDA code is compiled by nvcc (not run) so a broken .cu fails
 # CI here, and run under the CPU emulation harness (tests/scripts/test_gpu_emu.sh).
-test: tests
+# Everything the suite runs: the test programs, the CUDA compile check and the
+# emulated-GPU programs (make test, test-isa and test-loaded run the same suite).
+test-build: tests
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory cuda-check; else echo "nvcc not found: CUDA backend not compiled"; fi
 	$(MAKE) --no-print-directory emu-tests
+test: test-build
 	tests/run.sh $(T)
 
 # The GPU test programs under the emulation harness, plain and with ASan.
@@ -195,13 +198,13 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h $(BUILD)/libkf-fuzz.a
 
 # The whole CPU suite with the kernels forced to one SIMD level (base, avx2,
 # avx512, vnni: at most what this CPU has), e.g. make test-isa ISA=avx2.
-test-isa: tests
+test-isa: test-build
 	KF_CPU_ISA=$(ISA) tests/run.sh $(T)
 
 # The suite RUNS times with every core busy beside it (stress-ng): a test
 # that fails there depends on timing. make test-loaded RUNS=5 [T=filter]
 RUNS ?= 5
-test-loaded: tests
+test-loaded: test-build
 	tests/run_loaded.sh $(RUNS) $(T)
 
 cuda-check:
