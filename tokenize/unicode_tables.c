@@ -2,6 +2,7 @@
  * (Unicode 15.0). Do not edit. */
 #include "tokenize/unicode.h"
 
+/* clang-format off: generated tables, laid out by their generator */
 const uint16_t uni_stage1[0x1100] = {
 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,17,21,22,
 23,24,25,26,27,28,29,30,31,32,33,34,35,36,36,37,36,38,39,36,40,41,42,36,
