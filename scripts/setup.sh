@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential pkg-config libyaml-dev liblmdb-dev lmdb-utils libarchive-dev zlib1g-dev libopenblas-dev
       libopenmpi-dev openmpi-bin slurmctld slurmd slurm-client munge xz-utils nodejs npm python3-torch strace stress-ng
-      iproute2 clang libclang-rt-dev)
+      iproute2 clang libclang-rt-dev clang-format-14)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # nodejs/npm may come from outside Debian's packages (the image's own): accept any working node+npm.
