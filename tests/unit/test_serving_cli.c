@@ -26,10 +26,10 @@
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include "tests/unit/trainer_fixture.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
-#include "trainer/omp_env.h"
-#include "trainer/quality.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
+#include "trainer/cli/omp_env.h"
+#include "trainer/infer/quality.h"
 
 int bench_decode_main(int argc, char **argv);
 int import_main(int argc, char **argv);
@@ -320,7 +320,7 @@ static void eval_tests(void) {
 }
 
 int main(void) {
-    /* passive OpenMP workers (trainer/omp_env.h: re-executes once); the
+    /* passive OpenMP workers (trainer/cli/omp_env.h: re-executes once); the
      * commands called in process then find it set */
     omp_env_passive();
     snprintf(T, sizeof T, "/tmp/kf-serving-XXXXXX");
