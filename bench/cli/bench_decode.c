@@ -48,10 +48,10 @@
 #include "common/json.h"
 #include "kernels/kernels.h"
 #include "pipeline/shard_reader.h"
-#include "trainer/infer/decode.h"
-#include "trainer/model/model.h"
 #include "trainer/cli/omp_env.h"
+#include "trainer/infer/decode.h"
 #include "trainer/infer/quality.h"
+#include "trainer/model/model.h"
 
 #define MAX_LIST 16
 #define MAX_METHODS 32

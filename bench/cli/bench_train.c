@@ -35,9 +35,9 @@
 #include "common/runconfig.h"
 #include "kernels/kernels.h"
 #include "pipeline/shard_reader.h"
-#include "trainer/train/dist.h"
-#include "trainer/model/model.h"
 #include "trainer/cli/omp_env.h"
+#include "trainer/model/model.h"
+#include "trainer/train/dist.h"
 #include "trainer/train/supervision.h"
 #include "trainer/train/train.h"
 

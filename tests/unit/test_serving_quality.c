@@ -18,10 +18,10 @@
 #include "common/rng.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
-#include "trainer/model/layout.h"
-#include "trainer/model/model.h"
 #include "trainer/cli/omp_env.h"
 #include "trainer/infer/quality.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
 
 enum { V = 23, EOS = 21, MASK = 22 };
 

@@ -7,9 +7,8 @@
  * from a frozen teacher (--teacher): an AR teacher gives forward-distillation
  * targets (the teacher's exact k-token inverse-CDF blocks), a PFLM(k/2)
  * teacher self-forcing targets; --supervision picks the noise-inversion ones
- * (the ablation's variants A and B). `kf eval --completions ...` is the
- * completion-quality report of trainer/infer/quality.h, `kf eval genppl ...` the
- * paper's Gen-PPL under a Hugging Face GPT-2 (trainer/infer/genppl.h). */
+ * (the ablation's variants A and B). `kf eval --completions ...` and `kf eval
+ * genppl ...` are the other modes (trainer/cli/cli_eval.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,12 +17,11 @@
 #include "common/cli.h"
 #include "kernels/kernels.h"
 #include "pipeline/shard_reader.h"
-#include "trainer/train/checkpoint.h"
-#include "trainer/infer/eval.h"
-#include "trainer/infer/genppl.h"
-#include "trainer/model/model.h"
+#include "trainer/cli/cli_eval.h"
 #include "trainer/cli/omp_env.h"
-#include "trainer/infer/quality.h"
+#include "trainer/infer/eval.h"
+#include "trainer/model/model.h"
+#include "trainer/train/checkpoint.h"
 #include "trainer/train/supervision.h"
 
 static const char USAGE[] =

@@ -43,10 +43,10 @@
 #include "common/sha256.h"
 #include "common/stage_status.h"
 #include "kernels/kernels.h"
-#include "trainer/train/checkpoint.h"
 #include "trainer/model/layout.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_hf.h"
+#include "trainer/train/checkpoint.h"
 
 static const char USAGE[] =
     "usage: kf import CKPT.safetensors --run-dir RUN --stage NAME [--probe P.safetensors]\n"

@@ -13,11 +13,11 @@
 #include "common/json.h"
 #include "kernels/kernels.h"
 #include "tokenize/tokenizer.h"
-#include "trainer/train/checkpoint.h"
-#include "trainer/infer/decode.h"
-#include "trainer/model/model.h"
 #include "trainer/cli/omp_env.h"
+#include "trainer/infer/decode.h"
 #include "trainer/infer/prefixes.h"
+#include "trainer/model/model.h"
+#include "trainer/train/checkpoint.h"
 
 static const char USAGE[] =
     "usage: kf sample CKPT [--k K] [--tau T] [--freq-penalty P] [--prefix-file F.jsonl]\n"

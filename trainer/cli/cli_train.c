@@ -9,8 +9,8 @@
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/runconfig.h"
-#include "trainer/train/dist.h"
 #include "trainer/cli/omp_env.h"
+#include "trainer/train/dist.h"
 #include "trainer/train/train.h"
 
 static const char USAGE[] =

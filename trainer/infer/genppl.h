@@ -19,6 +19,8 @@
  * Gen-PPL = exp(sum of NLLs / scored tokens) over the whole file
  * (corpus level). Entropy: the mean over samples of the unigram entropy
  * (nats) of each sample's GPT-2 tokens (after truncation).
+ * Steps 1 and 2 are `kf eval genppl`'s reading of the file
+ * (trainer/cli/cli_eval_genppl.c); genppl_score truncates and scores (3).
  */
 #ifndef KF_TRAINER_INFER_GENPPL_H
 #define KF_TRAINER_INFER_GENPPL_H
@@ -52,9 +54,5 @@ int64_t genppl_context(const model *ev);
  *  batch windows per forward, with a progress bar when progress is set. */
 void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n, int64_t max_length,
                   int64_t batch, int progress, genppl_result *out);
-
-/** `kf eval genppl FILE.jsonl --evaluator DIR [--vocab DIR] ...` (cli_eval.c
- *  dispatches to it); --help describes the options. */
-int genppl_main(int argc, char **argv);
 
 #endif

@@ -25,8 +25,8 @@
  * The evaluator must share the completions' tokenizer (re-tokenisation
  * between vocabularies, as the paper does for LM1B, is not done here).
  *
- * Exposed as `kf eval --completions FILE.jsonl --evaluator CKPT` (a dispatch in
- * trainer/cli/cli_eval.c calls quality_eval_main).
+ * Exposed as `kf eval --completions FILE.jsonl --evaluator CKPT`
+ * (trainer/cli/cli_eval_completions.c).
  */
 #ifndef KF_TRAINER_INFER_QUALITY_H
 #define KF_TRAINER_INFER_QUALITY_H
@@ -107,12 +107,5 @@ const char *quality_header(void);
  *  quality_header names them, then "  FLAG: reasons" when quality_flag finds
  *  any against ar (ar may be r itself or NULL: no flag). */
 void quality_format(const quality_row *r, const quality_row *ar, char *buf, size_t cap);
-
-/** `kf eval --completions FILE.jsonl --evaluator CKPT [--eos ID] [--batch B]
- *  [--json OUT]`. FILE is `kf sample` output: one JSON object per line with
- *  "prefix" (array of ids, optional) and "completion" (array of ids; also
- *  accepted: "completion_ids"). Prints one JSON object (samples, tokens,
- *  gen_ppl, nll, distinct_1..3, entropy, mean_len) on stdout. */
-int quality_eval_main(int argc, char **argv);
 
 #endif

@@ -47,8 +47,8 @@
 
 #include "common/error.h"
 #include "common/rng.h"
-#include "trainer/train/dist.h"
 #include "trainer/model/model.h"
+#include "trainer/train/dist.h"
 #include "trainer/train/optim.h"
 
 #define CKPT_FORMAT "kforcing-checkpoint"
