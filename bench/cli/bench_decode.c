@@ -183,159 +183,202 @@ static void write_json(FILE *f, const char *dev, const char *clock, const char *
     fprintf(f, "\n]}\n");
 }
 
-int bench_decode_main(int argc, char **argv) {
-    const char *ckpts[MAX_METHODS], *data = NULL, *backend = "auto";
-    const char *json_path = "bench-decode.json", *png_path = "bench-decode.png";
-    int nck = 0, nb = 3, nk = 3;
-    int64_t bs[MAX_LIST] = {4, 16, 128}, ks[MAX_LIST] = {2, 3, 4}, P = 0, N = 0, runs = 5, seed = 1;
-    double tau = 1.0, pen = DECODE_FREQ_PENALTY_DEFAULT;
-    const char *clock_name = "wall";
+/* The parsed command line. */
+typedef struct decode_args {
+    const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name;
+    int nck, nb, nk;
+    int64_t bs[MAX_LIST], ks[MAX_LIST], P, N, runs, seed; /* P, N: 0 = the protocol's */
+    double tau, pen;
+    bool cpu_clock;
+} decode_args;
+
+/* What a run needs, built from the arguments: the models, one method per
+ * (checkpoint, k), the prefixes and the lengths. */
+typedef struct decode_plan {
+    kf_backend *be;
+    model *models[MAX_METHODS];
+    model_heads *heads[MAX_METHODS];
+    method mt[MAX_METHODS * MAX_LIST];
+    int nm, ar; /* ar: the AR method's index, -1 without one */
+    int32_t *pre, eos;
+    int64_t P, N, bmax;
+    int qb; /* the batch size whose completions are scored: the largest */
+} decode_plan;
+
+/* Parses the options into a; nonzero when the command ends here, with its
+ * exit status in *code. */
+static int parse_args(int argc, char **argv, decode_args *a, int *code) {
+    *a = (decode_args){.backend = "auto", .json_path = "bench-decode.json", .png_path = "bench-decode.png",
+                       .clock_name = "wall", .nb = 3, .nk = 3, .bs = {4, 16, 128}, .ks = {2, 3, 4},
+                       .runs = 5, .seed = 1, .tau = 1.0, .pen = DECODE_FREQ_PENALTY_DEFAULT};
     const cli_opt opts[] = {
-        {"--data", CLI_STR, .out = &data},
-        {"--backend", CLI_STR, .out = &backend},
-        {"--json", CLI_STR, .out = &json_path},
-        {"--png", CLI_STR, .out = &png_path},
-        {"--clock", CLI_STR, .out = &clock_name},
-        {"--batch", CLI_INT_LIST, .out = bs, .n = &nb, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
-        {"--k", CLI_INT_LIST, .out = ks, .n = &nk, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
-        {"--prefix-len", CLI_INT, .out = &P, .lo = 1, .hi = INFINITY},
-        {"--max-new", CLI_INT, .out = &N, .lo = 1, .hi = INFINITY},
-        {"--runs", CLI_INT, .out = &runs, .lo = 1, .hi = INFINITY},
-        {"--seed", CLI_INT, .out = &seed, .lo = 0, .hi = INFINITY},
-        {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = INFINITY, .above = true},
-        {"--freq-penalty", CLI_FLOAT, .out = &pen, .lo = 0, .hi = INFINITY},
+        {"--data", CLI_STR, .out = &a->data},
+        {"--backend", CLI_STR, .out = &a->backend},
+        {"--json", CLI_STR, .out = &a->json_path},
+        {"--png", CLI_STR, .out = &a->png_path},
+        {"--clock", CLI_STR, .out = &a->clock_name},
+        {"--batch", CLI_INT_LIST, .out = a->bs, .n = &a->nb, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
+        {"--k", CLI_INT_LIST, .out = a->ks, .n = &a->nk, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
+        {"--prefix-len", CLI_INT, .out = &a->P, .lo = 1, .hi = INFINITY},
+        {"--max-new", CLI_INT, .out = &a->N, .lo = 1, .hi = INFINITY},
+        {"--runs", CLI_INT, .out = &a->runs, .lo = 1, .hi = INFINITY},
+        {"--seed", CLI_INT, .out = &a->seed, .lo = 0, .hi = INFINITY},
+        {"--tau", CLI_FLOAT, .out = &a->tau, .lo = 0, .hi = INFINITY, .above = true},
+        {"--freq-penalty", CLI_FLOAT, .out = &a->pen, .lo = 0, .hi = INFINITY},
         {NULL},
     };
-    const cli_spec spec = {"kf bench decode", USAGE, opts, .pos = ckpts, .max_pos = MAX_METHODS, .n_pos = &nck};
-    int code = KF_EXIT_ERROR;
-    if (cli_parse(&spec, argc, argv, &code)) return code;
-    if (strcmp(clock_name, "wall") && strcmp(clock_name, "cpu")) {
-        fprintf(stderr, "kf bench decode: --clock: expected wall or cpu, got '%s'\n", clock_name);
-        return KF_EXIT_USAGE;
+    const cli_spec spec = {"kf bench decode", USAGE, opts, .pos = a->ckpts, .max_pos = MAX_METHODS,
+                           .n_pos = &a->nck};
+    if (cli_parse(&spec, argc, argv, code)) return 1;
+    *code = KF_EXIT_USAGE;
+    if (strcmp(a->clock_name, "wall") && strcmp(a->clock_name, "cpu")) {
+        fprintf(stderr, "kf bench decode: --clock: expected wall or cpu, got '%s'\n", a->clock_name);
+        return 1;
     }
-    bool cpu_clock = !strcmp(clock_name, "cpu");
-    double (*now)(void) = cpu_clock ? clock_cpu_s : clock_now_s;
-    if (!nck || !data) {
+    a->cpu_clock = !strcmp(a->clock_name, "cpu");
+    if (!a->nck || !a->data) {
         fprintf(stderr, "kf bench decode: at least one CKPT and --data DIR are required\n");
         fputs(USAGE, stderr);
-        return KF_EXIT_USAGE;
+        return 1;
     }
-    if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "auto")) {
+    if (strcmp(a->backend, "cpu") && strcmp(a->backend, "cuda") && strcmp(a->backend, "auto")) {
         fprintf(stderr, "kf bench decode: --backend must be cpu, cuda or auto\n");
-        return KF_EXIT_USAGE;
+        return 1;
     }
-    omp_env_passive(); /* spinning OpenMP workers would distort the timings */
-    kf_err err = {{0}};
-    int64_t bmax = 0, data_len = 0;
-    for (int b = 0; b < nb; b++) bmax = bs[b] > bmax ? bs[b] : bmax;
-    int32_t *pre = NULL, eos = -1;
-    kf_backend *be = kernels_create(backend, &err);
-    method mt[MAX_METHODS * MAX_LIST];
-    model *models[MAX_METHODS] = {0};
-    model_heads *heads[MAX_METHODS] = {0};
-    int nm = 0, ar = -1;
-    code = KF_EXIT_ERROR;
-    if (!be) goto done;
-    if (cpu_clock && strcmp(be->name, "cpu")) {
-        kf_err_set(&err, "--clock cpu times the CPU backend only (the %s backend's work is not this "
-                   "process's CPU time)", be->name);
-        goto done;
-    }
-    for (int c = 0; c < nck; c++) {
-        model *m = models[c] = load(be, ckpts[c], &err);
-        if (!m) goto done;
-        heads[c] = model_heads_pack(m);
+    return 0;
+}
+
+/* Loads every checkpoint (its output layer packed once) and makes its
+ * methods: AR once, a PFLM checkpoint at every requested k it can run. */
+static int plan_methods(decode_plan *p, const decode_args *a, kf_err *err) {
+    for (int c = 0; c < a->nck; c++) {
+        model *m = p->models[c] = load(p->be, a->ckpts[c], err);
+        if (!m) return -1;
+        p->heads[c] = model_heads_pack(m);
         if (m->cfg.kind == MODEL_AR) {
-            if (ar >= 0) {
-                kf_err_set(&err, "%s and %s are both AR checkpoints: give one baseline", mt[ar].path, ckpts[c]);
-                goto done;
-            }
-            ar = nm;
-            mt[nm++] = (method){.label = "AR", .path = ckpts[c], .m = m, .heads = heads[c], .k = 1};
+            if (p->ar >= 0)
+                return kf_err_set(err, "%s and %s are both AR checkpoints: give one baseline",
+                                  p->mt[p->ar].path, a->ckpts[c]);
+            p->ar = p->nm;
+            p->mt[p->nm++] = (method){.label = "AR", .path = a->ckpts[c], .m = m, .heads = p->heads[c], .k = 1};
             continue;
         }
         int any = 0;
-        for (int j = 0; j < nk; j++) {
-            if (ks[j] > m->cfg.k_train || (m->cfg.head == HEAD_MTP && ks[j] != m->cfg.k_train)) continue;
-            method *x = &mt[nm++];
-            *x = (method){.path = ckpts[c], .m = m, .heads = heads[c], .k = ks[j]};
+        for (int j = 0; j < a->nk; j++) {
+            int64_t k = a->ks[j];
+            if (k > m->cfg.k_train || (m->cfg.head == HEAD_MTP && k != m->cfg.k_train)) continue;
+            method *x = &p->mt[p->nm++];
+            *x = (method){.path = a->ckpts[c], .m = m, .heads = p->heads[c], .k = k};
             /* several PFLM checkpoints are told apart by their position */
             char tag[12] = "";
-            if (nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
+            if (a->nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
             snprintf(x->label, sizeof x->label, "%s%s k=%lld", m->cfg.head == HEAD_MTP ? "MTP" : "KF", tag,
-                     (long long)ks[j]);
+                     (long long)k);
             any = 1;
         }
-        if (!any) {
-            kf_err_set(&err, "%s: k_train %lld: none of the requested --k values fits", ckpts[c],
-                       (long long)m->cfg.k_train);
-            goto done;
+        if (!any)
+            return kf_err_set(err, "%s: k_train %lld: none of the requested --k values fits", a->ckpts[c],
+                              (long long)m->cfg.k_train);
+    }
+    return 0;
+}
+
+/* Reads the prefixes and fixes the completion length: the protocol's, capped
+ * by every method's context; every method must be able to decode it. */
+static int plan_lengths(decode_plan *p, const decode_args *a, kf_err *err) {
+    int64_t ctx = INT64_MAX, data_len = 0;
+    for (int c = 0; c < a->nck; c++) ctx = p->models[c]->cfg.seq_len < ctx ? p->models[c]->cfg.seq_len : ctx;
+    if (read_prefixes(a->data, &p->P, ctx, p->bmax, &p->pre, &data_len, &p->eos, err)) return -1;
+    if (p->N == 0) {
+        p->N = data_len - p->P;
+        for (int i = 0; i < p->nm; i++) {
+            decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, p->N, a->seed);
+            while (p->N >= 1 && decode_cache_rows(p->mt[i].m, &o, p->P) > p->mt[i].m->cfg.seq_len)
+                o.max_new = --p->N;
+        }
+        if (p->N < 1)
+            return kf_err_set(err, "a prefix of %lld tokens leaves no room to generate in the models' context",
+                              (long long)p->P);
+    }
+    for (int i = 0; i < p->nm; i++) {
+        decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, p->N, a->seed);
+        if (decode_check(p->mt[i].m, &o, p->P, err)) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return kf_err_set(err, "%s (%s): %s", p->mt[i].path, p->mt[i].label, msg);
         }
     }
-    int64_t ctx = INT64_MAX;
-    for (int c = 0; c < nck; c++) ctx = models[c]->cfg.seq_len < ctx ? models[c]->cfg.seq_len : ctx;
-    if (read_prefixes(data, &P, ctx, bmax, &pre, &data_len, &eos, &err)) goto done;
-    /* completion length: the protocol's, capped by every method's context */
-    if (N == 0) {
-        N = data_len - P;
-        for (int i = 0; i < nm; i++) {
-            decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
-            while (N >= 1 && decode_cache_rows(mt[i].m, &o, P) > mt[i].m->cfg.seq_len) o.max_new = --N;
-        }
-        if (N < 1) {
-            kf_err_set(&err, "a prefix of %lld tokens leaves no room to generate in the models' context",
-                       (long long)P);
-            goto done;
-        }
+    return 0;
+}
+
+/* The plan: backend, methods, prefixes and lengths. */
+static int plan_make(decode_plan *p, const decode_args *a, kf_err *err) {
+    *p = (decode_plan){.ar = -1, .eos = -1, .P = a->P, .N = a->N};
+    for (int b = 0; b < a->nb; b++) {
+        p->bmax = a->bs[b] > p->bmax ? a->bs[b] : p->bmax;
+        p->qb = a->bs[b] > a->bs[p->qb] ? b : p->qb;
     }
-    for (int i = 0; i < nm; i++) {
-        decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
-        if (decode_check(mt[i].m, &o, P, &err)) {
-            char msg[sizeof err.msg];
-            snprintf(msg, sizeof msg, "%s", err.msg);
-            kf_err_set(&err, "%s (%s): %s", mt[i].path, mt[i].label, msg);
-            goto done;
-        }
+    if (!(p->be = kernels_create(a->backend, err))) return -1;
+    if (a->cpu_clock && strcmp(p->be->name, "cpu"))
+        return kf_err_set(err, "--clock cpu times the CPU backend only (the %s backend's work is not this "
+                               "process's CPU time)", p->be->name);
+    if (plan_methods(p, a, err)) return -1;
+    return plan_lengths(p, a, err);
+}
+
+static void plan_free(decode_plan *p, int nck) {
+    for (int c = 0; c < nck; c++) {
+        model_heads_free(p->heads[c]);
+        if (p->models[c]) model_free(p->models[c]);
     }
-    printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new tokens, "
-           "1 warm-up + %lld timed runs (%s clock), tau %g, PFLM frequency penalty %g\n",
-           be->name, (long long)P, data, (long long)N, (long long)runs,
-           clock_name, tau, pen);
+    if (p->be) p->be->destroy(p->be);
+    free(p->pre);
+}
+
+/* Method i's quality of the completions qs of n prefixes, scored after the
+ * clock stopped (scoring does not count against the method). */
+static void score_quality(decode_plan *p, int i, quality_sample *qs, int64_t n, kf_err *err) {
+    method *x = &p->mt[i];
+    quality_stats_compute(qs, n, p->eos, (int32_t)x->m->cfg.mask_id, &x->q.st);
+    quality_ppl ppl = {.ppl = NAN};
+    if (p->ar >= 0 && quality_genppl(p->mt[p->ar].m, qs, n, p->eos, 16, &ppl, err)) {
+        fprintf(stderr, "kf bench decode: %s: Gen-PPL not measured: %s\n", x->label, err->msg);
+        ppl.ppl = NAN;
+    }
+    x->q.gen_ppl = ppl.ppl;
+}
+
+/* Times every method at every batch size (the methods taking turns run by
+ * run) into tps and sd; the largest batch's last completions are scored. */
+static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
+    double (*now)(void) = a->cpu_clock ? clock_cpu_s : clock_now_s;
+    int64_t bmax = p->bmax, P = p->P, N = p->N;
     uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
     int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
     for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
-    double *sum = kf_malloc((size_t)nm * sizeof(double)), *sum2 = kf_malloc((size_t)nm * sizeof(double));
-    int qb = 0; /* the batch whose last run's completions are scored: the largest */
-    for (int b = 0; b < nb; b++) qb = bs[b] > bs[qb] ? b : qb;
+    double *sum = kf_malloc((size_t)p->nm * sizeof(double)), *sum2 = kf_malloc((size_t)p->nm * sizeof(double));
     quality_sample *qs = kf_malloc((size_t)bmax * sizeof *qs);
-    for (int64_t b = 0; b < bmax; b++) qs[b] = (quality_sample){pre + b * P, P, out + b * N, N};
-    for (int b = 0; b < nb; b++) {
-        for (int i = 0; i < nm; i++) sum[i] = sum2[i] = 0;
-        for (int64_t r = 0; r <= runs; r++) /* r = 0: warm-up */
-            for (int i = 0; i < nm; i++) {
-                decode_opts o = method_opts(&mt[i], tau, pen, N, seed);
+    for (int64_t b = 0; b < bmax; b++) qs[b] = (quality_sample){p->pre + b * P, P, out + b * N, N};
+    for (int b = 0; b < a->nb; b++) {
+        int64_t B = a->bs[b];
+        for (int i = 0; i < p->nm; i++) sum[i] = sum2[i] = 0;
+        for (int64_t r = 0; r <= a->runs; r++) /* r = 0: warm-up */
+            for (int i = 0; i < p->nm; i++) {
+                decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, N, a->seed);
                 double t0 = now();
-                decode_run(mt[i].m, mt[i].heads, pre, bs[b], P, &o, keys, out);
-                double tps = (double)(bs[b] * N) / (now() - t0);
+                decode_run(p->mt[i].m, p->mt[i].heads, p->pre, B, P, &o, keys, out);
+                double tps = (double)(B * N) / (now() - t0);
                 if (r == 0) continue;
                 sum[i] += tps;
                 sum2[i] += tps * tps;
-                if (b != qb || r != runs) continue;
-                /* after the clock: scoring does not count against the method */
-                int32_t strip = (int32_t)mt[i].m->cfg.mask_id;
-                quality_stats_compute(qs, bs[b], eos, strip, &mt[i].q.st);
-                quality_ppl ppl = {.ppl = NAN};
-                if (ar >= 0 && quality_genppl(mt[ar].m, qs, bs[b], eos, 16, &ppl, &err)) {
-                    fprintf(stderr, "kf bench decode: %s: Gen-PPL not measured: %s\n", mt[i].label, err.msg);
-                    ppl.ppl = NAN;
-                }
-                mt[i].q.gen_ppl = ppl.ppl;
+                if (b == p->qb && r == a->runs) score_quality(p, i, qs, B, err);
             }
-        for (int i = 0; i < nm; i++) {
-            mt[i].tps[b] = sum[i] / (double)runs;
-            double var = sum2[i] / (double)runs - mt[i].tps[b] * mt[i].tps[b];
-            mt[i].sd[b] = var > 0 ? sqrt(var) : 0;
-            fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)bs[b], mt[i].label, mt[i].tps[b]);
+        for (int i = 0; i < p->nm; i++) {
+            method *x = &p->mt[i];
+            x->tps[b] = sum[i] / (double)a->runs;
+            double var = sum2[i] / (double)a->runs - x->tps[b] * x->tps[b];
+            x->sd[b] = var > 0 ? sqrt(var) : 0;
+            fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)B, x->label, x->tps[b]);
         }
     }
     free(qs);
@@ -343,20 +386,24 @@ int bench_decode_main(int argc, char **argv) {
     free(sum2);
     free(keys);
     free(out);
+}
 
-    /* the table: one row per method, one column per batch size, then the
-     * quality of the largest batch's completions */
+/* The table: one row per method, one column per batch size, then the
+ * quality of the largest batch's completions. */
+static void print_table(const decode_plan *p, const decode_args *a) {
+    const method *mt = p->mt;
+    int ar = p->ar;
     printf("\nquality of the BS=%lld completions: Gen-PPL under the AR checkpoint, mean unigram entropy "
-           "(nats), distinct-2/3, mean length before EOS\n%-10s", (long long)bs[qb], "method");
-    for (int b = 0; b < nb; b++) {
+           "(nats), distinct-2/3, mean length before EOS\n%-10s", (long long)a->bs[p->qb], "method");
+    for (int b = 0; b < a->nb; b++) {
         char h[32];
-        snprintf(h, sizeof h, "BS=%lld tok/s (x AR)", (long long)bs[b]);
+        snprintf(h, sizeof h, "BS=%lld tok/s (x AR)", (long long)a->bs[b]);
         printf("  %22s", h);
     }
     printf(" %s\n", quality_header());
-    for (int i = 0; i < nm; i++) {
+    for (int i = 0; i < p->nm; i++) {
         printf("%-10s", mt[i].label);
-        for (int b = 0; b < nb; b++) {
+        for (int b = 0; b < a->nb; b++) {
             char cell[48];
             if (ar >= 0) snprintf(cell, sizeof cell, "%.0f (%.2fx)", mt[i].tps[b], mt[i].tps[b] / mt[ar].tps[b]);
             else snprintf(cell, sizeof cell, "%.0f", mt[i].tps[b]);
@@ -366,41 +413,62 @@ int bench_decode_main(int argc, char **argv) {
         quality_format(&mt[i].q, ar >= 0 ? &mt[ar].q : NULL, q, sizeof q);
         printf(" %s\n", q);
     }
-    char *jtext = NULL;
-    size_t jlen = 0;
-    FILE *jf = open_memstream(&jtext, &jlen);
-    write_json(jf, be->name, clock_name, data, P, N, (int)runs, bs, nb, mt, nm, ar);
-    fclose(jf);
-    int wrc = fs_write_atomic(json_path, jtext, jlen, &err);
-    free(jtext);
-    if (wrc) goto done;
-    /* the chart: groups = batch sizes, bars = methods (the first CHART_MAX_SERIES) */
-    int ns = nm < CHART_MAX_SERIES ? nm : CHART_MAX_SERIES;
-    if (ns < nm) fprintf(stderr, "kf bench decode: the chart shows the first %d methods\n", ns);
+}
+
+/* The chart: groups = batch sizes, bars = methods (the first CHART_MAX_SERIES). */
+static int write_chart(const decode_plan *p, const decode_args *a, kf_err *err) {
+    int nb = a->nb, ns = p->nm < CHART_MAX_SERIES ? p->nm : CHART_MAX_SERIES;
+    if (ns < p->nm) fprintf(stderr, "kf bench decode: the chart shows the first %d methods\n", ns);
     char gl[MAX_LIST][24];
     const char *groups[MAX_LIST], *series[CHART_MAX_SERIES];
     double *vals = kf_malloc((size_t)(nb * ns) * sizeof(double));
     for (int b = 0; b < nb; b++) {
-        snprintf(gl[b], sizeof gl[b], "batch %lld", (long long)bs[b]);
+        snprintf(gl[b], sizeof gl[b], "batch %lld", (long long)a->bs[b]);
         groups[b] = gl[b];
-        for (int s = 0; s < ns; s++) vals[b * ns + s] = mt[s].tps[b];
+        for (int s = 0; s < ns; s++) vals[b * ns + s] = p->mt[s].tps[b];
     }
-    for (int s = 0; s < ns; s++) series[s] = mt[s].label;
+    for (int s = 0; s < ns; s++) series[s] = p->mt[s].label;
     char title[128];
-    snprintf(title, sizeof title, "decode throughput (%s, %lld -> +%lld tokens)", be->name, (long long)P,
-             (long long)N);
-    int rc = chart_bars(png_path, title, "tokens/s", groups, nb, series, ns, vals, &err);
+    snprintf(title, sizeof title, "decode throughput (%s, %lld -> +%lld tokens)", p->be->name,
+             (long long)p->P, (long long)p->N);
+    int rc = chart_bars(a->png_path, title, "tokens/s", groups, nb, series, ns, vals, err);
     free(vals);
-    if (rc) goto done;
-    printf("wrote %s and %s\n", json_path, png_path);
-    code = KF_EXIT_OK;
-done:
-    if (code) fprintf(stderr, "kf bench decode: error: %s\n", err.msg);
-    for (int c = 0; c < nck; c++) {
-        model_heads_free(heads[c]);
-        if (models[c]) model_free(models[c]);
+    return rc;
+}
+
+/* The table on stdout, the JSON and the chart. */
+static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
+    print_table(p, a);
+    char *jtext = NULL;
+    size_t jlen = 0;
+    FILE *jf = open_memstream(&jtext, &jlen);
+    write_json(jf, p->be->name, a->clock_name, a->data, p->P, p->N, (int)a->runs, a->bs, a->nb, p->mt, p->nm,
+               p->ar);
+    fclose(jf);
+    int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
+    free(jtext);
+    if (rc || write_chart(p, a, err)) return -1;
+    printf("wrote %s and %s\n", a->json_path, a->png_path);
+    return 0;
+}
+
+int bench_decode_main(int argc, char **argv) {
+    decode_args a;
+    decode_plan p;
+    int code;
+    if (parse_args(argc, argv, &a, &code)) return code;
+    omp_env_passive(); /* spinning OpenMP workers would distort the timings */
+    kf_err err = {{0}};
+    code = KF_EXIT_ERROR;
+    if (plan_make(&p, &a, &err) == 0) {
+        printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new tokens, "
+               "1 warm-up + %lld timed runs (%s clock), tau %g, PFLM frequency penalty %g\n",
+               p.be->name, (long long)p.P, a.data, (long long)p.N, (long long)a.runs, a.clock_name, a.tau,
+               a.pen);
+        run_batches(&p, &a, &err);
+        if (report(&p, &a, &err) == 0) code = KF_EXIT_OK;
     }
-    if (be) be->destroy(be);
-    free(pre);
+    if (code) fprintf(stderr, "kf bench decode: error: %s\n", err.msg);
+    plan_free(&p, a.nck);
     return code;
 }
