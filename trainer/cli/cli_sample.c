@@ -66,112 +66,184 @@ static int cmp_len(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-int sample_main(int argc, char **argv) {
-    const char *ckpt = NULL, *prefix_file = NULL, *vocab = NULL, *backend = "cpu";
-    int64_t k = 0, batch = 16, per = 1, max_new = 64, seed = 0, eos = -2, bos = -2;
-    double tau = 1.0, pen = NAN, ptemp[64]; /* pen NAN: the default for the checkpoint's kind */
-    int nptemp = 0;
+/* The parsed command line. */
+typedef struct sample_args {
+    const char *ckpt, *prefix_file, *vocab, *backend;
+    int64_t k, batch, per, max_new, seed, eos,
+        bos;                    /* k 0, eos/bos -2: from the checkpoint/tokenizer */
+    double tau, pen, ptemp[64]; /* pen NAN: the default for the checkpoint's kind */
+    int nptemp;
+} sample_args;
+
+/* What the run needs: the tokenizer, the prefixes, the model and its decoding options. */
+typedef struct sample_plan {
+    char path[4096]; /* the checkpoint's weights */
+    tok *tk;
+    int32_t **pre;
+    int64_t *plen, npre, eos;
+    kf_backend *be;
+    model *m;
+    decode_opts o;
+} sample_plan;
+
+/* Parses the options into a; nonzero when the command ends here, with its
+ * exit status in *code. */
+static int parse_args(int argc, char **argv, sample_args *a, int *code) {
+    *a = (sample_args){.backend = "cpu",
+                       .batch = 16,
+                       .per = 1,
+                       .max_new = 64,
+                       .eos = -2,
+                       .bos = -2,
+                       .tau = 1.0,
+                       .pen = NAN};
     const cli_opt opts[] = {
-        {"--k", CLI_INT, .out = &k, .lo = 1, .hi = INFINITY},
-        {"--tau", CLI_FLOAT, .out = &tau, .lo = 0, .hi = INFINITY, .above = true},
-        {"--freq-penalty", CLI_FLOAT, .out = &pen},
-        {"--position-temp", CLI_FLOAT_LIST, .out = ptemp, .n = &nptemp, .cap = 64},
-        {"--prefix-file", CLI_STR, .out = &prefix_file},
-        {"--batch", CLI_INT, .out = &batch, .lo = 1, .hi = INFINITY},
-        {"--n-per-prefix", CLI_INT, .out = &per, .lo = 1, .hi = INFINITY},
-        {"--max-new", CLI_INT, .out = &max_new, .lo = 1, .hi = INFINITY},
-        {"--seed", CLI_INT, .out = &seed, .lo = 0, .hi = INFINITY},
-        {"--vocab", CLI_STR, .out = &vocab},
-        {"--eos", CLI_INT, .out = &eos, .lo = -1, .hi = INFINITY},
-        {"--bos", CLI_INT, .out = &bos, .lo = 0, .hi = INFINITY},
-        {"--backend", CLI_STR, .out = &backend},
+        {"--k", CLI_INT, .out = &a->k, .lo = 1, .hi = INFINITY},
+        {"--tau", CLI_FLOAT, .out = &a->tau, .lo = 0, .hi = INFINITY, .above = true},
+        {"--freq-penalty", CLI_FLOAT, .out = &a->pen},
+        {"--position-temp", CLI_FLOAT_LIST, .out = a->ptemp, .n = &a->nptemp, .cap = 64},
+        {"--prefix-file", CLI_STR, .out = &a->prefix_file},
+        {"--batch", CLI_INT, .out = &a->batch, .lo = 1, .hi = INFINITY},
+        {"--n-per-prefix", CLI_INT, .out = &a->per, .lo = 1, .hi = INFINITY},
+        {"--max-new", CLI_INT, .out = &a->max_new, .lo = 1, .hi = INFINITY},
+        {"--seed", CLI_INT, .out = &a->seed, .lo = 0, .hi = INFINITY},
+        {"--vocab", CLI_STR, .out = &a->vocab},
+        {"--eos", CLI_INT, .out = &a->eos, .lo = -1, .hi = INFINITY},
+        {"--bos", CLI_INT, .out = &a->bos, .lo = 0, .hi = INFINITY},
+        {"--backend", CLI_STR, .out = &a->backend},
         {NULL},
     };
-    const cli_spec spec = {"kf sample", USAGE, opts, .pos = &ckpt, .max_pos = 1};
-    int code;
-    if (cli_parse(&spec, argc, argv, &code)) return code;
-    if (!ckpt) {
+    const cli_spec spec = {"kf sample", USAGE, opts, .pos = &a->ckpt, .max_pos = 1};
+    if (cli_parse(&spec, argc, argv, code)) return 1;
+    if (!a->ckpt) {
         fputs(USAGE, stderr);
+        *code = KF_EXIT_USAGE;
+        return 1;
+    }
+    return 0;
+}
+
+/* The tokenizer (--vocab), the EOS id and the prefixes: the file's, or one
+ * holding the BOS token. Returns an exit status. */
+static int plan_prefixes(sample_plan *p, const sample_args *a, kf_err *err) {
+    tok *tk = NULL;
+    if (a->vocab && !(tk = p->tk = tok_load_dir(a->vocab, err))) return KF_EXIT_ERROR;
+    p->eos = a->eos;
+    int64_t bos = a->bos;
+    if (p->eos == -2)
+        p->eos = tk ? (tok_special_id(tk, "eos") >= 0 ? tok_special_id(tk, "eos")
+                                                      : tok_special_id(tk, "sep"))
+                    : -1;
+    if (bos == -2)
+        bos = tk ? (tok_special_id(tk, "bos") >= 0 ? tok_special_id(tk, "bos")
+                                                   : tok_special_id(tk, "cls"))
+                 : -1;
+    if (a->prefix_file)
+        return prefixes_read(a->prefix_file, tk, &p->pre, &p->plen, &p->npre, err) ? KF_EXIT_ERROR
+                                                                                   : KF_EXIT_OK;
+    if (bos < 0) {
+        kf_err_set(
+            err, "without --prefix-file the prefix is the BOS token: give --vocab DIR or --bos ID");
         return KF_EXIT_USAGE;
     }
-    omp_env_passive();
+    p->npre = 1;
+    p->pre = kf_malloc(sizeof *p->pre);
+    p->plen = kf_malloc(sizeof *p->plen);
+    p->pre[0] = kf_malloc(sizeof(int32_t));
+    p->pre[0][0] = (int32_t)bos;
+    p->plen[0] = 1;
+    return KF_EXIT_OK;
+}
 
-    kf_err err = {{0}};
-    char path[4096], sha[65];
-    if (ckpt_resolve_teacher(ckpt, path, sizeof path, sha, &err)) {
-        fprintf(stderr, "kf sample: %s\n", err.msg);
-        return KF_EXIT_ERROR;
-    }
-    tok *tk = NULL;
-    if (vocab && !(tk = tok_load_dir(vocab, &err))) {
-        fprintf(stderr, "kf sample: %s\n", err.msg);
-        return KF_EXIT_ERROR;
-    }
-    if (eos == -2) eos = tk ? (tok_special_id(tk, "eos") >= 0 ? tok_special_id(tk, "eos") : tok_special_id(tk, "sep")) : -1;
-    if (bos == -2) bos = tk ? (tok_special_id(tk, "bos") >= 0 ? tok_special_id(tk, "bos") : tok_special_id(tk, "cls")) : -1;
-
-    int32_t **pre = NULL;
-    int64_t *plen = NULL, npre = 0;
-    if (prefix_file) {
-        if (prefixes_read(prefix_file, tk, &pre, &plen, &npre, &err)) {
-            fprintf(stderr, "kf sample: %s\n", err.msg);
-            tok_free(tk);
+/* The model, its decoding options (k and the penalty by default from its
+ * kind) and every prefix checked against them. Returns an exit status. */
+static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
+    p->be = kernels_create(a->backend, err);
+    model *m = p->m = p->be ? model_load(p->be, p->path, err) : NULL;
+    if (!m) return KF_EXIT_ERROR;
+    int64_t k = a->k ? a->k : m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
+    double pen = !isnan(a->pen)            ? a->pen
+                 : m->cfg.kind == MODEL_AR ? 0.0
+                                           : DECODE_FREQ_PENALTY_DEFAULT;
+    p->o = (decode_opts){.k = k,
+                         .tau = a->tau,
+                         .freq_penalty = (float)pen,
+                         .max_new = a->max_new,
+                         .seed = (uint64_t)a->seed,
+                         .position_temp = a->nptemp ? a->ptemp : NULL,
+                         .n_position_temp = a->nptemp};
+    for (int64_t i = 0; i < p->npre; i++) {
+        for (int64_t j = 0; j < p->plen[i]; j++)
+            if (p->pre[i][j] >= m->cfg.vocab) {
+                kf_err_set(
+                    err, "%s: prefix %lld has token id %d, outside the model's vocabulary of %lld",
+                    a->prefix_file ? a->prefix_file : "prefix", (long long)i + 1, p->pre[i][j],
+                    (long long)m->cfg.vocab);
+                return KF_EXIT_ERROR;
+            }
+        if (decode_check(m, &p->o, p->plen[i], err)) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            kf_err_set(err, "prefix %lld: %s", (long long)i + 1, msg);
             return KF_EXIT_ERROR;
         }
-    } else {
-        if (bos < 0) {
-            fprintf(stderr, "kf sample: without --prefix-file the prefix is the BOS token: give "
-                            "--vocab DIR or --bos ID\n");
-            tok_free(tk);
-            return KF_EXIT_USAGE;
-        }
-        npre = 1;
-        pre = kf_malloc(sizeof *pre);
-        plen = kf_malloc(sizeof *plen);
-        pre[0] = kf_malloc(sizeof(int32_t));
-        pre[0][0] = (int32_t)bos;
-        plen[0] = 1;
     }
+    return KF_EXIT_OK;
+}
 
-    kf_backend *be = kernels_create(backend, &err);
-    model *m = be ? model_load(be, path, &err) : NULL;
-    int rc = KF_EXIT_OK;
-    if (!m) {
-        fprintf(stderr, "kf sample: %s\n", err.msg);
-        rc = KF_EXIT_ERROR;
-        goto done;
-    }
-    if (!k) k = m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
-    if (isnan(pen)) pen = m->cfg.kind == MODEL_AR ? 0.0 : DECODE_FREQ_PENALTY_DEFAULT;
-    decode_opts o = {.k = k, .tau = tau, .freq_penalty = (float)pen, .max_new = max_new,
-                     .seed = (uint64_t)seed, .position_temp = nptemp ? ptemp : NULL,
-                     .n_position_temp = nptemp};
-    for (int64_t i = 0; i < npre && !rc; i++) {
-        for (int64_t j = 0; j < plen[i]; j++)
-            if (pre[i][j] >= m->cfg.vocab) {
-                fprintf(stderr, "kf sample: %s: prefix %lld has token id %d, outside the model's "
-                                "vocabulary of %lld\n",
-                        prefix_file ? prefix_file : "prefix", (long long)i + 1, pre[i][j],
-                        (long long)m->cfg.vocab);
-                rc = KF_EXIT_ERROR;
-                break;
-            }
-        if (!rc && decode_check(m, &o, plen[i], &err)) {
-            fprintf(stderr, "kf sample: prefix %lld: %s\n", (long long)i + 1, err.msg);
-            rc = KF_EXIT_ERROR;
-        }
-    }
-    if (rc) goto done;
+static void plan_free(sample_plan *p) {
+    for (int64_t i = 0; i < p->npre; i++) free(p->pre[i]);
+    free(p->pre);
+    free(p->plen);
+    model_free(p->m);
+    tok_free(p->tk);
+    if (p->be) p->be->destroy(p->be);
+}
 
-    int64_t nj = npre * per;
+/* One completion c of prefix pre (P tokens) as a JSON line; with a
+ * tokenizer, its text up to the first EOS. */
+static void print_completion(const sample_plan *p, const sample_args *a, const int32_t *pre,
+                             int64_t P, const int32_t *c, double tps) {
+    int64_t max_new = a->max_new;
+    printf("{\"prefix\": [");
+    for (int64_t j = 0; j < P; j++) printf(j ? ", %d" : "%d", pre[j]);
+    printf("], \"completion\": [");
+    for (int64_t j = 0; j < max_new; j++) printf(j ? ", %d" : "%d", c[j]);
+    printf("]");
+    if (p->tk) {
+        int64_t n = 0;
+        while (n < max_new && c[n] != p->eos) n++;
+        tok_bytes txt = {0};
+        /* ids past the tokenizer (the model's mask token) are left out */
+        int32_t *keep = kf_malloc((size_t)(n + 1) * sizeof(int32_t));
+        int64_t nk = 0;
+        for (int64_t j = 0; j < n; j++)
+            if (c[j] < tok_vocab_size(p->tk)) keep[nk++] = c[j];
+        kf_err err = {{0}}; /* a text that does not decode is left out */
+        if (tok_decode(p->tk, keep, (size_t)nk, &txt, &err) == 0) {
+            printf(", \"text\": ");
+            json_write_str(stdout, txt.v ? txt.v : "", txt.n);
+        }
+        free(keep);
+        tok_bytes_free(&txt);
+    }
+    printf(", \"k\": %lld, \"tau\": %g, \"tokens_per_s\": %.1f}\n", (long long)p->o.k, a->tau, tps);
+}
+
+/* Decodes every (prefix, copy) in batches of prefixes of one length and
+ * prints each batch's completions as it ends. Returns an exit status. */
+static int run_batches(sample_plan *p, const sample_args *a, kf_err *err) {
+    int64_t nj = p->npre * a->per, max_new = a->max_new;
     job *jobs = kf_malloc((size_t)nj * sizeof *jobs);
-    for (int64_t i = 0; i < npre; i++)
-        for (int64_t c = 0; c < per; c++) jobs[i * per + c] = (job){pre[i], plen[i], i * per + c};
+    for (int64_t i = 0; i < p->npre; i++)
+        for (int64_t c = 0; c < a->per; c++)
+            jobs[i * a->per + c] = (job){p->pre[i], p->plen[i], i * a->per + c};
     qsort(jobs, (size_t)nj, sizeof *jobs, cmp_len);
-    model_heads *heads = model_heads_pack(m);
-    for (int64_t s = 0; s < nj;) {
+    model_heads *heads = model_heads_pack(p->m);
+    int rc = KF_EXIT_OK;
+    for (int64_t s = 0; s < nj && !rc;) {
         int64_t e = s;
-        while (e < nj && e - s < batch && jobs[e].n == jobs[s].n) e++;
+        while (e < nj && e - s < a->batch && jobs[e].n == jobs[s].n) e++;
         int64_t B = e - s, P = jobs[s].n;
         int32_t *pb = kf_malloc((size_t)(B * P) * sizeof(int32_t));
         int32_t *out = kf_malloc((size_t)(B * max_new) * sizeof(int32_t));
@@ -181,52 +253,34 @@ int sample_main(int argc, char **argv) {
             keys[b] = (uint64_t)jobs[s + b].index;
         }
         double t0 = clock_now_s();
-        decode_run(m, heads, pb, B, P, &o, keys, out);
-        be->sync(be);
+        decode_run(p->m, heads, pb, B, P, &p->o, keys, out);
+        p->be->sync(p->be);
         double tps = (double)(B * max_new) / (clock_now_s() - t0);
-        for (int64_t b = 0; b < B; b++) {
-            const int32_t *c = out + b * max_new;
-            printf("{\"prefix\": [");
-            for (int64_t j = 0; j < P; j++) printf(j ? ", %d" : "%d", pb[b * P + j]);
-            printf("], \"completion\": [");
-            for (int64_t j = 0; j < max_new; j++) printf(j ? ", %d" : "%d", c[j]);
-            printf("]");
-            if (tk) {
-                int64_t n = 0;
-                while (n < max_new && c[n] != eos) n++;
-                tok_bytes txt = {0};
-                /* ids past the tokenizer (the model's mask token) are left out */
-                int32_t *keep = kf_malloc((size_t)(n + 1) * sizeof(int32_t));
-                int64_t nk = 0;
-                for (int64_t j = 0; j < n; j++)
-                    if (c[j] < tok_vocab_size(tk)) keep[nk++] = c[j];
-                if (tok_decode(tk, keep, (size_t)nk, &txt, &err) == 0) {
-                    printf(", \"text\": ");
-                    json_write_str(stdout, txt.v ? txt.v : "", txt.n);
-                }
-                free(keep);
-                tok_bytes_free(&txt);
-            }
-            printf(", \"k\": %lld, \"tau\": %g, \"tokens_per_s\": %.1f}\n", (long long)k, tau, tps);
-        }
+        for (int64_t b = 0; b < B; b++)
+            print_completion(p, a, pb + b * P, P, out + b * max_new, tps);
         free(pb);
         free(out);
         free(keys);
         s = e;
-        if (fs_flush_stdout(&err)) { /* e.g. a full disk under `> FILE` */
-            fprintf(stderr, "kf sample: %s\n", err.msg);
-            rc = KF_EXIT_ERROR;
-            break;
-        }
+        if (fs_flush_stdout(err)) rc = KF_EXIT_ERROR; /* e.g. a full disk under `> FILE` */
     }
     model_heads_free(heads);
     free(jobs);
-done:
-    for (int64_t i = 0; i < npre; i++) free(pre[i]);
-    free(pre);
-    free(plen);
-    model_free(m);
-    tok_free(tk);
-    if (be) be->destroy(be);
+    return rc;
+}
+
+int sample_main(int argc, char **argv) {
+    sample_args a;
+    int rc;
+    if (parse_args(argc, argv, &a, &rc)) return rc;
+    omp_env_passive();
+    kf_err err = {{0}};
+    sample_plan p = {0};
+    char sha[65];
+    if (ckpt_resolve_teacher(a.ckpt, p.path, sizeof p.path, sha, &err)) rc = KF_EXIT_ERROR;
+    else if (!(rc = plan_prefixes(&p, &a, &err)) && !(rc = plan_model(&p, &a, &err)))
+        rc = run_batches(&p, &a, &err);
+    if (rc) fprintf(stderr, "kf sample: %s\n", err.msg);
+    plan_free(&p);
     return rc;
 }
