@@ -208,16 +208,26 @@ typedef struct decode_plan {
 /* Parses the options into a; nonzero when the command ends here, with its
  * exit status in *code. */
 static int parse_args(int argc, char **argv, decode_args *a, int *code) {
-    *a = (decode_args){.backend = "auto", .json_path = "bench-decode.json", .png_path = "bench-decode.png",
-                       .clock_name = "wall", .nb = 3, .nk = 3, .bs = {4, 16, 128}, .ks = {2, 3, 4},
-                       .runs = 5, .seed = 1, .tau = 1.0, .pen = DECODE_FREQ_PENALTY_DEFAULT};
+    *a = (decode_args){.backend = "auto",
+                       .json_path = "bench-decode.json",
+                       .png_path = "bench-decode.png",
+                       .clock_name = "wall",
+                       .nb = 3,
+                       .nk = 3,
+                       .bs = {4, 16, 128},
+                       .ks = {2, 3, 4},
+                       .runs = 5,
+                       .seed = 1,
+                       .tau = 1.0,
+                       .pen = DECODE_FREQ_PENALTY_DEFAULT};
     const cli_opt opts[] = {
         {"--data", CLI_STR, .out = &a->data},
         {"--backend", CLI_STR, .out = &a->backend},
         {"--json", CLI_STR, .out = &a->json_path},
         {"--png", CLI_STR, .out = &a->png_path},
         {"--clock", CLI_STR, .out = &a->clock_name},
-        {"--batch", CLI_INT_LIST, .out = a->bs, .n = &a->nb, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
+        {"--batch", CLI_INT_LIST, .out = a->bs, .n = &a->nb, .cap = MAX_LIST, .lo = 1,
+         .hi = INFINITY},
         {"--k", CLI_INT_LIST, .out = a->ks, .n = &a->nk, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
         {"--prefix-len", CLI_INT, .out = &a->P, .lo = 1, .hi = INFINITY},
         {"--max-new", CLI_INT, .out = &a->N, .lo = 1, .hi = INFINITY},
@@ -227,12 +237,13 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         {"--freq-penalty", CLI_FLOAT, .out = &a->pen, .lo = 0, .hi = INFINITY},
         {NULL},
     };
-    const cli_spec spec = {"kf bench decode", USAGE, opts, .pos = a->ckpts, .max_pos = MAX_METHODS,
-                           .n_pos = &a->nck};
+    const cli_spec spec = {"kf bench decode",      USAGE,           opts, .pos = a->ckpts,
+                           .max_pos = MAX_METHODS, .n_pos = &a->nck};
     if (cli_parse(&spec, argc, argv, code)) return 1;
     *code = KF_EXIT_USAGE;
     if (strcmp(a->clock_name, "wall") && strcmp(a->clock_name, "cpu")) {
-        fprintf(stderr, "kf bench decode: --clock: expected wall or cpu, got '%s'\n", a->clock_name);
+        fprintf(stderr, "kf bench decode: --clock: expected wall or cpu, got '%s'\n",
+                a->clock_name);
         return 1;
     }
     a->cpu_clock = !strcmp(a->clock_name, "cpu");
@@ -260,7 +271,8 @@ static int plan_methods(decode_plan *p, const decode_args *a, kf_err *err) {
                 return kf_err_set(err, "%s and %s are both AR checkpoints: give one baseline",
                                   p->mt[p->ar].path, a->ckpts[c]);
             p->ar = p->nm;
-            p->mt[p->nm++] = (method){.label = "AR", .path = a->ckpts[c], .m = m, .heads = p->heads[c], .k = 1};
+            p->mt[p->nm++] =
+                (method){.label = "AR", .path = a->ckpts[c], .m = m, .heads = p->heads[c], .k = 1};
             continue;
         }
         int any = 0;
@@ -272,13 +284,13 @@ static int plan_methods(decode_plan *p, const decode_args *a, kf_err *err) {
             /* several PFLM checkpoints are told apart by their position */
             char tag[12] = "";
             if (a->nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
-            snprintf(x->label, sizeof x->label, "%s%s k=%lld", m->cfg.head == HEAD_MTP ? "MTP" : "KF", tag,
-                     (long long)k);
+            snprintf(x->label, sizeof x->label, "%s%s k=%lld",
+                     m->cfg.head == HEAD_MTP ? "MTP" : "KF", tag, (long long)k);
             any = 1;
         }
         if (!any)
-            return kf_err_set(err, "%s: k_train %lld: none of the requested --k values fits", a->ckpts[c],
-                              (long long)m->cfg.k_train);
+            return kf_err_set(err, "%s: k_train %lld: none of the requested --k values fits",
+                              a->ckpts[c], (long long)m->cfg.k_train);
     }
     return 0;
 }
@@ -287,7 +299,8 @@ static int plan_methods(decode_plan *p, const decode_args *a, kf_err *err) {
  * by every method's context; every method must be able to decode it. */
 static int plan_lengths(decode_plan *p, const decode_args *a, kf_err *err) {
     int64_t ctx = INT64_MAX, data_len = 0;
-    for (int c = 0; c < a->nck; c++) ctx = p->models[c]->cfg.seq_len < ctx ? p->models[c]->cfg.seq_len : ctx;
+    for (int c = 0; c < a->nck; c++)
+        ctx = p->models[c]->cfg.seq_len < ctx ? p->models[c]->cfg.seq_len : ctx;
     if (read_prefixes(a->data, &p->P, ctx, p->bmax, &p->pre, &data_len, &p->eos, err)) return -1;
     if (p->N == 0) {
         p->N = data_len - p->P;
@@ -297,8 +310,9 @@ static int plan_lengths(decode_plan *p, const decode_args *a, kf_err *err) {
                 o.max_new = --p->N;
         }
         if (p->N < 1)
-            return kf_err_set(err, "a prefix of %lld tokens leaves no room to generate in the models' context",
-                              (long long)p->P);
+            return kf_err_set(
+                err, "a prefix of %lld tokens leaves no room to generate in the models' context",
+                (long long)p->P);
     }
     for (int i = 0; i < p->nm; i++) {
         decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, p->N, a->seed);
@@ -320,8 +334,11 @@ static int plan_make(decode_plan *p, const decode_args *a, kf_err *err) {
     }
     if (!(p->be = kernels_create(a->backend, err))) return -1;
     if (a->cpu_clock && strcmp(p->be->name, "cpu"))
-        return kf_err_set(err, "--clock cpu times the CPU backend only (the %s backend's work is not this "
-                               "process's CPU time)", p->be->name);
+        return kf_err_set(
+            err,
+            "--clock cpu times the CPU backend only (the %s backend's work is not this "
+            "process's CPU time)",
+            p->be->name);
     if (plan_methods(p, a, err)) return -1;
     return plan_lengths(p, a, err);
 }
@@ -356,7 +373,8 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
     uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
     int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
     for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
-    double *sum = kf_malloc((size_t)p->nm * sizeof(double)), *sum2 = kf_malloc((size_t)p->nm * sizeof(double));
+    double *sum = kf_malloc((size_t)p->nm * sizeof(double)),
+           *sum2 = kf_malloc((size_t)p->nm * sizeof(double));
     quality_sample *qs = kf_malloc((size_t)bmax * sizeof *qs);
     for (int64_t b = 0; b < bmax; b++) qs[b] = (quality_sample){p->pre + b * P, P, out + b * N, N};
     for (int b = 0; b < a->nb; b++) {
@@ -378,7 +396,8 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
             x->tps[b] = sum[i] / (double)a->runs;
             double var = sum2[i] / (double)a->runs - x->tps[b] * x->tps[b];
             x->sd[b] = var > 0 ? sqrt(var) : 0;
-            fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)B, x->label, x->tps[b]);
+            fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)B, x->label,
+                    x->tps[b]);
         }
     }
     free(qs);
@@ -393,8 +412,10 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
 static void print_table(const decode_plan *p, const decode_args *a) {
     const method *mt = p->mt;
     int ar = p->ar;
-    printf("\nquality of the BS=%lld completions: Gen-PPL under the AR checkpoint, mean unigram entropy "
-           "(nats), distinct-2/3, mean length before EOS\n%-10s", (long long)a->bs[p->qb], "method");
+    printf("\nquality of the BS=%lld completions: Gen-PPL under the AR checkpoint, mean unigram "
+           "entropy "
+           "(nats), distinct-2/3, mean length before EOS\n%-10s",
+           (long long)a->bs[p->qb], "method");
     for (int b = 0; b < a->nb; b++) {
         char h[32];
         snprintf(h, sizeof h, "BS=%lld tok/s (x AR)", (long long)a->bs[b]);
@@ -405,7 +426,9 @@ static void print_table(const decode_plan *p, const decode_args *a) {
         printf("%-10s", mt[i].label);
         for (int b = 0; b < a->nb; b++) {
             char cell[48];
-            if (ar >= 0) snprintf(cell, sizeof cell, "%.0f (%.2fx)", mt[i].tps[b], mt[i].tps[b] / mt[ar].tps[b]);
+            if (ar >= 0)
+                snprintf(cell, sizeof cell, "%.0f (%.2fx)", mt[i].tps[b],
+                         mt[i].tps[b] / mt[ar].tps[b]);
             else snprintf(cell, sizeof cell, "%.0f", mt[i].tps[b]);
             printf("  %22s", cell);
         }
@@ -442,8 +465,8 @@ static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
     char *jtext = NULL;
     size_t jlen = 0;
     FILE *jf = open_memstream(&jtext, &jlen);
-    write_json(jf, p->be->name, a->clock_name, a->data, p->P, p->N, (int)a->runs, a->bs, a->nb, p->mt, p->nm,
-               p->ar);
+    write_json(jf, p->be->name, a->clock_name, a->data, p->P, p->N, (int)a->runs, a->bs, a->nb,
+               p->mt, p->nm, p->ar);
     fclose(jf);
     int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
     free(jtext);
@@ -461,10 +484,11 @@ int bench_decode_main(int argc, char **argv) {
     kf_err err = {{0}};
     code = KF_EXIT_ERROR;
     if (plan_make(&p, &a, &err) == 0) {
-        printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new tokens, "
+        printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new "
+               "tokens, "
                "1 warm-up + %lld timed runs (%s clock), tau %g, PFLM frequency penalty %g\n",
-               p.be->name, (long long)p.P, a.data, (long long)p.N, (long long)a.runs, a.clock_name, a.tau,
-               a.pen);
+               p.be->name, (long long)p.P, a.data, (long long)p.N, (long long)a.runs, a.clock_name,
+               a.tau, a.pen);
         run_batches(&p, &a, &err);
         if (report(&p, &a, &err) == 0) code = KF_EXIT_OK;
     }

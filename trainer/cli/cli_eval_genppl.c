@@ -182,10 +182,11 @@ static int report(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n
     genppl_score(ev, ids, lens, n, o->max_length ? o->max_length : ctx, o->batch, 1, &r);
     char res[512];
     snprintf(res, sizeof res,
-             "{\"samples\": %lld, \"tokens\": %lld, \"nll\": %.17g, \"gen_ppl\": %.17g, \"entropy\": %.17g, "
-             "\"max_length\": %lld}\n",
-             (long long)r.samples, (long long)r.tokens, r.tokens ? r.nll_sum / (double)r.tokens : NAN,
-             r.gen_ppl, r.entropy, o->max_length ? o->max_length : (long long)ctx);
+             "{\"samples\": %lld, \"tokens\": %lld, \"nll\": %.17g, \"gen_ppl\": %.17g, "
+             "\"entropy\": %.17g, \"max_length\": %lld}\n",
+             (long long)r.samples, (long long)r.tokens,
+             r.tokens ? r.nll_sum / (double)r.tokens : NAN, r.gen_ppl, r.entropy,
+             o->max_length ? o->max_length : (long long)ctx);
     fputs(res, stdout);
     return o->json_out ? fs_write_atomic(o->json_out, res, strlen(res), err) : 0;
 }
