@@ -69,9 +69,9 @@ static int cmp_len(const void *a, const void *b) {
 /* The parsed command line. */
 typedef struct sample_args {
     const char *ckpt, *prefix_file, *vocab, *backend;
-    int64_t k, batch, per, max_new, seed, eos,
-        bos;                    /* k 0, eos/bos -2: from the checkpoint/tokenizer */
-    double tau, pen, ptemp[64]; /* pen NAN: the default for the checkpoint's kind */
+    /* k 0, eos and bos -2, pen NAN: from the checkpoint and the tokenizer */
+    int64_t k, batch, per, max_new, seed, eos, bos;
+    double tau, pen, ptemp[64];
     int nptemp;
 } sample_args;
 
