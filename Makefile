@@ -41,10 +41,12 @@ CPPFLAGS += -DKF_MPI $(shell mpicc --showme:compile)
 LDLIBS   += $(shell mpicc --showme:link)
 endif
 
-SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c kernels/*.c kernels/cpu/*.c trainer/*.c jobs/*.c)
+# trainer/ and bench/ by concern (docs/architecture.md "Components"); bench/cli/
+# holds the `kf bench` and `kf plot` commands, linked into kf like every command
+SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c kernels/*.c kernels/cpu/*.c trainer/*/*.c jobs/*.c bench/cli/*.c bench/plot/*.c)
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 
-CU_SRC   := $(wildcard kernels/cuda/*.cu)
+CU_SRC   := $(wildcard kernels/cuda/*.cu bench/cli/*.cu)
 ifeq ($(EMU),1)
 # The same .cu files as host C++ against kernels/cuda/emu/include's CUDA headers.
 EMU_DIR  := kernels/cuda/emu
@@ -117,8 +119,9 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 tests: $(BIN) $(TEST_BIN)
 
 # Benchmarks, never part of make test (docs/architecture.md "Components"):
-# the bench/ programs are built against libkf.a, then each benchmark in
-# BENCHES runs in turn (make bench BENCHES="kernels train" for a subset).
+# the programs bench/*.c are built against libkf.a (the `kf bench` commands
+# in bench/cli/ are in libkf.a itself), then each benchmark in BENCHES runs
+# in turn (make bench BENCHES="kernels train" for a subset).
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 BENCHES ?= kernels train tokenize shards
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libkf.a
@@ -181,7 +184,7 @@ test-tsan:
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 # the parsers only: kernels/ needs _Float16, which clang 14 lacks on x86-64
-FUZZ_LIB_SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c jobs/*.c) $(addprefix trainer/,quality.c prefixes.c checkpoint.c)
+FUZZ_LIB_SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c jobs/*.c) trainer/infer/quality.c trainer/infer/prefixes.c trainer/train/checkpoint.c
 FUZZ_SECONDS ?= 60
 fuzz:
 	$(MAKE) --no-print-directory CC=clang MPI=0 BUILD=build-fuzz OPT=-O1 SAN="$(FUZZ_FLAGS)" \

@@ -24,7 +24,7 @@ static const struct {
     {"ablation", bench_ablation_main, "noise-inversion variants A/B vs K-Forcing (paper Table 2)"},
 };
 
-/* `kf bench NAME ...`: each benchmark lives with the component it measures. */
+/* `kf bench NAME ...`: the benchmarks are bench/cli/bench_*.{c,cu}. */
 static int bench_dispatch(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")) {
         for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {

@@ -1,7 +1,7 @@
 /* common/stage_status.h — RUN/stages/NAME/status: where a stage stands.
  *
- * The one owner of the file: `kf train` (trainer/train.c) and `kf import`
- * (trainer/cli_import.c) write it, `kf jobs status` (jobs/rundir.c) reads it.
+ * The one owner of the file: `kf train` (trainer/train/train.c) and `kf import`
+ * (trainer/cli/cli_import.c) write it, `kf jobs status` (jobs/rundir.c) reads it.
  * Format: YAML, one `key: value` per line, replaced atomically:
  *
  *   state: running | preempted | failed | done

@@ -13,7 +13,7 @@
 #include "common/json.h"
 #include "jobs/proc.h"
 #include "tokenize/tokenizer.h"
-#include "trainer/quality.h"
+#include "trainer/infer/quality.h"
 
 /* 8 x 16 completions: enough that the quality ratios to AR move by a few
  * percent between seeds, not tens */

@@ -13,7 +13,7 @@
  * scored by `kf eval --completions` under the AR stage's weights. A table on
  * stdout gives per model and k: tokens/s and the ratio to AR, Gen-PPL,
  * unigram entropy, distinct-2/3, mean length before EOS, and a FLAG with the
- * reasons when a row falls outside trainer/quality.h's margins of AR's; then
+ * reasons when a row falls outside trainer/infer/quality.h's margins of AR's; then
  * the first completion of each.
  */
 #ifndef KF_JOBS_SAMPLE_H

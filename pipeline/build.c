@@ -138,6 +138,12 @@ typedef struct builder {
     /* counters for progress */
     int64_t docs_read, tokens_done, disk_bytes;
     int64_t raw_bytes;
+    /* the threads builder_start started (builder_stop joins them) */
+    struct worker_arg *ws;
+    pthread_t *cs, setup_th;
+    int started, cstarted, setting_up, reading;
+    tok **own; /* the tokenizers when the caller passed none */
+    double t0;
 } builder;
 
 /* ---- CPU slots ---- */
@@ -891,10 +897,11 @@ static void *setup_main(void *arg) {
     return NULL;
 }
 
-int shards_build(const build_config *c, int jobs, int force, tok **toks, build_result *res, kf_err *err) {
-    KF_CHECK(jobs >= 1, "shards_build: jobs must be >= 1");
-    double t0 = clock_now_s();
+/* ---- the builder: new -> run (start -> read -> stop -> commit) -> free ---- */
+
+static builder *builder_new(const build_config *c, int jobs, int force, tok **toks) {
     builder *b = kf_calloc(1, sizeof *b);
+    b->t0 = clock_now_s();
     b->c = c;
     b->force = force;
     b->qcap = 4 * jobs; /* refilled from half: at least 2 * jobs units ready */
@@ -915,87 +922,104 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
     b->lock_fd = -1;
     b->read_ahead = jobs > 1 ? READ_AHEAD : 0;
     b->packers = kf_calloc((size_t)jobs, sizeof *b->packers);
-    worker_arg *ws = kf_calloc((size_t)jobs, sizeof *ws);
-    pthread_t *cs = kf_calloc((size_t)jobs, sizeof *cs);
-    tok **own = toks ? NULL : kf_calloc((size_t)jobs, sizeof *own);
-    if (own) toks = own;
+    b->ws = kf_calloc((size_t)jobs, sizeof *b->ws);
+    b->cs = kf_calloc((size_t)jobs, sizeof *b->cs);
+    if (!toks) toks = b->own = kf_calloc((size_t)jobs, sizeof *b->own);
     b->toks = toks;
-    int started = 0, cstarted = 0, rc = -1, reading = 0, setting_up = 0;
-    pthread_t setup_th;
+    return b;
+}
+
+/* Starts the workers, then the committers, then the setup thread; -1 when
+ * one cannot start (builder_stop stops those that did). */
+static int builder_start(builder *b, kf_err *err) {
+    for (; b->started < b->jobs; b->started++) {
+        b->ws[b->started].b = b;
+        if (pthread_create(&b->ws[b->started].th, NULL, worker, &b->ws[b->started]))
+            return kf_err_set(err, "cannot start worker thread %d: %s", b->started,
+                              strerror(errno));
+    }
+    for (; b->cstarted < b->jobs; b->cstarted++)
+        if (pthread_create(&b->cs[b->cstarted], NULL, committer, b))
+            return kf_err_set(err, "cannot start committer thread %d: %s", b->cstarted,
+                              strerror(errno));
+    if (pthread_create(&b->setup_th, NULL, setup_main, b))
+        return kf_err_set(err, "cannot start the setup thread: %s", strerror(errno));
+    b->setting_up = 1;
+    return 0;
+}
+
+/* The main inputs; with `valid: {last: N}` the FIFO becomes the valid split
+ * at their end. The reader holds a CPU slot while it reads. */
+static int read_main(builder *b, const doc_sink *sink, kf_err *err) {
+    b->reader_slot = token_take(b, 1); /* the reader computes too */
+    int rc = docs_read(&b->c->inputs, sink, err);
+    if (!rc) rc = take_batches(b, 0, err);
+    if (!rc && b->c->valid_last > 0) rc = flush_fifo(b, err);
+    token_give(b, b->reader_slot);
+    return rc;
+}
+
+/* The separate validation inputs, after the main inputs' last units. */
+static int read_valid(builder *b, const doc_sink *sink, kf_err *err) {
+    for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
+        if (b->cur[s]) enqueue(b, b->cur[s], 0), b->cur[s] = NULL;
+    b->phase = 1;
+    b->reader_slot = token_take(b, 1);
+    int rc = docs_read(&b->c->valid_inputs, sink, err);
+    if (!rc) rc = take_batches(b, 0, err);
+    token_give(b, b->reader_slot);
+    return rc;
+}
+
+/* The reader, on the calling thread, with a progress bar over the inputs' bytes. */
+static int builder_read(builder *b, kf_err *err) {
+    const build_config *c = b->c;
+    b->reading = 1;
+    if (c->valid_last > 0) {
+        b->fifo_cap = c->valid_last + 1;
+        b->fifo = kf_calloc((size_t)b->fifo_cap, sizeof *b->fifo);
+    }
+    doc_sink sink = {sink_doc, sink_empty, sink_progress, sink_member, b};
     char label[160];
-    for (; started < jobs; started++) {
-        ws[started].b = b;
-        if (pthread_create(&ws[started].th, NULL, worker, &ws[started])) {
-            kf_err_set(err, "cannot start worker thread %d: %s", started, strerror(errno));
-            break;
-        }
-    }
-    for (; started == jobs && cstarted < jobs; cstarted++) {
-        if (pthread_create(&cs[cstarted], NULL, committer, b)) {
-            kf_err_set(err, "cannot start committer thread %d: %s", cstarted, strerror(errno));
-            break;
-        }
-    }
-    int rrc = started == jobs && cstarted == jobs ? 0 : -1;
-    if (!rrc && pthread_create(&setup_th, NULL, setup_main, b))
-        rrc = kf_err_set(err, "cannot start the setup thread: %s", strerror(errno));
-    setting_up = !rrc;
-    if (!rrc) {
-        reading = 1;
-        if (c->valid_last > 0) {
-            b->fifo_cap = c->valid_last + 1;
-            b->fifo = kf_calloc((size_t)b->fifo_cap, sizeof *b->fifo);
-        }
-        doc_sink sink = {sink_doc, sink_empty, sink_progress, sink_member, b};
-        snprintf(label, sizeof label, "shards %s", c->name);
-        progress_begin(label, (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs)), "B");
-        b->reader_slot = token_take(b, 1); /* the reader computes too */
-        rrc = docs_read(&c->inputs, &sink, err);
-        if (!rrc) rrc = take_batches(b, 0, err);
-        if (!rrc && c->valid_last > 0) rrc = flush_fifo(b, err);
-        token_give(b, b->reader_slot);
-        if (!rrc && c->valid_inputs.n) {
-            for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
-                if (b->cur[s]) enqueue(b, b->cur[s], 0), b->cur[s] = NULL;
-            b->phase = 1;
-            b->reader_slot = token_take(b, 1);
-            rrc = docs_read(&c->valid_inputs, &sink, err);
-            if (!rrc) rrc = take_batches(b, 0, err);
-            token_give(b, b->reader_slot);
-        }
-        drop_batches(b); /* left by an error */
-    }
-    if (setting_up) {
-        pthread_join(setup_th, NULL);
+    snprintf(label, sizeof label, "shards %s", c->name);
+    double total = (double)(docs_input_bytes(&c->inputs) + docs_input_bytes(&c->valid_inputs));
+    progress_begin(label, total, "B");
+    int rc = read_main(b, &sink, err);
+    if (!rc && c->valid_inputs.n) rc = read_valid(b, &sink, err);
+    drop_batches(b); /* left by an error */
+    return rc;
+}
+
+/* Lets every thread finish and joins it: the last units go to the workers
+ * (after a read error they are dropped), then the queues close. */
+static void builder_stop(builder *b, int read_failed) {
+    if (b->setting_up) {
+        pthread_join(b->setup_th, NULL);
     } else { /* let the workers drain and stop */
         pthread_mutex_lock(&b->mu);
         b->ready = 1;
         pthread_mutex_unlock(&b->mu);
     }
     for (int s = 0; s < 2; s++) {
-        if (b->cur[s]) {
-            if (rrc) { /* never handed to a worker */
-                doclist_free(&b->cur[s]->docs);
-            } else {
-                enqueue(b, b->cur[s], 0);
-            }
-            b->cur[s] = NULL;
-        }
+        if (!b->cur[s]) continue;
+        if (read_failed) doclist_free(&b->cur[s]->docs); /* never handed to a worker */
+        else enqueue(b, b->cur[s], 0);
+        b->cur[s] = NULL;
     }
     queue_close(b);
-    for (int i = 0; i < started; i++) pthread_join(ws[i].th, NULL);
+    for (int i = 0; i < b->started; i++) pthread_join(b->ws[i].th, NULL);
     commits_close(b);
-    for (int i = 0; i < cstarted; i++) pthread_join(cs[i], NULL);
-    if (reading) {
+    for (int i = 0; i < b->cstarted; i++) pthread_join(b->cs[i], NULL);
+    if (b->reading) {
         sink_progress(b, b->disk_bytes); /* the final token count */
         progress_end();
     }
-    if (b->failed) {
-        *err = b->err; /* the worker's error explains a reader stop too */
-        goto out;
-    }
-    if (rrc) goto out;
-    if (sync_shards(b, err)) goto out;
+}
+
+/* After a clean build: every shard durable, the manifest filled from the
+ * units, shards beyond the new counts removed, the manifest written (last). */
+static int builder_commit(builder *b, build_result *res, kf_err *err) {
+    if (sync_shards(b, err)) return -1;
     build_result r = {0};
     for (int s = 0; s < 2; s++) {
         manifest_split *sp = s ? &b->m.valid : &b->m.train;
@@ -1008,14 +1032,27 @@ int shards_build(const build_config *c, int jobs, int force, tok **toks, build_r
         }
         manifest_split_sum(sp);
         r.raw_bytes += sp->raw_bytes;
-        if (remove_orphans(c, s, b->nunits[s], err)) goto out;
+        if (remove_orphans(b->c, s, b->nunits[s], err)) return -1;
     }
-    if (manifest_write(c->out, &b->m, err)) goto out;
-    r.seconds = clock_now_s() - t0;
+    if (manifest_write(b->c->out, &b->m, err)) return -1;
+    r.seconds = clock_now_s() - b->t0;
     report(b, &r);
     if (res) *res = r;
-    rc = 0;
-out:
+    return 0;
+}
+
+static int builder_run(builder *b, build_result *res, kf_err *err) {
+    int rc = builder_start(b, err);
+    if (!rc) rc = builder_read(b, err);
+    builder_stop(b, rc);
+    if (b->failed) {
+        *err = b->err; /* the worker's error explains a reader stop too */
+        return -1;
+    }
+    return rc ? -1 : builder_commit(b, res, err);
+}
+
+static void builder_free(builder *b) {
     for (int s = 0; s < 2; s++) {
         for (int64_t i = 0; i < b->nunits[s]; i++) free(b->units[s][i]);
         free(b->units[s]);
@@ -1032,14 +1069,22 @@ out:
     pthread_cond_destroy(&b->token_freed);
     pthread_cond_destroy(&b->reader_freed);
     pthread_cond_destroy(&b->batch_done);
-    for (int i = 0; i < jobs; i++) packer_free(b->packers[i]);
+    for (int i = 0; i < b->jobs; i++) packer_free(b->packers[i]);
     free(b->packers);
     free(b->slot_busy);
-    for (int i = 0; own && i < jobs; i++) tok_free(own[i]);
-    free(own);
+    for (int i = 0; b->own && i < b->jobs; i++) tok_free(b->own[i]);
+    free(b->own);
     if (b->lock_fd >= 0) close(b->lock_fd);
-    free(ws);
-    free(cs);
+    free(b->ws);
+    free(b->cs);
     free(b);
+}
+
+int shards_build(const build_config *c, int jobs, int force, tok **toks, build_result *res,
+                 kf_err *err) {
+    KF_CHECK(jobs >= 1, "shards_build: jobs must be >= 1");
+    builder *b = builder_new(c, jobs, force, toks);
+    int rc = builder_run(b, res, err);
+    builder_free(b);
     return rc;
 }

@@ -3,8 +3,8 @@
 
 Converts MDLM's AR OpenWebText checkpoint and K-Forcing's ar_openwebtxt.ckpt,
 ar_best_lm1b.ckpt, pflm_owt_k4.ckpt, pflm_lm1b_k4.ckpt (or any checkpoint of
-the same architecture) into the checkpoint `kf` loads (trainer/model.h,
-trainer/model_io.c): float32 tensors with the reference names and the model
+the same architecture) into the checkpoint `kf` loads (trainer/model/model.h,
+trainer/model/model_io.c): float32 tensors with the reference names and the model
 config in the safetensors metadata ("kf.hidden", "kf.heads", "kf.blocks",
 "kf.vocab", "kf.mask_id", "kf.seq_len", "kf.kind", "kf.head", "kf.k_train").
 
@@ -119,7 +119,7 @@ def _get(d, *keys):
 
 
 def expected_names(H, blocks, pflm):
-    """Our tensor names and order (trainer/model.h)."""
+    """Our tensor names and order (trainer/model/model.h)."""
     names = ["vocab_embed.embedding"]
     for b in range(blocks):
         p = f"blocks.{b}."

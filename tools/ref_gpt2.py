@@ -6,7 +6,7 @@ independent implementation of its GPT2LMHeadModel forward (learned
 positions, pre-LayerNorm blocks with biases, Conv1D weights [in, out],
 tanh GELU, causal attention scaled by 1/sqrt(head_dim), tied head) and of
 the Gen-PPL protocol (MDLM's compute_generative_perplexity with the paper's
-EOS truncation; trainer/genppl.h):
+EOS truncation; trainer/infer/genppl.h):
 
   make DIR [--variant ok|badkey|transposed|extrakey|untied]
       a random-initialised GPT-2 of the HF layout: DIR/config.json,

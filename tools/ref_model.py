@@ -24,7 +24,7 @@ float32, then cos/sin in float32) and the noise frequencies
 10000^(-i/half) (float32, then the features in float64:
 args = x * freq * 2*pi, [cos(z args), sin(z args), cos(tau args), sin(tau args)]).
 
-Row layouts (kforcing trainer/layout.h) are rebuilt here from their
+Row layouts (kforcing trainer/model/layout.h) are rebuilt here from their
 definitions, not from kforcing's code: `ar` (causal over L tokens) and
 `single` (SingleForward: n context tokens, then n groups of k noise rows; noise
 j of group t sits at RoPE position t+1+j and sees context 0..t and its own
@@ -162,7 +162,7 @@ class DDiT(nn.Module):
         return out
 
 
-# ---- row layouts (trainer/layout.h, rebuilt from the definitions) ----
+# ---- row layouts (trainer/model/layout.h, rebuilt from the definitions) ----
 
 def layout_ar(L):
     """Causal over L tokens: (pos, allowed, noise, out_rows)."""
@@ -214,7 +214,7 @@ def write_safetensors(path, tensors, metadata=None):
 @torch.no_grad()
 def write_probe(path, model, layout, ids, z=None, tau=None):
     """Runs model (in float64) over one layout and records input and logits
-    in the probe format `kf import --probe` reads (trainer/cli_import.c).
+    in the probe format `kf import --probe` reads (trainer/cli/cli_import.c).
     layout: ("ar", L) or ("single", n, k); ids [B, L] int; z [B, L], tau [B]."""
     m = model.double()
     if layout[0] == "ar":

@@ -2,7 +2,7 @@
  *
  * The op table itself is created by kernels_cuda_create() (kernels/kernels.h).
  * This header adds what code outside kernels/ needs to cooperate with the
- * backend's stream, e.g. NCCL all-reduce in trainer/dist.c. Only meaningful
+ * backend's stream, e.g. NCCL all-reduce in trainer/train/dist.c. Only meaningful
  * in builds with KF_CUDA; the functions die when given another backend.
  */
 #ifndef KF_KERNELS_CUDA_BACKEND_H

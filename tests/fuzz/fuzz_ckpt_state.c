@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_ckpt_state.c — a checkpoint's state.yaml
- * (trainer/checkpoint.h: ckpt_verify, ckpt_find), the file that says a
+ * (trainer/train/checkpoint.h: ckpt_verify, ckpt_find), the file that says a
  * step-N directory is complete and what it was trained under.
  *
  * Input: the state.yaml text, written into CK/step-7/ beside the files its
@@ -11,7 +11,7 @@
  * calls are stubbed (the fuzzing library has no kernels, see Makefile) and
  * abort if ever called. */
 #include "fuzz_util.h"
-#include "trainer/checkpoint.h"
+#include "trainer/train/checkpoint.h"
 
 void dist_barrier(dist *d) { abort(); }
 int model_save(const model *m, const char *path, const float *buf, kf_err *err) { abort(); }

@@ -1,12 +1,12 @@
 /* tests/fuzz/fuzz_prefixes.c — JSONL prefix files of `kf sample
- * --prefix-file` (trainer/prefixes.h: a JSON parse per line, then ids or
+ * --prefix-file` (trainer/infer/prefixes.h: a JSON parse per line, then ids or
  * text encoded with the GPT-2 vocabulary of tests/fuzz/vocab/gpt2).
  *
  * Input: the file's bytes. An accepted file gives at least one prefix, each
  * non-empty with ids in range for text prompts and non-negative for id
  * lists. */
 #include "fuzz_util.h"
-#include "trainer/prefixes.h"
+#include "trainer/infer/prefixes.h"
 
 static tok *gpt2;
 

@@ -3,7 +3,7 @@
 # tools/ref_gpt2.py builds a random-initialised GPT-2 in HF's layout
 # (config.json, model.safetensors with HF key names and Conv1D weights) and is
 # the reference: its own PyTorch forward, decoding, and HF tokenizers' GPT-2
-# encoding (Node). kf runs it as the one model (trainer/model_hf.h). Checks:
+# encoding (Node). kf runs it as the one model (trainer/model/model_hf.h). Checks:
 #   - the model's logits match the reference's to 1e-5 (`kf import DIR --probe`),
 #     also from the checkpoint `kf import DIR --out` writes;
 #   - must fail: a renamed key (the error names it), Conv1D weights stored

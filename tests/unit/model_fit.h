@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "trainer/model.h"
-#include "trainer/supervision.h"
+#include "trainer/model/model.h"
+#include "trainer/train/supervision.h"
 
 typedef struct fit_state {
     float *m, *v; /* AdamW moments (device) */

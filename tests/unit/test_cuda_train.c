@@ -38,9 +38,9 @@
 #include "kernels/cuda/cuda_backend.h"
 #endif
 #include "tests/test.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
-#include "trainer/supervision.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
+#include "trainer/train/supervision.h"
 
 enum { H = 64, HEADS = 2, BLOCKS = 2, V = 97, N = 24, B = 4 };
 

@@ -19,7 +19,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/record.h"
 #include "tests/test.h"
-#include "trainer/roofline.h"
+#include "trainer/train/roofline.h"
 
 static const kf_op_rec *last_op(kf_backend *b) {
     int64_t n;

@@ -14,7 +14,7 @@
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include "tests/unit/trainer_fixture.h"
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 
 static char dir[] = "/tmp/kf-cli-XXXXXX";
 static const char *kf;

@@ -22,9 +22,9 @@
 #include <omp.h>
 
 #include "tests/test.h"
-#include "trainer/decode.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
+#include "trainer/infer/decode.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
 
 enum { V = 17, BATCH = 3, P = 4, NEW = 7 };
 

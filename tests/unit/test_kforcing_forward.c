@@ -19,10 +19,10 @@
 #include <omp.h>
 
 #include "tests/test.h"
-#include "trainer/decode.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
-#include "trainer/supervision.h"
+#include "trainer/infer/decode.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
+#include "trainer/train/supervision.h"
 
 enum { B = 2, N = 9, K = 3, V = 13 };
 

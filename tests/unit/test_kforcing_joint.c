@@ -23,9 +23,9 @@
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include "tests/unit/model_fit.h"
-#include "trainer/decode.h"
-#include "trainer/model.h"
-#include "trainer/supervision.h"
+#include "trainer/infer/decode.h"
+#include "trainer/model/model.h"
+#include "trainer/train/supervision.h"
 
 enum { SYM = 4, SEP = 4, V = 5, BLK = 5, NTOK = 10, BATCH = 64, DRAWS = 65536 };
 

@@ -11,9 +11,9 @@
 #include "common/rng.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
-#include "trainer/supervision.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
+#include "trainer/train/supervision.h"
 
 enum { V = 40, B = 3, N = 12, K = 2 };
 

@@ -15,9 +15,9 @@
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include "tests/unit/model_fit.h"
-#include "trainer/decode.h"
-#include "trainer/model.h"
-#include "trainer/supervision.h"
+#include "trainer/infer/decode.h"
+#include "trainer/model/model.h"
+#include "trainer/train/supervision.h"
 
 enum { V = 12, NTOK = 12, DRAWS = 128, P = 5 };
 

@@ -11,8 +11,8 @@
 #include "common/rng.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
-#include "trainer/model.h"
-#include "trainer/supervision.h"
+#include "trainer/model/model.h"
+#include "trainer/train/supervision.h"
 
 enum { V = 512, B = 16, N = 65 };
 

@@ -18,8 +18,8 @@
 
 #include "tests/test.h"
 #include "tests/unit/model_fit.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
 
 #define GOLDEN "tests/golden/model_tiny.bin"
 

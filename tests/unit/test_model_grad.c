@@ -15,8 +15,8 @@
 #include <omp.h>
 
 #include "tests/test.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
 
 /* Random parameters everywhere (the output layer's zero init would hide the
  * backbone's gradients). */

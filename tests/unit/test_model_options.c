@@ -20,8 +20,8 @@
 #include <omp.h>
 
 #include "tests/test.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
 
 static char dir[] = "/tmp/kf_model_options_XXXXXX";
 

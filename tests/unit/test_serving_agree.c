@@ -20,10 +20,10 @@
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include "tests/unit/model_fit.h"
-#include "trainer/decode.h"
-#include "trainer/model.h"
-#include "trainer/omp_env.h"
-#include "trainer/supervision.h"
+#include "trainer/cli/omp_env.h"
+#include "trainer/infer/decode.h"
+#include "trainer/model/model.h"
+#include "trainer/train/supervision.h"
 
 enum { SYM = 4, SEP = 4, V = 5, BLK = 5, NTOK = 20, BATCH = 16, P = 6, NEW = 12, DRAWS = 128 };
 

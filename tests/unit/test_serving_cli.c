@@ -11,8 +11,9 @@
  *  - `kf import --probe`: logits recorded from the model pass, perturbed ones
  *    fail; registration writes final/ + DONE, refuses a second time without
  *    --force, refuses a checkpoint that does not fit the run's stage;
- *  - `kf eval --completions` (quality_eval_main): errors (missing evaluator,
- *    empty file, malformed line named by number, usage) and a good run.
+ *  - `kf eval --completions` (quality_eval_main, trainer/cli/cli_eval_completions.c):
+ *    errors (missing evaluator, empty file, malformed line named by number,
+ *    usage) and a good run.
  * (`kf sample`'s own bad-input exits and seed repeat are tested in
  * test_kforcing_cli.c.) */
 #include <stdio.h>
@@ -26,10 +27,10 @@
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include "tests/unit/trainer_fixture.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
-#include "trainer/omp_env.h"
-#include "trainer/quality.h"
+#include "trainer/cli/cli_eval.h"
+#include "trainer/cli/omp_env.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
 
 int bench_decode_main(int argc, char **argv);
 int import_main(int argc, char **argv);
@@ -320,7 +321,7 @@ static void eval_tests(void) {
 }
 
 int main(void) {
-    /* passive OpenMP workers (trainer/omp_env.h: re-executes once); the
+    /* passive OpenMP workers (trainer/cli/omp_env.h: re-executes once); the
      * commands called in process then find it set */
     omp_env_passive();
     snprintf(T, sizeof T, "/tmp/kf-serving-XXXXXX");

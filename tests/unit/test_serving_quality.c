@@ -1,4 +1,4 @@
-/* Quality metrics (trainer/quality.h, issue 8 item 3):
+/* Quality metrics (trainer/infer/quality.h, issue 8 item 3):
  *  - truncation at the first EOS and mask stripping;
  *  - distinct-1/2/3 against counts worked out by hand;
  *  - unigram entropy and mean length per completion (an empty completion
@@ -18,10 +18,10 @@
 #include "common/rng.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
-#include "trainer/layout.h"
-#include "trainer/model.h"
-#include "trainer/omp_env.h"
-#include "trainer/quality.h"
+#include "trainer/cli/omp_env.h"
+#include "trainer/infer/quality.h"
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
 
 enum { V = 23, EOS = 21, MASK = 22 };
 

@@ -11,7 +11,7 @@
 #include "common/sha256.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
+#include "trainer/train/checkpoint.h"
 
 static model_config cfg(void) {
     return (model_config){.hidden = 16, .heads = 2, .blocks = 1, .vocab = 30, .mask_id = -1,

@@ -8,7 +8,7 @@
 
 #include "tests/test.h"
 #include "tests/unit/trainer_fixture.h"
-#include "trainer/loader.h"
+#include "trainer/train/loader.h"
 
 enum { N = 100, G = 12, STEPS = 20, SEQ = 8, V = 50 };
 

@@ -7,7 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "tests/test.h"
-#include "trainer/optim.h"
+#include "trainer/train/optim.h"
 
 enum { N = 1000 };
 

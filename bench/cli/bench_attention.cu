@@ -1,0 +1,164 @@
+/* bench/cli/bench_attention.cu — `kf bench attention`: throughput of
+ * the fused attention kernels for causal attention over N tokens and for the
+ * K-Forcing SingleForward(k) structure (N context + N*k noise tokens), and
+ * the time of SingleForward(k) relative to causal attention.
+ *
+ * FLOPs are counted over the (query, key) pairs the structure makes visible
+ * (what the kernels have to compute), the usual flash-attention convention:
+ * forward 4*D per pair (QK^T and PV), backward 10*D per pair (2.5 x forward).
+ * Timed with CUDA events on the backend's stream after warm-up; the median of
+ * the timed repetitions is reported.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_internal.h"
+
+/* Visible pairs of one sample and head under the structure. */
+static double visible_pairs(int64_t N, int64_t k) {
+    double p = (double)N * (N + 1) / 2; /* context, causal */
+    for (int64_t g = 0; g < N && k > 0; g++) p += (double)k * (g + 1) + (double)k * (k + 1) / 2;
+    return p;
+}
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    float fwd_ms, bwd_ms;
+} timing;
+
+static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, int64_t D, int iters) {
+    int64_t L = kf_mask_len(m), H = nh * D;
+    float *qkv = (float *)b->alloc(b, (size_t)(B * L * 3 * H) * sizeof(float));
+    float *out = (float *)b->alloc(b, (size_t)(B * L * H) * sizeof(float));
+    float *dout = (float *)b->alloc(b, (size_t)(B * L * H) * sizeof(float));
+    float *lse = (float *)b->alloc(b, (size_t)(B * nh * L) * sizeof(float));
+    float *dqkv = (float *)b->alloc(b, (size_t)(B * L * 3 * H) * sizeof(float));
+    /* random inputs: a scaled copy of the GEMM-free pseudo-random pattern below */
+    size_t nq = (size_t)(B * L * 3 * H);
+    float *h = (float *)malloc(nq * sizeof(float));
+    uint64_t s = 88172645463325252ull;
+    for (size_t i = 0; i < nq; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        h[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    b->upload(b, qkv, h, nq * sizeof(float));
+    b->upload(b, dout, h, (size_t)(B * L * H) * sizeof(float));
+    free(h);
+    cudaStream_t st = (cudaStream_t)kernels_cuda_stream(b);
+    cudaEvent_t e0, e1, e2;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_OK(cudaEventCreate(&e2));
+    float *tf = (float *)malloc((size_t)iters * sizeof(float)), *tb = (float *)malloc((size_t)iters * sizeof(float));
+    for (int it = -2; it < iters; it++) { /* two warm-up rounds */
+        CUDA_OK(cudaEventRecord(e0, st));
+        b->attn_fwd(b, out, lse, qkv, m, B, nh, D);
+        CUDA_OK(cudaEventRecord(e1, st));
+        b->attn_bwd(b, dqkv, dout, out, lse, qkv, m, B, nh, D);
+        CUDA_OK(cudaEventRecord(e2, st));
+        CUDA_OK(cudaEventSynchronize(e2));
+        if (it < 0) continue;
+        CUDA_OK(cudaEventElapsedTime(&tf[it], e0, e1));
+        CUDA_OK(cudaEventElapsedTime(&tb[it], e1, e2));
+    }
+    qsort(tf, (size_t)iters, sizeof(float), cmp_f);
+    qsort(tb, (size_t)iters, sizeof(float), cmp_f);
+    timing t = {tf[iters / 2], tb[iters / 2]};
+    free(tf), free(tb);
+    cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(e2);
+    b->free(b, qkv), b->free(b, out), b->free(b, dout), b->free(b, lse), b->free(b, dqkv);
+    return t;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kf bench attention [--n N] [--batch B] [--heads H] [--head-dim D]\n"
+            "                          [--iters I] [--fp32] [--tc] [--max-k K]\n"
+            "Times the CUDA attention kernels (forward and backward) for causal attention\n"
+            "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
+            "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
+            "the time of SingleForward(k) relative to causal attention.\n"
+            "--tc runs the fp16 phase on the tensor-core kernels (as KF_CUDA_TC=1).\n"
+            "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n");
+}
+
+extern "C" int bench_attention_main(int argc, char **argv) {
+    int64_t N = 1024, B = 8, nh = 12, D = 64, max_k = 4;
+    int iters = 10, tc = 0;
+    kf_precision prec = KF_PREC_FP16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--fp32")) {
+            prec = KF_PREC_FP32;
+        } else if (!strcmp(a, "--tc")) {
+            tc = 1;
+        } else if (has && !strcmp(a, "--n")) {
+            N = atoll(argv[++i]);
+        } else if (has && !strcmp(a, "--batch")) {
+            B = atoll(argv[++i]);
+        } else if (has && !strcmp(a, "--heads")) {
+            nh = atoll(argv[++i]);
+        } else if (has && !strcmp(a, "--head-dim")) {
+            D = atoll(argv[++i]);
+        } else if (has && !strcmp(a, "--iters")) {
+            iters = atoi(argv[++i]);
+        } else if (has && !strcmp(a, "--max-k")) {
+            max_k = atoll(argv[++i]);
+        } else {
+            fprintf(stderr, "kf bench attention: unknown or incomplete argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (N < 1 || B < 1 || nh < 1 || iters < 1 || max_k < 1) {
+        usage(stderr);
+        return 2;
+    }
+    char msg[256] = "";
+    kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
+    if (!b) {
+        fprintf(stderr, "kf bench attention: needs the CUDA backend: %s\n", msg);
+        return 1;
+    }
+    b->set_precision(b, prec);
+    if (tc) cu_impl(b)->tc = 1;
+    cudaDeviceProp prop;
+    CUDA_OK(cudaGetDeviceProperties(&prop, kernels_cuda_device(b)));
+    printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s%s, median of %d\n", prop.name,
+           (long long)B, (long long)nh, (long long)D, (long long)N,
+           prec == KF_PREC_FP16 ? "fp16 phase" : "fp32 phase",
+           prec == KF_PREC_FP16 && cu_impl(b)->tc ? " (tensor cores)" : " (fp32 SIMT kernels)", iters);
+    printf("%-22s %8s %9s %9s %9s %9s %9s %10s\n", "structure", "tokens", "fwd ms", "bwd ms",
+           "fwd TF/s", "bwd TF/s", "all TF/s", "time/causal");
+    double causal_ms = 0;
+    for (int64_t k = 0; k <= max_k; k = k ? 2 * k : 1) {
+        kf_mask m = {N, k, k ? N : 0, 0, NULL};
+        timing t = time_case(b, &m, B, nh, D, iters);
+        double pairs = visible_pairs(N, k) * (double)(B * nh);
+        double ff = 4.0 * D * pairs, fb = 10.0 * D * pairs;
+        double all = t.fwd_ms + t.bwd_ms;
+        if (k == 0) causal_ms = all;
+        char name[64];
+        if (k == 0)
+            snprintf(name, sizeof name, "causal");
+        else
+            snprintf(name, sizeof name, "SingleForward k=%lld", (long long)k);
+        printf("%-22s %8lld %9.3f %9.3f %9.2f %9.2f %9.2f %10.2f\n", name,
+               (long long)kf_mask_len(&m), t.fwd_ms, t.bwd_ms, ff / t.fwd_ms / 1e9,
+               fb / t.bwd_ms / 1e9, (ff + fb) / all / 1e9, all / causal_ms);
+        fflush(stdout);
+    }
+    printf("(dense attention over the same tokens would cost (k+1)^2 x causal; O(k) means ~(k+1) x)\n");
+    b->destroy(b);
+    return 0;
+}

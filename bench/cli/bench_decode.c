@@ -1,0 +1,498 @@
+/* bench/cli/bench_decode.c — `kf bench decode CKPT...`: decoding throughput of AR
+ * against K-Forcing, by the paper's protocol (section "Inference speed"):
+ *
+ *   prefixes    the first samples of the validation split of a shard set that
+ *               have at least P tokens; P = 6 for `pad` (LM1B-style) data and
+ *               64 for `wrap` (OWT-style) data unless --prefix-len says
+ *   length      generate up to the data's sequence length (6 -> 128,
+ *               64 -> 1024), capped so every method's cache fits the model's
+ *               context; when k does not divide it, the last step emits the
+ *               tokens left (decode.h), so LM1B's 122 new tokens run at k = 3
+ *               and 4 as in the paper
+ *   sampler     the released one: PFLM tokens are argmaxes under a frequency
+ *               penalty (default 0.5, --freq-penalty), AR tokens inverse-CDF
+ *               samples at tau without one
+ *   timing      per (method, batch size): one warm-up run, then R timed runs
+ *               (default 5) of trainer/infer/decode.h's decode_run, each model's
+ *               output layer packed once beforehand (model_heads_pack, as a
+ *               server keeps it between batches); throughput =
+ *               generated tokens (special tokens included, no truncation) /
+ *               seconds, averaged over the timed runs: wall-clock, or with
+ *               --clock cpu the process's CPU time (all threads), which a
+ *               shared machine's other jobs barely move when decoding runs on
+ *               one thread (OMP_NUM_THREADS=1). At each
+ *               batch size the methods take turns run by run (warm-ups, then
+ *               run 1 of every method, run 2, ...), so a change in the
+ *               machine's load during the benchmark (a shared machine) falls
+ *               on every method alike rather than on whichever ran then
+ *   methods     the AR checkpoint (one token per step, inverse-CDF sampling)
+ *               and every PFLM checkpoint at each requested k <= k_train
+ *               (default 2, 3, 4); speedup = tokens/s over AR's at that batch
+ *
+ * Output: a table on stdout, the same as JSON (--json, default
+ * bench-decode.json) and a grouped bar chart (--png, default bench-decode.png;
+ * bench/plot/chart.h): one group per batch size, one bar per method.
+ */
+#include <stdbool.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/plot/chart.h"
+#include "common/cli.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "kernels/kernels.h"
+#include "pipeline/shard_reader.h"
+#include "trainer/cli/omp_env.h"
+#include "trainer/infer/decode.h"
+#include "trainer/infer/quality.h"
+#include "trainer/model/model.h"
+
+#define MAX_LIST 16
+#define MAX_METHODS 32
+
+static const char USAGE[] =
+    "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
+    "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
+    "                       [--backend cpu|cuda|auto] [--clock wall|cpu] [--json OUT.json]\n"
+    "                       [--png OUT.png]\n"
+    "\n"
+    "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
+    "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
+    "data's sequence length (capped by every model's context; the last step emits fewer\n"
+    "than k tokens when k does not divide the length), one warm-up and R timed runs per\n"
+    "method and batch size; tokens/s = generated tokens (special tokens included) /\n"
+    "seconds (--clock), averaged over the runs (the methods take turns run by run, so a\n"
+    "load change on a shared machine hits all alike). Decoding is the released sampler's:\n"
+    "PFLM argmax with the frequency penalty, AR inverse-CDF sampling at --tau.\n"
+    "Each CKPT is a checkpoint file or a directory holding model.safetensors (a stage's\n"
+    "final/): the AR one is the baseline, each PFLM one runs at every --k <= its k_train.\n"
+    "Quality of each method's completions of the largest batch (trainer/infer/quality.h): Gen-PPL\n"
+    "under the AR checkpoint, mean unigram entropy per completion (nats), distinct-2/3 and\n"
+    "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
+    "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
+    "smallest context.\n"
+    "\n"
+    "  --batch LIST   batch sizes (default 4,16,128)\n"
+    "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
+    "  --runs R       timed runs after the warm-up (default 5)\n"
+    "  --clock C      wall (default): wall-clock seconds; cpu: the process's CPU time\n"
+    "                 (every thread's), for a loaded machine: with OMP_NUM_THREADS=1\n"
+    "                 other jobs barely change it (cache and memory sharing still do);\n"
+    "                 CPU backend only\n"
+    "  --tau T        temperature (default 1)\n"
+    "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
+    "                 0: the fused argmax path; AR samples without one, as the release)\n"
+    "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n";
+
+typedef struct method {
+    char label[32];
+    const char *path;
+    model *m;
+    const model_heads *heads; /* the model's output layer, packed once */
+    int64_t k;
+    double tps[MAX_LIST], sd[MAX_LIST]; /* per batch size */
+    quality_row q;                      /* of the largest batch's completions */
+} method;
+
+/* The released sampler: PFLM argmaxes under the frequency penalty, AR samples without it. */
+static decode_opts method_opts(const method *x, double tau, double pen, int64_t N, int64_t seed) {
+    return (decode_opts){.k = x->k, .tau = tau, .max_new = N, .seed = (uint64_t)seed,
+                         .freq_penalty = x->m->cfg.kind == MODEL_AR ? 0.0f : (float)pen};
+}
+
+/* Reads B prefixes of P tokens: the first validation samples with >= P valid
+ * tokens. P = 0: the protocol's length, at most half of ctx (the smallest
+ * context of the models). Also returns the data's EOS id. */
+static int read_prefixes(const char *dir, int64_t *P, int64_t ctx, int64_t B, int32_t **out,
+                         int64_t *seq_len, int32_t *eos, kf_err *err) {
+    shard_set *s;
+    if (shard_set_open(dir, "valid", &s, err)) return -1;
+    int L = shard_set_seq_len(s);
+    if (*P == 0) {
+        *P = strcmp(shard_set_packing(s), "pad") ? 64 : 6;
+        if (*P > ctx / 2) *P = ctx / 2 > 1 ? ctx / 2 : 1;
+    }
+    *seq_len = L;
+    *eos = shard_set_special_id(s, "eos");
+    int rc = 0;
+    if (*P > L) rc = kf_err_set(err, "--prefix-len %lld exceeds the data's sequence length %d", (long long)*P, L);
+    int32_t *ids = kf_malloc((size_t)L * sizeof(int32_t));
+    int32_t *pre = kf_malloc((size_t)(B * *P) * sizeof(int32_t));
+    int64_t got = 0;
+    for (int64_t i = 0; !rc && i < shard_set_count(s) && got < B; i++) {
+        int32_t len;
+        if (shard_set_get(s, i, ids, &len, err)) rc = -1;
+        else if (len >= *P) memcpy(pre + got++ * *P, ids, (size_t)*P * sizeof(int32_t));
+    }
+    if (!rc && got < B)
+        rc = kf_err_set(err, "%s: only %lld validation samples have %lld tokens; batch %lld needs more",
+                        dir, (long long)got, (long long)*P, (long long)B);
+    free(ids);
+    shard_set_close(s);
+    if (rc) free(pre);
+    else *out = pre;
+    return rc;
+}
+
+static model *load(kf_backend *be, const char *path, kf_err *err) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s%s", path, fs_is_dir(path) ? "/model.safetensors" : "");
+    if (!fs_exists(p)) {
+        kf_err_set(err, "%s: no such checkpoint", p);
+        return NULL;
+    }
+    return model_load(be, p, err);
+}
+
+static void write_json(FILE *f, const char *dev, const char *clock, const char *data, int64_t P, int64_t N, int runs,
+                       const int64_t *bs, int nb, const method *mt, int nm, int ar) {
+    fprintf(f, "{\"device\": \"%s\", \"clock\": \"%s\", \"data\": ", dev, clock);
+    json_write_str(f, data, strlen(data));
+    fprintf(f, ", \"prefix_len\": %lld, \"max_new\": %lld, \"warmup\": 1, \"runs\": %d,\n \"rows\": [",
+            (long long)P, (long long)N, runs);
+    for (int i = 0; i < nm; i++)
+        for (int b = 0; b < nb; b++) {
+            /* decoding steps (forward passes) per completion, prefill included */
+            fprintf(f, "%s\n  {\"method\": \"%s\", \"k\": %lld, \"batch\": %lld, \"steps\": %lld, "
+                       "\"tokens_per_s\": %.2f, \"stdev\": %.2f, ", i || b ? "," : "", mt[i].label,
+                    (long long)mt[i].k, (long long)bs[b], (long long)((N + mt[i].k - 1) / mt[i].k),
+                    mt[i].tps[b], mt[i].sd[b]);
+            if (ar >= 0) fprintf(f, "\"speedup\": %.3f, ", mt[i].tps[b] / mt[ar].tps[b]);
+            else fprintf(f, "\"speedup\": null, ");
+            const quality_row *q = &mt[i].q;
+            const double v[] = {q->gen_ppl, q->st.entropy, q->st.distinct[1], q->st.distinct[2], q->st.mean_len};
+            const char *key[] = {"gen_ppl", "entropy", "distinct_2", "distinct_3", "mean_len"};
+            for (int j = 0; j < 5; j++)
+                if (isfinite(v[j])) fprintf(f, "\"%s\": %.4g, ", key[j], v[j]);
+                else fprintf(f, "\"%s\": null, ", key[j]);
+            char flag[160] = "";
+            if (ar >= 0) quality_flag(q, &mt[ar].q, flag, sizeof flag);
+            fprintf(f, "\"flag\": ");
+            json_write_str(f, flag, strlen(flag));
+            fprintf(f, ", ");
+            fprintf(f, "\"ckpt\": ");
+            json_write_str(f, mt[i].path, strlen(mt[i].path));
+            fprintf(f, "}");
+        }
+    fprintf(f, "\n]}\n");
+}
+
+/* The parsed command line. */
+typedef struct decode_args {
+    const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name;
+    int nck, nb, nk;
+    int64_t bs[MAX_LIST], ks[MAX_LIST], P, N, runs, seed; /* P, N: 0 = the protocol's */
+    double tau, pen;
+    bool cpu_clock;
+} decode_args;
+
+/* What a run needs, built from the arguments: the models, one method per
+ * (checkpoint, k), the prefixes and the lengths. */
+typedef struct decode_plan {
+    kf_backend *be;
+    model *models[MAX_METHODS];
+    model_heads *heads[MAX_METHODS];
+    method mt[MAX_METHODS * MAX_LIST];
+    int nm, ar; /* ar: the AR method's index, -1 without one */
+    int32_t *pre, eos;
+    int64_t P, N, bmax;
+    int qb; /* the batch size whose completions are scored: the largest */
+} decode_plan;
+
+/* Parses the options into a; nonzero when the command ends here, with its
+ * exit status in *code. */
+static int parse_args(int argc, char **argv, decode_args *a, int *code) {
+    *a = (decode_args){.backend = "auto",
+                       .json_path = "bench-decode.json",
+                       .png_path = "bench-decode.png",
+                       .clock_name = "wall",
+                       .nb = 3,
+                       .nk = 3,
+                       .bs = {4, 16, 128},
+                       .ks = {2, 3, 4},
+                       .runs = 5,
+                       .seed = 1,
+                       .tau = 1.0,
+                       .pen = DECODE_FREQ_PENALTY_DEFAULT};
+    const cli_opt opts[] = {
+        {"--data", CLI_STR, .out = &a->data},
+        {"--backend", CLI_STR, .out = &a->backend},
+        {"--json", CLI_STR, .out = &a->json_path},
+        {"--png", CLI_STR, .out = &a->png_path},
+        {"--clock", CLI_STR, .out = &a->clock_name},
+        {"--batch", CLI_INT_LIST, .out = a->bs, .n = &a->nb, .cap = MAX_LIST, .lo = 1,
+         .hi = INFINITY},
+        {"--k", CLI_INT_LIST, .out = a->ks, .n = &a->nk, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
+        {"--prefix-len", CLI_INT, .out = &a->P, .lo = 1, .hi = INFINITY},
+        {"--max-new", CLI_INT, .out = &a->N, .lo = 1, .hi = INFINITY},
+        {"--runs", CLI_INT, .out = &a->runs, .lo = 1, .hi = INFINITY},
+        {"--seed", CLI_INT, .out = &a->seed, .lo = 0, .hi = INFINITY},
+        {"--tau", CLI_FLOAT, .out = &a->tau, .lo = 0, .hi = INFINITY, .above = true},
+        {"--freq-penalty", CLI_FLOAT, .out = &a->pen, .lo = 0, .hi = INFINITY},
+        {NULL},
+    };
+    const cli_spec spec = {"kf bench decode",      USAGE,           opts, .pos = a->ckpts,
+                           .max_pos = MAX_METHODS, .n_pos = &a->nck};
+    if (cli_parse(&spec, argc, argv, code)) return 1;
+    *code = KF_EXIT_USAGE;
+    if (strcmp(a->clock_name, "wall") && strcmp(a->clock_name, "cpu")) {
+        fprintf(stderr, "kf bench decode: --clock: expected wall or cpu, got '%s'\n",
+                a->clock_name);
+        return 1;
+    }
+    a->cpu_clock = !strcmp(a->clock_name, "cpu");
+    if (!a->nck || !a->data) {
+        fprintf(stderr, "kf bench decode: at least one CKPT and --data DIR are required\n");
+        fputs(USAGE, stderr);
+        return 1;
+    }
+    if (strcmp(a->backend, "cpu") && strcmp(a->backend, "cuda") && strcmp(a->backend, "auto")) {
+        fprintf(stderr, "kf bench decode: --backend must be cpu, cuda or auto\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* Loads every checkpoint (its output layer packed once) and makes its
+ * methods: AR once, a PFLM checkpoint at every requested k it can run. */
+static int plan_methods(decode_plan *p, const decode_args *a, kf_err *err) {
+    for (int c = 0; c < a->nck; c++) {
+        model *m = p->models[c] = load(p->be, a->ckpts[c], err);
+        if (!m) return -1;
+        p->heads[c] = model_heads_pack(m);
+        if (m->cfg.kind == MODEL_AR) {
+            if (p->ar >= 0)
+                return kf_err_set(err, "%s and %s are both AR checkpoints: give one baseline",
+                                  p->mt[p->ar].path, a->ckpts[c]);
+            p->ar = p->nm;
+            p->mt[p->nm++] =
+                (method){.label = "AR", .path = a->ckpts[c], .m = m, .heads = p->heads[c], .k = 1};
+            continue;
+        }
+        int any = 0;
+        for (int j = 0; j < a->nk; j++) {
+            int64_t k = a->ks[j];
+            if (k > m->cfg.k_train || (m->cfg.head == HEAD_MTP && k != m->cfg.k_train)) continue;
+            method *x = &p->mt[p->nm++];
+            *x = (method){.path = a->ckpts[c], .m = m, .heads = p->heads[c], .k = k};
+            /* several PFLM checkpoints are told apart by their position */
+            char tag[12] = "";
+            if (a->nck > 2) snprintf(tag, sizeof tag, "%d", c + 1);
+            snprintf(x->label, sizeof x->label, "%s%s k=%lld",
+                     m->cfg.head == HEAD_MTP ? "MTP" : "KF", tag, (long long)k);
+            any = 1;
+        }
+        if (!any)
+            return kf_err_set(err, "%s: k_train %lld: none of the requested --k values fits",
+                              a->ckpts[c], (long long)m->cfg.k_train);
+    }
+    return 0;
+}
+
+/* Reads the prefixes and fixes the completion length: the protocol's, capped
+ * by every method's context; every method must be able to decode it. */
+static int plan_lengths(decode_plan *p, const decode_args *a, kf_err *err) {
+    int64_t ctx = INT64_MAX, data_len = 0;
+    for (int c = 0; c < a->nck; c++)
+        ctx = p->models[c]->cfg.seq_len < ctx ? p->models[c]->cfg.seq_len : ctx;
+    if (read_prefixes(a->data, &p->P, ctx, p->bmax, &p->pre, &data_len, &p->eos, err)) return -1;
+    if (p->N == 0) {
+        p->N = data_len - p->P;
+        for (int i = 0; i < p->nm; i++) {
+            decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, p->N, a->seed);
+            while (p->N >= 1 && decode_cache_rows(p->mt[i].m, &o, p->P) > p->mt[i].m->cfg.seq_len)
+                o.max_new = --p->N;
+        }
+        if (p->N < 1)
+            return kf_err_set(
+                err, "a prefix of %lld tokens leaves no room to generate in the models' context",
+                (long long)p->P);
+    }
+    for (int i = 0; i < p->nm; i++) {
+        decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, p->N, a->seed);
+        if (decode_check(p->mt[i].m, &o, p->P, err)) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return kf_err_set(err, "%s (%s): %s", p->mt[i].path, p->mt[i].label, msg);
+        }
+    }
+    return 0;
+}
+
+/* The plan: backend, methods, prefixes and lengths. */
+static int plan_make(decode_plan *p, const decode_args *a, kf_err *err) {
+    *p = (decode_plan){.ar = -1, .eos = -1, .P = a->P, .N = a->N};
+    for (int b = 0; b < a->nb; b++) {
+        p->bmax = a->bs[b] > p->bmax ? a->bs[b] : p->bmax;
+        p->qb = a->bs[b] > a->bs[p->qb] ? b : p->qb;
+    }
+    if (!(p->be = kernels_create(a->backend, err))) return -1;
+    if (a->cpu_clock && strcmp(p->be->name, "cpu"))
+        return kf_err_set(
+            err,
+            "--clock cpu times the CPU backend only (the %s backend's work is not this "
+            "process's CPU time)",
+            p->be->name);
+    if (plan_methods(p, a, err)) return -1;
+    return plan_lengths(p, a, err);
+}
+
+static void plan_free(decode_plan *p, int nck) {
+    for (int c = 0; c < nck; c++) {
+        model_heads_free(p->heads[c]);
+        if (p->models[c]) model_free(p->models[c]);
+    }
+    if (p->be) p->be->destroy(p->be);
+    free(p->pre);
+}
+
+/* Method i's quality of the completions qs of n prefixes, scored after the
+ * clock stopped (scoring does not count against the method). */
+static void score_quality(decode_plan *p, int i, quality_sample *qs, int64_t n, kf_err *err) {
+    method *x = &p->mt[i];
+    quality_stats_compute(qs, n, p->eos, (int32_t)x->m->cfg.mask_id, &x->q.st);
+    quality_ppl ppl = {.ppl = NAN};
+    if (p->ar >= 0 && quality_genppl(p->mt[p->ar].m, qs, n, p->eos, 16, &ppl, err)) {
+        fprintf(stderr, "kf bench decode: %s: Gen-PPL not measured: %s\n", x->label, err->msg);
+        ppl.ppl = NAN;
+    }
+    x->q.gen_ppl = ppl.ppl;
+}
+
+/* Times every method at every batch size (the methods taking turns run by
+ * run) into tps and sd; the largest batch's last completions are scored. */
+static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
+    double (*now)(void) = a->cpu_clock ? clock_cpu_s : clock_now_s;
+    int64_t bmax = p->bmax, P = p->P, N = p->N;
+    uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
+    int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
+    for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
+    double *sum = kf_malloc((size_t)p->nm * sizeof(double)),
+           *sum2 = kf_malloc((size_t)p->nm * sizeof(double));
+    quality_sample *qs = kf_malloc((size_t)bmax * sizeof *qs);
+    for (int64_t b = 0; b < bmax; b++) qs[b] = (quality_sample){p->pre + b * P, P, out + b * N, N};
+    for (int b = 0; b < a->nb; b++) {
+        int64_t B = a->bs[b];
+        for (int i = 0; i < p->nm; i++) sum[i] = sum2[i] = 0;
+        for (int64_t r = 0; r <= a->runs; r++) /* r = 0: warm-up */
+            for (int i = 0; i < p->nm; i++) {
+                decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, N, a->seed);
+                double t0 = now();
+                decode_run(p->mt[i].m, p->mt[i].heads, p->pre, B, P, &o, keys, out);
+                double tps = (double)(B * N) / (now() - t0);
+                if (r == 0) continue;
+                sum[i] += tps;
+                sum2[i] += tps * tps;
+                if (b == p->qb && r == a->runs) score_quality(p, i, qs, B, err);
+            }
+        for (int i = 0; i < p->nm; i++) {
+            method *x = &p->mt[i];
+            x->tps[b] = sum[i] / (double)a->runs;
+            double var = sum2[i] / (double)a->runs - x->tps[b] * x->tps[b];
+            x->sd[b] = var > 0 ? sqrt(var) : 0;
+            fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)B, x->label,
+                    x->tps[b]);
+        }
+    }
+    free(qs);
+    free(sum);
+    free(sum2);
+    free(keys);
+    free(out);
+}
+
+/* The table: one row per method, one column per batch size, then the
+ * quality of the largest batch's completions. */
+static void print_table(const decode_plan *p, const decode_args *a) {
+    const method *mt = p->mt;
+    int ar = p->ar;
+    printf("\nquality of the BS=%lld completions: Gen-PPL under the AR checkpoint, mean unigram "
+           "entropy "
+           "(nats), distinct-2/3, mean length before EOS\n%-10s",
+           (long long)a->bs[p->qb], "method");
+    for (int b = 0; b < a->nb; b++) {
+        char h[32];
+        snprintf(h, sizeof h, "BS=%lld tok/s (x AR)", (long long)a->bs[b]);
+        printf("  %22s", h);
+    }
+    printf(" %s\n", quality_header());
+    for (int i = 0; i < p->nm; i++) {
+        printf("%-10s", mt[i].label);
+        for (int b = 0; b < a->nb; b++) {
+            char cell[48];
+            if (ar >= 0)
+                snprintf(cell, sizeof cell, "%.0f (%.2fx)", mt[i].tps[b],
+                         mt[i].tps[b] / mt[ar].tps[b]);
+            else snprintf(cell, sizeof cell, "%.0f", mt[i].tps[b]);
+            printf("  %22s", cell);
+        }
+        char q[256];
+        quality_format(&mt[i].q, ar >= 0 ? &mt[ar].q : NULL, q, sizeof q);
+        printf(" %s\n", q);
+    }
+}
+
+/* The chart: groups = batch sizes, bars = methods (the first CHART_MAX_SERIES). */
+static int write_chart(const decode_plan *p, const decode_args *a, kf_err *err) {
+    int nb = a->nb, ns = p->nm < CHART_MAX_SERIES ? p->nm : CHART_MAX_SERIES;
+    if (ns < p->nm) fprintf(stderr, "kf bench decode: the chart shows the first %d methods\n", ns);
+    char gl[MAX_LIST][24];
+    const char *groups[MAX_LIST], *series[CHART_MAX_SERIES];
+    double *vals = kf_malloc((size_t)(nb * ns) * sizeof(double));
+    for (int b = 0; b < nb; b++) {
+        snprintf(gl[b], sizeof gl[b], "batch %lld", (long long)a->bs[b]);
+        groups[b] = gl[b];
+        for (int s = 0; s < ns; s++) vals[b * ns + s] = p->mt[s].tps[b];
+    }
+    for (int s = 0; s < ns; s++) series[s] = p->mt[s].label;
+    char title[128];
+    snprintf(title, sizeof title, "decode throughput (%s, %lld -> +%lld tokens)", p->be->name,
+             (long long)p->P, (long long)p->N);
+    int rc = chart_bars(a->png_path, title, "tokens/s", groups, nb, series, ns, vals, err);
+    free(vals);
+    return rc;
+}
+
+/* The table on stdout, the JSON and the chart. */
+static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
+    print_table(p, a);
+    char *jtext = NULL;
+    size_t jlen = 0;
+    FILE *jf = open_memstream(&jtext, &jlen);
+    write_json(jf, p->be->name, a->clock_name, a->data, p->P, p->N, (int)a->runs, a->bs, a->nb,
+               p->mt, p->nm, p->ar);
+    fclose(jf);
+    int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
+    free(jtext);
+    if (rc || write_chart(p, a, err)) return -1;
+    printf("wrote %s and %s\n", a->json_path, a->png_path);
+    return 0;
+}
+
+int bench_decode_main(int argc, char **argv) {
+    decode_args a;
+    decode_plan p;
+    int code;
+    if (parse_args(argc, argv, &a, &code)) return code;
+    omp_env_passive(); /* spinning OpenMP workers would distort the timings */
+    kf_err err = {{0}};
+    code = KF_EXIT_ERROR;
+    if (plan_make(&p, &a, &err) == 0) {
+        printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new "
+               "tokens, "
+               "1 warm-up + %lld timed runs (%s clock), tau %g, PFLM frequency penalty %g\n",
+               p.be->name, (long long)p.P, a.data, (long long)p.N, (long long)a.runs, a.clock_name,
+               a.tau, a.pen);
+        run_batches(&p, &a, &err);
+        if (report(&p, &a, &err) == 0) code = KF_EXIT_OK;
+    }
+    if (code) fprintf(stderr, "kf bench decode: error: %s\n", err.msg);
+    plan_free(&p, a.nck);
+    return code;
+}

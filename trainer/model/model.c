@@ -1,0 +1,759 @@
+/* trainer/model/model.c — parameters, initialisation, forward and backward of the
+ * DDiT backbone with the AR head, the PFLM noise encoder and the MTP heads.
+ * Every computation is a kernels.h op; this file only orchestrates. */
+#include "trainer/model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "trainer/model/model_internal.h"
+
+/* ---------------------------------------------------------------- config */
+
+int model_config_check(const model_config *c, kf_err *err) {
+    if (c->hidden <= 0 || c->heads <= 0 || c->blocks <= 0 || c->vocab <= 1 || c->seq_len <= 1)
+        return kf_err_set(err, "model: hidden, heads, blocks must be > 0 and vocab, seq_len > 1 "
+                               "(got %lld, %lld, %lld, %lld, %lld)",
+                          (long long)c->hidden, (long long)c->heads, (long long)c->blocks,
+                          (long long)c->vocab, (long long)c->seq_len);
+    if (c->hidden % c->heads || (c->pos == POS_ROPE && (c->hidden / c->heads) % 2))
+        return kf_err_set(err, "model.hidden (%lld) must split into model.heads (%lld) heads of "
+                               "an even dimension (RoPE rotates pairs)",
+                          (long long)c->hidden, (long long)c->heads);
+    if (c->hidden % 2) return kf_err_set(err, "model.hidden must be even");
+    if (c->mask_id >= c->vocab || c->mask_id < -1)
+        return kf_err_set(err, "model: mask_id %lld outside the vocabulary of %lld",
+                          (long long)c->mask_id, (long long)c->vocab);
+    if (c->kind != MODEL_AR && c->kind != MODEL_PFLM) return kf_err_set(err, "model: bad kind");
+    if (c->k_train < 1 || c->k_train > 64)
+        return kf_err_set(err, "model: k must be in [1, 64] (got %lld)", (long long)c->k_train);
+    if (c->kind == MODEL_AR && (c->k_train != 1 || c->head != HEAD_SHARED))
+        return kf_err_set(err, "model: an AR model has k = 1 and the shared head");
+    if (c->head != HEAD_SHARED && c->head != HEAD_MTP) return kf_err_set(err, "model: bad head");
+    if (c->pos != POS_ROPE && c->pos != POS_LEARNED) return kf_err_set(err, "model: bad pos");
+    if (c->pos == POS_LEARNED ? c->n_positions < c->seq_len : c->n_positions != 0)
+        return kf_err_set(err, "model: n_positions %lld: learned positions need at least seq_len "
+                               "(%lld), RoPE 0", (long long)c->n_positions, (long long)c->seq_len);
+    if ((c->tied_head | c->norm_bias | c->attn_bias) & ~1)
+        return kf_err_set(err, "model: tied_head, norm_bias and attn_bias are 0 or 1 (got %d, %d, %d)",
+                          c->tied_head, c->norm_bias, c->attn_bias);
+    if (c->tied_head && c->head != HEAD_SHARED)
+        return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP)");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+static int64_t add_tensor(model *m, int cap, const char *name, int64_t r, int64_t c) {
+    KF_CHECK(m->n_tensors < cap, "model: tensor table overflow");
+    model_tensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = c ? 2 : 1;
+    t->shape[0] = r;
+    t->shape[1] = c;
+    t->numel = c ? r * c : r;
+    t->offset = m->n_params;
+    m->n_params += t->numel;
+    return t->offset;
+}
+
+/* Adds an optional tensor; -1 when the architecture has none. */
+static int64_t add_opt(model *m, int cap, int present, const char *name, int64_t r, int64_t c) {
+    return present ? add_tensor(m, cap, name, r, c) : -1;
+}
+
+model *model_create(kf_backend *be, const model_config *cfg) {
+    kf_err err = {{0}};
+    KF_CHECK(model_config_check(cfg, &err) == 0, "%s", err.msg);
+    model *m = kf_calloc(1, sizeof *m);
+    m->be = be;
+    m->cfg = *cfg;
+    int64_t H = cfg->hidden, V = cfg->vocab, nb = cfg->blocks;
+    int heads = cfg->head == HEAD_MTP ? (int)cfg->k_train : 1;
+    int nbias = cfg->norm_bias, abias = cfg->attn_bias;
+    m->n_heads_out = heads;
+    int cap = (int)(2 + 12 * nb + 4 * heads + 8);
+    m->tensors = kf_calloc((size_t)cap, sizeof *m->tensors);
+    model_priv *p = kf_calloc(1, sizeof *p);
+    m->priv = p;
+    p->blk = kf_calloc((size_t)nb, sizeof *p->blk);
+    p->head = kf_calloc((size_t)heads, sizeof *p->head);
+    char nm[64];
+    p->embed = add_tensor(m, cap, "vocab_embed.embedding", V, H);
+    p->pos = add_opt(m, cap, cfg->pos == POS_LEARNED, "pos_embed.embedding", cfg->n_positions, H);
+    for (int64_t l = 0; l < nb; l++) {
+        block_off *b = &p->blk[l];
+#define T(field, present, suffix, r, c)                                     \
+    snprintf(nm, sizeof nm, "blocks.%lld." suffix, (long long)l);          \
+    b->field = add_opt(m, cap, present, nm, r, c)
+        T(norm1, 1, "norm1.weight", H, 0);
+        T(norm1_b, nbias, "norm1.bias", H, 0);
+        T(qkv, 1, "attn_qkv.weight", 3 * H, H);
+        T(qkv_b, abias, "attn_qkv.bias", 3 * H, 0);
+        T(out, 1, "attn_out.weight", H, H);
+        T(out_b, abias, "attn_out.bias", H, 0);
+        T(norm2, 1, "norm2.weight", H, 0);
+        T(norm2_b, nbias, "norm2.bias", H, 0);
+        T(fc1_w, 1, "mlp.0.weight", 4 * H, H);
+        T(fc1_b, 1, "mlp.0.bias", 4 * H, 0);
+        T(fc2_w, 1, "mlp.2.weight", H, 4 * H);
+        T(fc2_b, 1, "mlp.2.bias", H, 0);
+#undef T
+    }
+    p->heads_begin = m->n_params;
+    for (int h = 0; h < heads; h++) {
+        head_off *o = &p->head[h];
+        const char *pre = "output_layer";
+        char pb[32];
+        if (h > 0) {
+            snprintf(pb, sizeof pb, "mtp_heads.%d", h);
+            pre = pb;
+        }
+        snprintf(nm, sizeof nm, "%s.norm_final.weight", pre);
+        o->norm = add_tensor(m, cap, nm, H, 0);
+        snprintf(nm, sizeof nm, "%s.norm_final.bias", pre);
+        o->norm_b = add_opt(m, cap, nbias, nm, H, 0);
+        snprintf(nm, sizeof nm, "%s.linear.weight", pre);
+        o->w = cfg->tied_head ? p->embed : add_tensor(m, cap, nm, V, H);
+        snprintf(nm, sizeof nm, "%s.linear.bias", pre);
+        o->b = add_opt(m, cap, !cfg->tied_head, nm, V, 0);
+    }
+    p->heads_end = m->n_params;
+    if (cfg->kind == MODEL_PFLM) {
+        p->zdim = cfg->head == HEAD_MTP ? cfg->k_train : 1;
+        int64_t ZD = 2 * H * p->zdim;
+        noise_off *n = &p->noise;
+        n->proj_w = add_tensor(m, cap, "noise_encoder.combined_proj.weight", H, ZD);
+        n->proj_b = add_tensor(m, cap, "noise_encoder.combined_proj.bias", H, 0);
+        n->norm_w = add_tensor(m, cap, "noise_encoder.norm.weight", H, 0);
+        n->norm_b = add_tensor(m, cap, "noise_encoder.norm.bias", H, 0);
+        n->fc1_w = add_tensor(m, cap, "noise_encoder.mlp.0.weight", 4 * H, H);
+        n->fc1_b = add_tensor(m, cap, "noise_encoder.mlp.0.bias", 4 * H, 0);
+        n->fc2_w = add_tensor(m, cap, "noise_encoder.mlp.2.weight", H, 4 * H);
+        n->fc2_b = add_tensor(m, cap, "noise_encoder.mlp.2.bias", H, 0);
+    }
+    m->params = be->alloc(be, (size_t)m->n_params * sizeof(float));
+    m->grads = be->alloc(be, (size_t)m->n_params * sizeof(float));
+    return m;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    model_priv *p = m->priv;
+    m->be->free(m->be, m->params);
+    m->be->free(m->be, m->grads);
+    free(p->blk);
+    free(p->head);
+    free(p);
+    free(m->tensors);
+    free(m);
+}
+
+const model_tensor *model_find(const model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+void model_init(model *m, uint64_t seed) {
+    float *host = kf_malloc((size_t)m->n_params * sizeof(float));
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        float *dst = host + t->offset;
+        int is_norm = strstr(t->name, "norm") != NULL;
+        int is_out = strstr(t->name, ".linear.") != NULL; /* output_layer, mtp heads */
+        if (is_out) {
+            memset(dst, 0, (size_t)t->numel * sizeof(float));
+        } else if (is_norm) {
+            float v = ends_with(t->name, ".weight") ? 1.0f : 0.0f;
+            for (int64_t e = 0; e < t->numel; e++) dst[e] = v;
+        } else {
+            /* Linear: fan_in = in features (weight cols); a bias shares its
+             * weight's fan_in, the tensor just before it. Embedding: H. */
+            int64_t fan_in = t->ndim == 2 ? t->shape[1] : m->tensors[i - 1].shape[1];
+            double bound = 1.0 / sqrt((double)fan_in);
+            for (int64_t e = 0; e < t->numel; e++)
+                dst[e] = (float)((2.0 * rng_uniform01(seed, (uint64_t)i, (uint64_t)e) - 1.0) * bound);
+        }
+    }
+    m->be->upload(m->be, m->params, host, (size_t)m->n_params * sizeof(float));
+    free(host);
+    model_zero_grads(m);
+}
+
+void model_zero_grads(model *m) {
+    m->be->zero(m->be, m->grads, (size_t)m->n_params * sizeof(float));
+}
+
+int model_copy_matching(model *m, const model *src) {
+    int copied = 0;
+    float *host = NULL;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        const model_tensor *s = model_find(src, t->name);
+        if (!s && strncmp(t->name, "mtp_heads.", 10) == 0) {
+            const char *rest = strchr(t->name + 10, '.');
+            char alt[64];
+            snprintf(alt, sizeof alt, "output_layer%s", rest);
+            s = model_find(src, alt);
+        }
+        if (!s || s->numel != t->numel || s->shape[0] != t->shape[0] || s->shape[1] != t->shape[1])
+            continue;
+        size_t bytes = (size_t)t->numel * sizeof(float);
+        if (src->be == m->be) {
+            m->be->copy(m->be, m->params + t->offset, src->params + s->offset, bytes);
+        } else {
+            host = kf_realloc(host, bytes);
+            src->be->download(src->be, host, src->params + s->offset, bytes);
+            m->be->upload(m->be, m->params + t->offset, host, bytes);
+        }
+        copied++;
+    }
+    free(host);
+    return copied;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+void *dbuf_ensure(kf_backend *be, dbuf *d, size_t bytes) {
+    if (bytes == 0) bytes = 16;
+    if (bytes > d->cap) {
+        if (d->p) be->free(be, d->p);
+        d->p = be->alloc(be, bytes);
+        d->cap = bytes;
+    }
+    return d->p;
+}
+
+void dbuf_release(kf_backend *be, dbuf *d) {
+    if (d->p) be->free(be, d->p);
+    d->p = NULL;
+    d->cap = 0;
+}
+
+/* Uploads n host elements of size esz into d (grown as needed). */
+void *dbuf_upload(kf_backend *be, dbuf *d, const void *src, size_t n, size_t esz) {
+    void *p = dbuf_ensure(be, d, n * esz);
+    if (n) be->upload(be, p, src, n * esz);
+    return p;
+}
+
+/* ---------------------------------------------------------------- layers */
+
+void linear_fwd(model *m, float *y, const float *x, int64_t w, int64_t bias, int64_t rows,
+                int64_t in, int64_t out, float beta) {
+    kf_backend *be = m->be;
+    be->matmul(be, y, x, m->params + w, rows, out, in, 0, 1, 1.0f, beta);
+    if (bias >= 0) be->add_bias(be, y, m->params + bias, rows, out);
+}
+
+/* dW += dy^T x, db += colsum dy, and dx = dy W (+ dx when dx_beta = 1; NULL: skipped). */
+void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float *x, int64_t w,
+                int64_t bias, int64_t rows, int64_t in, int64_t out) {
+    kf_backend *be = m->be;
+    be->matmul(be, m->grads + w, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
+    if (bias >= 0) be->bias_grad(be, m->grads + bias, dy, rows, out);
+    if (dx) be->matmul(be, dx, dy, m->params + w, rows, in, out, 0, 0, 1.0f, dx_beta);
+}
+
+/* The noise encoder on nz rows whose features are ws->feats; result in out. */
+void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    const noise_off *o = &p->noise;
+    int64_t H = m->cfg.hidden, ZD = 2 * H * p->zdim;
+    size_t f = sizeof(float);
+    float *feats = dbuf_ensure(be, &a->feats, (size_t)(nz * ZD) * f);
+    float *c = dbuf_ensure(be, &a->c, (size_t)(nz * H) * f);
+    float *ln = dbuf_ensure(be, &a->ln, (size_t)(nz * H) * f);
+    float *mean = dbuf_ensure(be, &a->mean, (size_t)nz * f);
+    float *rstd = dbuf_ensure(be, &a->rstd, (size_t)nz * f);
+    float *h1 = dbuf_ensure(be, &a->h1, (size_t)(nz * 4 * H) * f);
+    float *h2 = dbuf_ensure(be, &a->h2, (size_t)(nz * 4 * H) * f);
+    float *out = dbuf_ensure(be, &a->out, (size_t)(nz * H) * f);
+    /* zdim noise values per row, each with the row's tau: features of value
+     * e land at columns [e*2H, (e+1)*2H) of row e / zdim. */
+    be->noise_features(be, feats, z_d, tau_d, nz * p->zdim, H);
+    linear_fwd(m, c, feats, o->proj_w, o->proj_b, nz, ZD, H, 0.0f);
+    be->layernorm_fwd(be, ln, mean, rstd, c, m->params + o->norm_w, m->params + o->norm_b, nz, H,
+                      LN_EPS);
+    linear_fwd(m, h1, ln, o->fc1_w, o->fc1_b, nz, H, 4 * H, 0.0f);
+    be->gelu_fwd(be, h2, h1, nz * 4 * H, KF_GELU_ERF);
+    be->copy(be, out, c, (size_t)(nz * H) * f);
+    linear_fwd(m, out, h2, o->fc2_w, o->fc2_b, nz, 4 * H, H, 1.0f);
+}
+
+/* Backward of noise_encoder_fwd given dout [nz, H] (no gradient to z). */
+static void noise_encoder_bwd(model *m, noise_act *a, int64_t nz, const float *dout) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    const noise_off *o = &p->noise;
+    int64_t H = m->cfg.hidden, ZD = 2 * H * p->zdim;
+    size_t f = sizeof(float);
+    float *dh = dbuf_ensure(be, &a->dh, (size_t)(nz * 4 * H) * f);
+    float *dln = dbuf_ensure(be, &a->dln, (size_t)(nz * H) * f);
+    float *dc = dbuf_ensure(be, &a->dc, (size_t)(nz * H) * f);
+    linear_bwd(m, dh, 0.0f, dout, a->h2.p, o->fc2_w, o->fc2_b, nz, 4 * H, H);
+    be->gelu_bwd(be, dh, dh, a->h1.p, nz * 4 * H, KF_GELU_ERF);
+    linear_bwd(m, dln, 0.0f, dh, a->ln.p, o->fc1_w, o->fc1_b, nz, H, 4 * H);
+    be->copy(be, dc, dout, (size_t)(nz * H) * f);
+    be->layernorm_bwd(be, dc, m->grads + o->norm_w, m->grads + o->norm_b, dln, a->c.p,
+                      m->params + o->norm_w, a->mean.p, a->rstd.p, nz, H);
+    linear_bwd(m, NULL, 0.0f, dc, a->feats.p, o->proj_w, o->proj_b, nz, ZD, H);
+}
+
+/* y = LayerNorm(x) with weight w and bias b (-1: none) over R rows, into
+ * growable buffers that keep mean and rstd for the backward; returns y. */
+static float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w,
+                       int64_t b, int64_t R) {
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden;
+    size_t f = sizeof(float);
+    float *yp = dbuf_ensure(be, y, (size_t)(R * H) * f);
+    be->layernorm_fwd(be, yp, dbuf_ensure(be, mean, (size_t)R * f),
+                      dbuf_ensure(be, rstd, (size_t)R * f), x, m->params + w,
+                      b >= 0 ? m->params + b : NULL, R, H, LN_EPS);
+    return yp;
+}
+
+void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R) {
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden;
+    float *t = dbuf_ensure(be, tmp, (size_t)(R * H) * sizeof(float));
+    be->embed_fwd(be, t, pos, NULL, m->params + m->priv->pos, R, H);
+    be->add_inplace(be, x, t, R * H);
+}
+
+/* Runs the MLP half of block l on x in place: x += mlp(norm2(x)). */
+void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R) {
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden;
+    size_t f = sizeof(float);
+    float *h1 = dbuf_ensure(be, &a->h1, (size_t)(R * 4 * H) * f);
+    float *h2 = dbuf_ensure(be, &a->h2, (size_t)(R * 4 * H) * f);
+    float *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, o->norm2_b, R);
+    linear_fwd(m, h1, ln2, o->fc1_w, o->fc1_b, R, H, 4 * H, 0.0f);
+    be->gelu_fwd(be, h2, h1, R * 4 * H, KF_GELU_TANH);
+    linear_fwd(m, x, h2, o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
+}
+
+/* Head h's final norm over the R rows of xf (buffers in a); returns it. */
+float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
+    const head_off *o = &m->priv->head[h];
+    return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R);
+}
+
+void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    int64_t H = m->cfg.hidden, V = m->cfg.vocab;
+    for (int h = 0; h < m->n_heads_out; h++) {
+        float *ln = head_norm_fwd(m, &a[h], h, xf, R);
+        linear_fwd(m, logits + h * R * V, ln, p->head[h].w, p->head[h].b, R, H, V, 0.0f);
+    }
+    if (m->cfg.mask_id >= 0)
+        be->fill_column(be, logits, m->n_heads_out * R, V, m->cfg.mask_id, MASK_LOGIT);
+}
+
+/* ---------------------------------------------------------------- workspace */
+
+struct model_ws {
+    model *m;
+    int64_t B, L, q0, Lc, R, n_out_rows, n_tok, n_noise;
+    int train, keep_kv;
+    kf_mask mask;
+    int32_t *valid;            /* host copy of valid_len */
+    int64_t n_act;             /* per-layer activation slots allocated */
+    layer_act *act;            /* [blocks] (training) or [1] */
+    dbuf *xs;                  /* [blocks+1] residual stream (training) or [1] */
+    dbuf *ctxkv;               /* [blocks] context qkv kept for a q_start pass */
+    int64_t ctx_n;             /* n_ctx of the kept context K/V (0: none) */
+    dbuf qkv_full, att_full, lse_full;
+    dbuf pos_d, tok_ids_d, tok_rows_d, noise_rows_d, z_d, tau_d, out_idx_d, ctx_idx_d, comp_idx_d;
+    dbuf posrow_d, pos_tmp;    /* POS_LEARNED: each row's position, pos_embed rows */
+    noise_act nact;
+    head_act *hact;
+    dbuf xf, logits, targets_d, losses_d;
+    dbuf pick_ids_d, pick_z_d, pick_tau_d; /* model_pick */
+    dbuf dx, dxf, dln, dqkv, dh, datt;
+    int32_t *h_i32;            /* host scratch */
+    double *h_f64;
+    size_t h_i32_cap, h_f64_cap;
+    int have_dlogits;
+};
+
+model_ws *model_ws_create(model *m) {
+    model_ws *ws = kf_calloc(1, sizeof *ws);
+    ws->m = m;
+    int64_t nb = m->cfg.blocks;
+    ws->act = kf_calloc((size_t)nb, sizeof *ws->act);
+    ws->xs = kf_calloc((size_t)(nb + 1), sizeof *ws->xs);
+    ws->ctxkv = kf_calloc((size_t)nb, sizeof *ws->ctxkv);
+    ws->hact = kf_calloc((size_t)m->n_heads_out, sizeof *ws->hact);
+    return ws;
+}
+
+static void layer_act_release(kf_backend *be, layer_act *a) {
+    dbuf *d[] = {&a->ln1, &a->mean1, &a->rstd1, &a->qkv, &a->att, &a->lse, &a->xmid, &a->ln2,
+                 &a->mean2, &a->rstd2, &a->h1, &a->h2};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
+}
+
+void model_ws_free(model_ws *ws) {
+    if (!ws) return;
+    kf_backend *be = ws->m->be;
+    int64_t nb = ws->m->cfg.blocks;
+    for (int64_t l = 0; l < nb; l++) {
+        layer_act_release(be, &ws->act[l]);
+        dbuf_release(be, &ws->ctxkv[l]);
+    }
+    for (int64_t l = 0; l <= nb; l++) dbuf_release(be, &ws->xs[l]);
+    for (int h = 0; h < ws->m->n_heads_out; h++) {
+        dbuf_release(be, &ws->hact[h].ln);
+        dbuf_release(be, &ws->hact[h].mean);
+        dbuf_release(be, &ws->hact[h].rstd);
+    }
+    noise_act *n = &ws->nact;
+    dbuf *d[] = {&ws->qkv_full, &ws->att_full, &ws->lse_full, &ws->pos_d, &ws->tok_ids_d,
+                 &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d, &ws->tau_d, &ws->out_idx_d,
+                 &ws->ctx_idx_d, &ws->comp_idx_d, &ws->xf, &ws->logits, &ws->targets_d,
+                 &ws->losses_d, &ws->pick_ids_d, &ws->pick_z_d, &ws->pick_tau_d, &ws->dx, &ws->dxf,
+                 &ws->dln, &ws->dqkv, &ws->dh, &ws->datt, &ws->posrow_d, &ws->pos_tmp,
+                 &n->feats, &n->c, &n->ln, &n->mean, &n->rstd, &n->h1, &n->h2, &n->out,
+                 &n->dh, &n->dln, &n->dc};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
+    free(ws->act);
+    free(ws->xs);
+    free(ws->ctxkv);
+    free(ws->hact);
+    free(ws->valid);
+    free(ws->h_i32);
+    free(ws->h_f64);
+    free(ws);
+}
+
+int64_t model_ws_rows(const model_ws *ws) { return ws->m->n_heads_out * ws->n_out_rows; }
+
+static int32_t *host_i32(model_ws *ws, size_t n) {
+    if (n > ws->h_i32_cap) {
+        ws->h_i32 = kf_realloc(ws->h_i32, n * sizeof(int32_t));
+        ws->h_i32_cap = n;
+    }
+    return ws->h_i32;
+}
+
+static double *host_f64(model_ws *ws, size_t n) {
+    if (n > ws->h_f64_cap) {
+        ws->h_f64 = kf_realloc(ws->h_f64, n * sizeof(double));
+        ws->h_f64_cap = n;
+    }
+    return ws->h_f64;
+}
+
+/* Uploads the embedding inputs of rows [q0, L) of every sample (compact row
+ * numbering b*Lc + r - q0) and embeds them into x. */
+static void embed_inputs(model *m, model_ws *ws, const model_input *in, float *x) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    const layout *lay = in->lay;
+    int64_t B = ws->B, L = ws->L, q0 = ws->q0, Lc = ws->Lc, H = m->cfg.hidden, V = m->cfg.vocab;
+    int64_t ntok_per = 0, nnoise_per = 0;
+    for (int64_t r = q0; r < L; r++) lay->noise[r] ? nnoise_per++ : ntok_per++;
+    ws->n_tok = B * ntok_per;
+    ws->n_noise = B * nnoise_per;
+    int32_t *h = host_i32(ws, (size_t)(2 * (ws->n_tok + ws->n_noise) + 1));
+    int32_t *ids = h, *rows = h + ws->n_tok;
+    int64_t i = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t r = q0; r < L; r++)
+            if (!lay->noise[r]) {
+                int32_t id = in->ids[b * L + r];
+                KF_CHECK(id >= 0 && id < V, "model: token id %d at sample %lld row %lld is outside "
+                         "the vocabulary of %lld", id, (long long)b, (long long)r, (long long)V);
+                ids[i] = id;
+                rows[i++] = (int32_t)(b * Lc + r - q0);
+            }
+    dbuf_upload(be, &ws->tok_ids_d, ids, (size_t)ws->n_tok, sizeof(int32_t));
+    dbuf_upload(be, &ws->tok_rows_d, rows, (size_t)ws->n_tok, sizeof(int32_t));
+    if (ws->n_tok)
+        be->embed_fwd(be, x, ws->tok_ids_d.p, ws->tok_rows_d.p, m->params + p->embed, ws->n_tok, H);
+    if (!ws->n_noise) return;
+    KF_CHECK(m->cfg.kind == MODEL_PFLM, "model: noise rows given to an AR model");
+    KF_CHECK(in->z && in->tau, "model: noise rows need z and tau");
+    int64_t zd = p->zdim, nz = ws->n_noise;
+    int32_t *nrows = host_i32(ws, (size_t)nz);
+    double *zt = host_f64(ws, (size_t)(2 * nz * zd));
+    i = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t r = q0; r < L; r++)
+            if (lay->noise[r]) {
+                for (int64_t e = 0; e < zd; e++) {
+                    zt[i * zd + e] = in->z[(b * L + r) * zd + e];
+                    zt[nz * zd + i * zd + e] = in->tau[b];
+                }
+                nrows[i++] = (int32_t)(b * Lc + r - q0);
+            }
+    dbuf_upload(be, &ws->noise_rows_d, nrows, (size_t)nz, sizeof(int32_t));
+    double *zdv = dbuf_upload(be, &ws->z_d, zt, (size_t)(2 * nz * zd), sizeof(double));
+    noise_encoder_fwd(m, &ws->nact, nz, zdv, zdv + nz * zd);
+    be->scatter_rows(be, x, ws->nact.out.p, ws->noise_rows_d.p, nz, H);
+}
+
+const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
+                           const model_ws *kv_src) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    const layout *lay = in->lay;
+    const model_config *c = &m->cfg;
+    int64_t B = in->B, L = lay->L, q0 = lay->mask.q_start, H = c->hidden, V = c->vocab;
+    int64_t nh = c->heads, hd = H / nh, nb = c->blocks;
+    size_t f = sizeof(float);
+    KF_CHECK(B >= 1 && L == kf_mask_len(&lay->mask), "model_forward: bad batch/layout");
+    int train = (flags & MODEL_TRAIN) != 0;
+    KF_CHECK(!(q0 > 0 && train), "model_forward: a q_start pass cannot be trained");
+    KF_CHECK(!(q0 > 0 && (flags & MODEL_KEEP_CTX_KV)), "model_forward: bad flags");
+    if (q0 > 0)
+        KF_CHECK(kv_src && kv_src->ctx_n == q0 && kv_src->B == B,
+                 "model_forward: q_start = %lld needs the context K/V of a pass over the same "
+                 "%lld samples with n_ctx = %lld (MODEL_KEEP_CTX_KV)",
+                 (long long)q0, (long long)B, (long long)q0);
+    ws->B = B;
+    ws->L = L;
+    ws->q0 = q0;
+    ws->Lc = L - q0;
+    ws->R = B * ws->Lc;
+    ws->train = train;
+    ws->keep_kv = (flags & MODEL_KEEP_CTX_KV) != 0;
+    ws->have_dlogits = 0;
+    ws->mask = lay->mask;
+    if (in->valid_len) {
+        ws->valid = kf_realloc(ws->valid, (size_t)B * sizeof(int32_t));
+        memcpy(ws->valid, in->valid_len, (size_t)B * sizeof(int32_t));
+        ws->mask.valid_len = ws->valid;
+    } else {
+        ws->mask.valid_len = NULL;
+    }
+    int64_t R = ws->R, Lc = ws->Lc;
+
+    /* residual stream buffers: one per layer boundary when training */
+    int64_t nx = train ? nb + 1 : 1;
+    for (int64_t l = 0; l < nx; l++) dbuf_ensure(be, &ws->xs[l], (size_t)(R * H) * f);
+    float *x0 = ws->xs[0].p;
+    embed_inputs(m, ws, in, x0);
+    if (c->pos == POS_LEARNED) {
+        int32_t *pr = host_i32(ws, (size_t)R);
+        for (int64_t r = q0; r < L; r++)
+            KF_CHECK(lay->pos[r] >= 0 && lay->pos[r] < c->n_positions,
+                     "model_forward: position %d of row %lld is outside the %lld learned positions",
+                     lay->pos[r], (long long)r, (long long)c->n_positions);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t r = q0; r < L; r++) pr[b * Lc + r - q0] = lay->pos[r];
+        int32_t *pr_d = dbuf_upload(be, &ws->posrow_d, pr, (size_t)R, sizeof(int32_t));
+        pos_embed_fwd(m, &ws->pos_tmp, x0, pr_d, R);
+    }
+
+    int32_t *pos_d = dbuf_upload(be, &ws->pos_d, lay->pos, (size_t)L, sizeof(int32_t));
+    /* row maps for the context K/V hand-over */
+    int32_t *idx = host_i32(ws, (size_t)(B * (q0 > 0 ? L : lay->mask.n_ctx) + 1));
+    if (q0 > 0) {
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t r = 0; r < q0; r++) idx[b * q0 + r] = (int32_t)(b * L + r);
+        dbuf_upload(be, &ws->ctx_idx_d, idx, (size_t)(B * q0), sizeof(int32_t));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t r = 0; r < Lc; r++) idx[b * Lc + r] = (int32_t)(b * L + q0 + r);
+        dbuf_upload(be, &ws->comp_idx_d, idx, (size_t)R, sizeof(int32_t));
+        dbuf_ensure(be, &ws->qkv_full, (size_t)(B * L * 3 * H) * f);
+        dbuf_ensure(be, &ws->att_full, (size_t)(B * L * H) * f);
+        dbuf_ensure(be, &ws->lse_full, (size_t)(B * nh * L) * f);
+    } else if (ws->keep_kv) {
+        int64_t n = lay->mask.n_ctx;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t r = 0; r < n; r++) idx[b * n + r] = (int32_t)(b * L + r);
+        dbuf_upload(be, &ws->ctx_idx_d, idx, (size_t)(B * n), sizeof(int32_t));
+    }
+
+    for (int64_t l = 0; l < nb; l++) {
+        const block_off *o = &p->blk[l];
+        layer_act *a = &ws->act[train ? l : 0];
+        float *x = ws->xs[train ? l : 0].p;
+        float *xo = ws->xs[train ? l + 1 : 0].p;
+        float *ln1 = dbuf_ensure(be, &a->ln1, (size_t)(R * H) * f);
+        float *mean = dbuf_ensure(be, &a->mean1, (size_t)R * f);
+        float *rstd = dbuf_ensure(be, &a->rstd1, (size_t)R * f);
+        float *qkv = dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * f);
+        float *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * f);
+        be->layernorm_fwd(be, ln1, mean, rstd, x, m->params + o->norm1,
+                          o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
+        linear_fwd(m, qkv, ln1, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
+        if (c->pos == POS_ROPE) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE);
+        if (q0 > 0) {
+            be->scatter_rows(be, ws->qkv_full.p, qkv, ws->comp_idx_d.p, R, 3 * H);
+            be->scatter_rows(be, ws->qkv_full.p, kv_src->ctxkv[l].p, ws->ctx_idx_d.p, B * q0, 3 * H);
+            be->attn_fwd(be, ws->att_full.p, ws->lse_full.p, ws->qkv_full.p, &ws->mask, B, nh, hd);
+            be->gather_rows(be, att, ws->att_full.p, ws->comp_idx_d.p, R, H);
+        } else {
+            float *lse = dbuf_ensure(be, &a->lse, (size_t)(B * nh * L) * f);
+            be->attn_fwd(be, att, lse, qkv, &ws->mask, B, nh, hd);
+            if (ws->keep_kv) {
+                int64_t n = lay->mask.n_ctx;
+                dbuf_ensure(be, &ws->ctxkv[l], (size_t)(B * n * 3 * H) * f);
+                be->gather_rows(be, ws->ctxkv[l].p, qkv, ws->ctx_idx_d.p, B * n, 3 * H);
+            }
+        }
+        if (xo != x) be->copy(be, xo, x, (size_t)(R * H) * f);
+        linear_fwd(m, xo, att, o->out, o->out_b, R, H, H, 1.0f);
+        /* training keeps x_mid (input of norm2) in ln2's partner: xs[l+1] holds
+         * x_mid until the MLP adds to it, so save a copy for the backward. */
+        if (train) {
+            float *xmid = dbuf_ensure(be, &a->xmid, (size_t)(R * H) * f);
+            be->copy(be, xmid, xo, (size_t)(R * H) * f);
+        }
+        block_mlp_fwd(m, o, a, xo, R);
+    }
+    ws->ctx_n = ws->keep_kv ? lay->mask.n_ctx : 0;
+
+    /* output rows */
+    int64_t nout = lay->n_out, O = B * nout;
+    ws->n_out_rows = O;
+    int32_t *oi = host_i32(ws, (size_t)(O + 1));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < nout; j++) {
+            KF_CHECK(lay->out_rows[j] >= q0, "model_forward: output row before q_start");
+            oi[b * nout + j] = (int32_t)(b * Lc + lay->out_rows[j] - q0);
+        }
+    dbuf_upload(be, &ws->out_idx_d, oi, (size_t)O, sizeof(int32_t));
+    float *xf = dbuf_ensure(be, &ws->xf, (size_t)(O * H) * f);
+    be->gather_rows(be, xf, ws->xs[train ? nb : 0].p, ws->out_idx_d.p, O, H);
+    float *logits = dbuf_ensure(be, &ws->logits, (size_t)(m->n_heads_out * O * V) * f);
+    heads_fwd(m, ws->hact, xf, O, logits);
+    return logits;
+}
+
+double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
+                  int64_t *count, float *row_loss) {
+    kf_backend *be = m->be;
+    int64_t rows = model_ws_rows(ws), V = m->cfg.vocab, n = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        KF_CHECK(targets[r] < V, "model_loss: target %d outside the vocabulary", targets[r]);
+        n += targets[r] >= 0;
+    }
+    if (norm <= 0) norm = n > 0 ? (double)n : 1.0;
+    int32_t *t_d = dbuf_upload(be, &ws->targets_d, targets, (size_t)rows, sizeof(int32_t));
+    float *losses = dbuf_ensure(be, &ws->losses_d, (size_t)rows * sizeof(float));
+    float *logits = ws->logits.p;
+    be->xent(be, losses, ws->train ? logits : NULL, logits, t_d, rows, V,
+             (float)(loss_scale / norm));
+    ws->have_dlogits = ws->train;
+    float *h = row_loss ? row_loss : kf_malloc((size_t)rows * sizeof(float));
+    be->download(be, h, losses, (size_t)rows * sizeof(float));
+    double sum = 0;
+    for (int64_t r = 0; r < rows; r++)
+        if (targets[r] >= 0) sum += h[r];
+    if (!row_loss) free(h);
+    if (count) *count = n;
+    return sum;
+}
+
+void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,
+                          float w) {
+    KF_CHECK(ws->train && ws->have_dlogits, "model_weight_dlogits: needs model_loss after a MODEL_TRAIN forward");
+    int64_t rows = model_ws_rows(ws), V = m->cfg.vocab;
+    KF_CHECK(period > 0 && first >= 0 && first + count <= period && rows % period == 0,
+             "model_weight_dlogits: rows %lld, period %lld, [%lld, +%lld)", (long long)rows,
+             (long long)period, (long long)first, (long long)count);
+    float *dlogits = ws->logits.p;
+    /* each period's weighted rows are contiguous */
+    for (int64_t r = first; r < rows; r += period) m->be->scale(m->be, dlogits + r * V, w, count * V);
+}
+
+void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
+                int32_t *ids) {
+    kf_backend *be = m->be;
+    int64_t V = m->cfg.vocab;
+    KF_CHECK(rows <= m->n_heads_out * ws->n_out_rows,
+             "model_pick: %lld rows, the last forward made %lld", (long long)rows,
+             (long long)(m->n_heads_out * ws->n_out_rows));
+    int32_t *id = dbuf_ensure(be, &ws->pick_ids_d, (size_t)rows * sizeof(int32_t));
+    if (z) {
+        double *zd = dbuf_upload(be, &ws->pick_z_d, z, (size_t)rows, sizeof(double));
+        double *td = dbuf_upload(be, &ws->pick_tau_d, tau, (size_t)rows, sizeof(double));
+        be->sample_icdf(be, id, ws->logits.p, td, zd, rows, V);
+    } else {
+        be->argmax(be, id, ws->logits.p, rows, V);
+    }
+    be->download(be, ids, id, (size_t)rows * sizeof(int32_t));
+}
+
+void model_backward(model *m, model_ws *ws) { model_backward_notify(m, ws, NULL, NULL); }
+
+void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, void *ctx) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    const model_config *c = &m->cfg;
+    KF_CHECK(ws->train && ws->have_dlogits,
+             "model_backward: needs a MODEL_TRAIN forward followed by model_loss");
+    int64_t B = ws->B, L = ws->L, R = ws->R, O = ws->n_out_rows, H = c->hidden, V = c->vocab;
+    int64_t nh = c->heads, hd = H / nh, nb = c->blocks;
+    size_t f = sizeof(float);
+    float *dlogits = ws->logits.p;
+    if (c->mask_id >= 0) be->fill_column(be, dlogits, m->n_heads_out * O, V, c->mask_id, 0.0f);
+    float *dxf = dbuf_ensure(be, &ws->dxf, (size_t)(O * H) * f);
+    float *dln = dbuf_ensure(be, &ws->dln, (size_t)(R * H > O * H ? R * H : O * H) * f);
+    be->zero(be, dxf, (size_t)(O * H) * f);
+    for (int h = 0; h < m->n_heads_out; h++) {
+        const head_off *o = &p->head[h];
+        linear_bwd(m, dln, 0.0f, dlogits + h * O * V, ws->hact[h].ln.p, o->w, o->b, O, H, V);
+        be->layernorm_bwd(be, dxf, m->grads + o->norm, o->norm_b >= 0 ? m->grads + o->norm_b : NULL,
+                          dln, ws->xf.p, m->params + o->norm, ws->hact[h].mean.p,
+                          ws->hact[h].rstd.p, O, H);
+    }
+    /* the heads' own tensors (a tied head's weight is vocab_embed, reported with it) */
+    if (ready) ready(ctx, p->heads_begin, p->heads_end - p->heads_begin);
+    float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
+    float *dqkv = dbuf_ensure(be, &ws->dqkv, (size_t)(R * 3 * H) * f);
+    float *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * f);
+    float *datt = dbuf_ensure(be, &ws->datt, (size_t)(R * H) * f);
+    be->zero(be, dx, (size_t)(R * H) * f);
+    be->scatter_rows(be, dx, dxf, ws->out_idx_d.p, O, H);
+    for (int64_t l = nb - 1; l >= 0; l--) {
+        const block_off *o = &p->blk[l];
+        layer_act *a = &ws->act[l];
+        /* MLP half: x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
+        linear_bwd(m, dh, 0.0f, dx, a->h2.p, o->fc2_w, o->fc2_b, R, 4 * H, H);
+        be->gelu_bwd(be, dh, dh, a->h1.p, R * 4 * H, KF_GELU_TANH);
+        linear_bwd(m, dln, 0.0f, dh, a->ln2.p, o->fc1_w, o->fc1_b, R, H, 4 * H);
+        be->layernorm_bwd(be, dx, m->grads + o->norm2, o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL,
+                          dln, a->xmid.p, m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
+        /* attention half: x_mid = x_in + out(attn(rope(qkv(norm1(x_in))))) */
+        linear_bwd(m, datt, 0.0f, dx, a->att.p, o->out, o->out_b, R, H, H);
+        be->attn_bwd(be, dqkv, datt, a->att.p, a->lse.p, a->qkv.p, &ws->mask, B, nh, hd);
+        if (c->pos == POS_ROPE) be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE);
+        linear_bwd(m, dln, 0.0f, dqkv, a->ln1.p, o->qkv, o->qkv_b, R, H, 3 * H);
+        be->layernorm_bwd(be, dx, m->grads + o->norm1, o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL,
+                          dln, ws->xs[l].p, m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);
+        if (ready) ready(ctx, o->norm1, o->fc2_b + H - o->norm1);
+    }
+    if (ws->n_tok)
+        be->embed_bwd(be, m->grads + p->embed, dx, ws->tok_ids_d.p, ws->tok_rows_d.p, ws->n_tok, H,
+                      V);
+    if (p->pos >= 0)
+        be->embed_bwd(be, m->grads + p->pos, dx, ws->posrow_d.p, NULL, R, H, c->n_positions);
+    /* pos_embed follows vocab_embed */
+    if (ready) ready(ctx, p->embed, V * H + (p->pos >= 0 ? c->n_positions * H : 0));
+    if (ws->n_noise) {
+        float *dn = dbuf_ensure(be, &ws->dxf, (size_t)(ws->n_noise * H) * f);
+        be->gather_rows(be, dn, dx, ws->noise_rows_d.p, ws->n_noise, H);
+        noise_encoder_bwd(m, &ws->nact, ws->n_noise, dn);
+    }
+    /* reported whether or not this batch had noise rows: ranks must agree */
+    if (ready && m->n_params > p->heads_end) ready(ctx, p->heads_end, m->n_params - p->heads_end);
+    ws->have_dlogits = 0;
+}

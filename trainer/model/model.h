@@ -1,0 +1,274 @@
+/* trainer/model/model.h — the DDiT backbone, the AR head and the PFLM noise encoder.
+ *
+ * One implementation of the paper's models, written against kernels/kernels.h
+ * only (it runs on any backend). docs/architecture.md "Reference model" is the
+ * specification (the PyTorch reference is tools/ref_model.py, GPT-2's
+ * tools/ref_gpt2.py); the parameter names are the reference's PyTorch names, so a
+ * checkpoint saved here loads with safetensors.torch.load_file and the
+ * released checkpoints convert by stripping their "backbone." prefix.
+ *
+ * Parameters live in ONE flat fp32 device buffer (m->params), gradients in a
+ * second of the same size (m->grads), so AdamW / EMA / clipping run over the
+ * whole model in one launch. m->tensors lists every tensor (name, shape,
+ * offset into the flat buffer), in this order:
+ *
+ *   vocab_embed.embedding                 [V, H]
+ *   pos_embed.embedding                   [n_positions, H] POS_LEARNED only
+ *   blocks.N.norm1.weight                 [H]        LayerNorm, eps 1e-5
+ *   blocks.N.norm1.bias                   [H]        norm_bias only
+ *   blocks.N.attn_qkv.weight              [3H, H]    RoPE on q,k (base 1e4) unless POS_LEARNED
+ *   blocks.N.attn_qkv.bias                [3H]       attn_bias only
+ *   blocks.N.attn_out.weight              [H, H]
+ *   blocks.N.attn_out.bias                [H]        attn_bias only
+ *   blocks.N.norm2.weight (/ .bias)       [H]        (.bias: norm_bias only)
+ *   blocks.N.mlp.0.weight / .bias         [4H, H] / [4H]   GELU (tanh)
+ *   blocks.N.mlp.2.weight / .bias         [H, 4H] / [H]
+ *   output_layer.norm_final.weight        [H]        (.bias [H]: norm_bias only)
+ *   output_layer.linear.weight / .bias    [V, H] / [V]     zero-initialised; absent
+ *                                                    with tied_head (logits = x E^T,
+ *                                                    E = vocab_embed.embedding, no bias)
+ *   PFLM only (the noise encoder; ZD = 2H, or 2H*k_train for HEAD_MTP):
+ *   noise_encoder.combined_proj.weight / .bias   [H, ZD] / [H]
+ *   noise_encoder.norm.weight / .bias            [H]        LayerNorm with bias
+ *   noise_encoder.mlp.0.weight / .bias           [4H, H] / [4H]   GELU (erf)
+ *   noise_encoder.mlp.2.weight / .bias           [H, 4H] / [H]
+ *   HEAD_MTP only, heads j = 1..k_train-1 (head 0 is output_layer):
+ *   mtp_heads.J.norm_final.weight, mtp_heads.J.linear.weight / .bias
+ *
+ * Noise encoder input for one noise row (kernels' noise_features op, float64):
+ * [cos(z f), sin(z f), cos(tau f), sin(tau f)] (2H values). HEAD_MTP rows
+ * carry k_train noise values: the features of (z_1, tau) ... (z_k, tau)
+ * concatenated (2H*k values) — all k noise values in one token.
+ * The mask token's logit (cfg.mask_id >= 0) is set to -1000.
+ *
+ * Architecture options (model_config; all zero = the DDiT above, which is
+ * what every checkpoint without "kf.version" holds): pos = POS_LEARNED adds
+ * a learned position embedding to every row's input (at the row's layout
+ * position) instead of rotating q and k; norm_bias gives the block and final
+ * LayerNorms a bias; attn_bias gives attn_qkv and attn_out a bias; tied_head
+ * makes the output layer the transposed token embedding. With all four
+ * (n_positions = the context) the backbone is GPT-2: blocks are pre-norm,
+ * x += attn_out(attn(attn_qkv(norm1(x)))), x += mlp(norm2(x)), GELU tanh
+ * (model_hf.h maps a Hugging Face GPT-2 into it). The noise encoder is the
+ * same under every option.
+ *
+ * Usage (training step):
+ *   model *m = model_create(be, &cfg); model_init(m, seed);
+ *   model_ws *ws = model_ws_create(m);
+ *   model_forward(m, ws, &in, MODEL_TRAIN, NULL);
+ *   double sum = model_loss(m, ws, targets, norm, loss_scale, &count);
+ *   model_backward(m, ws);          // grads += d(loss_scale * sum / norm)
+ *   (model_backward_notify: the same, reporting when each part of grads is final)
+ */
+#ifndef KF_TRAINER_MODEL_MODEL_H
+#define KF_TRAINER_MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+#include "kernels/kernels.h"
+#include "trainer/model/layout.h"
+
+typedef enum { MODEL_AR = 0, MODEL_PFLM = 1 } model_kind;
+typedef enum { HEAD_SHARED = 0, HEAD_MTP = 1 } model_head;
+typedef enum { POS_ROPE = 0, POS_LEARNED = 1 } model_pos;
+
+typedef struct model_config {
+    int64_t hidden;   /* H; head_dim = H / heads (64 in the reference) */
+    int64_t heads;
+    int64_t blocks;
+    int64_t vocab;    /* model vocabulary, mask token included */
+    int64_t mask_id;  /* its logit is forced to -1000; -1: none */
+    int64_t seq_len;  /* training sequence length (data samples) */
+    model_kind kind;
+    model_head head;  /* HEAD_MTP only with MODEL_PFLM */
+    int64_t k_train;  /* PFLM window k (AR: 1); HEAD_MTP: number of heads */
+    /* architecture options (see above; 0 = the DDiT) */
+    model_pos pos;       /* POS_ROPE, or POS_LEARNED (pos_embed.embedding) */
+    int tied_head;       /* 1: logits = x E^T (HEAD_SHARED only) */
+    int norm_bias;       /* 1: LayerNorms norm1, norm2, norm_final have a bias */
+    int attn_bias;       /* 1: attn_qkv and attn_out have a bias */
+    int64_t n_positions; /* POS_LEARNED: rows of pos_embed (positions < it), >= seq_len; else 0 */
+} model_config;
+
+/** Checks a config (sizes positive, H divisible by heads (into an even head
+ *  dim with RoPE), mask_id < vocab, consistent options, ...).
+ *  @return 0, or -1 with err naming the field. */
+int model_config_check(const model_config *c, kf_err *err);
+
+typedef struct model_tensor {
+    char name[64];
+    int ndim;           /* 1 or 2 */
+    int64_t shape[2];
+    int64_t offset;     /* elements into params / grads */
+    int64_t numel;
+} model_tensor;
+
+typedef struct model model;   /* fields below are read-only for callers */
+struct model {
+    kf_backend *be;
+    model_config cfg;
+    int64_t n_params;
+    float *params;      /* device [n_params] */
+    float *grads;       /* device [n_params]; model_backward accumulates */
+    int n_tensors;
+    model_tensor *tensors;
+    int64_t n_heads_out; /* heads producing logits per out row: k_train for MTP, else 1 */
+    struct model_priv *priv; /* offsets of each layer's tensors (model_internal.h) */
+};
+
+/** Allocates parameters and gradients (zeroed) on be. Dies on a bad config. */
+model *model_create(kf_backend *be, const model_config *cfg);
+void model_free(model *m);
+
+/** Deterministic initialisation from seed (common/rng.h, stream = tensor
+ *  index): PyTorch defaults — Linear weights and biases U(-1/sqrt(in),
+ *  1/sqrt(in)), the embeddings U(-1/sqrt(H), 1/sqrt(H)) (MDLM's
+ *  kaiming_uniform(a=sqrt 5)), LayerNorm weights 1 and biases 0, the output
+ *  layers (output_layer.linear, mtp heads) zero. Gradients are zeroed. */
+void model_init(model *m, uint64_t seed);
+
+/** Copies every tensor of src whose name and shape match into m (a PFLM from
+ *  an AR model, a student from its teacher); MTP heads with no match copy
+ *  output_layer. @return number of tensors copied. */
+int model_copy_matching(model *m, const model *src);
+
+/** Looks a tensor up by name; NULL when absent. */
+const model_tensor *model_find(const model *m, const char *name);
+
+/** Sets grads to zero. */
+void model_zero_grads(model *m);
+
+/* ---- checkpoints (safetensors; config in __metadata__ as "kf.<field>") ----
+ * Format version "kf.version" = "2": the config keys kf.hidden, kf.heads,
+ * kf.blocks, kf.vocab, kf.mask_id, kf.seq_len, kf.k_train (integers),
+ * kf.kind (ar|pflm), kf.head (shared|mtp), and the options kf.pos
+ * (rope|learned), kf.n_positions, kf.tied_head, kf.norm_bias, kf.attn_bias
+ * (0|1). A file without kf.version is version 1 (no option keys: the
+ * default architecture); other versions are refused. Loading checks the
+ * config (model_config_check) and that the file holds exactly the model's
+ * tensors (names above) with their shapes. */
+
+/** Writes buf (a device buffer laid out like params, e.g. the EMA; NULL:
+ *  params) with the reference names. Atomic. */
+int model_save(const model *m, const char *path, const float *buf, kf_err *err);
+
+/** Reads the config recorded in a checkpoint's metadata. */
+int model_read_config(const char *path, model_config *cfg, kf_err *err);
+
+/** Creates a model on be from a checkpoint written by model_save. */
+model *model_load(kf_backend *be, const char *path, kf_err *err);
+
+/** Loads path's tensors into buf (NULL: params); the names and shapes must
+ *  be exactly m's. */
+int model_load_into(model *m, const char *path, float *buf, kf_err *err);
+
+/* ---- forward / backward ---- */
+
+/** One batch. Host arrays; the model uploads what it needs. */
+typedef struct model_input {
+    const layout *lay;
+    int64_t B;
+    const int32_t *ids;       /* [B*L]: the token of every token row (others ignored) */
+    const double *z;          /* [B*L*zdim] noise values of noise rows (zdim = k_train
+                                 for HEAD_MTP, else 1); NULL when there are none */
+    const double *tau;        /* [B] temperature per sample (noise rows) */
+    const int32_t *valid_len; /* [B] context length per sample, or NULL */
+} model_input;
+
+/** Activations of one pass (sized on first use, grown when needed). A model
+ *  may have several (teacher, student, eval). */
+typedef struct model_ws model_ws;
+model_ws *model_ws_create(model *m);
+void model_ws_free(model_ws *ws);
+
+enum {
+    MODEL_TRAIN = 1,       /* keep every activation for model_backward */
+    MODEL_KEEP_CTX_KV = 2  /* keep each layer's context-row qkv, so a later
+                              pass with lay->mask.q_start = n_ctx (DoubleForward)
+                              can reuse them via kv_src */
+};
+
+/** Runs the backbone over in (rows [q_start, L) of each sample; rows before
+ *  q_start take their K/V from kv_src, a ws whose previous pass used
+ *  MODEL_KEEP_CTX_KV with the same B and n_ctx). Returns the logits, a device
+ *  buffer [n_heads_out * B * n_out, V] owned by ws (valid until its next
+ *  pass), ordered head-major, then sample, then out row. */
+const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
+                           const model_ws *kv_src);
+
+/** Number of logit rows of ws's last pass. */
+int64_t model_ws_rows(const model_ws *ws);
+
+/** Cross-entropy of the last pass against targets (host, one per logit row,
+ *  < 0 ignored). Returns the SUM of counted rows' losses and their number in
+ *  *count. When the pass was MODEL_TRAIN, leaves dlogits = loss_scale / norm *
+ *  (softmax - onehot) for model_backward (norm <= 0: *count). row_loss (host,
+ *  may be NULL) receives every row's loss (0 when ignored). */
+double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
+                  int64_t *count, float *row_loss);
+
+/** Multiplies the dlogits left by model_loss (a MODEL_TRAIN pass) of the logit
+ *  rows r with first <= r % period < first + count by w: per-position loss
+ *  weights for outputs grouped (t, j) with period = k (shared head). */
+void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,
+                          float w);
+
+/** Token ids from the logits of the last model_forward on ws, read back to
+ *  the host ids[rows] (the first `rows` logit rows): each row's first
+ *  maximum (z == NULL), or its inverse-CDF sample for host noise z[r] and
+ *  temperature tau[r] (kernels.h sample_icdf). Its device buffers stay in
+ *  ws, so a teacher pass waits for the device once: at this read-back. */
+void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
+                int32_t *ids);
+
+/** Backpropagates the dlogits left by model_loss; grads += . */
+void model_backward(model *m, model_ws *ws);
+
+/** Told that grads[off, off + count) is final: every op of this backward
+ *  that writes it has been issued on m->be (done on the CPU; queued on the
+ *  backend's stream on a GPU). */
+typedef void (*model_grads_ready_fn)(void *ctx, int64_t off, int64_t count);
+
+/** model_backward, calling ready as parts of grads become final, in the
+ *  order the backward finishes them: the output head(s), blocks N-1 .. 0,
+ *  vocab_embed, then the noise encoder (PFLM). The ranges cover grads
+ *  exactly once and do not depend on the batch, so every data-parallel rank
+ *  reports the same sequence (dist_grads_ready overlaps the all-reduce with
+ *  the rest of the backward). */
+void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, void *ctx);
+
+/* ---- KV-cached decoding (decode.h drives it) ---- */
+
+/** The output layer(s) in the backend's decoding form (head_pack), made
+ *  once from the weights as they are at the call and shared by any number
+ *  of decoding runs: the weights must not change while it is in use. */
+typedef struct model_heads model_heads;
+model_heads *model_heads_pack(model *m);
+void model_heads_free(model_heads *h);
+
+/** Per-layer K/V caches for B sequences of up to cap rows, decoding through
+ *  the packed output layers h (borrowed). */
+typedef struct model_cache model_cache;
+model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64_t cap);
+void model_cache_free(model_cache *c);
+/** Rows currently kept. */
+int64_t model_cache_len(const model_cache *c);
+/** Forgets every row (reuse for a new batch). */
+void model_cache_reset(model_cache *c);
+
+/** Feeds Q new rows per sample, which take cache rows and positions
+ *  [P, P+Q) (P = model_cache_len; POS_LEARNED: P+Q <= n_positions) and see every earlier row causally. Row i
+ *  is noise when noise[i] (then z[b*Q+i] (zdim values) and tau[b]) else token
+ *  ids[b*Q+i]. Returns logits [n_heads_out * n_out * B, V] for rows out[0..n_out)
+ *  ordered head, out row, sample (so one output position of all samples is
+ *  contiguous). With argmax != NULL (device int32, one per logits row) it
+ *  gets each row's first maximum instead and NULL is returned: the output
+ *  layer then never materialises the logits. Afterwards the first `keep` new
+ *  rows stay cached (P += keep); the others (noise rows) are discarded. */
+const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_t *noise,
+                               const int32_t *ids, const double *z, const double *tau,
+                               int64_t n_out, const int32_t *out, int64_t keep,
+                               int32_t *argmax);
+
+#endif

@@ -1,0 +1,79 @@
+/* trainer/model/model_internal.h — what model.c, model_decode.c and model_io.c
+ * share: tensor offsets per layer and the activation buffers of a pass.
+ * Not part of the public API. */
+#ifndef KF_TRAINER_MODEL_MODEL_INTERNAL_H
+#define KF_TRAINER_MODEL_MODEL_INTERNAL_H
+
+#include <stddef.h>
+
+#include "trainer/model/model.h"
+
+#define LN_EPS 1e-5f
+#define ROPE_BASE 10000.0f
+/* the mask token's logit: the model never predicts the mask */
+#define MASK_LOGIT -1000.0f
+
+/* Offsets (elements) of one block's tensors in the flat buffers; -1: the
+ * architecture has no such tensor (model_config options). */
+typedef struct block_off {
+    int64_t norm1, norm1_b, qkv, qkv_b, out, out_b, norm2, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+} block_off;
+
+/* w is vocab_embed's offset with a tied head (then b = -1). */
+typedef struct head_off {
+    int64_t norm, norm_b, w, b;
+} head_off;
+
+typedef struct noise_off {
+    int64_t proj_w, proj_b, norm_w, norm_b, fc1_w, fc1_b, fc2_w, fc2_b;
+} noise_off;
+
+typedef struct model_priv {
+    int64_t embed;
+    int64_t pos;     /* pos_embed (POS_LEARNED), right after embed; else -1 */
+    int64_t heads_begin, heads_end; /* the output heads' own tensors (contiguous) */
+    block_off *blk;
+    head_off *head;  /* [n_heads_out] */
+    noise_off noise; /* PFLM only */
+    int64_t zdim;    /* noise values per noise row (k_train for HEAD_MTP, else 1) */
+} model_priv;
+
+/* A device buffer that grows on demand. */
+typedef struct dbuf {
+    void *p;
+    size_t cap;
+} dbuf;
+
+void *dbuf_ensure(kf_backend *be, dbuf *d, size_t bytes);
+void dbuf_release(kf_backend *be, dbuf *d);
+void *dbuf_upload(kf_backend *be, dbuf *d, const void *src, size_t n, size_t esz);
+
+typedef struct layer_act {
+    dbuf ln1, mean1, rstd1, qkv, att, lse, xmid, ln2, mean2, rstd2, h1, h2;
+} layer_act;
+
+typedef struct noise_act {
+    dbuf feats, c, ln, mean, rstd, h1, h2, out, dh, dln, dc;
+} noise_act;
+
+typedef struct head_act {
+    dbuf ln, mean, rstd;
+} head_act;
+
+void linear_fwd(model *m, float *y, const float *x, int64_t w, int64_t bias, int64_t rows,
+                int64_t in, int64_t out, float beta);
+void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float *x, int64_t w,
+                int64_t bias, int64_t rows, int64_t in, int64_t out);
+/* Noise encoder over nz rows (z_d: nz*zdim values, tau_d the same count); result in a->out. */
+void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d);
+/* x[i] += pos_embed[pos[i]] for R rows (POS_LEARNED; pos device int32 [R],
+ * every value < n_positions; tmp: scratch). */
+void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R);
+/* x += mlp(norm2(x)) of one block over R rows (a: scratch/saved activations). */
+void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R);
+/* Head h's final norm over R rows of xf; returns the normalised rows (in a->ln). */
+float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R);
+/* Final norm + linear of every head over R rows of xf; logits [heads*R, V]. */
+void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits);
+
+#endif

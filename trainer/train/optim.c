@@ -1,0 +1,57 @@
+/* trainer/train/optim.c — loss scaler, clipping, warmup, AdamW and EMA (see optim.h). */
+#include "trainer/train/optim.h"
+
+#include <math.h>
+
+optim_state optim_init(const runconfig_opts *o) {
+    return (optim_state){.adam_t = 0, .scale = o->scale_init, .good_steps = 0, .skipped = 0};
+}
+
+double optim_lr(const runconfig_opts *o, int64_t step) {
+    if (o->warmup > 0 && step + 1 < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
+    int64_t from = o->warmup > 0 ? o->warmup : 1, span = o->decay_steps - from;
+    if (!o->lr_cosine || span <= 0) return o->lr;
+    double t = (double)(step + 1 - from) / (double)span;
+    t = t < 0 ? 0 : t > 1 ? 1 : t;
+    return o->lr_min + 0.5 * (o->lr - o->lr_min) * (1 + cos(M_PI * t));
+}
+
+double optim_ema_decay(const runconfig_opts *o, int64_t updates) {
+    if (!o->ema_warmup) return o->ema;
+    return fmin(o->ema, (1.0 + (double)updates) / (10.0 + (double)updates));
+}
+
+double optim_loss_scale(const optim_state *st, const runconfig_opts *o, int64_t step) {
+    return runconfig_precision_at(o, step) == RC_PREC_FP16 ? st->scale : 1.0;
+}
+
+optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t step,
+                        float *params, const float *grads, float *m, float *v, float *ema,
+                        int64_t n) {
+    int fp16 = runconfig_precision_at(o, step) == RC_PREC_FP16;
+    optim_result r = {.lr = optim_lr(o, step), .scale_used = fp16 ? st->scale : 1.0};
+    /* One pass decides both "finite?" and the norm: sumsq of a buffer with an
+     * inf/NaN is itself non-finite, and double accumulation of fp32 squares
+     * cannot overflow for finite inputs. */
+    double ss = b->sumsq(b, grads, n);
+    r.grad_norm = sqrt(ss) / r.scale_used;
+    if (!isfinite(ss)) {
+        r.skipped = 1;
+        st->skipped++;
+        if (fp16) {
+            st->scale *= o->scale_backoff;
+            st->good_steps = 0;
+        }
+        return r;
+    }
+    double clip = o->clip > 0 && r.grad_norm > o->clip ? o->clip / r.grad_norm : 1.0;
+    st->adam_t++;
+    b->adamw(b, params, grads, m, v, n, (float)r.lr, (float)o->beta1, (float)o->beta2,
+             (float)o->eps, (float)o->weight_decay, st->adam_t, (float)(clip / r.scale_used));
+    b->ema(b, ema, params, n, (float)optim_ema_decay(o, st->adam_t));
+    if (fp16 && ++st->good_steps >= o->scale_growth_interval) {
+        st->scale *= o->scale_growth;
+        st->good_steps = 0;
+    }
+    return r;
+}

@@ -1,0 +1,68 @@
+/* trainer/train/optim.h — one optimizer step over the model's flat parameter buffer:
+ * the fp16 dynamic loss scaler, the global-norm clip, AdamW with linear LR
+ * warmup, and the EMA of the weights, all through the backend's ops.
+ *
+ * Precision schedule (runconfig_opts.phases): in an fp16 phase the loss is
+ * multiplied by the scaler's scale before backward, so gradients arrive
+ * scaled; optim_step unscales them (folded into AdamW's grad_scale together
+ * with the clip factor). A step whose gradients hold an inf or NaN is
+ * skipped (no AdamW, no EMA, no bias-correction tick), the scale is
+ * multiplied by `backoff`, and the skip is counted; after `growth_interval`
+ * consecutive good fp16 steps the scale is multiplied by `growth`. In an
+ * fp32 phase the scale is 1 and never changes (a non-finite gradient is still
+ * skipped and counted: it must never reach the weights). The scaler state is
+ * plain numbers, saved in checkpoints, so the schedule survives resume.
+ */
+#ifndef KF_TRAINER_TRAIN_OPTIM_H
+#define KF_TRAINER_TRAIN_OPTIM_H
+
+#include <stdint.h>
+
+#include "common/runconfig.h"
+#include "kernels/kernels.h"
+
+/** Optimizer state besides the moment buffers (all checkpointed). */
+typedef struct optim_state {
+    int64_t adam_t;       /* AdamW updates applied so far (bias-correction step - 1) */
+    double scale;         /* current fp16 loss scale */
+    int64_t good_steps;   /* consecutive finite fp16 steps since the last scale change */
+    int64_t skipped;      /* steps skipped for non-finite gradients, in total */
+} optim_state;
+
+/** What one optim_step did (for logs). */
+typedef struct optim_result {
+    int skipped;          /* 1: non-finite gradients, nothing applied */
+    double grad_norm;     /* global L2 norm of the unscaled gradient (inf/nan when skipped) */
+    double lr;            /* learning rate used */
+    double scale_used;    /* the loss scale the gradients carried */
+} optim_result;
+
+/** A fresh state: scale = o->scale_init, counters 0. */
+optim_state optim_init(const runconfig_opts *o);
+
+/** The learning rate at 0-based step: lr * (step+1)/warmup during the
+ *  warmup; then lr, or with lr_decay: cosine, lr_min + (lr - lr_min) *
+ *  (1 + cos(pi t)) / 2 with t going from 0 at step+1 = warmup (1 without
+ *  one) to 1 at step+1 = the stage's steps. */
+double optim_lr(const runconfig_opts *o, int64_t step);
+
+/** The EMA decay of optimizer update number `updates` (1-based: the first
+ * applied update is 1): o->ema, or with o->ema_warmup MDLM's warm-up
+ * min(o->ema, (1 + updates) / (10 + updates)), which lets the average
+ * follow the early, fast-moving weights instead of keeping the initial ones. */
+double optim_ema_decay(const runconfig_opts *o, int64_t updates);
+
+/** The loss scale to multiply the loss by at this step: st->scale in an fp16
+ * phase, 1 in an fp32 phase. */
+double optim_loss_scale(const optim_state *st, const runconfig_opts *o, int64_t step);
+
+/** One optimizer step at 0-based `step`.
+ * grads hold d(loss * optim_loss_scale)/d(params) summed over every rank (the
+ * caller all-reduces first, so all ranks take identical decisions). Applies
+ * AdamW to params/m/v and then the EMA, unless the gradients are non-finite.
+ * n: elements of the flat buffers. */
+optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t step,
+                        float *params, const float *grads, float *m, float *v, float *ema,
+                        int64_t n);
+
+#endif

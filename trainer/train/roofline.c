@@ -1,0 +1,384 @@
+/* trainer/train/roofline.c — one training step priced on a named GPU (see roofline.h). */
+#include "trainer/train/roofline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/record.h"
+#include "pipeline/shard_reader.h"
+#include "trainer/train/optim.h"
+#include "trainer/train/supervision.h"
+
+/* Dense (no sparsity) peaks from NVIDIA's data sheets; the bus is PCIe, one
+ * direction (Gen5 x16 for H100/H200 SXM, Gen4 x16 for A100). */
+static const roofline_device devices[] = {
+    {"h100", "H100 SXM", 989e12, 67e12, 3.35e12, 64e9},
+    {"h200", "H200 SXM", 989e12, 67e12, 4.8e12, 64e9},
+    {"a100", "A100 SXM", 312e12, 19.5e12, 2.04e12, 32e9},
+};
+#define N_DEVICES ((int)(sizeof devices / sizeof *devices))
+
+const roofline_device *roofline_device_find(const char *name) {
+    for (int i = 0; i < N_DEVICES; i++)
+        if (!strcmp(devices[i].name, name)) return &devices[i];
+    return NULL;
+}
+
+const char *roofline_device_names(void) { return "h100, h200, a100"; }
+
+double roofline_op_seconds(const roofline_device *d, const kf_op_cost *c, int attn_tc) {
+    if (c->unit == KF_COST_NONE) return 0;
+    if (c->unit == KF_COST_HOST) return c->bytes / d->bus_bytes;
+    int tensor = c->fp16 && (c->unit == KF_COST_GEMM || (c->unit == KF_COST_ATTN && attn_tc));
+    double compute = c->flops / (tensor ? d->tensor_flops : d->fp32_flops);
+    double memory = c->bytes / d->mem_bytes;
+    return compute > memory ? compute : memory;
+}
+
+roofline_flops roofline_step_flops(const model_config *c, int64_t B, int64_t n,
+                                   const runconfig_stage *st) {
+    double H = (double)c->hidden, V = (double)c->vocab, nb = (double)c->blocks;
+    double p_block = nb * (3 * H * H + H * H + 2 * (4 * H * H) + 4 * H + H);
+    double k = (double)c->k_train, np, rows, noise, out, pairs;
+    int mtp = c->head == HEAD_MTP;
+    double zd = mtp ? 2 * H * k : 2 * H;
+    double p_noise = zd * H + H + 2 * (4 * H * H) + 4 * H + H;
+    double p_head = H * V + V;
+    if (st->kind == RC_KIND_AR) {
+        np = (double)n - 1;
+        rows = out = np, noise = 0;
+        pairs = np * (np + 1) / 2;
+    } else if (mtp) {
+        np = (double)n - k;
+        rows = 2 * np, noise = np, out = np * k;
+        pairs = np * (np + 1) / 2 + np * (np + 1) / 2 + np;
+    } else {
+        np = (double)n - k;
+        rows = np + np * k, noise = out = np * k;
+        pairs = np * (np + 1) / 2 + k * np * (np + 1) / 2 + np * k * (k + 1) / 2;
+    }
+    roofline_flops f;
+    f.total = (double)B * (6 * (rows * p_block + noise * p_noise + out * p_head) + 12 * nb * pairs * H);
+    f.rows = (double)B * rows;
+    f.tokens = (double)B * np * (st->kind == RC_KIND_AR ? 1 : k);
+    return f;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+struct roofline_stage {
+    const runconfig_stage *st;
+    model *m, *teacher;
+    model_ws *ws;
+    sup_ctx *sup;
+    float *adam_m, *adam_v, *ema;
+};
+
+roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
+                                      const runconfig_stage *st, int init, kf_err *err) {
+    int kind = sup_kind_from_name(runconfig_kind_name(st->kind));
+    if (kind < 0) return kf_err_set(err, "stage %s: kind %s does not train", st->name,
+                                    runconfig_kind_name(st->kind)), NULL;
+    sup_config sc = {.kind = (sup_kind)kind, .k = st->kind == RC_KIND_AR ? 1 : st->k,
+                     .tau_min = st->tau_min, .tau_max = st->tau_max, .seed = st->opt.seed};
+    roofline_stage *s = kf_calloc(1, sizeof *s);
+    s->st = st;
+    model_config mc = sup_student_config(&sc, base);
+    if (model_config_check(&mc, err)) {
+        free(s);
+        return NULL;
+    }
+    s->m = model_create(be, &mc);
+    if (sc.kind != SUP_AR) {
+        /* self-forcing learns from a PFLM(k/2), every other kind from an AR model */
+        sup_config tsc = {.kind = SUP_DISTILL_AR, .k = st->k / 2};
+        model_config tc = sc.kind == SUP_SELF_FORCING ? sup_student_config(&tsc, base) : *base;
+        s->teacher = model_create(be, &tc);
+        if (init) model_init(s->teacher, st->opt.seed + 1);
+    }
+    if (init) model_init(s->m, st->opt.seed);
+    s->ws = model_ws_create(s->m);
+    s->sup = sup_create(&sc, s->teacher, err);
+    if (!s->sup) {
+        roofline_stage_free(s);
+        return NULL;
+    }
+    size_t bytes = (size_t)s->m->n_params * sizeof(float);
+    s->adam_m = be->alloc(be, bytes);
+    s->adam_v = be->alloc(be, bytes);
+    s->ema = be->alloc(be, bytes);
+    be->copy(be, s->ema, s->m->params, bytes);
+    return s;
+}
+
+void roofline_stage_free(roofline_stage *s) {
+    if (!s) return;
+    kf_backend *be = s->m->be;
+    if (s->ema) be->free(be, s->ema), be->free(be, s->adam_m), be->free(be, s->adam_v);
+    sup_free(s->sup);
+    model_ws_free(s->ws);
+    model_free(s->teacher);
+    model_free(s->m);
+    free(s);
+}
+
+model *roofline_stage_model(roofline_stage *s) { return s->m; }
+
+/* Ops recorded so far (0 on a backend that records nothing). */
+static int64_t n_recorded(const kf_backend *be) {
+    int64_t n = 0;
+    if (kernels_record_is(be)) kernels_record_ops(be, &n);
+    return n;
+}
+
+void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks *mk) {
+    model *m = s->m;
+    kf_backend *be = m->be;
+    const runconfig_stage *st = s->st;
+    const runconfig_opts *o = &st->opt;
+    int fp16 = runconfig_precision_at(o, 0) == RC_PREC_FP16;
+    be->set_precision(be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32);
+    mk->begin = n_recorded(be);
+    int32_t *tokens = kf_malloc((size_t)(B * n) * sizeof *tokens);
+    uint64_t *keys = kf_malloc((size_t)B * sizeof *keys);
+    /* any ids of the model's vocabulary: the costs do not depend on them */
+    for (int64_t i = 0; i < B * n; i++) tokens[i] = (int32_t)((i * 7919) % (m->cfg.vocab - 1));
+    for (int64_t b = 0; b < B; b++) keys[b] = (uint64_t)b;
+    sup_batch sb;
+    sup_build(s->sup, &sb, tokens, B, n, NULL, keys);
+    mk->teacher = n_recorded(be);
+    optim_state os = optim_init(o);
+    model_zero_grads(m);
+    model_forward(m, s->ws, &sb.in, MODEL_TRAIN, NULL);
+    model_loss(m, s->ws, sb.targets, 0, (float)optim_loss_scale(&os, o, 0), NULL, NULL);
+    if (st->kind == RC_KIND_SELF_FORCING && o->new_weight != 1.0)
+        model_weight_dlogits(m, s->ws, st->k, st->k / 2, st->k / 2, (float)o->new_weight);
+    model_backward(m, s->ws);
+    mk->student = n_recorded(be);
+    optim_step(be, o, &os, 0, m->params, m->grads, s->adam_m, s->adam_v, s->ema, m->n_params);
+    be->sync(be);
+    mk->end = n_recorded(be);
+    free(tokens);
+    free(keys);
+}
+
+/* ---------------------------------------------------------------- report */
+
+/* Totals of a group of recorded ops (one op name, or one op and shape). */
+typedef struct tally {
+    const char *op;
+    const char *shape; /* NULL: every shape of op */
+    int64_t calls;
+    double flops, bytes, est, meas;
+    double compute; /* the compute-bound part of est */
+    int bus;        /* host transfers */
+} tally;
+
+static tally *tally_find(tally *t, int *n, const char *op, const char *shape) {
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(t[i].op, op) && (shape ? t[i].shape && !strcmp(t[i].shape, shape) : !t[i].shape))
+            return &t[i];
+    t[*n] = (tally){.op = op, .shape = shape};
+    return &t[(*n)++];
+}
+
+static void tally_add(tally *t, const roofline_device *d, const kf_op_rec *r, int attn_tc) {
+    double est = roofline_op_seconds(d, &r->cost, attn_tc);
+    t->calls++;
+    t->flops += r->cost.flops;
+    t->bytes += r->cost.bytes;
+    t->est += est;
+    t->meas += r->seconds;
+    t->bus |= r->cost.unit == KF_COST_HOST;
+    if (r->cost.unit != KF_COST_HOST && est > r->cost.bytes / d->mem_bytes) t->compute += est;
+}
+
+/* What limits a group: the bus (transfers), the arithmetic, or memory. */
+static const char *bound_name(const tally *t) {
+    return t->bus ? "bus" : t->compute > t->est / 2 ? "compute" : "memory";
+}
+
+static int by_est(const void *a, const void *b) {
+    double x = ((const tally *)a)->est, y = ((const tally *)b)->est;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The conversion passes around op r as their own memory-bound record
+ * ("fp16_convert", op_cost.h convert_bytes; no bytes: none). */
+static kf_op_rec convert_rec(const kf_op_rec *r) {
+    return (kf_op_rec){.op = "fp16_convert", .cost = {.bytes = r->cost.convert_bytes,
+                                                      .unit = KF_COST_SIMT, .fp16 = 1}};
+}
+
+static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t from, int64_t to,
+                      int attn_tc) {
+    double s = 0;
+    for (int64_t i = from; i < to; i++) {
+        kf_op_rec cv = convert_rec(&ops[i]);
+        s += roofline_op_seconds(d, &ops[i].cost, attn_tc) + roofline_op_seconds(d, &cv.cost, attn_tc);
+    }
+    return s;
+}
+
+/* Prints the step's table, parts, totals and dominant ops; returns the
+ * estimated step time (s). */
+static double report(const roofline_device *d, const runconfig_stage *st, const model_config *mc,
+                   int64_t B, int64_t n, const kf_backend *be, const roofline_marks *mk,
+                   int attn_tc, int timed) {
+    int64_t n_ops;
+    const kf_op_rec *ops = kernels_record_ops(be, &n_ops);
+    int64_t cnt = mk->end - mk->begin;
+    /* room for every op and its conversion */
+    tally *byop = kf_calloc((size_t)(2 * cnt + 1), sizeof *byop);
+    tally *byshape = kf_calloc((size_t)(2 * cnt + 1), sizeof *byshape);
+    int nop = 0, nshape = 0, syncs = 0, calls = 0;
+    tally all = {.op = "total"};
+    for (int64_t i = mk->begin; i < mk->end; i++) {
+        const kf_op_rec *r = &ops[i];
+        if (r->cost.unit == KF_COST_NONE && !r->cost.host_sync) continue;
+        kf_op_rec cv = convert_rec(r);
+        for (int part = 0; part < 2; part++) {
+            const kf_op_rec *x = part ? &cv : r;
+            if (part && x->cost.bytes == 0) break;
+            tally_add(tally_find(byop, &nop, x->op, NULL), d, x, attn_tc);
+            /* r's shape: it outlives cv */
+            tally_add(tally_find(byshape, &nshape, x->op, r->cost.shape), d, x, attn_tc);
+            tally_add(&all, d, x, attn_tc);
+        }
+        syncs += r->cost.host_sync;
+        calls++;
+    }
+    all.calls = calls; /* ops, not their conversion passes */
+    qsort(byop, (size_t)nop, sizeof *byop, by_est);
+    qsort(byshape, (size_t)nshape, sizeof *byshape, by_est);
+    int fp16 = runconfig_precision_at(&st->opt, 0) == RC_PREC_FP16;
+    printf("\nstage %s (%s, k %lld): %lld x %lld, V %lld, batch %lld x %lld, %s phase, %s; %s\n",
+           st->name, runconfig_kind_name(st->kind), (long long)mc->k_train, (long long)mc->blocks,
+           (long long)mc->hidden, (long long)mc->vocab, (long long)B, (long long)n,
+           fp16 ? "fp16" : "fp32",
+           attn_tc ? "tensor-core attention (KF_CUDA_TC=1)" : "attention on the fp32 units (KF_CUDA_TC unset)",
+           timed ? "run and timed on this GPU" : "dry: nothing computed");
+    printf("%-16s %6s %10s %9s %9s %6s %8s%s\n", "op", "calls", "GFLOP", "GB", "est ms", "share",
+           "bound", timed ? "   meas ms" : "");
+    for (int i = 0; i < nop; i++) {
+        const tally *t = &byop[i];
+        printf("%-16s %6lld %10.1f %9.2f %9.3f %5.1f%% %8s", t->op, (long long)t->calls,
+               t->flops / 1e9, t->bytes / 1e9, t->est * 1e3, 100 * t->est / all.est,
+               bound_name(t));
+        if (timed) printf(" %9.3f", t->meas * 1e3);
+        printf("\n");
+    }
+    printf("%-16s %6lld %10.1f %9.2f %9.3f %5.1f%% %8s", "total", (long long)all.calls,
+           all.flops / 1e9, all.bytes / 1e9, all.est * 1e3, 100.0, "");
+    if (timed) printf(" %9.3f", all.meas * 1e3);
+    printf("\n");
+    printf("parts: teacher passes %.3f ms, student forward + backward %.3f ms, optimizer %.3f ms; "
+           "%d host syncs (downloads, reductions, sync)\n",
+           sum_est(d, ops, mk->begin, mk->teacher, attn_tc) * 1e3,
+           sum_est(d, ops, mk->teacher, mk->student, attn_tc) * 1e3,
+           sum_est(d, ops, mk->student, mk->end, attn_tc) * 1e3, syncs);
+    roofline_flops f = roofline_step_flops(mc, B, n, st);
+    double peak = fp16 ? d->tensor_flops : d->fp32_flops;
+    printf("step: estimated %.2f ms, %.0f tokens/s; model FLOPs (6 N tokens + attention) %.2f TFLOP, "
+           "MFU %.1f%% of %.0f TFLOP/s (%s dense)",
+           all.est * 1e3, f.tokens / all.est, f.total / 1e12, 100 * f.total / (all.est * peak),
+           peak / 1e12, fp16 ? "fp16/bf16 tensor" : "fp32");
+    if (timed) printf("; measured %.2f ms, MFU %.1f%%", all.meas * 1e3, 100 * f.total / (all.meas * peak));
+    printf("\npeak device memory: %.2f GB (parameters, gradients, optimizer, teacher, activations)\n",
+           (double)kernels_record_peak_bytes(be) / 1e9);
+    printf("dominant ops (op, shape: est ms, share):\n");
+    for (int i = 0; i < nshape && i < 10; i++)
+        printf("  %-14s %-52s %6lld x %8.3f ms %5.1f%%\n", byshape[i].op, byshape[i].shape,
+               (long long)byshape[i].calls, byshape[i].est * 1e3, 100 * byshape[i].est / all.est);
+    free(byop);
+    free(byshape);
+    return all.est;
+}
+
+/* The data's vocabulary decides the mask token; without built shards the
+ * model's last id is taken as the mask (its cost is one column fill). */
+static int64_t mask_id(const runconfig *rc) {
+    shard_set *ss;
+    kf_err err = {{0}};
+    int64_t dv = rc->model.vocab - 1;
+    if (shard_set_open(rc->data_train, "train", &ss, &err) == 0) {
+        dv = shard_set_vocab_size(ss);
+        shard_set_close(ss);
+    }
+    return runconfig_mask_id(&rc->model, dv);
+}
+
+int roofline_bench(const char *config, int n_over, char **over, const char **stages,
+                   int n_stages, const char *device) {
+    const roofline_device *d = roofline_device_find(device);
+    if (!d) {
+        fprintf(stderr, "kf bench train: --roofline: unknown device \"%s\" (valid: %s)\n", device,
+                roofline_device_names());
+        return KF_EXIT_USAGE;
+    }
+    kf_err err = {{0}};
+    runconfig *rc;
+    if (runconfig_load(config, n_over, over, &rc, &err)) return kf_err_report("kf", &err);
+    for (int j = 0; j < n_stages; j++)
+        if (!runconfig_stage_find(rc, stages[j])) {
+            kf_err_set(&err, "%s: no stage named '%s'", config, stages[j]);
+            runconfig_free(rc);
+            return kf_err_report("kf", &err);
+        }
+    const char *tc = getenv("KF_CUDA_TC");
+    int attn_tc = tc && !strcmp(tc, "1");
+    printf("roofline: %s, %.0f TFLOP/s fp16/bf16 tensor, %.1f TFLOP/s fp32, %.2f TB/s memory, "
+           "%.0f GB/s bus; one training step of %s as the model issues it\n",
+           d->desc, d->tensor_flops / 1e12, d->fp32_flops / 1e12, d->mem_bytes / 1e12,
+           d->bus_bytes / 1e9, config);
+    model_config base = {.hidden = rc->model.hidden, .heads = rc->model.heads,
+                         .blocks = rc->model.blocks, .vocab = rc->model.vocab,
+                         .seq_len = rc->model.seq_len, .mask_id = mask_id(rc),
+                         .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    int code = KF_EXIT_OK;
+    double *est = kf_calloc((size_t)rc->n_stages, sizeof *est), ar = 0;
+    for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
+        const runconfig_stage *st = &rc->stages[i];
+        int want = n_stages == 0 ? st->kind != RC_KIND_IMPORT : 0;
+        for (int j = 0; j < n_stages; j++) want |= !strcmp(stages[j], st->name);
+        if (!want) continue;
+        /* on a GPU the step also runs there, each op timed; else dry */
+        char why[512];
+        kf_backend *gpu = strcmp(rc->res.backend, "cpu") ? kernels_cuda_create(0, why, sizeof why) : NULL;
+        kf_backend *be = kernels_record_create(gpu, gpu != NULL);
+        roofline_stage *s = roofline_stage_create(be, &base, st, strcmp(be->name, "dry") != 0, &err);
+        if (!s) {
+            code = kf_err_report("kf", &err);
+            be->destroy(be);
+            break;
+        }
+        int64_t ranks = rc->res.ranks > 0 ? rc->res.ranks : 1;
+        int64_t B = st->opt.micro_batch ? st->opt.micro_batch : st->opt.batch / ranks;
+        roofline_marks mk;
+        int timed = strcmp(be->name, "dry") != 0;
+        if (timed) roofline_stage_step(s, B, rc->model.seq_len, &mk); /* warm-up: allocations */
+        kernels_record_clear(be);
+        roofline_stage_step(s, B, rc->model.seq_len, &mk);
+        est[i] = report(d, st, &s->m->cfg, B, rc->model.seq_len, be, &mk, attn_tc, timed);
+        if (st->kind == RC_KIND_AR && ar == 0) ar = est[i];
+        roofline_stage_free(s);
+        be->destroy(be);
+    }
+    /* the issue-18 goal: a self-forcing step at most 1.5 (k + 1) AR steps */
+    if (code == KF_EXIT_OK && ar > 0) {
+        printf("\nestimated step vs the AR step (%s):\n", d->name);
+        for (int i = 0; i < rc->n_stages; i++) {
+            const runconfig_stage *st = &rc->stages[i];
+            if (est[i] == 0) continue;
+            printf("  %-8s %-14s %10.2f ms %7.2fx", st->name, runconfig_kind_name(st->kind),
+                   est[i] * 1e3, est[i] / ar);
+            if (st->kind == RC_KIND_SELF_FORCING) printf("  (goal <= %.1fx)", 1.5 * (double)(st->k + 1));
+            printf("\n");
+        }
+    }
+    free(est);
+    runconfig_free(rc);
+    return code;
+}

@@ -1,0 +1,103 @@
+/* trainer/train/roofline.h — what one training step costs on a named GPU, from the
+ * ops the step actually issues (`kf bench train --roofline DEVICE`).
+ *
+ * The step runs the real code (supervision with its teacher passes, the
+ * model's forward and backward, the optimizer) on a recording backend
+ * (kernels/record.h): dry, it computes nothing and needs no GPU and almost
+ * no memory; over the CUDA backend it also times each op. Each recorded op
+ * costs its roofline time on the device,
+ *     max(flops / peak of its unit and precision, bytes / bandwidth)
+ * (kernels/op_cost.h has the counts), and the step's estimate is their sum:
+ * ops run one after another on one stream, so nothing overlaps. It is a
+ * bound for the ops as they are today (unfused, fp32 storage, fp32 logits):
+ * real kernels reach a fraction of either peak.
+ */
+#ifndef KF_TRAINER_TRAIN_ROOFLINE_H
+#define KF_TRAINER_TRAIN_ROOFLINE_H
+
+#include <stdint.h>
+
+#include "common/runconfig.h"
+#include "kernels/op_cost.h"
+#include "trainer/model/model.h"
+
+/** A GPU's nominal dense peaks (NVIDIA data sheets). */
+typedef struct roofline_device {
+    const char *name;      /* as given to --roofline: "h100", "h200", "a100" */
+    const char *desc;      /* "H100 SXM" */
+    double tensor_flops;   /* dense fp16/bf16 tensor-core FLOP/s */
+    double fp32_flops;     /* fp32 FLOP/s (no tensor cores, no TF32) */
+    double mem_bytes;      /* HBM bytes/s */
+    double bus_bytes;      /* host <-> device bytes/s, one direction (PCIe) */
+} roofline_device;
+
+/** The device called name, or NULL. */
+const roofline_device *roofline_device_find(const char *name);
+
+/** The valid device names, ", "-separated (for error messages). */
+const char *roofline_device_names(void);
+
+/** The roofline time (s) of an op of cost c on d. GEMMs use the tensor peak
+ *  in fp16 mode, attention too when attn_tc (tensor-core attention kernels),
+ *  else the fp32 peak; a transfer moves its bytes at the bus rate;
+ *  bookkeeping costs nothing. */
+double roofline_op_seconds(const roofline_device *d, const kf_op_cost *c, int attn_tc);
+
+/** The student's model FLOPs of one step of stage st on B samples of n
+ *  tokens (forward + backward; the teacher passes are not credited):
+ *    6 * (rows * P_block + noise_rows * P_noise + out_rows * P_head)
+ *    + 12 * blocks * pairs * H
+ *  with rows the backbone rows of the student's layout, P_block the matmul
+ *  parameters of all blocks, P_noise the noise encoder's, P_head the output
+ *  layer's (per head), pairs the (query, key) pairs its mask scores, H the
+ *  hidden size (the input embedding is a gather: no FLOPs). tokens: the
+ *  tokens the step predicts (B * (n - 1) for AR, B * (n - k) * k for PFLM). */
+typedef struct roofline_flops {
+    double total, rows, tokens;
+} roofline_flops;
+roofline_flops roofline_step_flops(const model_config *c, int64_t B, int64_t n,
+                                   const runconfig_stage *st);
+
+/** A stage's student (and its teacher) on a backend, ready to run training
+ *  steps: the models (random weights when init, else as allocated: a dry
+ *  backend needs none), the optimizer's moments and EMA, the supervision. */
+typedef struct roofline_stage roofline_stage;
+
+/** base: the architecture (sup_student_config derives the student; a
+ *  self_forcing stage gets a PFLM(k/2) teacher, distillation kinds an AR
+ *  one). NULL with err set when the stage kind cannot run. */
+roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
+                                      const runconfig_stage *st, int init, kf_err *err);
+void roofline_stage_free(roofline_stage *s);
+
+/** The stage's student. */
+model *roofline_stage_model(roofline_stage *s);
+
+/** Where each part of a recorded step begins and ends: indices into the
+ *  record of the stage's backend (a recorder, kernels/record.h). begin: the
+ *  supervision's first op (after set_precision); teacher: the student's
+ *  first; student: the optimizer's first; end: past the closing sync. */
+typedef struct roofline_marks {
+    int64_t begin, teacher, student, end;
+} roofline_marks;
+
+/** One training step as trainer/train/train.c runs it on one rank with one
+ *  micro-batch (train.h steps 2, 3 and 5): set the precision of the stage's
+ *  first phase, the supervision of B synthetic samples of n tokens (teacher
+ *  passes), zeroed gradients, forward, loss at the phase's loss scale,
+ *  self-forcing's loss weights, backward, the optimizer step, a sync. When
+ *  the stage's backend is a recorder, mk receives the parts (else zeros). */
+void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks *mk);
+
+/** Estimates one training step of each selected stage of the config (every
+ *  training stage when n_stages is 0) on the device called device, and
+ *  prints per op and in total FLOPs, bytes and roofline time, the parts
+ *  (teacher passes, student, optimizer), the estimated step time, tokens/s,
+ *  MFU and the dominant ops. On a build with a GPU (resources.backend not
+ *  cpu) the step also runs there and each op's measured time is printed
+ *  beside its estimate. @return the command's exit code (KF_EXIT_USAGE for
+ *  an unknown device, naming the valid ones). */
+int roofline_bench(const char *config, int n_over, char **over, const char **stages,
+                   int n_stages, const char *device);
+
+#endif

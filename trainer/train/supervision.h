@@ -1,0 +1,123 @@
+/* trainer/train/supervision.h — the student's inputs and targets for each stage.
+ *
+ * Given a batch of B data samples of n tokens, sup_build returns everything a
+ * student step needs: its layout, a model_input (tokens, noise z, tau) and
+ * one target per logit row. Kinds (docs/architecture.md "Reference model",
+ * paper sections 3.2 and appendix C):
+ *
+ *   SUP_AR            next token: context x[0..n-1), target x[t+1].
+ *   SUP_DISTILL_AR    forward distillation from a frozen AR teacher into a
+ *                     PFLM(k): context x[0..n-k), per-sample tau, targets =
+ *                     the teacher's inverse-CDF sample of logits/tau at z
+ *                     (float64 softmax + cumsum, sample_icdf op). For k > 1
+ *                     the k tokens are the teacher's exact sequential sample
+ *                     x_{t+j} = F^-1(z_j | x<=t, x_{t+1..t+j-1}) (k teacher
+ *                     passes; the paper's stage 1 is k = 1).
+ *   SUP_SELF_FORCING  PFLM(k/2) teacher -> PFLM(k) student: round 1 argmax of
+ *                     the teacher's SingleForward on z[0:k/2]; round 2 argmax
+ *                     of its DoubleForward (context K/V of round 1 reused) on
+ *                     z[k/2:k]; context x[0..n-k).
+ *   SUP_NI_CAUSAL     noise inversion (variant B): targets are the real tokens
+ *                     x[t+1+j]; z_j is uniform inside that token's CDF bin
+ *                     under the AR teacher's softmax(logits/tau), the CDF
+ *                     taken over the vocabulary sorted by descending
+ *                     probability as the release's noise_inversion does
+ *                     (sup_icdf_bin_sorted); fully causal layout.
+ *   SUP_NI_MTP        the same supervision for the standard-MTP model
+ *                     (variant A): one noise token per position carrying
+ *                     z_1..z_k; targets head-major.
+ *
+ * Randomness: every z, tau and inversion draw is common/rng.h Philox keyed by
+ * (seed, keys[b], index) with index = purpose << 56 | t << 16 | j, where
+ * keys[b] identifies the draw of sample b (the trainer uses a global id that
+ * is unique per epoch and sample, e.g. epoch * n_samples + sample_index). So
+ * targets depend neither on the batch a sample is in nor on the rank count;
+ * teacher passes are per-sample deterministic (kernels.h determinism rule).
+ *
+ * Positions past a sample's valid_len (pad data) get target -1.
+ */
+#ifndef KF_TRAINER_TRAIN_SUPERVISION_H
+#define KF_TRAINER_TRAIN_SUPERVISION_H
+
+#include <stdint.h>
+
+#include "trainer/model/layout.h"
+#include "trainer/model/model.h"
+
+typedef enum {
+    SUP_AR = 0,
+    SUP_DISTILL_AR,
+    SUP_SELF_FORCING,
+    SUP_NI_CAUSAL,
+    SUP_NI_MTP
+} sup_kind;
+
+typedef struct sup_config {
+    sup_kind kind;
+    int64_t k;               /* student window (SUP_AR: 1) */
+    double tau_min, tau_max; /* per-sample tau ~ U[tau_min, tau_max] */
+    uint64_t seed;
+} sup_config;
+
+/** Parses a stage kind name ("ar", "distill_ar", "self_forcing",
+ *  "noise_inversion_causal", "noise_inversion_mtp"); -1 when unknown. */
+int sup_kind_from_name(const char *name);
+
+/** One student batch. Arrays are owned by the sup_ctx and valid until its
+ *  next sup_build. */
+typedef struct sup_batch {
+    const layout *lay;   /* the student's layout */
+    model_input in;      /* student input (in.lay == lay) */
+    int32_t *targets;    /* [rows] one per student logit row (model.h order) */
+    int64_t rows;
+    int64_t n_ctx;       /* context positions per sample (n - k, or n - 1 for AR) */
+} sup_batch;
+
+typedef struct sup_ctx sup_ctx;
+
+/** A supervision builder. teacher (frozen, never written) may be NULL for
+ *  SUP_AR; it must be MODEL_AR for DISTILL_AR / NI_*, a PFLM with
+ *  k_train >= k/2 for SELF_FORCING (k even). Bad combinations return NULL
+ *  with err set. */
+sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err);
+void sup_free(sup_ctx *s);
+
+/** Changes the range the per-sample tau is drawn from (a curriculum over a
+ *  stage's steps); 0 < tau_min <= tau_max. */
+void sup_set_tau(sup_ctx *s, double tau_min, double tau_max);
+
+/** The model config a student of this supervision needs, derived from base
+ *  (the architecture): kind, head and k_train set for the stage. */
+model_config sup_student_config(const sup_config *cfg, const model_config *base);
+
+/** Builds the student batch for B samples of n tokens (host tokens [B*n];
+ *  valid_len [B] or NULL; keys [B]). Runs the teacher passes. */
+void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,
+               const int32_t *valid_len, const uint64_t *keys);
+
+/** Teacher helper (used by sup_build, eval and the tests): the exact k-token
+ *  inverse-CDF blocks of an AR model. ctx [B*n] context tokens, z [B*n*k],
+ *  tau [B]; writes out [B*n*k] ((b, t, j) order): out[b,t,j] =
+ *  F^-1(z[b,t,j] | ctx[b,0..t], out[b,t,0..j-1]) under softmax(logits/tau). */
+void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
+                   const double *z, const double *tau, int32_t *out);
+
+/** Teacher helper: one PFLM window of k tokens per position by SingleForward
+ *  argmax (z [B*n*k]); when k2 > 0 a second round of k2 tokens per position by
+ *  DoubleForward on z2 [B*n*k2] (requires k2 == k). out [B*n*(k+k2)]. */
+void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx, int64_t B,
+                     int64_t n, int64_t k, const double *z, int64_t k2, const double *z2,
+                     const double *tau, int32_t *out);
+
+/** The noise-inversion bin of target under p = softmax(logits / tau) (V
+ *  logits, float64), the CDF running over the ids sorted by descending
+ *  probability (ties: lower id first): lo = the probability of every id
+ *  ranked before target, hi = lo + p[target]. */
+void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t target, double *lo,
+                         double *hi);
+
+/** Philox draws used above (exposed for tests and decoding). */
+enum { SUP_RNG_Z = 1, SUP_RNG_TAU = 2, SUP_RNG_INV = 3 };
+double sup_uniform(uint64_t seed, uint64_t key, int purpose, int64_t t, int64_t j);
+
+#endif

@@ -1,0 +1,692 @@
+/* trainer/train/train.c — the stage loop (see train.h). */
+#include "trainer/train/train.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/runconfig.h"
+#include "common/sha256.h"
+#include "common/stage_status.h"
+#include "trainer/model/model.h"
+#include "trainer/train/checkpoint.h"
+#include "trainer/train/loader.h"
+#include "trainer/train/optim.h"
+#include "trainer/train/supervision.h"
+
+static volatile sig_atomic_t g_preempt;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_preempt = 1;
+}
+
+void train_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* A micro-batch's student input and targets, copied out of the sup_ctx so
+ * that all of a step's micro-batches can be built (and their targets
+ * counted) before the first backward. All share the sup_ctx's layout. */
+typedef struct mb_store {
+    int64_t B, L, zdim, rows, n_targets;
+    int32_t *ids, *len, *targets;
+    double *z, *tau;
+    int has_len, has_z;
+} mb_store;
+
+typedef struct trainer {
+    const train_args *a;
+    dist *d;
+    runconfig *rc;
+    const runconfig_stage *st;
+    const runconfig_opts *o;
+    kf_backend *be;
+    model *m;
+    model_ws *ws;
+    sup_ctx *sup;             /* builds inputs + targets per micro-batch */
+    sup_batch *sb;            /* its latest batch (owned by sup) */
+    float *ema, *adam_m, *adam_v, *acc;
+    loader *ld, *vld;
+    int64_t accum, micro, seq_len;
+    int64_t bucket;           /* all-reduce bucket (floats), see dist_grads_begin */
+    int pad;                  /* `pad` data: pass valid lengths */
+    model *teacher;
+    mb_store *mbs;            /* [accum] prepared micro-batches of the current step */
+    uint64_t *keys;           /* [micro] noise keys of a micro-batch */
+    optim_state os;
+    ckpt_identity id;
+    int64_t step;
+    char stage_dir[4096], ckpt_dir[4096], final_dir[4096];
+    kf_jsonl *log;
+    double t0, last_tps;
+    int64_t last_ckpt_step;
+} trainer;
+
+static void write_status(trainer *t, const char *state) {
+    if (t->d->rank != 0) return;
+    stage_status st = {.step = t->step, .steps = t->st->steps, .tokens_per_s = t->last_tps};
+    snprintf(st.state, sizeof st.state, "%s", state);
+    if (t->last_ckpt_step >= 0)
+        snprintf(st.checkpoint, sizeof st.checkpoint, "step-%" PRId64, t->last_ckpt_step);
+    kf_err err = {{0}};
+    if (stage_status_write(t->stage_dir, &st, &err)) kf_log_warn("status: %s", err.msg);
+}
+
+static void fill_meta(trainer *t, ckpt_meta *m) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->stage, sizeof m->stage, "%s", t->st->name);
+    snprintf(m->kind, sizeof m->kind, "%s", runconfig_kind_name(t->st->kind));
+    m->step = t->step;
+    m->cursor = t->step * t->o->batch;
+    m->global_batch = t->o->batch;
+    m->world = t->d->world;
+    memcpy(m->config_hash, t->rc->hash, 65);
+    m->opt = t->os;
+    snprintf(m->phase, sizeof m->phase, "%s",
+             runconfig_precision_at(t->o, t->step) == RC_PREC_FP16 ? "fp16" : "fp32");
+    m->id = t->id;
+}
+
+/* This rank's RNG state: the noise stream at the first stream position of
+ * its slice of the next step. */
+static rng_state rank_rng(const trainer *t) {
+    rng_state r = rng_state_make(t->o->seed, TRAIN_NOISE_STREAM);
+    r.counter = (uint64_t)(t->step * t->o->batch + (int64_t)t->d->rank * t->accum * t->micro);
+    return r;
+}
+
+static void checkpoint(trainer *t) {
+    if (t->last_ckpt_step == t->step) return;
+    ckpt_meta meta;
+    fill_meta(t, &meta);
+    rng_state r = rank_rng(t);
+    ckpt_save(t->ckpt_dir, t->d, t->m, t->ema, t->adam_m, t->adam_v, &meta, &r,
+              (int)t->o->keep_checkpoints);
+    t->last_ckpt_step = t->step;
+    if (t->d->rank == 0) kf_log_info("%s: checkpoint step-%" PRId64, t->st->name, t->step);
+}
+
+/* Runs the supervision (teacher passes) for a loader micro-batch into t->sb.
+ * Noise keys are the samples' stream positions: unique per (epoch, sample)
+ * and independent of how the stream is split. */
+static void build(trainer *t, const loader_batch *lb) {
+    for (int64_t i = 0; i < lb->n; i++) t->keys[i] = (uint64_t)lb->pos[i];
+    sup_build(t->sup, t->sb, lb->ids, lb->n, lb->seq_len, t->pad ? lb->len : NULL, t->keys);
+}
+
+static void *dup_or_grow(void *dst, const void *src, size_t bytes) {
+    dst = kf_realloc(dst, bytes ? bytes : 1);
+    if (bytes) memcpy(dst, src, bytes);
+    return dst;
+}
+
+static void store(trainer *t, mb_store *s) {
+    const sup_batch *sb = t->sb;
+    s->B = sb->in.B;
+    s->L = sb->lay->L;
+    s->zdim = t->m->cfg.head == HEAD_MTP ? t->m->cfg.k_train : 1;
+    s->rows = sb->rows;
+    s->ids = dup_or_grow(s->ids, sb->in.ids, (size_t)(s->B * s->L) * sizeof(int32_t));
+    s->has_len = sb->in.valid_len != NULL;
+    if (s->has_len) s->len = dup_or_grow(s->len, sb->in.valid_len, (size_t)s->B * sizeof(int32_t));
+    s->has_z = sb->in.z != NULL;
+    if (s->has_z) {
+        s->z = dup_or_grow(s->z, sb->in.z, (size_t)(s->B * s->L * s->zdim) * sizeof(double));
+        s->tau = dup_or_grow(s->tau, sb->in.tau, (size_t)s->B * sizeof(double));
+    }
+    s->targets = dup_or_grow(s->targets, sb->targets, (size_t)s->rows * sizeof(int32_t));
+    s->n_targets = 0;
+    for (int64_t r = 0; r < s->rows; r++) s->n_targets += s->targets[r] >= 0;
+}
+
+static model_input stored_input(trainer *t, const mb_store *s) {
+    return (model_input){.lay = t->sb->lay, .B = s->B, .ids = s->ids,
+                         .z = s->has_z ? s->z : NULL, .tau = s->has_z ? s->tau : NULL,
+                         .valid_len = s->has_len ? s->len : NULL};
+}
+
+static void mb_store_free(mb_store *s) {
+    free(s->ids), free(s->len), free(s->targets), free(s->z), free(s->tau);
+}
+
+/* Validation loss of the current params over the first eval_batches global
+ * batches of the valid split (the same samples whatever the rank count),
+ * each rank its slice: {sum, count} summed over ranks. */
+static double evaluate(trainer *t) {
+    loader_seek(t->vld, 0);
+    double acc[2] = {0, 0};
+    for (int64_t i = 0; i < t->o->eval_batches * t->accum; i++) {
+        const loader_batch *lb = loader_next(t->vld);
+        build(t, lb);
+        model_forward(t->m, t->ws, &t->sb->in, 0, NULL);
+        int64_t cnt;
+        acc[0] += model_loss(t->m, t->ws, t->sb->targets, 0, 1.0f, &cnt, NULL);
+        acc[1] += (double)cnt;
+    }
+    dist_allreduce_sum_f64(t->d, acc, 2);
+    return acc[1] > 0 ? acc[0] / acc[1] : 0;
+}
+
+/* Evaluates params and EMA (swapped in and out through the accumulator). */
+static void evaluate_both(trainer *t, double *val, double *val_ema) {
+    size_t bytes = (size_t)t->m->n_params * sizeof(float);
+    *val = evaluate(t);
+    t->be->copy(t->be, t->acc, t->m->params, bytes);
+    t->be->copy(t->be, t->m->params, t->ema, bytes);
+    *val_ema = evaluate(t);
+    t->be->copy(t->be, t->m->params, t->acc, bytes);
+}
+
+/* The last micro-batch's backward reports a final range of m->grads: add it
+ * to the accumulator (acc += g, as the earlier micro-batches) and let the
+ * all-reduce of its bucket start. */
+static void grads_ready(void *ctx, int64_t off, int64_t count) {
+    trainer *t = ctx;
+    if (t->accum > 1) t->be->add_inplace(t->be, t->acc + off, t->m->grads + off, count);
+    dist_grads_ready(t->d, off, count);
+}
+
+/* One optimizer step (train.h describes the sequence), then its log record. */
+static void train_step(trainer *t) {
+    kf_backend *be = t->be;
+    model *m = t->m;
+    double t_start = clock_now_s();
+    runconfig_prec prec = runconfig_precision_at(t->o, t->step);
+    be->set_precision(be, prec == RC_PREC_FP16 ? KF_PREC_FP16 : KF_PREC_FP32);
+
+    /* tau curriculum: the range's upper end opens up over the first steps
+     * (a function of the step alone, so resumes draw the same tau) */
+    int64_t tc = t->o->tau_curriculum;
+    if (tc && t->st->kind != RC_KIND_AR) {
+        double f = t->step >= tc ? 1.0 : (double)(t->step + 1) / (double)tc;
+        sup_set_tau(t->sup, t->st->tau_min, t->st->tau_min + f * (t->st->tau_max - t->st->tau_min));
+    }
+    double count = 0, loss = 0; /* targets over the global batch, their summed loss */
+    for (int64_t a = 0; a < t->accum; a++) {
+        const loader_batch *lb = loader_next(t->ld);
+        KF_CHECK(lb->step == t->step && lb->micro == a, "loader out of step (%lld.%lld vs %lld.%lld)",
+                 (long long)lb->step, (long long)lb->micro, (long long)t->step, (long long)a);
+        build(t, lb);
+        store(t, &t->mbs[a]);
+        count += (double)t->mbs[a].n_targets;
+    }
+    dist_allreduce_sum_f64(t->d, &count, 1);
+    double norm = count > 0 ? count : 1.0;
+    float scale = (float)optim_loss_scale(&t->os, t->o, t->step);
+    size_t gbytes = (size_t)m->n_params * sizeof(float);
+    float *g = t->accum > 1 ? t->acc : m->grads;
+    for (int64_t a = 0; a < t->accum; a++) {
+        mb_store *sb = &t->mbs[a];
+        model_input in = stored_input(t, sb);
+        model_zero_grads(m);
+        model_forward(m, t->ws, &in, MODEL_TRAIN, NULL);
+        int64_t c;
+        loss += model_loss(m, t->ws, sb->targets, norm, scale, &c, NULL);
+        if (t->st->kind == RC_KIND_SELF_FORCING && t->o->new_weight != 1.0)
+            model_weight_dlogits(m, t->ws, t->st->k, t->st->k / 2, t->st->k / 2,
+                                 (float)t->o->new_weight);
+        /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
+         * the last one's parts are added (grads_ready) and all-reduced as the
+         * backward finishes them */
+        if (a == t->accum - 1) {
+            dist_grads_begin(t->d, be, g, m->n_params, t->bucket);
+            model_backward_notify(m, t->ws, grads_ready, t);
+        } else {
+            model_backward(m, t->ws);
+            if (a == 0) be->copy(be, t->acc, m->grads, gbytes);
+            else be->add_inplace(be, t->acc, m->grads, m->n_params);
+        }
+    }
+    double exposed = dist_grads_wait(t->d);
+    dist_allreduce_sum_f64(t->d, &loss, 1);
+    optim_result r = optim_step(be, t->o, &t->os, t->step, m->params, g, t->adam_m, t->adam_v,
+                                t->ema, m->n_params);
+    be->sync(be);
+    t->step++;
+    double dt = clock_now_s() - t_start;
+    double tokens = (double)t->o->batch * (double)t->seq_len;
+    t->last_tps = tokens / dt;
+    if (t->d->rank != 0) return;
+    kf_rec rec;
+    kf_rec_init(&rec);
+    kf_rec_int(&rec, "step", t->step);
+    kf_rec_double(&rec, "loss", loss / norm);
+    kf_rec_double(&rec, "lr", r.lr);
+    kf_rec_double(&rec, "grad_norm", r.grad_norm);
+    kf_rec_double(&rec, "loss_scale", r.scale_used);
+    kf_rec_int(&rec, "skipped", r.skipped);
+    kf_rec_int(&rec, "skipped_total", t->os.skipped);
+    kf_rec_str(&rec, "phase", prec == RC_PREC_FP16 ? "fp16" : "fp32");
+    kf_rec_int(&rec, "tokens", (int64_t)tokens);
+    kf_rec_double(&rec, "tokens_per_s", t->last_tps);
+    kf_rec_double(&rec, "ms_step", dt * 1e3);
+    kf_rec_double(&rec, "ms_grad_wait", exposed * 1e3);
+    kf_rec_double(&rec, "time", clock_now_s() - t->t0);
+    kf_err err = {{0}};
+    if (kf_jsonl_append(t->log, &rec, &err)) kf_log_warn("log: %s", err.msg);
+    kf_rec_free(&rec);
+    if (r.skipped)
+        kf_log_warn("%s: step %" PRId64 " skipped (non-finite gradients); loss scale now %g",
+                    t->st->name, t->step, t->os.scale);
+    if (t->step % t->o->log_every == 0 || t->step == t->st->steps)
+        kf_log_info("%s: step %" PRId64 "/%" PRId64 " loss %.4f lr %.3g |g| %.3g scale %g %s "
+                    "%.0f tok/s %.0f ms/step",
+                    t->st->name, t->step, t->st->steps, loss / norm, r.lr, r.grad_norm,
+                    r.scale_used, prec == RC_PREC_FP16 ? "fp16" : "fp32", t->last_tps, dt * 1e3);
+}
+
+static void log_eval(trainer *t) {
+    double v, ve;
+    evaluate_both(t, &v, &ve);
+    if (t->d->rank != 0) return;
+    kf_rec rec;
+    kf_rec_init(&rec);
+    kf_rec_int(&rec, "step", t->step);
+    kf_rec_double(&rec, "val_loss", v);
+    kf_rec_double(&rec, "val_loss_ema", ve);
+    kf_rec_double(&rec, "time", clock_now_s() - t->t0);
+    kf_err err = {{0}};
+    if (kf_jsonl_append(t->log, &rec, &err)) kf_log_warn("log: %s", err.msg);
+    kf_rec_free(&rec);
+    kf_log_info("%s: step %" PRId64 " validation loss %.4f (EMA %.4f)", t->st->name, t->step, v, ve);
+}
+
+/* The weights file a stage reference (an earlier stage's name or a path)
+ * stands for, verified; sha receives its sha256. */
+static int resolve_ref(trainer *t, const char *ref, int stage_idx, char *out, size_t cap,
+                       char sha[65], kf_err *err) {
+    char p[4096];
+    if (stage_idx >= 0) {
+        snprintf(p, sizeof p, "%s/stages/%s/final", t->a->run_dir, t->rc->stages[stage_idx].name);
+        if (!fs_is_dir(p))
+            return kf_err_set(err, "stage '%s' needs stage '%s' to be finished first (%s is missing)",
+                              t->st->name, ref, p);
+        return ckpt_resolve_teacher(p, out, cap, sha, err);
+    }
+    return ckpt_resolve_teacher(ref, out, cap, sha, err);
+}
+
+static kf_backend *make_backend(trainer *t) {
+    const char *want = t->rc->res.backend;
+    if (strcmp(want, "cpu")) {
+        char msg[512] = "";
+        kf_backend *b = kernels_cuda_create(t->d->local_rank, msg, sizeof msg);
+        if (b) return b;
+        KF_CHECK(!strcmp(want, "auto"), "resources.backend is cuda, but: %s", msg);
+    }
+    return kernels_cpu_create();
+}
+
+/* Imports a checkpoint file as this stage's final weights. */
+static int run_import(trainer *t, kf_err *err) {
+    if (t->d->rank == 0) {
+        char sha[65];
+        if (!fs_exists(t->st->path)) return kf_err_set(err, "import: %s: no such file", t->st->path);
+        if (sha256_file_hex(t->st->path, sha, err)) return -1;
+        model *m = model_load(t->be, t->st->path, err);
+        if (!m) return -1;
+        t->m = m;
+        t->step = 0;
+        ckpt_meta meta;
+        fill_meta(t, &meta);
+        meta.id.model = m->cfg;
+        ckpt_write_final(t->final_dir, m, m->params, &meta);
+        model_free(m);
+        t->m = NULL;
+        kf_log_info("%s: imported %s (sha256 %.12s...) as %s", t->st->name, t->st->path, sha,
+                    t->final_dir);
+    }
+    dist_barrier(t->d);
+    return 0;
+}
+
+static int setup(trainer *t, kf_err *err) {
+    const train_args *a = t->a;
+    if (runconfig_load(a->config, a->n_over, a->over, &t->rc, err)) return -1;
+    t->st = runconfig_stage_find(t->rc, a->stage);
+    if (!t->st) return kf_err_set(err, "%s: no stage named '%s'", a->config, a->stage);
+    t->o = &t->st->opt;
+    snprintf(t->stage_dir, sizeof t->stage_dir, "%s/stages/%s", a->run_dir, t->st->name);
+    fs_path_join(t->ckpt_dir, sizeof t->ckpt_dir, t->stage_dir, "ckpt");
+    fs_path_join(t->final_dir, sizeof t->final_dir, t->stage_dir, "final");
+    t->last_ckpt_step = -1;
+    if (t->d->rank == 0 && fs_mkdir_p(t->ckpt_dir, err)) return -1;
+    dist_barrier(t->d);
+    t->be = make_backend(t);
+    if (dist_attach_backend(t->d, t->be, err)) return -1;
+    return 0;
+}
+
+/* output_layer.linear.bias = log of the training split's token frequencies
+ * (add-0.5 smoothing), centred: a student trained from scratch then starts
+ * at the unigram model instead of spending its first hundreds of steps
+ * moving 50k biases by lr per step. Counted over every target position of
+ * the split (deterministic; a pure function of the manifest). */
+static int unigram_bias(trainer *t, kf_err *err) {
+    const model_tensor *bt = model_find(t->m, "output_layer.linear.bias");
+    KF_CHECK(bt, "model has no output_layer.linear.bias");
+    shard_set *ss;
+    if (shard_set_open(t->rc->data_train, "train", &ss, err)) return -1;
+    int64_t V = t->m->cfg.vocab, n = shard_set_count(ss), L = shard_set_seq_len(ss);
+    double *cnt = kf_calloc((size_t)V, sizeof *cnt), tot = 0;
+    int32_t *ids = kf_malloc((size_t)L * sizeof *ids), len;
+    for (int64_t i = 0; i < n; i++) {
+        if (shard_set_get(ss, i, ids, &len, err)) {
+            shard_set_close(ss);
+            free(cnt), free(ids);
+            return -1;
+        }
+        for (int64_t p = 1; p < len; p++) cnt[ids[p]] += 1, tot += 1;
+    }
+    shard_set_close(ss);
+    float *bias = kf_malloc((size_t)V * sizeof *bias);
+    double mean = 0;
+    for (int64_t v = 0; v < V; v++) mean += log((cnt[v] + 0.5) / (tot + 0.5 * (double)V)) / (double)V;
+    for (int64_t v = 0; v < V; v++)
+        bias[v] = (float)(log((cnt[v] + 0.5) / (tot + 0.5 * (double)V)) - mean);
+    t->be->upload(t->be, t->m->params + bt->offset, bias, (size_t)V * sizeof *bias);
+    free(cnt), free(ids), free(bias);
+    return 0;
+}
+
+/* Builds the model, teacher, loaders and optimizer buffers for a training stage. */
+static int setup_training(trainer *t, kf_err *err) {
+    const runconfig_stage *st = t->st;
+    int64_t world = t->d->world;
+    t->micro = t->o->micro_batch ? t->o->micro_batch : t->o->batch / world;
+    if (t->micro < 1 || t->o->batch % (world * t->micro))
+        return kf_err_set(err, "stage %s: global batch %lld does not split into %lld ranks x "
+                               "micro_batch %lld", st->name, (long long)t->o->batch,
+                          (long long)world, (long long)t->micro);
+    loader_opts lo = {.data_dir = t->rc->data_train, .split = "train", .seed = t->o->seed,
+                      .shuffle = 1, .global_batch = t->o->batch, .micro_batch = t->micro,
+                      .rank = t->d->rank, .world = t->d->world, .depth = 4};
+    if (loader_open(&lo, &t->ld, err)) return -1;
+    loader_opts vo = lo;
+    vo.data_dir = t->rc->data_valid, vo.split = "valid", vo.shuffle = 0;
+    vo.depth = 1;
+    if (loader_open(&vo, &t->vld, err)) return -1;
+    t->accum = loader_accum(t->ld);
+    /* bucket_mb 0: one bucket larger than any model, launched after the backward */
+    double bucket = t->rc->res.bucket_mb * (1 << 20) / sizeof(float);
+    t->bucket = t->rc->res.bucket_mb == 0 ? INT64_MAX : bucket >= 1 ? (int64_t)bucket : 1;
+    const shard_set *ss = loader_shards(t->ld);
+    t->seq_len = shard_set_seq_len(ss);
+    const runconfig_model *rm = &t->rc->model;
+    if (t->seq_len != rm->seq_len)
+        return kf_err_set(err, "%s: model.seq_len is %lld but the shards in %s have seq_len %lld",
+                          t->rc->path, (long long)rm->seq_len, t->rc->data_train,
+                          (long long)t->seq_len);
+    int64_t dv = shard_set_vocab_size(ss);
+    if (rm->vocab < dv)
+        return kf_err_set(err, "%s: model.vocab %lld is smaller than the data's vocabulary (%lld)",
+                          t->rc->path, (long long)rm->vocab, (long long)dv);
+
+    /* identity */
+    t->pad = !strcmp(shard_set_packing(ss), "pad");
+    sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
+                     .k = st->kind == RC_KIND_AR ? 1 : st->k, .tau_min = st->tau_min,
+                     .tau_max = st->tau_max, .seed = t->o->seed};
+    model_config base = {.hidden = rm->hidden, .heads = rm->heads, .blocks = rm->blocks,
+                         .vocab = rm->vocab, .seq_len = rm->seq_len,
+                         .mask_id = runconfig_mask_id(rm, dv), .kind = MODEL_AR,
+                         .head = HEAD_SHARED, .k_train = 1};
+    model_config *mc = &t->id.model;
+    *mc = sup_student_config(&sc, &base);
+    if (model_config_check(mc, err)) return -1;
+    snprintf(t->id.data_manifest, sizeof t->id.data_manifest, "%s", shard_set_manifest_sha256(ss));
+    snprintf(t->id.tokenizer, sizeof t->id.tokenizer, "%s", shard_set_tokenizer(ss));
+    snprintf(t->id.vocab_sha256, sizeof t->id.vocab_sha256, "%s", shard_set_vocab_sha256(ss));
+
+    t->m = model_create(t->be, mc);
+    model_init(t->m, t->o->seed);
+    t->ws = model_ws_create(t->m);
+
+    model *teacher = NULL;
+    if (st->teacher) {
+        char tf[4096];
+        if (resolve_ref(t, st->teacher, st->teacher_stage, tf, sizeof tf, t->id.teacher_sha256, err))
+            return -1;
+        teacher = model_load(t->be, tf, err);
+        if (!teacher) return -1;
+        if (t->d->rank == 0)
+            kf_log_info("%s: teacher %s (sha256 %.12s...)", st->name, tf, t->id.teacher_sha256);
+    }
+    if (!st->init && t->o->unigram_bias && unigram_bias(t, err)) return -1;
+    if (st->init) {
+        char initf[4096], sha[65];
+        if (resolve_ref(t, st->init, st->init_stage, initf, sizeof initf, sha, err)) return -1;
+        model *src = model_load(t->be, initf, err);
+        if (!src) return -1;
+        int n = model_copy_matching(t->m, src);
+        model_free(src);
+        if (t->d->rank == 0) kf_log_info("%s: %d tensors initialised from %s", st->name, n, initf);
+    }
+    t->teacher = teacher;
+    t->sup = sup_create(&sc, teacher, err);
+    if (!t->sup) return -1;
+    t->sb = kf_calloc(1, sizeof *t->sb);
+    t->mbs = kf_calloc((size_t)t->accum, sizeof *t->mbs);
+    t->keys = kf_calloc((size_t)t->micro, sizeof *t->keys);
+
+    size_t bytes = (size_t)t->m->n_params * sizeof(float);
+    t->ema = t->be->alloc(t->be, bytes);
+    t->adam_m = t->be->alloc(t->be, bytes);
+    t->adam_v = t->be->alloc(t->be, bytes);
+    t->acc = t->be->alloc(t->be, bytes);
+    t->be->copy(t->be, t->ema, t->m->params, bytes);
+    t->os = optim_init(t->o);
+    return 0;
+}
+
+/* Drops log records past the checkpoint being resumed (and a torn last
+ * line), so log.jsonl reads as one history even after a crash repeated
+ * steps. Rank 0 only; atomic. */
+static void trim_log(trainer *t, int64_t step) {
+    char p[4096];
+    fs_path_join(p, sizeof p, t->stage_dir, "log.jsonl");
+    char *buf;
+    size_t len;
+    kf_err err = {{0}};
+    if (!fs_exists(p) || fs_read_file(p, &buf, &len, &err)) return;
+    char *out = kf_malloc(len + 1);
+    size_t n = 0;
+    for (char *line = buf, *nl; (nl = memchr(line, '\n', len - (size_t)(line - buf))); line = nl + 1) {
+        json_doc *d = json_parse(line, (size_t)(nl - line), p, &err);
+        const json *sj = d ? json_get(json_root(d), "step") : NULL;
+        if (sj && sj->type == JSON_NUMBER && sj->i <= step) {
+            memcpy(out + n, line, (size_t)(nl - line) + 1);
+            n += (size_t)(nl - line) + 1;
+        }
+        json_free(d);
+    }
+    if (n != len && fs_write_atomic(p, out, n, &err)) kf_log_warn("log: %s", err.msg);
+    free(out);
+    free(buf);
+}
+
+/* --resume: the newest verified checkpoint, if any (rank 0 chooses, every
+ * rank loads the same one). */
+static int resume(trainer *t, kf_err *err) {
+    char path[4096] = "";
+    ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    int found = 0;
+    if (t->d->rank == 0) found = ckpt_find(t->ckpt_dir, path, sizeof path, &meta);
+    dist_bcast(t->d, &found, sizeof found, 0);
+    if (!found) {
+        if (t->d->rank == 0) {
+            trim_log(t, 0); /* a run killed before its first checkpoint logged steps */
+            kf_log_info("%s: no checkpoint to resume from: starting at step 0", t->st->name);
+        }
+        return 0;
+    }
+    dist_bcast(t->d, path, sizeof path, 0);
+    dist_bcast(t->d, &meta, sizeof meta, 0);
+    if (ckpt_check_compatible(&meta, &t->id, t->o->batch, err)) return -1;
+    if (strcmp(meta.config_hash, t->rc->hash) && t->d->rank == 0)
+        kf_log_warn("%s: the config changed since %s was written (hash %.12s... vs %.12s...); "
+                    "continuing with the current one", t->st->name, path, meta.config_hash, t->rc->hash);
+    rng_state r;
+    int have_rng = ckpt_load(path, t->d->rank, t->m, t->ema, t->adam_m, t->adam_v, &r);
+    t->step = meta.step;
+    t->os = meta.opt;
+    t->last_ckpt_step = meta.step;
+    if (t->step > t->st->steps)
+        return kf_err_set(err, "%s is at step %lld, past this stage's %lld steps", path,
+                          (long long)t->step, (long long)t->st->steps);
+    rng_state want = rank_rng(t);
+    if (meta.world == t->d->world && have_rng &&
+        (r.seed != want.seed || r.stream != want.stream || r.counter != want.counter))
+        return kf_err_set(err, "%s: rank %d's RNG state (counter %llu) disagrees with the data "
+                               "cursor (expected %llu)", path, t->d->rank,
+                          (unsigned long long)r.counter, (unsigned long long)want.counter);
+    KF_CHECK(meta.cursor == t->step * t->o->batch, "checkpoint cursor %lld is not step x batch",
+             (long long)meta.cursor);
+    loader_seek(t->ld, meta.cursor);
+    if (t->d->rank == 0) {
+        trim_log(t, t->step);
+        ckpt_set_latest(t->ckpt_dir, t->step);
+        kf_log_info("%s: resumed from %s (step %lld, %s, loss scale %g, written by %d rank%s)",
+                    t->st->name, path, (long long)t->step, meta.phase, t->os.scale, meta.world,
+                    meta.world == 1 ? "" : "s");
+    }
+    return 0;
+}
+
+static void teardown(trainer *t) {
+    if (t->mbs)
+        for (int64_t a = 0; a < t->accum; a++) mb_store_free(&t->mbs[a]);
+    free(t->mbs);
+    free(t->keys);
+    free(t->sb);
+    sup_free(t->sup);
+    model_free(t->teacher);
+    loader_close(t->ld);
+    loader_close(t->vld);
+    if (t->be) {
+        if (t->ema) t->be->free(t->be, t->ema);
+        if (t->adam_m) t->be->free(t->be, t->adam_m);
+        if (t->adam_v) t->be->free(t->be, t->adam_v);
+        if (t->acc) t->be->free(t->be, t->acc);
+    }
+    model_ws_free(t->ws);
+    model_free(t->m);
+    /* last: everything above frees through it (NCCL's communicator, which
+     * dist_finalize destroys later, does not use it) */
+    if (t->be) t->be->destroy(t->be);
+    kf_jsonl_close(t->log);
+    runconfig_free(t->rc);
+}
+
+/* Ends the stage on an error: the message, status "failed", resources freed. */
+static int stage_failed(trainer *t, const kf_err *err) {
+    int code = kf_err_report("kf", err);
+    write_status(t, "failed");
+    teardown(t);
+    return code;
+}
+
+int train_run(const train_args *a, dist *d) {
+    trainer tr, *t = &tr;
+    memset(t, 0, sizeof *t);
+    t->a = a, t->d = d;
+    t->t0 = clock_now_s();
+    kf_err err = {{0}};
+    if (setup(t, &err)) {
+        fprintf(stderr, "kf: error: %s\n", err.msg);
+        teardown(t);
+        return KF_EXIT_ERROR;
+    }
+    char p[4096];
+    fs_path_join(p, sizeof p, t->final_dir, "DONE");
+    if (fs_exists(p)) {
+        if (d->rank == 0) kf_log_info("%s: already complete (%s)", t->st->name, p);
+        teardown(t);
+        return KF_EXIT_OK;
+    }
+    if (t->st->kind == RC_KIND_IMPORT) {
+        int rc = run_import(t, &err);
+        if (rc) return stage_failed(t, &err);
+        write_status(t, "done");
+        teardown(t);
+        return KF_EXIT_OK;
+    }
+    if (setup_training(t, &err)) return stage_failed(t, &err);
+    if (a->resume) {
+        if (resume(t, &err)) return stage_failed(t, &err);
+    } else if (d->rank == 0) {
+        char found[4096];
+        ckpt_meta m;
+        /* Starting over would silently discard them: demand a decision. */
+        if (ckpt_find(t->ckpt_dir, found, sizeof found, &m)) {
+            kf_err_set(&err, "%s already has checkpoints (newest %s): pass --resume to continue, "
+                             "or remove the directory to start over", t->ckpt_dir, found);
+        }
+    }
+    int refuse = err.msg[0] != 0;
+    refuse = dist_allreduce_max_int(d, refuse);
+    if (refuse) {
+        if (!err.msg[0]) kf_err_set(&err, "rank 0 refused to start");
+        return stage_failed(t, &err);
+    }
+    if (d->rank == 0) {
+        fs_path_join(p, sizeof p, t->stage_dir, "log.jsonl");
+        t->log = kf_jsonl_open(p, &err);
+        if (!t->log) return stage_failed(t, &err);
+        kf_log_info("%s: %s, %lld steps, %lld params, global batch %lld = %d ranks x %lld "
+                    "micro-batches x %lld, backend %s, %s",
+                    t->st->name, runconfig_kind_name(t->st->kind), (long long)t->st->steps,
+                    (long long)t->m->n_params, (long long)t->o->batch, d->world,
+                    (long long)t->accum, (long long)t->micro, t->be->name, dist_build_info());
+    }
+    write_status(t, "running");
+
+    while (t->step < t->st->steps) {
+        int stop = g_preempt || (a->stop_at > 0 && t->step >= a->stop_at);
+        if (dist_allreduce_max_int(d, stop)) {
+            checkpoint(t);
+            write_status(t, "preempted");
+            if (d->rank == 0)
+                kf_log_info("%s: preempted at step %" PRId64 ": checkpoint written, exit %d",
+                            t->st->name, t->step, KF_EXIT_PREEMPTED);
+            teardown(t);
+            return KF_EXIT_PREEMPTED;
+        }
+        train_step(t);
+        if (t->o->eval_every && t->step % t->o->eval_every == 0 && t->step < t->st->steps)
+            log_eval(t);
+        if (t->o->checkpoint_every && t->step % t->o->checkpoint_every == 0 &&
+            t->step < t->st->steps) {
+            checkpoint(t);
+            write_status(t, "running");
+        }
+    }
+    log_eval(t);
+    checkpoint(t);
+    if (d->rank == 0) {
+        ckpt_meta meta;
+        fill_meta(t, &meta);
+        ckpt_write_final(t->final_dir, t->m, t->ema, &meta);
+        kf_log_info("%s: done: %s", t->st->name, t->final_dir);
+    }
+    write_status(t, "done");
+    dist_barrier(d);
+    teardown(t);
+    return KF_EXIT_OK;
+}

@@ -1,0 +1,70 @@
+/* trainer/train/train.h — one stage of training: `kf train CONFIG --stage NAME
+ * --run-dir RUN [--resume]`.
+ *
+ * Stage directory RUN/stages/NAME/:
+ *   ckpt/        resumable checkpoints (trainer/train/checkpoint.h)
+ *   final/       the finished stage's EMA weights + final.yaml + DONE
+ *   log.jsonl    one record per optimizer step from rank 0: step, loss, lr,
+ *                grad_norm, loss_scale, skipped (this step), skipped_total,
+ *                phase, tokens, tokens_per_s, ms_step, ms_grad_wait (the
+ *                gradient all-reduce's exposed time, dist_grads_wait), time
+ *                (s since start); evaluations add val_loss and val_loss_ema
+ *   status       YAML, replaced atomically: state (running | preempted |
+ *                failed | done), step, steps, checkpoint (latest step-N or
+ *                ""), tokens_per_s, updated (unix time)
+ *
+ * One optimizer step (global batch G = world * accum * micro_batch):
+ *   1. at the step boundary every rank contributes its preemption flag
+ *      (SIGUSR1/SIGTERM set it) to an all-reduce MAX; if set, all ranks
+ *      checkpoint this step and exit 75;
+ *   2. each rank builds the supervision of its accum micro-batches (teacher
+ *      passes for distillation kinds), counts the target tokens, and the
+ *      counts are summed over ranks: the loss is the mean over the global
+ *      batch's targets, whatever the split;
+ *   3. per micro-batch: forward, loss (scaled by the fp16 loss scale / count),
+ *      backward into zeroed gradients, added to the rank's accumulator in
+ *      micro-batch order;
+ *   4. the accumulators are summed over ranks in rank order (dist.h), so
+ *      np=W with accum=1 equals np=1 with accum=W bit for bit; the sum runs
+ *      in buckets of resources.bucket_mb during the last micro-batch's
+ *      backward, each as soon as the backward has finished its gradients
+ *      (same bits whatever the bucket size on the CPU backend);
+ *   5. optim_step (scaler, clip, AdamW, EMA), log, checkpoint every
+ *      checkpoint_every steps.
+ * At the end: a last checkpoint, final/ (EMA weights), status done, exit 0.
+ *
+ * Randomness: the distillation noise (z, tau) of a sample is drawn from
+ * common/rng.h at (seed, TRAIN_NOISE_STREAM, stream position * draws + j), a
+ * function of the sample's place in the global data stream only, so targets
+ * do not depend on batch size or rank count. Each rank's RNG state recorded
+ * in checkpoints is (seed, stream, counter = first stream position of its
+ * slice of the next step).
+ */
+#ifndef KF_TRAINER_TRAIN_TRAIN_H
+#define KF_TRAINER_TRAIN_TRAIN_H
+
+#include <stdint.h>
+
+#include "trainer/train/dist.h"
+
+#define TRAIN_NOISE_STREAM (0x4E4F495345ull << 24) /* "NOISE" */
+
+typedef struct train_args {
+    const char *config;     /* run config path */
+    const char *stage;      /* stage name */
+    const char *run_dir;    /* RUN */
+    int resume;             /* --resume */
+    int n_over;             /* key.path=value overrides */
+    char **over;
+    int64_t stop_at;        /* > 0: act as if preempted when this step is reached (tests, drills) */
+} train_args;
+
+/** Runs one stage on this rank; collective over d.
+ * @return the process exit code: 0 done, 1 error (message printed),
+ * 75 preempted (checkpoint written). */
+int train_run(const train_args *a, dist *d);
+
+/** Installs the SIGUSR1/SIGTERM handlers that request a preemption checkpoint. */
+void train_install_signals(void);
+
+#endif
