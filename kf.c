@@ -40,8 +40,10 @@ static int bench_dispatch(int argc, char **argv) {
     FILE *f = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? stdout : stderr;
     fprintf(f, "usage: kf bench NAME [ARGS...]\n\nbenchmarks:\n");
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        fprintf(f, "  %-10s %s%s\n", benches[i].name, benches[i].help, benches[i].fn ? "" : "   [not in this build]");
-    fprintf(f, "\nscripts (they drive whole kf processes): bench/tokenize.sh (GPT-2 encoding vs tiktoken),\n"
+        fprintf(f, "  %-10s %s%s\n", benches[i].name, benches[i].help,
+                benches[i].fn ? "" : "   [not in this build]");
+    fprintf(f, "\nscripts (they drive whole kf processes): bench/tokenize.sh (GPT-2 encoding vs "
+               "tiktoken),\n"
                "bench/shards.sh (kf shards build --jobs scaling), bench/ablation.sh\n");
     return f == stdout ? KF_EXIT_OK : KF_EXIT_USAGE;
 }
@@ -52,12 +54,14 @@ static const struct {
     kf_cmd_fn fn;
     const char *help;
 } cmds[] = {
-    {"tokenize", tokenize_main, "gpt2|bert --vocab DIR [--decode] [--allow-special]   stdin -> ids"},
+    {"tokenize", tokenize_main,
+     "gpt2|bert --vocab DIR [--decode] [--allow-special]   stdin -> ids"},
     {"shards", shards_main, "build CONFIG [--jobs N] | verify DIR | inspect DIR | stats DIR"},
     {"train", train_main, "CONFIG --stage NAME --run-dir RUN [--resume] [key=value...]"},
     {"eval", eval_main, "CKPT --data DIR [--k K]   validation NLL / per-position NLL"},
     {"sample", sample_main, "CKPT [--k K] [--tau T] [--freq-penalty P] --prefix-file F.jsonl"},
-    {"bench", bench_dispatch, "train|attention|decode|ablation ...   (tokenizer, shards: bench/*.sh)"},
+    {"bench", bench_dispatch,
+     "train|attention|decode|ablation ...   (tokenizer, shards: bench/*.sh)"},
     {"jobs", jobs_main, "plan|run|submit CONFIG | status|resume|cancel RUN"},
     {"import", import_main, "CKPT.safetensors --run-dir RUN --stage NAME   register a checkpoint"},
     {"plot", plot_main, "LOG.jsonl [-o OUT.png]   loss curve"},
@@ -67,7 +71,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: kf COMMAND [ARGS...]   (kf COMMAND --help for details)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         fprintf(f, "  %-9s %s\n", cmds[i].name, cmds[i].help);
-    fprintf(f, "\nexit codes: 0 done, 1 error, 2 usage, 75 preempted (checkpoint written, requeue)\n");
+    fprintf(f,
+            "\nexit codes: 0 done, 1 error, 2 usage, 75 preempted (checkpoint written, requeue)\n");
 }
 
 int main(int argc, char **argv) {

@@ -76,7 +76,8 @@ static void set_paths(cfg_node *n) {
     for (size_t i = 0; i < n->n; i++) {
         cfg_node *c = n->items[i];
         free(c->path);
-        if (n->kind == CFG_MAP) c->path = n->path[0] ? fmt_alloc("%s.%s", n->path, c->key) : kf_strdup(c->key);
+        if (n->kind == CFG_MAP)
+            c->path = n->path[0] ? fmt_alloc("%s.%s", n->path, c->key) : kf_strdup(c->key);
         else c->path = fmt_alloc("%s[%zu]", n->path, i);
         set_paths(c);
     }
@@ -102,14 +103,18 @@ typedef struct loader {
 static int load_error2(loader *L, yaml_mark_t m, const char *what, const char *context) {
     const char *sep = context ? " " : "", *ctx = context ? context : "";
     if (L->any_top) return kf_err_set(L->err, "%s: %s%s%s", L->file, what, sep, ctx);
-    return kf_err_set(L->err, "%s:%zu:%zu: %s%s%s", L->file, m.line + 1, m.column + 1, what, sep, ctx);
+    return kf_err_set(L->err, "%s:%zu:%zu: %s%s%s", L->file, m.line + 1, m.column + 1, what, sep,
+                      ctx);
 }
 
-static int load_error(loader *L, yaml_mark_t m, const char *what) { return load_error2(L, m, what, NULL); }
+static int load_error(loader *L, yaml_mark_t m, const char *what) {
+    return load_error2(L, m, what, NULL);
+}
 
 static int next_event(loader *L, yaml_event_t *ev) {
     if (yaml_parser_parse(&L->p, ev)) return 0;
-    return load_error2(L, L->p.problem_mark, L->p.problem ? L->p.problem : "YAML syntax error", L->p.context);
+    return load_error2(L, L->p.problem_mark, L->p.problem ? L->p.problem : "YAML syntax error",
+                       L->p.context);
 }
 
 static void set_pos(loader *L, cfg_node *n, yaml_mark_t m) {
@@ -120,8 +125,11 @@ static void set_pos(loader *L, cfg_node *n, yaml_mark_t m) {
 }
 
 /* Rejects YAML features we do not support, so configs stay plain data. */
-static int check_plain(loader *L, const yaml_event_t *ev, const yaml_char_t *anchor, const yaml_char_t *tag) {
-    if (anchor) return load_error(L, ev->start_mark, "anchors (&name) are not supported: write the value out");
+static int check_plain(loader *L, const yaml_event_t *ev, const yaml_char_t *anchor,
+                       const yaml_char_t *tag) {
+    if (anchor)
+        return load_error(L, ev->start_mark,
+                          "anchors (&name) are not supported: write the value out");
     if (tag) return load_error(L, ev->start_mark, "tags (!name) are not supported");
     return 0;
 }
@@ -135,14 +143,21 @@ static cfg_node *parse_mapping(loader *L, yaml_event_t *start, int depth, char *
     for (;;) {
         yaml_event_t kev;
         if (next_event(L, &kev)) goto fail;
-        if (kev.type == YAML_MAPPING_END_EVENT) { yaml_event_delete(&kev); return m; }
+        if (kev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&kev);
+            return m;
+        }
         if (kev.type != YAML_SCALAR_EVENT) {
-            load_error(L, kev.start_mark, kev.type == YAML_ALIAS_EVENT ? "aliases (*name) are not supported"
-                                                                        : "keys must be plain scalars");
+            load_error(L, kev.start_mark,
+                       kev.type == YAML_ALIAS_EVENT ? "aliases (*name) are not supported"
+                                                    : "keys must be plain scalars");
             yaml_event_delete(&kev);
             goto fail;
         }
-        if (check_plain(L, &kev, kev.data.scalar.anchor, kev.data.scalar.tag)) { yaml_event_delete(&kev); goto fail; }
+        if (check_plain(L, &kev, kev.data.scalar.anchor, kev.data.scalar.tag)) {
+            yaml_event_delete(&kev);
+            goto fail;
+        }
         const char *key = (const char *)kev.data.scalar.value;
         if (!strcmp(key, "<<") && kev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
             load_error(L, kev.start_mark, "merge keys (<<) are not supported");
@@ -157,16 +172,24 @@ static cfg_node *parse_mapping(loader *L, yaml_event_t *start, int depth, char *
         char *cpath = m->path[0] ? fmt_alloc("%s.%s", m->path, key) : kf_strdup(key);
         for (size_t i = 0; i < m->n; i++) {
             if (strcmp(m->items[i]->key, key)) continue;
-            kf_err_set(L->err, "%s:%zu:%zu: duplicate key '%s' (first at %d:%d)", L->file, kev.start_mark.line + 1,
-                       kev.start_mark.column + 1, cpath, m->items[i]->key_line, m->items[i]->key_col);
+            kf_err_set(L->err, "%s:%zu:%zu: duplicate key '%s' (first at %d:%d)", L->file,
+                       kev.start_mark.line + 1, kev.start_mark.column + 1, cpath,
+                       m->items[i]->key_line, m->items[i]->key_col);
             free(cpath);
             yaml_event_delete(&kev);
             goto fail;
         }
         yaml_event_t vev;
-        if (next_event(L, &vev)) { free(cpath); yaml_event_delete(&kev); goto fail; }
+        if (next_event(L, &vev)) {
+            free(cpath);
+            yaml_event_delete(&kev);
+            goto fail;
+        }
         cfg_node *v = parse_node(L, &vev, depth + 1, cpath);
-        if (!v) { yaml_event_delete(&kev); goto fail; }
+        if (!v) {
+            yaml_event_delete(&kev);
+            goto fail;
+        }
         v->key = kf_strdup(key);
         v->key_line = (int)kev.start_mark.line + 1;
         v->key_col = (int)kev.start_mark.column + 1;
@@ -185,7 +208,10 @@ static cfg_node *parse_sequence(loader *L, yaml_event_t *start, int depth, char 
     for (;;) {
         yaml_event_t ev;
         if (next_event(L, &ev)) break;
-        if (ev.type == YAML_SEQUENCE_END_EVENT) { yaml_event_delete(&ev); return s; }
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            return s;
+        }
         cfg_node *v = parse_node(L, &ev, depth + 1, fmt_alloc("%s[%zu]", path, s->n));
         if (!v) break;
         node_append(s, v);
@@ -215,17 +241,18 @@ static cfg_node *parse_node(loader *L, yaml_event_t *ev, int depth, char *path) 
         }
     } else if (ev->type == YAML_MAPPING_START_EVENT) {
         if (!check_plain(L, ev, ev->data.mapping_start.anchor, ev->data.mapping_start.tag)) {
-            if (L->any_top && depth == 0 && ev->data.mapping_start.style == YAML_BLOCK_MAPPING_STYLE)
-                load_error(L, ev->start_mark, "expected a scalar, [list] or {mapping}: quote text containing ': '");
-            else
-                n = parse_mapping(L, ev, depth, path), path = NULL;
+            if (L->any_top && depth == 0 &&
+                ev->data.mapping_start.style == YAML_BLOCK_MAPPING_STYLE)
+                load_error(L, ev->start_mark,
+                           "expected a scalar, [list] or {mapping}: quote text containing ': '");
+            else n = parse_mapping(L, ev, depth, path), path = NULL;
         }
     } else if (ev->type == YAML_SEQUENCE_START_EVENT) {
         if (!check_plain(L, ev, ev->data.sequence_start.anchor, ev->data.sequence_start.tag)) {
-            if (L->any_top && depth == 0 && ev->data.sequence_start.style == YAML_BLOCK_SEQUENCE_STYLE)
+            if (L->any_top && depth == 0 &&
+                ev->data.sequence_start.style == YAML_BLOCK_SEQUENCE_STYLE)
                 load_error(L, ev->start_mark, "expected a scalar, [list] or {mapping}");
-            else
-                n = parse_sequence(L, ev, depth, path), path = NULL;
+            else n = parse_sequence(L, ev, depth, path), path = NULL;
         }
     } else if (ev->type == YAML_ALIAS_EVENT) {
         load_error(L, ev->start_mark, "aliases (*name) are not supported: write the value out");
@@ -239,7 +266,8 @@ static cfg_node *parse_node(loader *L, yaml_event_t *ev, int depth, char *path) 
 
 /* Parses one document (an empty text gives an empty mapping, or a null scalar
  * for override values). Returns NULL with err set on any error. */
-static cfg_node *load_text(const char *text, size_t len, const char *file, bool any_top, kf_err *err) {
+static cfg_node *load_text(const char *text, size_t len, const char *file, bool any_top,
+                           kf_err *err) {
     loader L = {.file = file, .err = err, .any_top = any_top};
     if (!yaml_parser_initialize(&L.p)) KF_FATAL("libyaml: out of memory");
     yaml_parser_set_input_string(&L.p, (const unsigned char *)text, len);
@@ -266,16 +294,23 @@ static cfg_node *load_text(const char *text, size_t len, const char *file, bool 
     bool is_map = ev.type == YAML_MAPPING_START_EVENT;
     root = parse_node(&L, &ev, 0, kf_strdup(""));
     if (!root) goto done;
-    if (!any_top && !is_map) { load_error(&L, top, "the top level must be a mapping (key: value lines)"); goto done; }
+    if (!any_top && !is_map) {
+        load_error(&L, top, "the top level must be a mapping (key: value lines)");
+        goto done;
+    }
     if (next_event(&L, &ev)) goto done; /* DOCUMENT-END */
     yaml_event_delete(&ev);
     if (next_event(&L, &ev)) goto done;
-    if (ev.type != YAML_STREAM_END_EVENT) load_error(&L, ev.start_mark, "only one YAML document is allowed");
+    if (ev.type != YAML_STREAM_END_EVENT)
+        load_error(&L, ev.start_mark, "only one YAML document is allowed");
     else ok = true;
     yaml_event_delete(&ev);
 done:
     yaml_parser_delete(&L.p);
-    if (!ok) { node_free(root); return NULL; }
+    if (!ok) {
+        node_free(root);
+        return NULL;
+    }
     return root;
 }
 
@@ -311,7 +346,10 @@ static int next_segment(const char **p, const char **seg, long *index) {
     const char *s = *p;
     *index = -1;
     if (*s == '.') s++;
-    if (!*s) { *p = s; return 0; }
+    if (!*s) {
+        *p = s;
+        return 0;
+    }
     if (*s == '[') {
         char *end;
         errno = 0;
@@ -334,7 +372,9 @@ static int next_segment(const char **p, const char **seg, long *index) {
 static cfg_node *child(cfg_node *n, const char *seg, int len, long index) {
     if (n->kind == CFG_MAP && index < 0) {
         for (size_t i = 0; i < n->n; i++)
-            if ((int)strlen(n->items[i]->key) == len && !strncmp(n->items[i]->key, seg, (size_t)len)) return n->items[i];
+            if ((int)strlen(n->items[i]->key) == len &&
+                !strncmp(n->items[i]->key, seg, (size_t)len))
+                return n->items[i];
         return NULL;
     }
     if (n->kind == CFG_SEQ) {
@@ -357,9 +397,15 @@ static cfg_node *walk(cfg_node *n, const char *path, const char **rest, bool mar
         const char *before = p, *seg;
         long index;
         int len = next_segment(&p, &seg, &index);
-        if (len <= 0) { *rest = len < 0 ? before : p; return n; }
+        if (len <= 0) {
+            *rest = len < 0 ? before : p;
+            return n;
+        }
         cfg_node *c = child(n, seg, len, index);
-        if (!c) { *rest = before[0] == '.' ? before + 1 : before; return n; }
+        if (!c) {
+            *rest = before[0] == '.' ? before + 1 : before;
+            return n;
+        }
         if (mark) c->used = true;
         n = c;
     }
@@ -399,9 +445,11 @@ int cfg_err_at(const cfg_node *n, kf_err *err, const char *fmt, ...) {
 
 /* "got 'x'" / "got a mapping" for type errors. */
 static int type_err(const cfg_node *n, const char *expected, kf_err *err) {
-    if (n->kind != CFG_SCALAR) return cfg_err_at(n, err, "expected %s, got %s", expected, kind_name(n->kind));
+    if (n->kind != CFG_SCALAR)
+        return cfg_err_at(n, err, "expected %s, got %s", expected, kind_name(n->kind));
     if (cfg_is_null(n)) return cfg_err_at(n, err, "expected %s, got null", expected);
-    return cfg_err_at(n, err, "expected %s, got '%s'%s", expected, n->value, n->quoted ? " (quoted: a string)" : "");
+    return cfg_err_at(n, err, "expected %s, got '%s'%s", expected, n->value,
+                      n->quoted ? " (quoted: a string)" : "");
 }
 
 int cfg_get_node(cfg_node *n, const char *path, int kind, cfg_node **out, kf_err *err) {
@@ -411,15 +459,15 @@ int cfg_get_node(cfg_node *n, const char *path, int kind, cfg_node **out, kf_err
     if (*rest) {
         char *full = join_path(end, rest);
         if (end->kind == CFG_SCALAR)
-            kf_err_set(err, "%s: key '%s': expected a mapping, got '%s' (looking for '%s')", end->where, end->path,
-                       end->value, full);
-        else
-            kf_err_set(err, "%s: missing required key '%s'", end->where, full);
+            kf_err_set(err, "%s: key '%s': expected a mapping, got '%s' (looking for '%s')",
+                       end->where, end->path, end->value, full);
+        else kf_err_set(err, "%s: missing required key '%s'", end->where, full);
         free(full);
         return -1;
     }
     if (kind >= 0 && end->kind != (cfg_kind)kind) {
-        return kind == CFG_SCALAR ? type_err(end, "a scalar", err) : type_err(end, kind_name((cfg_kind)kind), err);
+        return kind == CFG_SCALAR ? type_err(end, "a scalar", err)
+                                  : type_err(end, kind_name((cfg_kind)kind), err);
     }
     *out = end;
     return 0;
@@ -430,14 +478,21 @@ int cfg_get_node(cfg_node *n, const char *path, int kind, cfg_node **out, kf_err
 bool cfg_is_null(const cfg_node *n) {
     if (n->kind != CFG_SCALAR || n->quoted) return false;
     const char *v = n->value;
-    return !v[0] || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
+    return !v[0] || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") ||
+           !strcmp(v, "NULL");
 }
 
 static bool is_bool_text(const char *v, bool *b) {
     static const char *t[] = {"true", "True", "TRUE"}, *f[] = {"false", "False", "FALSE"};
     for (int i = 0; i < 3; i++) {
-        if (!strcmp(v, t[i])) { if (b) *b = true; return true; }
-        if (!strcmp(v, f[i])) { if (b) *b = false; return true; }
+        if (!strcmp(v, t[i])) {
+            if (b) *b = true;
+            return true;
+        }
+        if (!strcmp(v, f[i])) {
+            if (b) *b = false;
+            return true;
+        }
     }
     return false;
 }
@@ -455,13 +510,16 @@ static int parse_int_text(const char *v, int64_t *out) {
     }
     if (!*s) return -1;
     for (const char *c = s; *c; c++) {
-        int d = *c >= '0' && *c <= '9' ? *c - '0' : *c >= 'a' && *c <= 'f' ? *c - 'a' + 10
-              : *c >= 'A' && *c <= 'F' ? *c - 'A' + 10 : 99;
+        int d = *c >= '0' && *c <= '9'   ? *c - '0'
+                : *c >= 'a' && *c <= 'f' ? *c - 'a' + 10
+                : *c >= 'A' && *c <= 'F' ? *c - 'A' + 10
+                                         : 99;
         if (d >= base) return -1;
     }
     errno = 0;
     unsigned long long u = strtoull(s, NULL, base);
-    if (errno || u > (neg ? (unsigned long long)INT64_MAX + 1 : (unsigned long long)INT64_MAX)) return -2;
+    if (errno || u > (neg ? (unsigned long long)INT64_MAX + 1 : (unsigned long long)INT64_MAX))
+        return -2;
     *out = neg ? (int64_t)(0 - u) : (int64_t)u;
     return 0;
 }
@@ -470,13 +528,23 @@ static bool parse_double_text(const char *v, double *out) {
     const char *s = v;
     double sign = 1;
     if (*s == '+' || *s == '-') sign = *s++ == '-' ? -1 : 1;
-    if (!strcmp(s, ".inf") || !strcmp(s, ".Inf") || !strcmp(s, ".INF")) { *out = sign * INFINITY; return true; }
-    if (s == v && (!strcmp(s, ".nan") || !strcmp(s, ".NaN") || !strcmp(s, ".NAN"))) { *out = NAN; return true; }
+    if (!strcmp(s, ".inf") || !strcmp(s, ".Inf") || !strcmp(s, ".INF")) {
+        *out = sign * INFINITY;
+        return true;
+    }
+    if (s == v && (!strcmp(s, ".nan") || !strcmp(s, ".NaN") || !strcmp(s, ".NAN"))) {
+        *out = NAN;
+        return true;
+    }
     /* [0-9]*(.[0-9]*)?([eE][-+]?[0-9]+)? with at least one digit before the exponent */
     const char *c = s;
     int digits = 0;
-    while (*c >= '0' && *c <= '9') { c++; digits++; }
-    if (*c == '.') for (c++; *c >= '0' && *c <= '9'; c++) digits++;
+    while (*c >= '0' && *c <= '9') {
+        c++;
+        digits++;
+    }
+    if (*c == '.')
+        for (c++; *c >= '0' && *c <= '9'; c++) digits++;
     if (!digits) return false;
     if (*c == 'e' || *c == 'E') {
         c++;
@@ -500,11 +568,13 @@ int cfg_as_int(cfg_node *n, int64_t *out, kf_err *err) {
 int cfg_as_double(cfg_node *n, double *out, kf_err *err) {
     n->used = true;
     int64_t i;
-    if (n->kind == CFG_SCALAR && !n->quoted && parse_int_text(n->value, &i) == 0 && !strpbrk(n->value, "xo")) {
+    if (n->kind == CFG_SCALAR && !n->quoted && parse_int_text(n->value, &i) == 0 &&
+        !strpbrk(n->value, "xo")) {
         *out = (double)i;
         return 0;
     }
-    if (n->kind != CFG_SCALAR || n->quoted || !parse_double_text(n->value, out)) return type_err(n, "a number", err);
+    if (n->kind != CFG_SCALAR || n->quoted || !parse_double_text(n->value, out))
+        return type_err(n, "a number", err);
     return 0;
 }
 
@@ -522,15 +592,18 @@ int cfg_as_str(cfg_node *n, const char **out, kf_err *err) {
     return 0;
 }
 
-#define GETTERS(T, name)                                                                  \
-    int cfg_get_##name(cfg_node *n, const char *path, T *out, kf_err *err) {               \
-        cfg_node *v;                                                                      \
-        return cfg_get_node(n, path, -1, &v, err) ? -1 : cfg_as_##name(v, out, err);      \
-    }                                                                                     \
-    int cfg_opt_##name(cfg_node *n, const char *path, T def, T *out, kf_err *err) {        \
-        cfg_node *v = cfg_find(n, path);                                                  \
-        if (!v || cfg_is_null(v)) { *out = def; return 0; }                               \
-        return cfg_as_##name(v, out, err);                                                \
+#define GETTERS(T, name)                                                                           \
+    int cfg_get_##name(cfg_node *n, const char *path, T *out, kf_err *err) {                       \
+        cfg_node *v;                                                                               \
+        return cfg_get_node(n, path, -1, &v, err) ? -1 : cfg_as_##name(v, out, err);               \
+    }                                                                                              \
+    int cfg_opt_##name(cfg_node *n, const char *path, T def, T *out, kf_err *err) {                \
+        cfg_node *v = cfg_find(n, path);                                                           \
+        if (!v || cfg_is_null(v)) {                                                                \
+            *out = def;                                                                            \
+            return 0;                                                                              \
+        }                                                                                          \
+        return cfg_as_##name(v, out, err);                                                         \
     }
 GETTERS(int64_t, int)
 GETTERS(double, double)
@@ -612,18 +685,25 @@ int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
         const char *seg;
         long index;
         int len = next_segment(&p, &seg, &index);
-        if (len <= 0) { kf_err_set(err, "%s: malformed key path '%s'", label, path); goto out; }
+        if (len <= 0) {
+            kf_err_set(err, "%s: malformed key path '%s'", label, path);
+            goto out;
+        }
         bool last = !*p;
         cfg_node *c = len ? child(n, seg, len, index) : NULL;
         if (!c && n->kind == CFG_SEQ) {
-            kf_err_set(err, "%s: '%.*s' is not an index of '%s' (%zu items)", label, len, seg, n->path, n->n);
+            kf_err_set(err, "%s: '%.*s' is not an index of '%s' (%zu items)", label, len, seg,
+                       n->path, n->n);
             goto out;
         }
         if (!c && n->kind == CFG_SCALAR) {
             kf_err_set(err, "%s: '%s' is a scalar, not a mapping", label, n->path);
             goto out;
         }
-        if (!c && (index >= 0 || len == 0)) { kf_err_set(err, "%s: '%s' is not a list", label, n->path); goto out; }
+        if (!c && (index >= 0 || len == 0)) {
+            kf_err_set(err, "%s: '%s' is not a list", label, n->path);
+            goto out;
+        }
         if (!c && !key_fits(seg, len)) {
             kf_err_set(err, "%s: a key longer than YAML's 1024 characters", label);
             goto out;
@@ -674,8 +754,10 @@ static unsigned yaml_unsafe_at(const char *c, int *len) {
     *len = 2;
     if (u[0] == 0xC2 && u[1] >= 0x80 && u[1] <= 0x9F) return u[1];
     *len = 3;
-    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0xA8 || u[2] == 0xA9)) return 0x2000u + (u[2] - 0x80u);
-    if (u[0] == 0xEF && u[1] == 0xBF && (u[2] == 0xBE || u[2] == 0xBF)) return 0xFFC0u + (u[2] - 0x80u);
+    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0xA8 || u[2] == 0xA9))
+        return 0x2000u + (u[2] - 0x80u);
+    if (u[0] == 0xEF && u[1] == 0xBF && (u[2] == 0xBE || u[2] == 0xBF))
+        return 0xFFC0u + (u[2] - 0x80u);
     return 0;
 }
 
@@ -683,14 +765,15 @@ static unsigned yaml_unsafe_at(const char *c, int *len) {
  * meaning in both block and flow context. */
 static bool plain_ok(const char *v, bool quoted) {
     if (!v[0]) return false;
-    if (quoted) { /* a quoted "12" or "true" must stay a string, also for YAML 1.1 readers (yes, 1:30) */
+    if (quoted) { /* a quoted "12" or "true" must stay a string, also for YAML 1.1 readers (yes,
+                     1:30) */
         static const char *yaml11[] = {"y", "n", "yes", "no", "on", "off"};
         int64_t i;
         double d;
         cfg_node tmp = {.kind = CFG_SCALAR, .value = (char *)v};
         /* a plain key << is a merge key, which loading refuses (found by fuzz_config) */
-        if (parse_int_text(v, &i) != -1 || parse_double_text(v, &d) || is_bool_text(v, NULL) || cfg_is_null(&tmp) ||
-            strchr(v, ':') || !strcmp(v, "<<"))
+        if (parse_int_text(v, &i) != -1 || parse_double_text(v, &d) || is_bool_text(v, NULL) ||
+            cfg_is_null(&tmp) || strchr(v, ':') || !strcmp(v, "<<"))
             return false;
         for (size_t k = 0; k < sizeof yaml11 / sizeof *yaml11; k++)
             if (!strcasecmp(v, yaml11[k])) return false;
@@ -712,21 +795,26 @@ static bool plain_ok(const char *v, bool quoted) {
 }
 
 static void emit_scalar_text(strbuf *o, const char *v, bool quoted) {
-    if (plain_ok(v, quoted)) { strbuf_puts(o, v); return; }
+    if (plain_ok(v, quoted)) {
+        strbuf_puts(o, v);
+        return;
+    }
     strbuf_put(o, "\"", 1);
     for (const char *c = v; *c; c++) {
         unsigned char u = (unsigned char)*c;
         unsigned cp;
         int len;
-        if (u == '"' || u == '\\') { strbuf_put(o, "\\", 1); strbuf_put(o, c, 1); }
-        else if (u == '\n') strbuf_puts(o, "\\n");
+        if (u == '"' || u == '\\') {
+            strbuf_put(o, "\\", 1);
+            strbuf_put(o, c, 1);
+        } else if (u == '\n') strbuf_puts(o, "\\n");
         else if (u == '\t') strbuf_puts(o, "\\t");
         else if (u < 0x20 || u == 0x7f) strbuf_printf(o, "\\x%02x", u);
-        else if ((cp = yaml_unsafe_at(c, &len))) { /* found by fuzz_config: NEL came back as a space */
+        else if ((cp = yaml_unsafe_at(c,
+                                      &len))) { /* found by fuzz_config: NEL came back as a space */
             strbuf_printf(o, "\\u%04x", cp);
             c += len - 1;
-        }
-        else strbuf_put(o, c, 1);
+        } else strbuf_put(o, c, 1);
     }
     strbuf_put(o, "\"", 1);
 }
@@ -749,8 +837,17 @@ static void indent(strbuf *o, int k) {
 /* Writes what follows a "key:" or "- " for values that fit on that line,
  * and returns false for those that need a block below it. */
 static bool emit_inline(strbuf *o, const cfg_node *n, const char *lead) {
-    if (n->kind == CFG_SCALAR) { strbuf_puts(o, lead); emit_scalar(o, n); strbuf_put(o, "\n", 1); return true; }
-    if (n->n == 0) { strbuf_puts(o, lead); strbuf_puts(o, n->kind == CFG_MAP ? "{}\n" : "[]\n"); return true; }
+    if (n->kind == CFG_SCALAR) {
+        strbuf_puts(o, lead);
+        emit_scalar(o, n);
+        strbuf_put(o, "\n", 1);
+        return true;
+    }
+    if (n->n == 0) {
+        strbuf_puts(o, lead);
+        strbuf_puts(o, n->kind == CFG_MAP ? "{}\n" : "[]\n");
+        return true;
+    }
     if (n->kind == CFG_SEQ && all_scalars(n)) {
         strbuf_puts(o, lead);
         strbuf_put(o, "[", 1);

@@ -53,20 +53,20 @@ typedef enum cfg_kind { CFG_SCALAR, CFG_SEQ, CFG_MAP } cfg_kind;
  * the tree. Strings are owned by the tree. */
 typedef struct cfg_node {
     cfg_kind kind;
-    char *where;        /* "FILE:LINE:COL" or "override 'TEXT'" */
-    const char *file;   /* file name given at load (shared), NULL for overrides */
-    int line, col;      /* 1-based position in file; 0 for overrides */
-    char *path;         /* full path from the root, e.g. "stages[1].k"; "" for the root */
-    char *key;          /* key under its parent mapping, NULL otherwise */
+    char *where;           /* "FILE:LINE:COL" or "override 'TEXT'" */
+    const char *file;      /* file name given at load (shared), NULL for overrides */
+    int line, col;         /* 1-based position in file; 0 for overrides */
+    char *path;            /* full path from the root, e.g. "stages[1].k"; "" for the root */
+    char *key;             /* key under its parent mapping, NULL otherwise */
     int key_line, key_col; /* position of that key (0 for overrides) */
     struct cfg_node *parent;
     /* CFG_SCALAR */
-    char *value;        /* text as written (NUL-terminated) */
-    bool quoted;        /* written quoted or as a block scalar: always a string */
+    char *value; /* text as written (NUL-terminated) */
+    bool quoted; /* written quoted or as a block scalar: always a string */
     /* CFG_SEQ: items; CFG_MAP: values in file order (their ->key is the key) */
     struct cfg_node **items;
     size_t n;
-    bool used;          /* set by lookups; read by cfg_check_unused */
+    bool used; /* set by lookups; read by cfg_check_unused */
 } cfg_node;
 
 /** Loads a YAML file with one document whose top level is a mapping.

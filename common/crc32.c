@@ -21,9 +21,11 @@ int crc32_clmul_available(void) {
     return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 }
 
-__attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, const uint8_t *p, size_t n) {
-    const __m128i k_fold = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL); /* hi: x^(128-32), lo: x^(128+32) */
-    const __m128i k_32 = _mm_set_epi64x(0, 0x163cd6124LL);               /* 64 -> 32 bits */
+__attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, const uint8_t *p,
+                                                              size_t n) {
+    const __m128i k_fold =
+        _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);      /* hi: x^(128-32), lo: x^(128+32) */
+    const __m128i k_32 = _mm_set_epi64x(0, 0x163cd6124LL); /* 64 -> 32 bits */
     const __m128i k_barrett = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL); /* hi: mu, lo: P */
     const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
     __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)~crc));
@@ -36,7 +38,8 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, cons
     /* 128 -> 64 bits (and 32 zero bits appended) */
     x = _mm_xor_si128(_mm_srli_si128(x, 8), _mm_clmulepi64_si128(x, k_fold, 0x10));
     /* 64 -> 32 */
-    x = _mm_xor_si128(_mm_srli_si128(x, 4), _mm_clmulepi64_si128(_mm_and_si128(x, mask32), k_32, 0x00));
+    x = _mm_xor_si128(_mm_srli_si128(x, 4),
+                      _mm_clmulepi64_si128(_mm_and_si128(x, mask32), k_32, 0x00));
     /* Barrett: x mod P */
     __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x, mask32), k_barrett, 0x10);
     t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), k_barrett, 0x00);
@@ -48,7 +51,9 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, cons
 
 int crc32_clmul_available(void) { return 0; }
 
-uint32_t crc32_clmul(uint32_t crc, const uint8_t *p, size_t n) { return (uint32_t)crc32(crc, p, (uInt)n); }
+uint32_t crc32_clmul(uint32_t crc, const uint8_t *p, size_t n) {
+    return (uint32_t)crc32(crc, p, (uInt)n);
+}
 
 #endif
 

@@ -39,7 +39,10 @@ noreturn void kf_fatal_at(const char *file, int line, const char *fmt, ...)
 
 #define KF_FATAL(...) kf_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
 /** Dies with the message when cond is false; the message should hint at the fix. */
-#define KF_CHECK(cond, ...) do { if (!(cond)) kf_fatal_at(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+#define KF_CHECK(cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) kf_fatal_at(__FILE__, __LINE__, __VA_ARGS__);                                 \
+    } while (0)
 
 /** Allocation that never returns NULL (dies with the size and call site). */
 void *kf_malloc_at(size_t n, const char *file, int line);

@@ -52,15 +52,20 @@ int fs_atomic_begin(fs_atomic *a, const char *path, kf_err *err) {
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     size_t cap = strlen(dir) + strlen(base) + 64;
     a->tmp = kf_malloc(cap);
-    snprintf(a->tmp, cap, "%s/.%s.tmp.%ld.%u", dir, base, (long)getpid(), atomic_fetch_add(&seq, 1));
+    snprintf(a->tmp, cap, "%s/.%s.tmp.%ld.%u", dir, base, (long)getpid(),
+             atomic_fetch_add(&seq, 1));
     a->path = kf_strdup(path);
     int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     a->f = fd < 0 ? NULL : fdopen(fd, "wb");
     if (!a->f) {
         int e = errno;
-        if (fd >= 0) { close(fd); unlink(a->tmp); }
+        if (fd >= 0) {
+            close(fd);
+            unlink(a->tmp);
+        }
         kf_err_set(err, "%s: cannot create temporary file %s: %s", path, a->tmp, strerror(e));
-        free(a->tmp); free(a->path);
+        free(a->tmp);
+        free(a->path);
         a->tmp = a->path = NULL;
         return -1;
     }
@@ -68,12 +73,14 @@ int fs_atomic_begin(fs_atomic *a, const char *path, kf_err *err) {
 }
 
 int fs_atomic_write(fs_atomic *a, const void *p, size_t n, kf_err *err) {
-    if (n && fwrite(p, 1, n, a->f) != n) return kf_err_set(err, "%s: write: %s", a->tmp, strerror(errno));
+    if (n && fwrite(p, 1, n, a->f) != n)
+        return kf_err_set(err, "%s: write: %s", a->tmp, strerror(errno));
     return 0;
 }
 
 static void release(fs_atomic *a) {
-    free(a->tmp); free(a->path);
+    free(a->tmp);
+    free(a->path);
     a->tmp = a->path = NULL;
     a->f = NULL;
 }
@@ -90,10 +97,17 @@ int fs_atomic_commit(fs_atomic *a, kf_err *err) {
     if (fflush(a->f)) what = "write";
     else if (fsync(fileno(a->f))) what = "fsync";
     if (what) e = errno;
-    if (fclose(a->f) && !what) { e = errno; what = "close"; }
+    if (fclose(a->f) && !what) {
+        e = errno;
+        what = "close";
+    }
     int rc = what ? -1 : 0;
     a->f = NULL;
-    if (!rc && rename(a->tmp, a->path)) { rc = -1; e = errno; what = "rename"; }
+    if (!rc && rename(a->tmp, a->path)) {
+        rc = -1;
+        e = errno;
+        what = "rename";
+    }
     if (rc) {
         kf_err_set(err, "%s: %s: %s", a->path, what, strerror(e));
         unlink(a->tmp);
@@ -108,17 +122,28 @@ int fs_atomic_commit(fs_atomic *a, kf_err *err) {
 int fs_write_atomic(const char *path, const void *data, size_t len, kf_err *err) {
     fs_atomic a;
     if (fs_atomic_begin(&a, path, err)) return -1;
-    if (fs_atomic_write(&a, data, len, err)) { fs_atomic_abort(&a); return -1; }
+    if (fs_atomic_write(&a, data, len, err)) {
+        fs_atomic_abort(&a);
+        return -1;
+    }
     return fs_atomic_commit(&a, err);
 }
 
 int fs_read_file(const char *path, char **buf, size_t *len, kf_err *err) {
-    *buf = NULL; *len = 0;
+    *buf = NULL;
+    *len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return kf_err_set(err, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st)) { int e = errno; close(fd); return kf_err_set(err, "%s: %s", path, strerror(e)); }
-    if (S_ISDIR(st.st_mode)) { close(fd); return kf_err_set(err, "%s: is a directory", path); }
+    if (fstat(fd, &st)) {
+        int e = errno;
+        close(fd);
+        return kf_err_set(err, "%s: %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return kf_err_set(err, "%s: is a directory", path);
+    }
     /* st_size is only a hint (pipes, /proc): read until EOF, growing as needed. */
     size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
     char *p = kf_malloc(cap);
@@ -126,13 +151,19 @@ int fs_read_file(const char *path, char **buf, size_t *len, kf_err *err) {
         if (n + 1 >= cap) p = kf_realloc(p, cap *= 2);
         ssize_t r = read(fd, p + n, cap - n - 1);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) { int e = errno; close(fd); free(p); return kf_err_set(err, "%s: read: %s", path, strerror(e)); }
+        if (r < 0) {
+            int e = errno;
+            close(fd);
+            free(p);
+            return kf_err_set(err, "%s: read: %s", path, strerror(e));
+        }
         if (r == 0) break;
         n += (size_t)r;
     }
     close(fd);
     p[n] = 0;
-    *buf = p; *len = n;
+    *buf = p;
+    *len = n;
     return 0;
 }
 
@@ -156,7 +187,8 @@ int fs_mkdir_p(const char *dir, kf_err *err) {
         if (i < n && p[i] != '/') continue;
         char c = p[i];
         p[i] = 0;
-        if (mkdir(p, 0777) && errno != EEXIST) rc = kf_err_set(err, "%s: mkdir: %s", p, strerror(errno));
+        if (mkdir(p, 0777) && errno != EEXIST)
+            rc = kf_err_set(err, "%s: mkdir: %s", p, strerror(errno));
         else if (!fs_is_dir(p)) rc = kf_err_set(err, "%s: exists and is not a directory", p);
         p[i] = c;
     }
@@ -166,7 +198,8 @@ int fs_mkdir_p(const char *dir, kf_err *err) {
 
 int fs_rm_rf(const char *path, kf_err *err) {
     struct stat st;
-    if (lstat(path, &st)) return errno == ENOENT ? 0 : kf_err_set(err, "%s: %s", path, strerror(errno));
+    if (lstat(path, &st))
+        return errno == ENOENT ? 0 : kf_err_set(err, "%s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) {
         DIR *d = opendir(path);
         if (!d) return kf_err_set(err, "%s: opendir: %s", path, strerror(errno));
@@ -185,7 +218,8 @@ int fs_rm_rf(const char *path, kf_err *err) {
         if (rmdir(path)) return kf_err_set(err, "%s: rmdir: %s", path, strerror(errno));
         return 0;
     }
-    if (unlink(path) && errno != ENOENT) return kf_err_set(err, "%s: unlink: %s", path, strerror(errno));
+    if (unlink(path) && errno != ENOENT)
+        return kf_err_set(err, "%s: unlink: %s", path, strerror(errno));
     return 0;
 }
 

@@ -22,9 +22,9 @@
 /** An atomic write in progress: stream data with fs_atomic_write (for files
  * too big to hold in memory), then fs_atomic_commit or fs_atomic_abort. */
 typedef struct fs_atomic {
-    FILE *f;      /* the temporary file; callers may also fwrite to it directly */
-    char *path;   /* target path */
-    char *tmp;    /* temporary path */
+    FILE *f;    /* the temporary file; callers may also fwrite to it directly */
+    char *path; /* target path */
+    char *tmp;  /* temporary path */
 } fs_atomic;
 
 /** Creates the temporary file for path (its directory must exist). */

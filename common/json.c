@@ -35,8 +35,7 @@ typedef struct parser {
     int failed;
 } parser;
 
-static void *arena_alloc(json_doc *d, size_t n)
-{
+static void *arena_alloc(json_doc *d, size_t n) {
     n = (n + 15) & ~(size_t)15;
     arena_block *b = d->blocks;
     if (!b || b->cap - b->used < n) {
@@ -53,8 +52,7 @@ static void *arena_alloc(json_doc *d, size_t n)
     return r;
 }
 
-static int fail(parser *ps, const char *what)
-{
+static int fail(parser *ps, const char *what) {
     if (!ps->failed) {
         ps->failed = 1;
         int32_t col = (int32_t)(ps->p - ps->line_start) + 1;
@@ -63,8 +61,7 @@ static int fail(parser *ps, const char *what)
     return -1;
 }
 
-static void skip_ws(parser *ps)
-{
+static void skip_ws(parser *ps) {
     while (ps->p < ps->end) {
         char c = *ps->p;
         if (c == '\n') {
@@ -77,8 +74,7 @@ static void skip_ws(parser *ps)
     }
 }
 
-static int hex4(const char *s, unsigned *out)
-{
+static int hex4(const char *s, unsigned *out) {
     unsigned v = 0;
     for (int i = 0; i < 4; i++) {
         char c = s[i];
@@ -94,17 +90,25 @@ static int hex4(const char *s, unsigned *out)
 
 /* Parses a string literal at ps->p (which is '"') into the arena. Decoded
  * output is never longer than the literal, so one allocation suffices. */
-static int parse_string(parser *ps, json_str *out)
-{
+static int parse_string(parser *ps, json_str *out) {
     const char *s = ++ps->p;
     const char *q = s;
     int has_escape = 0;
     while (q < ps->end && *q != '"') {
-        if ((unsigned char)*q < 0x20) { ps->p = q; return fail(ps, "control character in string"); }
-        if (*q == '\\') { has_escape = 1; q++; }
+        if ((unsigned char)*q < 0x20) {
+            ps->p = q;
+            return fail(ps, "control character in string");
+        }
+        if (*q == '\\') {
+            has_escape = 1;
+            q++;
+        }
         q++;
     }
-    if (q >= ps->end) { ps->p = s - 1; return fail(ps, "unterminated string"); }
+    if (q >= ps->end) {
+        ps->p = s - 1;
+        return fail(ps, "unterminated string");
+    }
     char *o = arena_alloc(ps->doc, (size_t)(q - s) + 1);
     out->s = o;
     if (!has_escape) {
@@ -117,7 +121,10 @@ static int parse_string(parser *ps, json_str *out)
     char *w = o;
     const char *r = s;
     while (r < q) {
-        if (*r != '\\') { *w++ = *r++; continue; }
+        if (*r != '\\') {
+            *w++ = *r++;
+            continue;
+        }
         r++;
         char c = *r++;
         switch (c) {
@@ -131,11 +138,14 @@ static int parse_string(parser *ps, json_str *out)
         case 't': *w++ = '\t'; break;
         case 'u': {
             unsigned cp, lo;
-            if (q - r < 4 || hex4(r, &cp)) { ps->p = r; return fail(ps, "bad \\u escape"); }
+            if (q - r < 4 || hex4(r, &cp)) {
+                ps->p = r;
+                return fail(ps, "bad \\u escape");
+            }
             r += 4;
             if (cp >= 0xD800 && cp < 0xDC00) {
-                if (q - r >= 6 && r[0] == '\\' && r[1] == 'u' && !hex4(r + 2, &lo) && lo >= 0xDC00 &&
-                    lo < 0xE000) {
+                if (q - r >= 6 && r[0] == '\\' && r[1] == 'u' && !hex4(r + 2, &lo) &&
+                    lo >= 0xDC00 && lo < 0xE000) {
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                     r += 6;
                 } else {
@@ -158,25 +168,31 @@ static int parse_string(parser *ps, json_str *out)
     return 0;
 }
 
-static int parse_number(parser *ps, json *v)
-{
+static int parse_number(parser *ps, json *v) {
     const char *s = ps->p, *q = s;
     int is_int = 1;
     if (q < ps->end && *q == '-') q++;
     if (q >= ps->end || *q < '0' || *q > '9') return fail(ps, "bad number");
     if (*q == '0') q++;
-    else while (q < ps->end && *q >= '0' && *q <= '9') q++;
+    else
+        while (q < ps->end && *q >= '0' && *q <= '9') q++;
     if (q < ps->end && *q == '.') {
         is_int = 0;
         q++;
-        if (q >= ps->end || *q < '0' || *q > '9') { ps->p = q; return fail(ps, "bad number: digit expected after '.'"); }
+        if (q >= ps->end || *q < '0' || *q > '9') {
+            ps->p = q;
+            return fail(ps, "bad number: digit expected after '.'");
+        }
         while (q < ps->end && *q >= '0' && *q <= '9') q++;
     }
     if (q < ps->end && (*q == 'e' || *q == 'E')) {
         is_int = 0;
         q++;
         if (q < ps->end && (*q == '+' || *q == '-')) q++;
-        if (q >= ps->end || *q < '0' || *q > '9') { ps->p = q; return fail(ps, "bad number: digit expected in exponent"); }
+        if (q >= ps->end || *q < '0' || *q > '9') {
+            ps->p = q;
+            return fail(ps, "bad number: digit expected in exponent");
+        }
         while (q < ps->end && *q >= '0' && *q <= '9') q++;
     }
     char buf[64];
@@ -189,25 +205,27 @@ static int parse_number(parser *ps, json *v)
     if (is_int) {
         errno = 0;
         long long x = strtoll(tmp, NULL, 10);
-        if (errno == 0) { v->is_int = 1; v->i = x; }
+        if (errno == 0) {
+            v->is_int = 1;
+            v->i = x;
+        }
     }
     if (tmp != buf) free(tmp);
     ps->p = q;
     return 0;
 }
 
-static int lit(parser *ps, const char *word)
-{
+static int lit(parser *ps, const char *word) {
     size_t n = strlen(word);
-    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, word, n)) return fail(ps, "unexpected token");
+    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, word, n))
+        return fail(ps, "unexpected token");
     ps->p += n;
     return 0;
 }
 
 static int parse_value(parser *ps, json *v, int depth);
 
-static void push_kid(parser *ps, const json *v)
-{
+static void push_kid(parser *ps, const json *v) {
     if (ps->nkids == ps->capkids) {
         ps->capkids = ps->capkids ? 2 * ps->capkids : 256;
         ps->kids = kf_realloc(ps->kids, ps->capkids * sizeof *ps->kids);
@@ -215,8 +233,7 @@ static void push_kid(parser *ps, const json *v)
     ps->kids[ps->nkids++] = *v;
 }
 
-static void push_key(parser *ps, json_str k)
-{
+static void push_key(parser *ps, json_str k) {
     if (ps->nkeys == ps->capkeys) {
         ps->capkeys = ps->capkeys ? 2 * ps->capkeys : 256;
         ps->keys = kf_realloc(ps->keys, ps->capkeys * sizeof *ps->keys);
@@ -226,8 +243,7 @@ static void push_key(parser *ps, json_str k)
 
 /* Parses '[' ... ']' or '{' ... '}' (is_obj), then moves the children from
  * the scratch stacks into the arena. */
-static int parse_container(parser *ps, json *v, int is_obj, int depth)
-{
+static int parse_container(parser *ps, json *v, int is_obj, int depth) {
     char close = is_obj ? '}' : ']';
     size_t base = ps->nkids, kbase = ps->nkeys;
     ps->p++;
@@ -239,7 +255,8 @@ static int parse_container(parser *ps, json *v, int is_obj, int depth)
             skip_ws(ps);
             if (is_obj) {
                 json_str k;
-                if (ps->p >= ps->end || *ps->p != '"') return fail(ps, "object key (a string) expected");
+                if (ps->p >= ps->end || *ps->p != '"')
+                    return fail(ps, "object key (a string) expected");
                 if (parse_string(ps, &k)) return -1;
                 push_key(ps, k);
                 skip_ws(ps);
@@ -251,8 +268,14 @@ static int parse_container(parser *ps, json *v, int is_obj, int depth)
             if (parse_value(ps, &kid, depth + 1)) return -1;
             push_kid(ps, &kid);
             skip_ws(ps);
-            if (ps->p < ps->end && *ps->p == ',') { ps->p++; continue; }
-            if (ps->p < ps->end && *ps->p == close) { ps->p++; break; }
+            if (ps->p < ps->end && *ps->p == ',') {
+                ps->p++;
+                continue;
+            }
+            if (ps->p < ps->end && *ps->p == close) {
+                ps->p++;
+                break;
+            }
             return fail(ps, is_obj ? "',' or '}' expected" : "',' or ']' expected");
         }
     }
@@ -271,8 +294,7 @@ static int parse_container(parser *ps, json *v, int is_obj, int depth)
     return 0;
 }
 
-static int parse_value(parser *ps, json *v, int depth)
-{
+static int parse_value(parser *ps, json *v, int depth) {
     memset(v, 0, sizeof *v);
     if (depth > JSON_MAX_DEPTH) return fail(ps, "nesting too deep");
     skip_ws(ps);
@@ -283,18 +305,25 @@ static int parse_value(parser *ps, json *v, int depth)
     case '{': return parse_container(ps, v, 1, depth);
     case '[': return parse_container(ps, v, 0, depth);
     case '"': v->type = JSON_STRING; return parse_string(ps, &v->str);
-    case 't': v->type = JSON_BOOL; v->b = 1; return lit(ps, "true");
+    case 't':
+        v->type = JSON_BOOL;
+        v->b = 1;
+        return lit(ps, "true");
     case 'f': v->type = JSON_BOOL; return lit(ps, "false");
     case 'n': v->type = JSON_NULL; return lit(ps, "null");
     default: return parse_number(ps, v);
     }
 }
 
-json_doc *json_parse(const char *text, size_t len, const char *name, kf_err *err)
-{
+json_doc *json_parse(const char *text, size_t len, const char *name, kf_err *err) {
     json_doc *d = kf_calloc(1, sizeof *d);
-    parser ps = {.p = text, .end = text + len, .name = name ? name : "<json>",
-                 .line_start = text, .line = 1, .err = err, .doc = d};
+    parser ps = {.p = text,
+                 .end = text + len,
+                 .name = name ? name : "<json>",
+                 .line_start = text,
+                 .line = 1,
+                 .err = err,
+                 .doc = d};
     int rc = parse_value(&ps, &d->root, 0);
     if (!rc) {
         skip_ws(&ps);
@@ -311,8 +340,7 @@ json_doc *json_parse(const char *text, size_t len, const char *name, kf_err *err
 
 const json *json_root(const json_doc *d) { return &d->root; }
 
-void json_free(json_doc *d)
-{
+void json_free(json_doc *d) {
     if (!d) return;
     for (arena_block *b = d->blocks, *nx; b; b = nx) {
         nx = b->next;
@@ -321,8 +349,7 @@ void json_free(json_doc *d)
     free(d);
 }
 
-const json *json_get(const json *obj, const char *key)
-{
+const json *json_get(const json *obj, const char *key) {
     if (!obj || obj->type != JSON_OBJECT) return NULL;
     size_t kl = strlen(key);
     for (size_t i = obj->n; i-- > 0;)
@@ -331,8 +358,7 @@ const json *json_get(const json *obj, const char *key)
 }
 
 /* The escape for byte c, or NULL when c is written as it is. */
-static const char *esc_of(unsigned char c, char tmp[8])
-{
+static const char *esc_of(unsigned char c, char tmp[8]) {
     switch (c) {
     case '"': return "\\\"";
     case '\\': return "\\\\";
@@ -350,10 +376,13 @@ static const char *esc_of(unsigned char c, char tmp[8])
     }
 }
 
-size_t json_escape(char *dst, size_t cap, const char *s, size_t n)
-{
+size_t json_escape(char *dst, size_t cap, const char *s, size_t n) {
     size_t o = 0;
-#define PUT(ch) do { if (o < cap) dst[o] = (ch); o++; } while (0)
+#define PUT(ch)                                                                                    \
+    do {                                                                                           \
+        if (o < cap) dst[o] = (ch);                                                                \
+        o++;                                                                                       \
+    } while (0)
     PUT('"');
     char tmp[8];
     for (size_t i = 0; i < n;) {
@@ -372,7 +401,8 @@ size_t json_escape(char *dst, size_t cap, const char *s, size_t n)
         }
         const char *e = esc_of(c, tmp);
         if (!e) PUT(s[i]);
-        else for (; *e; e++) PUT(*e);
+        else
+            for (; *e; e++) PUT(*e);
         i++;
     }
     PUT('"');
@@ -380,8 +410,7 @@ size_t json_escape(char *dst, size_t cap, const char *s, size_t n)
     return o;
 }
 
-void json_write_str(FILE *f, const char *s, size_t n)
-{
+void json_write_str(FILE *f, const char *s, size_t n) {
     char small[256];
     size_t need = json_escape(small, sizeof small, s, n);
     if (need <= sizeof small) {

@@ -66,9 +66,15 @@ void kf_log_warn(const char *fmt, ...) {
 
 void kf_rec_init(kf_rec *r) { *r = (kf_rec){0}; }
 
-void kf_rec_reset(kf_rec *r) { r->len = 0; r->nfields = 0; }
+void kf_rec_reset(kf_rec *r) {
+    r->len = 0;
+    r->nfields = 0;
+}
 
-void kf_rec_free(kf_rec *r) { free(r->buf); *r = (kf_rec){0}; }
+void kf_rec_free(kf_rec *r) {
+    free(r->buf);
+    *r = (kf_rec){0};
+}
 
 static void reserve(kf_rec *r, size_t more) {
     if (r->len + more + 2 <= r->cap) return; /* +2: closing brace and NUL */
@@ -160,19 +166,27 @@ static int drop_partial_line(int fd, const char *path, kf_err *err) {
             if (b[i] != '\n') continue;
             off_t keep = start + i + 1;
             if (keep == st.st_size) return 0;
-            if (ftruncate(fd, keep)) return kf_err_set(err, "%s: truncate: %s", path, strerror(errno));
+            if (ftruncate(fd, keep))
+                return kf_err_set(err, "%s: truncate: %s", path, strerror(errno));
             return 0;
         }
         end = start;
     }
-    if (st.st_size && ftruncate(fd, 0)) return kf_err_set(err, "%s: truncate: %s", path, strerror(errno));
+    if (st.st_size && ftruncate(fd, 0))
+        return kf_err_set(err, "%s: truncate: %s", path, strerror(errno));
     return 0;
 }
 
 kf_jsonl *kf_jsonl_open(const char *path, kf_err *err) {
     int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) { kf_err_set(err, "%s: %s", path, strerror(errno)); return NULL; }
-    if (drop_partial_line(fd, path, err)) { close(fd); return NULL; }
+    if (fd < 0) {
+        kf_err_set(err, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (drop_partial_line(fd, path, err)) {
+        close(fd);
+        return NULL;
+    }
     kf_jsonl *l = kf_malloc(sizeof *l);
     l->fd = fd;
     l->path = kf_strdup(path);
@@ -188,7 +202,8 @@ int kf_jsonl_append(kf_jsonl *l, kf_rec *r, kf_err *err) {
         ssize_t w = write(l->fd, p, total);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) break;
-        p += w; total -= (size_t)w;
+        p += w;
+        total -= (size_t)w;
     }
     int e = errno;
     kf_rec_text(r); /* restore the NUL */

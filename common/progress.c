@@ -20,8 +20,8 @@ static struct {
     bool active, tty, shown;
     char label[128], unit[16], extra[256];
     double total, done;
-    double t0, last;      /* start and last output, seconds (monotonic) */
-    double interval;      /* seconds between outputs */
+    double t0, last; /* start and last output, seconds (monotonic) */
+    double interval; /* seconds between outputs */
 } P;
 
 /* "1.2 GB" for bytes, "5.6M tok" otherwise; x is a count or a rate. */
@@ -29,7 +29,10 @@ static void fmt_amount(char *out, size_t cap, double x, const char *unit, const 
     static const char *pre[] = {"", "k", "M", "G", "T"};
     bool bytes = !strcmp(unit, "B");
     int i = 0;
-    while (fabs(x) >= 1000 && i < 4) { x /= 1000; i++; }
+    while (fabs(x) >= 1000 && i < 4) {
+        x /= 1000;
+        i++;
+    }
     const char *prefix = bytes && i == 1 ? "K" : pre[i];
     if (bytes) snprintf(out, cap, "%.*f %sB%s", i ? 1 : 0, x, prefix, suffix);
     else snprintf(out, cap, "%.*f%s %s%s", i || x != floor(x) ? 1 : 0, x, prefix, unit, suffix);
@@ -83,7 +86,10 @@ void progress_update(double done, const char *extra) {
     char line[1024];
     bool plain = false;
     pthread_mutex_lock(&mu);
-    if (!P.active) { pthread_mutex_unlock(&mu); return; }
+    if (!P.active) {
+        pthread_mutex_unlock(&mu);
+        return;
+    }
     P.done = done;
     if (extra) snprintf(P.extra, sizeof P.extra, "%s", extra);
     double t = clock_now_s();
@@ -98,9 +104,11 @@ void progress_update(double done, const char *extra) {
             if (P.total > 0) { /* " [=====>    ]" */
                 enum { W = 24 };
                 int fill = (int)(W * fmin(1.0, done / P.total));
-                bar[0] = ' '; bar[1] = '[';
+                bar[0] = ' ';
+                bar[1] = '[';
                 for (int i = 0; i < W; i++) bar[2 + i] = i < fill ? '=' : i == fill ? '>' : ' ';
-                bar[2 + W] = ']'; bar[3 + W] = 0;
+                bar[2 + W] = ']';
+                bar[3 + W] = 0;
             }
             int n = snprintf(line, sizeof line, "%s%s %s", P.label, bar, status);
             if (n >= width) line[width - 1] = 0; /* never wrap: \r must reach the line start */
@@ -128,7 +136,10 @@ void progress_clear_line(void) {
 void progress_end(void) {
     char line[1024], amount[48], rate[48];
     pthread_mutex_lock(&mu);
-    if (!P.active) { pthread_mutex_unlock(&mu); return; }
+    if (!P.active) {
+        pthread_mutex_unlock(&mu);
+        return;
+    }
     double el = clock_now_s() - P.t0;
     fmt_amount(amount, sizeof amount, P.done, P.unit, "");
     fmt_amount(rate, sizeof rate, el > 0 ? P.done / el : 0, P.unit, "/s");

@@ -29,11 +29,29 @@ runconfig_prec runconfig_precision_at(const runconfig_opts *o, int64_t step) {
 }
 
 static const runconfig_opts builtin_defaults = {
-    .batch = 32, .micro_batch = 0, .lr = 1e-4, .warmup = 0, .beta1 = 0.9, .beta2 = 0.999,
-    .eps = 1e-6, .weight_decay = 0.0, .ema = 0.999, .clip = 1.0, .seed = 1234, .new_weight = 1.0,
-    .checkpoint_every = 100, .keep_checkpoints = 3, .log_every = 10, .eval_every = 0,
-    .eval_batches = 4, .n_phases = 1, .phases = {{-1, RC_PREC_FP32}}, .scale_init = 65536.0,
-    .scale_growth_interval = 2000, .scale_growth = 2.0, .scale_backoff = 0.5,
+    .batch = 32,
+    .micro_batch = 0,
+    .lr = 1e-4,
+    .warmup = 0,
+    .beta1 = 0.9,
+    .beta2 = 0.999,
+    .eps = 1e-6,
+    .weight_decay = 0.0,
+    .ema = 0.999,
+    .clip = 1.0,
+    .seed = 1234,
+    .new_weight = 1.0,
+    .checkpoint_every = 100,
+    .keep_checkpoints = 3,
+    .log_every = 10,
+    .eval_every = 0,
+    .eval_batches = 4,
+    .n_phases = 1,
+    .phases = {{-1, RC_PREC_FP32}},
+    .scale_init = 65536.0,
+    .scale_growth_interval = 2000,
+    .scale_growth = 2.0,
+    .scale_backoff = 0.5,
 };
 
 /* Reads an integer at `key` under n (if present) into *v and checks v >= lo. */
@@ -45,8 +63,8 @@ static int opt_int_min(cfg_node *n, const char *key, int64_t *v, int64_t lo, kf_
 
 /* Reads a double at `key` under n (if present) into *v and checks lo <= v <= hi
  * (lo_open: strictly greater than lo). */
-static int opt_dbl_range(cfg_node *n, const char *key, double *v, double lo, int lo_open,
-                         double hi, kf_err *err) {
+static int opt_dbl_range(cfg_node *n, const char *key, double *v, double lo, int lo_open, double hi,
+                         kf_err *err) {
     if (cfg_opt_double(n, key, *v, v, err)) return -1;
     if (!(lo_open ? *v > lo : *v >= lo) || !(*v <= hi))
         return cfg_err_at(cfg_find(n, key), err, "must be in %s%g, %g]", lo_open ? "(" : "[", lo,
@@ -62,7 +80,8 @@ static int parse_precision(cfg_node *seq, runconfig_opts *o, kf_err *err) {
     int64_t prev = 0;
     for (size_t i = 0; i < seq->n; i++) {
         cfg_node *ph = seq->items[i];
-        if (ph->kind != CFG_MAP) return cfg_err_at(ph, err, "expected {until_step: N, mode: fp16|fp32}");
+        if (ph->kind != CFG_MAP)
+            return cfg_err_at(ph, err, "expected {until_step: N, mode: fp16|fp32}");
         const char *mode;
         int64_t until;
         if (cfg_get_str(ph, "mode", &mode, err) || cfg_opt_int(ph, "until_step", -1, &until, err))
@@ -114,7 +133,8 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
     const char *ob;
     if (cfg_opt_str(n, "output_bias", o->unigram_bias ? "unigram" : "zero", &ob, err)) return -1;
     if (strcmp(ob, "zero") && strcmp(ob, "unigram"))
-        return cfg_err_at(cfg_find(n, "output_bias"), err, "expected zero or unigram, got '%s'", ob);
+        return cfg_err_at(cfg_find(n, "output_bias"), err, "expected zero or unigram, got '%s'",
+                          ob);
     o->unigram_bias = !strcmp(ob, "unigram");
     const char *decay;
     if (cfg_opt_str(n, "lr_decay", o->lr_cosine ? "cosine" : "none", &decay, err)) return -1;
@@ -146,7 +166,8 @@ static int parse_kind(cfg_node *st, runconfig_kind *k, kf_err *err) {
         if (!strcmp(s, kind_names[i])) return *k = (runconfig_kind)i, 0;
     return cfg_err_at(cfg_find(st, "kind"), err,
                       "unknown kind '%s' (ar, import, distill_ar, self_forcing, "
-                      "noise_inversion_mtp, noise_inversion_causal)", s);
+                      "noise_inversion_mtp, noise_inversion_causal)",
+                      s);
 }
 
 static int looks_like_path(const char *s) {
@@ -174,7 +195,8 @@ static int resolve_ref(runconfig *rc, int self, cfg_node *all, cfg_node *node, c
     if (!looks_like_path(s))
         return cfg_err_at(node, err,
                           "'%s' is neither an earlier stage nor a checkpoint path "
-                          "(a path contains '/' or ends in .safetensors)", s);
+                          "(a path contains '/' or ends in .safetensors)",
+                          s);
     return 0;
 }
 
@@ -184,8 +206,9 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
     if (st->kind != CFG_MAP) return cfg_err_at(st, err, "expected a mapping {name, kind, ...}");
     const char *name, *teacher, *init, *path;
     if (cfg_get_str(st, "name", &name, err) || parse_kind(st, &s->kind, err)) return -1;
-    if (!*name || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
-                      strlen(name))
+    if (!*name ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+            strlen(name))
         return cfg_err_at(cfg_find(st, "name"), err, "stage names use [A-Za-z0-9_-] only");
     for (int j = 0; j < i; j++)
         if (!strcmp(rc->stages[j].name, name))
@@ -198,8 +221,8 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
 
     int trains = s->kind != RC_KIND_IMPORT;
     int needs_teacher = s->kind != RC_KIND_AR && s->kind != RC_KIND_IMPORT;
-    if (cfg_opt_str(st, "teacher", NULL, &teacher, err) || cfg_opt_str(st, "init", NULL, &init, err) ||
-        cfg_opt_str(st, "path", NULL, &path, err))
+    if (cfg_opt_str(st, "teacher", NULL, &teacher, err) ||
+        cfg_opt_str(st, "init", NULL, &init, err) || cfg_opt_str(st, "path", NULL, &path, err))
         return -1;
     s->steps = 0;
     if (trains) {
@@ -216,14 +239,15 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
         return cfg_err_at(cfg_find(st, "path"), err, "only import stages take a path");
     }
     if (needs_teacher && !teacher)
-        return cfg_err_at(st, err, "missing required key '%s.teacher' (kind %s needs one)", st->path,
-                          kind_names[s->kind]);
+        return cfg_err_at(st, err, "missing required key '%s.teacher' (kind %s needs one)",
+                          st->path, kind_names[s->kind]);
     if (!needs_teacher && teacher)
         return cfg_err_at(cfg_find(st, "teacher"), err, "kind %s takes no teacher",
                           kind_names[s->kind]);
     s->teacher_stage = s->init_stage = -1;
     if (teacher) {
-        if (resolve_ref(rc, i, all, cfg_find(st, "teacher"), teacher, &s->teacher_stage, err)) return -1;
+        if (resolve_ref(rc, i, all, cfg_find(st, "teacher"), teacher, &s->teacher_stage, err))
+            return -1;
         s->teacher = kf_strdup(teacher);
     }
     if (init) {
@@ -240,13 +264,13 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
     if (s->kind == RC_KIND_AR && s->k != 1)
         return cfg_err_at(cfg_find(st, "k"), err, "an ar stage predicts one token (k: 1)");
     if (needs_teacher && (s->k < 1 || s->k > 64))
-        return cfg_err_at(cfg_find(st, "k") ? cfg_find(st, "k") : st, err,
-                          "k is required, 1..64");
+        return cfg_err_at(cfg_find(st, "k") ? cfg_find(st, "k") : st, err, "k is required, 1..64");
     if (s->kind == RC_KIND_SELF_FORCING && s->teacher_stage >= 0) {
         const runconfig_stage *t = &rc->stages[s->teacher_stage];
         if (t->kind == RC_KIND_AR || t->kind == RC_KIND_IMPORT)
-            return cfg_err_at(cfg_find(st, "teacher"), err,
-                              "self_forcing needs a PFLM teacher (distill_ar or self_forcing stage)");
+            return cfg_err_at(
+                cfg_find(st, "teacher"), err,
+                "self_forcing needs a PFLM teacher (distill_ar or self_forcing stage)");
         if (s->k != 2 * t->k)
             return cfg_err_at(cfg_find(st, "k"), err,
                               "self_forcing doubles k: teacher '%s' has k=%lld, so k must be %lld",
@@ -338,7 +362,8 @@ static int parse_resources(runconfig *rc, cfg_node *root, kf_err *err) {
     r->time_limit_s = parse_time_limit(tl);
     if (r->time_limit_s <= 0)
         return cfg_err_at(cfg_find(n, RK("time_limit")), err,
-                          "expected a Slurm time like \"HH:MM:SS\" or \"D-HH:MM:SS\", got '%s'", tl);
+                          "expected a Slurm time like \"HH:MM:SS\" or \"D-HH:MM:SS\", got '%s'",
+                          tl);
     if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "auto"))
         return cfg_err_at(cfg_find(n, RK("backend")), err, "expected cpu, cuda or auto, got '%s'",
                           backend);
@@ -377,7 +402,8 @@ static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
     if (m->seq_len < 2 || m->seq_len > (1 << 20))
         return cfg_err_at(cfg_find(root, "model.seq_len"), err, "must be in [2, 2^20]");
     if (m->mask_id < -1 || m->mask_id >= m->vocab)
-        return cfg_err_at(cfg_find(root, "model.mask_id"), err, "must be in [0, vocab) (or -1: automatic)");
+        return cfg_err_at(cfg_find(root, "model.mask_id"), err,
+                          "must be in [0, vocab) (or -1: automatic)");
 
     cfg_node *defaults = cfg_find(root, "defaults");
     if (defaults && defaults->kind != CFG_MAP)

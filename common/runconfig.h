@@ -99,17 +99,17 @@ typedef struct runconfig_phase {
 
 /** Resolved training options of one stage (defaults + stage overrides). */
 typedef struct runconfig_opts {
-    int64_t batch;            /* global samples per optimizer step */
-    int64_t micro_batch;      /* per-rank samples per forward/backward; 0 = batch / world */
+    int64_t batch;       /* global samples per optimizer step */
+    int64_t micro_batch; /* per-rank samples per forward/backward; 0 = batch / world */
     double lr;
-    int64_t warmup;           /* linear warmup steps (0 = none) */
-    int lr_cosine;            /* lr_decay: cosine (1) or none (0) */
-    double lr_min;            /* the cosine's end rate */
-    int64_t decay_steps;      /* the stage's steps: where the cosine ends */
+    int64_t warmup;      /* linear warmup steps (0 = none) */
+    int lr_cosine;       /* lr_decay: cosine (1) or none (0) */
+    double lr_min;       /* the cosine's end rate */
+    int64_t decay_steps; /* the stage's steps: where the cosine ends */
     double beta1, beta2, eps, weight_decay;
-    double ema;               /* EMA decay */
-    int ema_warmup;           /* MDLM's EMA warm-up (optim_ema_decay); the paper: off */
-    double clip;              /* global grad-norm clip; <= 0 disables */
+    double ema;     /* EMA decay */
+    int ema_warmup; /* MDLM's EMA warm-up (optim_ema_decay); the paper: off */
+    double clip;    /* global grad-norm clip; <= 0 disables */
     uint64_t seed;
     int64_t checkpoint_every; /* steps between checkpoints (0: only final/preempt) */
     int64_t keep_checkpoints; /* retention K >= 1 */
@@ -118,55 +118,56 @@ typedef struct runconfig_opts {
     int64_t eval_batches;     /* validation global batches per evaluation */
     int n_phases;
     runconfig_phase phases[RUNCONFIG_MAX_PHASES];
-    double scale_init;        /* fp16 loss scaler */
+    double scale_init; /* fp16 loss scaler */
     int64_t scale_growth_interval;
     double scale_growth, scale_backoff;
-    int unigram_bias;         /* output bias starts at the training data's log unigram */
-    double new_weight;        /* self_forcing: loss weight of the k/2 new positions */
-    int64_t tau_curriculum;   /* steps over which the tau range opens up (0: off) */
+    int unigram_bias;       /* output bias starts at the training data's log unigram */
+    double new_weight;      /* self_forcing: loss weight of the k/2 new positions */
+    int64_t tau_curriculum; /* steps over which the tau range opens up (0: off) */
 } runconfig_opts;
 
 typedef struct runconfig_stage {
     char *name;
     runconfig_kind kind;
-    int64_t steps;            /* optimizer steps (0 for import) */
-    int64_t k;                /* tokens per pass of the student (1 for ar) */
-    double tau_min, tau_max;  /* sampled temperature range (self_forcing: the teacher's by default) */
-    char *teacher;            /* as written, or NULL */
-    int teacher_stage;        /* index of the teacher stage, or -1 (path or none) */
-    char *init;               /* as written, or NULL (self_forcing: = teacher) */
-    int init_stage;           /* index, or -1 */
-    char *path;               /* import: the checkpoint file; else NULL */
+    int64_t steps; /* optimizer steps (0 for import) */
+    int64_t k;     /* tokens per pass of the student (1 for ar) */
+    double tau_min,
+        tau_max;       /* sampled temperature range (self_forcing: the teacher's by default) */
+    char *teacher;     /* as written, or NULL */
+    int teacher_stage; /* index of the teacher stage, or -1 (path or none) */
+    char *init;        /* as written, or NULL (self_forcing: = teacher) */
+    int init_stage;    /* index, or -1 */
+    char *path;        /* import: the checkpoint file; else NULL */
     runconfig_opts opt;
 } runconfig_stage;
 
 typedef struct runconfig_model {
     int64_t hidden, heads, blocks, vocab, seq_len;
-    int64_t mask_id;           /* as written; -1: automatic (runconfig_mask_id) */
+    int64_t mask_id; /* as written; -1: automatic (runconfig_mask_id) */
 } runconfig_model;
 
 typedef struct runconfig_resources {
     int64_t ranks, nodes, gpus_per_node;
-    char *time_limit;          /* as written ("HH:MM:SS", "D-HH:MM:SS", "MM") */
-    int64_t time_limit_s;      /* the same in seconds */
-    char *backend;             /* "cpu" | "cuda" | "auto" */
-    char *partition;           /* Slurm partition, "" = default */
-    int64_t signal_lead;       /* seconds before the limit Slurm sends USR1 */
-    int64_t collective_timeout;/* seconds a collective may block before the job dies */
-    double bucket_mb;          /* gradient all-reduce bucket (MiB) overlapped with the
-                                  backward; 0: one all-reduce after it */
+    char *time_limit;           /* as written ("HH:MM:SS", "D-HH:MM:SS", "MM") */
+    int64_t time_limit_s;       /* the same in seconds */
+    char *backend;              /* "cpu" | "cuda" | "auto" */
+    char *partition;            /* Slurm partition, "" = default */
+    int64_t signal_lead;        /* seconds before the limit Slurm sends USR1 */
+    int64_t collective_timeout; /* seconds a collective may block before the job dies */
+    double bucket_mb;           /* gradient all-reduce bucket (MiB) overlapped with the
+                                   backward; 0: one all-reduce after it */
 } runconfig_resources;
 
 typedef struct runconfig {
-    char *path;                /* the file it was loaded from */
+    char *path; /* the file it was loaded from */
     char *name;
     char *data_train, *data_valid;
     runconfig_model model;
     int n_stages;
     runconfig_stage *stages;
     runconfig_resources res;
-    char *canonical;           /* canonical YAML of the resolved tree (overrides applied) */
-    char hash[65];             /* sha256 hex of `canonical`: the config's identity */
+    char *canonical; /* canonical YAML of the resolved tree (overrides applied) */
+    char hash[65];   /* sha256 hex of `canonical`: the config's identity */
 } runconfig;
 
 /** Loads, applies overrides to, and strictly validates a run config.

@@ -44,7 +44,15 @@
 
 /** Element types supported (the spec's names are given by
  * safetensors_dtype_name: "F64", "F32", "F16", "BF16", "I64", "I32", "U8"). */
-typedef enum safetensors_dtype { ST_F64, ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_U8 } safetensors_dtype;
+typedef enum safetensors_dtype {
+    ST_F64,
+    ST_F32,
+    ST_F16,
+    ST_BF16,
+    ST_I64,
+    ST_I32,
+    ST_U8
+} safetensors_dtype;
 
 /** Most dimensions a tensor may have. */
 #define ST_MAX_DIMS 8
@@ -59,13 +67,13 @@ const char *safetensors_dtype_name(safetensors_dtype dt);
 typedef struct safetensors_tensor {
     const char *name;
     safetensors_dtype dtype;
-    int ndim;                      /* 0 for a scalar */
+    int ndim; /* 0 for a scalar */
     int64_t shape[ST_MAX_DIMS];
-    int64_t numel;                 /* product of shape (1 for a scalar) */
-    uint64_t nbytes;               /* numel * dtype size */
-    uint64_t offset;               /* BEGIN in the data buffer */
-    const void *data;              /* nbytes of row-major little-endian data;
-                                      only as aligned as offset makes it */
+    int64_t numel;    /* product of shape (1 for a scalar) */
+    uint64_t nbytes;  /* numel * dtype size */
+    uint64_t offset;  /* BEGIN in the data buffer */
+    const void *data; /* nbytes of row-major little-endian data;
+                         only as aligned as offset makes it */
 } safetensors_tensor;
 
 /** Collects tensors and metadata, then writes them in one go. */
@@ -76,8 +84,8 @@ safetensors_writer *safetensors_writer_new(void);
 /** Adds a tensor. name and shape are copied; data is NOT copied and must stay
  * valid until safetensors_write returns. A repeated name is a fatal error (a
  * bug in the caller), as is ndim > ST_MAX_DIMS or a negative dimension. */
-void safetensors_add(safetensors_writer *w, const char *name, safetensors_dtype dt,
-                     int ndim, const int64_t *shape, const void *data);
+void safetensors_add(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim,
+                     const int64_t *shape, const void *data);
 
 /** Sets "__metadata__"[key] = value (both copied; a repeated key replaces). */
 void safetensors_set_meta(safetensors_writer *w, const char *key, const char *value);
@@ -94,7 +102,7 @@ typedef struct safetensors_file {
     safetensors_tensor *tensors;
     size_t nmeta;
     char **meta_keys, **meta_values;
-    void *map;          /* the whole file, mapped read-only */
+    void *map; /* the whole file, mapped read-only */
     size_t map_len;
 } safetensors_file;
 

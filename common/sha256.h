@@ -19,10 +19,10 @@
 
 /** Hashing state. Plain data: may be copied to fork a hash of a common prefix. */
 typedef struct sha256_ctx {
-    uint32_t h[8];     /* chaining value */
-    uint64_t nbytes;   /* bytes hashed so far */
-    uint8_t buf[64];   /* pending partial block */
-    size_t nbuf;       /* bytes in buf (< 64) */
+    uint32_t h[8];   /* chaining value */
+    uint64_t nbytes; /* bytes hashed so far */
+    uint8_t buf[64]; /* pending partial block */
+    size_t nbuf;     /* bytes in buf (< 64) */
 } sha256_ctx;
 
 /** Starts a new hash in c. */

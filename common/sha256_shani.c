@@ -19,13 +19,13 @@ int sha256_shani_available(void) {
     return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA);
 }
 
-__attribute__((target("sha,sse4.1,ssse3"))) void sha256_blocks_shani(uint32_t h[8], const uint8_t *p,
-                                                                      size_t nblocks) {
+__attribute__((target("sha,sse4.1,ssse3"))) void
+sha256_blocks_shani(uint32_t h[8], const uint8_t *p, size_t nblocks) {
     const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
     __m128i dcba = _mm_loadu_si128((const __m128i *)&h[0]);
     __m128i hgfe = _mm_loadu_si128((const __m128i *)&h[4]);
     __m128i cdab = _mm_shuffle_epi32(dcba, 0xB1);
-    hgfe = _mm_shuffle_epi32(hgfe, 0x1B);                 /* words E F G H, high to low */
+    hgfe = _mm_shuffle_epi32(hgfe, 0x1B); /* words E F G H, high to low */
     __m128i abef = _mm_alignr_epi8(cdab, hgfe, 8);
     __m128i cdgh = _mm_blend_epi16(hgfe, cdab, 0xF0);
     for (; nblocks; nblocks--, p += 64) {
@@ -35,7 +35,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void sha256_blocks_shani(uint32_t h[
             w[j] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * j)), bswap);
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) {
-            __m128i wk = _mm_add_epi32(w[j & 3], _mm_loadu_si128((const __m128i *)&sha256_K[4 * j]));
+            __m128i wk =
+                _mm_add_epi32(w[j & 3], _mm_loadu_si128((const __m128i *)&sha256_K[4 * j]));
             cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
             abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
             if (j < 12) { /* W[4j+16 ..] from W[4j ..], W[4j+4 ..], W[4j+8 ..], W[4j+12 ..] */

@@ -1,8 +1,7 @@
 /* common/utf8.c — UTF-8 decoding with Python-compatible replacement. See utf8.h. */
 #include "common/utf8.h"
 
-size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad)
-{
+size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad) {
     unsigned b0 = s[0];
     *bad = 0;
     if (b0 < 0x80) {
@@ -12,8 +11,10 @@ size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad)
     size_t need;
     unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
     uint32_t c;
-    if (b0 >= 0xC2 && b0 <= 0xDF) { need = 1; c = b0 & 0x1F; }
-    else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        need = 1;
+        c = b0 & 0x1F;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
         need = 2;
         c = b0 & 0x0F;
         if (b0 == 0xE0) lo = 0xA0;
@@ -44,8 +45,7 @@ size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp, int *bad)
     return need + 1;
 }
 
-bool utf8_valid(const char *s, size_t n)
-{
+bool utf8_valid(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         int bad;

@@ -6,8 +6,8 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <stdbool.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,7 +112,8 @@ static int parse_args(int argc, char **argv, args *a, const char *allowed, int *
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (has_word(allowed, all[i].name + 2)) opts[n++] = all[i];
     opts[n] = (cli_opt){NULL};
-    const cli_spec spec = {"kf jobs", usage_text, opts, .pos = a->pos, .max_pos = 2, .n_pos = &a->n_pos,
+    const cli_spec spec = {"kf jobs",       usage_text,          opts,
+                           .pos = a->pos,   .max_pos = 2,        .n_pos = &a->n_pos,
                            .over = a->over, .n_over = &a->n_over};
     if (cli_parse(&spec, argc, argv, code)) {
         free(a->over); /* the caller frees it only on success */
@@ -142,8 +143,11 @@ static int open_run(const char *run, const runconfig *rc, runconfig **out, kf_er
         int d = rundir_config_diff(frozen->canonical, rc->canonical, what, sizeof what);
         runconfig_free(frozen);
         if (d == 2)
-            return kf_err_set(err, "%s differs from the run's frozen %s in %s; only resources.* may change "
-                              "in a run in progress (use another --run-dir for a new run)", rc->path, p, what);
+            return kf_err_set(
+                err,
+                "%s differs from the run's frozen %s in %s; only resources.* may change "
+                "in a run in progress (use another --run-dir for a new run)",
+                rc->path, p, what);
         if (d == 1) {
             fprintf(stderr, "kf jobs: %s: updating resources in %s (%s)\n", run, p, what);
             if (rundir_freeze(run, rc, err)) return -1;
@@ -160,7 +164,8 @@ static const char *kf_bin(void) {
 }
 
 /* Runs one stage (or the shards pseudo-stage) here; np > 1 uses mpirun. */
-static int run_stage_local(const char *run, const runconfig *rc, const char *stage, int np, kf_err *err) {
+static int run_stage_local(const char *run, const runconfig *rc, const char *stage, int np,
+                           kf_err *err) {
     char yaml[PATH_MAX], npbuf[16];
     snprintf(yaml, sizeof yaml, "%s/run.yaml", run);
     char *argv[24];
@@ -171,12 +176,14 @@ static int run_stage_local(const char *run, const runconfig *rc, const char *sta
     } else {
         if (np > 1) {
             snprintf(npbuf, sizeof npbuf, "%d", np);
-            argv[a++] = "mpirun", argv[a++] = "-np", argv[a++] = npbuf, argv[a++] = "--oversubscribe";
+            argv[a++] = "mpirun", argv[a++] = "-np", argv[a++] = npbuf,
+            argv[a++] = "--oversubscribe";
             if (geteuid() == 0) argv[a++] = "--allow-run-as-root";
         }
         /* --resume continues from the newest valid checkpoint, or starts at 0 */
         argv[a++] = (char *)kf_bin(), argv[a++] = "train", argv[a++] = yaml, argv[a++] = "--stage";
-        argv[a++] = s->name, argv[a++] = "--run-dir", argv[a++] = (char *)run, argv[a++] = "--resume";
+        argv[a++] = s->name, argv[a++] = "--run-dir", argv[a++] = (char *)run,
+        argv[a++] = "--resume";
     }
     argv[a] = NULL;
     fprintf(stderr, "kf jobs: %s: running", stage);
@@ -207,16 +214,22 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
         int code = run_stage_local(run, rc, stage, np, &err);
         if (code < 0) return kf_err_report("kf jobs", &err);
         if (code == KF_EXIT_PREEMPTED) {
-            fprintf(stderr, "kf jobs: %s: preempted with a checkpoint; run the same command again to resume\n", stage);
+            fprintf(
+                stderr,
+                "kf jobs: %s: preempted with a checkpoint; run the same command again to resume\n",
+                stage);
             return KF_EXIT_PREEMPTED;
         }
         if (code != 0 || !rundir_stage_complete(run, rc, stage, why, sizeof why)) {
-            fprintf(stderr, "kf jobs: %s: failed (exit %d%s%s); run the same command again to resume from "
-                    "its last checkpoint\n", stage, code, code ? "" : ", ", code ? "" : why);
+            fprintf(stderr,
+                    "kf jobs: %s: failed (exit %d%s%s); run the same command again to resume from "
+                    "its last checkpoint\n",
+                    stage, code, code ? "" : ", ", code ? "" : why);
             return KF_EXIT_ERROR;
         }
         char took[32];
-        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage, elapsed(clock_now_s() - t0, took, sizeof took));
+        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage,
+                elapsed(clock_now_s() - t0, took, sizeof took));
     }
     char took[32];
     fprintf(stderr, "kf jobs: every stage of %s is complete (%s in this command)\n", run,
@@ -256,7 +269,8 @@ static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
         }
         char id[32];
         if (slurm_write_script(run, rc, stage, cwd, script, sizeof script, err) ||
-            slurm_submit(script, *prev ? prev : NULL, id, err) || rundir_jobs_add(run, stage, id, err))
+            slurm_submit(script, *prev ? prev : NULL, id, err) ||
+            rundir_jobs_add(run, stage, id, err))
             goto fail;
         printf("%s\t%s\t%s%s\n", stage, id, *prev ? "afterok:" : "", *prev ? prev : "first");
         fflush(stdout);
@@ -280,8 +294,10 @@ static int cmd_plan(int argc, char **argv) {
     if (a.n_pos != 1) return usage_error("plan needs CONFIG%s", "");
     kf_err err;
     runconfig *rc;
-    if (runconfig_load(a.pos[0], a.n_over, a.over, &rc, &err)) return kf_err_report("kf jobs", &err);
-    double flops = !strcmp(rc->res.backend, "cuda") ? 2e14 : 6e10; /* cpu: the tiny AR stage on 2 cores */
+    if (runconfig_load(a.pos[0], a.n_over, a.over, &rc, &err))
+        return kf_err_report("kf jobs", &err);
+    double flops =
+        !strcmp(rc->res.backend, "cuda") ? 2e14 : 6e10; /* cpu: the tiny AR stage on 2 cores */
     if (a.flops > 0) flops = a.flops;
     plan_print(stdout, rc, flops);
     runconfig_free(rc);
@@ -323,8 +339,8 @@ static bool run_has_live_jobs(const char *run) {
     bool live = false;
     for (int i = 0; i < n && !live; i++) {
         slurm_job sj;
-        live = rundir_jobs_current(jobs, n, jobs[i].stage) == &jobs[i] && slurm_query(jobs[i].id, &sj) == 0 &&
-               slurm_state_alive(sj.state);
+        live = rundir_jobs_current(jobs, n, jobs[i].stage) == &jobs[i] &&
+               slurm_query(jobs[i].id, &sj) == 0 && slurm_state_alive(sj.state);
     }
     free(jobs);
     return live;
@@ -337,7 +353,8 @@ static int cmd_submit(int argc, char **argv) {
     if (a.n_pos != 1) return usage_error("submit needs CONFIG%s", "");
     kf_err err;
     if (!slurm_available()) {
-        fprintf(stderr, "kf jobs: error: Slurm's sbatch/scontrol/scancel are not in PATH; use kf jobs run to run here\n");
+        fprintf(stderr, "kf jobs: error: Slurm's sbatch/scontrol/scancel are not in PATH; use kf "
+                        "jobs run to run here\n");
         return KF_EXIT_ERROR;
     }
     char run[PATH_MAX], abs_run[PATH_MAX];
@@ -348,8 +365,10 @@ static int cmd_submit(int argc, char **argv) {
         kf_err_set(&err, "%s: %s", run, strerror(errno));
         code = kf_err_report("kf jobs", &err);
     } else if (run_has_live_jobs(abs_run)) {
-        fprintf(stderr, "kf jobs: error: %s already has jobs queued or running; see kf jobs status %s "
-                "(kf jobs resume re-chains the rest)\n", run, run);
+        fprintf(stderr,
+                "kf jobs: error: %s already has jobs queued or running; see kf jobs status %s "
+                "(kf jobs resume re-chains the rest)\n",
+                run, run);
         code = KF_EXIT_ERROR;
     } else {
         printf("# run %s: %s (config sha256 %s)\n", rc->name, abs_run, rc->hash);
@@ -371,11 +390,13 @@ static int cmd_resume(int argc, char **argv) {
         kf_err_set(&err, "%s: %s", a.pos[0], strerror(errno));
         return kf_err_report("kf jobs", &err);
     }
-    if ((size_t)snprintf(yaml, sizeof yaml, "%s/run.yaml", run) >= sizeof yaml) return usage_error("path too long: %s", run);
+    if ((size_t)snprintf(yaml, sizeof yaml, "%s/run.yaml", run) >= sizeof yaml)
+        return usage_error("path too long: %s", run);
     runconfig *frozen, *rc;
     if (rundir_load(run, 0, NULL, &frozen, &err)) return kf_err_report("kf jobs", &err);
     runconfig_free(frozen);
-    if (runconfig_load(a.config ? a.config : yaml, a.n_over, a.over, &rc, &err)) return kf_err_report("kf jobs", &err);
+    if (runconfig_load(a.config ? a.config : yaml, a.n_over, a.over, &rc, &err))
+        return kf_err_report("kf jobs", &err);
     runconfig *cur;
     int rv = open_run(run, rc, &cur, &err);
     runconfig_free(rc);
@@ -384,7 +405,10 @@ static int cmd_resume(int argc, char **argv) {
     if (a.local) {
         code = run_local(run, cur, (int)a.np, 1);
     } else if (!slurm_available()) {
-        fprintf(stderr, "kf jobs: error: Slurm is not available here; kf jobs resume %s --local runs the rest here\n", run);
+        fprintf(stderr,
+                "kf jobs: error: Slurm is not available here; kf jobs resume %s --local runs the "
+                "rest here\n",
+                run);
         code = KF_EXIT_ERROR;
     } else {
         printf("# run %s: %s (config sha256 %s)\n", cur->name, run, cur->hash);
@@ -393,9 +417,12 @@ static int cmd_resume(int argc, char **argv) {
         slurm_node *down;
         int nd = slurm_down_nodes(&down);
         for (int i = 0; i < nd; i++)
-            fprintf(stderr, "kf jobs: warning: node %s is out of service (%s%s%s); jobs that need it wait until it "
-                    "is back (start its slurmd; scontrol update NodeName=%s State=RESUME)\n", down[i].name,
-                    down[i].state, *down[i].reason ? ": " : "", down[i].reason, down[i].name);
+            fprintf(stderr,
+                    "kf jobs: warning: node %s is out of service (%s%s%s); jobs that need it wait "
+                    "until it "
+                    "is back (start its slurmd; scontrol update NodeName=%s State=RESUME)\n",
+                    down[i].name, down[i].state, *down[i].reason ? ": " : "", down[i].reason,
+                    down[i].name);
         free(down);
     }
     runconfig_free(cur);
@@ -419,9 +446,12 @@ static int cmd_cancel(int argc, char **argv) {
         slurm_job sj;
         if (slurm_query(jobs[i].id, &sj) || !slurm_state_alive(sj.state)) continue;
         if (slurm_cancel(jobs[i].id, &err)) code = kf_err_report("kf jobs", &err);
-        else printf("%s\t%s\tcancelled (was %s)\n", jobs[i].stage, jobs[i].id, sj.state), cancelled++;
+        else
+            printf("%s\t%s\tcancelled (was %s)\n", jobs[i].stage, jobs[i].id, sj.state),
+                cancelled++;
     }
-    if (!cancelled && code == KF_EXIT_OK) fprintf(stderr, "kf jobs: %s: no queued or running jobs\n", a.pos[0]);
+    if (!cancelled && code == KF_EXIT_OK)
+        fprintf(stderr, "kf jobs: %s: no queued or running jobs\n", a.pos[0]);
     free(jobs);
     free(a.over);
     return code;
@@ -467,7 +497,8 @@ static void lower(char *out, size_t cap, const char *s) {
     out[i] = 0;
 }
 
-static void fill_row(const char *run, const runconfig *rc, const rundir_job *jobs, int nj, int i, row *r) {
+static void fill_row(const char *run, const runconfig *rc, const rundir_job *jobs, int nj, int i,
+                     row *r) {
     memset(r, 0, sizeof *r);
     const runconfig_stage *s = i < 0 ? NULL : &rc->stages[i];
     r->stage = s ? s->name : RUNDIR_SHARDS;
@@ -476,22 +507,27 @@ static void fill_row(const char *run, const runconfig *rc, const rundir_job *job
     r->job = rundir_jobs_current(jobs, nj, r->stage);
     if (r->job) slurm_query(r->job->id, &r->sj);
     r->total = s ? s->steps : 0;
-    r->step = r->st.complete && s ? s->steps : r->st.log_step > r->st.ckpt_step ? r->st.log_step : r->st.ckpt_step;
+    r->step = r->st.complete && s                ? s->steps
+              : r->st.log_step > r->st.ckpt_step ? r->st.log_step
+                                                 : r->st.ckpt_step;
     time_t now = time(NULL);
     r->ckpt_age_s = r->st.ckpt_step >= 0 ? difftime(now, r->st.ckpt_mtime) : -1;
     r->eta_s = -1;
     bool alive = r->job && slurm_state_alive(r->sj.state);
     if (r->st.complete) snprintf(r->state, sizeof r->state, "complete");
-    else if (alive && !strcmp(r->sj.state, "RUNNING")) snprintf(r->state, sizeof r->state, "running");
+    else if (alive && !strcmp(r->sj.state, "RUNNING"))
+        snprintf(r->state, sizeof r->state, "running");
     else if (alive) snprintf(r->state, sizeof r->state, "queued");
     else if (r->job && strcmp(r->sj.state, "UNKNOWN") && strcmp(r->sj.state, "COMPLETED"))
         lower(r->state, sizeof r->state, r->sj.state); /* failed, cancelled, timeout, ... */
-    else if (!strcmp(r->st.status, "running") && r->st.log_mtime && difftime(now, r->st.log_mtime) < 120)
+    else if (!strcmp(r->st.status, "running") && r->st.log_mtime &&
+             difftime(now, r->st.log_mtime) < 120)
         snprintf(r->state, sizeof r->state, "running");
     else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed") ||
              !strcmp(r->st.status, "stale"))
         snprintf(r->state, sizeof r->state, "%.*s", (int)sizeof r->state - 1, r->st.status);
-    else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0) snprintf(r->state, sizeof r->state, "partial");
+    else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0)
+        snprintf(r->state, sizeof r->state, "partial");
     else snprintf(r->state, sizeof r->state, "not started");
     if (!r->st.complete && r->st.steps_per_s > 0 && r->step >= 0 && !strcmp(r->state, "running"))
         r->eta_s = (double)(r->total - r->step) / r->st.steps_per_s;
@@ -509,7 +545,8 @@ static void json_num_or_null(FILE *f, const char *key, double v, int ok) {
     else fprintf(f, ",\"%s\":null", key);
 }
 
-static void print_json(const char *run, const runconfig *rc, row *rows, int n, const slurm_node *down, int nd) {
+static void print_json(const char *run, const runconfig *rc, row *rows, int n,
+                       const slurm_node *down, int nd) {
     printf("{\"run\":");
     json_write_str(stdout, rc->name, strlen(rc->name));
     printf(",\"dir\":");
@@ -532,8 +569,8 @@ static void print_json(const char *run, const runconfig *rc, row *rows, int n, c
         else printf("null");
         printf(",\"slurm_state\":");
         if (r->job) {
-            printf("\"%s\",\"slurm_reason\":\"%s\",\"restarts\":%d,\"nodes\":", r->sj.state, r->sj.reason,
-                   r->sj.restarts);
+            printf("\"%s\",\"slurm_reason\":\"%s\",\"restarts\":%d,\"nodes\":", r->sj.state,
+                   r->sj.reason, r->sj.restarts);
             json_write_str(stdout, r->sj.nodes, strlen(r->sj.nodes));
         } else {
             printf("null,\"slurm_reason\":null,\"restarts\":null,\"nodes\":null");
@@ -558,30 +595,35 @@ static void print_json(const char *run, const runconfig *rc, row *rows, int n, c
     printf("]}\n");
 }
 
-static void print_table(const char *run, const runconfig *rc, row *rows, int n, const slurm_node *down, int nd) {
+static void print_table(const char *run, const runconfig *rc, row *rows, int n,
+                        const slurm_node *down, int nd) {
     printf("run %s: %s (config sha256 %.16s)\n", rc->name, run, rc->hash);
-    printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", "stage", "kind", "state", "step/total",
-           "checkpoint", "age", "job", "slurm", "tokens/s", "eta");
+    printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", "stage", "kind", "state",
+           "step/total", "checkpoint", "age", "job", "slurm", "tokens/s", "eta");
     for (int i = 0; i < n; i++) {
         row *r = &rows[i];
         char steps[40], ck[sizeof r->st.ckpt], ag[16], sl[224], tps[24], eta[16];
-        if (r->total) snprintf(steps, sizeof steps, "%lld/%lld", (long long)(r->step < 0 ? 0 : r->step), (long long)r->total);
+        if (r->total)
+            snprintf(steps, sizeof steps, "%lld/%lld", (long long)(r->step < 0 ? 0 : r->step),
+                     (long long)r->total);
         else snprintf(steps, sizeof steps, "-");
         snprintf(ck, sizeof ck, "%s", r->st.ckpt_step >= 0 ? r->st.ckpt : "-");
         age(r->ckpt_age_s, ag, sizeof ag);
         if (!r->job) snprintf(sl, sizeof sl, "-");
-        else if (r->sj.restarts > 0) snprintf(sl, sizeof sl, "%s%s%s r%d", r->sj.state, *r->sj.reason ? "/" : "", r->sj.reason, r->sj.restarts);
+        else if (r->sj.restarts > 0)
+            snprintf(sl, sizeof sl, "%s%s%s r%d", r->sj.state, *r->sj.reason ? "/" : "",
+                     r->sj.reason, r->sj.restarts);
         else snprintf(sl, sizeof sl, "%s%s%s", r->sj.state, *r->sj.reason ? "/" : "", r->sj.reason);
         if (r->st.tokens_per_s > 0) snprintf(tps, sizeof tps, "%.0f", r->st.tokens_per_s);
         else snprintf(tps, sizeof tps, "-");
         age(r->eta_s, eta, sizeof eta);
         if (*r->sj.nodes) snprintf(sl + strlen(sl), sizeof sl - strlen(sl), " on %s", r->sj.nodes);
-        printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", r->stage, r->kind, r->state, steps, ck,
-               ag, r->job ? r->job->id : "-", sl, tps, eta);
+        printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", r->stage, r->kind,
+               r->state, steps, ck, ag, r->job ? r->job->id : "-", sl, tps, eta);
     }
     for (int i = 0; i < nd; i++)
-        printf("node %s out of service: %s%s%s\n", down[i].name, down[i].state, *down[i].reason ? ", " : "",
-               down[i].reason);
+        printf("node %s out of service: %s%s%s\n", down[i].name, down[i].state,
+               *down[i].reason ? ", " : "", down[i].reason);
 }
 
 static int cmd_status(int argc, char **argv) {
@@ -613,8 +655,9 @@ int jobs_main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } cmds[] = {{"plan", cmd_plan},     {"run", cmd_run},       {"submit", cmd_submit}, {"status", cmd_status},
-                {"resume", cmd_resume}, {"cancel", cmd_cancel}, {"check", cmd_check}};
+    } cmds[] = {{"plan", cmd_plan},     {"run", cmd_run},       {"submit", cmd_submit},
+                {"status", cmd_status}, {"resume", cmd_resume}, {"cancel", cmd_cancel},
+                {"check", cmd_check}};
     if (argc < 2) {
         fputs(usage_text, stderr);
         return KF_EXIT_USAGE;

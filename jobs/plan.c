@@ -6,11 +6,11 @@
 
 double plan_params(const runconfig_model *m, runconfig_kind kind, int64_t k) {
     double H = (double)m->hidden, V = (double)m->vocab;
-    double p = V * H                                  /* vocab_embed */
+    double p = V * H                                      /* vocab_embed */
                + (double)m->blocks * (12 * H * H + 7 * H) /* norms, qkv, out, mlp with biases */
-               + H + H * V + V;                       /* output layer */
+               + H + H * V + V;                           /* output layer */
     if (kind == RC_KIND_AR || kind == RC_KIND_IMPORT) return p;
-    p += 10 * H * H + 8 * H;                          /* noise encoder: proj 2H->H, LN, MLP */
+    p += 10 * H * H + 8 * H; /* noise encoder: proj 2H->H, LN, MLP */
     if (kind == RC_KIND_NI_MTP) p += (double)(k - 1) * (2 * H + H * V + V); /* extra heads */
     return p;
 }
@@ -29,26 +29,26 @@ void plan_estimate(const runconfig *rc, int i, double flops_per_s, plan_stage *o
     o->params = plan_params(m, s->kind, s->k);
     double per_sample = 0;
     switch (s->kind) {
-    case RC_KIND_IMPORT:
-        break;
-    case RC_KIND_AR:
-        per_sample = 6 * o->params * L + 3 * attn_fwd(m, L, L / 2);
-        break;
+    case RC_KIND_IMPORT: break;
+    case RC_KIND_AR: per_sample = 6 * o->params * L + 3 * attn_fwd(m, L, L / 2); break;
     case RC_KIND_DISTILL_AR:
     case RC_KIND_NI_MTP:
     case RC_KIND_NI_CAUSAL: {
         const runconfig_stage *t = s->teacher_stage >= 0 ? &rc->stages[s->teacher_stage] : NULL;
         o->teacher_params = plan_params(m, t ? t->kind : RC_KIND_AR, t ? t->k : 1);
         double rows = s->kind == RC_KIND_NI_MTP ? 2 * L : (1 + k) * L;
-        per_sample = 2 * o->teacher_params * L + 2 * attn_fwd(m, L, L / 2) /* teacher (k-token CDFs) */
+        per_sample = 2 * o->teacher_params * L +
+                     2 * attn_fwd(m, L, L / 2) /* teacher (k-token CDFs) */
                      + 6 * o->params * rows + 3 * attn_fwd(m, rows, L / 2 + k);
         break;
     }
     case RC_KIND_SELF_FORCING: {
         double h = k / 2; /* the teacher's k */
         o->teacher_params = o->params;
-        per_sample = 2 * o->teacher_params * (1 + h) * L + attn_fwd(m, (1 + h) * L, L / 2 + h) /* SingleForward */
-                     + 2 * o->teacher_params * k * L + attn_fwd(m, k * L, L / 2 + k)         /* DoubleForward */
+        per_sample = 2 * o->teacher_params * (1 + h) * L +
+                     attn_fwd(m, (1 + h) * L, L / 2 + h) /* SingleForward */
+                     + 2 * o->teacher_params * k * L +
+                     attn_fwd(m, k * L, L / 2 + k) /* DoubleForward */
                      + 6 * o->params * (1 + k) * L + 3 * attn_fwd(m, (1 + k) * L, L / 2 + k);
         break;
     }
@@ -91,12 +91,14 @@ void plan_print(FILE *f, const runconfig *rc, double flops_per_s) {
     fprintf(f, "model: hidden %lld, heads %lld, blocks %lld, vocab %lld, seq_len %lld\n",
             (long long)m->hidden, (long long)m->heads, (long long)m->blocks, (long long)m->vocab,
             (long long)m->seq_len);
-    fprintf(f, "resources per stage job: %lld rank(s) on %lld node(s), %lld GPU(s)/node, backend %s, "
+    fprintf(f,
+            "resources per stage job: %lld rank(s) on %lld node(s), %lld GPU(s)/node, backend %s, "
             "time limit %s, USR1 %llds before the limit%s%s\n\n",
             (long long)r->ranks, (long long)r->nodes, (long long)r->gpus_per_node, r->backend,
-            r->time_limit, (long long)r->signal_lead, *r->partition ? ", partition " : "", r->partition);
-    fprintf(f, "%-3s %-12s %-22s %3s %-18s %9s %6s %8s %9s %9s %9s %9s %5s\n", "#", "stage", "kind", "k",
-            "teacher", "steps", "batch", "params", "FLOP", "mem/rank", "ckpt", "time", "jobs");
+            r->time_limit, (long long)r->signal_lead, *r->partition ? ", partition " : "",
+            r->partition);
+    fprintf(f, "%-3s %-12s %-22s %3s %-18s %9s %6s %8s %9s %9s %9s %9s %5s\n", "#", "stage", "kind",
+            "k", "teacher", "steps", "batch", "params", "FLOP", "mem/rank", "ckpt", "time", "jobs");
     double total_s = 0;
     for (int i = 0; i < rc->n_stages; i++) {
         const runconfig_stage *s = &rc->stages[i];
@@ -110,17 +112,19 @@ void plan_print(FILE *f, const runconfig *rc, double flops_per_s) {
         else snprintf(teacher, sizeof teacher, "%.17s", s->teacher);
         if (s->kind == RC_KIND_IMPORT) {
             fprintf(f, "%-3d %-12s %-22s %3s %-18s %9s %6s %8s %9s %9s %9s %9s %5s\n", i, s->name,
-                    runconfig_kind_name(s->kind), "-", teacher, "-", "-", human(p.params, a, sizeof a), "-", "-",
-                    "-", "-", "-");
+                    runconfig_kind_name(s->kind), "-", teacher, "-", "-",
+                    human(p.params, a, sizeof a), "-", "-", "-", "-", "-");
             fprintf(f, "    import %s\n", s->path);
             continue;
         }
-        fprintf(f, "%-3d %-12s %-22s %3lld %-18s %9lld %6lld %8s %9s %8sB %8sB %9s %5lld\n", i, s->name,
-                runconfig_kind_name(s->kind), (long long)s->k, teacher, (long long)s->steps,
-                (long long)s->opt.batch, human(p.params, a, sizeof a), human(p.flops, b, sizeof b),
-                human(p.mem_bytes, c, sizeof c), human(p.ckpt_bytes, d, sizeof d),
-                duration(p.seconds, e, sizeof e), (long long)p.jobs);
-        if (s->teacher && s->teacher_stage < 0) fprintf(f, "    teacher checkpoint %s\n", s->teacher);
+        fprintf(f, "%-3d %-12s %-22s %3lld %-18s %9lld %6lld %8s %9s %8sB %8sB %9s %5lld\n", i,
+                s->name, runconfig_kind_name(s->kind), (long long)s->k, teacher,
+                (long long)s->steps, (long long)s->opt.batch, human(p.params, a, sizeof a),
+                human(p.flops, b, sizeof b), human(p.mem_bytes, c, sizeof c),
+                human(p.ckpt_bytes, d, sizeof d), duration(p.seconds, e, sizeof e),
+                (long long)p.jobs);
+        if (s->teacher && s->teacher_stage < 0)
+            fprintf(f, "    teacher checkpoint %s\n", s->teacher);
         if (s->init && strcmp(s->init, s->teacher ? s->teacher : ""))
             fprintf(f, "    student initialised from %s\n", s->init);
     }
@@ -132,6 +136,8 @@ void plan_print(FILE *f, const runconfig *rc, double flops_per_s) {
         else fprintf(f, "  %s (no teacher)\n", s->name);
     }
     fprintf(f, "Jobs run in config order, each after the previous one (afterok).\n");
-    fprintf(f, "Estimated total: %s at %sFLOP/s per rank (--flops to change; activations not counted).\n",
-            duration(total_s, a, sizeof a), human(flops_per_s, b, sizeof b));
+    fprintf(
+        f,
+        "Estimated total: %s at %sFLOP/s per rank (--flops to change; activations not counted).\n",
+        duration(total_s, a, sizeof a), human(flops_per_s, b, sizeof b));
 }

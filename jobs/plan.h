@@ -16,14 +16,14 @@
 #include "common/runconfig.h"
 
 typedef struct plan_stage {
-    double params;          /* student parameters */
-    double teacher_params;  /* 0 without a teacher */
-    double flops_per_step;  /* training FLOPs per optimizer step */
-    double flops;           /* for all steps */
-    double mem_bytes;       /* per rank: weights, grads, EMA, AdamW, teacher */
-    double ckpt_bytes;      /* one resumable checkpoint */
-    double seconds;         /* at the assumed throughput */
-    int64_t jobs;           /* Slurm jobs needed at the time limit (>= 1) */
+    double params;         /* student parameters */
+    double teacher_params; /* 0 without a teacher */
+    double flops_per_step; /* training FLOPs per optimizer step */
+    double flops;          /* for all steps */
+    double mem_bytes;      /* per rank: weights, grads, EMA, AdamW, teacher */
+    double ckpt_bytes;     /* one resumable checkpoint */
+    double seconds;        /* at the assumed throughput */
+    int64_t jobs;          /* Slurm jobs needed at the time limit (>= 1) */
 } plan_stage;
 
 /** Parameters of the model for a stage kind with k (PFLM kinds add the noise

@@ -56,13 +56,17 @@ int rundir_load(const char *run, int n_over, char *const *over, runconfig **out,
         memcpy(recorded, text + strlen(HASH_LINE), 64), recorded[64] = 0;
     free(text);
     if (!*recorded)
-        return kf_err_set(err, "%s:1:1: not a frozen run config (no '%s' line): make runs with kf jobs submit or kf jobs run",
+        return kf_err_set(err,
+                          "%s:1:1: not a frozen run config (no '%s' line): make runs with kf jobs "
+                          "submit or kf jobs run",
                           p, HASH_LINE);
     runconfig *rc;
     if (runconfig_load(p, 0, NULL, &rc, err)) return -1;
     if (strcmp(rc->hash, recorded)) {
-        kf_err_set(err, "%s: changed after the run was made (sha256 %.12s..., recorded %.12s...): "
-                   "the run's stages were trained under the recorded config; restore it or start a new run",
+        kf_err_set(err,
+                   "%s: changed after the run was made (sha256 %.12s..., recorded %.12s...): "
+                   "the run's stages were trained under the recorded config; restore it or start a "
+                   "new run",
                    p, rc->hash, recorded);
         runconfig_free(rc); /* after the message: it names rc->hash */
         return -1;
@@ -78,7 +82,7 @@ int rundir_load(const char *run, int n_over, char *const *over, runconfig **out,
 /* ---- config comparison ---- */
 
 typedef struct diff_ctx {
-    int result;          /* 0 equal, 1 compatible, 2 incompatible */
+    int result; /* 0 equal, 1 compatible, 2 incompatible */
     char *what;
     size_t cap;
 } diff_ctx;
@@ -134,7 +138,8 @@ static void diff_nodes(diff_ctx *d, const char *path, const cfg_node *a, const c
     }
 }
 
-int rundir_config_diff(const char *old_canonical, const char *new_canonical, char *what, size_t cap) {
+int rundir_config_diff(const char *old_canonical, const char *new_canonical, char *what,
+                       size_t cap) {
     kf_err err;
     cfg_node *a = cfg_load_string(old_canonical, "old", &err);
     cfg_node *b = cfg_load_string(new_canonical, "new", &err);
@@ -299,7 +304,8 @@ int rundir_jobs_read(const char *run, rundir_job **jobs, kf_err *err) {
     size_t len;
     if (fs_read_file(p, &text, &len, err)) return -1;
     if (strncmp(text, JOBS_HEADER, strlen(JOBS_HEADER)))
-        return free(text), kf_err_set(err, "%s:1:1: not a kf jobs file (expected '%.12s')", p, JOBS_HEADER);
+        return free(text),
+               kf_err_set(err, "%s:1:1: not a kf jobs file (expected '%.12s')", p, JOBS_HEADER);
     int n = 0, lineno = 1;
     for (char *line = text + strlen(JOBS_HEADER); *line; lineno++) {
         char *end = strchr(line, '\n');
@@ -310,7 +316,8 @@ int rundir_jobs_read(const char *run, rundir_job **jobs, kf_err *err) {
         rundir_job *j = &(*jobs)[n];
         long long when;
         int used = -1;
-        if (sscanf(line, "%63[^\t]\t%31[^\t]\t%lld%n", j->stage, j->id, &when, &used) != 3 || line[used]) {
+        if (sscanf(line, "%63[^\t]\t%31[^\t]\t%lld%n", j->stage, j->id, &when, &used) != 3 ||
+            line[used]) {
             free(text), free(*jobs), *jobs = NULL;
             return kf_err_set(err, "%s:%d:1: malformed job line", p, lineno + 1);
         }
@@ -329,8 +336,10 @@ int rundir_jobs_add(const char *run, const char *stage, const char *id, kf_err *
     char *text = kf_malloc(cap);
     len += (size_t)snprintf(text, cap, "%s", JOBS_HEADER);
     for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%" PRId64 "\n", jobs[i].stage, jobs[i].id, jobs[i].when);
-    len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%lld\n", stage, id, (long long)time(NULL));
+        len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%" PRId64 "\n", jobs[i].stage,
+                                jobs[i].id, jobs[i].when);
+    len +=
+        (size_t)snprintf(text + len, cap - len, "%s\t%s\t%lld\n", stage, id, (long long)time(NULL));
     char p[PATH_MAX];
     fs_path_join(p, sizeof p, run, "jobs.tsv");
     int rv = fs_write_atomic(p, text, len, err);

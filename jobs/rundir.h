@@ -53,20 +53,21 @@ int rundir_load(const char *run, int n_over, char *const *over, runconfig **out,
  * @return 0 when equal, 1 when only compatible keys differ, 2 when some
  * incompatible key differs. what (cap bytes) names the first incompatible
  * change, else the first change, as "PATH: OLD -> NEW". */
-int rundir_config_diff(const char *old_canonical, const char *new_canonical, char *what, size_t cap);
+int rundir_config_diff(const char *old_canonical, const char *new_canonical, char *what,
+                       size_t cap);
 
 /** What the files of one stage say. */
 typedef struct rundir_state {
-    bool complete;          /* completion marker and final weights present */
-    int64_t ckpt_step;      /* step of the newest checkpoint with a manifest, -1 if none */
-    char ckpt[64];          /* its directory name under ckpt/, "" if none */
-    time_t ckpt_mtime;      /* when it was written */
-    int64_t log_step;       /* last step logged in log.jsonl, -1 if none */
-    time_t log_mtime;       /* when log.jsonl last changed (0: no log) */
-    double steps_per_s;     /* recent throughput from log.jsonl, 0 if unknown */
-    double tokens_per_s;    /* last tokens/s logged, 0 if unknown */
-    char status[128];       /* state in the trainer's status file (running, preempted, done, failed), "" if none;
-                               for "shards": "stale" when data was built with other settings */
+    bool complete;       /* completion marker and final weights present */
+    int64_t ckpt_step;   /* step of the newest checkpoint with a manifest, -1 if none */
+    char ckpt[64];       /* its directory name under ckpt/, "" if none */
+    time_t ckpt_mtime;   /* when it was written */
+    int64_t log_step;    /* last step logged in log.jsonl, -1 if none */
+    time_t log_mtime;    /* when log.jsonl last changed (0: no log) */
+    double steps_per_s;  /* recent throughput from log.jsonl, 0 if unknown */
+    double tokens_per_s; /* last tokens/s logged, 0 if unknown */
+    char status[128]; /* state in the trainer's status file (running, preempted, done, failed), ""
+                         if none; for "shards": "stale" when data was built with other settings */
 } rundir_state;
 
 /** Reads stage `stage` of run (a config stage or RUNDIR_SHARDS) from disk.

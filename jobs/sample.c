@@ -30,7 +30,8 @@ static const char *const prompts[] = {"The city council voted on Tuesday to",
 #define MAX_NEW 64
 
 /* The `vocab:` and `tokenizer:` of the shards set whose `out:` is data.train. */
-static int find_vocab(const char *run, const runconfig *rc, char **vocab, char **kind, kf_err *err) {
+static int find_vocab(const char *run, const runconfig *rc, char **vocab, char **kind,
+                      kf_err *err) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/run.yaml", run);
     cfg_node *root = cfg_load_file(p, err);
@@ -40,7 +41,8 @@ static int find_vocab(const char *run, const runconfig *rc, char **vocab, char *
     for (size_t i = 0; sets && sets->kind == CFG_MAP && i < sets->n && !*vocab; i++) {
         cfg_node *out = cfg_find(sets->items[i], "out"), *v = cfg_find(sets->items[i], "vocab");
         cfg_node *t = cfg_find(sets->items[i], "tokenizer");
-        if (out && v && out->kind == CFG_SCALAR && v->kind == CFG_SCALAR && !strcmp(out->value, rc->data_train)) {
+        if (out && v && out->kind == CFG_SCALAR && v->kind == CFG_SCALAR &&
+            !strcmp(out->value, rc->data_train)) {
             *vocab = kf_strdup(v->value);
             *kind = kf_strdup(t && t->kind == CFG_SCALAR ? t->value : "gpt2");
         }
@@ -54,10 +56,11 @@ static int find_vocab(const char *run, const runconfig *rc, char **vocab, char *
  * that completions keep the other half; *max_new is then what every model's
  * context holds, a multiple of kmax (a K-Forcing step emits k tokens).
  * Writes them to path; shown[i] is the text of prompt i as kept. */
-static int write_prefixes(tok *tk, int64_t seq_len, int64_t kmax, const char *path, char shown[][160],
-                          int64_t *max_new, kf_err *err) {
+static int write_prefixes(tok *tk, int64_t seq_len, int64_t kmax, const char *path,
+                          char shown[][160], int64_t *max_new, kf_err *err) {
     int64_t cap = seq_len / 2, longest = 0;
-    int32_t bos = tok_special_id(tk, "bos") >= 0 ? tok_special_id(tk, "bos") : tok_special_id(tk, "cls");
+    int32_t bos =
+        tok_special_id(tk, "bos") >= 0 ? tok_special_id(tk, "bos") : tok_special_id(tk, "cls");
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -84,16 +87,18 @@ static int write_prefixes(tok *tk, int64_t seq_len, int64_t kmax, const char *pa
     int64_t n = seq_len - longest < MAX_NEW ? seq_len - longest : MAX_NEW;
     *max_new = n - n % kmax;
     if (!rc && *max_new < 1)
-        rc = kf_err_set(err, "a context of %lld tokens leaves no room for %lld new tokens after a "
-                        "%lld-token prompt", (long long)seq_len, (long long)kmax, (long long)longest);
+        rc = kf_err_set(err,
+                        "a context of %lld tokens leaves no room for %lld new tokens after a "
+                        "%lld-token prompt",
+                        (long long)seq_len, (long long)kmax, (long long)longest);
     if (!rc) rc = fs_write_atomic(path, text, len, err);
     free(text);
     return rc;
 }
 
 typedef struct result {
-    double tps;      /* mean tokens/s over the output lines */
-    char text[96];   /* the first completion, one line */
+    double tps;    /* mean tokens/s over the output lines */
+    char text[96]; /* the first completion, one line */
     quality_row q;
 } result;
 
@@ -119,18 +124,37 @@ static void first_text(const json *tx, result *r) {
 /* Runs kf sample, keeps its JSONL in out_path, reads tokens/s and the first
  * completion, then scores the file with kf eval --completions under the AR
  * checkpoint eval_ckpt. */
-static int sample_one(const char *kf, const char *ckpt, int k, const char *prefixes, const char *vocab,
-                      int64_t max_new, const char *eval_ckpt, int32_t eos, const char *out_path, result *r,
-                      kf_err *err) {
+static int sample_one(const char *kf, const char *ckpt, int k, const char *prefixes,
+                      const char *vocab, int64_t max_new, const char *eval_ckpt, int32_t eos,
+                      const char *out_path, result *r, kf_err *err) {
     char kbuf[16], nbuf[24], pbuf[16], ebuf[16];
     snprintf(kbuf, sizeof kbuf, "%d", k);
     snprintf(nbuf, sizeof nbuf, "%lld", (long long)max_new);
     snprintf(pbuf, sizeof pbuf, "%d", PER_PROMPT);
     snprintf(ebuf, sizeof ebuf, "%d", eos);
     /* plain sampling at tau 1 (no penalty): the distribution the paper compares */
-    char *argv[] = {(char *)kf, "sample", (char *)ckpt, "--k", kbuf, "--tau", "1", "--freq-penalty", "0",
-                    "--prefix-file", (char *)prefixes, "--vocab", (char *)vocab, "--n-per-prefix", pbuf,
-                    "--batch", pbuf, "--max-new", nbuf, "--seed", "1", NULL};
+    char *argv[] = {(char *)kf,
+                    "sample",
+                    (char *)ckpt,
+                    "--k",
+                    kbuf,
+                    "--tau",
+                    "1",
+                    "--freq-penalty",
+                    "0",
+                    "--prefix-file",
+                    (char *)prefixes,
+                    "--vocab",
+                    (char *)vocab,
+                    "--n-per-prefix",
+                    pbuf,
+                    "--batch",
+                    pbuf,
+                    "--max-new",
+                    nbuf,
+                    "--seed",
+                    "1",
+                    NULL};
     char *out;
     int code = proc_capture(argv, &out, false, err);
     if (code < 0) return -1;
@@ -157,12 +181,14 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
         line = end ? end + 1 : line + n;
     }
     free(out);
-    if (!rv && lines == 0) rv = kf_err_set(err, "kf sample %s --k %d printed no completions", ckpt, k);
+    if (!rv && lines == 0)
+        rv = kf_err_set(err, "kf sample %s --k %d printed no completions", ckpt, k);
     if (rv) return rv;
     r->tps /= lines;
 
-    char *ev[] = {(char *)kf, "eval", "--completions", (char *)out_path, "--evaluator", (char *)eval_ckpt,
-                  "--eos", ebuf, NULL};
+    char *ev[] = {(char *)kf,       "eval",        "--completions",
+                  (char *)out_path, "--evaluator", (char *)eval_ckpt,
+                  "--eos",          ebuf,          NULL};
     code = proc_capture(ev, &out, false, err);
     if (code < 0) return -1;
     json_doc *d = code ? NULL : json_parse(out, strlen(out), "kf eval output", err);
@@ -191,8 +217,10 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     char *vocab, *kind;
     if (find_vocab(run, rc, &vocab, &kind, err)) return -1;
     if (!vocab) {
-        fprintf(stderr, "kf jobs: samples skipped: no `shards:` set of the config has out: %s "
-                "(its vocab: would encode the prompts)\n", rc->data_train);
+        fprintf(stderr,
+                "kf jobs: samples skipped: no `shards:` set of the config has out: %s "
+                "(its vocab: would encode the prompts)\n",
+                rc->data_train);
         return 0;
     }
     const runconfig_stage *ar = NULL;
@@ -200,11 +228,13 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     for (int i = 0; i < rc->n_stages; i++) {
         const runconfig_stage *s = &rc->stages[i];
         if (s->kind == RC_KIND_AR && !ar) ar = s;
-        if ((s->kind == RC_KIND_DISTILL_AR || s->kind == RC_KIND_SELF_FORCING) && s->k > kmax) kmax = s->k;
+        if ((s->kind == RC_KIND_DISTILL_AR || s->kind == RC_KIND_SELF_FORCING) && s->k > kmax)
+            kmax = s->k;
     }
     if (!ar) {
         free(vocab), free(kind);
-        fprintf(stderr, "kf jobs: samples skipped: no `ar` stage (the teacher that scores the samples)\n");
+        fprintf(stderr,
+                "kf jobs: samples skipped: no `ar` stage (the teacher that scores the samples)\n");
         return 0;
     }
     char dir[PATH_MAX], prefixes[PATH_MAX + 32], eval_ckpt[PATH_MAX + 64], shown[N_PROMPTS][160];
@@ -222,12 +252,16 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     free(kind);
     if (rv) return free(vocab), -1;
 
-    printf("\nsamples: %d prompts x %d completions of up to %lld tokens at tau 1, batch %d (CPU, one "
-           "process), in %s/\n", N_PROMPTS, PER_PROMPT, (long long)max_new, PER_PROMPT, dir);
-    printf("quality: Gen-PPL under %s; entropy: mean unigram entropy (nats) per completion; dist-n: "
-           "distinct n-grams; length: mean tokens before EOS.\nFLAG: Gen-PPL > %.1fx, entropy < %.1fx or "
-           "length < %.1fx AR's\n\n", ar->name, QUALITY_MAX_PPL_RATIO, QUALITY_MIN_ENTROPY_RATIO,
-           QUALITY_MIN_LENGTH_RATIO);
+    printf(
+        "\nsamples: %d prompts x %d completions of up to %lld tokens at tau 1, batch %d (CPU, one "
+        "process), in %s/\n",
+        N_PROMPTS, PER_PROMPT, (long long)max_new, PER_PROMPT, dir);
+    printf(
+        "quality: Gen-PPL under %s; entropy: mean unigram entropy (nats) per completion; dist-n: "
+        "distinct n-grams; length: mean tokens before EOS.\nFLAG: Gen-PPL > %.1fx, entropy < %.1fx "
+        "or "
+        "length < %.1fx AR's\n\n",
+        ar->name, QUALITY_MAX_PPL_RATIO, QUALITY_MIN_ENTROPY_RATIO, QUALITY_MIN_LENGTH_RATIO);
     printf("%-6s %3s %9s %6s %s\n", "model", "k", "tokens/s", "vs AR", quality_header());
     enum { MAX_ROWS = 64 };
     result *rows = kf_calloc(MAX_ROWS, sizeof *rows);

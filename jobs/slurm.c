@@ -53,10 +53,12 @@ int slurm_write_script(const char *run, const runconfig *rc, const char *stage, 
     OUT("#SBATCH --output=%s/stages/%s/slurm.out\n", run, stage);
     OUT("#SBATCH --open-mode=append\n#SBATCH --requeue\n");
     OUT("#SBATCH --signal=B:USR1@%lld\n", (long long)r->signal_lead);
-    OUT("#SBATCH --time=%lld-%02lld:%02lld:%02lld\n", t / 86400, t / 3600 % 24, t / 60 % 60, t % 60);
+    OUT("#SBATCH --time=%lld-%02lld:%02lld:%02lld\n", t / 86400, t / 3600 % 24, t / 60 % 60,
+        t % 60);
     OUT("#SBATCH --nodes=%lld\n#SBATCH --ntasks=%lld\n", shards ? 1LL : (long long)r->nodes,
         shards ? 1LL : (long long)r->ranks);
-    if (r->gpus_per_node > 0 && !shards) OUT("#SBATCH --gpus-per-node=%lld\n", (long long)r->gpus_per_node);
+    if (r->gpus_per_node > 0 && !shards)
+        OUT("#SBATCH --gpus-per-node=%lld\n", (long long)r->gpus_per_node);
     if (*r->partition) OUT("#SBATCH --partition=%s\n", r->partition);
     OUT("#SBATCH --chdir=%s\n", cwd);
     OUT("export KF_BIN=\"${KF_BIN:-%s}\"\nset -- \"%s\" \"%s\"\n", proc_self_exe(), run, stage);
@@ -132,7 +134,8 @@ static int query_scontrol(const char *id, slurm_job *j) {
 
 /* `sacct` (when accounting is on): jobs long gone from slurmctld's memory. */
 static int query_sacct(const char *id, slurm_job *j) {
-    char *argv[] = {"sacct", "-n", "-P", "-X", "-o", "State,ExitCode", "-j", (char *)id, NULL}, *out;
+    char *argv[] = {"sacct", "-n", "-P", "-X", "-o", "State,ExitCode", "-j", (char *)id, NULL},
+         *out;
     char st[32] = "", ec[16] = ""; /* st: as long as slurm_job's state */
     kf_err err;
     if (!proc_in_path("sacct")) return -1;
@@ -157,9 +160,10 @@ int slurm_query(const char *id, slurm_job *j) {
 }
 
 bool slurm_state_alive(const char *state) {
-    static const char *alive[] = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                                  "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING",
-                                  "STAGE_OUT", "RESV_DEL_HOLD", NULL};
+    static const char *alive[] = {"PENDING",     "RUNNING",   "REQUEUED",   "REQUEUE_HOLD",
+                                  "REQUEUE_FED", "SUSPENDED", "COMPLETING", "CONFIGURING",
+                                  "RESIZING",    "SIGNALING", "STAGE_OUT",  "RESV_DEL_HOLD",
+                                  NULL};
     for (const char **a = alive; *a; a++)
         if (!strcmp(state, *a)) return true;
     return false;

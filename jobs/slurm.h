@@ -30,8 +30,8 @@ typedef struct slurm_job {
 /** A node that is out of service. */
 typedef struct slurm_node {
     char name[64];
-    char state[32];     /* sinfo's short state: "down*", "drain", "fail", "idle*", ... */
-    char reason[128];   /* why, as Slurm records it ("Not responding"), "" if none */
+    char state[32];   /* sinfo's short state: "down*", "drain", "fail", "idle*", ... */
+    char reason[128]; /* why, as Slurm records it ("Not responding"), "" if none */
 } slurm_node;
 
 /** True when sbatch, scontrol and scancel are in PATH. */

@@ -78,209 +78,212 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
  * kernels/op_cost.h declares each op's FLOP and byte count from it, so an op
  * added here is a compile error until every backend implements it and its
  * cost is written. */
-#define KF_BACKEND_OPS(X)                                                                         \
-    /* ---- memory ---- */                                                                        \
-    X(void *, alloc, (kf_backend *b, size_t bytes),                                               \
-        (b, bytes)) /* zero-filled; dies on failure */                                            \
-    X(void, free, (kf_backend *b, void *p),                                                       \
-        (b, p))                                                                                   \
-    X(void, upload, (kf_backend *b, void *dst, const void *src_host, size_t bytes),               \
-        (b, dst, src_host, bytes))                                                                \
-    X(void, download, (kf_backend *b, void *dst_host, const void *src, size_t bytes),             \
-        (b, dst_host, src, bytes))                                                                \
-    X(void, copy, (kf_backend *b, void *dst, const void *src, size_t bytes),                      \
-        (b, dst, src, bytes))                                                                     \
-    X(void, zero, (kf_backend *b, void *dst, size_t bytes),                                       \
-        (b, dst, bytes))                                                                          \
-    X(void, sync, (kf_backend *b),                                                                \
-        (b))                                                                                      \
-    X(void, set_precision, (kf_backend *b, kf_precision p),                                       \
-        (b, p))                                                                                   \
-    X(void, destroy, (kf_backend *b),                                                             \
-        (b))                                                                                      \
-                                                                                                  \
-    /* ---- dense algebra ----                                                                    \
-     * C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K]                         \
-     * (A stored [K,M] when trans_a), op(B) is [K,N] (B stored [N,K] when trans_b). */            \
-    X(void, matmul, (kf_backend *b, float *C, const float *A, const float *B, int64_t M,          \
-        int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta),                 \
-        (b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta))                                     \
-    /* Batched: `batch` independent matmuls, operands advanced by the given strides               \
-     * (elements). */                                                                             \
-    X(void, matmul_batched, (kf_backend *b, float *C, const float *A, const float *B, int64_t M,  \
-        int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,   \
-        int64_t stride_c, int64_t stride_a, int64_t stride_b),                                    \
-        (b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b)) \
-    /* y[r, c] += bias[c] */                                                                      \
-    X(void, add_bias, (kf_backend *b, float *y, const float *bias, int64_t rows, int64_t cols),   \
-        (b, y, bias, rows, cols))                                                                 \
-    /* dbias[c] += sum_r dy[r, c] (fixed order) */                                                \
-    X(void, bias_grad, (kf_backend *b, float *dbias, const float *dy, int64_t rows,               \
-        int64_t cols),                                                                            \
-        (b, dbias, dy, rows, cols))                                                               \
-                                                                                                  \
-    /* ---- normalisation ----                                                                    \
-     * y = (x - mean) * rstd * w (+ bias if bias != NULL); mean/rstd [rows] saved for             \
-     * backward. */                                                                               \
-    X(void, layernorm_fwd, (kf_backend *b, float *y, float *mean, float *rstd, const float *x,    \
-        const float *w, const float *bias, int64_t rows, int64_t cols, float eps),                \
-        (b, y, mean, rstd, x, w, bias, rows, cols, eps))                                          \
-    /* dx += dL/dx; dw += dL/dw; dbias += dL/dbias (dbias ignored when NULL). */                  \
-    X(void, layernorm_bwd, (kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,   \
-        const float *x, const float *w, const float *mean, const float *rstd, int64_t rows,       \
-        int64_t cols),                                                                            \
-        (b, dx, dw, dbias, dy, x, w, mean, rstd, rows, cols))                                     \
-                                                                                                  \
-    /* ---- rotary embedding (rotate-half) on the q and k parts of qkv [B*L, 3*H] in place.       \
-     * pos[L] (device int32) is the RoPE position of each row within a sample; H =                \
-     * n_head*head_dim.                                                                           \
-     * Angles in double so backends agree bitwise: a = (double)pos * pow((double)base,            \
-     * -(double)(2i)/head_dim), c = (float)cos(a), s = (float)sin(a); rotation in fp32. */        \
-    X(void, rope_fwd, (kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,       \
-        int64_t n_head, int64_t head_dim, float base),                                            \
-        (b, qkv, pos, B, L, n_head, head_dim, base))                                              \
-    /* Applies the inverse rotation to dq and dk inside dqkv (in place). */                       \
-    X(void, rope_bwd, (kf_backend *b, float *dqkv, const int32_t *pos, int64_t B, int64_t L,      \
-        int64_t n_head, int64_t head_dim, float base),                                            \
-        (b, dqkv, pos, B, L, n_head, head_dim, base))                                             \
-                                                                                                  \
-    /* ---- attention over a mask structure; scale 1/sqrt(head_dim).                              \
-     * qkv [B*L, 3H] (q | k | v, head h at columns h*head_dim); out [B*L, H];                     \
-     * lse [B, n_head, L] log-sum-exp saved for backward. Rows before m->q_start                  \
-     * are neither read as queries nor written. Rows that see no key (context                     \
-     * rows at or past valid_len) get out = 0 and lse = 0. In KF_PREC_FP16 mode                   \
-     * q, k, v (and out, dout in the backward) and the outputs out / dqkv are                     \
-     * rounded through half; lse stays fp32. */                                                   \
-    X(void, attn_fwd, (kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m, \
-        int64_t B, int64_t n_head, int64_t head_dim),                                             \
-        (b, out, lse, qkv, m, B, n_head, head_dim))                                               \
-    /* dqkv (overwritten) from dout; needs the forward's out and lse. */                          \
-    X(void, attn_bwd, (kf_backend *b, float *dqkv, const float *dout, const float *out,           \
-        const float *lse, const float *qkv, const kf_mask *m, int64_t B, int64_t n_head,          \
-        int64_t head_dim),                                                                        \
-        (b, dqkv, dout, out, lse, qkv, m, B, n_head, head_dim))                                   \
-    /* Decode-time attention: Q new tokens per sample whose K/V were already                      \
-     * written to the caches at rows [P, P+Q). Query i sees cache rows [0, P+i]                   \
-     * (causal over the concatenation). q [B*Q, H] (row stride q_stride                           \
-     * elements); kcache/vcache [B, cap, H]; out [B*Q, H]. */                                     \
-    X(void, attn_decode, (kf_backend *b, float *out, const float *q, int64_t q_stride,            \
-        const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P, int64_t Q,   \
-        int64_t n_head, int64_t head_dim),                                                        \
-        (b, out, q, q_stride, kcache, vcache, B, cap, P, Q, n_head, head_dim))                    \
-                                                                                                  \
-    /* ---- pointwise ---- */                                                                     \
-    X(void, gelu_fwd, (kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind),    \
-        (b, y, x, n, kind))                                                                       \
-    /* dx = dy * gelu'(x) (overwrite). */                                                         \
-    X(void, gelu_bwd, (kf_backend *b, float *dx, const float *dy, const float *x, int64_t n,      \
-        kf_gelu_kind kind),                                                                       \
-        (b, dx, dy, x, n, kind))                                                                  \
-    /* y = x + y */                                                                               \
-    X(void, add_inplace, (kf_backend *b, float *y, const float *x, int64_t n),                    \
-        (b, y, x, n))                                                                             \
-    /* x *= alpha */                                                                              \
-    X(void, scale, (kf_backend *b, float *x, float alpha, int64_t n),                             \
-        (b, x, alpha, n))                                                                         \
-    /* x[r, col] = value for every row (the mask token's logit). */                               \
-    X(void, fill_column, (kf_backend *b, float *x, int64_t rows, int64_t cols, int64_t col,       \
-        float value),                                                                             \
-        (b, x, rows, cols, col, value))                                                           \
-    /* Rounds x to the nearest half-precision value in place (fp16 storage emulation). */         \
-    X(void, round_half, (kf_backend *b, float *x, int64_t n),                                     \
-        (b, x, n))                                                                                \
-                                                                                                  \
-    /* ---- row movement (rows of `dim` floats; idx are device int32) ---- */                     \
-    /* dst[i] = src[idx[i]] for i < n */                                                          \
-    X(void, gather_rows, (kf_backend *b, float *dst, const float *src, const int32_t *idx,        \
-        int64_t n, int64_t dim),                                                                  \
-        (b, dst, src, idx, n, dim))                                                               \
-    /* dst[idx[i]] = src[i] for i < n (idx distinct) */                                           \
-    X(void, scatter_rows, (kf_backend *b, float *dst, const float *src, const int32_t *idx,       \
-        int64_t n, int64_t dim),                                                                  \
-        (b, dst, src, idx, n, dim))                                                               \
-                                                                                                  \
-    /* ---- embedding ----                                                                        \
-     * out[row_idx[i]] = table[ids[i]] for i < n (row_idx NULL: row i). */                        \
-    X(void, embed_fwd, (kf_backend *b, float *out, const int32_t *ids, const int32_t *row_idx,    \
-        const float *table, int64_t n, int64_t dim),                                              \
-        (b, out, ids, row_idx, table, n, dim))                                                    \
-    /* dtable[ids[i]] += dout[row_idx[i]]: deterministic (fixed order per table row). */          \
-    X(void, embed_bwd, (kf_backend *b, float *dtable, const float *dout, const int32_t *ids,      \
-        const int32_t *row_idx, int64_t n, int64_t dim, int64_t vocab),                           \
-        (b, dtable, dout, ids, row_idx, n, dim, vocab))                                           \
-                                                                                                  \
-    /* Sinusoidal noise features, computed in float64 (docs/architecture.md "Reference model"):   \
-     * out[r] = [cos(z*f), sin(z*f), cos(tau*f), sin(tau*f)] with f_i = 2*pi*10000^(-i/half),     \
-     * half = H/2, so out is [n, 2H]. z[n], tau[n] are device doubles. */                         \
-    X(void, noise_features, (kf_backend *b, float *out, const double *z, const double *tau,       \
-        int64_t n, int64_t H),                                                                    \
-        (b, out, z, tau, n, H))                                                                   \
-                                                                                                  \
-    /* ---- losses and decoding over logits [rows, V] ----                                        \
-     * Softmax cross-entropy. targets < 0 are ignored (loss 0, grad 0).                           \
-     * losses[r] (may be NULL) gets each row's loss; when dlogits != NULL it                      \
-     * gets grad_scale * (softmax - onehot) (may alias logits). */                                \
-    X(void, xent, (kf_backend *b, float *losses, float *dlogits, const float *logits,             \
-        const int32_t *targets, int64_t rows, int64_t V, float grad_scale),                       \
-        (b, losses, dlogits, logits, targets, rows, V, grad_scale))                               \
-    /* ids[r] = first index of the row maximum. */                                                \
-    X(void, argmax, (kf_backend *b, int32_t *ids, const float *logits, int64_t rows, int64_t V),  \
-        (b, ids, logits, rows, V))                                                                \
-    /* Inverse-CDF sampling in float64: p = softmax(logits[r] / tau[r]); ids[r] =                 \
-     * first v with cumsum(p)[v] >= z[r] (lower bound, id order); when the sum                    \
-     * falls short of z (rounding), the last v with p > 0. A token with p = 0 is                  \
-     * never returned (z <= 0 gives the first v with p > 0). tau, z device doubles. */            \
-    X(void, sample_icdf, (kf_backend *b, int32_t *ids, const float *logits, const double *tau,    \
-        const double *z, int64_t rows, int64_t V),                                                \
-        (b, ids, logits, tau, z, rows, V))                                                        \
-    /* CDF bin of a given token in float64: lo[r] = sum_{v < t} p_v, hi[r] = lo[r] + p_t          \
-     * with p = softmax(logits[r] / tau[r]) (noise-inversion supervision). */                     \
-    X(void, icdf_bin, (kf_backend *b, double *lo, double *hi, const float *logits,                \
-        const double *tau, const int32_t *targets, int64_t rows, int64_t V),                      \
-        (b, lo, hi, logits, tau, targets, rows, V))                                               \
-    /* logits[r, v] -= penalty * (number of j < n_hist with hist[r*n_hist + j] == v),             \
-     * one subtraction per distinct v; history ids outside [0, V) are ignored. */                 \
-    X(void, freq_penalty, (kf_backend *b, float *logits, const int32_t *hist, int64_t n_hist,     \
-        int64_t rows, int64_t V, float penalty),                                                  \
-        (b, logits, hist, n_hist, rows, V, penalty))                                              \
-                                                                                                  \
-    /* ---- the decode-time output layer ----                                                     \
-     * Decoding applies one [V, H] output layer to a few rows per step, where a                   \
-     * GEMM library re-packs all of W on every call. head_pack makes the                          \
-     * layer's backend-specific form once from W [V, H] and bias [V] (NULL:                       \
-     * none), with logit mask_col (-1: none) fixed to mask_value; it reflects                     \
-     * W and bias as they are at the call. Free it with head_free. */                             \
-    X(void *, head_pack, (kf_backend *b, const float *W, const float *bias, int64_t V, int64_t H, \
-        int64_t mask_col, float mask_value),                                                      \
-        (b, W, bias, V, H, mask_col, mask_value))                                                 \
-    X(void, head_free, (kf_backend *b, void *head),                                               \
-        (b, head))                                                                                \
-    /* For rows x [rows, H]: logits [rows, V] = x W^T + bias (when logits !=                      \
-     * NULL) and ids[r] = first index of the row maximum of those logits (when                    \
-     * ids != NULL; an argmax alone need not materialise the logits). A row's                     \
-     * logits do not depend on the other rows (batch invariant). */                               \
-    X(void, head_fwd, (kf_backend *b, float *logits, int32_t *ids, const float *x,                \
-        const void *head, int64_t rows),                                                          \
-        (b, logits, ids, x, head, rows))                                                          \
-                                                                                                  \
-    /* ---- reductions (results returned to the host; fixed order) ---- */                        \
-    X(double, sum, (kf_backend *b, const float *x, int64_t n),                                    \
-        (b, x, n))                                                                                \
-    X(double, sumsq, (kf_backend *b, const float *x, int64_t n),                                  \
-        (b, x, n))                                                                                \
-    X(int64_t, count_nonfinite, (kf_backend *b, const float *x, int64_t n),                       \
-        (b, x, n))                                                                                \
-                                                                                                  \
-    /* ---- optimiser over one flat parameter buffer (one launch) ----                            \
-     * g_eff = grads * grad_scale (unscale + clip); m,v AdamW moments; step is                    \
-     * 1-based for bias correction; decoupled weight decay. */                                    \
-    X(void, adamw, (kf_backend *b, float *params, const float *grads, float *m, float *v,         \
-        int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,             \
-        int64_t step, float grad_scale),                                                          \
-        (b, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale))       \
-    /* ema = decay * ema + (1 - decay) * params */                                                \
-    X(void, ema, (kf_backend *b, float *ema, const float *params, int64_t n, float decay),        \
-        (b, ema, params, n, decay))
+#define KF_BACKEND_OPS(X)                                                                          \
+    /* ---- memory ---- */                                                                         \
+    X(void *, alloc, (kf_backend * b, size_t bytes),                                               \
+      (b, bytes)) /* zero-filled; dies on failure */                                               \
+    X(void, free, (kf_backend * b, void *p), (b, p))                                               \
+    X(void, upload, (kf_backend * b, void *dst, const void *src_host, size_t bytes),               \
+      (b, dst, src_host, bytes))                                                                   \
+    X(void, download, (kf_backend * b, void *dst_host, const void *src, size_t bytes),             \
+      (b, dst_host, src, bytes))                                                                   \
+    X(void, copy, (kf_backend * b, void *dst, const void *src, size_t bytes),                      \
+      (b, dst, src, bytes))                                                                        \
+    X(void, zero, (kf_backend * b, void *dst, size_t bytes), (b, dst, bytes))                      \
+    X(void, sync, (kf_backend * b), (b))                                                           \
+    X(void, set_precision, (kf_backend * b, kf_precision p), (b, p))                               \
+    X(void, destroy, (kf_backend * b), (b))                                                        \
+                                                                                                   \
+    /* ---- dense algebra ----                                                                     \
+     * C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K]                          \
+     * (A stored [K,M] when trans_a), op(B) is [K,N] (B stored [N,K] when trans_b). */             \
+    X(void, matmul,                                                                                \
+      (kf_backend * b, float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,  \
+       int trans_a, int trans_b, float alpha, float beta),                                         \
+      (b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta))                                        \
+    /* Batched: `batch` independent matmuls, operands advanced by the given strides                \
+     * (elements). */                                                                              \
+    X(void, matmul_batched,                                                                        \
+      (kf_backend * b, float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,  \
+       int trans_a, int trans_b, float alpha, float beta, int64_t batch, int64_t stride_c,         \
+       int64_t stride_a, int64_t stride_b),                                                        \
+      (b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b))   \
+    /* y[r, c] += bias[c] */                                                                       \
+    X(void, add_bias, (kf_backend * b, float *y, const float *bias, int64_t rows, int64_t cols),   \
+      (b, y, bias, rows, cols))                                                                    \
+    /* dbias[c] += sum_r dy[r, c] (fixed order) */                                                 \
+    X(void, bias_grad,                                                                             \
+      (kf_backend * b, float *dbias, const float *dy, int64_t rows, int64_t cols),                 \
+      (b, dbias, dy, rows, cols))                                                                  \
+                                                                                                   \
+    /* ---- normalisation ----                                                                     \
+     * y = (x - mean) * rstd * w (+ bias if bias != NULL); mean/rstd [rows] saved for              \
+     * backward. */                                                                                \
+    X(void, layernorm_fwd,                                                                         \
+      (kf_backend * b, float *y, float *mean, float *rstd, const float *x, const float *w,         \
+       const float *bias, int64_t rows, int64_t cols, float eps),                                  \
+      (b, y, mean, rstd, x, w, bias, rows, cols, eps))                                             \
+    /* dx += dL/dx; dw += dL/dw; dbias += dL/dbias (dbias ignored when NULL). */                   \
+    X(void, layernorm_bwd,                                                                         \
+      (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const float *x,        \
+       const float *w, const float *mean, const float *rstd, int64_t rows, int64_t cols),          \
+      (b, dx, dw, dbias, dy, x, w, mean, rstd, rows, cols))                                        \
+                                                                                                   \
+    /* ---- rotary embedding (rotate-half) on the q and k parts of qkv [B*L, 3*H] in place.        \
+     * pos[L] (device int32) is the RoPE position of each row within a sample; H =                 \
+     * n_head*head_dim.                                                                            \
+     * Angles in double so backends agree bitwise: a = (double)pos * pow((double)base,             \
+     * -(double)(2i)/head_dim), c = (float)cos(a), s = (float)sin(a); rotation in fp32. */         \
+    X(void, rope_fwd,                                                                              \
+      (kf_backend * b, float *qkv, const int32_t *pos, int64_t B, int64_t L, int64_t n_head,       \
+       int64_t head_dim, float base),                                                              \
+      (b, qkv, pos, B, L, n_head, head_dim, base))                                                 \
+    /* Applies the inverse rotation to dq and dk inside dqkv (in place). */                        \
+    X(void, rope_bwd,                                                                              \
+      (kf_backend * b, float *dqkv, const int32_t *pos, int64_t B, int64_t L, int64_t n_head,      \
+       int64_t head_dim, float base),                                                              \
+      (b, dqkv, pos, B, L, n_head, head_dim, base))                                                \
+                                                                                                   \
+    /* ---- attention over a mask structure; scale 1/sqrt(head_dim).                               \
+     * qkv [B*L, 3H] (q | k | v, head h at columns h*head_dim); out [B*L, H];                      \
+     * lse [B, n_head, L] log-sum-exp saved for backward. Rows before m->q_start                   \
+     * are neither read as queries nor written. Rows that see no key (context                      \
+     * rows at or past valid_len) get out = 0 and lse = 0. In KF_PREC_FP16 mode                    \
+     * q, k, v (and out, dout in the backward) and the outputs out / dqkv are                      \
+     * rounded through half; lse stays fp32. */                                                    \
+    X(void, attn_fwd,                                                                              \
+      (kf_backend * b, float *out, float *lse, const float *qkv, const kf_mask *m, int64_t B,      \
+       int64_t n_head, int64_t head_dim),                                                          \
+      (b, out, lse, qkv, m, B, n_head, head_dim))                                                  \
+    /* dqkv (overwritten) from dout; needs the forward's out and lse. */                           \
+    X(void, attn_bwd,                                                                              \
+      (kf_backend * b, float *dqkv, const float *dout, const float *out, const float *lse,         \
+       const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim),           \
+      (b, dqkv, dout, out, lse, qkv, m, B, n_head, head_dim))                                      \
+    /* Decode-time attention: Q new tokens per sample whose K/V were already                       \
+     * written to the caches at rows [P, P+Q). Query i sees cache rows [0, P+i]                    \
+     * (causal over the concatenation). q [B*Q, H] (row stride q_stride                            \
+     * elements); kcache/vcache [B, cap, H]; out [B*Q, H]. */                                      \
+    X(void, attn_decode,                                                                           \
+      (kf_backend * b, float *out, const float *q, int64_t q_stride, const float *kcache,          \
+       const float *vcache, int64_t B, int64_t cap, int64_t P, int64_t Q, int64_t n_head,          \
+       int64_t head_dim),                                                                          \
+      (b, out, q, q_stride, kcache, vcache, B, cap, P, Q, n_head, head_dim))                       \
+                                                                                                   \
+    /* ---- pointwise ---- */                                                                      \
+    X(void, gelu_fwd, (kf_backend * b, float *y, const float *x, int64_t n, kf_gelu_kind kind),    \
+      (b, y, x, n, kind))                                                                          \
+    /* dx = dy * gelu'(x) (overwrite). */                                                          \
+    X(void, gelu_bwd,                                                                              \
+      (kf_backend * b, float *dx, const float *dy, const float *x, int64_t n, kf_gelu_kind kind),  \
+      (b, dx, dy, x, n, kind))                                                                     \
+    /* y = x + y */                                                                                \
+    X(void, add_inplace, (kf_backend * b, float *y, const float *x, int64_t n), (b, y, x, n))      \
+    /* x *= alpha */                                                                               \
+    X(void, scale, (kf_backend * b, float *x, float alpha, int64_t n), (b, x, alpha, n))           \
+    /* x[r, col] = value for every row (the mask token's logit). */                                \
+    X(void, fill_column,                                                                           \
+      (kf_backend * b, float *x, int64_t rows, int64_t cols, int64_t col, float value),            \
+      (b, x, rows, cols, col, value))                                                              \
+    /* Rounds x to the nearest half-precision value in place (fp16 storage emulation). */          \
+    X(void, round_half, (kf_backend * b, float *x, int64_t n), (b, x, n))                          \
+                                                                                                   \
+    /* ---- row movement (rows of `dim` floats; idx are device int32) ---- */                      \
+    /* dst[i] = src[idx[i]] for i < n */                                                           \
+    X(void, gather_rows,                                                                           \
+      (kf_backend * b, float *dst, const float *src, const int32_t *idx, int64_t n, int64_t dim),  \
+      (b, dst, src, idx, n, dim))                                                                  \
+    /* dst[idx[i]] = src[i] for i < n (idx distinct) */                                            \
+    X(void, scatter_rows,                                                                          \
+      (kf_backend * b, float *dst, const float *src, const int32_t *idx, int64_t n, int64_t dim),  \
+      (b, dst, src, idx, n, dim))                                                                  \
+                                                                                                   \
+    /* ---- embedding ----                                                                         \
+     * out[row_idx[i]] = table[ids[i]] for i < n (row_idx NULL: row i). */                         \
+    X(void, embed_fwd,                                                                             \
+      (kf_backend * b, float *out, const int32_t *ids, const int32_t *row_idx, const float *table, \
+       int64_t n, int64_t dim),                                                                    \
+      (b, out, ids, row_idx, table, n, dim))                                                       \
+    /* dtable[ids[i]] += dout[row_idx[i]]: deterministic (fixed order per table row). */           \
+    X(void, embed_bwd,                                                                             \
+      (kf_backend * b, float *dtable, const float *dout, const int32_t *ids,                       \
+       const int32_t *row_idx, int64_t n, int64_t dim, int64_t vocab),                             \
+      (b, dtable, dout, ids, row_idx, n, dim, vocab))                                              \
+                                                                                                   \
+    /* Sinusoidal noise features, computed in float64 (docs/architecture.md "Reference model"):    \
+     * out[r] = [cos(z*f), sin(z*f), cos(tau*f), sin(tau*f)] with f_i = 2*pi*10000^(-i/half),      \
+     * half = H/2, so out is [n, 2H]. z[n], tau[n] are device doubles. */                          \
+    X(void, noise_features,                                                                        \
+      (kf_backend * b, float *out, const double *z, const double *tau, int64_t n, int64_t H),      \
+      (b, out, z, tau, n, H))                                                                      \
+                                                                                                   \
+    /* ---- losses and decoding over logits [rows, V] ----                                         \
+     * Softmax cross-entropy. targets < 0 are ignored (loss 0, grad 0).                            \
+     * losses[r] (may be NULL) gets each row's loss; when dlogits != NULL it                       \
+     * gets grad_scale * (softmax - onehot) (may alias logits). */                                 \
+    X(void, xent,                                                                                  \
+      (kf_backend * b, float *losses, float *dlogits, const float *logits, const int32_t *targets, \
+       int64_t rows, int64_t V, float grad_scale),                                                 \
+      (b, losses, dlogits, logits, targets, rows, V, grad_scale))                                  \
+    /* ids[r] = first index of the row maximum. */                                                 \
+    X(void, argmax, (kf_backend * b, int32_t * ids, const float *logits, int64_t rows, int64_t V), \
+      (b, ids, logits, rows, V))                                                                   \
+    /* Inverse-CDF sampling in float64: p = softmax(logits[r] / tau[r]); ids[r] =                  \
+     * first v with cumsum(p)[v] >= z[r] (lower bound, id order); when the sum                     \
+     * falls short of z (rounding), the last v with p > 0. A token with p = 0 is                   \
+     * never returned (z <= 0 gives the first v with p > 0). tau, z device doubles. */             \
+    X(void, sample_icdf,                                                                           \
+      (kf_backend * b, int32_t * ids, const float *logits, const double *tau, const double *z,     \
+       int64_t rows, int64_t V),                                                                   \
+      (b, ids, logits, tau, z, rows, V))                                                           \
+    /* CDF bin of a given token in float64: lo[r] = sum_{v < t} p_v, hi[r] = lo[r] + p_t           \
+     * with p = softmax(logits[r] / tau[r]) (noise-inversion supervision). */                      \
+    X(void, icdf_bin,                                                                              \
+      (kf_backend * b, double *lo, double *hi, const float *logits, const double *tau,             \
+       const int32_t *targets, int64_t rows, int64_t V),                                           \
+      (b, lo, hi, logits, tau, targets, rows, V))                                                  \
+    /* logits[r, v] -= penalty * (number of j < n_hist with hist[r*n_hist + j] == v),              \
+     * one subtraction per distinct v; history ids outside [0, V) are ignored. */                  \
+    X(void, freq_penalty,                                                                          \
+      (kf_backend * b, float *logits, const int32_t *hist, int64_t n_hist, int64_t rows,           \
+       int64_t V, float penalty),                                                                  \
+      (b, logits, hist, n_hist, rows, V, penalty))                                                 \
+                                                                                                   \
+    /* ---- the decode-time output layer ----                                                      \
+     * Decoding applies one [V, H] output layer to a few rows per step, where a                    \
+     * GEMM library re-packs all of W on every call. head_pack makes the                           \
+     * layer's backend-specific form once from W [V, H] and bias [V] (NULL:                        \
+     * none), with logit mask_col (-1: none) fixed to mask_value; it reflects                      \
+     * W and bias as they are at the call. Free it with head_free. */                              \
+    X(void *, head_pack,                                                                           \
+      (kf_backend * b, const float *W, const float *bias, int64_t V, int64_t H, int64_t mask_col,  \
+       float mask_value),                                                                          \
+      (b, W, bias, V, H, mask_col, mask_value))                                                    \
+    X(void, head_free, (kf_backend * b, void *head), (b, head))                                    \
+    /* For rows x [rows, H]: logits [rows, V] = x W^T + bias (when logits !=                       \
+     * NULL) and ids[r] = first index of the row maximum of those logits (when                     \
+     * ids != NULL; an argmax alone need not materialise the logits). A row's                      \
+     * logits do not depend on the other rows (batch invariant). */                                \
+    X(void, head_fwd,                                                                              \
+      (kf_backend * b, float *logits, int32_t *ids, const float *x, const void *head,              \
+       int64_t rows),                                                                              \
+      (b, logits, ids, x, head, rows))                                                             \
+                                                                                                   \
+    /* ---- reductions (results returned to the host; fixed order) ---- */                         \
+    X(double, sum, (kf_backend * b, const float *x, int64_t n), (b, x, n))                         \
+    X(double, sumsq, (kf_backend * b, const float *x, int64_t n), (b, x, n))                       \
+    X(int64_t, count_nonfinite, (kf_backend * b, const float *x, int64_t n), (b, x, n))            \
+                                                                                                   \
+    /* ---- optimiser over one flat parameter buffer (one launch) ----                             \
+     * g_eff = grads * grad_scale (unscale + clip); m,v AdamW moments; step is                     \
+     * 1-based for bias correction; decoupled weight decay. */                                     \
+    X(void, adamw,                                                                                 \
+      (kf_backend * b, float *params, const float *grads, float *m, float *v, int64_t n, float lr, \
+       float beta1, float beta2, float eps, float weight_decay, int64_t step, float grad_scale),   \
+      (b, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale))          \
+    /* ema = decay * ema + (1 - decay) * params */                                                 \
+    X(void, ema, (kf_backend * b, float *ema, const float *params, int64_t n, float decay),        \
+      (b, ema, params, n, decay))
 
 typedef struct kf_backend kf_backend;
 

@@ -11,8 +11,8 @@ enum { F = 4, D = 8 };
 
 static kf_op_cost cost(const kf_backend *b, kf_cost_unit unit, double flops, double bytes,
                        const char *fmt, ...) {
-    kf_op_cost c = {.flops = flops, .bytes = bytes, .unit = unit,
-                    .fp16 = b->precision == KF_PREC_FP16};
+    kf_op_cost c = {
+        .flops = flops, .bytes = bytes, .unit = unit, .fp16 = b->precision == KF_PREC_FP16};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c.shape, sizeof c.shape, fmt, ap);
@@ -67,10 +67,10 @@ kf_op_cost kernels_cost_matmul(kf_backend *b, float *C, const float *A, const fl
                                int64_t N, int64_t K, int trans_a, int trans_b, float alpha,
                                float beta) {
     double m = (double)M, n = (double)N, k = (double)K;
-    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k,
-                        F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
-                        "M=%lld N=%lld K=%lld%s%s%s", (long long)M, (long long)N, (long long)K,
-                        trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
+    kf_op_cost c =
+        cost(b, KF_COST_GEMM, 2 * m * n * k, F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
+             "M=%lld N=%lld K=%lld%s%s%s", (long long)M, (long long)N, (long long)K,
+             trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
     c.convert_bytes = gemm_convert(b, m * k, k * n, m * n);
     return c;
 }
@@ -80,11 +80,10 @@ kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, 
                                        float alpha, float beta, int64_t batch, int64_t stride_c,
                                        int64_t stride_a, int64_t stride_b) {
     double m = (double)M, n = (double)N, k = (double)K, g = (double)batch;
-    kf_op_cost c = cost(b, KF_COST_GEMM, g * 2 * m * n * k,
-                        g * F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
-                        "%lld x M=%lld N=%lld K=%lld%s%s%s", (long long)batch, (long long)M,
-                        (long long)N, (long long)K, trans_a ? " ta" : "", trans_b ? " tb" : "",
-                        beta != 0 ? " +C" : "");
+    kf_op_cost c = cost(
+        b, KF_COST_GEMM, g * 2 * m * n * k, g * F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
+        "%lld x M=%lld N=%lld K=%lld%s%s%s", (long long)batch, (long long)M, (long long)N,
+        (long long)K, trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
     c.convert_bytes = g * gemm_convert(b, m * k, k * n, m * n);
     return c;
 }
@@ -238,8 +237,8 @@ kf_op_cost kernels_cost_round_half(kf_backend *b, float *x, int64_t n) {
 
 /* ---- row movement and embeddings: rows read and written, indices read */
 
-kf_op_cost kernels_cost_gather_rows(kf_backend *b, float *dst, const float *src,
-                                    const int32_t *idx, int64_t n, int64_t dim) {
+kf_op_cost kernels_cost_gather_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx,
+                                    int64_t n, int64_t dim) {
     double e = (double)n * (double)dim;
     return cost(b, KF_COST_SIMT, 0, F * (2 * e + (double)n), "n=%lld dim=%lld", (long long)n,
                 (long long)dim);
@@ -254,8 +253,8 @@ kf_op_cost kernels_cost_embed_fwd(kf_backend *b, float *out, const int32_t *ids,
                                   const int32_t *row_idx, const float *table, int64_t n,
                                   int64_t dim) {
     double e = (double)n * (double)dim;
-    return cost(b, KF_COST_SIMT, 0, F * (2 * e + (double)n * (row_idx ? 2 : 1)),
-                "n=%lld dim=%lld", (long long)n, (long long)dim);
+    return cost(b, KF_COST_SIMT, 0, F * (2 * e + (double)n * (row_idx ? 2 : 1)), "n=%lld dim=%lld",
+                (long long)n, (long long)dim);
 }
 /* 1 add per element; dout rows read, the table rows they hit read and written */
 kf_op_cost kernels_cost_embed_bwd(kf_backend *b, float *dtable, const float *dout,
@@ -283,8 +282,8 @@ kf_op_cost kernels_cost_xent(kf_backend *b, float *losses, float *dlogits, const
                              const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
     double e = (double)rows * (double)V, r = (double)rows;
     return cost(b, KF_COST_SIMT, e * (dlogits ? 5 : 3),
-                F * (e * (dlogits ? 2 : 1) + r * (losses ? 2 : 1)), "%lldx%lld%s",
-                (long long)rows, (long long)V, dlogits ? " +grad" : "");
+                F * (e * (dlogits ? 2 : 1) + r * (losses ? 2 : 1)), "%lldx%lld%s", (long long)rows,
+                (long long)V, dlogits ? " +grad" : "");
 }
 kf_op_cost kernels_cost_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows,
                                int64_t V) {
@@ -311,8 +310,8 @@ kf_op_cost kernels_cost_icdf_bin(kf_backend *b, double *lo, double *hi, const fl
 kf_op_cost kernels_cost_freq_penalty(kf_backend *b, float *logits, const int32_t *hist,
                                      int64_t n_hist, int64_t rows, int64_t V, float penalty) {
     double e = (double)rows * (double)n_hist;
-    return cost(b, KF_COST_SIMT, e, F * 3 * e, "%lldx%lld hist=%lld", (long long)rows,
-                (long long)V, (long long)n_hist);
+    return cost(b, KF_COST_SIMT, e, F * 3 * e, "%lldx%lld hist=%lld", (long long)rows, (long long)V,
+                (long long)n_hist);
 }
 
 /* ---- the decode-time output layer */
@@ -345,7 +344,9 @@ static kf_op_cost reduce_cost(kf_backend *b, double per, int64_t n) {
     c.host_sync = 1;
     return c;
 }
-kf_op_cost kernels_cost_sum(kf_backend *b, const float *x, int64_t n) { return reduce_cost(b, 1, n); }
+kf_op_cost kernels_cost_sum(kf_backend *b, const float *x, int64_t n) {
+    return reduce_cost(b, 1, n);
+}
 kf_op_cost kernels_cost_sumsq(kf_backend *b, const float *x, int64_t n) {
     return reduce_cost(b, 2, n);
 }

@@ -44,12 +44,12 @@ typedef struct kf_op_cost {
     double flops;
     double bytes;
     kf_cost_unit unit;
-    int fp16;         /* b->precision was KF_PREC_FP16 at the call */
-    int host_sync;    /* the host waits for the device (download, reductions, sync) */
+    int fp16;             /* b->precision was KF_PREC_FP16 at the call */
+    int host_sync;        /* the host waits for the device (download, reductions, sync) */
     double convert_bytes; /* bytes of the separate fp16 conversion passes today's CUDA
                              backend runs around the op (see kernels_cost_matmul); not
                              part of bytes, the op's own single pass */
-    char shape[96];   /* the op's sizes, e.g. "M=16368 N=2304 K=768 tb" */
+    char shape[96];       /* the op's sizes, e.g. "M=16368 N=2304 K=768 tb" */
 } kf_op_cost;
 
 /** Layout the recording backend's head_pack handles start with, so

@@ -25,8 +25,8 @@ typedef struct rec_impl {
     rec_block *allocs; /* live allocations */
     int64_t n_allocs, cap_allocs;
     size_t live, peak;
-    uintptr_t next;    /* dry: the next fake address */
-    double t0;         /* timed: start of the current call */
+    uintptr_t next; /* dry: the next fake address */
+    double t0;      /* timed: start of the current call */
 } rec_impl;
 
 /* What a dry or forwarded head_pack returns: its shape first (op_cost.h). */
@@ -87,20 +87,20 @@ static void rec_end(kf_backend *b) {
 #define REC_SECOND_OF(...) REC_SECOND(__VA_ARGS__)
 #define REC_CAT(a, b) REC_CAT_(a, b)
 #define REC_CAT_(a, b) a##b
-#define REC_OP(ret, name, params, args) \
+#define REC_OP(ret, name, params, args)                                                            \
     REC_CAT(REC_GEN_, REC_SECOND_OF(REC_OWN_##name, 0, ~))(ret, name, params, args)
 #define REC_GEN_1(ret, name, params, args)
 /* The generated op: log, then forward with b shadowed by the inner backend
  * (args name b first), or nothing when dry. */
-#define REC_GEN_0(ret, name, params, args)                      \
-    static ret rec_##name params {                              \
-        kf_backend *const rec_ = b;                             \
-        rec_begin(rec_, #name, kernels_cost_##name args);       \
-        if (impl(rec_)->inner) {                                \
-            kf_backend *b = impl(rec_)->inner;                  \
-            b->name args;                                       \
-        }                                                       \
-        rec_end(rec_);                                          \
+#define REC_GEN_0(ret, name, params, args)                                                         \
+    static ret rec_##name params {                                                                 \
+        kf_backend *const rec_ = b;                                                                \
+        rec_begin(rec_, #name, kernels_cost_##name args);                                          \
+        if (impl(rec_)->inner) {                                                                   \
+            kf_backend *b = impl(rec_)->inner;                                                     \
+            b->name args;                                                                          \
+        }                                                                                          \
+        rec_end(rec_);                                                                             \
     }
 KF_BACKEND_OPS(REC_OP)
 
@@ -144,10 +144,8 @@ static void rec_free(kf_backend *b, void *p) {
 static void rec_download(kf_backend *b, void *dst_host, const void *src, size_t bytes) {
     rec_impl *im = impl(b);
     rec_begin(b, "download", kernels_cost_download(b, dst_host, src, bytes));
-    if (im->inner)
-        im->inner->download(im->inner, dst_host, src, bytes);
-    else if (bytes)
-        memset(dst_host, 0, bytes);
+    if (im->inner) im->inner->download(im->inner, dst_host, src, bytes);
+    else if (bytes) memset(dst_host, 0, bytes);
     rec_end(b);
 }
 
@@ -199,13 +197,13 @@ static void rec_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float
 
 /* The reductions: the inner backend's result, or 0 dry (a finite gradient
  * norm, so the optimizer takes its normal path). */
-#define REC_REDUCE(ret, name)                                             \
-    static ret rec_##name(kf_backend *b, const float *x, int64_t n) {     \
-        rec_impl *im = impl(b);                                           \
-        rec_begin(b, #name, kernels_cost_##name(b, x, n));                \
-        ret r = im->inner ? im->inner->name(im->inner, x, n) : 0;         \
-        rec_end(b);                                                       \
-        return r;                                                         \
+#define REC_REDUCE(ret, name)                                                                      \
+    static ret rec_##name(kf_backend *b, const float *x, int64_t n) {                              \
+        rec_impl *im = impl(b);                                                                    \
+        rec_begin(b, #name, kernels_cost_##name(b, x, n));                                         \
+        ret r = im->inner ? im->inner->name(im->inner, x, n) : 0;                                  \
+        rec_end(b);                                                                                \
+        return r;                                                                                  \
     }
 REC_REDUCE(double, sum)
 REC_REDUCE(double, sumsq)

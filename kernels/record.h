@@ -34,9 +34,9 @@
 #include "kernels/op_cost.h"
 
 typedef struct kf_op_rec {
-    const char *op;   /* the op's name in KF_BACKEND_OPS */
+    const char *op; /* the op's name in KF_BACKEND_OPS */
     kf_op_cost cost;
-    double seconds;   /* timed recorders: host time of the call between two syncs; else 0 */
+    double seconds; /* timed recorders: host time of the call between two syncs; else 0 */
 } kf_op_rec;
 
 /** Creates a recorder over inner (owned: destroyed with the recorder), or a

@@ -132,8 +132,8 @@ typedef struct builder {
     batch *pend_head, *pend_tail; /* handed to workers, not yet taken */
     int npend, max_pend;
     unit *cur[2];
-    int phase;                 /* 0: main inputs, 1: separate validation inputs */
-    held *fifo;                /* valid.last: the newest documents (ring) */
+    int phase;  /* 0: main inputs, 1: separate validation inputs */
+    held *fifo; /* valid.last: the newest documents (ring) */
     int64_t fifo_cap, fifo_head, fifo_n, pending_empties, train_docs;
     /* counters for progress */
     int64_t docs_read, tokens_done, disk_bytes;
@@ -415,7 +415,8 @@ static void unit_source_hash(const unit *u, char out[65]) {
 /* The computing part of a unit, run holding slot `slot`: reuses a matching
  * shard (*wp = NULL) or writes the unit's samples into a new shard *wp, left
  * for the caller to commit with *stats. */
-static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_meta *stats, kf_err *err) {
+static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_meta *stats,
+                     kf_err *err) {
     char path[4096];
     shard_path(b, u->split, u->index, path, sizeof path);
     *wp = NULL;
@@ -425,7 +426,8 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
     if (!b->force && fs_exists(path)) {
         shard_meta old;
         kf_err verr;
-        if (shard_verify(path, &old, &verr) == 0 && !strcmp(old.source_sha256, stats->source_sha256) &&
+        if (shard_verify(path, &old, &verr) == 0 &&
+            !strcmp(old.source_sha256, stats->source_sha256) &&
             !strcmp(old.config_sha256, stats->config_sha256)) {
             u->meta = old;
             u->reused = 1;
@@ -572,7 +574,8 @@ static unit *current(builder *b, int split) {
 
 /* Appends a document to the split's current unit; hands the unit to the
  * workers when it is full. */
-static int add_doc(builder *b, int split, const char *text, size_t len, int64_t empties_before, kf_err *err) {
+static int add_doc(builder *b, int split, const char *text, size_t len, int64_t empties_before,
+                   kf_err *err) {
     unit *u = current(b, split);
     u->empties += empties_before;
     doclist_add(&u->docs, text, len);
@@ -685,7 +688,8 @@ static int sink_empty(void *ctx, kf_err *err) {
 
 /* A nested archive goes to the workers; at most max_pend wait decoded or
  * not taken, which bounds the memory they hold. */
-static int sink_member(void *ctx, const build_input *in, const char *name, void *data, size_t size, kf_err *err) {
+static int sink_member(void *ctx, const build_input *in, const char *name, void *data, size_t size,
+                       kf_err *err) {
     builder *b = ctx;
     batch *bt = kf_calloc(1, sizeof *bt);
     bt->in = in;
@@ -704,7 +708,8 @@ static int sink_member(void *ctx, const build_input *in, const char *name, void 
 static int flush_fifo(builder *b, kf_err *err) {
     int rc = 0;
     if (b->train_docs == 0)
-        rc = kf_err_set(err, "shards.%s.valid.last: %" PRId64 " but the inputs hold only %" PRId64
+        rc = kf_err_set(err,
+                        "shards.%s.valid.last: %" PRId64 " but the inputs hold only %" PRId64
                         " documents (the training split would be empty)",
                         b->c->name, b->c->valid_last, b->fifo_n);
     for (; b->fifo_n > 0; b->fifo_n--) {
@@ -771,8 +776,10 @@ static int prepare_out(const build_config *c, kf_err *err) {
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             size_t n = strlen(e->d_name);
-            int stale = i == 0 ? !strncmp(e->d_name, "." MANIFEST_FILE ".tmp", strlen(MANIFEST_FILE) + 5)
-                               : (!strncmp(e->d_name, "shard-", 6) && n > 9 && !strcmp(e->d_name + n - 9, ".lmdb.tmp"));
+            int stale =
+                i == 0 ? !strncmp(e->d_name, "." MANIFEST_FILE ".tmp", strlen(MANIFEST_FILE) + 5)
+                       : (!strncmp(e->d_name, "shard-", 6) && n > 9 &&
+                          !strcmp(e->d_name + n - 9, ".lmdb.tmp"));
             if (!stale) continue;
             snprintf(path, sizeof path, "%s/%s", dirs[i], e->d_name);
             unlink(path);
@@ -809,7 +816,8 @@ static int remove_orphans(const build_config *c, int split, int64_t n, kf_err *e
     while ((e = readdir(d)) != NULL) {
         long long k;
         char tail[16];
-        if (sscanf(e->d_name, "shard-%lld%15s", &k, tail) == 2 && !strcmp(tail, ".lmdb") && k >= n) {
+        if (sscanf(e->d_name, "shard-%lld%15s", &k, tail) == 2 && !strcmp(tail, ".lmdb") &&
+            k >= n) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             unlink(path);
         }
@@ -823,13 +831,15 @@ static int remove_orphans(const build_config *c, int split, int64_t n, kf_err *e
 static void report(const builder *b, const build_result *r) {
     for (int s = 0; s < 2; s++) {
         const manifest_split *sp = s ? &b->m.valid : &b->m.train;
-        kf_log_info("shards %s %s: %" PRId64 " documents -> %" PRId64 " samples in %d shards, %" PRId64
-                    " tokens; empty documents %" PRId64 ", invalid UTF-8 replaced %" PRId64
-                    ", truncated %" PRId64 ", dropped tokens %" PRId64,
+        kf_log_info("shards %s %s: %" PRId64 " documents -> %" PRId64
+                    " samples in %d shards, %" PRId64 " tokens; empty documents %" PRId64
+                    ", invalid UTF-8 replaced %" PRId64 ", truncated %" PRId64
+                    ", dropped tokens %" PRId64,
                     b->c->name, split_names[s], sp->docs, sp->samples, sp->nshards, sp->tokens,
                     sp->empty_docs, sp->replaced, sp->truncated, sp->dropped_tokens);
     }
-    kf_log_info("shards %s: %" PRId64 " shards built, %" PRId64 " reused; %.1f MB of text in %.2f s (%.2f MB/s) -> %s",
+    kf_log_info("shards %s: %" PRId64 " shards built, %" PRId64
+                " reused; %.1f MB of text in %.2f s (%.2f MB/s) -> %s",
                 b->c->name, r->shards_built, r->shards_reused, r->raw_bytes / 1e6, r->seconds,
                 r->seconds > 0 ? r->raw_bytes / 1e6 / r->seconds : 0.0, b->c->out);
 }
@@ -848,8 +858,10 @@ int shards_current(const build_config *c, char *why, size_t cap, kf_err *err) {
         build_config_hash(c, tok_vocab_sha256(t), want);
         rc = !strcmp(m.config_sha256, want);
         if (!rc)
-            snprintf(why, cap, "%s/" MANIFEST_FILE " was built with other settings than shards.%s has now "
-                     "(config_sha256 %.12s..., now %.12s...)", c->out, c->name, m.config_sha256, want);
+            snprintf(why, cap,
+                     "%s/" MANIFEST_FILE " was built with other settings than shards.%s has now "
+                     "(config_sha256 %.12s..., now %.12s...)",
+                     c->out, c->name, m.config_sha256, want);
         tok_free(t);
     }
     manifest_free(&m);

@@ -48,7 +48,7 @@ struct tok; /* tokenize/tokenizer.h */
 /** What one build did (beyond what the manifest records). */
 typedef struct build_result {
     int64_t shards_built, shards_reused;
-    int64_t raw_bytes;    /* document bytes of both splits */
+    int64_t raw_bytes; /* document bytes of both splits */
     double seconds;
 } build_result;
 

@@ -18,8 +18,8 @@ static bool ends_with(const char *s, const char *suf) {
 }
 
 /* One of words[] (NULL-terminated), as an index. */
-static int get_enum(cfg_node *n, const char *key, const char *def, const char *const *words, int *out,
-                    kf_err *err) {
+static int get_enum(cfg_node *n, const char *key, const char *def, const char *const *words,
+                    int *out, kf_err *err) {
     const char *s;
     if (def ? cfg_opt_str(n, key, def, &s, err) : cfg_get_str(n, key, &s, err)) return -1;
     for (int i = 0; words[i]; i++)
@@ -37,8 +37,7 @@ static int get_enum(cfg_node *n, const char *key, const char *def, const char *c
  * fails before any work. */
 static int check_path(cfg_node *n, const char *path, kf_err *err) {
     struct stat st;
-    if (stat(path, &st) != 0)
-        return cfg_err_at(n, err, "%s: %s", path, strerror(errno));
+    if (stat(path, &st) != 0) return cfg_err_at(n, err, "%s: %s", path, strerror(errno));
     if (access(path, R_OK | (S_ISDIR(st.st_mode) ? X_OK : 0)) != 0)
         return cfg_err_at(n, err, "%s: not readable: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
@@ -76,19 +75,23 @@ static int read_inputs(cfg_node *set, const char *key, build_inputs *out, kf_err
 }
 
 static int read_set(cfg_node *set, build_config *c, kf_err *err) {
-    static const char *const toks[] = {"gpt2", "bert", NULL}, *const packs[] = {"wrap", "pad", NULL},
+    static const char *const toks[] = {"gpt2", "bert", NULL},
+                             *const packs[] = {"wrap", "pad", NULL},
                              *const detoks[] = {"none", "lm1b", "wikitext", NULL};
     int t, p, d;
     int64_t seq_len;
     if (set->kind != CFG_MAP)
-        return cfg_err_at(set, err, "expected a mapping (out, tokenizer, vocab, packing, seq_len, inputs, ...)");
+        return cfg_err_at(
+            set, err, "expected a mapping (out, tokenizer, vocab, packing, seq_len, inputs, ...)");
     c->name = set->key;
     for (const char *q = c->name; *q; q++)
         if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", *q))
             return cfg_err_at(set, err, "set names may only use letters, digits, '.', '_' and '-'");
     if (cfg_get_str(set, "out", &c->out, err) || get_enum(set, "tokenizer", NULL, toks, &t, err) ||
-        cfg_get_str(set, "vocab", &c->vocab, err) || get_enum(set, "packing", NULL, packs, &p, err) ||
-        cfg_get_int(set, "seq_len", &seq_len, err) || get_enum(set, "detok", "none", detoks, &d, err) ||
+        cfg_get_str(set, "vocab", &c->vocab, err) ||
+        get_enum(set, "packing", NULL, packs, &p, err) ||
+        cfg_get_int(set, "seq_len", &seq_len, err) ||
+        get_enum(set, "detok", "none", detoks, &d, err) ||
         cfg_opt_bool(set, "allow_special", false, &c->allow_special, err) ||
         cfg_opt_int(set, "docs_per_shard", 8192, &c->docs_per_shard, err))
         return -1;
@@ -107,7 +110,8 @@ static int read_set(cfg_node *set, build_config *c, kf_err *err) {
         if (valid->kind != CFG_MAP)
             return cfg_err_at(valid, err, "expected {last: N} or {inputs: [...]}");
         cfg_node *last = cfg_find(valid, "last"), *vin = cfg_find(valid, "inputs");
-        if (!!last == !!vin) return cfg_err_at(valid, err, "give exactly one of 'last' and 'inputs'");
+        if (!!last == !!vin)
+            return cfg_err_at(valid, err, "give exactly one of 'last' and 'inputs'");
         if (last) {
             if (cfg_as_int(last, &c->valid_last, err)) return -1;
             if (c->valid_last < 0) return cfg_err_at(last, err, "must be >= 0");

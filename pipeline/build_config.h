@@ -53,10 +53,10 @@ typedef enum { FMT_LINES, FMT_TEXT, FMT_JSONL } input_format;
 typedef enum { DETOK_NONE, DETOK_LM1B, DETOK_WIKITEXT } detok_kind;
 
 typedef struct build_input {
-    const char *path;        /* as written (owned by the cfg tree) */
+    const char *path; /* as written (owned by the cfg tree) */
     input_format format;
-    const char *text_field;  /* jsonl */
-    const char *suffix;      /* directory / archive member filter */
+    const char *text_field; /* jsonl */
+    const char *suffix;     /* directory / archive member filter */
 } build_input;
 
 typedef struct build_inputs {
@@ -71,8 +71,8 @@ typedef struct build_config {
     bool allow_special;
     int64_t docs_per_shard;
     build_inputs inputs;
-    int64_t valid_last;      /* > 0: last N documents of inputs are the valid split */
-    build_inputs valid_inputs;  /* n > 0: separate validation inputs */
+    int64_t valid_last;        /* > 0: last N documents of inputs are the valid split */
+    build_inputs valid_inputs; /* n > 0: separate validation inputs */
 } build_config;
 
 /** Reads and validates every set under root's `shards:` mapping (strictly:

@@ -57,8 +57,8 @@ static int cmd_build(int argc, char **argv) {
         {"--only", CLI_STR, .out = &only},
         {NULL},
     };
-    const cli_spec spec = {"kf shards build", usage_text, opts, .pos = &config, .max_pos = 1, .over = over,
-                           .n_over = &nover};
+    const cli_spec spec = {"kf shards build", usage_text,      opts, .pos = &config, .max_pos = 1,
+                           .over = over,      .n_over = &nover};
     int code;
     if (cli_parse(&spec, argc, argv, &code)) return free(over), code;
     if (!config) return free(over), usage(KF_EXIT_USAGE);
@@ -125,11 +125,14 @@ static int cmd_verify(int argc, char **argv) {
             if (shard_verify(path, &got, &err)) {
                 fprintf(stderr, "kf shards verify: %s\n", err.msg);
                 bad++;
-            } else if (got.count != want->count || strcmp(got.samples_sha256, want->samples_sha256) ||
-                       strcmp(got.tokenizer, m.tokenizer) || strcmp(got.vocab_sha256, m.vocab_sha256) ||
-                       got.seq_len != m.seq_len || strcmp(got.packing, m.packing)) {
+            } else if (got.count != want->count ||
+                       strcmp(got.samples_sha256, want->samples_sha256) ||
+                       strcmp(got.tokenizer, m.tokenizer) ||
+                       strcmp(got.vocab_sha256, m.vocab_sha256) || got.seq_len != m.seq_len ||
+                       strcmp(got.packing, m.packing)) {
                 fprintf(stderr,
-                        "kf shards verify: %s: record (count %" PRId64 ", sha256 %s) disagrees with the manifest "
+                        "kf shards verify: %s: record (count %" PRId64
+                        ", sha256 %s) disagrees with the manifest "
                         "(count %" PRId64 ", sha256 %s) or its format fields do\n",
                         path, got.count, got.samples_sha256, want->count, want->samples_sha256);
                 bad++;
@@ -140,7 +143,8 @@ static int cmd_verify(int argc, char **argv) {
     }
     manifest_free(&m);
     if (bad) {
-        fprintf(stderr, "kf shards verify: %s: %d of %" PRId64 " shards are damaged\n", dir, bad, shards);
+        fprintf(stderr, "kf shards verify: %s: %d of %" PRId64 " shards are damaged\n", dir, bad,
+                shards);
         return KF_EXIT_ERROR;
     }
     printf("ok: %s: %" PRId64 " shards, %" PRId64 " samples verified\n", dir, shards, samples);
@@ -190,8 +194,8 @@ static tok *load_decoder(const shard_set *s, const char *vocab, kf_err *err) {
     }
     tok *t = tok_load(kind, vocab, err);
     if (t && strcmp(tok_vocab_sha256(t), shard_set_vocab_sha256(s))) {
-        kf_err_set(err, "%s: vocabulary sha256 %s differs from the set's %s", vocab, tok_vocab_sha256(t),
-                   shard_set_vocab_sha256(s));
+        kf_err_set(err, "%s: vocabulary sha256 %s differs from the set's %s", vocab,
+                   tok_vocab_sha256(t), shard_set_vocab_sha256(s));
         tok_free(t);
         return NULL;
     }
@@ -199,14 +203,14 @@ static tok *load_decoder(const shard_set *s, const char *vocab, kf_err *err) {
 }
 
 static void print_split_summary(const char *name, const manifest_split *sp, int32_t seq_len) {
-    printf("%s: %" PRId64 " samples in %d shards; %" PRId64 " documents (%" PRId64 " empty), %" PRId64
-           " tokens, %.1f MB of text, %" PRId64 " invalid UTF-8 replaced, %" PRId64 " truncated, %" PRId64
-           " tokens dropped\n",
-           name, sp->samples, sp->nshards, sp->docs, sp->empty_docs, sp->tokens, sp->raw_bytes / 1e6,
-           sp->replaced, sp->truncated, sp->dropped_tokens);
+    printf("%s: %" PRId64 " samples in %d shards; %" PRId64 " documents (%" PRId64
+           " empty), %" PRId64 " tokens, %.1f MB of text, %" PRId64
+           " invalid UTF-8 replaced, %" PRId64 " truncated, %" PRId64 " tokens dropped\n",
+           name, sp->samples, sp->nshards, sp->docs, sp->empty_docs, sp->tokens,
+           sp->raw_bytes / 1e6, sp->replaced, sp->truncated, sp->dropped_tokens);
     for (int i = 0; i < sp->nshards; i++)
-        printf("  %s/shard-%05d.lmdb  first %" PRId64 "  count %" PRId64 "  sha256 %s\n", name, i, sp->first[i],
-               sp->shards[i].count, sp->shards[i].samples_sha256);
+        printf("  %s/shard-%05d.lmdb  first %" PRId64 "  count %" PRId64 "  sha256 %s\n", name, i,
+               sp->first[i], sp->shards[i].count, sp->shards[i].samples_sha256);
 }
 
 static int cmd_inspect(int argc, char **argv) {
@@ -218,10 +222,11 @@ static int cmd_inspect(int argc, char **argv) {
         manifest m;
         char sha[65];
         if (manifest_read(o.dir, &m, sha, &err)) return kf_err_report("kf shards", &err);
-        printf("%s: set '%s', tokenizer %s (vocab %" PRId64 ", sha256 %s), seq_len %d, packing %s, manifest sha256 %s\n",
+        printf("%s: set '%s', tokenizer %s (vocab %" PRId64
+               ", sha256 %s), seq_len %d, packing %s, manifest sha256 %s\n",
                o.dir, m.name, m.tokenizer, m.vocab_size, m.vocab_sha256, m.seq_len, m.packing, sha);
-        printf("special ids: bos %d eos %d cls %d sep %d pad %d\n", m.special.bos, m.special.eos, m.special.cls,
-               m.special.sep, m.special.pad);
+        printf("special ids: bos %d eos %d cls %d sep %d pad %d\n", m.special.bos, m.special.eos,
+               m.special.cls, m.special.sep, m.special.pad);
         print_split_summary("train", &m.train, m.seq_len);
         print_split_summary("valid", &m.valid, m.seq_len);
         manifest_free(&m);
@@ -232,7 +237,8 @@ static int cmd_inspect(int argc, char **argv) {
     int L = shard_set_seq_len(s), rc = 0;
     int32_t *ids = kf_malloc(sizeof *ids * (size_t)L), len;
     tok *t = NULL;
-    if (shard_set_get(s, o.index, ids, &len, &err) || (o.decode && !(t = load_decoder(s, o.vocab, &err)))) {
+    if (shard_set_get(s, o.index, ids, &len, &err) ||
+        (o.decode && !(t = load_decoder(s, o.vocab, &err)))) {
         rc = kf_err_report("kf shards", &err);
     } else if (o.decode) {
         tok_bytes out = {0};
@@ -285,16 +291,18 @@ static int cmd_stats(int argc, char **argv) {
         for (int64_t v = 0; v < V; v++) distinct += counts[v].n > 0;
         qsort(counts, (size_t)V, sizeof *counts, by_count);
         double slots = (double)n * L;
-        printf("%s %s: %" PRId64 " samples x %d = %.0f slots, %" PRId64 " tokens, padding fraction %.4f, %" PRId64
-               " distinct ids of %" PRId64 "\n",
-               o.dir, o.split, n, L, slots, tokens, slots > 0 ? 1.0 - tokens / slots : 0.0, distinct, V);
+        printf("%s %s: %" PRId64 " samples x %d = %.0f slots, %" PRId64
+               " tokens, padding fraction %.4f, %" PRId64 " distinct ids of %" PRId64 "\n",
+               o.dir, o.split, n, L, slots, tokens, slots > 0 ? 1.0 - tokens / slots : 0.0,
+               distinct, V);
         kf_err derr;
         tok *t = load_decoder(s, o.vocab, &derr);
         printf("top %" PRId64 " tokens:\n", o.top);
         for (int64_t k = 0; k < o.top && k < V && counts[k].n > 0; k++) {
             tok_bytes text = {0};
             if (t) tok_decode(t, &counts[k].id, 1, &text, &derr);
-            printf("  %8d  %10" PRId64 "  %6.3f%%  ", counts[k].id, counts[k].n, 100.0 * counts[k].n / tokens);
+            printf("  %8d  %10" PRId64 "  %6.3f%%  ", counts[k].id, counts[k].n,
+                   100.0 * counts[k].n / tokens);
             if (t) json_write_str(stdout, text.v, text.n);
             putchar('\n');
             tok_bytes_free(&text);

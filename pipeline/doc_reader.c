@@ -22,8 +22,8 @@ static bool ends_with(const char *s, const char *suf) {
 }
 
 bool build_is_archive_name(const char *name) {
-    static const char *const sufs[] = {".tar", ".tgz", ".tar.gz", ".tar.xz", ".txz", ".tar.bz2",
-                                       ".xz", ".gz", ".bz2", NULL};
+    static const char *const sufs[] = {".tar",     ".tgz", ".tar.gz", ".tar.xz", ".txz",
+                                       ".tar.bz2", ".xz",  ".gz",     ".bz2",    NULL};
     for (int i = 0; sufs[i]; i++)
         if (ends_with(name, sufs[i])) return true;
     return false;
@@ -42,16 +42,17 @@ typedef struct rd {
     const doc_sink *sink;
     const build_input *in;
     kf_err *err;
-    int64_t disk_base;    /* on-disk bytes of inputs finished */
-    int64_t file_pos;     /* bytes read of the current top-level plain file */
-    struct archive *top;  /* the top-level archive being read, or NULL */
+    int64_t disk_base;   /* on-disk bytes of inputs finished */
+    int64_t file_pos;    /* bytes read of the current top-level plain file */
+    struct archive *top; /* the top-level archive being read, or NULL */
     char *buf;
     size_t cap;
 } rd;
 
 static void report(rd *r) {
     if (!r->sink->progress) return;
-    r->sink->progress(r->sink->ctx, r->disk_base + (r->top ? archive_filter_bytes(r->top, -1) : r->file_pos));
+    r->sink->progress(r->sink->ctx,
+                      r->disk_base + (r->top ? archive_filter_bytes(r->top, -1) : r->file_pos));
 }
 
 static ssize_t fd_read(stream *s, void *buf, size_t n, kf_err *err) {
@@ -64,7 +65,9 @@ static ssize_t fd_read(stream *s, void *buf, size_t n, kf_err *err) {
 
 static ssize_t member_read(stream *s, void *buf, size_t n, kf_err *err) {
     la_ssize_t k = archive_read_data(s->a, buf, n);
-    if (k < 0) return kf_err_set(err, "%s: truncated or corrupt archive member: %s", s->name, archive_error_string(s->a));
+    if (k < 0)
+        return kf_err_set(err, "%s: truncated or corrupt archive member: %s", s->name,
+                          archive_error_string(s->a));
     return k;
 }
 
@@ -80,7 +83,9 @@ static int emit_json(rd *r, const stream *s, int64_t line_no, const char *p, siz
     if (ws == n) return emit(r, p, 0);
     kf_err jerr;
     json_doc *d = json_parse(p, n, "", &jerr);
-    if (!d) return kf_err_set(r->err, "%s:%lld: invalid JSON (%s)", s->name, (long long)line_no, jerr.msg);
+    if (!d)
+        return kf_err_set(r->err, "%s:%lld: invalid JSON (%s)", s->name, (long long)line_no,
+                          jerr.msg);
     const json *root = json_root(d), *t = json_get(root, r->in->text_field);
     int rc;
     if (!t || t->type != JSON_STRING)
@@ -195,7 +200,8 @@ static int read_member_archive(rd *r, struct archive *parent, const char *name) 
     n->parent = parent;
     int rc;
     if (archive_read_open(a, n, NULL, nested_read, NULL) != ARCHIVE_OK)
-        rc = kf_err_set(r->err, "%s: cannot open archive (truncated or corrupt?): %s", name, archive_error_string(a));
+        rc = kf_err_set(r->err, "%s: cannot open archive (truncated or corrupt?): %s", name,
+                        archive_error_string(a));
     else rc = read_archive(r, a, name);
     archive_read_free(a);
     free(n);
@@ -208,7 +214,9 @@ static int read_archive(rd *r, struct archive *a, const char *name) {
     for (;;) {
         int rc = archive_read_next_header(a, &e);
         if (rc == ARCHIVE_EOF) return 0;
-        if (rc < ARCHIVE_WARN) return kf_err_set(r->err, "%s: truncated or corrupt archive: %s", name, archive_error_string(a));
+        if (rc < ARCHIVE_WARN)
+            return kf_err_set(r->err, "%s: truncated or corrupt archive: %s", name,
+                              archive_error_string(a));
         if (archive_entry_filetype(e) != AE_IFREG) continue;
         const char *member = archive_entry_pathname(e);
         size_t n = strlen(name) + strlen(member ? member : "") + 2;
@@ -220,8 +228,9 @@ static int read_archive(rd *r, struct archive *a, const char *name) {
             rc = consume(r, &s);
         } else if (member && build_is_archive_name(member)) {
             int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
-            rc = r->sink->member && size >= 0 && size <= DOCS_MEMBER_MAX ? hand_member(r, a, full, size)
-                                                                         : read_member_archive(r, a, full);
+            rc = r->sink->member && size >= 0 && size <= DOCS_MEMBER_MAX
+                     ? hand_member(r, a, full, size)
+                     : read_member_archive(r, a, full);
         } else {
             rc = 0; /* not selected by suffix */
         }
@@ -235,7 +244,8 @@ static int read_archive_file(rd *r, const char *path) {
     int rc;
     struct stat st;
     if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
-        rc = kf_err_set(r->err, "%s: cannot open archive (truncated or corrupt?): %s", path, archive_error_string(a));
+        rc = kf_err_set(r->err, "%s: cannot open archive (truncated or corrupt?): %s", path,
+                        archive_error_string(a));
     } else {
         r->top = a;
         rc = read_archive(r, a, path);
@@ -255,7 +265,8 @@ int docs_read_member(const build_input *in, const char *name, const void *data, 
     struct archive *a = archive_new();
     int rc;
     if (archive_read_open_memory(a, data, size) != ARCHIVE_OK)
-        rc = kf_err_set(err, "%s: cannot open archive (truncated or corrupt?): %s", name, archive_error_string(a));
+        rc = kf_err_set(err, "%s: cannot open archive (truncated or corrupt?): %s", name,
+                        archive_error_string(a));
     else rc = read_archive(&r, a, name);
     archive_read_free(a);
     free(r.buf);

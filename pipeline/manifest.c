@@ -47,18 +47,22 @@ static void add_split(strbuf *t, const char *name, const manifest_split *s) {
     }
     strbuf_printf(t, "    shards:\n");
     for (int i = 0; i < s->nshards; i++)
-        strbuf_printf(t, "      - {file: %s/shard-%05d.lmdb, first: %" PRId64 ", count: %" PRId64 ", sha256: %s}\n",
+        strbuf_printf(t,
+                      "      - {file: %s/shard-%05d.lmdb, first: %" PRId64 ", count: %" PRId64
+                      ", sha256: %s}\n",
                       name, i, s->first[i], s->shards[i].count, s->shards[i].samples_sha256);
 }
 
 int manifest_write(const char *dir, const manifest *m, kf_err *err) {
     strbuf t = {0};
-    strbuf_printf(&t, "# kforcing shard set, written by `kf shards build`; do not edit (verify: kf shards verify)\n");
+    strbuf_printf(&t, "# kforcing shard set, written by `kf shards build`; do not edit (verify: kf "
+                      "shards verify)\n");
     strbuf_printf(&t, "magic: %s\nversion: %d\n", MANIFEST_MAGIC, MANIFEST_VERSION);
     strbuf_printf(&t, "name: \"%s\"\n", m->name);
-    strbuf_printf(&t, "tokenizer: %s\nvocab_size: %" PRId64 "\nvocab_sha256: %s\n", m->tokenizer, m->vocab_size,
-                  m->vocab_sha256);
-    strbuf_printf(&t, "seq_len: %d\npacking: %s\nid_bytes: %d\n", m->seq_len, m->packing, m->id_bytes);
+    strbuf_printf(&t, "tokenizer: %s\nvocab_size: %" PRId64 "\nvocab_sha256: %s\n", m->tokenizer,
+                  m->vocab_size, m->vocab_sha256);
+    strbuf_printf(&t, "seq_len: %d\npacking: %s\nid_bytes: %d\n", m->seq_len, m->packing,
+                  m->id_bytes);
     strbuf_printf(&t, "special: {bos: %d, eos: %d, cls: %d, sep: %d, pad: %d}\n", m->special.bos,
                   m->special.eos, m->special.cls, m->special.sep, m->special.pad);
     strbuf_printf(&t, "config_sha256: %s\nsplits:\n", m->config_sha256);
@@ -75,7 +79,8 @@ static int get_hex(cfg_node *root, const char *key, char out[65], kf_err *err) {
     const char *s;
     if (cfg_get_str(root, key, &s, err)) return -1;
     size_t n = strspn(s, "0123456789abcdef");
-    if (n != 64 || s[64]) return cfg_err_at(cfg_find(root, key), err, "expected 64 lowercase hex digits");
+    if (n != 64 || s[64])
+        return cfg_err_at(cfg_find(root, key), err, "expected 64 lowercase hex digits");
     memcpy(out, s, 65);
     return 0;
 }
@@ -100,10 +105,10 @@ static int read_split(cfg_node *root, const char *name, const manifest *m, manif
     cfg_node *sp, *list;
     snprintf(key, sizeof key, "splits.%s", name);
     if (cfg_get_node(root, key, CFG_MAP, &sp, err)) return -1;
-    int64_t *stats[] = {&s->samples, &s->docs, &s->empty_docs, &s->replaced, &s->raw_bytes,
-                        &s->tokens, &s->truncated, &s->dropped_tokens};
-    const char *names[] = {"samples", "documents", "empty_documents", "replaced_utf8", "raw_bytes",
-                           "tokens", "truncated_documents", "dropped_tokens"};
+    int64_t *stats[] = {&s->samples,   &s->docs,   &s->empty_docs, &s->replaced,
+                        &s->raw_bytes, &s->tokens, &s->truncated,  &s->dropped_tokens};
+    const char *names[] = {"samples",   "documents", "empty_documents",     "replaced_utf8",
+                           "raw_bytes", "tokens",    "truncated_documents", "dropped_tokens"};
     for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++)
         if (get_count(sp, names[i], stats[i], err)) return -1;
     if (cfg_get_node(sp, "shards", CFG_SEQ, &list, err)) return -1;
@@ -116,14 +121,16 @@ static int read_split(cfg_node *root, const char *name, const manifest *m, manif
         shard_meta *sm = &s->shards[i];
         const char *file;
         char want[64];
-        if (e->kind != CFG_MAP) return cfg_err_at(e, err, "expected a mapping {file, first, count, sha256}");
+        if (e->kind != CFG_MAP)
+            return cfg_err_at(e, err, "expected a mapping {file, first, count, sha256}");
         if (cfg_get_str(e, "file", &file, err) || get_count(e, "first", &s->first[i], err) ||
             get_count(e, "count", &sm->count, err) || get_hex(e, "sha256", sm->samples_sha256, err))
             return -1;
         snprintf(want, sizeof want, "%s/shard-%05zu.lmdb", name, i);
         if (strcmp(file, want)) return cfg_err_at(cfg_find(e, "file"), err, "expected '%s'", want);
         if (s->first[i] != total)
-            return cfg_err_at(cfg_find(e, "first"), err, "expected %" PRId64 " (sum of earlier counts)", total);
+            return cfg_err_at(cfg_find(e, "first"), err,
+                              "expected %" PRId64 " (sum of earlier counts)", total);
         total += sm->count;
         strcpy(sm->tokenizer, m->tokenizer);
         strcpy(sm->vocab_sha256, m->vocab_sha256);
@@ -134,8 +141,8 @@ static int read_split(cfg_node *root, const char *name, const manifest *m, manif
     }
     s->first[list->n] = total;
     if (total != s->samples)
-        return cfg_err_at(cfg_find(sp, "samples"), err, "is %" PRId64 " but the shards hold %" PRId64,
-                          s->samples, total);
+        return cfg_err_at(cfg_find(sp, "samples"), err,
+                          "is %" PRId64 " but the shards hold %" PRId64, s->samples, total);
     return 0;
 }
 
@@ -144,8 +151,10 @@ int manifest_read(const char *dir, manifest *m, char sha256_out[65], kf_err *err
     snprintf(path, sizeof path, "%s/%s", dir, MANIFEST_FILE);
     memset(m, 0, sizeof *m);
     if (!fs_exists(path))
-        return kf_err_set(err, "%s: no manifest (not a shard set, or its build has not finished: run kf shards build)",
-                          path);
+        return kf_err_set(
+            err,
+            "%s: no manifest (not a shard set, or its build has not finished: run kf shards build)",
+            path);
     cfg_node *root = cfg_load_file(path, err);
     if (!root) return -1;
     int rc = -1;
@@ -158,8 +167,8 @@ int manifest_read(const char *dir, manifest *m, char sha256_out[65], kf_err *err
     }
     if (cfg_get_int(root, "version", &version, err)) goto out;
     if (version != MANIFEST_VERSION) {
-        cfg_err_at(cfg_find(root, "version"), err, "version %" PRId64 ", this build reads %d", version,
-                   MANIFEST_VERSION);
+        cfg_err_at(cfg_find(root, "version"), err, "version %" PRId64 ", this build reads %d",
+                   version, MANIFEST_VERSION);
         goto out;
     }
     if (get_word(root, "name", m->name, sizeof m->name, err) ||
@@ -191,7 +200,8 @@ int manifest_read(const char *dir, manifest *m, char sha256_out[65], kf_err *err
     }
     m->id_bytes = (int32_t)v;
     const char *roles[] = {"bos", "eos", "cls", "sep", "pad"};
-    int32_t *ids[] = {&m->special.bos, &m->special.eos, &m->special.cls, &m->special.sep, &m->special.pad};
+    int32_t *ids[] = {&m->special.bos, &m->special.eos, &m->special.cls, &m->special.sep,
+                      &m->special.pad};
     for (int i = 0; i < 5; i++) {
         char key[32];
         snprintf(key, sizeof key, "special.%s", roles[i]);
@@ -202,8 +212,8 @@ int manifest_read(const char *dir, manifest *m, char sha256_out[65], kf_err *err
         }
         *ids[i] = (int32_t)v;
     }
-    if (read_split(root, "train", m, &m->train, err) || read_split(root, "valid", m, &m->valid, err) ||
-        cfg_check_unused(root, err))
+    if (read_split(root, "train", m, &m->train, err) ||
+        read_split(root, "valid", m, &m->valid, err) || cfg_check_unused(root, err))
         goto out;
     if (sha256_out && sha256_file_hex(path, sha256_out, err)) goto out;
     rc = 0;

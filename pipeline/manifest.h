@@ -48,8 +48,8 @@ typedef struct manifest_special {
  * starting at first[i] = the sum of the earlier counts). */
 typedef struct manifest_split {
     int nshards;
-    shard_meta *shards;   /* only format fields, count and samples_sha256 are
-                             meaningful after manifest_read */
+    shard_meta *shards; /* only format fields, count and samples_sha256 are
+                           meaningful after manifest_read */
     int64_t *first;
     int64_t samples;
     /* statistics summed over the shards (from their records) */

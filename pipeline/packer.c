@@ -9,7 +9,7 @@ struct packer {
     const build_config *c;
     manifest_special sp;
     int pad_mode;
-    tok_ids ids;        /* the current document's ids (pad) / the unconsumed stream (wrap) */
+    tok_ids ids; /* the current document's ids (pad) / the unconsumed stream (wrap) */
     tok_bytes detok;
     int32_t *sample;
     shard_writer *w;
@@ -29,8 +29,8 @@ int packer_specials(const tok *t, const build_config *c, manifest_special *o, kf
     o->pad = pick(t, "pad", "eos");
     int pad = !strcmp(c->packing, "pad");
     if (pad ? (o->cls < 0 || o->sep < 0 || o->pad < 0) : (o->bos < 0 || o->eos < 0))
-        return kf_err_set(err, "shards.%s: tokenizer %s has no %s ids for %s packing", c->name, tok_name(t),
-                          pad ? "cls/sep/pad" : "bos/eos", c->packing);
+        return kf_err_set(err, "shards.%s: tokenizer %s has no %s ids for %s packing", c->name,
+                          tok_name(t), pad ? "cls/sep/pad" : "bos/eos", c->packing);
     return 0;
 }
 

@@ -62,7 +62,8 @@ void shard_check_bytes(const void *value, size_t n, uint8_t out[SHARD_CHECK_BYTE
     shard_put_le(out, crc32_update(0, value, n), 4);
 }
 
-const char *shard_value_decode(const uint8_t *value, const shard_meta *m, int32_t *ids, int32_t *len) {
+const char *shard_value_decode(const uint8_t *value, const shard_meta *m, int32_t *ids,
+                               int32_t *len) {
     if (shard_ids_get(value, m->seq_len, m->id_bytes, ids) >= (uint64_t)m->vocab_size)
         return "token id out of the vocabulary's range";
     int32_t n = m->seq_len;
@@ -99,12 +100,16 @@ static const struct {
     int kind;
     size_t off, cap;
 } fields[] = {
-#define S(f) {#f, F_STR, offsetof(shard_meta, f), sizeof(((shard_meta *)0)->f)}
-#define I(f) {#f, F_I64, offsetof(shard_meta, f), 0}
-#define J(f) {#f, F_I32, offsetof(shard_meta, f), 0}
-    S(tokenizer), S(vocab_sha256), I(vocab_size), J(seq_len), S(packing), J(id_bytes), I(count),
-    S(samples_sha256), S(source_sha256), S(config_sha256), I(docs), I(empty_docs), I(replaced),
-    I(raw_bytes), I(tokens), I(truncated), I(dropped_tokens),
+#define S(f)                                                                                       \
+    { #f, F_STR, offsetof(shard_meta, f), sizeof(((shard_meta *)0)->f) }
+#define I(f)                                                                                       \
+    { #f, F_I64, offsetof(shard_meta, f), 0 }
+#define J(f)                                                                                       \
+    { #f, F_I32, offsetof(shard_meta, f), 0 }
+    S(tokenizer), S(vocab_sha256),   I(vocab_size),     J(seq_len),       S(packing),
+    J(id_bytes),  I(count),          S(samples_sha256), S(source_sha256), S(config_sha256),
+    I(docs),      I(empty_docs),     I(replaced),       I(raw_bytes),     I(tokens),
+    I(truncated), I(dropped_tokens),
 #undef S
 #undef I
 #undef J
@@ -156,7 +161,9 @@ int shard_meta_get(MDB_env *env, const char *path, shard_meta *m, kf_err *err) {
     MDB_dbi dbi;
     int rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
     if (!rc && (rc = mdb_dbi_open(txn, SHARD_DB_META, 0, &dbi)) != 0) mdb_txn_abort(txn);
-    if (rc) return kf_err_set(err, "%s: not a kforcing shard (no meta record: %s)", path, mdb_strerror(rc));
+    if (rc)
+        return kf_err_set(err, "%s: not a kforcing shard (no meta record: %s)", path,
+                          mdb_strerror(rc));
     memset(m, 0, sizeof *m);
     char buf[128];
     int bad = 0;
@@ -169,14 +176,17 @@ int shard_meta_get(MDB_env *env, const char *path, shard_meta *m, kf_err *err) {
         char *p = (char *)m + fields[i].off;
         if (fields[i].kind == F_STR) {
             if (get_str(txn, dbi, fields[i].name, p, fields[i].cap))
-                bad = kf_err_set(err, "%s: shard meta field '%s' missing or too long", path, fields[i].name);
+                bad = kf_err_set(err, "%s: shard meta field '%s' missing or too long", path,
+                                 fields[i].name);
             continue;
         }
         char *end;
         errno = 0;
-        long long v = get_str(txn, dbi, fields[i].name, buf, sizeof buf) ? -1 : strtoll(buf, &end, 10);
+        long long v =
+            get_str(txn, dbi, fields[i].name, buf, sizeof buf) ? -1 : strtoll(buf, &end, 10);
         if (v < 0 || errno || *end || (fields[i].kind == F_I32 && v > INT32_MAX)) {
-            bad = kf_err_set(err, "%s: shard meta field '%s' missing or invalid", path, fields[i].name);
+            bad = kf_err_set(err, "%s: shard meta field '%s' missing or invalid", path,
+                             fields[i].name);
             continue;
         }
         if (fields[i].kind == F_I64) *(int64_t *)p = v;
@@ -185,7 +195,10 @@ int shard_meta_get(MDB_env *env, const char *path, shard_meta *m, kf_err *err) {
     mdb_txn_abort(txn);
     if (bad) return -1;
     if (m->seq_len <= 0 || m->vocab_size <= 0 || m->id_bytes != shard_id_bytes(m->vocab_size) ||
-        (strcmp(m->packing, "wrap") && strcmp(m->packing, "pad")) || strlen(m->samples_sha256) != 64)
-        return kf_err_set(err, "%s: shard meta is inconsistent (seq_len/vocab_size/id_bytes/packing/sha256)", path);
+        (strcmp(m->packing, "wrap") && strcmp(m->packing, "pad")) ||
+        strlen(m->samples_sha256) != 64)
+        return kf_err_set(
+            err, "%s: shard meta is inconsistent (seq_len/vocab_size/id_bytes/packing/sha256)",
+            path);
     return 0;
 }

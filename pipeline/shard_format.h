@@ -52,7 +52,8 @@ void shard_check_bytes(const void *value, size_t n, uint8_t out[SHARD_CHECK_BYTE
  * @return NULL when well-formed, else a static description of what is wrong
  *         (id out of range, length out of range, pad mode ids after length
  *         that are not the pad id are allowed: padding is not interpreted). */
-const char *shard_value_decode(const uint8_t *value, const shard_meta *m, int32_t *ids, int32_t *len);
+const char *shard_value_decode(const uint8_t *value, const shard_meta *m, int32_t *ids,
+                               int32_t *len);
 
 /** shard_value_decode without output: NULL when the value is well-formed. */
 const char *shard_value_check(const uint8_t *value, const shard_meta *m);

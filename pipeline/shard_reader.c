@@ -46,18 +46,22 @@ static int open_one(shard_set *s, const char *dir, int i, kf_err *err) {
     const shard_meta *want = &s->split->shards[i];
     size_t n = strlen(dir) + 64;
     o->path = kf_malloc(n);
-    snprintf(o->path, n, "%s/%s/shard-%05d.lmdb", dir, s->split == &s->m.train ? "train" : "valid", i);
+    snprintf(o->path, n, "%s/%s/shard-%05d.lmdb", dir, s->split == &s->m.train ? "train" : "valid",
+             i);
     shard_meta m;
-    if (shard_env_open_ro(o->path, &o->env, err) || shard_meta_get(o->env, o->path, &m, err)) return -1;
+    if (shard_env_open_ro(o->path, &o->env, err) || shard_meta_get(o->env, o->path, &m, err))
+        return -1;
     if (strcmp(m.tokenizer, want->tokenizer) || strcmp(m.vocab_sha256, want->vocab_sha256) ||
         m.seq_len != want->seq_len || strcmp(m.packing, want->packing) ||
         m.vocab_size != want->vocab_size || m.count != want->count ||
         strcmp(m.samples_sha256, want->samples_sha256))
-        return kf_err_set(err, "%s: shard record (tokenizer %s, seq_len %d, packing %s, count %" PRId64
-                          ", sha256 %.12s…) disagrees with the manifest (%s, %d, %s, %" PRId64 ", %.12s…): "
-                          "the set was modified; rebuild it",
-                          o->path, m.tokenizer, m.seq_len, m.packing, m.count, m.samples_sha256,
-                          want->tokenizer, want->seq_len, want->packing, want->count, want->samples_sha256);
+        return kf_err_set(
+            err,
+            "%s: shard record (tokenizer %s, seq_len %d, packing %s, count %" PRId64
+            ", sha256 %.12s…) disagrees with the manifest (%s, %d, %s, %" PRId64 ", %.12s…): "
+            "the set was modified; rebuild it",
+            o->path, m.tokenizer, m.seq_len, m.packing, m.count, m.samples_sha256, want->tokenizer,
+            want->seq_len, want->packing, want->count, want->samples_sha256);
     int rc = mdb_txn_begin(o->env, NULL, MDB_RDONLY, &o->txn);
     if (!rc) rc = mdb_dbi_open(o->txn, SHARD_DB_SAMPLES, 0, &o->dbi);
     if (rc) return kf_err_set(err, "%s: cannot read samples: %s", o->path, mdb_strerror(rc));
@@ -126,8 +130,8 @@ int shard_set_get(shard_set *s, int64_t index, int32_t *ids, int32_t *len, kf_er
     int rc = mdb_get(o->txn, o->dbi, &k, &v);
     if (rc) return kf_err_set(err, "%s: sample %" PRId64 ": %s", o->path, local, mdb_strerror(rc));
     if (v.mv_size != s->value_bytes)
-        return kf_err_set(err, "%s: sample %" PRId64 ": value is %zu bytes, expected %zu", o->path, local,
-                          v.mv_size, s->value_bytes);
+        return kf_err_set(err, "%s: sample %" PRId64 ": value is %zu bytes, expected %zu", o->path,
+                          local, v.mv_size, s->value_bytes);
     const char *why = shard_value_decode(v.mv_data, &sp->shards[lo], ids, len);
     if (why) return kf_err_set(err, "%s: sample %" PRId64 ": %s", o->path, local, why);
     return 0;

@@ -28,10 +28,10 @@ struct shard_writer {
     size_t map_size;
     shard_meta m;
     size_t value_bytes;
-    uint8_t *batch;        /* BATCH_SAMPLES values */
-    uint8_t *checks;       /* their check bytes */
-    int64_t batch_n;       /* samples in batch */
-    int64_t count;         /* samples committed to LMDB + in batch */
+    uint8_t *batch;  /* BATCH_SAMPLES values */
+    uint8_t *checks; /* their check bytes */
+    int64_t batch_n; /* samples in batch */
+    int64_t count;   /* samples committed to LMDB + in batch */
     sha256_ctx hash;
 };
 
@@ -74,7 +74,8 @@ int shard_writer_open(const char *path, const shard_meta *m, shard_writer **out,
     char dir[4096], fdpath[32];
     const char *file = w->tmp;
     fs_dirname(path, dir, sizeof dir);
-    w->fd = access("/proc/self/fd", X_OK) == 0 ? open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644) : -1;
+    w->fd =
+        access("/proc/self/fd", X_OK) == 0 ? open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644) : -1;
     if (w->fd >= 0) {
         snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", w->fd);
         file = fdpath;
@@ -297,7 +298,8 @@ int shard_verify(const char *path, shard_meta *out, kf_err *err) {
         else if (crc || ck.mv_size != 8 || shard_key_decode(ck.mv_data) != key ||
                  cv.mv_size != SHARD_CHECK_BYTES)
             why = "check record missing";
-        else if (shard_check_bytes(v.mv_data, v.mv_size, want), memcmp(want, cv.mv_data, SHARD_CHECK_BYTES))
+        else if (shard_check_bytes(v.mv_data, v.mv_size, want),
+                 memcmp(want, cv.mv_data, SHARD_CHECK_BYTES))
             why = "bytes do not match the sample's checksum";
         else why = shard_value_check(v.mv_data, &m);
         if (why) bad = kf_err_set(err, "%s: sample %" PRId64 ": %s", path, i, why);
@@ -312,8 +314,10 @@ int shard_verify(const char *path, shard_meta *out, kf_err *err) {
         goto fail_env;
     }
     if (i != m.count) {
-        kf_err_set(err, "%s: sample %" PRId64 ": %s (holds %" PRId64 " samples, its record says %" PRId64 ")",
-                   path, i < m.count ? i : m.count, i < m.count ? "missing" : "unexpected", i, m.count);
+        kf_err_set(
+            err,
+            "%s: sample %" PRId64 ": %s (holds %" PRId64 " samples, its record says %" PRId64 ")",
+            path, i < m.count ? i : m.count, i < m.count ? "missing" : "unexpected", i, m.count);
         goto fail_env;
     }
     uint8_t d[32];

@@ -45,7 +45,7 @@
  * rebuild its report from finished shards without re-reading them). */
 typedef struct shard_meta {
     /* format */
-    char tokenizer[32];      /* tok_name(): "gpt2", "bert-uncased" */
+    char tokenizer[32]; /* tok_name(): "gpt2", "bert-uncased" */
     char vocab_sha256[65];
     int64_t vocab_size;
     int32_t seq_len;
@@ -59,13 +59,13 @@ typedef struct shard_meta {
     char source_sha256[65];
     char config_sha256[65];
     /* statistics of the unit */
-    int64_t docs;            /* documents that produced tokens */
-    int64_t empty_docs;      /* empty lines / files / text fields (skipped) */
-    int64_t replaced;        /* invalid UTF-8 sequences replaced by U+FFFD */
-    int64_t raw_bytes;       /* input bytes of the documents */
-    int64_t tokens;          /* valid stored tokens (incl. specials, excl. padding) */
-    int64_t truncated;       /* pad mode: documents cut at seq_len */
-    int64_t dropped_tokens;  /* wrap mode: remainder dropped at the unit's end */
+    int64_t docs;           /* documents that produced tokens */
+    int64_t empty_docs;     /* empty lines / files / text fields (skipped) */
+    int64_t replaced;       /* invalid UTF-8 sequences replaced by U+FFFD */
+    int64_t raw_bytes;      /* input bytes of the documents */
+    int64_t tokens;         /* valid stored tokens (incl. specials, excl. padding) */
+    int64_t truncated;      /* pad mode: documents cut at seq_len */
+    int64_t dropped_tokens; /* wrap mode: remainder dropped at the unit's end */
 } shard_meta;
 
 /** A shard being written. */

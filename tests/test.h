@@ -27,80 +27,79 @@
 static int t_passed, t_failed;
 
 /* Counts one check; on failure prints "FAIL file:line: " and the message. */
-#define T_CHECK(cond, ...)                                                  \
-    do {                                                                    \
-        if (cond) {                                                         \
-            t_passed++;                                                     \
-        } else {                                                            \
-            t_failed++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fputc('\n', stderr);                                            \
-        }                                                                   \
+#define T_CHECK(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            t_passed++;                                                                            \
+        } else {                                                                                   \
+            t_failed++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* Integers equal (compared as long long); prints "MESSAGE: got G want W".
  * A floating-point operand is a compile error (it would be truncated): use
  * T_NEAR or T_CLOSE for those. */
-#define T_INT_ONLY(x) (void)sizeof(char[_Generic((x), float: -1, double: -1, long double: -1, default: 1)])
-#define T_EQ_INT(got, want, ...)                                                      \
-    do {                                                                              \
-        T_INT_ONLY(got);                                                              \
-        T_INT_ONLY(want);                                                             \
-        long long t_g_ = (long long)(got), t_w_ = (long long)(want);                  \
-        if (t_g_ == t_w_) {                                                           \
-            t_passed++;                                                               \
-        } else {                                                                      \
-            t_failed++;                                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                      \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fprintf(stderr, ": got %lld want %lld\n", t_g_, t_w_);                    \
-        }                                                                             \
+#define T_INT_ONLY(x)                                                                              \
+    (void)sizeof(char[_Generic((x), float : -1, double : -1, long double : -1, default : 1)])
+#define T_EQ_INT(got, want, ...)                                                                   \
+    do {                                                                                           \
+        T_INT_ONLY(got);                                                                           \
+        T_INT_ONLY(want);                                                                          \
+        long long t_g_ = (long long)(got), t_w_ = (long long)(want);                               \
+        if (t_g_ == t_w_) {                                                                        \
+            t_passed++;                                                                            \
+        } else {                                                                                   \
+            t_failed++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, ": got %lld want %lld\n", t_g_, t_w_);                                 \
+        }                                                                                          \
     } while (0)
 
 /* Prints a string for T_EQ_STR: quoted, or NULL. */
 static inline void t_print_str(const char *s) {
-    if (s)
-        fprintf(stderr, "\"%s\"", s);
-    else
-        fputs("NULL", stderr);
+    if (s) fprintf(stderr, "\"%s\"", s);
+    else fputs("NULL", stderr);
 }
 
 /* Strings equal (NULL equals only NULL); prints both, quoted, on failure. */
-#define T_EQ_STR(got, want, ...)                                                       \
-    do {                                                                               \
-        const char *t_g_ = (got), *t_w_ = (want);                                      \
-        if (t_g_ == t_w_ || (t_g_ && t_w_ && !strcmp(t_g_, t_w_))) {                   \
-            t_passed++;                                                                \
-        } else {                                                                       \
-            t_failed++;                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            fprintf(stderr, __VA_ARGS__);                                              \
-            fputs(": got ", stderr);                                                   \
-            t_print_str(t_g_);                                                         \
-            fputs(" want ", stderr);                                                   \
-            t_print_str(t_w_);                                                         \
-            fputc('\n', stderr);                                                       \
-        }                                                                              \
+#define T_EQ_STR(got, want, ...)                                                                   \
+    do {                                                                                           \
+        const char *t_g_ = (got), *t_w_ = (want);                                                  \
+        if (t_g_ == t_w_ || (t_g_ && t_w_ && !strcmp(t_g_, t_w_))) {                               \
+            t_passed++;                                                                            \
+        } else {                                                                                   \
+            t_failed++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputs(": got ", stderr);                                                               \
+            t_print_str(t_g_);                                                                     \
+            fputs(" want ", stderr);                                                               \
+            t_print_str(t_w_);                                                                     \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* |got - want| <= tol (absolute); NaN never passes. */
-#define T_NEAR(got, want, tol, ...)                                                    \
-    do {                                                                               \
-        double t_g_ = (double)(got), t_w_ = (double)(want), t_t_ = (double)(tol);      \
-        if (fabs(t_g_ - t_w_) <= t_t_) {                                               \
-            t_passed++;                                                                \
-        } else {                                                                       \
-            t_failed++;                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            fprintf(stderr, __VA_ARGS__);                                              \
-            fprintf(stderr, ": got %.9g want %.9g (tol %g)\n", t_g_, t_w_, t_t_);      \
-        }                                                                              \
+#define T_NEAR(got, want, tol, ...)                                                                \
+    do {                                                                                           \
+        double t_g_ = (double)(got), t_w_ = (double)(want), t_t_ = (double)(tol);                  \
+        if (fabs(t_g_ - t_w_) <= t_t_) {                                                           \
+            t_passed++;                                                                            \
+        } else {                                                                                   \
+            t_failed++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, ": got %.9g want %.9g (tol %g)\n", t_g_, t_w_, t_t_);                  \
+        }                                                                                          \
     } while (0)
 
 /* |a-b| <= tol*max(1,|b|), printing both values on failure. */
-#define T_CLOSE(a, b, tol, what)                                                        \
-    T_CHECK(fabs((double)(a) - (double)(b)) <= (tol) * fmax(1.0, fabs((double)(b))),    \
+#define T_CLOSE(a, b, tol, what)                                                                   \
+    T_CHECK(fabs((double)(a) - (double)(b)) <= (tol)*fmax(1.0, fabs((double)(b))),                 \
             "%s: got %.9g want %.9g (tol %g)", (what), (double)(a), (double)(b), (double)(tol))
 
 #define T_DONE() (printf("%d passed, %d failed\n", t_passed, t_failed), t_failed ? 1 : 0)

@@ -34,15 +34,14 @@ struct bert_state {
     size_t bcap;
 };
 
-static int is_cjk(uint32_t c)
-{
-    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+static int is_cjk(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-static void word_add(bert_state *b, uint32_t cp)
-{
+static void word_add(bert_state *b, uint32_t cp) {
     if (b->wn + 2 + 4 > b->wcap) {
         b->wcap = 2 * b->wcap + 64;
         b->word = kf_realloc(b->word, b->wcap);
@@ -56,8 +55,7 @@ static void word_add(bert_state *b, uint32_t cp)
 }
 
 /* WordPiece over the current word, then clears it. */
-static void word_flush(bert_state *b, tok_ids *out)
-{
+static void word_flush(bert_state *b, tok_ids *out) {
     if (!b->wchars) return;
     char *w = b->word + 2; /* w[-2..-1] is scratch for the "##" prefix */
     size_t before = out->n;
@@ -96,8 +94,7 @@ unk:
 
 /* If allowed and s[i..] starts with a special token present in the vocab,
  * returns its index in special_tokens, else -1. */
-static int special_at(const bert_state *b, const char *s, size_t n)
-{
+static int special_at(const bert_state *b, const char *s, size_t n) {
     for (int k = 0; k < N_SPECIAL; k++) {
         size_t l = strlen(special_tokens[k]);
         if (b->special[k] >= 0 && l <= n && !memcmp(s, special_tokens[k], l)) return k;
@@ -105,8 +102,7 @@ static int special_at(const bert_state *b, const char *s, size_t n)
     return -1;
 }
 
-void bert_encode(tok *t, const char *text, size_t len, int allow_special, tok_ids *out)
-{
+void bert_encode(tok *t, const char *text, size_t len, int allow_special, tok_ids *out) {
     bert_state *b = t->bert;
     const unsigned char *s = (const unsigned char *)text;
     b->wn = b->wchars = 0;
@@ -150,12 +146,11 @@ void bert_encode(tok *t, const char *text, size_t len, int allow_special, tok_id
     word_flush(b, out);
 }
 
-int bert_decode(const tok *t, const int32_t *ids, size_t n, tok_bytes *out, kf_err *err)
-{
+int bert_decode(const tok *t, const int32_t *ids, size_t n, tok_bytes *out, kf_err *err) {
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->vocab_size)
-            return kf_err_set(err, "token id %d at position %zu is out of range [0, %lld)", ids[i], i,
-                              (long long)t->vocab_size);
+            return kf_err_set(err, "token id %d at position %zu is out of range [0, %lld)", ids[i],
+                              i, (long long)t->vocab_size);
         const char *p = t->id_bytes[ids[i]];
         size_t l = t->id_len[ids[i]];
         if (l >= 2 && p[0] == '#' && p[1] == '#') {
@@ -169,15 +164,13 @@ int bert_decode(const tok *t, const int32_t *ids, size_t n, tok_bytes *out, kf_e
     return 0;
 }
 
-int32_t bert_special_id(const tok *t, const char *name)
-{
+int32_t bert_special_id(const tok *t, const char *name) {
     for (int k = 0; k < N_SPECIAL; k++)
         if (!strcmp(name, special_names[k])) return t->bert->special[k];
     return -1;
 }
 
-int bert_load(tok *t, const char *dir, kf_err *err)
-{
+int bert_load(tok *t, const char *dir, kf_err *err) {
     bert_state *b = kf_calloc(1, sizeof *b);
     t->bert = b;
     t->name = "bert-uncased";
@@ -203,7 +196,8 @@ int bert_load(tok *t, const char *dir, kf_err *err)
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *le = nl ? nl : end;
         size_t l = (size_t)(le - p);
-        while (l && (p[l - 1] == '\r' || p[l - 1] == ' ' || p[l - 1] == '\t')) l--; /* as HF's trim_end */
+        while (l && (p[l - 1] == '\r' || p[l - 1] == ' ' || p[l - 1] == '\t'))
+            l--; /* as HF's trim_end */
         t->id_bytes[id] = kf_malloc(l + 1);
         memcpy(t->id_bytes[id], p, l);
         t->id_bytes[id][l] = 0;
@@ -212,14 +206,14 @@ int bert_load(tok *t, const char *dir, kf_err *err)
         p = le + 1;
     }
     free(buf);
-    for (int k = 0; k < N_SPECIAL; k++) b->special[k] = strmap_get(&b->vocab, special_tokens[k], strlen(special_tokens[k]));
+    for (int k = 0; k < N_SPECIAL; k++)
+        b->special[k] = strmap_get(&b->vocab, special_tokens[k], strlen(special_tokens[k]));
     b->unk = b->special[3];
     if (b->unk < 0) return kf_err_set(err, "%s: no [UNK] token", path);
     return 0;
 }
 
-bert_state *bert_clone(const bert_state *b)
-{
+bert_state *bert_clone(const bert_state *b) {
     bert_state *c = kf_calloc(1, sizeof *c);
     c->vocab = b->vocab; /* the struct: its arrays are shared */
     memcpy(c->special, b->special, sizeof c->special);
@@ -227,8 +221,7 @@ bert_state *bert_clone(const bert_state *b)
     return c;
 }
 
-void bert_free(bert_state *b, int tables)
-{
+void bert_free(bert_state *b, int tables) {
     if (!b) return;
     if (tables) strmap_free(&b->vocab);
     free(b->word);

@@ -30,8 +30,7 @@ static const char usage[] =
     "                   bert: [CLS] [SEP] [PAD] [UNK] [MASK]) become their ids\n"
     "  --help           this text\n";
 
-static void out_flush(tok_bytes *o)
-{
+static void out_flush(tok_bytes *o) {
     if (o->n && fwrite(o->v, 1, o->n, stdout) != o->n) {
         fprintf(stderr, "kf tokenize: error: writing stdout: %s\n", strerror(errno));
         exit(KF_EXIT_ERROR);
@@ -39,8 +38,7 @@ static void out_flush(tok_bytes *o)
     o->n = 0;
 }
 
-static void put_ids(tok_bytes *o, const tok_ids *ids)
-{
+static void put_ids(tok_bytes *o, const tok_ids *ids) {
     if (o->cap - o->n < ids->n * 12 + 1) {
         out_flush(o);
         if (o->cap < ids->n * 12 + 1) {
@@ -54,7 +52,8 @@ static void put_ids(tok_bytes *o, const tok_ids *ids)
         char tmp[12];
         int k = 0;
         uint32_t v = (uint32_t)ids->v[i];
-        do tmp[k++] = (char)('0' + v % 10); while ((v /= 10));
+        do tmp[k++] = (char)('0' + v % 10);
+        while ((v /= 10));
         while (k) *p++ = tmp[--k];
     }
     *p++ = '\n';
@@ -63,8 +62,7 @@ static void put_ids(tok_bytes *o, const tok_ids *ids)
 }
 
 /* Parses a line of space-separated ids into ids. Returns 0 or -1 (message in err). */
-static int parse_ids(const char *s, size_t n, long lineno, tok_ids *ids, kf_err *err)
-{
+static int parse_ids(const char *s, size_t n, long lineno, tok_ids *ids, kf_err *err) {
     size_t i = 0;
     while (i < n) {
         while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
@@ -73,15 +71,14 @@ static int parse_ids(const char *s, size_t n, long lineno, tok_ids *ids, kf_err 
         size_t st = i;
         while (i < n && s[i] >= '0' && s[i] <= '9' && v <= INT32_MAX) v = v * 10 + (s[i++] - '0');
         if (i == st || v > INT32_MAX || (i < n && s[i] != ' ' && s[i] != '\t' && s[i] != '\r'))
-            return kf_err_set(err, "stdin:%ld: expected space-separated token ids, got \"%.*s\"", lineno,
-                              (int)(n - st > 20 ? 20 : n - st), s + st);
+            return kf_err_set(err, "stdin:%ld: expected space-separated token ids, got \"%.*s\"",
+                              lineno, (int)(n - st > 20 ? 20 : n - st), s + st);
         tok_ids_push(ids, (int32_t)v);
     }
     return 0;
 }
 
-int tokenize_main(int argc, char **argv)
-{
+int tokenize_main(int argc, char **argv) {
     blas_threads_stop(); /* tokenizing never calls BLAS */
     const char *kind = NULL, *vocab = NULL;
     bool decode = false, allow_special = false;
@@ -95,7 +92,8 @@ int tokenize_main(int argc, char **argv)
     int code;
     if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!kind || !vocab) {
-        fprintf(stderr, "kf tokenize: %s is required\n%s", kind ? "--vocab DIR" : "the tokenizer (gpt2|bert)", usage);
+        fprintf(stderr, "kf tokenize: %s is required\n%s",
+                kind ? "--vocab DIR" : "the tokenizer (gpt2|bert)", usage);
         return KF_EXIT_USAGE;
     }
     if (strcmp(kind, "gpt2") && strcmp(kind, "bert")) {
@@ -151,7 +149,8 @@ int tokenize_main(int argc, char **argv)
                 text.n = 0;
                 if (parse_ids(buf + pos, end - pos, lineno, &ids, &err) ||
                     tok_decode(t, ids.v, ids.n, &text, &err)) {
-                    fprintf(stderr, "kf tokenize: error: %s%s\n", strstr(err.msg, "stdin:") ? "" : "stdin: ", err.msg);
+                    fprintf(stderr, "kf tokenize: error: %s%s\n",
+                            strstr(err.msg, "stdin:") ? "" : "stdin: ", err.msg);
                     rc = KF_EXIT_ERROR;
                     goto done;
                 }
@@ -171,7 +170,9 @@ done:
         fprintf(stderr, "kf tokenize: error: writing stdout: %s\n", strerror(errno));
         rc = KF_EXIT_ERROR;
     }
-    if (n_replaced) fprintf(stderr, "kf tokenize: %lld invalid UTF-8 sequence(s) replaced by U+FFFD\n", (long long)n_replaced);
+    if (n_replaced)
+        fprintf(stderr, "kf tokenize: %lld invalid UTF-8 sequence(s) replaced by U+FFFD\n",
+                (long long)n_replaced);
     free(buf);
     tok_ids_free(&ids);
     tok_bytes_free(&text);

@@ -21,22 +21,20 @@ typedef struct pass {
     uint64_t seen[4]; /* bytes that occur in the text, or may (a superset) */
 } pass;
 
-static void seen_add(pass *p, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) p->seen[(unsigned char)s[i] >> 6] |= 1ull << ((unsigned char)s[i] & 63);
+static void seen_add(pass *p, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        p->seen[(unsigned char)s[i] >> 6] |= 1ull << ((unsigned char)s[i] & 63);
 }
 
 /* Can `pat` occur? Rules only delete or move text, or write their constant
  * replacement (seen_add'ed), so a byte absent at the start stays absent. */
-static int seen_all(const pass *p, const char *pat)
-{
+static int seen_all(const pass *p, const char *pat) {
     for (const unsigned char *c = (const unsigned char *)pat; *c; c++)
         if (!(p->seen[*c >> 6] >> (*c & 63) & 1)) return 0;
     return 1;
 }
 
-static void pass_swap(pass *p)
-{
+static void pass_swap(pass *p) {
     tok_bytes *t = p->cur;
     p->cur = p->next;
     p->next = t;
@@ -46,8 +44,7 @@ static void pass_swap(pass *p)
 static void put(pass *p, const char *s, size_t n) { tok_bytes_append(p->next, s, n); }
 
 /* str.replace(from, to) */
-static void rep(pass *p, const char *from, const char *to)
-{
+static void rep(pass *p, const char *from, const char *to) {
     if (!seen_all(p, from)) return;
     const char *s = p->cur->v, *end = s + p->cur->n;
     size_t fl = strlen(from), tl = strlen(to);
@@ -67,8 +64,7 @@ static int is_word_cp(uint32_t c) { return c == '_' || (uni_flags(c) & (UNI_L | 
 static int is_py_space(uint32_t c) { return (c >= 0x1C && c <= 0x1F) || (uni_flags(c) & UNI_WS); }
 
 /* Code point at s[i] and its length (bad bytes count as one non-word char). */
-static uint32_t cp_at(const char *s, size_t i, size_t n, size_t *l)
-{
+static uint32_t cp_at(const char *s, size_t i, size_t n, size_t *l) {
     uint32_t cp;
     int bad;
     *l = utf8_decode((const unsigned char *)s + i, n - i, &cp, &bad);
@@ -76,8 +72,7 @@ static uint32_t cp_at(const char *s, size_t i, size_t n, size_t *l)
 }
 
 /* End of the \w+ run starting at i (== i when there is none). */
-static size_t word_end(const char *s, size_t i, size_t n)
-{
+static size_t word_end(const char *s, size_t i, size_t n) {
     size_t l;
     while (i < n && is_word_cp(cp_at(s, i, n, &l))) i += l;
     return i;
@@ -87,8 +82,7 @@ static size_t word_end(const char *s, size_t i, size_t n)
 static size_t dollar(const char *s, size_t n) { return (n && s[n - 1] == '\n') ? n - 1 : n; }
 
 /* re.sub(r" \'(\w+)", r"'\1") */
-static void lm1b_apostrophe(pass *p)
-{
+static void lm1b_apostrophe(pass *p) {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
     if (!memmem(s, n, " '", 2)) return;
@@ -107,14 +101,14 @@ static void lm1b_apostrophe(pass *p)
 }
 
 /* re.sub(r' (\w+) \. ', r' \1. ') */
-static void lm1b_period(pass *p)
-{
+static void lm1b_period(pass *p) {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
     if (!memmem(s, n, " . ", 3)) return;
     while (i < n) {
         size_t e;
-        if (s[i] == ' ' && (e = word_end(s, i + 1, n)) > i + 1 && e + 3 <= n && !memcmp(s + e, " . ", 3)) {
+        if (s[i] == ' ' && (e = word_end(s, i + 1, n)) > i + 1 && e + 3 <= n &&
+            !memcmp(s + e, " . ", 3)) {
             put(p, s + from, e - from);
             put(p, ". ", 2);
             i = from = e + 3;
@@ -126,13 +120,14 @@ static void lm1b_period(pass *p)
     pass_swap(p);
 }
 
-static int ascii_word(unsigned char c) { return c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'); }
+static int ascii_word(unsigned char c) {
+    return c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+}
 
 /* Does the \w run that ends at e (> 0) start right after a space? Backwards
  * over ASCII (a code point boundary precedes every ASCII byte, valid UTF-8
  * or not); -1 when a non-ASCII byte is met: the caller decodes forwards. */
-static int word_after_space_ascii(const char *s, size_t e)
-{
+static int word_after_space_ascii(const char *s, size_t e) {
     size_t j = e;
     while (j > 0 && (unsigned char)s[j - 1] < 0x80 && ascii_word((unsigned char)s[j - 1])) j--;
     if (j > 0 && (unsigned char)s[j - 1] >= 0x80) return -1;
@@ -140,8 +135,7 @@ static int word_after_space_ascii(const char *s, size_t e)
 }
 
 /* re.sub(r' (\w+) \.$', r' \1.') */
-static void lm1b_period_end(pass *p)
-{
+static void lm1b_period_end(pass *p) {
     const char *s = p->cur->v;
     size_t n = p->cur->n, d = dollar(s, n);
     if (d < 4 || s[d - 2] != ' ' || s[d - 1] != '.') return;
@@ -164,8 +158,7 @@ static void lm1b_period_end(pass *p)
 }
 
 /* re.sub(r' \?$', '?') and the like: drop the space before a final mark. */
-static void drop_space_before_end(pass *p, char mark)
-{
+static void drop_space_before_end(pass *p, char mark) {
     const char *s = p->cur->v;
     size_t n = p->cur->n, d = dollar(s, n);
     if (d < 2 || s[d - 2] != ' ' || s[d - 1] != mark) return;
@@ -176,8 +169,7 @@ static void drop_space_before_end(pass *p, char mark)
 
 /* lm1b's re.sub(r'O ([^F]+) C', r'O\1C') where F (the forbidden set) holds
  * O and C: X runs to the first forbidden char, which must be C after a space. */
-static void lm1b_wrapped(pass *p, char open, char close)
-{
+static void lm1b_wrapped(pass *p, char open, char close) {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
     if (!memchr(s, open, n)) return;
@@ -202,8 +194,7 @@ static void lm1b_wrapped(pass *p, char open, char close)
 
 /* wt's re.sub(r"O\s*([^C]*?)\s*C", r"O\1C"): the text up to the next C,
  * with surrounding whitespace removed. */
-static void wt_bracket(pass *p, char open, char close)
-{
+static void wt_bracket(pass *p, char open, char close) {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
     if (!memchr(s, open, n)) return;
@@ -228,8 +219,7 @@ static void wt_bracket(pass *p, char open, char close)
     pass_swap(p);
 }
 
-static void pass_begin(pass *p, const char *in, size_t len)
-{
+static void pass_begin(pass *p, const char *in, size_t len) {
     memset(p, 0, sizeof *p);
     p->cur = &p->a;
     p->next = &p->b;
@@ -238,15 +228,13 @@ static void pass_begin(pass *p, const char *in, size_t len)
     seen_add(p, in, len);
 }
 
-static void pass_end(pass *p, tok_bytes *out)
-{
+static void pass_end(pass *p, tok_bytes *out) {
     tok_bytes_append(out, p->cur->v, p->cur->n);
     tok_bytes_free(&p->a);
     tok_bytes_free(&p->b);
 }
 
-void detok_lm1b(const char *in, size_t len, tok_bytes *out)
-{
+void detok_lm1b(const char *in, size_t len, tok_bytes *out) {
     if (len == 0) return; /* empty text: the passes' buffers would be NULL */
     pass p;
     pass_begin(&p, in, len);
@@ -274,14 +262,14 @@ void detok_lm1b(const char *in, size_t len, tok_bytes *out)
 
 /* wt's re.sub(r"/' [0-9]/", r"/'[0-9]/"): MDLM's replacement is the literal
  * text "/'[0-9]/" (the digit is lost); reproduced as it is. */
-static void wt_slash_quote(pass *p)
-{
+static void wt_slash_quote(pass *p) {
     const char *s = p->cur->v;
     size_t n = p->cur->n, i = 0, from = 0;
     if (!memmem(s, n, "/' ", 3)) return;
     seen_add(p, "/'[0-9]/", 8);
     while (i + 5 <= n) {
-        if (s[i] == '/' && s[i + 1] == '\'' && s[i + 2] == ' ' && s[i + 3] >= '0' && s[i + 3] <= '9' && s[i + 4] == '/') {
+        if (s[i] == '/' && s[i + 1] == '\'' && s[i + 2] == ' ' && s[i + 3] >= '0' &&
+            s[i + 3] <= '9' && s[i + 4] == '/') {
             put(p, s + from, i - from);
             put(p, "/'[0-9]/", 8);
             i = from = i + 5;
@@ -293,8 +281,7 @@ static void wt_slash_quote(pass *p)
     pass_swap(p);
 }
 
-void detok_wikitext(const char *in, size_t len, tok_bytes *out)
-{
+void detok_wikitext(const char *in, size_t len, tok_bytes *out) {
     if (len == 0) return; /* empty text: the passes' buffers would be NULL */
     pass p;
     pass_begin(&p, in, len);

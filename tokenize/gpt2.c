@@ -45,13 +45,13 @@ typedef struct cache_slot {
 
 struct gpt2_state {
     /* read-only after gpt2_load, shared by clones */
-    strmap vocab;          /* raw token bytes -> id */
+    strmap vocab; /* raw token bytes -> id */
     merge_slot *merges;
     size_t merge_mask;
     int32_t byte_id[256];
-    uint8_t *self_ok;      /* id -> SELF_*: does BPE(bytes(id)) == [id]? (learnt
-                              lazily; shared by clones, see encode_piece) */
-    int32_t eot;           /* <|endoftext|> */
+    uint8_t *self_ok;         /* id -> SELF_*: does BPE(bytes(id)) == [id]? (learnt
+                                 lazily; shared by clones, see encode_piece) */
+    int32_t eot;              /* <|endoftext|> */
     uint8_t ascii_class[128]; /* pre-tokenizer class of each ASCII byte */
     /* per state: BPE workspace */
     int32_t *w, *r, *mg;
@@ -66,19 +66,18 @@ struct gpt2_state {
 
 /* ---- byte <-> unicode map of GPT-2's encoder.py ---- */
 
-static void byte_unicode_map(uint32_t b2u[256])
-{
+static void byte_unicode_map(uint32_t b2u[256]) {
     int n = 0;
     for (int b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        int printable =
+            (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         b2u[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
     }
 }
 
 /* Converts a token spelled in the byte-level alphabet back to raw bytes.
  * Returns the length, or -1 when a character is outside the alphabet. */
-static long unicode_to_bytes(const int16_t *u2b, const char *s, size_t n, char *out)
-{
+static long unicode_to_bytes(const int16_t *u2b, const char *s, size_t n, char *out) {
     long k = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
@@ -92,13 +91,11 @@ static long unicode_to_bytes(const int16_t *u2b, const char *s, size_t n, char *
 
 /* ---- merges ---- */
 
-static inline size_t merge_home(uint64_t key, size_t mask)
-{
+static inline size_t merge_home(uint64_t key, size_t mask) {
     return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
 }
 
-static inline int32_t merge_rank(const gpt2_state *g, int32_t a, int32_t b, int32_t *merged)
-{
+static inline int32_t merge_rank(const gpt2_state *g, int32_t a, int32_t b, int32_t *merged) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     for (size_t i = merge_home(key, g->merge_mask);; i = (i + 1) & g->merge_mask) {
         const merge_slot *s = &g->merges[i];
@@ -112,8 +109,7 @@ static inline int32_t merge_rank(const gpt2_state *g, int32_t a, int32_t b, int3
 
 /* ---- BPE ---- */
 
-static void grow_work(gpt2_state *g, size_t n)
-{
+static void grow_work(gpt2_state *g, size_t n) {
     if (n <= g->wcap) return;
     g->wcap = 2 * n;
     g->w = kf_realloc(g->w, g->wcap * sizeof *g->w);
@@ -125,8 +121,7 @@ static void grow_work(gpt2_state *g, size_t n)
 
 /* Short pieces: rescan for the lowest rank after every merge (O(n^2), but
  * no bookkeeping, which wins for the usual 2-20 bytes). */
-static void bpe_short(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
-{
+static void bpe_short(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out) {
     int32_t *w = g->w, *r = g->r, *mg = g->mg;
     size_t m = n;
     for (size_t i = 0; i < n; i++) w[i] = g->byte_id[p[i]];
@@ -149,8 +144,7 @@ static void bpe_short(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *
     for (size_t i = 0; i < m; i++) tok_ids_push(out, w[i]);
 }
 
-static void heap_push(uint64_t *h, size_t *n, uint64_t v)
-{
+static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
     size_t i = (*n)++;
     while (i && h[(i - 1) / 2] > v) {
         h[i] = h[(i - 1) / 2];
@@ -159,8 +153,7 @@ static void heap_push(uint64_t *h, size_t *n, uint64_t v)
     h[i] = v;
 }
 
-static uint64_t heap_pop(uint64_t *h, size_t *n)
-{
+static uint64_t heap_pop(uint64_t *h, size_t *n) {
     uint64_t top = h[0], v = h[--*n];
     size_t i = 0;
     for (;;) {
@@ -180,8 +173,7 @@ static uint64_t heap_pop(uint64_t *h, size_t *n)
  * lowest rank wins and ties go to the leftmost pair, as in the rescan; stale
  * entries are skipped (a rank identifies its pair, so an entry is current iff
  * its position still starts a symbol whose pair has that rank). O(n log n). */
-static void bpe_long(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
-{
+static void bpe_long(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out) {
     int32_t *id = g->w, *nx = g->r, *pv = g->mg;
     uint64_t *heap = g->heap;
     size_t hn = 0;
@@ -212,8 +204,7 @@ static void bpe_long(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *o
     for (int32_t i = 0; i >= 0; i = nx[i]) tok_ids_push(out, id[i]);
 }
 
-static void bpe(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
-{
+static void bpe(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out) {
     grow_work(g, n);
     if (n <= BPE_SHORT) bpe_short(g, p, n, out);
     else bpe_long(g, p, n, out);
@@ -221,21 +212,18 @@ static void bpe(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
 
 /* ---- bounded cache: piece bytes -> ids ---- */
 
-static void cache_alloc(gpt2_state *g)
-{
+static void cache_alloc(gpt2_state *g) {
     g->cslots = kf_calloc(CACHE_SLOTS, sizeof *g->cslots);
     g->ckeys = kf_malloc(CACHE_KEY_POOL);
     g->cids = kf_malloc(CACHE_ID_POOL * sizeof *g->cids);
 }
 
-static void cache_clear(gpt2_state *g)
-{
+static void cache_clear(gpt2_state *g) {
     memset(g->cslots, 0, CACHE_SLOTS * sizeof *g->cslots);
     g->centries = g->ckey_n = g->cid_n = 0;
 }
 
-static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out)
-{
+static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_ids *out) {
     uint64_t h64 = strmap_hash(p, n); /* for the vocabulary and the cache */
     int32_t id = strmap_get_hashed(&g->vocab, p, n, h64);
     /* Relaxed atomics: clones on other threads may learn the same entry at
@@ -266,11 +254,13 @@ static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_id
         if (yes) return; /* from now on found before the cache */
     }
     if (n > CACHE_MAX_KEY) return;
-    if (g->centries >= CACHE_ENTRIES || g->ckey_n + n > CACHE_KEY_POOL || g->cid_n + nids > CACHE_ID_POOL) {
+    if (g->centries >= CACHE_ENTRIES || g->ckey_n + n > CACHE_KEY_POOL ||
+        g->cid_n + nids > CACHE_ID_POOL) {
         cache_clear(g);
         i = h & (CACHE_SLOTS - 1); /* the home slot is free now */
     }
-    g->cslots[i] = (cache_slot){h, (uint32_t)g->ckey_n, (uint32_t)n, (uint32_t)g->cid_n, (uint32_t)nids};
+    g->cslots[i] =
+        (cache_slot){h, (uint32_t)g->ckey_n, (uint32_t)n, (uint32_t)g->cid_n, (uint32_t)nids};
     memcpy(g->ckeys + g->ckey_n, p, n);
     memcpy(g->cids + g->cid_n, out->v + before, nids * sizeof *out->v);
     g->ckey_n += n;
@@ -281,8 +271,8 @@ static void encode_piece(gpt2_state *g, const unsigned char *p, size_t n, tok_id
 /* ---- pre-tokenizer ---- */
 
 /* Class and length of the code point at s[i] (valid UTF-8). */
-static inline int class_at(const uint8_t *ascii_class, const unsigned char *s, size_t i, size_t n, size_t *l)
-{
+static inline int class_at(const uint8_t *ascii_class, const unsigned char *s, size_t i, size_t n,
+                           size_t *l) {
     unsigned b = s[i];
     if (b < 0x80) {
         *l = 1;
@@ -296,8 +286,7 @@ static inline int class_at(const uint8_t *ascii_class, const unsigned char *s, s
 }
 
 /* Length of a contraction ('s 't 're 've 'm 'll 'd) at s[i] == '\'', or 0. */
-static inline size_t contraction(const unsigned char *s, size_t i, size_t n)
-{
+static inline size_t contraction(const unsigned char *s, size_t i, size_t n) {
     if (i + 1 >= n) return 0;
     unsigned a = s[i + 1];
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
@@ -307,8 +296,7 @@ static inline size_t contraction(const unsigned char *s, size_t i, size_t n)
     return 0;
 }
 
-static void encode_ordinary(gpt2_state *g, const unsigned char *s, size_t n, tok_ids *out)
-{
+static void encode_ordinary(gpt2_state *g, const unsigned char *s, size_t n, tok_ids *out) {
     const uint8_t *ascii_class = g->ascii_class;
     size_t i = 0;
     while (i < n) {
@@ -351,8 +339,7 @@ static void encode_ordinary(gpt2_state *g, const unsigned char *s, size_t n, tok
     }
 }
 
-void gpt2_encode(tok *t, const char *text, size_t len, int allow_special, tok_ids *out)
-{
+void gpt2_encode(tok *t, const char *text, size_t len, int allow_special, tok_ids *out) {
     gpt2_state *g = t->gpt2;
     const unsigned char *s = (const unsigned char *)text;
     static const char eot[] = "<|endoftext|>";
@@ -369,16 +356,15 @@ void gpt2_encode(tok *t, const char *text, size_t len, int allow_special, tok_id
     encode_ordinary(g, s, len, out);
 }
 
-int32_t gpt2_special_id(const tok *t, const char *name)
-{
+int32_t gpt2_special_id(const tok *t, const char *name) {
     if (!strcmp(name, "eos") || !strcmp(name, "bos")) return t->gpt2->eot;
     return -1;
 }
 
 /* ---- loading ---- */
 
-static int load_vocab(tok *t, gpt2_state *g, const char *path, const int16_t *u2b, sha256_ctx *sha, kf_err *err)
-{
+static int load_vocab(tok *t, gpt2_state *g, const char *path, const int16_t *u2b, sha256_ctx *sha,
+                      kf_err *err) {
     char *buf;
     size_t len;
     if (fs_read_file(path, &buf, &len, err)) return -1;
@@ -401,7 +387,8 @@ static int load_vocab(tok *t, gpt2_state *g, const char *path, const int16_t *u2
         const json *v = &root->kids[i];
         const json_str *k = &root->keys[i];
         if (!v->is_int || v->i < 0 || v->i >= (int64_t)n) {
-            kf_err_set(err, "%s:%d:%d: id of \"%s\" must be an integer in [0, %zu)", path, v->line, v->col, k->s, n);
+            kf_err_set(err, "%s:%d:%d: id of \"%s\" must be an integer in [0, %zu)", path, v->line,
+                       v->col, k->s, n);
             goto out;
         }
         if (t->id_bytes[v->i]) {
@@ -412,7 +399,8 @@ static int load_vocab(tok *t, gpt2_state *g, const char *path, const int16_t *u2
         long bl = unicode_to_bytes(u2b, k->s, k->len, b);
         if (bl <= 0) {
             free(b);
-            kf_err_set(err, "%s:%d: token \"%s\" is not in GPT-2's byte-level alphabet", path, v->line, k->s);
+            kf_err_set(err, "%s:%d: token \"%s\" is not in GPT-2's byte-level alphabet", path,
+                       v->line, k->s);
             goto out;
         }
         t->id_bytes[v->i] = b;
@@ -423,7 +411,8 @@ static int load_vocab(tok *t, gpt2_state *g, const char *path, const int16_t *u2
         char c = (char)b;
         g->byte_id[b] = strmap_get(&g->vocab, &c, 1);
         if (g->byte_id[b] < 0) {
-            kf_err_set(err, "%s: byte 0x%02x has no token (not a byte-level BPE vocabulary)", path, b);
+            kf_err_set(err, "%s: byte 0x%02x has no token (not a byte-level BPE vocabulary)", path,
+                       b);
             goto out;
         }
     }
@@ -433,8 +422,8 @@ out:
     return rc;
 }
 
-static int load_merges(gpt2_state *g, const char *path, const int16_t *u2b, sha256_ctx *sha, kf_err *err)
-{
+static int load_merges(gpt2_state *g, const char *path, const int16_t *u2b, sha256_ctx *sha,
+                       kf_err *err) {
     char *buf;
     size_t len;
     if (fs_read_file(path, &buf, &len, err)) return -1;
@@ -470,14 +459,16 @@ static int load_merges(gpt2_state *g, const char *path, const int16_t *u2b, sha2
         int32_t b = lb > 0 ? strmap_get(&g->vocab, tmp + la, (size_t)lb) : -1;
         int32_t m = (a >= 0 && b >= 0) ? strmap_get(&g->vocab, tmp, (size_t)(la + lb)) : -1;
         if (m < 0) {
-            kf_err_set(err, "%s:%d: merge \"%.*s\": a part or the merged token is not in vocab.json", path,
-                       lineno, (int)ll, p);
+            kf_err_set(err,
+                       "%s:%d: merge \"%.*s\": a part or the merged token is not in vocab.json",
+                       path, lineno, (int)ll, p);
             goto out;
         }
         uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
         size_t i = merge_home(key, g->merge_mask);
         while (g->merges[i].key != ~0ull && g->merges[i].key != key) i = (i + 1) & g->merge_mask;
-        if (g->merges[i].key == ~0ull) g->merges[i] = (merge_slot){key, rank, m}; /* first rank wins */
+        if (g->merges[i].key == ~0ull)
+            g->merges[i] = (merge_slot){key, rank, m}; /* first rank wins */
         rank++;
         p = le + 1;
     }
@@ -488,8 +479,7 @@ out:
     return rc;
 }
 
-int gpt2_load(tok *t, const char *dir, kf_err *err)
-{
+int gpt2_load(tok *t, const char *dir, kf_err *err) {
     gpt2_state *g = kf_calloc(1, sizeof *g);
     for (int c = 0; c < 128; c++) {
         unsigned f = uni_flags((uint32_t)c);
@@ -518,8 +508,7 @@ int gpt2_load(tok *t, const char *dir, kf_err *err)
     return 0;
 }
 
-gpt2_state *gpt2_clone(const gpt2_state *g)
-{
+gpt2_state *gpt2_clone(const gpt2_state *g) {
     gpt2_state *c = kf_calloc(1, sizeof *c);
     c->vocab = g->vocab; /* the struct: its arrays are shared */
     c->merges = g->merges;
@@ -532,8 +521,7 @@ gpt2_state *gpt2_clone(const gpt2_state *g)
     return c;
 }
 
-void gpt2_free(gpt2_state *g, int tables)
-{
+void gpt2_free(gpt2_state *g, int tables) {
     if (!g) return;
     if (tables) {
         strmap_free(&g->vocab);

@@ -12,7 +12,7 @@ typedef struct strmap_slot {
     uint32_t hash; /* low 32 bits of the key's hash */
     uint32_t off;  /* key bytes at pool[off .. off+len) */
     uint32_t len;
-    int32_t val;   /* < 0: empty slot */
+    int32_t val; /* < 0: empty slot */
 } strmap_slot;
 
 typedef struct strmap {
@@ -23,8 +23,7 @@ typedef struct strmap {
 } strmap;
 
 /** A fast 64-bit hash of n bytes (not cryptographic). */
-static inline uint64_t strmap_hash(const void *p, size_t n)
-{
+static inline uint64_t strmap_hash(const void *p, size_t n) {
     const unsigned char *s = p;
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xFF51AFD7ED558CCDull);
     while (n >= 8) {
@@ -51,18 +50,17 @@ int32_t strmap_put(strmap *m, const void *key, size_t len, int32_t val);
 
 /** The value for key, whose strmap_hash is h, or -1 when absent (for a
  * caller that needs the hash for more than this lookup). */
-static inline int32_t strmap_get_hashed(const strmap *m, const void *key, size_t len, uint64_t h)
-{
+static inline int32_t strmap_get_hashed(const strmap *m, const void *key, size_t len, uint64_t h) {
     for (size_t i = (size_t)h & m->mask;; i = (i + 1) & m->mask) {
         const strmap_slot *s = &m->slots[i];
         if (s->val < 0) return -1;
-        if (s->hash == (uint32_t)h && s->len == len && !memcmp(m->pool + s->off, key, len)) return s->val;
+        if (s->hash == (uint32_t)h && s->len == len && !memcmp(m->pool + s->off, key, len))
+            return s->val;
     }
 }
 
 /** The value for key, or -1 when absent. */
-static inline int32_t strmap_get(const strmap *m, const void *key, size_t len)
-{
+static inline int32_t strmap_get(const strmap *m, const void *key, size_t len) {
     return strmap_get_hashed(m, key, len, strmap_hash(key, len));
 }
 

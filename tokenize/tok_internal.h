@@ -13,11 +13,11 @@ struct tok {
     const char *name;
     char sha[65];
     int64_t vocab_size;
-    char **id_bytes;    /* id -> token bytes (gpt2: raw bytes; bert: vocab.txt line) */
+    char **id_bytes; /* id -> token bytes (gpt2: raw bytes; bert: vocab.txt line) */
     uint32_t *id_len;
-    gpt2_state *gpt2;   /* exactly one of these is set */
+    gpt2_state *gpt2; /* exactly one of these is set */
     bert_state *bert;
-    int *refs;          /* toks sharing the read-only parts above (tok_clone) */
+    int *refs; /* toks sharing the read-only parts above (tok_clone) */
 };
 
 /* *_load returns 0, or -1 with err set; vocab files are read from dir and

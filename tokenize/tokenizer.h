@@ -101,8 +101,8 @@ int64_t tok_vocab_size(const tok *t);
  * added in Unicode 14 is an ordinary character, exactly as in HF. Tested on every
  * assigned code point. Not applied: NFD's canonical reordering (only visible
  * for non-Mn marks with a nonzero combining class, e.g. U+1D165). */
-int tok_encode(tok *t, const char *text, size_t len, int allow_special,
-               tok_ids *out, int64_t *n_replaced);
+int tok_encode(tok *t, const char *text, size_t len, int allow_special, tok_ids *out,
+               int64_t *n_replaced);
 
 /** Decodes n ids, appending the bytes to out. gpt2: exact inverse of encoding
  * (byte-level). bert: HF's WordPiece decoder with cleanup off: "##" pieces

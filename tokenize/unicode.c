@@ -2,8 +2,7 @@
  * See unicode.h. */
 #include "tokenize/unicode.h"
 
-int uni_bert_fold(uint32_t cp, uint32_t *out)
-{
+int uni_bert_fold(uint32_t cp, uint32_t *out) {
     /* Hangul syllables: canonical decomposition into conjoining jamo (Lo,
      * already lowercase), per Unicode ch. 3.12. */
     if (cp >= 0xAC00 && cp < 0xAC00 + 11172) {
@@ -22,7 +21,8 @@ int uni_bert_fold(uint32_t cp, uint32_t *out)
     while (a <= b) {
         int32_t m = (a + b) / 2;
         if (uni_map[m].cp == (int32_t)cp) {
-            for (int32_t k = 0; k < uni_map[m].len; k++) out[k] = (uint32_t)uni_map_pool[uni_map[m].off + k];
+            for (int32_t k = 0; k < uni_map[m].len; k++)
+                out[k] = (uint32_t)uni_map_pool[uni_map[m].off + k];
             return uni_map[m].len;
         }
         if (uni_map[m].cp < (int32_t)cp) a = m + 1;

@@ -13,9 +13,9 @@
 #include <stdint.h>
 
 enum {
-    UNI_L = 1,      /* general category L* */
-    UNI_N = 2,      /* N* */
-    UNI_WS = 4,     /* White_Space property (regex \s) */
+    UNI_L = 1,  /* general category L* */
+    UNI_N = 2,  /* N* */
+    UNI_WS = 4, /* White_Space property (regex \s) */
     /* BERT's classes, as of Unicode 8.0 (see gen_unicode_tables.c): */
     UNI_P = 8,      /* P*, or ASCII punctuation */
     UNI_OTHER = 16, /* Cc, Cf, Co, Cs ("control": dropped by clean_text) */

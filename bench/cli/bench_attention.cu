@@ -32,7 +32,8 @@ typedef struct {
     float fwd_ms, bwd_ms;
 } timing;
 
-static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, int64_t D, int iters) {
+static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, int64_t D,
+                        int iters) {
     int64_t L = kf_mask_len(m), H = nh * D;
     float *qkv = (float *)b->alloc(b, (size_t)(B * L * 3 * H) * sizeof(float));
     float *out = (float *)b->alloc(b, (size_t)(B * L * H) * sizeof(float));
@@ -55,7 +56,8 @@ static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, 
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
     CUDA_OK(cudaEventCreate(&e2));
-    float *tf = (float *)malloc((size_t)iters * sizeof(float)), *tb = (float *)malloc((size_t)iters * sizeof(float));
+    float *tf = (float *)malloc((size_t)iters * sizeof(float)),
+          *tb = (float *)malloc((size_t)iters * sizeof(float));
     for (int it = -2; it < iters; it++) { /* two warm-up rounds */
         CUDA_OK(cudaEventRecord(e0, st));
         b->attn_fwd(b, out, lse, qkv, m, B, nh, D);
@@ -77,15 +79,14 @@ static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, 
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kf bench attention [--n N] [--batch B] [--heads H] [--head-dim D]\n"
-            "                          [--iters I] [--fp32] [--tc] [--max-k K]\n"
-            "Times the CUDA attention kernels (forward and backward) for causal attention\n"
-            "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
-            "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
-            "the time of SingleForward(k) relative to causal attention.\n"
-            "--tc runs the fp16 phase on the tensor-core kernels (as KF_CUDA_TC=1).\n"
-            "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n");
+    fprintf(f, "usage: kf bench attention [--n N] [--batch B] [--heads H] [--head-dim D]\n"
+               "                          [--iters I] [--fp32] [--tc] [--max-k K]\n"
+               "Times the CUDA attention kernels (forward and backward) for causal attention\n"
+               "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
+               "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
+               "the time of SingleForward(k) relative to causal attention.\n"
+               "--tc runs the fp16 phase on the tensor-core kernels (as KF_CUDA_TC=1).\n"
+               "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n");
 }
 
 extern "C" int bench_attention_main(int argc, char **argv) {
@@ -134,10 +135,11 @@ extern "C" int bench_attention_main(int argc, char **argv) {
     if (tc) cu_impl(b)->tc = 1;
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, kernels_cuda_device(b)));
-    printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s%s, median of %d\n", prop.name,
-           (long long)B, (long long)nh, (long long)D, (long long)N,
+    printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s%s, median of %d\n",
+           prop.name, (long long)B, (long long)nh, (long long)D, (long long)N,
            prec == KF_PREC_FP16 ? "fp16 phase" : "fp32 phase",
-           prec == KF_PREC_FP16 && cu_impl(b)->tc ? " (tensor cores)" : " (fp32 SIMT kernels)", iters);
+           prec == KF_PREC_FP16 && cu_impl(b)->tc ? " (tensor cores)" : " (fp32 SIMT kernels)",
+           iters);
     printf("%-22s %8s %9s %9s %9s %9s %9s %10s\n", "structure", "tokens", "fwd ms", "bwd ms",
            "fwd TF/s", "bwd TF/s", "all TF/s", "time/causal");
     double causal_ms = 0;
@@ -149,16 +151,15 @@ extern "C" int bench_attention_main(int argc, char **argv) {
         double all = t.fwd_ms + t.bwd_ms;
         if (k == 0) causal_ms = all;
         char name[64];
-        if (k == 0)
-            snprintf(name, sizeof name, "causal");
-        else
-            snprintf(name, sizeof name, "SingleForward k=%lld", (long long)k);
+        if (k == 0) snprintf(name, sizeof name, "causal");
+        else snprintf(name, sizeof name, "SingleForward k=%lld", (long long)k);
         printf("%-22s %8lld %9.3f %9.3f %9.2f %9.2f %9.2f %10.2f\n", name,
                (long long)kf_mask_len(&m), t.fwd_ms, t.bwd_ms, ff / t.fwd_ms / 1e9,
                fb / t.bwd_ms / 1e9, (ff + fb) / all / 1e9, all / causal_ms);
         fflush(stdout);
     }
-    printf("(dense attention over the same tokens would cost (k+1)^2 x causal; O(k) means ~(k+1) x)\n");
+    printf("(dense attention over the same tokens would cost (k+1)^2 x causal; O(k) means ~(k+1) "
+           "x)\n");
     b->destroy(b);
     return 0;
 }

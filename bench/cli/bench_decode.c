@@ -33,8 +33,8 @@
  * bench-decode.json) and a grouped bar chart (--png, default bench-decode.png;
  * bench/plot/chart.h): one group per batch size, one bar per method.
  */
-#include <stdbool.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +102,10 @@ typedef struct method {
 
 /* The released sampler: PFLM argmaxes under the frequency penalty, AR samples without it. */
 static decode_opts method_opts(const method *x, double tau, double pen, int64_t N, int64_t seed) {
-    return (decode_opts){.k = x->k, .tau = tau, .max_new = N, .seed = (uint64_t)seed,
+    return (decode_opts){.k = x->k,
+                         .tau = tau,
+                         .max_new = N,
+                         .seed = (uint64_t)seed,
                          .freq_penalty = x->m->cfg.kind == MODEL_AR ? 0.0f : (float)pen};
 }
 
@@ -121,7 +124,9 @@ static int read_prefixes(const char *dir, int64_t *P, int64_t ctx, int64_t B, in
     *seq_len = L;
     *eos = shard_set_special_id(s, "eos");
     int rc = 0;
-    if (*P > L) rc = kf_err_set(err, "--prefix-len %lld exceeds the data's sequence length %d", (long long)*P, L);
+    if (*P > L)
+        rc = kf_err_set(err, "--prefix-len %lld exceeds the data's sequence length %d",
+                        (long long)*P, L);
     int32_t *ids = kf_malloc((size_t)L * sizeof(int32_t));
     int32_t *pre = kf_malloc((size_t)(B * *P) * sizeof(int32_t));
     int64_t got = 0;
@@ -131,7 +136,8 @@ static int read_prefixes(const char *dir, int64_t *P, int64_t ctx, int64_t B, in
         else if (len >= *P) memcpy(pre + got++ * *P, ids, (size_t)*P * sizeof(int32_t));
     }
     if (!rc && got < B)
-        rc = kf_err_set(err, "%s: only %lld validation samples have %lld tokens; batch %lld needs more",
+        rc = kf_err_set(err,
+                        "%s: only %lld validation samples have %lld tokens; batch %lld needs more",
                         dir, (long long)got, (long long)*P, (long long)B);
     free(ids);
     shard_set_close(s);
@@ -150,23 +156,27 @@ static model *load(kf_backend *be, const char *path, kf_err *err) {
     return model_load(be, p, err);
 }
 
-static void write_json(FILE *f, const char *dev, const char *clock, const char *data, int64_t P, int64_t N, int runs,
-                       const int64_t *bs, int nb, const method *mt, int nm, int ar) {
+static void write_json(FILE *f, const char *dev, const char *clock, const char *data, int64_t P,
+                       int64_t N, int runs, const int64_t *bs, int nb, const method *mt, int nm,
+                       int ar) {
     fprintf(f, "{\"device\": \"%s\", \"clock\": \"%s\", \"data\": ", dev, clock);
     json_write_str(f, data, strlen(data));
-    fprintf(f, ", \"prefix_len\": %lld, \"max_new\": %lld, \"warmup\": 1, \"runs\": %d,\n \"rows\": [",
+    fprintf(f,
+            ", \"prefix_len\": %lld, \"max_new\": %lld, \"warmup\": 1, \"runs\": %d,\n \"rows\": [",
             (long long)P, (long long)N, runs);
     for (int i = 0; i < nm; i++)
         for (int b = 0; b < nb; b++) {
             /* decoding steps (forward passes) per completion, prefill included */
-            fprintf(f, "%s\n  {\"method\": \"%s\", \"k\": %lld, \"batch\": %lld, \"steps\": %lld, "
-                       "\"tokens_per_s\": %.2f, \"stdev\": %.2f, ", i || b ? "," : "", mt[i].label,
-                    (long long)mt[i].k, (long long)bs[b], (long long)((N + mt[i].k - 1) / mt[i].k),
-                    mt[i].tps[b], mt[i].sd[b]);
+            fprintf(f,
+                    "%s\n  {\"method\": \"%s\", \"k\": %lld, \"batch\": %lld, \"steps\": %lld, "
+                    "\"tokens_per_s\": %.2f, \"stdev\": %.2f, ",
+                    i || b ? "," : "", mt[i].label, (long long)mt[i].k, (long long)bs[b],
+                    (long long)((N + mt[i].k - 1) / mt[i].k), mt[i].tps[b], mt[i].sd[b]);
             if (ar >= 0) fprintf(f, "\"speedup\": %.3f, ", mt[i].tps[b] / mt[ar].tps[b]);
             else fprintf(f, "\"speedup\": null, ");
             const quality_row *q = &mt[i].q;
-            const double v[] = {q->gen_ppl, q->st.entropy, q->st.distinct[1], q->st.distinct[2], q->st.mean_len};
+            const double v[] = {q->gen_ppl, q->st.entropy, q->st.distinct[1], q->st.distinct[2],
+                                q->st.mean_len};
             const char *key[] = {"gen_ppl", "entropy", "distinct_2", "distinct_3", "mean_len"};
             for (int j = 0; j < 5; j++)
                 if (isfinite(v[j])) fprintf(f, "\"%s\": %.4g, ", key[j], v[j]);

@@ -70,7 +70,8 @@ static double nominal_peak(int fp16, char *name, size_t cap) {
 #ifdef KF_CUDA
     struct cudaDeviceProp p;
     int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess)
+        return 0;
     snprintf(name, cap, "%s", p.name);
     /* dense (no sparsity) tensor-core fp16 / true fp32, from NVIDIA's data sheets */
     if (strstr(p.name, "H100") && strstr(p.name, "PCIe")) return fp16 ? 756e3 : 51e3;
@@ -107,7 +108,8 @@ static double read_mean(const char *log, const char *key, int64_t warmup, char *
 }
 
 static const char USAGE[] =
-    "usage: kf bench train [CONFIG] [--stage NAME]... [--steps N] [--warmup W] [key.path=value ...]\n"
+    "usage: kf bench train [CONFIG] [--stage NAME]... [--steps N] [--warmup W] [key.path=value "
+    "...]\n"
     "       kf bench train [CONFIG] [--stage NAME]... --roofline DEVICE [key.path=value ...]\n"
     "\n"
     "Runs W + N training steps of each selected stage of CONFIG (default\n"
@@ -127,23 +129,24 @@ static const char USAGE[] =
 
 /* What every measured stage shares. */
 typedef struct bench_run {
-    const char *config;  /* the run config */
-    char **over;         /* the user's overrides */
+    const char *config; /* the run config */
+    char **over;        /* the user's overrides */
     int n_over;
     runconfig *rc;
-    int64_t data_vocab;  /* the training shards' vocabulary */
+    int64_t data_vocab; /* the training shards' vocabulary */
     int64_t steps, warmup;
     dist d;
     kf_backend *be;
     int gpu;
-    double peak_before;  /* CPU: the backend's matmul before any stage */
-    char tmp[32];        /* temporary directory (teachers, run directories) */
+    double peak_before; /* CPU: the backend's matmul before any stage */
+    char tmp[32];       /* temporary directory (teachers, run directories) */
 } bench_run;
 
 /* A randomly initialised teacher of the right kind for stage i, written to
  * the temporary directory (path in teacher): speed does not depend on its
  * values. */
-static void write_teacher(bench_run *br, int i, const model_config *base, char *teacher, size_t cap) {
+static void write_teacher(bench_run *br, int i, const model_config *base, char *teacher,
+                          size_t cap) {
     const runconfig_stage *st = &br->rc->stages[i];
     model_config tc = *base;
     if (st->kind == RC_KIND_SELF_FORCING) {
@@ -182,7 +185,8 @@ static int run_stage(bench_run *br, int i, const char *teacher, const char *run)
             ov[no++] = ov_init;
         }
     }
-    train_args a = {.config = br->config, .stage = st->name, .run_dir = run, .n_over = no, .over = ov};
+    train_args a = {
+        .config = br->config, .stage = st->name, .run_dir = run, .n_over = no, .over = ov};
     int code = train_run(&a, &br->d);
     free(ov);
     return code;
@@ -209,7 +213,8 @@ static void report_stage(bench_run *br, int i, const model_config *student, cons
     printf("%-8s %-24s %-5s %-5s %6d %9.1f %9.2f %10.0f %9.2f %10.1f %10.1f %5.1f%%", st->name,
            runconfig_kind_name(st->kind), br->gpu ? "cuda" : "cpu", phase, br->d.world, ms, wait,
            f.tokens / (ms * 1e-3), f.total / 1e9, gflops, peak, 100 * gflops / peak);
-    if (nom > 0) printf("  (%.1f%% of %s nominal %.0f TFLOP/s)", 100 * gflops / nom, dev, nom / 1e3);
+    if (nom > 0)
+        printf("  (%.1f%% of %s nominal %.0f TFLOP/s)", 100 * gflops / nom, dev, nom / 1e3);
     printf("\n");
     fflush(stdout);
 }
@@ -257,8 +262,9 @@ int bench_train_main(int argc, char **argv) {
         {"--roofline", CLI_STR, .out = &roofline},
         {NULL},
     };
-    const cli_spec spec = {"kf bench train", USAGE, opts, .pos = &br.config, .max_pos = 1,
-                           .over = br.over, .n_over = &br.n_over};
+    const cli_spec spec = {"kf bench train",    USAGE,        opts,
+                           .pos = &br.config,   .max_pos = 1, .over = br.over,
+                           .n_over = &br.n_over};
     int code;
     if (cli_parse(&spec, argc, argv, &code)) {
         free(br.over);
@@ -278,7 +284,8 @@ int bench_train_main(int argc, char **argv) {
     const runconfig *rc = br.rc;
     if (br.d.rank == 0)
         printf("%-8s %-24s %-5s %-5s %6s %9s %9s %10s %9s %10s %10s %6s\n", "stage", "kind", "dev",
-               "phase", "ranks", "ms/step", "ms/wait", "tokens/s", "GFLOP/st", "GFLOP/s", "peak", "MFU");
+               "phase", "ranks", "ms/step", "ms/wait", "tokens/s", "GFLOP/st", "GFLOP/s", "peak",
+               "MFU");
     code = KF_EXIT_OK;
     for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
         const runconfig_stage *st = &rc->stages[i];
@@ -286,11 +293,15 @@ int bench_train_main(int argc, char **argv) {
         int want = n_st == 0;
         for (int j = 0; j < n_st; j++) want |= !strcmp(stages[j], st->name);
         if (!want) continue;
-        model_config base = {.hidden = rc->model.hidden, .heads = rc->model.heads,
-                             .blocks = rc->model.blocks, .vocab = rc->model.vocab,
+        model_config base = {.hidden = rc->model.hidden,
+                             .heads = rc->model.heads,
+                             .blocks = rc->model.blocks,
+                             .vocab = rc->model.vocab,
                              .seq_len = rc->model.seq_len,
                              .mask_id = runconfig_mask_id(&rc->model, br.data_vocab),
-                             .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+                             .kind = MODEL_AR,
+                             .head = HEAD_SHARED,
+                             .k_train = 1};
         sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
                          .k = st->kind == RC_KIND_AR ? 1 : st->k};
         model_config student = sup_student_config(&sc, &base);
@@ -301,10 +312,11 @@ int bench_train_main(int argc, char **argv) {
         if (code == KF_EXIT_OK && br.d.rank == 0) report_stage(&br, i, &student, run);
     }
     if (!br.gpu && br.d.rank == 0)
-        printf("peak: the backend's matmul (%s) 1024^3, best of 4 before the runs (%.1f GFLOP/s) and "
-               "right after each stage, %s threads; FLOPs: the student's forward + backward\n",
-               br.be->batch_invariant ? "fixed-order kernel" : "OpenBLAS", br.peak_before,
-               getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "default");
+        printf(
+            "peak: the backend's matmul (%s) 1024^3, best of 4 before the runs (%.1f GFLOP/s) and "
+            "right after each stage, %s threads; FLOPs: the student's forward + backward\n",
+            br.be->batch_invariant ? "fixed-order kernel" : "OpenBLAS", br.peak_before,
+            getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "default");
     kf_err err = {{0}};
     if (br.d.rank == 0) fs_rm_rf(br.tmp, &err);
     br.be->destroy(br.be);

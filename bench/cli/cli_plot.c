@@ -43,7 +43,8 @@ static void push(series *s, double x, double y) {
 }
 
 /* Reads every complete line of path into the series. */
-static int read_log(const char *path, const char *xkey, series *ser, int nser, bool logy, kf_err *err) {
+static int read_log(const char *path, const char *xkey, series *ser, int nser, bool logy,
+                    kf_err *err) {
     char *text;
     size_t len;
     if (fs_read_file(path, &text, &len, err)) return -1;
@@ -70,7 +71,8 @@ static int read_log(const char *path, const char *xkey, series *ser, int nser, b
             double x = xv && xv->type == JSON_NUMBER ? xv->num : (double)rec;
             for (int s = 0; s < nser; s++) {
                 const json *v = json_get(r, ser[s].key);
-                if (v && v->type == JSON_NUMBER && isfinite(v->num) && (!logy || v->num > 0)) push(&ser[s], x, v->num);
+                if (v && v->type == JSON_NUMBER && isfinite(v->num) && (!logy || v->num > 0))
+                    push(&ser[s], x, v->num);
             }
             rec++;
             json_free(d);
@@ -117,16 +119,22 @@ int plot_main(int argc, char **argv) {
     int rc = read_log(log, xkey, ser, nser, logy, &err);
     size_t total = 0;
     for (int s = 0; s < nser; s++) total += ser[s].n;
-    if (!rc && !total) rc = kf_err_set(&err, "%s: no record has a numeric '%s'%s", log, ser[0].key, nser > 1 ? " (or the other keys)" : "");
+    if (!rc && !total)
+        rc = kf_err_set(&err, "%s: no record has a numeric '%s'%s", log, ser[0].key,
+                        nser > 1 ? " (or the other keys)" : "");
     if (!rc) {
         chart_series cs[MAX_SERIES];
-        for (int s = 0; s < nser; s++) cs[s] = (chart_series){ser[s].key, ser[s].x, ser[s].y, ser[s].n};
+        for (int s = 0; s < nser; s++)
+            cs[s] = (chart_series){ser[s].key, ser[s].x, ser[s].y, ser[s].n};
         const char *base = strrchr(log, '/') ? strrchr(log, '/') + 1 : log;
         rc = chart_lines(out, title ? title : base, xkey, cs, nser, logy, &err);
     }
     if (rc) fprintf(stderr, "kf plot: error: %s\n", err.msg);
     else kf_log_info("plot: %zu points -> %s", total, out);
-    for (int s = 0; s < nser; s++) { free(ser[s].x); free(ser[s].y); }
+    for (int s = 0; s < nser; s++) {
+        free(ser[s].x);
+        free(ser[s].y);
+    }
     free(defout);
     return rc ? KF_EXIT_ERROR : KF_EXIT_OK;
 }

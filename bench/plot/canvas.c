@@ -136,14 +136,21 @@ void canvas_fill_rect(canvas *c, int x, int y, int w, int h, canvas_color col) {
 
 void canvas_line(canvas *c, int x0, int y0, int x1, int y1, int thick, canvas_color col) {
     /* Bresenham; a thick line stamps a thick x thick square at each step. */
-    int dx = abs(x1 - x0), dy = -abs(y1 - y0), sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1, e = dx + dy;
+    int dx = abs(x1 - x0), dy = -abs(y1 - y0), sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1,
+        e = dx + dy;
     int lo = -(thick - 1) / 2;
     for (;;) {
         canvas_fill_rect(c, x0 + lo, y0 + lo, thick, thick, col);
         if (x0 == x1 && y0 == y1) break;
         int e2 = 2 * e;
-        if (e2 >= dy) { e += dy; x0 += sx; }
-        if (e2 <= dx) { e += dx; y0 += sy; }
+        if (e2 >= dy) {
+            e += dy;
+            x0 += sx;
+        }
+        if (e2 <= dx) {
+            e += dx;
+            y0 += sy;
+        }
     }
 }
 
@@ -155,8 +162,11 @@ void canvas_text(canvas *c, int x, int y, const char *text, int scale, canvas_co
         const uint8_t *g = FONT[ch >= 32 && ch <= 126 ? ch - 32 : '?' - 32];
         for (int r = 0; r < 7; r++)
             for (int b = 0; b < 5; b++)
-                if (g[r] >> (4 - b) & 1) canvas_fill_rect(c, x + b * scale, y + (r + 1) * scale, scale, scale, col);
+                if (g[r] >> (4 - b) & 1)
+                    canvas_fill_rect(c, x + b * scale, y + (r + 1) * scale, scale, scale, col);
     }
 }
 
-int canvas_write_png(const canvas *c, const char *path, kf_err *err) { return png_write_rgb(path, c->w, c->h, c->rgb, err); }
+int canvas_write_png(const canvas *c, const char *path, kf_err *err) {
+    return png_write_rgb(path, c->w, c->h, c->rgb, err);
+}

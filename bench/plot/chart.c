@@ -9,7 +9,8 @@
 
 enum { W = 900, H = 540, ML = 80, MR = 24, MT = 40, MB = 56, PW = W - ML - MR, PH = H - MT - MB };
 
-static const canvas_color COLORS[CHART_MAX_SERIES] = {0x1f77b4, 0xd62728, 0x2ca02c, 0xff7f0e, 0x9467bd, 0x8c564b};
+static const canvas_color COLORS[CHART_MAX_SERIES] = {0x1f77b4, 0xd62728, 0x2ca02c,
+                                                      0xff7f0e, 0x9467bd, 0x8c564b};
 static const canvas_color AXIS = 0x000000, GRID = 0xe0e0e0, LABEL = 0x333333;
 
 /* Tick spacing: 1, 2 or 5 times a power of ten, giving about `want` ticks. */
@@ -31,7 +32,9 @@ typedef struct yaxis {
     bool logy;
 } yaxis;
 
-static int py(const yaxis *a, double y) { return MT + PH - (int)lround((y - a->y0) / (a->y1 - a->y0) * PH); }
+static int py(const yaxis *a, double y) {
+    return MT + PH - (int)lround((y - a->y0) / (a->y1 - a->y0) * PH);
+}
 
 /* Horizontal grid lines, ticks and labels; labels show 10^v on a log axis. */
 static void draw_yaxis(canvas *c, const yaxis *a) {
@@ -68,25 +71,34 @@ static int finish(canvas *c, const char *path, kf_err *err) {
     return rc;
 }
 
-int chart_lines(const char *path, const char *title, const char *xlabel, const chart_series *series, int nseries,
-                bool logy, kf_err *err) {
+int chart_lines(const char *path, const char *title, const char *xlabel, const chart_series *series,
+                int nseries, bool logy, kf_err *err) {
     KF_CHECK(nseries >= 1 && nseries <= CHART_MAX_SERIES, "chart_lines: %d series", nseries);
     double x0 = INFINITY, x1 = -INFINITY;
     yaxis a = {INFINITY, -INFINITY, logy};
     for (int s = 0; s < nseries; s++)
         for (size_t i = 0; i < series[s].n; i++) {
             double y = logy ? log10(series[s].y[i]) : series[s].y[i];
-            x0 = fmin(x0, series[s].x[i]); x1 = fmax(x1, series[s].x[i]);
-            a.y0 = fmin(a.y0, y); a.y1 = fmax(a.y1, y);
+            x0 = fmin(x0, series[s].x[i]);
+            x1 = fmax(x1, series[s].x[i]);
+            a.y0 = fmin(a.y0, y);
+            a.y1 = fmax(a.y1, y);
         }
     if (!(x0 <= x1)) return kf_err_set(err, "%s: nothing to plot (no points)", path);
-    if (x1 == x0) { x0 -= 1; x1 += 1; }
-    if (a.y1 == a.y0) { a.y0 -= 0.5; a.y1 += 0.5; }
+    if (x1 == x0) {
+        x0 -= 1;
+        x1 += 1;
+    }
+    if (a.y1 == a.y0) {
+        a.y0 -= 0.5;
+        a.y1 += 0.5;
+    }
     double pad = (a.y1 - a.y0) * 0.05;
-    a.y0 -= pad; a.y1 += pad;
+    a.y0 -= pad;
+    a.y1 += pad;
 
     canvas *c = canvas_new(W, H, 0xffffff);
-#define PX(x) (ML + (int)lround(((x) - x0) / (x1 - x0) * PW))
+#define PX(x) (ML + (int)lround(((x)-x0) / (x1 - x0) * PW))
     char t[96];
     double xs = nice_step(x1 - x0, 8);
     for (double v = ceil(x0 / xs) * xs; v <= x1 + xs * 1e-9; v += xs) {
@@ -102,21 +114,26 @@ int chart_lines(const char *path, const char *title, const char *xlabel, const c
         for (size_t i = 0; i < S->n; i++) {
             int yp = py(&a, logy ? log10(S->y[i]) : S->y[i]);
             if (S->n == 1) canvas_fill_rect(c, PX(S->x[i]) - 2, yp - 2, 5, 5, COLORS[s]);
-            if (i) canvas_line(c, PX(S->x[i - 1]), py(&a, logy ? log10(S->y[i - 1]) : S->y[i - 1]), PX(S->x[i]), yp, 2, COLORS[s]);
+            if (i)
+                canvas_line(c, PX(S->x[i - 1]), py(&a, logy ? log10(S->y[i - 1]) : S->y[i - 1]),
+                            PX(S->x[i]), yp, 2, COLORS[s]);
         }
     }
 #undef PX
     for (int s = 0; s < nseries; s++) {
-        if (series[s].n) snprintf(t, sizeof t, "%s (last %.4g)", series[s].name, series[s].y[series[s].n - 1]);
+        if (series[s].n)
+            snprintf(t, sizeof t, "%s (last %.4g)", series[s].name, series[s].y[series[s].n - 1]);
         else snprintf(t, sizeof t, "%s (no points)", series[s].name);
         legend(c, s, t);
     }
     return finish(c, path, err);
 }
 
-int chart_bars(const char *path, const char *title, const char *ylabel, const char *const *groups, int ngroups,
-               const char *const *series, int nseries, const double *values, kf_err *err) {
-    KF_CHECK(nseries >= 1 && nseries <= CHART_MAX_SERIES && ngroups >= 1, "chart_bars: %d groups x %d series", ngroups, nseries);
+int chart_bars(const char *path, const char *title, const char *ylabel, const char *const *groups,
+               int ngroups, const char *const *series, int nseries, const double *values,
+               kf_err *err) {
+    KF_CHECK(nseries >= 1 && nseries <= CHART_MAX_SERIES && ngroups >= 1,
+             "chart_bars: %d groups x %d series", ngroups, nseries);
     yaxis a = {0, 0, false};
     for (int i = 0; i < ngroups * nseries; i++)
         if (isfinite(values[i])) {
@@ -138,11 +155,14 @@ int chart_bars(const char *path, const char *title, const char *ylabel, const ch
             double v = values[g * nseries + s];
             if (!isfinite(v)) continue;
             int top = py(&a, v);
-            canvas_fill_rect(c, gx + s * bw + 1, top, bw - 2 > 0 ? bw - 2 : 1, MT + PH - top, COLORS[s]);
+            canvas_fill_rect(c, gx + s * bw + 1, top, bw - 2 > 0 ? bw - 2 : 1, MT + PH - top,
+                             COLORS[s]);
             snprintf(t, sizeof t, v >= 100 ? "%.0f" : "%.3g", v);
-            canvas_text(c, gx + s * bw + bw / 2 - canvas_text_width(t, 1) / 2, top - 11, t, 1, LABEL);
+            canvas_text(c, gx + s * bw + bw / 2 - canvas_text_width(t, 1) / 2, top - 11, t, 1,
+                        LABEL);
         }
-        canvas_text(c, ML + g * gw + gw / 2 - canvas_text_width(groups[g], 1) / 2, MT + PH + 7, groups[g], 1, LABEL);
+        canvas_text(c, ML + g * gw + gw / 2 - canvas_text_width(groups[g], 1) / 2, MT + PH + 7,
+                    groups[g], 1, LABEL);
     }
     /* Legend in one row below the group labels, clear of the bars. */
     int lx = ML;

@@ -25,14 +25,15 @@ typedef struct chart_series {
 /** Draws up to CHART_MAX_SERIES lines against a shared x axis labelled
  * xlabel; logy gives a base-10 logarithmic y axis. The legend shows each
  * series' name and last value. At least one point overall is required. */
-int chart_lines(const char *path, const char *title, const char *xlabel, const chart_series *series, int nseries,
-                bool logy, kf_err *err);
+int chart_lines(const char *path, const char *title, const char *xlabel, const chart_series *series,
+                int nseries, bool logy, kf_err *err);
 
 /** Draws a grouped bar chart: ngroups groups along x (labels groups[g]), each
  * with nseries bars (legend names series[s]) of height values[g * nseries + s]
  * (>= 0; non-finite values are drawn as missing). The value is printed above
  * each bar; ylabel names the unit (e.g. "tokens/s"). */
-int chart_bars(const char *path, const char *title, const char *ylabel, const char *const *groups, int ngroups,
-               const char *const *series, int nseries, const double *values, kf_err *err);
+int chart_bars(const char *path, const char *title, const char *ylabel, const char *const *groups,
+               int ngroups, const char *const *series, int nseries, const double *values,
+               kf_err *err);
 
 #endif

@@ -8,7 +8,10 @@
 #include "common/fsutil.h"
 
 static void be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
 }
 
 /* Appends one chunk (length, type, data, CRC over type + data) at *at. */
@@ -41,8 +44,8 @@ int png_write_rgb(const char *path, int w, int h, const uint8_t *rgb, kf_err *er
     uint8_t ihdr[13];
     be32(ihdr, (uint32_t)w);
     be32(ihdr + 4, (uint32_t)h);
-    ihdr[8] = 8;  /* bits per channel */
-    ihdr[9] = 2;  /* colour type: RGB */
+    ihdr[8] = 8;                        /* bits per channel */
+    ihdr[9] = 2;                        /* colour type: RGB */
     ihdr[10] = ihdr[11] = ihdr[12] = 0; /* deflate, adaptive filtering, no interlace */
     chunk(out, &at, "IHDR", ihdr, 13);
     chunk(out, &at, "IDAT", z, zn);

@@ -103,8 +103,8 @@ CPU_INLINE void scores(float *s, const float *q, const float *Kt, int64_t ldt, i
 }
 
 /* out[D] += sum_{j in [lo, hi)} p[j - lo] * v_j (value row j at v + j*ldv). */
-CPU_INLINE void weighted_rows(float *out, const float *p, const float *v, int64_t ldv,
-                                 int64_t lo, int64_t hi, int64_t D) {
+CPU_INLINE void weighted_rows(float *out, const float *p, const float *v, int64_t ldv, int64_t lo,
+                              int64_t hi, int64_t D) {
     if (D == 2 * VB || D == 4 * VB) { /* head dims 32 and 64: every chunk's chain at once */
         float acc[4][VB];
         int64_t nc = D / VB;
@@ -155,9 +155,9 @@ CPU_INLINE void weighted_rows(float *out, const float *p, const float *v, int64_
 /* One query row: out[D] = softmax(scale q·K^T) V over the key ranges [lo, hi)
  * (keys transposed in Kt with leading dimension ldt; value row j at v + j*ldv);
  * s has room for the scores plus VB. Returns the log-sum-exp of the scaled scores. */
-CPU_INLINE float attn_row(float *out, const float *q, const float *Kt, int64_t ldt,
-                             const float *v, int64_t ldv, const int64_t *lo, const int64_t *hi,
-                             int nr, int64_t D, float scale, float *s) {
+CPU_INLINE float attn_row(float *out, const float *q, const float *Kt, int64_t ldt, const float *v,
+                          int64_t ldv, const int64_t *lo, const int64_t *hi, int nr, int64_t D,
+                          float scale, float *s) {
     int64_t n = 0;
     for (int t = 0; t < nr; t++) {
         scores(s + n, q, Kt, ldt, lo[t], hi[t], D, scale);
@@ -193,9 +193,9 @@ static void count_pairs(kf_backend *b, int64_t pairs) {
 
 /* Forward for query rows [r0, r1) of one (sample, head); base = the sample's qkv
  * rows, o/l = its out rows and lse row for this head. Returns the pairs scored. */
-CPU_INLINE int64_t fwd_block_body(float *o, int64_t ldo, float *l, const float *base,
-                                  int64_t H, const kf_mask *m, int64_t vl, int64_t r0, int64_t r1,
-                                  int64_t D, int half, float *Kt, float *s) {
+CPU_INLINE int64_t fwd_block_body(float *o, int64_t ldo, float *l, const float *base, int64_t H,
+                                  const kf_mask *m, int64_t vl, int64_t r0, int64_t r1, int64_t D,
+                                  int half, float *Kt, float *s) {
     int64_t ld = 3 * H, pairs = 0;
     float scale = 1.0f / sqrtf((float)D);
     transpose_keys(Kt, base + H, ld, r1, D);
@@ -221,7 +221,6 @@ CPU_MULTIVERSION(int64_t, fwd_block,
                   int64_t vl, int64_t r0, int64_t r1, int64_t D, int half, float *Kt, float *s),
                  (o, ldo, l, base, H, m, vl, r0, r1, D, half, Kt, s))
 
-
 void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
                   int64_t B, int64_t n_head, int64_t head_dim) {
     kf_mask_check(m);
@@ -242,8 +241,8 @@ void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const
             for (int64_t h = 0; h < n_head; h++)
                 pairs += fwd_block(out + bi * L * H + h * D, H, lse + (bi * n_head + h) * L,
                                    qkv + bi * L * ld + h * D, H, m,
-                                   kf_mask_valid_ctx(m->valid_len, m->n_ctx, bi), m->q_start, L,
-                                   D, half, Kt, s);
+                                   kf_mask_valid_ctx(m->valid_len, m->n_ctx, bi), m->q_start, L, D,
+                                   half, Kt, s);
         free(s);
         free(Kt);
     }
@@ -317,7 +316,8 @@ CPU_INLINE int64_t bwd_head_body(float *dbase, const float *base, const float *d
         for (int64_t d0 = 0; d0 < D; d0 += VB) {
             int64_t w = D - d0 < VB ? D - d0 : VB;
             float aq[VB] = {0}, qv[VB] = {0}, ov[VB] = {0};
-            for (int64_t i = 0; i < w; i++) aq[i] = dq[d0 + i], qv[i] = q[d0 + i], ov[i] = dor[d0 + i];
+            for (int64_t i = 0; i < w; i++)
+                aq[i] = dq[d0 + i], qv[i] = q[d0 + i], ov[i] = dor[d0 + i];
             n = 0;
             for (int t = 0; t < nr; t++)
                 for (int64_t j = lo[t]; j < hi[t]; j++, n++) {
@@ -351,10 +351,8 @@ CPU_MULTIVERSION(int64_t, bwd_head,
                   float *Kt, float *Vt, float *p, float *dp),
                  (dbase, base, dout, out, l, H, L, m, vl, D, Kt, Vt, p, dp))
 
-
-void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
-                  const float *lse, const float *qkv, const kf_mask *m, int64_t B, int64_t n_head,
-                  int64_t head_dim) {
+void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out, const float *lse,
+                  const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim) {
     kf_mask_check(m);
     int64_t L = kf_mask_len(m), H = n_head * head_dim, D = head_dim, ld = 3 * H;
     int half = b->precision == KF_PREC_FP16;
@@ -379,8 +377,8 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++) {
                 int64_t off = bi * L * H + h * D;
-                pairs += bwd_head(dqkv + bi * L * ld + h * D, qkv + bi * L * ld + h * D,
-                                  dout + off, out + off, lse + (bi * n_head + h) * L, H, L, m,
+                pairs += bwd_head(dqkv + bi * L * ld + h * D, qkv + bi * L * ld + h * D, dout + off,
+                                  out + off, lse + (bi * n_head + h) * L, H, L, m,
                                   kf_mask_valid_ctx(m->valid_len, m->n_ctx, bi), D, Kt, Vt, p, dp);
             }
         free(Kt);
@@ -412,13 +410,12 @@ CPU_MULTIVERSION(int, decode_head,
                   int64_t H, int64_t P, int64_t Q, int64_t D, int half, float *Kt, float *s),
                  (o, q, q_stride, k, v, H, P, Q, D, half, Kt, s))
 
-
 void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
                      const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
                      int64_t Q, int64_t n_head, int64_t head_dim) {
     int64_t H = n_head * head_dim, D = head_dim, T = P + Q;
-    KF_CHECK(T <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld",
-             (long long)T, (long long)cap);
+    KF_CHECK(T <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld", (long long)T,
+             (long long)cap);
     int half = b->precision == KF_PREC_FP16;
     int64_t kstride = cap * H; /* per-sample stride of the caches */
     if (half) {

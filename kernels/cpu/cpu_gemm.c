@@ -31,8 +31,8 @@
 static void sgemm_raw(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
                       int64_t lda, int trans_a, int trans_b, float alpha, float beta) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
-                B, (int)(trans_b ? K : N), beta, C, (int)N);
+                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
+                (int)(trans_b ? K : N), beta, C, (int)N);
 }
 
 /* A product below the small-matrix threshold, padded with zero rows past it. */
@@ -44,8 +44,7 @@ static void sgemm_padded(kf_backend *b, float *C, const float *A, const float *B
     memset(pa, 0, (size_t)(Mp * K) * sizeof(float));
     if (trans_a) /* A stored [K, M] -> [K, Mp] */
         for (int64_t k = 0; k < K; k++) memcpy(pa + k * Mp, A + k * M, (size_t)M * sizeof(float));
-    else
-        memcpy(pa, A, (size_t)(M * K) * sizeof(float));
+    else memcpy(pa, A, (size_t)(M * K) * sizeof(float));
     memcpy(pc, C, (size_t)(M * N) * sizeof(float));
     memset(pc + M * N, 0, (size_t)((Mp - M) * N) * sizeof(float));
     sgemm_raw(pc, pa, B, Mp, N, K, trans_a ? Mp : K, trans_a, trans_b, alpha, beta);
@@ -61,8 +60,7 @@ static void sgemm(kf_backend *b, float *C, const float *A, const float *B, int64
     }
     if ((double)M * (double)N * (double)K <= OPENBLAS_SMALL_MNK)
         sgemm_padded(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
-    else
-        sgemm_raw(C, A, B, M, N, K, trans_a ? M : K, trans_a, trans_b, alpha, beta);
+    else sgemm_raw(C, A, B, M, N, K, trans_a ? M : K, trans_a, trans_b, alpha, beta);
 }
 
 void cpu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,

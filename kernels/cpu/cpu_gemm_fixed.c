@@ -30,9 +30,9 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
-#define KC 256   /* k per block: a B panel (KC x NR) stays in L1 */
-#define MC_PANELS 8  /* A panels per tile */
-#define NC_PANELS 8  /* B panels per tile */
+#define KC 256              /* k per block: a B panel (KC x NR) stays in L1 */
+#define MC_PANELS 8         /* A panels per tile */
+#define NC_PANELS 8         /* B panels per tile */
 #define DIRECT_MAX_PANELS 4 /* at most this many B panels: A is read in place */
 
 enum { UKR_FIRST = 1, UKR_LAST = 2 };
@@ -57,7 +57,8 @@ AVX512_TARGET static void ukr_avx512(const float *a, int64_t ks, int64_t is, con
     for (int i = 0; i < MR; i++) ar[i] = a + i * is;
     for (int i = 0; i < MR; i++)
         for (int h = 0; h < 2; h++)
-            r[i][h] = flags & UKR_FIRST ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * 32 + h * 16);
+            r[i][h] =
+                flags & UKR_FIRST ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * 32 + h * 16);
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);
         for (int i = 0; i < MR; i++) {
@@ -90,7 +91,8 @@ AVX512_TARGET static void ukr_avx512(const float *a, int64_t ks, int64_t is, con
 #define AVX2_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
 AVX2_TARGET static void ukr_avx2(const float *a, int64_t ks, int64_t is, const float *b, int64_t kc,
-                                 float *acc, int flags, float *c, int64_t ldc, float alpha, float beta) {
+                                 float *acc, int flags, float *c, int64_t ldc, float alpha,
+                                 float beta) {
     enum { MR = 6 };
     const float *a0 = a, *a1 = a + is, *a2 = a + 2 * is, *a3 = a + 3 * is, *a4 = a + 4 * is,
                 *a5 = a + 5 * is;
@@ -102,36 +104,40 @@ AVX2_TARGET static void ukr_avx2(const float *a, int64_t ks, int64_t is, const f
         AVX2_ROWS(ZERO)
 #undef ZERO
     } else {
-#define LOAD(i) r##i##0 = _mm256_loadu_ps(acc + i * 16); r##i##1 = _mm256_loadu_ps(acc + i * 16 + 8);
+#define LOAD(i)                                                                                    \
+    r##i##0 = _mm256_loadu_ps(acc + i * 16);                                                       \
+    r##i##1 = _mm256_loadu_ps(acc + i * 16 + 8);
         AVX2_ROWS(LOAD)
 #undef LOAD
     }
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_loadu_ps(b + k * 16), b1 = _mm256_loadu_ps(b + k * 16 + 8), ai;
-#define STEP(i)                                   \
-    ai = _mm256_broadcast_ss(a##i + k * ks);      \
-    r##i##0 = _mm256_fmadd_ps(ai, b0, r##i##0);   \
+#define STEP(i)                                                                                    \
+    ai = _mm256_broadcast_ss(a##i + k * ks);                                                       \
+    r##i##0 = _mm256_fmadd_ps(ai, b0, r##i##0);                                                    \
     r##i##1 = _mm256_fmadd_ps(ai, b1, r##i##1);
         AVX2_ROWS(STEP)
 #undef STEP
     }
     if (!(flags & UKR_LAST)) {
-#define STORE(i) _mm256_storeu_ps(acc + i * 16, r##i##0); _mm256_storeu_ps(acc + i * 16 + 8, r##i##1);
+#define STORE(i)                                                                                   \
+    _mm256_storeu_ps(acc + i * 16, r##i##0);                                                       \
+    _mm256_storeu_ps(acc + i * 16 + 8, r##i##1);
         AVX2_ROWS(STORE)
 #undef STORE
         return;
     }
     __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-#define OUT(i)                                                                         \
-    {                                                                                  \
-        float *ci = c + i * ldc;                                                       \
-        __m256 v0 = _mm256_mul_ps(va, r##i##0), v1 = _mm256_mul_ps(va, r##i##1);       \
-        if (beta != 0.0f) {                                                            \
-            v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v0);                         \
-            v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), v1);                     \
-        }                                                                              \
-        _mm256_storeu_ps(ci, v0);                                                      \
-        _mm256_storeu_ps(ci + 8, v1);                                                  \
+#define OUT(i)                                                                                     \
+    {                                                                                              \
+        float *ci = c + i * ldc;                                                                   \
+        __m256 v0 = _mm256_mul_ps(va, r##i##0), v1 = _mm256_mul_ps(va, r##i##1);                   \
+        if (beta != 0.0f) {                                                                        \
+            v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v0);                                     \
+            v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), v1);                                 \
+        }                                                                                          \
+        _mm256_storeu_ps(ci, v0);                                                                  \
+        _mm256_storeu_ps(ci + 8, v1);                                                              \
     }
     AVX2_ROWS(OUT)
 #undef OUT
@@ -174,8 +180,9 @@ static gemm_level level_for(int simd) {
 /* Panels [p0, p0 + np) of op(A) for k in [k0, k0 + kc): [np][kc][mr], zero
  * past M; op(A)[i][k] = trans ? A[k*M + i] : A[i*K + k]. (gcc would turn the
  * mr-float copies into memcpy calls, half of a transposed product's time.) */
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int half,
-                   int64_t p0, int64_t np, int64_t k0, int64_t kc) {
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void
+pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int half, int64_t p0,
+       int64_t np, int64_t k0, int64_t kc) {
     for (int64_t p = p0; p < p0 + np; p++, dst += kc * mr) {
         int64_t r0 = p * mr, m = M - r0 < mr ? M - r0 : mr;
         if (trans) /* rows of A [K, M] hold mr neighbours of a panel */
@@ -195,8 +202,9 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void pack_a
 
 /* Panels [0, np) of op(B) for k in [k0, k0 + kc): [np][kc][nr], zero past
  * N; op(B)[k][j] = trans ? B[j*K + k] : B[k*N + j]. Split over threads. */
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int half,
-                   int64_t np, int64_t k0, int64_t kc) {
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void
+pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int half, int64_t np,
+       int64_t k0, int64_t kc) {
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < np; p++) {
         float *d = dst + p * kc * nr;
@@ -257,10 +265,10 @@ void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < tm * tn; t++) {
                 int64_t ip0 = (t / tn) * mcp, jp0 = (t % tn) * ncp;
-                int64_t nip = ip0 + mcp < mp ? mcp : mp - ip0, njp = jp0 + ncp < np ? ncp : np - jp0;
+                int64_t nip = ip0 + mcp < mp ? mcp : mp - ip0,
+                        njp = jp0 + ncp < np ? ncp : np - jp0;
                 if (ip0 != packed) {
-                    if (!direct)
-                        pack_a(pa, A, M, K, trans_a, mr, half, ip0, nip, k0, kc);
+                    if (!direct) pack_a(pa, A, M, K, trans_a, mr, half, ip0, nip, k0, kc);
                     else if (ip0 + nip == mp && M % mr) /* the last, partial panel */
                         pack_a(pa, A, M, K, trans_a, mr, half, mp - 1, 1, k0, kc);
                     packed = ip0;
@@ -286,10 +294,12 @@ void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int
                         /* edge tile: the same combine on a copy, valid part written back */
                         memset(edge, 0, sizeof edge);
                         for (int64_t i = 0; i < mi; i++)
-                            memcpy(edge + i * nr, C + (i0 + i) * N + j0, (size_t)nj * sizeof(float));
+                            memcpy(edge + i * nr, C + (i0 + i) * N + j0,
+                                   (size_t)nj * sizeof(float));
                         lv.ukr(a, ks, is, bb, kc, acc, flags, edge, nr, alpha, beta);
                         for (int64_t i = 0; i < mi; i++)
-                            memcpy(C + (i0 + i) * N + j0, edge + i * nr, (size_t)nj * sizeof(float));
+                            memcpy(C + (i0 + i) * N + j0, edge + i * nr,
+                                   (size_t)nj * sizeof(float));
                     }
             } /* its barrier: the next block's B must wait for every tile */
         }

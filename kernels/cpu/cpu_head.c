@@ -137,8 +137,8 @@ CPU_INLINE int head_panels_body(const cpu_head *hd, const float *xp, int64_t nbl
  * 4 rows x 2 registers of accumulators, 2 of weights, 1 broadcast. Each
  * logit is the same fma chain over h plus the bias as the AVX-512 kernel's,
  * so logits and ids are bitwise the same. */
-__attribute__((target("avx2,fma"))) static void head_lanes_avx2(lane_best *best, __m256 l, __m256i id,
-                                                                int half8) {
+__attribute__((target("avx2,fma"))) static void head_lanes_avx2(lane_best *best, __m256 l,
+                                                                __m256i id, int half8) {
     float *bv = (float *)&best->val + 8 * half8;
     int32_t *bi = (int32_t *)&best->id + 8 * half8;
     __m256 v = _mm256_loadu_ps(bv);
@@ -167,7 +167,8 @@ __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *
                 __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
                        a21 = a00, a30 = a00, a31 = a00;
                 for (int64_t h = 0; h < H; h++) {
-                    __m256 w0 = _mm256_loadu_ps(w + h * PANEL), w1 = _mm256_loadu_ps(w + h * PANEL + 8);
+                    __m256 w0 = _mm256_loadu_ps(w + h * PANEL),
+                           w1 = _mm256_loadu_ps(w + h * PANEL + 8);
                     __m256 xr = _mm256_broadcast_ss(x + h);
                     a00 = _mm256_fmadd_ps(xr, w0, a00);
                     a01 = _mm256_fmadd_ps(xr, w1, a01);
@@ -212,11 +213,9 @@ __attribute__((target("avx512f,fma"))) static void head_lanes_avx512(lane_best *
     _mm512_storeu_si512(&best->id, _mm512_mask_mov_epi32(_mm512_loadu_si512(&best->id), gt, id));
 }
 
-__attribute__((target("avx512f,fma"))) static int head_panels_avx512(const cpu_head *hd,
-                                                                     const float *xp, int64_t nblk,
-                                                                     int64_t rows, float *out,
-                                                                     lane_best *best, int64_t p0,
-                                                                     int64_t p1) {
+__attribute__((target("avx512f,fma"))) static int
+head_panels_avx512(const cpu_head *hd, const float *xp, int64_t nblk, int64_t rows, float *out,
+                   lane_best *best, int64_t p0, int64_t p1) {
     int64_t H = hd->H, V = hd->V;
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int64_t p = p0; p < p1; p++) {
@@ -227,10 +226,11 @@ __attribute__((target("avx512f,fma"))) static int head_panels_avx512(const cpu_h
         __m512i id1 = _mm512_add_epi32(id0, _mm512_set1_epi32(16));
         for (int64_t blk = 0; blk < nblk; blk++) {
             const float *x = xp + blk * ROWS * H;
-            __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
-                   a21 = a00, a30 = a00, a31 = a00;
+            __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+                   a30 = a00, a31 = a00;
             for (int64_t h = 0; h < H; h++) {
-                __m512 w0 = _mm512_loadu_ps(w + h * PANEL), w1 = _mm512_loadu_ps(w + h * PANEL + 16);
+                __m512 w0 = _mm512_loadu_ps(w + h * PANEL),
+                       w1 = _mm512_loadu_ps(w + h * PANEL + 16);
                 __m512 xr = _mm512_set1_ps(x[h]);
                 a00 = _mm512_fmadd_ps(xr, w0, a00);
                 a01 = _mm512_fmadd_ps(xr, w1, a01);
@@ -326,7 +326,7 @@ static void head_exact(kf_backend *b, const cpu_head *hd, const float *xp, int64
             for (int64_t r = 0; r < rows; r++)
                 for (int j = 0; j < 32; j++)
                     cpu_head_best_merge(&bval[r], &ids[r], best[r * 2 + j / 16].val[j % 16],
-                               best[r * 2 + j / 16].id[j % 16]);
+                                        best[r * 2 + j / 16].id[j % 16]);
             free(best);
         }
     }
@@ -347,8 +347,6 @@ void cpu_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float *x, co
     float *xp = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(nblk * ROWS * H));
     memcpy(xp, x, (size_t)(rows * H) * sizeof(float));
     memset(xp + rows * H, 0, (size_t)((nblk * ROWS - rows) * H) * sizeof(float));
-    if (ids && !logits && hd->screen)
-        cpu_head_screen_argmax(b, hd, xp, rows, ids);
-    else
-        head_exact(b, hd, xp, rows, logits, ids);
+    if (ids && !logits && hd->screen) cpu_head_screen_argmax(b, hd, xp, rows, ids);
+    else head_exact(b, hd, xp, rows, logits, ids);
 }

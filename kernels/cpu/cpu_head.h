@@ -18,21 +18,21 @@
 enum { CPU_SCREEN_AVX2, CPU_SCREEN_AVX512BW, CPU_SCREEN_VNNI };
 
 typedef struct cpu_head_screen {
-    int kind;        /* CPU_SCREEN_*: fixed at packing, whatever the level later */
-    int64_t h4;      /* H rounded up to whole groups of 4 (one 32-bit lane) */
-    int8_t *qw;      /* [panels][h4/4][PANEL][4]: round(w / sw), zeros past H and V */
-    int32_t *corr;   /* [panels*PANEL] offset * sum_h qw (x's u8 offset: 128 or 64) */
-    float *sw;       /* [panels*PANEL] scale: max|w| / 127 */
-    float *ew1;      /* [panels*PANEL] sum_h |w - sw*qw|, rounded up */
-    float *w1;       /* [panels*PANEL] sum_h |w|, rounded up */
-    float *bias;     /* [panels*PANEL] the logit's bias; -inf past V */
-    float *babs;     /* [panels*PANEL] 2^-14 |bias|: slack for float rounding */
+    int kind;      /* CPU_SCREEN_*: fixed at packing, whatever the level later */
+    int64_t h4;    /* H rounded up to whole groups of 4 (one 32-bit lane) */
+    int8_t *qw;    /* [panels][h4/4][PANEL][4]: round(w / sw), zeros past H and V */
+    int32_t *corr; /* [panels*PANEL] offset * sum_h qw (x's u8 offset: 128 or 64) */
+    float *sw;     /* [panels*PANEL] scale: max|w| / 127 */
+    float *ew1;    /* [panels*PANEL] sum_h |w - sw*qw|, rounded up */
+    float *w1;     /* [panels*PANEL] sum_h |w|, rounded up */
+    float *bias;   /* [panels*PANEL] the logit's bias; -inf past V */
+    float *babs;   /* [panels*PANEL] 2^-14 |bias|: slack for float rounding */
 } cpu_head_screen;
 
 typedef struct cpu_head {
     int64_t V, H, panels;
-    float *w;    /* [panels][H][PANEL], entries past V zero */
-    float *bias; /* [panels * PANEL]; past V NaN, which never wins a comparison */
+    float *w;                /* [panels][H][PANEL], entries past V zero */
+    float *bias;             /* [panels * PANEL]; past V NaN, which never wins a comparison */
     cpu_head_screen *screen; /* NULL: argmax by the exact kernel alone */
 } cpu_head;
 

@@ -34,8 +34,8 @@
 
 #define PANEL CPU_HEAD_PANEL
 #define ROWS CPU_HEAD_ROWS
-#define CHUNK 16  /* panels per unit of work; candidates are scanned per chunk */
-#define CAP 1024  /* candidates a thread keeps per row (compacted when full) */
+#define CHUNK 16 /* panels per unit of work; candidates are scanned per chunk */
+#define CAP 1024 /* candidates a thread keeps per row (compacted when full) */
 #define SLACK 0x1p-14
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
@@ -72,7 +72,9 @@ void cpu_head_screen_pack(cpu_head *hd) {
         if (!isfinite(hd->bias[v])) return;
     cpu_head_screen *s = kf_calloc(1, sizeof *s);
     int lvl = cpu_simd_level();
-    s->kind = lvl >= CPU_SIMD_VNNI ? CPU_SCREEN_VNNI : lvl >= CPU_SIMD_AVX512 ? CPU_SCREEN_AVX512BW : CPU_SCREEN_AVX2;
+    s->kind = lvl >= CPU_SIMD_VNNI     ? CPU_SCREEN_VNNI
+              : lvl >= CPU_SIMD_AVX512 ? CPU_SCREEN_AVX512BW
+                                       : CPU_SCREEN_AVX2;
     s->h4 = h4;
     s->qw = aligned_alloc(64, (size_t)(np * h4 * PANEL));
     s->corr = aligned_alloc(64, (size_t)n * sizeof(int32_t));
@@ -164,56 +166,57 @@ static row_q quantise_row(int32_t *xq, const float *x, int64_t H, int64_t g, scr
  * kernels that differ in the int8 dot step DOT(acc, x, w): VNNI's vpdpbusd,
  * or AVX-512BW's vpmaddubsw + vpmaddwd (16-bit pair sums, |qx| <= 63). */
 #define SCREEN_PANELS_512(NAME, TARGET, DOT)                                                       \
-TARGET static void NAME(const cpu_head *hd, const int32_t *xq, const row_q *rq, int64_t nblk,      \
-                        int64_t p0, int64_t p1, float *up, float *lo) {                            \
-    const cpu_head_screen *s = hd->screen;                                                         \
-    int64_t g = s->h4 / 4;                                                                         \
-    for (int64_t p = p0; p < p1; p++) {                                                            \
-        const int8_t *q = s->qw + p * g * PANEL * 4;                                               \
-        int64_t o = p * PANEL;                                                                     \
-        __m512i corr[2];                                                                           \
-        __m512 sw[2], bias[2], ew1[2], w1[2], babs[2];                                             \
-        for (int j = 0; j < 2; j++) {                                                              \
-            corr[j] = _mm512_loadu_si512(s->corr + o + 16 * j);                                    \
-            sw[j] = _mm512_loadu_ps(s->sw + o + 16 * j);                                           \
-            bias[j] = _mm512_loadu_ps(s->bias + o + 16 * j);                                       \
-            ew1[j] = _mm512_loadu_ps(s->ew1 + o + 16 * j);                                         \
-            w1[j] = _mm512_loadu_ps(s->w1 + o + 16 * j);                                           \
-            babs[j] = _mm512_loadu_ps(s->babs + o + 16 * j);                                       \
-        }                                                                                          \
-        for (int64_t blk = 0; blk < nblk; blk++) {                                                 \
-            const int32_t *xb = xq + blk * ROWS * g;                                               \
-            __m512i acc[ROWS][2];                                                                  \
-            for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();         \
-            for (int64_t k = 0; k < g; k++) {                                                      \
-                __m512i w0 = _mm512_loadu_si512(q + k * PANEL * 4);                                \
-                __m512i w1v = _mm512_loadu_si512(q + k * PANEL * 4 + 64);                          \
+    TARGET static void NAME(const cpu_head *hd, const int32_t *xq, const row_q *rq, int64_t nblk,  \
+                            int64_t p0, int64_t p1, float *up, float *lo) {                        \
+        const cpu_head_screen *s = hd->screen;                                                     \
+        int64_t g = s->h4 / 4;                                                                     \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const int8_t *q = s->qw + p * g * PANEL * 4;                                           \
+            int64_t o = p * PANEL;                                                                 \
+            __m512i corr[2];                                                                       \
+            __m512 sw[2], bias[2], ew1[2], w1[2], babs[2];                                         \
+            for (int j = 0; j < 2; j++) {                                                          \
+                corr[j] = _mm512_loadu_si512(s->corr + o + 16 * j);                                \
+                sw[j] = _mm512_loadu_ps(s->sw + o + 16 * j);                                       \
+                bias[j] = _mm512_loadu_ps(s->bias + o + 16 * j);                                   \
+                ew1[j] = _mm512_loadu_ps(s->ew1 + o + 16 * j);                                     \
+                w1[j] = _mm512_loadu_ps(s->w1 + o + 16 * j);                                       \
+                babs[j] = _mm512_loadu_ps(s->babs + o + 16 * j);                                   \
+            }                                                                                      \
+            for (int64_t blk = 0; blk < nblk; blk++) {                                             \
+                const int32_t *xb = xq + blk * ROWS * g;                                           \
+                __m512i acc[ROWS][2];                                                              \
+                for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();     \
+                for (int64_t k = 0; k < g; k++) {                                                  \
+                    __m512i w0 = _mm512_loadu_si512(q + k * PANEL * 4);                            \
+                    __m512i w1v = _mm512_loadu_si512(q + k * PANEL * 4 + 64);                      \
+                    for (int r = 0; r < ROWS; r++) {                                               \
+                        __m512i xv = _mm512_set1_epi32(xb[r * g + k]);                             \
+                        acc[r][0] = DOT(acc[r][0], xv, w0);                                        \
+                        acc[r][1] = DOT(acc[r][1], xv, w1v);                                       \
+                    }                                                                              \
+                }                                                                                  \
                 for (int r = 0; r < ROWS; r++) {                                                   \
-                    __m512i xv = _mm512_set1_epi32(xb[r * g + k]);                                 \
-                    acc[r][0] = DOT(acc[r][0], xv, w0);                                            \
-                    acc[r][1] = DOT(acc[r][1], xv, w1v);                                           \
-                }                                                                                  \
-            }                                                                                      \
-            for (int r = 0; r < ROWS; r++) {                                                       \
-                int64_t row = blk * ROWS + r;                                                      \
-                __m512 sx = _mm512_set1_ps(rq[row].sx), A = _mm512_set1_ps(rq[row].A);             \
-                __m512 C = _mm512_set1_ps(rq[row].C);                                              \
-                for (int j = 0; j < 2; j++) {                                                      \
-                    __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], corr[j]));           \
-                    __m512 approx = _mm512_fmadd_ps(d, _mm512_mul_ps(sx, sw[j]), bias[j]);         \
-                    __m512 e = _mm512_fmadd_ps(A, ew1[j], _mm512_fmadd_ps(C, w1[j], babs[j]));     \
-                    _mm512_storeu_ps(lo + row * 16, _mm512_max_ps(_mm512_loadu_ps(lo + row * 16),  \
-                                                                   _mm512_sub_ps(approx, e)));     \
-                    _mm512_storeu_ps(up + row * CHUNK * PANEL + (p - p0) * PANEL + 16 * j,         \
-                                     _mm512_add_ps(approx, e));                                    \
+                    int64_t row = blk * ROWS + r;                                                  \
+                    __m512 sx = _mm512_set1_ps(rq[row].sx), A = _mm512_set1_ps(rq[row].A);         \
+                    __m512 C = _mm512_set1_ps(rq[row].C);                                          \
+                    for (int j = 0; j < 2; j++) {                                                  \
+                        __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], corr[j]));       \
+                        __m512 approx = _mm512_fmadd_ps(d, _mm512_mul_ps(sx, sw[j]), bias[j]);     \
+                        __m512 e = _mm512_fmadd_ps(A, ew1[j], _mm512_fmadd_ps(C, w1[j], babs[j])); \
+                        _mm512_storeu_ps(lo + row * 16,                                            \
+                                         _mm512_max_ps(_mm512_loadu_ps(lo + row * 16),             \
+                                                       _mm512_sub_ps(approx, e)));                 \
+                        _mm512_storeu_ps(up + row * CHUNK * PANEL + (p - p0) * PANEL + 16 * j,     \
+                                         _mm512_add_ps(approx, e));                                \
+                    }                                                                              \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-    }                                                                                              \
-}
+    }
 
 #define DOT_VNNI(acc, x, w) _mm512_dpbusd_epi32(acc, x, w)
-#define DOT_BW(acc, x, w) \
+#define DOT_BW(acc, x, w)                                                                          \
     _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(x, w), _mm512_set1_epi16(1)))
 SCREEN_PANELS_512(screen_panels_vnni, VNNI_TARGET, DOT_VNNI)
 SCREEN_PANELS_512(screen_panels_avx512bw, BW_TARGET, DOT_BW)
@@ -254,14 +257,17 @@ AVX2_TARGET static void screen_panels_avx2(const cpu_head *hd, const int32_t *xq
                         int64_t e8 = o + 8 * j;
                         __m256i corr = _mm256_loadu_si256((const __m256i *)(s->corr + e8));
                         __m256 d = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][j], corr));
-                        __m256 approx = _mm256_fmadd_ps(
-                            d, _mm256_mul_ps(sx, _mm256_loadu_ps(s->sw + e8)), _mm256_loadu_ps(s->bias + e8));
-                        __m256 e = _mm256_fmadd_ps(
-                            A, _mm256_loadu_ps(s->ew1 + e8),
-                            _mm256_fmadd_ps(C, _mm256_loadu_ps(s->w1 + e8), _mm256_loadu_ps(s->babs + e8)));
+                        __m256 approx =
+                            _mm256_fmadd_ps(d, _mm256_mul_ps(sx, _mm256_loadu_ps(s->sw + e8)),
+                                            _mm256_loadu_ps(s->bias + e8));
+                        __m256 e = _mm256_fmadd_ps(A, _mm256_loadu_ps(s->ew1 + e8),
+                                                   _mm256_fmadd_ps(C, _mm256_loadu_ps(s->w1 + e8),
+                                                                   _mm256_loadu_ps(s->babs + e8)));
                         float *l = lo + row * 16 + 8 * j;
-                        _mm256_storeu_ps(l, _mm256_max_ps(_mm256_loadu_ps(l), _mm256_sub_ps(approx, e)));
-                        _mm256_storeu_ps(up + row * CHUNK * PANEL + (p - p0) * PANEL + 16 * half + 8 * j,
+                        _mm256_storeu_ps(
+                            l, _mm256_max_ps(_mm256_loadu_ps(l), _mm256_sub_ps(approx, e)));
+                        _mm256_storeu_ps(up + row * CHUNK * PANEL + (p - p0) * PANEL + 16 * half +
+                                             8 * j,
                                          _mm256_add_ps(approx, e));
                     }
                 }
@@ -279,7 +285,8 @@ static void screen_panels(const cpu_head *hd, const int32_t *xq, const row_q *rq
 }
 
 /* The exact kernel's logit v of row x: the same multiply-add chain, bit for bit. */
-__attribute__((target("fma"))) static float exact_logit(const cpu_head *hd, const float *x, int64_t v) {
+__attribute__((target("fma"))) static float exact_logit(const cpu_head *hd, const float *x,
+                                                        int64_t v) {
     const float *w = hd->w + (v / PANEL) * hd->H * PANEL + v % PANEL;
     float acc = 0.0f;
     for (int64_t h = 0; h < hd->H; h++) acc = fmaf(x[h], w[h * PANEL], acc);
@@ -288,13 +295,13 @@ __attribute__((target("fma"))) static float exact_logit(const cpu_head *hd, cons
 
 /* One thread's state for every row. */
 typedef struct screen_ws {
-    float *up;      /* [rows][CHUNK*PANEL] upper bounds of the current chunk */
-    float *lo;      /* [rows][16] per-lane maxima of the lower bounds */
-    float *T;       /* [rows] best lower bound */
-    int32_t *cv;    /* [rows][CAP] candidate ids */
-    float *cu;      /* [rows][CAP] their upper bounds */
-    int32_t *n;     /* [rows] candidates kept */
-    int32_t *full;  /* [rows] 1: more candidates than CAP (exact kernel) */
+    float *up;     /* [rows][CHUNK*PANEL] upper bounds of the current chunk */
+    float *lo;     /* [rows][16] per-lane maxima of the lower bounds */
+    float *T;      /* [rows] best lower bound */
+    int32_t *cv;   /* [rows][CAP] candidate ids */
+    float *cu;     /* [rows][CAP] their upper bounds */
+    int32_t *n;    /* [rows] candidates kept */
+    int32_t *full; /* [rows] 1: more candidates than CAP (exact kernel) */
 } screen_ws;
 
 /* Adds entry v (upper bound u) to the row's candidates; returns 1 when they
@@ -319,12 +326,14 @@ CPU_INLINE int push_candidate(screen_ws *w, int64_t row, int32_t v, float u, flo
 
 /* Keeps the candidates of the chunk starting at panel p0 whose upper bound
  * reaches T, 16 bounds tested at once (most groups have none). */
-__attribute__((target("avx512f"))) static void screen_collect_512(screen_ws *w, int64_t row, int64_t p0, int64_t np) {
+__attribute__((target("avx512f"))) static void screen_collect_512(screen_ws *w, int64_t row,
+                                                                  int64_t p0, int64_t np) {
     float T = w->T[row] = fmaxf(w->T[row], _mm512_reduce_max_ps(_mm512_loadu_ps(w->lo + row * 16)));
     const float *up = w->up + row * CHUNK * PANEL;
     __m512 t = _mm512_set1_ps(T);
     for (int64_t i = 0; i < np * PANEL; i += 16)
-        for (__mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(up + i), t, _CMP_GE_OQ); m; m &= m - 1) {
+        for (__mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(up + i), t, _CMP_GE_OQ); m;
+             m &= m - 1) {
             int l = __builtin_ctz(m);
             if (push_candidate(w, row, (int32_t)(p0 * PANEL + i + l), up[i + l], T)) return;
         }
@@ -340,8 +349,10 @@ AVX2_TARGET static void screen_collect_avx2(screen_ws *w, int64_t row, int64_t p
     const float *up = w->up + row * CHUNK * PANEL;
     __m256 t = _mm256_set1_ps(T);
     for (int64_t i = 0; i < np * PANEL; i += 16) {
-        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(up + i), t, _CMP_GE_OQ)) |
-                     (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(up + i + 8), t, _CMP_GE_OQ)) << 8;
+        unsigned m =
+            (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(up + i), t, _CMP_GE_OQ)) |
+            (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(up + i + 8), t, _CMP_GE_OQ))
+                << 8;
         for (; m; m &= m - 1) {
             int b = __builtin_ctz(m);
             if (push_candidate(w, row, (int32_t)(p0 * PANEL + i + b), up[i + b], T)) return;
@@ -392,10 +403,8 @@ void cpu_head_screen_argmax(kf_backend *b, const cpu_head *hd, const float *xp, 
             screen_panels(hd, xq, rq, nblk, p0, p1, w->up, w->lo);
             for (int64_t r = 0; r < rows; r++)
                 if (rq[r].ok && !w->full[r]) {
-                    if (hd->screen->kind != CPU_SCREEN_AVX2)
-                        screen_collect_512(w, r, p0, p1 - p0);
-                    else
-                        screen_collect_avx2(w, r, p0, p1 - p0);
+                    if (hd->screen->kind != CPU_SCREEN_AVX2) screen_collect_512(w, r, p0, p1 - p0);
+                    else screen_collect_avx2(w, r, p0, p1 - p0);
                 }
         }
     }

@@ -30,9 +30,16 @@
 #define KF_CPU_PAR_MIN ((int64_t)1 << 15)
 
 /** Scratch slots owned by the backend (grown on demand, never shrunk). */
-enum { CPU_SCRATCH_A, CPU_SCRATCH_B, CPU_SCRATCH_C, CPU_SCRATCH_D,
-       CPU_SCRATCH_GEMM_A, CPU_SCRATCH_GEMM_B, CPU_SCRATCH_GEMM_W, /* cpu_gemm_fixed's own */
-       CPU_SCRATCH_N };
+enum {
+    CPU_SCRATCH_A,
+    CPU_SCRATCH_B,
+    CPU_SCRATCH_C,
+    CPU_SCRATCH_D,
+    CPU_SCRATCH_GEMM_A,
+    CPU_SCRATCH_GEMM_B,
+    CPU_SCRATCH_GEMM_W, /* cpu_gemm_fixed's own */
+    CPU_SCRATCH_N
+};
 
 typedef struct cpu_impl {
     float *scratch[CPU_SCRATCH_N];
@@ -57,19 +64,17 @@ int cpu_simd_level(void);
  *  which runs name##_body (a CPU_INLINE function) compiled for AVX-512 + FMA,
  *  AVX2 + FMA or the baseline, picked by cpu_simd_level(). The choice
  *  depends only on the level, never on the thread count. */
-#define CPU_MULTIVERSION(ret, name, params, args)                                          \
-    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static ret name##_avx512 params { \
-        return name##_body args;                                                           \
-    }                                                                                      \
-    __attribute__((target("avx2,fma"))) static ret name##_avx2 params {                    \
-        return name##_body args;                                                           \
-    }                                                                                      \
-    static ret name##_base params { return name##_body args; }                             \
-    static ret name params {                                                               \
-        int lvl_ = cpu_simd_level();                                                       \
-        return lvl_ >= CPU_SIMD_AVX512 ? name##_avx512 args                                \
-               : lvl_ == CPU_SIMD_AVX2 ? name##_avx2 args                                  \
-                                       : name##_base args;                                 \
+#define CPU_MULTIVERSION(ret, name, params, args)                                                  \
+    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static ret name##_avx512 params {         \
+        return name##_body args;                                                                   \
+    }                                                                                              \
+    __attribute__((target("avx2,fma"))) static ret name##_avx2 params { return name##_body args; } \
+    static ret name##_base params { return name##_body args; }                                     \
+    static ret name params {                                                                       \
+        int lvl_ = cpu_simd_level();                                                               \
+        return lvl_ >= CPU_SIMD_AVX512 ? name##_avx512 args                                        \
+               : lvl_ == CPU_SIMD_AVX2 ? name##_avx2 args                                          \
+                                       : name##_base args;                                         \
     }
 
 /** Kernel bodies and their helpers are inlined into each CPU_MULTIVERSION
@@ -93,7 +98,10 @@ CPU_INLINE float cpu_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } s = {.i = ((int32_t)n + 127) << 23};
+    union {
+        int32_t i;
+        float f;
+    } s = {.i = ((int32_t)n + 127) << 23};
     return x < -87.0f ? 0.0f : p * s.f;
 }
 
@@ -104,7 +112,10 @@ CPU_INLINE float cpu_expf(float x) {
 CPU_INLINE double cpu_exp(double x) {
     double xc = x < -708.0 ? -708.0 : x;
     xc = xc > 709.0 ? 709.0 : xc;
-    union { double f; int64_t i; } nm = {.f = xc * 1.4426950408889634 + 6755399441055744.0};
+    union {
+        double f;
+        int64_t i;
+    } nm = {.f = xc * 1.4426950408889634 + 6755399441055744.0};
     double n = nm.f - 6755399441055744.0;
     double r = xc - n * 6.93147180369123816490e-01;
     r = r - n * 1.90821492927058770002e-10;
@@ -121,7 +132,10 @@ CPU_INLINE double cpu_exp(double x) {
     p = p * r + 1.0 / 6.0;
     p = p * r + 0.5;
     p = p * r * r + r + 1.0;
-    union { int64_t i; double f; } s = {.i = (nm.i - 0x4338000000000000LL + 1023) << 52};
+    union {
+        int64_t i;
+        double f;
+    } s = {.i = (nm.i - 0x4338000000000000LL + 1023) << 52};
     return x < -708.0 ? 0.0 : p * s.f;
 }
 

@@ -11,7 +11,7 @@
 /* One row of softmax cross-entropy; d may alias x. The sum of exponentials
  * runs in CPU_LANES fixed lanes (the same bits at every SIMD level). */
 CPU_INLINE int xent_row_body(float *loss, float *d, const float *x, int32_t t, int64_t V,
-                            float grad_scale) {
+                             float grad_scale) {
     float mx = -INFINITY, acc[CPU_LANES] = {0}, xt = x[t];
 #pragma omp simd reduction(max : mx)
     for (int64_t v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;

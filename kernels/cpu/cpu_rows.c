@@ -36,8 +36,8 @@ void cpu_embed_fwd(kf_backend *b, float *out, const int32_t *ids, const int32_t 
 void cpu_embed_bwd(kf_backend *b, float *dtable, const float *dout, const int32_t *ids,
                    const int32_t *row_idx, int64_t n, int64_t dim, int64_t vocab) {
     for (int64_t i = 0; i < n; i++)
-        KF_CHECK(ids[i] >= 0 && ids[i] < vocab, "embed_bwd: token id %d outside [0, %lld)",
-                 ids[i], (long long)vocab);
+        KF_CHECK(ids[i] >= 0 && ids[i] < vocab, "embed_bwd: token id %d outside [0, %lld)", ids[i],
+                 (long long)vocab);
     int64_t nblk = (dim + EMBED_COL_BLOCK - 1) / EMBED_COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {

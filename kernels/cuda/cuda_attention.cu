@@ -32,8 +32,8 @@
 
 #include "kernels/cuda/cuda_attention_tc.h"
 
-#define TILE 64      /* query rows and key rows per tile */
-#define THREADS 256  /* 16 x 16 threads; each owns 4 rows x (4 or D/16) columns */
+#define TILE 64     /* query rows and key rows per tile */
+#define THREADS 256 /* 16 x 16 threads; each owns 4 rows x (4 or D/16) columns */
 
 __device__ __forceinline__ float ld_round(const float *p, bool half) {
     float v = *p;
@@ -70,9 +70,9 @@ template <int D> struct fwd_smem {
 };
 
 template <int D>
-__global__ void __launch_bounds__(THREADS) k_attn_fwd(float *out, float *lse, const float *qkv,
-                                                      mask_dev m, int64_t n_head, float scale,
-                                                      int half) {
+__global__ void __launch_bounds__(THREADS)
+    k_attn_fwd(float *out, float *lse, const float *qkv, mask_dev m, int64_t n_head, float scale,
+               int half) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     fwd_smem<D> &S = *reinterpret_cast<fwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(THREADS) k_attn_fwd(float *out, float *lse, co
             float v = acc[i][j] * inv;
             o[tx + 16 * j] = half ? __half2float(__float2half_rn(v)) : v;
         }
-        if (tx == 0) lse[(b * n_head + h) * m.L + r] = lrow[i] > 0.0f ? mrow[i] + logf(lrow[i]) : 0.0f;
+        if (tx == 0)
+            lse[(b * n_head + h) * m.L + r] = lrow[i] > 0.0f ? mrow[i] + logf(lrow[i]) : 0.0f;
     }
 }
 
@@ -247,10 +248,9 @@ __device__ __forceinline__ void bwd_scores(bwd_smem<D> &S, const mask_dev &m, in
 
 /* Loads a query tile's q, dout, lse and delta. */
 template <int D>
-__device__ __forceinline__ void bwd_load_queries(bwd_smem<D> &S, const float *base, const float *dout,
-                                                 const float *lse, const float *delta,
-                                                 int64_t ld, int64_t H, int64_t r0, int64_t L,
-                                                 bool half) {
+__device__ __forceinline__ void
+bwd_load_queries(bwd_smem<D> &S, const float *base, const float *dout, const float *lse,
+                 const float *delta, int64_t ld, int64_t H, int64_t r0, int64_t L, bool half) {
     load_tile<D>(S.q, base, ld, r0, L, half);
     load_tile<D>(S.dout, dout, H, r0, L, half);
     for (int i = threadIdx.x; i < TILE; i += THREADS) {
@@ -260,10 +260,9 @@ __device__ __forceinline__ void bwd_load_queries(bwd_smem<D> &S, const float *ba
 }
 
 template <int D>
-__global__ void __launch_bounds__(THREADS) k_attn_bwd_kv(float *dqkv, const float *dout,
-                                                         const float *lse, const float *delta,
-                                                         const float *qkv, mask_dev m,
-                                                         int64_t n_head, float scale, int half) {
+__global__ void __launch_bounds__(THREADS)
+    k_attn_bwd_kv(float *dqkv, const float *dout, const float *lse, const float *delta,
+                  const float *qkv, mask_dev m, int64_t n_head, float scale, int half) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
@@ -333,10 +332,9 @@ __global__ void __launch_bounds__(THREADS) k_attn_bwd_kv(float *dqkv, const floa
 }
 
 template <int D>
-__global__ void __launch_bounds__(THREADS) k_attn_bwd_q(float *dqkv, const float *dout,
-                                                        const float *lse, const float *delta,
-                                                        const float *qkv, mask_dev m,
-                                                        int64_t n_head, float scale, int half) {
+__global__ void __launch_bounds__(THREADS)
+    k_attn_bwd_q(float *dqkv, const float *dout, const float *lse, const float *delta,
+                 const float *qkv, mask_dev m, int64_t n_head, float scale, int half) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
@@ -410,25 +408,26 @@ mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B) {
 }
 
 /* Launches kernel K<D> for the supported head dims with `smem` dynamic bytes. */
-#define ATTN_DISPATCH(D_, KERNEL, SMEM_T, GRID, ...)                                        \
-    do {                                                                                    \
-        switch (D_) {                                                                       \
-        case 16: ATTN_LAUNCH(16, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                 \
-        case 32: ATTN_LAUNCH(32, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                 \
-        case 64: ATTN_LAUNCH(64, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                 \
-        case 128: ATTN_LAUNCH(128, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;               \
-        default: KF_FATAL("attention: head_dim %lld unsupported on cuda (16, 32, 64, 128)", \
-                          (long long)(D_));                                                 \
-        }                                                                                   \
+#define ATTN_DISPATCH(D_, KERNEL, SMEM_T, GRID, ...)                                               \
+    do {                                                                                           \
+        switch (D_) {                                                                              \
+        case 16: ATTN_LAUNCH(16, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                        \
+        case 32: ATTN_LAUNCH(32, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                        \
+        case 64: ATTN_LAUNCH(64, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                        \
+        case 128: ATTN_LAUNCH(128, KERNEL, SMEM_T, GRID, __VA_ARGS__); break;                      \
+        default:                                                                                   \
+            KF_FATAL("attention: head_dim %lld unsupported on cuda (16, 32, 64, 128)",             \
+                     (long long)(D_));                                                             \
+        }                                                                                          \
     } while (0)
 
-#define ATTN_LAUNCH(DV, KERNEL, SMEM_T, GRID, ...)                                             \
-    do {                                                                                       \
-        size_t bytes_ = sizeof(SMEM_T<DV>);                                                    \
-        CUDA_OK(cudaFuncSetAttribute(KERNEL<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                     (int)bytes_));                                            \
-        KERNEL<DV><<<GRID, THREADS, bytes_, cu_stream(b)>>>(__VA_ARGS__);                      \
-        CUDA_LAUNCHED();                                                                       \
+#define ATTN_LAUNCH(DV, KERNEL, SMEM_T, GRID, ...)                                                 \
+    do {                                                                                           \
+        size_t bytes_ = sizeof(SMEM_T<DV>);                                                        \
+        CUDA_OK(cudaFuncSetAttribute(KERNEL<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                                     (int)bytes_));                                                \
+        KERNEL<DV><<<GRID, THREADS, bytes_, cu_stream(b)>>>(__VA_ARGS__);                          \
+        CUDA_LAUNCHED();                                                                           \
     } while (0)
 
 void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
@@ -448,9 +447,8 @@ void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const 
     ATTN_DISPATCH(head_dim, k_attn_fwd, fwd_smem, grid, out, lse, qkv, md, n_head, scale, half);
 }
 
-void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
-                 const float *lse, const float *qkv, const kf_mask *m, int64_t B, int64_t n_head,
-                 int64_t head_dim) {
+void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out, const float *lse,
+                 const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim) {
     mask_dev md = mask_to_dev(b, m, B);
     int64_t L = md.L;
     if (L <= 0 || B <= 0) return;
@@ -460,7 +458,7 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
     float *delta = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(B * n_head * L) * sizeof(float));
     int64_t warps = B * L * n_head;
     k_attn_delta<<<cu_blocks(warps * 32), 256, 0, cu_stream(b)>>>(delta, dout, out, B * L, L,
-                                                                   n_head, head_dim, half);
+                                                                  n_head, head_dim, half);
     CUDA_LAUNCHED();
     const void *bufs[4] = {dqkv, dout, qkv, out};
     if (attn_tc_supported(b, head_dim, bufs, 4)) {
@@ -490,7 +488,8 @@ __global__ void k_attn_decode(float *out, const float *q, int64_t q_stride, cons
     float mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
         float s = 0.0f;
-        for (int64_t d = 0; d < D; d++) s += ld_round(qr + d, half) * ld_round(kb + j * H + d, half);
+        for (int64_t d = 0; d < D; d++)
+            s += ld_round(qr + d, half) * ld_round(kb + j * H + d, half);
         s *= scale;
         sc[j] = s;
         mx = fmaxf(mx, s);
@@ -515,19 +514,19 @@ void cu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
                     const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
                     int64_t Q, int64_t n_head, int64_t head_dim) {
     int64_t T = P + Q;
-    KF_CHECK(T <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld",
-             (long long)T, (long long)cap);
+    KF_CHECK(T <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld", (long long)T,
+             (long long)cap);
     if (B <= 0 || Q <= 0) return;
     size_t bytes = (size_t)T * sizeof(float);
     KF_CHECK(bytes <= 200 * 1024, "attn_decode: %lld cached rows is too many", (long long)T);
-    KF_CHECK(n_head <= 65535 && B <= 0x7fffffff, "attn_decode: %lld heads or %lld samples is too many",
-             (long long)n_head, (long long)B);
+    KF_CHECK(n_head <= 65535 && B <= 0x7fffffff,
+             "attn_decode: %lld heads or %lld samples is too many", (long long)n_head,
+             (long long)B);
     CUDA_OK(cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)bytes));
     dim3 grid((unsigned)B, (unsigned)n_head, (unsigned)Q); /* Q <= T <= 51200 (bytes above) */
-    k_attn_decode<<<grid, 128, bytes, cu_stream(b)>>>(out, q, q_stride, kcache, vcache, cap, P, Q,
-                                                      n_head, head_dim,
-                                                      1.0f / sqrtf((float)head_dim),
-                                                      b->precision == KF_PREC_FP16);
+    k_attn_decode<<<grid, 128, bytes, cu_stream(b)>>>(
+        out, q, q_stride, kcache, vcache, cap, P, Q, n_head, head_dim,
+        1.0f / sqrtf((float)head_dim), b->precision == KF_PREC_FP16);
     CUDA_LAUNCHED();
 }

@@ -24,8 +24,8 @@
  */
 #include <mma.h>
 
-#include "kernels/cuda/cuda_attn_mask.cuh"
 #include "kernels/cuda/cuda_attention_tc.h"
+#include "kernels/cuda/cuda_attn_mask.cuh"
 
 using namespace nvcuda;
 
@@ -66,8 +66,9 @@ template <int D> struct tc_fwd_smem {
 };
 
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS) k_attn_fwd_tc(float *out, float *lse, const float *qkv,
-                                                            mask_dev m, int64_t n_head, float scale) {
+__global__ void __launch_bounds__(TC_THREADS)
+    k_attn_fwd_tc(float *out, float *lse, const float *qkv, mask_dev m, int64_t n_head,
+                  float scale) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     tc_fwd_smem<D> &S = *reinterpret_cast<tc_fwd_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
@@ -110,14 +111,16 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_fwd_tc(float *out, float *l
             }
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                wmma::store_matrix_sync(&S.s[warp * 16][j * 16], acc[j], TC_TILE + FP, wmma::mem_row_major);
+                wmma::store_matrix_sync(&S.s[warp * 16][j * 16], acc[j], TC_TILE + FP,
+                                        wmma::mem_row_major);
         }
         __syncwarp();
         float mx = -INFINITY;
 #pragma unroll 8
         for (int c = 0; c < 32; c++) {
             int cc = cpart * 32 + c, col = (int)c0 + cc;
-            float v = col >= kmin && col < kmax && row_sees(rm, col) ? S.s[rr][cc] * scale : -INFINITY;
+            float v =
+                col >= kmin && col < kmax && row_sees(rm, col) ? S.s[rr][cc] * scale : -INFINITY;
             S.s[rr][cc] = v;
             mx = fmaxf(mx, v);
         }
@@ -145,7 +148,8 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_fwd_tc(float *out, float *l
             frag_acc acc[D / 16];
 #pragma unroll
             for (int j = 0; j < D / 16; j++)
-                wmma::load_matrix_sync(acc[j], &S.o[warp * 16][j * 16], D + FP, wmma::mem_row_major);
+                wmma::load_matrix_sync(acc[j], &S.o[warp * 16][j * 16], D + FP,
+                                       wmma::mem_row_major);
 #pragma unroll
             for (int kk = 0; kk < TC_TILE; kk += 16) {
                 frag_a a;
@@ -159,7 +163,8 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_fwd_tc(float *out, float *l
             }
 #pragma unroll
             for (int j = 0; j < D / 16; j++)
-                wmma::store_matrix_sync(&S.o[warp * 16][j * 16], acc[j], D + FP, wmma::mem_row_major);
+                wmma::store_matrix_sync(&S.o[warp * 16][j * 16], acc[j], D + FP,
+                                        wmma::mem_row_major);
         }
         __syncwarp();
     }
@@ -243,10 +248,9 @@ __device__ __forceinline__ void tc_store_rows(float *dst, int64_t ld, int64_t ro
 }
 
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS) k_attn_bwd_kv_tc(float *dqkv, const float *dout,
-                                                               const float *lse, const float *delta,
-                                                               const float *qkv, mask_dev m,
-                                                               int64_t n_head, float scale) {
+__global__ void __launch_bounds__(TC_THREADS)
+    k_attn_bwd_kv_tc(float *dqkv, const float *dout, const float *lse, const float *delta,
+                     const float *qkv, mask_dev m, int64_t n_head, float scale) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     tc_bwd_smem<D> &S = *reinterpret_cast<tc_bwd_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
@@ -306,10 +310,9 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_bwd_kv_tc(float *dqkv, cons
 }
 
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS) k_attn_bwd_q_tc(float *dqkv, const float *dout,
-                                                              const float *lse, const float *delta,
-                                                              const float *qkv, mask_dev m,
-                                                              int64_t n_head, float scale) {
+__global__ void __launch_bounds__(TC_THREADS)
+    k_attn_bwd_q_tc(float *dqkv, const float *dout, const float *lse, const float *delta,
+                    const float *qkv, mask_dev m, int64_t n_head, float scale) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     tc_bwd_smem<D> &S = *reinterpret_cast<tc_bwd_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
@@ -356,13 +359,13 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_bwd_q_tc(float *dqkv, const
     tc_store_rows<D>(dqkv + b * m.L * ld + h * D, ld, r0, r1, dq, st, warp);
 }
 
-#define TC_LAUNCH(DV, KERNEL, SMEM_T, GRID, ...)                                               \
-    do {                                                                                       \
-        size_t bytes_ = sizeof(SMEM_T<DV>);                                                    \
-        CUDA_OK(cudaFuncSetAttribute(KERNEL<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                     (int)bytes_));                                            \
-        KERNEL<DV><<<GRID, TC_THREADS, bytes_, cu_stream(b)>>>(__VA_ARGS__);                   \
-        CUDA_LAUNCHED();                                                                       \
+#define TC_LAUNCH(DV, KERNEL, SMEM_T, GRID, ...)                                                   \
+    do {                                                                                           \
+        size_t bytes_ = sizeof(SMEM_T<DV>);                                                        \
+        CUDA_OK(cudaFuncSetAttribute(KERNEL<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                                     (int)bytes_));                                                \
+        KERNEL<DV><<<GRID, TC_THREADS, bytes_, cu_stream(b)>>>(__VA_ARGS__);                       \
+        CUDA_LAUNCHED();                                                                           \
     } while (0)
 
 int attn_tc_supported(kf_backend *b, int64_t head_dim, const void *const *bufs, int nbufs) {
@@ -380,8 +383,7 @@ void attn_fwd_tc(kf_backend *b, float *out, float *lse, const float *qkv, const 
     float scale = 1.0f / sqrtf((float)head_dim);
     if (head_dim == 64)
         TC_LAUNCH(64, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
-    else
-        TC_LAUNCH(128, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
+    else TC_LAUNCH(128, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
 }
 
 void attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const float *lse,
@@ -390,10 +392,14 @@ void attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const float *lse
     dim3 grid((unsigned)((md->L + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
     float scale = 1.0f / sqrtf((float)head_dim);
     if (head_dim == 64) {
-        TC_LAUNCH(64, k_attn_bwd_kv_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head, scale);
-        TC_LAUNCH(64, k_attn_bwd_q_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head, scale);
+        TC_LAUNCH(64, k_attn_bwd_kv_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head,
+                  scale);
+        TC_LAUNCH(64, k_attn_bwd_q_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head,
+                  scale);
     } else {
-        TC_LAUNCH(128, k_attn_bwd_kv_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head, scale);
-        TC_LAUNCH(128, k_attn_bwd_q_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head, scale);
+        TC_LAUNCH(128, k_attn_bwd_kv_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md,
+                  n_head, scale);
+        TC_LAUNCH(128, k_attn_bwd_q_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head,
+                  scale);
     }
 }

@@ -4,8 +4,10 @@
 #ifndef KF_KERNELS_CUDA_ATTN_MASK_CUH
 #define KF_KERNELS_CUDA_ATTN_MASK_CUH
 
-/* cuda_internal.h first: it includes kernels.h and error.h as C */
+/* cuda_internal.h first, in its own block (clang-format sorts within a block):
+ * it includes kernels.h and error.h as C */
 #include "kernels/cuda/cuda_internal.h"
+
 #include "kernels/attn_mask.h"
 
 struct mask_dev {
@@ -85,22 +87,29 @@ __device__ __forceinline__ void key_tile(const key_tiles &k, int64_t t, int64_t 
 /* Query ranges that see some key of the tile [c0, c1), clipped to
  * [q_start, L), sorted and merged; returns how many (at most 3). */
 static __device__ int mask_key_tile_queries(const mask_dev &m, int64_t vl, int64_t c0, int64_t c1,
-                                     int64_t lo[3], int64_t hi[3]) {
+                                            int64_t lo[3], int64_t hi[3]) {
     int64_t a[3], z[3];
     int n = 0;
     if (c0 < min(m.n_ctx, vl)) { /* context keys: later context rows and groups g >= c */
-        a[n] = c0; z[n++] = vl;
-        a[n] = m.n_ctx + c0 * m.group; z[n++] = m.L;
+        a[n] = c0;
+        z[n++] = vl;
+        a[n] = m.n_ctx + c0 * m.group;
+        z[n++] = m.L;
     }
     if (c1 > m.n_ctx) { /* group keys: the rest of their own groups */
         int64_t k0 = max(c0, m.n_ctx);
         int64_t g_last = (c1 - 1 - m.n_ctx) / m.group;
-        a[n] = k0; z[n++] = min(m.L, m.n_ctx + (g_last + 1) * m.group);
+        a[n] = k0;
+        z[n++] = min(m.L, m.n_ctx + (g_last + 1) * m.group);
     }
     for (int i = 1; i < n; i++) /* sort by start (a tile across n_ctx has all three) */
         for (int j = i; j > 0 && a[j] < a[j - 1]; j--) {
-            int64_t t = a[j]; a[j] = a[j - 1]; a[j - 1] = t;
-            t = z[j]; z[j] = z[j - 1]; z[j - 1] = t;
+            int64_t t = a[j];
+            a[j] = a[j - 1];
+            a[j - 1] = t;
+            t = z[j];
+            z[j] = z[j - 1];
+            z[j - 1] = t;
         }
     int out = 0;
     for (int i = 0; i < n; i++) {
@@ -109,7 +118,8 @@ static __device__ int mask_key_tile_queries(const mask_dev &m, int64_t vl, int64
         if (out > 0 && s <= hi[out - 1]) {
             hi[out - 1] = max(hi[out - 1], e);
         } else {
-            lo[out] = s; hi[out++] = e;
+            lo[out] = s;
+            hi[out++] = e;
         }
     }
     return out;

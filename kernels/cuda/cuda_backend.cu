@@ -15,7 +15,8 @@ static void retire(cuda_impl *im, void *p, int host) {
     if (im->n_retired == im->cap_retired) {
         im->cap_retired = im->cap_retired ? 2 * im->cap_retired : 16;
         im->retired = (void **)kf_realloc(im->retired, (size_t)im->cap_retired * sizeof(void *));
-        im->retired_host = (int *)kf_realloc(im->retired_host, (size_t)im->cap_retired * sizeof(int));
+        im->retired_host =
+            (int *)kf_realloc(im->retired_host, (size_t)im->cap_retired * sizeof(int));
     }
     im->retired[im->n_retired] = p;
     im->retired_host[im->n_retired++] = host;
@@ -37,10 +38,8 @@ void cu_wait(kf_backend *b) {
                             im->stream));
     CUDA_OK(cudaStreamSynchronize(im->stream));
     for (int i = 0; i < im->n_retired; i++) {
-        if (im->retired_host[i])
-            CUDA_OK(cudaFreeHost(im->retired[i]));
-        else
-            CUDA_OK(cudaFree(im->retired[i]));
+        if (im->retired_host[i]) CUDA_OK(cudaFreeHost(im->retired[i]));
+        else CUDA_OK(cudaFree(im->retired[i]));
     }
     im->n_retired = 0;
     im->stage_used = 0;

@@ -35,9 +35,10 @@ static int64_t span(int64_t one, int64_t batch, int64_t stride) {
 
 /* C tile 64x64 per block of 256 threads, each thread 4x4 outputs (rows
  * ty*4.., cols tx + 16*j). The k loop runs in order 0..K-1 for every output. */
-__global__ void __launch_bounds__(256) k_gemm_invariant(
-    float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K, int ta, int tb,
-    float alpha, float beta, int64_t sc, int64_t sa, int64_t sb, int half) {
+__global__ void __launch_bounds__(256)
+    k_gemm_invariant(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
+                     int ta, int tb, float alpha, float beta, int64_t sc, int64_t sa, int64_t sb,
+                     int half) {
     __shared__ float As[IG_BK][IG_TILE + 1];
     __shared__ float Bs[IG_BK][IG_TILE + 1];
     int64_t z = blockIdx.z;
@@ -51,14 +52,26 @@ __global__ void __launch_bounds__(256) k_gemm_invariant(
         for (int i = threadIdx.x; i < IG_BK * IG_TILE; i += 256) {
             int kk, mm;
             /* consecutive threads walk the operand's contiguous dimension */
-            if (ta) { kk = i / IG_TILE; mm = i % IG_TILE; } else { mm = i / IG_BK; kk = i % IG_BK; }
+            if (ta) {
+                kk = i / IG_TILE;
+                mm = i % IG_TILE;
+            } else {
+                mm = i / IG_BK;
+                kk = i % IG_BK;
+            }
             int64_t gm = m0 + mm, gk = k0 + kk;
             float v = 0.0f;
             if (gm < M && gk < K) v = ta ? A[gk * M + gm] : A[gm * K + gk];
             if (half) v = __half2float(__float2half_rn(v));
             As[kk][mm] = v;
             int nn;
-            if (tb) { nn = i / IG_BK; kk = i % IG_BK; } else { kk = i / IG_TILE; nn = i % IG_TILE; }
+            if (tb) {
+                nn = i / IG_BK;
+                kk = i % IG_BK;
+            } else {
+                kk = i / IG_TILE;
+                nn = i % IG_TILE;
+            }
             int64_t gn = n0 + nn;
             gk = k0 + kk;
             v = 0.0f;
@@ -104,10 +117,10 @@ __global__ void __launch_bounds__(256) k_gemm_invariant(
 /* fp16 batch-invariant GEMM on the tensor cores: a 64x64 C tile per block of
  * 4 warps, each warp 32x32 (2x2 fragments); operands rounded to half while
  * staged in shared memory; epilogue alpha*acc + beta*C rounded to half. */
-__global__ void __launch_bounds__(128) k_gemm_invariant_tc(float *C, const float *A, const float *B,
-                                                           int64_t M, int64_t N, int64_t K, int ta,
-                                                           int tb, float alpha, float beta,
-                                                           int64_t sc, int64_t sa, int64_t sb) {
+__global__ void __launch_bounds__(128)
+    k_gemm_invariant_tc(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
+                        int ta, int tb, float alpha, float beta, int64_t sc, int64_t sa,
+                        int64_t sb) {
     using namespace nvcuda;
     __shared__ __align__(32) __half As[TG_TILE][TG_BK + 8];
     __shared__ __align__(32) __half Bs[TG_BK][TG_TILE + 8];
@@ -126,12 +139,24 @@ __global__ void __launch_bounds__(128) k_gemm_invariant_tc(float *C, const float
     for (int64_t k0 = 0; k0 < K; k0 += TG_BK) {
         for (int i = threadIdx.x; i < TG_TILE * TG_BK; i += 128) {
             int mm, kk;
-            if (ta) { kk = i / TG_TILE; mm = i % TG_TILE; } else { mm = i / TG_BK; kk = i % TG_BK; }
+            if (ta) {
+                kk = i / TG_TILE;
+                mm = i % TG_TILE;
+            } else {
+                mm = i / TG_BK;
+                kk = i % TG_BK;
+            }
             int64_t gm = m0 + mm, gk = k0 + kk;
             float v = gm < M && gk < K ? (ta ? A[gk * M + gm] : A[gm * K + gk]) : 0.0f;
             As[mm][kk] = __float2half_rn(v);
             int nn;
-            if (tb) { nn = i / TG_BK; kk = i % TG_BK; } else { kk = i / TG_TILE; nn = i % TG_TILE; }
+            if (tb) {
+                nn = i / TG_BK;
+                kk = i % TG_BK;
+            } else {
+                kk = i / TG_TILE;
+                nn = i % TG_TILE;
+            }
             int64_t gn = n0 + nn;
             gk = k0 + kk;
             v = gn < N && gk < K ? (tb ? B[gn * K + gk] : B[gk * N + gn]) : 0.0f;
@@ -143,9 +168,11 @@ __global__ void __launch_bounds__(128) k_gemm_invariant_tc(float *C, const float
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[2];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> bf[2];
 #pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], &As[wm * 32 + i * 16][kk], TG_BK + 8);
+            for (int i = 0; i < 2; i++)
+                wmma::load_matrix_sync(a[i], &As[wm * 32 + i * 16][kk], TG_BK + 8);
 #pragma unroll
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(bf[j], &Bs[kk][wn * 32 + j * 16], TG_TILE + 8);
+            for (int j = 0; j < 2; j++)
+                wmma::load_matrix_sync(bf[j], &Bs[kk][wn * 32 + j * 16], TG_TILE + 8);
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -189,9 +216,9 @@ void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t 
     cu_matmul_batched(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
 }
 
-void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
-                     int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
-                     int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b, int half) {
+void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+                     int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,
+                     int64_t stride_c, int64_t stride_a, int64_t stride_b, int half) {
     KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
     dim3 grid((unsigned)((N + IG_TILE - 1) / IG_TILE), (unsigned)((M + IG_TILE - 1) / IG_TILE),
               (unsigned)batch);
@@ -214,10 +241,10 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
     if (b->batch_invariant) {
         KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
         if (half && cu_impl(b)->tc) {
-            dim3 grid((unsigned)((N + TG_TILE - 1) / TG_TILE), (unsigned)((M + TG_TILE - 1) / TG_TILE),
-                      (unsigned)batch);
-            k_gemm_invariant_tc<<<grid, 128, 0, s>>>(C, A, B, M, N, K, trans_a, trans_b, alpha, beta,
-                                                     stride_c, stride_a, stride_b);
+            dim3 grid((unsigned)((N + TG_TILE - 1) / TG_TILE),
+                      (unsigned)((M + TG_TILE - 1) / TG_TILE), (unsigned)batch);
+            k_gemm_invariant_tc<<<grid, 128, 0, s>>>(C, A, B, M, N, K, trans_a, trans_b, alpha,
+                                                     beta, stride_c, stride_a, stride_b);
             CUDA_LAUNCHED();
             return;
         }
@@ -231,11 +258,10 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
     cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
     if (!half) {
-        CUBLAS_OK(cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)K, &alpha, B,
-                                             CUDA_R_32F, ldb, stride_b, A, CUDA_R_32F, lda,
-                                             stride_a, &beta, C, CUDA_R_32F, (int)N, stride_c,
-                                             (int)batch, CUBLAS_COMPUTE_32F_PEDANTIC,
-                                             CUBLAS_GEMM_DEFAULT));
+        CUBLAS_OK(cublasGemmStridedBatchedEx(
+            h, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, ldb, stride_b, A,
+            CUDA_R_32F, lda, stride_a, &beta, C, CUDA_R_32F, (int)N, stride_c, (int)batch,
+            CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
         return;
     }
     int64_t na = span(M * K, batch, stride_a), nb = span(K * N, batch, stride_b);

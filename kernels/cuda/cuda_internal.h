@@ -37,17 +37,17 @@ extern "C" {
 #include "kernels/kernels.h"
 }
 
-#define CUDA_OK(call)                                                                  \
-    do {                                                                               \
-        cudaError_t e_ = (call);                                                       \
-        if (e_ != cudaSuccess) KF_FATAL("CUDA: %s: %s", #call, cudaGetErrorString(e_)); \
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) KF_FATAL("CUDA: %s: %s", #call, cudaGetErrorString(e_));            \
     } while (0)
 
-#define CUBLAS_OK(call)                                                            \
-    do {                                                                           \
-        cublasStatus_t s_ = (call);                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                           \
-            KF_FATAL("cuBLAS: %s: %s", #call, cublasGetStatusString(s_));          \
+#define CUBLAS_OK(call)                                                                            \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            KF_FATAL("cuBLAS: %s: %s", #call, cublasGetStatusString(s_));                          \
     } while (0)
 
 /** Checks the last launch (a bad configuration shows up here, not later). */
@@ -81,10 +81,10 @@ typedef struct cuda_impl {
     int *err_host;    /* pinned copy read at cu_wait */
     char *stage;      /* pinned staging for uploads since the last cu_wait */
     size_t stage_cap, stage_used;
-    void **retired;   /* staging buffers and device pointers released at cu_wait */
+    void **retired;    /* staging buffers and device pointers released at cu_wait */
     int *retired_host; /* 1: pinned host memory (cudaFreeHost), 0: device */
     int n_retired, cap_retired;
-    float *rope_tab;  /* RoPE cos/sin for positions [0, rope_cap) (cuda_rope.cu) */
+    float *rope_tab; /* RoPE cos/sin for positions [0, rope_cap) (cuda_rope.cu) */
     int64_t rope_cap, rope_D;
     float rope_base;
     int sm_count;
@@ -174,8 +174,8 @@ KF_BACKEND_OPS(CU_OP_DECL)
 /** matmul_batched through the fixed-tiling kernel whatever the backend's mode:
  *  each C element one dot product summed in k order, so a row of C never
  *  depends on M; half: operands and C rounded through half (fp16 mode). */
-void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
-                     int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
-                     int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b, int half);
+void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+                     int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,
+                     int64_t stride_c, int64_t stride_a, int64_t stride_b, int half);
 
 #endif

@@ -9,9 +9,9 @@
  */
 #include "kernels/cuda/cuda_internal.h"
 
-__global__ void __launch_bounds__(256) k_ln_fwd(float *y, float *mean, float *rstd, const float *x,
-                                                const float *w, const float *bias, int64_t cols,
-                                                float eps) {
+__global__ void __launch_bounds__(256)
+    k_ln_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *bias,
+             int64_t cols, float eps) {
     __shared__ float sh[32];
     int64_t r = blockIdx.x;
     const float *xr = x + r * cols;
@@ -43,9 +43,9 @@ void cu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const f
     CUDA_LAUNCHED();
 }
 
-__global__ void __launch_bounds__(256) k_ln_bwd_dx(float *dx, const float *dy, const float *x,
-                                                   const float *w, const float *mean,
-                                                   const float *rstd, int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(256)
+    k_ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w, const float *mean,
+                const float *rstd, int64_t rows, int64_t cols) {
     __shared__ float sh[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * cols, *dyr = dy + r * cols;
@@ -93,10 +93,11 @@ void cu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const f
     if (nchunk == 0) return;
     cudaStream_t s = cu_stream(b);
     float *pw = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(nchunk * cols) * sizeof(float));
-    float *pb = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * cols) * sizeof(float))
-                      : NULL;
+    float *pb = dbias
+                    ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * cols) * sizeof(float))
+                    : NULL;
     k_ln_bwd_dx<<<(unsigned)min(rows, (int64_t)1 << 20), 256, 0, s>>>(dx, dy, x, w, mean, rstd,
-                                                                        rows, cols);
+                                                                      rows, cols);
     CUDA_LAUNCHED();
     dim3 grid((unsigned)((cols + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
     k_ln_bwd_dw<<<grid, 256, 0, s>>>(pw, pb, dy, x, mean, rstd, rows, cols, nchunk);

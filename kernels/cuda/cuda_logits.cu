@@ -15,9 +15,9 @@
 
 #define ROW_THREADS 512
 
-__global__ void __launch_bounds__(ROW_THREADS) k_xent(float *losses, float *dlogits,
-                                                      const float *logits, const int32_t *targets,
-                                                      int64_t V, float grad_scale) {
+__global__ void __launch_bounds__(ROW_THREADS)
+    k_xent(float *losses, float *dlogits, const float *logits, const int32_t *targets, int64_t V,
+           float grad_scale) {
     __shared__ float sh[32];
     int64_t r = blockIdx.x;
     const float *x = logits + r * V;
@@ -41,7 +41,8 @@ __global__ void __launch_bounds__(ROW_THREADS) k_xent(float *losses, float *dlog
     __syncthreads();
     float g = grad_scale / sum;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        float e = expf(x[v] - mx) * g; /* d may alias x: each element read then written by one thread */
+        float e =
+            expf(x[v] - mx) * g; /* d may alias x: each element read then written by one thread */
         d[v] = v == t ? e - grad_scale : e;
     }
 }
@@ -50,11 +51,12 @@ void cu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
              const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
     if (rows <= 0) return;
     k_xent<<<(unsigned)rows, ROW_THREADS, 0, cu_stream(b)>>>(losses, dlogits, logits, targets, V,
-                                                            grad_scale);
+                                                             grad_scale);
     CUDA_LAUNCHED();
 }
 
-__global__ void __launch_bounds__(ROW_THREADS) k_argmax(int32_t *ids, const float *logits, int64_t V) {
+__global__ void __launch_bounds__(ROW_THREADS)
+    k_argmax(int32_t *ids, const float *logits, int64_t V) {
     __shared__ float shv[ROW_THREADS];
     __shared__ int64_t shi[ROW_THREADS];
     const float *x = logits + blockIdx.x * V;
@@ -63,7 +65,10 @@ __global__ void __launch_bounds__(ROW_THREADS) k_argmax(int32_t *ids, const floa
     /* NaNs never win (the CPU's scan): one taken as a slice's first value
      * would hide the slice's real maximum */
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        if (x[v] == x[v] && (bi < 0 || x[v] > best)) { best = x[v]; bi = v; }
+        if (x[v] == x[v] && (bi < 0 || x[v] > best)) {
+            best = x[v];
+            bi = v;
+        }
     shv[threadIdx.x] = best;
     shi[threadIdx.x] = bi;
     __syncthreads();
@@ -135,15 +140,18 @@ __device__ icdf_row icdf_prepare(const float *x, double tau, int64_t V, double *
 
 #define ICDF_THREADS 256
 
-__global__ void __launch_bounds__(ICDF_THREADS) k_sample_icdf(int32_t *ids, const float *logits,
-                                                              const double *tau, const double *z,
-                                                              int64_t V) {
+__global__ void __launch_bounds__(ICDF_THREADS)
+    k_sample_icdf(int32_t *ids, const float *logits, const double *tau, const double *z,
+                  int64_t V) {
     __shared__ double sh[32];
     __shared__ double pref[ICDF_THREADS];
     __shared__ long long pick, last;
     int64_t r = blockIdx.x;
     const float *x = logits + r * V;
-    if (threadIdx.x == 0) { pick = V; last = 0; }
+    if (threadIdx.x == 0) {
+        pick = V;
+        last = 0;
+    }
     icdf_row R = icdf_prepare(x, tau[r], V, sh, pref);
     double c = 0.0, zr = z[r];
     int64_t my_pick = V, my_last = -1;
@@ -152,7 +160,10 @@ __global__ void __launch_bounds__(ICDF_THREADS) k_sample_icdf(int32_t *ids, cons
         if (p <= 0.0) continue;
         c += p;
         my_last = v;
-        if (R.before + c >= zr) { my_pick = v; break; }
+        if (R.before + c >= zr) {
+            my_pick = v;
+            break;
+        }
     }
     /* integer min/max: order-independent, so atomics are deterministic here */
     if (my_pick < V) atomicMin(&pick, (long long)my_pick);
@@ -168,9 +179,9 @@ void cu_sample_icdf(kf_backend *b, int32_t *ids, const float *logits, const doub
     CUDA_LAUNCHED();
 }
 
-__global__ void __launch_bounds__(ICDF_THREADS) k_icdf_bin(double *lo, double *hi, const float *logits,
-                                                           const double *tau,
-                                                           const int32_t *targets, int64_t V) {
+__global__ void __launch_bounds__(ICDF_THREADS)
+    k_icdf_bin(double *lo, double *hi, const float *logits, const double *tau,
+               const int32_t *targets, int64_t V) {
     __shared__ double sh[32];
     __shared__ double pref[ICDF_THREADS];
     int64_t r = blockIdx.x;

@@ -16,8 +16,8 @@
 #define RED_THREADS 256
 
 /* mode 0: sum, 1: sum of squares, 2: count of non-finite values */
-__global__ void __launch_bounds__(RED_THREADS) k_reduce(double *part, const float *x, int64_t n,
-                                                        int64_t per, int mode) {
+__global__ void __launch_bounds__(RED_THREADS)
+    k_reduce(double *part, const float *x, int64_t n, int64_t per, int mode) {
     __shared__ double sh[32];
     int64_t i0 = blockIdx.x * per, i1 = min(n, i0 + per);
     double s = 0.0;

@@ -13,8 +13,8 @@
 /* Positions the table covers at least (more when a call has more rows). */
 #define ROPE_MIN_CAP 4096
 
-__device__ __forceinline__ void rope_factors(int64_t p, int64_t i, int64_t D, double base,
-                                             float *c, float *s) {
+__device__ __forceinline__ void rope_factors(int64_t p, int64_t i, int64_t D, double base, float *c,
+                                             float *s) {
     double a = (double)p * pow(base, -(double)(2 * i) / (double)D);
     *c = (float)cos(a);
     *s = (float)sin(a);
@@ -62,7 +62,8 @@ static const float *rope_table(kf_backend *b, int64_t rows, int64_t D, float bas
     int64_t cap = rows > ROPE_MIN_CAP ? rows : ROPE_MIN_CAP;
     if (im->rope_tab) b->free(b, im->rope_tab); /* queued launches may still read it */
     CUDA_OK(cudaMalloc(&im->rope_tab, (size_t)(cap * D) * sizeof(float)));
-    k_rope_table<<<cu_blocks(cap * D / 2), 256, 0, im->stream>>>(im->rope_tab, cap, D, (double)base);
+    k_rope_table<<<cu_blocks(cap * D / 2), 256, 0, im->stream>>>(im->rope_tab, cap, D,
+                                                                 (double)base);
     CUDA_LAUNCHED();
     im->rope_cap = cap;
     im->rope_D = D;

@@ -87,7 +87,8 @@ void cu_embed_bwd(kf_backend *b, float *dtable, const float *dout, const int32_t
                                             end_bit, s));
     size_t arr = ((size_t)n * sizeof(int32_t) + 255) & ~(size_t)255;
     char *base = (char *)cu_scratch(b, CU_SCRATCH_C, 3 * arr + temp);
-    int32_t *pos = (int32_t *)base, *sid = (int32_t *)(base + arr), *spos = (int32_t *)(base + 2 * arr);
+    int32_t *pos = (int32_t *)base, *sid = (int32_t *)(base + arr),
+            *spos = (int32_t *)(base + 2 * arr);
     void *tmp = base + 3 * arr;
     k_iota_check<<<cu_blocks(n), 256, 0, s>>>(pos, cu_impl(b)->err_dev, ids, n, vocab);
     CUDA_LAUNCHED();

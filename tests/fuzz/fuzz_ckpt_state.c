@@ -23,10 +23,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     snprintf(step, sizeof step, "%s/ckpt/step-7", dir);
     fuzz_write(step, "state.yaml", data, size, NULL, 0);
-    static const char *const files[][2] = {{"model.safetensors", "m\n"}, {"ema.safetensors", "e\n"},
-                                           {"adam_m.safetensors", "a\n"}, {"adam_v.safetensors", "v\n"},
-                                           {"rank-00000.yaml", "r\n"},     {"rank-00001.yaml", "s\n"}};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) fuzz_write(step, files[i][0], files[i][1], 2, NULL, 0);
+    static const char *const files[][2] = {
+        {"model.safetensors", "m\n"},  {"ema.safetensors", "e\n"}, {"adam_m.safetensors", "a\n"},
+        {"adam_v.safetensors", "v\n"}, {"rank-00000.yaml", "r\n"}, {"rank-00001.yaml", "s\n"}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        fuzz_write(step, files[i][0], files[i][1], 2, NULL, 0);
     ckpt_meta meta;
     kf_err err;
     if (ckpt_verify(step, &meta, &err)) return 0;

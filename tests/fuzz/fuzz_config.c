@@ -38,10 +38,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cfg_check_unused(root, &err);
         char *text = cfg_emit(root);
         cfg_node *again = cfg_load_string(text, "emitted.yaml", &err);
-        if (!again) fprintf(stderr, "canonical text does not reload: %s\n---\n%s---\n", err.msg, text);
+        if (!again)
+            fprintf(stderr, "canonical text does not reload: %s\n---\n%s---\n", err.msg, text);
         fuzz_check(again != NULL);
         char *text2 = cfg_emit(again);
-        if (strcmp(text, text2)) fprintf(stderr, "canonical text changes on reload:\n%s---\n%s---\n", text, text2);
+        if (strcmp(text, text2))
+            fprintf(stderr, "canonical text changes on reload:\n%s---\n%s---\n", text, text2);
         fuzz_check(!strcmp(text, text2));
         char h1[65], h2[65];
         cfg_hash(root, h1), cfg_hash(again, h2);

@@ -5,7 +5,8 @@
 #include "fuzz_util.h"
 #include "tokenize/tokenizer.h"
 
-static void run(void (*detok)(const char *, size_t, tok_bytes *), const uint8_t *data, size_t size) {
+static void run(void (*detok)(const char *, size_t, tok_bytes *), const uint8_t *data,
+                size_t size) {
     tok_bytes out = {0};
     tok_bytes_append(&out, "MARK", 4);
     detok((const char *)data, size, &out);

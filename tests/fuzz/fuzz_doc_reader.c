@@ -37,7 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *p = data + 1;
     size_t n = size - 1;
     static const input_format fmts[] = {FMT_LINES, FMT_TEXT, FMT_JSONL, FMT_JSONL};
-    build_input in = {.format = fmts[mode & 3], .text_field = (mode & 3) == 3 ? "body" : "text",
+    build_input in = {.format = fmts[mode & 3],
+                      .text_field = (mode & 3) == 3 ? "body" : "text",
                       .suffix = mode & 16 ? "" : ".txt"};
     count c = {.limit = (mode & 4) || (mode & 8) ? SIZE_MAX : n};
     doc_sink sink = {.doc = on_doc, .empty = on_empty, .ctx = &c};

@@ -16,7 +16,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     snprintf(dir, sizeof dir, "%s/gpt2", env ? env : "tests/fuzz/vocab");
     kf_err err;
     if (!(gpt2 = tok_load("gpt2", dir, &err))) {
-        fprintf(stderr, "fuzz_prefixes: %s (run from the repository root, or set KF_FUZZ_VOCAB)\n", err.msg);
+        fprintf(stderr, "fuzz_prefixes: %s (run from the repository root, or set KF_FUZZ_VOCAB)\n",
+                err.msg);
         exit(2);
     }
     return 0;
@@ -26,7 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int32_t **pre;
     int64_t *lens, count;
     kf_err err;
-    if (prefixes_parse((const char *)data, size, "fuzz.jsonl", gpt2, &pre, &lens, &count, &err)) return 0;
+    if (prefixes_parse((const char *)data, size, "fuzz.jsonl", gpt2, &pre, &lens, &count, &err))
+        return 0;
     fuzz_check(count >= 1);
     for (int64_t i = 0; i < count; i++) {
         fuzz_check(lens[i] >= 1);

@@ -14,7 +14,8 @@ static void roundtrip(const char *dir, const safetensors_file *f) {
         const safetensors_tensor *t = &f->tensors[i];
         safetensors_add(w, t->name, t->dtype, t->ndim, t->shape, t->data);
     }
-    for (size_t i = 0; i < f->nmeta; i++) safetensors_set_meta(w, f->meta_keys[i], f->meta_values[i]);
+    for (size_t i = 0; i < f->nmeta; i++)
+        safetensors_set_meta(w, f->meta_keys[i], f->meta_values[i]);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/copy.safetensors", dir);
     kf_err err;

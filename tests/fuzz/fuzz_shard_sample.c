@@ -14,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 8) return 0;
     shard_meta m;
     memset(&m, 0, sizeof m);
-    m.vocab_size = (int64_t)(data[0] | data[1] << 8 | data[2] << 16 | (uint32_t)(data[3] & 0x7f) << 24);
+    m.vocab_size =
+        (int64_t)(data[0] | data[1] << 8 | data[2] << 16 | (uint32_t)(data[3] & 0x7f) << 24);
     if (m.vocab_size <= 0) return 0;
     m.seq_len = (int32_t)((data[4] | data[5] << 8) % 4096) + 1;
     snprintf(m.packing, sizeof m.packing, "%s", data[6] & 1 ? "pad" : "wrap");

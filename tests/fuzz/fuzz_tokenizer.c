@@ -23,7 +23,8 @@ static tok *load(const char *kind) {
     kf_err err;
     tok *t = tok_load(kind, dir, &err);
     if (!t) {
-        fprintf(stderr, "fuzz_tokenizer: %s (run from the repository root, or set KF_FUZZ_VOCAB)\n", err.msg);
+        fprintf(stderr, "fuzz_tokenizer: %s (run from the repository root, or set KF_FUZZ_VOCAB)\n",
+                err.msg);
         exit(2);
     }
     return t;
@@ -47,7 +48,8 @@ static void encode(tok *t, int is_bert, const char *text, size_t n, int allow_sp
     fuzz_check(tok_decode(t, ids.v, ids.n, &out, &err) == 0);
     if (!is_bert && !allow_special && replaced == 0) {
         int same = out.n == n && (n == 0 || !memcmp(out.v, text, n));
-        if (!same) fprintf(stderr, "decode(encode(text)) differs: %zu bytes back for %zu\n", out.n, n);
+        if (!same)
+            fprintf(stderr, "decode(encode(text)) differs: %zu bytes back for %zu\n", out.n, n);
         fuzz_check(same);
     }
     tok_bytes_free(&out);
@@ -88,7 +90,8 @@ static void load_vocab(int is_bert, const uint8_t *p, size_t n) {
     }
     tok *t = tok_load_dir(vocab, &err);
     if (!t) return;
-    static const char text[] = "Hello, world! The tokenizer's caf\xc3\xa9 na\xc3\xafve [CLS] <|endoftext|> 123\n";
+    static const char text[] =
+        "Hello, world! The tokenizer's caf\xc3\xa9 na\xc3\xafve [CLS] <|endoftext|> 123\n";
     encode(t, is_bert, text, sizeof text - 1, 1);
     encode(t, is_bert, text, sizeof text - 1, 0);
     tok_free(t);

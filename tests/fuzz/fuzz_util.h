@@ -21,12 +21,12 @@
 
 /* An invariant the code under test promises; a violation aborts, which
  * libFuzzer records as a crash with the input. */
-#define fuzz_check(cond)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #cond);   \
-            abort();                                                                       \
-        }                                                                                  \
+#define fuzz_check(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #cond);           \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 static char fuzz_dir_path[64];
@@ -54,7 +54,7 @@ static inline const char *fuzz_dir(void) {
 /* Writes n bytes to DIR/name (DIR/name's directory made first); out gets the
  * path when non-NULL. */
 static inline void fuzz_write(const char *dir, const char *name, const void *p, size_t n, char *out,
-                       size_t cap) {
+                              size_t cap) {
     char path[PATH_MAX], parent[PATH_MAX];
     kf_err err;
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -71,7 +71,8 @@ static inline void fuzz_write(const char *dir, const char *name, const void *p, 
 /* Splits data at NUL bytes into at most max parts, each copied and
  * NUL-terminated (free with fuzz_parts_free); returns the number of parts
  * (at least 1). lens may be NULL. */
-static inline int fuzz_split(const uint8_t *data, size_t size, int max, char **parts, size_t *lens) {
+static inline int fuzz_split(const uint8_t *data, size_t size, int max, char **parts,
+                             size_t *lens) {
     int n = 0;
     size_t start = 0;
     for (size_t i = 0; i <= size && n < max; i++) {

@@ -47,11 +47,11 @@ static inline double tu_relerr(const float *a, const double *b, int64_t n, doubl
 }
 
 /* Checks and prints an error measure against its bound. */
-#define TU_ERR(what, err, bound)                                                      \
-    do {                                                                              \
-        double e_ = (err);                                                            \
-        printf("  %-44s max rel err %.3g (bound %.0e)\n", (what), e_, (double)(bound)); \
-        T_CHECK(e_ <= (bound), "%s: relative error %.3g above %g", (what), e_, (double)(bound)); \
+#define TU_ERR(what, err, bound)                                                                   \
+    do {                                                                                           \
+        double e_ = (err);                                                                         \
+        printf("  %-44s max rel err %.3g (bound %.0e)\n", (what), e_, (double)(bound));            \
+        T_CHECK(e_ <= (bound), "%s: relative error %.3g above %g", (what), e_, (double)(bound));   \
     } while (0)
 
 #endif

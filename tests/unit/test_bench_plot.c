@@ -14,7 +14,9 @@
 
 int plot_main(int argc, char **argv);
 
-static uint32_t be32(const unsigned char *p) { return (uint32_t)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3]; }
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3];
+}
 
 /* Decodes an 8-bit RGB, filter-0 PNG as written by bench/plot/png.c; NULL if invalid. */
 static unsigned char *decode(const char *path, int *w, int *h) {
@@ -28,7 +30,10 @@ static unsigned char *decode(const char *path, int *w, int *h) {
     int ok = len > 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8), ended = 0;
     while (ok && !ended && at + 12 <= len) {
         uint32_t n = be32(p + at);
-        if (at + 12 + n > len) { ok = 0; break; }
+        if (at + 12 + n > len) {
+            ok = 0;
+            break;
+        }
         ok = (uint32_t)crc32(0, p + at + 4, n + 4) == be32(p + at + 8 + n);
         if (!memcmp(p + at + 4, "IHDR", 4)) {
             *w = (int)be32(p + at + 8);
@@ -50,9 +55,13 @@ static unsigned char *decode(const char *path, int *w, int *h) {
             pix = malloc((size_t)*w * 3 * (size_t)*h);
             for (int y = 0; y < *h; y++) {
                 ok &= raw[(size_t)y * (*w * 3 + 1)] == 0;
-                memcpy(pix + (size_t)y * *w * 3, raw + (size_t)y * (*w * 3 + 1) + 1, (size_t)*w * 3);
+                memcpy(pix + (size_t)y * *w * 3, raw + (size_t)y * (*w * 3 + 1) + 1,
+                       (size_t)*w * 3);
             }
-            if (!ok) { free(pix); pix = NULL; }
+            if (!ok) {
+                free(pix);
+                pix = NULL;
+            }
         }
         free(raw);
     }
@@ -78,7 +87,10 @@ static double mean_row(const unsigned char *pix, int w, int h, int x0, int x1, u
     for (int y = 0; y < h; y++)
         for (int x = x0; x < x1; x++) {
             const unsigned char *q = pix + 3 * ((size_t)y * w + x);
-            if (q[0] == (rgb >> 16 & 255) && q[1] == (rgb >> 8 & 255) && q[2] == (rgb & 255)) { sum += y; n++; }
+            if (q[0] == (rgb >> 16 & 255) && q[1] == (rgb >> 8 & 255) && q[2] == (rgb & 255)) {
+                sum += y;
+                n++;
+            }
         }
     return n ? sum / n : -1;
 }
@@ -93,8 +105,10 @@ int main(void) {
     snprintf(png, sizeof png, "%s/log.png", dir);
     size_t n = 0;
     for (int s = 0; s < 200; s++)
-        n += (size_t)snprintf(text + n, sizeof text - n, "{\"step\":%d,\"loss\":%g,\"lr\":1e-4}\n", s * 10, 8.0 - s * 0.03);
-    n += (size_t)snprintf(text + n, sizeof text - n, "{\"step\":2000,\"loss\":nu"); /* partial line: ignored */
+        n += (size_t)snprintf(text + n, sizeof text - n, "{\"step\":%d,\"loss\":%g,\"lr\":1e-4}\n",
+                              s * 10, 8.0 - s * 0.03);
+    n += (size_t)snprintf(text + n, sizeof text - n,
+                          "{\"step\":2000,\"loss\":nu"); /* partial line: ignored */
     kf_err err;
     fs_write_atomic(log, text, n, &err);
 
@@ -106,12 +120,15 @@ int main(void) {
     T_EQ_INT(w, 900, "default output %s is not a valid %dx%d PNG", png, w, h);
     T_EQ_INT(h, 540, "default output %s is not a valid %dx%d PNG", png, w, h);
     if (pix) {
-        double left = mean_row(pix, w, h, 90, 200, 0x1f77b4), right = mean_row(pix, w, h, 700, 860, 0x1f77b4);
+        double left = mean_row(pix, w, h, 90, 200, 0x1f77b4),
+               right = mean_row(pix, w, h, 700, 860, 0x1f77b4);
         T_CHECK(left > 0, "decreasing loss not drawn falling: rows %.0f -> %.0f", left, right);
         T_CHECK(right > 0, "decreasing loss not drawn falling: rows %.0f -> %.0f", left, right);
-        T_CHECK(left < right - 150, "decreasing loss not drawn falling: rows %.0f -> %.0f", left, right);
+        T_CHECK(left < right - 150, "decreasing loss not drawn falling: rows %.0f -> %.0f", left,
+                right);
         long dark = 0; /* axis labels and title exist */
-        for (size_t i = 0; i < (size_t)w * h; i++) dark += pix[3 * i] < 80 && pix[3 * i + 1] < 80 && pix[3 * i + 2] < 80;
+        for (size_t i = 0; i < (size_t)w * h; i++)
+            dark += pix[3 * i] < 80 && pix[3 * i + 1] < 80 && pix[3 * i + 2] < 80;
         T_CHECK(dark > 500, "no text or axes drawn (%ld dark pixels)", dark);
         free(pix);
     }
@@ -144,7 +161,8 @@ int main(void) {
     snprintf(png, sizeof png, "%s/bars.png", dir);
     const char *groups[] = {"batch 4", "batch 16"}, *names[] = {"AR", "k=4"};
     double vals[] = {100, 300, 200, 400};
-    T_CHECK(chart_bars(png, "decode", "tokens/s", groups, 2, names, 2, vals, &err) == 0, "bars: %s", err.msg);
+    T_CHECK(chart_bars(png, "decode", "tokens/s", groups, 2, names, 2, vals, &err) == 0, "bars: %s",
+            err.msg);
     pix = decode(png, &w, &h);
     if (pix) {
         int hmax[2][2] = {{0}};
@@ -155,10 +173,14 @@ int main(void) {
                 if (c > hmax[!g][s]) hmax[!g][s] = c;
             }
         /* Heights in pixels are value / (1.12 * 400) * 444 (the plot height), +-3 for rounding. */
-        T_CHECK(abs(hmax[0][0] - 99) <= 3, "bar heights %d %d %d %d, want 99 297 198 396", hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
-        T_CHECK(abs(hmax[0][1] - 297) <= 3, "bar heights %d %d %d %d, want 99 297 198 396", hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
-        T_CHECK(abs(hmax[1][0] - 198) <= 3, "bar heights %d %d %d %d, want 99 297 198 396", hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
-        T_CHECK(abs(hmax[1][1] - 396) <= 3, "bar heights %d %d %d %d, want 99 297 198 396", hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
+        T_CHECK(abs(hmax[0][0] - 99) <= 3, "bar heights %d %d %d %d, want 99 297 198 396",
+                hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
+        T_CHECK(abs(hmax[0][1] - 297) <= 3, "bar heights %d %d %d %d, want 99 297 198 396",
+                hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
+        T_CHECK(abs(hmax[1][0] - 198) <= 3, "bar heights %d %d %d %d, want 99 297 198 396",
+                hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
+        T_CHECK(abs(hmax[1][1] - 396) <= 3, "bar heights %d %d %d %d, want 99 297 198 396",
+                hmax[0][0], hmax[0][1], hmax[1][0], hmax[1][1]);
         free(pix);
     }
     T_CHECK(pix != NULL, "bar chart is not a valid PNG");

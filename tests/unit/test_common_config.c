@@ -12,30 +12,29 @@
 
 static kf_err err;
 
-#define T_ERR(call, want)                                                                   \
-    do {                                                                                    \
-        err.msg[0] = 0;                                                                     \
-        int rc_ = (call);                                                                   \
-        T_EQ_INT(rc_, -1, "%s", #call);                                                     \
-        T_EQ_STR(err.msg, (want), "%s", #call);                                             \
+#define T_ERR(call, want)                                                                          \
+    do {                                                                                           \
+        err.msg[0] = 0;                                                                            \
+        int rc_ = (call);                                                                          \
+        T_EQ_INT(rc_, -1, "%s", #call);                                                            \
+        T_EQ_STR(err.msg, (want), "%s", #call);                                                    \
     } while (0)
 
-static const char *TEXT =
-    "# a run\n"                                     /* 1 */
-    "name: tiny\n"                                  /* 2 */
-    "model:\n"                                      /* 3 */
-    "  hidden: 128\n"                               /* 4 */
-    "  heads: x4\n"                                 /* 5 */
-    "  lr: 1.0e-4\n"                                /* 6 */
-    "  tied: false\n"                               /* 7 */
-    "  quoted: \"12\"\n"                            /* 8 */
-    "stages:\n"                                     /* 9 */
-    "  - {name: ar, kind: ar, steps: 600}\n"        /* 10 */
-    "  - name: k1\n"                                /* 11 */
-    "    tau: [0.01, 1.0]\n"                        /* 12 */
-    "    extra: 1\n"                                /* 13 */
-    "time_limit: \"00:30:00\"\n"                    /* 14 */
-    "empty:\n";                                     /* 15 */
+static const char *TEXT = "# a run\n"                              /* 1 */
+                          "name: tiny\n"                           /* 2 */
+                          "model:\n"                               /* 3 */
+                          "  hidden: 128\n"                        /* 4 */
+                          "  heads: x4\n"                          /* 5 */
+                          "  lr: 1.0e-4\n"                         /* 6 */
+                          "  tied: false\n"                        /* 7 */
+                          "  quoted: \"12\"\n"                     /* 8 */
+                          "stages:\n"                              /* 9 */
+                          "  - {name: ar, kind: ar, steps: 600}\n" /* 10 */
+                          "  - name: k1\n"                         /* 11 */
+                          "    tau: [0.01, 1.0]\n"                 /* 12 */
+                          "    extra: 1\n"                         /* 13 */
+                          "time_limit: \"00:30:00\"\n"             /* 14 */
+                          "empty:\n";                              /* 15 */
 
 static cfg_node *load(const char *text) {
     cfg_node *r = cfg_load_string(text, "t.yaml", &err);
@@ -59,20 +58,27 @@ static void test_getters(void) {
     T_NEAR(d, 128, 0, "int as double: %s", err.msg);
     T_EQ_INT(cfg_get_bool(r, "model.tied", &b, &err), 0, "tied: %s", err.msg);
     T_CHECK(!b, "tied: %s", err.msg);
-    T_ERR(cfg_get_int(r, "model.heads", &i, &err), "t.yaml:5:10: key 'model.heads': expected an integer, got 'x4'");
-    T_ERR(cfg_get_int(r, "model.lr", &i, &err), "t.yaml:6:7: key 'model.lr': expected an integer, got '1.0e-4'");
+    T_ERR(cfg_get_int(r, "model.heads", &i, &err),
+          "t.yaml:5:10: key 'model.heads': expected an integer, got 'x4'");
+    T_ERR(cfg_get_int(r, "model.lr", &i, &err),
+          "t.yaml:6:7: key 'model.lr': expected an integer, got '1.0e-4'");
     T_ERR(cfg_get_int(r, "model.quoted", &i, &err),
           "t.yaml:8:11: key 'model.quoted': expected an integer, got '12' (quoted: a string)");
     T_ERR(cfg_get_bool(r, "model.hidden", &b, &err),
           "t.yaml:4:11: key 'model.hidden': expected a boolean (true or false), got '128'");
-    T_ERR(cfg_get_int(r, "model", &i, &err), "t.yaml:4:3: key 'model': expected an integer, got a mapping");
-    T_ERR(cfg_get_str(r, "stages", &s, &err), "t.yaml:10:3: key 'stages': expected a string, got a list");
-    T_ERR(cfg_get_str(r, "empty", &s, &err), "t.yaml:15:7: key 'empty': expected a string, got null");
-    T_ERR(cfg_get_int(r, "model.blocks", &i, &err), "t.yaml:4:3: missing required key 'model.blocks'");
+    T_ERR(cfg_get_int(r, "model", &i, &err),
+          "t.yaml:4:3: key 'model': expected an integer, got a mapping");
+    T_ERR(cfg_get_str(r, "stages", &s, &err),
+          "t.yaml:10:3: key 'stages': expected a string, got a list");
+    T_ERR(cfg_get_str(r, "empty", &s, &err),
+          "t.yaml:15:7: key 'empty': expected a string, got null");
+    T_ERR(cfg_get_int(r, "model.blocks", &i, &err),
+          "t.yaml:4:3: missing required key 'model.blocks'");
     T_ERR(cfg_get_int(r, "data.train", &i, &err), "t.yaml:2:1: missing required key 'data.train'");
     T_ERR(cfg_get_int(r, "name.x", &i, &err),
           "t.yaml:2:7: key 'name': expected a mapping, got 'tiny' (looking for 'name.x')");
-    T_ERR(cfg_get_int(r, "stages[5].steps", &i, &err), "t.yaml:10:3: missing required key 'stages[5].steps'");
+    T_ERR(cfg_get_int(r, "stages[5].steps", &i, &err),
+          "t.yaml:10:3: missing required key 'stages[5].steps'");
 
     /* Sequences of mappings, both index syntaxes, item keys. */
     T_EQ_INT(cfg_get_int(r, "stages[0].steps", &i, &err), 0, "stages[0].steps: %s", err.msg);
@@ -89,10 +95,13 @@ static void test_getters(void) {
     }
     T_CHECK(tau, "item path %s", tau ? tau->items[1]->path : "");
     if (tau) {
-        T_EQ_STR(tau->items[1]->path, "stages[1].tau[1]", "item path %s", tau ? tau->items[1]->path : "");
+        T_EQ_STR(tau->items[1]->path, "stages[1].tau[1]", "item path %s",
+                 tau ? tau->items[1]->path : "");
     }
-    T_ERR(cfg_get_node(r, "stages[0]", CFG_SEQ, &tau, &err), "t.yaml:10:5: key 'stages[0]': expected a list, got a mapping");
-    T_ERR(cfg_get_int(r, "stages[0].name", &i, &err), "t.yaml:10:12: key 'stages[0].name': expected an integer, got 'ar'");
+    T_ERR(cfg_get_node(r, "stages[0]", CFG_SEQ, &tau, &err),
+          "t.yaml:10:5: key 'stages[0]': expected a list, got a mapping");
+    T_ERR(cfg_get_int(r, "stages[0].name", &i, &err),
+          "t.yaml:10:12: key 'stages[0].name': expected an integer, got 'ar'");
 
     /* Optional values. */
     T_EQ_INT(cfg_opt_int(r, "model.blocks", 4, &i, &err), 0, "default: %s", err.msg);
@@ -101,7 +110,8 @@ static void test_getters(void) {
     T_EQ_INT(i, 7, "null -> default: %s", err.msg);
     T_EQ_INT(cfg_opt_str(r, "model.act", "gelu", &s, &err), 0, "str default: %s", err.msg);
     T_EQ_STR(s, "gelu", "str default: %s", err.msg);
-    T_ERR(cfg_opt_double(r, "model.heads", 1, &d, &err), "t.yaml:5:10: key 'model.heads': expected a number, got 'x4'");
+    T_ERR(cfg_opt_double(r, "model.heads", 1, &d, &err),
+          "t.yaml:5:10: key 'model.heads': expected a number, got 'x4'");
     T_EQ_INT(cfg_get_str(r, "time_limit", &s, &err), 0, "time_limit: %s", err.msg);
     T_EQ_STR(s, "00:30:00", "time_limit: %s", err.msg);
 
@@ -109,7 +119,8 @@ static void test_getters(void) {
     T_ERR(cfg_err_at(cfg_find(r, "model.hidden"), &err, "must be a multiple of %d", 96),
           "t.yaml:4:11: key 'model.hidden': must be a multiple of 96");
 
-    /* Unknown keys: everything above was read except model.{tied read, quoted read}, stages[1].extra. */
+    /* Unknown keys: everything above was read except model.{tied read, quoted read},
+     * stages[1].extra. */
     T_ERR(cfg_check_unused(r, &err), "t.yaml:10:16: unknown key 'stages[0].kind'");
     cfg_find(r, "stages[0].kind");
     T_ERR(cfg_check_unused(r, &err), "t.yaml:13:5: unknown key 'stages[1].extra'");
@@ -119,9 +130,11 @@ static void test_getters(void) {
 }
 
 static void test_scalars(void) {
-    cfg_node *r = load("a: -12\nb: 0x1F\nc: 0o17\nd: +5\ne: 9223372036854775807\nf: 9223372036854775808\n"
-                       "g: -9223372036854775808\nh: .5\ni: -.inf\nj: .nan\nk: 1e3\nl: True\nm: yes\nn: ~\no: 1.5.2\n"
-                       "p: |\n  two\n  lines\n");
+    cfg_node *r =
+        load("a: -12\nb: 0x1F\nc: 0o17\nd: +5\ne: 9223372036854775807\nf: 9223372036854775808\n"
+             "g: -9223372036854775808\nh: .5\ni: -.inf\nj: .nan\nk: 1e3\nl: True\nm: yes\nn: ~\no: "
+             "1.5.2\n"
+             "p: |\n  two\n  lines\n");
     int64_t i;
     double d;
     bool b;
@@ -129,13 +142,14 @@ static void test_scalars(void) {
     static const struct {
         const char *key, *what;
         int64_t want;
-    } ints[] = {{"a", "negative", -12}, {"b", "hex", 31},       {"c", "octal", 15},
+    } ints[] = {{"a", "negative", -12}, {"b", "hex", 31},        {"c", "octal", 15},
                 {"d", "plus", 5},       {"e", "max", INT64_MAX}, {"g", "min", INT64_MIN}};
     for (size_t k = 0; k < sizeof ints / sizeof *ints; k++) {
         T_EQ_INT(cfg_get_int(r, ints[k].key, &i, &err), 0, "%s: %s", ints[k].what, err.msg);
         T_EQ_INT(i, ints[k].want, "%s", ints[k].what);
     }
-    T_ERR(cfg_get_int(r, "f", &i, &err), "t.yaml:6:4: key 'f': integer '9223372036854775808' out of range");
+    T_ERR(cfg_get_int(r, "f", &i, &err),
+          "t.yaml:6:4: key 'f': integer '9223372036854775808' out of range");
     T_EQ_INT(cfg_get_double(r, "h", &d, &err), 0, ".5");
     T_NEAR(d, 0.5, 0, ".5");
     T_EQ_INT(cfg_get_double(r, "i", &d, &err), 0, "-.inf");
@@ -148,7 +162,8 @@ static void test_scalars(void) {
     T_ERR(cfg_get_int(r, "k", &i, &err), "t.yaml:11:4: key 'k': expected an integer, got '1e3'");
     T_EQ_INT(cfg_get_bool(r, "l", &b, &err), 0, "True");
     T_CHECK(b, "True");
-    T_ERR(cfg_get_bool(r, "m", &b, &err), "t.yaml:13:4: key 'm': expected a boolean (true or false), got 'yes'");
+    T_ERR(cfg_get_bool(r, "m", &b, &err),
+          "t.yaml:13:4: key 'm': expected a boolean (true or false), got 'yes'");
     T_CHECK(cfg_is_null(cfg_find(r, "n")), "~ is null");
     T_ERR(cfg_get_double(r, "o", &d, &err), "t.yaml:15:4: key 'o': expected a number, got '1.5.2'");
     T_EQ_INT(cfg_get_str(r, "p", &s, &err), 0, "block scalar '%s'", s);
@@ -157,7 +172,9 @@ static void test_scalars(void) {
 }
 
 static void test_load_errors(void) {
-    struct { const char *text, *want; } cases[] = {
+    struct {
+        const char *text, *want;
+    } cases[] = {
         {"a: 1\nb:\n  c: 2\n  c: 3\n", "t.yaml:4:3: duplicate key 'b.c' (first at 3:3)"},
         {"a: &x 1\nb: *x\n", "t.yaml:1:4: anchors (&name) are not supported: write the value out"},
         {"a: !!str 1\n", "t.yaml:1:4: tags (!name) are not supported"},
@@ -165,8 +182,10 @@ static void test_load_errors(void) {
         {"[1, 2]\n", "t.yaml:1:1: the top level must be a mapping (key: value lines)"},
         {"a: 1\n---\nb: 2\n", "t.yaml:2:1: only one YAML document is allowed"},
         {"? [1]\n: x\n", "t.yaml:1:3: keys must be plain scalars"},
-        {"a: [1, 2\n", "t.yaml:2:1: did not find expected ',' or ']' while parsing a flow sequence"},
-        {"a:\n  b: 1\n c: 2\n", "t.yaml:3:2: did not find expected key while parsing a block mapping"},
+        {"a: [1, 2\n",
+         "t.yaml:2:1: did not find expected ',' or ']' while parsing a flow sequence"},
+        {"a:\n  b: 1\n c: 2\n",
+         "t.yaml:3:2: did not find expected key while parsing a block mapping"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         err.msg[0] = 0;
@@ -211,7 +230,8 @@ static void test_overrides(void) {
     T_EQ_STR(s, "a b/c", "created value '%s'", s);
     T_EQ_INT(cfg_override(r, "model.lr=", &err), 0, "empty value: %s", err.msg);
     T_CHECK(cfg_is_null(cfg_find(r, "model.lr")), "empty value: %s", err.msg);
-    T_ERR(cfg_get_int(r, "model.hidden=x", &i, &err), "t.yaml:4:3: missing required key 'model.hidden=x'");
+    T_ERR(cfg_get_int(r, "model.hidden=x", &i, &err),
+          "t.yaml:4:3: missing required key 'model.hidden=x'");
     T_CHECK(cfg_override(r, "model.heads=abc", &err) == 0, "override heads");
     T_ERR(cfg_get_int(r, "model.heads", &i, &err),
           "override 'model.heads=abc': key 'model.heads': expected an integer, got 'abc'");
@@ -221,23 +241,33 @@ static void test_overrides(void) {
         T_EQ_STR(r->items[1]->items[0]->key, "hidden", "order kept");
     }
 
-    T_ERR(cfg_override(r, "model.hidden", &err), "override 'model.hidden': expected KEY.PATH=VALUE");
+    T_ERR(cfg_override(r, "model.hidden", &err),
+          "override 'model.hidden': expected KEY.PATH=VALUE");
     T_ERR(cfg_override(r, "=3", &err), "override '=3': expected KEY.PATH=VALUE");
-    T_ERR(cfg_override(r, "name.x=3", &err), "override 'name.x=3': 'name' is a scalar, not a mapping");
-    T_ERR(cfg_override(r, "stages.7.k=3", &err), "override 'stages.7.k=3': '7' is not an index of 'stages' (2 items)");
+    T_ERR(cfg_override(r, "name.x=3", &err),
+          "override 'name.x=3': 'name' is a scalar, not a mapping");
+    T_ERR(cfg_override(r, "stages.7.k=3", &err),
+          "override 'stages.7.k=3': '7' is not an index of 'stages' (2 items)");
     T_ERR(cfg_override(r, "a..b=3", &err), "override 'a..b=3': malformed key path 'a..b'");
     T_ERR(cfg_override(r, "x=[1, 2", &err),
           "override 'x=[1, 2': did not find expected ',' or ']' while parsing a flow sequence");
     T_ERR(cfg_override(r, "x=a: b", &err),
           "override 'x=a: b': expected a scalar, [list] or {mapping}: quote text containing ': '");
     /* found by fuzz_config: a key the emitter writes must load again */
-    T_ERR(cfg_override(r, "mo\xe4" "el.x=1", &err), "override 'mo\xe4" "el.x=1': the key path is not valid UTF-8");
+    T_ERR(cfg_override(r,
+                       "mo\xe4"
+                       "el.x=1",
+                       &err),
+          "override 'mo\xe4"
+          "el.x=1': the key path is not valid UTF-8");
     char longkey[320]; /* 300 bytes, each written as \x01: 1200 characters */
     memset(longkey, 1, 300);
     snprintf(longkey + 300, sizeof longkey - 300, "=1");
-    T_CHECK(cfg_override(r, longkey, &err) == -1 && strstr(err.msg, "a key longer than YAML's 1024 characters"),
+    T_CHECK(cfg_override(r, longkey, &err) == -1 &&
+                strstr(err.msg, "a key longer than YAML's 1024 characters"),
             "long key: got '%s'", err.msg);
-    T_ERR(cfg_override(r, "x=*a", &err), "override 'x=*a': aliases (*name) are not supported: write the value out");
+    T_ERR(cfg_override(r, "x=*a", &err),
+          "override 'x=*a': aliases (*name) are not supported: write the value out");
 
     /* Read everything legitimate; the unknown override is reported as such. */
     cfg_mark_used(r, true);
@@ -253,36 +283,36 @@ static void test_overrides(void) {
 }
 
 static void test_emit(void) {
-    const char *src =
-        "# comment\n"
-        "name:   'tiny'\n"
-        "model: {hidden: 128, lr: 1.0e-4}\n"
-        "stages:\n"
-        "- {name: ar, tau: [0.01, 1.0], nested: [[1, 2], [3]]}\n"
-        "- name: k1\n"
-        "  deep: {a: {b: []}, c: {}}\n"
-        "strs: [\"12\", 'true', \"a: b\", \"x, y\", \"-lead\", \"\", \"yes\", \"tab\\there\", plain text, -3, \"00:30\"]\n"
-        "nul: ~\n"
-        "text: |\n  l1\n  l2\n";
-    const char *want =
-        "name: tiny\n"
-        "model:\n"
-        "  hidden: 128\n"
-        "  lr: 1.0e-4\n"
-        "stages:\n"
-        "  - name: ar\n"
-        "    tau: [0.01, 1.0]\n"
-        "    nested:\n"
-        "      - [1, 2]\n"
-        "      - [3]\n"
-        "  - name: k1\n"
-        "    deep:\n"
-        "      a:\n"
-        "        b: []\n"
-        "      c: {}\n"
-        "strs: [\"12\", \"true\", \"a: b\", \"x, y\", \"-lead\", \"\", \"yes\", \"tab\\there\", plain text, -3, \"00:30\"]\n"
-        "nul: null\n"
-        "text: \"l1\\nl2\\n\"\n";
+    const char *src = "# comment\n"
+                      "name:   'tiny'\n"
+                      "model: {hidden: 128, lr: 1.0e-4}\n"
+                      "stages:\n"
+                      "- {name: ar, tau: [0.01, 1.0], nested: [[1, 2], [3]]}\n"
+                      "- name: k1\n"
+                      "  deep: {a: {b: []}, c: {}}\n"
+                      "strs: [\"12\", 'true', \"a: b\", \"x, y\", \"-lead\", \"\", \"yes\", "
+                      "\"tab\\there\", plain text, -3, \"00:30\"]\n"
+                      "nul: ~\n"
+                      "text: |\n  l1\n  l2\n";
+    const char *want = "name: tiny\n"
+                       "model:\n"
+                       "  hidden: 128\n"
+                       "  lr: 1.0e-4\n"
+                       "stages:\n"
+                       "  - name: ar\n"
+                       "    tau: [0.01, 1.0]\n"
+                       "    nested:\n"
+                       "      - [1, 2]\n"
+                       "      - [3]\n"
+                       "  - name: k1\n"
+                       "    deep:\n"
+                       "      a:\n"
+                       "        b: []\n"
+                       "      c: {}\n"
+                       "strs: [\"12\", \"true\", \"a: b\", \"x, y\", \"-lead\", \"\", \"yes\", "
+                       "\"tab\\there\", plain text, -3, \"00:30\"]\n"
+                       "nul: null\n"
+                       "text: \"l1\\nl2\\n\"\n";
     cfg_node *r = load(src);
     char *out = cfg_emit(r);
     T_CHECK(!strcmp(out, want), "emit:\n%s\nwant:\n%s", out, want);
@@ -311,7 +341,8 @@ static void test_emit(void) {
      * even in quotes and refuses the others (found by fuzz_config). */
     r = load("a: \"x\\Ny\\Lz\\Pw\\x9e\\uFFFE\"\n");
     out = cfg_emit(r);
-    T_CHECK(!strcmp(out, "a: \"x\\u0085y\\u2028z\\u2029w\\u009e\\ufffe\"\n"), "escaped: got %s", out);
+    T_CHECK(!strcmp(out, "a: \"x\\u0085y\\u2028z\\u2029w\\u009e\\ufffe\"\n"), "escaped: got %s",
+            out);
     r2 = load(out);
     T_CHECK(cfg_get_str(r2, "a", &s, &err) == 0 &&
                 !strcmp(s, "x\xc2\x85y\xe2\x80\xa8z\xe2\x80\xa9w\xc2\x9e\xef\xbf\xbe"),

@@ -22,11 +22,13 @@ int main(void) {
             uint32_t seed = n % 3 ? (uint32_t)(n * 2654435761u) : 0;
             uint32_t want = (uint32_t)crc32(seed, b + off, (uInt)n);
             bad += crc32_update(seed, b + off, n) != want;
-            if (n >= 16 && crc32_clmul_available()) bad_clmul += crc32_clmul(seed, b + off, n) != want;
+            if (n >= 16 && crc32_clmul_available())
+                bad_clmul += crc32_clmul(seed, b + off, n) != want;
         }
     }
     T_CHECK(bad == 0, "crc32_update differs from zlib at %d (length, offset) pairs", bad);
-    if (crc32_clmul_available()) T_CHECK(bad_clmul == 0, "crc32_clmul differs from zlib at %d pairs", bad_clmul);
+    if (crc32_clmul_available())
+        T_CHECK(bad_clmul == 0, "crc32_clmul differs from zlib at %d pairs", bad_clmul);
     else printf("note: no PCLMULQDQ on this CPU; only the zlib path was tested\n");
     T_CHECK(crc32_update(0, b, N) == (uint32_t)crc32(0, b, N), "1 MiB differs from zlib");
     T_CHECK(crc32_update(0, "123456789", 9) == 0xCBF43926u, "check value of \"123456789\"");

@@ -18,7 +18,8 @@
 static int count_entries(const char *dir) {
     DIR *d = opendir(dir);
     int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     if (d) closedir(d);
     return n;
 }
@@ -40,8 +41,10 @@ int main(void) {
     kf_err err = {{0}};
 
     /* dirname */
-    struct { const char *in, *out; } dn[] = {{"a/b/c", "a/b"}, {"c", "."}, {"/c", "/"}, {"a/b/", "a"},
-                                             {"/a//b", "/a"}, {"/", "/"}};
+    struct {
+        const char *in, *out;
+    } dn[] = {{"a/b/c", "a/b"}, {"c", "."},      {"/c", "/"},
+              {"a/b/", "a"},    {"/a//b", "/a"}, {"/", "/"}};
     for (size_t i = 0; i < sizeof dn / sizeof dn[0]; i++) {
         fs_dirname(dn[i].in, dir, sizeof dir);
         T_CHECK(!strcmp(dir, dn[i].out), "dirname(%s) = %s, want %s", dn[i].in, dir, dn[i].out);
@@ -62,7 +65,8 @@ int main(void) {
     T_EQ_INT(fs_write_atomic(p, "", 0, &err), 0, "empty: %s", err.msg);
     T_CHECK(file_is(p, ""), "empty: %s", err.msg);
     snprintf(dir, sizeof dir, "%s/x", root);
-    T_CHECK(count_entries(dir) == 2, "temporary files left in %s (%d entries)", dir, count_entries(dir));
+    T_CHECK(count_entries(dir) == 2, "temporary files left in %s (%d entries)", dir,
+            count_entries(dir));
 
     snprintf(q, sizeof q, "%s/x/f.txt/sub", root);
     T_EQ_INT(fs_mkdir_p(q, &err), -1, "mkdir_p through a file: %s", err.msg);

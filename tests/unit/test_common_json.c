@@ -5,13 +5,15 @@
 #include "common/json.h"
 #include "tests/test.h"
 
-static json_doc *parse(const char *s, kf_err *err) { return json_parse(s, strlen(s), "t.json", err); }
+static json_doc *parse(const char *s, kf_err *err) {
+    return json_parse(s, strlen(s), "t.json", err);
+}
 
-static void test_values(void)
-{
+static void test_values(void) {
     kf_err err = {{0}};
-    const char *src = "{\"a\": [1, -2.5e1, true, false, null],\n \"s\": \"x\\n\\u00e9\\ud83d\\ude00\\ud800\",\n"
-                      " \"big\": 12345678901234, \"o\": {}, \"e\": [], \"a\": 7}";
+    const char *src =
+        "{\"a\": [1, -2.5e1, true, false, null],\n \"s\": \"x\\n\\u00e9\\ud83d\\ude00\\ud800\",\n"
+        " \"big\": 12345678901234, \"o\": {}, \"e\": [], \"a\": 7}";
     json_doc *d = parse(src, &err);
     T_CHECK(d != NULL, "parse failed: %s", err.msg);
     if (!d) return;
@@ -60,9 +62,10 @@ static void test_values(void)
     json_free(d);
 }
 
-static void test_errors(void)
-{
-    static const struct { const char *src, *msg; } cases[] = {
+static void test_errors(void) {
+    static const struct {
+        const char *src, *msg;
+    } cases[] = {
         {"{\"a\": 1,}", "t.json:1:9:"},
         {"[1, 2\n, 03]", "t.json:2:4:"},
         {"\"abc", "t.json:1:1:"},
@@ -77,7 +80,8 @@ static void test_errors(void)
         kf_err err = {{0}};
         json_doc *d = parse(cases[i].src, &err);
         T_CHECK(d == NULL, "case %zu: want %s got '%s'", i, cases[i].msg, err.msg);
-        T_EQ_INT(strstr(err.msg, cases[i].msg), err.msg, "case %zu: want %s got '%s'", i, cases[i].msg, err.msg);
+        T_EQ_INT(strstr(err.msg, cases[i].msg), err.msg, "case %zu: want %s got '%s'", i,
+                 cases[i].msg, err.msg);
         json_free(d);
     }
     char deep[2000];
@@ -88,8 +92,7 @@ static void test_errors(void)
     T_CHECK(strstr(err.msg, "deep"), "depth limit: %s", err.msg);
 }
 
-static void test_escape_roundtrip(void)
-{
+static void test_escape_roundtrip(void) {
     char src[128]; /* every ASCII byte, controls and NUL included */
     for (int i = 0; i < 128; i++) src[i] = (char)i;
     size_t n = sizeof src;
@@ -111,15 +114,17 @@ static void test_escape_roundtrip(void)
 
 /* Output is valid UTF-8 whatever the bytes: ill-formed subparts become
  * U+FFFD as Python's errors="replace" does, well-formed UTF-8 is kept. */
-static void test_escape_utf8(void)
-{
-    static const struct { const char *in, *want; } cases[] = {
-        {"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80", "\"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80\""},
-        {"a\xe2\x80T", "\"a\xef\xbf\xbdT\""},           /* truncated 3-byte: one U+FFFD */
-        {"\xff\xfe", "\"\xef\xbf\xbd\xef\xbf\xbd\""},  /* two invalid bytes: two */
+static void test_escape_utf8(void) {
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80",
+         "\"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80\""},
+        {"a\xe2\x80T", "\"a\xef\xbf\xbdT\""},         /* truncated 3-byte: one U+FFFD */
+        {"\xff\xfe", "\"\xef\xbf\xbd\xef\xbf\xbd\""}, /* two invalid bytes: two */
         {"\xed\xa0\x80", "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\""}, /* surrogate: three */
-        {"x\xf0\x9f\x98", "\"x\xef\xbf\xbd\""},         /* cut emoji at the end */
-        {"\xc3\"", "\"\xef\xbf\xbd\\\"\""},          /* a quote after a lead byte stays escaped */
+        {"x\xf0\x9f\x98", "\"x\xef\xbf\xbd\""},                       /* cut emoji at the end */
+        {"\xc3\"", "\"\xef\xbf\xbd\\\"\""}, /* a quote after a lead byte stays escaped */
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const char *in = cases[c].in, *want = cases[c].want;
@@ -146,8 +151,7 @@ static void test_escape_utf8(void)
     T_CHECK(len == (long)sizeof big + 2 + 2, "long string with one bad byte: %ld bytes", len);
 }
 
-int main(void)
-{
+int main(void) {
     test_values();
     test_errors();
     test_escape_roundtrip();

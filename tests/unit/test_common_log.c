@@ -33,15 +33,17 @@ int main(void) {
     kf_rec_str(&r, "s\"k", "a\"b\\c\nd\x01");
     kf_rec_bool(&r, "ok", true);
     kf_rec_raw(&r, "arr", "[1,2]");
-    const char *want = "{\"step\":-12345678901234,\"loss\":0.1,\"third\":0.333333333,\"bad\":null,\"inf\":null,"
-                       "\"s\\\"k\":\"a\\\"b\\\\c\\nd\\u0001\",\"ok\":true,\"arr\":[1,2]}";
+    const char *want =
+        "{\"step\":-12345678901234,\"loss\":0.1,\"third\":0.333333333,\"bad\":null,\"inf\":null,"
+        "\"s\\\"k\":\"a\\\"b\\\\c\\nd\\u0001\",\"ok\":true,\"arr\":[1,2]}";
     T_CHECK(!strcmp(kf_rec_text(&r), want), "record:\n got %s\nwant %s", kf_rec_text(&r), want);
     kf_err err = {{0}};
     json_doc *d = json_parse(kf_rec_text(&r), strlen(kf_rec_text(&r)), "rec", &err);
     T_CHECK(d, "record does not parse back: %s", err.msg);
     if (d) {
         T_CHECK(json_get(json_root(d), "s\"k"), "record does not parse back: %s", err.msg);
-        T_EQ_STR(json_get(json_root(d), "s\"k")->str.s, "a\"b\\c\nd\x01", "record does not parse back: %s", err.msg);
+        T_EQ_STR(json_get(json_root(d), "s\"k")->str.s, "a\"b\\c\nd\x01",
+                 "record does not parse back: %s", err.msg);
     }
     json_free(d);
     kf_rec_reset(&r);
@@ -59,7 +61,8 @@ int main(void) {
         kf_rec_double(&r, "loss", 1.0 / (i + 1));
         T_CHECK(kf_jsonl_append(l, &r, &err) == 0, "append: %s", err.msg);
     }
-    T_CHECK(!strcmp(kf_rec_text(&r), "{\"step\":2,\"loss\":0.333333333}"), "record after append: %s", kf_rec_text(&r));
+    T_CHECK(!strcmp(kf_rec_text(&r), "{\"step\":2,\"loss\":0.333333333}"),
+            "record after append: %s", kf_rec_text(&r));
     kf_jsonl_close(l);
     int fd = open(path, O_WRONLY | O_APPEND);
     T_CHECK(write(fd, "{\"step\":3,\"lo", 13) == 13, "write partial");
@@ -72,8 +75,9 @@ int main(void) {
     char *text;
     size_t n;
     fs_read_file(path, &text, &n, &err);
-    const char *want_file = "{\"step\":0,\"loss\":1}\n{\"step\":1,\"loss\":0.5}\n{\"step\":2,\"loss\":0.333333333}\n"
-                            "{\"step\":3}\n";
+    const char *want_file =
+        "{\"step\":0,\"loss\":1}\n{\"step\":1,\"loss\":0.5}\n{\"step\":2,\"loss\":0.333333333}\n"
+        "{\"step\":3}\n";
     T_CHECK(!strcmp(text, want_file), "file:\n%s", text);
     free(text);
     /* A file that is one partial line becomes empty. */

@@ -76,7 +76,10 @@ int main(void) {
     T_CHECK(strstr(buf, "\rtok 1.5k tok"), "tty progress: %s", buf);
     T_CHECK(strstr(buf, "\r\x1b[K"), "tty progress: %s", buf);
     T_CHECK(strstr(buf, "kf: between"), "tty progress: %s", buf);
-    T_CHECK(strstr(buf, "\rbytes [======>" "                 " "]  25%  1.0 MB  "), "tty progress: %s", buf);
+    T_CHECK(strstr(buf, "\rbytes [======>"
+                        "                 "
+                        "]  25%  1.0 MB  "),
+            "tty progress: %s", buf);
     T_CHECK(strstr(buf, "/s  ETA 0:00:0"), "tty progress: %s", buf);
     T_CHECK(strstr(buf, "  x 1"), "tty progress: %s", buf);
     T_CHECK(strstr(buf, "bytes: 1.0 MB in"), "tty progress: %s", buf);

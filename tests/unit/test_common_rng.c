@@ -12,17 +12,29 @@ static void kat(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
                 uint32_t e0, uint32_t e1, uint32_t e2, uint32_t e3) {
     uint32_t o[4];
     rng_philox((uint64_t)k1 << 32 | k0, (uint64_t)c3 << 32 | c2, (uint64_t)c1 << 32 | c0, o);
-    T_EQ_INT(o[0], e0, "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x", c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
-    T_EQ_INT(o[1], e1, "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x", c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
-    T_EQ_INT(o[2], e2, "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x", c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
-    T_EQ_INT(o[3], e3, "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x", c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
+    T_EQ_INT(
+        o[0], e0,
+        "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x",
+        c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
+    T_EQ_INT(
+        o[1], e1,
+        "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x",
+        c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
+    T_EQ_INT(
+        o[2], e2,
+        "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x",
+        c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
+    T_EQ_INT(
+        o[3], e3,
+        "philox(%08x %08x %08x %08x / %08x %08x) = %08x %08x %08x %08x, want %08x %08x %08x %08x",
+        c0, c1, c2, c3, k0, k1, o[0], o[1], o[2], o[3], e0, e1, e2, e3);
 }
 
 int main(void) {
     kat(0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8);
     kat(~0u, ~0u, ~0u, ~0u, ~0u, ~0u, 0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd);
-    kat(0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0,
-        0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1);
+    kat(0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+        0x94fdcceb, 0x5001e420, 0x24126ea1);
 
     /* Uniforms: open interval, mean 1/2, variance 1/12, 10 equal bins. */
     enum { N = 400000 };
@@ -30,8 +42,10 @@ int main(void) {
     int bins[10] = {0};
     for (int i = 0; i < N; i++) {
         double u = rng_uniform01(42, 7, (uint64_t)i);
-        sum += u; sum2 += u * u;
-        mn = fmin(mn, u); mx = fmax(mx, u);
+        sum += u;
+        sum2 += u * u;
+        mn = fmin(mn, u);
+        mx = fmax(mx, u);
         bins[(int)(u * 10)]++;
     }
     T_CHECK(mn > 0, "uniform out of (0,1): min %g max %g", mn, mx);
@@ -41,19 +55,27 @@ int main(void) {
     double chi2 = 0;
     for (int b = 0; b < 10; b++) chi2 += (bins[b] - N / 10.0) * (bins[b] - N / 10.0) / (N / 10.0);
     T_CHECK(chi2 < 30, "uniform chi2 over 10 bins = %g (9 dof, p<0.001 at 27.9)", chi2);
-    T_CHECK(rng_uniform01(0, 0, 0) == (double)(((uint64_t)0xe169c58d << 32 | 0x6627e8d5) >> 11) * 0x1p-53,
+    T_CHECK(rng_uniform01(0, 0, 0) ==
+                (double)(((uint64_t)0xe169c58d << 32 | 0x6627e8d5) >> 11) * 0x1p-53,
             "uniform01 is not built from words 0/1 of the block");
-    T_CHECK(rng_open01(0) > 0, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
-    T_CHECK(rng_open01(UINT64_MAX) < 1, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
-    T_NEAR(rng_open01(UINT64_MAX), 1 - 0x1p-53, 0, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
-    T_NEAR(rng_open01(1ull << 11), 0x1p-53, 0, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
-    T_NEAR(rng_open01(2047), 0x1p-54, 0, "(0,1) mapping end points: %a %a", rng_open01(0), rng_open01(UINT64_MAX));
+    T_CHECK(rng_open01(0) > 0, "(0,1) mapping end points: %a %a", rng_open01(0),
+            rng_open01(UINT64_MAX));
+    T_CHECK(rng_open01(UINT64_MAX) < 1, "(0,1) mapping end points: %a %a", rng_open01(0),
+            rng_open01(UINT64_MAX));
+    T_NEAR(rng_open01(UINT64_MAX), 1 - 0x1p-53, 0, "(0,1) mapping end points: %a %a", rng_open01(0),
+           rng_open01(UINT64_MAX));
+    T_NEAR(rng_open01(1ull << 11), 0x1p-53, 0, "(0,1) mapping end points: %a %a", rng_open01(0),
+           rng_open01(UINT64_MAX));
+    T_NEAR(rng_open01(2047), 0x1p-54, 0, "(0,1) mapping end points: %a %a", rng_open01(0),
+           rng_open01(UINT64_MAX));
 
     /* Normals: mean 0, variance 1, kurtosis 3. */
     double m1 = 0, m2 = 0, m4 = 0;
     for (int i = 0; i < N; i++) {
         double z = rng_normal(1, 2, (uint64_t)i);
-        m1 += z; m2 += z * z; m4 += z * z * z * z;
+        m1 += z;
+        m2 += z * z;
+        m4 += z * z * z * z;
     }
     T_CHECK(fabs(m1 / N) < 0.01, "normal mean %g", m1 / N);
     T_CLOSE(m2 / N, 1.0, 0.01, "normal variance");
@@ -67,7 +89,8 @@ int main(void) {
         if (v < 7) cnt[v]++;
     }
     T_CHECK(inrange, "rng_below out of range");
-    for (int v = 0; v < 7; v++) T_CHECK(abs(cnt[v] - 10000) < 500, "rng_below(7) count[%d] = %d", v, cnt[v]);
+    for (int v = 0; v < 7; v++)
+        T_CHECK(abs(cnt[v] - 10000) < 500, "rng_below(7) count[%d] = %d", v, cnt[v]);
 
     /* Different seeds and streams give different sequences; the same arguments the same value. */
     T_CHECK(rng_u64(1, 0, 5) != rng_u64(2, 0, 5), "seed/stream ignored");
@@ -75,7 +98,8 @@ int main(void) {
     T_CHECK(rng_u64(3, 4, 5) == rng_u64(3, 4, 5), "not deterministic");
     int corr_ok = 1;
     double c = 0;
-    for (int i = 0; i < N; i++) c += (rng_uniform01(5, 0, (uint64_t)i) - 0.5) * (rng_uniform01(5, 1, (uint64_t)i) - 0.5);
+    for (int i = 0; i < N; i++)
+        c += (rng_uniform01(5, 0, (uint64_t)i) - 0.5) * (rng_uniform01(5, 1, (uint64_t)i) - 0.5);
     corr_ok = fabs(c / N * 12) < 0.01;
     T_CHECK(corr_ok, "streams 0 and 1 correlated: %g", c / N * 12);
 

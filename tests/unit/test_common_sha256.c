@@ -12,15 +12,20 @@
 int main(void) {
     char hex[65];
     sha256_hex("abc", 3, hex);
-    T_CHECK(!strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"), "abc: %s", hex);
+    T_CHECK(!strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+            "abc: %s", hex);
     sha256_hex("", 0, hex);
-    T_CHECK(!strcmp(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"), "empty: %s", hex);
+    T_CHECK(!strcmp(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+            "empty: %s", hex);
     const char *m448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
     sha256_hex(m448, strlen(m448), hex);
-    T_CHECK(!strcmp(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"), "448-bit: %s", hex);
-    const char *m896 = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
+    T_CHECK(!strcmp(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
+            "448-bit: %s", hex);
+    const char *m896 = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjkl"
+                       "mnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
     sha256_hex(m896, strlen(m896), hex);
-    T_CHECK(!strcmp(hex, "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"), "896-bit: %s", hex);
+    T_CHECK(!strcmp(hex, "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"),
+            "896-bit: %s", hex);
 
     /* A million 'a', fed in pieces of varying size to exercise buffering. */
     size_t N = 1000000;
@@ -33,7 +38,8 @@ int main(void) {
         sha256_update(&c, a + off, off + step > N ? N - off : step);
     sha256_final(&c, d);
     sha256_to_hex(d, hex);
-    T_CHECK(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"), "million a: %s", hex);
+    T_CHECK(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"),
+            "million a: %s", hex);
 
     /* Every length 0..200 streamed byte by byte equals one-shot. */
     int same = 1;
@@ -53,7 +59,10 @@ int main(void) {
     int fd = mkstemp(path);
     T_CHECK(fd >= 0, "mkstemp");
     uint32_t x = 12345;
-    for (size_t i = 0; i < 300000; i++) { x = x * 1664525u + 1013904223u; a[i] = (char)(x >> 24); }
+    for (size_t i = 0; i < 300000; i++) {
+        x = x * 1664525u + 1013904223u;
+        a[i] = (char)(x >> 24);
+    }
     T_CHECK(write(fd, a, 300000) == 300000, "write");
     close(fd);
     kf_err err = {{0}};
@@ -77,7 +86,10 @@ int main(void) {
         int agree = 1;
         for (size_t nb = 1; nb <= 64 && agree; nb++) {
             uint32_t h1[8], h2[8];
-            for (int i = 0; i < 8; i++) { x = x * 1664525u + 1013904223u; h1[i] = h2[i] = x; }
+            for (int i = 0; i < 8; i++) {
+                x = x * 1664525u + 1013904223u;
+                h1[i] = h2[i] = x;
+            }
             size_t off = (nb * 977) % (300000 - 64 * 64);
             sha256_blocks_portable(h1, (const uint8_t *)a + off, nb);
             sha256_blocks_shani(h2, (const uint8_t *)a + off, nb);
@@ -85,7 +97,8 @@ int main(void) {
         }
         T_CHECK(agree, "sha256_blocks_shani differs from sha256_blocks_portable");
     } else {
-        printf("note: this CPU has no SHA extensions; only the portable block function was tested\n");
+        printf(
+            "note: this CPU has no SHA extensions; only the portable block function was tested\n");
     }
     free(a);
     return T_DONE();

@@ -44,9 +44,11 @@ static void decode_many_samples(kf_backend *cpu, kf_backend *gpu) {
         if (memcmp(&out[0][i], &out[1][i], sizeof(float))) bad++, first = first < 0 ? i : first;
     printf("attn_decode, %lld samples: %lld of %lld outputs differ from the cpu\n", (long long)B,
            (long long)bad, (long long)(B * H));
-    T_CHECK(bad == 0, "attn_decode, %lld samples: got %lld outputs unlike the cpu's (first %lld: "
-            "%.9g vs %.9g), want 0", (long long)B, (long long)bad, (long long)first,
-            first < 0 ? 0.0 : out[1][first], first < 0 ? 0.0 : out[0][first]);
+    T_CHECK(bad == 0,
+            "attn_decode, %lld samples: got %lld outputs unlike the cpu's (first %lld: "
+            "%.9g vs %.9g), want 0",
+            (long long)B, (long long)bad, (long long)first, first < 0 ? 0.0 : out[1][first],
+            first < 0 ? 0.0 : out[0][first]);
     free(h), free(out[0]), free(out[1]);
 }
 
@@ -79,14 +81,16 @@ static void embed_bad_id_dies(void) {
     char out[4096] = "";
     size_t len = 0;
     ssize_t r;
-    while (len + 1 < sizeof out && (r = read(fd[0], out + len, sizeof out - 1 - len)) > 0) len += (size_t)r;
+    while (len + 1 < sizeof out && (r = read(fd[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)r;
     out[len] = 0;
     close(fd[0]);
     int st = 0;
     waitpid(pid, &st, 0);
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     printf("embed_bwd with an id outside the vocabulary: exit %d, stderr: %s", code, out);
-    T_CHECK(code != 0 && code != 3, "embed_bwd, bad id: got exit %d, want a failure (3: no backend)", code);
+    T_CHECK(code != 0 && code != 3,
+            "embed_bwd, bad id: got exit %d, want a failure (3: no backend)", code);
     T_CHECK(strstr(out, "embed_bwd returned") != NULL,
             "embed_bwd, bad id: got '%s', want the op to return before the check is reported", out);
     T_CHECK(strstr(out, "embed_bwd: a token id lies outside [0, vocab)") != NULL,

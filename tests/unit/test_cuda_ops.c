@@ -25,13 +25,13 @@ typedef struct {
 
 /* Runs `call` on the CPU backend then on the GPU; inside it, P(x) is buffer
  * x on the backend being run and BE that backend. */
-#define BOTH(call)                                   \
-    do {                                             \
-        for (int side_ = 0; side_ < 2; side_++) {    \
-            kf_backend *BE = be[side_];              \
-            (void)BE;                                \
-            call;                                    \
-        }                                            \
+#define BOTH(call)                                                                                 \
+    do {                                                                                           \
+        for (int side_ = 0; side_ < 2; side_++) {                                                  \
+            kf_backend *BE = be[side_];                                                            \
+            (void)BE;                                                                              \
+            call;                                                                                  \
+        }                                                                                          \
     } while (0)
 #define P(x) ((x).p[side_])
 #define PF(x) ((float *)(x).p[side_])
@@ -121,14 +121,19 @@ static void test_matmul(kf_precision prec, int invariant) {
             BOTH(BE->matmul(BE, PF(C), PF(A), PF(B), M, N, K, ta, tb, 0.7f, 0.5f));
             char w[96];
             snprintf(w, sizeof w, "matmul %s%s ta=%d tb=%d", names[prec],
-                     invariant == 2 ? " inv-tc" : invariant ? " inv" : "", ta, tb);
+                     invariant == 2 ? " inv-tc"
+                     : invariant    ? " inv"
+                                    : "",
+                     ta, tb);
             check_close(w, &C, M * N, prec == KF_PREC_FP16 ? 2e-3 : 2e-6);
             drop(&A), drop(&B), drop(&C);
         }
     int64_t batch = 3;
     buf2 A = mk_rand(batch * M * K, 1), B = mk_rand(K * N, 1), C = mk_rand(batch * M * N, 1);
-    BOTH(BE->matmul_batched(BE, PF(C), PF(A), PF(B), M, N, K, 0, 1, 1.0f, 0.0f, batch, M * N, M * K, 0));
-    check_close(prec == KF_PREC_FP16 ? "matmul_batched fp16 (B broadcast)" : "matmul_batched fp32 (B broadcast)",
+    BOTH(BE->matmul_batched(BE, PF(C), PF(A), PF(B), M, N, K, 0, 1, 1.0f, 0.0f, batch, M * N, M * K,
+                            0));
+    check_close(prec == KF_PREC_FP16 ? "matmul_batched fp16 (B broadcast)"
+                                     : "matmul_batched fp32 (B broadcast)",
                 &C, batch * M * N, prec == KF_PREC_FP16 ? 2e-3 : 2e-6);
     drop(&A), drop(&B), drop(&C);
 }
@@ -144,12 +149,16 @@ static void test_matmul_empty(void) {
     for (int inv = 0; inv < 2; inv++) {
         be[1]->batch_invariant = inv;
         BOTH(BE->upload(BE, P(C), hc, sizeof hc));
-        BOTH(BE->matmul_batched(BE, PF(C), PF(A), PF(B), M, N, 0, 0, 1, 1.0f, 0.0f, batch, sc, 0, 0));
-        check_same_bytes(inv ? "matmul K=0 beta=0 over NaN (inv)" : "matmul K=0 beta=0 over NaN", &C);
+        BOTH(BE->matmul_batched(BE, PF(C), PF(A), PF(B), M, N, 0, 0, 1, 1.0f, 0.0f, batch, sc, 0,
+                                0));
+        check_same_bytes(inv ? "matmul K=0 beta=0 over NaN (inv)" : "matmul K=0 beta=0 over NaN",
+                         &C);
         BOTH(BE->upload(BE, P(C2), hc, sizeof hc));
         BOTH(BE->fill_column(BE, PF(C2), 2 * sc, 1, 0, 3.0f)); /* finite everywhere */
-        BOTH(BE->matmul_batched(BE, PF(C2), PF(A), PF(B), M, N, 0, 0, 1, 1.0f, 0.5f, batch, sc, 0, 0));
-        check_same_bytes(inv ? "matmul K=0 beta=0.5, gaps kept (inv)" : "matmul K=0 beta=0.5, gaps kept", &C2);
+        BOTH(BE->matmul_batched(BE, PF(C2), PF(A), PF(B), M, N, 0, 0, 1, 1.0f, 0.5f, batch, sc, 0,
+                                0));
+        check_same_bytes(
+            inv ? "matmul K=0 beta=0.5, gaps kept (inv)" : "matmul K=0 beta=0.5, gaps kept", &C2);
     }
     be[1]->batch_invariant = 0;
     drop(&A), drop(&B), drop(&C), drop(&C2);
@@ -161,7 +170,8 @@ static void test_matmul_invariance(kf_precision prec) {
     kf_backend *g = be[1];
     g->set_precision(g, prec);
     int64_t M = 300, N = 96, K = 768;
-    buf2 A = mk_rand(M * K, 1), B = mk_rand(N * K, 1), C1 = mk_rand(M * N, 1), C2 = mk_rand(5 * N, 1);
+    buf2 A = mk_rand(M * K, 1), B = mk_rand(N * K, 1), C1 = mk_rand(M * N, 1),
+         C2 = mk_rand(5 * N, 1);
     g->batch_invariant = 1;
     g->matmul(g, C1.p[1], A.p[1], B.p[1], M, N, K, 0, 1, 1.0f, 0.0f);
     g->matmul(g, C2.p[1], A.p[1], B.p[1], 5, N, K, 0, 1, 1.0f, 0.0f);
@@ -237,7 +247,8 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
                       kf_precision prec) {
     int64_t L = kf_mask_len(&m), H = nh * D;
     double tol_f = prec == KF_PREC_FP16 ? 2e-3 : 2e-5, tol_b = prec == KF_PREC_FP16 ? 4e-3 : 1e-4;
-    buf2 qkv = mk_rand(B * L * 3 * H, 1.5f), out = mk_rand(B * L * H, 1), lse = mk_rand(B * nh * L, 1);
+    buf2 qkv = mk_rand(B * L * 3 * H, 1.5f), out = mk_rand(B * L * H, 1),
+         lse = mk_rand(B * nh * L, 1);
     buf2 dout = mk_rand(B * L * H, 1), dqkv = mk_rand(B * L * 3 * H, 1);
     char w[160];
     BOTH(BE->set_precision(BE, prec));
@@ -262,7 +273,8 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
         }
     double e = sqrt(num) / sqrt(den > 0 ? den : 1), el = sqrt(lnum) / sqrt(lden > 0 ? lden : 1);
     printf("  attn_fwd %-35s out %.3g lse %.3g\n", name, e, el);
-    T_CHECK(!nonfinite && e <= tol_f && el <= tol_f, "attn_fwd %s: out err %.3g lse err %.3g", name, e, el);
+    T_CHECK(!nonfinite && e <= tol_f && el <= tol_f, "attn_fwd %s: out err %.3g lse err %.3g", name,
+            e, el);
     free(oc), free(og), free(lc), free(lg);
     /* the backward reads the forward's out/lse: give both sides the CPU's */
     float *ho = down(&out, 0), *hl = down(&lse, 0);
@@ -285,7 +297,8 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
         be[1]->attn_fwd(be[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D);
         be[1]->attn_fwd(be[1], o1.p[1], l1.p[1], qkv.p[1], &m1, 1, nh, D);
         float *fb = down(&out, 1), *f1 = down(&o1, 1);
-        T_CHECK(memcmp(fb + m.q_start * H, f1 + m.q_start * H, (size_t)((L - m.q_start) * H) * sizeof(float)) == 0,
+        T_CHECK(memcmp(fb + m.q_start * H, f1 + m.q_start * H,
+                       (size_t)((L - m.q_start) * H) * sizeof(float)) == 0,
                 "attn_fwd %s: sample 0 alone differs from inside the batch", name);
         free(fb), free(f1);
         drop(&o1), drop(&l1);
@@ -375,7 +388,8 @@ static void test_attn_decode(void) {
     for (int prec = 0; prec < 2; prec++) {
         BOTH(BE->set_precision(BE, (kf_precision)prec));
         BOTH(BE->attn_decode(BE, PF(out), PF(q), qs, PF(kc), PF(vc), B, cap, P, Q, nh, D));
-        check_close(prec ? "attn_decode fp16" : "attn_decode fp32", &out, B * Q * H, prec ? 2e-3 : 1e-5);
+        check_close(prec ? "attn_decode fp16" : "attn_decode fp32", &out, B * Q * H,
+                    prec ? 2e-3 : 1e-5);
     }
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&q), drop(&kc), drop(&vc), drop(&out);
@@ -488,7 +502,8 @@ static void test_logits(void) {
     BOTH(BE->icdf_bin(BE, PD(lo), PD(hi), PF(l2), PD(bt), PI(ids), rows, V));
     double *loc = down(&lo, 0), *log_ = down(&lo, 1), *hic = down(&hi, 0), *hig = down(&hi, 1);
     double md = 0;
-    for (int i = 0; i < rows; i++) md = fmax(md, fmax(fabs(loc[i] - log_[i]), fabs(hic[i] - hig[i])));
+    for (int i = 0; i < rows; i++)
+        md = fmax(md, fmax(fabs(loc[i] - log_[i]), fabs(hic[i] - hig[i])));
     printf("  %-44s max abs err %.3g\n", "icdf_bin", md);
     T_CHECK(md < 1e-12, "icdf_bin: max abs err %.3g", md);
     free(loc), free(log_), free(hic), free(hig);
@@ -510,16 +525,19 @@ static void test_logits(void) {
         buf2 taubb = mk_doubles(taub, Vb), lob = mk_doubles(taub, Vb), hib = mk_doubles(taub, Vb);
         for (int side = 0; side < 2; side++) {
             kf_backend *bk = be[side];
-            bk->icdf_bin(bk, lob.p[side], hib.p[side], lb.p[side], taubb.p[side], tgb.p[side], Vb, Vb);
+            bk->icdf_bin(bk, lob.p[side], hib.p[side], lb.p[side], taubb.p[side], tgb.p[side], Vb,
+                         Vb);
             double *lo_h = down(&lob, side), *hi_h = down(&hib, side);
             int64_t gaps = 0, first = -1;
             for (int64_t t = 0; t + 1 < Vb; t++)
                 if (hi_h[t] != lo_h[t + 1]) gaps++, first = first < 0 ? t : first;
-            printf("  %-44s %lld bin edges differ\n", side ? "icdf_bin tiling (cuda)" : "icdf_bin tiling (cpu)",
-                   (long long)gaps);
-            T_CHECK(gaps == 0, "icdf_bin tiling (%s): got %lld bins whose hi != the next lo (first at "
-                    "t = %lld: %.17g vs %.17g), want 0", side ? "cuda" : "cpu", (long long)gaps,
-                    (long long)first, first < 0 ? 0.0 : hi_h[first], first < 0 ? 0.0 : lo_h[first + 1]);
+            printf("  %-44s %lld bin edges differ\n",
+                   side ? "icdf_bin tiling (cuda)" : "icdf_bin tiling (cpu)", (long long)gaps);
+            T_CHECK(gaps == 0,
+                    "icdf_bin tiling (%s): got %lld bins whose hi != the next lo (first at "
+                    "t = %lld: %.17g vs %.17g), want 0",
+                    side ? "cuda" : "cpu", (long long)gaps, (long long)first,
+                    first < 0 ? 0.0 : hi_h[first], first < 0 ? 0.0 : lo_h[first + 1]);
             free(lo_h), free(hi_h);
         }
         free(h1), free(hb), free(tb), free(taub);
@@ -567,7 +585,8 @@ static void test_head(void) {
         same &= ic[r] == ig[r] && ic[r] == ig2[r] && lc[r * V + mask] == -1000.0f;
     }
     printf("  %-44s %d of %lld rows compared\n", "head_fwd ids", compared, (long long)rows);
-    T_CHECK(same && compared >= rows / 2, "head_fwd ids: cuda differs from cpu (%d rows compared)", compared);
+    T_CHECK(same && compared >= rows / 2, "head_fwd ids: cuda differs from cpu (%d rows compared)",
+            compared);
     free(lc), free(ic), free(ig), free(ig2);
     BOTH(BE->head_free(BE, hd[side_]));
     drop(&w), drop(&bias), drop(&x), drop(&logits), drop(&ids), drop(&ids2);
@@ -594,9 +613,10 @@ static void test_head_contract(void) {
     float *lb = down(&logits, 1), *l1 = down(&one, 1);
     int64_t diff = 0;
     for (int64_t v = 0; v < V; v++) diff += memcmp(&lb[v], &l1[v], sizeof(float)) != 0;
-    printf("  %-44s %lld of %lld logits differ\n", "head_fwd row alone vs in a batch", (long long)diff,
-           (long long)V);
-    T_CHECK(diff == 0, "head_fwd: got %lld logits of row 0 that differ alone vs in a batch of %lld, want 0",
+    printf("  %-44s %lld of %lld logits differ\n", "head_fwd row alone vs in a batch",
+           (long long)diff, (long long)V);
+    T_CHECK(diff == 0,
+            "head_fwd: got %lld logits of row 0 that differ alone vs in a batch of %lld, want 0",
             (long long)diff, (long long)rows);
     free(lb), free(l1);
     BOTH(BE->head_free(BE, hd[side_]));
@@ -629,7 +649,8 @@ static void test_optim(void) {
     buf2 v = mk(hv, (size_t)np * sizeof(float));
     free(hv);
     for (int step = 1; step <= 3; step++) {
-        BOTH(BE->adamw(BE, PF(p), PF(g), PF(m), PF(v), np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, step, 0.5f));
+        BOTH(BE->adamw(BE, PF(p), PF(g), PF(m), PF(v), np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, step,
+                       0.5f));
         BOTH(BE->ema(BE, PF(e), PF(p), np, 0.999f));
     }
     check_close("adamw params", &p, np, 1e-6);

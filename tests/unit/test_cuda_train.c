@@ -49,7 +49,8 @@ static kf_backend *be[2];
 /* Non-trivial weights (the output layer is zero after model_init). */
 static void randomize(model *m, uint64_t seed) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(0.6 * (rng_uniform01(seed, 7, (uint64_t)i) - 0.5));
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(0.6 * (rng_uniform01(seed, 7, (uint64_t)i) - 0.5));
     for (int t = 0; t < m->n_tensors; t++)
         if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
             for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
@@ -75,8 +76,15 @@ static double rel(const float *g, const float *c, int64_t n) {
 
 /* gpt2: with the GPT-2 architecture options (model.h) */
 static model_config base_cfg(int gpt2) {
-    model_config c = {.hidden = H, .heads = HEADS, .blocks = BLOCKS, .vocab = V, .mask_id = V - 1,
-                      .seq_len = N, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config c = {.hidden = H,
+                      .heads = HEADS,
+                      .blocks = BLOCKS,
+                      .vocab = V,
+                      .mask_id = V - 1,
+                      .seq_len = N,
+                      .kind = MODEL_AR,
+                      .head = HEAD_SHARED,
+                      .k_train = 1};
     if (gpt2) {
         c.pos = POS_LEARNED;
         c.n_positions = 2 * N + 8; /* SingleForward rows reach position 2N */
@@ -120,14 +128,17 @@ static void stage_step(const char *name, sup_kind kind, int64_t k, const model_c
     /* the same weights on both sides */
     float *pc = down(be[0], student[0]->params, student[0]->n_params);
     float *pg = down(be[1], student[1]->params, student[1]->n_params);
-    T_CHECK(memcmp(pc, pg, (size_t)student[0]->n_params * sizeof(float)) == 0, "%s: initial weights differ", name);
+    T_CHECK(memcmp(pc, pg, (size_t)student[0]->n_params * sizeof(float)) == 0,
+            "%s: initial weights differ", name);
     free(pc), free(pg);
     if (teacher_cfg) {
         int64_t same = 0;
         for (int64_t r = 0; r < sb[0].rows; r++) same += sb[0].targets[r] == sb[1].targets[r];
-        printf("%s: teacher targets agree on %lld of %lld rows\n", name, (long long)same, (long long)sb[0].rows);
+        printf("%s: teacher targets agree on %lld of %lld rows\n", name, (long long)same,
+               (long long)sb[0].rows);
         T_CHECK(sb[0].rows == sb[1].rows && same >= sb[0].rows * 97 / 100,
-                "%s: teacher targets agree on only %lld of %lld rows", name, (long long)same, (long long)sb[0].rows);
+                "%s: teacher targets agree on only %lld of %lld rows", name, (long long)same,
+                (long long)sb[0].rows);
     }
     double loss[2];
     float *g[2], *p[2], *e[2];
@@ -147,7 +158,8 @@ static void stage_step(const char *name, sup_kind kind, int64_t k, const model_c
         float *vel = b->alloc(b, (size_t)m->n_params * sizeof(float));
         float *ema = b->alloc(b, (size_t)m->n_params * sizeof(float));
         b->copy(b, ema, m->params, (size_t)m->n_params * sizeof(float));
-        b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.0f, 1, 1.0f / ls);
+        b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.0f, 1,
+                 1.0f / ls);
         b->ema(b, ema, m->params, m->n_params, 0.999f);
         p[s] = down(b, m->params, m->n_params);
         e[s] = down(b, ema, m->n_params);
@@ -200,21 +212,25 @@ static void batch_invariance(const char *name, sup_kind kind, int64_t k, const m
     T_CHECK(one.rows == per && memcmp(first, one.targets, (size_t)per * sizeof(int32_t)) == 0,
             "%s: teacher targets of a sample differ alone vs in a batch of %d", name, BB);
     printf("%s: teacher targets of sample 0 alone %s inside a batch of %d\n", name,
-           one.rows == per && !memcmp(first, one.targets, (size_t)per * sizeof(int32_t)) ? "==" : "!=", BB);
+           one.rows == per && !memcmp(first, one.targets, (size_t)per * sizeof(int32_t)) ? "=="
+                                                                                         : "!=",
+           BB);
     free(first), free(x);
     sup_free(s);
     model_free(teacher);
 }
 
 /* One AR step on the GPU: forward, loss, backward, AdamW (1-based step). */
-static void ar_step(model *m, model_ws *ws, const sup_batch *sb, float *mom, float *vel, int64_t step) {
+static void ar_step(model *m, model_ws *ws, const sup_batch *sb, float *mom, float *vel,
+                    int64_t step) {
     kf_backend *b = m->be;
     int64_t count = 0;
     model_zero_grads(m);
     model_forward(m, ws, &sb->in, MODEL_TRAIN, NULL);
     model_loss(m, ws, sb->targets, 0, 1.0f, &count, NULL);
     model_backward(m, ws);
-    b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, step, 1.0f);
+    b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, step,
+             1.0f);
 }
 
 /* Save -> load -> continue on the GPU is bitwise identical to not stopping:
@@ -272,7 +288,8 @@ static void save_load_continue(void) {
         model_free(m);
     }
     int same = memcmp(final[0], final[1], bytes) == 0;
-    printf("save -> load -> continue on cuda: weights after 3 steps %s\n", same ? "bitwise identical" : "DIFFER");
+    printf("save -> load -> continue on cuda: weights after 3 steps %s\n",
+           same ? "bitwise identical" : "DIFFER");
     T_CHECK(same, "save -> load -> continue differs from an uninterrupted run");
     free(final[0]), free(final[1]);
     remove(pw), remove(pm), remove(pv), rmdir(dir);
@@ -296,7 +313,9 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
                                  int64_t passes) {
     kf_backend *b = be[1];
     if (host_syncs() < 0) {
-        printf("%s: host synchronisations not counted (real GPU; the emulation harness counts them)\n", name);
+        printf(
+            "%s: host synchronisations not counted (real GPU; the emulation harness counts them)\n",
+            name);
         return;
     }
     model *teacher = model_create(b, tcfg);
@@ -336,12 +355,15 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
     }
     b->sync(b);
     printf("%s, second step: host waits: teacher %lld, forward %lld, loss %lld, backward %lld, "
-           "update %lld\n", name, (long long)n[0], (long long)n[1], (long long)n[2],
-           (long long)n[3], (long long)n[4]);
-    T_CHECK(n[0] == passes, "%s: teacher passes: got %lld host waits, want %lld (one read-back per pass)",
-            name, (long long)n[0], (long long)passes);
+           "update %lld\n",
+           name, (long long)n[0], (long long)n[1], (long long)n[2], (long long)n[3],
+           (long long)n[4]);
+    T_CHECK(n[0] == passes,
+            "%s: teacher passes: got %lld host waits, want %lld (one read-back per pass)", name,
+            (long long)n[0], (long long)passes);
     T_CHECK(n[1] == 0, "%s: forward: got %lld host waits, want 0", name, (long long)n[1]);
-    T_CHECK(n[2] == 1, "%s: loss: got %lld host waits, want 1 (the read-back)", name, (long long)n[2]);
+    T_CHECK(n[2] == 1, "%s: loss: got %lld host waits, want 1 (the read-back)", name,
+            (long long)n[2]);
     T_CHECK(n[3] == 0, "%s: backward: got %lld host waits, want 0", name, (long long)n[3]);
     T_CHECK(n[4] == 0, "%s: AdamW + EMA: got %lld host waits, want 0", name, (long long)n[4]);
     b->free(b, mom), b->free(b, vel), b->free(b, ema);
@@ -370,7 +392,8 @@ int main(void) {
     model_config pf1g = base_cfg(1);
     pf1g.kind = MODEL_PFLM;
     stage_step("ar, GPT-2 options", SUP_AR, 1, NULL, KF_PREC_FP32, 1e-5, 1e-4, 1);
-    stage_step("self_forcing 1->2, GPT-2 options", SUP_SELF_FORCING, 2, &pf1g, KF_PREC_FP32, 1e-5, 1e-4, 1);
+    stage_step("self_forcing 1->2, GPT-2 options", SUP_SELF_FORCING, 2, &pf1g, KF_PREC_FP32, 1e-5,
+               1e-4, 1);
     batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar);
     batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1);
     save_load_continue();

@@ -12,14 +12,13 @@
 #include "jobs/rundir.h"
 #include "tests/test.h"
 
-static const char base[] =
-    "name: t\n"
-    "data: {train: D, valid: D}\n"
-    "model: {hidden: 32, heads: 2, blocks: 1, vocab: 100, seq_len: 16}\n"
-    "stages:\n"
-    "  - {name: ar, kind: ar, steps: 4}\n"
-    "  - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 4}\n"
-    "resources: {ranks: 1, time_limit: \"00:10:00\"}\n";
+static const char base[] = "name: t\n"
+                           "data: {train: D, valid: D}\n"
+                           "model: {hidden: 32, heads: 2, blocks: 1, vocab: 100, seq_len: 16}\n"
+                           "stages:\n"
+                           "  - {name: ar, kind: ar, steps: 4}\n"
+                           "  - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 4}\n"
+                           "resources: {ranks: 1, time_limit: \"00:10:00\"}\n";
 
 static void put(const char *path, const char *text) {
     kf_err err;
@@ -40,7 +39,8 @@ static char *edit(const char *from, const char *to) {
 
 static void test_diff(void) {
     char what[512];
-    T_CHECK(rundir_config_diff(base, base, what, sizeof what) == 0, "same config: no change (%s)", what);
+    T_CHECK(rundir_config_diff(base, base, what, sizeof what) == 0, "same config: no change (%s)",
+            what);
     char *c = edit("time_limit: \"00:10:00\"", "time_limit: \"00:20:00\"");
     T_CHECK(rundir_config_diff(base, c, what, sizeof what) == 1, "time limit: compatible");
     T_CHECK(!strcmp(what, "resources.time_limit: 00:10:00 -> 00:20:00"), "named: %s", what);
@@ -93,11 +93,15 @@ static void test_freeze(const char *dir) {
     s[7] = '9';
     put(p, text);
     free(text);
-    T_EQ_INT(rundir_load(run, 0, NULL, &back, &err), -1, "hand-edited run.yaml refused: %s", err.msg);
-    T_CHECK(strstr(err.msg, "changed after the run was made"), "hand-edited run.yaml refused: %s", err.msg);
+    T_EQ_INT(rundir_load(run, 0, NULL, &back, &err), -1, "hand-edited run.yaml refused: %s",
+             err.msg);
+    T_CHECK(strstr(err.msg, "changed after the run was made"), "hand-edited run.yaml refused: %s",
+            err.msg);
     put(p, base); /* no hash line at all */
-    T_EQ_INT(rundir_load(run, 0, NULL, &back, &err), -1, "run.yaml without hash refused: %s", err.msg);
-    T_CHECK(strstr(err.msg, "not a frozen run config"), "run.yaml without hash refused: %s", err.msg);
+    T_EQ_INT(rundir_load(run, 0, NULL, &back, &err), -1, "run.yaml without hash refused: %s",
+             err.msg);
+    T_CHECK(strstr(err.msg, "not a frozen run config"), "run.yaml without hash refused: %s",
+            err.msg);
     T_CHECK(rundir_freeze(run, rc, &err) == 0, "refreeze: %s", err.msg);
     runconfig_free(rc);
 }
@@ -143,8 +147,9 @@ static void test_state(const char *dir) {
     T_EQ_INT(st.ckpt_step, -1, "nothing yet");
     T_EQ_INT(st.log_step, -1, "nothing yet");
     T_CHECK(!*st.status, "nothing yet");
-    const char *files[] = {"ckpt/step-2/state.yaml", "ckpt/step-10/model.safetensors", /* no manifest: partial */
-                           "ckpt/step-12.tmp/state.yaml", "ckpt/step-3/state.yaml", "ckpt/step-x/state.yaml"};
+    const char *files[] = {
+        "ckpt/step-2/state.yaml", "ckpt/step-10/model.safetensors", /* no manifest: partial */
+        "ckpt/step-12.tmp/state.yaml", "ckpt/step-3/state.yaml", "ckpt/step-x/state.yaml"};
     for (int i = 0; i < 5; i++) {
         snprintf(p, sizeof p, "%s/stages/ar/%s", run, files[i]);
         put(p, "x");
@@ -153,27 +158,32 @@ static void test_state(const char *dir) {
     put(p, "{\"step\":1,\"loss\":2.5,\"tokens_per_s\":100,\"ms_step\":500,\"time\":0.5}\n"
            "{\"step\":2,\"loss\":2.4,\"tokens_per_s\":400,\"ms_step\":250,\"time\":0.75}\n"
            "{\"step\":2,\"val_loss\":2.3,\"time\":0.8}\n"
-           "{\"step\":3,\"loss\":2.3,\"tokens_per_s\":9");  /* being written */
+           "{\"step\":3,\"loss\":2.3,\"tokens_per_s\":9"); /* being written */
     snprintf(p, sizeof p, "%s/stages/ar/status", run);
     put(p, "state: preempted\nstep: 3\nsteps: 4\n");
     rundir_stage_state(run, rc, "ar", &st);
     T_EQ_INT(st.ckpt_step, 3, "newest committed checkpoint: %s", st.ckpt);
     T_EQ_STR(st.ckpt, "step-3", "newest committed checkpoint: %s", st.ckpt);
-    T_EQ_INT(st.log_step, 2, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step, st.steps_per_s, st.tokens_per_s);
-    T_NEAR(st.steps_per_s, 4.0, 0, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step, st.steps_per_s, st.tokens_per_s);
-    T_NEAR(st.tokens_per_s, 400, 0, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step, st.steps_per_s, st.tokens_per_s);
+    T_EQ_INT(st.log_step, 2, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step,
+             st.steps_per_s, st.tokens_per_s);
+    T_NEAR(st.steps_per_s, 4.0, 0, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step,
+           st.steps_per_s, st.tokens_per_s);
+    T_NEAR(st.tokens_per_s, 400, 0, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step,
+           st.steps_per_s, st.tokens_per_s);
     T_CHECK(!strcmp(st.status, "preempted"), "status: %s", st.status);
     char why[4200];
     T_CHECK(!rundir_stage_complete(run, rc, "ar", why, sizeof why), "not complete: %s", why);
     T_CHECK(strstr(why, "final/DONE"), "not complete: %s", why);
     snprintf(p, sizeof p, "%s/stages/ar/final/DONE", run);
     put(p, "");
-    T_CHECK(!rundir_stage_complete(run, rc, "ar", why, sizeof why), "marker without weights: %s", why);
+    T_CHECK(!rundir_stage_complete(run, rc, "ar", why, sizeof why), "marker without weights: %s",
+            why);
     T_CHECK(strstr(why, "model.safetensors"), "marker without weights: %s", why);
     snprintf(p, sizeof p, "%s/stages/ar/final/model.safetensors", run);
     put(p, "w");
     T_CHECK(rundir_stage_complete(run, rc, "ar", why, sizeof why), "complete");
-    T_CHECK(!rundir_stage_complete(run, rc, RUNDIR_SHARDS, why, sizeof why), "shards: no manifest: %s", why);
+    T_CHECK(!rundir_stage_complete(run, rc, RUNDIR_SHARDS, why, sizeof why),
+            "shards: no manifest: %s", why);
     T_CHECK(strstr(why, "D/manifest.yaml"), "shards: no manifest: %s", why);
     runconfig_free(rc);
 }

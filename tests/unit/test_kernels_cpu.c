@@ -15,7 +15,8 @@ static void ref_matmul(double *C, const float *A, const float *B, int64_t M, int
         for (int64_t j = 0; j < N; j++) {
             double s = 0;
             for (int64_t k = 0; k < K; k++)
-                s += (double)(ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
+                s +=
+                    (double)(ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
             C[i * N + j] = alpha * s + beta * C0[i * N + j];
         }
 }
@@ -36,7 +37,11 @@ static void check_matmul(kf_backend *be) {
                 ref_matmul(R, A, B, M, N, K, ta, tb, 0.5, 0.75, C0);
                 double e = tu_relerr(C, R, M * N, 1e-3);
                 err = e > err ? e : err;
-                free(A); free(B); free(C); free(C0); free(R);
+                free(A);
+                free(B);
+                free(C);
+                free(C0);
+                free(R);
             }
     TU_ERR("matmul (3 shapes x 4 transpose cases, alpha, beta)", err, 1e-5);
 
@@ -52,7 +57,8 @@ static void check_matmul(kf_backend *be) {
         ref_matmul(R, A + i * M * K, B, M, N, K, 0, 1, 1, 0, zero);
         double e = tu_relerr(C + i * (M * N + 2), R, M * N, 1e-3);
         err = e > err ? e : err;
-        free(R); free(zero);
+        free(R);
+        free(zero);
     }
     TU_ERR("matmul_batched (strides, shared B)", err, 1e-5);
     float e[4] = {1.0f, NAN, 2.0f, 3.0f};
@@ -62,21 +68,25 @@ static void check_matmul(kf_backend *be) {
     T_NEAR(e[1], 0.0f, 0, "matmul with K = 0 gives beta*C");
     T_NEAR(e[2], 1.0f, 0, "matmul with K = 0 gives beta*C");
     T_NEAR(e[3], 1.5f, 0, "matmul with K = 0 gives beta*C");
-    free(A); free(B); free(C);
+    free(A);
+    free(B);
+    free(C);
 }
 
 /* Row r of C must not depend on how many rows the product has (batch
  * invariance), and results must not depend on the thread count.
  * Shapes: the tiny/124M model's GEMMs and their transposes. */
 static void check_gemm_invariance(kf_backend *be) {
-    const int64_t NK[][2] = {{384, 128}, {128, 128}, {512, 128}, {128, 512}, {2304, 768}, {64, 32}, {16, 8}};
+    const int64_t NK[][2] = {{384, 128},  {128, 128}, {512, 128}, {128, 512},
+                             {2304, 768}, {64, 32},   {16, 8}};
     int rows_ok = 1;
     for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
                 const int64_t N = NK[s][0], K = NK[s][1], BIG = 80;
                 float *A = tu_randf(BIG * K, 1), *B = tu_randf(K * N, 1);
-                float *C = kf_calloc(BIG * N, 4), *C1 = kf_calloc(BIG * N, 4), *As = kf_malloc(BIG * K * 4);
+                float *C = kf_calloc(BIG * N, 4), *C1 = kf_calloc(BIG * N, 4),
+                      *As = kf_malloc(BIG * K * 4);
                 be->matmul(be, C, A, B, BIG, N, K, ta, tb, 1.0f, 0.0f);
                 for (int64_t M = 1; M < BIG; M += (M < 8 ? 1 : 7)) {
                     /* first M rows of op(A): for trans_a copy the first M columns of [K, BIG] */
@@ -86,18 +96,22 @@ static void check_gemm_invariance(kf_backend *be) {
                     be->matmul(be, C1, As, B, M, N, K, ta, tb, 1.0f, 0.0f);
                     if (memcmp(C, C1, (size_t)(M * N) * 4)) {
                         rows_ok = 0;
-                        fprintf(stderr, "rows differ: M=%lld N=%lld K=%lld ta=%d tb=%d\n", (long long)M,
-                                (long long)N, (long long)K, ta, tb);
+                        fprintf(stderr, "rows differ: M=%lld N=%lld K=%lld ta=%d tb=%d\n",
+                                (long long)M, (long long)N, (long long)K, ta, tb);
                     }
                 }
-                free(A); free(B); free(C); free(C1); free(As);
+                free(A);
+                free(B);
+                free(C);
+                free(C1);
+                free(As);
             }
     T_CHECK(rows_ok, "matmul rows depend on the number of rows (batch invariance)");
 
-
     /* OpenMP threads split C into tiles, never K: 1, 2 and 3 must agree bitwise */
-    const int64_t shapes[][3] = {{4096, 384, 128}, {128, 512, 4096}, {300, 5000, 128}, {16, 5000, 128},
-                                 {5, 384, 128}, {64, 64, 64}, {700, 16, 300}};
+    const int64_t shapes[][3] = {{4096, 384, 128}, {128, 512, 4096}, {300, 5000, 128},
+                                 {16, 5000, 128},  {5, 384, 128},    {64, 64, 64},
+                                 {700, 16, 300}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
@@ -116,7 +130,11 @@ static void check_gemm_invariance(kf_backend *be) {
                     T_CHECK(!memcmp(C[0], C[t], (size_t)(M * N) * 4),
                             "matmul %lldx%lldx%lld ta=%d tb=%d: %d threads differ from 1",
                             (long long)M, (long long)N, (long long)K, ta, tb, t + 1);
-                free(A); free(B); free(C[0]); free(C[1]); free(C[2]);
+                free(A);
+                free(B);
+                free(C[0]);
+                free(C[1]);
+                free(C[2]);
             }
 }
 
@@ -125,7 +143,8 @@ static void check_gemm_invariance(kf_backend *be) {
  * C not read) or fma(beta, C, alpha*s). Shapes cover edge tiles, one and
  * several K blocks, and every transpose. */
 static void check_gemm_exact(kf_backend *be) {
-    const int64_t shapes[][3] = {{1, 1, 1}, {13, 21, 17}, {8, 32, 256}, {9, 33, 257}, {70, 100, 600}, {3, 70, 1000}, {20, 300, 300}};
+    const int64_t shapes[][3] = {{1, 1, 1},      {13, 21, 17},  {8, 32, 256},  {9, 33, 257},
+                                 {70, 100, 600}, {3, 70, 1000}, {20, 300, 300}};
     const float ab[][2] = {{1.0f, 0.0f}, {0.5f, 0.75f}, {-1.5f, 1.0f}};
     const char *levels[] = {"base", "avx2", "avx512", "vnni"};
     char native[16];
@@ -147,21 +166,29 @@ static void check_gemm_exact(kf_backend *be) {
                     for (int64_t j = 0; j < N; j++) {
                         float acc = 0.0f;
                         for (int64_t k = 0; k < K; k++)
-                            acc = fmaf(ta ? A[k * M + i] : A[i * K + k], tb ? B[j * K + k] : B[k * N + j], acc);
-                        want[i * N + j] = beta == 0.0f ? alpha * acc : fmaf(beta, C[i * N + j], alpha * acc);
+                            acc = fmaf(ta ? A[k * M + i] : A[i * K + k],
+                                       tb ? B[j * K + k] : B[k * N + j], acc);
+                        want[i * N + j] =
+                            beta == 0.0f ? alpha * acc : fmaf(beta, C[i * N + j], alpha * acc);
                     }
                 be->matmul(be, C, A, B, M, N, K, ta, tb, alpha, beta);
                 int64_t bad = -1;
                 for (int64_t i = 0; i < M * N && bad < 0; i++)
                     if (memcmp(&C[i], &want[i], 4)) bad = i;
-                T_CHECK(bad < 0, "%s gemm %lldx%lldx%lld ta=%d tb=%d: C[%lld] = %.9g, want %.9g (the fma chain)",
-                        levels[l], (long long)M, (long long)N, (long long)K, ta, tb, (long long)bad,
-                        bad < 0 ? 0.0 : C[bad], bad < 0 ? 0.0 : want[bad]);
-                free(A); free(B); free(C); free(want);
+                T_CHECK(
+                    bad < 0,
+                    "%s gemm %lldx%lldx%lld ta=%d tb=%d: C[%lld] = %.9g, want %.9g (the fma chain)",
+                    levels[l], (long long)M, (long long)N, (long long)K, ta, tb, (long long)bad,
+                    bad < 0 ? 0.0 : C[bad], bad < 0 ? 0.0 : want[bad]);
+                free(A);
+                free(B);
+                free(C);
+                free(want);
             }
     }
     T_CHECK(kernels_cpu_set_isa(native) == 0, "cannot return to the native level %s", native);
-    T_CHECK(n_levels >= 2, "gemm checked at %d SIMD levels, want at least base and one vector level", n_levels);
+    T_CHECK(n_levels >= 2,
+            "gemm checked at %d SIMD levels, want at least base and one vector level", n_levels);
     printf("  gemm fma-chain contract checked at %d SIMD levels (native %s)\n", n_levels, native);
 }
 
@@ -174,7 +201,8 @@ static void check_openblas_matmul(kf_backend *be) {
 
 static void check_fp16_matmul(kf_backend *be) {
     const int64_t M = 33, N = 20, K = 70;
-    float *A = tu_randf(M * K, 3), *B = tu_randf(K * N, 3), *C16 = tu_randf(M * N, 1), *C32 = kf_malloc(M * N * 4);
+    float *A = tu_randf(M * K, 3), *B = tu_randf(K * N, 3), *C16 = tu_randf(M * N, 1),
+          *C32 = kf_malloc(M * N * 4);
     float *A0 = kf_malloc(M * K * 4), *Ah = kf_malloc(M * K * 4), *Bh = kf_malloc(K * N * 4);
     memcpy(C32, C16, M * N * 4);
     memcpy(A0, A, M * K * 4);
@@ -197,7 +225,13 @@ static void check_fp16_matmul(kf_backend *be) {
     T_EQ_INT(memcmp(x, want, 16), 0, "round_half");
     T_NEAR(x[0], 1.0f, 0, "round_half");
     T_CHECK(isinf(x[1]), "round_half");
-    free(A); free(B); free(C16); free(C32); free(A0); free(Ah); free(Bh);
+    free(A);
+    free(B);
+    free(C16);
+    free(C32);
+    free(A0);
+    free(Ah);
+    free(Bh);
 }
 
 static void check_pointwise(kf_backend *be) {
@@ -219,7 +253,8 @@ static void check_pointwise(kf_backend *be) {
     T_CHECK(ok, "add_bias");
     be->fill_column(be, y, R, C, 4, -1000.0f);
     ok = 1;
-    for (int64_t i = 0; i < n; i++) ok &= i % C == 4 ? y[i] == -1000.0f : y[i] == y0[i] + bias[i % C];
+    for (int64_t i = 0; i < n; i++)
+        ok &= i % C == 4 ? y[i] == -1000.0f : y[i] == y0[i] + bias[i % C];
     T_CHECK(ok, "fill_column");
     int32_t idx[3] = {5, 0, 2};
     float *g = kf_calloc(3 * C, 4), *s = kf_calloc(n, 4);
@@ -230,9 +265,15 @@ static void check_pointwise(kf_backend *be) {
     T_CHECK(ok, "gather_rows");
     ok = 1;
     for (int64_t r = 0; r < R; r++)
-        ok &= (r == 5 || r == 0 || r == 2) ? memcmp(s + r * C, x + r * C, C * 4) == 0 : s[r * C] == 0.0f;
+        ok &= (r == 5 || r == 0 || r == 2) ? memcmp(s + r * C, x + r * C, C * 4) == 0
+                                           : s[r * C] == 0.0f;
     T_CHECK(ok, "scatter_rows");
-    free(y); free(x); free(y0); free(bias); free(g); free(s);
+    free(y);
+    free(x);
+    free(y0);
+    free(bias);
+    free(g);
+    free(s);
 }
 
 static void check_noise_features(kf_backend *be) {
@@ -250,7 +291,8 @@ static void check_noise_features(kf_backend *be) {
             want[r * 2 * H + H + half + i] = sin(tau[r] * f);
         }
     TU_ERR("noise_features", tu_relerr(out, want, n * 2 * H, 1e-3), 1e-7);
-    free(out); free(want);
+    free(out);
+    free(want);
 }
 
 /* ---- logits ops ---- */
@@ -291,7 +333,8 @@ static void check_logits(kf_backend *be) {
     }
     be->sample_icdf(be, ids, x, tau, z, R, V);
     ok = 1;
-    for (int64_t r = 0; r < R; r++) ok &= ids[r] == (want[r] = ref_icdf(x + r * V, V, tau[r], z[r]));
+    for (int64_t r = 0; r < R; r++)
+        ok &= ids[r] == (want[r] = ref_icdf(x + r * V, V, tau[r], z[r]));
     T_CHECK(ok, "sample_icdf vs float64 reference");
     be->icdf_bin(be, lo, hi, x, tau, ids, R, V);
     ok = 1;
@@ -318,7 +361,8 @@ static void check_logits(kf_backend *be) {
     /* edge cases: p_0 = p_last = 0 underflow; ties */
     float e[6] = {-1e4f, 1.0f, 1.0f, 1.0f, 1.0f, -1e4f};
     double t1[1] = {1.0}, ze[1];
-    double cases[][2] = {{0.0, 1}, {1e-300, 1}, {0.25, 1}, {0.5, 2}, {0.5 + 1e-12, 3}, {1.0 - 1e-16, 4}, {1.0, 4}, {1.5, 4}};
+    double cases[][2] = {{0.0, 1},         {1e-300, 1},      {0.25, 1}, {0.5, 2},
+                         {0.5 + 1e-12, 3}, {1.0 - 1e-16, 4}, {1.0, 4},  {1.5, 4}};
     ok = 1;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         ze[0] = cases[c][0];
@@ -353,7 +397,9 @@ static void check_logits(kf_backend *be) {
             lr[r * V + v] -= 0.3f * (float)cnt;
         }
     T_CHECK(memcmp(lg, lr, 3 * V * 4) == 0, "freq_penalty");
-    free(x); free(lg); free(lr);
+    free(x);
+    free(lg);
+    free(lr);
 }
 
 static void check_reductions(kf_backend *be) {
@@ -364,7 +410,9 @@ static void check_reductions(kf_backend *be) {
     T_CLOSE(be->sum(be, x, n), s, 1e-12, "sum");
     T_CLOSE(be->sumsq(be, x, n), ss, 1e-12, "sumsq");
     T_CHECK(be->count_nonfinite(be, x, n) == 0, "count_nonfinite (finite)");
-    x[7] = NAN; x[5000] = INFINITY; x[n - 1] = -INFINITY;
+    x[7] = NAN;
+    x[5000] = INFINITY;
+    x[n - 1] = -INFINITY;
     T_CHECK(be->count_nonfinite(be, x, n) == 3, "count_nonfinite (3 non-finite)");
     T_CHECK(be->sum(be, x, 0) == 0.0, "sum of nothing");
     free(x);
@@ -434,9 +482,14 @@ static void run_suite(kf_backend *be, sink *k) {
     be->layernorm_fwd(be, y, mean, rstd, x, w, bb, R, C, 1e-5f);
     be->layernorm_bwd(be, dx, dw, db, dy, x, w, mean, rstd, R, C);
     be->bias_grad(be, db, dy, R, C);
-    SINK(y, n * 4); SINK(dx, n * 4); SINK(dw, C * 4); SINK(db, C * 4);
-    be->gelu_fwd(be, y, x, n, KF_GELU_TANH); SINK(y, n * 4);
-    be->gelu_bwd(be, y, dy, x, n, KF_GELU_ERF); SINK(y, n * 4);
+    SINK(y, n * 4);
+    SINK(dx, n * 4);
+    SINK(dw, C * 4);
+    SINK(db, C * 4);
+    be->gelu_fwd(be, y, x, n, KF_GELU_TANH);
+    SINK(y, n * 4);
+    be->gelu_bwd(be, y, dy, x, n, KF_GELU_ERF);
+    SINK(y, n * 4);
     int32_t pos[100];
     for (int i = 0; i < 100; i++) pos[i] = i * 3;
     memcpy(y, x, n * 4);
@@ -446,28 +499,56 @@ static void run_suite(kf_backend *be, sink *k) {
     int32_t ids[R];
     for (int64_t i = 0; i < R; i++) ids[i] = (int32_t)((i * 7) % 11);
     float *tab = kf_calloc(11 * C, 4);
-    be->embed_bwd(be, tab, dy, ids, NULL, R, C, 11); SINK(tab, 11 * C * 4);
+    be->embed_bwd(be, tab, dy, ids, NULL, R, C, 11);
+    SINK(tab, 11 * C * 4);
     float *lg = tu_randf(Rv * V, 5), *loss = kf_malloc(Rv * 4), *dl = kf_malloc(Rv * V * 4);
     int32_t tg[Rv], am[Rv], sm[Rv];
     double tau[Rv], z[Rv], lo[Rv], hi[Rv];
-    for (int64_t i = 0; i < Rv; i++) tg[i] = (int32_t)(i * 97 % V), tau[i] = 0.5, z[i] = (i + 0.5) / Rv;
-    be->xent(be, loss, dl, lg, tg, Rv, V, 1.0f / Rv); SINK(loss, Rv * 4); SINK(dl, Rv * V * 4);
-    be->argmax(be, am, lg, Rv, V); SINK(am, sizeof am);
-    be->sample_icdf(be, sm, lg, tau, z, Rv, V); SINK(sm, sizeof sm);
-    be->icdf_bin(be, lo, hi, lg, tau, tg, Rv, V); SINK(lo, sizeof lo); SINK(hi, sizeof hi);
+    for (int64_t i = 0; i < Rv; i++)
+        tg[i] = (int32_t)(i * 97 % V), tau[i] = 0.5, z[i] = (i + 0.5) / Rv;
+    be->xent(be, loss, dl, lg, tg, Rv, V, 1.0f / Rv);
+    SINK(loss, Rv * 4);
+    SINK(dl, Rv * V * 4);
+    be->argmax(be, am, lg, Rv, V);
+    SINK(am, sizeof am);
+    be->sample_icdf(be, sm, lg, tau, z, Rv, V);
+    SINK(sm, sizeof sm);
+    be->icdf_bin(be, lo, hi, lg, tau, tg, Rv, V);
+    SINK(lo, sizeof lo);
+    SINK(hi, sizeof hi);
     double s = be->sum(be, x, n), ss = be->sumsq(be, dl, Rv * V);
-    SINK(&s, 8); SINK(&ss, 8);
+    SINK(&s, 8);
+    SINK(&ss, 8);
     float *m = kf_calloc(n, 4), *v = kf_calloc(n, 4);
     be->adamw(be, x, dy, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 3, 0.5f);
     be->ema(be, y, x, n, 0.999f);
-    SINK(x, n * 4); SINK(m, n * 4); SINK(v, n * 4); SINK(y, n * 4);
+    SINK(x, n * 4);
+    SINK(m, n * 4);
+    SINK(v, n * 4);
+    SINK(y, n * 4);
     double zz[R], tt[R];
     for (int64_t i = 0; i < R; i++) zz[i] = i / (double)R, tt[i] = 1 - zz[i];
     float *nf = kf_malloc(R * 2 * C * 4);
-    be->noise_features(be, nf, zz, tt, R, C); SINK(nf, R * 2 * C * 4);
+    be->noise_features(be, nf, zz, tt, R, C);
+    SINK(nf, R * 2 * C * 4);
 #undef SINK
-    free(x); free(dy); free(w); free(bb); free(y); free(mean); free(rstd); free(dx); free(dw); free(db);
-    free(tab); free(lg); free(loss); free(dl); free(m); free(v); free(nf);
+    free(x);
+    free(dy);
+    free(w);
+    free(bb);
+    free(y);
+    free(mean);
+    free(rstd);
+    free(dx);
+    free(dw);
+    free(db);
+    free(tab);
+    free(lg);
+    free(loss);
+    free(dl);
+    free(m);
+    free(v);
+    free(nf);
 }
 
 static void check_threads(kf_backend *be) {
@@ -503,7 +584,8 @@ static void check_threads(kf_backend *be) {
         T_CHECK(!op, "%s at SIMD level %s differs from the native level %s", op, levels[l], native);
     }
     kernels_cpu_set_isa(native);
-    free(ref.buf); free(got.buf);
+    free(ref.buf);
+    free(got.buf);
 }
 
 static void check_create(void) {
@@ -518,10 +600,13 @@ static void check_create(void) {
     b->destroy(b);
 #ifndef KF_CUDA
     char msg[256] = "";
-    T_CHECK(kernels_cuda_create(0, msg, sizeof msg) == NULL, "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
-    T_CHECK(strstr(msg, "CUDA=1"), "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
+    T_CHECK(kernels_cuda_create(0, msg, sizeof msg) == NULL,
+            "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
+    T_CHECK(strstr(msg, "CUDA=1"), "kernels_cuda_create without CUDA says how to get it: \"%s\"",
+            msg);
     kf_err err = {{0}};
-    T_CHECK(kernels_create("cuda", &err) == NULL, "kernels_create(\"cuda\") without CUDA returns NULL");
+    T_CHECK(kernels_create("cuda", &err) == NULL,
+            "kernels_create(\"cuda\") without CUDA returns NULL");
     T_CHECK(strstr(err.msg, "CUDA=1"), "kernels_create(\"cuda\") says why: \"%s\"", err.msg);
 #endif
     kf_err bad = {{0}};

@@ -65,7 +65,8 @@ static double ref_loss(const double *qkv, const double *dout, const kf_mask *m, 
     double l = 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = m->q_start; i < L; i++)
-            for (int64_t c = 0; c < H; c++) l += dout[(b * L + i) * H + c] * out[(b * L + i) * H + c];
+            for (int64_t c = 0; c < H; c++)
+                l += dout[(b * L + i) * H + c] * out[(b * L + i) * H + c];
     return l;
 }
 
@@ -75,7 +76,8 @@ static void check_case_fd(kf_backend *be, const char *name, kf_mask m, int64_t B
     const int64_t nh = 2, H = nh * D;
     int64_t L = kf_mask_len(&m), nq = B * L * 3 * H, no = B * L * H;
     float *qkv = tu_randf(nq, 1.5), *dout = tu_randf(no, 1.0);
-    float *out = kf_malloc((size_t)no * sizeof(float)), *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
+    float *out = kf_malloc((size_t)no * sizeof(float)),
+          *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
     float *dqkv = kf_malloc((size_t)nq * sizeof(float));
     for (int64_t i = 0; i < no; i++) out[i] = 12345.0f; /* rows before q_start must stay */
     for (int64_t i = 0; i < B * nh * L; i++) lse[i] = 12345.0f;
@@ -83,7 +85,8 @@ static void check_case_fd(kf_backend *be, const char *name, kf_mask m, int64_t B
     be->attn_bwd(be, dqkv, dout, out, lse, qkv, &m, B, nh, D);
 
     double *dq = tu_tod(qkv, nq), *dd = tu_tod(dout, no);
-    double *rout = kf_calloc((size_t)no, sizeof(double)), *rlse = kf_calloc((size_t)(B * nh * L), sizeof(double));
+    double *rout = kf_calloc((size_t)no, sizeof(double)),
+           *rlse = kf_calloc((size_t)(B * nh * L), sizeof(double));
     ref_attn(rout, rlse, dq, &m, B, nh, D);
     int untouched = 1;
     for (int64_t b = 0; b < B; b++)
@@ -107,7 +110,8 @@ static void check_case_fd(kf_backend *be, const char *name, kf_mask m, int64_t B
     TU_ERR(what, tu_relerr(lse, rlse, B * nh * L, 1e-3), 1e-5);
 
     /* central differences of the double reference */
-    double *fd = kf_malloc((size_t)nq * sizeof(double)), *tmp_o = kf_malloc((size_t)no * sizeof(double));
+    double *fd = kf_malloc((size_t)nq * sizeof(double)),
+           *tmp_o = kf_malloc((size_t)no * sizeof(double));
     double *tmp_l = kf_malloc((size_t)(B * nh * L) * sizeof(double));
     const double eps = 1e-5;
     int64_t nfd = 0;
@@ -123,8 +127,18 @@ static void check_case_fd(kf_backend *be, const char *name, kf_mask m, int64_t B
     }
     snprintf(what, sizeof what, "attn_bwd dqkv %s D=%lld", name, (long long)D);
     TU_ERR(what, tu_relerr(dqkv, fd, nfd, 1e-3), 1e-4);
-    free(qkv); free(dout); free(out); free(lse); free(dqkv); free(dq); free(dd);
-    free(rout); free(rlse); free(fd); free(tmp_o); free(tmp_l);
+    free(qkv);
+    free(dout);
+    free(out);
+    free(lse);
+    free(dqkv);
+    free(dq);
+    free(dd);
+    free(rout);
+    free(rlse);
+    free(fd);
+    free(tmp_o);
+    free(tmp_l);
 }
 
 static void check_case(kf_backend *be, const char *name, kf_mask m, int64_t B, int64_t D) {
@@ -144,7 +158,8 @@ static void check_pairs(kf_backend *be) {
     for (int64_t k = 1; k <= 4; k *= 2) {
         kf_mask m = {.n_ctx = N, .group = k, .n_groups = N};
         int64_t L = kf_mask_len(&m);
-        float *qkv = tu_randf(B * L * 3 * H, 1.0), *out = kf_malloc((size_t)(B * L * H) * sizeof(float));
+        float *qkv = tu_randf(B * L * 3 * H, 1.0),
+              *out = kf_malloc((size_t)(B * L * H) * sizeof(float));
         float *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
         float *dqkv = kf_malloc((size_t)(B * L * 3 * H) * sizeof(float));
         int64_t p0 = kernels_cpu_attn_pairs(be);
@@ -167,17 +182,25 @@ static void check_pairs(kf_backend *be) {
         kf_mask *cases[2] = {&md, &mc};
         for (int c = 0; c < 2; c++) {
             int64_t Lc = kf_mask_len(cases[c]);
-            float *q2 = tu_randf(B * Lc * 3 * H, 1.0), *o2 = kf_malloc((size_t)(B * Lc * H) * sizeof(float));
+            float *q2 = tu_randf(B * Lc * 3 * H, 1.0),
+                  *o2 = kf_malloc((size_t)(B * Lc * H) * sizeof(float));
             float *l2 = kf_malloc((size_t)(B * nh * Lc) * sizeof(float));
             int64_t a = kernels_cpu_attn_pairs(be);
             be->attn_fwd(be, o2, l2, q2, cases[c], B, nh, D);
             int64_t got = kernels_cpu_attn_pairs(be) - a, exp_ = 0;
-            for (int64_t b = 0; b < B; b++) exp_ += nh * ref_pairs(cases[c], cases[c]->valid_len ? vl[b] : N);
+            for (int64_t b = 0; b < B; b++)
+                exp_ += nh * ref_pairs(cases[c], cases[c]->valid_len ? vl[b] : N);
             T_CHECK(got == exp_, "%s k=%lld: visited %lld pairs, structure has %lld",
-                    c ? "padded causal" : "DoubleForward", (long long)k, (long long)got, (long long)exp_);
-            free(q2); free(o2); free(l2);
+                    c ? "padded causal" : "DoubleForward", (long long)k, (long long)got,
+                    (long long)exp_);
+            free(q2);
+            free(o2);
+            free(l2);
         }
-        free(qkv); free(out); free(lse); free(dqkv);
+        free(qkv);
+        free(out);
+        free(lse);
+        free(dqkv);
     }
 }
 
@@ -185,36 +208,52 @@ static void check_decode(kf_backend *be) {
     const int64_t B = 2, nh = 2, D = 8, H = nh * D, P = 7, Q = 4, cap = 16, L = P + Q;
     kf_mask m = {.n_ctx = L};
     float *qkv = tu_randf(B * L * 3 * H, 1.5);
-    float *out = kf_malloc((size_t)(B * L * H) * sizeof(float)), *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
+    float *out = kf_malloc((size_t)(B * L * H) * sizeof(float)),
+          *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
     be->attn_fwd(be, out, lse, qkv, &m, B, nh, D);
-    float *kc = kf_calloc((size_t)(B * cap * H), sizeof(float)), *vc = kf_calloc((size_t)(B * cap * H), sizeof(float));
+    float *kc = kf_calloc((size_t)(B * cap * H), sizeof(float)),
+          *vc = kf_calloc((size_t)(B * cap * H), sizeof(float));
     float *dec = kf_malloc((size_t)(B * Q * H) * sizeof(float));
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < L; i++) {
-            memcpy(kc + (b * cap + i) * H, qkv + (b * L + i) * 3 * H + H, (size_t)H * sizeof(float));
-            memcpy(vc + (b * cap + i) * H, qkv + (b * L + i) * 3 * H + 2 * H, (size_t)H * sizeof(float));
+            memcpy(kc + (b * cap + i) * H, qkv + (b * L + i) * 3 * H + H,
+                   (size_t)H * sizeof(float));
+            memcpy(vc + (b * cap + i) * H, qkv + (b * L + i) * 3 * H + 2 * H,
+                   (size_t)H * sizeof(float));
         }
     /* queries are rows P.. of each sample; q_stride skips the k|v columns, and
      * the samples are L rows apart, so decode one sample at a time */
     double *want = kf_malloc((size_t)(Q * H) * sizeof(double));
     double err = 0;
     for (int64_t b = 0; b < B; b++) {
-        be->attn_decode(be, dec, qkv + (b * L + P) * 3 * H, 3 * H, kc + b * cap * H, vc + b * cap * H, 1, cap, P, Q, nh, D);
+        be->attn_decode(be, dec, qkv + (b * L + P) * 3 * H, 3 * H, kc + b * cap * H,
+                        vc + b * cap * H, 1, cap, P, Q, nh, D);
         for (int64_t i = 0; i < Q * H; i++) want[i] = out[(b * L + P) * H + i];
         double e = tu_relerr(dec, want, Q * H, 1e-3);
         err = e > err ? e : err;
     }
     TU_ERR("attn_decode vs attn_fwd (causal)", err, 1e-6);
     /* batched decode: pack the B samples' query rows densely */
-    float *qd = kf_malloc((size_t)(B * Q * H) * sizeof(float)), *decb = kf_malloc((size_t)(B * Q * H) * sizeof(float));
+    float *qd = kf_malloc((size_t)(B * Q * H) * sizeof(float)),
+          *decb = kf_malloc((size_t)(B * Q * H) * sizeof(float));
     for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < Q; i++) memcpy(qd + (b * Q + i) * H, qkv + (b * L + P + i) * 3 * H, (size_t)H * sizeof(float));
+        for (int64_t i = 0; i < Q; i++)
+            memcpy(qd + (b * Q + i) * H, qkv + (b * L + P + i) * 3 * H, (size_t)H * sizeof(float));
     be->attn_decode(be, decb, qd, H, kc, vc, B, cap, P, Q, nh, D);
     double *w2 = kf_malloc((size_t)(B * Q * H) * sizeof(double));
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < Q * H; i++) w2[b * Q * H + i] = out[(b * L + P) * H + i];
     TU_ERR("attn_decode batched", tu_relerr(decb, w2, B * Q * H, 1e-3), 1e-6);
-    free(qkv); free(out); free(lse); free(kc); free(vc); free(dec); free(want); free(qd); free(decb); free(w2);
+    free(qkv);
+    free(out);
+    free(lse);
+    free(kc);
+    free(vc);
+    free(dec);
+    free(want);
+    free(qd);
+    free(decb);
+    free(w2);
 }
 
 /* fp16 mode equals rounding the fp32 op's inputs and outputs through _Float16. */
@@ -223,10 +262,12 @@ static void check_fp16(kf_backend *be) {
     int32_t vl[2] = {4, 6};
     kf_mask m = {.n_ctx = N, .group = k, .n_groups = N, .valid_len = vl};
     int64_t L = kf_mask_len(&m), nq = B * L * 3 * H, no = B * L * H, nl = B * nh * L;
-    float *qkv = tu_randf(nq, 2.0), *dout = tu_randf(no, 1.0), *q16 = kf_malloc((size_t)nq * 4), *d16 = kf_malloc((size_t)no * 4);
+    float *qkv = tu_randf(nq, 2.0), *dout = tu_randf(no, 1.0), *q16 = kf_malloc((size_t)nq * 4),
+          *d16 = kf_malloc((size_t)no * 4);
     for (int64_t i = 0; i < nq; i++) q16[i] = (float)(_Float16)qkv[i];
     for (int64_t i = 0; i < no; i++) d16[i] = (float)(_Float16)dout[i];
-    float *o_a = kf_malloc((size_t)no * 4), *o_b = kf_malloc((size_t)no * 4), *l_a = kf_malloc((size_t)nl * 4), *l_b = kf_malloc((size_t)nl * 4);
+    float *o_a = kf_malloc((size_t)no * 4), *o_b = kf_malloc((size_t)no * 4),
+          *l_a = kf_malloc((size_t)nl * 4), *l_b = kf_malloc((size_t)nl * 4);
     float *g_a = kf_malloc((size_t)nq * 4), *g_b = kf_malloc((size_t)nq * 4);
     be->set_precision(be, KF_PREC_FP16);
     be->attn_fwd(be, o_a, l_a, qkv, &m, B, nh, D);
@@ -236,7 +277,8 @@ static void check_fp16(kf_backend *be) {
     for (int64_t i = 0; i < no; i++) o_b[i] = (float)(_Float16)o_b[i];
     be->attn_bwd(be, g_b, d16, o_b, l_b, q16, &m, B, nh, D);
     for (int64_t i = 0; i < nq; i++) g_b[i] = (float)(_Float16)g_b[i];
-    T_CHECK(memcmp(o_a, o_b, (size_t)no * 4) == 0, "fp16 attn_fwd out != half(fp32 attn(half inputs))");
+    T_CHECK(memcmp(o_a, o_b, (size_t)no * 4) == 0,
+            "fp16 attn_fwd out != half(fp32 attn(half inputs))");
     T_CHECK(memcmp(l_a, l_b, (size_t)nl * 4) == 0, "fp16 attn_fwd lse != fp32 lse of half inputs");
     T_CHECK(memcmp(g_a, g_b, (size_t)nq * 4) == 0, "fp16 attn_bwd != half(fp32 bwd(half inputs))");
     /* decode: q rows of the first sample over its own K/V rows as the caches */
@@ -248,13 +290,24 @@ static void check_fp16(kf_backend *be) {
     /* the caches' row stride is H, so rows j of the cache are qkv floats [H + j*H, ...) */
     be->attn_decode(be, dc_b, q16 + P * 3 * H, 3 * H, q16 + H, q16 + 2 * H, 1, L / 2, P, Q, nh, D);
     for (int64_t i = 0; i < Q * H; i++) dc_b[i] = (float)(_Float16)dc_b[i];
-    T_CHECK(memcmp(dc_a, dc_b, (size_t)(Q * H) * 4) == 0, "fp16 attn_decode != half(fp32 decode(half inputs))");
-    free(dc_a); free(dc_b);
+    T_CHECK(memcmp(dc_a, dc_b, (size_t)(Q * H) * 4) == 0,
+            "fp16 attn_decode != half(fp32 decode(half inputs))");
+    free(dc_a);
+    free(dc_b);
     int changed = 0;
     be->attn_fwd(be, o_b, l_b, qkv, &m, B, nh, D);
     for (int64_t i = 0; i < no; i++) changed |= o_b[i] != o_a[i];
     T_CHECK(changed, "fp16 attention gave the fp32 result: no rounding happened");
-    free(qkv); free(dout); free(q16); free(d16); free(o_a); free(o_b); free(l_a); free(l_b); free(g_a); free(g_b);
+    free(qkv);
+    free(dout);
+    free(q16);
+    free(d16);
+    free(o_a);
+    free(o_b);
+    free(l_a);
+    free(l_b);
+    free(g_a);
+    free(g_b);
 }
 
 static void check_threads(kf_backend *be, int64_t D) {
@@ -266,7 +319,9 @@ static void check_threads(kf_backend *be, int64_t D) {
     float *o[2], *l[2], *g[2], *dec[2];
     for (int t = 0; t < 2; t++) {
         omp_set_num_threads(t + 1);
-        o[t] = kf_malloc((size_t)no * 4); l[t] = kf_malloc((size_t)nl * 4); g[t] = kf_malloc((size_t)nq * 4);
+        o[t] = kf_malloc((size_t)no * 4);
+        l[t] = kf_malloc((size_t)nl * 4);
+        g[t] = kf_malloc((size_t)nq * 4);
         dec[t] = kf_malloc((size_t)(B * 4 * H) * 4);
         be->attn_fwd(be, o[t], l[t], qkv, &m, B, nh, D);
         be->attn_bwd(be, g[t], dout, o[t], l[t], qkv, &m, B, nh, D);
@@ -277,19 +332,32 @@ static void check_threads(kf_backend *be, int64_t D) {
     T_EQ_INT(memcmp(o[0], o[1], (size_t)no * 4), 0, "attn_fwd differs between 1 and 2 threads");
     T_EQ_INT(memcmp(l[0], l[1], (size_t)nl * 4), 0, "attn_fwd differs between 1 and 2 threads");
     T_CHECK(memcmp(g[0], g[1], (size_t)nq * 4) == 0, "attn_bwd differs between 1 and 2 threads");
-    T_CHECK(memcmp(dec[0], dec[1], (size_t)(B * 4 * H) * 4) == 0, "attn_decode differs between 1 and 2 threads");
+    T_CHECK(memcmp(dec[0], dec[1], (size_t)(B * 4 * H) * 4) == 0,
+            "attn_decode differs between 1 and 2 threads");
     /* batch invariance: the last sample alone gives the rows it got inside the batch */
     kf_mask m1 = m;
     m1.valid_len = vl + 2;
-    float *o1 = kf_malloc((size_t)(L * H) * 4), *l1 = kf_malloc((size_t)(nh * L) * 4), *g1 = kf_malloc((size_t)(L * 3 * H) * 4);
+    float *o1 = kf_malloc((size_t)(L * H) * 4), *l1 = kf_malloc((size_t)(nh * L) * 4),
+          *g1 = kf_malloc((size_t)(L * 3 * H) * 4);
     be->attn_fwd(be, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D);
     be->attn_bwd(be, g1, dout + 2 * L * H, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D);
-    T_EQ_INT(memcmp(o1, o[1] + 2 * L * H, (size_t)(L * H) * 4), 0, "attention of a sample differs alone and inside a batch");
-    T_EQ_INT(memcmp(l1, l[1] + 2 * nh * L, (size_t)(nh * L) * 4), 0, "attention of a sample differs alone and inside a batch");
-    T_EQ_INT(memcmp(g1, g[1] + 2 * L * 3 * H, (size_t)(L * 3 * H) * 4), 0, "attention of a sample differs alone and inside a batch");
-    free(o1); free(l1); free(g1);
-    for (int t = 0; t < 2; t++) { free(o[t]); free(l[t]); free(g[t]); free(dec[t]); }
-    free(qkv); free(dout);
+    T_EQ_INT(memcmp(o1, o[1] + 2 * L * H, (size_t)(L * H) * 4), 0,
+             "attention of a sample differs alone and inside a batch");
+    T_EQ_INT(memcmp(l1, l[1] + 2 * nh * L, (size_t)(nh * L) * 4), 0,
+             "attention of a sample differs alone and inside a batch");
+    T_EQ_INT(memcmp(g1, g[1] + 2 * L * 3 * H, (size_t)(L * 3 * H) * 4), 0,
+             "attention of a sample differs alone and inside a batch");
+    free(o1);
+    free(l1);
+    free(g1);
+    for (int t = 0; t < 2; t++) {
+        free(o[t]);
+        free(l[t]);
+        free(g[t]);
+        free(dec[t]);
+    }
+    free(qkv);
+    free(dout);
 }
 
 int main(void) {
@@ -301,16 +369,21 @@ int main(void) {
     check_case_fd(be, "causal (sampled FD)", (kf_mask){.n_ctx = 150}, 1, 32, 211);
     check_case(be, "causal valid_len", (kf_mask){.n_ctx = 9, .valid_len = (int32_t[]){6, 1}}, 2, 8);
     check_case(be, "SingleForward k=2", (kf_mask){.n_ctx = 5, .group = 2, .n_groups = 5}, 1, 64);
-    check_case(be, "DoubleForward k=2", (kf_mask){.n_ctx = 5, .group = 4, .n_groups = 5, .q_start = 5}, 1, 32);
+    check_case(be, "DoubleForward k=2",
+               (kf_mask){.n_ctx = 5, .group = 4, .n_groups = 5, .q_start = 5}, 1, 32);
     for (int64_t k = 1; k <= 4; k *= 2) {
         char name[64];
         snprintf(name, sizeof name, "SingleForward k=%lld", (long long)k);
         check_case(be, name, (kf_mask){.n_ctx = N, .group = k, .n_groups = N}, 2, 8);
         snprintf(name, sizeof name, "DoubleForward k=%lld", (long long)k);
-        check_case(be, name, (kf_mask){.n_ctx = N, .group = 2 * k, .n_groups = N, .q_start = N}, 2, 8);
+        check_case(be, name, (kf_mask){.n_ctx = N, .group = 2 * k, .n_groups = N, .q_start = N}, 2,
+                   8);
     }
-    check_case(be, "SingleForward k=2 valid_len", (kf_mask){.n_ctx = N, .group = 2, .n_groups = N, .valid_len = vl}, 2, 8);
-    check_case(be, "DoubleForward k=2 valid_len", (kf_mask){.n_ctx = N, .group = 4, .n_groups = N, .q_start = N, .valid_len = vl}, 2, 8);
+    check_case(be, "SingleForward k=2 valid_len",
+               (kf_mask){.n_ctx = N, .group = 2, .n_groups = N, .valid_len = vl}, 2, 8);
+    check_case(be, "DoubleForward k=2 valid_len",
+               (kf_mask){.n_ctx = N, .group = 4, .n_groups = N, .q_start = N, .valid_len = vl}, 2,
+               8);
     check_pairs(be);
     check_decode(be);
     check_fp16(be);

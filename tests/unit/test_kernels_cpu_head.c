@@ -38,11 +38,14 @@ static void check_layer(kf_backend *be, const char *what, const layer *l, const 
     unsetenv("KF_CPU_HEAD_SCREEN");
     T_CHECK(!kernels_cpu_head_screened(hx), "%s: KF_CPU_HEAD_SCREEN=0 still screens", what);
     if (want_screen)
-        T_CHECK(kernels_cpu_head_screened(hd), "%s: no int8 screen at level %s", what, kernels_cpu_isa());
+        T_CHECK(kernels_cpu_head_screened(hd), "%s: no int8 screen at level %s", what,
+                kernels_cpu_isa());
     float *L = kf_malloc((size_t)(rows * V) * sizeof(float));
     float *L1 = kf_malloc((size_t)V * sizeof(float));
-    int32_t *ia = kf_malloc((size_t)rows * sizeof(int32_t)), *ib = kf_malloc((size_t)rows * sizeof(int32_t));
-    int32_t *ic = kf_malloc((size_t)rows * sizeof(int32_t)), *id = kf_malloc((size_t)rows * sizeof(int32_t));
+    int32_t *ia = kf_malloc((size_t)rows * sizeof(int32_t)),
+            *ib = kf_malloc((size_t)rows * sizeof(int32_t));
+    int32_t *ic = kf_malloc((size_t)rows * sizeof(int32_t)),
+            *id = kf_malloc((size_t)rows * sizeof(int32_t));
     double *R = kf_malloc((size_t)(rows * V) * sizeof(double));
 
     be->head_fwd(be, L, ia, x, hx, rows); /* logits and ids together: the exact kernel */
@@ -56,7 +59,9 @@ static void check_layer(kf_backend *be, const char *what, const layer *l, const 
     for (int64_t r = 0; r < rows; r++) {
         sc &= ic[r] == ib[r];
         ex &= id[r] == ib[r];
-        if (ic[r] != ib[r]) fprintf(stderr, "  %s row %lld: screened %d, exact %d\n", what, (long long)r, ic[r], ib[r]);
+        if (ic[r] != ib[r])
+            fprintf(stderr, "  %s row %lld: screened %d, exact %d\n", what, (long long)r, ic[r],
+                    ib[r]);
     }
     T_CHECK(sc, "%s: argmax-only head_fwd (%s) differs from the logits' argmax", what,
             kernels_cpu_head_screened(hd) ? "screened" : "exact");
@@ -94,7 +99,13 @@ static void check_layer(kf_backend *be, const char *what, const layer *l, const 
     T_CHECK(thr, "%s: results change with the thread count", what);
     be->head_free(be, hd);
     be->head_free(be, hx);
-    free(L); free(L1); free(ia); free(ib); free(ic); free(id); free(R);
+    free(L);
+    free(L1);
+    free(ia);
+    free(ib);
+    free(ic);
+    free(id);
+    free(R);
 }
 
 static layer make_layer(int64_t V, int64_t H, int64_t mask, int with_bias, double wscale) {
@@ -116,7 +127,8 @@ static void check_levels(kf_backend *be) {
     const int64_t V = 5003, H = 65, rows = 7;
     layer l = make_layer(V, H, 77, 1, 1.0);
     float *x = tu_randf(rows * H, 3.0);
-    float *want = kf_malloc((size_t)(rows * V) * sizeof(float)), *got = kf_malloc((size_t)(rows * V) * sizeof(float));
+    float *want = kf_malloc((size_t)(rows * V) * sizeof(float)),
+          *got = kf_malloc((size_t)(rows * V) * sizeof(float));
     int32_t wid[7], gid[7];
     int ref = -1; /* the first level this CPU has is the reference */
     for (int i = 0; i < 3; i++) {
@@ -131,15 +143,15 @@ static void check_levels(kf_backend *be) {
         int64_t bad = -1;
         for (int64_t j = 0; j < rows * V && bad < 0; j++)
             if (memcmp(&got[j], &want[j], sizeof(float))) bad = j;
-        T_CHECK(bad < 0, "level %s: logit %lld = %.9g, want %.9g (level %s)", levels[i], (long long)bad,
-                bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad], levels[ref]);
+        T_CHECK(bad < 0, "level %s: logit %lld = %.9g, want %.9g (level %s)", levels[i],
+                (long long)bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad], levels[ref]);
         for (int64_t r = 0; r < rows; r++)
-            T_CHECK(gid[r] == wid[r], "level %s: row %lld id %d, want %d (level %s)", levels[i], (long long)r,
-                    gid[r], wid[r], levels[ref]);
+            T_CHECK(gid[r] == wid[r], "level %s: row %lld id %d, want %d (level %s)", levels[i],
+                    (long long)r, gid[r], wid[r], levels[ref]);
         be->head_fwd(be, NULL, gid, x, hd, rows); /* ids alone: the screen where the level has it */
         for (int64_t r = 0; r < rows; r++)
-            T_CHECK(gid[r] == wid[r], "level %s, ids alone: row %lld id %d, want %d", levels[i], (long long)r,
-                    gid[r], wid[r]);
+            T_CHECK(gid[r] == wid[r], "level %s, ids alone: row %lld id %d, want %d", levels[i],
+                    (long long)r, gid[r], wid[r]);
         be->head_free(be, hd);
     }
     T_CHECK(ref >= 0, "this CPU has no SIMD level with FMA: cross-level check not run");
@@ -152,18 +164,20 @@ int main(void) {
     kf_backend *be = kernels_cpu_create();
     /* the level in use (KF_CPU_ISA may lower it): AVX2 and above screen */
     int screen = strcmp(kernels_cpu_isa(), "base") != 0;
-    printf("  int8 screen: %s\n", screen ? "screened (this level's screen) and exact paths checked"
-                                          : "level base: no screen, the exact path is checked twice");
+    printf("  int8 screen: %s\n", screen
+                                      ? "screened (this level's screen) and exact paths checked"
+                                      : "level base: no screen, the exact path is checked twice");
     check_levels(be);
     /* awkward shapes: V around the 32-entry panel, H around the 4-wide int8 groups */
-    const int64_t shapes[][3] = {{1, 1, 5}, {31, 3, 4}, {32, 4, 5}, {33, 7, 9}, {1000, 64, 17},
-                                 {5003, 65, 6}, {2049, 16, 64}};
+    const int64_t shapes[][3] = {{1, 1, 5},      {31, 3, 4},    {32, 4, 5},    {33, 7, 9},
+                                 {1000, 64, 17}, {5003, 65, 6}, {2049, 16, 64}};
     char what[96];
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         int64_t V = shapes[i][0], H = shapes[i][1], rows = shapes[i][2];
         layer l = make_layer(V, H, V > 2 ? V / 2 : -1, i % 2 == 0, 1.0);
         float *x = tu_randf(rows * H, 3.0);
-        snprintf(what, sizeof what, "V=%lld H=%lld rows=%lld", (long long)V, (long long)H, (long long)rows);
+        snprintf(what, sizeof what, "V=%lld H=%lld rows=%lld", (long long)V, (long long)H,
+                 (long long)rows);
         check_layer(be, what, &l, x, rows, screen);
         free(x);
         free_layer(&l);
@@ -228,8 +242,8 @@ int main(void) {
         }
         T_CHECK(hd, "near tie: 1000 ulps of bias never raised the logit");
         if (!hd) hd = be->head_pack(be, l.W, l.bias, l.V, l.H, l.mask, MASK_VALUE);
-        T_CHECK(lg[900] == nextafterf(lg[5], INFINITY), "near tie: logit %.9g is not one ulp above %.9g",
-                lg[900], lg[5]);
+        T_CHECK(lg[900] == nextafterf(lg[5], INFINITY),
+                "near tie: logit %.9g is not one ulp above %.9g", lg[900], lg[5]);
         be->head_fwd(be, NULL, &id, x, hd, 1);
         T_CHECK(id == 900, "one-ulp near tie: got id %d, want 900", id);
         free(lg);

@@ -87,7 +87,8 @@ static void test_mask_pairs(void) {
     kf_mask m = {.n_ctx = 6, .group = 3, .n_groups = 6, .q_start = 2, .valid_len = valid};
     int64_t B = 2, nh = 2, hd = 4, L = kf_mask_len(&m);
     float *qkv = cpu->alloc(cpu, (size_t)(B * L * 3 * nh * hd) * 4);
-    float *out = cpu->alloc(cpu, (size_t)(B * L * nh * hd) * 4), *lse = cpu->alloc(cpu, (size_t)(B * nh * L) * 4);
+    float *out = cpu->alloc(cpu, (size_t)(B * L * nh * hd) * 4),
+          *lse = cpu->alloc(cpu, (size_t)(B * nh * L) * 4);
     int64_t p0 = kernels_cpu_attn_pairs(cpu);
     cpu->attn_fwd(cpu, out, lse, qkv, &m, B, nh, hd);
     T_NEAR(kernels_mask_pairs(&m, B) * (double)nh, (double)(kernels_cpu_attn_pairs(cpu) - p0), 0,
@@ -98,17 +99,32 @@ static void test_mask_pairs(void) {
 
 static runconfig_stage stage(runconfig_kind kind, int64_t k) {
     runconfig_stage st = {.name = "s", .kind = kind, .k = k, .tau_min = 1, .tau_max = 1};
-    st.opt = (runconfig_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .ema = 0.99,
-                              .clip = 1.0, .seed = 7, .new_weight = 1.0, .n_phases = 1,
-                              .phases = {{-1, RC_PREC_FP32}}, .scale_init = 1024,
-                              .scale_growth_interval = 100, .scale_growth = 2,
+    st.opt = (runconfig_opts){.lr = 1e-3,
+                              .beta1 = 0.9,
+                              .beta2 = 0.999,
+                              .eps = 1e-8,
+                              .ema = 0.99,
+                              .clip = 1.0,
+                              .seed = 7,
+                              .new_weight = 1.0,
+                              .n_phases = 1,
+                              .phases = {{-1, RC_PREC_FP32}},
+                              .scale_init = 1024,
+                              .scale_growth_interval = 100,
+                              .scale_growth = 2,
                               .scale_backoff = 0.5};
     return st;
 }
 
-static const model_config tiny = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = 11,
-                                   .mask_id = 10, .seq_len = 9, .kind = MODEL_AR,
-                                   .head = HEAD_SHARED, .k_train = 1};
+static const model_config tiny = {.hidden = 16,
+                                  .heads = 2,
+                                  .blocks = 2,
+                                  .vocab = 11,
+                                  .mask_id = 10,
+                                  .seq_len = 9,
+                                  .kind = MODEL_AR,
+                                  .head = HEAD_SHARED,
+                                  .k_train = 1};
 
 /* Sum of the FLOPs of the ops called name in records [from, to). */
 static double flops_of(kf_backend *b, const char *name, int64_t from, int64_t to) {
@@ -135,7 +151,8 @@ static void test_ar_step_flops(void) {
     double lin = 0;
     int64_t shapes[][2] = {{H, 3 * H}, {H, H}, {H, 4 * H}, {4 * H, H}};
     for (int l = 0; l < 2; l++)
-        for (int j = 0; j < 4; j++) lin += 3 * 2.0 * (double)rows * (double)(shapes[j][0] * shapes[j][1]);
+        for (int j = 0; j < 4; j++)
+            lin += 3 * 2.0 * (double)rows * (double)(shapes[j][0] * shapes[j][1]);
     lin += 3 * 2.0 * (double)rows * (double)(H * V);
     T_NEAR(flops_of(b, "matmul", mk.teacher, mk.student), lin, 0, "the step's GEMM FLOPs");
     double pairs = (double)B * (8 * 9 / 2) * (double)nh; /* causal over 8 rows, per head */
@@ -168,7 +185,8 @@ static int64_t first_difference(kf_backend *a, kf_backend *b) {
 static void test_same_ops(runconfig_kind kind, int64_t k, const char *what) {
     runconfig_stage st = stage(kind, k);
     kf_err err = {{0}};
-    kf_backend *dry = kernels_record_create(NULL, 0), *rec = kernels_record_create(kernels_cpu_create(), 0);
+    kf_backend *dry = kernels_record_create(NULL, 0),
+               *rec = kernels_record_create(kernels_cpu_create(), 0);
     kf_backend *cpu = kernels_cpu_create();
     roofline_stage *sd = roofline_stage_create(dry, &tiny, &st, 1, &err);
     roofline_stage *sr = roofline_stage_create(rec, &tiny, &st, 1, &err);
@@ -179,14 +197,17 @@ static void test_same_ops(runconfig_kind kind, int64_t k, const char *what) {
     roofline_stage_step(sd, 3, 9, &md);
     roofline_stage_step(sr, 3, 9, &mr);
     roofline_stage_step(sc, 3, 9, &mc);
-    T_EQ_INT(first_difference(dry, rec), -1, "%s: first op where a dry step and a CPU step differ", what);
+    T_EQ_INT(first_difference(dry, rec), -1, "%s: first op where a dry step and a CPU step differ",
+             what);
     T_EQ_INT(md.teacher, mr.teacher, "%s: teacher passes end at the same op", what);
     T_EQ_INT(md.student, mr.student, "%s: the student's part ends at the same op", what);
     T_EQ_INT(mc.end, 0, "%s: a plain backend records nothing", what);
     model *a = roofline_stage_model(sr), *c = roofline_stage_model(sc);
     size_t bytes = (size_t)a->n_params * sizeof(float);
-    T_EQ_INT(memcmp(a->params, c->params, bytes), 0, "%s: weights after a step through the recorder "
-             "are the CPU's bits", what);
+    T_EQ_INT(memcmp(a->params, c->params, bytes), 0,
+             "%s: weights after a step through the recorder "
+             "are the CPU's bits",
+             what);
     roofline_stage_free(sd), roofline_stage_free(sr), roofline_stage_free(sc);
     dry->destroy(dry), rec->destroy(rec), cpu->destroy(cpu);
 }
@@ -212,11 +233,26 @@ static void test_roofline_time(void) {
         double want;
         const char *what;
     } cases[] = {
-        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_GEMM, .fp16 = 1}, 0, 1e-3, "fp16 GEMM at the tensor peak"},
-        {{.flops = 67e9, .bytes = 1e6, .unit = KF_COST_GEMM}, 0, 1e-3, "fp32 GEMM at the fp32 peak"},
-        {{.flops = 67e9, .bytes = 1e6, .unit = KF_COST_ATTN, .fp16 = 1}, 0, 1e-3, "fp16 attention on fp32 units"},
-        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_ATTN, .fp16 = 1}, 1, 1e-3, "fp16 tensor-core attention"},
-        {{.flops = 1e6, .bytes = 3.35e9, .unit = KF_COST_SIMT}, 0, 1e-3, "memory-bound op at HBM bandwidth"},
+        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_GEMM, .fp16 = 1},
+         0,
+         1e-3,
+         "fp16 GEMM at the tensor peak"},
+        {{.flops = 67e9, .bytes = 1e6, .unit = KF_COST_GEMM},
+         0,
+         1e-3,
+         "fp32 GEMM at the fp32 peak"},
+        {{.flops = 67e9, .bytes = 1e6, .unit = KF_COST_ATTN, .fp16 = 1},
+         0,
+         1e-3,
+         "fp16 attention on fp32 units"},
+        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_ATTN, .fp16 = 1},
+         1,
+         1e-3,
+         "fp16 tensor-core attention"},
+        {{.flops = 1e6, .bytes = 3.35e9, .unit = KF_COST_SIMT},
+         0,
+         1e-3,
+         "memory-bound op at HBM bandwidth"},
         {{.flops = 0, .bytes = 64e6, .unit = KF_COST_HOST}, 0, 1e-3, "a transfer at the bus rate"},
         {{.flops = 0, .bytes = 0, .unit = KF_COST_NONE}, 0, 0, "bookkeeping is free"},
     };

@@ -14,7 +14,7 @@
 
 static void check_slots(const kf_backend *b) {
     const char *backend = b->name;
-#define CHECK_SLOT(ret, op, params, args)                                                                \
+#define CHECK_SLOT(ret, op, params, args)                                                          \
     T_CHECK(b->op != NULL, "%s backend: op slot %s is NULL", backend, #op);
     KF_BACKEND_OPS(CHECK_SLOT)
 #undef CHECK_SLOT

@@ -80,8 +80,15 @@ int main(void) {
     kf = getenv("KF_BIN") ? getenv("KF_BIN") : "bin/kf";
     T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     kf_backend *be = kernels_cpu_create();
-    model_config ar = {.hidden = 16, .heads = 2, .blocks = 1, .vocab = 41, .mask_id = 40,
-                       .seq_len = 24, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config ar = {.hidden = 16,
+                       .heads = 2,
+                       .blocks = 1,
+                       .vocab = 41,
+                       .mask_id = 40,
+                       .seq_len = 24,
+                       .kind = MODEL_AR,
+                       .head = HEAD_SHARED,
+                       .k_train = 1};
     save_model(be, ar, "ar.safetensors");
     model_config pf = ar;
     pf.kind = MODEL_PFLM;
@@ -93,11 +100,15 @@ int main(void) {
     write_file("prefixes.jsonl", "{\"prefix\": [1, 2, 3]}\n\n{\"prefix\": [7, 8]}\n");
     write_file("empty.jsonl", "\n");
     write_file("badid.jsonl", "{\"prefix\": [1, 99]}\n");
-    write_file("long.jsonl", "{\"prefix\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20]}\n");
+    write_file("long.jsonl",
+               "{\"prefix\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20]}\n");
     char a[8192];
 
     /* good runs */
-    snprintf(a, sizeof a, "sample %s/ar.safetensors --prefix-file %s/prefixes.jsonl --n-per-prefix 3 --max-new 5 --seed 9", dir, dir);
+    snprintf(a, sizeof a,
+             "sample %s/ar.safetensors --prefix-file %s/prefixes.jsonl --n-per-prefix 3 --max-new "
+             "5 --seed 9",
+             dir, dir);
     T_CHECK(run(a) == 0, "AR sample: %s", slurp("err"));
     char *o1 = slurp("out");
     T_EQ_INT(count(o1, "\"completion\": ["), 6, "AR sample: 6 completions expected, got:\n%s", o1);
@@ -106,12 +117,16 @@ int main(void) {
     char *o2 = slurp("out");
     /* same seed, same completions (tokens/s may differ: compare up to it) */
     int same = 1;
-    for (char *p = o1, *q = o2; (p = strstr(p, "\"completion\"")) && (q = strstr(q, "\"completion\"")); p++, q++)
+    for (char *p = o1, *q = o2;
+         (p = strstr(p, "\"completion\"")) && (q = strstr(q, "\"completion\"")); p++, q++)
         same &= strncmp(p, q, (size_t)(strstr(p, "]") - p)) == 0;
     T_CHECK(same, "a fixed seed gives identical completions");
     free(o1);
     free(o2);
-    snprintf(a, sizeof a, "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 6 --tau 0.5 --freq-penalty 0.3", dir, dir);
+    snprintf(a, sizeof a,
+             "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 6 --tau 0.5 "
+             "--freq-penalty 0.3",
+             dir, dir);
     T_CHECK(run(a) == 0, "PFLM sample: %s", slurp("err"));
     o1 = slurp("out");
     T_CHECK(count(o1, "\"k\": 2") == 2, "PFLM sample output:\n%s", o1);
@@ -120,7 +135,8 @@ int main(void) {
     char *pen[3];
     const char *pen_args[3] = {"", "--freq-penalty 0.5", "--freq-penalty 0"};
     for (int i = 0; i < 3; i++) {
-        snprintf(a, sizeof a, "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 20 %s",
+        snprintf(a, sizeof a,
+                 "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 20 %s",
                  dir, dir, pen_args[i]);
         T_CHECK(run(a) == 0, "PFLM sample %s: %s", pen_args[i], slurp("err"));
         o1 = slurp("out");
@@ -131,7 +147,8 @@ int main(void) {
     T_CHECK(strcmp(pen[0], pen[2]), "PFLM default penalty is not 0: both gave %s", pen[0]);
     for (int i = 0; i < 3; i++) free(pen[i]);
     for (int i = 0; i < 2; i++) {
-        snprintf(a, sizeof a, "sample %s/ar.safetensors --prefix-file %s/prefixes.jsonl --max-new 20 %s", dir,
+        snprintf(a, sizeof a,
+                 "sample %s/ar.safetensors --prefix-file %s/prefixes.jsonl --max-new 20 %s", dir,
                  dir, i ? "--freq-penalty 0" : "");
         T_CHECK(run(a) == 0, "AR sample: %s", slurp("err"));
         o1 = slurp("out");
@@ -147,18 +164,26 @@ int main(void) {
     T_CHECK(strstr(o1, "\"nll\": "), "AR eval output: %s", o1);
     T_CHECK(strstr(o1, "\"ppl\": "), "AR eval output: %s", o1);
     free(o1);
-    snprintf(a, sizeof a, "eval %s/pf.safetensors --data %s --teacher %s/ar.safetensors --samples 4", dir, data, dir);
+    snprintf(a, sizeof a,
+             "eval %s/pf.safetensors --data %s --teacher %s/ar.safetensors --samples 4", dir, data,
+             dir);
     T_CHECK(run(a) == 0, "PFLM eval: %s", slurp("err"));
     o1 = slurp("out");
     T_CHECK(strstr(o1, "\"supervision\": \"distill_ar\""), "PFLM eval output: %s", o1);
     T_CHECK(strstr(o1, "\"nll_pos\": ["), "PFLM eval output: %s", o1);
     T_CHECK(strstr(o1, "\"block_acc\""), "PFLM eval output: %s", o1);
     free(o1);
-    snprintf(a, sizeof a, "eval %s/pf.safetensors --data %s --teacher %s/ar.safetensors --k 1 --samples 4", dir, data, dir);
+    snprintf(a, sizeof a,
+             "eval %s/pf.safetensors --data %s --teacher %s/ar.safetensors --k 1 --samples 4", dir,
+             data, dir);
     T_CHECK(run(a) == 0, "PFLM eval --k 1: %s", slurp("err"));
 
     /* errors: exit code and a message naming the problem */
-    struct { const char *fmt; int code; const char *msg; } bad[] = {
+    struct {
+        const char *fmt;
+        int code;
+        const char *msg;
+    } bad[] = {
         {"sample %s/missing.safetensors --bos 0", 1, "missing"},
         {"sample %s/pf.safetensors --bos 0 --k 3", 1, "k_train"},
         {"sample %s/ar.safetensors --bos 0 --k 2", 1, "one token per step"},
@@ -180,8 +205,10 @@ int main(void) {
         snprintf(cmd, sizeof cmd, bad[i].fmt, dir, dir, dir);
         int rc = run(cmd);
         char *e = slurp("err");
-        T_EQ_INT(rc, bad[i].code, "`kf %s`: exit %d (want %d), stderr: %s", cmd, rc, bad[i].code, e);
-        T_CHECK(strstr(e, bad[i].msg), "`kf %s`: exit %d (want %d), stderr: %s", cmd, rc, bad[i].code, e);
+        T_EQ_INT(rc, bad[i].code, "`kf %s`: exit %d (want %d), stderr: %s", cmd, rc, bad[i].code,
+                 e);
+        T_CHECK(strstr(e, bad[i].msg), "`kf %s`: exit %d (want %d), stderr: %s", cmd, rc,
+                bad[i].code, e);
         free(e);
     }
     T_EQ_INT(run("sample --help"), 0, "--help exits 0");

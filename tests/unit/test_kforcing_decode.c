@@ -30,7 +30,8 @@ enum { V = 17, BATCH = 3, P = 4, NEW = 7 };
 
 static void randomize(model *m, double scale) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(scale * (rng_uniform01(4, 7, (uint64_t)i) - 0.5));
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(scale * (rng_uniform01(4, 7, (uint64_t)i) - 0.5));
     for (int t = 0; t < m->n_tensors; t++)
         if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
             for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
@@ -61,7 +62,8 @@ static void uncached(model *m, const int32_t *prefix, const decode_opts *o, cons
             for (int64_t i = 0; i < nn; i++) {
                 l.noise[len + i] = 1;
                 for (int64_t e = 0; e < zd; e++)
-                    z[(len + i) * zd + e] = rng_uniform01(o->seed, keys[b], (uint64_t)(s * k + i + e));
+                    z[(len + i) * zd + e] =
+                        rng_uniform01(o->seed, keys[b], (uint64_t)(s * k + i + e));
             }
             l.n_out = ar ? 1 : nn;
             for (int64_t i = 0; i < l.n_out; i++) l.out_rows[i] = (int32_t)(ar ? len - 1 : len + i);
@@ -76,7 +78,8 @@ static void uncached(model *m, const int32_t *prefix, const decode_opts *o, cons
                 int32_t id;
                 double pt = o->position_temp ? o->position_temp[j] : 0.0;
                 if (ar || pt > 0) {
-                    double zz = rng_uniform01(o->seed, keys[b], (ar ? 0 : DECODE_POSITION_DRAWS) + (uint64_t)n);
+                    double zz = rng_uniform01(o->seed, keys[b],
+                                              (ar ? 0 : DECODE_POSITION_DRAWS) + (uint64_t)n);
                     be->upload(be, dz, &zz, sizeof zz);
                     be->upload(be, dt, ar ? &o->tau : &pt, sizeof(double));
                     be->sample_icdf(be, dv, row, dt, dz, 1, V);
@@ -103,8 +106,13 @@ static int compare(model *m, int64_t k, double tau, float pen, const double *pt,
     int32_t prefix[BATCH * P], a[BATCH * NEW], b[BATCH * NEW];
     uint64_t keys[BATCH] = {5, 9, 123};
     for (int i = 0; i < BATCH * P; i++) prefix[i] = (int32_t)rng_below(2, 2, (uint64_t)i, V - 1);
-    decode_opts o = {.k = k, .tau = tau, .freq_penalty = pen, .max_new = NEW, .seed = 77,
-                     .position_temp = pt, .n_position_temp = pt ? k : 0};
+    decode_opts o = {.k = k,
+                     .tau = tau,
+                     .freq_penalty = pen,
+                     .max_new = NEW,
+                     .seed = 77,
+                     .position_temp = pt,
+                     .n_position_temp = pt ? k : 0};
     decode_run(m, NULL, prefix, BATCH, P, &o, keys, a);
     uncached(m, prefix, &o, keys, b);
     int same = memcmp(a, b, sizeof a) == 0;
@@ -119,7 +127,9 @@ static int compare(model *m, int64_t k, double tau, float pen, const double *pt,
     int differ = 0;
     for (int i = 0; i < BATCH * NEW; i++) differ += a[i] != b[i];
     /* the first step's position 0 is an argmax of the same context and noise */
-    for (int i = 0; i < BATCH; i++) T_CHECK(a[i * NEW] == b[i * NEW], "(c) %s: sequence %d's first token is not the argmax's", what, i);
+    for (int i = 0; i < BATCH; i++)
+        T_CHECK(a[i * NEW] == b[i * NEW], "(c) %s: sequence %d's first token is not the argmax's",
+                what, i);
     return differ;
 }
 
@@ -128,8 +138,15 @@ int main(void) {
      * (results do not depend on the thread count) */
     omp_set_num_threads(1);
     kf_backend *be = kernels_cpu_create();
-    model_config ar = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = V, .mask_id = V - 1,
-                       .seq_len = 32, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config ar = {.hidden = 16,
+                       .heads = 2,
+                       .blocks = 2,
+                       .vocab = V,
+                       .mask_id = V - 1,
+                       .seq_len = 32,
+                       .kind = MODEL_AR,
+                       .head = HEAD_SHARED,
+                       .k_train = 1};
     model *m = model_create(be, &ar);
     randomize(m, 0.8);
     compare(m, 1, 1.0, 0.0f, NULL, "AR");
@@ -170,7 +187,8 @@ int main(void) {
     const double zeros[3] = {0, 0, 0}, hot[3] = {0, 3.0, 3.0};
     int d0 = compare(m, 3, 0.6, 0.0f, zeros, "PFLM");
     int d1 = compare(m, 3, 0.6, 0.0f, hot, "PFLM");
-    printf("(f) tokens differing from the argmax decoding: temperatures 0,0,0 -> %d, 0,3,3 -> %d of %d\n",
+    printf("(f) tokens differing from the argmax decoding: temperatures 0,0,0 -> %d, 0,3,3 -> %d "
+           "of %d\n",
            d0, d1, BATCH * NEW);
     T_CHECK(d0 == 0, "(f) zero position temperatures changed %d tokens", d0);
     T_CHECK(d1 > 0, "(f) position temperatures 0,3,3 changed no token");
@@ -210,12 +228,15 @@ int main(void) {
         decode_run(wide, NULL, lpre, BATCH, LP, &o, lkeys, lb);
         int differ = 0;
         for (int i = 0; i < BATCH * LNEW; i++) differ += la[i] != lb[i];
-        printf("(g) k=%lld: 6 -> 128 in a 128-token model, %d of %d tokens differ from a full last window\n",
+        printf("(g) k=%lld: 6 -> 128 in a 128-token model, %d of %d tokens differ from a full last "
+               "window\n",
                (long long)k, differ, BATCH * LNEW);
-        T_CHECK(differ == 0, "(g) k=%lld: %d tokens differ from the full-window decoding", (long long)k, differ);
+        T_CHECK(differ == 0, "(g) k=%lld: %d tokens differ from the full-window decoding",
+                (long long)k, differ);
     }
     decode_opts over = {.k = 4, .tau = 1.0, .max_new = LNEW + 1, .seed = 8};
-    T_CHECK(decode_check(m, &over, LP, &err) != 0, "(g) 6 + 123 tokens in a 128-token model accepted");
+    T_CHECK(decode_check(m, &over, LP, &err) != 0,
+            "(g) 6 + 123 tokens in a 128-token model accepted");
     T_CHECK(strstr(err.msg, "context"), "(g) 6 + 123 tokens in a 128-token model accepted");
     model_free(wide);
     model_free(m);

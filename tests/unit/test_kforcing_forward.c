@@ -28,7 +28,8 @@ enum { B = 2, N = 9, K = 3, V = 13 };
 
 static void randomize(model *m) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(0.8 * (rng_uniform01(3, 7, (uint64_t)i) - 0.5));
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(0.8 * (rng_uniform01(3, 7, (uint64_t)i) - 0.5));
     for (int t = 0; t < m->n_tensors; t++)
         if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
             for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
@@ -69,8 +70,15 @@ int main(void) {
      * (results do not depend on the thread count) */
     omp_set_num_threads(1);
     kf_backend *be = kernels_cpu_create();
-    model_config cfg = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = V, .mask_id = V - 1,
-                        .seq_len = 16, .kind = MODEL_PFLM, .head = HEAD_SHARED, .k_train = K};
+    model_config cfg = {.hidden = 16,
+                        .heads = 2,
+                        .blocks = 2,
+                        .vocab = V,
+                        .mask_id = V - 1,
+                        .seq_len = 16,
+                        .kind = MODEL_PFLM,
+                        .head = HEAD_SHARED,
+                        .k_train = K};
     model *m = model_create(be, &cfg);
     randomize(m);
     model_ws *w1 = model_ws_create(m), *w2 = model_ws_create(m), *wp = model_ws_create(m);
@@ -93,7 +101,8 @@ int main(void) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < N; t++) {
             ids[b * L + t] = ctx[b * N + t];
-            for (int j = 0; j < K; j++) zz[b * L + layout_group_row(N, K, t, j)] = z[(b * N + t) * K + j];
+            for (int j = 0; j < K; j++)
+                zz[b * L + layout_group_row(N, K, t, j)] = z[(b * N + t) * K + j];
         }
     model_input in = {.lay = &ls, .B = B, .ids = ids, .z = zz, .tau = tau};
     int64_t p0 = kernels_cpu_attn_pairs(be);
@@ -101,10 +110,12 @@ int main(void) {
     int64_t pairs = kernels_cpu_attn_pairs(be) - p0;
     int64_t want = 0;
     for (int t = 0; t < N; t++) want += (t + 1) + (int64_t)K * (t + 1) + K * (K + 1) / 2;
-    T_CHECK(pairs == want * B * cfg.heads * cfg.blocks, "SingleForward scored %lld pairs, its structure has %lld",
-            (long long)pairs, (long long)(want * B * cfg.heads * cfg.blocks));
-    printf("SingleForward N=%d k=%d: %lld pairs = N(N+1)/2*(1+k) + N*k(k+1)/2 (dense would be %lld)\n",
-           N, K, (long long)pairs, (long long)(L * L * B * cfg.heads * cfg.blocks));
+    T_CHECK(pairs == want * B * cfg.heads * cfg.blocks,
+            "SingleForward scored %lld pairs, its structure has %lld", (long long)pairs,
+            (long long)(want * B * cfg.heads * cfg.blocks));
+    printf(
+        "SingleForward N=%d k=%d: %lld pairs = N(N+1)/2*(1+k) + N*k(k+1)/2 (dense would be %lld)\n",
+        N, K, (long long)pairs, (long long)(L * L * B * cfg.heads * cfg.blocks));
     float *single = malloc((size_t)(B * N * K * V) * sizeof(float));
     be->download(be, single, lg, (size_t)(B * N * K * V) * sizeof(float));
     double worst = 0;
@@ -121,7 +132,8 @@ int main(void) {
     int32_t x1[B * N * K];
     for (int r = 0; r < B * N * K; r++) {
         int best = 0;
-        for (int v = 1; v < V; v++) if (single[(int64_t)r * V + v] > single[(int64_t)r * V + best]) best = v;
+        for (int v = 1; v < V; v++)
+            if (single[(int64_t)r * V + v] > single[(int64_t)r * V + best]) best = v;
         x1[r] = best;
     }
     layout ld;
@@ -141,9 +153,11 @@ int main(void) {
     pairs = kernels_cpu_attn_pairs(be) - p0;
     want = 0;
     for (int t = 0; t < N; t++)
-        want += (int64_t)K * (t + 1) + K * (K + 1) / 2 + (int64_t)K * (t + 1) + K * K + K * (K + 1) / 2;
-    T_CHECK(pairs == want * B * cfg.heads * cfg.blocks, "DoubleForward scored %lld pairs, its structure has %lld",
-            (long long)pairs, (long long)(want * B * cfg.heads * cfg.blocks));
+        want +=
+            (int64_t)K * (t + 1) + K * (K + 1) / 2 + (int64_t)K * (t + 1) + K * K + K * (K + 1) / 2;
+    T_CHECK(pairs == want * B * cfg.heads * cfg.blocks,
+            "DoubleForward scored %lld pairs, its structure has %lld", (long long)pairs,
+            (long long)(want * B * cfg.heads * cfg.blocks));
     printf("DoubleForward N=%d k=%d: %lld pairs (F1 and F2 queries only; context reused)\n", N, K,
            (long long)pairs);
     float *dbl = malloc((size_t)(B * N * K * V) * sizeof(float));
@@ -151,7 +165,8 @@ int main(void) {
     worst = 0;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < N; t++) {
-            plain(m, wp, ctx + b * N, t, x1 + (b * N + t) * K, K, z2 + (b * N + t) * K, K, tau[b], ref);
+            plain(m, wp, ctx + b * N, t, x1 + (b * N + t) * K, K, z2 + (b * N + t) * K, K, tau[b],
+                  ref);
             worst = fmax(worst, maxdiff(ref, dbl + (int64_t)(b * N + t) * K * V, K * V));
         }
     printf("(b) DoubleForward vs sequential passes: max |diff| %.3g\n", worst);
@@ -166,7 +181,8 @@ int main(void) {
             same &= out[r * 2 * K + j] == x1[r * K + j];
             int best = 0;
             const float *row = dbl + ((int64_t)r * K + j) * V;
-            for (int v = 1; v < V; v++) if (row[v] > row[best]) best = v;
+            for (int v = 1; v < V; v++)
+                if (row[v] > row[best]) best = v;
             same &= out[r * 2 * K + K + j] == best;
         }
     T_CHECK(same, "sup_pflm_rounds disagrees with SingleForward/DoubleForward argmax");
@@ -181,8 +197,15 @@ int main(void) {
     model_free(m);
 
     /* (c) an AR model whose mask id (3) is an ordinary id of its vocabulary */
-    model_config ac = {.hidden = 16, .heads = 2, .blocks = 1, .vocab = V, .mask_id = 3, .seq_len = 16,
-                       .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config ac = {.hidden = 16,
+                       .heads = 2,
+                       .blocks = 1,
+                       .vocab = V,
+                       .mask_id = 3,
+                       .seq_len = 16,
+                       .kind = MODEL_AR,
+                       .head = HEAD_SHARED,
+                       .k_train = 1};
     m = model_create(be, &ac);
     randomize(m);
     model_ws *wa = model_ws_create(m);

@@ -35,7 +35,9 @@ static void perm_data(int32_t *tok, int64_t B, int64_t n, const uint64_t *keys) 
             int32_t p[SYM] = {0, 1, 2, 3};
             for (int i = SYM - 1; i > 0; i--) { /* Fisher-Yates */
                 int j = (int)rng_below(99, keys[b], (uint64_t)(s * 8 + i), (uint64_t)(i + 1));
-                int32_t t = p[i]; p[i] = p[j]; p[j] = t;
+                int32_t t = p[i];
+                p[i] = p[j];
+                p[j] = t;
             }
             tok[b * n + s] = SEP;
             for (int i = 0; i < SYM && s + 1 + i < n; i++) tok[b * n + s + 1 + i] = p[i];
@@ -48,11 +50,12 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static model *stage(kf_backend *be, model *teacher, const model_config *base, sup_kind kind, int64_t k,
-                    int64_t steps, float lr, const char *what, double floor) {
+static model *stage(kf_backend *be, model *teacher, const model_config *base, sup_kind kind,
+                    int64_t k, int64_t steps, float lr, const char *what, double floor) {
     /* floor >= 0: the stage's loss must come within 0.01 nats of it */
     kf_err err;
-    sup_config sc = {.kind = kind, .k = k, .tau_min = 1.0, .tau_max = 1.0, .seed = 42 + (uint64_t)k};
+    sup_config sc = {
+        .kind = kind, .k = k, .tau_min = 1.0, .tau_max = 1.0, .seed = 42 + (uint64_t)k};
     model_config mc = sup_student_config(&sc, base);
     model *m = model_create(be, &mc);
     model_init(m, 7);
@@ -61,7 +64,8 @@ static model *stage(kf_backend *be, model *teacher, const model_config *base, su
     KF_CHECK(sup != NULL, "%s", err.msg);
     double t0 = now();
     double loss = fit_run(m, sup, perm_data, BATCH, NTOK, steps, lr, (uint64_t)k << 32);
-    printf("%-22s %4lld steps: final loss %.4f (%.1fs)\n", what, (long long)steps, loss, now() - t0);
+    printf("%-22s %4lld steps: final loss %.4f (%.1fs)\n", what, (long long)steps, loss,
+           now() - t0);
     if (floor >= 0) {
         printf("%-22s entropy floor %.4f, excess %.4f\n", "", floor, loss - floor);
         T_CHECK(loss - floor < 0.01, "%s: excess loss %.4f is not near zero", what, loss - floor);
@@ -79,8 +83,15 @@ int main(void) {
     kf_backend *be = kernels_cpu_create();
     /* four blocks: position j of a window composes j-1 earlier token choices,
      * which two blocks approximate poorly */
-    model_config base = {.hidden = 32, .heads = 2, .blocks = 4, .vocab = V, .mask_id = -1,
-                         .seq_len = NTOK, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config base = {.hidden = 32,
+                         .heads = 2,
+                         .blocks = 4,
+                         .vocab = V,
+                         .mask_id = -1,
+                         .seq_len = NTOK,
+                         .kind = MODEL_AR,
+                         .head = HEAD_SHARED,
+                         .k_train = 1};
     /* per-token entropy of the AR targets x[1..NTOK): within a block log 4,
      * log 3, log 2, 0, then SEP (0) */
     double floor = (NTOK / BLK) * (log(4) + log(3) + log(2)) / (NTOK - 1);
@@ -147,9 +158,14 @@ int main(void) {
         int c = 0, ok = 1, seen = 0;
         for (int j = 3; j >= 0; j--) {
             int32_t t = out[d * 4 + j];
-            if (t >= SYM) ok = 0; else { c = c * SYM + t; seen |= 1 << t; }
+            if (t >= SYM) ok = 0;
+            else {
+                c = c * SYM + t;
+                seen |= 1 << t;
+            }
         }
-        if (ok) emp[c] += 1.0 / DRAWS; else other += 1.0 / DRAWS;
+        if (ok) emp[c] += 1.0 / DRAWS;
+        else other += 1.0 / DRAWS;
         valid += ok && seen == 15;
     }
     double tv = other;
@@ -160,17 +176,25 @@ int main(void) {
     for (int c = 0; c < NC; c++) serr += sqrt(2 / M_PI) * sqrt(joint[c] * (1 - joint[c]) / DRAWS);
     serr *= 0.5;
     printf("teacher: P(valid permutation block) = %.4f\n", mass);
-    printf("PFLM(4) blocks: %.2f%% valid permutations over %d draws\n", 100.0 * valid / DRAWS, DRAWS);
+    printf("PFLM(4) blocks: %.2f%% valid permutations over %d draws\n", 100.0 * valid / DRAWS,
+           DRAWS);
     printf("TV(PFLM(4) joint, teacher joint)      = %.4f (sampling error ~%.4f)\n", tv, serr);
     printf("TV(product of marginals, teacher joint) = %.4f\n", tv_marg);
     T_CHECK(serr < 0.02, "sampling error %.4f >= 0.02: draw more samples", serr);
     T_CHECK(tv <= 0.05, "PFLM(4) joint is %.4f from the teacher's (bound 0.05)", tv);
     T_CHECK(tv_marg >= 0.3, "the marginal product is only %.4f from the joint", tv_marg);
 
-    free(pre); free(out); free(keys); free(seqs); free(h);
+    free(pre);
+    free(out);
+    free(keys);
+    free(seqs);
+    free(h);
     layout_free(&l);
     model_ws_free(ws);
-    model_free(ar); model_free(k1); model_free(k2); model_free(k4);
+    model_free(ar);
+    model_free(k1);
+    model_free(k2);
+    model_free(k4);
     be->destroy(be);
     return T_DONE();
 }

@@ -47,7 +47,8 @@ static void ref_bin(const float *lg, double tau, int t, double *lo, double *hi, 
 
 static void randomize(model *m) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(rng_uniform01(8, 1, (uint64_t)i) - 0.5);
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(rng_uniform01(8, 1, (uint64_t)i) - 0.5);
     m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
     free(h);
 }
@@ -74,7 +75,8 @@ int main(void) {
             differ += fabs(idlo - rlo) > 1e-9;
         }
     }
-    printf("(a) sorted-CDF bins: max abs err %.3g against sort + cumsum; %d of %d bins differ from id order\n",
+    printf("(a) sorted-CDF bins: max abs err %.3g against sort + cumsum; %d of %d bins differ from "
+           "id order\n",
            err, differ, 20 * V);
     T_CHECK(err < 1e-12, "(a) bins: max abs err %.3g (want < 1e-12)", err);
     T_CHECK(argmax_at_zero, "(a) the most probable token's bin starts at 0");
@@ -82,15 +84,23 @@ int main(void) {
 
     /* (b) sup_build's noise for variants B (causal) and A (MTP) */
     kf_backend *be = kernels_cpu_create();
-    model_config c = {.hidden = 16, .heads = 2, .blocks = 1, .vocab = V, .mask_id = -1, .seq_len = N,
-                      .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config c = {.hidden = 16,
+                      .heads = 2,
+                      .blocks = 1,
+                      .vocab = V,
+                      .mask_id = -1,
+                      .seq_len = N,
+                      .kind = MODEL_AR,
+                      .head = HEAD_SHARED,
+                      .k_train = 1};
     model *ar = model_create(be, &c);
     randomize(ar);
     int32_t tok[B * N];
     uint64_t keys[B];
     for (int b = 0; b < B; b++) {
         keys[b] = (uint64_t)b + 10;
-        for (int t = 0; t < N; t++) tok[b * N + t] = (int32_t)rng_below(3, (uint64_t)b, (uint64_t)t, V);
+        for (int t = 0; t < N; t++)
+            tok[b * N + t] = (int32_t)rng_below(3, (uint64_t)b, (uint64_t)t, V);
     }
     /* the teacher's logits for rows 0..N-2 of each sample */
     model_ws *ws = model_ws_create(ar);
@@ -123,12 +133,15 @@ int main(void) {
                     inside_id += z >= idlo - 1e-12 && z <= idlo + (rhi - rlo) + 1e-12;
                     total++;
                 }
-        printf("(b) %s: %lld of %lld noise values in their sorted-CDF bin, %lld in the id-order one\n",
-               ki == 0 ? "variant B (causal)" : "variant A (MTP)", (long long)inside, (long long)total,
-               (long long)inside_id);
-        T_CHECK(inside == total, "(b) kind %d: %lld of %lld noise values in the sorted bins (want all)", ki,
+        printf(
+            "(b) %s: %lld of %lld noise values in their sorted-CDF bin, %lld in the id-order one\n",
+            ki == 0 ? "variant B (causal)" : "variant A (MTP)", (long long)inside, (long long)total,
+            (long long)inside_id);
+        T_CHECK(inside == total,
+                "(b) kind %d: %lld of %lld noise values in the sorted bins (want all)", ki,
                 (long long)inside, (long long)total);
-        T_CHECK(inside_id < total, "(b) kind %d: precondition: id-order bins differ (%lld of %lld inside)", ki,
+        T_CHECK(inside_id < total,
+                "(b) kind %d: precondition: id-order bins differ (%lld of %lld inside)", ki,
                 (long long)inside_id, (long long)total);
         sup_free(s);
     }

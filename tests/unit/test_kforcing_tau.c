@@ -55,8 +55,15 @@ int main(void) {
     omp_set_num_threads(1);
     openblas_set_num_threads(1);
     kf_backend *be = kernels_cpu_create();
-    model_config base = {.hidden = 32, .heads = 2, .blocks = 2, .vocab = V, .mask_id = V - 1,
-                         .seq_len = NTOK, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config base = {.hidden = 32,
+                         .heads = 2,
+                         .blocks = 2,
+                         .vocab = V,
+                         .mask_id = V - 1,
+                         .seq_len = NTOK,
+                         .kind = MODEL_AR,
+                         .head = HEAD_SHARED,
+                         .k_train = 1};
     kf_err err;
     sup_config sa = {.kind = SUP_AR, .k = 1, .tau_min = 1, .tau_max = 1, .seed = 1};
     model *ar = model_create(be, &base);
@@ -76,7 +83,8 @@ int main(void) {
     int pf_lo = distinct(pf, 0.01), pf_hi = distinct(pf, 1.0);
     printf("AR teacher loss %.3f, PFLM(1) distillation loss %.3f\n", l0, l1);
     printf("distinct next tokens over %d draws: AR tau=0.01 -> %d, tau=1 -> %d; "
-           "PFLM(1) tau=0.01 -> %d, tau=1 -> %d\n", DRAWS, ar_lo, ar_hi, pf_lo, pf_hi);
+           "PFLM(1) tau=0.01 -> %d, tau=1 -> %d\n",
+           DRAWS, ar_lo, ar_hi, pf_lo, pf_hi);
     T_CHECK(ar_lo == 1, "AR at tau=0.01 gave %d distinct tokens", ar_lo);
     T_CHECK(pf_lo <= 2, "PFLM at tau=0.01 gave %d distinct tokens (want nearly identical)", pf_lo);
     T_CHECK(pf_hi >= 3, "PFLM at tau=1 gave only %d distinct tokens (want diverse)", pf_hi);

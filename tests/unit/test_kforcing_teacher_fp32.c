@@ -20,7 +20,8 @@ enum { V = 512, B = 16, N = 65 };
  * would then be uniform and their CDF exact in any precision. */
 static void randomize(model *m, float a) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)((2 * rng_uniform01(3, 0, (uint64_t)i) - 1) * a);
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)((2 * rng_uniform01(3, 0, (uint64_t)i) - 1) * a);
     m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
     free(h);
 }
@@ -30,7 +31,8 @@ static void targets_at(sup_ctx *s, kf_backend *be, kf_precision p, const int32_t
     be->set_precision(be, p);
     sup_batch sb;
     sup_build(s, &sb, tok, B, N, NULL, keys);
-    T_CHECK(be->precision == p, "sup_build leaves the backend in the caller's precision: got %d want %d",
+    T_CHECK(be->precision == p,
+            "sup_build leaves the backend in the caller's precision: got %d want %d",
             (int)be->precision, (int)p);
     memcpy(out, sb.targets, (size_t)sb.rows * sizeof(int32_t));
     *rows = sb.rows;
@@ -38,22 +40,31 @@ static void targets_at(sup_ctx *s, kf_backend *be, kf_precision p, const int32_t
 
 int main(void) {
     kf_backend *be = kernels_cpu_create();
-    model_config c = {.hidden = 64, .heads = 2, .blocks = 2, .vocab = V, .mask_id = -1,
-                      .seq_len = N, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config c = {.hidden = 64,
+                      .heads = 2,
+                      .blocks = 2,
+                      .vocab = V,
+                      .mask_id = -1,
+                      .seq_len = N,
+                      .kind = MODEL_AR,
+                      .head = HEAD_SHARED,
+                      .k_train = 1};
     model *ar = model_create(be, &c);
     randomize(ar, 0.5f);
     int32_t tok[B * N];
     uint64_t keys[B];
     for (int b = 0; b < B; b++) {
         keys[b] = (uint64_t)b;
-        for (int t = 0; t < N; t++) tok[b * N + t] = (int32_t)rng_below(9, (uint64_t)b, (uint64_t)t, V);
+        for (int t = 0; t < N; t++)
+            tok[b * N + t] = (int32_t)rng_below(9, (uint64_t)b, (uint64_t)t, V);
     }
 
     /* precondition: a teacher pass in fp16 moves some targets */
     int64_t n = N - 1, rows = B * n;
     double *z = malloc((size_t)rows * sizeof(double)), tau[B];
     int32_t *ctx = malloc((size_t)rows * sizeof(int32_t));
-    int32_t *t32 = malloc((size_t)rows * sizeof(int32_t)), *t16 = malloc((size_t)rows * sizeof(int32_t));
+    int32_t *t32 = malloc((size_t)rows * sizeof(int32_t)),
+            *t16 = malloc((size_t)rows * sizeof(int32_t));
     for (int b = 0; b < B; b++) {
         tau[b] = 1.0;
         memcpy(ctx + b * n, tok + b * N, (size_t)n * sizeof(int32_t));
@@ -68,7 +79,8 @@ int main(void) {
     for (int64_t r = 0; r < rows; r++) moved += t32[r] != t16[r];
     printf("an fp16 teacher pass changes %lld of %lld targets (%.2f%%)\n", (long long)moved,
            (long long)rows, 100.0 * (double)moved / (double)rows);
-    T_CHECK(moved > 0, "precondition: fp16 teacher targets differ from fp32 ones in %lld rows (want > 0)",
+    T_CHECK(moved > 0,
+            "precondition: fp16 teacher targets differ from fp32 ones in %lld rows (want > 0)",
             (long long)moved);
 
     /* the fix: sup_build in the fp16 phase gives the fp32 targets */
@@ -78,11 +90,14 @@ int main(void) {
     int64_t r32 = 0, r16 = 0;
     targets_at(s, be, KF_PREC_FP32, tok, keys, t32, &r32);
     targets_at(s, be, KF_PREC_FP16, tok, keys, t16, &r16);
-    T_EQ_INT(r32, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16, (long long)rows);
-    T_EQ_INT(r16, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16, (long long)rows);
+    T_EQ_INT(r32, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16,
+             (long long)rows);
+    T_EQ_INT(r16, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16,
+             (long long)rows);
     int64_t diff = 0;
     for (int64_t r = 0; r < rows; r++) diff += t32[r] != t16[r];
-    T_CHECK(diff == 0, "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",
+    T_CHECK(diff == 0,
+            "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",
             (long long)diff, (long long)rows);
 
     sup_free(s);

@@ -48,7 +48,8 @@ static void batch(const layout *l, int64_t B, int32_t V, int32_t *ids, double *z
         z[i] = rng_uniform01(21, 2, (uint64_t)i);
     }
     for (int64_t b = 0; b < B; b++) tau[b] = 0.5 + 0.25 * (double)b;
-    for (int64_t r = 0; r < rows; r++) tg[r] = (int32_t)rng_below(21, 3, (uint64_t)r, (uint64_t)V - 1);
+    for (int64_t r = 0; r < rows; r++)
+        tg[r] = (int32_t)rng_below(21, 3, (uint64_t)r, (uint64_t)V - 1);
 }
 
 static void run_case(kf_backend *be, const model_config *cfg, const layout *l, const char *tag) {
@@ -60,8 +61,10 @@ static void run_case(kf_backend *be, const model_config *cfg, const layout *l, c
     int32_t *ids = malloc(sizeof(int32_t) * B * l->L), *tg = malloc(sizeof(int32_t) * rows);
     double *z = malloc(sizeof(double) * B * l->L), tau[B];
     batch(l, B, (int32_t)V, ids, z, tau, tg, rows);
-    sup_batch sb = {.lay = l, .in = {.lay = l, .B = B, .ids = ids, .z = z, .tau = tau},
-                    .targets = tg, .rows = rows};
+    sup_batch sb = {.lay = l,
+                    .in = {.lay = l, .B = B, .ids = ids, .z = z, .tau = tau},
+                    .targets = tg,
+                    .rows = rows};
     fit_state st;
     fit_init(&st, m);
     float losses[10];
@@ -96,7 +99,9 @@ static void run_case(kf_backend *be, const model_config *cfg, const layout *l, c
     fit_free(&st, m);
     model_ws_free(ws);
     model_free(m);
-    free(ids); free(tg); free(z);
+    free(ids);
+    free(tg);
+    free(z);
 }
 
 static int record(void) {
@@ -128,8 +133,10 @@ static void compare(void) {
         char name[32];
         int64_t cnt;
         if (fread(name, 1, 32, f) != 32 || fread(&cnt, sizeof cnt, 1, f) != 1) break;
-        T_EQ_STR(name, recs[i].name, "record %d: %s/%lld vs %s/%lld", i, name, (long long)cnt, recs[i].name, (long long)recs[i].n);
-        T_EQ_INT(cnt, recs[i].n, "record %d: %s/%lld vs %s/%lld", i, name, (long long)cnt, recs[i].name, (long long)recs[i].n);
+        T_EQ_STR(name, recs[i].name, "record %d: %s/%lld vs %s/%lld", i, name, (long long)cnt,
+                 recs[i].name, (long long)recs[i].n);
+        T_EQ_INT(cnt, recs[i].n, "record %d: %s/%lld vs %s/%lld", i, name, (long long)cnt,
+                 recs[i].name, (long long)recs[i].n);
         if (cnt != recs[i].n) break;
         float *g = malloc(sizeof(float) * (size_t)cnt);
         if (fread(g, sizeof(float), (size_t)cnt, f) != (size_t)cnt) break;
@@ -144,7 +151,8 @@ static void compare(void) {
         double rel = d / fmax(1e-3, mx);
         if (strstr(name, ".g")) worst_g = fmax(worst_g, rel);
         else printf("golden %-14s max |diff| %.3g (relative %.3g)\n", name, d, rel);
-        T_CHECK(rel <= tol, "golden %s: max |diff| %.3g relative to %.3g exceeds %g", name, d, mx, tol);
+        T_CHECK(rel <= tol, "golden %s: max |diff| %.3g relative to %.3g exceeds %g", name, d, mx,
+                tol);
         free(g);
     }
     printf("golden gradients: worst relative difference %.3g\n", worst_g);
@@ -153,8 +161,15 @@ static void compare(void) {
 
 /* save -> load -> continue equals uninterrupted training, bitwise. */
 static void resume_bitwise(kf_backend *be) {
-    model_config cfg = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = 11, .mask_id = 10,
-                        .seq_len = 16, .kind = MODEL_PFLM, .head = HEAD_SHARED, .k_train = 2};
+    model_config cfg = {.hidden = 16,
+                        .heads = 2,
+                        .blocks = 2,
+                        .vocab = 11,
+                        .mask_id = 10,
+                        .seq_len = 16,
+                        .kind = MODEL_PFLM,
+                        .head = HEAD_SHARED,
+                        .k_train = 2};
     layout l;
     layout_single(&l, 6, 2);
     enum { B = 2 };
@@ -162,8 +177,10 @@ static void resume_bitwise(kf_backend *be) {
     int32_t ids[B * 32], tg[B * 32];
     double z[B * 32], tau[B];
     batch(&l, B, 11, ids, z, tau, tg, rows);
-    sup_batch sb = {.lay = &l, .in = {.lay = &l, .B = B, .ids = ids, .z = z, .tau = tau},
-                    .targets = tg, .rows = rows};
+    sup_batch sb = {.lay = &l,
+                    .in = {.lay = &l, .B = B, .ids = ids, .z = z, .tau = tau},
+                    .targets = tg,
+                    .rows = rows};
     size_t bytes = 0;
     float *ref = NULL, *got = NULL;
     char dir[] = "/tmp/kf-golden-XXXXXX";
@@ -207,9 +224,14 @@ static void resume_bitwise(kf_backend *be) {
         model_free(m);
     }
     T_CHECK(memcmp(ref, got, bytes) == 0, "save -> load -> continue differs from uninterrupted");
-    printf("save -> load -> continue: %s\n", memcmp(ref, got, bytes) == 0 ? "bitwise identical" : "DIFFERENT");
-    unlink(pw); unlink(pm); unlink(pv); rmdir(dir);
-    free(ref); free(got);
+    printf("save -> load -> continue: %s\n",
+           memcmp(ref, got, bytes) == 0 ? "bitwise identical" : "DIFFERENT");
+    unlink(pw);
+    unlink(pm);
+    unlink(pv);
+    rmdir(dir);
+    free(ref);
+    free(got);
     layout_free(&l);
 }
 
@@ -218,8 +240,15 @@ int main(void) {
      * (results do not depend on the thread count) */
     omp_set_num_threads(1);
     kf_backend *be = kernels_cpu_create();
-    model_config ar = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = 11, .mask_id = 10,
-                       .seq_len = 16, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config ar = {.hidden = 16,
+                       .heads = 2,
+                       .blocks = 2,
+                       .vocab = 11,
+                       .mask_id = 10,
+                       .seq_len = 16,
+                       .kind = MODEL_AR,
+                       .head = HEAD_SHARED,
+                       .k_train = 1};
     layout l;
     layout_ar(&l, 8);
     run_case(be, &ar, &l, "ar");

@@ -44,7 +44,8 @@ static double check(kf_backend *be, const model_config *cfg, const layout *lay, 
     int64_t B = 2, L = lay->L, zd = cfg->head == HEAD_MTP ? cfg->k_train : 1;
     int32_t *ids = calloc((size_t)(B * L), sizeof(int32_t));
     double *z = calloc((size_t)(B * L * zd), sizeof(double)), tau[2] = {0.7, 0.3};
-    for (int64_t i = 0; i < B * L; i++) ids[i] = (int32_t)rng_below(5, 1, (uint64_t)i, (uint64_t)cfg->vocab - 1);
+    for (int64_t i = 0; i < B * L; i++)
+        ids[i] = (int32_t)rng_below(5, 1, (uint64_t)i, (uint64_t)cfg->vocab - 1);
     for (int64_t i = 0; i < B * L * zd; i++) z[i] = rng_uniform01(5, 2, (uint64_t)i);
     model_input in = {.lay = lay, .B = B, .ids = ids, .z = z, .tau = tau};
     model_ws *ws = model_ws_create(m);
@@ -64,7 +65,8 @@ static double check(kf_backend *be, const model_config *cfg, const layout *lay, 
     for (int t = 0; t < m->n_tensors; t++) {
         const model_tensor *mt = &m->tensors[t];
         for (int s = 0; s < 8; s++) {
-            int64_t e = mt->offset + (int64_t)rng_below(9, (uint64_t)t, (uint64_t)s, (uint64_t)mt->numel);
+            int64_t e =
+                mt->offset + (int64_t)rng_below(9, (uint64_t)t, (uint64_t)s, (uint64_t)mt->numel);
             float orig = p[e];
             double eps = 1e-2 * fmax(1.0, fabs(orig));
             float v;
@@ -84,7 +86,11 @@ static double check(kf_backend *be, const model_config *cfg, const layout *lay, 
         }
     }
     printf("%s: max relative error %.3g (%s)\n", what, worst, worst_name);
-    free(g); free(p); free(tg); free(ids); free(z);
+    free(g);
+    free(p);
+    free(tg);
+    free(ids);
+    free(z);
     model_ws_free(ws);
     model_free(m);
     return worst;
@@ -120,10 +126,12 @@ static void check_weights(kf_backend *be, const model_config *cfg) {
     model *m = model_create(be, cfg);
     randomize(m, 12);
     int64_t B = 2, L = lay.L, rows = B * lay.n_out;
-    int32_t *ids = calloc((size_t)(B * L), sizeof(int32_t)), *tg = malloc((size_t)rows * sizeof(int32_t)),
+    int32_t *ids = calloc((size_t)(B * L), sizeof(int32_t)),
+            *tg = malloc((size_t)rows * sizeof(int32_t)),
             *tg_half = malloc((size_t)rows * sizeof(int32_t));
     double *z = calloc((size_t)(B * L), sizeof(double)), tau[2] = {0.7, 0.3};
-    for (int64_t i = 0; i < B * L; i++) ids[i] = (int32_t)rng_below(6, 1, (uint64_t)i, (uint64_t)cfg->vocab - 1);
+    for (int64_t i = 0; i < B * L; i++)
+        ids[i] = (int32_t)rng_below(6, 1, (uint64_t)i, (uint64_t)cfg->vocab - 1);
     for (int64_t i = 0; i < B * L; i++) z[i] = rng_uniform01(6, 2, (uint64_t)i);
     for (int64_t r = 0; r < rows; r++) {
         tg[r] = (int32_t)rng_below(6, 3, (uint64_t)r, (uint64_t)cfg->vocab - 1);
@@ -144,7 +152,12 @@ static void check_weights(kf_backend *be, const model_config *cfg) {
     T_CHECK(max_rel(g, gw, 2, m->n_params) < 1e-5,
             "weight 2 on both positions: max relative difference from 2x the gradients %.3g",
             max_rel(g, gw, 2, m->n_params));
-    free(g); free(gw); free(ids); free(tg); free(tg_half); free(z);
+    free(g);
+    free(gw);
+    free(ids);
+    free(tg);
+    free(tg_half);
+    free(z);
     model_ws_free(ws);
     model_free(m);
     layout_free(&lay);
@@ -155,8 +168,15 @@ int main(void) {
      * (results do not depend on the thread count) */
     omp_set_num_threads(1);
     kf_backend *be = kernels_cpu_create();
-    model_config ar = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = 11, .mask_id = 10,
-                       .seq_len = 8, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config ar = {.hidden = 16,
+                       .heads = 2,
+                       .blocks = 2,
+                       .vocab = 11,
+                       .mask_id = 10,
+                       .seq_len = 8,
+                       .kind = MODEL_AR,
+                       .head = HEAD_SHARED,
+                       .k_train = 1};
     layout l;
     layout_ar(&l, 7);
     T_CHECK(check(be, &ar, &l, "AR") < 0.05, "AR gradient");

@@ -26,8 +26,15 @@
 static char dir[] = "/tmp/kf_model_options_XXXXXX";
 
 static model_config base(void) {
-    model_config c = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = 13, .mask_id = -1,
-                      .seq_len = 8, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config c = {.hidden = 16,
+                      .heads = 2,
+                      .blocks = 2,
+                      .vocab = 13,
+                      .mask_id = -1,
+                      .seq_len = 8,
+                      .kind = MODEL_AR,
+                      .head = HEAD_SHARED,
+                      .k_train = 1};
     return c;
 }
 
@@ -41,7 +48,8 @@ static model_config gpt2(void) {
 
 static void randomize(model *m, uint64_t seed) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(rng_uniform01(seed, 1, (uint64_t)i) - 0.5);
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(rng_uniform01(seed, 1, (uint64_t)i) - 0.5);
     m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
     free(h);
 }
@@ -101,10 +109,12 @@ int main(void) {
             "a tied MTP head accepted (%s)", err.msg);
     c = gpt2();
     c.norm_bias = 2;
-    T_CHECK(model_config_check(&c, &err) != 0 && strstr(err.msg, "0 or 1"), "norm_bias 2 accepted (%s)", err.msg);
+    T_CHECK(model_config_check(&c, &err) != 0 && strstr(err.msg, "0 or 1"),
+            "norm_bias 2 accepted (%s)", err.msg);
     c = gpt2();
     c.heads = 16; /* head dim 1: odd, fine without RoPE */
-    T_CHECK(model_config_check(&c, &err) == 0, "an odd head dim refused with learned positions: %s", err.msg);
+    T_CHECK(model_config_check(&c, &err) == 0, "an odd head dim refused with learned positions: %s",
+            err.msg);
     c = gpt2();
     T_CHECK(model_config_check(&c, &err) == 0, "the GPT-2 options refused: %s", err.msg);
 
@@ -112,13 +122,16 @@ int main(void) {
     c = gpt2();
     model *g = model_create(be, &c);
     const model_tensor *t = model_find(g, "pos_embed.embedding");
-    T_CHECK(t && t->ndim == 2 && t->shape[0] == 8 && t->shape[1] == 16, "pos_embed.embedding [8, 16]");
+    T_CHECK(t && t->ndim == 2 && t->shape[0] == 8 && t->shape[1] == 16,
+            "pos_embed.embedding [8, 16]");
     t = model_find(g, "blocks.1.attn_qkv.bias");
     T_CHECK(t && t->ndim == 1 && t->shape[0] == 48, "blocks.1.attn_qkv.bias [48]");
     T_CHECK(model_find(g, "blocks.0.attn_out.bias") && model_find(g, "blocks.0.norm1.bias") &&
-                model_find(g, "blocks.1.norm2.bias") && model_find(g, "output_layer.norm_final.bias"),
+                model_find(g, "blocks.1.norm2.bias") &&
+                model_find(g, "output_layer.norm_final.bias"),
             "the bias tensors exist");
-    T_CHECK(!model_find(g, "output_layer.linear.weight") && !model_find(g, "output_layer.linear.bias"),
+    T_CHECK(!model_find(g, "output_layer.linear.weight") &&
+                !model_find(g, "output_layer.linear.bias"),
             "a tied head has no output_layer.linear tensors");
     T_CHECK(g->n_tensors == 28, "GPT-2 options: %d tensors, want 28", g->n_tensors);
     c = base();
@@ -132,16 +145,19 @@ int main(void) {
     snprintf(path, sizeof path, "%s/g.safetensors", dir);
     T_CHECK(model_save(g, path, NULL, &err) == 0, "save: %s", err.msg);
     model_config rc;
-    T_CHECK(model_read_config(path, &rc, &err) == 0 && memcmp(&rc, &g->cfg, sizeof rc) == 0,
-            "the config read back differs (pos %d n_positions %lld tied %d norm_bias %d attn_bias %d)",
-            (int)rc.pos, (long long)rc.n_positions, rc.tied_head, rc.norm_bias, rc.attn_bias);
+    T_CHECK(
+        model_read_config(path, &rc, &err) == 0 && memcmp(&rc, &g->cfg, sizeof rc) == 0,
+        "the config read back differs (pos %d n_positions %lld tied %d norm_bias %d attn_bias %d)",
+        (int)rc.pos, (long long)rc.n_positions, rc.tied_head, rc.norm_bias, rc.attn_bias);
     model *g2 = model_load(be, path, &err);
     T_CHECK(g2 != NULL, "load: %s", err.msg);
     if (g2) {
-        float *a = malloc((size_t)g->n_params * sizeof(float)), *b = malloc((size_t)g->n_params * sizeof(float));
+        float *a = malloc((size_t)g->n_params * sizeof(float)),
+              *b = malloc((size_t)g->n_params * sizeof(float));
         be->download(be, a, g->params, (size_t)g->n_params * sizeof(float));
         be->download(be, b, g2->params, (size_t)g->n_params * sizeof(float));
-        T_CHECK(g2->n_params == g->n_params && memcmp(a, b, (size_t)g->n_params * sizeof(float)) == 0,
+        T_CHECK(g2->n_params == g->n_params &&
+                    memcmp(a, b, (size_t)g->n_params * sizeof(float)) == 0,
                 "the parameters read back differ");
         free(a);
         free(b);
@@ -149,16 +165,19 @@ int main(void) {
     }
 
     /* version 1: no kf.version, no option keys */
-    const char *v1[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
-                        "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
-                        "kf.head", "shared", "format", "pt", NULL};
+    const char *v1[] = {"kf.hidden",  "16", "kf.heads",   "2",  "kf.blocks",  "2",
+                        "kf.vocab",   "13", "kf.mask_id", "-1", "kf.seq_len", "8",
+                        "kf.k_train", "1",  "kf.kind",    "ar", "kf.head",    "shared",
+                        "format",     "pt", NULL};
     randomize(r, 4);
     snprintf(path, sizeof path, "%s/v1.safetensors", dir);
     write_raw(r, path, v1);
     model *r2 = model_load(be, path, &err);
     model_config want = base();
-    T_CHECK(r2 && memcmp(&r2->cfg, &want, sizeof want) == 0, "a version-1 checkpoint does not load as the "
-            "default architecture: %s", r2 ? "config differs" : err.msg);
+    T_CHECK(r2 && memcmp(&r2->cfg, &want, sizeof want) == 0,
+            "a version-1 checkpoint does not load as the "
+            "default architecture: %s",
+            r2 ? "config differs" : err.msg);
     model_free(r2);
     snprintf(path, sizeof path, "%s/v1g.safetensors", dir);
     write_raw(g, path, v1);
@@ -166,33 +185,89 @@ int main(void) {
             "version-1 metadata over GPT-2 tensors accepted (%s)", err.msg);
 
     /* refused: unknown version, bad option value, options the tensors do not have */
-    const char *v3[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
-                        "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
-                        "kf.head", "shared", "kf.version", "3", NULL};
+    const char *v3[] = {"kf.hidden",  "16", "kf.heads",   "2",  "kf.blocks",  "2",
+                        "kf.vocab",   "13", "kf.mask_id", "-1", "kf.seq_len", "8",
+                        "kf.k_train", "1",  "kf.kind",    "ar", "kf.head",    "shared",
+                        "kf.version", "3",  NULL};
     snprintf(path, sizeof path, "%s/v3.safetensors", dir);
     write_raw(r, path, v3);
-    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "kf.version"), "version 3 accepted (%s)", err.msg);
-    const char *badpos[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
-                            "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
-                            "kf.head", "shared", "kf.version", "2", "kf.pos", "alibi",
-                            "kf.n_positions", "0", "kf.tied_head", "0", "kf.norm_bias", "0",
-                            "kf.attn_bias", "0", NULL};
+    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "kf.version"), "version 3 accepted (%s)",
+            err.msg);
+    const char *badpos[] = {"kf.hidden",
+                            "16",
+                            "kf.heads",
+                            "2",
+                            "kf.blocks",
+                            "2",
+                            "kf.vocab",
+                            "13",
+                            "kf.mask_id",
+                            "-1",
+                            "kf.seq_len",
+                            "8",
+                            "kf.k_train",
+                            "1",
+                            "kf.kind",
+                            "ar",
+                            "kf.head",
+                            "shared",
+                            "kf.version",
+                            "2",
+                            "kf.pos",
+                            "alibi",
+                            "kf.n_positions",
+                            "0",
+                            "kf.tied_head",
+                            "0",
+                            "kf.norm_bias",
+                            "0",
+                            "kf.attn_bias",
+                            "0",
+                            NULL};
     snprintf(path, sizeof path, "%s/badpos.safetensors", dir);
     write_raw(r, path, badpos);
-    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "kf.pos"), "kf.pos alibi accepted (%s)", err.msg);
-    const char *nokey[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
-                           "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
-                           "kf.head", "shared", "kf.version", "2", "kf.pos", "rope",
-                           "kf.n_positions", "0", "kf.tied_head", "0", "kf.norm_bias", "0", NULL};
+    T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "kf.pos"), "kf.pos alibi accepted (%s)",
+            err.msg);
+    const char *nokey[] = {
+        "kf.hidden",    "16",     "kf.heads",     "2", "kf.blocks",  "2",    "kf.vocab",       "13",
+        "kf.mask_id",   "-1",     "kf.seq_len",   "8", "kf.k_train", "1",    "kf.kind",        "ar",
+        "kf.head",      "shared", "kf.version",   "2", "kf.pos",     "rope", "kf.n_positions", "0",
+        "kf.tied_head", "0",      "kf.norm_bias", "0", NULL};
     snprintf(path, sizeof path, "%s/nokey.safetensors", dir);
     write_raw(r, path, nokey);
     T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "kf.attn_bias"),
             "version 2 without kf.attn_bias accepted (%s)", err.msg);
-    const char *claims[] = {"kf.hidden", "16", "kf.heads", "2", "kf.blocks", "2", "kf.vocab", "13",
-                            "kf.mask_id", "-1", "kf.seq_len", "8", "kf.k_train", "1", "kf.kind", "ar",
-                            "kf.head", "shared", "kf.version", "2", "kf.pos", "rope",
-                            "kf.n_positions", "0", "kf.tied_head", "0", "kf.norm_bias", "1",
-                            "kf.attn_bias", "0", NULL};
+    const char *claims[] = {"kf.hidden",
+                            "16",
+                            "kf.heads",
+                            "2",
+                            "kf.blocks",
+                            "2",
+                            "kf.vocab",
+                            "13",
+                            "kf.mask_id",
+                            "-1",
+                            "kf.seq_len",
+                            "8",
+                            "kf.k_train",
+                            "1",
+                            "kf.kind",
+                            "ar",
+                            "kf.head",
+                            "shared",
+                            "kf.version",
+                            "2",
+                            "kf.pos",
+                            "rope",
+                            "kf.n_positions",
+                            "0",
+                            "kf.tied_head",
+                            "0",
+                            "kf.norm_bias",
+                            "1",
+                            "kf.attn_bias",
+                            "0",
+                            NULL};
     snprintf(path, sizeof path, "%s/claims.safetensors", dir);
     write_raw(r, path, claims);
     T_CHECK(!model_load(be, path, &err) && strstr(err.msg, "tensors"),
@@ -204,7 +279,8 @@ int main(void) {
     double diff = 0;
     for (int64_t i = 0; i < 4 * 13; i++) diff = fmax(diff, fabs((double)a0[i] - a4[i]));
     printf("logits at positions 0..3 vs 4..7: max |diff| %.3g\n", diff);
-    T_CHECK(diff > 1e-3, "moving the tokens to other positions changed the logits by only %.3g", diff);
+    T_CHECK(diff > 1e-3, "moving the tokens to other positions changed the logits by only %.3g",
+            diff);
     free(a0);
     free(a4);
 

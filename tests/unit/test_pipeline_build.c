@@ -30,7 +30,8 @@ static int ndocs_nonempty;
 /* Lines of varied length with non-ASCII text, two invalid UTF-8 sequences
  * (lines 7 and 123) and empty lines (every 50th). */
 static void write_corpus(const char *path) {
-    static const char *words[] = {"alpha", "beta", "gamma", "naïve", "café", "日本語", "emoji😀", "x", "-", "1999"};
+    static const char *words[] = {"alpha",  "beta",   "gamma", "naïve", "café",
+                                  "日本語", "emoji😀", "x",     "-",     "1999"};
     FILE *f = fopen(path, "wb");
     for (int i = 0; i < NDOCS; i++) {
         if (i % 50 == 49) {
@@ -40,7 +41,8 @@ static void write_corpus(const char *path) {
         }
         char buf[2048];
         int n = snprintf(buf, sizeof buf, "doc %d:", i);
-        for (int w = 0; w < (i * 7) % 41 + 1; w++) n += snprintf(buf + n, sizeof buf - n, " %s", words[(i + w * 3) % 10]);
+        for (int w = 0; w < (i * 7) % 41 + 1; w++)
+            n += snprintf(buf + n, sizeof buf - n, " %s", words[(i + w * 3) % 10]);
         if (i == 7) n += snprintf(buf + n, sizeof buf - n, " bad\xff byte");
         if (i == 123) n += snprintf(buf + n, sizeof buf - n, " cut\xe2\x82x");
         docs[i] = strdup(buf);
@@ -52,7 +54,8 @@ static void write_corpus(const char *path) {
 
 static build_input corpus_input;
 
-static build_config make_config(const char *out, const char *packing, int seq_len, int per_shard, int valid_last) {
+static build_config make_config(const char *out, const char *packing, int seq_len, int per_shard,
+                                int valid_last) {
     build_config c = {0};
     c.name = "test";
     c.out = out;
@@ -85,7 +88,8 @@ static void test_pad(tok *t) {
     char out1[128], out3[128];
     snprintf(out1, sizeof out1, "%s/pad1", tmp);
     snprintf(out3, sizeof out3, "%s/pad3", tmp);
-    build_config c1 = make_config(out1, "pad", 48, 37, 40), c3 = make_config(out3, "pad", 48, 37, 40);
+    build_config c1 = make_config(out1, "pad", 48, 37, 40),
+                 c3 = make_config(out3, "pad", 48, 37, 40);
     kf_err err;
     build_result r;
     T_CHECK(shards_build(&c1, 1, 0, NULL, &r, &err) == 0, "pad build jobs=1: %s", err.msg);
@@ -102,9 +106,12 @@ static void test_pad(tok *t) {
         }
     }
     /* a rebuild reuses every shard and writes the same bytes */
-    T_EQ_INT(shards_build(&c1, 2, 0, NULL, &r, &err), 0, "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built, (long long)r.shards_reused, err.msg);
-    T_EQ_INT(r.shards_built, 0, "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built, (long long)r.shards_reused, err.msg);
-    T_CHECK(r.shards_reused > 0, "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built, (long long)r.shards_reused, err.msg);
+    T_EQ_INT(shards_build(&c1, 2, 0, NULL, &r, &err), 0, "rebuild: built %lld reused %lld (%s)",
+             (long long)r.shards_built, (long long)r.shards_reused, err.msg);
+    T_EQ_INT(r.shards_built, 0, "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built,
+             (long long)r.shards_reused, err.msg);
+    T_CHECK(r.shards_reused > 0, "rebuild: built %lld reused %lld (%s)", (long long)r.shards_built,
+            (long long)r.shards_reused, err.msg);
     char *m1b = slurp(p1);
     T_CHECK(m1, "rebuild changed the manifest");
     if (m1) {
@@ -142,26 +149,33 @@ static void test_pad(tok *t) {
             size_t n = want.n > 46 ? 46 : want.n;
             truncated += want.n > 46;
             tokens += (int64_t)n + 2;
-            int ok = shard_set_get(set, i, ids, &len, &err) == 0 && len == (int32_t)n + 2 && ids[0] == EOT &&
-                     !memcmp(ids + 1, want.v, n * sizeof *ids) && ids[n + 1] == EOT;
+            int ok = shard_set_get(set, i, ids, &len, &err) == 0 && len == (int32_t)n + 2 &&
+                     ids[0] == EOT && !memcmp(ids + 1, want.v, n * sizeof *ids) &&
+                     ids[n + 1] == EOT;
             for (int j = (int)n + 2; ok && j < 48; j++) ok = ids[j] == EOT;
-            if (!ok && ok_all) fprintf(stderr, "pad %s sample %lld differs from doc %d\n", split, (long long)i, seen);
+            if (!ok && ok_all)
+                fprintf(stderr, "pad %s sample %lld differs from doc %d\n", split, (long long)i,
+                        seen);
             ok_all &= ok;
             tok_ids_free(&want);
         }
         int32_t dummy[48];
-        T_CHECK(shard_set_get(set, shard_set_count(set), dummy, NULL, &err) != 0, "index past the end must fail");
+        T_CHECK(shard_set_get(set, shard_set_count(set), dummy, NULL, &err) != 0,
+                "index past the end must fail");
         T_CHECK(strstr(err.msg, "out of range"), "index past the end must fail");
         shard_set_close(set);
     }
     T_CHECK(ok_all, "every document exactly once, in order (%d of %d)", seen, ndocs_nonempty);
-    T_EQ_INT(seen, ndocs_nonempty, "every document exactly once, in order (%d of %d)", seen, ndocs_nonempty);
+    T_EQ_INT(seen, ndocs_nonempty, "every document exactly once, in order (%d of %d)", seen,
+             ndocs_nonempty);
     T_CHECK(m.train.empty_docs + m.valid.empty_docs == empties, "empty lines %lld, want %lld",
             (long long)(m.train.empty_docs + m.valid.empty_docs), (long long)empties);
     T_CHECK(m.train.replaced + m.valid.replaced == 2, "invalid UTF-8 replacements %lld, want 2",
             (long long)(m.train.replaced + m.valid.replaced));
-    T_EQ_INT(m.train.truncated + m.valid.truncated, truncated, "truncated %lld, want %lld", (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
-    T_CHECK(truncated > 0, "truncated %lld, want %lld", (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
+    T_EQ_INT(m.train.truncated + m.valid.truncated, truncated, "truncated %lld, want %lld",
+             (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
+    T_CHECK(truncated > 0, "truncated %lld, want %lld",
+            (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
     T_CHECK(m.train.tokens + m.valid.tokens == tokens, "tokens %lld want %lld",
             (long long)(m.train.tokens + m.valid.tokens), (long long)tokens);
     manifest_free(&m);
@@ -198,16 +212,17 @@ static void test_wrap(tok *t) {
         int ok = m.train.shards[u].count == blocks;
         for (int64_t b = 0; ok && b < blocks; b++) {
             int32_t ids[32], len;
-            ok = shard_set_get(set, m.train.first[u] + b, ids, &len, &err) == 0 && len == L && ids[0] == EOT &&
-                 ids[L - 1] == EOT && !memcmp(ids + 1, stream.v + b * body, body * sizeof *ids);
+            ok = shard_set_get(set, m.train.first[u] + b, ids, &len, &err) == 0 && len == L &&
+                 ids[0] == EOT && ids[L - 1] == EOT &&
+                 !memcmp(ids + 1, stream.v + b * body, body * sizeof *ids);
         }
         if (!ok && ok_all) fprintf(stderr, "wrap shard %d differs from its documents' stream\n", u);
         ok_all &= ok;
         tok_ids_free(&stream);
     }
     T_CHECK(ok_all, "wrap shards are their units' streams cut into [BOS] block [EOS]");
-    T_CHECK(m.train.dropped_tokens == dropped, "dropped tokens %lld want %lld", (long long)m.train.dropped_tokens,
-            (long long)dropped);
+    T_CHECK(m.train.dropped_tokens == dropped, "dropped tokens %lld want %lld",
+            (long long)m.train.dropped_tokens, (long long)dropped);
     shard_set_close(set);
     manifest_free(&m);
 }
@@ -296,7 +311,9 @@ static void test_writer_reader(void) {
         memcpy(pat + 4 * j, &v, 4);
     }
     int hits = 0;
-    for (char *p = buf; (p = memmem(p, len - (size_t)(p - buf), pat, sizeof pat)) != NULL; p++, hits++) p[0] ^= 1;
+    for (char *p = buf; (p = memmem(p, len - (size_t)(p - buf), pat, sizeof pat)) != NULL;
+         p++, hits++)
+        p[0] ^= 1;
     FILE *f = fopen(path, "wb");
     fwrite(buf, 1, len, f);
     fclose(f);
@@ -314,8 +331,10 @@ static void test_writer_reader(void) {
         fs_write_atomic(mpath, text, strlen(text), &err);
     }
     T_CHECK(q, "tampered manifest refused with file:line: %s", err.msg);
-    T_CHECK(shard_set_open(dir, "train", &s, &err) != 0, "tampered manifest refused with file:line: %s", err.msg);
-    T_CHECK(strstr(err.msg, "manifest.yaml:"), "tampered manifest refused with file:line: %s", err.msg);
+    T_CHECK(shard_set_open(dir, "train", &s, &err) != 0,
+            "tampered manifest refused with file:line: %s", err.msg);
+    T_CHECK(strstr(err.msg, "manifest.yaml:"), "tampered manifest refused with file:line: %s",
+            err.msg);
     free(text);
     unlink(path);
     T_CHECK(shard_set_open(dir, "train", &s, &err) != 0, "missing shard refused");
@@ -343,10 +362,12 @@ static void test_ids_codec(void) {
     T_CHECK(shard_value_decode(v, &m, got, &len) == NULL, "a pad value decodes (length 4)");
     T_EQ_INT(len, 4, "a pad value decodes (length 4)");
     m.vocab_size = 50257;
-    T_CHECK(shard_value_decode(v, &m, got, &len) != NULL, "id 50257 is out of a 50257-token vocabulary");
+    T_CHECK(shard_value_decode(v, &m, got, &len) != NULL,
+            "id 50257 is out of a 50257-token vocabulary");
     m.vocab_size = 50258;
     shard_put_le(v + 10, 6, 4);
-    T_CHECK(shard_value_decode(v, &m, got, &len) != NULL, "a stored length over seq_len is refused");
+    T_CHECK(shard_value_decode(v, &m, got, &len) != NULL,
+            "a stored length over seq_len is refused");
 }
 
 int main(void) {
@@ -360,7 +381,8 @@ int main(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/docs.txt", tmp);
     write_corpus(path);
-    corpus_input = (build_input){.path = strdup(path), .format = FMT_LINES, .text_field = "text", .suffix = ".txt"};
+    corpus_input = (build_input){
+        .path = strdup(path), .format = FMT_LINES, .text_field = "text", .suffix = ".txt"};
     test_pad(t);
     test_wrap(t);
     test_writer_reader();

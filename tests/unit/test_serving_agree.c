@@ -62,8 +62,15 @@ static model *train(kf_backend *be, model *teacher, const model_config *base, su
 int main(void) {
     omp_env_passive(); /* spinning OpenMP workers starve OpenBLAS on few cores */
     kf_backend *be = kernels_cpu_create();
-    model_config base = {.hidden = 32, .heads = 2, .blocks = 2, .vocab = V, .mask_id = -1,
-                         .seq_len = NTOK, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config base = {.hidden = 32,
+                         .heads = 2,
+                         .blocks = 2,
+                         .vocab = V,
+                         .mask_id = -1,
+                         .seq_len = NTOK,
+                         .kind = MODEL_AR,
+                         .head = HEAD_SHARED,
+                         .k_train = 1};
     model *ar = train(be, NULL, &base, SUP_AR, 200, 3e-3f);
     model *k1 = train(be, ar, &base, SUP_DISTILL_AR, 400, 2e-3f);
 
@@ -83,19 +90,22 @@ int main(void) {
     for (int i = 0; i < 2; i++) {
         decode_run(ms[i], NULL, pre, DRAWS, P, &o, keys, a);
         decode_run(ms[i], NULL, pre, DRAWS, P, &o, keys, b);
-        T_CHECK(!memcmp(a, b, sizeof(int32_t) * DRAWS * NEW), "(a) %s: same seed, different completions",
-                i ? "PFLM" : "AR");
+        T_CHECK(!memcmp(a, b, sizeof(int32_t) * DRAWS * NEW),
+                "(a) %s: same seed, different completions", i ? "PFLM" : "AR");
         decode_run(ms[i], NULL, pre + 7 * P, 1, P, &o, keys + 7, c);
         T_CHECK(!memcmp(c, a + 7 * NEW, sizeof(int32_t) * NEW),
-                "(a) %s: sequence 7 alone differs from sequence 7 in a batch of %d", i ? "PFLM" : "AR", DRAWS);
+                "(a) %s: sequence 7 alone differs from sequence 7 in a batch of %d",
+                i ? "PFLM" : "AR", DRAWS);
         decode_opts o2 = o;
         o2.seed = 100;
         decode_run(ms[i], NULL, pre, DRAWS, P, &o2, keys, c);
         int diff = 0;
         for (int j = 0; j < DRAWS * NEW; j++) diff += a[j] != c[j];
-        printf("(a) %s: identical on a repeat and alone vs in a batch; seed 100 changes %d of %d tokens\n",
+        printf("(a) %s: identical on a repeat and alone vs in a batch; seed 100 changes %d of %d "
+               "tokens\n",
                i ? "PFLM(1)" : "AR", diff, DRAWS * NEW);
-        T_CHECK(diff > DRAWS * NEW / 10, "(a) %s: another seed changed only %d tokens", i ? "PFLM" : "AR", diff);
+        T_CHECK(diff > DRAWS * NEW / 10, "(a) %s: another seed changed only %d tokens",
+                i ? "PFLM" : "AR", diff);
     }
 
     /* (b) PFLM(1) at k = 1 vs its AR teacher, same seed and keys */
@@ -119,11 +129,14 @@ int main(void) {
         }
         whole += all;
     }
-    double rate = (double)ctx_same / ctx_pos, rrate = (double)random_same / (random_pos ? random_pos : 1);
-    printf("(b) PFLM(1) k=1 vs AR teacher inverse-CDF, same context: %d/%d tokens agree (%.1f%%), random "
-           "positions %d/%d (%.1f%%); all tokens %d/%d (%.1f%%); %d/%d whole completions identical\n",
-           ctx_same, ctx_pos, 100 * rate, random_same, random_pos, 100 * rrate, same, DRAWS * NEW,
-           100.0 * same / (DRAWS * NEW), whole, DRAWS);
+    double rate = (double)ctx_same / ctx_pos,
+           rrate = (double)random_same / (random_pos ? random_pos : 1);
+    printf(
+        "(b) PFLM(1) k=1 vs AR teacher inverse-CDF, same context: %d/%d tokens agree (%.1f%%), "
+        "random "
+        "positions %d/%d (%.1f%%); all tokens %d/%d (%.1f%%); %d/%d whole completions identical\n",
+        ctx_same, ctx_pos, 100 * rate, random_same, random_pos, 100 * rrate, same, DRAWS * NEW,
+        100.0 * same / (DRAWS * NEW), whole, DRAWS);
     T_CHECK(rate >= 0.85, "(b) only %.1f%% of tokens agree", 100 * rate);
     T_CHECK(rrate >= 0.8, "(b) only %.1f%% of the random positions agree", 100 * rrate);
 

@@ -51,7 +51,8 @@ static int run(int (*fn)(int, char **), const char *line) {
 
 static void randomize(model *m, uint64_t seed) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(rng_uniform01(seed, 1, (uint64_t)i) - 0.5);
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(rng_uniform01(seed, 1, (uint64_t)i) - 0.5);
     for (int t = 0; t < m->n_tensors; t++)
         if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
             for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
@@ -60,8 +61,15 @@ static void randomize(model *m, uint64_t seed) {
 }
 
 static model *make(kf_backend *be, model_kind kind, int64_t k, const char *name) {
-    model_config c = {.hidden = 16, .heads = 2, .blocks = 1, .vocab = V, .mask_id = V - 1, .seq_len = SEQ,
-                      .kind = kind, .head = HEAD_SHARED, .k_train = k};
+    model_config c = {.hidden = 16,
+                      .heads = 2,
+                      .blocks = 1,
+                      .vocab = V,
+                      .mask_id = V - 1,
+                      .seq_len = SEQ,
+                      .kind = kind,
+                      .head = HEAD_SHARED,
+                      .k_train = k};
     model *m = model_create(be, &c);
     randomize(m, (uint64_t)k + 7);
     char p[512];
@@ -72,8 +80,8 @@ static model *make(kf_backend *be, model_kind kind, int64_t k, const char *name)
 }
 
 /* Writes a probe of m's logits over layout l (scaled by `bump` at one entry). */
-static void write_probe(model *m, const layout *l, const char *kind, int64_t n, int64_t k, float bump,
-                        const char *path) {
+static void write_probe(model *m, const layout *l, const char *kind, int64_t n, int64_t k,
+                        float bump, const char *path) {
     enum { B = 2 };
     int64_t L = l->L;
     int32_t ids[B * 64];
@@ -114,13 +122,16 @@ static void write_text(const char *name, const char *text) {
     char dir[512];
     fs_dirname(p, dir, sizeof dir);
     kf_err err;
-    KF_CHECK(fs_mkdir_p(dir, &err) == 0 && fs_write_atomic(p, text, strlen(text), &err) == 0, "%s", err.msg);
+    KF_CHECK(fs_mkdir_p(dir, &err) == 0 && fs_write_atomic(p, text, strlen(text), &err) == 0, "%s",
+             err.msg);
 }
 
 static void bench_tests(void) {
     char cmd[2048], p[512];
-    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 2,3 --k 2,4 "
-             "--runs 2 --prefix-len 6 --json %s/b.json --png %s/b.png --backend cpu", T, T, T, T, T);
+    snprintf(cmd, sizeof cmd,
+             "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 2,3 --k 2,4 "
+             "--runs 2 --prefix-len 6 --json %s/b.json --png %s/b.png --backend cpu",
+             T, T, T, T, T);
     int rc = run(bench_decode_main, cmd);
     T_CHECK(rc == 0, "bench decode: rc %d", rc);
     snprintf(p, sizeof p, "%s/b.json", T);
@@ -136,7 +147,8 @@ static void bench_tests(void) {
     if (d) {
         const json *r = json_root(d), *rows = json_get(r, "rows"), *mn = json_get(r, "max_new");
         const json *ck = json_get(r, "clock");
-        T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "wall"), "default clock: got \"%s\" want \"wall\"",
+        T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "wall"),
+                "default clock: got \"%s\" want \"wall\"",
                 ck && ck->type == JSON_STRING ? ck->str.s : "(none)");
         /* the exact protocol: data 32 - prefix 6 = 26 in the 32-token models; k = 4
          * ends with a 2-token step (was 20: rounded to a multiple of every k) */
@@ -149,48 +161,70 @@ static void bench_tests(void) {
             T_EQ_INT(rows->n, 6, "%zu rows, want 3 methods x 2 batches", rows ? rows->n : 0);
         }
         for (size_t i = 0; rows && i < rows->n; i++) {
-            const json *x = &rows->kids[i], *tps = json_get(x, "tokens_per_s"), *sp = json_get(x, "speedup");
+            const json *x = &rows->kids[i], *tps = json_get(x, "tokens_per_s"),
+                       *sp = json_get(x, "speedup");
             const json *me = json_get(x, "method");
             T_CHECK(tps, "row %zu: tokens/s", i);
             if (tps) {
                 T_CHECK(tps->num > 0, "row %zu: tokens/s", i);
             }
             if (me && !strcmp(me->str.s, "AR")) {
-                    T_CHECK(sp, "AR speedup is 1");
-                    if (sp) {
-                        T_NEAR(sp->num, 1.0, 0, "AR speedup is 1");
-                    }
+                T_CHECK(sp, "AR speedup is 1");
+                if (sp) {
+                    T_NEAR(sp->num, 1.0, 0, "AR speedup is 1");
                 }
-            const json *ppl = json_get(x, "gen_ppl"), *ent = json_get(x, "entropy"), *ml = json_get(x, "mean_len");
+            }
+            const json *ppl = json_get(x, "gen_ppl"), *ent = json_get(x, "entropy"),
+                       *ml = json_get(x, "mean_len");
             const json *d2 = json_get(x, "distinct_2"), *fl = json_get(x, "flag");
-            T_CHECK(ppl, "row %zu: gen_ppl got %g want a number >= 1", i, ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
+            T_CHECK(ppl, "row %zu: gen_ppl got %g want a number >= 1", i,
+                    ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
             if (ppl) {
-                T_EQ_INT(ppl->type, JSON_NUMBER, "row %zu: gen_ppl got %g want a number >= 1", i, ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
-                T_CHECK(ppl->num >= 1, "row %zu: gen_ppl got %g want a number >= 1", i, ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
+                T_EQ_INT(ppl->type, JSON_NUMBER, "row %zu: gen_ppl got %g want a number >= 1", i,
+                         ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
+                T_CHECK(ppl->num >= 1, "row %zu: gen_ppl got %g want a number >= 1", i,
+                        ppl && ppl->type == JSON_NUMBER ? ppl->num : -1.0);
             }
-            T_CHECK(ent, "row %zu: entropy got %g want >= 0", i, ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
+            T_CHECK(ent, "row %zu: entropy got %g want >= 0", i,
+                    ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
             if (ent) {
-                T_EQ_INT(ent->type, JSON_NUMBER, "row %zu: entropy got %g want >= 0", i, ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
-                T_CHECK(ent->num >= 0, "row %zu: entropy got %g want >= 0", i, ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
+                T_EQ_INT(ent->type, JSON_NUMBER, "row %zu: entropy got %g want >= 0", i,
+                         ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
+                T_CHECK(ent->num >= 0, "row %zu: entropy got %g want >= 0", i,
+                        ent && ent->type == JSON_NUMBER ? ent->num : -1.0);
             }
-            T_CHECK(ml, "row %zu: mean_len got %g want " "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+            T_CHECK(ml,
+                    "row %zu: mean_len got %g want "
+                    "in [0, max_new 26]",
+                    i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
             if (ml) {
-                T_EQ_INT(ml->type, JSON_NUMBER, "row %zu: mean_len got %g want " "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
-                T_CHECK(ml->num >= 0, "row %zu: mean_len got %g want " "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
-                T_CHECK(ml->num <= 26, "row %zu: mean_len got %g want " "in [0, max_new 26]", i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+                T_EQ_INT(ml->type, JSON_NUMBER,
+                         "row %zu: mean_len got %g want "
+                         "in [0, max_new 26]",
+                         i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+                T_CHECK(ml->num >= 0,
+                        "row %zu: mean_len got %g want "
+                        "in [0, max_new 26]",
+                        i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
+                T_CHECK(ml->num <= 26,
+                        "row %zu: mean_len got %g want "
+                        "in [0, max_new 26]",
+                        i, ml && ml->type == JSON_NUMBER ? ml->num : -1.0);
             }
             T_CHECK(d2, "row %zu: distinct_2 present", i);
             if (d2) {
                 T_CHECK(d2->type != JSON_STRING, "row %zu: distinct_2 present", i);
             }
-            if (me && !strcmp(me->str.s, "AR"))
-                {
-                    T_CHECK(fl, "AR's own flag: got \"%s\" want \"\"", fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
-                    if (fl) {
-                        T_EQ_INT(fl->type, JSON_STRING, "AR's own flag: got \"%s\" want \"\"", fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
-                        T_EQ_INT(fl->str.len, 0, "AR's own flag: got \"%s\" want \"\"", fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
-                    }
+            if (me && !strcmp(me->str.s, "AR")) {
+                T_CHECK(fl, "AR's own flag: got \"%s\" want \"\"",
+                        fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
+                if (fl) {
+                    T_EQ_INT(fl->type, JSON_STRING, "AR's own flag: got \"%s\" want \"\"",
+                             fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
+                    T_EQ_INT(fl->str.len, 0, "AR's own flag: got \"%s\" want \"\"",
+                             fl && fl->type == JSON_STRING ? fl->str.s : "(none)");
                 }
+            }
         }
         json_free(d);
     }
@@ -205,32 +239,45 @@ static void bench_tests(void) {
         T_CHECK(0, "no chart: %s", err.msg);
     }
     /* bad input */
-    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --clock cpu "
-             "--json %s/x.json --png %s/x.png", T, T, T, T);
+    snprintf(cmd, sizeof cmd,
+             "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --clock cpu "
+             "--json %s/x.json --png %s/x.png",
+             T, T, T, T);
     T_CHECK(run(bench_decode_main, cmd) == 0, "default OWT prefix (64) with a context of 32 runs");
     snprintf(p, sizeof p, "%s/x.json", T);
     if (fs_read_file(p, &text, &len, &err) == 0) {
         json_doc *x = json_parse(text, len, p, &err);
         const json *pl = x ? json_get(json_root(x), "prefix_len") : NULL;
-        T_CHECK(pl, "default prefix: got %lld want half the context, %d", pl ? (long long)pl->i : -1LL, SEQ / 2);
+        T_CHECK(pl, "default prefix: got %lld want half the context, %d",
+                pl ? (long long)pl->i : -1LL, SEQ / 2);
         if (pl) {
-            T_EQ_INT(pl->i, SEQ / 2, "default prefix: got %lld want half the context, %d", pl ? (long long)pl->i : -1LL, SEQ / 2);
+            T_EQ_INT(pl->i, SEQ / 2, "default prefix: got %lld want half the context, %d",
+                     pl ? (long long)pl->i : -1LL, SEQ / 2);
         }
-        const json *ck = x ? json_get(json_root(x), "clock") : NULL, *rows = x ? json_get(json_root(x), "rows") : NULL;
-        T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "cpu"), "--clock cpu: got \"%s\" want \"cpu\"",
+        const json *ck = x ? json_get(json_root(x), "clock") : NULL,
+                   *rows = x ? json_get(json_root(x), "rows") : NULL;
+        T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "cpu"),
+                "--clock cpu: got \"%s\" want \"cpu\"",
                 ck && ck->type == JSON_STRING ? ck->str.s : "(none)");
         const json *tps = rows && rows->n ? json_get(&rows->kids[0], "tokens_per_s") : NULL;
-        T_CHECK(tps && tps->num > 0, "--clock cpu: tokens/s got %g want > 0", tps ? tps->num : -1.0);
+        T_CHECK(tps && tps->num > 0, "--clock cpu: tokens/s got %g want > 0",
+                tps ? tps->num : -1.0);
         json_free(x);
         free(text);
     }
-    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --prefix-len 40 "
-             "--json %s/x.json --png %s/x.png", T, T, T, T);
+    snprintf(cmd, sizeof cmd,
+             "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --prefix-len 40 "
+             "--json %s/x.json --png %s/x.png",
+             T, T, T, T);
     T_CHECK(run(bench_decode_main, cmd) == 1, "--prefix-len 40 longer than the data (32) exits 1");
-    snprintf(cmd, sizeof cmd, "decode %s/pf4.safetensors --data %s/data --batch 2 --k 5,6 --prefix-len 4 --json %s/x.json "
-             "--png %s/x.png", T, T, T, T);
+    snprintf(cmd, sizeof cmd,
+             "decode %s/pf4.safetensors --data %s/data --batch 2 --k 5,6 --prefix-len 4 --json "
+             "%s/x.json "
+             "--png %s/x.png",
+             T, T, T, T);
     T_CHECK(run(bench_decode_main, cmd) == 1, "k > k_train for every --k exits 1");
-    snprintf(cmd, sizeof cmd, "decode %s/none.safetensors --data %s/data --batch 2 --prefix-len 4", T, T);
+    snprintf(cmd, sizeof cmd, "decode %s/none.safetensors --data %s/data --batch 2 --prefix-len 4",
+             T, T);
     T_CHECK(run(bench_decode_main, cmd) == 1, "missing checkpoint exits 1");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 0", T, T);
     T_CHECK(run(bench_decode_main, cmd) == 2, "--batch 0 is a usage error");
@@ -259,7 +306,8 @@ static void import_tests(model *ar, model *pf) {
     T_CHECK(run(import_main, cmd) == 0, "AR probe from the same model passes");
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_bad.safetensors", T, T);
     T_CHECK(run(import_main, cmd) == 1, "a logit off by 1e-3 fails the probe");
-    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_bad.safetensors --tol 2e-3", T, T);
+    snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_bad.safetensors --tol 2e-3",
+             T, T);
     T_CHECK(run(import_main, cmd) == 0, "... and passes with --tol 2e-3");
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --probe %s/pf_probe.safetensors", T, T);
     T_CHECK(run(import_main, cmd) == 0, "PFLM SingleForward probe passes (k = 3 < k_train)");
@@ -293,12 +341,12 @@ static void import_tests(model *ar, model *pf) {
     T_CHECK(run(import_main, cmd) == 0, "PFLM(4) fits stage k4");
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --run-dir %s/run --stage nope", T, T);
     T_CHECK(run(import_main, cmd) == 1, "unknown stage is refused");
-    snprintf(cmd, sizeof cmd, "import %s/none.safetensors --run-dir %s/run --stage ar --force", T, T);
+    snprintf(cmd, sizeof cmd, "import %s/none.safetensors --run-dir %s/run --stage ar --force", T,
+             T);
     T_CHECK(run(import_main, cmd) == 1, "missing checkpoint exits 1");
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --stage ar", T);
     T_CHECK(run(import_main, cmd) == 2, "--stage without --run-dir is a usage error");
 }
-
 
 static void eval_tests(void) {
     char cmd[2048];
@@ -306,15 +354,20 @@ static void eval_tests(void) {
                           "{\"prefix\": [7], \"completion_ids\": [8, 8, 8, 8]}\n");
     write_text("empty.jsonl", "");
     write_text("bad.jsonl", "{\"completion\": [1, 2]}\n{\"completion\": [1, \"x\"]}\n");
-    snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/ar.safetensors --eos 0 --backend cpu", T, T);
+    snprintf(cmd, sizeof cmd,
+             "eval --completions %s/c.jsonl --evaluator %s/ar.safetensors --eos 0 --backend cpu", T,
+             T);
     T_CHECK(run(quality_eval_main, cmd) == 0, "kf eval --completions: good run");
     snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/pf4.safetensors", T, T);
     T_CHECK(run(quality_eval_main, cmd) == 1, "a PFLM evaluator exits 1");
-    snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/none.safetensors", T, T);
+    snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/none.safetensors", T,
+             T);
     T_CHECK(run(quality_eval_main, cmd) == 1, "missing evaluator exits 1");
-    snprintf(cmd, sizeof cmd, "eval --completions %s/empty.jsonl --evaluator %s/ar.safetensors", T, T);
+    snprintf(cmd, sizeof cmd, "eval --completions %s/empty.jsonl --evaluator %s/ar.safetensors", T,
+             T);
     T_CHECK(run(quality_eval_main, cmd) == 1, "empty completions file exits 1");
-    snprintf(cmd, sizeof cmd, "eval --completions %s/bad.jsonl --evaluator %s/ar.safetensors", T, T);
+    snprintf(cmd, sizeof cmd, "eval --completions %s/bad.jsonl --evaluator %s/ar.safetensors", T,
+             T);
     T_CHECK(run(quality_eval_main, cmd) == 1, "a malformed line exits 1");
     snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl", T);
     T_CHECK(run(quality_eval_main, cmd) == 2, "no --evaluator is a usage error");

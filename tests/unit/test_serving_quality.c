@@ -27,7 +27,8 @@ enum { V = 23, EOS = 21, MASK = 22 };
 
 static void randomize(model *m) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) h[i] = (float)(rng_uniform01(11, 3, (uint64_t)i) - 0.5);
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(rng_uniform01(11, 3, (uint64_t)i) - 0.5);
     for (int t = 0; t < m->n_tensors; t++)
         if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
             for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
@@ -87,8 +88,10 @@ int main(void) {
     quality_sample ss[4] = {ds[0], ds[1], ds[2], {none, 0, e, 2}};
     quality_stats st;
     quality_stats_compute(ss, 4, EOS, MASK, &st);
-    printf("stats: entropy %.6f, mean length %.4f, distinct-2 %.4f\n", st.entropy, st.mean_len, st.distinct[1]);
-    T_CLOSE(st.entropy, (log(2.0) + log(3.0)) / 4, 1e-12, "mean unigram entropy (nats), empty completion = 0");
+    printf("stats: entropy %.6f, mean length %.4f, distinct-2 %.4f\n", st.entropy, st.mean_len,
+           st.distinct[1]);
+    T_CLOSE(st.entropy, (log(2.0) + log(3.0)) / 4, 1e-12,
+            "mean unigram entropy (nats), empty completion = 0");
     T_CLOSE(st.mean_len, 8.0 / 4, 1e-12, "mean length before EOS");
     T_CLOSE(st.distinct[1], 3.0 / 5.0, 1e-12, "stats carry distinct-2");
     T_CHECK(st.samples == 4, "stats: samples got %lld want 4", (long long)st.samples);
@@ -105,21 +108,31 @@ int main(void) {
     nf = quality_flag(&bad, &ar, why, sizeof why);
     T_CHECK(nf == 3, "flag past every bound: got %d reasons (%s), want 3", nf, why);
     T_CHECK(!strcmp(why, "Gen-PPL 1.31x AR > 1.3; entropy 0.90x AR < 0.9; length 0.90x AR < 0.9"),
-            "flag text: got \"%s\" want \"Gen-PPL 1.31x AR > 1.3; entropy 0.90x AR < 0.9; length 0.90x AR < 0.9\"",
+            "flag text: got \"%s\" want \"Gen-PPL 1.31x AR > 1.3; entropy 0.90x AR < 0.9; length "
+            "0.90x AR < 0.9\"",
             why);
     nf = quality_flag(&nan_ppl, &ar, why, sizeof why);
     T_CHECK(nf == 0, "a Gen-PPL not measured is not flagged: got %d reasons (%s), want 0", nf, why);
     quality_format(&bad, &ar, row, sizeof row);
-    T_CHECK(strstr(row, "  FLAG: Gen-PPL 1.31x AR") != NULL, "formatted flagged row: got \"%s\" want a FLAG column", row);
-    T_CHECK(strstr(row, " 131.0    2.69") != NULL, "formatted row columns: got \"%s\" want \" 131.0    2.69\"", row);
+    T_CHECK(strstr(row, "  FLAG: Gen-PPL 1.31x AR") != NULL,
+            "formatted flagged row: got \"%s\" want a FLAG column", row);
+    T_CHECK(strstr(row, " 131.0    2.69") != NULL,
+            "formatted row columns: got \"%s\" want \" 131.0    2.69\"", row);
     quality_format(&ar, &ar, row, sizeof row);
     T_CHECK(!strstr(row, "FLAG"), "AR's own row: got \"%s\" want no FLAG", row);
     quality_format(&nan_ppl, NULL, row, sizeof row);
     T_CHECK(!strncmp(row, "       -", 8), "a figure not measured prints -: got \"%s\"", row);
 
     kf_backend *be = kernels_cpu_create();
-    model_config cfg = {.hidden = 16, .heads = 2, .blocks = 2, .vocab = V, .mask_id = MASK,
-                        .seq_len = 64, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config cfg = {.hidden = 16,
+                        .heads = 2,
+                        .blocks = 2,
+                        .vocab = V,
+                        .mask_id = MASK,
+                        .seq_len = 64,
+                        .kind = MODEL_AR,
+                        .head = HEAD_SHARED,
+                        .k_train = 1};
     model *m = model_create(be, &cfg);
     model_init(m, 3);
 
@@ -129,8 +142,10 @@ int main(void) {
     quality_sample s[NS];
     int64_t want_tokens = 0;
     for (int i = 0; i < NS; i++) {
-        for (int j = 0; j < PL; j++) pre[i][j] = (int32_t)rng_below(5, (uint64_t)i, (uint64_t)j, 20);
-        for (int j = 0; j < CL; j++) comp[i][j] = (int32_t)rng_below(6, (uint64_t)i, (uint64_t)j, 20);
+        for (int j = 0; j < PL; j++)
+            pre[i][j] = (int32_t)rng_below(5, (uint64_t)i, (uint64_t)j, 20);
+        for (int j = 0; j < CL; j++)
+            comp[i][j] = (int32_t)rng_below(6, (uint64_t)i, (uint64_t)j, 20);
         comp[i][3] = MASK;
         if (i % 2) comp[i][10 + i] = EOS;
         s[i] = (quality_sample){pre[i], PL, comp[i], CL};
@@ -140,9 +155,11 @@ int main(void) {
     kf_err err;
     quality_ppl q;
     T_CHECK(quality_genppl(m, s, NS, EOS, 4, &q, &err) == 0, "genppl: %s", err.msg);
-    printf("uniform evaluator: Gen-PPL %.6f over %lld tokens (V - 1 = %d)\n", q.ppl, (long long)q.tokens, V - 1);
+    printf("uniform evaluator: Gen-PPL %.6f over %lld tokens (V - 1 = %d)\n", q.ppl,
+           (long long)q.tokens, V - 1);
     T_CLOSE(q.ppl, V - 1, 1e-4 * (V - 1), "uniform evaluator's Gen-PPL is V - 1");
-    T_CHECK(q.tokens == want_tokens, "scored %lld tokens, want %lld", (long long)q.tokens, (long long)want_tokens);
+    T_CHECK(q.tokens == want_tokens, "scored %lld tokens, want %lld", (long long)q.tokens,
+            (long long)want_tokens);
 
     /* random evaluator: against full forward passes, for several batch sizes */
     randomize(m);
@@ -155,8 +172,8 @@ int main(void) {
     }
     for (int64_t bs = 1; bs <= 7; bs += 3) {
         T_CHECK(quality_genppl(m, s, NS, EOS, bs, &q, &err) == 0, "genppl: %s", err.msg);
-        printf("random evaluator, batch %lld: NLL sum %.9f (direct %.9f), Gen-PPL %.4f\n", (long long)bs,
-               q.nll_sum, want, q.ppl);
+        printf("random evaluator, batch %lld: NLL sum %.9f (direct %.9f), Gen-PPL %.4f\n",
+               (long long)bs, q.nll_sum, want, q.ppl);
         T_CLOSE(q.nll_sum, want, 1e-6 * fabs(want), "NLL sum vs direct computation");
     }
 
@@ -169,18 +186,20 @@ int main(void) {
     for (int i = 0; i < NS; i++) {
         memcpy(seq, pre[i], sizeof pre[i]);
         int64_t n = PL + quality_clean(comp[i], CL, EOS, MASK, seq + PL);
-        for (int64_t st = 0; st < n - 1; st += 7) want += window_nll(m, seq, st, st + 8 < n ? st + 8 : n, PL);
+        for (int64_t st = 0; st < n - 1; st += 7)
+            want += window_nll(m, seq, st, st + 8 < n ? st + 8 : n, PL);
     }
     T_CHECK(quality_genppl(m, s, NS, EOS, 3, &q, &err) == 0, "genppl: %s", err.msg);
-    printf("context 8: NLL sum %.9f (windows computed directly %.9f), %lld tokens\n", q.nll_sum, want,
-           (long long)q.tokens);
+    printf("context 8: NLL sum %.9f (windows computed directly %.9f), %lld tokens\n", q.nll_sum,
+           want, (long long)q.tokens);
     T_CLOSE(q.nll_sum, want, 1e-6 * fabs(want), "windowed NLL vs direct computation");
     T_CHECK(q.tokens == want_tokens, "windowed: every completion token scored once (%lld vs %lld)",
             (long long)q.tokens, (long long)want_tokens);
 
     /* errors */
     comp[2][0] = V + 5;
-    T_EQ_INT(quality_genppl(m, s, NS, EOS, 3, &q, &err), -1, "an id outside the vocabulary is refused");
+    T_EQ_INT(quality_genppl(m, s, NS, EOS, 3, &q, &err), -1,
+             "an id outside the vocabulary is refused");
     T_CHECK(strstr(err.msg, "vocabulary"), "an id outside the vocabulary is refused");
     model_free(m);
     cfg.kind = MODEL_PFLM;

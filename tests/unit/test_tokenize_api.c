@@ -18,28 +18,26 @@
 
 static const char *gpt2_dir = "data/vocab/gpt2";
 
-static void write_file(const char *path, const char *text)
-{
+static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     KF_CHECK(f, "cannot write %s", path);
     fputs(text, f);
     fclose(f);
 }
 
-static int roundtrip(tok *t, const char *s, size_t n)
-{
+static int roundtrip(tok *t, const char *s, size_t n) {
     tok_ids ids = {0};
     tok_bytes back = {0};
     kf_err err = {{0}};
     tok_encode(t, s, n, 0, &ids, NULL);
-    int ok = !tok_decode(t, ids.v, ids.n, &back, &err) && back.n == n && (n == 0 || !memcmp(back.v, s, n));
+    int ok = !tok_decode(t, ids.v, ids.n, &back, &err) && back.n == n &&
+             (n == 0 || !memcmp(back.v, s, n));
     tok_ids_free(&ids);
     tok_bytes_free(&back);
     return ok;
 }
 
-static void test_gpt2(void)
-{
+static void test_gpt2(void) {
     kf_err err = {{0}};
     tok *t = tok_load("gpt2", gpt2_dir, &err);
     T_CHECK(t != NULL, "load gpt2: %s", err.msg);
@@ -67,8 +65,9 @@ static void test_gpt2(void)
     free(a);
     free(b);
 
-    static const char *texts[] = {"Hello world's café — naïve 日本語 😀👨‍👩‍👧", "  lots   of\t\twhitespace \n\n ",
-                                  "<|endoftext|> literal", "", "'''s 'S ’s 1234567 ١٢٣"};
+    static const char *texts[] = {"Hello world's café — naïve 日本語 😀👨‍👩‍👧",
+                                  "  lots   of\t\twhitespace \n\n ", "<|endoftext|> literal", "",
+                                  "'''s 'S ’s 1234567 ١٢٣"};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
         T_CHECK(roundtrip(t, texts[i], strlen(texts[i])), "round trip \"%s\"", texts[i]);
 
@@ -85,12 +84,25 @@ static void test_gpt2(void)
     T_EQ_INT(sp.v[1], 50256, "allow_special: %zu ids", sp.n);
 
     /* invalid UTF-8: each maximal subpart -> one U+FFFD, counted */
-    static const struct { const char *bytes; size_t n; int64_t bad; const char *fixed; } inv[] = {
-        {"a\x80" "b", 3, 1, "a\xEF\xBF\xBD" "b"},
-        {"\xE2\x82", 2, 1, "\xEF\xBF\xBD"},               /* truncated 3-byte: one subpart */
-        {"\xF0\x9F\x98" "d", 4, 1, "\xEF\xBF\xBD" "d"},
+    static const struct {
+        const char *bytes;
+        size_t n;
+        int64_t bad;
+        const char *fixed;
+    } inv[] = {
+        {"a\x80"
+         "b",
+         3, 1,
+         "a\xEF\xBF\xBD"
+         "b"},
+        {"\xE2\x82", 2, 1, "\xEF\xBF\xBD"}, /* truncated 3-byte: one subpart */
+        {"\xF0\x9F\x98"
+         "d",
+         4, 1,
+         "\xEF\xBF\xBD"
+         "d"},
         {"\xED\xA0\x80", 3, 3, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* surrogate: 3 */
-        {"\xC0\xAF", 2, 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},   /* overlong */
+        {"\xC0\xAF", 2, 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},                 /* overlong */
         {"\xF4\x90\x80\x80", 4, 4, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
     };
     for (size_t i = 0; i < sizeof inv / sizeof *inv; i++) {
@@ -98,10 +110,13 @@ static void test_gpt2(void)
         int64_t nbad = 0, nbad2 = 0;
         tok_encode(t, inv[i].bytes, inv[i].n, 0, &x, &nbad);
         tok_encode(t, inv[i].fixed, strlen(inv[i].fixed), 0, &y, &nbad2);
-        T_EQ_INT(nbad, inv[i].bad, "invalid case %zu: %lld replacements, want %lld", i, (long long)nbad, (long long)inv[i].bad);
-        T_EQ_INT(nbad2, 0, "invalid case %zu: %lld replacements, want %lld", i, (long long)nbad, (long long)inv[i].bad);
+        T_EQ_INT(nbad, inv[i].bad, "invalid case %zu: %lld replacements, want %lld", i,
+                 (long long)nbad, (long long)inv[i].bad);
+        T_EQ_INT(nbad2, 0, "invalid case %zu: %lld replacements, want %lld", i, (long long)nbad,
+                 (long long)inv[i].bad);
         T_EQ_INT(x.n, y.n, "invalid case %zu: ids differ from repaired text", i);
-        T_CHECK(!memcmp(x.v, y.v, x.n * sizeof *x.v), "invalid case %zu: ids differ from repaired text", i);
+        T_CHECK(!memcmp(x.v, y.v, x.n * sizeof *x.v),
+                "invalid case %zu: ids differ from repaired text", i);
         tok_ids_free(&x);
         tok_ids_free(&y);
     }
@@ -132,8 +147,7 @@ static void test_gpt2(void)
     tok_free(t);
 }
 
-static void test_load_errors(void)
-{
+static void test_load_errors(void) {
     kf_err err = {{0}};
     T_CHECK(!tok_load("gpt3", gpt2_dir, &err), "unknown kind: %s", err.msg);
     T_CHECK(strstr(err.msg, "gpt3"), "unknown kind: %s", err.msg);
@@ -157,8 +171,8 @@ static void test_load_errors(void)
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         write_file(p1, bad[k].vocab);
         T_CHECK(!tok_load("gpt2", dir, &err), "%s: loaded", bad[k].what);
-        T_CHECK(strstr(err.msg, bad[k].want), "%s: got '%s', want it to say '%s'", bad[k].what, err.msg,
-                bad[k].want);
+        T_CHECK(strstr(err.msg, bad[k].want), "%s: got '%s', want it to say '%s'", bad[k].what,
+                err.msg, bad[k].want);
     }
     unlink(p1);
     unlink(p2);
@@ -170,13 +184,13 @@ static void test_load_errors(void)
     rmdir(dir);
 }
 
-static void expect_bert(tok *t, const char *text, int allow, const char *want)
-{
+static void expect_bert(tok *t, const char *text, int allow, const char *want) {
     tok_ids ids = {0};
     tok_encode(t, text, strlen(text), allow, &ids, NULL);
     char got[512] = "";
     size_t o = 0;
-    for (size_t i = 0; i < ids.n && o < sizeof got - 12; i++) o += (size_t)snprintf(got + o, sizeof got - o, "%s%d", i ? " " : "", ids.v[i]);
+    for (size_t i = 0; i < ids.n && o < sizeof got - 12; i++)
+        o += (size_t)snprintf(got + o, sizeof got - o, "%s%d", i ? " " : "", ids.v[i]);
     T_CHECK(!strcmp(got, want), "bert(\"%s\"): got \"%s\" want \"%s\"", text, got, want);
     tok_ids_free(&ids);
 }
@@ -188,8 +202,7 @@ typedef struct enc_job {
     tok_ids ids;
 } enc_job;
 
-static void *enc_run(void *arg)
-{
+static void *enc_run(void *arg) {
     enc_job *j = arg;
     for (size_t off = 0, n; off < j->len; off += n) { /* line by line, as the packer does */
         const char *nl = memchr(j->text + off, '\n', j->len - off);
@@ -201,8 +214,7 @@ static void *enc_run(void *arg)
 
 /* Clones share the tables the original learns lazily (which tokens BPE maps
  * to themselves) and may outlive it. */
-static void test_clone(void)
-{
+static void test_clone(void) {
     kf_err err = {{0}};
     char *text;
     size_t len;
@@ -217,18 +229,23 @@ static void test_clone(void)
     enc_run(&want);
     tok *c1 = tok_clone(t), *c2 = tok_clone(c1);
     T_EQ_STR(tok_name(c2), "gpt2", "a clone reports the original's name, hash and size");
-    T_EQ_STR(tok_vocab_sha256(c2), tok_vocab_sha256(t), "a clone reports the original's name, hash and size");
-    T_EQ_INT(tok_vocab_size(c2), tok_vocab_size(t), "a clone reports the original's name, hash and size");
+    T_EQ_STR(tok_vocab_sha256(c2), tok_vocab_sha256(t),
+             "a clone reports the original's name, hash and size");
+    T_EQ_INT(tok_vocab_size(c2), tok_vocab_size(t),
+             "a clone reports the original's name, hash and size");
     tok_free(t); /* the clones keep the tables */
     enc_job jobs[2] = {{c1, text, len, {0}}, {c2, text, len, {0}}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, enc_run, &jobs[i]);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < 2; i++)
-        {
-            T_EQ_INT(jobs[i].ids.n, want.ids.n, "clone %d on its own thread: %zu ids, want %zu (or different ids)", i + 1, jobs[i].ids.n, want.ids.n);
-            T_CHECK(!memcmp(jobs[i].ids.v, want.ids.v, want.ids.n * sizeof *want.ids.v), "clone %d on its own thread: %zu ids, want %zu (or different ids)", i + 1, jobs[i].ids.n, want.ids.n);
-        }
+    for (int i = 0; i < 2; i++) {
+        T_EQ_INT(jobs[i].ids.n, want.ids.n,
+                 "clone %d on its own thread: %zu ids, want %zu (or different ids)", i + 1,
+                 jobs[i].ids.n, want.ids.n);
+        T_CHECK(!memcmp(jobs[i].ids.v, want.ids.v, want.ids.n * sizeof *want.ids.v),
+                "clone %d on its own thread: %zu ids, want %zu (or different ids)", i + 1,
+                jobs[i].ids.n, want.ids.n);
+    }
     T_CHECK(want.ids.n > 50000, "the text gave %zu ids", want.ids.n);
     for (int i = 0; i < 2; i++) tok_ids_free(&jobs[i].ids);
     tok_ids_free(&want.ids);
@@ -238,14 +255,14 @@ static void test_clone(void)
     free(text);
 }
 
-static void test_bert(void)
-{
+static void test_bert(void) {
     char dir[] = "/tmp/kf-bert-XXXXXX";
     KF_CHECK(mkdtemp(dir), "mkdtemp");
     char path[300];
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
     /* ids:      0     1     2     3     4      5  6      7      8     9 10 11 12 13  14   15 */
-    write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nun\n##aff\n##able\nhello\n,\n!\nu\n##n\n你\ncafe\n'\n");
+    write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nun\n##aff\n##able\nhello\n,\n!\nu\n##"
+                     "n\n你\ncafe\n'\n");
     kf_err err = {{0}};
     tok *t = tok_load("bert", dir, &err);
     T_CHECK(t != NULL, "load bert: %s", err.msg);
@@ -258,26 +275,31 @@ static void test_bert(void)
     T_EQ_INT(tok_special_id(t, "unk"), 1, "bert special ids");
     T_EQ_INT(tok_special_id(t, "mask"), 4, "bert special ids");
     T_EQ_INT(tok_special_id(t, "eos"), -1, "bert special ids");
-    expect_bert(t, "UnAffable, HELLO!", 0, "5 6 7 9 8 10");   /* lowercase + longest match + punctuation */
-    expect_bert(t, "Café  h\xC3\xA9llo", 0, "14 8");            /* accents stripped (NFC é and e+U+0301) */
+    expect_bert(t, "UnAffable, HELLO!", 0,
+                "5 6 7 9 8 10");                     /* lowercase + longest match + punctuation */
+    expect_bert(t, "Café  h\xC3\xA9llo", 0, "14 8"); /* accents stripped (NFC é and e+U+0301) */
     expect_bert(t, "cafe\xCC\x81", 0, "14");
-    expect_bert(t, "unknownword hello", 0, "1 8");            /* no piece for "k..." -> whole word [UNK] */
-    expect_bert(t, "你好", 0, "13 1");                         /* CJK split per character */
-    expect_bert(t, "un\x01" "aff\xEF\xBF\xBD" "able", 0, "5 6 7"); /* controls and U+FFFD dropped */
+    expect_bert(t, "unknownword hello", 0, "1 8"); /* no piece for "k..." -> whole word [UNK] */
+    expect_bert(t, "你好", 0, "13 1");             /* CJK split per character */
+    expect_bert(t,
+                "un\x01"
+                "aff\xEF\xBF\xBD"
+                "able",
+                0, "5 6 7"); /* controls and U+FFFD dropped */
     expect_bert(t, "hello\xC2\xA0hello\xE2\x80\xA8hello", 0, "8 8 8"); /* NBSP, LS separate words */
     expect_bert(t, "unn", 0, "5 12");
     expect_bert(t, "[CLS] hello [SEP]", 1, "2 8 3");
-    expect_bert(t, "[CLS] hello", 0, "1 1 1 8");               /* "[", "cls", "]" as text */
+    expect_bert(t, "[CLS] hello", 0, "1 1 1 8"); /* "[", "cls", "]" as text */
     char longw[202];
     memset(longw, 'u', 101);
     longw[101] = 0;
-    expect_bert(t, longw, 0, "1");                            /* > 100 chars -> [UNK] */
+    expect_bert(t, longw, 0, "1"); /* > 100 chars -> [UNK] */
     memset(longw, 0, sizeof longw);
     memcpy(longw, "u", 1);
     for (int i = 1; i < 100; i++) longw[i] = 'n';
     char want[400] = "5"; /* longest match first: "un", then 98 x "##n" */
     for (int i = 2; i < 100; i++) strcat(want, " 12");
-    expect_bert(t, longw, 0, want);                           /* exactly 100 chars: split */
+    expect_bert(t, longw, 0, want); /* exactly 100 chars: split */
     tok *c = tok_clone(t);
     tok_free(t);
     t = c; /* the rest runs on a clone whose original is gone */
@@ -293,10 +315,10 @@ static void test_bert(void)
     rmdir(dir);
 }
 
-int main(void)
-{
+int main(void) {
     if (access("data/vocab/gpt2/vocab.json", R_OK)) {
-        printf("FAIL: data/vocab/gpt2 missing (run scripts/setup.sh; tests run from the repository root)\n");
+        printf("FAIL: data/vocab/gpt2 missing (run scripts/setup.sh; tests run from the repository "
+               "root)\n");
         printf("0 passed, 1 failed\n");
         return 1;
     }

@@ -14,8 +14,15 @@
 #include "trainer/train/checkpoint.h"
 
 static model_config cfg(void) {
-    return (model_config){.hidden = 16, .heads = 2, .blocks = 1, .vocab = 30, .mask_id = -1,
-                          .seq_len = 8, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    return (model_config){.hidden = 16,
+                          .heads = 2,
+                          .blocks = 1,
+                          .vocab = 30,
+                          .mask_id = -1,
+                          .seq_len = 8,
+                          .kind = MODEL_AR,
+                          .head = HEAD_SHARED,
+                          .k_train = 1};
 }
 
 static void fill(kf_backend *b, float *dst, int64_t n, float base) {
@@ -73,7 +80,8 @@ int main(void) {
         fill(b, ema, n, (float)s), fill(b, am, n, 0.5f * s), fill(b, av, n, 0.25f * s);
         meta.step = s;
         meta.cursor = s * 4;
-        meta.opt = (optim_state){.adam_t = s - 1, .scale = 1024.0 / s, .good_steps = 1, .skipped = 1};
+        meta.opt =
+            (optim_state){.adam_t = s - 1, .scale = 1024.0 / s, .good_steps = 1, .skipped = 1};
         snprintf(meta.phase, sizeof meta.phase, "%s", s < 9 ? "fp16" : "fp32");
         rng.counter = (uint64_t)s * 4;
         ckpt_save(ck, &d, m, ema, am, av, &meta, &rng, 2);
@@ -101,7 +109,8 @@ int main(void) {
 
     /* load into a fresh model: bitwise equal */
     model *m2 = model_create(b, &c);
-    float *e2 = b->alloc(b, (size_t)n * 4), *am2 = b->alloc(b, (size_t)n * 4), *av2 = b->alloc(b, (size_t)n * 4);
+    float *e2 = b->alloc(b, (size_t)n * 4), *am2 = b->alloc(b, (size_t)n * 4),
+          *av2 = b->alloc(b, (size_t)n * 4);
     rng_state r2;
     T_EQ_INT(ckpt_load(found, 0, m2, e2, am2, av2, &r2), 1, "rank RNG state restored");
     T_EQ_INT(r2.counter, 36, "rank RNG state restored");
@@ -110,7 +119,8 @@ int main(void) {
     T_CHECK(same(b, ema, e2, n), "weights, EMA and moments restored bitwise");
     T_CHECK(same(b, am, am2, n), "weights, EMA and moments restored bitwise");
     T_CHECK(same(b, av, av2, n), "weights, EMA and moments restored bitwise");
-    T_CHECK(ckpt_load(found, 3, m2, e2, am2, av2, &r2) == 0, "no file for a rank beyond the writer's world");
+    T_CHECK(ckpt_load(found, 3, m2, e2, am2, av2, &r2) == 0,
+            "no file for a rank beyond the writer's world");
 
     /* compatibility */
     ckpt_identity id = meta.id;
@@ -164,7 +174,8 @@ int main(void) {
     char fin[64], tf[4096], sha[65], want[65];
     snprintf(fin, sizeof fin, "%s/final", dir);
     ckpt_write_final(fin, m, ema, &meta);
-    T_CHECK(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err) == 0, "final verifies: %s", err.msg);
+    T_CHECK(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err) == 0, "final verifies: %s",
+            err.msg);
     sha256_file_hex(tf, want, &err);
     T_EQ_STR(sha, want, "teacher file and sha");
     T_CHECK(strstr(tf, "final/model.safetensors"), "teacher file and sha");
@@ -185,7 +196,8 @@ int main(void) {
     T_CHECK(strstr(tf, "ema.safetensors"), "checkpoint dir as teacher");
 
     model_free(m), model_free(m2);
-    b->free(b, ema), b->free(b, am), b->free(b, av), b->free(b, e2), b->free(b, am2), b->free(b, av2);
+    b->free(b, ema), b->free(b, am), b->free(b, av), b->free(b, e2), b->free(b, am2),
+        b->free(b, av2);
     b->destroy(b);
     dist_finalize(&d);
     fs_rm_rf(dir, &err);

@@ -75,8 +75,8 @@ int main(void) {
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
             json_doc *d = json_parse(line, strlen(line), path, &err);
             if (!d) continue;
-            const json *r = json_root(d), *v = json_get(r, "val_loss"), *ve = json_get(r, "val_loss_ema"),
-                       *l = json_get(r, "loss");
+            const json *r = json_root(d), *v = json_get(r, "val_loss"),
+                       *ve = json_get(r, "val_loss_ema"), *l = json_get(r, "loss");
             if (v && v->type == JSON_NUMBER) val = v->num;
             if (ve && ve->type == JSON_NUMBER) val_ema = ve->num;
             if (l && l->type == JSON_NUMBER && isnan(first_loss)) first_loss = l->num;
@@ -84,11 +84,14 @@ int main(void) {
         }
         free(buf);
     }
-    printf("unigram entropy (valid) %.4f nats; first training loss %.4f; after %d steps: validation "
-           "loss %.4f, EMA weights %.4f\n", H, first_loss, STEPS, val, val_ema);
-    T_CHECK(val < H - MARGIN, "validation loss %.4f is not %.1f nats below the unigram entropy %.4f", val,
-            MARGIN, H);
-    T_CHECK(val_ema < H, "EMA weights' validation loss %.4f is not below the unigram entropy %.4f", val_ema, H);
+    printf(
+        "unigram entropy (valid) %.4f nats; first training loss %.4f; after %d steps: validation "
+        "loss %.4f, EMA weights %.4f\n",
+        H, first_loss, STEPS, val, val_ema);
+    T_CHECK(val < H - MARGIN,
+            "validation loss %.4f is not %.1f nats below the unigram entropy %.4f", val, MARGIN, H);
+    T_CHECK(val_ema < H, "EMA weights' validation loss %.4f is not below the unigram entropy %.4f",
+            val_ema, H);
     fs_rm_rf(dir, &err);
     runconfig_free(rc);
     return T_DONE();

@@ -13,8 +13,14 @@
 enum { N = 100, G = 12, STEPS = 20, SEQ = 8, V = 50 };
 
 static loader *open_l(const char *dir, int rank, int world, int64_t micro) {
-    loader_opts o = {.data_dir = dir, .split = "train", .seed = 42, .shuffle = 1,
-                     .global_batch = G, .micro_batch = micro, .rank = rank, .world = world,
+    loader_opts o = {.data_dir = dir,
+                     .split = "train",
+                     .seed = 42,
+                     .shuffle = 1,
+                     .global_batch = G,
+                     .micro_batch = micro,
+                     .rank = rank,
+                     .world = world,
                      .depth = 3};
     loader *l;
     kf_err err = {{0}};
@@ -63,17 +69,20 @@ int main(void) {
     fixture_shards(dir, N, 10, SEQ, V);
 
     int64_t *a = malloc(sizeof(int64_t) * G * STEPS), *b = malloc(sizeof(int64_t) * G * STEPS);
-    read_world(dir, 1, G, 0, STEPS, a);            /* np=1, one micro-batch */
-    read_world(dir, 2, G / 2, 0, STEPS, b);        /* np=2 */
-    T_CHECK(!memcmp(a, b, sizeof(int64_t) * G * STEPS), "np=1 and np=2 consume the same global sample ids");
-    read_world(dir, 1, G / 2, 0, STEPS, b);        /* np=1, two micro-batches */
+    read_world(dir, 1, G, 0, STEPS, a);     /* np=1, one micro-batch */
+    read_world(dir, 2, G / 2, 0, STEPS, b); /* np=2 */
+    T_CHECK(!memcmp(a, b, sizeof(int64_t) * G * STEPS),
+            "np=1 and np=2 consume the same global sample ids");
+    read_world(dir, 1, G / 2, 0, STEPS, b); /* np=1, two micro-batches */
     T_CHECK(!memcmp(a, b, sizeof(int64_t) * G * STEPS), "accumulation split gives the same ids");
-    read_world(dir, 3, G / 6, 0, STEPS, b);        /* np=3 with accumulation 2 */
-    T_CHECK(!memcmp(a, b, sizeof(int64_t) * G * STEPS), "np=3 x 2 micro-batches gives the same ids");
+    read_world(dir, 3, G / 6, 0, STEPS, b); /* np=3 with accumulation 2 */
+    T_CHECK(!memcmp(a, b, sizeof(int64_t) * G * STEPS),
+            "np=3 x 2 micro-batches gives the same ids");
 
     /* cursor restore: steps 7.. read after a seek equal the uninterrupted stream */
     read_world(dir, 2, G / 2, 7, STEPS - 7, b);
-    T_CHECK(!memcmp(a + 7 * G, b, sizeof(int64_t) * G * (STEPS - 7)), "seek(7*G) continues the stream");
+    T_CHECK(!memcmp(a + 7 * G, b, sizeof(int64_t) * G * (STEPS - 7)),
+            "seek(7*G) continues the stream");
 
     /* epochs: positions [0, N) and [N, 2N) are permutations of 0..N-1, different ones */
     loader *l = open_l(dir, 0, 1, G);
@@ -90,13 +99,21 @@ int main(void) {
     T_CHECK(perm0, "each epoch visits every sample exactly once");
     T_CHECK(perm1, "each epoch visits every sample exactly once");
     T_CHECK(same < N / 4, "epochs are shuffled differently (%d same, %d fixed)", same, identity);
-    T_CHECK(identity < N / 4, "epochs are shuffled differently (%d same, %d fixed)", same, identity);
+    T_CHECK(identity < N / 4, "epochs are shuffled differently (%d same, %d fixed)", same,
+            identity);
     T_CHECK(loader_sample_at(l, 5) == a[5], "sample_at agrees with the stream");
     loader_close(l);
 
     /* a different seed gives a different order */
-    loader_opts o = {.data_dir = dir, .split = "train", .seed = 43, .shuffle = 1, .global_batch = G,
-                     .micro_batch = G, .rank = 0, .world = 1, .depth = 1};
+    loader_opts o = {.data_dir = dir,
+                     .split = "train",
+                     .seed = 43,
+                     .shuffle = 1,
+                     .global_batch = G,
+                     .micro_batch = G,
+                     .rank = 0,
+                     .world = 1,
+                     .depth = 1};
     kf_err err = {{0}};
     T_CHECK(loader_open(&o, &l, &err) == 0, "open: %s", err.msg);
     int diff = 0;

@@ -151,7 +151,8 @@ int main(void) {
     b->download(b, he, e, N * 4);
     T_CHECK(!r.skipped, "warm-up step applied");
     T_EQ_INT(s3.adam_t, 1, "warm-up step applied");
-    T_CLOSE(he[10], (2.0 / 11.0) * before[10] + (9.0 / 11.0) * h0[10], 1e-6, "EMA update 1 with warm-up");
+    T_CLOSE(he[10], (2.0 / 11.0) * before[10] + (9.0 / 11.0) * h0[10], 1e-6,
+            "EMA update 1 with warm-up");
 
     b->free(b, p), b->free(b, g), b->free(b, m), b->free(b, v), b->free(b, e);
     b->destroy(b);

@@ -18,10 +18,12 @@ static runconfig *load(const char *path) {
 /* Every row the paper's training table fixes, for one trained stage. */
 static void check_stage(const char *cfg, const runconfig_stage *s) {
     const runconfig_opts *o = &s->opt;
-    T_CHECK(s->steps == 500000, "%s %s: steps got %lld want 500000", cfg, s->name, (long long)s->steps);
+    T_CHECK(s->steps == 500000, "%s %s: steps got %lld want 500000", cfg, s->name,
+            (long long)s->steps);
     T_CHECK(o->batch == 512, "%s %s: batch got %lld want 512", cfg, s->name, (long long)o->batch);
     T_CLOSE(o->lr, 1e-4, 0, "lr");
-    T_CHECK(o->warmup == 0, "%s %s: constant lr, warmup got %lld", cfg, s->name, (long long)o->warmup);
+    T_CHECK(o->warmup == 0, "%s %s: constant lr, warmup got %lld", cfg, s->name,
+            (long long)o->warmup);
     T_CLOSE(o->beta1, 0.9, 0, "beta1");
     T_CLOSE(o->beta2, 0.999, 0, "beta2");
     T_CLOSE(o->eps, 1e-6, 0, "eps");
@@ -34,8 +36,10 @@ static void check_stage(const char *cfg, const runconfig_stage *s) {
 /* Stages 1-3: fp16 for the first 400K steps, then fp32 (paper, "Precision schedule"). */
 static void check_kf_precision(const char *cfg, const runconfig_stage *s) {
     const runconfig_opts *o = &s->opt;
-    T_CHECK(runconfig_precision_at(o, 399999) == RC_PREC_FP16, "%s %s: step 399999 in fp16", cfg, s->name);
-    T_CHECK(runconfig_precision_at(o, 400000) == RC_PREC_FP32, "%s %s: step 400000 in fp32", cfg, s->name);
+    T_CHECK(runconfig_precision_at(o, 399999) == RC_PREC_FP16, "%s %s: step 399999 in fp16", cfg,
+            s->name);
+    T_CHECK(runconfig_precision_at(o, 400000) == RC_PREC_FP32, "%s %s: step 400000 in fp32", cfg,
+            s->name);
     T_CHECK(runconfig_precision_at(o, 0) == RC_PREC_FP16, "%s %s: step 0 in fp16", cfg, s->name);
 }
 
@@ -44,13 +48,18 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
     runconfig *rc = load(path);
     if (!rc) return;
     const runconfig_model *m = &rc->model;
-    T_EQ_INT(m->hidden, 768, "%s: 12 x 768, 12 heads; got %lld x %lld, %lld heads", path, (long long)m->blocks, (long long)m->hidden, (long long)m->heads);
-    T_EQ_INT(m->heads, 12, "%s: 12 x 768, 12 heads; got %lld x %lld, %lld heads", path, (long long)m->blocks, (long long)m->hidden, (long long)m->heads);
-    T_EQ_INT(m->blocks, 12, "%s: 12 x 768, 12 heads; got %lld x %lld, %lld heads", path, (long long)m->blocks, (long long)m->hidden, (long long)m->heads);
-    T_CHECK(m->vocab == vocab, "%s: vocab got %lld want %lld", path, (long long)m->vocab, (long long)vocab);
+    T_EQ_INT(m->hidden, 768, "%s: 12 x 768, 12 heads; got %lld x %lld, %lld heads", path,
+             (long long)m->blocks, (long long)m->hidden, (long long)m->heads);
+    T_EQ_INT(m->heads, 12, "%s: 12 x 768, 12 heads; got %lld x %lld, %lld heads", path,
+             (long long)m->blocks, (long long)m->hidden, (long long)m->heads);
+    T_EQ_INT(m->blocks, 12, "%s: 12 x 768, 12 heads; got %lld x %lld, %lld heads", path,
+             (long long)m->blocks, (long long)m->hidden, (long long)m->heads);
+    T_CHECK(m->vocab == vocab, "%s: vocab got %lld want %lld", path, (long long)m->vocab,
+            (long long)vocab);
     T_CHECK(m->seq_len == seq_len, "%s: seq_len got %lld want %lld", path, (long long)m->seq_len,
             (long long)seq_len);
-    T_CHECK(runconfig_mask_id(m, data_vocab) == mask_id, "%s: mask token got %lld want %lld (MDLM's)", path,
+    T_CHECK(runconfig_mask_id(m, data_vocab) == mask_id,
+            "%s: mask token got %lld want %lld (MDLM's)", path,
             (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
     T_CHECK(rc->n_stages == 4, "%s: ar, k1, k2, k4; got %d stages", path, rc->n_stages);
     if (rc->n_stages != 4) goto out;
@@ -65,16 +74,21 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
         check_stage(path, s);
         if (i == 0) {
             /* the paper trains its AR teacher in BF16 mixed precision; our half is FP16 */
-            T_EQ_INT(runconfig_precision_at(&s->opt, 0), RC_PREC_FP16, "%s ar: half precision throughout", path);
-            T_EQ_INT(runconfig_precision_at(&s->opt, 499999), RC_PREC_FP16, "%s ar: half precision throughout", path);
+            T_EQ_INT(runconfig_precision_at(&s->opt, 0), RC_PREC_FP16,
+                     "%s ar: half precision throughout", path);
+            T_EQ_INT(runconfig_precision_at(&s->opt, 499999), RC_PREC_FP16,
+                     "%s ar: half precision throughout", path);
             continue;
         }
         T_CHECK(s->k == ks[i], "%s %s: k got %lld want %lld", path, s->name, (long long)s->k,
                 (long long)ks[i]);
-        T_NEAR(s->tau_min, 1.0, 0, "%s %s: tau got [%g, %g] want 1 (main models)", path, s->name, s->tau_min, s->tau_max);
-        T_NEAR(s->tau_max, 1.0, 0, "%s %s: tau got [%g, %g] want 1 (main models)", path, s->name, s->tau_min, s->tau_max);
+        T_NEAR(s->tau_min, 1.0, 0, "%s %s: tau got [%g, %g] want 1 (main models)", path, s->name,
+               s->tau_min, s->tau_max);
+        T_NEAR(s->tau_max, 1.0, 0, "%s %s: tau got [%g, %g] want 1 (main models)", path, s->name,
+               s->tau_min, s->tau_max);
         T_CHECK(s->teacher_stage == i - 1, "%s %s: taught by the previous stage", path, s->name);
-        T_CHECK(s->init_stage == i - 1, "%s %s: initialised from the previous stage", path, s->name);
+        T_CHECK(s->init_stage == i - 1, "%s %s: initialised from the previous stage", path,
+                s->name);
         check_kf_precision(path, s);
     }
 out:
@@ -96,8 +110,10 @@ int main(void) {
             T_EQ_INT(k1->k, 1, "temperature: k1 is distill_ar k = 1");
         }
         if (k1) {
-            T_NEAR(k1->tau_min, 0.01, 0, "temperature: tau got [%g, %g] want [0.01, 1]", k1->tau_min, k1->tau_max);
-            T_NEAR(k1->tau_max, 1.0, 0, "temperature: tau got [%g, %g] want [0.01, 1]", k1->tau_min, k1->tau_max);
+            T_NEAR(k1->tau_min, 0.01, 0, "temperature: tau got [%g, %g] want [0.01, 1]",
+                   k1->tau_min, k1->tau_max);
+            T_NEAR(k1->tau_max, 1.0, 0, "temperature: tau got [%g, %g] want [0.01, 1]", k1->tau_min,
+                   k1->tau_max);
             check_stage("configs/lm1b-temperature.yaml", k1);
             check_kf_precision("configs/lm1b-temperature.yaml", k1);
         }

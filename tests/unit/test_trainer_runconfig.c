@@ -30,7 +30,10 @@ static int load_with(const char *find, const char *repl, int n_over, char *const
                      runconfig **rc, kf_err *err) {
     char text[4096];
     const char *p = find ? strstr(base, find) : NULL;
-    if (find && !p) { fprintf(stderr, "bad test pattern %s\n", find); exit(2); }
+    if (find && !p) {
+        fprintf(stderr, "bad test pattern %s\n", find);
+        exit(2);
+    }
     if (p) snprintf(text, sizeof text, "%.*s%s%s", (int)(p - base), base, repl, p + strlen(find));
     else snprintf(text, sizeof text, "%s", base);
     FILE *f = fopen(path, "w");
@@ -45,9 +48,12 @@ static void expect_error(const char *find, const char *repl, const char *want) {
     runconfig *rc;
     kf_err err;
     int r = load_with(find, repl, 0, NULL, &rc, &err);
-    T_EQ_INT(r, -1, "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r, err.msg);
-    T_CHECK(strstr(err.msg, want), "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r, err.msg);
-    T_CHECK(strstr(err.msg, path), "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r, err.msg);
+    T_EQ_INT(r, -1, "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find, repl, want, r,
+             err.msg);
+    T_CHECK(strstr(err.msg, want), "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find,
+            repl, want, r, err.msg);
+    T_CHECK(strstr(err.msg, path), "replacing '%s' by '%s' must fail with '%s'; got %d '%s'", find,
+            repl, want, r, err.msg);
     runconfig_free(rc);
 }
 
@@ -65,8 +71,12 @@ int main(void) {
         T_EQ_INT(rc->stages[1].teacher_stage, 0, "teachers");
         T_EQ_INT(rc->stages[2].teacher_stage, 1, "teachers");
         T_CHECK(rc->stages[2].init_stage == 1, "self_forcing initialises from its teacher");
-        T_NEAR(rc->stages[2].tau_min, 0.5, 0, "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min, rc->stages[2].tau_max);
-        T_NEAR(rc->stages[2].tau_max, 1.0, 0, "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min, rc->stages[2].tau_max);
+        T_NEAR(rc->stages[2].tau_min, 0.5, 0,
+               "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min,
+               rc->stages[2].tau_max);
+        T_NEAR(rc->stages[2].tau_max, 1.0, 0,
+               "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min,
+               rc->stages[2].tau_max);
         T_NEAR(rc->stages[0].tau_min, 1.0, 0, "ar has tau 1");
         T_NEAR(rc->stages[0].tau_max, 1.0, 0, "ar has tau 1");
         T_EQ_INT(runconfig_precision_at(&rc->stages[0].opt, 4), RC_PREC_FP16, "phases");
@@ -78,8 +88,10 @@ int main(void) {
         T_CHECK(strlen(rc->hash) == 64, "hash");
         T_CHECK(!rc->stages[0].opt.ema_warmup, "ema_warmup defaults to off (the paper)");
         T_CHECK(rc->model.mask_id == -1, "model.mask_id defaults to automatic");
-        T_CHECK(runconfig_mask_id(&rc->model, 99) == 99, "automatic mask: the id past the data's 99");
-        T_CHECK(runconfig_mask_id(&rc->model, 100) == -1, "automatic mask: none when vocab = data's");
+        T_CHECK(runconfig_mask_id(&rc->model, 99) == 99,
+                "automatic mask: the id past the data's 99");
+        T_CHECK(runconfig_mask_id(&rc->model, 100) == -1,
+                "automatic mask: none when vocab = data's");
         runconfig_free(rc);
     }
     char *over[] = {"defaults.batch=16", "stages.0.steps=3"};
@@ -90,7 +102,8 @@ int main(void) {
         runconfig_free(rc);
     }
     char *ema_over[] = {"defaults.ema_warmup=true", "stages.1.ema_warmup=false"};
-    T_CHECK(load_with(NULL, NULL, 2, ema_over, &rc, &err) == 0, "ema_warmup overrides: %s", err.msg);
+    T_CHECK(load_with(NULL, NULL, 2, ema_over, &rc, &err) == 0, "ema_warmup overrides: %s",
+            err.msg);
     if (rc) {
         T_CHECK(rc->stages[0].opt.ema_warmup == 1, "ema_warmup: true from defaults");
         T_CHECK(rc->stages[1].opt.ema_warmup == 0, "ema_warmup: a stage turns it off");
@@ -109,10 +122,17 @@ int main(void) {
     T_CHECK(load_with(NULL, NULL, 2, cos_over, &rc, &err) == 0, "lr_decay override: %s", err.msg);
     if (rc) {
         const runconfig_opts *o = &rc->stages[1].opt;
-        T_EQ_INT(o->lr_cosine, 1, "lr_decay: cosine on stage 1 only: got %d, %d " "want 1, 0", o->lr_cosine, rc->stages[0].opt.lr_cosine);
-        T_CHECK(!rc->stages[0].opt.lr_cosine, "lr_decay: cosine on stage 1 only: got %d, %d " "want 1, 0", o->lr_cosine, rc->stages[0].opt.lr_cosine);
+        T_EQ_INT(o->lr_cosine, 1,
+                 "lr_decay: cosine on stage 1 only: got %d, %d "
+                 "want 1, 0",
+                 o->lr_cosine, rc->stages[0].opt.lr_cosine);
+        T_CHECK(!rc->stages[0].opt.lr_cosine,
+                "lr_decay: cosine on stage 1 only: got %d, %d "
+                "want 1, 0",
+                o->lr_cosine, rc->stages[0].opt.lr_cosine);
         T_CLOSE(o->lr_min, 1e-4, 0, "lr_min");
-        T_CHECK(o->decay_steps == 4, "decay_steps: got %lld want the stage's 4 steps", (long long)o->decay_steps);
+        T_CHECK(o->decay_steps == 4, "decay_steps: got %lld want the stage's 4 steps",
+                (long long)o->decay_steps);
         runconfig_free(rc);
     }
     char *recipe_over[] = {"stages.2.new_weight=2.5", "stages.2.tau_curriculum=40"};
@@ -129,7 +149,8 @@ int main(void) {
     expect_error("batch: 8\n", "batch: 8\n  new_weight: 0\n", "defaults.new_weight");
     expect_error("batch: 8\n", "batch: 8\n  tau_curriculum: -1\n", "defaults.tau_curriculum");
     char *bad_over[] = {"defaults.bach=16"};
-    T_EQ_INT(load_with(NULL, NULL, 1, bad_over, &rc, &err), -1, "unknown override key: %s", err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 1, bad_over, &rc, &err), -1, "unknown override key: %s",
+             err.msg);
     T_CHECK(strstr(err.msg, "defaults.bach"), "unknown override key: %s", err.msg);
 
     expect_error("steps: 10, lr", "steps: 10, tau: [0.5, 1.0], lr", "do not sample with tau");

@@ -20,20 +20,33 @@ static void fixture_split(const char *dir, const char *split, manifest_split *sp
     char path[4096];
     kf_err err = {{0}};
     snprintf(path, sizeof path, "%s/%s", dir, split);
-    if (fs_mkdir_p(path, &err)) { fprintf(stderr, "%s\n", err.msg); exit(2); }
+    if (fs_mkdir_p(path, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(2);
+    }
     sp->nshards = (int)((n + per_shard - 1) / per_shard);
     sp->shards = calloc((size_t)sp->nshards, sizeof *sp->shards);
     int32_t *ids = malloc((size_t)fmt->seq_len * sizeof *ids);
     for (int s = 0; s < sp->nshards; s++) {
         snprintf(path, sizeof path, "%s/%s/shard-%05d.lmdb", dir, split, s);
         shard_writer *w;
-        if (shard_writer_open(path, fmt, &w, &err)) { fprintf(stderr, "%s\n", err.msg); exit(2); }
+        if (shard_writer_open(path, fmt, &w, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            exit(2);
+        }
         for (int64_t i = s * per_shard; i < n && i < (s + 1) * per_shard; i++) {
-            for (int t = 0; t < fmt->seq_len; t++) ids[t] = (int32_t)((i * 7 + t * 3) % fmt->vocab_size);
-            if (shard_writer_append(w, ids, fmt->seq_len, &err)) { fprintf(stderr, "%s\n", err.msg); exit(2); }
+            for (int t = 0; t < fmt->seq_len; t++)
+                ids[t] = (int32_t)((i * 7 + t * 3) % fmt->vocab_size);
+            if (shard_writer_append(w, ids, fmt->seq_len, &err)) {
+                fprintf(stderr, "%s\n", err.msg);
+                exit(2);
+            }
         }
         shard_meta stats = *fmt;
-        if (shard_writer_commit(w, &stats, &sp->shards[s], &err)) { fprintf(stderr, "%s\n", err.msg); exit(2); }
+        if (shard_writer_commit(w, &stats, &sp->shards[s], &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            exit(2);
+        }
     }
     free(ids);
     manifest_split_sum(sp);
@@ -65,7 +78,10 @@ static void fixture_shards(const char *dir, int64_t n_train, int64_t n_valid, in
     fixture_split(dir, "train", &m.train, n_train, 37, &fmt);
     fixture_split(dir, "valid", &m.valid, n_valid, 37, &fmt);
     kf_err err = {{0}};
-    if (manifest_write(dir, &m, &err)) { fprintf(stderr, "%s\n", err.msg); exit(2); }
+    if (manifest_write(dir, &m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(2);
+    }
     free(m.train.shards), free(m.train.first), free(m.valid.shards), free(m.valid.first);
 }
 

@@ -95,17 +95,20 @@ int eval_main(int argc, char **argv) {
                    (long long)shard_set_vocab_size(ss), (long long)m->cfg.vocab);
         goto fail;
     }
-    eval_opts o = {.k = k, .tau = tau, .samples = samples, .batch = batch, .seed = (uint64_t)seed,
-                   .kind = -1};
+    eval_opts o = {
+        .k = k, .tau = tau, .samples = samples, .batch = batch, .seed = (uint64_t)seed, .kind = -1};
     if (sup_name && (o.kind = sup_kind_from_name(sup_name)) < 0) {
-        kf_err_set(&err, "--supervision %s: unknown (distill_ar, self_forcing, "
-                         "noise_inversion_causal, noise_inversion_mtp)", sup_name);
+        kf_err_set(&err,
+                   "--supervision %s: unknown (distill_ar, self_forcing, "
+                   "noise_inversion_causal, noise_inversion_mtp)",
+                   sup_name);
         goto fail;
     }
     if (m->cfg.kind == MODEL_PFLM) {
         if (!teacher_ref) {
-            kf_err_set(&err, "a PFLM checkpoint is evaluated against a teacher's targets: give "
-                             "--teacher TCKPT (the AR or PFLM(k/2) checkpoint it was trained from)");
+            kf_err_set(&err,
+                       "a PFLM checkpoint is evaluated against a teacher's targets: give "
+                       "--teacher TCKPT (the AR or PFLM(k/2) checkpoint it was trained from)");
             goto fail;
         }
         if (load_ckpt(be, teacher_ref, &teacher, &err)) goto fail;

@@ -34,14 +34,16 @@ static const char USAGE[] =
 static int read_ids(const json *a, const char *what, const char *path, int64_t line, int32_t **out,
                     int64_t *n, kf_err *err) {
     if (!a || a->type != JSON_ARRAY)
-        return kf_err_set(err, "%s:%lld: \"%s\" must be an array of token ids", path, (long long)line, what);
+        return kf_err_set(err, "%s:%lld: \"%s\" must be an array of token ids", path,
+                          (long long)line, what);
     *out = kf_malloc((a->n + 1) * sizeof(int32_t));
     for (size_t i = 0; i < a->n; i++) {
         const json *v = &a->kids[i];
         if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i > INT32_MAX) {
             free(*out);
             *out = NULL;
-            return kf_err_set(err, "%s:%lld: \"%s\"[%zu] is not a token id", path, (long long)line, what, i);
+            return kf_err_set(err, "%s:%lld: \"%s\"[%zu] is not a token id", path, (long long)line,
+                              what, i);
         }
         (*out)[i] = (int32_t)v->i;
     }
@@ -122,7 +124,8 @@ int quality_eval_main(int argc, char **argv) {
     int code;
     if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!file || !evp) {
-        fprintf(stderr, "kf eval: --completions and --evaluator are both required for quality metrics\n");
+        fprintf(stderr,
+                "kf eval: --completions and --evaluator are both required for quality metrics\n");
         fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
@@ -149,8 +152,10 @@ int quality_eval_main(int argc, char **argv) {
         int64_t V = ev->cfg.vocab;
         eos = V == 50257 || V == 50258 ? 50256 : V == 30522 ? 102 : -1;
         if (eos < 0)
-            fprintf(stderr, "kf eval: no EOS id known for a vocabulary of %lld: completions are not "
-                            "truncated (pass --eos ID)\n", (long long)V);
+            fprintf(stderr,
+                    "kf eval: no EOS id known for a vocabulary of %lld: completions are not "
+                    "truncated (pass --eos ID)\n",
+                    (long long)V);
     }
     if (ev && quality_genppl(ev, s, n, (int32_t)eos, batch, &ppl, &err) == 0) {
         quality_stats st;

@@ -62,7 +62,8 @@ static int is_special(const tok *gen, int32_t id) {
 
 /* Appends the ids of array a (kept: not special; stop: at the first EOS). */
 static int take_ids(const json *a, const tok *gen, int stop_at_eos, tok_ids *out, kf_err *err) {
-    int32_t eos = tok_special_id(gen, "eos") >= 0 ? tok_special_id(gen, "eos") : tok_special_id(gen, "sep");
+    int32_t eos =
+        tok_special_id(gen, "eos") >= 0 ? tok_special_id(gen, "eos") : tok_special_id(gen, "sep");
     for (size_t i = 0; i < a->n; i++) {
         const json *v = &a->kids[i];
         if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i > INT32_MAX)
@@ -92,14 +93,18 @@ static int sample_text(const json *o, const tok *gen, tok_bytes *txt, kf_err *er
         return 0;
     }
     if (comp->type != JSON_ARRAY || (pre && pre->type != JSON_ARRAY))
-        return kf_err_set(err, "line %d: \"prefix\" and \"completion\" must be id arrays or strings",
+        return kf_err_set(err,
+                          "line %d: \"prefix\" and \"completion\" must be id arrays or strings",
                           (int)o->line);
-    if (!gen) return kf_err_set(err, "line %d: id arrays need --vocab (the generator's tokenizer)", (int)o->line);
+    if (!gen)
+        return kf_err_set(err, "line %d: id arrays need --vocab (the generator's tokenizer)",
+                          (int)o->line);
     tok_ids ids = {0};
     int rc = (pre && take_ids(pre, gen, 0, &ids, err)) || take_ids(comp, gen, 1, &ids, err);
     size_t at = txt->n;
     if (!rc) rc = tok_decode(gen, ids.v, ids.n, txt, err);
-    if (!rc && !strcmp(tok_name(gen), "bert-uncased")) txt->n = at + genppl_cleanup(txt->v + at, txt->n - at);
+    if (!rc && !strcmp(tok_name(gen), "bert-uncased"))
+        txt->n = at + genppl_cleanup(txt->v + at, txt->n - at);
     tok_ids_free(&ids);
     return rc ? -1 : 0;
 }

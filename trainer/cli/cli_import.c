@@ -79,8 +79,8 @@ static int probe_i32(const safetensors_file *f, const char *name, int64_t n, int
                      kf_err *err) {
     const safetensors_tensor *t = safetensors_find(f, name);
     if (!t || t->dtype != ST_I32 || t->numel != n)
-        return kf_err_set(err, "%s: tensor '%s' missing or not I32 with %lld elements", f->path, name,
-                          (long long)n);
+        return kf_err_set(err, "%s: tensor '%s' missing or not I32 with %lld elements", f->path,
+                          name, (long long)n);
     *out = kf_malloc((size_t)n * sizeof(int32_t));
     memcpy(*out, t->data, (size_t)n * sizeof(int32_t));
     return 0;
@@ -90,8 +90,8 @@ static int probe_f64(const safetensors_file *f, const char *name, int64_t n, dou
                      kf_err *err) {
     const safetensors_tensor *t = safetensors_find(f, name);
     if (!t || t->dtype != ST_F64 || t->numel != n)
-        return kf_err_set(err, "%s: tensor '%s' missing or not F64 with %lld elements", f->path, name,
-                          (long long)n);
+        return kf_err_set(err, "%s: tensor '%s' missing or not F64 with %lld elements", f->path,
+                          name, (long long)n);
     *out = kf_malloc((size_t)n * sizeof(double));
     memcpy(*out, t->data, (size_t)n * sizeof(double));
     return 0;
@@ -103,7 +103,8 @@ static int probe_meta_int(const safetensors_file *f, const char *key, int64_t *v
     errno = 0;
     *v = s ? strtoll(s, &end, 10) : 0;
     if (!s || errno || end == s || *end || *v < 1)
-        return kf_err_set(err, "%s: metadata \"%s\" missing or not a positive integer", f->path, key);
+        return kf_err_set(err, "%s: metadata \"%s\" missing or not a positive integer", f->path,
+                          key);
     return 0;
 }
 
@@ -121,8 +122,10 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
     const safetensors_tensor *ids_t = safetensors_find(f, "ids");
     const safetensors_tensor *lg = safetensors_find(f, "logits");
     if (!kind || !ids_t || ids_t->ndim != 2 || !lg || lg->ndim != 3) {
-        kf_err_set(err, "%s: not a probe file (needs metadata probe.layout, ids [B, L], logits "
-                        "[B, n_out, V])", path);
+        kf_err_set(err,
+                   "%s: not a probe file (needs metadata probe.layout, ids [B, L], logits "
+                   "[B, n_out, V])",
+                   path);
         goto out;
     }
     int64_t B = ids_t->shape[0], L = ids_t->shape[1], V = m->cfg.vocab;
@@ -130,7 +133,8 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
         layout_ar(&l, L);
     } else if (!strcmp(kind, "single")) {
         int64_t n = 0, k = 0;
-        if (probe_meta_int(f, "probe.n", &n, err) || probe_meta_int(f, "probe.k", &k, err)) goto out;
+        if (probe_meta_int(f, "probe.n", &n, err) || probe_meta_int(f, "probe.k", &k, err))
+            goto out;
         layout_single(&l, n, k);
     } else {
         kf_err_set(err, "%s: probe.layout \"%s\" is not ar or single", path, kind);
@@ -139,10 +143,12 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
     have_layout = 1;
     int pflm = !strcmp(kind, "single");
     if (l.L != L || lg->shape[0] != B || lg->shape[1] != l.n_out || lg->shape[2] != V) {
-        kf_err_set(err, "%s: shapes do not fit the layout (L %lld vs %lld, logits [%lld, %lld, %lld] "
-                        "vs [%lld, %lld, %lld])", path, (long long)L, (long long)l.L,
-                   (long long)lg->shape[0], (long long)lg->shape[1], (long long)lg->shape[2],
-                   (long long)B, (long long)l.n_out, (long long)V);
+        kf_err_set(err,
+                   "%s: shapes do not fit the layout (L %lld vs %lld, logits [%lld, %lld, %lld] "
+                   "vs [%lld, %lld, %lld])",
+                   path, (long long)L, (long long)l.L, (long long)lg->shape[0],
+                   (long long)lg->shape[1], (long long)lg->shape[2], (long long)B,
+                   (long long)l.n_out, (long long)V);
         goto out;
     }
     if (pflm != (m->cfg.kind == MODEL_PFLM) || (pflm && m->cfg.head != HEAD_SHARED)) {
@@ -153,7 +159,8 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
     if (probe_i32(f, "ids", B * L, &ids, err)) goto out;
     for (int64_t i = 0; i < B * L; i++)
         if (!l.noise[i % L] && (ids[i] < 0 || ids[i] >= V)) {
-            kf_err_set(err, "%s: ids[%lld] = %d is outside the vocabulary", path, (long long)i, ids[i]);
+            kf_err_set(err, "%s: ids[%lld] = %d is outside the vocabulary", path, (long long)i,
+                       ids[i]);
             goto out;
         }
     if (pflm && (probe_f64(f, "z", B * L, &z, err) || probe_f64(f, "tau", B, &tau, err))) goto out;
@@ -176,10 +183,13 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
     printf("probe %s: %lld logits (%s layout, B=%lld, L=%lld), max |diff| %.3g at sample %lld row "
            "%lld id %lld (tolerance %.3g)\n",
            path, (long long)nlog, kind, (long long)B, (long long)L, worst,
-           (long long)(at / (l.n_out * V)), (long long)(at / V % l.n_out), (long long)(at % V), tol);
+           (long long)(at / (l.n_out * V)), (long long)(at / V % l.n_out), (long long)(at % V),
+           tol);
     if (!(worst <= tol)) {
-        kf_err_set(err, "%s: logits differ from the reference by %.3g (> %.3g): the conversion or the "
-                        "model config (heads, mask id, k) does not match the checkpoint", path, worst, tol);
+        kf_err_set(err,
+                   "%s: logits differ from the reference by %.3g (> %.3g): the conversion or the "
+                   "model config (heads, mask id, k) does not match the checkpoint",
+                   path, worst, tol);
         goto out;
     }
     rc = 0;
@@ -201,16 +211,20 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     /* run configs describe the default architecture; a stage's weights are
      * copied by name into later stages, which would misread GPT-2's */
     if (c->pos != POS_ROPE || c->tied_head || c->norm_bias || c->attn_bias)
-        return kf_err_set(err, "the checkpoint has architecture options (learned positions, biases or a "
-                               "tied head: a GPT-2) that %s's model does not; it can be an evaluator "
-                               "(kf eval genppl), not a stage", rc->path);
+        return kf_err_set(err,
+                          "the checkpoint has architecture options (learned positions, biases or a "
+                          "tied head: a GPT-2) that %s's model does not; it can be an evaluator "
+                          "(kf eval genppl), not a stage",
+                          rc->path);
     if (c->hidden != rm->hidden || c->heads != rm->heads || c->blocks != rm->blocks ||
         c->vocab != rm->vocab)
-        return kf_err_set(err, "the checkpoint's model (hidden %lld, heads %lld, blocks %lld, vocab %lld) "
-                               "differs from %s's model (hidden %lld, heads %lld, blocks %lld, vocab %lld)",
-                          (long long)c->hidden, (long long)c->heads, (long long)c->blocks,
-                          (long long)c->vocab, rc->path, (long long)rm->hidden, (long long)rm->heads,
-                          (long long)rm->blocks, (long long)rm->vocab);
+        return kf_err_set(
+            err,
+            "the checkpoint's model (hidden %lld, heads %lld, blocks %lld, vocab %lld) "
+            "differs from %s's model (hidden %lld, heads %lld, blocks %lld, vocab %lld)",
+            (long long)c->hidden, (long long)c->heads, (long long)c->blocks, (long long)c->vocab,
+            rc->path, (long long)rm->hidden, (long long)rm->heads, (long long)rm->blocks,
+            (long long)rm->vocab);
     const char *want = NULL;
     switch (st->kind) {
     case RC_KIND_AR:
@@ -219,19 +233,22 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     case RC_KIND_DISTILL_AR:
     case RC_KIND_SELF_FORCING:
     case RC_KIND_NI_CAUSAL:
-        if (c->kind != MODEL_PFLM || c->head != HEAD_SHARED || c->k_train != st->k) want = "a PFLM(k)";
+        if (c->kind != MODEL_PFLM || c->head != HEAD_SHARED || c->k_train != st->k)
+            want = "a PFLM(k)";
         break;
     case RC_KIND_NI_MTP:
         if (c->head != HEAD_MTP || c->k_train != st->k) want = "an MTP(k)";
         break;
-    case RC_KIND_IMPORT:
-        break;
+    case RC_KIND_IMPORT: break;
     }
     if (want)
-        return kf_err_set(err, "stage '%s' is %s (k = %lld) and needs %s checkpoint; this one is %s "
-                               "with k_train = %lld",
+        return kf_err_set(err,
+                          "stage '%s' is %s (k = %lld) and needs %s checkpoint; this one is %s "
+                          "with k_train = %lld",
                           st->name, runconfig_kind_name(st->kind), (long long)st->k, want,
-                          c->kind == MODEL_AR ? "AR" : c->head == HEAD_MTP ? "MTP" : "PFLM",
+                          c->kind == MODEL_AR   ? "AR"
+                          : c->head == HEAD_MTP ? "MTP"
+                                                : "PFLM",
                           (long long)c->k_train);
     return 0;
 }
@@ -253,7 +270,9 @@ int import_main(int argc, char **argv) {
     int code;
     if (cli_parse(&spec, argc, argv, &code)) return code;
     if (!ckpt || (!run != !stage) || (!run && !probe && !out)) {
-        fprintf(stderr, "kf import: CKPT and --run-dir RUN --stage NAME (or --probe, --out) are required\n");
+        fprintf(
+            stderr,
+            "kf import: CKPT and --run-dir RUN --stage NAME (or --probe, --out) are required\n");
         fputs(USAGE, stderr);
         return KF_EXIT_USAGE;
     }
@@ -280,8 +299,10 @@ int import_main(int argc, char **argv) {
         }
         snprintf(p, sizeof p, "%s/DONE", final_dir);
         if (fs_exists(p) && !force) {
-            kf_err_set(&err, "stage '%s' of %s already has final weights (%s): pass --force to replace "
-                             "them", stage, run, final_dir);
+            kf_err_set(&err,
+                       "stage '%s' of %s already has final weights (%s): pass --force to replace "
+                       "them",
+                       stage, run, final_dir);
             runconfig_free(rc);
             return kf_err_report("kf import", &err);
         }
@@ -297,8 +318,9 @@ int import_main(int argc, char **argv) {
     if (st && check_fits(&m->cfg, rc, st, &err)) goto done;
     if (out) {
         if (model_save(m, out, NULL, &err)) goto done;
-        printf("wrote %s (%s%s, %lld parameters)\n", out, hf ? "from the Hugging Face GPT-2 in " : "",
-               hf ? ckpt : "kforcing checkpoint", (long long)m->n_params);
+        printf("wrote %s (%s%s, %lld parameters)\n", out,
+               hf ? "from the Hugging Face GPT-2 in " : "", hf ? ckpt : "kforcing checkpoint",
+               (long long)m->n_params);
     }
     if (run) {
         char sha[65];
@@ -315,8 +337,8 @@ int import_main(int argc, char **argv) {
         snprintf(p, sizeof p, "%s/stages/%s", run, stage);
         stage_status st = {.state = "done"};
         if (stage_status_write(p, &st, &err)) goto done;
-        printf("imported %s (sha256 %.12s..., %s%s, k_train %lld, %lld parameters) as %s\n", ckpt, sha,
-               m->cfg.kind == MODEL_AR ? "AR" : "PFLM", m->cfg.head == HEAD_MTP ? " MTP" : "",
+        printf("imported %s (sha256 %.12s..., %s%s, k_train %lld, %lld parameters) as %s\n", ckpt,
+               sha, m->cfg.kind == MODEL_AR ? "AR" : "PFLM", m->cfg.head == HEAD_MTP ? " MTP" : "",
                (long long)m->cfg.k_train, (long long)m->n_params, final_dir);
         if (!rc) printf("note: %s has no run.yaml yet: the stage name was not checked\n", run);
     }

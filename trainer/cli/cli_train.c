@@ -42,7 +42,8 @@ int train_main(int argc, char **argv) {
         {"--stop-at", CLI_INT, .out = &a.stop_at, .lo = 1, .hi = INFINITY},
         {NULL},
     };
-    const cli_spec spec = {"kf train", USAGE, opts, .pos = &a.config, .max_pos = 1, .over = a.over,
+    const cli_spec spec = {"kf train",         USAGE,        opts,
+                           .pos = &a.config,   .max_pos = 1, .over = a.over,
                            .n_over = &a.n_over};
     int code;
     if (cli_parse(&spec, argc, argv, &code)) {

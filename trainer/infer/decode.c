@@ -31,7 +31,8 @@ int decode_check(const model *m, const decode_opts *o, int64_t P, kf_err *err) {
     if (!(o->tau > 0)) return kf_err_set(err, "--tau %g: must be > 0", o->tau);
     if (o->n_position_temp) {
         if (m->cfg.kind == MODEL_AR)
-            return kf_err_set(err, "--position-temp: an AR checkpoint samples every token at --tau");
+            return kf_err_set(err,
+                              "--position-temp: an AR checkpoint samples every token at --tau");
         if (o->n_position_temp < o->k)
             return kf_err_set(err, "--position-temp: %lld temperatures for %lld positions per step",
                               (long long)o->n_position_temp, (long long)o->k);
@@ -44,11 +45,11 @@ int decode_check(const model *m, const decode_opts *o, int64_t P, kf_err *err) {
     if (P < 1) return kf_err_set(err, "a prefix needs at least one token");
     int64_t rows = decode_cache_rows(m, o, P);
     if (rows > m->cfg.seq_len)
-        return kf_err_set(err,
-                          "prefix of %lld tokens + %lld new tokens needs %lld positions; the model's "
-                          "context is %lld (shorten the prefix or --max-new)",
-                          (long long)P, (long long)o->max_new, (long long)rows,
-                          (long long)m->cfg.seq_len);
+        return kf_err_set(
+            err,
+            "prefix of %lld tokens + %lld new tokens needs %lld positions; the model's "
+            "context is %lld (shorten the prefix or --max-new)",
+            (long long)P, (long long)o->max_new, (long long)rows, (long long)m->cfg.seq_len);
     return 0;
 }
 
@@ -57,7 +58,8 @@ int decode_check(const model *m, const decode_opts *o, int64_t P, kf_err *err) {
 static void penalize(model *m, float *logits, int64_t B, int64_t V, const int32_t *gen,
                      int64_t stride, int64_t n, float penalty, int32_t *dev_hist, int32_t *hist) {
     if (penalty == 0.0f || n == 0) return;
-    for (int64_t b = 0; b < B; b++) memcpy(hist + b * n, gen + b * stride, (size_t)n * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++)
+        memcpy(hist + b * n, gen + b * stride, (size_t)n * sizeof(int32_t));
     m->be->upload(m->be, dev_hist, hist, (size_t)(B * n) * sizeof(int32_t));
     m->be->freq_penalty(m->be, logits, dev_hist, n, B, V, penalty);
 }
@@ -83,10 +85,12 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     int32_t *dev_hist = be->alloc(be, (size_t)(B * total + 1) * sizeof(int32_t));
     int32_t *dev_ids = be->alloc(be, (size_t)(k * B) * sizeof(int32_t));
     double *dev_z = be->alloc(be, (size_t)B * sizeof(double));
-    double *dev_ptau = be->alloc(be, (size_t)B * sizeof(double)); /* a sampled token's temperature */
-    double ptau_dev = -1.0; /* the value dev_ptau holds (-1: none yet) */
+    double *dev_ptau =
+        be->alloc(be, (size_t)B * sizeof(double)); /* a sampled token's temperature */
+    double ptau_dev = -1.0;                        /* the value dev_ptau holds (-1: none yet) */
     int32_t *step_ids = kf_malloc((size_t)(k * B) * sizeof(int32_t));
-    double *zs = kf_malloc((size_t)B * sizeof(double)), *ptau = kf_malloc((size_t)B * sizeof(double));
+    double *zs = kf_malloc((size_t)B * sizeof(double)),
+           *ptau = kf_malloc((size_t)B * sizeof(double));
     for (int64_t b = 0; b < B; b++) tau[b] = o->tau;
 
     int64_t n = 0; /* tokens generated per sequence */
@@ -113,8 +117,8 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
          * the tokens of this very step) the output layer computes them
          * directly, never materialising the logits */
         int fused = !ar && o->freq_penalty == 0.0f && !o->n_position_temp;
-        float *logits = (float *)model_decode_step(m, c, Q, noise, ids, z, tau, nout, outrows,
-                                                   nctx, fused ? dev_ids : NULL);
+        float *logits = (float *)model_decode_step(m, c, Q, noise, ids, z, tau, nout, outrows, nctx,
+                                                   fused ? dev_ids : NULL);
         if (fused) {
             be->download(be, step_ids, dev_ids, (size_t)(k * B) * sizeof(int32_t));
             for (int64_t j = 0; j < emit; j++, n++)
@@ -128,7 +132,8 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
             if (ar || pt > 0) {
                 uint64_t i0 = ar ? 0 : DECODE_POSITION_DRAWS;
                 double t = ar ? o->tau : pt;
-                for (int64_t b = 0; b < B; b++) zs[b] = rng_uniform01(o->seed, keys[b], i0 + (uint64_t)n);
+                for (int64_t b = 0; b < B; b++)
+                    zs[b] = rng_uniform01(o->seed, keys[b], i0 + (uint64_t)n);
                 be->upload(be, dev_z, zs, (size_t)B * sizeof(double));
                 if (t != ptau_dev) { /* AR's never changes: one upload */
                     for (int64_t b = 0; b < B; b++) ptau[b] = t;

@@ -56,12 +56,12 @@
 #define DECODE_POSITION_DRAWS ((uint64_t)1 << 62)
 
 typedef struct decode_opts {
-    int64_t k;          /* tokens per step (AR: 1; PFLM: 1..k_train) */
-    double tau;         /* temperature (> 0) */
-    float freq_penalty; /* 0: off */
+    int64_t k;                   /* tokens per step (AR: 1; PFLM: 1..k_train) */
+    double tau;                  /* temperature (> 0) */
+    float freq_penalty;          /* 0: off */
     const double *position_temp; /* [n_position_temp >= k] or NULL (PFLM only) */
     int64_t n_position_temp;
-    int64_t max_new;    /* tokens to generate per sequence */
+    int64_t max_new; /* tokens to generate per sequence */
     uint64_t seed;
 } decode_opts;
 

@@ -24,8 +24,7 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
         return kf_err_set(err, "--k %lld: the MTP baseline has exactly k_train = %lld heads",
                           (long long)k, (long long)c->k_train);
     int kind = o->kind;
-    if (c->kind == MODEL_AR)
-        kind = SUP_AR;
+    if (c->kind == MODEL_AR) kind = SUP_AR;
     else if (kind < 0)
         kind = teacher->cfg.kind == MODEL_AR ? (c->head == HEAD_MTP ? SUP_NI_MTP : SUP_DISTILL_AR)
                                              : SUP_SELF_FORCING;
@@ -129,9 +128,12 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
 }
 
 void eval_print_json(FILE *f, const model *m, const eval_opts *o, const eval_result *r) {
-    fprintf(f, "{\"model\": \"%s\", \"supervision\": \"%s\", \"k\": %lld, \"samples\": %lld, "
-               "\"targets\": %lld, \"nll\": %.6f, \"ppl\": %.4f",
-            m->cfg.kind == MODEL_AR ? "ar" : m->cfg.head == HEAD_MTP ? "pflm-mtp" : "pflm",
+    fprintf(f,
+            "{\"model\": \"%s\", \"supervision\": \"%s\", \"k\": %lld, \"samples\": %lld, "
+            "\"targets\": %lld, \"nll\": %.6f, \"ppl\": %.4f",
+            m->cfg.kind == MODEL_AR   ? "ar"
+            : m->cfg.head == HEAD_MTP ? "pflm-mtp"
+                                      : "pflm",
             kind_names[r->kind], (long long)r->k, (long long)r->samples, (long long)r->targets,
             r->nll, r->ppl);
     if (m->cfg.kind == MODEL_PFLM) {

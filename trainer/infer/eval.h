@@ -24,13 +24,13 @@ typedef struct eval_opts {
     int64_t samples; /* samples of the split (from index 0); 0: all */
     int64_t batch;
     uint64_t seed;
-    int kind;        /* sup_kind, or -1: distill_ar / noise_inversion_mtp for an AR
-                        teacher (by the student's head), self_forcing for a PFLM one */
+    int kind; /* sup_kind, or -1: distill_ar / noise_inversion_mtp for an AR
+                 teacher (by the student's head), self_forcing for a PFLM one */
 } eval_opts;
 
 typedef struct eval_result {
-    int kind;         /* the sup_kind used */
-    int64_t k;        /* 1 for AR */
+    int kind;  /* the sup_kind used */
+    int64_t k; /* 1 for AR */
     int64_t samples;
     int64_t targets;  /* counted targets */
     double nll;       /* mean NLL over all counted targets */

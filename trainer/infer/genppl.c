@@ -14,7 +14,8 @@
 
 size_t genppl_cleanup(char *s, size_t len) {
     /* transformers' PreTrainedTokenizerBase.clean_up_tokenization, in its order */
-    static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're"};
+    static const char *const from[] = {" .",   " ?",  " !",  " ,",   " ' ",
+                                       " n't", " 'm", " 's", " 've", " 're"};
     static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"};
     for (size_t r = 0; r < sizeof from / sizeof *from; r++) {
         size_t fl = strlen(from[r]), tl = strlen(to[r]), w = 0;
@@ -36,8 +37,8 @@ int64_t genppl_context(const model *ev) {
     return ev->cfg.pos == POS_LEARNED ? ev->cfg.n_positions : ev->cfg.seq_len;
 }
 
-void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n, int64_t max_length,
-                  int64_t batch, int progress, genppl_result *out) {
+void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n,
+                  int64_t max_length, int64_t batch, int progress, genppl_result *out) {
     memset(out, 0, sizeof *out);
     out->samples = n;
     int64_t ctx = genppl_context(ev), nw = 0, V = ev->cfg.vocab;
@@ -84,7 +85,8 @@ void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n
     for (int64_t i = 0; i < n; i++) nonempty += lens[i] > 0;
     out->entropy = nonempty ? out->entropy / (double)nonempty : NAN;
     if (progress) progress_begin("gen-ppl", (double)total, "tok");
-    int32_t *bids = kf_malloc((size_t)(batch * ctx) * sizeof(int32_t)), *vl = kf_malloc((size_t)batch * sizeof(int32_t));
+    int32_t *bids = kf_malloc((size_t)(batch * ctx) * sizeof(int32_t)),
+            *vl = kf_malloc((size_t)batch * sizeof(int32_t));
     int32_t *tg = kf_malloc((size_t)(batch * ctx) * sizeof(int32_t));
     float *nll = kf_malloc((size_t)(batch * ctx) * sizeof(float));
     model_ws *mws = model_ws_create(ev);
@@ -103,7 +105,8 @@ void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n
         }
         /* row t predicts token t+1 of its window; padding is neither attended nor scored */
         for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < L; t++) tg[b * L + t] = t + 1 < vl[b] ? bids[b * L + t + 1] : -1;
+            for (int64_t t = 0; t < L; t++)
+                tg[b * L + t] = t + 1 < vl[b] ? bids[b * L + t + 1] : -1;
         layout lay;
         layout_ar(&lay, L);
         model_input in = {.lay = &lay, .B = B, .ids = bids, .valid_len = vl};

@@ -39,10 +39,10 @@ size_t genppl_cleanup(char *s, size_t len);
 /** Corpus-level result. */
 typedef struct genppl_result {
     int64_t samples;
-    int64_t tokens;      /* scored tokens */
+    int64_t tokens; /* scored tokens */
     double nll_sum;
-    double gen_ppl;      /* exp(nll_sum / tokens); NaN when tokens == 0 */
-    double entropy;      /* mean unigram entropy per sample (nats) */
+    double gen_ppl; /* exp(nll_sum / tokens); NaN when tokens == 0 */
+    double entropy; /* mean unigram entropy per sample (nats) */
 } genppl_result;
 
 /** The evaluator's context (window length): n_positions with learned
@@ -52,7 +52,7 @@ int64_t genppl_context(const model *ev);
 /** Scores n samples already re-tokenised for the evaluator (an AR model,
  *  run in fp32; ids[i], lens[i] tokens each, at most max_length used),
  *  batch windows per forward, with a progress bar when progress is set. */
-void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n, int64_t max_length,
-                  int64_t batch, int progress, genppl_result *out);
+void genppl_score(model *ev, int32_t *const *ids, const int64_t *lens, int64_t n,
+                  int64_t max_length, int64_t batch, int progress, genppl_result *out);
 
 #endif

@@ -36,16 +36,14 @@ int prefixes_parse(const char *text, size_t len, const char *path, tok *tk, int3
                     const json *v = &ids->kids[i];
                     if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i > INT32_MAX)
                         rc = kf_err_set(err, "%s: prefix[%zu] is not a token id", name, i);
-                    else
-                        tok_ids_push(&got, (int32_t)v->i);
+                    else tok_ids_push(&got, (int32_t)v->i);
                 }
             } else if (tx && tx->type == JSON_STRING) {
-                if (!tk)
-                    rc = kf_err_set(err, "%s: a text prefix needs --vocab DIR", name);
-                else
-                    tok_encode(tk, tx->str.s, tx->str.len, 0, &got, NULL);
+                if (!tk) rc = kf_err_set(err, "%s: a text prefix needs --vocab DIR", name);
+                else tok_encode(tk, tx->str.s, tx->str.len, 0, &got, NULL);
             } else {
-                rc = kf_err_set(err, "%s: expected {\"prefix\": [ids]} or {\"text\": \"...\"}", name);
+                rc = kf_err_set(err, "%s: expected {\"prefix\": [ids]} or {\"text\": \"...\"}",
+                                name);
             }
             if (!rc && got.n == 0) rc = kf_err_set(err, "%s: empty prefix", name);
             if (!rc) {

@@ -36,12 +36,14 @@ int quality_genppl(model *ev, const quality_sample *s, int64_t n, int32_t eos, i
     for (int64_t i = 0; i < n; i++) {
         seq[i] = kf_malloc((size_t)(s[i].n_prefix + s[i].n_completion + 1) * sizeof(int32_t));
         memcpy(seq[i], s[i].prefix, (size_t)s[i].n_prefix * sizeof(int32_t));
-        len[i] = s[i].n_prefix +
-                 quality_clean(s[i].completion, s[i].n_completion, eos, strip, seq[i] + s[i].n_prefix);
+        len[i] = s[i].n_prefix + quality_clean(s[i].completion, s[i].n_completion, eos, strip,
+                                               seq[i] + s[i].n_prefix);
         for (int64_t j = 0; j < len[i] && !rc; j++)
             if (seq[i][j] < 0 || seq[i][j] >= V)
-                rc = kf_err_set(err, "sample %lld: id %d at %lld is outside the evaluator's vocabulary "
-                                     "(%lld)", (long long)i, seq[i][j], (long long)j, (long long)V);
+                rc = kf_err_set(err,
+                                "sample %lld: id %d at %lld is outside the evaluator's vocabulary "
+                                "(%lld)",
+                                (long long)i, seq[i][j], (long long)j, (long long)V);
         /* windows of S rows overlapping by one, so every token after the
          * first is predicted exactly once */
         if (len[i] > 1) nwin += (len[i] - 2) / (S - 1) + 1;
@@ -149,7 +151,8 @@ static double unigram_entropy(int32_t *ids, int64_t n) {
     qsort(ids, (size_t)n, sizeof *ids, cmp_id);
     double h = 0;
     for (int64_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && ids[j] == ids[i]; j++) {}
+        for (j = i + 1; j < n && ids[j] == ids[i]; j++) {
+        }
         double p = (double)(j - i) / (double)n;
         h -= p * log(p);
     }
@@ -188,8 +191,9 @@ int quality_flag(const quality_row *r, const quality_row *ar, char *buf, size_t 
         double x = m[i].got / m[i].ref;
         if (m[i].upper ? x <= m[i].bound : x >= m[i].bound) continue;
         if (used < cap)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s %.2fx AR %s %.1f", reasons ? "; " : "",
-                                     m[i].name, x, m[i].upper ? ">" : "<", m[i].bound);
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s %.2fx AR %s %.1f",
+                                     reasons ? "; " : "", m[i].name, x, m[i].upper ? ">" : "<",
+                                     m[i].bound);
         reasons++;
     }
     return reasons;
@@ -198,7 +202,8 @@ const char *quality_header(void) { return " Gen-PPL entropy dist-2 dist-3 length
 
 /* One right-aligned column of width w, "-" for a figure not measured. */
 static size_t column(char *buf, size_t cap, int w, int prec, double v) {
-    int n = isfinite(v) ? snprintf(buf, cap, " %*.*f", w, prec, v) : snprintf(buf, cap, " %*s", w, "-");
+    int n =
+        isfinite(v) ? snprintf(buf, cap, " %*.*f", w, prec, v) : snprintf(buf, cap, " %*s", w, "-");
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap;
 }
 

@@ -52,9 +52,9 @@ int64_t quality_clean(const int32_t *ids, int64_t n, int32_t eos, int32_t strip,
 
 /** Corpus-level Gen-PPL result. */
 typedef struct quality_ppl {
-    double nll_sum;  /* natural-log NLL summed over scored tokens */
-    int64_t tokens;  /* scored tokens */
-    double ppl;      /* exp(nll_sum / tokens); NaN when tokens == 0 */
+    double nll_sum; /* natural-log NLL summed over scored tokens */
+    int64_t tokens; /* scored tokens */
+    double ppl;     /* exp(nll_sum / tokens); NaN when tokens == 0 */
 } quality_ppl;
 
 /** Scores n samples (completions cleaned by quality_clean with eos and the

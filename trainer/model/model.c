@@ -15,13 +15,15 @@
 
 int model_config_check(const model_config *c, kf_err *err) {
     if (c->hidden <= 0 || c->heads <= 0 || c->blocks <= 0 || c->vocab <= 1 || c->seq_len <= 1)
-        return kf_err_set(err, "model: hidden, heads, blocks must be > 0 and vocab, seq_len > 1 "
-                               "(got %lld, %lld, %lld, %lld, %lld)",
+        return kf_err_set(err,
+                          "model: hidden, heads, blocks must be > 0 and vocab, seq_len > 1 "
+                          "(got %lld, %lld, %lld, %lld, %lld)",
                           (long long)c->hidden, (long long)c->heads, (long long)c->blocks,
                           (long long)c->vocab, (long long)c->seq_len);
     if (c->hidden % c->heads || (c->pos == POS_ROPE && (c->hidden / c->heads) % 2))
-        return kf_err_set(err, "model.hidden (%lld) must split into model.heads (%lld) heads of "
-                               "an even dimension (RoPE rotates pairs)",
+        return kf_err_set(err,
+                          "model.hidden (%lld) must split into model.heads (%lld) heads of "
+                          "an even dimension (RoPE rotates pairs)",
                           (long long)c->hidden, (long long)c->heads);
     if (c->hidden % 2) return kf_err_set(err, "model.hidden must be even");
     if (c->mask_id >= c->vocab || c->mask_id < -1)
@@ -35,10 +37,13 @@ int model_config_check(const model_config *c, kf_err *err) {
     if (c->head != HEAD_SHARED && c->head != HEAD_MTP) return kf_err_set(err, "model: bad head");
     if (c->pos != POS_ROPE && c->pos != POS_LEARNED) return kf_err_set(err, "model: bad pos");
     if (c->pos == POS_LEARNED ? c->n_positions < c->seq_len : c->n_positions != 0)
-        return kf_err_set(err, "model: n_positions %lld: learned positions need at least seq_len "
-                               "(%lld), RoPE 0", (long long)c->n_positions, (long long)c->seq_len);
+        return kf_err_set(err,
+                          "model: n_positions %lld: learned positions need at least seq_len "
+                          "(%lld), RoPE 0",
+                          (long long)c->n_positions, (long long)c->seq_len);
     if ((c->tied_head | c->norm_bias | c->attn_bias) & ~1)
-        return kf_err_set(err, "model: tied_head, norm_bias and attn_bias are 0 or 1 (got %d, %d, %d)",
+        return kf_err_set(err,
+                          "model: tied_head, norm_bias and attn_bias are 0 or 1 (got %d, %d, %d)",
                           c->tied_head, c->norm_bias, c->attn_bias);
     if (c->tied_head && c->head != HEAD_SHARED)
         return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP)");
@@ -86,8 +91,8 @@ model *model_create(kf_backend *be, const model_config *cfg) {
     p->pos = add_opt(m, cap, cfg->pos == POS_LEARNED, "pos_embed.embedding", cfg->n_positions, H);
     for (int64_t l = 0; l < nb; l++) {
         block_off *b = &p->blk[l];
-#define T(field, present, suffix, r, c)                                     \
-    snprintf(nm, sizeof nm, "blocks.%lld." suffix, (long long)l);          \
+#define T(field, present, suffix, r, c)                                                            \
+    snprintf(nm, sizeof nm, "blocks.%lld." suffix, (long long)l);                                  \
     b->field = add_opt(m, cap, present, nm, r, c)
         T(norm1, 1, "norm1.weight", H, 0);
         T(norm1_b, nbias, "norm1.bias", H, 0);
@@ -181,7 +186,8 @@ void model_init(model *m, uint64_t seed) {
             int64_t fan_in = t->ndim == 2 ? t->shape[1] : m->tensors[i - 1].shape[1];
             double bound = 1.0 / sqrt((double)fan_in);
             for (int64_t e = 0; e < t->numel; e++)
-                dst[e] = (float)((2.0 * rng_uniform01(seed, (uint64_t)i, (uint64_t)e) - 1.0) * bound);
+                dst[e] =
+                    (float)((2.0 * rng_uniform01(seed, (uint64_t)i, (uint64_t)e) - 1.0) * bound);
         }
     }
     m->be->upload(m->be, m->params, host, (size_t)m->n_params * sizeof(float));
@@ -370,21 +376,21 @@ struct model_ws {
     int64_t B, L, q0, Lc, R, n_out_rows, n_tok, n_noise;
     int train, keep_kv;
     kf_mask mask;
-    int32_t *valid;            /* host copy of valid_len */
-    int64_t n_act;             /* per-layer activation slots allocated */
-    layer_act *act;            /* [blocks] (training) or [1] */
-    dbuf *xs;                  /* [blocks+1] residual stream (training) or [1] */
-    dbuf *ctxkv;               /* [blocks] context qkv kept for a q_start pass */
-    int64_t ctx_n;             /* n_ctx of the kept context K/V (0: none) */
+    int32_t *valid; /* host copy of valid_len */
+    int64_t n_act;  /* per-layer activation slots allocated */
+    layer_act *act; /* [blocks] (training) or [1] */
+    dbuf *xs;       /* [blocks+1] residual stream (training) or [1] */
+    dbuf *ctxkv;    /* [blocks] context qkv kept for a q_start pass */
+    int64_t ctx_n;  /* n_ctx of the kept context K/V (0: none) */
     dbuf qkv_full, att_full, lse_full;
     dbuf pos_d, tok_ids_d, tok_rows_d, noise_rows_d, z_d, tau_d, out_idx_d, ctx_idx_d, comp_idx_d;
-    dbuf posrow_d, pos_tmp;    /* POS_LEARNED: each row's position, pos_embed rows */
+    dbuf posrow_d, pos_tmp; /* POS_LEARNED: each row's position, pos_embed rows */
     noise_act nact;
     head_act *hact;
     dbuf xf, logits, targets_d, losses_d;
     dbuf pick_ids_d, pick_z_d, pick_tau_d; /* model_pick */
     dbuf dx, dxf, dln, dqkv, dh, datt;
-    int32_t *h_i32;            /* host scratch */
+    int32_t *h_i32; /* host scratch */
     double *h_f64;
     size_t h_i32_cap, h_f64_cap;
     int have_dlogits;
@@ -402,8 +408,8 @@ model_ws *model_ws_create(model *m) {
 }
 
 static void layer_act_release(kf_backend *be, layer_act *a) {
-    dbuf *d[] = {&a->ln1, &a->mean1, &a->rstd1, &a->qkv, &a->att, &a->lse, &a->xmid, &a->ln2,
-                 &a->mean2, &a->rstd2, &a->h1, &a->h2};
+    dbuf *d[] = {&a->ln1,  &a->mean1, &a->rstd1, &a->qkv,   &a->att, &a->lse,
+                 &a->xmid, &a->ln2,   &a->mean2, &a->rstd2, &a->h1,  &a->h2};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
 }
 
@@ -422,13 +428,14 @@ void model_ws_free(model_ws *ws) {
         dbuf_release(be, &ws->hact[h].rstd);
     }
     noise_act *n = &ws->nact;
-    dbuf *d[] = {&ws->qkv_full, &ws->att_full, &ws->lse_full, &ws->pos_d, &ws->tok_ids_d,
-                 &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d, &ws->tau_d, &ws->out_idx_d,
-                 &ws->ctx_idx_d, &ws->comp_idx_d, &ws->xf, &ws->logits, &ws->targets_d,
-                 &ws->losses_d, &ws->pick_ids_d, &ws->pick_z_d, &ws->pick_tau_d, &ws->dx, &ws->dxf,
-                 &ws->dln, &ws->dqkv, &ws->dh, &ws->datt, &ws->posrow_d, &ws->pos_tmp,
-                 &n->feats, &n->c, &n->ln, &n->mean, &n->rstd, &n->h1, &n->h2, &n->out,
-                 &n->dh, &n->dln, &n->dc};
+    dbuf *d[] = {&ws->qkv_full,   &ws->att_full,     &ws->lse_full, &ws->pos_d,      &ws->tok_ids_d,
+                 &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d,      &ws->tau_d,      &ws->out_idx_d,
+                 &ws->ctx_idx_d,  &ws->comp_idx_d,   &ws->xf,       &ws->logits,     &ws->targets_d,
+                 &ws->losses_d,   &ws->pick_ids_d,   &ws->pick_z_d, &ws->pick_tau_d, &ws->dx,
+                 &ws->dxf,        &ws->dln,          &ws->dqkv,     &ws->dh,         &ws->datt,
+                 &ws->posrow_d,   &ws->pos_tmp,      &n->feats,     &n->c,           &n->ln,
+                 &n->mean,        &n->rstd,          &n->h1,        &n->h2,          &n->out,
+                 &n->dh,          &n->dln,           &n->dc};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     free(ws->act);
     free(ws->xs);
@@ -476,8 +483,10 @@ static void embed_inputs(model *m, model_ws *ws, const model_input *in, float *x
         for (int64_t r = q0; r < L; r++)
             if (!lay->noise[r]) {
                 int32_t id = in->ids[b * L + r];
-                KF_CHECK(id >= 0 && id < V, "model: token id %d at sample %lld row %lld is outside "
-                         "the vocabulary of %lld", id, (long long)b, (long long)r, (long long)V);
+                KF_CHECK(id >= 0 && id < V,
+                         "model: token id %d at sample %lld row %lld is outside "
+                         "the vocabulary of %lld",
+                         id, (long long)b, (long long)r, (long long)V);
                 ids[i] = id;
                 rows[i++] = (int32_t)(b * Lc + r - q0);
             }
@@ -596,7 +605,8 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
         if (c->pos == POS_ROPE) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE);
         if (q0 > 0) {
             be->scatter_rows(be, ws->qkv_full.p, qkv, ws->comp_idx_d.p, R, 3 * H);
-            be->scatter_rows(be, ws->qkv_full.p, kv_src->ctxkv[l].p, ws->ctx_idx_d.p, B * q0, 3 * H);
+            be->scatter_rows(be, ws->qkv_full.p, kv_src->ctxkv[l].p, ws->ctx_idx_d.p, B * q0,
+                             3 * H);
             be->attn_fwd(be, ws->att_full.p, ws->lse_full.p, ws->qkv_full.p, &ws->mask, B, nh, hd);
             be->gather_rows(be, att, ws->att_full.p, ws->comp_idx_d.p, R, H);
         } else {
@@ -664,14 +674,16 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
 
 void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,
                           float w) {
-    KF_CHECK(ws->train && ws->have_dlogits, "model_weight_dlogits: needs model_loss after a MODEL_TRAIN forward");
+    KF_CHECK(ws->train && ws->have_dlogits,
+             "model_weight_dlogits: needs model_loss after a MODEL_TRAIN forward");
     int64_t rows = model_ws_rows(ws), V = m->cfg.vocab;
     KF_CHECK(period > 0 && first >= 0 && first + count <= period && rows % period == 0,
              "model_weight_dlogits: rows %lld, period %lld, [%lld, +%lld)", (long long)rows,
              (long long)period, (long long)first, (long long)count);
     float *dlogits = ws->logits.p;
     /* each period's weighted rows are contiguous */
-    for (int64_t r = first; r < rows; r += period) m->be->scale(m->be, dlogits + r * V, w, count * V);
+    for (int64_t r = first; r < rows; r += period)
+        m->be->scale(m->be, dlogits + r * V, w, count * V);
 }
 
 void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
@@ -730,15 +742,17 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
         linear_bwd(m, dh, 0.0f, dx, a->h2.p, o->fc2_w, o->fc2_b, R, 4 * H, H);
         be->gelu_bwd(be, dh, dh, a->h1.p, R * 4 * H, KF_GELU_TANH);
         linear_bwd(m, dln, 0.0f, dh, a->ln2.p, o->fc1_w, o->fc1_b, R, H, 4 * H);
-        be->layernorm_bwd(be, dx, m->grads + o->norm2, o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL,
-                          dln, a->xmid.p, m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
+        be->layernorm_bwd(be, dx, m->grads + o->norm2,
+                          o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL, dln, a->xmid.p,
+                          m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
         /* attention half: x_mid = x_in + out(attn(rope(qkv(norm1(x_in))))) */
         linear_bwd(m, datt, 0.0f, dx, a->att.p, o->out, o->out_b, R, H, H);
         be->attn_bwd(be, dqkv, datt, a->att.p, a->lse.p, a->qkv.p, &ws->mask, B, nh, hd);
         if (c->pos == POS_ROPE) be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE);
         linear_bwd(m, dln, 0.0f, dqkv, a->ln1.p, o->qkv, o->qkv_b, R, H, 3 * H);
-        be->layernorm_bwd(be, dx, m->grads + o->norm1, o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL,
-                          dln, ws->xs[l].p, m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);
+        be->layernorm_bwd(be, dx, m->grads + o->norm1,
+                          o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL, dln, ws->xs[l].p,
+                          m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);
         if (ready) ready(ctx, o->norm1, o->fc2_b + H - o->norm1);
     }
     if (ws->n_tok)

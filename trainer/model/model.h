@@ -74,15 +74,15 @@ typedef enum { HEAD_SHARED = 0, HEAD_MTP = 1 } model_head;
 typedef enum { POS_ROPE = 0, POS_LEARNED = 1 } model_pos;
 
 typedef struct model_config {
-    int64_t hidden;   /* H; head_dim = H / heads (64 in the reference) */
+    int64_t hidden; /* H; head_dim = H / heads (64 in the reference) */
     int64_t heads;
     int64_t blocks;
-    int64_t vocab;    /* model vocabulary, mask token included */
-    int64_t mask_id;  /* its logit is forced to -1000; -1: none */
-    int64_t seq_len;  /* training sequence length (data samples) */
+    int64_t vocab;   /* model vocabulary, mask token included */
+    int64_t mask_id; /* its logit is forced to -1000; -1: none */
+    int64_t seq_len; /* training sequence length (data samples) */
     model_kind kind;
-    model_head head;  /* HEAD_MTP only with MODEL_PFLM */
-    int64_t k_train;  /* PFLM window k (AR: 1); HEAD_MTP: number of heads */
+    model_head head; /* HEAD_MTP only with MODEL_PFLM */
+    int64_t k_train; /* PFLM window k (AR: 1); HEAD_MTP: number of heads */
     /* architecture options (see above; 0 = the DDiT) */
     model_pos pos;       /* POS_ROPE, or POS_LEARNED (pos_embed.embedding) */
     int tied_head;       /* 1: logits = x E^T (HEAD_SHARED only) */
@@ -98,22 +98,22 @@ int model_config_check(const model_config *c, kf_err *err);
 
 typedef struct model_tensor {
     char name[64];
-    int ndim;           /* 1 or 2 */
+    int ndim; /* 1 or 2 */
     int64_t shape[2];
-    int64_t offset;     /* elements into params / grads */
+    int64_t offset; /* elements into params / grads */
     int64_t numel;
 } model_tensor;
 
-typedef struct model model;   /* fields below are read-only for callers */
+typedef struct model model; /* fields below are read-only for callers */
 struct model {
     kf_backend *be;
     model_config cfg;
     int64_t n_params;
-    float *params;      /* device [n_params] */
-    float *grads;       /* device [n_params]; model_backward accumulates */
+    float *params; /* device [n_params] */
+    float *grads;  /* device [n_params]; model_backward accumulates */
     int n_tensors;
     model_tensor *tensors;
-    int64_t n_heads_out; /* heads producing logits per out row: k_train for MTP, else 1 */
+    int64_t n_heads_out;     /* heads producing logits per out row: k_train for MTP, else 1 */
     struct model_priv *priv; /* offsets of each layer's tensors (model_internal.h) */
 };
 
@@ -183,10 +183,10 @@ model_ws *model_ws_create(model *m);
 void model_ws_free(model_ws *ws);
 
 enum {
-    MODEL_TRAIN = 1,       /* keep every activation for model_backward */
-    MODEL_KEEP_CTX_KV = 2  /* keep each layer's context-row qkv, so a later
-                              pass with lay->mask.q_start = n_ctx (DoubleForward)
-                              can reuse them via kv_src */
+    MODEL_TRAIN = 1,      /* keep every activation for model_backward */
+    MODEL_KEEP_CTX_KV = 2 /* keep each layer's context-row qkv, so a later
+                             pass with lay->mask.q_start = n_ctx (DoubleForward)
+                             can reuse them via kv_src */
 };
 
 /** Runs the backbone over in (rows [q_start, L) of each sample; rows before
@@ -258,8 +258,8 @@ int64_t model_cache_len(const model_cache *c);
 void model_cache_reset(model_cache *c);
 
 /** Feeds Q new rows per sample, which take cache rows and positions
- *  [P, P+Q) (P = model_cache_len; POS_LEARNED: P+Q <= n_positions) and see every earlier row causally. Row i
- *  is noise when noise[i] (then z[b*Q+i] (zdim values) and tau[b]) else token
+ *  [P, P+Q) (P = model_cache_len; POS_LEARNED: P+Q <= n_positions) and see every earlier row
+ * causally. Row i is noise when noise[i] (then z[b*Q+i] (zdim values) and tau[b]) else token
  *  ids[b*Q+i]. Returns logits [n_heads_out * n_out * B, V] for rows out[0..n_out)
  *  ordered head, out row, sample (so one output position of all samples is
  *  contiguous). With argmax != NULL (device int32, one per logits row) it
@@ -268,7 +268,6 @@ void model_cache_reset(model_cache *c);
  *  rows stay cached (P += keep); the others (noise rows) are discarded. */
 const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_t *noise,
                                const int32_t *ids, const double *z, const double *tau,
-                               int64_t n_out, const int32_t *out, int64_t keep,
-                               int32_t *argmax);
+                               int64_t n_out, const int32_t *out, int64_t keep, int32_t *argmax);
 
 #endif

@@ -46,8 +46,13 @@ struct model_cache {
 };
 
 model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64_t cap) {
-    KF_CHECK(B >= 1 && cap >= 1 && h && h->m == m, "model_cache_create: B = %lld, cap = %lld, "
-             "heads %s", (long long)B, (long long)cap, !h ? "missing" : h->m != m ? "of another model" : "ok");
+    KF_CHECK(B >= 1 && cap >= 1 && h && h->m == m,
+             "model_cache_create: B = %lld, cap = %lld, "
+             "heads %s",
+             (long long)B, (long long)cap,
+             !h          ? "missing"
+             : h->m != m ? "of another model"
+                         : "ok");
     model_cache *c = kf_calloc(1, sizeof *c);
     c->m = m;
     c->heads = h;
@@ -73,11 +78,12 @@ void model_cache_free(model_cache *c) {
     }
     layer_act *a = &c->a;
     noise_act *n = &c->nact;
-    dbuf *d[] = {&a->ln1, &a->mean1, &a->rstd1, &a->qkv, &a->att, &a->lse, &a->xmid, &a->ln2,
-                 &a->mean2, &a->rstd2, &a->h1, &a->h2, &n->feats, &n->c, &n->ln, &n->mean,
-                 &n->rstd, &n->h1, &n->h2, &n->out, &n->dh, &n->dln, &n->dc, &c->x, &c->xf,
-                 &c->logits, &c->tmp, &c->pos_d, &c->ids_d, &c->rows_d, &c->nrows_d, &c->z_d,
-                 &c->kidx_d, &c->vidx_d, &c->cidx_d, &c->oidx_d, &c->posrow_d};
+    dbuf *d[] = {&a->ln1,    &a->mean1,   &a->rstd1,   &a->qkv, &a->att,    &a->lse,    &a->xmid,
+                 &a->ln2,    &a->mean2,   &a->rstd2,   &a->h1,  &a->h2,     &n->feats,  &n->c,
+                 &n->ln,     &n->mean,    &n->rstd,    &n->h1,  &n->h2,     &n->out,    &n->dh,
+                 &n->dln,    &n->dc,      &c->x,       &c->xf,  &c->logits, &c->tmp,    &c->pos_d,
+                 &c->ids_d,  &c->rows_d,  &c->nrows_d, &c->z_d, &c->kidx_d, &c->vidx_d, &c->cidx_d,
+                 &c->oidx_d, &c->posrow_d};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     for (int h = 0; h < c->m->n_heads_out; h++) {
         dbuf_release(be, &c->hact[h].ln);
@@ -106,8 +112,7 @@ static int32_t *h32(model_cache *c, size_t n) {
 
 const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_t *noise,
                                const int32_t *ids, const double *z, const double *tau,
-                               int64_t n_out, const int32_t *out, int64_t keep,
-                               int32_t *argmax) {
+                               int64_t n_out, const int32_t *out, int64_t keep, int32_t *argmax) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     int64_t B = c->B, P = c->len, H = m->cfg.hidden, V = m->cfg.vocab, nh = m->cfg.heads;
@@ -129,8 +134,10 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
         for (int64_t i = 0; i < Q; i++)
             if (!noise[i]) {
                 int32_t id = ids[b * Q + i];
-                KF_CHECK(id >= 0 && id < V, "model_decode_step: token id %d outside the "
-                         "vocabulary of %lld", id, (long long)V);
+                KF_CHECK(id >= 0 && id < V,
+                         "model_decode_step: token id %d outside the "
+                         "vocabulary of %lld",
+                         id, (long long)V);
                 h[it] = id;
                 h[ntok + it++] = (int32_t)(b * Q + i);
             }
@@ -164,10 +171,13 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
      * cache rows b*cap + P + i */
     int32_t *pos = h32(c, (size_t)(3 * R + Q));
     if (m->cfg.pos == POS_LEARNED) {
-        KF_CHECK(P + Q <= m->cfg.n_positions, "model_decode_step: positions up to %lld exceed the "
-                 "%lld learned positions", (long long)(P + Q), (long long)m->cfg.n_positions);
+        KF_CHECK(P + Q <= m->cfg.n_positions,
+                 "model_decode_step: positions up to %lld exceed the "
+                 "%lld learned positions",
+                 (long long)(P + Q), (long long)m->cfg.n_positions);
         for (int64_t r = 0; r < R; r++) pos[r] = (int32_t)(P + r % Q);
-        pos_embed_fwd(m, &c->tmp, x, dbuf_upload(be, &c->posrow_d, pos, (size_t)R, sizeof(int32_t)), R);
+        pos_embed_fwd(m, &c->tmp, x, dbuf_upload(be, &c->posrow_d, pos, (size_t)R, sizeof(int32_t)),
+                      R);
     }
     for (int64_t i = 0; i < Q; i++) pos[i] = (int32_t)(P + i);
     dbuf_upload(be, &c->pos_d, pos, (size_t)Q, sizeof(int32_t));
@@ -213,7 +223,8 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     dbuf_upload(be, &c->oidx_d, oi, (size_t)O, sizeof(int32_t));
     float *xf = dbuf_ensure(be, &c->xf, (size_t)(O * H) * f);
     be->gather_rows(be, xf, x, c->oidx_d.p, O, H);
-    float *logits = argmax ? NULL : dbuf_ensure(be, &c->logits, (size_t)(m->n_heads_out * O * V) * f);
+    float *logits =
+        argmax ? NULL : dbuf_ensure(be, &c->logits, (size_t)(m->n_heads_out * O * V) * f);
     for (int hh = 0; hh < m->n_heads_out; hh++) {
         float *ln = head_norm_fwd(m, &c->hact[hh], hh, xf, O);
         be->head_fwd(be, logits ? logits + hh * O * V : NULL, argmax ? argmax + hh * O : NULL, ln,

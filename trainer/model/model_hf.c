@@ -49,11 +49,13 @@ static int gpt2_config(const char *dir, model_config *c, kf_err *err) {
     /* what the model does not compute is refused, not ignored */
     if (!rc && (v = json_get(r, "layer_norm_epsilon")) &&
         (v->type != JSON_NUMBER || fabs(v->num - 1e-5) > 1e-12))
-        rc = kf_err_set(err, "%s: \"layer_norm_epsilon\" must be 1e-5 (the model's LayerNorm eps)", path);
+        rc = kf_err_set(err, "%s: \"layer_norm_epsilon\" must be 1e-5 (the model's LayerNorm eps)",
+                        path);
     if (!rc && (v = json_get(r, "activation_function")) &&
-        (v->type != JSON_STRING || (strcmp(v->str.s, "gelu_new") && strcmp(v->str.s, "gelu_pytorch_tanh"))))
-        rc = kf_err_set(err, "%s: activation_function %s: only gelu_new (tanh GELU) is supported", path,
-                        v->type == JSON_STRING ? v->str.s : "?");
+        (v->type != JSON_STRING ||
+         (strcmp(v->str.s, "gelu_new") && strcmp(v->str.s, "gelu_pytorch_tanh"))))
+        rc = kf_err_set(err, "%s: activation_function %s: only gelu_new (tanh GELU) is supported",
+                        path, v->type == JSON_STRING ? v->str.s : "?");
     if (!rc && is_true(json_get(r, "scale_attn_by_inverse_layer_idx")))
         rc = kf_err_set(err, "%s: scale_attn_by_inverse_layer_idx is not supported", path);
     if (!rc && is_true(json_get(r, "add_cross_attention")))
@@ -88,12 +90,14 @@ static int map_tensor(const model *m, const safetensors_file *f, float *host, co
     const model_tensor *t = model_find(m, kf);
     KF_CHECK(t, "model_hf: no model tensor %s", kf);
     const safetensors_tensor *s = find(f, hf);
-    if (!s) return kf_err_set(err, "%s: no tensor '%s' (a Hugging Face GPT-2 checkpoint has it)", f->path, hf);
+    if (!s)
+        return kf_err_set(err, "%s: no tensor '%s' (a Hugging Face GPT-2 checkpoint has it)",
+                          f->path, hf);
     int64_t d0 = conv1d ? t->shape[1] : t->shape[0], d1 = conv1d ? t->shape[0] : t->shape[1];
     if (s->ndim != t->ndim || s->shape[0] != d0 || (t->ndim == 2 && s->shape[1] != d1)) {
         if (t->ndim == 2)
-            return kf_err_set(err, "%s: tensor '%s' must be [%lld, %lld]%s", f->path, hf, (long long)d0,
-                              (long long)d1, conv1d ? " (Conv1D: [in, out])" : "");
+            return kf_err_set(err, "%s: tensor '%s' must be [%lld, %lld]%s", f->path, hf,
+                              (long long)d0, (long long)d1, conv1d ? " (Conv1D: [in, out])" : "");
         return kf_err_set(err, "%s: tensor '%s' must be [%lld]", f->path, hf, (long long)d0);
     }
     float *dst = host + t->offset;
@@ -109,13 +113,15 @@ static int map_tensor(const model *m, const safetensors_file *f, float *host, co
 /* Whether key (prefix stripped) is one the mapping reads or may ignore. */
 static int known_key(const char *key, int64_t layers) {
     if (!strncmp(key, "transformer.", 12)) key += 12;
-    static const char *const top[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias", "lm_head.weight"};
+    static const char *const top[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias",
+                                      "lm_head.weight"};
     for (size_t i = 0; i < sizeof top / sizeof *top; i++)
         if (!strcmp(key, top[i])) return 1;
-    static const char *const per[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                                      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
-                                      "attn.bias", "attn.masked_bias"};
+    static const char *const per[] = {
+        "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+        "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
+        "attn.bias",          "attn.masked_bias"};
     long long l;
     int n = 0;
     if (sscanf(key, "h.%lld.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= layers) return 0;
@@ -129,12 +135,13 @@ static int map_all(const model *m, const safetensors_file *f, float *host, kf_er
     static const struct {
         const char *hf, *kf;
         int conv1d;
-    } blk[] = {{"ln_1.weight", "norm1.weight", 0},     {"ln_1.bias", "norm1.bias", 0},
-               {"attn.c_attn.weight", "attn_qkv.weight", 1}, {"attn.c_attn.bias", "attn_qkv.bias", 0},
-               {"attn.c_proj.weight", "attn_out.weight", 1}, {"attn.c_proj.bias", "attn_out.bias", 0},
-               {"ln_2.weight", "norm2.weight", 0},     {"ln_2.bias", "norm2.bias", 0},
-               {"mlp.c_fc.weight", "mlp.0.weight", 1}, {"mlp.c_fc.bias", "mlp.0.bias", 0},
-               {"mlp.c_proj.weight", "mlp.2.weight", 1}, {"mlp.c_proj.bias", "mlp.2.bias", 0}};
+    } blk[] = {
+        {"ln_1.weight", "norm1.weight", 0},           {"ln_1.bias", "norm1.bias", 0},
+        {"attn.c_attn.weight", "attn_qkv.weight", 1}, {"attn.c_attn.bias", "attn_qkv.bias", 0},
+        {"attn.c_proj.weight", "attn_out.weight", 1}, {"attn.c_proj.bias", "attn_out.bias", 0},
+        {"ln_2.weight", "norm2.weight", 0},           {"ln_2.bias", "norm2.bias", 0},
+        {"mlp.c_fc.weight", "mlp.0.weight", 1},       {"mlp.c_fc.bias", "mlp.0.bias", 0},
+        {"mlp.c_proj.weight", "mlp.2.weight", 1},     {"mlp.c_proj.bias", "mlp.2.bias", 0}};
     if (map_tensor(m, f, host, "wte.weight", "vocab_embed.embedding", 0, err) ||
         map_tensor(m, f, host, "wpe.weight", "pos_embed.embedding", 0, err))
         return -1;
@@ -162,8 +169,10 @@ static int map_all(const model *m, const safetensors_file *f, float *host, kf_er
         float *w = kf_malloc((size_t)e->numel * sizeof(float));
         int rc = safetensors_read_f32(lm, w, err);
         if (!rc && memcmp(w, host + e->offset, (size_t)e->numel * sizeof(float)))
-            rc = kf_err_set(err, "%s: lm_head.weight differs from wte.weight: an untied head is not "
-                                 "supported", f->path);
+            rc = kf_err_set(err,
+                            "%s: lm_head.weight differs from wte.weight: an untied head is not "
+                            "supported",
+                            f->path);
         free(w);
         if (rc) return -1;
     }

@@ -30,7 +30,7 @@ typedef struct noise_off {
 
 typedef struct model_priv {
     int64_t embed;
-    int64_t pos;     /* pos_embed (POS_LEARNED), right after embed; else -1 */
+    int64_t pos;                    /* pos_embed (POS_LEARNED), right after embed; else -1 */
     int64_t heads_begin, heads_end; /* the output heads' own tensors (contiguous) */
     block_off *blk;
     head_off *head;  /* [n_heads_out] */

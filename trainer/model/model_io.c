@@ -25,8 +25,8 @@ int model_save(const model *m, const char *path, const float *buf, kf_err *err) 
     }
     const model_config *c = &m->cfg;
     char v[32];
-#define META(key, val)                                   \
-    snprintf(v, sizeof v, "%lld", (long long)(val));     \
+#define META(key, val)                                                                             \
+    snprintf(v, sizeof v, "%lld", (long long)(val));                                               \
     safetensors_set_meta(w, "kf." key, v)
     META("hidden", c->hidden);
     META("heads", c->heads);
@@ -53,7 +53,9 @@ int model_save(const model *m, const char *path, const float *buf, kf_err *err) 
 
 static int meta_int(const safetensors_file *f, const char *key, int64_t *out, kf_err *err) {
     const char *s = safetensors_meta(f, key);
-    if (!s) return kf_err_set(err, "%s: not a kforcing checkpoint (metadata \"%s\" missing)", f->path, key);
+    if (!s)
+        return kf_err_set(err, "%s: not a kforcing checkpoint (metadata \"%s\" missing)", f->path,
+                          key);
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -68,8 +70,7 @@ static int config_from_file(const safetensors_file *f, model_config *c, kf_err *
     if (meta_int(f, "kf.hidden", &c->hidden, err) || meta_int(f, "kf.heads", &c->heads, err) ||
         meta_int(f, "kf.blocks", &c->blocks, err) || meta_int(f, "kf.vocab", &c->vocab, err) ||
         meta_int(f, "kf.mask_id", &c->mask_id, err) ||
-        meta_int(f, "kf.seq_len", &c->seq_len, err) ||
-        meta_int(f, "kf.k_train", &c->k_train, err))
+        meta_int(f, "kf.seq_len", &c->seq_len, err) || meta_int(f, "kf.k_train", &c->k_train, err))
         return -1;
     const char *kind = safetensors_meta(f, "kf.kind"), *head = safetensors_meta(f, "kf.head");
     if (!kind || (strcmp(kind, "ar") && strcmp(kind, "pflm")))
@@ -82,9 +83,10 @@ static int config_from_file(const safetensors_file *f, model_config *c, kf_err *
     int64_t version = 1, tied = 0, nbias = 0, abias = 0;
     if (safetensors_meta(f, "kf.version") && meta_int(f, "kf.version", &version, err)) return -1;
     if (version < 1 || version > MODEL_FORMAT_VERSION)
-        return kf_err_set(err, "%s: checkpoint format version %lld (metadata \"kf.version\"); this "
-                               "build reads versions 1 to %d", f->path, (long long)version,
-                          MODEL_FORMAT_VERSION);
+        return kf_err_set(err,
+                          "%s: checkpoint format version %lld (metadata \"kf.version\"); this "
+                          "build reads versions 1 to %d",
+                          f->path, (long long)version, MODEL_FORMAT_VERSION);
     if (version >= 2) {
         const char *pos = safetensors_meta(f, "kf.pos");
         if (!pos || (strcmp(pos, "rope") && strcmp(pos, "learned")))
@@ -95,8 +97,10 @@ static int config_from_file(const safetensors_file *f, model_config *c, kf_err *
             meta_int(f, "kf.attn_bias", &abias, err))
             return -1;
         if ((tied | nbias | abias) & ~(int64_t)1)
-            return kf_err_set(err, "%s: metadata kf.tied_head, kf.norm_bias, kf.attn_bias must be 0 "
-                                   "or 1", f->path);
+            return kf_err_set(err,
+                              "%s: metadata kf.tied_head, kf.norm_bias, kf.attn_bias must be 0 "
+                              "or 1",
+                              f->path);
         c->tied_head = (int)tied;
         c->norm_bias = (int)nbias;
         c->attn_bias = (int)abias;

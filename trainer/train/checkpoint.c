@@ -34,8 +34,10 @@ static void emit_identity(strbuf *b, const ckpt_identity *id) {
                   ", kind: %d, head: %d, k_train: %" PRId64 "}\n",
                   c->hidden, c->heads, c->blocks, c->vocab, c->mask_id, c->seq_len, (int)c->kind,
                   (int)c->head, c->k_train);
-    strbuf_printf(b, "data_manifest: \"%s\"\ntokenizer: \"%s\"\nvocab_sha256: \"%s\"\nteacher_sha256: \"%s\"\n",
-                  id->data_manifest, id->tokenizer, id->vocab_sha256, id->teacher_sha256);
+    strbuf_printf(
+        b,
+        "data_manifest: \"%s\"\ntokenizer: \"%s\"\nvocab_sha256: \"%s\"\nteacher_sha256: \"%s\"\n",
+        id->data_manifest, id->tokenizer, id->vocab_sha256, id->teacher_sha256);
 }
 
 static void write_text(const char *path, const strbuf *b) {
@@ -50,7 +52,8 @@ static void file_entry(strbuf *b, const char *dir, const char *name) {
     fs_path_join(path, sizeof path, dir, name);
     if (stat(path, &st) || sha256_file_hex(path, hex, &err))
         KF_FATAL("checkpoint: cannot hash %s: %s", path, err.msg[0] ? err.msg : "missing");
-    strbuf_printf(b, "  - {name: \"%s\", bytes: %lld, sha256: \"%s\"}\n", name, (long long)st.st_size, hex);
+    strbuf_printf(b, "  - {name: \"%s\", bytes: %lld, sha256: \"%s\"}\n", name,
+                  (long long)st.st_size, hex);
 }
 
 /* Steps of the committed checkpoints in dir (entries named exactly step-N),
@@ -124,9 +127,8 @@ void ckpt_set_latest(const char *ckpt_dir, int64_t step) {
     free(l.s);
 }
 
-void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
-               const float *adam_m, const float *adam_v, const ckpt_meta *meta,
-               const rng_state *rng, int keep) {
+void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema, const float *adam_m,
+               const float *adam_v, const ckpt_meta *meta, const rng_state *rng, int keep) {
     char tmp[4096], fin[4096], path[4096], name[64];
     kf_err err = {{0}};
     step_name(name, sizeof name, meta->step, ".tmp");
@@ -150,7 +152,9 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
         }
     }
     strbuf rb = {0};
-    strbuf_printf(&rb, "rank: %d\nworld: %d\nrng: {seed: %" PRIu64 ", stream: %" PRIu64 ", counter: %" PRIu64 "}\n",
+    strbuf_printf(&rb,
+                  "rank: %d\nworld: %d\nrng: {seed: %" PRIu64 ", stream: %" PRIu64
+                  ", counter: %" PRIu64 "}\n",
                   d->rank, d->world, rng->seed, rng->stream, rng->counter);
     snprintf(name, sizeof name, "rank-%05d.yaml", d->rank);
     fs_path_join(path, sizeof path, tmp, name);
@@ -162,10 +166,13 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
         strbuf b = {0};
         strbuf_printf(&b, "format: %s\nversion: %d\nstage: \"%s\"\nkind: \"%s\"\n", CKPT_FORMAT,
                       CKPT_VERSION, meta->stage, meta->kind);
-        strbuf_printf(&b, "step: %" PRId64 "\ncursor: %" PRId64 "\nglobal_batch: %" PRId64 "\nworld: %d\n",
-                      meta->step, meta->cursor, meta->global_batch, d->world);
+        strbuf_printf(
+            &b, "step: %" PRId64 "\ncursor: %" PRId64 "\nglobal_batch: %" PRId64 "\nworld: %d\n",
+            meta->step, meta->cursor, meta->global_batch, d->world);
         strbuf_printf(&b, "config_hash: \"%s\"\nphase: %s\n", meta->config_hash, meta->phase);
-        strbuf_printf(&b, "optim: {adam_t: %" PRId64 ", scale: %.17g, good_steps: %" PRId64 ", skipped: %" PRId64 "}\n",
+        strbuf_printf(&b,
+                      "optim: {adam_t: %" PRId64 ", scale: %.17g, good_steps: %" PRId64
+                      ", skipped: %" PRId64 "}\n",
                       meta->opt.adam_t, meta->opt.scale, meta->opt.good_steps, meta->opt.skipped);
         emit_identity(&b, &meta->id);
         strbuf_printf(&b, "files:\n");
@@ -208,11 +215,14 @@ static int get_str_buf(cfg_node *root, const char *key, char *out, size_t cap, k
 static int parse_identity(cfg_node *r, ckpt_identity *id, kf_err *err) {
     model_config *c = &id->model;
     int64_t kind, head;
-    if (cfg_get_int(r, "model.hidden", &c->hidden, err) || cfg_get_int(r, "model.heads", &c->heads, err) ||
-        cfg_get_int(r, "model.blocks", &c->blocks, err) || cfg_get_int(r, "model.vocab", &c->vocab, err) ||
+    if (cfg_get_int(r, "model.hidden", &c->hidden, err) ||
+        cfg_get_int(r, "model.heads", &c->heads, err) ||
+        cfg_get_int(r, "model.blocks", &c->blocks, err) ||
+        cfg_get_int(r, "model.vocab", &c->vocab, err) ||
         cfg_get_int(r, "model.mask_id", &c->mask_id, err) ||
-        cfg_get_int(r, "model.seq_len", &c->seq_len, err) || cfg_get_int(r, "model.kind", &kind, err) ||
-        cfg_get_int(r, "model.head", &head, err) || cfg_get_int(r, "model.k_train", &c->k_train, err) ||
+        cfg_get_int(r, "model.seq_len", &c->seq_len, err) ||
+        cfg_get_int(r, "model.kind", &kind, err) || cfg_get_int(r, "model.head", &head, err) ||
+        cfg_get_int(r, "model.k_train", &c->k_train, err) ||
         get_hex(r, "data_manifest", id->data_manifest, 1, err) ||
         get_str_buf(r, "tokenizer", id->tokenizer, sizeof id->tokenizer, err) ||
         get_hex(r, "vocab_sha256", id->vocab_sha256, 1, err) ||
@@ -236,8 +246,8 @@ static int check_file(const char *dir, cfg_node *e, const char **name_out, kf_er
     struct stat st;
     if (stat(path, &st)) return kf_err_set(err, "%s: missing", path);
     if (st.st_size != bytes)
-        return kf_err_set(err, "%s: %lld bytes, the manifest says %lld (truncated or replaced)", path,
-                          (long long)st.st_size, (long long)bytes);
+        return kf_err_set(err, "%s: %lld bytes, the manifest says %lld (truncated or replaced)",
+                          path, (long long)st.st_size, (long long)bytes);
     if (sha256_file_hex(path, have, err)) return -1;
     if (strcmp(have, want))
         return kf_err_set(err, "%s: sha256 %.16s... differs from the manifest's %.16s... (corrupt)",
@@ -265,10 +275,11 @@ int ckpt_verify(const char *path, ckpt_meta *meta, kf_err *err) {
     }
     const char *phase;
     if (get_str_buf(r, "stage", m.stage, sizeof m.stage, err) ||
-        get_str_buf(r, "kind", m.kind, sizeof m.kind, err) || cfg_get_int(r, "step", &m.step, err) ||
-        cfg_get_int(r, "cursor", &m.cursor, err) ||
-        cfg_get_int(r, "global_batch", &m.global_batch, err) || cfg_get_int(r, "world", &world, err) ||
-        get_hex(r, "config_hash", m.config_hash, 0, err) || cfg_get_str(r, "phase", &phase, err) ||
+        get_str_buf(r, "kind", m.kind, sizeof m.kind, err) ||
+        cfg_get_int(r, "step", &m.step, err) || cfg_get_int(r, "cursor", &m.cursor, err) ||
+        cfg_get_int(r, "global_batch", &m.global_batch, err) ||
+        cfg_get_int(r, "world", &world, err) || get_hex(r, "config_hash", m.config_hash, 0, err) ||
+        cfg_get_str(r, "phase", &phase, err) ||
         cfg_get_int(r, "optim.adam_t", &m.opt.adam_t, err) ||
         cfg_get_double(r, "optim.scale", &m.opt.scale, err) ||
         cfg_get_int(r, "optim.good_steps", &m.opt.good_steps, err) ||
@@ -349,14 +360,18 @@ int ckpt_check_compatible(const ckpt_meta *saved, const ckpt_identity *now, int6
              (long long)b->heads, (long long)b->blocks, (long long)b->vocab, (long long)b->seq_len,
              (long long)b->k_train);
     if (strcmp(saved->id.data_manifest, now->data_manifest))
-        DIFF("; dataset manifest (sha256 %.12s... vs %.12s...)", saved->id.data_manifest, now->data_manifest);
-    if (strcmp(saved->id.tokenizer, now->tokenizer) || strcmp(saved->id.vocab_sha256, now->vocab_sha256))
-        DIFF("; tokenizer (%s %.12s... vs %s %.12s...)", saved->id.tokenizer, saved->id.vocab_sha256,
-             now->tokenizer, now->vocab_sha256);
+        DIFF("; dataset manifest (sha256 %.12s... vs %.12s...)", saved->id.data_manifest,
+             now->data_manifest);
+    if (strcmp(saved->id.tokenizer, now->tokenizer) ||
+        strcmp(saved->id.vocab_sha256, now->vocab_sha256))
+        DIFF("; tokenizer (%s %.12s... vs %s %.12s...)", saved->id.tokenizer,
+             saved->id.vocab_sha256, now->tokenizer, now->vocab_sha256);
     if (strcmp(saved->id.teacher_sha256, now->teacher_sha256))
-        DIFF("; teacher weights (sha256 %.12s... vs %.12s...)", saved->id.teacher_sha256, now->teacher_sha256);
+        DIFF("; teacher weights (sha256 %.12s... vs %.12s...)", saved->id.teacher_sha256,
+             now->teacher_sha256);
     if (saved->global_batch != global_batch)
-        DIFF("; global batch (%lld vs %lld)", (long long)saved->global_batch, (long long)global_batch);
+        DIFF("; global batch (%lld vs %lld)", (long long)saved->global_batch,
+             (long long)global_batch);
 #undef DIFF
     if (!w) return 0;
     return kf_err_set(err, "cannot resume from a checkpoint of a different run: %s", why + 2);
@@ -376,7 +391,8 @@ int ckpt_load(const char *path, int rank, model *m, float *ema, float *adam_m, f
     if (!fs_exists(p)) return 0;
     cfg_node *r = cfg_load_file(p, &err);
     int64_t seed, stream, counter;
-    if (!r || cfg_get_int(r, "rng.seed", &seed, &err) || cfg_get_int(r, "rng.stream", &stream, &err) ||
+    if (!r || cfg_get_int(r, "rng.seed", &seed, &err) ||
+        cfg_get_int(r, "rng.stream", &stream, &err) ||
         cfg_get_int(r, "rng.counter", &counter, &err))
         KF_FATAL("checkpoint: %s", err.msg);
     cfg_free(r);
@@ -395,16 +411,18 @@ void ckpt_write_final(const char *final_dir, const model *m, const float *ema,
     fs_path_join(path, sizeof path, tmp, "model.safetensors");
     if (model_save(m, path, ema, &err)) KF_FATAL("final weights: %s", err.msg);
     strbuf b = {0};
-    strbuf_printf(&b, "format: kforcing-final\nversion: 1\nstage: \"%s\"\nkind: \"%s\"\nstep: %" PRId64
+    strbuf_printf(&b,
+                  "format: kforcing-final\nversion: 1\nstage: \"%s\"\nkind: \"%s\"\nstep: %" PRId64
                   "\nconfig_hash: \"%s\"\n",
-              meta->stage, meta->kind, meta->step, meta->config_hash);
+                  meta->stage, meta->kind, meta->step, meta->config_hash);
     emit_identity(&b, &meta->id);
     strbuf_printf(&b, "files:\n");
     file_entry(&b, tmp, "model.safetensors");
     fs_path_join(path, sizeof path, tmp, "final.yaml");
     write_text(path, &b);
     free(b.s);
-    if (fs_rm_rf(final_dir, &err) || fs_fsync_path(tmp, &err) || fs_rename_atomic(tmp, final_dir, &err))
+    if (fs_rm_rf(final_dir, &err) || fs_fsync_path(tmp, &err) ||
+        fs_rename_atomic(tmp, final_dir, &err))
         KF_FATAL("final weights: %s", err.msg);
     strbuf done = {0};
     strbuf_printf(&done, "step %" PRId64 "\n", meta->step);
@@ -417,8 +435,7 @@ void ckpt_write_final(const char *final_dir, const model *m, const float *ema,
 static int verify_final(const char *dir, char *out, size_t cap, char sha[65], kf_err *err) {
     char p[4096];
     fs_path_join(p, sizeof p, dir, "DONE");
-    if (!fs_exists(p))
-        return kf_err_set(err, "%s: no DONE marker: the stage did not finish", dir);
+    if (!fs_exists(p)) return kf_err_set(err, "%s: no DONE marker: the stage did not finish", dir);
     fs_path_join(p, sizeof p, dir, "final.yaml");
     cfg_node *r = cfg_load_file(p, err);
     if (!r) return -1;
@@ -453,8 +470,10 @@ int ckpt_resolve_teacher(const char *ref, char *out, size_t cap, char sha[65], k
             fs_path_join(out, cap, ref, "ema.safetensors");
             return sha256_file_hex(out, sha, err);
         }
-        return kf_err_set(err, "teacher %s: neither a final/ directory (final.yaml) nor a checkpoint "
-                               "(state.yaml)", ref);
+        return kf_err_set(err,
+                          "teacher %s: neither a final/ directory (final.yaml) nor a checkpoint "
+                          "(state.yaml)",
+                          ref);
     }
     if (!fs_exists(ref)) return kf_err_set(err, "teacher %s: no such file or directory", ref);
     KF_CHECK(strlen(ref) < cap, "teacher path too long");

@@ -57,23 +57,23 @@
 /** What must match for a resume to be allowed (and is recorded). */
 typedef struct ckpt_identity {
     model_config model;
-    char data_manifest[65];   /* sha256 of the training set's manifest.yaml */
+    char data_manifest[65]; /* sha256 of the training set's manifest.yaml */
     char tokenizer[64];
     char vocab_sha256[65];
-    char teacher_sha256[65];  /* "" when the stage has no teacher */
+    char teacher_sha256[65]; /* "" when the stage has no teacher */
 } ckpt_identity;
 
 /** Scalars of a training state. */
 typedef struct ckpt_meta {
     char stage[64];
     char kind[32];
-    int64_t step;             /* optimizer steps completed */
-    int64_t cursor;           /* loader stream position of the next step */
+    int64_t step;   /* optimizer steps completed */
+    int64_t cursor; /* loader stream position of the next step */
     int64_t global_batch;
-    int world;                /* ranks that wrote it */
+    int world; /* ranks that wrote it */
     char config_hash[65];
     optim_state opt;
-    char phase[8];            /* precision phase at `step`: "fp16" | "fp32" */
+    char phase[8]; /* precision phase at `step`: "fp16" | "fp32" */
     ckpt_identity id;
 } ckpt_meta;
 
@@ -82,9 +82,8 @@ typedef struct ckpt_meta {
  * device buffers laid out like m->params. keep: retention K (>= 1).
  * I/O failures are fatal (the job must not continue as if it had a
  * checkpoint). */
-void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema,
-               const float *adam_m, const float *adam_v, const ckpt_meta *meta,
-               const rng_state *rng, int keep);
+void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema, const float *adam_m,
+               const float *adam_v, const ckpt_meta *meta, const rng_state *rng, int keep);
 
 /** Verifies a checkpoint directory: state.yaml parses (format, version,
  * fields) and every listed file has its size and sha256.

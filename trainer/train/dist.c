@@ -32,30 +32,30 @@ typedef struct dist_impl {
     pthread_t wd;
     int wd_running;
     pthread_mutex_t mu;
-    double deadline;        /* monotonic seconds; 0 = no collective in flight */
-    const char *what;       /* the collective in flight */
+    double deadline;  /* monotonic seconds; 0 = no collective in flight */
+    const char *what; /* the collective in flight */
     int stop;
-    float *seg;             /* receive buffer of one chain segment */
+    float *seg; /* receive buffer of one chain segment */
     /* overlapped gradient all-reduce (dist_grads_*), set by the main thread */
-    int active;             /* between dist_grads_begin and dist_grads_wait */
-    int gpu;                /* the buffer is on the CUDA backend */
+    int active; /* between dist_grads_begin and dist_grads_wait */
+    int gpu;    /* the buffer is on the CUDA backend */
     kf_backend *gb;
     float *gbuf;
-    int64_t gn, gcap;       /* buffer and bucket sizes (floats) */
-    int64_t covered;        /* floats reported ready */
-    int64_t lo, hi;         /* ready range not yet launched (lo == hi: none) */
+    int64_t gn, gcap; /* buffer and bucket sizes (floats) */
+    int64_t covered;  /* floats reported ready */
+    int64_t lo, hi;   /* ready range not yet launched (lo == hi: none) */
     /* launched buckets, in launch order; the comm thread reduces q[ndone..nq) */
     pthread_mutex_t qmu;
     pthread_cond_t qwork, qdone;
     bucket *q;
     int nq, qcap, ndone;
-    int serialized;         /* MPI allows calls from a second thread, one at a time */
+    int serialized; /* MPI allows calls from a second thread, one at a time */
     pthread_t comm;
     int comm_running, comm_stop;
 #ifdef KF_CUDA
     ncclComm_t nccl;
     int have_nccl;
-    cudaStream_t nstream;   /* NCCL's stream, ordered after the compute stream by events */
+    cudaStream_t nstream; /* NCCL's stream, ordered after the compute stream by events */
     cudaEvent_t ev_ready, ev_bwd, ev_done;
 #endif
 } dist_impl;
@@ -104,8 +104,10 @@ static inline void disarm(dist *d) {
  * comm thread may be inside MPI (at most one thread in MPI at a time). */
 static inline void arm_main(dist *d, const char *what) {
     dist_impl *im = d->impl;
-    KF_CHECK(!im->active, "dist: %s during an overlapped gradient all-reduce (call dist_grads_wait "
-             "first)", what);
+    KF_CHECK(!im->active,
+             "dist: %s during an overlapped gradient all-reduce (call dist_grads_wait "
+             "first)",
+             what);
     arm(d, what);
 }
 
@@ -173,22 +175,23 @@ int dist_init(dist *d, int *argc, char ***argv, double timeout, kf_err *err) {
     }
 #endif
     if (d->world > 1) {
-        KF_CHECK(pthread_create(&im->wd, NULL, watchdog_main, d) == 0, "dist: cannot start watchdog");
+        KF_CHECK(pthread_create(&im->wd, NULL, watchdog_main, d) == 0,
+                 "dist: cannot start watchdog");
         im->wd_running = 1;
     }
     return 0;
 }
 
 #ifdef KF_MPI
-#define MPI_OK(call, what)                                                                   \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        if (rc_ != MPI_SUCCESS) {                                                            \
-            char s_[MPI_MAX_ERROR_STRING];                                                   \
-            int n_;                                                                          \
-            MPI_Error_string(rc_, s_, &n_);                                                  \
-            KF_FATAL("rank %d: %s failed: %s (a rank died?)", d->rank, what, s_);           \
-        }                                                                                    \
+#define MPI_OK(call, what)                                                                         \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) {                                                                  \
+            char s_[MPI_MAX_ERROR_STRING];                                                         \
+            int n_;                                                                                \
+            MPI_Error_string(rc_, s_, &n_);                                                        \
+            KF_FATAL("rank %d: %s failed: %s (a rank died?)", d->rank, what, s_);                  \
+        }                                                                                          \
     } while (0)
 #endif
 
@@ -228,15 +231,18 @@ static void chain_allreduce(dist *d, float *buf, int64_t n) {
         float *x = buf + off;
         if (d->rank > 0) {
             MPI_OK(MPI_Recv(im->seg, cnt, MPI_FLOAT, d->rank - 1, 7, MPI_COMM_WORLD,
-                            MPI_STATUS_IGNORE), "all-reduce (receive)");
+                            MPI_STATUS_IGNORE),
+                   "all-reduce (receive)");
             for (int i = 0; i < cnt; i++) x[i] = im->seg[i] + x[i];
         }
         if (d->rank < d->world - 1)
-            MPI_OK(MPI_Send(x, cnt, MPI_FLOAT, d->rank + 1, 7, MPI_COMM_WORLD), "all-reduce (send)");
+            MPI_OK(MPI_Send(x, cnt, MPI_FLOAT, d->rank + 1, 7, MPI_COMM_WORLD),
+                   "all-reduce (send)");
     }
     for (int64_t off = 0; off < n; off += (1 << 30)) {
         int cnt = (int)(n - off < (1 << 30) ? n - off : (1 << 30));
-        MPI_OK(MPI_Bcast(buf + off, cnt, MPI_FLOAT, d->world - 1, MPI_COMM_WORLD), "all-reduce (bcast)");
+        MPI_OK(MPI_Bcast(buf + off, cnt, MPI_FLOAT, d->world - 1, MPI_COMM_WORLD),
+               "all-reduce (bcast)");
     }
 }
 #endif
@@ -319,9 +325,11 @@ void dist_grads_begin(dist *d, kf_backend *b, float *buf, int64_t n, int64_t buc
     KF_CHECK(!im->gpu || im->have_nccl, "dist: NCCL not set up (call dist_attach_backend)");
 #endif
 #ifdef KF_MPI
-    KF_CHECK(im->gpu || !strcmp(b->name, "cpu"), "dist: backend %s has no all-reduce path", b->name);
+    KF_CHECK(im->gpu || !strcmp(b->name, "cpu"), "dist: backend %s has no all-reduce path",
+             b->name);
     if (!im->gpu && im->serialized && !im->comm_running) {
-        KF_CHECK(pthread_create(&im->comm, NULL, comm_main, d) == 0, "dist: cannot start comm thread");
+        KF_CHECK(pthread_create(&im->comm, NULL, comm_main, d) == 0,
+                 "dist: cannot start comm thread");
         im->comm_running = 1;
     }
 #endif

@@ -18,8 +18,8 @@ struct loader {
     int64_t accum, n_samples, seq_len;
     shard_set *ss;
 
-    pthread_mutex_t perm_mu;  /* the permutation cache is shared with loader_sample_at */
-    int64_t perm_epoch;       /* epoch held in perm, -1 none */
+    pthread_mutex_t perm_mu; /* the permutation cache is shared with loader_sample_at */
+    int64_t perm_epoch;      /* epoch held in perm, -1 none */
     uint32_t *perm;
 
     pthread_t th;
@@ -28,9 +28,9 @@ struct loader {
     pthread_cond_t cv;
     int nslots;
     loader_batch *slots;
-    int64_t start_step;       /* step of q = 0 */
-    int64_t head, tail;       /* next q to hand out / to produce */
-    int outstanding;          /* slot head-1 is held by the caller */
+    int64_t start_step; /* step of q = 0 */
+    int64_t head, tail; /* next q to hand out / to produce */
+    int outstanding;    /* slot head-1 is held by the caller */
     int stop;
 };
 
@@ -39,7 +39,8 @@ static void perm_fill(loader *l, int64_t epoch) {
     for (int64_t i = 0; i < n; i++) l->perm[i] = (uint32_t)i;
     if (l->o.shuffle)
         for (int64_t i = n - 1; i > 0; i--) {
-            int64_t j = (int64_t)rng_below(l->o.seed, LOADER_STREAM(epoch), (uint64_t)i, (uint64_t)i + 1);
+            int64_t j =
+                (int64_t)rng_below(l->o.seed, LOADER_STREAM(epoch), (uint64_t)i, (uint64_t)i + 1);
             uint32_t t = l->perm[i];
             l->perm[i] = l->perm[j];
             l->perm[j] = t;
@@ -110,7 +111,8 @@ static void halt(loader *l) {
 
 int loader_open(const loader_opts *o, loader **out, kf_err *err) {
     KF_CHECK(o->world >= 1 && o->rank >= 0 && o->rank < o->world && o->depth >= 1 &&
-                 o->micro_batch >= 1, "loader_open: bad rank/world/depth/micro_batch");
+                 o->micro_batch >= 1,
+             "loader_open: bad rank/world/depth/micro_batch");
     if (o->global_batch % ((int64_t)o->world * o->micro_batch))
         return kf_err_set(err,
                           "global batch %lld is not a multiple of ranks (%d) x micro_batch (%lld)",

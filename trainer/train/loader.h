@@ -32,26 +32,26 @@
 typedef struct loader loader;
 
 typedef struct loader_opts {
-    const char *data_dir;  /* directory with manifest.yaml */
-    const char *split;     /* "train" or "valid" */
+    const char *data_dir; /* directory with manifest.yaml */
+    const char *split;    /* "train" or "valid" */
     uint64_t seed;
-    int shuffle;           /* 1: permutation per epoch; 0: identity order */
-    int64_t global_batch;  /* G */
-    int64_t micro_batch;   /* samples per micro-batch */
-    int rank, world;       /* G must equal world * accum * micro_batch */
-    int depth;             /* micro-batches read ahead (>= 1) */
+    int shuffle;          /* 1: permutation per epoch; 0: identity order */
+    int64_t global_batch; /* G */
+    int64_t micro_batch;  /* samples per micro-batch */
+    int rank, world;      /* G must equal world * accum * micro_batch */
+    int depth;            /* micro-batches read ahead (>= 1) */
 } loader_opts;
 
 /** One micro-batch (owned by the loader, valid until the next loader_next). */
 typedef struct loader_batch {
-    int64_t n;             /* samples (micro_batch) */
+    int64_t n; /* samples (micro_batch) */
     int64_t seq_len;
-    int32_t *ids;          /* [n * seq_len] token ids */
-    int32_t *len;          /* [n] valid lengths (seq_len for `wrap` data) */
-    int64_t *sample;       /* [n] global sample indices in the split */
-    int64_t *pos;          /* [n] stream positions (for seeding per-sample noise) */
-    int64_t step;          /* optimizer step it belongs to */
-    int64_t micro;         /* micro-batch index a within the step (0..accum-1) */
+    int32_t *ids;    /* [n * seq_len] token ids */
+    int32_t *len;    /* [n] valid lengths (seq_len for `wrap` data) */
+    int64_t *sample; /* [n] global sample indices in the split */
+    int64_t *pos;    /* [n] stream positions (for seeding per-sample noise) */
+    int64_t step;    /* optimizer step it belongs to */
+    int64_t micro;   /* micro-batch index a within the step (0..accum-1) */
 } loader_batch;
 
 /** Opens the split and starts prefetching at cursor 0.

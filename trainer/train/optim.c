@@ -8,7 +8,8 @@ optim_state optim_init(const runconfig_opts *o) {
 }
 
 double optim_lr(const runconfig_opts *o, int64_t step) {
-    if (o->warmup > 0 && step + 1 < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
+    if (o->warmup > 0 && step + 1 < o->warmup)
+        return o->lr * (double)(step + 1) / (double)o->warmup;
     int64_t from = o->warmup > 0 ? o->warmup : 1, span = o->decay_steps - from;
     if (!o->lr_cosine || span <= 0) return o->lr;
     double t = (double)(step + 1 - from) / (double)span;

@@ -23,18 +23,18 @@
 
 /** Optimizer state besides the moment buffers (all checkpointed). */
 typedef struct optim_state {
-    int64_t adam_t;       /* AdamW updates applied so far (bias-correction step - 1) */
-    double scale;         /* current fp16 loss scale */
-    int64_t good_steps;   /* consecutive finite fp16 steps since the last scale change */
-    int64_t skipped;      /* steps skipped for non-finite gradients, in total */
+    int64_t adam_t;     /* AdamW updates applied so far (bias-correction step - 1) */
+    double scale;       /* current fp16 loss scale */
+    int64_t good_steps; /* consecutive finite fp16 steps since the last scale change */
+    int64_t skipped;    /* steps skipped for non-finite gradients, in total */
 } optim_state;
 
 /** What one optim_step did (for logs). */
 typedef struct optim_result {
-    int skipped;          /* 1: non-finite gradients, nothing applied */
-    double grad_norm;     /* global L2 norm of the unscaled gradient (inf/nan when skipped) */
-    double lr;            /* learning rate used */
-    double scale_used;    /* the loss scale the gradients carried */
+    int skipped;       /* 1: non-finite gradients, nothing applied */
+    double grad_norm;  /* global L2 norm of the unscaled gradient (inf/nan when skipped) */
+    double lr;         /* learning rate used */
+    double scale_used; /* the loss scale the gradients carried */
 } optim_result;
 
 /** A fresh state: scale = o->scale_init, counters 0. */

@@ -60,7 +60,8 @@ roofline_flops roofline_step_flops(const model_config *c, int64_t B, int64_t n,
         pairs = np * (np + 1) / 2 + k * np * (np + 1) / 2 + np * k * (k + 1) / 2;
     }
     roofline_flops f;
-    f.total = (double)B * (6 * (rows * p_block + noise * p_noise + out * p_head) + 12 * nb * pairs * H);
+    f.total =
+        (double)B * (6 * (rows * p_block + noise * p_noise + out * p_head) + 12 * nb * pairs * H);
     f.rows = (double)B * rows;
     f.tokens = (double)B * np * (st->kind == RC_KIND_AR ? 1 : k);
     return f;
@@ -79,10 +80,15 @@ struct roofline_stage {
 roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
                                       const runconfig_stage *st, int init, kf_err *err) {
     int kind = sup_kind_from_name(runconfig_kind_name(st->kind));
-    if (kind < 0) return kf_err_set(err, "stage %s: kind %s does not train", st->name,
-                                    runconfig_kind_name(st->kind)), NULL;
-    sup_config sc = {.kind = (sup_kind)kind, .k = st->kind == RC_KIND_AR ? 1 : st->k,
-                     .tau_min = st->tau_min, .tau_max = st->tau_max, .seed = st->opt.seed};
+    if (kind < 0)
+        return kf_err_set(err, "stage %s: kind %s does not train", st->name,
+                          runconfig_kind_name(st->kind)),
+               NULL;
+    sup_config sc = {.kind = (sup_kind)kind,
+                     .k = st->kind == RC_KIND_AR ? 1 : st->k,
+                     .tau_min = st->tau_min,
+                     .tau_max = st->tau_max,
+                     .seed = st->opt.seed};
     roofline_stage *s = kf_calloc(1, sizeof *s);
     s->st = st;
     model_config mc = sup_student_config(&sc, base);
@@ -178,7 +184,8 @@ typedef struct tally {
 
 static tally *tally_find(tally *t, int *n, const char *op, const char *shape) {
     for (int i = 0; i < *n; i++)
-        if (!strcmp(t[i].op, op) && (shape ? t[i].shape && !strcmp(t[i].shape, shape) : !t[i].shape))
+        if (!strcmp(t[i].op, op) &&
+            (shape ? t[i].shape && !strcmp(t[i].shape, shape) : !t[i].shape))
             return &t[i];
     t[*n] = (tally){.op = op, .shape = shape};
     return &t[(*n)++];
@@ -208,8 +215,8 @@ static int by_est(const void *a, const void *b) {
 /* The conversion passes around op r as their own memory-bound record
  * ("fp16_convert", op_cost.h convert_bytes; no bytes: none). */
 static kf_op_rec convert_rec(const kf_op_rec *r) {
-    return (kf_op_rec){.op = "fp16_convert", .cost = {.bytes = r->cost.convert_bytes,
-                                                      .unit = KF_COST_SIMT, .fp16 = 1}};
+    return (kf_op_rec){.op = "fp16_convert",
+                       .cost = {.bytes = r->cost.convert_bytes, .unit = KF_COST_SIMT, .fp16 = 1}};
 }
 
 static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t from, int64_t to,
@@ -217,7 +224,8 @@ static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t fr
     double s = 0;
     for (int64_t i = from; i < to; i++) {
         kf_op_rec cv = convert_rec(&ops[i]);
-        s += roofline_op_seconds(d, &ops[i].cost, attn_tc) + roofline_op_seconds(d, &cv.cost, attn_tc);
+        s += roofline_op_seconds(d, &ops[i].cost, attn_tc) +
+             roofline_op_seconds(d, &cv.cost, attn_tc);
     }
     return s;
 }
@@ -225,8 +233,8 @@ static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t fr
 /* Prints the step's table, parts, totals and dominant ops; returns the
  * estimated step time (s). */
 static double report(const roofline_device *d, const runconfig_stage *st, const model_config *mc,
-                   int64_t B, int64_t n, const kf_backend *be, const roofline_marks *mk,
-                   int attn_tc, int timed) {
+                     int64_t B, int64_t n, const kf_backend *be, const roofline_marks *mk,
+                     int attn_tc, int timed) {
     int64_t n_ops;
     const kf_op_rec *ops = kernels_record_ops(be, &n_ops);
     int64_t cnt = mk->end - mk->begin;
@@ -258,15 +266,15 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
            st->name, runconfig_kind_name(st->kind), (long long)mc->k_train, (long long)mc->blocks,
            (long long)mc->hidden, (long long)mc->vocab, (long long)B, (long long)n,
            fp16 ? "fp16" : "fp32",
-           attn_tc ? "tensor-core attention (KF_CUDA_TC=1)" : "attention on the fp32 units (KF_CUDA_TC unset)",
+           attn_tc ? "tensor-core attention (KF_CUDA_TC=1)"
+                   : "attention on the fp32 units (KF_CUDA_TC unset)",
            timed ? "run and timed on this GPU" : "dry: nothing computed");
     printf("%-16s %6s %10s %9s %9s %6s %8s%s\n", "op", "calls", "GFLOP", "GB", "est ms", "share",
            "bound", timed ? "   meas ms" : "");
     for (int i = 0; i < nop; i++) {
         const tally *t = &byop[i];
         printf("%-16s %6lld %10.1f %9.2f %9.3f %5.1f%% %8s", t->op, (long long)t->calls,
-               t->flops / 1e9, t->bytes / 1e9, t->est * 1e3, 100 * t->est / all.est,
-               bound_name(t));
+               t->flops / 1e9, t->bytes / 1e9, t->est * 1e3, 100 * t->est / all.est, bound_name(t));
         if (timed) printf(" %9.3f", t->meas * 1e3);
         printf("\n");
     }
@@ -281,13 +289,16 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
            sum_est(d, ops, mk->student, mk->end, attn_tc) * 1e3, syncs);
     roofline_flops f = roofline_step_flops(mc, B, n, st);
     double peak = fp16 ? d->tensor_flops : d->fp32_flops;
-    printf("step: estimated %.2f ms, %.0f tokens/s; model FLOPs (6 N tokens + attention) %.2f TFLOP, "
-           "MFU %.1f%% of %.0f TFLOP/s (%s dense)",
-           all.est * 1e3, f.tokens / all.est, f.total / 1e12, 100 * f.total / (all.est * peak),
-           peak / 1e12, fp16 ? "fp16/bf16 tensor" : "fp32");
-    if (timed) printf("; measured %.2f ms, MFU %.1f%%", all.meas * 1e3, 100 * f.total / (all.meas * peak));
-    printf("\npeak device memory: %.2f GB (parameters, gradients, optimizer, teacher, activations)\n",
-           (double)kernels_record_peak_bytes(be) / 1e9);
+    printf(
+        "step: estimated %.2f ms, %.0f tokens/s; model FLOPs (6 N tokens + attention) %.2f TFLOP, "
+        "MFU %.1f%% of %.0f TFLOP/s (%s dense)",
+        all.est * 1e3, f.tokens / all.est, f.total / 1e12, 100 * f.total / (all.est * peak),
+        peak / 1e12, fp16 ? "fp16/bf16 tensor" : "fp32");
+    if (timed)
+        printf("; measured %.2f ms, MFU %.1f%%", all.meas * 1e3, 100 * f.total / (all.meas * peak));
+    printf(
+        "\npeak device memory: %.2f GB (parameters, gradients, optimizer, teacher, activations)\n",
+        (double)kernels_record_peak_bytes(be) / 1e9);
     printf("dominant ops (op, shape: est ms, share):\n");
     for (int i = 0; i < nshape && i < 10; i++)
         printf("  %-14s %-52s %6lld x %8.3f ms %5.1f%%\n", byshape[i].op, byshape[i].shape,
@@ -310,8 +321,8 @@ static int64_t mask_id(const runconfig *rc) {
     return runconfig_mask_id(&rc->model, dv);
 }
 
-int roofline_bench(const char *config, int n_over, char **over, const char **stages,
-                   int n_stages, const char *device) {
+int roofline_bench(const char *config, int n_over, char **over, const char **stages, int n_stages,
+                   const char *device) {
     const roofline_device *d = roofline_device_find(device);
     if (!d) {
         fprintf(stderr, "kf bench train: --roofline: unknown device \"%s\" (valid: %s)\n", device,
@@ -333,10 +344,15 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
            "%.0f GB/s bus; one training step of %s as the model issues it\n",
            d->desc, d->tensor_flops / 1e12, d->fp32_flops / 1e12, d->mem_bytes / 1e12,
            d->bus_bytes / 1e9, config);
-    model_config base = {.hidden = rc->model.hidden, .heads = rc->model.heads,
-                         .blocks = rc->model.blocks, .vocab = rc->model.vocab,
-                         .seq_len = rc->model.seq_len, .mask_id = mask_id(rc),
-                         .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1};
+    model_config base = {.hidden = rc->model.hidden,
+                         .heads = rc->model.heads,
+                         .blocks = rc->model.blocks,
+                         .vocab = rc->model.vocab,
+                         .seq_len = rc->model.seq_len,
+                         .mask_id = mask_id(rc),
+                         .kind = MODEL_AR,
+                         .head = HEAD_SHARED,
+                         .k_train = 1};
     int code = KF_EXIT_OK;
     double *est = kf_calloc((size_t)rc->n_stages, sizeof *est), ar = 0;
     for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
@@ -346,9 +362,11 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
         if (!want) continue;
         /* on a GPU the step also runs there, each op timed; else dry */
         char why[512];
-        kf_backend *gpu = strcmp(rc->res.backend, "cpu") ? kernels_cuda_create(0, why, sizeof why) : NULL;
+        kf_backend *gpu =
+            strcmp(rc->res.backend, "cpu") ? kernels_cuda_create(0, why, sizeof why) : NULL;
         kf_backend *be = kernels_record_create(gpu, gpu != NULL);
-        roofline_stage *s = roofline_stage_create(be, &base, st, strcmp(be->name, "dry") != 0, &err);
+        roofline_stage *s =
+            roofline_stage_create(be, &base, st, strcmp(be->name, "dry") != 0, &err);
         if (!s) {
             code = kf_err_report("kf", &err);
             be->destroy(be);
@@ -374,7 +392,8 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
             if (est[i] == 0) continue;
             printf("  %-8s %-14s %10.2f ms %7.2fx", st->name, runconfig_kind_name(st->kind),
                    est[i] * 1e3, est[i] / ar);
-            if (st->kind == RC_KIND_SELF_FORCING) printf("  (goal <= %.1fx)", 1.5 * (double)(st->k + 1));
+            if (st->kind == RC_KIND_SELF_FORCING)
+                printf("  (goal <= %.1fx)", 1.5 * (double)(st->k + 1));
             printf("\n");
         }
     }

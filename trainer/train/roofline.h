@@ -23,12 +23,12 @@
 
 /** A GPU's nominal dense peaks (NVIDIA data sheets). */
 typedef struct roofline_device {
-    const char *name;      /* as given to --roofline: "h100", "h200", "a100" */
-    const char *desc;      /* "H100 SXM" */
-    double tensor_flops;   /* dense fp16/bf16 tensor-core FLOP/s */
-    double fp32_flops;     /* fp32 FLOP/s (no tensor cores, no TF32) */
-    double mem_bytes;      /* HBM bytes/s */
-    double bus_bytes;      /* host <-> device bytes/s, one direction (PCIe) */
+    const char *name;    /* as given to --roofline: "h100", "h200", "a100" */
+    const char *desc;    /* "H100 SXM" */
+    double tensor_flops; /* dense fp16/bf16 tensor-core FLOP/s */
+    double fp32_flops;   /* fp32 FLOP/s (no tensor cores, no TF32) */
+    double mem_bytes;    /* HBM bytes/s */
+    double bus_bytes;    /* host <-> device bytes/s, one direction (PCIe) */
 } roofline_device;
 
 /** The device called name, or NULL. */
@@ -97,7 +97,7 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
  *  cpu) the step also runs there and each op's measured time is printed
  *  beside its estimate. @return the command's exit code (KF_EXIT_USAGE for
  *  an unknown device, naming the valid ones). */
-int roofline_bench(const char *config, int n_over, char **over, const char **stages,
-                   int n_stages, const char *device);
+int roofline_bench(const char *config, int n_over, char **over, const char **stages, int n_stages,
+                   const char *device);
 
 #endif

@@ -70,8 +70,7 @@ sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err) {
                               (long long)teacher->cfg.k_train),
                    NULL;
         break;
-    default:
-        return kf_err_set(err, "supervision: unknown kind"), NULL;
+    default: return kf_err_set(err, "supervision: unknown kind"), NULL;
     }
     sup_ctx *s = kf_calloc(1, sizeof *s);
     s->cfg = *cfg;
@@ -128,7 +127,8 @@ void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t tar
 void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
                    const double *z, const double *tau, int32_t *out) {
     int64_t rows = B * n;
-    double *zr = kf_malloc((size_t)rows * sizeof(double)), *tr = kf_malloc((size_t)rows * sizeof(double));
+    double *zr = kf_malloc((size_t)rows * sizeof(double)),
+           *tr = kf_malloc((size_t)rows * sizeof(double));
     int32_t *got = kf_malloc((size_t)rows * sizeof(int32_t));
     for (int64_t r = 0; r < rows; r++) tr[r] = tau[r / n];
     layout lay;
@@ -144,15 +144,18 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
         layout_blocks(&lay, n, k - 1);
         int64_t L = lay.L;
         int32_t *ids = kf_calloc((size_t)(B * L), sizeof(int32_t));
-        for (int64_t b = 0; b < B; b++) memcpy(ids + b * L, ctx + b * n, (size_t)n * sizeof(int32_t));
+        for (int64_t b = 0; b < B; b++)
+            memcpy(ids + b * L, ctx + b * n, (size_t)n * sizeof(int32_t));
         lay.n_out = n;
         in.lay = &lay;
         in.ids = ids;
         for (int64_t j = 1; j < k; j++) {
             for (int64_t b = 0; b < B; b++)
                 for (int64_t t = 0; t < n; t++)
-                    ids[b * L + layout_group_row(n, k - 1, t, j - 1)] = out[(b * n + t) * k + j - 1];
-            for (int64_t t = 0; t < n; t++) lay.out_rows[t] = (int32_t)layout_group_row(n, k - 1, t, j - 1);
+                    ids[b * L + layout_group_row(n, k - 1, t, j - 1)] =
+                        out[(b * n + t) * k + j - 1];
+            for (int64_t t = 0; t < n; t++)
+                lay.out_rows[t] = (int32_t)layout_group_row(n, k - 1, t, j - 1);
             model_forward(ar, ws, &in, 0, NULL);
             for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k + j];
             model_pick(ar, ws, rows, zr, tr, got);
@@ -239,7 +242,8 @@ static void targets_ar(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n, 
                        const int32_t *valid_len) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < np; t++)
-            s->targets[b * np + t] = t + 1 < valid_upto(valid_len, b, n) ? tokens[b * n + t + 1] : -1;
+            s->targets[b * np + t] =
+                t + 1 < valid_upto(valid_len, b, n) ? tokens[b * n + t + 1] : -1;
 }
 
 /* SUP_DISTILL_AR and SUP_SELF_FORCING: row (b, t, j) learns the teacher's
@@ -288,7 +292,8 @@ static void targets_noise_inversion(sup_ctx *s, const int32_t *tokens, int64_t B
     int64_t m1 = n - 1, rows = B * m1;
     layout la;
     layout_ar(&la, m1);
-    for (int64_t b = 0; b < B; b++) memcpy(s->blk + b * m1, tokens + b * n, (size_t)m1 * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++)
+        memcpy(s->blk + b * m1, tokens + b * n, (size_t)m1 * sizeof(int32_t));
     model_input in = {.lay = &la, .B = B, .ids = s->blk};
     const float *logits = model_forward(ar, s->ws1, &in, 0, NULL);
     int64_t V = ar->cfg.vocab;
@@ -308,11 +313,10 @@ static void targets_noise_inversion(sup_ctx *s, const int32_t *tokens, int64_t B
                 int64_t p = b * m1 + t + j;
                 double u = sup_uniform(c->seed, keys[b], SUP_RNG_INV, t, j);
                 s->z[(b * np + t) * k + j] = lo[p] + u * (hi[p] - lo[p]);
-                int32_t target = t + 1 + j < valid_upto(valid_len, b, n) ? tokens[b * n + t + 1 + j] : -1;
-                if (mtp)
-                    s->targets[(j * B + b) * np + t] = target; /* head-major */
-                else
-                    s->targets[(b * np + t) * k + j] = target;
+                int32_t target =
+                    t + 1 + j < valid_upto(valid_len, b, n) ? tokens[b * n + t + 1 + j] : -1;
+                if (mtp) s->targets[(j * B + b) * np + t] = target; /* head-major */
+                else s->targets[(b * np + t) * k + j] = target;
             }
 }
 
@@ -326,10 +330,8 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
     int64_t g = mtp ? 1 : k; /* noise rows per position */
     if (s->lay_n != np) {
         if (s->lay_n) layout_free(&s->lay);
-        if (c->kind == SUP_AR)
-            layout_ar(&s->lay, np);
-        else
-            layout_single(&s->lay, np, g);
+        if (c->kind == SUP_AR) layout_ar(&s->lay, np);
+        else layout_single(&s->lay, np, g);
         s->lay_n = np;
     }
     int64_t L = s->lay.L;
@@ -338,15 +340,14 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
     for (int64_t b = 0; b < B; b++) {
         memcpy(s->ids + b * L, tokens + b * n, (size_t)np * sizeof(int32_t));
         memcpy(s->ctx + b * np, tokens + b * n, (size_t)np * sizeof(int32_t));
-        s->tau[b] = c->tau_min + (c->tau_max - c->tau_min) * sup_uniform(c->seed, keys[b], SUP_RNG_TAU, 0, 0);
+        s->tau[b] = c->tau_min +
+                    (c->tau_max - c->tau_min) * sup_uniform(c->seed, keys[b], SUP_RNG_TAU, 0, 0);
     }
     out->rows = B * np * k;
-    if (c->kind == SUP_AR)
-        targets_ar(s, tokens, B, n, np, valid_len);
+    if (c->kind == SUP_AR) targets_ar(s, tokens, B, n, np, valid_len);
     else if (c->kind == SUP_DISTILL_AR || c->kind == SUP_SELF_FORCING)
         targets_teacher(s, B, n, np, valid_len, keys);
-    else
-        targets_noise_inversion(s, tokens, B, n, np, valid_len, keys);
+    else targets_noise_inversion(s, tokens, B, n, np, valid_len, keys);
     /* student noise rows: (t, j) -> row n + t*g + j holding g (or k for MTP) values */
     if (c->kind != SUP_AR) {
         memset(s->z1, 0, (size_t)(B * L * (mtp ? k : 1)) * sizeof(double));
@@ -354,15 +355,16 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
             for (int64_t t = 0; t < np; t++)
                 for (int64_t j = 0; j < k; j++) {
                     double v = s->z[(b * np + t) * k + j];
-                    if (mtp)
-                        s->z1[(b * L + layout_group_row(np, 1, t, 0)) * k + j] = v;
-                    else
-                        s->z1[b * L + layout_group_row(np, k, t, j)] = v;
+                    if (mtp) s->z1[(b * L + layout_group_row(np, 1, t, 0)) * k + j] = v;
+                    else s->z1[b * L + layout_group_row(np, k, t, j)] = v;
                 }
     }
     out->lay = &s->lay;
-    out->in = (model_input){.lay = &s->lay, .B = B, .ids = s->ids,
-                            .z = c->kind == SUP_AR ? NULL : s->z1, .tau = s->tau};
+    out->in = (model_input){.lay = &s->lay,
+                            .B = B,
+                            .ids = s->ids,
+                            .z = c->kind == SUP_AR ? NULL : s->z1,
+                            .tau = s->tau};
     out->targets = s->targets;
     out->n_ctx = np;
 }

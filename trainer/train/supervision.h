@@ -44,13 +44,7 @@
 #include "trainer/model/layout.h"
 #include "trainer/model/model.h"
 
-typedef enum {
-    SUP_AR = 0,
-    SUP_DISTILL_AR,
-    SUP_SELF_FORCING,
-    SUP_NI_CAUSAL,
-    SUP_NI_MTP
-} sup_kind;
+typedef enum { SUP_AR = 0, SUP_DISTILL_AR, SUP_SELF_FORCING, SUP_NI_CAUSAL, SUP_NI_MTP } sup_kind;
 
 typedef struct sup_config {
     sup_kind kind;
@@ -66,11 +60,11 @@ int sup_kind_from_name(const char *name);
 /** One student batch. Arrays are owned by the sup_ctx and valid until its
  *  next sup_build. */
 typedef struct sup_batch {
-    const layout *lay;   /* the student's layout */
-    model_input in;      /* student input (in.lay == lay) */
-    int32_t *targets;    /* [rows] one per student logit row (model.h order) */
+    const layout *lay; /* the student's layout */
+    model_input in;    /* student input (in.lay == lay) */
+    int32_t *targets;  /* [rows] one per student logit row (model.h order) */
     int64_t rows;
-    int64_t n_ctx;       /* context positions per sample (n - k, or n - 1 for AR) */
+    int64_t n_ctx; /* context positions per sample (n - k, or n - 1 for AR) */
 } sup_batch;
 
 typedef struct sup_ctx sup_ctx;

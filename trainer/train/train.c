@@ -58,16 +58,16 @@ typedef struct trainer {
     kf_backend *be;
     model *m;
     model_ws *ws;
-    sup_ctx *sup;             /* builds inputs + targets per micro-batch */
-    sup_batch *sb;            /* its latest batch (owned by sup) */
+    sup_ctx *sup;  /* builds inputs + targets per micro-batch */
+    sup_batch *sb; /* its latest batch (owned by sup) */
     float *ema, *adam_m, *adam_v, *acc;
     loader *ld, *vld;
     int64_t accum, micro, seq_len;
-    int64_t bucket;           /* all-reduce bucket (floats), see dist_grads_begin */
-    int pad;                  /* `pad` data: pass valid lengths */
+    int64_t bucket; /* all-reduce bucket (floats), see dist_grads_begin */
+    int pad;        /* `pad` data: pass valid lengths */
     model *teacher;
-    mb_store *mbs;            /* [accum] prepared micro-batches of the current step */
-    uint64_t *keys;           /* [micro] noise keys of a micro-batch */
+    mb_store *mbs;  /* [accum] prepared micro-batches of the current step */
+    uint64_t *keys; /* [micro] noise keys of a micro-batch */
     optim_state os;
     ckpt_identity id;
     int64_t step;
@@ -155,8 +155,11 @@ static void store(trainer *t, mb_store *s) {
 }
 
 static model_input stored_input(trainer *t, const mb_store *s) {
-    return (model_input){.lay = t->sb->lay, .B = s->B, .ids = s->ids,
-                         .z = s->has_z ? s->z : NULL, .tau = s->has_z ? s->tau : NULL,
+    return (model_input){.lay = t->sb->lay,
+                         .B = s->B,
+                         .ids = s->ids,
+                         .z = s->has_z ? s->z : NULL,
+                         .tau = s->has_z ? s->tau : NULL,
                          .valid_len = s->has_len ? s->len : NULL};
 }
 
@@ -219,8 +222,9 @@ static void train_step(trainer *t) {
     double count = 0, loss = 0; /* targets over the global batch, their summed loss */
     for (int64_t a = 0; a < t->accum; a++) {
         const loader_batch *lb = loader_next(t->ld);
-        KF_CHECK(lb->step == t->step && lb->micro == a, "loader out of step (%lld.%lld vs %lld.%lld)",
-                 (long long)lb->step, (long long)lb->micro, (long long)t->step, (long long)a);
+        KF_CHECK(lb->step == t->step && lb->micro == a,
+                 "loader out of step (%lld.%lld vs %lld.%lld)", (long long)lb->step,
+                 (long long)lb->micro, (long long)t->step, (long long)a);
         build(t, lb);
         store(t, &t->mbs[a]);
         count += (double)t->mbs[a].n_targets;
@@ -303,7 +307,8 @@ static void log_eval(trainer *t) {
     kf_err err = {{0}};
     if (kf_jsonl_append(t->log, &rec, &err)) kf_log_warn("log: %s", err.msg);
     kf_rec_free(&rec);
-    kf_log_info("%s: step %" PRId64 " validation loss %.4f (EMA %.4f)", t->st->name, t->step, v, ve);
+    kf_log_info("%s: step %" PRId64 " validation loss %.4f (EMA %.4f)", t->st->name, t->step, v,
+                ve);
 }
 
 /* The weights file a stage reference (an earlier stage's name or a path)
@@ -314,7 +319,8 @@ static int resolve_ref(trainer *t, const char *ref, int stage_idx, char *out, si
     if (stage_idx >= 0) {
         snprintf(p, sizeof p, "%s/stages/%s/final", t->a->run_dir, t->rc->stages[stage_idx].name);
         if (!fs_is_dir(p))
-            return kf_err_set(err, "stage '%s' needs stage '%s' to be finished first (%s is missing)",
+            return kf_err_set(err,
+                              "stage '%s' needs stage '%s' to be finished first (%s is missing)",
                               t->st->name, ref, p);
         return ckpt_resolve_teacher(p, out, cap, sha, err);
     }
@@ -336,7 +342,8 @@ static kf_backend *make_backend(trainer *t) {
 static int run_import(trainer *t, kf_err *err) {
     if (t->d->rank == 0) {
         char sha[65];
-        if (!fs_exists(t->st->path)) return kf_err_set(err, "import: %s: no such file", t->st->path);
+        if (!fs_exists(t->st->path))
+            return kf_err_set(err, "import: %s: no such file", t->st->path);
         if (sha256_file_hex(t->st->path, sha, err)) return -1;
         model *m = model_load(t->be, t->st->path, err);
         if (!m) return -1;
@@ -396,7 +403,8 @@ static int unigram_bias(trainer *t, kf_err *err) {
     shard_set_close(ss);
     float *bias = kf_malloc((size_t)V * sizeof *bias);
     double mean = 0;
-    for (int64_t v = 0; v < V; v++) mean += log((cnt[v] + 0.5) / (tot + 0.5 * (double)V)) / (double)V;
+    for (int64_t v = 0; v < V; v++)
+        mean += log((cnt[v] + 0.5) / (tot + 0.5 * (double)V)) / (double)V;
     for (int64_t v = 0; v < V; v++)
         bias[v] = (float)(log((cnt[v] + 0.5) / (tot + 0.5 * (double)V)) - mean);
     t->be->upload(t->be, t->m->params + bt->offset, bias, (size_t)V * sizeof *bias);
@@ -410,12 +418,19 @@ static int setup_training(trainer *t, kf_err *err) {
     int64_t world = t->d->world;
     t->micro = t->o->micro_batch ? t->o->micro_batch : t->o->batch / world;
     if (t->micro < 1 || t->o->batch % (world * t->micro))
-        return kf_err_set(err, "stage %s: global batch %lld does not split into %lld ranks x "
-                               "micro_batch %lld", st->name, (long long)t->o->batch,
-                          (long long)world, (long long)t->micro);
-    loader_opts lo = {.data_dir = t->rc->data_train, .split = "train", .seed = t->o->seed,
-                      .shuffle = 1, .global_batch = t->o->batch, .micro_batch = t->micro,
-                      .rank = t->d->rank, .world = t->d->world, .depth = 4};
+        return kf_err_set(err,
+                          "stage %s: global batch %lld does not split into %lld ranks x "
+                          "micro_batch %lld",
+                          st->name, (long long)t->o->batch, (long long)world, (long long)t->micro);
+    loader_opts lo = {.data_dir = t->rc->data_train,
+                      .split = "train",
+                      .seed = t->o->seed,
+                      .shuffle = 1,
+                      .global_batch = t->o->batch,
+                      .micro_batch = t->micro,
+                      .rank = t->d->rank,
+                      .world = t->d->world,
+                      .depth = 4};
     if (loader_open(&lo, &t->ld, err)) return -1;
     loader_opts vo = lo;
     vo.data_dir = t->rc->data_valid, vo.split = "valid", vo.shuffle = 0;
@@ -440,12 +455,19 @@ static int setup_training(trainer *t, kf_err *err) {
     /* identity */
     t->pad = !strcmp(shard_set_packing(ss), "pad");
     sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
-                     .k = st->kind == RC_KIND_AR ? 1 : st->k, .tau_min = st->tau_min,
-                     .tau_max = st->tau_max, .seed = t->o->seed};
-    model_config base = {.hidden = rm->hidden, .heads = rm->heads, .blocks = rm->blocks,
-                         .vocab = rm->vocab, .seq_len = rm->seq_len,
-                         .mask_id = runconfig_mask_id(rm, dv), .kind = MODEL_AR,
-                         .head = HEAD_SHARED, .k_train = 1};
+                     .k = st->kind == RC_KIND_AR ? 1 : st->k,
+                     .tau_min = st->tau_min,
+                     .tau_max = st->tau_max,
+                     .seed = t->o->seed};
+    model_config base = {.hidden = rm->hidden,
+                         .heads = rm->heads,
+                         .blocks = rm->blocks,
+                         .vocab = rm->vocab,
+                         .seq_len = rm->seq_len,
+                         .mask_id = runconfig_mask_id(rm, dv),
+                         .kind = MODEL_AR,
+                         .head = HEAD_SHARED,
+                         .k_train = 1};
     model_config *mc = &t->id.model;
     *mc = sup_student_config(&sc, &base);
     if (model_config_check(mc, err)) return -1;
@@ -460,7 +482,8 @@ static int setup_training(trainer *t, kf_err *err) {
     model *teacher = NULL;
     if (st->teacher) {
         char tf[4096];
-        if (resolve_ref(t, st->teacher, st->teacher_stage, tf, sizeof tf, t->id.teacher_sha256, err))
+        if (resolve_ref(t, st->teacher, st->teacher_stage, tf, sizeof tf, t->id.teacher_sha256,
+                        err))
             return -1;
         teacher = model_load(t->be, tf, err);
         if (!teacher) return -1;
@@ -506,7 +529,8 @@ static void trim_log(trainer *t, int64_t step) {
     if (!fs_exists(p) || fs_read_file(p, &buf, &len, &err)) return;
     char *out = kf_malloc(len + 1);
     size_t n = 0;
-    for (char *line = buf, *nl; (nl = memchr(line, '\n', len - (size_t)(line - buf))); line = nl + 1) {
+    for (char *line = buf, *nl; (nl = memchr(line, '\n', len - (size_t)(line - buf)));
+         line = nl + 1) {
         json_doc *d = json_parse(line, (size_t)(nl - line), p, &err);
         const json *sj = d ? json_get(json_root(d), "step") : NULL;
         if (sj && sj->type == JSON_NUMBER && sj->i <= step) {
@@ -541,7 +565,8 @@ static int resume(trainer *t, kf_err *err) {
     if (ckpt_check_compatible(&meta, &t->id, t->o->batch, err)) return -1;
     if (strcmp(meta.config_hash, t->rc->hash) && t->d->rank == 0)
         kf_log_warn("%s: the config changed since %s was written (hash %.12s... vs %.12s...); "
-                    "continuing with the current one", t->st->name, path, meta.config_hash, t->rc->hash);
+                    "continuing with the current one",
+                    t->st->name, path, meta.config_hash, t->rc->hash);
     rng_state r;
     int have_rng = ckpt_load(path, t->d->rank, t->m, t->ema, t->adam_m, t->adam_v, &r);
     t->step = meta.step;
@@ -553,9 +578,11 @@ static int resume(trainer *t, kf_err *err) {
     rng_state want = rank_rng(t);
     if (meta.world == t->d->world && have_rng &&
         (r.seed != want.seed || r.stream != want.stream || r.counter != want.counter))
-        return kf_err_set(err, "%s: rank %d's RNG state (counter %llu) disagrees with the data "
-                               "cursor (expected %llu)", path, t->d->rank,
-                          (unsigned long long)r.counter, (unsigned long long)want.counter);
+        return kf_err_set(err,
+                          "%s: rank %d's RNG state (counter %llu) disagrees with the data "
+                          "cursor (expected %llu)",
+                          path, t->d->rank, (unsigned long long)r.counter,
+                          (unsigned long long)want.counter);
     KF_CHECK(meta.cursor == t->step * t->o->batch, "checkpoint cursor %lld is not step x batch",
              (long long)meta.cursor);
     loader_seek(t->ld, meta.cursor);
@@ -635,8 +662,10 @@ int train_run(const train_args *a, dist *d) {
         ckpt_meta m;
         /* Starting over would silently discard them: demand a decision. */
         if (ckpt_find(t->ckpt_dir, found, sizeof found, &m)) {
-            kf_err_set(&err, "%s already has checkpoints (newest %s): pass --resume to continue, "
-                             "or remove the directory to start over", t->ckpt_dir, found);
+            kf_err_set(&err,
+                       "%s already has checkpoints (newest %s): pass --resume to continue, "
+                       "or remove the directory to start over",
+                       t->ckpt_dir, found);
         }
     }
     int refuse = err.msg[0] != 0;

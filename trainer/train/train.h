@@ -50,13 +50,13 @@
 #define TRAIN_NOISE_STREAM (0x4E4F495345ull << 24) /* "NOISE" */
 
 typedef struct train_args {
-    const char *config;     /* run config path */
-    const char *stage;      /* stage name */
-    const char *run_dir;    /* RUN */
-    int resume;             /* --resume */
-    int n_over;             /* key.path=value overrides */
+    const char *config;  /* run config path */
+    const char *stage;   /* stage name */
+    const char *run_dir; /* RUN */
+    int resume;          /* --resume */
+    int n_over;          /* key.path=value overrides */
     char **over;
-    int64_t stop_at;        /* > 0: act as if preempted when this step is reached (tests, drills) */
+    int64_t stop_at; /* > 0: act as if preempted when this step is reached (tests, drills) */
 } train_args;
 
 /** Runs one stage on this rank; collective over d.

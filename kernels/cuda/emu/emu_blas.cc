@@ -42,7 +42,8 @@ cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (mode < CUBLAS_DEFAULT_MATH || mode > CUBLAS_TF32_TENSOR_OP_MATH) return CUBLAS_STATUS_INVALID_VALUE;
+    if (mode < CUBLAS_DEFAULT_MATH || mode > CUBLAS_TF32_TENSOR_OP_MATH)
+        return CUBLAS_STATUS_INVALID_VALUE;
     h->math = mode;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -64,7 +65,9 @@ const char *cublasGetStatusString(cublasStatus_t s) {
     return "CUBLAS_STATUS_UNKNOWN";
 }
 
-static size_t type_size(cudaDataType t) { return t == CUDA_R_16F || t == CUDA_R_16BF ? 2 : t == CUDA_R_64F ? 8 : 4; }
+static size_t type_size(cudaDataType t) {
+    return t == CUDA_R_16F || t == CUDA_R_16BF ? 2 : t == CUDA_R_64F ? 8 : 4;
+}
 
 static float load(const void *p, cudaDataType t, size_t i) {
     return t == CUDA_R_16F ? __half2float(((const __half *)p)[i]) : ((const float *)p)[i];
@@ -107,8 +110,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     size_t ea = extent(ar, ac, lda, sa, batch), eb = extent(br, bc, ldb, sb, batch);
     size_t ec = extent(m, n, ldc, sc, batch);
-    if ((ea && !emu_is_device(A, ea * type_size(At))) || (eb && !emu_is_device(B, eb * type_size(Bt))) ||
-        !emu_is_device(C, ec * type_size(Ct)))
+    if ((ea && !emu_is_device(A, ea * type_size(At))) ||
+        (eb && !emu_is_device(B, eb * type_size(Bt))) || !emu_is_device(C, ec * type_size(Ct)))
         emu_fatal("cublasGemmStridedBatchedEx: an operand lies outside device memory (m %d n %d "
                   "k %d, lda %d ldb %d ldc %d, strides %lld %lld %lld, batch %d)",
                   m, n, k, lda, ldb, ldc, sa, sb, sc, batch);
@@ -134,8 +137,10 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                 for (int k0 = 0; k0 < k; k0 += chunk) {
                     float part = 0.0f;
                     for (int kk = k0; kk < k0 + chunk && kk < k; kk++) {
-                        float av = load(a, At, ta == CUBLAS_OP_N ? (size_t)kk * lda + i : (size_t)i * lda + kk);
-                        float bv = load(b, Bt, tb == CUBLAS_OP_N ? (size_t)j * ldb + kk : (size_t)kk * ldb + j);
+                        float av = load(
+                            a, At, ta == CUBLAS_OP_N ? (size_t)kk * lda + i : (size_t)i * lda + kk);
+                        float bv = load(
+                            b, Bt, tb == CUBLAS_OP_N ? (size_t)j * ldb + kk : (size_t)kk * ldb + j);
                         part = fmaf(av, bv, part);
                     }
                     acc += part;
@@ -143,10 +148,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                 size_t ci = (size_t)j * ldc + i;
                 float v = alpha * acc;
                 if (beta != 0.0f) v += beta * load(c, Ct, ci); /* beta = 0: C is not read */
-                if (Ct == CUDA_R_16F)
-                    ((__half *)c)[ci] = __float2half_rn(v);
-                else
-                    ((float *)c)[ci] = v;
+                if (Ct == CUDA_R_16F) ((__half *)c)[ci] = __float2half_rn(v);
+                else ((float *)c)[ci] = v;
             }
     }
     return CUBLAS_STATUS_SUCCESS;

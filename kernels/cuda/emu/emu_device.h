@@ -74,7 +74,8 @@ unsigned lane_id();
 void *dyn_smem();
 
 template <typename T> static inline uint64_t to_bits(T v) {
-    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a 1-8 byte value");
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
+                  "shuffle of a 1-8 byte value");
     uint64_t u = 0;
     memcpy(&u, &v, sizeof v);
     return u;
@@ -110,7 +111,8 @@ template <typename... P> struct launcher {
     size_t smem;
     void *stream;
     template <typename... A> void operator()(A &&...a) const {
-        static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong argument count");
+        static_assert(sizeof...(A) == sizeof...(P),
+                      "kernel launched with the wrong argument count");
         /* converted once, like the launch's parameter buffer; each thread gets copies */
         struct ctx_t {
             void (*k)(P...);
@@ -126,8 +128,8 @@ template <typename... P> struct launcher {
 };
 
 template <typename... P>
-launcher<P...> make_launch(void (*k)(P...), const char *name, const char *file, int line,
-                           dim3 grid, dim3 block, size_t smem = 0, void *stream = nullptr) {
+launcher<P...> make_launch(void (*k)(P...), const char *name, const char *file, int line, dim3 grid,
+                           dim3 block, size_t smem = 0, void *stream = nullptr) {
     return launcher<P...>{k, name, file, line, grid, block, smem, stream};
 }
 
@@ -154,7 +156,8 @@ template <typename T>
 static inline T emu_shfl_sync(const char *file, int line, unsigned mask, T v, int src,
                               int width = 32) {
     unsigned l = emu::lane_id(), base = l & ~(unsigned)(width - 1);
-    return emu::shfl_from(mask, v, (int)(base + ((unsigned)src & (unsigned)(width - 1))), file, line);
+    return emu::shfl_from(mask, v, (int)(base + ((unsigned)src & (unsigned)(width - 1))), file,
+                          line);
 }
 template <typename T>
 static inline T emu_shfl_xor_sync(const char *file, int line, unsigned mask, T v, int lm,
@@ -188,13 +191,41 @@ static inline unsigned emu_ballot_sync(const char *file, int line, unsigned mask
 
 /* ---- atomics: fibers switch only at synchronisation points, so a plain
  * read-modify-write is atomic here ---- */
-template <typename T> static inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
-template <typename T> static inline T atomicSub(T *p, T v) { T o = *p; *p = o - v; return o; }
-template <typename T> static inline T atomicMin(T *p, T v) { T o = *p; if (v < o) *p = v; return o; }
-template <typename T> static inline T atomicMax(T *p, T v) { T o = *p; if (v > o) *p = v; return o; }
-template <typename T> static inline T atomicExch(T *p, T v) { T o = *p; *p = v; return o; }
-template <typename T> static inline T atomicOr(T *p, T v) { T o = *p; *p = o | v; return o; }
-template <typename T> static inline T atomicAnd(T *p, T v) { T o = *p; *p = o & v; return o; }
+template <typename T> static inline T atomicAdd(T *p, T v) {
+    T o = *p;
+    *p = o + v;
+    return o;
+}
+template <typename T> static inline T atomicSub(T *p, T v) {
+    T o = *p;
+    *p = o - v;
+    return o;
+}
+template <typename T> static inline T atomicMin(T *p, T v) {
+    T o = *p;
+    if (v < o) *p = v;
+    return o;
+}
+template <typename T> static inline T atomicMax(T *p, T v) {
+    T o = *p;
+    if (v > o) *p = v;
+    return o;
+}
+template <typename T> static inline T atomicExch(T *p, T v) {
+    T o = *p;
+    *p = v;
+    return o;
+}
+template <typename T> static inline T atomicOr(T *p, T v) {
+    T o = *p;
+    *p = o | v;
+    return o;
+}
+template <typename T> static inline T atomicAnd(T *p, T v) {
+    T o = *p;
+    *p = o & v;
+    return o;
+}
 template <typename T> static inline T atomicCAS(T *p, T cmp, T v) {
     T o = *p;
     if (o == cmp) *p = v;

@@ -49,7 +49,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
     if (!comm) return ncclInvalidArgument;
-    if (type != ncclFloat || op != ncclSum) return ncclInvalidArgument; /* the one the project uses */
+    if (type != ncclFloat || op != ncclSum)
+        return ncclInvalidArgument; /* the one the project uses */
     if (!emu_stream_valid(s)) return ncclInvalidArgument;
     if (!count) return ncclSuccess;
     size_t bytes = count * sizeof(float);
@@ -63,7 +64,8 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
         int n = (int)(count - off < (1u << 30) ? count - off : 1u << 30);
         const float *sp = (const float *)send + off;
         float *rp = (float *)recv + off;
-        if (MPI_Allreduce(sp == rp ? MPI_IN_PLACE : sp, rp, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        if (MPI_Allreduce(sp == rp ? MPI_IN_PLACE : sp, rp, n, MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD) != MPI_SUCCESS)
             return ncclSystemError;
     }
     return ncclSuccess;

@@ -21,8 +21,8 @@
 #include <time.h>
 
 #include <map>
-#include <string>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -242,8 +242,9 @@ void resume(fiber *f) {
             snprintf(buf, sizeof buf, "%s at %s:%d", f.wait_what, f.wait_file, f.wait_line);
             sites[buf]++;
         }
-    fprintf(stderr, "cuda-emu: error: kernel %s (launched at %s:%d), block (%u,%u,%u): deadlock, "
-                    "threads wait at different synchronisation points:\n",
+    fprintf(stderr,
+            "cuda-emu: error: kernel %s (launched at %s:%d), block (%u,%u,%u): deadlock, "
+            "threads wait at different synchronisation points:\n",
             L->name, L->file, L->line, blockIdx.x, blockIdx.y, blockIdx.z);
     for (auto &s : sites) fprintf(stderr, "  %d threads in %s\n", s.second, s.first.c_str());
     abort();
@@ -294,7 +295,8 @@ void run_block() {
                     unsigned i = w * 32 + lane;
                     if (i >= l.nthreads) continue;
                     fiber &f = l.fibers[i];
-                    if (f.state == F_DONE || (f.state == F_WAIT && *f.wait_ctr == f.wait_gen)) continue;
+                    if (f.state == F_DONE || (f.state == F_WAIT && *f.wait_ctr == f.wait_gen))
+                        continue;
                     resume(&f);
                     ran = progress = true;
                 }
@@ -374,9 +376,10 @@ namespace emu {
 void fail(const char *fmt, ...) {
     fprintf(stderr, "cuda-emu: error: ");
     if (L)
-        fprintf(stderr, "kernel %s (launched at %s:%d), block (%u,%u,%u), thread (%u,%u,%u): ",
-                L->name, L->file, L->line, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
-                threadIdx.y, threadIdx.z);
+        fprintf(stderr,
+                "kernel %s (launched at %s:%d), block (%u,%u,%u), thread (%u,%u,%u): ", L->name,
+                L->file, L->line, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y,
+                threadIdx.z);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -392,14 +395,14 @@ void *dyn_smem() { return L->smem; }
 void syncthreads(const char *file, int line) {
     launch_state &l = *L;
     if (l.exited)
-        fail("__syncthreads at %s:%d after %u threads of the block exited (divergent barrier)", file,
-             line, l.exited);
+        fail("__syncthreads at %s:%d after %u threads of the block exited (divergent barrier)",
+             file, line, l.exited);
     if (l.arrived == 0) {
         l.bar_file = file;
         l.bar_line = line;
     } else if (line != l.bar_line || (file != l.bar_file && strcmp(file, l.bar_file))) {
-        fail("divergent __syncthreads: this thread is at %s:%d, %u others wait at %s:%d", file, line,
-             l.arrived, l.bar_file, l.bar_line);
+        fail("divergent __syncthreads: this thread is at %s:%d, %u others wait at %s:%d", file,
+             line, l.arrived, l.bar_file, l.bar_line);
     }
     if (++l.arrived == l.nthreads) {
         l.arrived = 0;
@@ -418,7 +421,8 @@ const uint64_t *warp_collective(sync_kind kind, unsigned mask, uint64_t value, c
         fail("%s at %s:%d: the calling lane %u is not in the mask 0x%08x", sync_name(kind), file,
              line, f->lane, mask);
     if (mask & ~w.exists)
-        fail("%s at %s:%d: the mask 0x%08x names lane %d, which does not exist (%u threads per block)",
+        fail("%s at %s:%d: the mask 0x%08x names lane %d, which does not exist (%u threads per "
+             "block)",
              sync_name(kind), file, line, mask, __builtin_ctz(mask & ~w.exists), L->nthreads);
     if (mask & w.exited)
         fail("%s at %s:%d: the mask 0x%08x names lane %d, which has exited", sync_name(kind), file,
@@ -431,7 +435,8 @@ const uint64_t *warp_collective(sync_kind kind, unsigned mask, uint64_t value, c
     } else if (w.mask != mask || w.kind != kind) {
         fail("divergent warp: this lane is in %s at %s:%d (mask 0x%08x), lanes 0x%08x in %s at "
              "%s:%d (mask 0x%08x)",
-             sync_name(kind), file, line, mask, w.arrived, sync_name(w.kind), w.file, w.line, w.mask);
+             sync_name(kind), file, line, mask, w.arrived, sync_name(w.kind), w.file, w.line,
+             w.mask);
     }
     uint64_t *vals = w.vals[w.gen & 1];
     vals[f->lane] = value;
@@ -457,8 +462,9 @@ void run_grid(const void *kernel, const char *name, const char *file, int line, 
                   file, line, name, block.x, block.y, block.z);
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 ||
         grid.z > 65535)
-        emu_fatal("%s:%d: launch of %s with grid (%u,%u,%u): x in [1, 2^31-1], y and z in [1, 65535]",
-                  file, line, name, grid.x, grid.y, grid.z);
+        emu_fatal(
+            "%s:%d: launch of %s with grid (%u,%u,%u): x in [1, 2^31-1], y and z in [1, 65535]",
+            file, line, name, grid.x, grid.y, grid.z);
     auto lim = dyn_smem_limit().find(kernel);
     size_t max_smem = lim != dyn_smem_limit().end() ? (size_t)lim->second : (size_t)SMEM_DEFAULT;
     if (smem > max_smem)
@@ -504,7 +510,8 @@ void run_grid(const void *kernel, const char *name, const char *file, int line, 
 
 cudaError_t emu_func_set_attribute(const void *f, cudaFuncAttribute a, int v) {
     if (a != cudaFuncAttributeMaxDynamicSharedMemorySize)
-        return fail_api(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute %d not emulated", (int)a);
+        return fail_api(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute %d not emulated",
+                        (int)a);
     if (v < 0 || v > SMEM_OPTIN)
         return fail_api(cudaErrorInvalidValue,
                         "cudaFuncSetAttribute: %d bytes of dynamic shared memory (at most %d)", v,
@@ -566,7 +573,8 @@ cudaError_t cudaGetDeviceCount(int *n) {
 }
 cudaError_t cudaSetDevice(int d) {
     if (d < 0 || d >= device_count())
-        return fail_api(cudaErrorInvalidDevice, "cudaSetDevice(%d): %d emulated devices", d, device_count());
+        return fail_api(cudaErrorInvalidDevice, "cudaSetDevice(%d): %d emulated devices", d,
+                        device_count());
     current_device = d;
     return cudaSuccess;
 }
@@ -575,7 +583,8 @@ cudaError_t cudaGetDevice(int *d) {
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
-    if (d < 0 || d >= device_count()) return fail_api(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", d);
+    if (d < 0 || d >= device_count())
+        return fail_api(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", d);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda-emu (H100 limits, run on the CPU)");
     p->totalGlobalMem = (size_t)80 << 30;
@@ -644,7 +653,8 @@ cudaError_t cudaFreeHost(void *p) {
 /* sync: the caller blocks the host whatever the memory (cudaMemcpy) */
 static cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                         cudaStream_t s, bool sync) {
-    if (!emu_stream_valid(s)) return fail_api(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
+    if (!emu_stream_valid(s))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
     if (sync) host_sync("cudaMemcpy");
     if (!bytes) return cudaSuccess;
     bool dd = emu_is_device(dst, bytes), sd = emu_is_device(src, bytes);
@@ -653,12 +663,12 @@ static cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind
               (kind == cudaMemcpyDeviceToDevice && dd && sd) ||
               (kind == cudaMemcpyHostToHost && !dd && !sd);
     if (!ok)
-        return fail_api(cudaErrorInvalidValue,
-                        "cudaMemcpy kind %d: %zu bytes from %s %p to %s %p", (int)kind, bytes,
-                        sd ? "device" : "host", src, dd ? "device" : "host", dst);
+        return fail_api(cudaErrorInvalidValue, "cudaMemcpy kind %d: %zu bytes from %s %p to %s %p",
+                        (int)kind, bytes, sd ? "device" : "host", src, dd ? "device" : "host", dst);
     /* with pageable host memory the copy returns only once the host side is
      * consumed (H2D) or written (D2H): after the stream's earlier work */
-    if (!sync && ((!sd && !inside(mem().host, src, bytes)) || (!dd && !inside(mem().host, dst, bytes))))
+    if (!sync &&
+        ((!sd && !inside(mem().host, src, bytes)) || (!dd && !inside(mem().host, dst, bytes))))
         host_sync("cudaMemcpyAsync with pageable host memory");
     memmove(dst, src, bytes);
     return cudaSuccess;
@@ -671,17 +681,20 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     return copy(dst, src, bytes, kind, 0, true);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
-    if (!emu_stream_valid(s)) return fail_api(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
+    if (!emu_stream_valid(s))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
     if (!bytes) return cudaSuccess;
     if (!emu_is_device(p, bytes))
-        return fail_api(cudaErrorInvalidValue, "cudaMemset of %zu bytes at %p: not device memory", bytes, p);
+        return fail_api(cudaErrorInvalidValue, "cudaMemset of %zu bytes at %p: not device memory",
+                        bytes, p);
     memset(p, v, bytes);
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    if (flags > cudaStreamNonBlocking) return fail_api(cudaErrorInvalidValue, "cudaStreamCreateWithFlags(%u)", flags);
+    if (flags > cudaStreamNonBlocking)
+        return fail_api(cudaErrorInvalidValue, "cudaStreamCreateWithFlags(%u)", flags);
     *s = (cudaStream_t)malloc(1);
     streams().insert((void *)*s);
     return cudaSuccess;
@@ -695,8 +708,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     host_sync("cudaStreamSynchronize");
-    return emu_stream_valid(s) ? cudaSuccess
-                               : fail_api(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize(%p)", (void *)s);
+    return emu_stream_valid(s)
+               ? cudaSuccess
+               : fail_api(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize(%p)", (void *)s);
 }
 
 struct emu_event {
@@ -713,13 +727,15 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    if (!e || !events().erase(e)) return fail_api(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p)", (void *)e);
+    if (!e || !events().erase(e))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p)", (void *)e);
     free(e);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!events().count(e) || !emu_stream_valid(s))
-        return fail_api(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p, %p)", (void *)e, (void *)s);
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p, %p)", (void *)e,
+                        (void *)s);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
@@ -728,12 +744,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     host_sync("cudaEventSynchronize");
-    return events().count(e) ? cudaSuccess
-                             : fail_api(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p)", (void *)e);
+    return events().count(e)
+               ? cudaSuccess
+               : fail_api(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p)", (void *)e);
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     if (!events().count(e) || !emu_stream_valid(s) || flags)
-        return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(%p, %p)", (void *)s, (void *)e);
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(%p, %p)", (void *)s,
+                        (void *)e);
     return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {

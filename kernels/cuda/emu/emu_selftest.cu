@@ -43,10 +43,8 @@ __global__ void k_race(float *out) {
 
 /* Half the warp waits at a barrier, the other half in a shuffle. */
 __global__ void k_deadlock(float *out) {
-    if (threadIdx.x < 16)
-        out[threadIdx.x] = __shfl_sync(0xffffffffu, 2.0f, 0);
-    else
-        __syncthreads();
+    if (threadIdx.x < 16) out[threadIdx.x] = __shfl_sync(0xffffffffu, 2.0f, 0);
+    else __syncthreads();
 }
 
 /* A block sum through shared memory, barriers in place. */

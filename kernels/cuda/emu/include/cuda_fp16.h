@@ -25,7 +25,7 @@ static inline __half __float2half_rn(float f) {
         h.bits = (uint16_t)(sign | 0x7c00u);
         return h;
     }
-    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+    if (ax < 0x38800000u) {     /* below the smallest normal half: subnormal or zero */
         if (ax < 0x33000000u) { /* < 2^-25: rounds to zero (2^-25 itself is a tie to even 0) */
             h.bits = (uint16_t)sign;
             return h;
@@ -45,16 +45,13 @@ static inline __half __float2half_rn(float f) {
 }
 
 static inline float __half2float(__half h) {
-    uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16, e = h.bits >> 10 & 0x1fu, m = h.bits & 0x3ffu;
+    uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16, e = h.bits >> 10 & 0x1fu,
+             m = h.bits & 0x3ffu;
     uint32_t x;
-    if (e == 0x1f)
-        x = sign | 0x7f800000u | (m << 13);
-    else if (e != 0)
-        x = sign | ((e + 112) << 23) | (m << 13);
-    else if (m == 0)
-        x = sign;
-    else { /* subnormal: normalise */
-        int s = 0;
+    if (e == 0x1f) x = sign | 0x7f800000u | (m << 13);
+    else if (e != 0) x = sign | ((e + 112) << 23) | (m << 13);
+    else if (m == 0) x = sign;
+    else { /* subnormal: normalise */ int s = 0;
         while (!(m & 0x400u)) m <<= 1, s++;
         x = sign | ((uint32_t)(113 - s) << 23) | ((m & 0x3ffu) << 13);
     }

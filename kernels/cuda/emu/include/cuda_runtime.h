@@ -50,8 +50,8 @@ typedef struct emu_event *cudaEvent_t;
 typedef struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin;
-    int multiProcessorCount, major, minor, warpSize, maxThreadsPerBlock, clockRate,
-        memoryClockRate, memoryBusWidth;
+    int multiProcessorCount, major, minor, warpSize, maxThreadsPerBlock, clockRate, memoryClockRate,
+        memoryBusWidth;
     int maxThreadsDim[3], maxGridSize[3];
 } cudaDeviceProp;
 
@@ -113,7 +113,8 @@ template <typename T> static inline cudaError_t cudaMallocHost(T **p, size_t byt
 }
 
 cudaError_t emu_func_set_attribute(const void *f, cudaFuncAttribute a, int v);
-template <typename F> static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a, int v) {
+template <typename F>
+static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a, int v) {
     return emu_func_set_attribute((const void *)f, a, v);
 }
 #endif

@@ -31,8 +31,8 @@ template <typename Use, int M, int N, int K, typename T, typename Layout = void>
 
 namespace detail {
 template <typename T> static inline void check(const T *p, unsigned ldm, const char *what) {
-    const uint64_t *all =
-        emu::warp_collective(emu::SYNC_WMMA, 0xffffffffu, (uint64_t)(uintptr_t)p ^ ((uint64_t)ldm << 48), what, 0);
+    const uint64_t *all = emu::warp_collective(
+        emu::SYNC_WMMA, 0xffffffffu, (uint64_t)(uintptr_t)p ^ ((uint64_t)ldm << 48), what, 0);
     for (int l = 0; l < 32; l++)
         if (all[l] != all[0])
             emu::fail("wmma::%s: lanes 0 and %d pass different pointers or ldm", what, l);
@@ -53,13 +53,15 @@ static inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {
 
 /* operand tiles: the layout is the fragment's */
 template <typename Use, typename T>
-static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, row_major> &f, const T *p, unsigned ldm) {
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, row_major> &f, const T *p,
+                                    unsigned ldm) {
     detail::check(p, ldm, "load_matrix_sync");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) f.x[r * 16 + c] = detail::widen(p[(size_t)r * ldm + c]);
 }
 template <typename Use, typename T>
-static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, col_major> &f, const T *p, unsigned ldm) {
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, col_major> &f, const T *p,
+                                    unsigned ldm) {
     detail::check(p, ldm, "load_matrix_sync");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) f.x[r * 16 + c] = detail::widen(p[(size_t)c * ldm + r]);
@@ -77,7 +79,8 @@ static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 1
     detail::check(p, ldm, "store_matrix_sync");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
-            (l == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r]) = f.x[r * 16 + c];
+            (l == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r]) =
+                f.x[r * 16 + c];
 }
 
 template <typename LA, typename LB>

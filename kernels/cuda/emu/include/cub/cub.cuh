@@ -24,18 +24,24 @@ struct DeviceRadixSort {
             return cudaSuccess;
         }
         if (n < 0 || begin_bit < 0 || end_bit > (int)(sizeof(K) * 8) || begin_bit >= end_bit)
-            emu_fatal("cub::DeviceRadixSort::SortPairs: n = %d, bits [%d, %d)", n, begin_bit, end_bit);
+            emu_fatal("cub::DeviceRadixSort::SortPairs: n = %d, bits [%d, %d)", n, begin_bit,
+                      end_bit);
         if (temp_bytes < need)
-            emu_fatal("cub::DeviceRadixSort::SortPairs: %zu temporary bytes, %zu needed", temp_bytes, need);
+            emu_fatal("cub::DeviceRadixSort::SortPairs: %zu temporary bytes, %zu needed",
+                      temp_bytes, need);
         if (!emu_is_device(temp, temp_bytes) || !emu_stream_valid(s))
-            emu_fatal("cub::DeviceRadixSort::SortPairs: temporary storage not device memory, or a bad stream");
+            emu_fatal("cub::DeviceRadixSort::SortPairs: temporary storage not device memory, or a "
+                      "bad stream");
         if (n == 0) return cudaSuccess;
         if (!emu_is_device(keys_in, n * sizeof(K)) || !emu_is_device(keys_out, n * sizeof(K)) ||
             !emu_is_device(vals_in, n * sizeof(V)) || !emu_is_device(vals_out, n * sizeof(V)))
             emu_fatal("cub::DeviceRadixSort::SortPairs: keys or values are not device memory");
         typedef typename std::make_unsigned<K>::type U;
         U flip = std::is_signed<K>::value ? (U)((U)1 << (sizeof(K) * 8 - 1)) : 0;
-        U mask = (U)(((end_bit - begin_bit) >= (int)(sizeof(U) * 8) ? ~(U)0 : (((U)1 << (end_bit - begin_bit)) - 1)) << begin_bit);
+        U mask = (U)(((end_bit - begin_bit) >= (int)(sizeof(U) * 8)
+                          ? ~(U)0
+                          : (((U)1 << (end_bit - begin_bit)) - 1))
+                     << begin_bit);
         std::vector<int> idx(n);
         for (int i = 0; i < n; i++) idx[i] = i;
         std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) {
