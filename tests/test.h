@@ -102,6 +102,16 @@ static inline void t_print_str(const char *s) {
     T_CHECK(fabs((double)(a) - (double)(b)) <= (tol)*fmax(1.0, fabs((double)(b))),                 \
             "%s: got %.9g want %.9g (tol %g)", (what), (double)(a), (double)(b), (double)(tol))
 
+/* A call refused (its status rc != 0) whose error message mentions `word`:
+ * two checks, so a wrong acceptance and a wrong message read differently. */
+#define T_REFUSED(rc, msg, word, what)                                                             \
+    do {                                                                                           \
+        int t_rc_ = (rc);                                                                          \
+        T_CHECK(t_rc_ != 0, "%s: accepted, want refused", (what));                                 \
+        T_CHECK(strstr((msg), (word)) != NULL, "%s: error \"%s\" does not mention \"%s\"", (what), \
+                (msg), (word));                                                                    \
+    } while (0)
+
 #define T_DONE() (printf("%d passed, %d failed\n", t_passed, t_failed), t_failed ? 1 : 0)
 
 /* ---- expected warnings ---- */

@@ -147,9 +147,7 @@ static void bench_tests(void) {
     if (d) {
         const json *r = json_root(d), *rows = json_get(r, "rows"), *mn = json_get(r, "max_new");
         const json *ck = json_get(r, "clock");
-        T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "wall"),
-                "default clock: got \"%s\" want \"wall\"",
-                ck && ck->type == JSON_STRING ? ck->str.s : "(none)");
+        T_EQ_STR(ck && ck->type == JSON_STRING ? ck->str.s : "(none)", "wall", "default clock");
         /* the exact protocol: data 32 - prefix 6 = 26 in the 32-token models; k = 4
          * ends with a 2-token step (was 20: rounded to a multiple of every k) */
         T_CHECK(mn, "max_new %lld, want 26", mn ? (long long)mn->i : -1LL);
@@ -256,11 +254,9 @@ static void bench_tests(void) {
         }
         const json *ck = x ? json_get(json_root(x), "clock") : NULL,
                    *rows = x ? json_get(json_root(x), "rows") : NULL;
-        T_CHECK(ck && ck->type == JSON_STRING && !strcmp(ck->str.s, "cpu"),
-                "--clock cpu: got \"%s\" want \"cpu\"",
-                ck && ck->type == JSON_STRING ? ck->str.s : "(none)");
+        T_EQ_STR(ck && ck->type == JSON_STRING ? ck->str.s : "(none)", "cpu", "--clock cpu");
         const json *tps = rows && rows->n ? json_get(&rows->kids[0], "tokens_per_s") : NULL;
-        T_CHECK(tps && tps->num > 0, "--clock cpu: tokens/s got %g want > 0",
+        T_CHECK((tps ? tps->num : -1.0) > 0, "--clock cpu: tokens/s got %g want > 0",
                 tps ? tps->num : -1.0);
         json_free(x);
         free(text);

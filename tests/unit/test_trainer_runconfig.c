@@ -141,9 +141,8 @@ int main(void) {
         const runconfig_opts *o = &rc->stages[2].opt;
         T_CLOSE(o->new_weight, 2.5, 0, "new_weight of stage 2");
         T_CLOSE(rc->stages[1].opt.new_weight, 1.0, 0, "new_weight defaults to 1");
-        T_CHECK(o->tau_curriculum == 40 && rc->stages[1].opt.tau_curriculum == 0,
-                "tau_curriculum: got %lld, %lld want 40, 0 (off by default)",
-                (long long)o->tau_curriculum, (long long)rc->stages[1].opt.tau_curriculum);
+        T_EQ_INT(o->tau_curriculum, 40, "tau_curriculum set");
+        T_EQ_INT(rc->stages[1].opt.tau_curriculum, 0, "tau_curriculum off by default");
         runconfig_free(rc);
     }
     expect_error("batch: 8\n", "batch: 8\n  new_weight: 0\n", "defaults.new_weight");
