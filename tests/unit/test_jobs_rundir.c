@@ -129,6 +129,15 @@ static void test_jobs(const char *dir) {
     put(p, "# kf jobs v1\nar 11\n");
     T_EQ_INT(rundir_jobs_read(run, &j, &err), -1, "malformed line named: %s", err.msg);
     T_CHECK(strstr(err.msg, "jobs.tsv:2:1"), "malformed line named: %s", err.msg);
+    /* a field never runs into the next line (found by fuzz_rundir) */
+    put(p, "# kf jobs v1\nar\t10\n1\t1700000000\nk1\t1002\t1700000100\n");
+    T_EQ_INT(rundir_jobs_read(run, &j, &err), -1, "a line of two fields: %s", err.msg);
+    T_CHECK(strstr(err.msg, "jobs.tsv:2:1") != NULL, "a line of two fields named: %s", err.msg);
+    put(p, "# kf jobs v1\nar\t10\t1700000000 x\n");
+    T_EQ_INT(rundir_jobs_read(run, &j, &err), -1, "trailing text: %s", err.msg);
+    put(p, "# kf jobs v1\nar\t10\t1700000000\nk1\t11\t1700000100");
+    T_EQ_INT(rundir_jobs_read(run, &j, &err), 2, "no final newline: %s", err.msg);
+    free(j);
     put(p, "stage\tjob\n");
     T_EQ_INT(rundir_jobs_read(run, &j, &err), -1, "bad header: %s", err.msg);
     T_CHECK(strstr(err.msg, "not a kf jobs file"), "bad header: %s", err.msg);
