@@ -10,11 +10,15 @@ runs=${1:?usage: tests/run_loaded.sh RUNS [NAME-FILTER...]}; shift
 command -v stress-ng >/dev/null || { echo "stress-ng is not installed (scripts/setup.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 stress-ng --cpu "$(nproc)" --quiet &
 load=$!
-trap 'kill $load 2>/dev/null; wait $load 2>/dev/null' EXIT
+trap 'kill $load 2>/dev/null; wait $load 2>/dev/null; rm -f "$log"' EXIT
 tp=0; tf=0; summary=()
+log=$(mktemp)
 for r in $(seq "$runs"); do
   t0=$SECONDS
-  out=$(tests/run.sh "$@" 2>&1 | tee /dev/stderr)
+  # tee to stdout and a file: `tee /dev/stderr` would reopen a redirected log
+  # at offset 0 and overwrite it
+  tests/run.sh "$@" 2>&1 | tee "$log"
+  out=$(cat "$log")
   line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
   p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
   [ -n "$line" ] || { p=0; f=1; }
