@@ -54,8 +54,37 @@ static void randomize(model *m, uint64_t seed) {
     free(h);
 }
 
-/* Writes m's tensors with the given metadata pairs (NULL-terminated). */
-static void write_raw(const model *m, const char *path, const char *const *meta) {
+/* A metadata key and its value; lists end with {NULL, NULL}. */
+typedef struct {
+    const char *key, *value;
+} meta_pair;
+
+/* The architecture keys of every format version (base()'s config), and the
+ * option keys version 2 adds (the default architecture's values). */
+static const meta_pair ARCH_META[] = {
+    {"kf.hidden", "16"},   {"kf.heads", "2"},   {"kf.blocks", "2"},  {"kf.vocab", "13"},
+    {"kf.mask_id", "-1"},  {"kf.seq_len", "8"}, {"kf.k_train", "1"}, {"kf.kind", "ar"},
+    {"kf.head", "shared"}, {NULL, NULL}};
+static const meta_pair V2_META[] = {
+    {"kf.version", "2"},   {"kf.pos", "rope"},    {"kf.n_positions", "0"},
+    {"kf.tied_head", "0"}, {"kf.norm_bias", "0"}, {"kf.attn_bias", "0"},
+    {NULL, NULL}};
+
+static int has_key(const meta_pair *pairs, const char *key) {
+    for (; pairs->key; pairs++)
+        if (!strcmp(pairs->key, key)) return 1;
+    return 0;
+}
+
+/* Sets the keys of pairs that changes does not name. */
+static void set_pairs(safetensors_writer *w, const meta_pair *pairs, const meta_pair *changes) {
+    for (; pairs->key; pairs++)
+        if (!has_key(changes, pairs->key)) safetensors_set_meta(w, pairs->key, pairs->value);
+}
+
+/* Writes m's tensors with ARCH_META (and V2_META when version is 2), then
+ * changes: a value replaces the key's, a NULL value leaves the key out. */
+static void write_raw(const model *m, const char *path, int version, const meta_pair *changes) {
     float *h = malloc((size_t)m->n_params * sizeof(float));
     m->be->download(m->be, h, m->params, (size_t)m->n_params * sizeof(float));
     safetensors_writer *w = safetensors_writer_new();
@@ -63,7 +92,10 @@ static void write_raw(const model *m, const char *path, const char *const *meta)
         const model_tensor *t = &m->tensors[i];
         safetensors_add(w, t->name, ST_F32, t->ndim, t->shape, h + t->offset);
     }
-    for (int i = 0; meta[i]; i += 2) safetensors_set_meta(w, meta[i], meta[i + 1]);
+    set_pairs(w, ARCH_META, changes);
+    if (version == 2) set_pairs(w, V2_META, changes);
+    for (; changes->key; changes++)
+        if (changes->value) safetensors_set_meta(w, changes->key, changes->value);
     kf_err err;
     if (safetensors_write(w, path, &err)) fprintf(stderr, "write %s: %s\n", path, err.msg);
     safetensors_writer_free(w);
@@ -180,13 +212,10 @@ int main(void) {
     }
 
     /* version 1: no kf.version, no option keys */
-    const char *v1[] = {"kf.hidden",  "16", "kf.heads",   "2",  "kf.blocks",  "2",
-                        "kf.vocab",   "13", "kf.mask_id", "-1", "kf.seq_len", "8",
-                        "kf.k_train", "1",  "kf.kind",    "ar", "kf.head",    "shared",
-                        "format",     "pt", NULL};
+    const meta_pair v1[] = {{"format", "pt"}, {NULL, NULL}};
     randomize(r, 4);
     snprintf(path, sizeof path, "%s/v1.safetensors", dir);
-    write_raw(r, path, v1);
+    write_raw(r, path, 1, v1);
     model *r2 = model_load(be, path, &err);
     model_config want = base();
     T_CHECK(r2 != NULL, "a version-1 checkpoint does not load: %s", err.msg);
@@ -195,94 +224,27 @@ int main(void) {
                 "a version-1 checkpoint loads with another config than the default architecture's");
     model_free(r2);
     snprintf(path, sizeof path, "%s/v1g.safetensors", dir);
-    write_raw(g, path, v1);
+    write_raw(g, path, 1, v1);
     T_REFUSED(load_status(be, path, &err), err.msg, "tensors",
               "version-1 metadata over GPT-2 tensors");
 
     /* refused: unknown version, bad option value, options the tensors do not have */
-    const char *v3[] = {"kf.hidden",  "16", "kf.heads",   "2",  "kf.blocks",  "2",
-                        "kf.vocab",   "13", "kf.mask_id", "-1", "kf.seq_len", "8",
-                        "kf.k_train", "1",  "kf.kind",    "ar", "kf.head",    "shared",
-                        "kf.version", "3",  NULL};
+    const meta_pair v3[] = {{"kf.version", "3"}, {NULL, NULL}};
     snprintf(path, sizeof path, "%s/v3.safetensors", dir);
-    write_raw(r, path, v3);
+    write_raw(r, path, 1, v3);
     T_REFUSED(load_status(be, path, &err), err.msg, "kf.version", "version 3");
-    const char *badpos[] = {"kf.hidden",
-                            "16",
-                            "kf.heads",
-                            "2",
-                            "kf.blocks",
-                            "2",
-                            "kf.vocab",
-                            "13",
-                            "kf.mask_id",
-                            "-1",
-                            "kf.seq_len",
-                            "8",
-                            "kf.k_train",
-                            "1",
-                            "kf.kind",
-                            "ar",
-                            "kf.head",
-                            "shared",
-                            "kf.version",
-                            "2",
-                            "kf.pos",
-                            "alibi",
-                            "kf.n_positions",
-                            "0",
-                            "kf.tied_head",
-                            "0",
-                            "kf.norm_bias",
-                            "0",
-                            "kf.attn_bias",
-                            "0",
-                            NULL};
+    const meta_pair badpos[] = {{"kf.pos", "alibi"}, {NULL, NULL}};
     snprintf(path, sizeof path, "%s/badpos.safetensors", dir);
-    write_raw(r, path, badpos);
+    write_raw(r, path, 2, badpos);
     T_REFUSED(load_status(be, path, &err), err.msg, "kf.pos", "kf.pos alibi");
-    const char *nokey[] = {
-        "kf.hidden",    "16",     "kf.heads",     "2", "kf.blocks",  "2",    "kf.vocab",       "13",
-        "kf.mask_id",   "-1",     "kf.seq_len",   "8", "kf.k_train", "1",    "kf.kind",        "ar",
-        "kf.head",      "shared", "kf.version",   "2", "kf.pos",     "rope", "kf.n_positions", "0",
-        "kf.tied_head", "0",      "kf.norm_bias", "0", NULL};
+    const meta_pair nokey[] = {{"kf.attn_bias", NULL}, {NULL, NULL}};
     snprintf(path, sizeof path, "%s/nokey.safetensors", dir);
-    write_raw(r, path, nokey);
+    write_raw(r, path, 2, nokey);
     T_REFUSED(load_status(be, path, &err), err.msg, "kf.attn_bias",
               "version 2 without kf.attn_bias");
-    const char *claims[] = {"kf.hidden",
-                            "16",
-                            "kf.heads",
-                            "2",
-                            "kf.blocks",
-                            "2",
-                            "kf.vocab",
-                            "13",
-                            "kf.mask_id",
-                            "-1",
-                            "kf.seq_len",
-                            "8",
-                            "kf.k_train",
-                            "1",
-                            "kf.kind",
-                            "ar",
-                            "kf.head",
-                            "shared",
-                            "kf.version",
-                            "2",
-                            "kf.pos",
-                            "rope",
-                            "kf.n_positions",
-                            "0",
-                            "kf.tied_head",
-                            "0",
-                            "kf.norm_bias",
-                            "1",
-                            "kf.attn_bias",
-                            "0",
-                            NULL};
+    const meta_pair claims[] = {{"kf.norm_bias", "1"}, {NULL, NULL}};
     snprintf(path, sizeof path, "%s/claims.safetensors", dir);
-    write_raw(r, path, claims);
+    write_raw(r, path, 2, claims);
     T_REFUSED(load_status(be, path, &err), err.msg, "tensors",
               "norm_bias recorded over tensors without biases");
 
