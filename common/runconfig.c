@@ -54,6 +54,8 @@ static const runconfig_opts builtin_defaults = {
     .scale_backoff = 0.5,
 };
 
+runconfig_opts runconfig_opts_default(void) { return builtin_defaults; }
+
 /* Reads an integer at `key` under n (if present) into *v and checks v >= lo. */
 static int opt_int_min(cfg_node *n, const char *key, int64_t *v, int64_t lo, kf_err *err) {
     if (cfg_opt_int(n, key, *v, v, err)) return -1;

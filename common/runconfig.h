@@ -178,6 +178,10 @@ typedef struct runconfig {
  * @return 0 or -1. */
 int runconfig_load(const char *path, int n_over, char *const *over, runconfig **out, kf_err *err);
 
+/** The training options a stage gets when neither `defaults:` nor the stage
+ * sets them (the values the comment above lists). */
+runconfig_opts runconfig_opts_default(void);
+
 /** The model's mask token for data of data_vocab ids: model.mask_id when
  * given, else data_vocab when model.vocab is larger (the added mask token),
  * else -1 (none). */

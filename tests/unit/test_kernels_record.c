@@ -99,20 +99,9 @@ static void test_mask_pairs(void) {
 
 static runconfig_stage stage(runconfig_kind kind, int64_t k) {
     runconfig_stage st = {.name = "s", .kind = kind, .k = k, .tau_min = 1, .tau_max = 1};
-    st.opt = (runconfig_opts){.lr = 1e-3,
-                              .beta1 = 0.9,
-                              .beta2 = 0.999,
-                              .eps = 1e-8,
-                              .ema = 0.99,
-                              .clip = 1.0,
-                              .seed = 7,
-                              .new_weight = 1.0,
-                              .n_phases = 1,
-                              .phases = {{-1, RC_PREC_FP32}},
-                              .scale_init = 1024,
-                              .scale_growth_interval = 100,
-                              .scale_growth = 2,
-                              .scale_backoff = 0.5};
+    st.opt = runconfig_opts_default();
+    st.opt.lr = 1e-3;
+    st.opt.seed = 7;
     return st;
 }
 

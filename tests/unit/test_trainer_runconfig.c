@@ -87,6 +87,12 @@ int main(void) {
         T_EQ_INT(rc->res.ranks, 2, "time limit %lld", (long long)rc->res.time_limit_s);
         T_CHECK(strlen(rc->hash) == 64, "hash");
         T_CHECK(!rc->stages[0].opt.ema_warmup, "ema_warmup defaults to off (the paper)");
+        runconfig_opts d = runconfig_opts_default();
+        T_CLOSE(rc->stages[1].opt.beta2, d.beta2, 0, "unset beta2 is runconfig_opts_default's");
+        T_CLOSE(rc->stages[1].opt.eps, d.eps, 0, "unset eps is runconfig_opts_default's");
+        T_EQ_INT(rc->stages[1].opt.seed, d.seed, "unset seed is runconfig_opts_default's");
+        T_EQ_INT(rc->stages[1].opt.checkpoint_every, d.checkpoint_every,
+                 "unset checkpoint_every is runconfig_opts_default's");
         T_CHECK(rc->model.mask_id == -1, "model.mask_id defaults to automatic");
         T_CHECK(runconfig_mask_id(&rc->model, 99) == 99,
                 "automatic mask: the id past the data's 99");
