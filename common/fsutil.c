@@ -129,17 +129,23 @@ int fs_write_atomic(const char *path, const void *data, size_t len, kf_err *err)
     return fs_atomic_commit(&a, err);
 }
 
-int fs_read_file(const char *path, char **buf, size_t *len, kf_err *err) {
-    *buf = NULL;
-    *len = 0;
+int fs_open_stat(const char *path, struct stat *st, kf_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return kf_err_set(err, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st)) {
+    if (fstat(fd, st)) {
         int e = errno;
         close(fd);
         return kf_err_set(err, "%s: %s", path, strerror(e));
     }
+    return fd;
+}
+
+int fs_read_file(const char *path, char **buf, size_t *len, kf_err *err) {
+    *buf = NULL;
+    *len = 0;
+    struct stat st;
+    int fd = fs_open_stat(path, &st, err);
+    if (fd < 0) return -1;
     if (S_ISDIR(st.st_mode)) {
         close(fd);
         return kf_err_set(err, "%s: is a directory", path);

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "common/error.h"
 
@@ -49,6 +50,12 @@ int fs_write_atomic(const char *path, const void *data, size_t len, kf_err *err)
  * file stdout goes to (from /proc/self/fd/1), else "stdout". Commands whose
  * output is their product call it after each chunk and before exiting 0. */
 int fs_flush_stdout(kf_err *err);
+
+/** Opens path read-only (close-on-exec) and fstats it.
+ * @param st receives the file's status.
+ * @return the descriptor (the caller closes it), or -1 with err set to
+ *   "PATH: why". */
+int fs_open_stat(const char *path, struct stat *st, kf_err *err);
 
 /** Reads a whole file into a fresh buffer (*buf, release with free()), with a
  * NUL after the last byte (not counted in *len) so text can be used as a C

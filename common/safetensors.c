@@ -2,7 +2,6 @@
 #include "common/safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -336,14 +335,9 @@ out:
 
 int safetensors_open(const char *path, safetensors_file **out, kf_err *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kf_err_set(err, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st)) {
-        int e = errno;
-        close(fd);
-        return kf_err_set(err, "%s: %s", path, strerror(e));
-    }
+    int fd = fs_open_stat(path, &st, err);
+    if (fd < 0) return -1;
     uint64_t size = (uint64_t)st.st_size;
     if (!S_ISREG(st.st_mode) || size < 8) {
         close(fd);

@@ -119,6 +119,13 @@ int main(void) {
     T_CHECK(strstr(err.msg, "No such file"), "read missing: %s", err.msg);
     T_EQ_INT(fs_read_file(root, &buf, &len, &err), -1, "read dir: %s", err.msg);
     T_CHECK(strstr(err.msg, "directory"), "read dir: %s", err.msg);
+    struct stat sb;
+    T_EQ_INT(fs_open_stat(q, &sb, &err), -1, "open_stat missing: %s", err.msg);
+    T_CHECK(strstr(err.msg, q), "open_stat missing: %s", err.msg);
+    int fd = fs_open_stat(p, &sb, &err);
+    T_CHECK(fd >= 0, "open_stat %s: %s", p, err.msg);
+    T_EQ_INT(sb.st_size, 3, "open_stat size of \"old\"");
+    if (fd >= 0) close(fd);
 
     /* rename_atomic of a directory (checkpoint commit), then replacing a link. */
     snprintf(p, sizeof p, "%s/x/y", root);
