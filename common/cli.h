@@ -8,7 +8,7 @@
  *   const cli_opt opts[] = {
  *       {"--steps", CLI_INT, .out = &steps, .lo = 1, .hi = INFINITY},
  *       {"--stage", CLI_STR_LIST, .out = stages, .n = &n_stages, .cap = 32},
- *       {NULL},
+ *       CLI_OPT_END,
  *   };
  *   cli_spec spec = {"kf bench train", USAGE, opts, .pos = &config, .max_pos = 1,
  *                    .over = over, .n_over = &n_over};
@@ -48,6 +48,11 @@ typedef struct cli_opt {
     int cap;           /* lists: room in out */
     const char *alias; /* another spelling, e.g. "-o" (NULL: none) */
 } cli_opt;
+
+/* The entry that ends an option table (designated, so that no compiler
+ * warns about the fields it leaves zero). */
+#define CLI_OPT_END                                                                                \
+    { .name = NULL }
 
 typedef struct cli_spec {
     const char *cmd;     /* "kf bench train", the prefix of every error */

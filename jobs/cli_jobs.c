@@ -111,7 +111,7 @@ static int parse_args(int argc, char **argv, args *a, const char *allowed, int *
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (has_word(allowed, all[i].name + 2)) opts[n++] = all[i];
-    opts[n] = (cli_opt){NULL};
+    opts[n] = (cli_opt)CLI_OPT_END;
     const cli_spec spec = {"kf jobs",       usage_text,          opts,
                            .pos = a->pos,   .max_pos = 2,        .n_pos = &a->n_pos,
                            .over = a->over, .n_over = &a->n_over};

@@ -55,7 +55,7 @@ static int cmd_build(int argc, char **argv) {
         {"--jobs", CLI_INT, .out = &jobs, .lo = 1, .hi = INFINITY},
         {"--force", CLI_FLAG, .out = &force},
         {"--only", CLI_STR, .out = &only},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf shards build", usage_text,      opts, .pos = &config, .max_pos = 1,
                            .over = over,      .n_over = &nover};
@@ -165,13 +165,13 @@ static int parse_view(int argc, char **argv, int is_stats, view_opts *o) {
         {"--vocab", CLI_STR, .out = &o->vocab},
         {"--decode", CLI_FLAG, .out = &o->decode},
         {"--index", CLI_INT, .out = &o->index, .lo = 0, .hi = INFINITY},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_opt stats_opts[] = {
         {"--split", CLI_STR, .out = &o->split},
         {"--vocab", CLI_STR, .out = &o->vocab},
         {"--top", CLI_INT, .out = &o->top, .lo = 0, .hi = INFINITY},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {is_stats ? "kf shards stats" : "kf shards inspect", usage_text,
                            is_stats ? stats_opts : inspect_opts, .pos = &o->dir, .max_pos = 1};

@@ -86,7 +86,7 @@ int tokenize_main(int argc, char **argv) {
         {"--vocab", CLI_STR, .out = &vocab},
         {"--decode", CLI_FLAG, .out = &decode},
         {"--allow-special", CLI_FLAG, .out = &allow_special},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf tokenize", usage, opts, .pos = &kind, .max_pos = 1};
     int code;

@@ -245,7 +245,7 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         {"--seed", CLI_INT, .out = &a->seed, .lo = 0, .hi = INFINITY},
         {"--tau", CLI_FLOAT, .out = &a->tau, .lo = 0, .hi = INFINITY, .above = true},
         {"--freq-penalty", CLI_FLOAT, .out = &a->pen, .lo = 0, .hi = INFINITY},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf bench decode",      USAGE,           opts, .pos = a->ckpts,
                            .max_pos = MAX_METHODS, .n_pos = &a->nck};

@@ -260,7 +260,7 @@ int bench_train_main(int argc, char **argv) {
         {"--steps", CLI_INT, .out = &br.steps, .lo = 1, .hi = INFINITY},
         {"--warmup", CLI_INT, .out = &br.warmup, .lo = 0, .hi = INFINITY},
         {"--roofline", CLI_STR, .out = &roofline},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf bench train",    USAGE,        opts,
                            .pos = &br.config,   .max_pos = 1, .over = br.over,

@@ -95,7 +95,7 @@ int plot_main(int argc, char **argv) {
         {"--x", CLI_STR, .out = &xkey},
         {"--logy", CLI_FLAG, .out = &logy},
         {"--title", CLI_STR, .out = &title},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf plot", USAGE, opts, .pos = &log, .max_pos = 1};
     int code;

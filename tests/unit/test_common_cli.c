@@ -27,7 +27,7 @@ static const cli_opt opts[] = {
     {"--stage", CLI_STR_LIST, .out = stages, .n = &n_stages, .cap = 2},
     {"--taus", CLI_FLOAT_LIST, .out = taus, .n = &n_taus, .cap = 3, .lo = 0, .hi = INFINITY},
     {"--batch", CLI_INT_LIST, .out = batches, .n = &n_batches, .cap = 2, .lo = 1, .hi = INFINITY},
-    {NULL},
+    CLI_OPT_END,
 };
 
 /* Parses the space-separated args; returns cli_parse's result, the exit

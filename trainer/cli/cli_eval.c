@@ -72,7 +72,7 @@ int eval_main(int argc, char **argv) {
         {"--samples", CLI_INT, .out = &samples, .lo = 0, .hi = INFINITY},
         {"--batch", CLI_INT, .out = &batch, .lo = 1, .hi = INFINITY},
         {"--seed", CLI_INT, .out = &seed, .lo = 0, .hi = INFINITY},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf eval", USAGE, opts, .pos = &ckpt, .max_pos = 1};
     int code;

@@ -118,7 +118,7 @@ int quality_eval_main(int argc, char **argv) {
         {"--backend", CLI_STR, .out = &backend},
         {"--eos", CLI_INT, .out = &eos, .lo = -1, .hi = INFINITY},
         {"--batch", CLI_INT, .out = &batch, .lo = 1, .hi = INFINITY},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf eval", USAGE, opts, .max_pos = 0};
     int code;

@@ -237,7 +237,7 @@ int genppl_main(int argc, char **argv) {
         {"--json", CLI_STR, .out = &o.json_out},
         {"--max-length", CLI_INT, .out = &o.max_length, .lo = 1, .hi = INFINITY},
         {"--batch", CLI_INT, .out = &o.batch, .lo = 1, .hi = INFINITY},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf eval genppl", USAGE, opts, .pos = &o.file, .max_pos = 1};
     int code;

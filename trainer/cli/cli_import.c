@@ -264,7 +264,7 @@ int import_main(int argc, char **argv) {
         {"--out", CLI_STR, .out = &out},
         {"--tol", CLI_FLOAT, .out = &tol, .lo = 0, .hi = INFINITY},
         {"--force", CLI_FLAG, .out = &force},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf import", USAGE, opts, .pos = &ckpt, .max_pos = 1};
     int code;

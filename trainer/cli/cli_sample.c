@@ -111,7 +111,7 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
         {"--eos", CLI_INT, .out = &a->eos, .lo = -1, .hi = INFINITY},
         {"--bos", CLI_INT, .out = &a->bos, .lo = 0, .hi = INFINITY},
         {"--backend", CLI_STR, .out = &a->backend},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf sample", USAGE, opts, .pos = &a->ckpt, .max_pos = 1};
     if (cli_parse(&spec, argc, argv, code)) return 1;

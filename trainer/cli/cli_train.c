@@ -40,7 +40,7 @@ int train_main(int argc, char **argv) {
         {"--run-dir", CLI_STR, .out = &a.run_dir},
         {"--resume", CLI_FLAG, .out = &resume},
         {"--stop-at", CLI_INT, .out = &a.stop_at, .lo = 1, .hi = INFINITY},
-        {NULL},
+        CLI_OPT_END,
     };
     const cli_spec spec = {"kf train",         USAGE,        opts,
                            .pos = &a.config,   .max_pos = 1, .over = a.over,
