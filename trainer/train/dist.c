@@ -209,8 +209,13 @@ int dist_attach_backend(dist *d, kf_backend *b, kf_err *err) {
     disarm(d);
     if (r != ncclSuccess) return kf_err_set(err, "ncclCommInitRank: %s", ncclGetErrorString(r));
     im->have_nccl = 1;
-    /* on the backend's device (kernels_cuda_create made it current) */
-    if (cudaStreamCreateWithFlags(&im->nstream, cudaStreamNonBlocking) != cudaSuccess ||
+    /* on the backend's device (kernels_cuda_create made it current); at the
+     * highest priority, so that a bucket's all-reduce is scheduled ahead of
+     * the backward kernels it overlaps and the wait after the backward shrinks */
+    int least, greatest;
+    if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess ||
+        cudaStreamCreateWithPriority(&im->nstream, cudaStreamNonBlocking, greatest) !=
+            cudaSuccess ||
         cudaEventCreateWithFlags(&im->ev_ready, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreate(&im->ev_bwd) != cudaSuccess || cudaEventCreate(&im->ev_done) != cudaSuccess)
         return kf_err_set(err, "dist: cannot create the NCCL stream and its events");

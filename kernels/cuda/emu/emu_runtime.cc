@@ -700,6 +700,17 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+/* The range an H100 reports. One emulated stream runs at a time, so a
+ * priority changes nothing here; CUDA clamps one outside the range. */
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int priority) {
+    (void)priority;
+    return cudaStreamCreateWithFlags(s, flags);
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s || !streams().erase((void *)s))
         return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p)", (void *)s);
