@@ -22,6 +22,17 @@ static const char *const kind_names[] = {
 
 const char *runconfig_kind_name(runconfig_kind k) { return kind_names[k]; }
 
+static const char *const prec_names[] = {
+    [RC_PREC_FP32] = "fp32", [RC_PREC_FP16] = "fp16", [RC_PREC_BF16] = "bf16"};
+
+const char *runconfig_prec_name(runconfig_prec p) { return prec_names[p]; }
+
+int runconfig_prec_parse(const char *name) {
+    for (int i = 0; i < (int)(sizeof prec_names / sizeof *prec_names); i++)
+        if (!strcmp(name, prec_names[i])) return i;
+    return -1;
+}
+
 runconfig_prec runconfig_precision_at(const runconfig_opts *o, int64_t step) {
     for (int i = 0; i < o->n_phases; i++)
         if (o->phases[i].until_step < 0 || step < o->phases[i].until_step) return o->phases[i].mode;
@@ -83,14 +94,16 @@ static int parse_precision(cfg_node *seq, runconfig_opts *o, kf_err *err) {
     for (size_t i = 0; i < seq->n; i++) {
         cfg_node *ph = seq->items[i];
         if (ph->kind != CFG_MAP)
-            return cfg_err_at(ph, err, "expected {until_step: N, mode: fp16|fp32}");
+            return cfg_err_at(ph, err, "expected {until_step: N, mode: fp32|fp16|bf16}");
         const char *mode;
         int64_t until;
         if (cfg_get_str(ph, "mode", &mode, err) || cfg_opt_int(ph, "until_step", -1, &until, err))
             return -1;
-        if (!strcmp(mode, "fp16")) o->phases[i].mode = RC_PREC_FP16;
-        else if (!strcmp(mode, "fp32")) o->phases[i].mode = RC_PREC_FP32;
-        else return cfg_err_at(cfg_find(ph, "mode"), err, "expected fp16 or fp32, got '%s'", mode);
+        int prec = runconfig_prec_parse(mode);
+        if (prec < 0)
+            return cfg_err_at(cfg_find(ph, "mode"), err, "expected fp32, fp16 or bf16, got '%s'",
+                              mode);
+        o->phases[i].mode = (runconfig_prec)prec;
         int last = i + 1 == seq->n;
         if (last && until >= 0)
             return cfg_err_at(cfg_find(ph, "until_step"), err,

@@ -25,7 +25,7 @@
  *     checkpoint_every: 100  keep_checkpoints: 3
  *     log_every: 10                             # human line every N steps (JSONL: every step)
  *     eval_every: 0  eval_batches: 4            # validation loss (0: only at the end)
- *     precision: [{until_step: 400, mode: fp16}, {mode: fp32}]
+ *     precision: [{until_step: 400, mode: fp16}, {mode: fp32}]  (modes: fp32 fp16 bf16)
  *     loss_scale: {init: 65536, growth_interval: 2000, growth: 2.0, backoff: 0.5}
  *     output_bias: zero    # zero (the reference) | unigram: a student that starts
  *                          # from scratch (no `init:`) gets output_layer.linear.bias =
@@ -87,7 +87,9 @@ typedef enum {
     RC_KIND_NI_CAUSAL
 } runconfig_kind;
 
-typedef enum { RC_PREC_FP32 = 0, RC_PREC_FP16 = 1 } runconfig_prec;
+/* fp16 trains with the dynamic loss scaler; bf16 has fp32's exponent range
+ * and trains unscaled (the paper's AR teacher). */
+typedef enum { RC_PREC_FP32 = 0, RC_PREC_FP16 = 1, RC_PREC_BF16 = 2 } runconfig_prec;
 
 /** One phase of the precision schedule: `mode` for steps < until_step
  * (until_step == -1: to the end of the stage). Steps are 0-based: the step
@@ -192,6 +194,12 @@ const runconfig_stage *runconfig_stage_find(const runconfig *rc, const char *nam
 
 /** The stage's kind as written in configs ("ar", "distill_ar", ...). */
 const char *runconfig_kind_name(runconfig_kind k);
+
+/** The precision mode as written in configs and logs ("fp32", "fp16", "bf16"). */
+const char *runconfig_prec_name(runconfig_prec p);
+
+/** The runconfig_prec called name, or -1 when there is none. */
+int runconfig_prec_parse(const char *name);
 
 /** The precision mode in effect at 0-based step `step` of a stage. */
 runconfig_prec runconfig_precision_at(const runconfig_opts *o, int64_t step);

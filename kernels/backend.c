@@ -1,4 +1,4 @@
-/* kernels/backend.c — picks a backend by name. */
+/* kernels/backend.c — picks a backend by name; names precisions. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +13,10 @@ kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err_len) {
     return NULL;
 }
 #endif
+
+const char *kernels_precision_name(kf_precision p) {
+    return p == KF_PREC_FP16 ? "fp16" : p == KF_PREC_BF16 ? "bf16" : "fp32";
+}
 
 kf_backend *kernels_create(const char *name, kf_err *err) {
     char msg[512] = "";

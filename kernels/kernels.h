@@ -2,7 +2,7 @@
  *
  * The model (trainer/) is written once against this table of function
  * pointers; a backend fills it. kernels/cpu/ is the reference (fp32, its own
- * fixed-order GEMM, OpenMP, fp16 emulated by rounding through _Float16); kernels/cuda/ runs the
+ * fixed-order GEMM, OpenMP, fp16/bf16 emulated by rounding); kernels/cuda/ runs the
  * same ops on a GPU and is tested op by op against the CPU backend. Both
  * backends can live in one process (that is how the CUDA tests compare them).
  *
@@ -12,11 +12,13 @@
  *    Moving data in and out uses b->upload / b->download.
  *  - Matrices are row-major. A Linear layer's weight is [out, in] (PyTorch
  *    layout, so checkpoints load under the reference key names).
- *  - Activations are fp32 buffers. In KF_PREC_FP16 mode a backend computes the
- *    ops a mixed-precision GPU step runs in half (GEMMs, attention) with half
- *    inputs/outputs and fp32 accumulation; the CPU backend emulates this by
- *    rounding those inputs and outputs through _Float16. LayerNorm, softmax
- *    cross-entropy, the optimizer and all reductions stay fp32 (or fp64).
+ *  - Activations are fp32 buffers. In a 16-bit mode (KF_PREC_FP16: IEEE half;
+ *    KF_PREC_BF16: bfloat16) a backend computes the ops a mixed-precision GPU
+ *    step runs in 16 bits (GEMMs, attention) with 16-bit inputs/outputs and
+ *    fp32 accumulation; the CPU backend emulates this by rounding those
+ *    inputs and outputs to the format (round to nearest even). LayerNorm,
+ *    softmax cross-entropy, the optimizer and all reductions stay fp32 (or
+ *    fp64).
  *  - "accumulate" arguments/names mean the op adds into its output (+=);
  *    otherwise outputs are overwritten.
  *  - Determinism: every op gives bitwise identical results for identical
@@ -37,7 +39,8 @@
  * the CUDA sources include this header from C++. */
 typedef struct kf_err kf_err;
 
-typedef enum { KF_PREC_FP32 = 0, KF_PREC_FP16 = 1 } kf_precision;
+/* The storage format of the ops that run in 16 bits (see Conventions). */
+typedef enum { KF_PREC_FP32 = 0, KF_PREC_FP16 = 1, KF_PREC_BF16 = 2 } kf_precision;
 typedef enum { KF_GELU_TANH = 0, KF_GELU_ERF = 1 } kf_gelu_kind;
 
 /** Attention mask *structure* (never materialised).
@@ -185,8 +188,9 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     X(void, fill_column,                                                                           \
       (kf_backend * b, float *x, int64_t rows, int64_t cols, int64_t col, float value),            \
       (b, x, rows, cols, col, value))                                                              \
-    /* Rounds x to the nearest half-precision value in place (fp16 storage emulation). */          \
-    X(void, round_half, (kf_backend * b, float *x, int64_t n), (b, x, n))                          \
+    /* Rounds x in place to the nearest value of b->precision's 16-bit format                      \
+     * (fp16 or bf16 storage emulation); fp32 leaves x as it is. */                                \
+    X(void, round_lowp, (kf_backend * b, float *x, int64_t n), (b, x, n))                          \
                                                                                                    \
     /* ---- row movement (rows of `dim` floats; idx are device int32) ---- */                      \
     /* dst[i] = src[idx[i]] for i < n */                                                           \
@@ -299,6 +303,9 @@ struct kf_backend {
     KF_BACKEND_OPS(KF_OP_FIELD)
 #undef KF_OP_FIELD
 };
+
+/** The precision's name: "fp32", "fp16" or "bf16". */
+const char *kernels_precision_name(kf_precision p);
 
 /** Creates the CPU reference backend (fp32, precision KF_PREC_FP32).
  *  Threads come from OpenMP (OMP_NUM_THREADS); results do not depend on it. */

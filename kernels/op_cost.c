@@ -12,7 +12,7 @@ enum { F = 4, D = 8 };
 static kf_op_cost cost(const kf_backend *b, kf_cost_unit unit, double flops, double bytes,
                        const char *fmt, ...) {
     kf_op_cost c = {
-        .flops = flops, .bytes = bytes, .unit = unit, .fp16 = b->precision == KF_PREC_FP16};
+        .flops = flops, .bytes = bytes, .unit = unit, .lowp = b->precision != KF_PREC_FP32};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c.shape, sizeof c.shape, fmt, ap);
@@ -47,20 +47,20 @@ kf_op_cost kernels_cost_sync(kf_backend *b) {
     return c;
 }
 kf_op_cost kernels_cost_set_precision(kf_backend *b, kf_precision p) {
-    return cost(b, KF_COST_NONE, 0, 0, "%s", p == KF_PREC_FP16 ? "fp16" : "fp32");
+    return cost(b, KF_COST_NONE, 0, 0, "%s", kernels_precision_name(p));
 }
 kf_op_cost kernels_cost_destroy(kf_backend *b) { return cost(b, KF_COST_NONE, 0, 0, "-"); }
 
 /* ---- dense algebra: 2*M*N*K per product; A, B read, C written (and read
  * when beta != 0) */
 
-/* Conversion passes of an fp16 GEMM as kernels/cuda/cuda_gemm.cu runs it
- * outside batch-invariant mode (cuBLAS on half copies): A and B converted in
- * passes of their own (4 bytes read, 2 written per element), then C rounded
- * to half in place (read and written). The batch-invariant kernels convert
+/* Conversion passes of a 16-bit GEMM as kernels/cuda/cuda_gemm.cu runs it
+ * outside batch-invariant mode (cuBLAS on fp16/bf16 copies): A and B
+ * converted in passes of their own (4 bytes read, 2 written per element),
+ * then C rounded to the format in place (read and written). The batch-invariant kernels convert
  * while loading: no pass. */
 static double gemm_convert(const kf_backend *b, double a, double bb, double c) {
-    return b->precision == KF_PREC_FP16 && !b->batch_invariant ? 6 * (a + bb) + 8 * c : 0;
+    return b->precision != KF_PREC_FP32 && !b->batch_invariant ? 6 * (a + bb) + 8 * c : 0;
 }
 
 kf_op_cost kernels_cost_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
@@ -231,7 +231,7 @@ kf_op_cost kernels_cost_fill_column(kf_backend *b, float *x, int64_t rows, int64
     return cost(b, KF_COST_SIMT, 0, F * (double)rows, "%lldx%lld", (long long)rows,
                 (long long)cols);
 }
-kf_op_cost kernels_cost_round_half(kf_backend *b, float *x, int64_t n) {
+kf_op_cost kernels_cost_round_lowp(kf_backend *b, float *x, int64_t n) {
     return cost(b, KF_COST_SIMT, (double)n, F * 2 * (double)n, "n=%lld", (long long)n);
 }
 

@@ -36,17 +36,17 @@ typedef enum {
     KF_COST_NONE = 0, /* host bookkeeping (alloc, free, set_precision): no device work */
     KF_COST_HOST,     /* a host <-> device transfer: bytes cross the bus */
     KF_COST_SIMT,     /* elementwise, row and reduction work: fp32 units, usually memory-bound */
-    KF_COST_GEMM,     /* dense products: tensor units in fp16 mode, fp32 units otherwise */
-    KF_COST_ATTN      /* attention products: tensor units in fp16 mode with tensor-core kernels */
+    KF_COST_GEMM,     /* dense products: tensor units in fp16/bf16 mode, fp32 units otherwise */
+    KF_COST_ATTN /* attention products: tensor units in fp16/bf16 mode with tensor-core kernels */
 } kf_cost_unit;
 
 typedef struct kf_op_cost {
     double flops;
     double bytes;
     kf_cost_unit unit;
-    int fp16;             /* b->precision was KF_PREC_FP16 at the call */
+    int lowp;             /* b->precision was 16-bit (fp16 or bf16) at the call */
     int host_sync;        /* the host waits for the device (download, reductions, sync) */
-    double convert_bytes; /* bytes of the separate fp16 conversion passes today's CUDA
+    double convert_bytes; /* bytes of the separate fp16/bf16 conversion passes today's CUDA
                              backend runs around the op (see kernels_cost_matmul); not
                              part of bytes, the op's own single pass */
     char shape[96];       /* the op's sizes, e.g. "M=16368 N=2304 K=768 tb" */

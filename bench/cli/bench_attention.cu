@@ -80,7 +80,7 @@ static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, 
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kf bench attention [--n N] [--batch B] [--heads H] [--head-dim D]\n"
-               "                          [--iters I] [--fp32] [--tc] [--max-k K]\n"
+               "                          [--iters I] [--fp32 | --bf16] [--tc] [--max-k K]\n"
                "Times the CUDA attention kernels (forward and backward) for causal attention\n"
                "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
                "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
@@ -101,6 +101,8 @@ extern "C" int bench_attention_main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--fp32")) {
             prec = KF_PREC_FP32;
+        } else if (!strcmp(a, "--bf16")) {
+            prec = KF_PREC_BF16;
         } else if (!strcmp(a, "--tc")) {
             tc = 1;
         } else if (has && !strcmp(a, "--n")) {
@@ -135,9 +137,9 @@ extern "C" int bench_attention_main(int argc, char **argv) {
     if (tc) cu_impl(b)->tc = 1;
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, kernels_cuda_device(b)));
-    printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s%s, median of %d\n",
+    printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s phase%s, median of %d\n",
            prop.name, (long long)B, (long long)nh, (long long)D, (long long)N,
-           prec == KF_PREC_FP16 ? "fp16 phase" : "fp32 phase",
+           kernels_precision_name(prec),
            prec == KF_PREC_FP16 && cu_impl(b)->tc ? " (tensor cores)" : " (fp32 SIMT kernels)",
            iters);
     printf("%-22s %8s %9s %9s %9s %9s %9s %10s\n", "structure", "tokens", "fwd ms", "bwd ms",

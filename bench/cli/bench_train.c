@@ -36,6 +36,7 @@
 #include "trainer/cli/omp_env.h"
 #include "trainer/model/model.h"
 #include "trainer/train/dist.h"
+#include "trainer/train/optim.h"
 #include "trainer/train/roofline.h"
 #include "trainer/train/supervision.h"
 #include "trainer/train/train.h"
@@ -65,7 +66,7 @@ static double backend_peak(kf_backend *be, kf_precision p, int n, int reps) {
 }
 
 /* Nominal dense peak (GFLOP/s) of the GPU in the given precision, 0 when unknown. */
-static double nominal_peak(int fp16, char *name, size_t cap) {
+static double nominal_peak(int lowp, char *name, size_t cap) {
     snprintf(name, cap, "cpu");
 #ifdef KF_CUDA
     struct cudaDeviceProp p;
@@ -73,12 +74,13 @@ static double nominal_peak(int fp16, char *name, size_t cap) {
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess)
         return 0;
     snprintf(name, cap, "%s", p.name);
-    /* dense (no sparsity) tensor-core fp16 / true fp32, from NVIDIA's data sheets */
-    if (strstr(p.name, "H100") && strstr(p.name, "PCIe")) return fp16 ? 756e3 : 51e3;
-    if (strstr(p.name, "H100") || strstr(p.name, "H200")) return fp16 ? 989e3 : 67e3;
-    if (strstr(p.name, "A100")) return fp16 ? 312e3 : 19.5e3;
+    /* dense (no sparsity) tensor-core fp16 and bf16 (the same) / true fp32,
+     * from NVIDIA's data sheets */
+    if (strstr(p.name, "H100") && strstr(p.name, "PCIe")) return lowp ? 756e3 : 51e3;
+    if (strstr(p.name, "H100") || strstr(p.name, "H200")) return lowp ? 989e3 : 67e3;
+    if (strstr(p.name, "A100")) return lowp ? 312e3 : 19.5e3;
 #else
-    (void)fp16;
+    (void)lowp;
 #endif
     return 0;
 }
@@ -200,15 +202,16 @@ static void report_stage(bench_run *br, int i, const model_config *student, cons
     double ms = read_mean(log, "ms_step", br->warmup, phase, sizeof phase);
     double wait = read_mean(log, "ms_grad_wait", br->warmup, phase, sizeof phase);
     roofline_flops f = roofline_step_flops(student, st->opt.batch, br->rc->model.seq_len, st);
-    int fp16 = !strcmp(phase, "fp16");
+    int prec = runconfig_prec_parse(phase);
+    kf_precision kp = optim_precision(prec < 0 ? RC_PREC_FP32 : (runconfig_prec)prec);
     double peak;
     if (br->gpu) {
-        peak = backend_peak(br->be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32, 8192, 3);
+        peak = backend_peak(br->be, kp, 8192, 3);
     } else { /* the higher of the measurements before and right after: conservative */
-        double now = backend_peak(br->be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32, 1024, 4);
+        double now = backend_peak(br->be, kp, 1024, 4);
         peak = now > br->peak_before ? now : br->peak_before;
     }
-    double nom = nominal_peak(fp16, dev, sizeof dev);
+    double nom = nominal_peak(kp != KF_PREC_FP32, dev, sizeof dev);
     double gflops = f.total / (ms * 1e-3) / 1e9;
     printf("%-8s %-24s %-5s %-5s %6d %9.1f %9.2f %10.0f %9.2f %10.1f %10.1f %5.1f%%", st->name,
            runconfig_kind_name(st->kind), br->gpu ? "cuda" : "cpu", phase, br->d.world, ms, wait,

@@ -195,7 +195,7 @@ static void count_pairs(kf_backend *b, int64_t pairs) {
  * rows, o/l = its out rows and lse row for this head. Returns the pairs scored. */
 CPU_INLINE int64_t fwd_block_body(float *o, int64_t ldo, float *l, const float *base, int64_t H,
                                   const kf_mask *m, int64_t vl, int64_t r0, int64_t r1, int64_t D,
-                                  int half, float *Kt, float *s) {
+                                  int lowp, float *Kt, float *s) {
     int64_t ld = 3 * H, pairs = 0;
     float scale = 1.0f / sqrtf((float)D);
     transpose_keys(Kt, base + H, ld, r1, D);
@@ -211,24 +211,24 @@ CPU_INLINE int64_t fwd_block_body(float *o, int64_t ldo, float *l, const float *
         }
         for (int t = 0; t < nr; t++) pairs += hi[t] - lo[t];
         l[r] = attn_row(orow, base + r * ld, Kt, ldt, base + 2 * H, ld, lo, hi, nr, D, scale, s);
-        if (half)
-            for (int64_t d = 0; d < D; d++) orow[d] = cpu_half(orow[d]);
+        if (lowp)
+            for (int64_t d = 0; d < D; d++) orow[d] = cpu_lowp(orow[d], lowp);
     }
     return pairs;
 }
 CPU_MULTIVERSION(int64_t, fwd_block,
                  (float *o, int64_t ldo, float *l, const float *base, int64_t H, const kf_mask *m,
-                  int64_t vl, int64_t r0, int64_t r1, int64_t D, int half, float *Kt, float *s),
-                 (o, ldo, l, base, H, m, vl, r0, r1, D, half, Kt, s))
+                  int64_t vl, int64_t r0, int64_t r1, int64_t D, int lowp, float *Kt, float *s),
+                 (o, ldo, l, base, H, m, vl, r0, r1, D, lowp, Kt, s))
 
 void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
                   int64_t B, int64_t n_head, int64_t head_dim) {
     kf_mask_check(m);
     int64_t L = kf_mask_len(m), H = n_head * head_dim, D = head_dim, ld = 3 * H;
-    int half = b->precision == KF_PREC_FP16;
-    if (half) {
+    int lowp = b->precision;
+    if (lowp) {
         float *h = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(B * L * ld));
-        cpu_round_half_copy(h, qkv, B * L * ld);
+        cpu_round_lowp_copy(h, qkv, B * L * ld, lowp);
         qkv = h;
     }
     int64_t pairs = 0;
@@ -242,7 +242,7 @@ void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const
                 pairs += fwd_block(out + bi * L * H + h * D, H, lse + (bi * n_head + h) * L,
                                    qkv + bi * L * ld + h * D, H, m,
                                    kf_mask_valid_ctx(m->valid_len, m->n_ctx, bi), m->q_start, L, D,
-                                   half, Kt, s);
+                                   lowp, Kt, s);
         free(s);
         free(Kt);
     }
@@ -355,14 +355,14 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
                   const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim) {
     kf_mask_check(m);
     int64_t L = kf_mask_len(m), H = n_head * head_dim, D = head_dim, ld = 3 * H;
-    int half = b->precision == KF_PREC_FP16;
-    if (half) {
+    int lowp = b->precision;
+    if (lowp) {
         float *hq = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(B * L * ld));
         float *hd = cpu_scratch(b, CPU_SCRATCH_B, (size_t)(B * L * H));
         float *ho = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(B * L * H));
-        cpu_round_half_copy(hq, qkv, B * L * ld);
-        cpu_round_half_copy(hd, dout, B * L * H);
-        cpu_round_half_copy(ho, out, B * L * H);
+        cpu_round_lowp_copy(hq, qkv, B * L * ld, lowp);
+        cpu_round_lowp_copy(hd, dout, B * L * H, lowp);
+        cpu_round_lowp_copy(ho, out, B * L * H, lowp);
         qkv = hq;
         dout = hd;
         out = ho;
@@ -384,14 +384,14 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
         free(Kt);
         free(p);
     }
-    if (half) cpu_round_half_copy(dqkv, dqkv, B * L * ld);
+    if (lowp) cpu_round_lowp_copy(dqkv, dqkv, B * L * ld, lowp);
     count_pairs(b, pairs);
 }
 
 /* Decode for one (sample, head): Q query rows over cache rows [0, P+i]. */
 CPU_INLINE int decode_head_body(float *o, const float *q, int64_t q_stride, const float *k,
                                 const float *v, int64_t H, int64_t P, int64_t Q, int64_t D,
-                                int half, float *Kt, float *s) {
+                                int lowp, float *Kt, float *s) {
     int64_t T = P + Q;
     float scale = 1.0f / sqrtf((float)D);
     transpose_keys(Kt, k, H, T, D);
@@ -400,15 +400,15 @@ CPU_INLINE int decode_head_body(float *o, const float *q, int64_t q_stride, cons
         int64_t lo = 0, hi = P + i + 1;
         float *orow = o + i * H;
         attn_row(orow, q + i * q_stride, Kt, ldt, v, H, &lo, &hi, 1, D, scale, s);
-        if (half)
-            for (int64_t d = 0; d < D; d++) orow[d] = cpu_half(orow[d]);
+        if (lowp)
+            for (int64_t d = 0; d < D; d++) orow[d] = cpu_lowp(orow[d], lowp);
     }
     return 0;
 }
 CPU_MULTIVERSION(int, decode_head,
                  (float *o, const float *q, int64_t q_stride, const float *k, const float *v,
-                  int64_t H, int64_t P, int64_t Q, int64_t D, int half, float *Kt, float *s),
-                 (o, q, q_stride, k, v, H, P, Q, D, half, Kt, s))
+                  int64_t H, int64_t P, int64_t Q, int64_t D, int lowp, float *Kt, float *s),
+                 (o, q, q_stride, k, v, H, P, Q, D, lowp, Kt, s))
 
 void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
                      const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
@@ -416,16 +416,17 @@ void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride
     int64_t H = n_head * head_dim, D = head_dim, T = P + Q;
     KF_CHECK(T <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld", (long long)T,
              (long long)cap);
-    int half = b->precision == KF_PREC_FP16;
+    int lowp = b->precision;
     int64_t kstride = cap * H; /* per-sample stride of the caches */
-    if (half) {
+    if (lowp) {
         float *hq = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(B * Q * H));
         float *hk = cpu_scratch(b, CPU_SCRATCH_B, (size_t)(B * T * H));
         float *hv = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(B * T * H));
-        for (int64_t i = 0; i < B * Q; i++) cpu_round_half_copy(hq + i * H, q + i * q_stride, H);
+        for (int64_t i = 0; i < B * Q; i++)
+            cpu_round_lowp_copy(hq + i * H, q + i * q_stride, H, lowp);
         for (int64_t bi = 0; bi < B; bi++) {
-            cpu_round_half_copy(hk + bi * T * H, kcache + bi * kstride, T * H);
-            cpu_round_half_copy(hv + bi * T * H, vcache + bi * kstride, T * H);
+            cpu_round_lowp_copy(hk + bi * T * H, kcache + bi * kstride, T * H, lowp);
+            cpu_round_lowp_copy(hv + bi * T * H, vcache + bi * kstride, T * H, lowp);
         }
         q = hq;
         q_stride = H;
@@ -442,7 +443,7 @@ void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride
             for (int64_t h = 0; h < n_head; h++)
                 decode_head(out + bi * Q * H + h * D, q + bi * Q * q_stride + h * D, q_stride,
                             kcache + bi * kstride + h * D, vcache + bi * kstride + h * D, H, P, Q,
-                            D, half, Kt, s);
+                            D, lowp, Kt, s);
         free(s);
         free(Kt);
     }

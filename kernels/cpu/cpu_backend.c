@@ -18,9 +18,9 @@ float *cpu_scratch(kf_backend *b, int slot, size_t n) {
     return im->scratch[slot];
 }
 
-void cpu_round_half_copy(float *dst, const float *src, int64_t n) {
+void cpu_round_lowp_copy(float *dst, const float *src, int64_t n, int lowp) {
 #pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) dst[i] = cpu_half(src[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = cpu_lowp(src[i], lowp);
 }
 
 static int cpu_best_level(void) {

@@ -15,9 +15,9 @@
  * padded with zero rows past the threshold to keep rows independent of M
  * on that CPU at least.
  *
- * fp16 mode: A and B are rounded through _Float16 (inputs are never
- * modified) and C is rounded after the product: a half GEMM with fp32
- * accumulation.
+ * fp16/bf16 mode: A and B are rounded to the 16-bit format (inputs are
+ * never modified) and C is rounded after the product: a 16-bit GEMM with
+ * fp32 accumulation.
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -72,25 +72,25 @@ void cpu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B,
                         int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
                         int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b) {
     if (M <= 0 || N <= 0) return;
-    int half = b->precision == KF_PREC_FP16;
+    int lowp = b->precision;
     for (int64_t i = 0; i < batch; i++) {
         float *c = C + i * stride_c;
         const float *a = A + i * stride_a, *bb = B + i * stride_b;
         if (b->batch_invariant) {
-            cpu_gemm_fixed(b, c, a, bb, M, N, K, trans_a, trans_b, alpha, beta, half);
-            if (half) cpu_round_half_copy(c, c, M * N);
+            cpu_gemm_fixed(b, c, a, bb, M, N, K, trans_a, trans_b, alpha, beta, lowp);
+            if (lowp) cpu_round_lowp_copy(c, c, M * N, lowp);
             continue;
         }
-        if (half) {
+        if (lowp) {
             float *ha = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(M * K));
             float *hb = cpu_scratch(b, CPU_SCRATCH_B, (size_t)(K * N));
-            cpu_round_half_copy(ha, a, M * K);
-            cpu_round_half_copy(hb, bb, K * N);
+            cpu_round_lowp_copy(ha, a, M * K, lowp);
+            cpu_round_lowp_copy(hb, bb, K * N, lowp);
             a = ha;
             bb = hb;
         }
         sgemm(b, c, a, bb, M, N, K, trans_a, trans_b, alpha, beta);
-        if (half) cpu_round_half_copy(c, c, M * N);
+        if (lowp) cpu_round_lowp_copy(c, c, M * N, lowp);
     }
 }
 

@@ -181,21 +181,21 @@ static gemm_level level_for(int simd) {
  * past M; op(A)[i][k] = trans ? A[k*M + i] : A[i*K + k]. (gcc would turn the
  * mr-float copies into memcpy calls, half of a transposed product's time.) */
 __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void
-pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int half, int64_t p0,
+pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int lowp, int64_t p0,
        int64_t np, int64_t k0, int64_t kc) {
     for (int64_t p = p0; p < p0 + np; p++, dst += kc * mr) {
         int64_t r0 = p * mr, m = M - r0 < mr ? M - r0 : mr;
         if (trans) /* rows of A [K, M] hold mr neighbours of a panel */
             for (int64_t k = 0; k < kc; k++) {
                 const float *src = A + (k0 + k) * M + r0;
-                for (int64_t i = 0; i < m; i++) dst[k * mr + i] = half ? cpu_half(src[i]) : src[i];
+                for (int64_t i = 0; i < m; i++) dst[k * mr + i] = cpu_lowp(src[i], lowp);
                 for (int64_t i = m; i < mr; i++) dst[k * mr + i] = 0.0f;
             }
         else
             for (int64_t i = 0; i < mr; i++) {
                 const float *src = A + (r0 + i) * K + k0;
                 for (int64_t k = 0; k < kc; k++)
-                    dst[k * mr + i] = i >= m ? 0.0f : half ? cpu_half(src[k]) : src[k];
+                    dst[k * mr + i] = i >= m ? 0.0f : cpu_lowp(src[k], lowp);
             }
     }
 }
@@ -203,7 +203,7 @@ pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int 
 /* Panels [0, np) of op(B) for k in [k0, k0 + kc): [np][kc][nr], zero past
  * N; op(B)[k][j] = trans ? B[j*K + k] : B[k*N + j]. Split over threads. */
 __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void
-pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int half, int64_t np,
+pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int lowp, int64_t np,
        int64_t k0, int64_t kc) {
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < np; p++) {
@@ -212,12 +212,12 @@ pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int 
         if (trans)
             for (int64_t j = 0; j < n; j++) {
                 const float *src = B + (j0 + j) * K + k0;
-                for (int64_t k = 0; k < kc; k++) d[k * nr + j] = half ? cpu_half(src[k]) : src[k];
+                for (int64_t k = 0; k < kc; k++) d[k * nr + j] = cpu_lowp(src[k], lowp);
             }
         else
             for (int64_t k = 0; k < kc; k++) {
                 const float *src = B + (k0 + k) * N + j0;
-                for (int64_t j = 0; j < n; j++) d[k * nr + j] = half ? cpu_half(src[j]) : src[j];
+                for (int64_t j = 0; j < n; j++) d[k * nr + j] = cpu_lowp(src[j], lowp);
             }
         for (int64_t k = 0; k < kc; k++)
             for (int64_t j = n; j < nr; j++) d[k * nr + j] = 0.0f;
@@ -225,7 +225,7 @@ pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int 
 }
 
 void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
-                    int64_t K, int trans_a, int trans_b, float alpha, float beta, int half) {
+                    int64_t K, int trans_a, int trans_b, float alpha, float beta, int lowp) {
     if (M <= 0 || N <= 0) return;
     if (K == 0) { /* the empty chain is +0 */
         for (int64_t i = 0; i < M * N; i++)
@@ -244,8 +244,8 @@ void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int
     int64_t tm = (mp + mcp - 1) / mcp, tn = (np + ncp - 1) / ncp;
     /* With few B panels a packed A panel would serve only a few microkernel
      * calls, and packing costs as much as they do: read full panels of A in
-     * place instead (fp32 only: half mode rounds while packing). */
-    int direct = !half && np <= DIRECT_MAX_PANELS;
+     * place instead (fp32 only: a 16-bit mode rounds while packing). */
+    int direct = lowp == KF_PREC_FP32 && np <= DIRECT_MAX_PANELS;
     int64_t a_ks = direct ? (trans_a ? M : 1) : mr, a_is = direct ? (trans_a ? 1 : K) : 1;
     float *pb = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (size_t)(np * nr * kcmax));
     /* partial chains of every tile between K blocks */
@@ -258,7 +258,7 @@ void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
             int64_t kc = K - k0 < KC ? K - k0 : KC;
             int flags = (k0 == 0 ? UKR_FIRST : 0) | (k0 + kc == K ? UKR_LAST : 0);
-            pack_b(pb, B, K, N, trans_b, nr, half, np, k0, kc); /* ends in a barrier */
+            pack_b(pb, B, K, N, trans_b, nr, lowp, np, k0, kc); /* ends in a barrier */
             /* row-major tile order: C is written along its rows, and a
              * thread's consecutive tiles share their rows of A, packed once */
             int64_t packed = -1;
@@ -268,9 +268,9 @@ void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int
                 int64_t nip = ip0 + mcp < mp ? mcp : mp - ip0,
                         njp = jp0 + ncp < np ? ncp : np - jp0;
                 if (ip0 != packed) {
-                    if (!direct) pack_a(pa, A, M, K, trans_a, mr, half, ip0, nip, k0, kc);
+                    if (!direct) pack_a(pa, A, M, K, trans_a, mr, lowp, ip0, nip, k0, kc);
                     else if (ip0 + nip == mp && M % mr) /* the last, partial panel */
-                        pack_a(pa, A, M, K, trans_a, mr, half, mp - 1, 1, k0, kc);
+                        pack_a(pa, A, M, K, trans_a, mr, lowp, mp - 1, 1, k0, kc);
                     packed = ip0;
                 }
                 for (int64_t jp = jp0; jp < jp0 + njp; jp++)

@@ -10,6 +10,8 @@
 #ifndef KF_KERNELS_CPU_INTERNAL_H
 #define KF_KERNELS_CPU_INTERNAL_H
 
+#include <string.h>
+
 #include "kernels/kernels.h"
 
 /* gcc only if-converts float selects (and so vectorises loops such as
@@ -158,18 +160,34 @@ CPU_INLINE double cpu_lanes_sum(double *acc) {
     return acc[0];
 }
 
-/** Rounds one float through IEEE half precision (round to nearest even). */
-static inline float cpu_half(float x) { return (float)(_Float16)x; }
+/** Rounds one float to bfloat16 (round to nearest even): the top 16 bits of
+ *  the fp32 pattern. A NaN becomes the canonical 0x7fff, as the GPU's
+ *  __float2bfloat16_rn gives (rounding its bits could carry it to inf). */
+static inline float cpu_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fff0000u;
+    else u = (u + 0x7fffu + (u >> 16 & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
 
-/** dst[i] = half(src[i]) for i < n (dst may equal src). */
-void cpu_round_half_copy(float *dst, const float *src, int64_t n);
+/** Rounds one float to the 16-bit format of precision lowp (a kf_precision:
+ *  IEEE half or bfloat16, round to nearest even); KF_PREC_FP32 returns x. */
+static inline float cpu_lowp(float x, int lowp) {
+    return lowp == KF_PREC_FP16 ? (float)(_Float16)x : lowp == KF_PREC_BF16 ? cpu_bf16(x) : x;
+}
+
+/** dst[i] = cpu_lowp(src[i], lowp) for i < n (dst may equal src). */
+void cpu_round_lowp_copy(float *dst, const float *src, int64_t n, int lowp);
 
 /** C[M,N] = alpha op(A) op(B) + beta C by the project's own packed kernel
  *  (cpu_gemm_fixed.c): each element one fma chain over k in order, so the
- *  same bits for any M, thread count and SIMD level. half: A and B are
- *  rounded through _Float16 as they are packed (inputs are not modified). */
+ *  same bits for any M, thread count and SIMD level. lowp (a kf_precision):
+ *  A and B are rounded by cpu_lowp as they are packed (inputs are not
+ *  modified). */
 void cpu_gemm_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
-                    int64_t K, int trans_a, int trans_b, float alpha, float beta, int half);
+                    int64_t K, int trans_a, int trans_b, float alpha, float beta, int lowp);
 
 /* ---- op implementations: cpu_NAME for every KF_BACKEND_OPS entry, filled
  * into the table by cpu_backend.c ---- */

@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_pointwise.c — elementwise ops: GELU (tanh / erf), add, scale,
- * column fill and half rounding. Every element is independent. */
+ * column fill and 16-bit rounding. Every element is independent. */
 #include <math.h>
 
 #include "kernels/cpu/cpu_internal.h"
@@ -62,4 +62,6 @@ void cpu_fill_column(kf_backend *b, float *x, int64_t rows, int64_t cols, int64_
     for (int64_t r = 0; r < rows; r++) x[r * cols + col] = value;
 }
 
-void cpu_round_half(kf_backend *b, float *x, int64_t n) { cpu_round_half_copy(x, x, n); }
+void cpu_round_lowp(kf_backend *b, float *x, int64_t n) {
+    if (b->precision != KF_PREC_FP32) cpu_round_lowp_copy(x, x, n, b->precision);
+}

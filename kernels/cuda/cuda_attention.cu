@@ -20,13 +20,13 @@
  * query tiles that see it, in a fixed order, and one kernel where each block
  * owns a query tile and accumulates its dQ over its key tiles.
  * Rows with no visible key get out = 0, lse = 0 and no gradient (as the CPU
- * backend). fp16 mode rounds q, k, v (and out, dout in the backward) through
- * half on load and rounds the outputs, with fp32 arithmetic in between — the
- * rounding points of kernels/cpu/cpu_attention.c.
+ * backend). fp16 and bf16 modes round q, k, v (and out, dout in the
+ * backward) to the 16-bit format on load and round the outputs, with fp32
+ * arithmetic in between — the rounding points of kernels/cpu/cpu_attention.c.
  * Every row's result depends only on its own sample: batch-invariant.
  * In the fp16 phase, head dims 64 and 128 run on the tensor cores instead
  * (cuda_attention_tc.cu: same walk, WMMA products); these fp32 kernels serve
- * the fp32 phase and the other head dims.
+ * the fp32 and bf16 phases and the other head dims.
  */
 #include <math.h>
 
@@ -35,19 +35,16 @@
 #define TILE 64     /* query rows and key rows per tile */
 #define THREADS 256 /* 16 x 16 threads; each owns 4 rows x (4 or D/16) columns */
 
-__device__ __forceinline__ float ld_round(const float *p, bool half) {
-    float v = *p;
-    return half ? __half2float(__float2half_rn(v)) : v;
-}
+__device__ __forceinline__ float ld_round(const float *p, int lowp) { return cu_lowp(*p, lowp); }
 
 /* Loads rows [r0, r0+TILE) of one head (row stride ld) into s[TILE][D+1];
  * rows at or past L are zero. */
 template <int D>
 __device__ __forceinline__ void load_tile(float (*s)[D + 1], const float *base, int64_t ld,
-                                          int64_t r0, int64_t L, bool half) {
+                                          int64_t r0, int64_t L, int lowp) {
     for (int i = threadIdx.x; i < TILE * D; i += THREADS) {
         int r = i / D, d = i % D;
-        s[r][d] = r0 + r < L ? ld_round(base + (r0 + r) * ld + d, half) : 0.0f;
+        s[r][d] = r0 + r < L ? ld_round(base + (r0 + r) * ld + d, lowp) : 0.0f;
     }
 }
 
@@ -72,7 +69,7 @@ template <int D> struct fwd_smem {
 template <int D>
 __global__ void __launch_bounds__(THREADS)
     k_attn_fwd(float *out, float *lse, const float *qkv, mask_dev m, int64_t n_head, float scale,
-               int half) {
+               int lowp) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     fwd_smem<D> &S = *reinterpret_cast<fwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
@@ -82,7 +79,7 @@ __global__ void __launch_bounds__(THREADS)
     const float *base = qkv + b * m.L * ld + h * D;
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 
-    load_tile<D>(S.q, base, ld, r0, m.L, half);
+    load_tile<D>(S.q, base, ld, r0, m.L, lowp);
     float mrow[4], lrow[4], acc[4][DJ];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -100,8 +97,8 @@ __global__ void __launch_bounds__(THREADS)
         int kmin, kmax;
         key_tile<TILE>(tiles, t, &c0, &kmin, &kmax);
         __syncthreads(); /* previous tile's k/v/p fully consumed */
-        load_tile<D>(S.k, base + H, ld, c0, m.L, half);
-        load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
+        load_tile<D>(S.k, base + H, ld, c0, m.L, lowp);
+        load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, lowp);
         __syncthreads();
         float s[4][4];
 #pragma unroll
@@ -166,23 +163,23 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int j = 0; j < DJ; j++) {
             float v = acc[i][j] * inv;
-            o[tx + 16 * j] = half ? __half2float(__float2half_rn(v)) : v;
+            o[tx + 16 * j] = cu_lowp(v, lowp);
         }
         if (tx == 0)
             lse[(b * n_head + h) * m.L + r] = lrow[i] > 0.0f ? mrow[i] + logf(lrow[i]) : 0.0f;
     }
 }
 
-/* delta[b, h, r] = dout_r · out_r (rounded through half in fp16 mode); one warp per row. */
+/* delta[b, h, r] = dout_r · out_r (inputs rounded in fp16/bf16 mode); one warp per row. */
 __global__ void k_attn_delta(float *delta, const float *dout, const float *out, int64_t rows,
-                             int64_t L, int64_t n_head, int64_t D, int half) {
+                             int64_t L, int64_t n_head, int64_t D, int lowp) {
     int lane = threadIdx.x & 31;
     for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; w < rows * n_head;
          w += (int64_t)gridDim.x * blockDim.x / 32) {
         int64_t row = w / n_head, h = w % n_head; /* row = b*L + r */
         const float *a = dout + row * n_head * D + h * D, *c = out + row * n_head * D + h * D;
         float s = 0.0f;
-        for (int64_t d = lane; d < D; d += 32) s += ld_round(a + d, half) * ld_round(c + d, half);
+        for (int64_t d = lane; d < D; d += 32) s += ld_round(a + d, lowp) * ld_round(c + d, lowp);
         s = warp_sum(s);
         int64_t b = row / L, r = row % L;
         if (lane == 0) delta[(b * n_head + h) * L + r] = s;
@@ -250,9 +247,9 @@ __device__ __forceinline__ void bwd_scores(bwd_smem<D> &S, const mask_dev &m, in
 template <int D>
 __device__ __forceinline__ void
 bwd_load_queries(bwd_smem<D> &S, const float *base, const float *dout, const float *lse,
-                 const float *delta, int64_t ld, int64_t H, int64_t r0, int64_t L, bool half) {
-    load_tile<D>(S.q, base, ld, r0, L, half);
-    load_tile<D>(S.dout, dout, H, r0, L, half);
+                 const float *delta, int64_t ld, int64_t H, int64_t r0, int64_t L, int lowp) {
+    load_tile<D>(S.q, base, ld, r0, L, lowp);
+    load_tile<D>(S.dout, dout, H, r0, L, lowp);
     for (int i = threadIdx.x; i < TILE; i += THREADS) {
         S.lse[i] = r0 + i < L ? lse[r0 + i] : 0.0f;
         S.delta[i] = r0 + i < L ? delta[r0 + i] : 0.0f;
@@ -262,7 +259,7 @@ bwd_load_queries(bwd_smem<D> &S, const float *base, const float *dout, const flo
 template <int D>
 __global__ void __launch_bounds__(THREADS)
     k_attn_bwd_kv(float *dqkv, const float *dout, const float *lse, const float *delta,
-                  const float *qkv, mask_dev m, int64_t n_head, float scale, int half) {
+                  const float *qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
@@ -274,8 +271,8 @@ __global__ void __launch_bounds__(THREADS)
     const float *lb = lse + (b * n_head + h) * m.L, *db = delta + (b * n_head + h) * m.L;
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 
-    load_tile<D>(S.k, base + H, ld, c0, m.L, half);
-    load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
+    load_tile<D>(S.k, base + H, ld, c0, m.L, lowp);
+    load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, lowp);
     float dk[4][DJ], dv[4][DJ];
 #pragma unroll
     for (int i = 0; i < 4; i++)
@@ -286,7 +283,7 @@ __global__ void __launch_bounds__(THREADS)
     for (int q = 0; q < nr; q++)
         for (int64_t r0 = lo[q]; r0 < hi[q]; r0 += TILE) {
             __syncthreads();
-            bwd_load_queries<D>(S, base, dob, lb, db, ld, H, r0, hi[q], half);
+            bwd_load_queries<D>(S, base, dob, lb, db, ld, H, r0, hi[q], lowp);
             __syncthreads();
             bwd_scores<D>(S, m, vl, r0, r0, hi[q], c0, (int)c0, (int)c1, scale);
             __syncthreads();
@@ -321,10 +318,8 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int j = 0; j < DJ; j++) {
             float kv = dk[i][j], vv = dv[i][j];
-            if (half) {
-                kv = __half2float(__float2half_rn(kv));
-                vv = __half2float(__float2half_rn(vv));
-            }
+            kv = cu_lowp(kv, lowp);
+            vv = cu_lowp(vv, lowp);
             dbase[c * ld + H + tx + 16 * j] = kv;
             dbase[c * ld + 2 * H + tx + 16 * j] = vv;
         }
@@ -334,7 +329,7 @@ __global__ void __launch_bounds__(THREADS)
 template <int D>
 __global__ void __launch_bounds__(THREADS)
     k_attn_bwd_q(float *dqkv, const float *dout, const float *lse, const float *delta,
-                 const float *qkv, mask_dev m, int64_t n_head, float scale, int half) {
+                 const float *qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
@@ -352,15 +347,15 @@ __global__ void __launch_bounds__(THREADS)
     int64_t q0 = max(r0, m.q_start);
     if (q0 < r1) {
         bwd_load_queries<D>(S, base, dout + b * m.L * H + h * D, lse + (b * n_head + h) * m.L,
-                            delta + (b * n_head + h) * m.L, ld, H, r0, m.L, half);
+                            delta + (b * n_head + h) * m.L, ld, H, r0, m.L, lowp);
         key_tiles tiles = mask_key_tiles<TILE>(m, vl, q0, r1);
         for (int64_t t = 0; t < tiles.n; t++) {
             int64_t c0;
             int kmin, kmax;
             key_tile<TILE>(tiles, t, &c0, &kmin, &kmax);
             __syncthreads();
-            load_tile<D>(S.k, base + H, ld, c0, m.L, half);
-            load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, half);
+            load_tile<D>(S.k, base + H, ld, c0, m.L, lowp);
+            load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, lowp);
             __syncthreads();
             bwd_scores<D>(S, m, vl, r0, q0, r1, c0, kmin, kmax, scale);
             __syncthreads();
@@ -386,7 +381,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int j = 0; j < DJ; j++) {
             float v = dq[i][j];
-            dbase[r * ld + tx + 16 * j] = half ? __half2float(__float2half_rn(v)) : v;
+            dbase[r * ld + tx + 16 * j] = cu_lowp(v, lowp);
         }
     }
 }
@@ -443,8 +438,8 @@ void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const 
     }
     dim3 grid((unsigned)((nq + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);
     float scale = 1.0f / sqrtf((float)head_dim);
-    int half = b->precision == KF_PREC_FP16;
-    ATTN_DISPATCH(head_dim, k_attn_fwd, fwd_smem, grid, out, lse, qkv, md, n_head, scale, half);
+    int lowp = b->precision;
+    ATTN_DISPATCH(head_dim, k_attn_fwd, fwd_smem, grid, out, lse, qkv, md, n_head, scale, lowp);
 }
 
 void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out, const float *lse,
@@ -453,12 +448,12 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
     int64_t L = md.L;
     if (L <= 0 || B <= 0) return;
     KF_CHECK(B <= 65535 && n_head <= 65535, "attention: batch or heads too large");
-    int half = b->precision == KF_PREC_FP16;
+    int lowp = b->precision;
     float scale = 1.0f / sqrtf((float)head_dim);
     float *delta = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(B * n_head * L) * sizeof(float));
     int64_t warps = B * L * n_head;
     k_attn_delta<<<cu_blocks(warps * 32), 256, 0, cu_stream(b)>>>(delta, dout, out, B * L, L,
-                                                                  n_head, head_dim, half);
+                                                                  n_head, head_dim, lowp);
     CUDA_LAUNCHED();
     const void *bufs[4] = {dqkv, dout, qkv, out};
     if (attn_tc_supported(b, head_dim, bufs, 4)) {
@@ -467,9 +462,9 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
     }
     dim3 grid((unsigned)((L + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);
     ATTN_DISPATCH(head_dim, k_attn_bwd_kv, bwd_smem, grid, dqkv, dout, lse, delta, qkv, md, n_head,
-                  scale, half);
+                  scale, lowp);
     ATTN_DISPATCH(head_dim, k_attn_bwd_q, bwd_smem, grid, dqkv, dout, lse, delta, qkv, md, n_head,
-                  scale, half);
+                  scale, lowp);
 }
 
 /* One block per (sample, head, query): scores of the T = P+i+1 visible cache
@@ -478,7 +473,7 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
  * which the shared-memory bound keeps Q under. */
 __global__ void k_attn_decode(float *out, const float *q, int64_t q_stride, const float *kc,
                               const float *vc, int64_t cap, int64_t P, int64_t Q, int64_t n_head,
-                              int64_t D, float scale, int half) {
+                              int64_t D, float scale, int lowp) {
     extern __shared__ float sc[];
     __shared__ float sh[32];
     int64_t i = blockIdx.z, h = blockIdx.y, b = blockIdx.x;
@@ -489,7 +484,7 @@ __global__ void k_attn_decode(float *out, const float *q, int64_t q_stride, cons
     for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
         float s = 0.0f;
         for (int64_t d = 0; d < D; d++)
-            s += ld_round(qr + d, half) * ld_round(kb + j * H + d, half);
+            s += ld_round(qr + d, lowp) * ld_round(kb + j * H + d, lowp);
         s *= scale;
         sc[j] = s;
         mx = fmaxf(mx, s);
@@ -504,9 +499,9 @@ __global__ void k_attn_decode(float *out, const float *q, int64_t q_stride, cons
     float inv = 1.0f / block_sum(ps, sh); /* its barriers also publish sc */
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0.0f;
-        for (int64_t j = 0; j < T; j++) acc = fmaf(sc[j], ld_round(vb + j * H + d, half), acc);
+        for (int64_t j = 0; j < T; j++) acc = fmaf(sc[j], ld_round(vb + j * H + d, lowp), acc);
         float v = acc * inv;
-        out[(b * Q + i) * H + h * D + d] = half ? __half2float(__float2half_rn(v)) : v;
+        out[(b * Q + i) * H + h * D + d] = cu_lowp(v, lowp);
     }
 }
 
@@ -525,8 +520,8 @@ void cu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
     CUDA_OK(cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)bytes));
     dim3 grid((unsigned)B, (unsigned)n_head, (unsigned)Q); /* Q <= T <= 51200 (bytes above) */
-    k_attn_decode<<<grid, 128, bytes, cu_stream(b)>>>(
-        out, q, q_stride, kcache, vcache, cap, P, Q, n_head, head_dim,
-        1.0f / sqrtf((float)head_dim), b->precision == KF_PREC_FP16);
+    k_attn_decode<<<grid, 128, bytes, cu_stream(b)>>>(out, q, q_stride, kcache, vcache, cap, P, Q,
+                                                      n_head, head_dim,
+                                                      1.0f / sqrtf((float)head_dim), b->precision);
     CUDA_LAUNCHED();
 }

@@ -2,10 +2,11 @@
  * batch-invariant mode), bias add and bias gradient.
  *
  * Precision (kernels.h): fp32 mode is true fp32 — CUBLAS_COMPUTE_32F_PEDANTIC,
- * so neither TF32 nor any reduced-precision path is used. fp16 mode converts
- * A and B to half in scratch (inputs are never modified), multiplies on the
- * tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F), and rounds C to
- * half afterwards, exactly the steps the CPU backend emulates.
+ * so neither TF32 nor any reduced-precision path is used. fp16 and bf16
+ * modes convert A and B to the 16-bit format in scratch (inputs are never
+ * modified), multiply on the tensor cores with fp32 accumulation
+ * (CUBLAS_COMPUTE_32F), and round C to the format afterwards, exactly the
+ * steps the CPU backend emulates.
  *
  * Batch invariance: cuBLAS picks kernels (tilings, split-K) by problem size,
  * so a row of C may change when M changes. In batch_invariant mode a plain
@@ -13,16 +14,20 @@
  * k order, whatever M, N or the batch count. In the fp16 phase with
  * KF_CUDA_TC=1 that kernel is a WMMA one (half operands, fp32 accumulation,
  * fixed 64x64x32 tiles, k-tiles in order: still independent of M); it awaits
- * its first GPU run (docs/cuda.md), hence opt-in.
+ * its first GPU run (docs/cuda.md), hence opt-in. bf16 uses the plain tiled
+ * kernel, rounding to bf16 where fp16 rounds to half.
  */
 #include <mma.h>
 
 #include "kernels/cuda/cuda_internal.h"
 
-__global__ void k_to_half(__half *dst, const float *src, int64_t n) {
+/* dst = src in the 16-bit format: __half or __nv_bfloat16 by lowp. */
+__global__ void k_to_16(void *dst, const float *src, int64_t n, int lowp) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = __float2half_rn(src[i]);
+         i += (int64_t)gridDim.x * blockDim.x) {
+        if (lowp == KF_PREC_BF16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+        else ((__half *)dst)[i] = __float2half_rn(src[i]);
+    }
 }
 
 /* Elements an operand spans across the batch (strides may be 0: broadcast). */
@@ -38,7 +43,7 @@ static int64_t span(int64_t one, int64_t batch, int64_t stride) {
 __global__ void __launch_bounds__(256)
     k_gemm_invariant(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
                      int ta, int tb, float alpha, float beta, int64_t sc, int64_t sa, int64_t sb,
-                     int half) {
+                     int lowp) {
     __shared__ float As[IG_BK][IG_TILE + 1];
     __shared__ float Bs[IG_BK][IG_TILE + 1];
     int64_t z = blockIdx.z;
@@ -62,8 +67,7 @@ __global__ void __launch_bounds__(256)
             int64_t gm = m0 + mm, gk = k0 + kk;
             float v = 0.0f;
             if (gm < M && gk < K) v = ta ? A[gk * M + gm] : A[gm * K + gk];
-            if (half) v = __half2float(__float2half_rn(v));
-            As[kk][mm] = v;
+            As[kk][mm] = cu_lowp(v, lowp);
             int nn;
             if (tb) {
                 nn = i / IG_BK;
@@ -76,8 +80,7 @@ __global__ void __launch_bounds__(256)
             gk = k0 + kk;
             v = 0.0f;
             if (gn < N && gk < K) v = tb ? B[gn * K + gk] : B[gk * N + gn];
-            if (half) v = __half2float(__float2half_rn(v));
-            Bs[kk][nn] = v;
+            Bs[kk][nn] = cu_lowp(v, lowp);
         }
         __syncthreads();
 #pragma unroll
@@ -105,8 +108,7 @@ __global__ void __launch_bounds__(256)
             float *c = C + gm * N + gn;
             float v = alpha * acc[i][j];
             if (beta != 0.0f) v += beta * *c;
-            if (half) v = __half2float(__float2half_rn(v));
-            *c = v;
+            *c = cu_lowp(v, lowp);
         }
     }
 }
@@ -198,16 +200,16 @@ __global__ void __launch_bounds__(128)
 }
 
 /* An empty product (K = 0): C = beta*C, and 0 where beta is 0 whatever C held
- * (BLAS reads no C then), rounded to half in fp16 mode — the CPU backend's
+ * (BLAS reads no C then), rounded in fp16/bf16 mode — the CPU backend's
  * steps. Each element walks the batch's matrices in order, so strides that
  * overlap or leave gaps give the CPU's result too. */
-__global__ void k_scale_c(float *C, float beta, int64_t mn, int64_t batch, int64_t sc, int half) {
+__global__ void k_scale_c(float *C, float beta, int64_t mn, int64_t batch, int64_t sc, int lowp) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < mn;
          i += (int64_t)gridDim.x * blockDim.x)
         for (int64_t z = 0; z < batch; z++) {
             float *c = C + z * sc + i;
             float v = beta == 0.0f ? 0.0f : beta * *c;
-            *c = half ? __half2float(__float2half_rn(v)) : v;
+            *c = cu_lowp(v, lowp);
         }
 }
 
@@ -218,12 +220,12 @@ void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t 
 
 void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                      int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,
-                     int64_t stride_c, int64_t stride_a, int64_t stride_b, int half) {
+                     int64_t stride_c, int64_t stride_a, int64_t stride_b, int lowp) {
     KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
     dim3 grid((unsigned)((N + IG_TILE - 1) / IG_TILE), (unsigned)((M + IG_TILE - 1) / IG_TILE),
               (unsigned)batch);
     k_gemm_invariant<<<grid, 256, 0, cu_stream(b)>>>(C, A, B, M, N, K, trans_a, trans_b, alpha,
-                                                     beta, stride_c, stride_a, stride_b, half);
+                                                     beta, stride_c, stride_a, stride_b, lowp);
     CUDA_LAUNCHED();
 }
 
@@ -232,15 +234,15 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
                        int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     cudaStream_t s = cu_stream(b);
-    int half = b->precision == KF_PREC_FP16;
+    int lowp = b->precision;
     if (K <= 0) {
-        k_scale_c<<<cu_blocks(M * N), 256, 0, s>>>(C, beta, M * N, batch, stride_c, half);
+        k_scale_c<<<cu_blocks(M * N), 256, 0, s>>>(C, beta, M * N, batch, stride_c, lowp);
         CUDA_LAUNCHED();
         return;
     }
     if (b->batch_invariant) {
         KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
-        if (half && cu_impl(b)->tc) {
+        if (lowp == KF_PREC_FP16 && cu_impl(b)->tc) {
             dim3 grid((unsigned)((N + TG_TILE - 1) / TG_TILE),
                       (unsigned)((M + TG_TILE - 1) / TG_TILE), (unsigned)batch);
             k_gemm_invariant_tc<<<grid, 128, 0, s>>>(C, A, B, M, N, K, trans_a, trans_b, alpha,
@@ -249,7 +251,7 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
             return;
         }
         cu_matmul_fixed(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c,
-                        stride_a, stride_b, half);
+                        stride_a, stride_b, lowp);
         return;
     }
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
@@ -257,7 +259,7 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
     cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
-    if (!half) {
+    if (lowp == KF_PREC_FP32) {
         CUBLAS_OK(cublasGemmStridedBatchedEx(
             h, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, ldb, stride_b, A,
             CUDA_R_32F, lda, stride_a, &beta, C, CUDA_R_32F, (int)N, stride_c, (int)batch,
@@ -265,18 +267,18 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
         return;
     }
     int64_t na = span(M * K, batch, stride_a), nb = span(K * N, batch, stride_b);
-    __half *ha = (__half *)cu_scratch(b, CU_SCRATCH_A, (size_t)na * sizeof(__half));
-    __half *hb = (__half *)cu_scratch(b, CU_SCRATCH_B, (size_t)nb * sizeof(__half));
-    k_to_half<<<cu_blocks(na), 256, 0, s>>>(ha, A, na);
+    void *ha = cu_scratch(b, CU_SCRATCH_A, (size_t)na * 2),
+         *hb = cu_scratch(b, CU_SCRATCH_B, (size_t)nb * 2);
+    k_to_16<<<cu_blocks(na), 256, 0, s>>>(ha, A, na, lowp);
     CUDA_LAUNCHED();
-    k_to_half<<<cu_blocks(nb), 256, 0, s>>>(hb, B, nb);
+    k_to_16<<<cu_blocks(nb), 256, 0, s>>>(hb, B, nb, lowp);
     CUDA_LAUNCHED();
-    CUBLAS_OK(cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)K, &alpha, hb,
-                                         CUDA_R_16F, ldb, stride_b, ha, CUDA_R_16F, lda, stride_a,
-                                         &beta, C, CUDA_R_32F, (int)N, stride_c, (int)batch,
-                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    int64_t nc = span(M * N, batch, stride_c);
-    cu_round_half(b, C, nc);
+    cudaDataType t16 = lowp == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    CUBLAS_OK(cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)K, &alpha, hb, t16, ldb,
+                                         stride_b, ha, t16, lda, stride_a, &beta, C, CUDA_R_32F,
+                                         (int)N, stride_c, (int)batch, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
+    cu_round_lowp(b, C, span(M * N, batch, stride_c));
 }
 
 __global__ void k_add_bias(float *y, const float *bias, int64_t rows, int64_t cols) {

@@ -54,7 +54,7 @@ void cu_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float *x, con
         }
         l = hd->logits;
     }
-    cu_matmul_fixed(b, l, x, hd->w, rows, hd->V, hd->H, 0, 1, 1.0f, 0.0f, 1, 0, 0, 0, 0);
+    cu_matmul_fixed(b, l, x, hd->w, rows, hd->V, hd->H, 0, 1, 1.0f, 0.0f, 1, 0, 0, 0, KF_PREC_FP32);
     cu_add_bias(b, l, hd->bias, rows, hd->V);
     if (ids) cu_argmax(b, ids, l, rows, hd->V);
 }

@@ -24,6 +24,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -161,6 +162,15 @@ template <typename T> __device__ __forceinline__ T block_max(T v, T *sh, T lowes
     return t;
 }
 
+/** v rounded to the 16-bit format of precision lowp (a kf_precision: IEEE
+ *  half or bfloat16, round to nearest even, as the CPU backend's cpu_lowp);
+ *  KF_PREC_FP32 returns v. */
+__device__ __forceinline__ float cu_lowp(float v, int lowp) {
+    if (lowp == KF_PREC_FP16) return __half2float(__float2half_rn(v));
+    if (lowp == KF_PREC_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    return v;
+}
+
 /** out[c] += sum over chunks of part[ch * cols + c], chunks in order (the
  *  second half of every row reduction; cuda_gemm.cu). */
 void cu_col_finish(kf_backend *b, float *out, const float *part, int64_t nchunk, int64_t cols);
@@ -173,9 +183,9 @@ KF_BACKEND_OPS(CU_OP_DECL)
 
 /** matmul_batched through the fixed-tiling kernel whatever the backend's mode:
  *  each C element one dot product summed in k order, so a row of C never
- *  depends on M; half: operands and C rounded through half (fp16 mode). */
+ *  depends on M; lowp (a kf_precision): operands and C rounded by cu_lowp. */
 void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                      int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,
-                     int64_t stride_c, int64_t stride_a, int64_t stride_b, int half);
+                     int64_t stride_c, int64_t stride_a, int64_t stride_b, int lowp);
 
 #endif

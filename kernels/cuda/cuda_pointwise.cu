@@ -41,8 +41,8 @@ __global__ void k_fill_column(float *x, int64_t rows, int64_t cols, int64_t col,
     GRID_STRIDE(r, rows) x[r * cols + col] = value;
 }
 
-__global__ void k_round_half(float *x, int64_t n) {
-    GRID_STRIDE(i, n) x[i] = __half2float(__float2half_rn(x[i]));
+__global__ void k_round_lowp(float *x, int64_t n, int lowp) {
+    GRID_STRIDE(i, n) x[i] = cu_lowp(x[i], lowp);
 }
 
 void cu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind) {
@@ -76,8 +76,8 @@ void cu_fill_column(kf_backend *b, float *x, int64_t rows, int64_t cols, int64_t
     CUDA_LAUNCHED();
 }
 
-void cu_round_half(kf_backend *b, float *x, int64_t n) {
-    if (n <= 0) return;
-    k_round_half<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(x, n);
+void cu_round_lowp(kf_backend *b, float *x, int64_t n) {
+    if (n <= 0 || b->precision == KF_PREC_FP32) return;
+    k_round_lowp<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(x, n, b->precision);
     CUDA_LAUNCHED();
 }

@@ -35,6 +35,26 @@ static inline double *tu_tod(const float *x, int64_t n) {
     return d;
 }
 
+/* The test's own roundings, written apart from the backend's: fp16 through
+ * the compiler's _Float16; bf16 by picking the nearer of the two bf16
+ * neighbours in double (ties to the even one), with 2^128 standing for the
+ * pattern past the largest finite value, so overflow follows IEEE rounding. */
+static inline float tu_fp16(float x) { return (float)(_Float16)x; }
+
+static inline float tu_bf16(float x) {
+    if (!isfinite(x)) return x;
+    uint32_t u, lo, hi;
+    memcpy(&u, &x, 4);
+    lo = u & 0xffff0000u;
+    hi = lo + 0x10000u;
+    float flo, fhi;
+    memcpy(&flo, &lo, 4);
+    memcpy(&fhi, &hi, 4);
+    double dhi = (hi & 0x7fffffffu) == 0x7f800000u ? copysign(ldexp(1, 128), x) : fhi;
+    double dl = fabs((double)x - flo), dh = fabs(dhi - x);
+    return dl < dh || (dl == dh && !(lo >> 16 & 1u)) ? flo : fhi;
+}
+
 /* max |a-b| / max(max|b|, floor): error relative to the tensor's scale. */
 static inline double tu_relerr(const float *a, const double *b, int64_t n, double floor) {
     double num = 0, den = floor;

@@ -101,6 +101,38 @@ static void check_close(const char *what, const buf2 *x, int64_t n, double tol) 
     T_CHECK(e <= tol, "%s: rel err %.3g > %.3g", what, e, tol);
 }
 
+/* Tolerance of a GPU result against the CPU's at precision prec: bf16's
+ * unit roundoff is 8x fp16's. */
+static double tol_at(kf_precision prec, double fp32, double fp16) {
+    return prec == KF_PREC_FP32 ? fp32 : prec == KF_PREC_FP16 ? fp16 : 8 * fp16;
+}
+
+/* In a 16-bit mode every GPU output value (n floats from float offset `from`)
+ * must be one the format can hold: this tells a bf16 result from an fp16 one,
+ * which the loose bf16 tolerance alone would not. */
+static void check_representable(const char *what, const buf2 *x, int64_t from, int64_t n,
+                                kf_precision prec) {
+    if (prec == KF_PREC_FP32) return;
+    float *g = down(x, 1);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = from; i < from + n; i++) {
+        float r = prec == KF_PREC_FP16 ? (float)(_Float16)g[i] : g[i];
+        if (prec == KF_PREC_BF16) {
+            uint32_t u;
+            memcpy(&u, &g[i], 4);
+            r = (u & 0xffffu) ? NAN : g[i];
+        }
+        if (!(r == g[i]) && !isnan(g[i])) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    }
+    T_CHECK(bad == 0, "%s: got %lld values not representable in %s (first at %lld: %.9g), want 0",
+            what, (long long)bad, kernels_precision_name(prec), (long long)first,
+            first >= 0 ? g[first] : 0.0f);
+    free(g);
+}
+
 static void check_same_bytes(const char *what, const buf2 *x) {
     char *c = down(x, 0), *g = down(x, 1);
     T_CHECK(memcmp(c, g, x->bytes) == 0, "%s: cuda differs from cpu", what);
@@ -114,28 +146,29 @@ static void check_same_bytes(const char *what, const buf2 *x) {
 /* invariant: 0 cuBLAS, 1 fixed-tiling kernel, 2 its tensor-core form (names only: the
  * mode is the backend's) */
 static void test_matmul(kf_precision prec, int invariant) {
-    static const char *names[2] = {"fp32", "fp16"};
     int64_t M = 67, N = 45, K = 131;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             buf2 A = mk_rand(M * K, 1), B = mk_rand(K * N, 1), C = mk_rand(M * N, 1);
             BOTH(BE->matmul(BE, PF(C), PF(A), PF(B), M, N, K, ta, tb, 0.7f, 0.5f));
             char w[96];
-            snprintf(w, sizeof w, "matmul %s%s ta=%d tb=%d", names[prec],
+            snprintf(w, sizeof w, "matmul %s%s ta=%d tb=%d", kernels_precision_name(prec),
                      invariant == 2 ? " inv-tc"
                      : invariant    ? " inv"
                                     : "",
                      ta, tb);
-            check_close(w, &C, M * N, prec == KF_PREC_FP16 ? 2e-3 : 2e-6);
+            check_close(w, &C, M * N, tol_at(prec, 2e-6, 2e-3));
+            check_representable(w, &C, 0, M * N, prec);
             drop(&A), drop(&B), drop(&C);
         }
     int64_t batch = 3;
     buf2 A = mk_rand(batch * M * K, 1), B = mk_rand(K * N, 1), C = mk_rand(batch * M * N, 1);
     BOTH(BE->matmul_batched(BE, PF(C), PF(A), PF(B), M, N, K, 0, 1, 1.0f, 0.0f, batch, M * N, M * K,
                             0));
-    check_close(prec == KF_PREC_FP16 ? "matmul_batched fp16 (B broadcast)"
-                                     : "matmul_batched fp32 (B broadcast)",
-                &C, batch * M * N, prec == KF_PREC_FP16 ? 2e-3 : 2e-6);
+    char w[96];
+    snprintf(w, sizeof w, "matmul_batched %s (B broadcast)", kernels_precision_name(prec));
+    check_close(w, &C, batch * M * N, tol_at(prec, 2e-6, 2e-3));
+    check_representable(w, &C, 0, batch * M * N, prec);
     drop(&A), drop(&B), drop(&C);
 }
 
@@ -180,7 +213,7 @@ static void test_matmul_invariance(kf_precision prec) {
     float *c1 = down(&C1, 1), *c2 = down(&C2, 1);
     T_CHECK(memcmp(c1, c2, (size_t)(5 * N) * sizeof(float)) == 0,
             "batch-invariant matmul (%s): rows differ alone vs in a batch of %lld",
-            prec == KF_PREC_FP16 ? "fp16" : "fp32", (long long)M);
+            kernels_precision_name(prec), (long long)M);
     free(c1), free(c2);
     g->set_precision(g, KF_PREC_FP32);
     drop(&A), drop(&B), drop(&C1), drop(&C2);
@@ -247,7 +280,7 @@ static void test_rope(void) {
 static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_t D,
                       kf_precision prec) {
     int64_t L = kf_mask_len(&m), H = nh * D;
-    double tol_f = prec == KF_PREC_FP16 ? 2e-3 : 2e-5, tol_b = prec == KF_PREC_FP16 ? 4e-3 : 1e-4;
+    double tol_f = tol_at(prec, 2e-5, 2e-3), tol_b = tol_at(prec, 1e-4, 4e-3);
     buf2 qkv = mk_rand(B * L * 3 * H, 1.5f), out = mk_rand(B * L * H, 1),
          lse = mk_rand(B * nh * L, 1);
     buf2 dout = mk_rand(B * L * H, 1), dqkv = mk_rand(B * L * 3 * H, 1);
@@ -278,6 +311,8 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
     T_CHECK(e <= tol_f, "attn_fwd %s: out err %.3g > %.3g", name, e, tol_f);
     T_CHECK(el <= tol_f, "attn_fwd %s: lse err %.3g > %.3g", name, el, tol_f);
     free(oc), free(og), free(lc), free(lg);
+    snprintf(w, sizeof w, "attn_fwd %s", name);
+    check_representable(w, &out, m.q_start * H, (L - m.q_start) * H, prec);
     /* the backward reads the forward's out/lse: give both sides the CPU's */
     float *ho = down(&out, 0), *hl = down(&lse, 0);
     be[1]->upload(be[1], out.p[1], ho, out.bytes);
@@ -286,6 +321,7 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
     BOTH(BE->attn_bwd(BE, PF(dqkv), PF(dout), PF(out), PF(lse), PF(qkv), &m, B, nh, D));
     snprintf(w, sizeof w, "attn_bwd %s", name);
     check_close(w, &dqkv, B * L * 3 * H, tol_b);
+    check_representable(w, &dqkv, 0, B * L * 3 * H, prec);
     /* determinism: a second GPU backward is bitwise identical */
     buf2 d2 = mk_rand(B * L * 3 * H, 1);
     be[1]->attn_bwd(be[1], d2.p[1], dout.p[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D);
@@ -314,6 +350,7 @@ static void test_attention(void) {
     kf_mask causal = {.n_ctx = 75};
     attn_case("causal N=75 D=64", causal, 2, 2, 64, KF_PREC_FP32);
     attn_case("causal N=75 D=64 fp16", causal, 2, 2, 64, KF_PREC_FP16);
+    attn_case("causal N=75 D=64 bf16", causal, 2, 2, 64, KF_PREC_BF16);
     kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
     attn_case("causal N=75 valid_len D=32", cpad, 3, 2, 32, KF_PREC_FP32);
     kf_mask causal200 = {.n_ctx = 200};
@@ -338,6 +375,8 @@ static void test_attention(void) {
     attn_case("DoubleForward k=2 fp16 D=128", df16, 2, 2, 128, KF_PREC_FP16);
     kf_mask sfp16 = {.n_ctx = 75, .group = 2, .n_groups = 75, .valid_len = vl};
     attn_case("SingleForward k=2 valid_len fp16", sfp16, 3, 2, 64, KF_PREC_FP16);
+    attn_case("SingleForward k=2 valid_len bf16", sfp16, 3, 2, 64, KF_PREC_BF16);
+    attn_case("DoubleForward k=2 bf16 D=128", df16, 2, 2, 128, KF_PREC_BF16);
     kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
     attn_case("q_start=37 inside the context", dfq, 2, 1, 64, KF_PREC_FP32);
 }
@@ -379,6 +418,13 @@ static void test_tensor_cores(void) {
     }
     kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
     attn_case("tc: q_start=37 inside the context fp16", dfq, 2, 1, 64, KF_PREC_FP16);
+    /* the WMMA kernels are half-only: bf16 must keep to the rounding of its own format */
+    attn_case("tc: causal N=75 D=64 bf16", causal, 2, 2, 64, KF_PREC_BF16);
+    BOTH(BE->set_precision(BE, KF_PREC_BF16));
+    be[1]->batch_invariant = 1;
+    test_matmul(KF_PREC_BF16, 1);
+    be[1]->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
     be[1]->destroy(be[1]);
     be[1] = simt;
 }
@@ -387,11 +433,13 @@ static void test_attn_decode(void) {
     int64_t B = 2, cap = 90, P = 61, Q = 4, nh = 2, D = 64, H = nh * D, qs = 3 * H;
     buf2 q = mk_rand(B * Q * qs, 1), kc = mk_rand(B * cap * H, 1), vc = mk_rand(B * cap * H, 1);
     buf2 out = mk_rand(B * Q * H, 1);
-    for (int prec = 0; prec < 2; prec++) {
+    for (int prec = KF_PREC_FP32; prec <= KF_PREC_BF16; prec++) {
+        char w[64];
+        snprintf(w, sizeof w, "attn_decode %s", kernels_precision_name((kf_precision)prec));
         BOTH(BE->set_precision(BE, (kf_precision)prec));
         BOTH(BE->attn_decode(BE, PF(out), PF(q), qs, PF(kc), PF(vc), B, cap, P, Q, nh, D));
-        check_close(prec ? "attn_decode fp16" : "attn_decode fp32", &out, B * Q * H,
-                    prec ? 2e-3 : 1e-5);
+        check_close(w, &out, B * Q * H, tol_at((kf_precision)prec, 1e-5, 2e-3));
+        check_representable(w, &out, 0, B * Q * H, (kf_precision)prec);
     }
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&q), drop(&kc), drop(&vc), drop(&out);
@@ -417,8 +465,29 @@ static void test_pointwise(void) {
     check_same_bytes("scale", &y);
     BOTH(BE->fill_column(BE, PF(y), 100, 100, 17, -1000.0f));
     check_same_bytes("fill_column", &y);
-    BOTH(BE->round_half(BE, PF(x), n));
-    check_same_bytes("round_half", &x);
+    /* 16-bit rounding: random values, then the edges (ties, overflow to inf,
+     * subnormals, NaN); fp32 mode leaves x as it is */
+    float *hx = down(&x, 0);
+    const float edge[] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 1.0f + 1.0f / 2048, 65519.0f,
+                          65520.0f,          3.3961776e38f,     3.40282347e38f,     1e-40f,
+                          -2.9e-8f,          5.96e-8f,          INFINITY,           -NAN};
+    memcpy(hx, edge, sizeof edge);
+    for (int prec = KF_PREC_FP32; prec <= KF_PREC_BF16; prec++) {
+        char w[64];
+        snprintf(w, sizeof w, "round_lowp %s", kernels_precision_name((kf_precision)prec));
+        BOTH(BE->upload(BE, P(x), hx, x.bytes));
+        BOTH(BE->set_precision(BE, (kf_precision)prec));
+        BOTH(BE->round_lowp(BE, PF(x), n));
+        check_same_bytes(w, &x);
+        check_representable(w, &x, 0, n, (kf_precision)prec);
+        if (prec == KF_PREC_FP32) {
+            float *g = down(&x, 1);
+            T_CHECK(memcmp(g, hx, x.bytes) == 0, "round_lowp fp32: changed x, want it untouched");
+            free(g);
+        }
+    }
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    free(hx);
     drop(&x), drop(&y), drop(&dy), drop(&dx);
 }
 
@@ -678,8 +747,15 @@ int main(void) {
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     test_matmul(KF_PREC_FP32, 1);
     be[1]->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_BF16));
+    test_matmul(KF_PREC_BF16, 0);
+    be[1]->batch_invariant = 1;
+    test_matmul(KF_PREC_BF16, 1);
+    be[1]->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
     test_matmul_invariance(KF_PREC_FP32);
     test_matmul_invariance(KF_PREC_FP16);
+    test_matmul_invariance(KF_PREC_BF16);
     test_matmul_empty();
     test_bias();
     test_layernorm(0);

@@ -1,7 +1,7 @@
 /* CPU backend forward ops against naive references written here, plus the
  * properties the backend promises: the GEMM's fma-chain contract at every
  * SIMD level, OpenMP thread-count independence (bitwise), GEMM row (batch)
- * invariance, fp16 rounding, the
+ * invariance, fp16 and bf16 rounding, the
  * inverse-CDF edge cases, a hand-computed AdamW example, and kernels_create.
  * Backward ops: test_kernels_cpu_grad.c; attention: test_kernels_cpu_attn.c. */
 #include <omp.h>
@@ -199,32 +199,47 @@ static void check_openblas_matmul(kf_backend *be) {
     be->batch_invariant = 1;
 }
 
-static void check_fp16_matmul(kf_backend *be) {
+/* A 16-bit GEMM is the fp32 GEMM of the rounded operands, rounded; it never
+ * writes its inputs; round_lowp matches the reference at the edges. */
+static void check_lowp_matmul(kf_backend *be, kf_precision prec, float (*rnd)(float)) {
+    const char *name = kernels_precision_name(prec);
     const int64_t M = 33, N = 20, K = 70;
     float *A = tu_randf(M * K, 3), *B = tu_randf(K * N, 3), *C16 = tu_randf(M * N, 1),
           *C32 = kf_malloc(M * N * 4);
     float *A0 = kf_malloc(M * K * 4), *Ah = kf_malloc(M * K * 4), *Bh = kf_malloc(K * N * 4);
     memcpy(C32, C16, M * N * 4);
     memcpy(A0, A, M * K * 4);
-    for (int64_t i = 0; i < M * K; i++) Ah[i] = (float)(_Float16)A[i];
-    for (int64_t i = 0; i < K * N; i++) Bh[i] = (float)(_Float16)B[i];
-    be->set_precision(be, KF_PREC_FP16);
-    T_CHECK(be->precision == KF_PREC_FP16, "set_precision did not record fp16");
+    for (int64_t i = 0; i < M * K; i++) Ah[i] = rnd(A[i]);
+    for (int64_t i = 0; i < K * N; i++) Bh[i] = rnd(B[i]);
+    be->set_precision(be, prec);
+    T_EQ_INT(be->precision, prec, "set_precision(%s) recorded", name);
     be->matmul(be, C16, A, B, M, N, K, 0, 0, 1.0f, 0.5f);
     be->set_precision(be, KF_PREC_FP32);
     be->matmul(be, C32, Ah, Bh, M, N, K, 0, 0, 1.0f, 0.5f);
-    for (int64_t i = 0; i < M * N; i++) C32[i] = (float)(_Float16)C32[i];
-    T_CHECK(memcmp(C16, C32, M * N * 4) == 0, "fp16 matmul != half(fp32 matmul(half A, half B))");
-    T_CHECK(memcmp(A, A0, M * K * 4) == 0, "fp16 matmul modified its input");
-    int exact = 1;
-    for (int64_t i = 0; i < M * N; i++) exact &= (float)(_Float16)C16[i] == C16[i];
-    T_CHECK(exact, "fp16 matmul output is not representable in half");
-    float x[4] = {1.0f + 1.0f / 4096, 70000.0f, 1e-8f, -3.14159f}, want[4];
-    for (int i = 0; i < 4; i++) want[i] = (float)(_Float16)x[i];
-    be->round_half(be, x, 4);
-    T_EQ_INT(memcmp(x, want, 16), 0, "round_half");
-    T_NEAR(x[0], 1.0f, 0, "round_half");
-    T_CHECK(isinf(x[1]), "round_half");
+    for (int64_t i = 0; i < M * N; i++) C32[i] = rnd(C32[i]);
+    T_CHECK(memcmp(C16, C32, M * N * 4) == 0, "%s matmul != %s(fp32 matmul(%s A, %s B))", name,
+            name, name, name);
+    T_CHECK(memcmp(A, A0, M * K * 4) == 0, "%s matmul modified its input", name);
+    int64_t inexact = 0;
+    for (int64_t i = 0; i < M * N; i++) inexact += rnd(C16[i]) != C16[i];
+    T_EQ_INT(inexact, 0, "%s matmul outputs not representable in %s", name, name);
+    /* ties either way, overflow (IEEE: at max + half an ulp), subnormals */
+    float x[] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 1.0f + 1.0f / 2048, 65519.0f,
+                 65520.0f,          3.3961776e38f,     3.40282347e38f,     1e-40f,
+                 -2.9e-8f,          70000.0f,          -3.14159f,          NAN};
+    enum { NX = sizeof x / sizeof *x };
+    float want[NX], orig[NX];
+    memcpy(orig, x, sizeof x);
+    for (int i = 0; i < NX; i++) want[i] = rnd(x[i]);
+    be->round_lowp(be, x, NX);
+    T_CHECK(memcmp(x, orig, sizeof x) == 0, "round_lowp in fp32 mode changed x");
+    be->set_precision(be, prec);
+    be->round_lowp(be, x, NX);
+    be->set_precision(be, KF_PREC_FP32);
+    for (int i = 0; i < NX - 1; i++)
+        T_CHECK(x[i] == want[i], "round_lowp %s(%.9g): got %.9g, want %.9g", name, orig[i], x[i],
+                want[i]);
+    T_CHECK(isnan(x[NX - 1]), "round_lowp %s(NaN): got %g, want NaN", name, x[NX - 1]);
     free(A);
     free(B);
     free(C16);
@@ -232,6 +247,22 @@ static void check_fp16_matmul(kf_backend *be) {
     free(A0);
     free(Ah);
     free(Bh);
+}
+
+/* Values worked out by hand, so the bf16 reference itself is checked. */
+static void check_bf16_known(kf_backend *be) {
+    float x[] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 70000.0f, 3.3961776e38f, 1e-40f, -3.14159f};
+    const uint32_t want[] = {0x3f800000u, 0x3f820000u, 0x47890000u,
+                             0x7f800000u, 0x00010000u, 0xc0490000u};
+    be->set_precision(be, KF_PREC_BF16);
+    be->round_lowp(be, x, 6);
+    be->set_precision(be, KF_PREC_FP32);
+    for (int i = 0; i < 6; i++) {
+        uint32_t got;
+        memcpy(&got, &x[i], 4);
+        T_CHECK(got == want[i], "round_lowp bf16 [%d]: got 0x%08x, want 0x%08x", i, got, want[i]);
+        T_CHECK(tu_bf16(x[i]) == x[i], "tu_bf16 does not fix the bf16 value 0x%08x", want[i]);
+    }
 }
 
 static void check_pointwise(kf_backend *be) {
@@ -620,7 +651,9 @@ int main(void) {
     check_gemm_invariance(be);
     check_gemm_exact(be);
     check_openblas_matmul(be);
-    check_fp16_matmul(be);
+    check_lowp_matmul(be, KF_PREC_FP16, tu_fp16);
+    check_lowp_matmul(be, KF_PREC_BF16, tu_bf16);
+    check_bf16_known(be);
     check_pointwise(be);
     check_noise_features(be);
     check_logits(be);

@@ -1,7 +1,7 @@
 /* Attention on the CPU backend against a dense reference that materialises the
  * L×L mask from the rules stated in kernels.h: forward (out, lse), backward
  * against central finite differences of that reference, decode attention,
- * fp16 rounding, thread-count independence, and the number of (query, key)
+ * fp16 and bf16 rounding, thread-count independence, and the number of (query, key)
  * pairs visited (the structure's cost, e.g. the paper's SingleForward count). */
 #include <omp.h>
 
@@ -256,48 +256,52 @@ static void check_decode(kf_backend *be) {
     free(w2);
 }
 
-/* fp16 mode equals rounding the fp32 op's inputs and outputs through _Float16. */
-static void check_fp16(kf_backend *be) {
+/* A 16-bit mode equals rounding the fp32 op's inputs and outputs to the
+ * format (rnd: the test's own rounding). */
+static void check_lowp(kf_backend *be, kf_precision prec, float (*rnd)(float)) {
+    const char *name = kernels_precision_name(prec);
     const int64_t B = 2, nh = 2, D = 8, H = nh * D, k = 2, N = 6;
     int32_t vl[2] = {4, 6};
     kf_mask m = {.n_ctx = N, .group = k, .n_groups = N, .valid_len = vl};
     int64_t L = kf_mask_len(&m), nq = B * L * 3 * H, no = B * L * H, nl = B * nh * L;
     float *qkv = tu_randf(nq, 2.0), *dout = tu_randf(no, 1.0), *q16 = kf_malloc((size_t)nq * 4),
           *d16 = kf_malloc((size_t)no * 4);
-    for (int64_t i = 0; i < nq; i++) q16[i] = (float)(_Float16)qkv[i];
-    for (int64_t i = 0; i < no; i++) d16[i] = (float)(_Float16)dout[i];
+    for (int64_t i = 0; i < nq; i++) q16[i] = rnd(qkv[i]);
+    for (int64_t i = 0; i < no; i++) d16[i] = rnd(dout[i]);
     float *o_a = kf_malloc((size_t)no * 4), *o_b = kf_malloc((size_t)no * 4),
           *l_a = kf_malloc((size_t)nl * 4), *l_b = kf_malloc((size_t)nl * 4);
     float *g_a = kf_malloc((size_t)nq * 4), *g_b = kf_malloc((size_t)nq * 4);
-    be->set_precision(be, KF_PREC_FP16);
+    be->set_precision(be, prec);
     be->attn_fwd(be, o_a, l_a, qkv, &m, B, nh, D);
     be->attn_bwd(be, g_a, dout, o_a, l_a, qkv, &m, B, nh, D);
     be->set_precision(be, KF_PREC_FP32);
     be->attn_fwd(be, o_b, l_b, q16, &m, B, nh, D);
-    for (int64_t i = 0; i < no; i++) o_b[i] = (float)(_Float16)o_b[i];
+    for (int64_t i = 0; i < no; i++) o_b[i] = rnd(o_b[i]);
     be->attn_bwd(be, g_b, d16, o_b, l_b, q16, &m, B, nh, D);
-    for (int64_t i = 0; i < nq; i++) g_b[i] = (float)(_Float16)g_b[i];
-    T_CHECK(memcmp(o_a, o_b, (size_t)no * 4) == 0,
-            "fp16 attn_fwd out != half(fp32 attn(half inputs))");
-    T_CHECK(memcmp(l_a, l_b, (size_t)nl * 4) == 0, "fp16 attn_fwd lse != fp32 lse of half inputs");
-    T_CHECK(memcmp(g_a, g_b, (size_t)nq * 4) == 0, "fp16 attn_bwd != half(fp32 bwd(half inputs))");
+    for (int64_t i = 0; i < nq; i++) g_b[i] = rnd(g_b[i]);
+    T_CHECK(memcmp(o_a, o_b, (size_t)no * 4) == 0, "%s attn_fwd out != %s(fp32 attn(%s inputs))",
+            name, name, name);
+    T_CHECK(memcmp(l_a, l_b, (size_t)nl * 4) == 0, "%s attn_fwd lse != fp32 lse of %s inputs", name,
+            name);
+    T_CHECK(memcmp(g_a, g_b, (size_t)nq * 4) == 0, "%s attn_bwd != %s(fp32 bwd(%s inputs))", name,
+            name, name);
     /* decode: q rows of the first sample over its own K/V rows as the caches */
     const int64_t P = 5, Q = 3;
     float *dc_a = kf_malloc((size_t)(Q * H) * 4), *dc_b = kf_malloc((size_t)(Q * H) * 4);
-    be->set_precision(be, KF_PREC_FP16);
+    be->set_precision(be, prec);
     be->attn_decode(be, dc_a, qkv + P * 3 * H, 3 * H, qkv + H, qkv + 2 * H, 1, L / 2, P, Q, nh, D);
     be->set_precision(be, KF_PREC_FP32);
     /* the caches' row stride is H, so rows j of the cache are qkv floats [H + j*H, ...) */
     be->attn_decode(be, dc_b, q16 + P * 3 * H, 3 * H, q16 + H, q16 + 2 * H, 1, L / 2, P, Q, nh, D);
-    for (int64_t i = 0; i < Q * H; i++) dc_b[i] = (float)(_Float16)dc_b[i];
+    for (int64_t i = 0; i < Q * H; i++) dc_b[i] = rnd(dc_b[i]);
     T_CHECK(memcmp(dc_a, dc_b, (size_t)(Q * H) * 4) == 0,
-            "fp16 attn_decode != half(fp32 decode(half inputs))");
+            "%s attn_decode != %s(fp32 decode(%s inputs))", name, name, name);
     free(dc_a);
     free(dc_b);
     int changed = 0;
     be->attn_fwd(be, o_b, l_b, qkv, &m, B, nh, D);
     for (int64_t i = 0; i < no; i++) changed |= o_b[i] != o_a[i];
-    T_CHECK(changed, "fp16 attention gave the fp32 result: no rounding happened");
+    T_CHECK(changed, "%s attention gave the fp32 result: no rounding happened", name);
     free(qkv);
     free(dout);
     free(q16);
@@ -386,7 +390,8 @@ int main(void) {
                8);
     check_pairs(be);
     check_decode(be);
-    check_fp16(be);
+    check_lowp(be, KF_PREC_FP16, tu_fp16);
+    check_lowp(be, KF_PREC_BF16, tu_bf16);
     check_threads(be, 16);
     check_threads(be, 32);
     be->destroy(be);

@@ -44,7 +44,7 @@ static void test_gemm(void) {
     b->matmul(b, C, A, B, M, N, K, 1, 0, 1.0f, 1.0f);
     r = last_op(b);
     T_NEAR(r->cost.bytes, 4.0 * (3 * 7 + 7 * 5 + 2 * 3 * 5), 0, "matmul bytes, beta 1: C read too");
-    T_EQ_INT(r->cost.fp16, 1, "fp16 mode is recorded");
+    T_EQ_INT(r->cost.lowp, 1, "fp16 mode is recorded");
     /* cuBLAS path: A and B converted (4 B read, 2 written), C rounded (8 B) */
     T_NEAR(r->cost.convert_bytes, 6.0 * (3 * 7 + 7 * 5) + 8.0 * 3 * 5, 0,
            "fp16 GEMM's conversion passes outside batch-invariant mode");
@@ -222,7 +222,7 @@ static void test_roofline_time(void) {
         double want;
         const char *what;
     } cases[] = {
-        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_GEMM, .fp16 = 1},
+        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_GEMM, .lowp = 1},
          0,
          1e-3,
          "fp16 GEMM at the tensor peak"},
@@ -230,11 +230,11 @@ static void test_roofline_time(void) {
          0,
          1e-3,
          "fp32 GEMM at the fp32 peak"},
-        {{.flops = 67e9, .bytes = 1e6, .unit = KF_COST_ATTN, .fp16 = 1},
+        {{.flops = 67e9, .bytes = 1e6, .unit = KF_COST_ATTN, .lowp = 1},
          0,
          1e-3,
          "fp16 attention on fp32 units"},
-        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_ATTN, .fp16 = 1},
+        {{.flops = 989e9, .bytes = 1e6, .unit = KF_COST_ATTN, .lowp = 1},
          1,
          1e-3,
          "fp16 tensor-core attention"},

@@ -158,6 +158,23 @@ int main(void) {
     T_CHECK(!strcmp(pen[0], pen[1]), "AR default penalty: got %s want (0) %s", pen[0], pen[1]);
     free(pen[0]);
     free(pen[1]);
+    /* --precision: fp32 is the default; the 16-bit modes decode every prefix */
+    const char *precs[4] = {"", "--precision fp32", "--precision fp16", "--precision bf16"};
+    char *by_prec[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(a, sizeof a,
+                 "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 20 %s",
+                 dir, dir, precs[i]);
+        T_CHECK(run(a) == 0, "PFLM sample %s: %s", precs[i], slurp("err"));
+        o1 = slurp("out");
+        T_EQ_INT(count(o1, "\"completion\": ["), 2, "sample %s: completions, output:\n%s", precs[i],
+                 o1);
+        by_prec[i] = completions(o1);
+        free(o1);
+    }
+    T_CHECK(!strcmp(by_prec[1], by_prec[0]), "--precision fp32: got %s want (the default) %s",
+            by_prec[1], by_prec[0]);
+    for (int i = 0; i < 4; i++) free(by_prec[i]);
     snprintf(a, sizeof a, "eval %s/ar.safetensors --data %s --samples 8", dir, data);
     T_CHECK(run(a) == 0, "AR eval: %s", slurp("err"));
     o1 = slurp("out");
@@ -195,6 +212,7 @@ int main(void) {
         {"sample %s/ar.safetensors --bos 0 --tau 0", 2, "tau"},
         {"sample %s/ar.safetensors --bogus 1", 2, "unknown option"},
         {"sample %s/ar.safetensors --bos 0 --backend nosuch", 1, "unknown backend"},
+        {"sample %s/ar.safetensors --bos 0 --precision fp8", 2, "expected fp32, fp16 or bf16"},
         {"eval %s/pf.safetensors --data %s/data", 1, "--teacher"},
         {"eval %s/pf.safetensors --data %s/data --teacher %s/ar.safetensors --k 3", 1, "k_train"},
         {"eval %s/ar.safetensors --data %s/nodata", 1, "nodata"},

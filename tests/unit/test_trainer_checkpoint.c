@@ -82,7 +82,7 @@ int main(void) {
         meta.cursor = s * 4;
         meta.opt =
             (optim_state){.adam_t = s - 1, .scale = 1024.0 / s, .good_steps = 1, .skipped = 1};
-        snprintf(meta.phase, sizeof meta.phase, "%s", s < 9 ? "fp16" : "fp32");
+        snprintf(meta.phase, sizeof meta.phase, "%s", s < 9 ? "fp16" : "bf16");
         rng.counter = (uint64_t)s * 4;
         ckpt_save(ck, &d, m, ema, am, av, &meta, &rng, 2);
     }
@@ -103,7 +103,7 @@ int main(void) {
     T_EQ_INT(got.opt.adam_t, 8, "state round-trips");
     T_NEAR(got.opt.scale, 1024.0 / 9, 0, "state round-trips");
     T_EQ_INT(got.world, 1, "state round-trips");
-    T_EQ_STR(got.phase, "fp32", "state round-trips");
+    T_EQ_STR(got.phase, "bf16", "state round-trips");
     T_EQ_INT(got.id.model.hidden, 16, "state round-trips");
     T_EQ_STR(got.id.tokenizer, "gpt2", "state round-trips");
 

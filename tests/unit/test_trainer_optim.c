@@ -153,6 +153,29 @@ int main(void) {
     T_CLOSE(he[10], (2.0 / 11.0) * before[10] + (9.0 / 11.0) * h0[10], 1e-6,
             "EMA update 1 with warm-up");
 
+    /* bf16: fp32's exponent range, so no loss scale: 1 throughout, and a
+     * non-finite step is skipped without touching the scaler */
+    runconfig_opts bf = opts();
+    bf.n_phases = 1;
+    bf.phases[0] = (runconfig_phase){-1, RC_PREC_BF16};
+    optim_state s4 = optim_init(&bf);
+    T_CLOSE(optim_loss_scale(&s4, &bf, 0), 1, 0, "bf16 phase does not scale");
+    T_EQ_INT(optim_precision(RC_PREC_BF16), KF_PREC_BF16, "bf16 phase runs the backend in bf16");
+    T_EQ_INT(optim_precision(RC_PREC_FP16), KF_PREC_FP16, "fp16 phase runs the backend in fp16");
+    T_EQ_INT(optim_precision(RC_PREC_FP32), KF_PREC_FP32, "fp32 phase runs the backend in fp32");
+    for (int i = 0; i < N; i++) h0[i] = hg[i];
+    b->upload(b, g, h0, N * 4);
+    r = optim_step(b, &bf, &s4, 0, p, g, m, v, e, N);
+    T_CHECK(!r.skipped, "bf16 step applied");
+    T_CLOSE(r.scale_used, 1, 0, "bf16 step unscaled");
+    T_CLOSE(r.grad_norm, sqrt(want_norm), 1e-5, "bf16 grad norm, unscaled");
+    T_EQ_INT(s4.good_steps, 0, "bf16 steps do not count toward growth");
+    h0[7] = INFINITY;
+    b->upload(b, g, h0, N * 4);
+    r = optim_step(b, &bf, &s4, 1, p, g, m, v, e, N);
+    T_CHECK(r.skipped, "bf16 non-finite step skipped");
+    T_CLOSE(s4.scale, 1024, 0, "bf16 skip leaves the (unused) scale");
+
     b->free(b, p), b->free(b, g), b->free(b, m), b->free(b, v), b->free(b, e);
     b->destroy(b);
     free(hp), free(hg), free(h0), free(he), free(before), free(ebefore);

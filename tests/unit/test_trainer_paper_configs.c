@@ -73,11 +73,11 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
         if (i == 0 && !ar_trained) continue;
         check_stage(path, s);
         if (i == 0) {
-            /* the paper trains its AR teacher in BF16 mixed precision; our half is FP16 */
-            T_EQ_INT(runconfig_precision_at(&s->opt, 0), RC_PREC_FP16,
-                     "%s ar: half precision throughout", path);
-            T_EQ_INT(runconfig_precision_at(&s->opt, 499999), RC_PREC_FP16,
-                     "%s ar: half precision throughout", path);
+            /* the paper trains its AR teacher in BF16 mixed precision */
+            T_EQ_INT(runconfig_precision_at(&s->opt, 0), RC_PREC_BF16, "%s ar: bf16 throughout",
+                     path);
+            T_EQ_INT(runconfig_precision_at(&s->opt, 499999), RC_PREC_BF16,
+                     "%s ar: bf16 throughout", path);
             continue;
         }
         T_CHECK(s->k == ks[i], "%s %s: k got %lld want %lld", path, s->name, (long long)s->k,

@@ -166,8 +166,25 @@ int main(void) {
     expect_error("kind: ar,", "kind: arr,", "unknown kind");
     expect_error("teacher: ar,", "teacher: k2,", "not an earlier stage");
     expect_error("teacher: k1, k: 2", "teacher: k1, k: 3", "doubles k");
-    expect_error("{mode: fp32}", "{mode: fp8}", "fp16 or fp32");
+    expect_error("{mode: fp32}", "{mode: fp8}", "expected fp32, fp16 or bf16, got 'fp8'");
     expect_error("{mode: fp32}]", "{until_step: 9, mode: fp32}]", "leave out until_step");
+    { /* bf16, the paper's AR-teacher precision, as a stage's own schedule */
+        runconfig *rc;
+        kf_err err;
+        int r = load_with("steps: 10, lr: 2.0e-3}", "steps: 10, precision: [{mode: bf16}]}", 0,
+                          NULL, &rc, &err);
+        T_EQ_INT(r, 0, "precision bf16: %s", err.msg);
+        if (!r) {
+            T_EQ_INT(runconfig_precision_at(&rc->stages[0].opt, 0), RC_PREC_BF16, "ar: bf16");
+            T_EQ_INT(runconfig_precision_at(&rc->stages[0].opt, 9), RC_PREC_BF16, "ar: bf16");
+            T_EQ_INT(runconfig_precision_at(&rc->stages[1].opt, 0), RC_PREC_FP16, "k1: defaults");
+        }
+        runconfig_free(rc);
+        for (int p = RC_PREC_FP32; p <= RC_PREC_BF16; p++)
+            T_EQ_INT(runconfig_prec_parse(runconfig_prec_name((runconfig_prec)p)), p,
+                     "precision name '%s' parses back", runconfig_prec_name((runconfig_prec)p));
+        T_EQ_INT(runconfig_prec_parse("half"), -1, "unknown precision name");
+    }
     expect_error("until_step: 5", "until_step: 0", "must increase");
     expect_error("time_limit: \"01:02:03\"", "time_limit: \"1:xx\"", "time_limit");
     expect_error("name: t\n", "", "name");

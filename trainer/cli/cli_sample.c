@@ -18,12 +18,14 @@
 #include "trainer/infer/prefixes.h"
 #include "trainer/model/model.h"
 #include "trainer/train/checkpoint.h"
+#include "trainer/train/optim.h"
 
 static const char USAGE[] =
     "usage: kf sample CKPT [--k K] [--tau T] [--freq-penalty P] [--prefix-file F.jsonl]\n"
     "                 [--batch B] [--n-per-prefix M] [--max-new N] [--seed S]\n"
     "                 [--position-temp T0,T1,...]\n"
     "                 [--vocab DIR] [--eos ID] [--bos ID] [--backend cpu|cuda|auto]\n"
+    "                 [--precision fp32|fp16|bf16]\n"
     "\n"
     "Generates completions with the KV-cached decoder: an AR checkpoint one token per\n"
     "step (inverse-CDF sampling at temperature T), a PFLM checkpoint K <= k_train tokens\n"
@@ -49,6 +51,8 @@ static const char USAGE[] =
     "                   frequency penalty): an older commit of the release used\n"
     "                   0,0.3,0.5,0.7 (OWT) and 0,0.2,0.4,0.6 (LM1B) before the penalty\n"
     "  --eos ID, --bos ID  override the tokenizer's (text is cut at the first EOS)\n"
+    "  --precision P    the GEMMs and attention in fp32 (default), or in fp16 or bf16 with\n"
+    "                   fp32 accumulation (the paper decodes in bf16); logits stay fp32\n"
     "\n"
     "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
     "text (detokenised, truncated at the first EOS; with --vocab), tokens_per_s (the\n"
@@ -68,7 +72,7 @@ static int cmp_len(const void *a, const void *b) {
 
 /* The parsed command line. */
 typedef struct sample_args {
-    const char *ckpt, *prefix_file, *vocab, *backend;
+    const char *ckpt, *prefix_file, *vocab, *backend, *precision;
     /* k 0, eos and bos -2, pen NAN: from the checkpoint and the tokenizer */
     int64_t k, batch, per, max_new, seed, eos, bos;
     double tau, pen, ptemp[64];
@@ -90,6 +94,7 @@ typedef struct sample_plan {
  * exit status in *code. */
 static int parse_args(int argc, char **argv, sample_args *a, int *code) {
     *a = (sample_args){.backend = "cpu",
+                       .precision = "fp32",
                        .batch = 16,
                        .per = 1,
                        .max_new = 64,
@@ -111,12 +116,19 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
         {"--eos", CLI_INT, .out = &a->eos, .lo = -1, .hi = INFINITY},
         {"--bos", CLI_INT, .out = &a->bos, .lo = 0, .hi = INFINITY},
         {"--backend", CLI_STR, .out = &a->backend},
+        {"--precision", CLI_STR, .out = &a->precision},
         CLI_OPT_END,
     };
     const cli_spec spec = {"kf sample", USAGE, opts, .pos = &a->ckpt, .max_pos = 1};
     if (cli_parse(&spec, argc, argv, code)) return 1;
     if (!a->ckpt) {
         fputs(USAGE, stderr);
+        *code = KF_EXIT_USAGE;
+        return 1;
+    }
+    if (runconfig_prec_parse(a->precision) < 0) {
+        fprintf(stderr, "kf sample: --precision: expected fp32, fp16 or bf16, got '%s'\n",
+                a->precision);
         *code = KF_EXIT_USAGE;
         return 1;
     }
@@ -161,6 +173,8 @@ static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
     p->be = kernels_create(a->backend, err);
     model *m = p->m = p->be ? model_load(p->be, p->path, err) : NULL;
     if (!m) return KF_EXIT_ERROR;
+    p->be->set_precision(p->be,
+                         optim_precision((runconfig_prec)runconfig_prec_parse(a->precision)));
     int64_t k = a->k ? a->k : m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
     double pen = !isnan(a->pen)            ? a->pen
                  : m->cfg.kind == MODEL_AR ? 0.0

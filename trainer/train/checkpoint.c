@@ -285,8 +285,8 @@ int ckpt_verify(const char *path, ckpt_meta *meta, kf_err *err) {
         cfg_get_int(r, "optim.good_steps", &m.opt.good_steps, err) ||
         cfg_get_int(r, "optim.skipped", &m.opt.skipped, err) || parse_identity(r, &m.id, err))
         goto out;
-    if (strcmp(phase, "fp16") && strcmp(phase, "fp32")) {
-        cfg_err_at(cfg_find(r, "phase"), err, "expected fp16 or fp32");
+    if (runconfig_prec_parse(phase) < 0) {
+        cfg_err_at(cfg_find(r, "phase"), err, "expected fp32, fp16 or bf16");
         goto out;
     }
     snprintf(m.phase, sizeof m.phase, "%s", phase);

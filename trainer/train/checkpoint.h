@@ -73,7 +73,7 @@ typedef struct ckpt_meta {
     int world; /* ranks that wrote it */
     char config_hash[65];
     optim_state opt;
-    char phase[8]; /* precision phase at `step`: "fp16" | "fp32" */
+    char phase[8]; /* precision phase at `step`: runconfig_prec_name ("fp32" "fp16" "bf16") */
     ckpt_identity id;
 } ckpt_meta;
 

@@ -26,6 +26,10 @@ double optim_loss_scale(const optim_state *st, const runconfig_opts *o, int64_t 
     return runconfig_precision_at(o, step) == RC_PREC_FP16 ? st->scale : 1.0;
 }
 
+kf_precision optim_precision(runconfig_prec p) {
+    return p == RC_PREC_FP16 ? KF_PREC_FP16 : p == RC_PREC_BF16 ? KF_PREC_BF16 : KF_PREC_FP32;
+}
+
 optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t step,
                         float *params, const float *grads, float *m, float *v, float *ema,
                         int64_t n) {

@@ -9,7 +9,9 @@
  * skipped (no AdamW, no EMA, no bias-correction tick), the scale is
  * multiplied by `backoff`, and the skip is counted; after `growth_interval`
  * consecutive good fp16 steps the scale is multiplied by `growth`. In an
- * fp32 phase the scale is 1 and never changes (a non-finite gradient is still
+ * fp32 or bf16 phase (bf16 has fp32's exponent range, so gradients neither
+ * underflow nor overflow for want of a scale) the scale is 1 and never
+ * changes (a non-finite gradient is still
  * skipped and counted: it must never reach the weights). The scaler state is
  * plain numbers, saved in checkpoints, so the schedule survives resume.
  */
@@ -53,8 +55,11 @@ double optim_lr(const runconfig_opts *o, int64_t step);
 double optim_ema_decay(const runconfig_opts *o, int64_t updates);
 
 /** The loss scale to multiply the loss by at this step: st->scale in an fp16
- * phase, 1 in an fp32 phase. */
+ * phase, 1 in an fp32 or bf16 phase. */
 double optim_loss_scale(const optim_state *st, const runconfig_opts *o, int64_t step);
+
+/** The backend precision (kernels.h) that runs a phase of mode p. */
+kf_precision optim_precision(runconfig_prec p);
 
 /** One optimizer step at 0-based `step`.
  * grads hold d(loss * optim_loss_scale)/d(params) summed over every rank (the

@@ -31,7 +31,7 @@ const char *roofline_device_names(void) { return "h100, h200, a100"; }
 double roofline_op_seconds(const roofline_device *d, const kf_op_cost *c, int attn_tc) {
     if (c->unit == KF_COST_NONE) return 0;
     if (c->unit == KF_COST_HOST) return c->bytes / d->bus_bytes;
-    int tensor = c->fp16 && (c->unit == KF_COST_GEMM || (c->unit == KF_COST_ATTN && attn_tc));
+    int tensor = c->lowp && (c->unit == KF_COST_GEMM || (c->unit == KF_COST_ATTN && attn_tc));
     double compute = c->flops / (tensor ? d->tensor_flops : d->fp32_flops);
     double memory = c->bytes / d->mem_bytes;
     return compute > memory ? compute : memory;
@@ -144,8 +144,7 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     kf_backend *be = m->be;
     const runconfig_stage *st = s->st;
     const runconfig_opts *o = &st->opt;
-    int fp16 = runconfig_precision_at(o, 0) == RC_PREC_FP16;
-    be->set_precision(be, fp16 ? KF_PREC_FP16 : KF_PREC_FP32);
+    be->set_precision(be, optim_precision(runconfig_precision_at(o, 0)));
     mk->begin = n_recorded(be);
     int32_t *tokens = kf_malloc((size_t)(B * n) * sizeof *tokens);
     uint64_t *keys = kf_malloc((size_t)B * sizeof *keys);
@@ -213,10 +212,10 @@ static int by_est(const void *a, const void *b) {
 }
 
 /* The conversion passes around op r as their own memory-bound record
- * ("fp16_convert", op_cost.h convert_bytes; no bytes: none). */
+ * ("convert16", op_cost.h convert_bytes; no bytes: none). */
 static kf_op_rec convert_rec(const kf_op_rec *r) {
-    return (kf_op_rec){.op = "fp16_convert",
-                       .cost = {.bytes = r->cost.convert_bytes, .unit = KF_COST_SIMT, .fp16 = 1}};
+    return (kf_op_rec){.op = "convert16",
+                       .cost = {.bytes = r->cost.convert_bytes, .unit = KF_COST_SIMT, .lowp = 1}};
 }
 
 static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t from, int64_t to,
@@ -261,11 +260,12 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
     all.calls = calls; /* ops, not their conversion passes */
     qsort(byop, (size_t)nop, sizeof *byop, by_est);
     qsort(byshape, (size_t)nshape, sizeof *byshape, by_est);
-    int fp16 = runconfig_precision_at(&st->opt, 0) == RC_PREC_FP16;
+    runconfig_prec prec = runconfig_precision_at(&st->opt, 0);
+    int lowp = prec != RC_PREC_FP32;
     printf("\nstage %s (%s, k %lld): %lld x %lld, V %lld, batch %lld x %lld, %s phase, %s; %s\n",
            st->name, runconfig_kind_name(st->kind), (long long)mc->k_train, (long long)mc->blocks,
            (long long)mc->hidden, (long long)mc->vocab, (long long)B, (long long)n,
-           fp16 ? "fp16" : "fp32",
+           runconfig_prec_name(prec),
            attn_tc ? "tensor-core attention (KF_CUDA_TC=1)"
                    : "attention on the fp32 units (KF_CUDA_TC unset)",
            timed ? "run and timed on this GPU" : "dry: nothing computed");
@@ -288,12 +288,12 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
            sum_est(d, ops, mk->teacher, mk->student, attn_tc) * 1e3,
            sum_est(d, ops, mk->student, mk->end, attn_tc) * 1e3, syncs);
     roofline_flops f = roofline_step_flops(mc, B, n, st);
-    double peak = fp16 ? d->tensor_flops : d->fp32_flops;
+    double peak = lowp ? d->tensor_flops : d->fp32_flops;
     printf(
         "step: estimated %.2f ms, %.0f tokens/s; model FLOPs (6 N tokens + attention) %.2f TFLOP, "
         "MFU %.1f%% of %.0f TFLOP/s (%s dense)",
         all.est * 1e3, f.tokens / all.est, f.total / 1e12, 100 * f.total / (all.est * peak),
-        peak / 1e12, fp16 ? "fp16/bf16 tensor" : "fp32");
+        peak / 1e12, lowp ? "fp16/bf16 tensor" : "fp32");
     if (timed)
         printf("; measured %.2f ms, MFU %.1f%%", all.meas * 1e3, 100 * f.total / (all.meas * peak));
     printf(

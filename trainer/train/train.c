@@ -98,7 +98,7 @@ static void fill_meta(trainer *t, ckpt_meta *m) {
     memcpy(m->config_hash, t->rc->hash, 65);
     m->opt = t->os;
     snprintf(m->phase, sizeof m->phase, "%s",
-             runconfig_precision_at(t->o, t->step) == RC_PREC_FP16 ? "fp16" : "fp32");
+             runconfig_prec_name(runconfig_precision_at(t->o, t->step)));
     m->id = t->id;
 }
 
@@ -210,7 +210,7 @@ static void train_step(trainer *t) {
     model *m = t->m;
     double t_start = clock_now_s();
     runconfig_prec prec = runconfig_precision_at(t->o, t->step);
-    be->set_precision(be, prec == RC_PREC_FP16 ? KF_PREC_FP16 : KF_PREC_FP32);
+    be->set_precision(be, optim_precision(prec));
 
     /* tau curriculum: the range's upper end opens up over the first steps
      * (a function of the step alone, so resumes draw the same tau) */
@@ -275,7 +275,7 @@ static void train_step(trainer *t) {
     kf_rec_double(&rec, "loss_scale", r.scale_used);
     kf_rec_int(&rec, "skipped", r.skipped);
     kf_rec_int(&rec, "skipped_total", t->os.skipped);
-    kf_rec_str(&rec, "phase", prec == RC_PREC_FP16 ? "fp16" : "fp32");
+    kf_rec_str(&rec, "phase", runconfig_prec_name(prec));
     kf_rec_int(&rec, "tokens", (int64_t)tokens);
     kf_rec_double(&rec, "tokens_per_s", t->last_tps);
     kf_rec_double(&rec, "ms_step", dt * 1e3);
@@ -291,7 +291,7 @@ static void train_step(trainer *t) {
         kf_log_info("%s: step %" PRId64 "/%" PRId64 " loss %.4f lr %.3g |g| %.3g scale %g %s "
                     "%.0f tok/s %.0f ms/step",
                     t->st->name, t->step, t->st->steps, loss / norm, r.lr, r.grad_norm,
-                    r.scale_used, prec == RC_PREC_FP16 ? "fp16" : "fp32", t->last_tps, dt * 1e3);
+                    r.scale_used, runconfig_prec_name(prec), t->last_tps, dt * 1e3);
 }
 
 static void log_eval(trainer *t) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 struct emu_blas {
@@ -70,7 +71,9 @@ static size_t type_size(cudaDataType t) {
 }
 
 static float load(const void *p, cudaDataType t, size_t i) {
-    return t == CUDA_R_16F ? __half2float(((const __half *)p)[i]) : ((const float *)p)[i];
+    if (t == CUDA_R_16F) return __half2float(((const __half *)p)[i]);
+    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return ((const float *)p)[i];
 }
 
 /* Elements a column-major rows x cols operand with leading dimension ld spans
@@ -100,11 +103,13 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
         return CUBLAS_STATUS_NOT_SUPPORTED; /* the emulator models the default algorithms only */
     bool f32 = ct == CUBLAS_COMPUTE_32F || ct == CUBLAS_COMPUTE_32F_PEDANTIC ||
                ct == CUBLAS_COMPUTE_32F_FAST_TF32 || ct == CUBLAS_COMPUTE_32F_FAST_16F;
-    bool types = At == Bt && ((f32 && At == CUDA_R_32F && Ct == CUDA_R_32F) ||
-                              (f32 && At == CUDA_R_16F && (Ct == CUDA_R_32F || Ct == CUDA_R_16F)));
+    bool types =
+        At == Bt && ((f32 && At == CUDA_R_32F && Ct == CUDA_R_32F) ||
+                     (f32 && At == CUDA_R_16F && (Ct == CUDA_R_32F || Ct == CUDA_R_16F)) ||
+                     (f32 && At == CUDA_R_16BF && (Ct == CUDA_R_32F || Ct == CUDA_R_16BF)));
     if (!types) return CUBLAS_STATUS_NOT_SUPPORTED; /* the combinations the project may use */
-    if (At == CUDA_R_16F && h->math == CUBLAS_PEDANTIC_MATH)
-        emu_fatal("cublasGemmStridedBatchedEx: fp16 operands on a handle in CUBLAS_PEDANTIC_MATH "
+    if (At != CUDA_R_32F && h->math == CUBLAS_PEDANTIC_MATH)
+        emu_fatal("cublasGemmStridedBatchedEx: 16-bit operands on a handle in CUBLAS_PEDANTIC_MATH "
                   "(prescribed-precision arithmetic for every phase, off the tensor cores' fast "
                   "path); ask for pedantic fp32 per call with CUBLAS_COMPUTE_32F_PEDANTIC instead");
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
@@ -149,6 +154,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                 float v = alpha * acc;
                 if (beta != 0.0f) v += beta * load(c, Ct, ci); /* beta = 0: C is not read */
                 if (Ct == CUDA_R_16F) ((__half *)c)[ci] = __float2half_rn(v);
+                else if (Ct == CUDA_R_16BF) ((__nv_bfloat16 *)c)[ci] = __float2bfloat16_rn(v);
                 else ((float *)c)[ci] = v;
             }
     }
