@@ -51,6 +51,22 @@ static char *completions(const char *out) {
     return c;
 }
 
+/* The completions of `kf sample DIR/CKPT` over prefixes.jsonl (2 prefixes),
+ * 20 new tokens each, with the extra options; checks it exits 0 and prints one
+ * completion per prefix. */
+static char *sample_completions(const char *ckpt, const char *opts) {
+    char a[8192];
+    snprintf(a, sizeof a, "sample %s/%s --prefix-file %s/prefixes.jsonl --max-new 20 %s", dir, ckpt,
+             dir, opts);
+    T_CHECK(run(a) == 0, "sample %s %s: %s", ckpt, opts, slurp("err"));
+    char *out = slurp("out");
+    T_EQ_INT(count(out, "\"completion\": ["), 2, "sample %s %s: completions, output:\n%s", ckpt,
+             opts, out);
+    char *c = completions(out);
+    free(out);
+    return c;
+}
+
 static void write_file(const char *name, const char *text) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -133,45 +149,21 @@ int main(void) {
     free(o1);
     /* the frequency penalty defaults to the released sampler's 0.5 for a PFLM, 0 for AR */
     char *pen[3];
-    const char *pen_args[3] = {"", "--freq-penalty 0.5", "--freq-penalty 0"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(a, sizeof a,
-                 "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 20 %s",
-                 dir, dir, pen_args[i]);
-        T_CHECK(run(a) == 0, "PFLM sample %s: %s", pen_args[i], slurp("err"));
-        o1 = slurp("out");
-        pen[i] = completions(o1);
-        free(o1);
-    }
+    const char *pen_args[3] = {"--k 2", "--k 2 --freq-penalty 0.5", "--k 2 --freq-penalty 0"};
+    for (int i = 0; i < 3; i++) pen[i] = sample_completions("pf.safetensors", pen_args[i]);
     T_CHECK(!strcmp(pen[0], pen[1]), "PFLM default penalty: got %s want (0.5) %s", pen[0], pen[1]);
     T_CHECK(strcmp(pen[0], pen[2]), "PFLM default penalty is not 0: both gave %s", pen[0]);
     for (int i = 0; i < 3; i++) free(pen[i]);
-    for (int i = 0; i < 2; i++) {
-        snprintf(a, sizeof a,
-                 "sample %s/ar.safetensors --prefix-file %s/prefixes.jsonl --max-new 20 %s", dir,
-                 dir, i ? "--freq-penalty 0" : "");
-        T_CHECK(run(a) == 0, "AR sample: %s", slurp("err"));
-        o1 = slurp("out");
-        pen[i] = completions(o1);
-        free(o1);
-    }
+    for (int i = 0; i < 2; i++)
+        pen[i] = sample_completions("ar.safetensors", i ? "--freq-penalty 0" : "");
     T_CHECK(!strcmp(pen[0], pen[1]), "AR default penalty: got %s want (0) %s", pen[0], pen[1]);
     free(pen[0]);
     free(pen[1]);
     /* --precision: fp32 is the default; the 16-bit modes decode every prefix */
-    const char *precs[4] = {"", "--precision fp32", "--precision fp16", "--precision bf16"};
+    const char *precs[4] = {"--k 2", "--k 2 --precision fp32", "--k 2 --precision fp16",
+                            "--k 2 --precision bf16"};
     char *by_prec[4];
-    for (int i = 0; i < 4; i++) {
-        snprintf(a, sizeof a,
-                 "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 20 %s",
-                 dir, dir, precs[i]);
-        T_CHECK(run(a) == 0, "PFLM sample %s: %s", precs[i], slurp("err"));
-        o1 = slurp("out");
-        T_EQ_INT(count(o1, "\"completion\": ["), 2, "sample %s: completions, output:\n%s", precs[i],
-                 o1);
-        by_prec[i] = completions(o1);
-        free(o1);
-    }
+    for (int i = 0; i < 4; i++) by_prec[i] = sample_completions("pf.safetensors", precs[i]);
     T_CHECK(!strcmp(by_prec[1], by_prec[0]), "--precision fp32: got %s want (the default) %s",
             by_prec[1], by_prec[0]);
     for (int i = 0; i < 4; i++) free(by_prec[i]);
