@@ -52,6 +52,7 @@
 #include "trainer/infer/decode.h"
 #include "trainer/infer/quality.h"
 #include "trainer/model/model.h"
+#include "trainer/train/optim.h"
 
 #define MAX_LIST 16
 #define MAX_METHODS 32
@@ -60,7 +61,7 @@ static const char USAGE[] =
     "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
     "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
     "                       [--backend cpu|cuda|auto] [--clock wall|cpu] [--json OUT.json]\n"
-    "                       [--png OUT.png]\n"
+    "                       [--png OUT.png] [--precision fp32|fp16|bf16]\n"
     "\n"
     "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
     "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
@@ -86,6 +87,8 @@ static const char USAGE[] =
     "                 other jobs barely change it (cache and memory sharing still do);\n"
     "                 CPU backend only\n"
     "  --tau T        temperature (default 1)\n"
+    "  --precision P  GEMMs and attention in fp32 (default), fp16 or bf16 (the paper's\n"
+    "                 throughput runs), fp32 accumulation; Gen-PPL is scored in fp32\n"
     "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
     "                 0: the fused argmax path; AR samples without one, as the release)\n"
     "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n";
@@ -156,10 +159,11 @@ static model *load(kf_backend *be, const char *path, kf_err *err) {
     return model_load(be, p, err);
 }
 
-static void write_json(FILE *f, const char *dev, const char *clock, const char *data, int64_t P,
-                       int64_t N, int runs, const int64_t *bs, int nb, const method *mt, int nm,
-                       int ar) {
-    fprintf(f, "{\"device\": \"%s\", \"clock\": \"%s\", \"data\": ", dev, clock);
+static void write_json(FILE *f, const char *dev, const char *prec, const char *clock,
+                       const char *data, int64_t P, int64_t N, int runs, const int64_t *bs, int nb,
+                       const method *mt, int nm, int ar) {
+    fprintf(f, "{\"device\": \"%s\", \"precision\": \"%s\", \"clock\": \"%s\", \"data\": ", dev,
+            prec, clock);
     json_write_str(f, data, strlen(data));
     fprintf(f,
             ", \"prefix_len\": %lld, \"max_new\": %lld, \"warmup\": 1, \"runs\": %d,\n \"rows\": [",
@@ -195,7 +199,7 @@ static void write_json(FILE *f, const char *dev, const char *clock, const char *
 
 /* The parsed command line. */
 typedef struct decode_args {
-    const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name;
+    const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name, *precision;
     int nck, nb, nk;
     int64_t bs[MAX_LIST], ks[MAX_LIST], P, N, runs, seed; /* P, N: 0 = the protocol's */
     double tau, pen;
@@ -222,6 +226,7 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
                        .json_path = "bench-decode.json",
                        .png_path = "bench-decode.png",
                        .clock_name = "wall",
+                       .precision = "fp32",
                        .nb = 3,
                        .nk = 3,
                        .bs = {4, 16, 128},
@@ -236,6 +241,7 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         {"--json", CLI_STR, .out = &a->json_path},
         {"--png", CLI_STR, .out = &a->png_path},
         {"--clock", CLI_STR, .out = &a->clock_name},
+        {"--precision", CLI_STR, .out = &a->precision},
         {"--batch", CLI_INT_LIST, .out = a->bs, .n = &a->nb, .cap = MAX_LIST, .lo = 1,
          .hi = INFINITY},
         {"--k", CLI_INT_LIST, .out = a->ks, .n = &a->nk, .cap = MAX_LIST, .lo = 1, .hi = INFINITY},
@@ -257,6 +263,11 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         return 1;
     }
     a->cpu_clock = !strcmp(a->clock_name, "cpu");
+    if (optim_precision_parse(a->precision) < 0) {
+        fprintf(stderr, "kf bench decode: --precision: expected fp32, fp16 or bf16, got '%s'\n",
+                a->precision);
+        return 1;
+    }
     if (!a->nck || !a->data) {
         fprintf(stderr, "kf bench decode: at least one CKPT and --data DIR are required\n");
         fputs(USAGE, stderr);
@@ -343,6 +354,7 @@ static int plan_make(decode_plan *p, const decode_args *a, kf_err *err) {
         p->qb = a->bs[b] > a->bs[p->qb] ? b : p->qb;
     }
     if (!(p->be = kernels_create(a->backend, err))) return -1;
+    p->be->set_precision(p->be, (kf_precision)optim_precision_parse(a->precision));
     if (a->cpu_clock && strcmp(p->be->name, "cpu"))
         return kf_err_set(
             err,
@@ -475,8 +487,8 @@ static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
     char *jtext = NULL;
     size_t jlen = 0;
     FILE *jf = open_memstream(&jtext, &jlen);
-    write_json(jf, p->be->name, a->clock_name, a->data, p->P, p->N, (int)a->runs, a->bs, a->nb,
-               p->mt, p->nm, p->ar);
+    write_json(jf, p->be->name, a->precision, a->clock_name, a->data, p->P, p->N, (int)a->runs,
+               a->bs, a->nb, p->mt, p->nm, p->ar);
     fclose(jf);
     int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
     free(jtext);
@@ -494,11 +506,11 @@ int bench_decode_main(int argc, char **argv) {
     kf_err err = {{0}};
     code = KF_EXIT_ERROR;
     if (plan_make(&p, &a, &err) == 0) {
-        printf("decode benchmark: %s backend, prefixes of %lld tokens from %s (valid), %lld new "
-               "tokens, "
-               "1 warm-up + %lld timed runs (%s clock), tau %g, PFLM frequency penalty %g\n",
-               p.be->name, (long long)p.P, a.data, (long long)p.N, (long long)a.runs, a.clock_name,
-               a.tau, a.pen);
+        printf("decode benchmark: %s backend in %s, prefixes of %lld tokens from %s (valid), %lld "
+               "new tokens, 1 warm-up + %lld timed runs (%s clock), tau %g, PFLM frequency "
+               "penalty %g\n",
+               p.be->name, a.precision, (long long)p.P, a.data, (long long)p.N, (long long)a.runs,
+               a.clock_name, a.tau, a.pen);
         run_batches(&p, &a, &err);
         if (report(&p, &a, &err) == 0) code = KF_EXIT_OK;
     }

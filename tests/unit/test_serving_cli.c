@@ -148,6 +148,8 @@ static void bench_tests(void) {
         const json *r = json_root(d), *rows = json_get(r, "rows"), *mn = json_get(r, "max_new");
         const json *ck = json_get(r, "clock");
         T_EQ_STR(ck && ck->type == JSON_STRING ? ck->str.s : "(none)", "wall", "default clock");
+        const json *pr = json_get(r, "precision");
+        T_EQ_STR(pr && pr->type == JSON_STRING ? pr->str.s : "(none)", "fp32", "default precision");
         /* the exact protocol: data 32 - prefix 6 = 26 in the 32-token models; k = 4
          * ends with a 2-token step (was 20: rounded to a multiple of every k) */
         T_CHECK(mn, "max_new %lld, want 26", mn ? (long long)mn->i : -1LL);
@@ -239,7 +241,7 @@ static void bench_tests(void) {
     /* bad input */
     snprintf(cmd, sizeof cmd,
              "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --clock cpu "
-             "--json %s/x.json --png %s/x.png",
+             "--precision bf16 --json %s/x.json --png %s/x.png",
              T, T, T, T);
     T_CHECK(run(bench_decode_main, cmd) == 0, "default OWT prefix (64) with a context of 32 runs");
     snprintf(p, sizeof p, "%s/x.json", T);
@@ -255,6 +257,8 @@ static void bench_tests(void) {
         const json *ck = x ? json_get(json_root(x), "clock") : NULL,
                    *rows = x ? json_get(json_root(x), "rows") : NULL;
         T_EQ_STR(ck && ck->type == JSON_STRING ? ck->str.s : "(none)", "cpu", "--clock cpu");
+        const json *pr = x ? json_get(json_root(x), "precision") : NULL;
+        T_EQ_STR(pr && pr->type == JSON_STRING ? pr->str.s : "(none)", "bf16", "--precision bf16");
         const json *tps = rows && rows->n ? json_get(&rows->kids[0], "tokens_per_s") : NULL;
         T_CHECK((tps ? tps->num : -1.0) > 0, "--clock cpu: tokens/s got %g want > 0",
                 tps ? tps->num : -1.0);
@@ -281,6 +285,8 @@ static void bench_tests(void) {
     T_CHECK(run(bench_decode_main, cmd) == 2, "a negative --freq-penalty is a usage error");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --clock gpu", T, T);
     T_CHECK(run(bench_decode_main, cmd) == 2, "--clock gpu is a usage error");
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --precision fp8", T, T);
+    T_CHECK(run(bench_decode_main, cmd) == 2, "--precision fp8 is a usage error");
     T_CHECK(run(bench_decode_main, "decode --data x") == 2, "no checkpoint is a usage error");
 }
 

@@ -163,6 +163,10 @@ int main(void) {
     T_EQ_INT(optim_precision(RC_PREC_BF16), KF_PREC_BF16, "bf16 phase runs the backend in bf16");
     T_EQ_INT(optim_precision(RC_PREC_FP16), KF_PREC_FP16, "fp16 phase runs the backend in fp16");
     T_EQ_INT(optim_precision(RC_PREC_FP32), KF_PREC_FP32, "fp32 phase runs the backend in fp32");
+    T_EQ_INT(optim_precision_parse("bf16"), KF_PREC_BF16, "--precision bf16");
+    T_EQ_INT(optim_precision_parse("fp16"), KF_PREC_FP16, "--precision fp16");
+    T_EQ_INT(optim_precision_parse("fp32"), KF_PREC_FP32, "--precision fp32");
+    T_EQ_INT(optim_precision_parse("FP16"), -1, "--precision names are lower case");
     for (int i = 0; i < N; i++) h0[i] = hg[i];
     b->upload(b, g, h0, N * 4);
     r = optim_step(b, &bf, &s4, 0, p, g, m, v, e, N);

@@ -126,7 +126,7 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
         *code = KF_EXIT_USAGE;
         return 1;
     }
-    if (runconfig_prec_parse(a->precision) < 0) {
+    if (optim_precision_parse(a->precision) < 0) {
         fprintf(stderr, "kf sample: --precision: expected fp32, fp16 or bf16, got '%s'\n",
                 a->precision);
         *code = KF_EXIT_USAGE;
@@ -173,8 +173,7 @@ static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
     p->be = kernels_create(a->backend, err);
     model *m = p->m = p->be ? model_load(p->be, p->path, err) : NULL;
     if (!m) return KF_EXIT_ERROR;
-    p->be->set_precision(p->be,
-                         optim_precision((runconfig_prec)runconfig_prec_parse(a->precision)));
+    p->be->set_precision(p->be, (kf_precision)optim_precision_parse(a->precision));
     int64_t k = a->k ? a->k : m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
     double pen = !isnan(a->pen)            ? a->pen
                  : m->cfg.kind == MODEL_AR ? 0.0

@@ -30,6 +30,11 @@ kf_precision optim_precision(runconfig_prec p) {
     return p == RC_PREC_FP16 ? KF_PREC_FP16 : p == RC_PREC_BF16 ? KF_PREC_BF16 : KF_PREC_FP32;
 }
 
+int optim_precision_parse(const char *name) {
+    int p = runconfig_prec_parse(name);
+    return p < 0 ? -1 : (int)optim_precision((runconfig_prec)p);
+}
+
 optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t step,
                         float *params, const float *grads, float *m, float *v, float *ema,
                         int64_t n) {

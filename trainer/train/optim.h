@@ -61,6 +61,10 @@ double optim_loss_scale(const optim_state *st, const runconfig_opts *o, int64_t 
 /** The backend precision (kernels.h) that runs a phase of mode p. */
 kf_precision optim_precision(runconfig_prec p);
 
+/** The backend precision a mode name ("fp32", "fp16", "bf16": the commands'
+ *  --precision) selects, or -1 for any other name. */
+int optim_precision_parse(const char *name);
+
 /** One optimizer step at 0-based `step`.
  * grads hold d(loss * optim_loss_scale)/d(params) summed over every rank (the
  * caller all-reduces first, so all ranks take identical decisions). Applies
