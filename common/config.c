@@ -794,11 +794,7 @@ static bool plain_ok(const char *v, bool quoted) {
     return true;
 }
 
-static void emit_scalar_text(strbuf *o, const char *v, bool quoted) {
-    if (plain_ok(v, quoted)) {
-        strbuf_puts(o, v);
-        return;
-    }
+void cfg_emit_quoted(strbuf *o, const char *v) {
     strbuf_put(o, "\"", 1);
     for (const char *c = v; *c; c++) {
         unsigned char u = (unsigned char)*c;
@@ -817,6 +813,11 @@ static void emit_scalar_text(strbuf *o, const char *v, bool quoted) {
         } else strbuf_put(o, c, 1);
     }
     strbuf_put(o, "\"", 1);
+}
+
+static void emit_scalar_text(strbuf *o, const char *v, bool quoted) {
+    if (plain_ok(v, quoted)) strbuf_puts(o, v);
+    else cfg_emit_quoted(o, v);
 }
 
 static void emit_scalar(strbuf *o, const cfg_node *n) {

@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/strbuf.h"
 
 typedef enum cfg_kind { CFG_SCALAR, CFG_SEQ, CFG_MAP } cfg_kind;
 
@@ -146,6 +147,12 @@ int cfg_check_unused(const cfg_node *root, kf_err *err);
  * Comments and original formatting are dropped. Loading the text gives a tree
  * with the same canonical text. */
 char *cfg_emit(const cfg_node *root);
+
+/** Appends v to o as a double-quoted YAML scalar that reads back as exactly
+ * v: '"' and '\\' escaped, control characters and the code points libyaml
+ * would not take back as written (C1 controls, U+2028/9, U+FFFE/F) as
+ * escapes. v must be UTF-8 (cfg_load only gives such strings). */
+void cfg_emit_quoted(strbuf *o, const char *v);
 
 /** sha256 (hex) of cfg_emit(root): equal for configs that mean the same,
  * whatever their formatting or comments. */

@@ -58,7 +58,10 @@ int manifest_write(const char *dir, const manifest *m, kf_err *err) {
     strbuf_printf(&t, "# kforcing shard set, written by `kf shards build`; do not edit (verify: kf "
                       "shards verify)\n");
     strbuf_printf(&t, "magic: %s\nversion: %d\n", MANIFEST_MAGIC, MANIFEST_VERSION);
-    strbuf_printf(&t, "name: \"%s\"\n", m->name);
+    /* the name is the user's text: quoted with escapes, so any name reads back */
+    strbuf_puts(&t, "name: ");
+    cfg_emit_quoted(&t, m->name);
+    strbuf_puts(&t, "\n");
     strbuf_printf(&t, "tokenizer: %s\nvocab_size: %" PRId64 "\nvocab_sha256: %s\n", m->tokenizer,
                   m->vocab_size, m->vocab_sha256);
     strbuf_printf(&t, "seq_len: %d\npacking: %s\nid_bytes: %d\n", m->seq_len, m->packing,
@@ -180,6 +183,12 @@ int manifest_read(const char *dir, manifest *m, char sha256_out[65], kf_err *err
         goto out;
     if (m->vocab_size <= 0 || m->vocab_size > INT32_MAX) {
         cfg_err_at(cfg_find(root, "vocab_size"), err, "out of range");
+        goto out;
+    }
+    /* written plain: a tokenizer's kind name (tok_name), never YAML syntax */
+    if (strspn(m->tokenizer, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(m->tokenizer) ||
+        !m->tokenizer[0]) {
+        cfg_err_at(cfg_find(root, "tokenizer"), err, "expected a tokenizer name ([a-z0-9_-]+)");
         goto out;
     }
     if (strcmp(m->packing, "wrap") && strcmp(m->packing, "pad")) {

@@ -269,7 +269,7 @@ static void test_writer_reader(void) {
     T_CHECK(fs_exists(path), "commit renames the temp file");
 
     manifest m = {0};
-    strcpy(m.name, "raw");
+    strcpy(m.name, "raw \"q\" \\ x\t"); /* the user's text: quotes, a backslash, a tab */
     strcpy(m.tokenizer, fmt.tokenizer);
     memcpy(m.vocab_sha256, fmt.vocab_sha256, 65);
     m.vocab_size = fmt.vocab_size;
@@ -283,6 +283,40 @@ static void test_writer_reader(void) {
     manifest_split_sum(&m.train);
     manifest_split_sum(&m.valid);
     T_CHECK(manifest_write(dir, &m, &err) == 0, "manifest_write: %s", err.msg);
+    /* the name reads back as written (fuzz_manifest, regress-name-with-quote);
+     * a name with nothing to escape keeps the line it always had */
+    manifest back;
+    int rd = manifest_read(dir, &back, NULL, &err);
+    T_EQ_INT(rd, 0, "manifest with quotes in its name reads back: %s", err.msg);
+    if (rd == 0) {
+        T_EQ_STR(back.name, m.name, "manifest name round trip");
+        manifest_free(&back);
+    }
+    char *mtext, mfile[600];
+    size_t mlen;
+    snprintf(mfile, sizeof mfile, "%s/" MANIFEST_FILE, dir);
+    if (fs_read_file(mfile, &mtext, &mlen, &err) == 0) {
+        T_CHECK(strstr(mtext, "\nname: \"raw \\\"q\\\" \\\\ x\\t\"\n"),
+                "manifest name line escaped, got:\n%s", mtext);
+        free(mtext);
+    }
+    strcpy(m.name, "raw");
+    T_CHECK(manifest_write(dir, &m, &err) == 0, "manifest_write: %s", err.msg);
+    if (fs_read_file(mfile, &mtext, &mlen, &err) == 0) {
+        T_CHECK(strstr(mtext, "\nname: \"raw\"\n"), "plain name line, got:\n%s", mtext);
+        /* the tokenizer is written plain, so only a kind name is accepted
+         * (fuzz_manifest, regress-tokenizer-not-a-name) */
+        char *tk = strstr(mtext, "\ntokenizer: "), edited[8192];
+        if (tk && mlen < sizeof edited - 16) {
+            snprintf(edited, sizeof edited, "%.*s\ntokenizer: \"a: b\"%s", (int)(tk - mtext), mtext,
+                     strchr(tk + 1, '\n'));
+            fs_write_atomic(mfile, edited, strlen(edited), &err);
+            T_EQ_INT(manifest_read(dir, &back, NULL, &err), -1, "tokenizer 'a: b' refused");
+            T_CHECK(strstr(err.msg, "tokenizer name"), "tokenizer 'a: b': got '%s'", err.msg);
+            fs_write_atomic(mfile, mtext, mlen, &err);
+        }
+        free(mtext);
+    }
     free(m.train.first);
     free(m.valid.first);
     shard_set *s;
