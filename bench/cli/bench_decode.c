@@ -201,6 +201,7 @@ static void write_json(FILE *f, const char *dev, const char *prec, const char *c
 typedef struct decode_args {
     const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name, *precision;
     int nck, nb, nk;
+    int prec;                                             /* --precision as a kf_precision */
     int64_t bs[MAX_LIST], ks[MAX_LIST], P, N, runs, seed; /* P, N: 0 = the protocol's */
     double tau, pen;
     bool cpu_clock;
@@ -263,7 +264,7 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         return 1;
     }
     a->cpu_clock = !strcmp(a->clock_name, "cpu");
-    if (optim_precision_parse(a->precision) < 0) {
+    if ((a->prec = optim_precision_parse(a->precision)) < 0) {
         fprintf(stderr, "kf bench decode: --precision: expected fp32, fp16 or bf16, got '%s'\n",
                 a->precision);
         return 1;
@@ -354,7 +355,7 @@ static int plan_make(decode_plan *p, const decode_args *a, kf_err *err) {
         p->qb = a->bs[b] > a->bs[p->qb] ? b : p->qb;
     }
     if (!(p->be = kernels_create(a->backend, err))) return -1;
-    p->be->set_precision(p->be, (kf_precision)optim_precision_parse(a->precision));
+    p->be->set_precision(p->be, (kf_precision)a->prec);
     if (a->cpu_clock && strcmp(p->be->name, "cpu"))
         return kf_err_set(
             err,

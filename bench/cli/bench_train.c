@@ -202,8 +202,8 @@ static void report_stage(bench_run *br, int i, const model_config *student, cons
     double ms = read_mean(log, "ms_step", br->warmup, phase, sizeof phase);
     double wait = read_mean(log, "ms_grad_wait", br->warmup, phase, sizeof phase);
     roofline_flops f = roofline_step_flops(student, st->opt.batch, br->rc->model.seq_len, st);
-    int prec = runconfig_prec_parse(phase);
-    kf_precision kp = optim_precision(prec < 0 ? RC_PREC_FP32 : (runconfig_prec)prec);
+    int prec = optim_precision_parse(phase); /* "?" when the log has no phase */
+    kf_precision kp = prec < 0 ? KF_PREC_FP32 : (kf_precision)prec;
     double peak;
     if (br->gpu) {
         peak = backend_peak(br->be, kp, 8192, 3);

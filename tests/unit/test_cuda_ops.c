@@ -15,6 +15,7 @@
 
 #include "kernels/kernels.h"
 #include "tests/test.h"
+#include "tests/unit/kernels_test_util.h"
 
 static kf_backend *be[2]; /* 0: cpu reference, 1: cuda */
 
@@ -116,13 +117,8 @@ static void check_representable(const char *what, const buf2 *x, int64_t from, i
     float *g = down(x, 1);
     int64_t bad = 0, first = -1;
     for (int64_t i = from; i < from + n; i++) {
-        float r = prec == KF_PREC_FP16 ? (float)(_Float16)g[i] : g[i];
-        if (prec == KF_PREC_BF16) {
-            uint32_t u;
-            memcpy(&u, &g[i], 4);
-            r = (u & 0xffffu) ? NAN : g[i];
-        }
-        if (!(r == g[i]) && !isnan(g[i])) {
+        float r = prec == KF_PREC_FP16 ? tu_fp16(g[i]) : tu_bf16(g[i]);
+        if (r != g[i] && !isnan(g[i])) {
             if (first < 0) first = i;
             bad++;
         }

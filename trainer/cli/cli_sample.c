@@ -75,6 +75,7 @@ typedef struct sample_args {
     const char *ckpt, *prefix_file, *vocab, *backend, *precision;
     /* k 0, eos and bos -2, pen NAN: from the checkpoint and the tokenizer */
     int64_t k, batch, per, max_new, seed, eos, bos;
+    int prec; /* --precision as a kf_precision */
     double tau, pen, ptemp[64];
     int nptemp;
 } sample_args;
@@ -126,7 +127,7 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
         *code = KF_EXIT_USAGE;
         return 1;
     }
-    if (optim_precision_parse(a->precision) < 0) {
+    if ((a->prec = optim_precision_parse(a->precision)) < 0) {
         fprintf(stderr, "kf sample: --precision: expected fp32, fp16 or bf16, got '%s'\n",
                 a->precision);
         *code = KF_EXIT_USAGE;
@@ -173,7 +174,7 @@ static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
     p->be = kernels_create(a->backend, err);
     model *m = p->m = p->be ? model_load(p->be, p->path, err) : NULL;
     if (!m) return KF_EXIT_ERROR;
-    p->be->set_precision(p->be, (kf_precision)optim_precision_parse(a->precision));
+    p->be->set_precision(p->be, (kf_precision)a->prec);
     int64_t k = a->k ? a->k : m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
     double pen = !isnan(a->pen)            ? a->pen
                  : m->cfg.kind == MODEL_AR ? 0.0
