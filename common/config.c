@@ -655,6 +655,25 @@ static bool key_fits(const char *s, int n) {
     return ok;
 }
 
+/* Edges from n to its deepest descendant. */
+static int height(const cfg_node *n) {
+    int h = 0;
+    for (size_t i = 0; i < n->n; i++) {
+        int c = 1 + height(n->items[i]);
+        if (c > h) h = c;
+    }
+    return h;
+}
+
+/* Key segments in path (a malformed path stops the count; the walk reports it). */
+static int path_segments(const char *path) {
+    int n = 0;
+    const char *seg;
+    long index;
+    while (next_segment(&path, &seg, &index) > 0) n++;
+    return n;
+}
+
 int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
     const char *eq = strchr(assignment, '=');
     char *label = fmt_alloc("override '%s'", assignment);
@@ -677,6 +696,12 @@ int cfg_override(cfg_node *root, const char *assignment, kf_err *err) {
     cfg_node *val = load_text(eq + 1, strlen(eq + 1), label, true, err);
     if (!val) goto out;
     relabel(val, label);
+    /* the loader's depth bound, checked before the tree changes: deeper
+     * nesting would emit text that does not load again (found by fuzz_config) */
+    if (path_segments(path) + height(val) > MAX_DEPTH) {
+        kf_err_set(err, "%s: nesting deeper than %d levels", label, MAX_DEPTH);
+        goto out;
+    }
 
     /* Walk, creating mappings for missing keys. */
     cfg_node *n = root;

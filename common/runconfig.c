@@ -320,26 +320,30 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
     return 0;
 }
 
+/* One field of a Slurm time: 1 to 8 digits, so that no form can overflow the seconds count
+ * (99999999 days is 8.6e12 s). Returns the value and advances *p, or -1. */
+static int64_t time_field(const char **p) {
+    int64_t v = 0;
+    int n = 0;
+    for (; **p >= '0' && **p <= '9'; (*p)++, n++) {
+        if (n == 8) return -1;
+        v = v * 10 + (**p - '0');
+    }
+    return n ? v : -1;
+}
+
 /* "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS" (Slurm's forms). */
 static int64_t parse_time_limit(const char *s) {
     int64_t days = 0, f[3];
     int nf = 0;
     const char *p = s;
-    const char *dash = strchr(s, '-');
-    char *end;
-    if (dash) {
-        days = strtoll(s, &end, 10);
-        if (end != dash || days < 0) return -1;
-        p = dash + 1;
+    int dash = strchr(s, '-') != NULL;
+    if (dash && ((days = time_field(&p)) < 0 || *p++ != '-')) return -1;
+    for (;;) {
+        if (nf == 3 || (f[nf++] = time_field(&p)) < 0) return -1;
+        if (!*p) break;
+        if (*p++ != ':') return -1;
     }
-    while (*p) {
-        if (nf == 3 || *p < '0' || *p > '9') return -1;
-        f[nf++] = strtoll(p, &end, 10);
-        p = end;
-        if (*p == ':') p++;
-        else if (*p) return -1;
-    }
-    if (nf == 0) return -1;
     if (dash) { /* D-HH[:MM[:SS]] */
         int64_t h = f[0], m = nf > 1 ? f[1] : 0, sec = nf > 2 ? f[2] : 0;
         return ((days * 24 + h) * 60 + m) * 60 + sec;

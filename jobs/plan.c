@@ -61,8 +61,7 @@ void plan_estimate(const runconfig *rc, int i, double flops_per_s, plan_stage *o
     o->seconds = o->flops / (flops_per_s * ranks);
     double usable = (double)(rc->res.time_limit_s - rc->res.signal_lead);
     if (usable < 60) usable = (double)rc->res.time_limit_s;
-    o->jobs = s->kind == RC_KIND_IMPORT ? 1 : (int64_t)ceil(o->seconds / usable);
-    if (o->jobs < 1) o->jobs = 1;
+    o->jobs = s->kind == RC_KIND_IMPORT ? 1 : fmax(1, ceil(o->seconds / usable));
 }
 
 /* 1234567 -> "1.23M" (with unit suffix for bytes/FLOPs). */
@@ -85,7 +84,7 @@ static const char *duration(double s, char *buf, size_t cap) {
 void plan_print(FILE *f, const runconfig *rc, double flops_per_s) {
     const runconfig_model *m = &rc->model;
     const runconfig_resources *r = &rc->res;
-    char a[32], b[32], c[32], d[32], e[32];
+    char a[32], b[32], c[32], d[32], e[32], g[32];
     fprintf(f, "run %s  (%s, config sha256 %.16s)\n", rc->name, rc->path, rc->hash);
     fprintf(f, "data: train %s, valid %s\n", rc->data_train, rc->data_valid);
     fprintf(f, "model: hidden %lld, heads %lld, blocks %lld, vocab %lld, seq_len %lld\n",
@@ -117,12 +116,12 @@ void plan_print(FILE *f, const runconfig *rc, double flops_per_s) {
             fprintf(f, "    import %s\n", s->path);
             continue;
         }
-        fprintf(f, "%-3d %-12s %-22s %3lld %-18s %9lld %6lld %8s %9s %8sB %8sB %9s %5lld\n", i,
+        fprintf(f, "%-3d %-12s %-22s %3lld %-18s %9lld %6lld %8s %9s %8sB %8sB %9s %5s\n", i,
                 s->name, runconfig_kind_name(s->kind), (long long)s->k, teacher,
                 (long long)s->steps, (long long)s->opt.batch, human(p.params, a, sizeof a),
                 human(p.flops, b, sizeof b), human(p.mem_bytes, c, sizeof c),
                 human(p.ckpt_bytes, d, sizeof d), duration(p.seconds, e, sizeof e),
-                (long long)p.jobs);
+                human(p.jobs, g, sizeof g));
         if (s->teacher && s->teacher_stage < 0)
             fprintf(f, "    teacher checkpoint %s\n", s->teacher);
         if (s->init && strcmp(s->init, s->teacher ? s->teacher : ""))

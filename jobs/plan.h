@@ -23,7 +23,8 @@ typedef struct plan_stage {
     double mem_bytes;      /* per rank: weights, grads, EMA, AdamW, teacher */
     double ckpt_bytes;     /* one resumable checkpoint */
     double seconds;        /* at the assumed throughput */
-    int64_t jobs;          /* Slurm jobs needed at the time limit (>= 1) */
+    double jobs;           /* Slurm jobs needed at the time limit (>= 1; a double, as
+                            * a config may ask for more than int64_t counts) */
 } plan_stage;
 
 /** Parameters of the model for a stage kind with k (PFLM kinds add the noise

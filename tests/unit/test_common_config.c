@@ -265,6 +265,22 @@ static void test_overrides(void) {
     snprintf(longkey + 300, sizeof longkey - 300, "=1");
     T_REFUSED(cfg_override(r, longkey, &err), err.msg, "a key longer than YAML's 1024 characters",
               "long key");
+    /* found by fuzz_config: nesting the loader refuses must not be built by
+     * overrides either (its bound is 200 levels): 199 keys + a 1-level value
+     * fit, 199 keys + a 2-level value do not */
+    char deep[1024];
+    size_t o = 0;
+    for (int i = 0; i < 199; i++) o += (size_t)snprintf(deep + o, sizeof deep - o, "d.");
+    snprintf(deep + o - 1, sizeof deep - o + 1, "={a: {b: 1}}");
+    T_REFUSED(cfg_override(r, deep, &err), err.msg, "nesting deeper than 200 levels",
+              "199 keys, 2-level value");
+    snprintf(deep + o - 1, sizeof deep - o + 1, "={a: 1}");
+    T_EQ_INT(cfg_override(r, deep, &err), 0, "199 keys, 1-level value: %s", err.msg);
+    char *text = cfg_emit(r);
+    cfg_node *again = cfg_load_string(text, "emitted.yaml", &err);
+    T_CHECK(again != NULL, "200 levels reload: %s", err.msg);
+    cfg_free(again);
+    free(text);
     T_ERR(cfg_override(r, "x=*a", &err),
           "override 'x=*a': aliases (*name) are not supported: write the value out");
 
