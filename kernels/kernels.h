@@ -42,6 +42,8 @@ typedef struct kf_err kf_err;
 /* The storage format of the ops that run in 16 bits (see Conventions). */
 typedef enum { KF_PREC_FP32 = 0, KF_PREC_FP16 = 1, KF_PREC_BF16 = 2 } kf_precision;
 typedef enum { KF_GELU_TANH = 0, KF_GELU_ERF = 1 } kf_gelu_kind;
+/* The activation a linear layer's epilogue applies (linear_act). */
+typedef enum { KF_ACT_NONE = 0, KF_ACT_GELU_TANH = 1, KF_ACT_GELU_ERF = 2 } kf_act;
 
 /** Attention mask *structure* (never materialised).
  *
@@ -111,6 +113,23 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
        int trans_a, int trans_b, float alpha, float beta, int64_t batch, int64_t stride_c,         \
        int64_t stride_a, int64_t stride_b),                                                        \
       (b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b))   \
+    /* A linear layer with its epilogue, one op so a backend can fuse it: with                     \
+     * x [rows, in] and W [out, in], pre = matmul(x, W^T) + bias (bias [out], NULL:                \
+     * none) and y = act(pre), [rows, out]; pre is stored only when act is not                     \
+     * KF_ACT_NONE (else it may be NULL). Equal to matmul (beta 0, so rounded in                   \
+     * a 16-bit mode), add_bias, then gelu_fwd. */                                                 \
+    X(void, linear_act,                                                                            \
+      (kf_backend * b, float *y, float *pre, const float *x, const float *w, const float *bias,    \
+       int64_t rows, int64_t in, int64_t out, kf_act act),                                         \
+      (b, y, pre, x, w, bias, rows, in, out, act))                                                 \
+    /* The gradient that reaches the pre-activation of the layer below W: with                     \
+     * dy [rows, out], W [out, in] and that layer's pre [rows, in], dpre =                         \
+     * act'(pre) * matmul(dy, W) and dbias[c] += sum_r dpre[r, c] (dbias NULL:                     \
+     * skipped). Equal to matmul (beta 0), gelu_bwd, then bias_grad. */                            \
+    X(void, linear_act_dgrad,                                                                      \
+      (kf_backend * b, float *dpre, float *dbias, const float *dy, const float *w,                 \
+       const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act),                       \
+      (b, dpre, dbias, dy, w, pre, rows, in, out, act))                                            \
     /* y[r, c] += bias[c] */                                                                       \
     X(void, add_bias, (kf_backend * b, float *y, const float *bias, int64_t rows, int64_t cols),   \
       (b, y, bias, rows, cols))                                                                    \

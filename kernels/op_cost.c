@@ -88,6 +88,54 @@ kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, 
     return c;
 }
 
+/* The product's epilogue as kernels/cuda/cuda_linear.cu runs it: a 16-bit
+ * product outside batch-invariant mode is written at 2 bytes and read back
+ * at 2 by the epilogue, the single pass's 4 (only A and B's conversion
+ * passes are extra); otherwise an fp32 product is finished by a second pass
+ * over it (read and written), when there is anything to finish. */
+static double epilogue_extra(const kf_backend *b, double mn, int work) {
+    int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant;
+    return work && !fused16 ? 2 * F * mn : 0;
+}
+
+/* the GEMM, then per element 1 add with a bias and GELU's 8; x and W read,
+ * y written, pre written with an activation, bias read */
+kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, float *pre, const float *x,
+                                   const float *w, const float *bias, int64_t rows, int64_t in,
+                                   int64_t out, kf_act act) {
+    double m = (double)rows, k = (double)in, n = (double)out, mn = m * n;
+    int g = act != KF_ACT_NONE;
+    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k + mn * ((bias ? 1 : 0) + (g ? 8 : 0)),
+                        F * (m * k + k * n + mn * (g ? 2 : 1) + (bias ? n : 0)) +
+                            epilogue_extra(b, mn, bias || g),
+                        "M=%lld N=%lld K=%lld%s%s", (long long)rows, (long long)out, (long long)in,
+                        bias ? " bias" : "",
+                        act == KF_ACT_GELU_TANH  ? " gelu"
+                        : act == KF_ACT_GELU_ERF ? " gelu-erf"
+                                                 : "");
+    c.convert_bytes = k > 0 ? gemm_convert(b, m * k, k * n, 0) : 0;
+    return c;
+}
+
+/* the GEMM, then per element GELU's derivative 12 and the bias sum's 1; dy,
+ * W (and pre) read, dpre written, dbias read and written */
+kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy,
+                                         const float *w, const float *pre, int64_t rows, int64_t in,
+                                         int64_t out, kf_act act) {
+    double m = (double)rows, k = (double)out, n = (double)in, mn = m * n;
+    int g = act != KF_ACT_NONE;
+    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k + mn * ((dbias ? 1 : 0) + (g ? 12 : 0)),
+                        F * (m * k + k * n + mn * (g ? 2 : 1) + (dbias ? 2 * n : 0)) +
+                            epilogue_extra(b, mn, dbias || g),
+                        "M=%lld N=%lld K=%lld%s%s", (long long)rows, (long long)in, (long long)out,
+                        dbias ? " dbias" : "",
+                        act == KF_ACT_GELU_TANH  ? " dgelu"
+                        : act == KF_ACT_GELU_ERF ? " dgelu-erf"
+                                                 : "");
+    c.convert_bytes = k > 0 ? gemm_convert(b, m * k, k * n, 0) : 0;
+    return c;
+}
+
 /* y += bias: 1 add per element; y read and written, bias read */
 kf_op_cost kernels_cost_add_bias(kf_backend *b, float *y, const float *bias, int64_t rows,
                                  int64_t cols) {

@@ -213,6 +213,31 @@ __global__ void k_scale_c(float *C, float beta, int64_t mn, int64_t batch, int64
         }
 }
 
+/* cuBLAS on 16-bit copies of A and B (the format of b->precision, made in
+ * scratch slots A and B) with fp32 accumulation, into C of type ct: fp32, or
+ * the same 16-bit format (then beta must be 0). */
+static void gemm16(kf_backend *b, void *C, cudaDataType ct, const float *A, const float *B,
+                   int64_t M, int64_t N, int64_t K, int trans_a, int trans_b, float alpha,
+                   float beta, int64_t batch, int64_t stride_c, int64_t stride_a,
+                   int64_t stride_b) {
+    cudaStream_t s = cu_stream(b);
+    int lowp = b->precision;
+    int64_t na = span(M * K, batch, stride_a), nb = span(K * N, batch, stride_b);
+    void *ha = cu_scratch(b, CU_SCRATCH_A, (size_t)na * 2),
+         *hb = cu_scratch(b, CU_SCRATCH_B, (size_t)nb * 2);
+    k_to_16<<<cu_blocks(na), 256, 0, s>>>(ha, A, na, lowp);
+    CUDA_LAUNCHED();
+    k_to_16<<<cu_blocks(nb), 256, 0, s>>>(hb, B, nb, lowp);
+    CUDA_LAUNCHED();
+    cudaDataType t16 = lowp == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+    int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
+    CUBLAS_OK(cublasGemmStridedBatchedEx(
+        cu_impl(b)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+        (int)N, (int)M, (int)K, &alpha, hb, t16, ldb, stride_b, ha, t16, lda, stride_a, &beta, C,
+        ct, (int)N, stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                int64_t K, int trans_a, int trans_b, float alpha, float beta) {
     cu_matmul_batched(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
@@ -254,31 +279,28 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
                         stride_a, stride_b, lowp);
         return;
     }
-    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
-    cublasHandle_t h = cu_impl(b)->blas;
-    cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
     if (lowp == KF_PREC_FP32) {
+        /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+        int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
         CUBLAS_OK(cublasGemmStridedBatchedEx(
-            h, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, ldb, stride_b, A,
-            CUDA_R_32F, lda, stride_a, &beta, C, CUDA_R_32F, (int)N, stride_c, (int)batch,
-            CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+            cu_impl(b)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, ldb,
+            stride_b, A, CUDA_R_32F, lda, stride_a, &beta, C, CUDA_R_32F, (int)N, stride_c,
+            (int)batch, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
         return;
     }
-    int64_t na = span(M * K, batch, stride_a), nb = span(K * N, batch, stride_b);
-    void *ha = cu_scratch(b, CU_SCRATCH_A, (size_t)na * 2),
-         *hb = cu_scratch(b, CU_SCRATCH_B, (size_t)nb * 2);
-    k_to_16<<<cu_blocks(na), 256, 0, s>>>(ha, A, na, lowp);
-    CUDA_LAUNCHED();
-    k_to_16<<<cu_blocks(nb), 256, 0, s>>>(hb, B, nb, lowp);
-    CUDA_LAUNCHED();
-    cudaDataType t16 = lowp == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    CUBLAS_OK(cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)K, &alpha, hb, t16, ldb,
-                                         stride_b, ha, t16, lda, stride_a, &beta, C, CUDA_R_32F,
-                                         (int)N, stride_c, (int)batch, CUBLAS_COMPUTE_32F,
-                                         CUBLAS_GEMM_DEFAULT));
+    gemm16(b, C, CUDA_R_32F, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c,
+           stride_a, stride_b);
     cu_round_lowp(b, C, span(M * N, batch, stride_c));
+}
+
+void cu_matmul_to16(kf_backend *b, void *C16, const float *A, const float *B, int64_t M, int64_t N,
+                    int64_t K, int trans_a, int trans_b) {
+    KF_CHECK(b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0,
+             "cu_matmul_to16: needs a 16-bit mode outside batch-invariant mode and K > 0");
+    if (M <= 0 || N <= 0) return;
+    gemm16(b, C16, b->precision == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, A, B, M, N, K, trans_a,
+           trans_b, 1.0f, 0.0f, 1, 0, 0, 0);
 }
 
 __global__ void k_add_bias(float *y, const float *bias, int64_t rows, int64_t cols) {

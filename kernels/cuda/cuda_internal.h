@@ -171,6 +171,24 @@ __device__ __forceinline__ float cu_lowp(float v, int lowp) {
     return v;
 }
 
+/** GELU and its derivative (tanh form, or erf when erf_kind), the formulas of
+ *  kernels/cpu/cpu_pointwise.c; shared by the pointwise ops and the linear
+ *  layer's epilogue so both give the same bits. */
+#define CU_GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define CU_GELU_A 0.044715f
+__device__ __forceinline__ float cu_gelu(float v, int erf_kind) {
+    return erf_kind ? 0.5f * v * (1.0f + erff(v * 0.7071067811865476f))
+                    : 0.5f * v * (1.0f + tanhf(CU_GELU_C * (v + CU_GELU_A * v * v * v)));
+}
+__device__ __forceinline__ float cu_gelu_grad(float v, int erf_kind) {
+    if (erf_kind)
+        return 0.5f * (1.0f + erff(v * 0.7071067811865476f)) +
+               v * expf(-0.5f * v * v) * 0.3989422804014327f;
+    float t = tanhf(CU_GELU_C * (v + CU_GELU_A * v * v * v));
+    return 0.5f * (1.0f + t) +
+           0.5f * v * (1.0f - t * t) * CU_GELU_C * (1.0f + 3.0f * CU_GELU_A * v * v);
+}
+
 /** out[c] += sum over chunks of part[ch * cols + c], chunks in order (the
  *  second half of every row reduction; cuda_gemm.cu). */
 void cu_col_finish(kf_backend *b, float *out, const float *part, int64_t nchunk, int64_t cols);
@@ -187,5 +205,12 @@ KF_BACKEND_OPS(CU_OP_DECL)
 void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
                      int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,
                      int64_t stride_c, int64_t stride_a, int64_t stride_b, int lowp);
+
+/** C16 [M, N] = op(A) op(B) through cuBLAS, written in the 16-bit format of
+ *  b->precision (fp32 accumulation, rounded once, as matmul's C): what
+ *  matmul computes, at half the bytes, for an epilogue to read. Only in a
+ *  16-bit mode outside batch-invariant mode, with K > 0. */
+void cu_matmul_to16(kf_backend *b, void *C16, const float *A, const float *B, int64_t M, int64_t N,
+                    int64_t K, int trans_a, int trans_b);
 
 #endif

@@ -2,35 +2,16 @@
  * scale, column fill and half rounding. Same formulas as kernels/cpu/cpu_pointwise.c. */
 #include "kernels/cuda/cuda_internal.h"
 
-#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
-#define INV_SQRT2 0.7071067811865476f
-#define INV_SQRT_2PI 0.3989422804014327f
-
 #define GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)gridDim.x * blockDim.x)
 
 __global__ void k_gelu_fwd(float *y, const float *x, int64_t n, int erf_kind) {
-    GRID_STRIDE(i, n) {
-        float v = x[i];
-        y[i] = erf_kind ? 0.5f * v * (1.0f + erff(v * INV_SQRT2))
-                        : 0.5f * v * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v)));
-    }
+    GRID_STRIDE(i, n) y[i] = cu_gelu(x[i], erf_kind);
 }
 
 __global__ void k_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n, int erf_kind) {
-    GRID_STRIDE(i, n) {
-        float v = x[i], d;
-        if (erf_kind) {
-            d = 0.5f * (1.0f + erff(v * INV_SQRT2)) + v * expf(-0.5f * v * v) * INV_SQRT_2PI;
-        } else {
-            float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
-            d = 0.5f * (1.0f + t) +
-                0.5f * v * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
-        }
-        dx[i] = dy[i] * d;
-    }
+    GRID_STRIDE(i, n) dx[i] = dy[i] * cu_gelu_grad(x[i], erf_kind);
 }
 
 __global__ void k_add(float *y, const float *x, int64_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }

@@ -225,6 +225,86 @@ static void test_bias(void) {
     drop(&y), drop(&bias), drop(&db);
 }
 
+/* Bitwise equality of the GPU's values of x and y (n floats each). */
+static void check_gpu_same(const char *what, const buf2 *x, const buf2 *y, int64_t n) {
+    float *a = down(x, 1), *c = down(y, 1);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &c[i], sizeof(float))) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    T_CHECK(bad == 0,
+            "%s: got %lld elements differing from the separate ops (first at %lld: %.9g "
+            "vs %.9g), want 0",
+            what, (long long)bad, (long long)first, first >= 0 ? a[first] : 0.0f,
+            first >= 0 ? c[first] : 0.0f);
+    free(a), free(c);
+}
+
+/* The linear layer's fused epilogue (linear_act) and the gradient through it
+ * (linear_act_dgrad) at precision prec and invariant mode inv: against the
+ * CPU, and bitwise against the GPU's own separate ops (matmul, add_bias,
+ * gelu_fwd; matmul, gelu_bwd, bias_grad), which kernels.h says they equal.
+ * 150 rows: bias partials over chunks of 64, 64 and 22. */
+static void test_linear_act(kf_precision prec, int inv) {
+    int64_t R = 150, in = 67, out = 45;
+    kf_backend *g = be[1];
+    BOTH(BE->set_precision(BE, prec));
+    g->batch_invariant = inv;
+    buf2 x = mk_rand(R * in, 1), w = mk_rand(out * in, 1), bias = mk_rand(out, 1);
+    buf2 y = mk_rand(R * out, 1), pre = mk_rand(R * out, 1), y2 = mk_rand(R * out, 1),
+         pre2 = mk_rand(R * out, 1);
+    buf2 dy = mk_rand(R * out, 1), dpre = mk_rand(R * in, 1), dpre2 = mk_rand(R * in, 1),
+         xpre = mk_rand(R * in, 2), db = mk_rand(in, 1), db2 = mk_rand(in, 1);
+    float *hdb = down(&db, 0); /* the GPU's two dbias start equal */
+    g->upload(g, db2.p[1], hdb, db.bytes);
+    free(hdb);
+    for (int act = KF_ACT_NONE; act <= KF_ACT_GELU_ERF; act++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            char wn[96];
+            snprintf(wn, sizeof wn, "linear_act %s%s act=%d%s", kernels_precision_name(prec),
+                     inv ? " inv" : "", act, with_bias ? " bias" : "");
+            const float *bp = with_bias ? (float *)bias.p[1] : NULL;
+            BOTH(BE->linear_act(BE, PF(y), act ? PF(pre) : NULL, PF(x), PF(w),
+                                with_bias ? PF(bias) : NULL, R, in, out, (kf_act)act));
+            check_close(wn, &y, R * out, tol_at(prec, 2e-6, 2e-3));
+            /* the GPU's separate ops on the same inputs */
+            float *t = act ? (float *)pre2.p[1] : (float *)y2.p[1];
+            g->matmul(g, t, x.p[1], w.p[1], R, out, in, 0, 1, 1.0f, 0.0f);
+            if (bp) g->add_bias(g, t, bp, R, out);
+            if (act)
+                g->gelu_fwd(g, (float *)y2.p[1], t, R * out,
+                            act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH);
+            check_gpu_same(wn, &y, &y2, R * out);
+            if (act) {
+                strcat(wn, " (pre)");
+                check_close(wn, &pre, R * out, tol_at(prec, 2e-6, 2e-3));
+                check_gpu_same(wn, &pre, &pre2, R * out);
+            }
+            snprintf(wn, sizeof wn, "linear_act_dgrad %s%s act=%d%s", kernels_precision_name(prec),
+                     inv ? " inv" : "", act, with_bias ? " dbias" : "");
+            BOTH(BE->linear_act_dgrad(BE, PF(dpre), with_bias ? PF(db) : NULL, PF(dy), PF(w),
+                                      PF(xpre), R, in, out, (kf_act)act));
+            check_close(wn, &dpre, R * in, tol_at(prec, 2e-6, 2e-3));
+            g->matmul(g, (float *)dpre2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
+            if (act)
+                g->gelu_bwd(g, (float *)dpre2.p[1], (float *)dpre2.p[1], (float *)xpre.p[1], R * in,
+                            act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH);
+            if (with_bias) g->bias_grad(g, (float *)db2.p[1], (float *)dpre2.p[1], R, in);
+            check_gpu_same(wn, &dpre, &dpre2, R * in);
+            if (with_bias) {
+                strcat(wn, " (dbias)");
+                check_close(wn, &db, in, tol_at(prec, 1e-5, 2e-3));
+                check_gpu_same(wn, &db, &db2, in);
+            }
+        }
+    g->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&x), drop(&w), drop(&bias), drop(&y), drop(&pre), drop(&y2), drop(&pre2);
+    drop(&dy), drop(&dpre), drop(&dpre2), drop(&xpre), drop(&db), drop(&db2);
+}
+
 /* 150 rows: chunks of 64, 64 and 22 for the weight gradient's partials;
  * 300 columns: two blocks of columns there, and more columns than threads
  * in the per-row kernels */
@@ -754,6 +834,8 @@ int main(void) {
     test_matmul_invariance(KF_PREC_BF16);
     test_matmul_empty();
     test_bias();
+    for (int prec = KF_PREC_FP32; prec <= KF_PREC_BF16; prec++)
+        for (int inv = 0; inv < 2; inv++) test_linear_act((kf_precision)prec, inv);
     test_layernorm(0);
     test_layernorm(1);
     test_rope();

@@ -265,6 +265,77 @@ static void check_bf16_known(kf_backend *be) {
     }
 }
 
+/* GELU and its derivative in double (tanh form, or erf). */
+static double ref_gelu(double v, int erf_kind) {
+    if (erf_kind) return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    return 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+}
+static double ref_gelu_grad(double v, int erf_kind) {
+    if (erf_kind) return 0.5 * (1 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2 * M_PI);
+    double c = sqrt(2 / M_PI), t = tanh(c * (v + 0.044715 * v * v * v));
+    return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v);
+}
+
+/* linear_act and linear_act_dgrad against double references: y = act(x W^T
+ * + b) with pre kept; dpre = act'(pre) * (dy W) and dbias += its column sums.
+ * 150 rows: the bias sums span three row chunks. */
+static void check_linear_act(kf_backend *be) {
+    const int64_t R = 150, in = 37, out = 29;
+    float *x = tu_randf(R * in, 1), *w = tu_randf(out * in, 1), *bias = tu_randf(out, 1);
+    float *y = kf_malloc(R * out * 4), *pre = kf_malloc(R * out * 4);
+    float *dy = tu_randf(R * out, 1), *xp = tu_randf(R * in, 2), *dpre = kf_malloc(R * in * 4);
+    float *db = tu_randf(in, 1), *db0 = kf_malloc(in * 4);
+    double *ry = kf_malloc(R * out * 8), *rpre = kf_malloc(R * out * 8);
+    double *rd = kf_malloc(R * in * 8), *rdb = kf_malloc(in * 8);
+    for (int act = KF_ACT_NONE; act <= KF_ACT_GELU_ERF; act++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            int erf_kind = act == KF_ACT_GELU_ERF;
+            be->linear_act(be, y, act ? pre : NULL, x, w, with_bias ? bias : NULL, R, in, out,
+                           (kf_act)act);
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < out; c++) {
+                    double s = with_bias ? bias[c] : 0;
+                    for (int64_t k = 0; k < in; k++) s += (double)x[r * in + k] * w[c * in + k];
+                    rpre[r * out + c] = s;
+                    ry[r * out + c] = act ? ref_gelu(s, erf_kind) : s;
+                }
+            char what[96];
+            snprintf(what, sizeof what, "linear_act act=%d%s: y", act, with_bias ? " bias" : "");
+            TU_ERR(what, tu_relerr(y, ry, R * out, 1e-3), 1e-5);
+            if (act) {
+                snprintf(what, sizeof what, "linear_act act=%d%s: pre", act,
+                         with_bias ? " bias" : "");
+                TU_ERR(what, tu_relerr(pre, rpre, R * out, 1e-3), 1e-5);
+            }
+            memcpy(db0, db, in * 4);
+            be->linear_act_dgrad(be, dpre, with_bias ? db : NULL, dy, w, xp, R, in, out,
+                                 (kf_act)act);
+            for (int64_t c = 0; c < in; c++) rdb[c] = db0[c];
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < in; c++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < out; k++) s += (double)dy[r * out + k] * w[k * in + c];
+                    if (act) s *= ref_gelu_grad(xp[r * in + c], erf_kind);
+                    rd[r * in + c] = s;
+                    rdb[c] += s;
+                }
+            snprintf(what, sizeof what, "linear_act_dgrad act=%d%s: dpre", act,
+                     with_bias ? " dbias" : "");
+            TU_ERR(what, tu_relerr(dpre, rd, R * in, 1e-3), 1e-5);
+            if (with_bias) {
+                snprintf(what, sizeof what, "linear_act_dgrad act=%d: dbias", act);
+                TU_ERR(what, tu_relerr(db, rdb, in, 1e-3), 1e-5);
+            } else {
+                T_CHECK(!memcmp(db, db0, in * 4),
+                        "linear_act_dgrad act=%d: dbias NULL, yet the "
+                        "bias gradient changed",
+                        act);
+            }
+        }
+    free(x), free(w), free(bias), free(y), free(pre), free(dy), free(xp), free(dpre), free(db);
+    free(db0), free(ry), free(rpre), free(rd), free(rdb);
+}
+
 static void check_pointwise(kf_backend *be) {
     const int64_t R = 7, C = 9, n = R * C;
     float *y = tu_randf(n, 1), *x = tu_randf(n, 1), *y0 = kf_malloc(n * 4), *bias = tu_randf(C, 1);
@@ -655,6 +726,7 @@ int main(void) {
     check_lowp_matmul(be, KF_PREC_BF16, tu_bf16);
     check_bf16_known(be);
     check_pointwise(be);
+    check_linear_act(be);
     check_noise_features(be);
     check_logits(be);
     check_reductions(be);

@@ -143,7 +143,14 @@ static void test_ar_step_flops(void) {
         for (int j = 0; j < 4; j++)
             lin += 3 * 2.0 * (double)rows * (double)(shapes[j][0] * shapes[j][1]);
     lin += 3 * 2.0 * (double)rows * (double)(H * V);
-    T_NEAR(flops_of(b, "matmul", mk.teacher, mk.student), lin, 0, "the step's GEMM FLOPs");
+    /* the fused linear ops add their epilogue per element: fc1's bias (1) and
+     * GELU (8) in the forward, the head's bias (1); GELU's derivative (12)
+     * and fc1's bias sum (1) in the backward */
+    double epi = 2 * (double)rows * 4 * H * (1 + 8 + 12 + 1) + (double)rows * V;
+    T_NEAR(flops_of(b, "matmul", mk.teacher, mk.student) +
+               flops_of(b, "linear_act", mk.teacher, mk.student) +
+               flops_of(b, "linear_act_dgrad", mk.teacher, mk.student),
+           lin + epi, 0, "the step's GEMM FLOPs (matmul, linear_act, linear_act_dgrad)");
     double pairs = (double)B * (8 * 9 / 2) * (double)nh; /* causal over 8 rows, per head */
     T_NEAR(flops_of(b, "attn_fwd", mk.teacher, mk.student), 2 * pairs * (4 * hd + 3), 0,
            "attention forward FLOPs (2 blocks)");

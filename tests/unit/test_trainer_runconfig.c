@@ -191,21 +191,31 @@ int main(void) {
         const char *text;
         long long want; /* seconds; -1: refused */
     } limits[] = {
-        {"90", 5400},           {"1:30", 90},       {"1-2", 93600},
-        {"1-2:03", 93780},      {"2-00:00:05", 172805}, {"99999999", 5999999940},
-        {"", -1},               {"-5", -1},         {"+5", -1},
-        {" 5", -1},             {"5-", -1},         {"1:2:3:4", -1},
-        {"1::2", -1},           {"5:", -1},         {"1-2-3", -1},
+        {"90", 5400},
+        {"1:30", 90},
+        {"1-2", 93600},
+        {"1-2:03", 93780},
+        {"2-00:00:05", 172805},
+        {"99999999", 5999999940},
+        {"", -1},
+        {"-5", -1},
+        {"+5", -1},
+        {" 5", -1},
+        {"5-", -1},
+        {"1:2:3:4", -1},
+        {"1::2", -1},
+        {"5:", -1},
+        {"1-2-3", -1},
         /* fuzz_rundir's finding: 24 * days overflowed */
-        {"9223372036854775807-0", -1}, {"123456789", -1},
+        {"9223372036854775807-0", -1},
+        {"123456789", -1},
     };
     for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
         char repl[64];
         snprintf(repl, sizeof repl, "time_limit: \"%s\"", limits[i].text);
         int r = load_with("time_limit: \"01:02:03\"", repl, 0, NULL, &rc, &err);
         long long got = r ? -1 : (long long)rc->res.time_limit_s;
-        T_EQ_INT(got, limits[i].want, "time_limit '%s' (-1: refused): %s", limits[i].text,
-                 err.msg);
+        T_EQ_INT(got, limits[i].want, "time_limit '%s' (-1: refused): %s", limits[i].text, err.msg);
         runconfig_free(rc);
     }
     expect_error("name: t\n", "", "name");

@@ -257,8 +257,30 @@ void *dbuf_upload(kf_backend *be, dbuf *d, const void *src, size_t n, size_t esz
 void linear_fwd(model *m, float *y, const float *x, int64_t w, int64_t bias, int64_t rows,
                 int64_t in, int64_t out, float beta) {
     kf_backend *be = m->be;
+    if (beta == 0.0f) {
+        be->linear_act(be, y, NULL, x, m->params + w, bias >= 0 ? m->params + bias : NULL, rows, in,
+                       out, KF_ACT_NONE);
+        return;
+    }
     be->matmul(be, y, x, m->params + w, rows, out, in, 0, 1, 1.0f, beta);
     if (bias >= 0) be->add_bias(be, y, m->params + bias, rows, out);
+}
+
+/* h = act(x W^T + b) with its pre-activation kept in pre for the backward. */
+static void linear_act_fwd(model *m, float *h, float *pre, const float *x, int64_t w, int64_t bias,
+                           int64_t rows, int64_t in, int64_t out, kf_act act) {
+    m->be->linear_act(m->be, h, pre, x, m->params + w, bias >= 0 ? m->params + bias : NULL, rows,
+                      in, out, act);
+}
+
+/* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy,
+ * then dpre = act'(pre) * (dy W2) and db1 in one op. */
+static void mlp_out_bwd(model *m, float *dpre, const float *dy, const float *h, const float *pre,
+                        int64_t fc2_w, int64_t fc2_b, int64_t fc1_b, int64_t rows, int64_t wide,
+                        int64_t H, kf_act act) {
+    linear_bwd(m, NULL, 0.0f, dy, h, fc2_w, fc2_b, rows, wide, H);
+    m->be->linear_act_dgrad(m->be, dpre, fc1_b >= 0 ? m->grads + fc1_b : NULL, dy,
+                            m->params + fc2_w, pre, rows, wide, H, act);
 }
 
 /* dW += dy^T x, db += colsum dy, and dx = dy W (+ dx when dx_beta = 1; NULL: skipped). */
@@ -291,8 +313,7 @@ void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, co
     linear_fwd(m, c, feats, o->proj_w, o->proj_b, nz, ZD, H, 0.0f);
     be->layernorm_fwd(be, ln, mean, rstd, c, m->params + o->norm_w, m->params + o->norm_b, nz, H,
                       LN_EPS);
-    linear_fwd(m, h1, ln, o->fc1_w, o->fc1_b, nz, H, 4 * H, 0.0f);
-    be->gelu_fwd(be, h2, h1, nz * 4 * H, KF_GELU_ERF);
+    linear_act_fwd(m, h2, h1, ln, o->fc1_w, o->fc1_b, nz, H, 4 * H, KF_ACT_GELU_ERF);
     be->copy(be, out, c, (size_t)(nz * H) * f);
     linear_fwd(m, out, h2, o->fc2_w, o->fc2_b, nz, 4 * H, H, 1.0f);
 }
@@ -307,9 +328,9 @@ static void noise_encoder_bwd(model *m, noise_act *a, int64_t nz, const float *d
     float *dh = dbuf_ensure(be, &a->dh, (size_t)(nz * 4 * H) * f);
     float *dln = dbuf_ensure(be, &a->dln, (size_t)(nz * H) * f);
     float *dc = dbuf_ensure(be, &a->dc, (size_t)(nz * H) * f);
-    linear_bwd(m, dh, 0.0f, dout, a->h2.p, o->fc2_w, o->fc2_b, nz, 4 * H, H);
-    be->gelu_bwd(be, dh, dh, a->h1.p, nz * 4 * H, KF_GELU_ERF);
-    linear_bwd(m, dln, 0.0f, dh, a->ln.p, o->fc1_w, o->fc1_b, nz, H, 4 * H);
+    mlp_out_bwd(m, dh, dout, a->h2.p, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, nz, 4 * H, H,
+                KF_ACT_GELU_ERF);
+    linear_bwd(m, dln, 0.0f, dh, a->ln.p, o->fc1_w, -1, nz, H, 4 * H);
     be->copy(be, dc, dout, (size_t)(nz * H) * f);
     be->layernorm_bwd(be, dc, m->grads + o->norm_w, m->grads + o->norm_b, dln, a->c.p,
                       m->params + o->norm_w, a->mean.p, a->rstd.p, nz, H);
@@ -346,8 +367,7 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
     float *h1 = dbuf_ensure(be, &a->h1, (size_t)(R * 4 * H) * f);
     float *h2 = dbuf_ensure(be, &a->h2, (size_t)(R * 4 * H) * f);
     float *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, o->norm2_b, R);
-    linear_fwd(m, h1, ln2, o->fc1_w, o->fc1_b, R, H, 4 * H, 0.0f);
-    be->gelu_fwd(be, h2, h1, R * 4 * H, KF_GELU_TANH);
+    linear_act_fwd(m, h2, h1, ln2, o->fc1_w, o->fc1_b, R, H, 4 * H, KF_ACT_GELU_TANH);
     linear_fwd(m, x, h2, o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
 }
 
@@ -739,9 +759,9 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
         const block_off *o = &p->blk[l];
         layer_act *a = &ws->act[l];
         /* MLP half: x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
-        linear_bwd(m, dh, 0.0f, dx, a->h2.p, o->fc2_w, o->fc2_b, R, 4 * H, H);
-        be->gelu_bwd(be, dh, dh, a->h1.p, R * 4 * H, KF_GELU_TANH);
-        linear_bwd(m, dln, 0.0f, dh, a->ln2.p, o->fc1_w, o->fc1_b, R, H, 4 * H);
+        mlp_out_bwd(m, dh, dx, a->h2.p, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, R, 4 * H, H,
+                    KF_ACT_GELU_TANH);
+        linear_bwd(m, dln, 0.0f, dh, a->ln2.p, o->fc1_w, -1, R, H, 4 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm2,
                           o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL, dln, a->xmid.p,
                           m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);

@@ -1,0 +1,24 @@
+/* kernels/cpu/cpu_linear.c — a linear layer with its epilogue (bias, GELU)
+ * and the gradient through that epilogue, as kernels.h defines them: the CPU
+ * reference is the composition of the separate ops, so a model that calls
+ * the fused op gets bitwise the results of the unfused sequence. */
+#include "kernels/cpu/cpu_internal.h"
+
+static kf_gelu_kind gelu_kind(kf_act act) {
+    return act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH;
+}
+
+void cpu_linear_act(kf_backend *b, float *y, float *pre, const float *x, const float *w,
+                    const float *bias, int64_t rows, int64_t in, int64_t out, kf_act act) {
+    float *t = act == KF_ACT_NONE ? y : pre;
+    cpu_matmul(b, t, x, w, rows, out, in, 0, 1, 1.0f, 0.0f);
+    if (bias) cpu_add_bias(b, t, bias, rows, out);
+    if (act != KF_ACT_NONE) cpu_gelu_fwd(b, y, pre, rows * out, gelu_kind(act));
+}
+
+void cpu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy, const float *w,
+                          const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act) {
+    cpu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
+    if (act != KF_ACT_NONE) cpu_gelu_bwd(b, dpre, dpre, pre, rows * in, gelu_kind(act));
+    if (dbias) cpu_bias_grad(b, dbias, dpre, rows, in);
+}

@@ -1,0 +1,108 @@
+/* kernels/cuda/cuda_linear.cu — a linear layer with its epilogue (bias,
+ * GELU) and the gradient through it (kernels.h linear_act, linear_act_dgrad).
+ *
+ * The product is the matmul op's, so the results are matmul's followed by the
+ * separate ops, and the fusion only removes passes over memory:
+ *  - In a 16-bit mode outside batch-invariant mode, cuBLAS writes the product
+ *    in the 16-bit format (rounded once, as matmul rounds its C), and one
+ *    kernel reads it, adds the bias and applies GELU: matmul's rounding pass,
+ *    add_bias and gelu_fwd (or gelu_bwd and bias_grad's first pass) become one.
+ *    cuBLASLt's epilogues cannot do this: they add the bias to the fp32
+ *    accumulator, before the rounding the CPU reference does.
+ *  - Otherwise (fp32, or batch-invariant mode) the fp32 product is written by
+ *    matmul, and the same kernel finishes it in place.
+ * The bias gradient keeps bias_grad's order: rows summed in order within
+ * chunks of CUDA_ROW_CHUNK, chunks added in order by cu_col_finish, so it is
+ * bitwise bias_grad's on the same values. */
+#include "kernels/cuda/cuda_internal.h"
+
+/* Element i of the product: fp32, or the 16-bit format of precision `src16`. */
+__device__ __forceinline__ float load_c(const void *c, int src16, int64_t i) {
+    if (src16 == KF_PREC_FP16) return __half2float(((const __half *)c)[i]);
+    if (src16 == KF_PREC_BF16) return __bfloat162float(((const __nv_bfloat16 *)c)[i]);
+    return ((const float *)c)[i];
+}
+
+/* pre = c + bias, y = act(pre); c may be y or pre (read before written). */
+__global__ void k_bias_act(float *y, float *pre, const void *c, int src16, const float *bias,
+                           int64_t rows, int64_t cols, int act) {
+    int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = load_c(c, src16, i);
+        if (bias) v += bias[i % cols];
+        if (act == KF_ACT_NONE) {
+            y[i] = v;
+        } else {
+            pre[i] = v;
+            y[i] = cu_gelu(v, act == KF_ACT_GELU_ERF);
+        }
+    }
+}
+
+/* dpre = act'(pre) * c, and part[ch, col] = the sum of dpre over chunk ch's
+ * rows in order (part NULL: none); c may be dpre. One thread per (chunk,
+ * column): a warp walks 32 adjacent columns row by row. */
+__global__ void k_dact_cols(float *dpre, float *part, const void *c, int src16, const float *pre,
+                            int64_t rows, int64_t cols, int act) {
+    int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    for (int64_t ch = blockIdx.y; ch * CUDA_ROW_CHUNK < rows; ch += gridDim.y) {
+        int64_t r1 = min(rows, (ch + 1) * CUDA_ROW_CHUNK);
+        float s = 0.0f;
+        for (int64_t r = ch * CUDA_ROW_CHUNK; r < r1; r++) {
+            int64_t i = r * cols + col;
+            float v = load_c(c, src16, i);
+            if (act != KF_ACT_NONE) v *= cu_gelu_grad(pre[i], act == KF_ACT_GELU_ERF);
+            dpre[i] = v;
+            s += v;
+        }
+        if (part) part[ch * cols + col] = s;
+    }
+}
+
+/* Whether the product goes through cu_matmul_to16 (see the file comment). */
+static int product16(kf_backend *b, int64_t K) {
+    return b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0;
+}
+
+void cu_linear_act(kf_backend *b, float *y, float *pre, const float *x, const float *w,
+                   const float *bias, int64_t rows, int64_t in, int64_t out, kf_act act) {
+    if (rows <= 0 || out <= 0) return;
+    const void *c;
+    int src16 = 0;
+    if (product16(b, in)) {
+        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * out) * 2);
+        cu_matmul_to16(b, c16, x, w, rows, out, in, 0, 1);
+        c = c16, src16 = b->precision;
+    } else {
+        float *t = act == KF_ACT_NONE ? y : pre;
+        cu_matmul(b, t, x, w, rows, out, in, 0, 1, 1.0f, 0.0f);
+        if (!bias && act == KF_ACT_NONE) return; /* nothing left to do */
+        c = t;
+    }
+    k_bias_act<<<cu_blocks(rows * out), 256, 0, cu_stream(b)>>>(y, pre, c, src16, bias, rows, out,
+                                                                act);
+    CUDA_LAUNCHED();
+}
+
+void cu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy, const float *w,
+                         const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act) {
+    if (rows <= 0 || in <= 0) return;
+    int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
+    const void *c = dpre;
+    int src16 = 0;
+    if (product16(b, out)) {
+        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 2);
+        cu_matmul_to16(b, c16, dy, w, rows, in, out, 0, 0);
+        c = c16, src16 = b->precision;
+    } else {
+        cu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
+        if (!dbias && act == KF_ACT_NONE) return;
+    }
+    float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * in) * 4) : NULL;
+    dim3 grid((unsigned)((in + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
+    k_dact_cols<<<grid, 256, 0, cu_stream(b)>>>(dpre, part, c, src16, pre, rows, in, act);
+    CUDA_LAUNCHED();
+    if (dbias) cu_col_finish(b, dbias, part, nchunk, in);
+}
