@@ -28,7 +28,7 @@ BIN      ?= bin/kf
 MPI      ?= $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
-CFLAGS   += -std=c11 $(OPT) $(SAN) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread
+CFLAGS   += -std=c11 $(OPT) $(SAN) -g -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -fopenmp -pthread
 # WERROR=1 (CI): every warning fails the build, at any OPT and sanitizer
 WERROR   ?= 0
 ifeq ($(WERROR),1)

@@ -73,12 +73,13 @@ static void run_case(kf_backend *be, const model_config *cfg, const layout *l, c
         losses[s] = (float)fit_step(m, ws, &st, &sb, 1e-2f, 1.0f);
         if (s == 0) {
             /* after one step: logits, loss and gradients of the next pass */
-            model_zero_grads(m);
-            const float *lg = model_forward(m, ws, &sb.in, MODEL_TRAIN, NULL);
+            const float *lg = model_forward(m, ws, &sb.in, 0, NULL);
             float *h = malloc(sizeof(float) * (size_t)(rows * V));
             be->download(be, h, lg, sizeof(float) * (size_t)(rows * V));
             snprintf(nm, sizeof nm, "%s.logits", tag);
             put(nm, h, rows * V);
+            model_zero_grads(m);
+            model_forward(m, ws, &sb.in, MODEL_TRAIN, NULL); /* the head runs in model_loss */
             int64_t cnt;
             float loss = (float)(model_loss(m, ws, tg, 0, 1.0f, &cnt, NULL) / (double)cnt);
             snprintf(nm, sizeof nm, "%s.loss", tag);

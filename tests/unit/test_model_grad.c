@@ -113,9 +113,9 @@ static void weighted_grads(model *m, model_ws *ws, const model_input *in, const 
                            int64_t first, int64_t count, float w, float *g) {
     model_zero_grads(m);
     model_forward(m, ws, in, MODEL_TRAIN, NULL);
+    if (count) model_weight_dlogits(m, ws, m->cfg.k_train, first, count, w);
     int64_t n;
     model_loss(m, ws, tg, 10, 1.0f, &n, NULL);
-    if (count) model_weight_dlogits(m, ws, m->cfg.k_train, first, count, w);
     model_backward(m, ws);
     m->be->download(m->be, g, m->grads, (size_t)m->n_params * sizeof(float));
 }
@@ -161,6 +161,100 @@ static void check_weights(kf_backend *be, const model_config *cfg) {
     model_ws_free(ws);
     model_free(m);
     layout_free(&lay);
+}
+
+/* One training pass's row losses and gradients with the output layer run a
+ * `chunk` of rows at a time (0: automatic, one chunk here); position 1 of
+ * every k weighted 0.5. */
+static void chunked_pass(model *m, model_ws *ws, const model_input *in, const int32_t *tg,
+                         int64_t chunk, float *rl, float *g) {
+    model_ws_set_logit_chunk(ws, chunk);
+    model_zero_grads(m);
+    model_forward(m, ws, in, MODEL_TRAIN, NULL);
+    if (m->cfg.k_train > 1) model_weight_dlogits(m, ws, m->cfg.k_train, 1, 1, 0.5f);
+    int64_t n;
+    model_loss(m, ws, tg, 10, 1.0f, &n, rl);
+    model_backward(m, ws);
+    m->be->download(m->be, g, m->grads, (size_t)m->n_params * sizeof(float));
+}
+
+/* The output layer in chunks of 3 rows (model_loss of a MODEL_NO_LOGITS or
+ * MODEL_TRAIN pass), against one chunk: the same row losses bit for bit,
+ * with and without logits; the same gradients bit for bit except the output
+ * layer's own weight and bias, which are summed chunk by chunk (close). The
+ * chunks cut through the weighted runs of k = 2 positions. */
+static void check_chunks(kf_backend *be, const model_config *cfg, const layout *lay,
+                         const char *what) {
+    model *m = model_create(be, cfg);
+    randomize(m, 13);
+    int64_t B = 3, L = lay->L, rows = B * lay->n_out * (cfg->head == HEAD_MTP ? cfg->k_train : 1);
+    int64_t zd = cfg->head == HEAD_MTP ? cfg->k_train : 1;
+    int32_t *ids = calloc((size_t)(B * L), sizeof(int32_t)), *tg = malloc((size_t)rows * 4);
+    double *z = calloc((size_t)(B * L * zd), sizeof(double)), tau[3] = {0.7, 0.3, 1.0};
+    for (int64_t i = 0; i < B * L; i++)
+        ids[i] = (int32_t)rng_below(7, 1, (uint64_t)i, (uint64_t)cfg->vocab - 1);
+    for (int64_t i = 0; i < B * L * zd; i++) z[i] = rng_uniform01(7, 2, (uint64_t)i);
+    for (int64_t r = 0; r < rows; r++)
+        tg[r] = r % 5 == 3 ? -1 : (int32_t)rng_below(7, 3, (uint64_t)r, (uint64_t)cfg->vocab - 1);
+    model_input in = {.lay = lay, .B = B, .ids = ids, .z = z, .tau = tau};
+    model_ws *ws = model_ws_create(m);
+    size_t bytes = (size_t)m->n_params * sizeof(float);
+    float *g1 = malloc(bytes), *g3 = malloc(bytes);
+    float *rl1 = malloc((size_t)rows * 4), *rl3 = malloc((size_t)rows * 4);
+    float *rl_logits = malloc((size_t)rows * 4), *rl_none = malloc((size_t)rows * 4);
+    chunked_pass(m, ws, &in, tg, 0, rl1, g1);
+    chunked_pass(m, ws, &in, tg, 3, rl3, g3);
+    T_CHECK(!memcmp(rl1, rl3, (size_t)rows * 4),
+            "%s: training row losses differ with chunks of "
+            "3 rows",
+            what);
+    int64_t n;
+    model_forward(m, ws, &in, 0, NULL);
+    model_loss(m, ws, tg, 0, 1.0f, &n, rl_logits);
+    model_forward(m, ws, &in, MODEL_NO_LOGITS, NULL);
+    model_loss(m, ws, tg, 0, 1.0f, &n, rl_none);
+    T_CHECK(!memcmp(rl1, rl_logits, (size_t)rows * 4),
+            "%s: training row losses differ from a "
+            "pass that keeps its logits",
+            what);
+    T_CHECK(!memcmp(rl_logits, rl_none, (size_t)rows * 4),
+            "%s: MODEL_NO_LOGITS row losses "
+            "differ from the logits' (chunks of 3)",
+            what);
+    /* model_pick: argmax and inverse-CDF samples, kept logits vs chunks of 3 */
+    int32_t *id1 = malloc((size_t)rows * 4), *id3 = malloc((size_t)rows * 4);
+    double *zr = malloc((size_t)rows * 8), *tr = malloc((size_t)rows * 8);
+    for (int64_t r = 0; r < rows; r++) zr[r] = rng_uniform01(7, 4, (uint64_t)r), tr[r] = 0.8;
+    for (int sample = 0; sample < 2; sample++) {
+        model_forward(m, ws, &in, 0, NULL);
+        model_pick(m, ws, rows, sample ? zr : NULL, tr, id1);
+        model_forward(m, ws, &in, MODEL_NO_LOGITS, NULL);
+        model_pick(m, ws, rows, sample ? zr : NULL, tr, id3);
+        T_CHECK(!memcmp(id1, id3, (size_t)rows * 4),
+                "%s: model_pick (%s) differs with chunks of 3 "
+                "rows",
+                what, sample ? "samples" : "argmax");
+    }
+    free(id1), free(id3), free(zr), free(tr);
+    for (int t = 0; t < m->n_tensors; t++) {
+        const model_tensor *mt = &m->tensors[t];
+        const float *a = g1 + mt->offset, *c = g3 + mt->offset;
+        if (strstr(mt->name, ".linear.")) {
+            double e = max_rel(a, c, 1, mt->numel);
+            T_CHECK(e < 1e-5, "%s: %s's gradient in chunks: max relative difference %.3g", what,
+                    mt->name, e);
+        } else {
+            T_CHECK(!memcmp(a, c, (size_t)mt->numel * 4),
+                    "%s: %s's gradient differs with chunks "
+                    "of 3 rows",
+                    what, mt->name);
+        }
+    }
+    model_ws_set_logit_chunk(ws, 0);
+    free(g1), free(g3), free(rl1), free(rl3), free(rl_logits), free(rl_none);
+    free(ids), free(tg), free(z);
+    model_ws_free(ws);
+    model_free(m);
 }
 
 int main(void) {
@@ -210,6 +304,15 @@ int main(void) {
     T_CHECK(check(be, &g, &l, "PFLM k=2, GPT-2 options") < 0.05, "GPT-2 options PFLM gradient");
     layout_free(&l);
     check_weights(be, &pf);
+    layout_ar(&l, 7);
+    check_chunks(be, &ar, &l, "AR");
+    layout_free(&l);
+    layout_single(&l, 5, 2);
+    check_chunks(be, &pf, &l, "PFLM k=2");
+    layout_free(&l);
+    layout_single(&l, 5, 1);
+    check_chunks(be, &mtp, &l, "MTP k=3");
+    layout_free(&l);
     be->destroy(be);
     return T_DONE();
 }

@@ -414,6 +414,10 @@ struct model_ws {
     double *h_f64;
     size_t h_i32_cap, h_f64_cap;
     int have_dlogits;
+    int no_logits;                      /* the head waits for model_loss (MODEL_NO_LOGITS) */
+    int64_t logit_chunk;                /* model_ws_set_logit_chunk; 0: automatic */
+    int64_t w_period, w_first, w_count; /* model_weight_dlogits for the next loss */
+    float w_value;
 };
 
 model_ws *model_ws_create(model *m) {
@@ -561,7 +565,9 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
     ws->R = B * ws->Lc;
     ws->train = train;
     ws->keep_kv = (flags & MODEL_KEEP_CTX_KV) != 0;
+    ws->no_logits = train || (flags & MODEL_NO_LOGITS);
     ws->have_dlogits = 0;
+    ws->w_period = 0;
     ws->mask = lay->mask;
     if (in->valid_len) {
         ws->valid = kf_realloc(ws->valid, (size_t)B * sizeof(int32_t));
@@ -662,9 +668,88 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
     dbuf_upload(be, &ws->out_idx_d, oi, (size_t)O, sizeof(int32_t));
     float *xf = dbuf_ensure(be, &ws->xf, (size_t)(O * H) * f);
     be->gather_rows(be, xf, ws->xs[train ? nb : 0].p, ws->out_idx_d.p, O, H);
+    if (ws->no_logits) { /* model_loss runs the head, a chunk of rows at a time */
+        for (int h = 0; h < m->n_heads_out; h++) head_norm_fwd(m, &ws->hact[h], h, xf, O);
+        return NULL;
+    }
     float *logits = dbuf_ensure(be, &ws->logits, (size_t)(m->n_heads_out * O * V) * f);
     heads_fwd(m, ws->hact, xf, O, logits);
     return logits;
+}
+
+void model_ws_set_logit_chunk(model_ws *ws, int64_t rows) { ws->logit_chunk = rows; }
+
+/* Rows of logits model_loss makes at a time: the whole pass when its
+ * logits fit in MODEL_LOGIT_CHUNK_BYTES, else as many rows as do. A
+ * function of the pass's shape alone, so it is the same on every rank and
+ * for every batch split of equal micro-batches. */
+static int64_t logit_chunk(const model_ws *ws, int64_t rows, int64_t V) {
+    int64_t c = ws->logit_chunk > 0
+                    ? ws->logit_chunk
+                    : (int64_t)(MODEL_LOGIT_CHUNK_BYTES / ((size_t)V * sizeof(float)));
+    if (c < 1) c = 1;
+    return c < rows ? c : rows;
+}
+
+/* model_weight_dlogits's weight on the logit rows [r0, r0 + n), whose
+ * dlogits are at d. */
+static void weight_rows(model *m, model_ws *ws, float *d, int64_t r0, int64_t n) {
+    int64_t P = ws->w_period, V = m->cfg.vocab;
+    for (int64_t q = r0 / P; q * P < r0 + n; q++) {
+        int64_t a = q * P + ws->w_first, e = a + ws->w_count;
+        if (a < r0) a = r0;
+        if (e > r0 + n) e = r0 + n;
+        if (e > a) m->be->scale(m->be, d + (a - r0) * V, ws->w_value, (e - a) * V);
+    }
+}
+
+/* Logits of head h for output rows [c0, c0 + n) of a MODEL_NO_LOGITS pass,
+ * into lg [n, V], with the mask logit as heads_fwd sets it. */
+static void head_chunk(model *m, model_ws *ws, int h, int64_t c0, int64_t n, float *lg) {
+    const head_off *o = &m->priv->head[h];
+    int64_t H = m->cfg.hidden, V = m->cfg.vocab;
+    const float *ln = ws->hact[h].ln.p;
+    linear_fwd(m, lg, ln + c0 * H, o->w, o->b, n, H, V, 0.0f);
+    if (m->cfg.mask_id >= 0) m->be->fill_column(m->be, lg, n, V, m->cfg.mask_id, MASK_LOGIT);
+}
+
+/* The head of a MODEL_NO_LOGITS pass, a chunk of rows at a time: logits,
+ * the mask logit, the cross-entropy into losses (and, training, dlogits
+ * with their row weights, then the head's backward: its weight and bias
+ * gradients, and dxf through its norm). Only one chunk of logits exists at
+ * a time. Per row it is the ops of a whole-pass head; with one chunk it is
+ * them exactly. */
+static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses, float gscale) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    int64_t H = m->cfg.hidden, V = m->cfg.vocab, O = ws->n_out_rows, mask = m->cfg.mask_id;
+    int64_t chunk = logit_chunk(ws, O, V);
+    size_t f = sizeof(float);
+    float *lg = dbuf_ensure(be, &ws->logits, (size_t)(chunk * V) * f);
+    float *dxf = NULL, *dln = NULL;
+    if (ws->train) {
+        dxf = dbuf_ensure(be, &ws->dxf, (size_t)(O * H) * f);
+        /* sized for model_backward's use too, so it is allocated once */
+        dln = dbuf_ensure(be, &ws->dln, (size_t)((ws->R > O ? ws->R : O) * H) * f);
+        be->zero(be, dxf, (size_t)(O * H) * f);
+    }
+    for (int h = 0; h < m->n_heads_out; h++) {
+        const head_off *o = &p->head[h];
+        const float *ln = ws->hact[h].ln.p;
+        for (int64_t c0 = 0; c0 < O; c0 += chunk) {
+            int64_t n = O - c0 < chunk ? O - c0 : chunk, r0 = h * O + c0;
+            head_chunk(m, ws, h, c0, n, lg);
+            be->xent(be, losses + r0, ws->train ? lg : NULL, lg, t_d + r0, n, V, gscale);
+            if (!ws->train) continue;
+            if (ws->w_period) weight_rows(m, ws, lg, r0, n);
+            if (mask >= 0) be->fill_column(be, lg, n, V, mask, 0.0f);
+            linear_bwd(m, dln + c0 * H, 0.0f, lg, ln + c0 * H, o->w, o->b, n, H, V);
+        }
+        if (ws->train)
+            be->layernorm_bwd(be, dxf, m->grads + o->norm,
+                              o->norm_b >= 0 ? m->grads + o->norm_b : NULL, dln, ws->xf.p,
+                              m->params + o->norm, ws->hact[h].mean.p, ws->hact[h].rstd.p, O, H);
+    }
 }
 
 double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
@@ -678,10 +763,10 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
     if (norm <= 0) norm = n > 0 ? (double)n : 1.0;
     int32_t *t_d = dbuf_upload(be, &ws->targets_d, targets, (size_t)rows, sizeof(int32_t));
     float *losses = dbuf_ensure(be, &ws->losses_d, (size_t)rows * sizeof(float));
-    float *logits = ws->logits.p;
-    be->xent(be, losses, ws->train ? logits : NULL, logits, t_d, rows, V,
-             (float)(loss_scale / norm));
+    if (ws->no_logits) head_loss(m, ws, t_d, losses, (float)(loss_scale / norm));
+    else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, 1.0f);
     ws->have_dlogits = ws->train;
+    ws->w_period = 0;
     float *h = row_loss ? row_loss : kf_malloc((size_t)rows * sizeof(float));
     be->download(be, h, losses, (size_t)rows * sizeof(float));
     double sum = 0;
@@ -694,32 +779,42 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
 
 void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,
                           float w) {
-    KF_CHECK(ws->train && ws->have_dlogits,
-             "model_weight_dlogits: needs model_loss after a MODEL_TRAIN forward");
-    int64_t rows = model_ws_rows(ws), V = m->cfg.vocab;
+    KF_CHECK(ws->train && !ws->have_dlogits,
+             "model_weight_dlogits: needs a MODEL_TRAIN forward, before its model_loss");
+    int64_t rows = model_ws_rows(ws);
     KF_CHECK(period > 0 && first >= 0 && first + count <= period && rows % period == 0,
              "model_weight_dlogits: rows %lld, period %lld, [%lld, +%lld)", (long long)rows,
              (long long)period, (long long)first, (long long)count);
-    float *dlogits = ws->logits.p;
-    /* each period's weighted rows are contiguous */
-    for (int64_t r = first; r < rows; r += period)
-        m->be->scale(m->be, dlogits + r * V, w, count * V);
+    ws->w_period = period, ws->w_first = first, ws->w_count = count, ws->w_value = w;
 }
 
 void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
                 int32_t *ids) {
     kf_backend *be = m->be;
-    int64_t V = m->cfg.vocab;
-    KF_CHECK(rows <= m->n_heads_out * ws->n_out_rows,
-             "model_pick: %lld rows, the last forward made %lld", (long long)rows,
-             (long long)(m->n_heads_out * ws->n_out_rows));
+    int64_t V = m->cfg.vocab, O = ws->n_out_rows;
+    KF_CHECK(!ws->train, "model_pick: needs a pass without MODEL_TRAIN");
+    KF_CHECK(rows <= m->n_heads_out * O, "model_pick: %lld rows, the last forward made %lld",
+             (long long)rows, (long long)(m->n_heads_out * O));
     int32_t *id = dbuf_ensure(be, &ws->pick_ids_d, (size_t)rows * sizeof(int32_t));
+    double *zd = NULL, *td = NULL;
     if (z) {
-        double *zd = dbuf_upload(be, &ws->pick_z_d, z, (size_t)rows, sizeof(double));
-        double *td = dbuf_upload(be, &ws->pick_tau_d, tau, (size_t)rows, sizeof(double));
-        be->sample_icdf(be, id, ws->logits.p, td, zd, rows, V);
-    } else {
-        be->argmax(be, id, ws->logits.p, rows, V);
+        zd = dbuf_upload(be, &ws->pick_z_d, z, (size_t)rows, sizeof(double));
+        td = dbuf_upload(be, &ws->pick_tau_d, tau, (size_t)rows, sizeof(double));
+    }
+    /* logit rows [r0, r0 + n) at lg: one chunk's at a time, or (logits kept)
+     * all of them in one go */
+    int64_t chunk = ws->no_logits ? logit_chunk(ws, O, V) : rows;
+    float *lg = ws->no_logits ? dbuf_ensure(be, &ws->logits, (size_t)(chunk * V) * sizeof(float))
+                              : ws->logits.p;
+    for (int64_t r0 = 0, n; r0 < rows; r0 += n) {
+        n = rows - r0 < chunk ? rows - r0 : chunk;
+        if (ws->no_logits) {
+            int64_t c0 = r0 % O;
+            if (n > O - c0) n = O - c0; /* a chunk stays within one head */
+            head_chunk(m, ws, (int)(r0 / O), c0, n, lg);
+        }
+        if (z) be->sample_icdf(be, id + r0, lg, td + r0, zd + r0, n, V);
+        else be->argmax(be, id + r0, lg, n, V);
     }
     be->download(be, ids, id, (size_t)rows * sizeof(int32_t));
 }
@@ -735,18 +830,9 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     int64_t B = ws->B, L = ws->L, R = ws->R, O = ws->n_out_rows, H = c->hidden, V = c->vocab;
     int64_t nh = c->heads, hd = H / nh, nb = c->blocks;
     size_t f = sizeof(float);
-    float *dlogits = ws->logits.p;
-    if (c->mask_id >= 0) be->fill_column(be, dlogits, m->n_heads_out * O, V, c->mask_id, 0.0f);
-    float *dxf = dbuf_ensure(be, &ws->dxf, (size_t)(O * H) * f);
-    float *dln = dbuf_ensure(be, &ws->dln, (size_t)(R * H > O * H ? R * H : O * H) * f);
-    be->zero(be, dxf, (size_t)(O * H) * f);
-    for (int h = 0; h < m->n_heads_out; h++) {
-        const head_off *o = &p->head[h];
-        linear_bwd(m, dln, 0.0f, dlogits + h * O * V, ws->hact[h].ln.p, o->w, o->b, O, H, V);
-        be->layernorm_bwd(be, dxf, m->grads + o->norm, o->norm_b >= 0 ? m->grads + o->norm_b : NULL,
-                          dln, ws->xf.p, m->params + o->norm, ws->hact[h].mean.p,
-                          ws->hact[h].rstd.p, O, H);
-    }
+    /* the head's backward ran in model_loss, into dxf */
+    const float *dxf = ws->dxf.p;
+    float *dln = ws->dln.p; /* [max(R, O), H], from model_loss */
     /* the heads' own tensors (a tied head's weight is vocab_embed, reported with it) */
     if (ready) ready(ctx, p->heads_begin, p->heads_end - p->heads_begin);
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);

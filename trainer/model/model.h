@@ -183,46 +183,68 @@ model_ws *model_ws_create(model *m);
 void model_ws_free(model_ws *ws);
 
 enum {
-    MODEL_TRAIN = 1,      /* keep every activation for model_backward */
-    MODEL_KEEP_CTX_KV = 2 /* keep each layer's context-row qkv, so a later
-                             pass with lay->mask.q_start = n_ctx (DoubleForward)
-                             can reuse them via kv_src */
+    MODEL_TRAIN = 1,       /* keep every activation for model_backward; implies
+                              MODEL_NO_LOGITS */
+    MODEL_KEEP_CTX_KV = 2, /* keep each layer's context-row qkv, so a later
+                              pass with lay->mask.q_start = n_ctx (DoubleForward)
+                              can reuse them via kv_src */
+    MODEL_NO_LOGITS = 4    /* a pass only model_loss or model_pick reads: the
+                              output layer waits for them and runs a chunk of
+                              rows at a time, so the [rows, V] logits never
+                              exist whole */
 };
+
+/** Logits of a MODEL_NO_LOGITS pass are made at most this many bytes at a
+ *  time (then the whole pass when they fit). */
+#define MODEL_LOGIT_CHUNK_BYTES ((size_t)1 << 30)
 
 /** Runs the backbone over in (rows [q_start, L) of each sample; rows before
  *  q_start take their K/V from kv_src, a ws whose previous pass used
  *  MODEL_KEEP_CTX_KV with the same B and n_ctx). Returns the logits, a device
  *  buffer [n_heads_out * B * n_out, V] owned by ws (valid until its next
- *  pass), ordered head-major, then sample, then out row. */
+ *  pass), ordered head-major, then sample, then out row; NULL for a
+ *  MODEL_TRAIN or MODEL_NO_LOGITS pass, whose head runs in model_loss. */
 const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
                            const model_ws *kv_src);
 
 /** Number of logit rows of ws's last pass. */
 int64_t model_ws_rows(const model_ws *ws);
 
+/** Makes model_loss of a MODEL_NO_LOGITS pass on ws compute the logits of at
+ *  most `rows` output rows at a time (0: automatic, MODEL_LOGIT_CHUNK_BYTES).
+ *  Per row the results do not depend on it; the head's weight and bias
+ *  gradients are summed chunk by chunk. For tests. */
+void model_ws_set_logit_chunk(model_ws *ws, int64_t rows);
+
 /** Cross-entropy of the last pass against targets (host, one per logit row,
  *  < 0 ignored). Returns the SUM of counted rows' losses and their number in
- *  *count. When the pass was MODEL_TRAIN, leaves dlogits = loss_scale / norm *
- *  (softmax - onehot) for model_backward (norm <= 0: *count). row_loss (host,
- *  may be NULL) receives every row's loss (0 when ignored). */
+ *  *count. row_loss (host, may be NULL) receives every row's loss (0 when
+ *  ignored). After a MODEL_TRAIN pass it also backpropagates through the
+ *  output layer: dlogits = loss_scale / norm * (softmax - onehot) (norm <= 0:
+ *  *count), times model_weight_dlogits's weights, give the head's gradients
+ *  and the gradient at its input, which model_backward carries on from. */
 double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
                   int64_t *count, float *row_loss);
 
-/** Multiplies the dlogits left by model_loss (a MODEL_TRAIN pass) of the logit
- *  rows r with first <= r % period < first + count by w: per-position loss
- *  weights for outputs grouped (t, j) with period = k (shared head). */
+/** Makes the next model_loss of a MODEL_TRAIN pass multiply the dlogits of
+ *  the logit rows r with first <= r % period < first + count by w:
+ *  per-position loss weights for outputs grouped (t, j) with period = k
+ *  (shared head). Call between model_forward and model_loss. */
 void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,
                           float w);
 
-/** Token ids from the logits of the last model_forward on ws, read back to
- *  the host ids[rows] (the first `rows` logit rows): each row's first
- *  maximum (z == NULL), or its inverse-CDF sample for host noise z[r] and
- *  temperature tau[r] (kernels.h sample_icdf). Its device buffers stay in
- *  ws, so a teacher pass waits for the device once: at this read-back. */
+/** Token ids from the logits of the last model_forward on ws (not
+ *  MODEL_TRAIN), read back to the host ids[rows] (the first `rows` logit
+ *  rows): each row's first maximum (z == NULL), or its inverse-CDF sample for
+ *  host noise z[r] and temperature tau[r] (kernels.h sample_icdf). After a
+ *  MODEL_NO_LOGITS pass the output layer runs here, a chunk of rows at a
+ *  time; per row the ids are the same. Its device buffers stay in ws, so a
+ *  teacher pass waits for the device once: at this read-back. */
 void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
                 int32_t *ids);
 
-/** Backpropagates the dlogits left by model_loss; grads += . */
+/** Backpropagates from the gradient model_loss left at the head's input;
+ *  grads += . */
 void model_backward(model *m, model_ws *ws);
 
 /** Told that grads[off, off + count) is final: every op of this backward

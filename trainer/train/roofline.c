@@ -157,9 +157,9 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     optim_state os = optim_init(o);
     model_zero_grads(m);
     model_forward(m, s->ws, &sb.in, MODEL_TRAIN, NULL);
-    model_loss(m, s->ws, sb.targets, 0, (float)optim_loss_scale(&os, o, 0), NULL, NULL);
     if (st->kind == RC_KIND_SELF_FORCING && o->new_weight != 1.0)
         model_weight_dlogits(m, s->ws, st->k, st->k / 2, st->k / 2, (float)o->new_weight);
+    model_loss(m, s->ws, sb.targets, 0, (float)optim_loss_scale(&os, o, 0), NULL, NULL);
     model_backward(m, s->ws);
     mk->student = n_recorded(be);
     optim_step(be, o, &os, 0, m->params, m->grads, s->adam_m, s->adam_v, s->ema, m->n_params);

@@ -134,7 +134,7 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
     layout lay;
     layout_ar(&lay, n);
     model_input in = {.lay = &lay, .B = B, .ids = ctx};
-    model_forward(ar, ws, &in, 0, NULL);
+    model_forward(ar, ws, &in, MODEL_NO_LOGITS, NULL);
     for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k];
     model_pick(ar, ws, rows, zr, tr, got);
     for (int64_t r = 0; r < rows; r++) out[r * k] = got[r];
@@ -156,7 +156,7 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
                         out[(b * n + t) * k + j - 1];
             for (int64_t t = 0; t < n; t++)
                 lay.out_rows[t] = (int32_t)layout_group_row(n, k - 1, t, j - 1);
-            model_forward(ar, ws, &in, 0, NULL);
+            model_forward(ar, ws, &in, MODEL_NO_LOGITS, NULL);
             for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k + j];
             model_pick(ar, ws, rows, zr, tr, got);
             for (int64_t r = 0; r < rows; r++) out[r * k + j] = got[r];
@@ -189,7 +189,7 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
                 zz[b * L + layout_group_row(n, k, t, j)] = z[(b * n + t) * k + j];
     }
     model_input in = {.lay = &l1, .B = B, .ids = ids, .z = zz, .tau = tau};
-    model_forward(pf, ws1, &in, k2 ? MODEL_KEEP_CTX_KV : 0, NULL);
+    model_forward(pf, ws1, &in, MODEL_NO_LOGITS | (k2 ? MODEL_KEEP_CTX_KV : 0), NULL);
     model_pick(pf, ws1, rows, NULL, NULL, got);
     for (int64_t r = 0; r < rows; r++) out[(r / k) * w + r % k] = got[r];
     layout_free(&l1);
@@ -206,7 +206,7 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
                     zz[b * L2 + layout_group_row(n, 2 * k, t, k + j)] = z2[(b * n + t) * k + j];
                 }
         in.lay = &l2;
-        model_forward(pf, ws2, &in, 0, ws1);
+        model_forward(pf, ws2, &in, MODEL_NO_LOGITS, ws1);
         model_pick(pf, ws2, rows, NULL, NULL, got);
         for (int64_t r = 0; r < rows; r++) out[(r / k) * w + k + r % k] = got[r];
         layout_free(&l2);

@@ -176,7 +176,7 @@ static double evaluate(trainer *t) {
     for (int64_t i = 0; i < t->o->eval_batches * t->accum; i++) {
         const loader_batch *lb = loader_next(t->vld);
         build(t, lb);
-        model_forward(t->m, t->ws, &t->sb->in, 0, NULL);
+        model_forward(t->m, t->ws, &t->sb->in, MODEL_NO_LOGITS, NULL);
         int64_t cnt;
         acc[0] += model_loss(t->m, t->ws, t->sb->targets, 0, 1.0f, &cnt, NULL);
         acc[1] += (double)cnt;
@@ -239,11 +239,11 @@ static void train_step(trainer *t) {
         model_input in = stored_input(t, sb);
         model_zero_grads(m);
         model_forward(m, t->ws, &in, MODEL_TRAIN, NULL);
-        int64_t c;
-        loss += model_loss(m, t->ws, sb->targets, norm, scale, &c, NULL);
         if (t->st->kind == RC_KIND_SELF_FORCING && t->o->new_weight != 1.0)
             model_weight_dlogits(m, t->ws, t->st->k, t->st->k / 2, t->st->k / 2,
                                  (float)t->o->new_weight);
+        int64_t c;
+        loss += model_loss(m, t->ws, sb->targets, norm, scale, &c, NULL);
         /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
          * the last one's parts are added (grads_ready) and all-reduced as the
          * backward finishes them */
