@@ -98,42 +98,46 @@ static double epilogue_extra(const kf_backend *b, double mn, int work) {
     return work && !fused16 ? 2 * F * mn : 0;
 }
 
-/* the GEMM, then per element 1 add with a bias and GELU's 8; x and W read,
- * y written, pre written with an activation, bias read */
-kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, float *pre, const float *x,
-                                   const float *w, const float *bias, int64_t rows, int64_t in,
-                                   int64_t out, kf_act act) {
-    double m = (double)rows, k = (double)in, n = (double)out, mn = m * n;
-    int g = act != KF_ACT_NONE;
-    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k + mn * ((bias ? 1 : 0) + (g ? 8 : 0)),
-                        F * (m * k + k * n + mn * (g ? 2 : 1) + (bias ? n : 0)) +
-                            epilogue_extra(b, mn, bias || g),
-                        "M=%lld N=%lld K=%lld%s%s", (long long)rows, (long long)out, (long long)in,
-                        bias ? " bias" : "",
-                        act == KF_ACT_GELU_TANH  ? " gelu"
-                        : act == KF_ACT_GELU_ERF ? " gelu-erf"
-                                                 : "");
+/* A GEMM C[M, N] = A[M, K] B[K, N] and its epilogue: `epi` FLOPs per element
+ * of C; A and B read, C written, and again (the pre-activation) with an
+ * activation (act), `vec` bytes of the bias or its gradient; `work`: the
+ * epilogue has anything to do. Shapes name the bias and activation tags. */
+static kf_op_cost linear_cost(const kf_backend *b, int64_t M, int64_t N, int64_t K, double epi,
+                              int act, double vec, int work, const char *bias_tag,
+                              const char *act_tag) {
+    double m = (double)M, n = (double)N, k = (double)K, mn = m * n;
+    kf_op_cost c = cost(
+        b, KF_COST_GEMM, 2 * m * n * k + mn * epi,
+        F * (m * k + k * n + mn * (act ? 2 : 1)) + vec + epilogue_extra(b, mn, work),
+        "M=%lld N=%lld K=%lld%s%s", (long long)M, (long long)N, (long long)K, bias_tag, act_tag);
     c.convert_bytes = k > 0 ? gemm_convert(b, m * k, k * n, 0) : 0;
     return c;
 }
 
-/* the GEMM, then per element GELU's derivative 12 and the bias sum's 1; dy,
- * W (and pre) read, dpre written, dbias read and written */
+static const char *act_tag(kf_act act, int grad) {
+    if (act == KF_ACT_GELU_TANH) return grad ? " dgelu" : " gelu";
+    if (act == KF_ACT_GELU_ERF) return grad ? " dgelu-erf" : " gelu-erf";
+    return "";
+}
+
+/* per element 1 add with a bias and GELU's 8; the bias read */
+kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, float *pre, const float *x,
+                                   const float *w, const float *bias, int64_t rows, int64_t in,
+                                   int64_t out, kf_act act) {
+    int g = act != KF_ACT_NONE;
+    return linear_cost(b, rows, out, in, (bias ? 1 : 0) + (g ? 8 : 0), g,
+                       bias ? F * (double)out : 0, bias || g, bias ? " bias" : "", act_tag(act, 0));
+}
+
+/* per element GELU's derivative 12 and the bias sum's 1; pre read; dbias
+ * read and written */
 kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy,
                                          const float *w, const float *pre, int64_t rows, int64_t in,
                                          int64_t out, kf_act act) {
-    double m = (double)rows, k = (double)out, n = (double)in, mn = m * n;
     int g = act != KF_ACT_NONE;
-    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k + mn * ((dbias ? 1 : 0) + (g ? 12 : 0)),
-                        F * (m * k + k * n + mn * (g ? 2 : 1) + (dbias ? 2 * n : 0)) +
-                            epilogue_extra(b, mn, dbias || g),
-                        "M=%lld N=%lld K=%lld%s%s", (long long)rows, (long long)in, (long long)out,
-                        dbias ? " dbias" : "",
-                        act == KF_ACT_GELU_TANH  ? " dgelu"
-                        : act == KF_ACT_GELU_ERF ? " dgelu-erf"
-                                                 : "");
-    c.convert_bytes = k > 0 ? gemm_convert(b, m * k, k * n, 0) : 0;
-    return c;
+    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), g,
+                       dbias ? 2 * F * (double)in : 0, dbias || g, dbias ? " dbias" : "",
+                       act_tag(act, 1));
 }
 
 /* y += bias: 1 add per element; y read and written, bias read */

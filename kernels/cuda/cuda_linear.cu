@@ -61,26 +61,28 @@ __global__ void k_dact_cols(float *dpre, float *part, const void *c, int src16, 
     }
 }
 
-/* Whether the product goes through cu_matmul_to16 (see the file comment). */
-static int product16(kf_backend *b, int64_t K) {
-    return b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0;
+/* The product C[M, N] = A op(B) the epilogue reads (see the file comment):
+ * in 16 bits in scratch slot C (*src16 its format), or fp32 in dst
+ * (*src16 = 0). */
+static const void *product(kf_backend *b, float *dst, const float *A, const float *B, int64_t M,
+                           int64_t N, int64_t K, int trans_b, int *src16) {
+    if (b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0) {
+        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(M * N) * 2);
+        cu_matmul_to16(b, c16, A, B, M, N, K, 0, trans_b);
+        *src16 = b->precision;
+        return c16;
+    }
+    cu_matmul(b, dst, A, B, M, N, K, 0, trans_b, 1.0f, 0.0f);
+    *src16 = 0;
+    return dst;
 }
 
 void cu_linear_act(kf_backend *b, float *y, float *pre, const float *x, const float *w,
                    const float *bias, int64_t rows, int64_t in, int64_t out, kf_act act) {
     if (rows <= 0 || out <= 0) return;
-    const void *c;
-    int src16 = 0;
-    if (product16(b, in)) {
-        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * out) * 2);
-        cu_matmul_to16(b, c16, x, w, rows, out, in, 0, 1);
-        c = c16, src16 = b->precision;
-    } else {
-        float *t = act == KF_ACT_NONE ? y : pre;
-        cu_matmul(b, t, x, w, rows, out, in, 0, 1, 1.0f, 0.0f);
-        if (!bias && act == KF_ACT_NONE) return; /* nothing left to do */
-        c = t;
-    }
+    int src16;
+    const void *c = product(b, act == KF_ACT_NONE ? y : pre, x, w, rows, out, in, 1, &src16);
+    if (!src16 && !bias && act == KF_ACT_NONE) return; /* nothing left to do */
     k_bias_act<<<cu_blocks(rows * out), 256, 0, cu_stream(b)>>>(y, pre, c, src16, bias, rows, out,
                                                                 act);
     CUDA_LAUNCHED();
@@ -90,16 +92,9 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *
                          const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act) {
     if (rows <= 0 || in <= 0) return;
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
-    const void *c = dpre;
-    int src16 = 0;
-    if (product16(b, out)) {
-        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 2);
-        cu_matmul_to16(b, c16, dy, w, rows, in, out, 0, 0);
-        c = c16, src16 = b->precision;
-    } else {
-        cu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
-        if (!dbias && act == KF_ACT_NONE) return;
-    }
+    int src16;
+    const void *c = product(b, dpre, dy, w, rows, in, out, 0, &src16);
+    if (!src16 && !dbias && act == KF_ACT_NONE) return;
     float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * in) * 4) : NULL;
     dim3 grid((unsigned)((in + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
     k_dact_cols<<<grid, 256, 0, cu_stream(b)>>>(dpre, part, c, src16, pre, rows, in, act);
