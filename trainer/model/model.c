@@ -679,7 +679,7 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
 
 void model_ws_set_logit_chunk(model_ws *ws, int64_t rows) { ws->logit_chunk = rows; }
 
-/* Rows of logits model_loss makes at a time: the whole pass when its
+/* Rows of logits model_loss and model_pick make at a time: the whole pass when its
  * logits fit in MODEL_LOGIT_CHUNK_BYTES, else as many rows as do. A
  * function of the pass's shape alone, so it is the same on every rank and
  * for every batch split of equal micro-batches. */
