@@ -213,6 +213,19 @@ __global__ void k_scale_c(float *C, float beta, int64_t mn, int64_t batch, int64
         }
 }
 
+/* Row-major C = alpha op(A) op(B) + beta C through cuBLAS, which is
+ * column-major: C^T = op(B)^T op(A)^T. A and B of type ab, C of type ct. */
+static void cublas_rowmajor(kf_backend *b, void *C, cudaDataType ct, const void *A, const void *B,
+                            cudaDataType ab, int64_t M, int64_t N, int64_t K, int trans_a,
+                            int trans_b, float alpha, float beta, int64_t batch, int64_t stride_c,
+                            int64_t stride_a, int64_t stride_b, cublasComputeType_t compute) {
+    int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
+    CUBLAS_OK(cublasGemmStridedBatchedEx(
+        cu_impl(b)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+        (int)N, (int)M, (int)K, &alpha, B, ab, ldb, stride_b, A, ab, lda, stride_a, &beta, C, ct,
+        (int)N, stride_c, (int)batch, compute, CUBLAS_GEMM_DEFAULT));
+}
+
 /* cuBLAS on 16-bit copies of A and B (the format of b->precision, made in
  * scratch slots A and B) with fp32 accumulation, into C of type ct: fp32, or
  * the same 16-bit format (then beta must be 0). */
@@ -229,13 +242,9 @@ static void gemm16(kf_backend *b, void *C, cudaDataType ct, const float *A, cons
     CUDA_LAUNCHED();
     k_to_16<<<cu_blocks(nb), 256, 0, s>>>(hb, B, nb, lowp);
     CUDA_LAUNCHED();
-    cudaDataType t16 = lowp == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
-    int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
-    CUBLAS_OK(cublasGemmStridedBatchedEx(
-        cu_impl(b)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-        (int)N, (int)M, (int)K, &alpha, hb, t16, ldb, stride_b, ha, t16, lda, stride_a, &beta, C,
-        ct, (int)N, stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cublas_rowmajor(b, C, ct, ha, hb, lowp == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, M, N, K,
+                    trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b,
+                    CUBLAS_COMPUTE_32F);
 }
 
 void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
@@ -280,13 +289,8 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
         return;
     }
     if (lowp == KF_PREC_FP32) {
-        /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
-        int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
-        CUBLAS_OK(cublasGemmStridedBatchedEx(
-            cu_impl(b)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, ldb,
-            stride_b, A, CUDA_R_32F, lda, stride_a, &beta, C, CUDA_R_32F, (int)N, stride_c,
-            (int)batch, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+        cublas_rowmajor(b, C, CUDA_R_32F, A, B, CUDA_R_32F, M, N, K, trans_a, trans_b, alpha, beta,
+                        batch, stride_c, stride_a, stride_b, CUBLAS_COMPUTE_32F_PEDANTIC);
         return;
     }
     gemm16(b, C, CUDA_R_32F, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c,

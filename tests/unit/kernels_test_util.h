@@ -55,6 +55,14 @@ static inline float tu_bf16(float x) {
     return dl < dh || (dl == dh && !(lo >> 16 & 1u)) ? flo : fhi;
 }
 
+/* GELU in double (tanh form, or erf): the reference the GELU ops and the
+ * fused linear epilogue are checked against. */
+static inline double tu_gelu(double x, kf_gelu_kind kind) {
+    if (kind == KF_GELU_TANH)
+        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+}
+
 /* max |a-b| / max(max|b|, floor): error relative to the tensor's scale. */
 static inline double tu_relerr(const float *a, const double *b, int64_t n, double floor) {
     double num = 0, den = floor;

@@ -265,11 +265,7 @@ static void check_bf16_known(kf_backend *be) {
     }
 }
 
-/* GELU and its derivative in double (tanh form, or erf). */
-static double ref_gelu(double v, int erf_kind) {
-    if (erf_kind) return 0.5 * v * (1 + erf(v / sqrt(2.0)));
-    return 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-}
+/* GELU's derivative in double (tanh form, or erf); GELU itself is tu_gelu. */
 static double ref_gelu_grad(double v, int erf_kind) {
     if (erf_kind) return 0.5 * (1 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2 * M_PI);
     double c = sqrt(2 / M_PI), t = tanh(c * (v + 0.044715 * v * v * v));
@@ -297,7 +293,7 @@ static void check_linear_act(kf_backend *be) {
                     double s = with_bias ? bias[c] : 0;
                     for (int64_t k = 0; k < in; k++) s += (double)x[r * in + k] * w[c * in + k];
                     rpre[r * out + c] = s;
-                    ry[r * out + c] = act ? ref_gelu(s, erf_kind) : s;
+                    ry[r * out + c] = act ? tu_gelu(s, erf_kind ? KF_GELU_ERF : KF_GELU_TANH) : s;
                 }
             char what[96];
             snprintf(what, sizeof what, "linear_act act=%d%s: y", act, with_bias ? " bias" : "");

@@ -254,23 +254,22 @@ void *dbuf_upload(kf_backend *be, dbuf *d, const void *src, size_t n, size_t esz
 
 /* ---------------------------------------------------------------- layers */
 
-void linear_fwd(model *m, float *y, const float *x, int64_t w, int64_t bias, int64_t rows,
-                int64_t in, int64_t out, float beta) {
-    kf_backend *be = m->be;
-    if (beta == 0.0f) {
-        be->linear_act(be, y, NULL, x, m->params + w, bias >= 0 ? m->params + bias : NULL, rows, in,
-                       out, KF_ACT_NONE);
-        return;
-    }
-    be->matmul(be, y, x, m->params + w, rows, out, in, 0, 1, 1.0f, beta);
-    if (bias >= 0) be->add_bias(be, y, m->params + bias, rows, out);
-}
-
 /* h = act(x W^T + b) with its pre-activation kept in pre for the backward. */
 static void linear_act_fwd(model *m, float *h, float *pre, const float *x, int64_t w, int64_t bias,
                            int64_t rows, int64_t in, int64_t out, kf_act act) {
     m->be->linear_act(m->be, h, pre, x, m->params + w, bias >= 0 ? m->params + bias : NULL, rows,
                       in, out, act);
+}
+
+void linear_fwd(model *m, float *y, const float *x, int64_t w, int64_t bias, int64_t rows,
+                int64_t in, int64_t out, float beta) {
+    kf_backend *be = m->be;
+    if (beta == 0.0f) {
+        linear_act_fwd(m, y, NULL, x, w, bias, rows, in, out, KF_ACT_NONE);
+        return;
+    }
+    be->matmul(be, y, x, m->params + w, rows, out, in, 0, 1, 1.0f, beta);
+    if (bias >= 0) be->add_bias(be, y, m->params + bias, rows, out);
 }
 
 /* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy,
@@ -375,18 +374,6 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
     const head_off *o = &m->priv->head[h];
     return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R);
-}
-
-void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits) {
-    kf_backend *be = m->be;
-    model_priv *p = m->priv;
-    int64_t H = m->cfg.hidden, V = m->cfg.vocab;
-    for (int h = 0; h < m->n_heads_out; h++) {
-        float *ln = head_norm_fwd(m, &a[h], h, xf, R);
-        linear_fwd(m, logits + h * R * V, ln, p->head[h].w, p->head[h].b, R, H, V, 0.0f);
-    }
-    if (m->cfg.mask_id >= 0)
-        be->fill_column(be, logits, m->n_heads_out * R, V, m->cfg.mask_id, MASK_LOGIT);
 }
 
 /* ---------------------------------------------------------------- workspace */
@@ -540,6 +527,16 @@ static void embed_inputs(model *m, model_ws *ws, const model_input *in, float *x
     be->scatter_rows(be, x, ws->nact.out.p, ws->noise_rows_d.p, nz, H);
 }
 
+/* Logits of head h for output rows [c0, c0 + n) of ws's last pass (its
+ * final norm, head_norm_fwd's rows), into lg [n, V], with the mask logit. */
+static void head_chunk(model *m, model_ws *ws, int h, int64_t c0, int64_t n, float *lg) {
+    const head_off *o = &m->priv->head[h];
+    int64_t H = m->cfg.hidden, V = m->cfg.vocab;
+    const float *ln = ws->hact[h].ln.p;
+    linear_fwd(m, lg, ln + c0 * H, o->w, o->b, n, H, V, 0.0f);
+    if (m->cfg.mask_id >= 0) m->be->fill_column(m->be, lg, n, V, m->cfg.mask_id, MASK_LOGIT);
+}
+
 const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
                            const model_ws *kv_src) {
     kf_backend *be = m->be;
@@ -668,12 +665,10 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
     dbuf_upload(be, &ws->out_idx_d, oi, (size_t)O, sizeof(int32_t));
     float *xf = dbuf_ensure(be, &ws->xf, (size_t)(O * H) * f);
     be->gather_rows(be, xf, ws->xs[train ? nb : 0].p, ws->out_idx_d.p, O, H);
-    if (ws->no_logits) { /* model_loss runs the head, a chunk of rows at a time */
-        for (int h = 0; h < m->n_heads_out; h++) head_norm_fwd(m, &ws->hact[h], h, xf, O);
-        return NULL;
-    }
+    for (int h = 0; h < m->n_heads_out; h++) head_norm_fwd(m, &ws->hact[h], h, xf, O);
+    if (ws->no_logits) return NULL; /* model_loss or model_pick runs the head, by chunks */
     float *logits = dbuf_ensure(be, &ws->logits, (size_t)(m->n_heads_out * O * V) * f);
-    heads_fwd(m, ws->hact, xf, O, logits);
+    for (int h = 0; h < m->n_heads_out; h++) head_chunk(m, ws, h, 0, O, logits + h * O * V);
     return logits;
 }
 
@@ -701,16 +696,6 @@ static void weight_rows(model *m, model_ws *ws, float *d, int64_t r0, int64_t n)
         if (e > r0 + n) e = r0 + n;
         if (e > a) m->be->scale(m->be, d + (a - r0) * V, ws->w_value, (e - a) * V);
     }
-}
-
-/* Logits of head h for output rows [c0, c0 + n) of a MODEL_NO_LOGITS pass,
- * into lg [n, V], with the mask logit as heads_fwd sets it. */
-static void head_chunk(model *m, model_ws *ws, int h, int64_t c0, int64_t n, float *lg) {
-    const head_off *o = &m->priv->head[h];
-    int64_t H = m->cfg.hidden, V = m->cfg.vocab;
-    const float *ln = ws->hact[h].ln.p;
-    linear_fwd(m, lg, ln + c0 * H, o->w, o->b, n, H, V, 0.0f);
-    if (m->cfg.mask_id >= 0) m->be->fill_column(m->be, lg, n, V, m->cfg.mask_id, MASK_LOGIT);
 }
 
 /* The head of a MODEL_NO_LOGITS pass, a chunk of rows at a time: logits,
@@ -766,7 +751,6 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
     if (ws->no_logits) head_loss(m, ws, t_d, losses, (float)(loss_scale / norm));
     else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, 1.0f);
     ws->have_dlogits = ws->train;
-    ws->w_period = 0;
     float *h = row_loss ? row_loss : kf_malloc((size_t)rows * sizeof(float));
     be->download(be, h, losses, (size_t)rows * sizeof(float));
     double sum = 0;

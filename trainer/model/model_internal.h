@@ -73,7 +73,5 @@ void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R)
 void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R);
 /* Head h's final norm over R rows of xf; returns the normalised rows (in a->ln). */
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R);
-/* Final norm + linear of every head over R rows of xf; logits [heads*R, V]. */
-void heads_fwd(model *m, head_act *a, const float *xf, int64_t R, float *logits);
 
 #endif
