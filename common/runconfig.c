@@ -375,6 +375,9 @@ static int parse_resources(runconfig *rc, cfg_node *root, kf_err *err) {
         cfg_opt_str(n, RK("backend"), "auto", &backend, err) ||
         cfg_opt_str(n, RK("partition"), "", &part, err))
         return -1;
+    bool zero1;
+    if (cfg_opt_bool(n, RK("zero1"), false, &zero1, err)) return -1;
+    r->zero1 = zero1;
     if (r->nodes > r->ranks)
         return cfg_err_at(cfg_find(n, RK("nodes")), err, "more nodes (%lld) than ranks (%lld)",
                           (long long)r->nodes, (long long)r->ranks);

@@ -43,7 +43,7 @@
  *     - {name: imp, kind: import, path: ckpt.safetensors}
  *   resources: {ranks: 1, nodes: 1, gpus_per_node: 0, time_limit: "00:30:00",
  *               backend: cpu, partition: "", signal_lead: 120, collective_timeout: 120,
- *               bucket_mb: 25}
+ *               bucket_mb: 25, zero1: false}
  *
  * A stage may carry any `defaults:` key to override it for that stage only
  * (e.g. `{name: ar, kind: ar, steps: 600, lr: 3.0e-4}`); runconfig_stage.opt
@@ -158,6 +158,9 @@ typedef struct runconfig_resources {
     int64_t collective_timeout; /* seconds a collective may block before the job dies */
     double bucket_mb;           /* gradient all-reduce bucket (MiB) overlapped with the
                                    backward; 0: one all-reduce after it */
+    int zero1;                  /* 1: ZeRO-1, the optimizer state sharded over the ranks
+                                   (reduce-scatter, update the shard, all-gather;
+                                   trainer/train/dist.h); same results as the all-reduce */
 } runconfig_resources;
 
 typedef struct runconfig {

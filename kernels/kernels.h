@@ -39,6 +39,9 @@
  * the CUDA sources include this header from C++. */
 typedef struct kf_err kf_err;
 
+/* The part length of sumsq and sumsq_parts (in the op list below). */
+#define KF_SUM_PART 4096
+
 /* The storage format of the ops that run in 16 bits (see Conventions). */
 typedef enum { KF_PREC_FP32 = 0, KF_PREC_FP16 = 1, KF_PREC_BF16 = 2 } kf_precision;
 typedef enum { KF_GELU_TANH = 0, KF_GELU_ERF = 1 } kf_gelu_kind;
@@ -292,9 +295,17 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
        int64_t rows),                                                                              \
       (b, logits, ids, x, head, rows))                                                             \
                                                                                                    \
-    /* ---- reductions (results returned to the host; fixed order) ---- */                         \
+    /* ---- reductions (results returned to the host; fixed order) ----                            \
+     * sumsq is the sum, in order, of the sums of squares of consecutive                           \
+     * KF_SUM_PART-element parts of x; sumsq_parts returns those parts                             \
+     * (parts[i], host memory, ceil(n / KF_SUM_PART) of them, for                                  \
+     * x[i * KF_SUM_PART, ...)), so a buffer cut at multiples of KF_SUM_PART                       \
+     * gives piece by piece the parts of the whole: ZeRO-1's ranks add them                        \
+     * into the norm a single buffer would have (trainer/train/dist.h). */                         \
     X(double, sum, (kf_backend * b, const float *x, int64_t n), (b, x, n))                         \
     X(double, sumsq, (kf_backend * b, const float *x, int64_t n), (b, x, n))                       \
+    X(void, sumsq_parts, (kf_backend * b, double *parts, const float *x, int64_t n),               \
+      (b, parts, x, n))                                                                            \
     X(int64_t, count_nonfinite, (kf_backend * b, const float *x, int64_t n), (b, x, n))            \
                                                                                                    \
     /* ---- optimiser over one flat parameter buffer (one launch) ----                             \

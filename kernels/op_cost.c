@@ -402,6 +402,9 @@ kf_op_cost kernels_cost_sum(kf_backend *b, const float *x, int64_t n) {
 kf_op_cost kernels_cost_sumsq(kf_backend *b, const float *x, int64_t n) {
     return reduce_cost(b, 2, n);
 }
+kf_op_cost kernels_cost_sumsq_parts(kf_backend *b, double *parts, const float *x, int64_t n) {
+    return reduce_cost(b, 2, n);
+}
 kf_op_cost kernels_cost_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
     return reduce_cost(b, 1, n);
 }

@@ -82,6 +82,7 @@ static void rec_end(kf_backend *b) {
 #define REC_OWN_head_fwd ~, 1
 #define REC_OWN_sum ~, 1
 #define REC_OWN_sumsq ~, 1
+#define REC_OWN_sumsq_parts ~, 1
 #define REC_OWN_count_nonfinite ~, 1
 #define REC_SECOND(a, b, ...) b
 #define REC_SECOND_OF(...) REC_SECOND(__VA_ARGS__)
@@ -208,6 +209,14 @@ static void rec_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float
 REC_REDUCE(double, sum)
 REC_REDUCE(double, sumsq)
 REC_REDUCE(int64_t, count_nonfinite)
+
+static void rec_sumsq_parts(kf_backend *b, double *parts, const float *x, int64_t n) {
+    rec_impl *im = impl(b);
+    rec_begin(b, "sumsq_parts", kernels_cost_sumsq_parts(b, parts, x, n));
+    if (im->inner) im->inner->sumsq_parts(im->inner, parts, x, n);
+    else memset(parts, 0, (size_t)((n + KF_SUM_PART - 1) / KF_SUM_PART) * sizeof *parts);
+    rec_end(b);
+}
 
 static const kf_backend rec_table = {
 #define REC_SLOT(ret, name, params, args) .name = rec_##name,

@@ -9,7 +9,8 @@
  *    and peak device bytes of a run are known without holding them: a 124M
  *    model's training step runs dry in a few MB of host memory;
  *  - download writes zeros to the host, sum / sumsq / count_nonfinite
- *    return 0, head_pack returns a handle that only carries its shape;
+ *    return 0 (sumsq_parts writes zeros), head_pack returns a handle that
+ *    only carries its shape;
  *  - every other op does nothing.
  *
  * So the model's real code (trainer/model/model.c, the optimizer, the teacher

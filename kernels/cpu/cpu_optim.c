@@ -1,8 +1,8 @@
 /* kernels/cpu/cpu_optim.c — reductions returned to the host, AdamW and EMA.
  *
- * sum/sumsq accumulate in double over fixed chunks of SUM_CHUNK elements
- * (CPU_LANES fixed lanes inside a chunk), and the chunk partials are added in
- * chunk order, so the result depends on neither the thread count nor the
+ * sum/sumsq accumulate in double over fixed parts of KF_SUM_PART elements
+ * (CPU_LANES fixed lanes inside a part), and the part sums are added in
+ * part order, so the result depends on neither the thread count nor the
  * SIMD level.
  */
 #include <math.h>
@@ -11,17 +11,14 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
-#define SUM_CHUNK 4096
-
-static double chunked_sum(const float *x, int64_t n, int square) {
-    int64_t nchunk = (n + SUM_CHUNK - 1) / SUM_CHUNK;
-    if (nchunk == 0) return 0.0;
-    double *part = kf_malloc((size_t)nchunk * sizeof(double));
+/* part[ch] = the sum (of squares) of x[ch * KF_SUM_PART, ...) */
+static void part_sums(double *part, const float *x, int64_t n, int square) {
+    int64_t nchunk = (n + KF_SUM_PART - 1) / KF_SUM_PART;
 #pragma omp parallel for schedule(static)
     for (int64_t ch = 0; ch < nchunk; ch++) {
-        int64_t i1 = (ch + 1) * SUM_CHUNK < n ? (ch + 1) * SUM_CHUNK : n;
+        int64_t i1 = (ch + 1) * KF_SUM_PART < n ? (ch + 1) * KF_SUM_PART : n;
         double acc[CPU_LANES] = {0};
-        int64_t i = ch * SUM_CHUNK; /* chunks start at whole lanes */
+        int64_t i = ch * KF_SUM_PART; /* parts start at whole lanes */
         for (; i + CPU_LANES <= i1; i += CPU_LANES)
             for (int l = 0; l < CPU_LANES; l++)
                 acc[l] += square ? (double)x[i + l] * (double)x[i + l] : (double)x[i + l];
@@ -29,6 +26,13 @@ static double chunked_sum(const float *x, int64_t n, int square) {
             acc[l] += square ? (double)x[i + l] * (double)x[i + l] : (double)x[i + l];
         part[ch] = cpu_lanes_sum(acc);
     }
+}
+
+static double chunked_sum(const float *x, int64_t n, int square) {
+    int64_t nchunk = (n + KF_SUM_PART - 1) / KF_SUM_PART;
+    if (nchunk == 0) return 0.0;
+    double *part = kf_malloc((size_t)nchunk * sizeof(double));
+    part_sums(part, x, n, square);
     double s = 0.0;
     for (int64_t ch = 0; ch < nchunk; ch++) s += part[ch];
     free(part);
@@ -38,6 +42,10 @@ static double chunked_sum(const float *x, int64_t n, int square) {
 double cpu_sum(kf_backend *b, const float *x, int64_t n) { return chunked_sum(x, n, 0); }
 
 double cpu_sumsq(kf_backend *b, const float *x, int64_t n) { return chunked_sum(x, n, 1); }
+
+void cpu_sumsq_parts(kf_backend *b, double *parts, const float *x, int64_t n) {
+    part_sums(parts, x, n, 1);
+}
 
 int64_t cpu_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
     int64_t c = 0;

@@ -1,14 +1,17 @@
 /* kernels/cuda/cuda_optim.cu — reductions returned to the host, AdamW and EMA.
  *
- * sum/sumsq/count_nonfinite split x into at most RED_BLOCKS contiguous slices
+ * sum/count_nonfinite split x into at most RED_BLOCKS contiguous slices
  * (the split depends only on n), reduce each slice in a fixed block order in
- * double, and add the slice results on the host in slice order.
+ * double, and add the slice results on the host in slice order. sumsq does
+ * the same over slices of KF_SUM_PART elements (kernels.h), its parts, which
+ * sumsq_parts returns.
  * AdamW and EMA are one elementwise launch over the flat parameter buffer,
  * with the CPU backend's formulas; products and sums use the _rn intrinsics so
  * the compiler cannot fuse them into FMAs, which keeps the update bitwise equal
  * to the CPU backend's for equal inputs.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda_internal.h"
 
@@ -47,7 +50,26 @@ static double reduce(kf_backend *b, const float *x, int64_t n, int mode) {
 
 double cu_sum(kf_backend *b, const float *x, int64_t n) { return reduce(b, x, n, 0); }
 
-double cu_sumsq(kf_backend *b, const float *x, int64_t n) { return reduce(b, x, n, 1); }
+void cu_sumsq_parts(kf_backend *b, double *parts, const float *x, int64_t n) {
+    if (n <= 0) return;
+    int64_t g = (n + KF_SUM_PART - 1) / KF_SUM_PART;
+    double *dev = (double *)cu_scratch(b, CU_SCRATCH_C, (size_t)g * sizeof(double));
+    k_reduce<<<(unsigned)g, RED_THREADS, 0, cu_stream(b)>>>(dev, x, n, KF_SUM_PART, 1);
+    CUDA_LAUNCHED();
+    CUDA_OK(cudaMemcpyAsync(parts, dev, (size_t)g * sizeof(double), cudaMemcpyDeviceToHost,
+                            cu_stream(b)));
+    cu_wait(b);
+}
+
+double cu_sumsq(kf_backend *b, const float *x, int64_t n) {
+    int64_t g = (n + KF_SUM_PART - 1) / KF_SUM_PART;
+    if (g <= 0) return 0.0;
+    double *parts = (double *)kf_malloc((size_t)g * sizeof(double)), s = 0.0;
+    cu_sumsq_parts(b, parts, x, n);
+    for (int64_t i = 0; i < g; i++) s += parts[i];
+    free(parts);
+    return s;
+}
 
 int64_t cu_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
     return (int64_t)llround(reduce(b, x, n, 2));

@@ -8,7 +8,7 @@
 # the CUDA backend filled) once, the harness's own checks on kernels
 # with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
-# accumulating the same 2 micro-batches, and `kf bench train --roofline` timing
+# accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, and `kf bench train --roofline` timing
 # each op of a step on the emulated GPU. Each program's own checks count here.
 # `make test` builds the programs (make emu-tests); a missing one is a failure.
 set -u
@@ -90,7 +90,8 @@ else
   bad "$ST not built (make emu-tests)"
 fi
 
-# NCCL: mpirun -np 2 (MPI_Allreduce underneath) vs one rank, 2 micro-batches
+# NCCL: mpirun -np 2 (MPI_Allreduce underneath) vs one rank, 2 micro-batches;
+# ZeRO-1 (MPI_Reduce, MPI_Bcast) vs the all-reduce
 EMU_KF=build-emu/kf
 if [ -x "$EMU_KF" ]; then
   T=$(mktemp -d /tmp/kf_emu_XXXXXX); trap 'rm -rf "$R" "$T"' EXIT
@@ -103,6 +104,11 @@ if [ -x "$EMU_KF" ]; then
   "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/n1" "${cuda[@]}" defaults.micro_batch=4 2>"$T/n1.err"; rc=$?
   check "emulated cuda, np=1 with 2 micro-batches: exits 0 (rc $rc): $(tail -n 1 "$T/n1.err")" [ $rc -eq 0 ]
   check "emulated cuda: np=2 == np=1 x 2 micro-batches, bitwise" same_weights "$T/n2/stages/ar" "$T/n1/stages/ar"
+  # ZeRO-1: ncclReduce per owner of each bucket (small buckets), ncclBroadcast per shard
+  $MPIRUN -np 2 "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/z2" "${cuda[@]}" \
+    resources.zero1=true resources.bucket_mb=0.0005 2>"$T/z2.err"; rc=$?
+  check "emulated cuda, np=2 zero1: exits 0 (rc $rc): $(grep -m1 "error" "$T/z2.err")" [ $rc -eq 0 ]
+  check "emulated cuda: np=2 zero1 == np=2 all-reduce, bitwise" same_weights "$T/z2/stages/ar" "$T/n2/stages/ar"
   # the roofline on a "GPU": the step runs there and each op is timed beside its estimate
   "$EMU_KF" bench train configs/tiny.yaml --roofline h100 --stage ar resources.backend=cuda \
     model.heads=3 defaults.micro_batch=2 >"$T/roof.out" 2>"$T/roof.err"; rc=$?

@@ -782,6 +782,22 @@ static void test_optim(void) {
     printf("  sum %.17g vs %.17g, sumsq %.17g vs %.17g\n", s[0], s[1], q[0], q[1]);
     T_CLOSE(s[1], s[0], 1e-9, "sum");
     T_CLOSE(q[1], q[0], 1e-12, "sumsq");
+    /* sumsq is its parts added in order (kernels.h), on the GPU as on the CPU;
+     * each part close to the CPU's */
+    int64_t nparts = (n + KF_SUM_PART - 1) / KF_SUM_PART, far = 0;
+    double *pp[2], fold = 0;
+    for (int i = 0; i < 2; i++) {
+        pp[i] = malloc((size_t)nparts * sizeof(double));
+        be[i]->sumsq_parts(be[i], pp[i], x.p[i], n);
+    }
+    for (int64_t i = 0; i < nparts; i++) {
+        far += fabs(pp[1][i] - pp[0][i]) > 1e-12 * fmax(1.0, fabs(pp[0][i]));
+        fold += pp[1][i];
+    }
+    T_EQ_INT(far, 0, "sumsq_parts: parts of %lld not within 1e-12 of the cpu's", (long long)nparts);
+    T_CHECK(fold == q[1], "sumsq (gpu) = its parts added in order: got %.17g want %.17g", q[1],
+            fold);
+    free(pp[0]), free(pp[1]);
     float *h = down(&x, 0);
     h[5] = INFINITY, h[77777] = NAN, h[n - 1] = -INFINITY;
     BOTH(BE->upload(BE, P(x), h, x.bytes));

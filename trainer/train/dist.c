@@ -37,8 +37,9 @@ typedef struct dist_impl {
     int stop;
     float *seg; /* receive buffer of one chain segment */
     /* overlapped gradient all-reduce (dist_grads_*), set by the main thread */
-    int active; /* between dist_grads_begin and dist_grads_wait */
-    int gpu;    /* the buffer is on the CUDA backend */
+    int active;  /* between dist_grads_begin and dist_grads_wait */
+    int gpu;     /* the buffer is on the CUDA backend */
+    int scatter; /* ZeRO-1: reduce-scatter instead of all-reduce */
     kf_backend *gb;
     float *gbuf;
     int64_t gn, gcap; /* buffer and bucket sizes (floats) */
@@ -225,15 +226,37 @@ int dist_attach_backend(dist *d, kf_backend *b, kf_err *err) {
 #endif
 }
 
+dist_range dist_shard(const dist *d, int64_t n, int rank) {
+    int64_t per = (n + d->world - 1) / d->world;
+    per = (per + KF_SUM_PART - 1) / KF_SUM_PART * KF_SUM_PART;
+    int64_t lo = (int64_t)rank * per < n ? (int64_t)rank * per : n;
+    int64_t hi = lo + per < n ? lo + per : n;
+    return (dist_range){lo, hi - lo};
+}
+
+#if defined(KF_MPI) || defined(KF_CUDA)
+/* The part of [off, off + count) in rank r's shard of the gradient buffer. */
+static dist_range owned(dist *d, int64_t off, int64_t count, int r) {
+    dist_range sh = dist_shard(d, ((dist_impl *)d->impl)->gn, r);
+    int64_t lo = off > sh.off ? off : sh.off, hi = off + count;
+    if (hi > sh.off + sh.count) hi = sh.off + sh.count;
+    return (dist_range){lo, hi > lo ? hi - lo : 0};
+}
+#endif
+
 #ifdef KF_MPI
+/* MPI counts are int: ranges go in pieces of at most 2^30 elements. */
+#define MPI_PIECE (1 << 30)
+
 /* ((g0 + g1) + g2) + ...: rank r receives the partial sum of ranks < r for
  * each segment, adds its own values (partial + own, in that order) and passes
- * it on; the last rank then holds the total and broadcasts it. */
-static void chain_allreduce(dist *d, float *buf, int64_t n) {
+ * it on; the last rank then holds the total and broadcasts it, or (ZeRO-1)
+ * sends each owner its part. */
+static void chain_allreduce(dist *d, float *buf, int64_t off, int64_t n) {
     dist_impl *im = d->impl;
-    for (int64_t off = 0; off < n; off += CHAIN_SEG) {
-        int cnt = (int)(n - off < CHAIN_SEG ? n - off : CHAIN_SEG);
-        float *x = buf + off;
+    for (int64_t o = 0; o < n; o += CHAIN_SEG) {
+        int cnt = (int)(n - o < CHAIN_SEG ? n - o : CHAIN_SEG);
+        float *x = buf + off + o;
         if (d->rank > 0) {
             MPI_OK(MPI_Recv(im->seg, cnt, MPI_FLOAT, d->rank - 1, 7, MPI_COMM_WORLD,
                             MPI_STATUS_IGNORE),
@@ -244,10 +267,26 @@ static void chain_allreduce(dist *d, float *buf, int64_t n) {
             MPI_OK(MPI_Send(x, cnt, MPI_FLOAT, d->rank + 1, 7, MPI_COMM_WORLD),
                    "all-reduce (send)");
     }
-    for (int64_t off = 0; off < n; off += (1 << 30)) {
-        int cnt = (int)(n - off < (1 << 30) ? n - off : (1 << 30));
-        MPI_OK(MPI_Bcast(buf + off, cnt, MPI_FLOAT, d->world - 1, MPI_COMM_WORLD),
-               "all-reduce (bcast)");
+    if (!im->scatter) {
+        for (int64_t o = 0; o < n; o += MPI_PIECE) {
+            int cnt = (int)(n - o < MPI_PIECE ? n - o : MPI_PIECE);
+            MPI_OK(MPI_Bcast(buf + off + o, cnt, MPI_FLOAT, d->world - 1, MPI_COMM_WORLD),
+                   "all-reduce (bcast)");
+        }
+        return;
+    }
+    for (int r = 0; r < d->world - 1; r++) {
+        if (d->rank != r && d->rank != d->world - 1) continue;
+        dist_range p = owned(d, off, n, r);
+        for (int64_t o = 0; o < p.count; o += MPI_PIECE) {
+            int cnt = (int)(p.count - o < MPI_PIECE ? p.count - o : MPI_PIECE);
+            float *x = buf + p.off + o;
+            if (d->rank == r)
+                MPI_OK(
+                    MPI_Recv(x, cnt, MPI_FLOAT, d->world - 1, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                    "reduce-scatter (receive)");
+            else MPI_OK(MPI_Send(x, cnt, MPI_FLOAT, r, 8, MPI_COMM_WORLD), "reduce-scatter (send)");
+        }
     }
 }
 #endif
@@ -256,8 +295,8 @@ static void chain_allreduce(dist *d, float *buf, int64_t n) {
 /* One bucket's chain, under the watchdog's deadline. */
 static void reduce_bucket(dist *d, bucket q) {
     dist_impl *im = d->impl;
-    arm(d, "all-reduce(grads)");
-    chain_allreduce(d, im->gbuf + q.off, q.count);
+    arm(d, im->scatter ? "reduce-scatter(grads)" : "all-reduce(grads)");
+    chain_allreduce(d, im->gbuf, q.off, q.count);
     disarm(d);
 }
 
@@ -296,11 +335,25 @@ static void launch(dist *d, int64_t off, int64_t count) {
         cudaStream_t cs = (cudaStream_t)kernels_cuda_stream(im->gb);
         CUDA_OK(cudaEventRecord(im->ev_ready, cs), "cudaEventRecord");
         CUDA_OK(cudaStreamWaitEvent(im->nstream, im->ev_ready, 0), "cudaStreamWaitEvent");
-        arm(d, "ncclAllReduce(grads)");
-        ncclResult_t r = ncclAllReduce(im->gbuf + off, im->gbuf + off, (size_t)count, ncclFloat,
-                                       ncclSum, im->nccl, im->nstream);
+        ncclResult_t r;
+        if (!im->scatter) {
+            arm(d, "ncclAllReduce(grads)");
+            r = ncclAllReduce(im->gbuf + off, im->gbuf + off, (size_t)count, ncclFloat, ncclSum,
+                              im->nccl, im->nstream);
+        } else { /* one reduce per owner of a part of the bucket */
+            arm(d, "ncclReduce(grads)");
+            r = ncclGroupStart();
+            for (int o = 0; o < d->world && r == ncclSuccess; o++) {
+                dist_range p = owned(d, off, count, o);
+                if (p.count)
+                    r = ncclReduce(im->gbuf + p.off, im->gbuf + p.off, (size_t)p.count, ncclFloat,
+                                   ncclSum, o, im->nccl, im->nstream);
+            }
+            ncclResult_t e = ncclGroupEnd();
+            if (r == ncclSuccess) r = e;
+        }
         disarm(d);
-        KF_CHECK(r == ncclSuccess, "ncclAllReduce: %s", ncclGetErrorString(r));
+        KF_CHECK(r == ncclSuccess, "NCCL gradient reduction: %s", ncclGetErrorString(r));
         return;
     }
 #endif
@@ -320,7 +373,8 @@ static void flush(dist *d) {
     im->lo = im->hi = 0;
 }
 
-void dist_grads_begin(dist *d, kf_backend *b, float *buf, int64_t n, int64_t bucket_floats) {
+void dist_grads_begin(dist *d, kf_backend *b, float *buf, int64_t n, int64_t bucket_floats,
+                      int scatter) {
     if (d->world == 1) return;
     dist_impl *im = d->impl;
     KF_CHECK(!im->active, "dist_grads_begin: the previous all-reduce was not waited for");
@@ -339,6 +393,7 @@ void dist_grads_begin(dist *d, kf_backend *b, float *buf, int64_t n, int64_t buc
     }
 #endif
     im->gb = b, im->gbuf = buf, im->gn = n, im->gcap = bucket_floats;
+    im->scatter = scatter;
     im->covered = 0, im->lo = im->hi = 0;
     pthread_mutex_lock(&im->qmu);
     im->nq = im->ndone = 0;
@@ -378,7 +433,7 @@ double dist_grads_wait(dist *d) {
         CUDA_OK(cudaEventRecord(im->ev_done, im->nstream), "cudaEventRecord");
         CUDA_OK(cudaStreamWaitEvent(cs, im->ev_done, 0), "cudaStreamWaitEvent");
         /* the host blocks here (not in a later sync) so a dead peer trips the watchdog */
-        arm(d, "ncclAllReduce(grads)");
+        arm(d, im->scatter ? "ncclReduce(grads)" : "ncclAllReduce(grads)");
         CUDA_OK(cudaEventSynchronize(im->ev_done), "cudaEventSynchronize(NCCL)");
         disarm(d);
         CUDA_OK(cudaEventSynchronize(im->ev_bwd), "cudaEventSynchronize");
@@ -399,6 +454,80 @@ double dist_grads_wait(dist *d) {
 #endif
     im->active = 0;
     return clock_now_s() - t0;
+}
+
+void dist_allgather(dist *d, kf_backend *b, float *buf, int64_t n) {
+    if (d->world == 1) return;
+#ifdef KF_CUDA
+    dist_impl *im = d->impl;
+    if (!strcmp(b->name, "cuda")) {
+        KF_CHECK(im->have_nccl, "dist: NCCL not set up (call dist_attach_backend)");
+        KF_CHECK(!im->active, "dist: all-gather during an overlapped gradient reduction");
+        /* on NCCL's stream after the ops that wrote the shards; the compute
+         * stream waits for it, and so does the host, under the watchdog */
+        cudaStream_t cs = (cudaStream_t)kernels_cuda_stream(b);
+        CUDA_OK(cudaEventRecord(im->ev_ready, cs), "cudaEventRecord");
+        CUDA_OK(cudaStreamWaitEvent(im->nstream, im->ev_ready, 0), "cudaStreamWaitEvent");
+        arm(d, "ncclBroadcast(weights)");
+        ncclResult_t r = ncclGroupStart();
+        for (int o = 0; o < d->world && r == ncclSuccess; o++) {
+            dist_range sh = dist_shard(d, n, o);
+            if (sh.count)
+                r = ncclBroadcast(buf + sh.off, buf + sh.off, (size_t)sh.count, ncclFloat, o,
+                                  im->nccl, im->nstream);
+        }
+        ncclResult_t e = ncclGroupEnd();
+        KF_CHECK(r == ncclSuccess && e == ncclSuccess, "ncclBroadcast: %s",
+                 ncclGetErrorString(r != ncclSuccess ? r : e));
+        CUDA_OK(cudaEventRecord(im->ev_done, im->nstream), "cudaEventRecord");
+        CUDA_OK(cudaStreamWaitEvent(cs, im->ev_done, 0), "cudaStreamWaitEvent");
+        CUDA_OK(cudaEventSynchronize(im->ev_done), "cudaEventSynchronize(NCCL)");
+        disarm(d);
+        return;
+    }
+#endif
+#ifdef KF_MPI
+    KF_CHECK(!strcmp(b->name, "cpu"), "dist: backend %s has no all-gather path", b->name);
+    arm_main(d, "all-gather(weights)");
+    for (int o = 0; o < d->world; o++) {
+        dist_range sh = dist_shard(d, n, o);
+        for (int64_t i = 0; i < sh.count; i += MPI_PIECE) {
+            int cnt = (int)(sh.count - i < MPI_PIECE ? sh.count - i : MPI_PIECE);
+            MPI_OK(MPI_Bcast(buf + sh.off + i, cnt, MPI_FLOAT, o, MPI_COMM_WORLD),
+                   "all-gather (bcast)");
+        }
+    }
+    disarm(d);
+#else
+    (void)b, (void)buf, (void)n;
+#endif
+}
+
+double dist_sumsq(dist *d, kf_backend *b, const float *buf, int64_t n) {
+    if (d->world == 1) return b->sumsq(b, buf, n);
+    int64_t np = (n + KF_SUM_PART - 1) / KF_SUM_PART;
+    double *parts = kf_calloc((size_t)(np ? np : 1), sizeof *parts), s = 0.0;
+    dist_range me = dist_shard(d, n, d->rank);
+    if (me.count) b->sumsq_parts(b, parts + me.off / KF_SUM_PART, buf + me.off, me.count);
+#ifdef KF_MPI
+    int *cnt = kf_malloc((size_t)d->world * sizeof *cnt),
+        *at = kf_malloc((size_t)d->world * sizeof *at);
+    for (int r = 0; r < d->world; r++) {
+        dist_range sh = dist_shard(d, n, r);
+        KF_CHECK(np < INT32_MAX, "dist_sumsq: %lld parts is too many", (long long)np);
+        at[r] = (int)(sh.off / KF_SUM_PART);
+        cnt[r] = (int)((sh.count + KF_SUM_PART - 1) / KF_SUM_PART);
+    }
+    arm_main(d, "all-gather(norm)");
+    MPI_OK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, parts, cnt, at, MPI_DOUBLE,
+                          MPI_COMM_WORLD),
+           "allgatherv");
+    disarm(d);
+    free(cnt), free(at);
+#endif
+    for (int64_t i = 0; i < np; i++) s += parts[i];
+    free(parts);
+    return s;
 }
 
 void dist_allreduce_sum_f64(dist *d, double *x, int n) {

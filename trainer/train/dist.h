@@ -18,6 +18,19 @@
  * the GPU numbered by its node-local rank); NCCL's order is fixed for a given
  * topology, not across topologies.
  *
+ * ZeRO-1 (resources.zero1): the gradients are reduce-scattered instead of
+ * all-reduced, each rank updates only its shard of the flat parameters (and
+ * holds the optimizer state of that shard alone), and the updated shards are
+ * all-gathered. On the CPU backend each bucket runs the same rank-order
+ * chain, and rank W-1 sends each owner its part instead of broadcasting the
+ * whole: the shard's sums are bitwise the all-reduce's. With CUDA, a bucket
+ * is one ncclReduce per owner whose shard it touches (grouped), and the
+ * all-gather one ncclBroadcast per shard from its owner (grouped): the
+ * shards are contiguous and of unequal length (below), which
+ * ncclReduceScatter / ncclAllGather (W equal pieces of one buffer) cannot
+ * express without padding the model's buffers, and a bucket, a range of the
+ * backward's order, seldom starts on a shard.
+ *
  * Dead ranks: every collective is bracketed by a deadline. A watchdog thread
  * checks it twice a second; when a collective has blocked for longer than
  * `timeout` seconds (a peer was killed, stopped, or its node vanished) the
@@ -87,8 +100,12 @@ int dist_attach_backend(dist *d, kf_backend *b, kf_err *err);
  * All three are no-ops when world == 1. */
 
 /** Starts an all-reduce of buf (n floats in b's memory) in buckets of about
- *  bucket_floats (> 0); nothing is launched until ranges are ready. */
-void dist_grads_begin(dist *d, kf_backend *b, float *buf, int64_t n, int64_t bucket_floats);
+ *  bucket_floats (> 0); nothing is launched until ranges are ready. With
+ *  scatter (ZeRO-1) it is a reduce-scatter: after dist_grads_wait only this
+ *  rank's shard of buf (dist_shard) holds the sums, bitwise those the
+ *  all-reduce gives there; the rest of buf holds partial sums. */
+void dist_grads_begin(dist *d, kf_backend *b, float *buf, int64_t n, int64_t bucket_floats,
+                      int scatter);
 
 /** buf[off, off + count) is final (on a GPU: its writes are queued on b's
  *  stream): launches every bucket this completes. */
@@ -100,6 +117,29 @@ void dist_grads_ready(dist *d, int64_t off, int64_t count);
  *  the end of the last bucket on the device (0 when fully overlapped). Every
  *  float of buf must have been reported ready exactly once. */
 double dist_grads_wait(dist *d);
+
+/* ---- ZeRO-1's shards ---- */
+
+/** A range of a flat buffer: [off, off + count). */
+typedef struct dist_range {
+    int64_t off, count;
+} dist_range;
+
+/** Rank `rank`'s shard of an n-element buffer: the ranks' shards are
+ *  contiguous and in rank order; each is ceil(n / world) rounded up to a
+ *  multiple of KF_SUM_PART long, except the last non-empty one (the rest)
+ *  and any after it (empty). On KF_SUM_PART boundaries, so the shards'
+ *  sumsq_parts are, in rank order, the whole buffer's (dist_sumsq). */
+dist_range dist_shard(const dist *d, int64_t n, int rank);
+
+/** Every rank's shard of buf (n floats in b's memory) copied to every rank,
+ *  in place (each rank's own shard is the source). Blocks until done. */
+void dist_allgather(dist *d, kf_backend *b, float *buf, int64_t n);
+
+/** b->sumsq of the whole n-element buffer buf, bitwise, when each rank holds
+ *  only its own shard of it: every rank's sumsq_parts of its shard, gathered
+ *  and added in order. The same on every rank. */
+double dist_sumsq(dist *d, kf_backend *b, const float *buf, int64_t n);
 
 /** Sums n doubles (host) over ranks in rank order; every rank gets the result. */
 void dist_allreduce_sum_f64(dist *d, double *x, int n);

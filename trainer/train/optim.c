@@ -36,14 +36,13 @@ int optim_precision_parse(const char *name) {
 }
 
 optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t step,
-                        float *params, const float *grads, float *m, float *v, float *ema,
-                        int64_t n) {
+                        double ss, float *params, const float *grads, float *m, float *v,
+                        float *ema, int64_t n) {
     int fp16 = runconfig_precision_at(o, step) == RC_PREC_FP16;
     optim_result r = {.lr = optim_lr(o, step), .scale_used = fp16 ? st->scale : 1.0};
     /* One pass decides both "finite?" and the norm: sumsq of a buffer with an
      * inf/NaN is itself non-finite, and double accumulation of fp32 squares
      * cannot overflow for finite inputs. */
-    double ss = b->sumsq(b, grads, n);
     r.grad_norm = sqrt(ss) / r.scale_used;
     if (!isfinite(ss)) {
         r.skipped = 1;

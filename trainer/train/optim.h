@@ -67,11 +67,14 @@ int optim_precision_parse(const char *name);
 
 /** One optimizer step at 0-based `step`.
  * grads hold d(loss * optim_loss_scale)/d(params) summed over every rank (the
- * caller all-reduces first, so all ranks take identical decisions). Applies
- * AdamW to params/m/v and then the EMA, unless the gradients are non-finite.
- * n: elements of the flat buffers. */
+ * caller all-reduces first, so all ranks take identical decisions), and
+ * sumsq is the sum of squares of the whole gradient (b->sumsq, or
+ * dist_sumsq under ZeRO-1): it gives the norm to clip by and decides
+ * whether the step is skipped (non-finite). Unless skipped, applies AdamW to
+ * params/m/v and then the EMA. n: elements of the buffers, the whole flat
+ * buffer or (ZeRO-1) this rank's shard of it. */
 optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t step,
-                        float *params, const float *grads, float *m, float *v, float *ema,
-                        int64_t n);
+                        double sumsq, float *params, const float *grads, float *m, float *v,
+                        float *ema, int64_t n);
 
 #endif

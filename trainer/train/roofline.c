@@ -162,7 +162,8 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     model_loss(m, s->ws, sb.targets, 0, (float)optim_loss_scale(&os, o, 0), NULL, NULL);
     model_backward(m, s->ws);
     mk->student = n_recorded(be);
-    optim_step(be, o, &os, 0, m->params, m->grads, s->adam_m, s->adam_v, s->ema, m->n_params);
+    optim_step(be, o, &os, 0, be->sumsq(be, m->grads, m->n_params), m->params, m->grads, s->adam_m,
+               s->adam_v, s->ema, m->n_params);
     be->sync(be);
     mk->end = n_recorded(be);
     free(tokens);

@@ -58,9 +58,11 @@ typedef struct trainer {
     kf_backend *be;
     model *m;
     model_ws *ws;
-    sup_ctx *sup;  /* builds inputs + targets per micro-batch */
-    sup_batch *sb; /* its latest batch (owned by sup) */
-    float *ema, *adam_m, *adam_v, *acc;
+    sup_ctx *sup;                       /* builds inputs + targets per micro-batch */
+    sup_batch *sb;                      /* its latest batch (owned by sup) */
+    float *ema, *adam_m, *adam_v, *acc; /* ema, adam_*: [shard.count] */
+    int zero1;                          /* ZeRO-1: the optimizer state of this rank's shard */
+    dist_range shard;                   /* the range of the flat buffer it updates */
     loader *ld, *vld;
     int64_t accum, micro, seq_len;
     int64_t bucket; /* all-reduce bucket (floats), see dist_grads_begin */
@@ -110,13 +112,30 @@ static rng_state rank_rng(const trainer *t) {
     return r;
 }
 
+/* A whole-buffer copy of optimizer state x: x itself, or under ZeRO-1 a new
+ * buffer that every rank's shard is gathered into (collective; free it with
+ * state_done). Checkpoints keep the format of the all-reduce runs. */
+static float *state_full(trainer *t, const float *x) {
+    if (!t->zero1) return (float *)x;
+    float *full = t->be->alloc(t->be, (size_t)t->m->n_params * sizeof(float));
+    t->be->copy(t->be, full + t->shard.off, x, (size_t)t->shard.count * sizeof(float));
+    dist_allgather(t->d, t->be, full, t->m->n_params);
+    return full;
+}
+
+static void state_done(trainer *t, float *full) {
+    if (t->zero1) t->be->free(t->be, full);
+}
+
 static void checkpoint(trainer *t) {
     if (t->last_ckpt_step == t->step) return;
     ckpt_meta meta;
     fill_meta(t, &meta);
     rng_state r = rank_rng(t);
-    ckpt_save(t->ckpt_dir, t->d, t->m, t->ema, t->adam_m, t->adam_v, &meta, &r,
-              (int)t->o->keep_checkpoints);
+    float *ema = state_full(t, t->ema), *am = state_full(t, t->adam_m),
+          *av = state_full(t, t->adam_v);
+    ckpt_save(t->ckpt_dir, t->d, t->m, ema, am, av, &meta, &r, (int)t->o->keep_checkpoints);
+    state_done(t, ema), state_done(t, am), state_done(t, av);
     t->last_ckpt_step = t->step;
     if (t->d->rank == 0) kf_log_info("%s: checkpoint step-%" PRId64, t->st->name, t->step);
 }
@@ -185,12 +204,14 @@ static double evaluate(trainer *t) {
     return acc[1] > 0 ? acc[0] / acc[1] : 0;
 }
 
-/* Evaluates params and EMA (swapped in and out through the accumulator). */
+/* Evaluates params and EMA (swapped in and out through the accumulator;
+ * under ZeRO-1 the EMA's shards are gathered into the params). */
 static void evaluate_both(trainer *t, double *val, double *val_ema) {
     size_t bytes = (size_t)t->m->n_params * sizeof(float);
     *val = evaluate(t);
     t->be->copy(t->be, t->acc, t->m->params, bytes);
-    t->be->copy(t->be, t->m->params, t->ema, bytes);
+    t->be->copy(t->be, t->m->params + t->shard.off, t->ema, (size_t)t->shard.count * sizeof(float));
+    if (t->zero1) dist_allgather(t->d, t->be, t->m->params, t->m->n_params);
     *val_ema = evaluate(t);
     t->be->copy(t->be, t->m->params, t->acc, bytes);
 }
@@ -248,7 +269,7 @@ static void train_step(trainer *t) {
          * the last one's parts are added (grads_ready) and all-reduced as the
          * backward finishes them */
         if (a == t->accum - 1) {
-            dist_grads_begin(t->d, be, g, m->n_params, t->bucket);
+            dist_grads_begin(t->d, be, g, m->n_params, t->bucket, t->zero1);
             model_backward_notify(m, t->ws, grads_ready, t);
         } else {
             model_backward(m, t->ws);
@@ -258,8 +279,13 @@ static void train_step(trainer *t) {
     }
     double exposed = dist_grads_wait(t->d);
     dist_allreduce_sum_f64(t->d, &loss, 1);
-    optim_result r = optim_step(be, t->o, &t->os, t->step, m->params, g, t->adam_m, t->adam_v,
-                                t->ema, m->n_params);
+    /* ZeRO-1: the norm from every rank's shard, the update of this rank's,
+     * then the updated weights gathered (a skipped step changed none) */
+    double ss = t->zero1 ? dist_sumsq(t->d, be, g, m->n_params) : be->sumsq(be, g, m->n_params);
+    const dist_range *sh = &t->shard;
+    optim_result r = optim_step(be, t->o, &t->os, t->step, ss, m->params + sh->off, g + sh->off,
+                                t->adam_m, t->adam_v, t->ema, sh->count);
+    if (t->zero1 && !r.skipped) dist_allgather(t->d, be, m->params, m->n_params);
     be->sync(be);
     t->step++;
     double dt = clock_now_s() - t_start;
@@ -508,11 +534,15 @@ static int setup_training(trainer *t, kf_err *err) {
     t->keys = kf_calloc((size_t)t->micro, sizeof *t->keys);
 
     size_t bytes = (size_t)t->m->n_params * sizeof(float);
-    t->ema = t->be->alloc(t->be, bytes);
-    t->adam_m = t->be->alloc(t->be, bytes);
-    t->adam_v = t->be->alloc(t->be, bytes);
+    t->zero1 = t->rc->res.zero1;
+    t->shard =
+        t->zero1 ? dist_shard(t->d, t->m->n_params, t->d->rank) : (dist_range){0, t->m->n_params};
+    size_t sbytes = (size_t)t->shard.count * sizeof(float);
+    t->ema = t->be->alloc(t->be, sbytes);
+    t->adam_m = t->be->alloc(t->be, sbytes);
+    t->adam_v = t->be->alloc(t->be, sbytes);
     t->acc = t->be->alloc(t->be, bytes);
-    t->be->copy(t->be, t->ema, t->m->params, bytes);
+    t->be->copy(t->be, t->ema, t->m->params + t->shard.off, sbytes);
     t->os = optim_init(t->o);
     return 0;
 }
@@ -568,7 +598,20 @@ static int resume(trainer *t, kf_err *err) {
                     "continuing with the current one",
                     t->st->name, path, meta.config_hash, t->rc->hash);
     rng_state r;
-    int have_rng = ckpt_load(path, t->d->rank, t->m, t->ema, t->adam_m, t->adam_v, &r);
+    /* the checkpoint holds whole buffers, whoever wrote it: ZeRO-1 keeps its shard */
+    float *full[3] = {t->ema, t->adam_m, t->adam_v};
+    if (t->zero1)
+        for (int i = 0; i < 3; i++)
+            full[i] = t->be->alloc(t->be, (size_t)t->m->n_params * sizeof(float));
+    int have_rng = ckpt_load(path, t->d->rank, t->m, full[0], full[1], full[2], &r);
+    if (t->zero1) {
+        float *mine[3] = {t->ema, t->adam_m, t->adam_v};
+        for (int i = 0; i < 3; i++) {
+            t->be->copy(t->be, mine[i], full[i] + t->shard.off,
+                        (size_t)t->shard.count * sizeof(float));
+            t->be->free(t->be, full[i]);
+        }
+    }
     t->step = meta.step;
     t->os = meta.opt;
     t->last_ckpt_step = meta.step;
@@ -679,10 +722,11 @@ int train_run(const train_args *a, dist *d) {
         t->log = kf_jsonl_open(p, &err);
         if (!t->log) return stage_failed(t, &err);
         kf_log_info("%s: %s, %lld steps, %lld params, global batch %lld = %d ranks x %lld "
-                    "micro-batches x %lld, backend %s, %s",
+                    "micro-batches x %lld, backend %s, %s%s",
                     t->st->name, runconfig_kind_name(t->st->kind), (long long)t->st->steps,
                     (long long)t->m->n_params, (long long)t->o->batch, d->world,
-                    (long long)t->accum, (long long)t->micro, t->be->name, dist_build_info());
+                    (long long)t->accum, (long long)t->micro, t->be->name, dist_build_info(),
+                    t->zero1 ? ", ZeRO-1 (optimizer state sharded)" : "");
     }
     write_status(t, "running");
 
@@ -708,12 +752,14 @@ int train_run(const train_args *a, dist *d) {
     }
     log_eval(t);
     checkpoint(t);
+    float *ema = state_full(t, t->ema);
     if (d->rank == 0) {
         ckpt_meta meta;
         fill_meta(t, &meta);
-        ckpt_write_final(t->final_dir, t->m, t->ema, &meta);
+        ckpt_write_final(t->final_dir, t->m, ema, &meta);
         kf_log_info("%s: done: %s", t->st->name, t->final_dir);
     }
+    state_done(t, ema);
     write_status(t, "done");
     dist_barrier(d);
     teardown(t);

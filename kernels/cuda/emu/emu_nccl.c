@@ -74,6 +74,69 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 #endif
 }
 
+/* Checks shared by the collectives: the float sum (or copy) the project
+ * uses, a live stream, device buffers; `recv` is only checked when used. */
+static ncclResult_t check_args(const void *send, const void *recv, size_t count,
+                               ncclDataType_t type, ncclComm_t comm, cudaStream_t s) {
+    if (!comm || type != ncclFloat || !emu_stream_valid(s)) return ncclInvalidArgument;
+    size_t bytes = count * sizeof(float);
+    if (count && (!emu_is_device(send, bytes) || (recv && !emu_is_device(recv, bytes))))
+        return ncclInvalidArgument;
+    return ncclSuccess;
+}
+
+/* ZeRO-1's reduce-scatter, one reduce per owner (trainer/train/dist.c). */
+ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t s) {
+    if (op != ncclSum || !comm || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+    int me = comm->rank == root; /* recv is only the root's */
+    ncclResult_t r = check_args(send, me ? recv : NULL, count, type, comm, s);
+    if (r != ncclSuccess || !count) return r;
+    if (comm->nranks == 1) {
+        if (send != recv) memmove(recv, send, count * sizeof(float));
+        return ncclSuccess;
+    }
+#ifdef KF_MPI
+    for (size_t off = 0; off < count; off += 1 << 30) {
+        int n = (int)(count - off < (1u << 30) ? count - off : 1u << 30);
+        const float *sp = (const float *)send + off;
+        float *rp = (float *)recv + off;
+        if (MPI_Reduce(me && sp == rp ? MPI_IN_PLACE : sp, rp, n, MPI_FLOAT, MPI_SUM, root,
+                       MPI_COMM_WORLD) != MPI_SUCCESS)
+            return ncclSystemError;
+    }
+    return ncclSuccess;
+#else
+    return ncclInvalidUsage;
+#endif
+}
+
+/* ZeRO-1's all-gather, one broadcast per shard from its owner. */
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t s) {
+    if (!comm || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+    int me = comm->rank == root; /* send is only the root's */
+    ncclResult_t r = check_args(me ? send : recv, recv, count, type, comm, s);
+    if (r != ncclSuccess || !count) return r;
+    if (me && send != recv) memmove(recv, send, count * sizeof(float));
+    if (comm->nranks == 1) return ncclSuccess;
+#ifdef KF_MPI
+    for (size_t off = 0; off < count; off += 1 << 30) {
+        int n = (int)(count - off < (1u << 30) ? count - off : 1u << 30);
+        if (MPI_Bcast((float *)recv + off, n, MPI_FLOAT, root, MPI_COMM_WORLD) != MPI_SUCCESS)
+            return ncclSystemError;
+    }
+    return ncclSuccess;
+#else
+    return ncclInvalidUsage;
+#endif
+}
+
+/* Streams are synchronous here: each call of a group completes when made,
+ * in the same order on every rank, so grouping changes nothing. */
+ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+
 const char *ncclGetErrorString(ncclResult_t r) {
     switch (r) {
     case ncclSuccess: return "no error";
