@@ -74,6 +74,9 @@ static void test_dry_memory(void) {
     b->download(b, host, q, sizeof host);
     T_NEAR(host[0] + host[1] + host[2] + host[3], 0, 0, "a dry download gives zeros");
     T_NEAR(b->sumsq(b, (float *)q, 25), 0, 0, "a dry sumsq is 0");
+    double parts[2] = {1, 1};
+    b->sumsq_parts(b, parts, (float *)q, KF_SUM_PART + 1);
+    T_NEAR(parts[0] + parts[1], 0, 0, "a dry sumsq_parts writes zeros");
     T_EQ_INT(b->count_nonfinite(b, (float *)q, 25), 0, "a dry count_nonfinite is 0");
     b->free(b, q);
     b->destroy(b);

@@ -87,6 +87,7 @@ int main(void) {
         T_EQ_INT(rc->res.ranks, 2, "time limit %lld", (long long)rc->res.time_limit_s);
         T_CHECK(strlen(rc->hash) == 64, "hash");
         T_CHECK(!rc->stages[0].opt.ema_warmup, "ema_warmup defaults to off (the paper)");
+        T_EQ_INT(rc->res.zero1, 0, "resources.zero1 defaults to off (the all-reduce)");
         runconfig_opts d = runconfig_opts_default();
         T_CLOSE(rc->stages[1].opt.beta2, d.beta2, 0, "unset beta2 is runconfig_opts_default's");
         T_CLOSE(rc->stages[1].opt.eps, d.eps, 0, "unset eps is runconfig_opts_default's");
@@ -116,6 +117,12 @@ int main(void) {
         runconfig_free(rc);
     }
     expect_error("batch: 8", "batch: 8\n  ema_warmup: sometimes", "defaults.ema_warmup");
+    char *zero_over[] = {"resources.zero1=true"};
+    T_CHECK(load_with(NULL, NULL, 1, zero_over, &rc, &err) == 0, "zero1 override: %s", err.msg);
+    if (rc) {
+        T_EQ_INT(rc->res.zero1, 1, "resources.zero1=true");
+        runconfig_free(rc);
+    }
     char *mask_over[] = {"model.mask_id=7"};
     T_CHECK(load_with(NULL, NULL, 1, mask_over, &rc, &err) == 0, "model.mask_id: %s", err.msg);
     if (rc) {
