@@ -2,7 +2,8 @@
 # `kf bench train --roofline DEVICE`: documented in --help; an unknown device
 # is a usage error naming the valid ones; the 124M config's AR and PFLM(4)
 # steps are estimated dry (no GPU, no shards) with the per-op table, the
-# step's totals and its dominant ops.
+# step's totals and its dominant ops, and the optimizer state per rank with
+# and without ZeRO-1.
 set -u
 cd "$(dirname "$0")/../.."
 KF=${KF_BIN:-bin/kf}
@@ -29,4 +30,12 @@ check "dominant ops listed" grep -q '^dominant ops' "$T/out"
 check "k4 against the AR step, with the 1.5(k+1) goal" grep -qE '^  k4 +self_forcing .*x  \(goal <= 7.5x\)' "$T/out"
 # the model FLOPs of the AR step: 6 * 16368 rows * (12 blocks of 12H^2+5H, plus HV+V) + attention
 check "AR model FLOPs 13.07 TFLOP" grep -q 'model FLOPs (6 N tokens + attention) 13.07 TFLOP' "$T/out"
+check "AR optimizer state whole: 124.4M params x 12 bytes" grep -q '^optimizer state (AdamW moments, EMA): 1.95 GB per rank$' "$T/out"
+
+# ZeRO-1 over the config's 8 ranks: the first rank's shard of the optimizer state
+"$KF" bench train configs/gpt2-124m.yaml --roofline h100 --stage ar resources.zero1=true >"$T/z" 2>"$T/err"; rc=$?
+check "124M AR ZeRO-1 dry: rc $rc, $(tail -n 3 "$T/err")" eval "[ $rc -eq 0 ]"
+check "ZeRO-1: an eighth of the optimizer state per rank" \
+  grep -q '^optimizer state (AdamW moments, EMA): 0.24 GB per rank (ZeRO-1 over 8 ranks; 1.95 GB with the all-reduce)$' "$T/z"
+check "ZeRO-1: AdamW over the shard" eval "grep -qE '^adamw +1 +0.3 ' '$T/z'"
 finish

@@ -2,7 +2,8 @@
 # A dead rank ends the job with a non-zero exit within a bound instead of a
 # hang: (a) a rank killed with SIGKILL (mpirun notices), (b) a rank frozen
 # with SIGSTOP, as on a lost node (the collective watchdog fires after
-# resources.collective_timeout = 10 s). The stage then resumes and completes.
+# resources.collective_timeout = 10 s), (c) the same under ZeRO-1. The stage
+# then resumes and completes.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/scripts/lib_trainer.sh
@@ -41,6 +42,22 @@ check "frozen rank: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
 check "frozen rank: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
 check "the watchdog says why" grep -q 'blocked for more than 10 s' "$T/b.err"
 kill -9 "$frozen" 2>/dev/null; frozen=
+
+# (c) SIGSTOP under ZeRO-1: its collectives (reduce-scatter, the norm's and
+# the weights' all-gathers) are under the same watchdog
+OV0=$OV; OV="$OV resources.zero1=true"
+start_and_wait "$T/c"
+victims=($(pgrep -P $mp)); frozen=${victims[1]}; t0=$SECONDS
+kill -STOP "$frozen"
+( sleep 40; kill -9 $mp 2>/dev/null ) & guard=$!
+wait $mp; rc=$?; dt=$((SECONDS - t0))
+kill $guard 2>/dev/null
+check "frozen rank, zero1: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
+check "frozen rank, zero1: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
+check "frozen rank, zero1: the watchdog says why ($(grep -o 'rank [0-9]/2: .* blocked' "$T/c.err"))" \
+  grep -q 'blocked for more than 10 s' "$T/c.err"
+kill -9 "$frozen" 2>/dev/null; frozen=
+OV=$OV0
 
 # resume after the failure completes, 5 steps past the newest checkpoint (a
 # fixed step count raced the training: on an idle machine the job got past

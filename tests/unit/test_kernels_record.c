@@ -132,7 +132,7 @@ static void test_ar_step_flops(void) {
     kf_backend *b = kernels_record_create(NULL, 0);
     runconfig_stage st = stage(RC_KIND_AR, 1);
     kf_err err = {{0}};
-    roofline_stage *s = roofline_stage_create(b, &tiny, &st, 1, &err);
+    roofline_stage *s = roofline_stage_create(b, &tiny, &st, 1, 1, &err);
     T_CHECK(s != NULL, "stage: %s", err.msg);
     int64_t B = 2, n = 9, H = 16, V = 11, rows = B * (n - 1), hd = 8, nh = 2;
     roofline_marks mk;
@@ -187,9 +187,9 @@ static void test_same_ops(runconfig_kind kind, int64_t k, const char *what) {
     kf_backend *dry = kernels_record_create(NULL, 0),
                *rec = kernels_record_create(kernels_cpu_create(), 0);
     kf_backend *cpu = kernels_cpu_create();
-    roofline_stage *sd = roofline_stage_create(dry, &tiny, &st, 1, &err);
-    roofline_stage *sr = roofline_stage_create(rec, &tiny, &st, 1, &err);
-    roofline_stage *sc = roofline_stage_create(cpu, &tiny, &st, 1, &err);
+    roofline_stage *sd = roofline_stage_create(dry, &tiny, &st, 1, 1, &err);
+    roofline_stage *sr = roofline_stage_create(rec, &tiny, &st, 1, 1, &err);
+    roofline_stage *sc = roofline_stage_create(cpu, &tiny, &st, 1, 1, &err);
     kernels_record_clear(dry);
     kernels_record_clear(rec);
     roofline_marks md, mr, mc;

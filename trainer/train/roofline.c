@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "kernels/record.h"
 #include "pipeline/shard_reader.h"
+#include "trainer/train/dist.h"
 #include "trainer/train/optim.h"
 #include "trainer/train/supervision.h"
 
@@ -74,11 +75,13 @@ struct roofline_stage {
     model *m, *teacher;
     model_ws *ws;
     sup_ctx *sup;
-    float *adam_m, *adam_v, *ema;
+    float *adam_m, *adam_v, *ema; /* [shard]: the first rank's under ZeRO-1 */
+    int64_t shard;
 };
 
 roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
-                                      const runconfig_stage *st, int init, kf_err *err) {
+                                      const runconfig_stage *st, int zero1_ranks, int init,
+                                      kf_err *err) {
     int kind = sup_kind_from_name(runconfig_kind_name(st->kind));
     if (kind < 0)
         return kf_err_set(err, "stage %s: kind %s does not train", st->name,
@@ -111,7 +114,9 @@ roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
         roofline_stage_free(s);
         return NULL;
     }
-    size_t bytes = (size_t)s->m->n_params * sizeof(float);
+    dist d = {.world = zero1_ranks > 1 ? zero1_ranks : 1};
+    s->shard = dist_shard(&d, s->m->n_params, 0).count; /* rank 0's: the largest */
+    size_t bytes = (size_t)s->shard * sizeof(float);
     s->adam_m = be->alloc(be, bytes);
     s->adam_v = be->alloc(be, bytes);
     s->ema = be->alloc(be, bytes);
@@ -162,8 +167,17 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     model_loss(m, s->ws, sb.targets, 0, (float)optim_loss_scale(&os, o, 0), NULL, NULL);
     model_backward(m, s->ws);
     mk->student = n_recorded(be);
-    optim_step(be, o, &os, 0, be->sumsq(be, m->grads, m->n_params), m->params, m->grads, s->adam_m,
-               s->adam_v, s->ema, m->n_params);
+    /* ZeRO-1: the norm's parts and the update of the shard (the collectives
+     * are not backend ops, and not priced) */
+    double ss = 0;
+    if (s->shard < m->n_params) {
+        int64_t np = (s->shard + KF_SUM_PART - 1) / KF_SUM_PART;
+        double *parts = kf_malloc((size_t)np * sizeof *parts);
+        be->sumsq_parts(be, parts, m->grads, s->shard);
+        for (int64_t i = 0; i < np; i++) ss += parts[i];
+        free(parts);
+    } else ss = be->sumsq(be, m->grads, m->n_params);
+    optim_step(be, o, &os, 0, ss, m->params, m->grads, s->adam_m, s->adam_v, s->ema, s->shard);
     be->sync(be);
     mk->end = n_recorded(be);
     free(tokens);
@@ -232,9 +246,10 @@ static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t fr
 
 /* Prints the step's table, parts, totals and dominant ops; returns the
  * estimated step time (s). */
-static double report(const roofline_device *d, const runconfig_stage *st, const model_config *mc,
-                     int64_t B, int64_t n, const kf_backend *be, const roofline_marks *mk,
-                     int attn_tc, int timed) {
+static double report(const roofline_device *d, const runconfig_stage *st, const roofline_stage *s,
+                     int zero1_ranks, int64_t B, int64_t n, const kf_backend *be,
+                     const roofline_marks *mk, int attn_tc, int timed) {
+    const model_config *mc = &s->m->cfg;
     int64_t n_ops;
     const kf_op_rec *ops = kernels_record_ops(be, &n_ops);
     int64_t cnt = mk->end - mk->begin;
@@ -300,6 +315,12 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
     printf(
         "\npeak device memory: %.2f GB (parameters, gradients, optimizer, teacher, activations)\n",
         (double)kernels_record_peak_bytes(be) / 1e9);
+    /* AdamW's two moments and the EMA, 3 floats per element updated */
+    printf("optimizer state (AdamW moments, EMA): %.2f GB per rank", 12.0 * (double)s->shard / 1e9);
+    if (zero1_ranks > 1)
+        printf(" (ZeRO-1 over %d ranks; %.2f GB with the all-reduce)", zero1_ranks,
+               12.0 * (double)s->m->n_params / 1e9);
+    printf("\n");
     printf("dominant ops (op, shape: est ms, share):\n");
     for (int i = 0; i < nshape && i < 10; i++)
         printf("  %-14s %-52s %6lld x %8.3f ms %5.1f%%\n", byshape[i].op, byshape[i].shape,
@@ -366,21 +387,22 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
         kf_backend *gpu =
             strcmp(rc->res.backend, "cpu") ? kernels_cuda_create(0, why, sizeof why) : NULL;
         kf_backend *be = kernels_record_create(gpu, gpu != NULL);
+        int64_t ranks = rc->res.ranks > 0 ? rc->res.ranks : 1;
+        int zero1_ranks = rc->res.zero1 ? (int)ranks : 1;
         roofline_stage *s =
-            roofline_stage_create(be, &base, st, strcmp(be->name, "dry") != 0, &err);
+            roofline_stage_create(be, &base, st, zero1_ranks, strcmp(be->name, "dry") != 0, &err);
         if (!s) {
             code = kf_err_report("kf", &err);
             be->destroy(be);
             break;
         }
-        int64_t ranks = rc->res.ranks > 0 ? rc->res.ranks : 1;
         int64_t B = st->opt.micro_batch ? st->opt.micro_batch : st->opt.batch / ranks;
         roofline_marks mk;
         int timed = strcmp(be->name, "dry") != 0;
         if (timed) roofline_stage_step(s, B, rc->model.seq_len, &mk); /* warm-up: allocations */
         kernels_record_clear(be);
         roofline_stage_step(s, B, rc->model.seq_len, &mk);
-        est[i] = report(d, st, &s->m->cfg, B, rc->model.seq_len, be, &mk, attn_tc, timed);
+        est[i] = report(d, st, s, zero1_ranks, B, rc->model.seq_len, be, &mk, attn_tc, timed);
         if (st->kind == RC_KIND_AR && ar == 0) ar = est[i];
         roofline_stage_free(s);
         be->destroy(be);

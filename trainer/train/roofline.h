@@ -65,9 +65,13 @@ typedef struct roofline_stage roofline_stage;
 
 /** base: the architecture (sup_student_config derives the student; a
  *  self_forcing stage gets a PFLM(k/2) teacher, distillation kinds an AR
- *  one). NULL with err set when the stage kind cannot run. */
+ *  one). zero1_ranks > 1: the optimizer state is that of the first rank's
+ *  shard under ZeRO-1 over that many ranks (trainer/train/dist.h), and the
+ *  step updates only the shard; 1: the whole buffer. NULL with err set when
+ *  the stage kind cannot run. */
 roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
-                                      const runconfig_stage *st, int init, kf_err *err);
+                                      const runconfig_stage *st, int zero1_ranks, int init,
+                                      kf_err *err);
 void roofline_stage_free(roofline_stage *s);
 
 /** The stage's student. */
