@@ -56,7 +56,8 @@ void plan_estimate(const runconfig *rc, int i, double flops_per_s, plan_stage *o
     double ranks = (double)rc->res.ranks;
     o->flops_per_step = per_sample * B;
     o->flops = o->flops_per_step * (double)s->steps;
-    o->mem_bytes = 20 * o->params + 4 * o->teacher_params;
+    /* weights and gradients 8 bytes; EMA and AdamW 12, a shard of them with ZeRO-1 */
+    o->mem_bytes = (8 + 12 / (rc->res.zero1 ? ranks : 1)) * o->params + 4 * o->teacher_params;
     o->ckpt_bytes = 16 * o->params;
     o->seconds = o->flops / (flops_per_s * ranks);
     double usable = (double)(rc->res.time_limit_s - rc->res.signal_lead);

@@ -4,7 +4,8 @@
  * "Reference model"), training FLOPs per step as 6·P per trained row plus 2·P
  * per teacher row (rows: seq_len context rows and k noise rows per position,
  * the fully causal layout), attention by its mask structure, and memory as
- * fp32 weights + gradients + EMA + AdamW moments (+ a frozen teacher).
+ * fp32 weights + gradients + EMA + AdamW moments (+ a frozen teacher), the
+ * EMA and moments a rank's shard of them under ZeRO-1 (resources.zero1).
  * Activations are not counted.
  */
 #ifndef KF_JOBS_PLAN_H
@@ -20,7 +21,7 @@ typedef struct plan_stage {
     double teacher_params; /* 0 without a teacher */
     double flops_per_step; /* training FLOPs per optimizer step */
     double flops;          /* for all steps */
-    double mem_bytes;      /* per rank: weights, grads, EMA, AdamW, teacher */
+    double mem_bytes;      /* per rank: weights, grads, EMA, AdamW (ZeRO-1: a shard), teacher */
     double ckpt_bytes;     /* one resumable checkpoint */
     double seconds;        /* at the assumed throughput */
     double jobs;           /* Slurm jobs needed at the time limit (>= 1; a double, as

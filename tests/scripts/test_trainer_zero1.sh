@@ -75,6 +75,12 @@ check "np=1 resumes a 2-rank zero1 checkpoint (rc $rc): $(tail -1 "$T/n1.err")" 
 "$KF" train "$C" --stage ar --run-dir "$T/n1" $S defaults.micro_batch=4 2>/dev/null
 check "... and ends bitwise as one process does" same_weights "$T/n2/stages/ar" "$T/n1/stages/ar"
 
+# kf jobs plan's memory per rank: 20 bytes per parameter, 8 + 12 / 8 over 8 ranks under ZeRO-1
+mem() { "$KF" jobs plan configs/gpt2-124m.yaml "$@" | awk '$2 == "ar" { print $(NF-3) }'; }
+a=$(mem) z=$(mem resources.zero1=true)
+check "jobs plan: 124M AR memory per rank 3.24GB, got $a" [ "$a" = 3.24GB ]
+check "jobs plan: ... 1.54GB under ZeRO-1 over 8 ranks, got $z" [ "$z" = 1.54GB ]
+
 "$KF" train "$C" --stage ar --run-dir "$T/bad" resources.zero1=2 2>"$T/bad.err"
 check "a non-boolean zero1 is refused" grep -q "zero1" "$T/bad.err"
 finish

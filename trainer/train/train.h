@@ -31,6 +31,11 @@
  *      (same bits whatever the bucket size on the CPU backend);
  *   5. optim_step (scaler, clip, AdamW, EMA), log, checkpoint every
  *      checkpoint_every steps.
+ * With resources.zero1 (ZeRO-1, dist.h) step 4 is a reduce-scatter, step 5
+ * updates this rank's shard (its AdamW moments and EMA are the shard's only)
+ * from the global norm (dist_sumsq), then all-gathers the weights; the
+ * results are the all-reduce's. Checkpoints, validation of the EMA and the
+ * final weights gather the shards, so the files are the same either way.
  * At the end: a last checkpoint, final/ (EMA weights), status done, exit 0.
  *
  * Randomness: the distillation noise (z, tau) of a sample is drawn from
