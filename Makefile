@@ -170,7 +170,7 @@ SAN_ENV := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:check_initialization_ord
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	TSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1
-TSAN_TESTS := test_pipeline test_trainer_loader test_trainer_mpi_overlap
+TSAN_TESTS := test_pipeline test_trainer_loader test_trainer_mpi_overlap test_trainer_zero1
 test-asan:
 	$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/kf OPT=-O1 SAN="$(ASAN_FLAGS)" tests
 	$(SAN_ENV) KF_TEST_EXCLUDE="test_kforcing_joint test_trainer_learns test_convergence test_gpu_emu test_build_alternate" KF_BIN=build-asan/kf \

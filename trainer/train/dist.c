@@ -510,11 +510,11 @@ double dist_sumsq(dist *d, kf_backend *b, const float *buf, int64_t n) {
     dist_range me = dist_shard(d, n, d->rank);
     if (me.count) b->sumsq_parts(b, parts + me.off / KF_SUM_PART, buf + me.off, me.count);
 #ifdef KF_MPI
+    KF_CHECK(np < INT32_MAX, "dist_sumsq: %lld parts is too many", (long long)np);
     int *cnt = kf_malloc((size_t)d->world * sizeof *cnt),
         *at = kf_malloc((size_t)d->world * sizeof *at);
     for (int r = 0; r < d->world; r++) {
         dist_range sh = dist_shard(d, n, r);
-        KF_CHECK(np < INT32_MAX, "dist_sumsq: %lld parts is too many", (long long)np);
         at[r] = (int)(sh.off / KF_SUM_PART);
         cnt[r] = (int)((sh.count + KF_SUM_PART - 1) / KF_SUM_PART);
     }
