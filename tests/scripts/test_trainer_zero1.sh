@@ -5,10 +5,11 @@
 # (test_trainer_dist under mpirun), then training against the all-reduce run
 # (fp16 then fp32 phases, 2 micro-batches per rank, clipping): the same
 # weights, optimizer state and log (loss, grad_norm, loss_scale, skipped)
-# bitwise, with the overlap in small buckets and without it. Checkpoints keep
-# the all-reduce's format: a ZeRO-1 run resumes as ZeRO-1, as an all-reduce
-# run and on one rank, and an all-reduce checkpoint resumes as ZeRO-1, each
-# ending bitwise where the uninterrupted run does.
+# bitwise, with the overlap in small buckets and without it, and for a
+# distillation stage. Checkpoints keep the all-reduce's format: a ZeRO-1 run
+# resumes as ZeRO-1, as an all-reduce run and on one rank, and an all-reduce
+# checkpoint resumes as ZeRO-1, each ending bitwise where the uninterrupted
+# run does. Last, kf jobs plan's memory per rank and a bad value refused.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/scripts/lib_trainer.sh
@@ -46,6 +47,16 @@ for mb in 0 0.0005; do
   check "zero1 bucket_mb $mb == all-reduce: losses, norms, scales, skips, validation" \
     same_log "$T/z-$mb/stages/ar" "$T/ar2/stages/ar"
 done
+# the PFLM student (distill_ar): its noise encoder's gradients are not adjacent
+# to the embedding's, a bucket boundary inside a shard
+K2="stages.1.steps=4 stages.1.teacher=$T/ar2/stages/ar/final/model.safetensors defaults.micro_batch=2"
+for z in false true; do
+  $MPIRUN -np 2 "$KF" train "$C" --stage k2 --run-dir "$T/k2-$z" $K2 resources.zero1=$z \
+    resources.bucket_mb=0.0005 2>"$T/k2-$z.err"; rc=$?
+  check "np=2 distill_ar zero1 $z exits 0 (rc $rc): $(tail -1 "$T/k2-$z.err")" [ $rc -eq 0 ]
+done
+check "distill_ar: zero1 == all-reduce, bitwise" same_weights "$T/k2-true/stages/k2" "$T/k2-false/stages/k2"
+
 L=$T/ar2/stages/ar/log.jsonl
 check "the run clips (a grad_norm above clip 1.0)" \
   eval "grep -oE '\"grad_norm\":[0-9.e+-]+' $L | awk -F: '\$2 > 1 { f = 1 } END { exit !f }'"
