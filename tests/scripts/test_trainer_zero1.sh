@@ -5,11 +5,12 @@
 # (test_trainer_dist under mpirun), then training against the all-reduce run
 # (fp16 then fp32 phases, 2 micro-batches per rank, clipping): the same
 # weights, optimizer state and log (loss, grad_norm, loss_scale, skipped)
-# bitwise, with the overlap in small buckets and without it, and for a
-# distillation stage. Checkpoints keep the all-reduce's format: a ZeRO-1 run
-# resumes as ZeRO-1, as an all-reduce run and on one rank, and an all-reduce
-# checkpoint resumes as ZeRO-1, each ending bitwise where the uninterrupted
-# run does. Last, kf jobs plan's memory per rank and a bad value refused.
+# bitwise, with the overlap in small buckets and without it, for a
+# distillation stage, and over 8 ranks. Checkpoints keep the all-reduce's
+# format: a ZeRO-1 run resumes as ZeRO-1, as an all-reduce run and on one
+# rank, and an all-reduce checkpoint resumes as ZeRO-1, each ending bitwise
+# where the uninterrupted run does. Last, kf jobs plan's memory per rank and
+# a bad value refused.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/scripts/lib_trainer.sh
@@ -56,6 +57,15 @@ for z in false true; do
   check "np=2 distill_ar zero1 $z exits 0 (rc $rc): $(tail -1 "$T/k2-$z.err")" [ $rc -eq 0 ]
 done
 check "distill_ar: zero1 == all-reduce, bitwise" same_weights "$T/k2-true/stages/k2" "$T/k2-false/stages/k2"
+
+# 8 ranks: the chain through all of them, and the last rank's shard empty
+# (27006 parameters in shards of 4096)
+for z in false true; do
+  $MPIRUN -np 8 "$KF" train "$C" --stage ar --run-dir "$T/n8-$z" stages.0.steps=6 \
+    resources.zero1=$z resources.bucket_mb=0.0005 2>"$T/n8-$z.err"; rc=$?
+  check "np=8 zero1 $z exits 0 (rc $rc): $(tail -1 "$T/n8-$z.err")" [ $rc -eq 0 ]
+done
+check "np=8: zero1 == all-reduce, bitwise" same_weights "$T/n8-true/stages/ar" "$T/n8-false/stages/ar"
 
 L=$T/ar2/stages/ar/log.jsonl
 check "the run clips (a grad_norm above clip 1.0)" \
