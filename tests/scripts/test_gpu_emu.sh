@@ -104,10 +104,16 @@ if [ -x "$EMU_KF" ]; then
   "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/n1" "${cuda[@]}" defaults.micro_batch=4 2>"$T/n1.err"; rc=$?
   check "emulated cuda, np=1 with 2 micro-batches: exits 0 (rc $rc): $(tail -n 1 "$T/n1.err")" [ $rc -eq 0 ]
   check "emulated cuda: np=2 == np=1 x 2 micro-batches, bitwise" same_weights "$T/n2/stages/ar" "$T/n1/stages/ar"
-  # ZeRO-1: ncclReduce per owner of each bucket (small buckets), ncclBroadcast per shard
-  $MPIRUN -np 2 "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/z2" "${cuda[@]}" \
-    resources.zero1=true resources.bucket_mb=0.0005 2>"$T/z2.err"; rc=$?
-  check "emulated cuda, np=2 zero1: exits 0 (rc $rc): $(grep -m1 "error" "$T/z2.err")" [ $rc -eq 0 ]
+  # ZeRO-1: ncclReduce per owner of each bucket (small buckets), ncclBroadcast
+  # per shard; stopped at step 2 and resumed (the shards gathered for the
+  # checkpoint, then taken from it)
+  zero=(resources.zero1=true resources.bucket_mb=0.0005)
+  $MPIRUN -np 2 "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/z2" "${cuda[@]}" "${zero[@]}" \
+    --stop-at 2 2>"$T/z2.err"; rc=$?
+  check "emulated cuda, np=2 zero1 --stop-at 2: exits 75 (rc $rc): $(grep -m1 "error" "$T/z2.err")" [ $rc -eq 75 ]
+  $MPIRUN -np 2 "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/z2" "${cuda[@]}" "${zero[@]}" \
+    --resume 2>"$T/z2.err"; rc=$?
+  check "emulated cuda, np=2 zero1 resumed: exits 0 (rc $rc): $(grep -m1 "error" "$T/z2.err")" [ $rc -eq 0 ]
   check "emulated cuda: np=2 zero1 == np=2 all-reduce, bitwise" same_weights "$T/z2/stages/ar" "$T/n2/stages/ar"
   # the roofline on a "GPU": the step runs there and each op is timed beside its estimate
   "$EMU_KF" bench train configs/tiny.yaml --roofline h100 --stage ar resources.backend=cuda \

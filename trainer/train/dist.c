@@ -462,13 +462,12 @@ void dist_allgather(dist *d, kf_backend *b, float *buf, int64_t n) {
     dist_impl *im = d->impl;
     if (!strcmp(b->name, "cuda")) {
         KF_CHECK(im->have_nccl, "dist: NCCL not set up (call dist_attach_backend)");
-        KF_CHECK(!im->active, "dist: all-gather during an overlapped gradient reduction");
         /* on NCCL's stream after the ops that wrote the shards; the compute
          * stream waits for it, and so does the host, under the watchdog */
         cudaStream_t cs = (cudaStream_t)kernels_cuda_stream(b);
         CUDA_OK(cudaEventRecord(im->ev_ready, cs), "cudaEventRecord");
         CUDA_OK(cudaStreamWaitEvent(im->nstream, im->ev_ready, 0), "cudaStreamWaitEvent");
-        arm(d, "ncclBroadcast(weights)");
+        arm_main(d, "ncclBroadcast(weights)");
         ncclResult_t r = ncclGroupStart();
         for (int o = 0; o < d->world && r == ncclSuccess; o++) {
             dist_range sh = dist_shard(d, n, o);
