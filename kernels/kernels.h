@@ -274,6 +274,12 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (kf_backend * b, float *logits, const int32_t *hist, int64_t n_hist, int64_t rows,           \
        int64_t V, float penalty),                                                                  \
       (b, logits, hist, n_hist, rows, V, penalty))                                                 \
+    /* acc[0] += the sum, in row order in double from 0, of losses[r] over the                     \
+     * rows with targets[r] >= 0 (acc a device double): a step's loss stays on                     \
+     * the device until the host must print it. */                                                 \
+    X(void, loss_sum,                                                                              \
+      (kf_backend * b, double *acc, const float *losses, const int32_t *targets, int64_t rows),    \
+      (b, acc, losses, targets, rows))                                                             \
                                                                                                    \
     /* ---- the decode-time output layer ----                                                      \
      * Decoding applies one [V, H] output layer to a few rows per step, where a                    \

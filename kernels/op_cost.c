@@ -366,6 +366,13 @@ kf_op_cost kernels_cost_freq_penalty(kf_backend *b, float *logits, const int32_t
                 (long long)n_hist);
 }
 
+/* one add per row; losses and targets read, the accumulator read and written */
+kf_op_cost kernels_cost_loss_sum(kf_backend *b, double *acc, const float *losses,
+                                 const int32_t *targets, int64_t rows) {
+    return cost(b, KF_COST_SIMT, (double)rows, 2 * F * (double)rows + 2 * D, "rows=%lld",
+                (long long)rows);
+}
+
 /* ---- the decode-time output layer */
 
 /* W and bias read, the packed form written */

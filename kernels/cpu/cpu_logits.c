@@ -201,3 +201,12 @@ void cpu_freq_penalty(kf_backend *b, float *logits, const int32_t *hist, int64_t
         free(h);
     }
 }
+
+/* Serial on purpose: the order is the one model_loss's host sum had. */
+void cpu_loss_sum(kf_backend *b, double *acc, const float *losses, const int32_t *targets,
+                  int64_t rows) {
+    double s = 0;
+    for (int64_t r = 0; r < rows; r++)
+        if (targets[r] >= 0) s += losses[r];
+    acc[0] += s;
+}

@@ -230,3 +230,18 @@ void cu_freq_penalty(kf_backend *b, float *logits, const int32_t *hist, int64_t 
     k_freq_penalty<<<(unsigned)rows, 128, 0, cu_stream(b)>>>(logits, hist, n_hist, V, penalty);
     CUDA_LAUNCHED();
 }
+
+/* One thread: the CPU backend's row order, so the sum is bitwise its. The
+ * rows are a micro-batch's (tens of microseconds), in place of a wait. */
+__global__ void k_loss_sum(double *acc, const float *losses, const int32_t *targets, int64_t rows) {
+    double s = 0;
+    for (int64_t r = 0; r < rows; r++)
+        if (targets[r] >= 0) s += (double)losses[r];
+    acc[0] += s;
+}
+
+void cu_loss_sum(kf_backend *b, double *acc, const float *losses, const int32_t *targets,
+                 int64_t rows) {
+    k_loss_sum<<<1, 1, 0, cu_stream(b)>>>(acc, losses, targets, rows);
+    CUDA_LAUNCHED();
+}

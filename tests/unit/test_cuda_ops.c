@@ -697,6 +697,15 @@ static void test_logits(void) {
     buf2 bh = mk_ints(hist, rows * nh);
     BOTH(BE->freq_penalty(BE, PF(l2), PI(bh), nh, rows, V, 0.3f));
     check_same_bytes("freq_penalty", &l2);
+    /* loss_sum: the counted rows in order, added to the accumulator */
+    double a0 = 0.1;
+    float rlh[24]; /* magnitudes far apart, where the order shows in the sum */
+    for (int i = 0; i < rows; i++)
+        rlh[i] = (i % 3 == 0 ? 1e30f : 1.0f) * (i % 2 ? -1 : 1) * urand();
+    buf2 acc = mk_doubles(&a0, 1), rl = mk(rlh, sizeof rlh);
+    BOTH(BE->loss_sum(BE, PD(acc), PF(rl), PI(t), rows));
+    check_same_bytes("loss_sum", &acc);
+    drop(&acc), drop(&rl);
     drop(&logits), drop(&losses), drop(&dl), drop(&t), drop(&lcopy), drop(&ids), drop(&l2),
         drop(&bz), drop(&bt), drop(&lo), drop(&hi), drop(&bh);
 }

@@ -495,6 +495,15 @@ static void check_logits(kf_backend *be) {
             lr[r * V + v] -= 0.3f * (float)cnt;
         }
     T_CHECK(memcmp(lg, lr, 3 * V * 4) == 0, "freq_penalty");
+
+    /* loss_sum: the counted rows' losses in row order from 0, then added */
+    /* (1e30 + 1 - 1e30 + 1 = 1, but 0 reversed; 1e30 in an ignored row) */
+    float rl[6] = {1e30f, 1.0f, 1e30f, -1e30f, 1.0f, -5.0f};
+    int32_t rt[6] = {1, 0, -1, 3, 2, -5};
+    double acc = 0.1, want_acc = 0.1 + 1.0;
+    be->loss_sum(be, &acc, rl, rt, 6);
+    T_CHECK(memcmp(&acc, &want_acc, sizeof acc) == 0, "loss_sum: got %.17g, want %.17g", acc,
+            want_acc);
     free(x);
     free(lg);
     free(lr);

@@ -737,8 +737,10 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
     }
 }
 
-double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
-                  int64_t *count, float *row_loss) {
+/* model_loss's work up to the row losses, left in ws->losses_d; returns the
+ * number of counted rows. */
+static int64_t loss_rows(model *m, model_ws *ws, const int32_t *targets, double norm,
+                         float loss_scale) {
     kf_backend *be = m->be;
     int64_t rows = model_ws_rows(ws), V = m->cfg.vocab, n = 0;
     for (int64_t r = 0; r < rows; r++) {
@@ -751,14 +753,28 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
     if (ws->no_logits) head_loss(m, ws, t_d, losses, (float)(loss_scale / norm));
     else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, 1.0f);
     ws->have_dlogits = ws->train;
+    return n;
+}
+
+double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
+                  int64_t *count, float *row_loss) {
+    kf_backend *be = m->be;
+    int64_t rows = model_ws_rows(ws), n = loss_rows(m, ws, targets, norm, loss_scale);
     float *h = row_loss ? row_loss : kf_malloc((size_t)rows * sizeof(float));
-    be->download(be, h, losses, (size_t)rows * sizeof(float));
+    be->download(be, h, ws->losses_d.p, (size_t)rows * sizeof(float));
     double sum = 0;
     for (int64_t r = 0; r < rows; r++)
         if (targets[r] >= 0) sum += h[r];
     if (!row_loss) free(h);
     if (count) *count = n;
     return sum;
+}
+
+int64_t model_loss_acc(model *m, model_ws *ws, const int32_t *targets, double norm,
+                       float loss_scale, double *sum_d) {
+    int64_t n = loss_rows(m, ws, targets, norm, loss_scale);
+    m->be->loss_sum(m->be, sum_d, ws->losses_d.p, ws->targets_d.p, model_ws_rows(ws));
+    return n;
 }
 
 void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,

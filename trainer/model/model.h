@@ -226,6 +226,12 @@ void model_ws_set_logit_chunk(model_ws *ws, int64_t rows);
 double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
                   int64_t *count, float *row_loss);
 
+/** model_loss without the wait: the sum of the counted rows' losses is added
+ *  to sum_d[0] (a device double of m's backend, bitwise the sum model_loss
+ *  returns added to it) and stays on the device. Returns the count. */
+int64_t model_loss_acc(model *m, model_ws *ws, const int32_t *targets, double norm,
+                       float loss_scale, double *sum_d);
+
 /** Makes the next model_loss of a MODEL_TRAIN pass multiply the dlogits of
  *  the logit rows r with first <= r % period < first + count by w:
  *  per-position loss weights for outputs grouped (t, j) with period = k
