@@ -699,9 +699,11 @@ static void test_logits(void) {
     check_same_bytes("freq_penalty", &l2);
     /* loss_sum: the counted rows in order, added to the accumulator */
     double a0 = 0.1;
-    float rlh[24]; /* magnitudes far apart, where the order shows in the sum */
-    for (int i = 0; i < rows; i++)
-        rlh[i] = (i % 3 == 0 ? 1e30f : 1.0f) * (i % 2 ? -1 : 1) * urand();
+    /* counted rows 1e30, u, -1e30, u, u, ...: in order u + u + ..., reversed 0
+     * (the small ones fall below 1e30's ulp); the ignored rows 1e30 */
+    float rlh[24];
+    for (int i = 0, c = 0; i < rows; i++)
+        rlh[i] = tg[i] < 0 ? 1e30f : c == 0 ? 1e30f : c == 2 ? -1e30f : urand(), c += tg[i] >= 0;
     buf2 acc = mk_doubles(&a0, 1), rl = mk(rlh, sizeof rlh);
     BOTH(BE->loss_sum(BE, PD(acc), PF(rl), PI(t), rows));
     check_same_bytes("loss_sum", &acc);
