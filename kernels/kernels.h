@@ -130,6 +130,16 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (kf_backend * b, float *dpre, float *dbias, const float *dy, const float *w,                 \
        const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act),                       \
       (b, dpre, dbias, dy, w, pre, rows, in, out, act))                                            \
+    /* The backward of a linear layer y = x W^T + bias, with x [rows, in], W                       \
+     * [out, in] and dy [rows, out]: dw [out, in] += dy^T x, dbias[c] += sum_r                     \
+     * dy[r, c] (NULL: skipped) and dx = dy W + dx_beta * dx (NULL: skipped).                      \
+     * Equal to matmul (beta 1), bias_grad, then matmul (beta dx_beta); one op                     \
+     * so a backend reads dy once for both products (a 16-bit mode converts it                     \
+     * once, not twice). */                                                                        \
+    X(void, linear_bwd,                                                                            \
+      (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const float *x,        \
+       const float *w, int64_t rows, int64_t in, int64_t out, float dx_beta),                      \
+      (b, dx, dw, dbias, dy, x, w, rows, in, out, dx_beta))                                        \
     /* y[r, c] += bias[c] */                                                                       \
     X(void, add_bias, (kf_backend * b, float *y, const float *bias, int64_t rows, int64_t cols),   \
       (b, y, bias, rows, cols))                                                                    \

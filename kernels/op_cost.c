@@ -140,6 +140,28 @@ kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, float *dbia
                        act_tag(act, 1));
 }
 
+/* Both products (dW, and dx when asked) and the bias sum's 1 per element of
+ * dy; dy, x (and W) read once, dW (and dbias) read and written, dx written
+ * (and read when dx_beta != 0). kernels/cuda/cuda_linear.cu converts dy to
+ * the 16-bit format once for both products (its bias sums in that pass) and
+ * rounds dW and dx as matmul does; otherwise it is matmul, bias_grad and
+ * matmul, which read dy once each. */
+kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
+                                   const float *dy, const float *x, const float *w, int64_t rows,
+                                   int64_t in, int64_t out, float dx_beta) {
+    double r = (double)rows, i = (double)in, o = (double)out, nd = dx ? 1 : 0, ny = r * o;
+    int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant && r > 0 && i > 0 && o > 0;
+    double bytes = F * (ny + r * i + 2 * o * i) + (dbias ? 2 * F * o : 0) +
+                   nd * F * (o * i + r * i * (dx_beta != 0 ? 2 : 1));
+    if (!fused16) bytes += F * ny * ((dbias ? 1 : 0) + nd);
+    kf_op_cost c =
+        cost(b, KF_COST_GEMM, 2 * r * i * o * (1 + nd) + (dbias ? ny : 0), bytes,
+             "M=%lld N=%lld K=%lld%s%s%s", (long long)rows, (long long)in, (long long)out,
+             dbias ? " dbias" : "", dx ? " dx" : "", dx && dx_beta != 0 ? " +dx" : "");
+    c.convert_bytes = gemm_convert(b, ny, r * i, o * i) + nd * gemm_convert(b, 0, o * i, r * i);
+    return c;
+}
+
 /* y += bias: 1 add per element; y read and written, bias read */
 kf_op_cost kernels_cost_add_bias(kf_backend *b, float *y, const float *bias, int64_t rows,
                                  int64_t cols) {

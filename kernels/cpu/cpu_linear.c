@@ -1,5 +1,6 @@
-/* kernels/cpu/cpu_linear.c — a linear layer with its epilogue (bias, GELU)
- * and the gradient through that epilogue, as kernels.h defines them: the CPU
+/* kernels/cpu/cpu_linear.c — a linear layer with its epilogue (bias, GELU),
+ * the gradient through that epilogue and the layer's backward (weight, bias
+ * and input gradients), as kernels.h defines them: the CPU
  * reference is the composition of the separate ops, so a model that calls
  * the fused op gets bitwise the results of the unfused sequence. */
 #include "kernels/cpu/cpu_internal.h"
@@ -21,4 +22,12 @@ void cpu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float 
     cpu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
     if (act != KF_ACT_NONE) cpu_gelu_bwd(b, dpre, dpre, pre, rows * in, gelu_kind(act));
     if (dbias) cpu_bias_grad(b, dbias, dpre, rows, in);
+}
+
+void cpu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
+                    const float *x, const float *w, int64_t rows, int64_t in, int64_t out,
+                    float dx_beta) {
+    cpu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
+    if (dbias) cpu_bias_grad(b, dbias, dy, rows, out);
+    if (dx) cpu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
 }

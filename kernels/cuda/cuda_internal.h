@@ -213,4 +213,17 @@ void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, in
 void cu_matmul_to16(kf_backend *b, void *C16, const float *A, const float *B, int64_t M, int64_t N,
                     int64_t K, int trans_a, int trans_b);
 
+/** src [n] converted to the 16-bit format of b->precision (round to nearest
+ *  even, cu_lowp's values) in scratch slot `slot`; returns it. Valid until
+ *  the slot is used again. */
+void *cu_to16(kf_backend *b, int slot, const float *src, int64_t n);
+
+/** matmul (batch 1) on operands already in the 16-bit format of
+ *  b->precision (cu_to16's, or a 16-bit copy written by their producer):
+ *  fp32 accumulation, C rounded to the format, so C is what matmul gives on
+ *  the fp32 operands those copies were made from. Only in a 16-bit mode
+ *  outside batch-invariant mode, with K > 0. */
+void cu_matmul16(kf_backend *b, float *C, const void *A16, const void *B16, int64_t M, int64_t N,
+                 int64_t K, int trans_a, int trans_b, float alpha, float beta);
+
 #endif

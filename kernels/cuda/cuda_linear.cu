@@ -1,5 +1,6 @@
 /* kernels/cuda/cuda_linear.cu — a linear layer with its epilogue (bias,
- * GELU) and the gradient through it (kernels.h linear_act, linear_act_dgrad).
+ * GELU), the gradient through it and the layer's backward (kernels.h
+ * linear_act, linear_act_dgrad, linear_bwd).
  *
  * The product is the matmul op's, so the results are matmul's followed by the
  * separate ops, and the fusion only removes passes over memory:
@@ -11,6 +12,10 @@
  *    accumulator, before the rounding the CPU reference does.
  *  - Otherwise (fp32, or batch-invariant mode) the fp32 product is written by
  *    matmul, and the same kernel finishes it in place.
+ * linear_bwd's two products both read dy: in a 16-bit mode outside
+ * batch-invariant mode one pass converts it (and sums its columns for the
+ * bias gradient) and both products read that copy, where two matmul calls
+ * would convert it twice; otherwise it is matmul, bias_grad, matmul.
  * The bias gradient keeps bias_grad's order: rows summed in order within
  * chunks of CUDA_ROW_CHUNK, chunks added in order by cu_col_finish, so it is
  * bitwise bias_grad's on the same values. */
@@ -100,4 +105,53 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *
     k_dact_cols<<<grid, 256, 0, cu_stream(b)>>>(dpre, part, c, src16, pre, rows, in, act);
     CUDA_LAUNCHED();
     if (dbias) cu_col_finish(b, dbias, part, nchunk, in);
+}
+
+/* dy16 = dy in the 16-bit format lowp, and part[ch, col] = the sum of the
+ * fp32 dy over chunk ch's rows in order (k_col_partials' sums), one thread
+ * per (chunk, column) as in k_dact_cols. */
+__global__ void k_to16_cols(void *dy16, float *part, const float *dy, int64_t rows, int64_t cols,
+                            int lowp) {
+    int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    for (int64_t ch = blockIdx.y; ch * CUDA_ROW_CHUNK < rows; ch += gridDim.y) {
+        int64_t r1 = min(rows, (ch + 1) * CUDA_ROW_CHUNK);
+        float s = 0.0f;
+        for (int64_t r = ch * CUDA_ROW_CHUNK; r < r1; r++) {
+            int64_t i = r * cols + col;
+            float v = dy[i];
+            if (lowp == KF_PREC_BF16) ((__nv_bfloat16 *)dy16)[i] = __float2bfloat16_rn(v);
+            else ((__half *)dy16)[i] = __float2half_rn(v);
+            s += v;
+        }
+        part[ch * cols + col] = s;
+    }
+}
+
+void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
+                   const float *x, const float *w, int64_t rows, int64_t in, int64_t out,
+                   float dx_beta) {
+    if (b->precision == KF_PREC_FP32 || b->batch_invariant || rows <= 0 || in <= 0 || out <= 0) {
+        cu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
+        if (dbias) cu_bias_grad(b, dbias, dy, rows, out);
+        if (dx) cu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
+        return;
+    }
+    void *dy16;
+    if (dbias) {
+        int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
+        dy16 = cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 2);
+        float *part = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(nchunk * out) * 4);
+        dim3 grid((unsigned)((out + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
+        k_to16_cols<<<grid, 256, 0, cu_stream(b)>>>(dy16, part, dy, rows, out, b->precision);
+        CUDA_LAUNCHED();
+        cu_col_finish(b, dbias, part, nchunk, out);
+    } else {
+        dy16 = cu_to16(b, CU_SCRATCH_D, dy, rows * out);
+    }
+    cu_matmul16(b, dw, dy16, cu_to16(b, CU_SCRATCH_B, x, rows * in), out, in, rows, 1, 0, 1.0f,
+                1.0f);
+    if (dx)
+        cu_matmul16(b, dx, dy16, cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0, 1.0f,
+                    dx_beta);
 }

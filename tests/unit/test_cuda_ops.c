@@ -78,6 +78,14 @@ static void *down(const buf2 *x, int side) {
     return h;
 }
 
+/* A new buffer holding x's CPU-side contents on both sides. */
+static buf2 mk_copy(const buf2 *x) {
+    void *h = down(x, 0);
+    buf2 y = mk(h, x->bytes);
+    free(h);
+    return y;
+}
+
 /* Relative L2 error of the GPU's floats against the CPU's (n floats from offset 0). */
 static double rel_err(const buf2 *x, int64_t n, int *nonfinite) {
     float *c = down(x, 0), *g = down(x, 1);
@@ -303,6 +311,53 @@ static void test_linear_act(kf_precision prec, int inv) {
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&x), drop(&w), drop(&bias), drop(&y), drop(&pre), drop(&y2), drop(&pre2);
     drop(&dy), drop(&dpre), drop(&dpre2), drop(&xpre), drop(&db), drop(&db2);
+}
+
+/* A linear layer's backward (linear_bwd) at precision prec and invariant
+ * mode inv, with and without dbias and dx, dx overwritten and accumulated:
+ * against the CPU, and bitwise against the GPU's own separate ops (matmul,
+ * bias_grad, matmul), which convert dy once each where linear_bwd converts
+ * it once for both. 300 rows: bias partials over chunks of 64 (the last 44),
+ * and a weight-gradient product the emulated cuBLAS splits over k. */
+static void test_linear_bwd(kf_precision prec, int inv) {
+    int64_t R = 300, in = 67, out = 45;
+    kf_backend *g = be[1];
+    BOTH(BE->set_precision(BE, prec));
+    g->batch_invariant = inv;
+    buf2 dy = mk_rand(R * out, 1), x = mk_rand(R * in, 1), w = mk_rand(out * in, 1);
+    for (int with_bias = 0; with_bias < 2; with_bias++)
+        for (int dx_mode = 0; dx_mode < 3; dx_mode++) { /* none, beta 0, beta 1 */
+            buf2 dw = mk_rand(out * in, 1), db = mk_rand(out, 1), dx = mk_rand(R * in, 1);
+            /* the separate ops' outputs start as the op's do */
+            buf2 dw2 = mk_copy(&dw), db2 = mk_copy(&db), dx2 = mk_copy(&dx);
+            float beta = dx_mode == 2 ? 1.0f : 0.0f;
+            char wn[96];
+            snprintf(wn, sizeof wn, "linear_bwd %s%s%s%s", kernels_precision_name(prec),
+                     inv ? " inv" : "", with_bias ? " dbias" : "",
+                     dx_mode == 0   ? ""
+                     : dx_mode == 1 ? " dx"
+                                    : " dx+=");
+            BOTH(BE->linear_bwd(BE, dx_mode ? PF(dx) : NULL, PF(dw), with_bias ? PF(db) : NULL,
+                                PF(dy), PF(x), PF(w), R, in, out, beta));
+            g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
+            if (with_bias) g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
+            if (dx_mode)
+                g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, beta);
+            char part[128];
+            snprintf(part, sizeof part, "%s (dw)", wn);
+            check_close(part, &dw, out * in, tol_at(prec, 2e-6, 2e-3));
+            check_gpu_same(part, &dw, &dw2, out * in);
+            snprintf(part, sizeof part, "%s (dbias)", wn);
+            check_close(part, &db, out, tol_at(prec, 1e-5, 2e-3));
+            check_gpu_same(part, &db, &db2, out);
+            snprintf(part, sizeof part, "%s (dx)", wn);
+            check_close(part, &dx, R * in, tol_at(prec, 2e-6, 2e-3));
+            check_gpu_same(part, &dx, &dx2, R * in);
+            drop(&dw), drop(&db), drop(&dx), drop(&dw2), drop(&db2), drop(&dx2);
+        }
+    g->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&dy), drop(&x), drop(&w);
 }
 
 /* 150 rows: chunks of 64, 64 and 22 for the weight gradient's partials;
@@ -835,7 +890,10 @@ int main(void) {
     test_matmul_empty();
     test_bias();
     for (int prec = KF_PREC_FP32; prec <= KF_PREC_BF16; prec++)
-        for (int inv = 0; inv < 2; inv++) test_linear_act((kf_precision)prec, inv);
+        for (int inv = 0; inv < 2; inv++) {
+            test_linear_act((kf_precision)prec, inv);
+            test_linear_bwd((kf_precision)prec, inv);
+        }
     test_layernorm(0);
     test_layernorm(1);
     test_rope();

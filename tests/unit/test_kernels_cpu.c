@@ -332,6 +332,78 @@ static void check_linear_act(kf_backend *be) {
     free(db0), free(ry), free(rpre), free(rd), free(rdb);
 }
 
+/* linear_bwd in fp32 against double references (dw += dy^T x, dbias += the
+ * column sums of dy, dx = dy W + beta dx), and in every precision bitwise
+ * against the separate ops kernels.h says it equals (matmul, bias_grad,
+ * matmul). 150 rows: the bias sums span three row chunks. */
+static void check_linear_bwd(kf_backend *be) {
+    const int64_t R = 150, in = 37, out = 29;
+    float *dy = tu_randf(R * out, 1), *x = tu_randf(R * in, 1), *w = tu_randf(out * in, 1);
+    float *dw0 = tu_randf(out * in, 1), *db0 = tu_randf(out, 1), *dx0 = tu_randf(R * in, 1);
+    float *dw = kf_malloc(out * in * 4), *db = kf_malloc(out * 4), *dx = kf_malloc(R * in * 4);
+    float *dw2 = kf_malloc(out * in * 4), *db2 = kf_malloc(out * 4), *dx2 = kf_malloc(R * in * 4);
+    double *rdw = kf_malloc(out * in * 8), *rdb = kf_malloc(out * 8), *rdx = kf_malloc(R * in * 8);
+    for (int prec = KF_PREC_FP32; prec <= KF_PREC_BF16; prec++)
+        for (int with_bias = 0; with_bias < 2; with_bias++)
+            for (int dx_mode = 0; dx_mode < 3; dx_mode++) { /* none, beta 0, beta 1 */
+                float beta = dx_mode == 2 ? 1.0f : 0.0f;
+                be->set_precision(be, (kf_precision)prec);
+                memcpy(dw, dw0, out * in * 4), memcpy(db, db0, out * 4),
+                    memcpy(dx, dx0, R * in * 4);
+                memcpy(dw2, dw0, out * in * 4), memcpy(db2, db0, out * 4);
+                memcpy(dx2, dx0, R * in * 4);
+                be->linear_bwd(be, dx_mode ? dx : NULL, dw, with_bias ? db : NULL, dy, x, w, R, in,
+                               out, beta);
+                be->matmul(be, dw2, dy, x, out, in, R, 1, 0, 1.0f, 1.0f);
+                if (with_bias) be->bias_grad(be, db2, dy, R, out);
+                if (dx_mode) be->matmul(be, dx2, dy, w, R, in, out, 0, 0, 1.0f, beta);
+                be->set_precision(be, KF_PREC_FP32);
+                char what[96];
+                snprintf(what, sizeof what, "linear_bwd %s%s dx_mode=%d",
+                         kernels_precision_name((kf_precision)prec), with_bias ? " dbias" : "",
+                         dx_mode);
+                T_CHECK(!memcmp(dw, dw2, out * in * 4), "%s: dw differs from the separate ops",
+                        what);
+                T_CHECK(!memcmp(db, db2, out * 4), "%s: dbias differs from the separate ops", what);
+                T_CHECK(!memcmp(dx, dx2, R * in * 4), "%s: dx differs from the separate ops", what);
+                if (prec != KF_PREC_FP32) continue;
+                for (int64_t o = 0; o < out; o++) {
+                    rdb[o] = db0[o];
+                    for (int64_t i = 0; i < in; i++) {
+                        double s = dw0[o * in + i];
+                        for (int64_t r = 0; r < R; r++)
+                            s += (double)dy[r * out + o] * x[r * in + i];
+                        rdw[o * in + i] = s;
+                    }
+                    for (int64_t r = 0; r < R; r++) rdb[o] += dy[r * out + o];
+                }
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t i = 0; i < in; i++) {
+                        double s = beta * dx0[r * in + i];
+                        for (int64_t o = 0; o < out; o++)
+                            s += (double)dy[r * out + o] * w[o * in + i];
+                        rdx[r * in + i] = s;
+                    }
+                char part[128];
+                snprintf(part, sizeof part, "%s: dw", what);
+                TU_ERR(part, tu_relerr(dw, rdw, out * in, 1e-3), 1e-5);
+                if (with_bias) {
+                    snprintf(part, sizeof part, "%s: dbias", what);
+                    TU_ERR(part, tu_relerr(db, rdb, out, 1e-3), 1e-5);
+                } else {
+                    T_CHECK(!memcmp(db, db0, out * 4), "%s: dbias NULL, yet it changed", what);
+                }
+                if (dx_mode) {
+                    snprintf(part, sizeof part, "%s: dx", what);
+                    TU_ERR(part, tu_relerr(dx, rdx, R * in, 1e-3), 1e-5);
+                } else {
+                    T_CHECK(!memcmp(dx, dx0, R * in * 4), "%s: dx NULL, yet it changed", what);
+                }
+            }
+    free(dy), free(x), free(w), free(dw0), free(db0), free(dx0), free(dw), free(db), free(dx);
+    free(dw2), free(db2), free(dx2), free(rdw), free(rdb), free(rdx);
+}
+
 static void check_pointwise(kf_backend *be) {
     const int64_t R = 7, C = 9, n = R * C;
     float *y = tu_randf(n, 1), *x = tu_randf(n, 1), *y0 = kf_malloc(n * 4), *bias = tu_randf(C, 1);
@@ -723,6 +795,7 @@ int main(void) {
     check_bf16_known(be);
     check_pointwise(be);
     check_linear_act(be);
+    check_linear_bwd(be);
     check_noise_features(be);
     check_logits(be);
     check_reductions(be);

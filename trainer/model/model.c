@@ -285,10 +285,8 @@ static void mlp_out_bwd(model *m, float *dpre, const float *dy, const float *h, 
 /* dW += dy^T x, db += colsum dy, and dx = dy W (+ dx when dx_beta = 1; NULL: skipped). */
 void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float *x, int64_t w,
                 int64_t bias, int64_t rows, int64_t in, int64_t out) {
-    kf_backend *be = m->be;
-    be->matmul(be, m->grads + w, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
-    if (bias >= 0) be->bias_grad(be, m->grads + bias, dy, rows, out);
-    if (dx) be->matmul(be, dx, dy, m->params + w, rows, in, out, 0, 0, 1.0f, dx_beta);
+    m->be->linear_bwd(m->be, dx, m->grads + w, bias >= 0 ? m->grads + bias : NULL, dy, x,
+                      m->params + w, rows, in, out, dx_beta);
 }
 
 /* The noise encoder on nz rows whose features are ws->feats; result in out. */
