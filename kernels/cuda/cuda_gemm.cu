@@ -25,10 +25,25 @@
 /* dst = src in the 16-bit format: __half or __nv_bfloat16 by lowp. */
 __global__ void k_to_16(void *dst, const float *src, int64_t n, int lowp) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        cu_store16(dst, i, src[i], lowp);
+}
+
+/* dst = the values of the 16-bit copy src (format lowp) as floats: exact. */
+__global__ void k_from16(float *dst, const void *src, int64_t n, int lowp) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        if (lowp == KF_PREC_BF16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
-        else ((__half *)dst)[i] = __float2half_rn(src[i]);
+        if (lowp == KF_PREC_BF16) dst[i] = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
+        else dst[i] = __half2float(((const __half *)src)[i]);
     }
+}
+
+const float *cu_input16(kf_backend *b, const float *x, const void *x16, int64_t n) {
+    if (!x16 || n <= 0) return x;
+    float *t = (float *)cu_scratch(b, CU_SCRATCH_X16, (size_t)n * 4);
+    k_from16<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(t, x16, n, b->precision);
+    CUDA_LAUNCHED();
+    return t;
 }
 
 /* Elements an operand spans across the batch (strides may be 0: broadcast). */
@@ -307,14 +322,13 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
     cu_round_lowp(b, C, span(M * N, batch, stride_c));
 }
 
-void cu_matmul_to16(kf_backend *b, void *C16, const float *A, const float *B, int64_t M, int64_t N,
-                    int64_t K, int trans_a, int trans_b) {
+void cu_matmul_to16(kf_backend *b, void *C16, const void *A16, const void *B16, int64_t M,
+                    int64_t N, int64_t K, int trans_a, int trans_b) {
     KF_CHECK(b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0,
              "cu_matmul_to16: needs a 16-bit mode outside batch-invariant mode and K > 0");
     if (M <= 0 || N <= 0) return;
-    gemm16(b, C16, b->precision == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F,
-           cu_to16(b, CU_SCRATCH_A, A, M * K), cu_to16(b, CU_SCRATCH_B, B, K * N), M, N, K, trans_a,
-           trans_b, 1.0f, 0.0f, 1, 0, 0, 0);
+    gemm16(b, C16, b->precision == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, A16, B16, M, N, K,
+           trans_a, trans_b, 1.0f, 0.0f, 1, 0, 0, 0);
 }
 
 __global__ void k_add_bias(float *y, const float *bias, int64_t rows, int64_t cols) {

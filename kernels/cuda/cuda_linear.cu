@@ -9,9 +9,13 @@
  *    kernel reads it, adds the bias and applies GELU: matmul's rounding pass,
  *    add_bias and gelu_fwd (or gelu_bwd and bias_grad's first pass) become one.
  *    cuBLASLt's epilogues cannot do this: they add the bias to the fp32
- *    accumulator, before the rounding the CPU reference does.
+ *    accumulator, before the rounding the CPU reference does. A layer added
+ *    to its output (beta != 0) has cuBLAS write the fp32 sum, rounded, and
+ *    the same kernel adds the bias.
  *  - Otherwise (fp32, or batch-invariant mode) the fp32 product is written by
  *    matmul, and the same kernel finishes it in place.
+ * The epilogue also writes the output's 16-bit copy (kernels.h), and an input
+ * given as a 16-bit copy goes to cuBLAS as it is: no conversion pass.
  * linear_bwd's two products both read dy: in a 16-bit mode outside
  * batch-invariant mode one pass converts it (and sums its columns for the
  * bias gradient) and both products read that copy, where two matmul calls
@@ -28,20 +32,21 @@ __device__ __forceinline__ float load_c(const void *c, int src16, int64_t i) {
     return ((const float *)c)[i];
 }
 
-/* pre = c + bias, y = act(pre); c may be y or pre (read before written). */
-__global__ void k_bias_act(float *y, float *pre, const void *c, int src16, const float *bias,
-                           int64_t rows, int64_t cols, int act) {
+/* pre = c + bias, y = act(pre) and its 16-bit copy y16 (format lowp); y and
+ * y16 may be NULL; c may be y or pre (read before written). */
+__global__ void k_bias_act(float *y, void *y16, int lowp, float *pre, const void *c, int src16,
+                           const float *bias, int64_t rows, int64_t cols, int act) {
     int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float v = load_c(c, src16, i);
         if (bias) v += bias[i % cols];
-        if (act == KF_ACT_NONE) {
-            y[i] = v;
-        } else {
+        if (act != KF_ACT_NONE) {
             pre[i] = v;
-            y[i] = cu_gelu(v, act == KF_ACT_GELU_ERF);
+            v = cu_gelu(v, act == KF_ACT_GELU_ERF);
         }
+        if (y) y[i] = v;
+        if (y16) cu_store16(y16, i, v, lowp);
     }
 }
 
@@ -66,30 +71,41 @@ __global__ void k_dact_cols(float *dpre, float *part, const void *c, int src16, 
     }
 }
 
-/* The product C[M, N] = A op(B) the epilogue reads (see the file comment):
- * in 16 bits in scratch slot C (*src16 its format), or fp32 in dst
- * (*src16 = 0). */
-static const void *product(kf_backend *b, float *dst, const float *A, const float *B, int64_t M,
-                           int64_t N, int64_t K, int trans_b, int *src16) {
-    if (b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0) {
-        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(M * N) * 2);
-        cu_matmul_to16(b, c16, A, B, M, N, K, 0, trans_b);
-        *src16 = b->precision;
-        return c16;
-    }
-    cu_matmul(b, dst, A, B, M, N, K, 0, trans_b, 1.0f, 0.0f);
-    *src16 = 0;
-    return dst;
+/* The cuBLAS path of a 16-bit mode (see the file comment). */
+static int fused16(const kf_backend *b, int64_t K) {
+    return b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0;
 }
 
-void cu_linear_act(kf_backend *b, float *y, float *pre, const float *x, const float *w,
-                   const float *bias, int64_t rows, int64_t in, int64_t out, kf_act act) {
+void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *x, const void *x16,
+                   const float *w, const float *bias, int64_t rows, int64_t in, int64_t out,
+                   kf_act act, float beta) {
+    KF_CHECK(beta == 0.0f || (act == KF_ACT_NONE && y), "linear_act: beta needs y and no act");
+    KF_CHECK(!(x16 || y16) || b->precision != KF_PREC_FP32,
+             "linear_act: a 16-bit copy in fp32 mode");
     if (rows <= 0 || out <= 0) return;
-    int src16;
-    const void *c = product(b, act == KF_ACT_NONE ? y : pre, x, w, rows, out, in, 1, &src16);
-    if (!src16 && !bias && act == KF_ACT_NONE) return; /* nothing left to do */
-    k_bias_act<<<cu_blocks(rows * out), 256, 0, cu_stream(b)>>>(y, pre, c, src16, bias, rows, out,
-                                                                act);
+    const void *c;
+    int src16 = 0;
+    if (fused16(b, in)) {
+        const void *a16 = x16 ? x16 : cu_to16(b, CU_SCRATCH_A, x, rows * in);
+        const void *w16 = cu_to16(b, CU_SCRATCH_B, w, out * in);
+        if (beta == 0.0f) {
+            void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * out) * 2);
+            cu_matmul_to16(b, c16, a16, w16, rows, out, in, 0, 1);
+            c = c16;
+            src16 = b->precision;
+        } else {
+            cu_matmul16(b, y, a16, w16, rows, out, in, 0, 1, 1.0f, beta);
+            c = y;
+        }
+    } else {
+        float *dst = act == KF_ACT_NONE ? y : pre;
+        if (!dst) dst = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 4);
+        cu_matmul(b, dst, cu_input16(b, x, x16, rows * in), w, rows, out, in, 0, 1, 1.0f, beta);
+        c = dst;
+    }
+    if (!src16 && !bias && act == KF_ACT_NONE && !y16) return; /* nothing left to do */
+    k_bias_act<<<cu_blocks(rows * out), 256, 0, cu_stream(b)>>>(y, y16, b->precision, pre, c, src16,
+                                                                bias, rows, out, act);
     CUDA_LAUNCHED();
 }
 
@@ -97,8 +113,17 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *
                          const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act) {
     if (rows <= 0 || in <= 0) return;
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
-    int src16;
-    const void *c = product(b, dpre, dy, w, rows, in, out, 0, &src16);
+    const void *c = dpre;
+    int src16 = 0;
+    if (fused16(b, out)) {
+        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 2);
+        cu_matmul_to16(b, c16, cu_to16(b, CU_SCRATCH_A, dy, rows * out),
+                       cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0);
+        c = c16;
+        src16 = b->precision;
+    } else {
+        cu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
+    }
     if (!src16 && !dbias && act == KF_ACT_NONE) return;
     float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * in) * 4) : NULL;
     dim3 grid((unsigned)((in + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
@@ -107,9 +132,9 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *
     if (dbias) cu_col_finish(b, dbias, part, nchunk, in);
 }
 
-/* dy16 = dy in the 16-bit format lowp, and part[ch, col] = the sum of the
- * fp32 dy over chunk ch's rows in order (k_col_partials' sums), one thread
- * per (chunk, column) as in k_dact_cols. */
+/* dy16 = dy as a 16-bit copy (format lowp), and part[ch, col] = the sum of
+ * the fp32 dy over chunk ch's rows in order (k_col_partials' sums), one
+ * thread per (chunk, column) as in k_dact_cols. */
 __global__ void k_to16_cols(void *dy16, float *part, const float *dy, int64_t rows, int64_t cols,
                             int lowp) {
     int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -120,8 +145,7 @@ __global__ void k_to16_cols(void *dy16, float *part, const float *dy, int64_t ro
         for (int64_t r = ch * CUDA_ROW_CHUNK; r < r1; r++) {
             int64_t i = r * cols + col;
             float v = dy[i];
-            if (lowp == KF_PREC_BF16) ((__nv_bfloat16 *)dy16)[i] = __float2bfloat16_rn(v);
-            else ((__half *)dy16)[i] = __float2half_rn(v);
+            cu_store16(dy16, i, v, lowp);
             s += v;
         }
         part[ch * cols + col] = s;
@@ -129,9 +153,11 @@ __global__ void k_to16_cols(void *dy16, float *part, const float *dy, int64_t ro
 }
 
 void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
-                   const float *x, const float *w, int64_t rows, int64_t in, int64_t out,
-                   float dx_beta) {
-    if (b->precision == KF_PREC_FP32 || b->batch_invariant || rows <= 0 || in <= 0 || out <= 0) {
+                   const float *x, const void *x16, const float *w, int64_t rows, int64_t in,
+                   int64_t out, float dx_beta) {
+    KF_CHECK(!x16 || b->precision != KF_PREC_FP32, "linear_bwd: a 16-bit copy in fp32 mode");
+    if (!fused16(b, rows) || in <= 0 || out <= 0) {
+        x = cu_input16(b, x, x16, rows * in);
         cu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
         if (dbias) cu_bias_grad(b, dbias, dy, rows, out);
         if (dx) cu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
@@ -149,8 +175,8 @@ void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const floa
     } else {
         dy16 = cu_to16(b, CU_SCRATCH_D, dy, rows * out);
     }
-    cu_matmul16(b, dw, dy16, cu_to16(b, CU_SCRATCH_B, x, rows * in), out, in, rows, 1, 0, 1.0f,
-                1.0f);
+    cu_matmul16(b, dw, dy16, x16 ? x16 : cu_to16(b, CU_SCRATCH_B, x, rows * in), out, in, rows, 1,
+                0, 1.0f, 1.0f);
     if (dx)
         cu_matmul16(b, dx, dy16, cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0, 1.0f,
                     dx_beta);
