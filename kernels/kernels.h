@@ -139,22 +139,25 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     /* The gradient that reaches the pre-activation of the layer below W: with                     \
      * dy [rows, out], W [out, in] and that layer's pre [rows, in], dpre =                         \
      * act'(pre) * matmul(dy, W) and dbias[c] += sum_r dpre[r, c] (dbias NULL:                     \
-     * skipped). Equal to matmul (beta 0), gelu_bwd, then bias_grad. */                            \
+     * skipped; the fp32 dpre summed). dpre16 (NULL: none) gets dpre as a                          \
+     * 16-bit copy (dpre may then be NULL). Equal to matmul (beta 0), gelu_bwd,                    \
+     * then bias_grad. */                                                                          \
     X(void, linear_act_dgrad,                                                                      \
-      (kf_backend * b, float *dpre, float *dbias, const float *dy, const float *w,                 \
+      (kf_backend * b, float *dpre, void *dpre16, float *dbias, const float *dy, const float *w,   \
        const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act),                       \
-      (b, dpre, dbias, dy, w, pre, rows, in, out, act))                                            \
+      (b, dpre, dpre16, dbias, dy, w, pre, rows, in, out, act))                                    \
     /* The backward of a linear layer y = x W^T + bias, with x [rows, in], W                       \
      * [out, in] and dy [rows, out]: dw [out, in] += dy^T x, dbias[c] += sum_r                     \
      * dy[r, c] (NULL: skipped) and dx = dy W + dx_beta * dx (NULL: skipped).                      \
-     * x16 (NULL: none) is x as a 16-bit copy, in place of x. Equal to matmul                      \
-     * (beta 1), bias_grad, then matmul (beta dx_beta); one op so a backend                        \
-     * reads dy once for both products (a 16-bit mode converts it once, not                        \
-     * twice). */                                                                                  \
+     * x16, dy16 (NULL: none) are x, dy as 16-bit copies, in place of x, dy                        \
+     * (dy16 without dbias: its sum needs the fp32 dy). Equal to matmul (beta                      \
+     * 1), bias_grad, then matmul (beta dx_beta); one op so a backend reads dy                     \
+     * once for both products (a 16-bit mode converts it once, not twice). */                      \
     X(void, linear_bwd,                                                                            \
-      (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const float *x,        \
-       const void *x16, const float *w, int64_t rows, int64_t in, int64_t out, float dx_beta),     \
-      (b, dx, dw, dbias, dy, x, x16, w, rows, in, out, dx_beta))                                   \
+      (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const void *dy16,      \
+       const float *x, const void *x16, const float *w, int64_t rows, int64_t in, int64_t out,     \
+       float dx_beta),                                                                             \
+      (b, dx, dw, dbias, dy, dy16, x, x16, w, rows, in, out, dx_beta))                             \
     /* y[r, c] += bias[c] */                                                                       \
     X(void, add_bias, (kf_backend * b, float *y, const float *bias, int64_t rows, int64_t cols),   \
       (b, y, bias, rows, cols))                                                                    \

@@ -137,39 +137,42 @@ kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, void *y16, float *pr
                        bias ? F * (double)out : 0, bias || g || y16, tags);
 }
 
-/* per element GELU's derivative 12 and the bias sum's 1; pre read; dbias
- * read and written */
-kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy,
-                                         const float *w, const float *pre, int64_t rows, int64_t in,
-                                         int64_t out, kf_act act) {
+/* per element GELU's derivative 12 and the bias sum's 1; pre read; dpre
+ * and its 16-bit copy written as asked; dbias read and written */
+kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
+                                         const float *dy, const float *w, const float *pre,
+                                         int64_t rows, int64_t in, int64_t out, kf_act act) {
     int g = act != KF_ACT_NONE;
     char tags[64];
-    snprintf(tags, sizeof tags, "%s%s", dbias ? " dbias" : "", act_tag(act, 1));
-    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), 0, F * (g ? 2 : 1), 0,
-                       dbias ? 2 * F * (double)in : 0, dbias || g, tags);
+    snprintf(tags, sizeof tags, "%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
+             dpre16 ? (dpre ? " +y16" : " y16") : "");
+    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), 0,
+                       (dpre ? F : 0) + (dpre16 ? H16 : 0) + (g ? F : 0), 0,
+                       dbias ? 2 * F * (double)in : 0, dbias || g || dpre16, tags);
 }
 
 /* Both products (dW, and dx when asked) and the bias sum's 1 per element of
- * dy; dy, x (at 2 bytes as a 16-bit copy) and W read once, dW (and dbias)
- * read and written, dx written (and read when dx_beta != 0).
+ * dy; dy and x (each at 2 bytes as a 16-bit copy) and W read once, dW (and
+ * dbias) read and written, dx written (and read when dx_beta != 0).
  * kernels/cuda/cuda_linear.cu converts dy to the 16-bit format once for both
- * products (its bias sums in that pass), x unless it is a 16-bit copy, and
- * rounds dW and dx as matmul does; otherwise it is matmul, bias_grad and
- * matmul, which read dy once each. */
+ * products (its bias sums in that pass) and x, unless they are 16-bit
+ * copies, and rounds dW and dx as matmul does; otherwise it is matmul,
+ * bias_grad and matmul, which read dy once each. */
 kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
-                                   const float *dy, const float *x, const void *x16, const float *w,
-                                   int64_t rows, int64_t in, int64_t out, float dx_beta) {
+                                   const float *dy, const void *dy16, const float *x,
+                                   const void *x16, const float *w, int64_t rows, int64_t in,
+                                   int64_t out, float dx_beta) {
     double r = (double)rows, i = (double)in, o = (double)out, nd = dx ? 1 : 0, ny = r * o;
     int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant && r > 0 && i > 0 && o > 0;
-    double bytes = F * ny + (x16 ? H16 : F) * r * i + 2 * F * o * i + (dbias ? 2 * F * o : 0) +
-                   nd * F * (o * i + r * i * (dx_beta != 0 ? 2 : 1));
+    double bytes = (dy16 ? H16 : F) * ny + (x16 ? H16 : F) * r * i + 2 * F * o * i +
+                   (dbias ? 2 * F * o : 0) + nd * F * (o * i + r * i * (dx_beta != 0 ? 2 : 1));
     if (!fused16) bytes += F * ny * ((dbias ? 1 : 0) + nd);
     kf_op_cost c = cost(b, KF_COST_GEMM, 2 * r * i * o * (1 + nd) + (dbias ? ny : 0), bytes,
-                        "M=%lld N=%lld K=%lld%s%s%s%s", (long long)rows, (long long)in,
+                        "M=%lld N=%lld K=%lld%s%s%s%s%s", (long long)rows, (long long)in,
                         (long long)out, dbias ? " dbias" : "", dx ? " dx" : "",
-                        dx && dx_beta != 0 ? " +dx" : "", x16 ? " x16" : "");
-    c.convert_bytes =
-        gemm_convert(b, ny, x16 ? 0 : r * i, o * i) + nd * gemm_convert(b, 0, o * i, r * i);
+                        dx && dx_beta != 0 ? " +dx" : "", x16 ? " x16" : "", dy16 ? " dy16" : "");
+    c.convert_bytes = gemm_convert(b, dy16 ? 0 : ny, x16 ? 0 : r * i, o * i) +
+                      nd * gemm_convert(b, 0, o * i, r * i);
     return c;
 }
 

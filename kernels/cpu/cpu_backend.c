@@ -54,10 +54,10 @@ void cpu_from16(float *dst, const void *src, int64_t n, int lowp) {
     }
 }
 
-const float *cpu_input16(kf_backend *b, const float *x, const void *x16, int64_t n) {
+const float *cpu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n) {
     if (!x16) return x;
     KF_CHECK(b->precision != KF_PREC_FP32, "a 16-bit copy given in fp32 mode");
-    float *t = cpu_scratch(b, CPU_SCRATCH_X16, (size_t)n);
+    float *t = cpu_scratch(b, slot, (size_t)n);
     cpu_from16(t, x16, n, b->precision);
     return t;
 }

@@ -38,9 +38,9 @@ __global__ void k_from16(float *dst, const void *src, int64_t n, int lowp) {
     }
 }
 
-const float *cu_input16(kf_backend *b, const float *x, const void *x16, int64_t n) {
+const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n) {
     if (!x16 || n <= 0) return x;
-    float *t = (float *)cu_scratch(b, CU_SCRATCH_X16, (size_t)n * 4);
+    float *t = (float *)cu_scratch(b, slot, (size_t)n * 4);
     k_from16<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(t, x16, n, b->precision);
     CUDA_LAUNCHED();
     return t;

@@ -63,7 +63,8 @@ enum {
     CU_SCRATCH_B,
     CU_SCRATCH_C,
     CU_SCRATCH_D,
-    CU_SCRATCH_X16,  /* cu_input16's floats */
+    CU_SCRATCH_X16, /* cu_input16's floats */
+    CU_SCRATCH_DY16,
     CU_SCRATCH_VLEN, /* attention's device copy of valid_len */
     CU_SCRATCH_N
 };
@@ -223,9 +224,9 @@ void cu_matmul_to16(kf_backend *b, void *C16, const void *A16, const void *B16, 
                     int64_t N, int64_t K, int trans_a, int trans_b);
 
 /** x, or when x16 (a 16-bit copy, kernels.h) is given its values as floats
- *  in scratch slot CU_SCRATCH_X16: the fp32 view of an input for the paths
- *  that read fp32 (batch-invariant mode). */
-const float *cu_input16(kf_backend *b, const float *x, const void *x16, int64_t n);
+ *  in scratch slot `slot`: the fp32 view of an input for the paths that
+ *  read fp32 (batch-invariant mode). */
+const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n);
 
 /** src [n] converted to the 16-bit format of b->precision (round to nearest
  *  even, cu_lowp's values) in scratch slot `slot`; returns it. Valid until

@@ -50,11 +50,12 @@ __global__ void k_bias_act(float *y, void *y16, int lowp, float *pre, const void
     }
 }
 
-/* dpre = act'(pre) * c, and part[ch, col] = the sum of dpre over chunk ch's
- * rows in order (part NULL: none); c may be dpre. One thread per (chunk,
- * column): a warp walks 32 adjacent columns row by row. */
-__global__ void k_dact_cols(float *dpre, float *part, const void *c, int src16, const float *pre,
-                            int64_t rows, int64_t cols, int act) {
+/* dpre = act'(pre) * c and its 16-bit copy dpre16 (format lowp; either
+ * may be NULL), and part[ch, col] = the sum of dpre over chunk ch's rows in
+ * order (part NULL: none); c may be dpre. One thread per (chunk, column): a
+ * warp walks 32 adjacent columns row by row. */
+__global__ void k_dact_cols(float *dpre, void *dpre16, int lowp, float *part, const void *c,
+                            int src16, const float *pre, int64_t rows, int64_t cols, int act) {
     int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (col >= cols) return;
     for (int64_t ch = blockIdx.y; ch * CUDA_ROW_CHUNK < rows; ch += gridDim.y) {
@@ -64,7 +65,8 @@ __global__ void k_dact_cols(float *dpre, float *part, const void *c, int src16, 
             int64_t i = r * cols + col;
             float v = load_c(c, src16, i);
             if (act != KF_ACT_NONE) v *= cu_gelu_grad(pre[i], act == KF_ACT_GELU_ERF);
-            dpre[i] = v;
+            if (dpre) dpre[i] = v;
+            if (dpre16) cu_store16(dpre16, i, v, lowp);
             s += v;
         }
         if (part) part[ch * cols + col] = s;
@@ -100,7 +102,8 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
     } else {
         float *dst = act == KF_ACT_NONE ? y : pre;
         if (!dst) dst = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 4);
-        cu_matmul(b, dst, cu_input16(b, x, x16, rows * in), w, rows, out, in, 0, 1, 1.0f, beta);
+        cu_matmul(b, dst, cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in), w, rows, out, in, 0, 1,
+                  1.0f, beta);
         c = dst;
     }
     if (!src16 && !bias && act == KF_ACT_NONE && !y16) return; /* nothing left to do */
@@ -109,8 +112,11 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
     CUDA_LAUNCHED();
 }
 
-void cu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy, const float *w,
-                         const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act) {
+void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias, const float *dy,
+                         const float *w, const float *pre, int64_t rows, int64_t in, int64_t out,
+                         kf_act act) {
+    KF_CHECK(!dpre16 || b->precision != KF_PREC_FP32,
+             "linear_act_dgrad: a 16-bit copy in fp32 mode");
     if (rows <= 0 || in <= 0) return;
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
     const void *c = dpre;
@@ -122,12 +128,14 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *
         c = c16;
         src16 = b->precision;
     } else {
+        if (!dpre) c = dpre = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(rows * in) * 4);
         cu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
     }
-    if (!src16 && !dbias && act == KF_ACT_NONE) return;
+    if (!src16 && !dbias && act == KF_ACT_NONE && !dpre16) return;
     float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * in) * 4) : NULL;
     dim3 grid((unsigned)((in + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
-    k_dact_cols<<<grid, 256, 0, cu_stream(b)>>>(dpre, part, c, src16, pre, rows, in, act);
+    k_dact_cols<<<grid, 256, 0, cu_stream(b)>>>(dpre, dpre16, b->precision, part, c, src16, pre,
+                                                rows, in, act);
     CUDA_LAUNCHED();
     if (dbias) cu_col_finish(b, dbias, part, nchunk, in);
 }
@@ -153,31 +161,35 @@ __global__ void k_to16_cols(void *dy16, float *part, const float *dy, int64_t ro
 }
 
 void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
-                   const float *x, const void *x16, const float *w, int64_t rows, int64_t in,
-                   int64_t out, float dx_beta) {
-    KF_CHECK(!x16 || b->precision != KF_PREC_FP32, "linear_bwd: a 16-bit copy in fp32 mode");
+                   const void *dy16, const float *x, const void *x16, const float *w, int64_t rows,
+                   int64_t in, int64_t out, float dx_beta) {
+    KF_CHECK(!(x16 || dy16) || b->precision != KF_PREC_FP32,
+             "linear_bwd: a 16-bit copy in fp32 mode");
+    KF_CHECK(!(dy16 && dbias), "linear_bwd: dbias needs the fp32 dy");
     if (!fused16(b, rows) || in <= 0 || out <= 0) {
-        x = cu_input16(b, x, x16, rows * in);
+        x = cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in);
+        dy = cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out);
         cu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
         if (dbias) cu_bias_grad(b, dbias, dy, rows, out);
         if (dx) cu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
         return;
     }
-    void *dy16;
+    const void *d16 = dy16;
     if (dbias) {
         int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
-        dy16 = cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 2);
+        void *t = cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 2);
         float *part = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(nchunk * out) * 4);
         dim3 grid((unsigned)((out + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
-        k_to16_cols<<<grid, 256, 0, cu_stream(b)>>>(dy16, part, dy, rows, out, b->precision);
+        k_to16_cols<<<grid, 256, 0, cu_stream(b)>>>(t, part, dy, rows, out, b->precision);
         CUDA_LAUNCHED();
         cu_col_finish(b, dbias, part, nchunk, out);
-    } else {
-        dy16 = cu_to16(b, CU_SCRATCH_D, dy, rows * out);
+        d16 = t;
+    } else if (!d16) {
+        d16 = cu_to16(b, CU_SCRATCH_D, dy, rows * out);
     }
-    cu_matmul16(b, dw, dy16, x16 ? x16 : cu_to16(b, CU_SCRATCH_B, x, rows * in), out, in, rows, 1,
-                0, 1.0f, 1.0f);
+    cu_matmul16(b, dw, d16, x16 ? x16 : cu_to16(b, CU_SCRATCH_B, x, rows * in), out, in, rows, 1, 0,
+                1.0f, 1.0f);
     if (dx)
-        cu_matmul16(b, dx, dy16, cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0, 1.0f,
+        cu_matmul16(b, dx, d16, cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0, 1.0f,
                     dx_beta);
 }

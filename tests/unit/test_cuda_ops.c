@@ -292,7 +292,7 @@ static void test_linear_act(kf_precision prec, int inv) {
             }
             snprintf(wn, sizeof wn, "linear_act_dgrad %s%s act=%d%s", kernels_precision_name(prec),
                      inv ? " inv" : "", act, with_bias ? " dbias" : "");
-            BOTH(BE->linear_act_dgrad(BE, PF(dpre), with_bias ? PF(db) : NULL, PF(dy), PF(w),
+            BOTH(BE->linear_act_dgrad(BE, PF(dpre), NULL, with_bias ? PF(db) : NULL, PF(dy), PF(w),
                                       PF(xpre), R, in, out, (kf_act)act));
             check_close(wn, &dpre, R * in, tol_at(prec, 2e-6, 2e-3));
             g->matmul(g, (float *)dpre2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
@@ -338,7 +338,7 @@ static void test_linear_bwd(kf_precision prec, int inv) {
                      : dx_mode == 1 ? " dx"
                                     : " dx+=");
             BOTH(BE->linear_bwd(BE, dx_mode ? PF(dx) : NULL, PF(dw), with_bias ? PF(db) : NULL,
-                                PF(dy), PF(x), NULL, PF(w), R, in, out, beta));
+                                PF(dy), NULL, PF(x), NULL, PF(w), R, in, out, beta));
             g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
             if (with_bias) g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
             if (dx_mode)
@@ -385,7 +385,9 @@ static void check_copy16(const char *what, const buf2 *c, int side, const buf2 *
  * written by layernorm_fwd and linear_act holds their fp32 output rounded,
  * with or without that output; linear_act and linear_bwd reading a copy of x
  * made from x give bitwise the GPU's separate ops on x (the conversion they
- * skip made the same values); beta 1 adds the layer to y as matmul does.
+ * skip made the same values), as do linear_bwd on a copy of dy and
+ * linear_act_dgrad writing its output as a copy (dbias from the fp32
+ * values); beta 1 adds the layer to y as matmul does.
  * Both backends; the CPU's copies against its own fp32 outputs too. */
 static void test_copies16(kf_precision prec, int inv) {
     int64_t R = 150, in = 67, out = 45;
@@ -452,7 +454,8 @@ static void test_copies16(kf_precision prec, int inv) {
          dx = mk_rand(R * in, 1);
     buf2 dw2 = mk_copy(&dw), db2 = mk_copy(&db);
     snprintf(wn, sizeof wn, "linear_bwd x16 %s%s", pn, iv);
-    BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), PF(db), PF(dy), NULL, P(x16), PF(w), R, in, out, 0.0f));
+    BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), PF(db), PF(dy), NULL, NULL, P(x16), PF(w), R, in, out,
+                        0.0f));
     g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
     g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
     char c[160];
@@ -461,6 +464,44 @@ static void test_copies16(kf_precision prec, int inv) {
     check_gpu_same(c, &dw, &dw2, out * in);
     snprintf(c, sizeof c, "%s (dbias)", wn);
     check_gpu_same(c, &db, &db2, out);
+    /* linear_bwd on dy16 made from dy (no bias gradient) */
+    float *hdy = down(&dy, 0);
+    uint16_t *hdy16 = tu_to16(hdy, R * out, prec);
+    buf2 dy16 = mk(hdy16, (size_t)(R * out) * 2), dx2 = mk_copy(&dx);
+    free(hdy), free(hdy16);
+    snprintf(wn, sizeof wn, "linear_bwd dy16 %s%s", pn, iv);
+    BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), NULL, NULL, P(dy16), PF(x), NULL, PF(w), R, in, out,
+                        0.0f));
+    g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
+    g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
+    snprintf(c, sizeof c, "%s (dw)", wn);
+    check_gpu_same(c, &dw, &dw2, out * in);
+    snprintf(c, sizeof c, "%s (dx)", wn);
+    check_close(c, &dx, R * in, tol_at(prec, 2e-6, 2e-3));
+    check_gpu_same(c, &dx, &dx2, R * in);
+    /* linear_act_dgrad writing dpre16 (the layer below's dy), with dbias */
+    buf2 dp16 = mk(NULL, (size_t)(R * in) * 2), dp16b = mk(NULL, (size_t)(R * in) * 2),
+         dbi = mk_rand(in, 1), dbi2 = mk_copy(&dbi), dbi3 = mk_copy(&dbi);
+    snprintf(wn, sizeof wn, "linear_act_dgrad dpre16 %s%s", pn, iv);
+    BOTH(BE->linear_act_dgrad(BE, PF(dx), P(dp16), PF(dbi), PF(dy), PF(w), PF(x), R, in, out,
+                              KF_ACT_GELU_TANH));
+    BOTH(BE->linear_act_dgrad(BE, NULL, P(dp16b), PF(dbi3), PF(dy), PF(w), PF(x), R, in, out,
+                              KF_ACT_GELU_TANH));
+    g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
+    g->gelu_bwd(g, (float *)dx2.p[1], (float *)dx2.p[1], (float *)x.p[1], R * in, KF_GELU_TANH);
+    g->bias_grad(g, (float *)dbi2.p[1], (float *)dx2.p[1], R, in);
+    check_gpu_same(wn, &dx, &dx2, R * in);
+    snprintf(c, sizeof c, "%s (dbias)", wn);
+    check_gpu_same(c, &dbi, &dbi2, in);
+    strcat(c, " alone");
+    check_gpu_same(c, &dbi3, &dbi2, in);
+    for (int side = 0; side < 2; side++) {
+        snprintf(c, sizeof c, "%s (dpre16, %s)", wn, side ? "cuda" : "cpu");
+        check_copy16(c, &dp16, side, &dx, side, R * in, prec);
+        strcat(c, " alone");
+        check_copy16(c, &dp16b, side, &dx, side, R * in, prec);
+    }
+    drop(&dy16), drop(&dx2), drop(&dp16), drop(&dp16b), drop(&dbi), drop(&dbi2), drop(&dbi3);
     g->batch_invariant = 0;
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&x), drop(&lw), drop(&mean), drop(&rstd), drop(&ln), drop(&ln16), drop(&ln16b);

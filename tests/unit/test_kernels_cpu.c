@@ -304,7 +304,7 @@ static void check_linear_act(kf_backend *be) {
                 TU_ERR(what, tu_relerr(pre, rpre, R * out, 1e-3), 1e-5);
             }
             memcpy(db0, db, in * 4);
-            be->linear_act_dgrad(be, dpre, with_bias ? db : NULL, dy, w, xp, R, in, out,
+            be->linear_act_dgrad(be, dpre, NULL, with_bias ? db : NULL, dy, w, xp, R, in, out,
                                  (kf_act)act);
             for (int64_t c = 0; c < in; c++) rdb[c] = db0[c];
             for (int64_t r = 0; r < R; r++)
@@ -352,8 +352,8 @@ static void check_linear_bwd(kf_backend *be) {
                     memcpy(dx, dx0, R * in * 4);
                 memcpy(dw2, dw0, out * in * 4), memcpy(db2, db0, out * 4);
                 memcpy(dx2, dx0, R * in * 4);
-                be->linear_bwd(be, dx_mode ? dx : NULL, dw, with_bias ? db : NULL, dy, x, NULL, w,
-                               R, in, out, beta);
+                be->linear_bwd(be, dx_mode ? dx : NULL, dw, with_bias ? db : NULL, dy, NULL, x,
+                               NULL, w, R, in, out, beta);
                 be->matmul(be, dw2, dy, x, out, in, R, 1, 0, 1.0f, 1.0f);
                 if (with_bias) be->bias_grad(be, db2, dy, R, out);
                 if (dx_mode) be->matmul(be, dx2, dy, w, R, in, out, 0, 0, 1.0f, beta);
@@ -404,10 +404,11 @@ static void check_linear_bwd(kf_backend *be) {
     free(dw2), free(db2), free(dx2), free(rdw), free(rdb), free(rdx);
 }
 
-/* 16-bit copies (kernels.h) in fp16 and bf16: layernorm_fwd's and
- * linear_act's hold their fp32 outputs rounded (tu_to16), with or without
- * those outputs; linear_act (also adding to y, beta 1) and linear_bwd
- * reading x16 = tu_to16(x) give bitwise their results on x. */
+/* 16-bit copies (kernels.h) in fp16 and bf16: layernorm_fwd's, linear_act's
+ * and linear_act_dgrad's hold their fp32 outputs rounded (tu_to16), with or
+ * without those outputs; linear_act (also adding to y, beta 1) and
+ * linear_bwd reading x16 = tu_to16(x) or dy16 = tu_to16(dy) give bitwise
+ * their results on x, dy. */
 static void check_copies16(kf_backend *be) {
     const int64_t R = 150, in = 37, out = 29;
     float *x = tu_randf(R * in, 2), *lw = tu_randf(in, 1), *w = tu_randf(out * in, 1);
@@ -416,6 +417,7 @@ static void check_copies16(kf_backend *be) {
     float *y = kf_malloc(R * out * 4), *y2 = kf_malloc(R * out * 4), *pre = kf_malloc(R * out * 4);
     float *dw = kf_malloc(out * in * 4), *dw2 = kf_malloc(out * in * 4), *db = kf_malloc(out * 4);
     float *db2 = kf_malloc(out * 4), *dx = kf_malloc(R * in * 4), *dx2 = kf_malloc(R * in * 4);
+    float *dbi = kf_malloc(in * 4), *dbi2 = kf_malloc(in * 4);
     uint16_t *c16 = kf_malloc(R * in * 2), *c16b = kf_malloc(R * in * 2);
     for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
         const char *pn = kernels_precision_name((kf_precision)prec);
@@ -449,17 +451,36 @@ static void check_copies16(kf_backend *be) {
         T_CHECK(!memcmp(y, y2, R * out * 4), "linear_act %s beta 1: x16 differs from x", pn);
         memset(dw, 0, out * in * 4), memset(dw2, 0, out * in * 4);
         memset(db, 0, out * 4), memset(db2, 0, out * 4);
-        be->linear_bwd(be, dx, dw, db, dy, NULL, x16, w, R, in, out, 0.0f);
-        be->linear_bwd(be, dx2, dw2, db2, dy, x, NULL, w, R, in, out, 0.0f);
+        be->linear_bwd(be, dx, dw, db, dy, NULL, NULL, x16, w, R, in, out, 0.0f);
+        be->linear_bwd(be, dx2, dw2, db2, dy, NULL, x, NULL, w, R, in, out, 0.0f);
         T_CHECK(!memcmp(dw, dw2, out * in * 4), "linear_bwd %s: dw with x16 differs from x", pn);
         T_CHECK(!memcmp(db, db2, out * 4), "linear_bwd %s: dbias with x16 differs from x", pn);
         T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_bwd %s: dx with x16 differs from x", pn);
+        /* dy16 = tu_to16(dy) in place of dy (no bias gradient) */
+        uint16_t *dy16 = tu_to16(dy, R * out, (kf_precision)prec);
+        memset(dw, 0, out * in * 4), memset(dw2, 0, out * in * 4);
+        be->linear_bwd(be, dx, dw, NULL, NULL, dy16, x, NULL, w, R, in, out, 0.0f);
+        be->linear_bwd(be, dx2, dw2, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+        T_CHECK(!memcmp(dw, dw2, out * in * 4), "linear_bwd %s: dw with dy16 differs from dy", pn);
+        T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_bwd %s: dx with dy16 differs from dy", pn);
+        free(dy16);
+        /* linear_act_dgrad writing dpre16: dy [R, out] back through W to [R, in] */
+        memset(dbi, 0, in * 4), memset(dbi2, 0, in * 4);
+        be->linear_act_dgrad(be, dx, c16, dbi, y0, w, x, R, in, out, KF_ACT_GELU_TANH);
+        be->linear_act_dgrad(be, NULL, c16b, dbi2, y0, w, x, R, in, out, KF_ACT_GELU_TANH);
+        want = tu_to16(dx, R * in, (kf_precision)prec);
+        T_CHECK(!memcmp(c16, want, R * in * 2), "linear_act_dgrad %s: dpre16 is not dpre rounded",
+                pn);
+        T_CHECK(!memcmp(c16b, want, R * in * 2), "linear_act_dgrad %s: dpre16 without dpre differs",
+                pn);
+        T_CHECK(!memcmp(dbi, dbi2, in * 4), "linear_act_dgrad %s: dbias differs without dpre", pn);
+        free(want);
         free(x16);
     }
     be->set_precision(be, KF_PREC_FP32);
     free(x), free(lw), free(w), free(bias), free(dy), free(y0), free(ln), free(mean), free(rstd);
     free(y), free(y2), free(pre), free(dw), free(dw2), free(db), free(db2), free(dx), free(dx2);
-    free(c16), free(c16b);
+    free(c16), free(c16b), free(dbi), free(dbi2);
 }
 
 static void check_pointwise(kf_backend *be) {

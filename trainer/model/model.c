@@ -273,18 +273,19 @@ void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, 
 
 /* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy
  * and fc2's input (h, or its 16-bit copy h16), then dpre = act'(pre) *
- * (dy W2) and db1 in one op. */
-static void mlp_out_bwd(model *m, float *dpre, const float *dy, const float *h, const void *h16,
-                        const float *pre, int64_t fc2_w, int64_t fc2_b, int64_t fc1_b, int64_t rows,
-                        int64_t wide, int64_t H, kf_act act) {
-    linear_bwd(m, NULL, 0.0f, dy, h, h16, fc2_w, fc2_b, rows, wide, H);
-    m->be->linear_act_dgrad(m->be, dpre, fc1_b >= 0 ? m->grads + fc1_b : NULL, dy,
+ * (dy W2) (or its 16-bit copy dpre16) and db1 in one op. */
+static void mlp_out_bwd(model *m, float *dpre, void *dpre16, const float *dy, const float *h,
+                        const void *h16, const float *pre, int64_t fc2_w, int64_t fc2_b,
+                        int64_t fc1_b, int64_t rows, int64_t wide, int64_t H, kf_act act) {
+    linear_bwd(m, NULL, 0.0f, dy, NULL, h, h16, fc2_w, fc2_b, rows, wide, H);
+    m->be->linear_act_dgrad(m->be, dpre, dpre16, fc1_b >= 0 ? m->grads + fc1_b : NULL, dy,
                             m->params + fc2_w, pre, rows, wide, H, act);
 }
 
-void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float *x,
-                const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in, int64_t out) {
-    m->be->linear_bwd(m->be, dx, m->grads + w, bias >= 0 ? m->grads + bias : NULL, dy, x, x16,
+void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void *dy16,
+                const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
+                int64_t out) {
+    m->be->linear_bwd(m->be, dx, m->grads + w, bias >= 0 ? m->grads + bias : NULL, dy, dy16, x, x16,
                       m->params + w, rows, in, out, dx_beta);
 }
 
@@ -324,13 +325,13 @@ static void noise_encoder_bwd(model *m, noise_act *a, int64_t nz, const float *d
     float *dh = dbuf_ensure(be, &a->dh, (size_t)(nz * 4 * H) * f);
     float *dln = dbuf_ensure(be, &a->dln, (size_t)(nz * H) * f);
     float *dc = dbuf_ensure(be, &a->dc, (size_t)(nz * H) * f);
-    mlp_out_bwd(m, dh, dout, a->h2.p, NULL, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, nz, 4 * H, H,
-                KF_ACT_GELU_ERF);
-    linear_bwd(m, dln, 0.0f, dh, a->ln.p, NULL, o->fc1_w, -1, nz, H, 4 * H);
+    mlp_out_bwd(m, dh, NULL, dout, a->h2.p, NULL, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, nz, 4 * H,
+                H, KF_ACT_GELU_ERF);
+    linear_bwd(m, dln, 0.0f, dh, NULL, a->ln.p, NULL, o->fc1_w, -1, nz, H, 4 * H);
     be->copy(be, dc, dout, (size_t)(nz * H) * f);
     be->layernorm_bwd(be, dc, m->grads + o->norm_w, m->grads + o->norm_b, dln, a->c.p,
                       m->params + o->norm_w, a->mean.p, a->rstd.p, nz, H);
-    linear_bwd(m, NULL, 0.0f, dc, a->feats.p, NULL, o->proj_w, o->proj_b, nz, ZD, H);
+    linear_bwd(m, NULL, 0.0f, dc, NULL, a->feats.p, NULL, o->proj_w, o->proj_b, nz, ZD, H);
 }
 
 /* y = LayerNorm(x) with weight w and bias b (-1: none) over R rows, into
@@ -737,7 +738,7 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
             if (!ws->train) continue;
             if (ws->w_period) weight_rows(m, ws, lg, r0, n);
             if (mask >= 0) be->fill_column(be, lg, n, V, mask, 0.0f);
-            linear_bwd(m, dln + c0 * H, 0.0f, lg, ln + c0 * H, NULL, o->w, o->b, n, H, V);
+            linear_bwd(m, dln + c0 * H, 0.0f, lg, NULL, ln + c0 * H, NULL, o->w, o->b, n, H, V);
         }
         if (ws->train)
             be->layernorm_bwd(be, dxf, m->grads + o->norm,
@@ -832,7 +833,7 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     if (ready) ready(ctx, p->heads_begin, p->heads_end - p->heads_begin);
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
     float *dqkv = dbuf_ensure(be, &ws->dqkv, (size_t)(R * 3 * H) * f);
-    float *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * f);
+    void *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * (s16 ? 2 : f));
     float *datt = dbuf_ensure(be, &ws->datt, (size_t)(R * H) * f);
     be->zero(be, dx, (size_t)(R * H) * f);
     be->scatter_rows(be, dx, dxf, ws->out_idx_d.p, O, H);
@@ -840,19 +841,19 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
         const block_off *o = &p->blk[l];
         layer_act *a = &ws->act[l];
         /* MLP half: x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
-        mlp_out_bwd(m, dh, dx, in32(s16, a->h2.p), in16(s16, a->h2.p), a->h1.p, o->fc2_w, o->fc2_b,
-                    o->fc1_b, R, 4 * H, H, KF_ACT_GELU_TANH);
-        linear_bwd(m, dln, 0.0f, dh, in32(s16, a->ln2.p), in16(s16, a->ln2.p), o->fc1_w, -1, R, H,
-                   4 * H);
+        mlp_out_bwd(m, s16 ? NULL : dh, s16 ? dh : NULL, dx, in32(s16, a->h2.p), in16(s16, a->h2.p),
+                    a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, R, 4 * H, H, KF_ACT_GELU_TANH);
+        linear_bwd(m, dln, 0.0f, in32(s16, dh), in16(s16, dh), in32(s16, a->ln2.p),
+                   in16(s16, a->ln2.p), o->fc1_w, -1, R, H, 4 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm2,
                           o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL, dln, a->xmid.p,
                           m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
         /* attention half: x_mid = x_in + out(attn(rope(qkv(norm1(x_in))))) */
-        linear_bwd(m, datt, 0.0f, dx, a->att.p, NULL, o->out, o->out_b, R, H, H);
+        linear_bwd(m, datt, 0.0f, dx, NULL, a->att.p, NULL, o->out, o->out_b, R, H, H);
         be->attn_bwd(be, dqkv, datt, a->att.p, a->lse.p, a->qkv.p, &ws->mask, B, nh, hd);
         if (c->pos == POS_ROPE) be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE);
-        linear_bwd(m, dln, 0.0f, dqkv, in32(s16, a->ln1.p), in16(s16, a->ln1.p), o->qkv, o->qkv_b,
-                   R, H, 3 * H);
+        linear_bwd(m, dln, 0.0f, dqkv, NULL, in32(s16, a->ln1.p), in16(s16, a->ln1.p), o->qkv,
+                   o->qkv_b, R, H, 3 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm1,
                           o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL, dln, ws->xs[l].p,
                           m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);

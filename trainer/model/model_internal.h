@@ -62,16 +62,18 @@ typedef struct head_act {
 } head_act;
 
 /* In a 16-bit mode the activations only GEMMs read (the blocks' norm
- * outputs ln1, ln2 and fc1's GELU output h2) are stored as 16-bit copies
- * (kernels.h): converted once where they are made, at half the memory. */
+ * outputs ln1, ln2 and fc1's GELU output h2, and in the backward the
+ * gradient at fc1's output) are stored as 16-bit copies (kernels.h):
+ * converted once where they are made, at half the memory. */
 int gemm_in16(const model *m);
 /* y = x W^T + bias + beta * y (x, or its 16-bit copy x16). */
 void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,
                 int64_t rows, int64_t in, int64_t out, float beta);
-/* dW += dy^T x (x, or its 16-bit copy x16), db += colsum dy, and dx = dy W
- * (+ dx when dx_beta = 1; NULL: skipped). */
-void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float *x,
-                const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in, int64_t out);
+/* dW += dy^T x, db += colsum dy (bias -1: none), and dx = dy W (+ dx when
+ * dx_beta = 1; NULL: skipped); dy and x, or their 16-bit copies dy16, x16. */
+void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void *dy16,
+                const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
+                int64_t out);
 /* Noise encoder over nz rows (z_d: nz*zdim values, tau_d the same count); result in a->out. */
 void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d);
 /* x[i] += pos_embed[pos[i]] for R rows (POS_LEARNED; pos device int32 [R],
