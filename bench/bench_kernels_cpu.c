@@ -157,15 +157,15 @@ int main(int argc, char **argv) {
             float *wn1 = w, *wqkv = w + H, *wo = wqkv + 3 * H * H, *wn2 = wo + H * H, *w0 = wn2 + H,
                   *b0 = w0 + F * H, *w2 = b0 + F, *b2 = w2 + H * F;
             be->copy(be, xin[l], x, T * H * 4);
-            TIMED(F_NORM,
-                  be->layernorm_fwd(be, ln1[l], mu[2 * l], rs[2 * l], x, wn1, NULL, T, H, 1e-5f));
+            TIMED(F_NORM, be->layernorm_fwd(be, ln1[l], NULL, mu[2 * l], rs[2 * l], x, wn1, NULL, T,
+                                            H, 1e-5f));
             mm(qkv[l], ln1[l], wqkv, T, 3 * H, H, 0, 1, 0);
             TIMED(F_POINT, be->rope_fwd(be, qkv[l], pos, Bt, L, nh, D, 10000.0f));
             TIMED(F_ATTN, be->attn_fwd(be, att[l], lse[l], qkv[l], &mask, Bt, nh, D));
             mm(x, att[l], wo, T, H, H, 0, 1, 1.0f); /* residual via beta = 1 */
             be->copy(be, xmid[l], x, T * H * 4);
-            TIMED(F_NORM, be->layernorm_fwd(be, ln2[l], mu[2 * l + 1], rs[2 * l + 1], x, wn2, NULL,
-                                            T, H, 1e-5f));
+            TIMED(F_NORM, be->layernorm_fwd(be, ln2[l], NULL, mu[2 * l + 1], rs[2 * l + 1], x, wn2,
+                                            NULL, T, H, 1e-5f));
             mm(h1[l], ln2[l], w0, T, F, H, 0, 1, 0);
             TIMED(F_POINT, be->add_bias(be, h1[l], b0, T, F));
             TIMED(F_POINT, be->gelu_fwd(be, g1[l], h1[l], T * F, KF_GELU_TANH));
@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
             TIMED(F_POINT, be->add_bias(be, x, b2, T, H));
         }
         float *wnf = w, *wout = w + H, *bout = wout + V * H;
-        TIMED(F_NORM, be->layernorm_fwd(be, lnf, muf, rsf, x, wnf, NULL, T, H, 1e-5f));
+        TIMED(F_NORM, be->layernorm_fwd(be, lnf, NULL, muf, rsf, x, wnf, NULL, T, H, 1e-5f));
         mm(logits, lnf, wout, T, V, H, 0, 1, 0);
         TIMED(F_POINT, be->add_bias(be, logits, bout, T, V));
         TIMED(F_POINT, be->fill_column(be, logits, T, V, V - 1, -1000.0f));

@@ -19,6 +19,16 @@
  *    inputs and outputs to the format (round to nearest even). LayerNorm,
  *    softmax cross-entropy, the optimizer and all reductions stay fp32 (or
  *    fp64).
+ *  - 16-bit copies. In a 16-bit mode an activation that only GEMMs read can
+ *    be kept as a 16-bit copy (arguments named x16, y16; void *): its values
+ *    rounded to the mode's format (round to nearest even), 2 bytes each (IEEE
+ *    half or bfloat16 bits), in a buffer from b->alloc. An op that writes one
+ *    writes its fp32 output's values rounded (the fp32 output may then be
+ *    NULL); an op that reads one in place of an fp32 input (then NULL) gives
+ *    bitwise the results it gives on that input, since a GEMM rounds its
+ *    operands to the same values. So the GPU converts an activation once,
+ *    where it is made, instead of at every GEMM that reads it. Never in fp32
+ *    mode.
  *  - "accumulate" arguments/names mean the op adds into its output (+=);
  *    otherwise outputs are overwritten.
  *  - Determinism: every op gives bitwise identical results for identical
@@ -117,22 +127,40 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
        int64_t stride_a, int64_t stride_b),                                                        \
       (b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b))   \
     /* A linear layer with its epilogue, one op so a backend can fuse it: with                     \
-     * x [rows, in] and W [out, in], pre = matmul(x, W^T) + bias (bias [out], NULL:                \
-     * none) and y = act(pre), [rows, out]; pre is stored only when act is not                     \
-     * KF_ACT_NONE (else it may be NULL). Equal to matmul (beta 0, so rounded in                   \
-     * a 16-bit mode), add_bias, then gelu_fwd. */                                                 \
+     * x [rows, in] and W [out, in], pre = matmul(x, W^T, beta: C = y) + bias                      \
+     * (bias [out], NULL: none) and y = act(pre), [rows, out]; pre is stored only                  \
+     * when act is not KF_ACT_NONE (else it may be NULL). beta != 0 (a layer                       \
+     * added to y, the residual stream) needs KF_ACT_NONE and y. x16 (NULL:                        \
+     * none) is x as a 16-bit copy, in place of x; y16 (NULL: none) gets y as                      \
+     * one (y may then be NULL). Equal to matmul (rounded in a 16-bit mode),                       \
+     * add_bias, then gelu_fwd. */                                                                 \
     X(void, linear_act,                                                                            \
-      (kf_backend * b, float *y, float *pre, const float *x, const float *w, const float *bias,    \
-       int64_t rows, int64_t in, int64_t out, kf_act act),                                         \
-      (b, y, pre, x, w, bias, rows, in, out, act))                                                 \
+      (kf_backend * b, float *y, void *y16, float *pre, const float *x, const void *x16,           \
+       const float *w, const float *bias, int64_t rows, int64_t in, int64_t out, kf_act act,       \
+       float beta),                                                                                \
+      (b, y, y16, pre, x, x16, w, bias, rows, in, out, act, beta))                                 \
     /* The gradient that reaches the pre-activation of the layer below W: with                     \
      * dy [rows, out], W [out, in] and that layer's pre [rows, in], dpre =                         \
      * act'(pre) * matmul(dy, W) and dbias[c] += sum_r dpre[r, c] (dbias NULL:                     \
-     * skipped). Equal to matmul (beta 0), gelu_bwd, then bias_grad. */                            \
+     * skipped; the fp32 dpre summed). dpre16 (NULL: none) gets dpre as a                          \
+     * 16-bit copy (dpre may then be NULL). Equal to matmul (beta 0), gelu_bwd,                    \
+     * then bias_grad. */                                                                          \
     X(void, linear_act_dgrad,                                                                      \
-      (kf_backend * b, float *dpre, float *dbias, const float *dy, const float *w,                 \
+      (kf_backend * b, float *dpre, void *dpre16, float *dbias, const float *dy, const float *w,   \
        const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act),                       \
-      (b, dpre, dbias, dy, w, pre, rows, in, out, act))                                            \
+      (b, dpre, dpre16, dbias, dy, w, pre, rows, in, out, act))                                    \
+    /* The backward of a linear layer y = x W^T + bias, with x [rows, in], W                       \
+     * [out, in] and dy [rows, out]: dw [out, in] += dy^T x, dbias[c] += sum_r                     \
+     * dy[r, c] (NULL: skipped) and dx = dy W + dx_beta * dx (NULL: skipped).                      \
+     * x16, dy16 (NULL: none) are x, dy as 16-bit copies, in place of x, dy                        \
+     * (dy16 without dbias: its sum needs the fp32 dy). Equal to matmul (beta                      \
+     * 1), bias_grad, then matmul (beta dx_beta); one op so a backend reads dy                     \
+     * once for both products (a 16-bit mode converts it once, not twice). */                      \
+    X(void, linear_bwd,                                                                            \
+      (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const void *dy16,      \
+       const float *x, const void *x16, const float *w, int64_t rows, int64_t in, int64_t out,     \
+       float dx_beta),                                                                             \
+      (b, dx, dw, dbias, dy, dy16, x, x16, w, rows, in, out, dx_beta))                             \
     /* y[r, c] += bias[c] */                                                                       \
     X(void, add_bias, (kf_backend * b, float *y, const float *bias, int64_t rows, int64_t cols),   \
       (b, y, bias, rows, cols))                                                                    \
@@ -143,11 +171,11 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
                                                                                                    \
     /* ---- normalisation ----                                                                     \
      * y = (x - mean) * rstd * w (+ bias if bias != NULL); mean/rstd [rows] saved for              \
-     * backward. */                                                                                \
+     * backward. y16 (NULL: none) gets y as a 16-bit copy (y may then be NULL). */                 \
     X(void, layernorm_fwd,                                                                         \
-      (kf_backend * b, float *y, float *mean, float *rstd, const float *x, const float *w,         \
-       const float *bias, int64_t rows, int64_t cols, float eps),                                  \
-      (b, y, mean, rstd, x, w, bias, rows, cols, eps))                                             \
+      (kf_backend * b, float *y, void *y16, float *mean, float *rstd, const float *x,              \
+       const float *w, const float *bias, int64_t rows, int64_t cols, float eps),                  \
+      (b, y, y16, mean, rstd, x, w, bias, rows, cols, eps))                                        \
     /* dx += dL/dx; dw += dL/dw; dbias += dL/dbias (dbias ignored when NULL). */                   \
     X(void, layernorm_bwd,                                                                         \
       (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const float *x,        \

@@ -7,7 +7,7 @@
 
 #include "kernels/attn_mask.h"
 
-enum { F = 4, D = 8 };
+enum { F = 4, D = 8, H16 = 2 /* a value of a 16-bit copy (kernels.h) */ };
 
 static kf_op_cost cost(const kf_backend *b, kf_cost_unit unit, double flops, double bytes,
                        const char *fmt, ...) {
@@ -91,26 +91,29 @@ kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, 
 /* The product's epilogue as kernels/cuda/cuda_linear.cu runs it: a 16-bit
  * product outside batch-invariant mode is written at 2 bytes and read back
  * at 2 by the epilogue, the single pass's 4 (only A and B's conversion
- * passes are extra); otherwise an fp32 product is finished by a second pass
+ * passes are extra); otherwise, and when the product is added to C (c_read:
+ * cuBLAS writes the fp32 sum), an fp32 product is finished by a second pass
  * over it (read and written), when there is anything to finish. */
-static double epilogue_extra(const kf_backend *b, double mn, int work) {
+static double epilogue_extra(const kf_backend *b, double mn, int work, int c_read) {
     int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant;
-    return work && !fused16 ? 2 * F * mn : 0;
+    return work && (!fused16 || c_read) ? 2 * F * mn : 0;
 }
 
 /* A GEMM C[M, N] = A[M, K] B[K, N] and its epilogue: `epi` FLOPs per element
- * of C; A and B read, C written, and again (the pre-activation) with an
- * activation (act), `vec` bytes of the bias or its gradient; `work`: the
- * epilogue has anything to do. Shapes name the bias and activation tags. */
+ * of C; A read (at 2 bytes as a 16-bit copy, a16, which is not converted), B
+ * read, `out` bytes written per element of C (its outputs), C read first
+ * when the product is added to it (c_read, then rounded as matmul rounds
+ * it), `vec` bytes of the bias or its gradient; `work`: the epilogue has
+ * anything to do. `tags` name the options in the shape. */
 static kf_op_cost linear_cost(const kf_backend *b, int64_t M, int64_t N, int64_t K, double epi,
-                              int act, double vec, int work, const char *bias_tag,
-                              const char *act_tag) {
+                              int a16, double out, int c_read, double vec, int work,
+                              const char *tags) {
     double m = (double)M, n = (double)N, k = (double)K, mn = m * n;
-    kf_op_cost c = cost(
-        b, KF_COST_GEMM, 2 * m * n * k + mn * epi,
-        F * (m * k + k * n + mn * (act ? 2 : 1)) + vec + epilogue_extra(b, mn, work),
-        "M=%lld N=%lld K=%lld%s%s", (long long)M, (long long)N, (long long)K, bias_tag, act_tag);
-    c.convert_bytes = k > 0 ? gemm_convert(b, m * k, k * n, 0) : 0;
+    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k + mn * epi,
+                        (a16 ? H16 : F) * m * k + F * k * n + out * mn + (c_read ? F * mn : 0) +
+                            vec + epilogue_extra(b, mn, work, c_read),
+                        "M=%lld N=%lld K=%lld%s", (long long)M, (long long)N, (long long)K, tags);
+    c.convert_bytes = k > 0 ? gemm_convert(b, a16 ? 0 : m * k, k * n, c_read ? mn : 0) : 0;
     return c;
 }
 
@@ -120,24 +123,57 @@ static const char *act_tag(kf_act act, int grad) {
     return "";
 }
 
-/* per element 1 add with a bias and GELU's 8; the bias read */
-kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, float *pre, const float *x,
-                                   const float *w, const float *bias, int64_t rows, int64_t in,
-                                   int64_t out, kf_act act) {
+/* per element 1 add with a bias and GELU's 8; the bias read; y, its 16-bit
+ * copy and pre written as asked */
+kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *x,
+                                   const void *x16, const float *w, const float *bias, int64_t rows,
+                                   int64_t in, int64_t out, kf_act act, float beta) {
     int g = act != KF_ACT_NONE;
-    return linear_cost(b, rows, out, in, (bias ? 1 : 0) + (g ? 8 : 0), g,
-                       bias ? F * (double)out : 0, bias || g, bias ? " bias" : "", act_tag(act, 0));
+    char tags[64];
+    snprintf(tags, sizeof tags, "%s%s%s%s%s", bias ? " bias" : "", act_tag(act, 0),
+             x16 ? " x16" : "", y16 ? (y ? " +y16" : " y16") : "", beta != 0 ? " +C" : "");
+    return linear_cost(b, rows, out, in, (bias ? 1 : 0) + (g ? 8 : 0), x16 != NULL,
+                       (y ? F : 0) + (y16 ? H16 : 0) + (g ? F : 0), beta != 0,
+                       bias ? F * (double)out : 0, bias || g || y16, tags);
 }
 
-/* per element GELU's derivative 12 and the bias sum's 1; pre read; dbias
- * read and written */
-kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy,
-                                         const float *w, const float *pre, int64_t rows, int64_t in,
-                                         int64_t out, kf_act act) {
+/* per element GELU's derivative 12 and the bias sum's 1; pre read; dpre
+ * and its 16-bit copy written as asked; dbias read and written */
+kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
+                                         const float *dy, const float *w, const float *pre,
+                                         int64_t rows, int64_t in, int64_t out, kf_act act) {
     int g = act != KF_ACT_NONE;
-    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), g,
-                       dbias ? 2 * F * (double)in : 0, dbias || g, dbias ? " dbias" : "",
-                       act_tag(act, 1));
+    char tags[64];
+    snprintf(tags, sizeof tags, "%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
+             dpre16 ? (dpre ? " +y16" : " y16") : "");
+    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), 0,
+                       (dpre ? F : 0) + (dpre16 ? H16 : 0) + (g ? F : 0), 0,
+                       dbias ? 2 * F * (double)in : 0, dbias || g || dpre16, tags);
+}
+
+/* Both products (dW, and dx when asked) and the bias sum's 1 per element of
+ * dy; dy and x (each at 2 bytes as a 16-bit copy) and W read once, dW (and
+ * dbias) read and written, dx written (and read when dx_beta != 0).
+ * kernels/cuda/cuda_linear.cu converts dy to the 16-bit format once for both
+ * products (its bias sums in that pass) and x, unless they are 16-bit
+ * copies, and rounds dW and dx as matmul does; otherwise it is matmul,
+ * bias_grad and matmul, which read dy once each. */
+kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
+                                   const float *dy, const void *dy16, const float *x,
+                                   const void *x16, const float *w, int64_t rows, int64_t in,
+                                   int64_t out, float dx_beta) {
+    double r = (double)rows, i = (double)in, o = (double)out, nd = dx ? 1 : 0, ny = r * o;
+    int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant && r > 0 && i > 0 && o > 0;
+    double bytes = (dy16 ? H16 : F) * ny + (x16 ? H16 : F) * r * i + 2 * F * o * i +
+                   (dbias ? 2 * F * o : 0) + nd * F * (o * i + r * i * (dx_beta != 0 ? 2 : 1));
+    if (!fused16) bytes += F * ny * ((dbias ? 1 : 0) + nd);
+    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * r * i * o * (1 + nd) + (dbias ? ny : 0), bytes,
+                        "M=%lld N=%lld K=%lld%s%s%s%s%s", (long long)rows, (long long)in,
+                        (long long)out, dbias ? " dbias" : "", dx ? " dx" : "",
+                        dx && dx_beta != 0 ? " +dx" : "", x16 ? " x16" : "", dy16 ? " dy16" : "");
+    c.convert_bytes = gemm_convert(b, dy16 ? 0 : ny, x16 ? 0 : r * i, o * i) +
+                      nd * gemm_convert(b, 0, o * i, r * i);
+    return c;
 }
 
 /* y += bias: 1 add per element; y read and written, bias read */
@@ -159,14 +195,16 @@ kf_op_cost kernels_cost_bias_grad(kf_backend *b, float *dbias, const float *dy, 
 /* ---- normalisation */
 
 /* Per element: the mean 1, the variance 3 (subtract, square, add), the output
- * 3 (subtract, * rstd, * w), + 1 with a bias. x read, y written, w (and bias)
+ * 3 (subtract, * rstd, * w), + 1 with a bias. x read, y (and its 16-bit copy) written, w (and bias)
  * read, mean and rstd written. */
-kf_op_cost kernels_cost_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd,
+kf_op_cost kernels_cost_layernorm_fwd(kf_backend *b, float *y, void *y16, float *mean, float *rstd,
                                       const float *x, const float *w, const float *bias,
                                       int64_t rows, int64_t cols, float eps) {
     double r = (double)rows, c = (double)cols, nb = bias ? 1 : 0;
-    return cost(b, KF_COST_SIMT, r * c * (7 + nb), F * (2 * r * c + c * (1 + nb) + 2 * r),
-                "%lldx%lld%s", (long long)rows, (long long)cols, bias ? " +bias" : "");
+    return cost(b, KF_COST_SIMT, r * c * (7 + nb),
+                F * (r * c + c * (1 + nb) + 2 * r) + (y ? F * r * c : 0) + (y16 ? H16 * r * c : 0),
+                "%lldx%lld%s%s", (long long)rows, (long long)cols, bias ? " +bias" : "",
+                y16 ? (y ? " +y16" : " y16") : "");
 }
 
 /* Per element: xhat 2, g = dy*w 1, the two row sums (g, g*xhat) 3, dx +=

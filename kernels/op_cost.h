@@ -16,10 +16,11 @@
  *    every output once (an accumulated output is read and written), at the
  *    op's storage precision. Activations and weights are fp32 buffers in
  *    every precision mode (kernels.h: fp16 mode only rounds through half), so
- *    floats cost 4 bytes, int32 4, doubles 8. The passes today's CUDA
- *    backend adds around an fp16 GEMM to convert its operands are counted
- *    apart, in convert_bytes, so the estimate shows what they cost as built
- *    and what a half-precision storage would save.
+ *    floats cost 4 bytes, int32 4, doubles 8, except the 16-bit copies
+ *    (kernels.h), 2. The passes today's CUDA backend adds around an fp16
+ *    GEMM to convert its operands are counted apart, in convert_bytes, so
+ *    the estimate shows what they cost as built and what more half-precision
+ *    storage would save.
  *  - unit: which peak bounds the op's arithmetic (see kf_cost_unit).
  *  - b is only read for b->precision (fp16 mode moves GEMM and attention to
  *    the tensor units) and b->batch_invariant (which GEMM path converts), and

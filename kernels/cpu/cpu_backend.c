@@ -23,6 +23,45 @@ void cpu_round_lowp_copy(float *dst, const float *src, int64_t n, int lowp) {
     for (int64_t i = 0; i < n; i++) dst[i] = cpu_lowp(src[i], lowp);
 }
 
+void cpu_to16(void *dst, const float *src, int64_t n, int lowp) {
+    uint16_t *d = dst;
+#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        if (lowp == KF_PREC_BF16) {
+            float v = cpu_bf16(src[i]);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            d[i] = (uint16_t)(u >> 16);
+        } else {
+            _Float16 h = (_Float16)src[i];
+            memcpy(&d[i], &h, 2);
+        }
+    }
+}
+
+void cpu_from16(float *dst, const void *src, int64_t n, int lowp) {
+    const uint16_t *s = src;
+#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        if (lowp == KF_PREC_BF16) {
+            uint32_t u = (uint32_t)s[i] << 16;
+            memcpy(&dst[i], &u, 4);
+        } else {
+            _Float16 h;
+            memcpy(&h, &s[i], 2);
+            dst[i] = (float)h;
+        }
+    }
+}
+
+const float *cpu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n) {
+    if (!x16) return x;
+    KF_CHECK(b->precision != KF_PREC_FP32, "a 16-bit copy given in fp32 mode");
+    float *t = cpu_scratch(b, slot, (size_t)n);
+    cpu_from16(t, x16, n, b->precision);
+    return t;
+}
+
 static int cpu_best_level(void) {
     __builtin_cpu_init();
     int fma = __builtin_cpu_supports("fma");

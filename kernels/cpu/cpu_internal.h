@@ -37,6 +37,9 @@ enum {
     CPU_SCRATCH_B,
     CPU_SCRATCH_C,
     CPU_SCRATCH_D,
+    CPU_SCRATCH_X16, /* 16-bit copies read as floats (cpu_input16) */
+    CPU_SCRATCH_DY16,
+    CPU_SCRATCH_Y16, /* the fp32 output an op writes only as a 16-bit copy */
     CPU_SCRATCH_GEMM_A,
     CPU_SCRATCH_GEMM_B,
     CPU_SCRATCH_GEMM_W, /* cpu_gemm_fixed's own */
@@ -180,6 +183,17 @@ static inline float cpu_lowp(float x, int lowp) {
 
 /** dst[i] = cpu_lowp(src[i], lowp) for i < n (dst may equal src). */
 void cpu_round_lowp_copy(float *dst, const float *src, int64_t n, int lowp);
+
+/** dst = src as a 16-bit copy (kernels.h) in the format of lowp (fp16 or
+ *  bf16): cpu_lowp's values, 2 bytes each. */
+void cpu_to16(void *dst, const float *src, int64_t n, int lowp);
+
+/** dst = the values of the 16-bit copy src (format lowp) as floats: exact. */
+void cpu_from16(float *dst, const void *src, int64_t n, int lowp);
+
+/** x, or when x16 is given its values as floats in scratch slot `slot`: an
+ *  op's fp32 view of an input that may be a 16-bit copy. */
+const float *cpu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n);
 
 /** C[M,N] = alpha op(A) op(B) + beta C by the project's own packed kernel
  *  (cpu_gemm_fixed.c): each element one fma chain over k in order, so the

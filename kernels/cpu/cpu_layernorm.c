@@ -5,10 +5,13 @@
  */
 #include <math.h>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
-void cpu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const float *x,
+void cpu_layernorm_fwd(kf_backend *b, float *y, void *y16, float *mean, float *rstd, const float *x,
                        const float *w, const float *bias, int64_t rows, int64_t cols, float eps) {
+    KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "layernorm_fwd: a 16-bit copy in fp32 mode");
+    if (!y) y = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * cols));
 #pragma omp parallel for schedule(static) if (rows * cols >= KF_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
@@ -29,6 +32,7 @@ void cpu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const 
         mean[r] = mu;
         rstd[r] = rs;
     }
+    if (y16) cpu_to16(y16, y, rows * cols, b->precision);
 }
 
 void cpu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,

@@ -1,24 +1,48 @@
-/* kernels/cpu/cpu_linear.c — a linear layer with its epilogue (bias, GELU)
- * and the gradient through that epilogue, as kernels.h defines them: the CPU
+/* kernels/cpu/cpu_linear.c — a linear layer with its epilogue (bias, GELU),
+ * the gradient through that epilogue and the layer's backward (weight, bias
+ * and input gradients), as kernels.h defines them: the CPU
  * reference is the composition of the separate ops, so a model that calls
  * the fused op gets bitwise the results of the unfused sequence. */
+#include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
 static kf_gelu_kind gelu_kind(kf_act act) {
     return act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH;
 }
 
-void cpu_linear_act(kf_backend *b, float *y, float *pre, const float *x, const float *w,
-                    const float *bias, int64_t rows, int64_t in, int64_t out, kf_act act) {
+void cpu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *x, const void *x16,
+                    const float *w, const float *bias, int64_t rows, int64_t in, int64_t out,
+                    kf_act act, float beta) {
+    KF_CHECK(beta == 0.0f || (act == KF_ACT_NONE && y), "linear_act: beta needs y and no act");
+    KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "linear_act: a 16-bit copy in fp32 mode");
+    x = cpu_input16(b, CPU_SCRATCH_X16, x, x16, rows * in);
+    if (!y) y = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * out));
     float *t = act == KF_ACT_NONE ? y : pre;
-    cpu_matmul(b, t, x, w, rows, out, in, 0, 1, 1.0f, 0.0f);
+    cpu_matmul(b, t, x, w, rows, out, in, 0, 1, 1.0f, beta);
     if (bias) cpu_add_bias(b, t, bias, rows, out);
     if (act != KF_ACT_NONE) cpu_gelu_fwd(b, y, pre, rows * out, gelu_kind(act));
+    if (y16) cpu_to16(y16, y, rows * out, b->precision);
 }
 
-void cpu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy, const float *w,
-                          const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act) {
+void cpu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias, const float *dy,
+                          const float *w, const float *pre, int64_t rows, int64_t in, int64_t out,
+                          kf_act act) {
+    KF_CHECK(!dpre16 || b->precision != KF_PREC_FP32,
+             "linear_act_dgrad: a 16-bit copy in fp32 mode");
+    if (!dpre) dpre = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * in));
     cpu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
     if (act != KF_ACT_NONE) cpu_gelu_bwd(b, dpre, dpre, pre, rows * in, gelu_kind(act));
     if (dbias) cpu_bias_grad(b, dbias, dpre, rows, in);
+    if (dpre16) cpu_to16(dpre16, dpre, rows * in, b->precision);
+}
+
+void cpu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
+                    const void *dy16, const float *x, const void *x16, const float *w, int64_t rows,
+                    int64_t in, int64_t out, float dx_beta) {
+    KF_CHECK(!(dy16 && dbias), "linear_bwd: dbias needs the fp32 dy");
+    x = cpu_input16(b, CPU_SCRATCH_X16, x, x16, rows * in);
+    dy = cpu_input16(b, CPU_SCRATCH_DY16, dy, dy16, rows * out);
+    cpu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
+    if (dbias) cpu_bias_grad(b, dbias, dy, rows, out);
+    if (dx) cpu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
 }

@@ -3,8 +3,9 @@
  *
  * Precision (kernels.h): fp32 mode is true fp32 — CUBLAS_COMPUTE_32F_PEDANTIC,
  * so neither TF32 nor any reduced-precision path is used. fp16 and bf16
- * modes convert A and B to the 16-bit format in scratch (inputs are never
- * modified), multiply on the tensor cores with fp32 accumulation
+ * modes convert A and B to the 16-bit format in scratch (cu_to16; inputs are
+ * never modified; an op that uses an operand twice converts it once and
+ * calls cu_matmul16), multiply on the tensor cores with fp32 accumulation
  * (CUBLAS_COMPUTE_32F), and round C to the format afterwards, exactly the
  * steps the CPU backend emulates.
  *
@@ -24,10 +25,25 @@
 /* dst = src in the 16-bit format: __half or __nv_bfloat16 by lowp. */
 __global__ void k_to_16(void *dst, const float *src, int64_t n, int lowp) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        cu_store16(dst, i, src[i], lowp);
+}
+
+/* dst = the values of the 16-bit copy src (format lowp) as floats: exact. */
+__global__ void k_from16(float *dst, const void *src, int64_t n, int lowp) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        if (lowp == KF_PREC_BF16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
-        else ((__half *)dst)[i] = __float2half_rn(src[i]);
+        if (lowp == KF_PREC_BF16) dst[i] = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
+        else dst[i] = __half2float(((const __half *)src)[i]);
     }
+}
+
+const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n) {
+    if (!x16 || n <= 0) return x;
+    float *t = (float *)cu_scratch(b, slot, (size_t)n * 4);
+    k_from16<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(t, x16, n, b->precision);
+    CUDA_LAUNCHED();
+    return t;
 }
 
 /* Elements an operand spans across the batch (strides may be 0: broadcast). */
@@ -226,25 +242,32 @@ static void cublas_rowmajor(kf_backend *b, void *C, cudaDataType ct, const void 
         (int)N, stride_c, (int)batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
-/* cuBLAS on 16-bit copies of A and B (the format of b->precision, made in
- * scratch slots A and B) with fp32 accumulation, into C of type ct: fp32, or
- * the same 16-bit format (then beta must be 0). */
-static void gemm16(kf_backend *b, void *C, cudaDataType ct, const float *A, const float *B,
+void *cu_to16(kf_backend *b, int slot, const float *src, int64_t n) {
+    void *dst = cu_scratch(b, slot, (size_t)n * 2);
+    k_to_16<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(dst, src, n, b->precision);
+    CUDA_LAUNCHED();
+    return dst;
+}
+
+/* cuBLAS on A16 and B16, in the 16-bit format of b->precision, with fp32
+ * accumulation, into C of type ct: fp32, or the same 16-bit format (then
+ * beta must be 0). */
+static void gemm16(kf_backend *b, void *C, cudaDataType ct, const void *A16, const void *B16,
                    int64_t M, int64_t N, int64_t K, int trans_a, int trans_b, float alpha,
                    float beta, int64_t batch, int64_t stride_c, int64_t stride_a,
                    int64_t stride_b) {
-    cudaStream_t s = cu_stream(b);
-    int lowp = b->precision;
-    int64_t na = span(M * K, batch, stride_a), nb = span(K * N, batch, stride_b);
-    void *ha = cu_scratch(b, CU_SCRATCH_A, (size_t)na * 2),
-         *hb = cu_scratch(b, CU_SCRATCH_B, (size_t)nb * 2);
-    k_to_16<<<cu_blocks(na), 256, 0, s>>>(ha, A, na, lowp);
-    CUDA_LAUNCHED();
-    k_to_16<<<cu_blocks(nb), 256, 0, s>>>(hb, B, nb, lowp);
-    CUDA_LAUNCHED();
-    cublas_rowmajor(b, C, ct, ha, hb, lowp == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, M, N, K,
-                    trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b,
+    cublas_rowmajor(b, C, ct, A16, B16, b->precision == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, M,
+                    N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b,
                     CUBLAS_COMPUTE_32F);
+}
+
+void cu_matmul16(kf_backend *b, float *C, const void *A16, const void *B16, int64_t M, int64_t N,
+                 int64_t K, int trans_a, int trans_b, float alpha, float beta) {
+    KF_CHECK(b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0,
+             "cu_matmul16: needs a 16-bit mode outside batch-invariant mode and K > 0");
+    if (M <= 0 || N <= 0) return;
+    gemm16(b, C, CUDA_R_32F, A16, B16, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
+    cu_round_lowp(b, C, M * N);
 }
 
 void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
@@ -293,18 +316,19 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
                         batch, stride_c, stride_a, stride_b, CUBLAS_COMPUTE_32F_PEDANTIC);
         return;
     }
-    gemm16(b, C, CUDA_R_32F, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c,
-           stride_a, stride_b);
+    gemm16(b, C, CUDA_R_32F, cu_to16(b, CU_SCRATCH_A, A, span(M * K, batch, stride_a)),
+           cu_to16(b, CU_SCRATCH_B, B, span(K * N, batch, stride_b)), M, N, K, trans_a, trans_b,
+           alpha, beta, batch, stride_c, stride_a, stride_b);
     cu_round_lowp(b, C, span(M * N, batch, stride_c));
 }
 
-void cu_matmul_to16(kf_backend *b, void *C16, const float *A, const float *B, int64_t M, int64_t N,
-                    int64_t K, int trans_a, int trans_b) {
+void cu_matmul_to16(kf_backend *b, void *C16, const void *A16, const void *B16, int64_t M,
+                    int64_t N, int64_t K, int trans_a, int trans_b) {
     KF_CHECK(b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0,
              "cu_matmul_to16: needs a 16-bit mode outside batch-invariant mode and K > 0");
     if (M <= 0 || N <= 0) return;
-    gemm16(b, C16, b->precision == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, A, B, M, N, K, trans_a,
-           trans_b, 1.0f, 0.0f, 1, 0, 0, 0);
+    gemm16(b, C16, b->precision == KF_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, A16, B16, M, N, K,
+           trans_a, trans_b, 1.0f, 0.0f, 1, 0, 0, 0);
 }
 
 __global__ void k_add_bias(float *y, const float *bias, int64_t rows, int64_t cols) {

@@ -63,6 +63,8 @@ enum {
     CU_SCRATCH_B,
     CU_SCRATCH_C,
     CU_SCRATCH_D,
+    CU_SCRATCH_X16, /* cu_input16's floats */
+    CU_SCRATCH_DY16,
     CU_SCRATCH_VLEN, /* attention's device copy of valid_len */
     CU_SCRATCH_N
 };
@@ -171,6 +173,13 @@ __device__ __forceinline__ float cu_lowp(float v, int lowp) {
     return v;
 }
 
+/** Element i of a 16-bit copy (kernels.h) in the format lowp: v rounded
+ *  (cu_lowp's value), stored as IEEE half or bfloat16. */
+__device__ __forceinline__ void cu_store16(void *p, int64_t i, float v, int lowp) {
+    if (lowp == KF_PREC_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else ((__half *)p)[i] = __float2half_rn(v);
+}
+
 /** GELU and its derivative (tanh form, or erf when erf_kind), the formulas of
  *  kernels/cpu/cpu_pointwise.c; shared by the pointwise ops and the linear
  *  layer's epilogue so both give the same bits. */
@@ -206,11 +215,30 @@ void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, in
                      int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,
                      int64_t stride_c, int64_t stride_a, int64_t stride_b, int lowp);
 
-/** C16 [M, N] = op(A) op(B) through cuBLAS, written in the 16-bit format of
- *  b->precision (fp32 accumulation, rounded once, as matmul's C): what
- *  matmul computes, at half the bytes, for an epilogue to read. Only in a
- *  16-bit mode outside batch-invariant mode, with K > 0. */
-void cu_matmul_to16(kf_backend *b, void *C16, const float *A, const float *B, int64_t M, int64_t N,
-                    int64_t K, int trans_a, int trans_b);
+/** C16 [M, N] = op(A) op(B) through cuBLAS on A16 and B16 (in the 16-bit
+ *  format of b->precision: cu_to16's, or 16-bit copies), written in that
+ *  format (fp32 accumulation, rounded once, as matmul's C): what matmul
+ *  computes, at half the bytes, for an epilogue to read. Only in a 16-bit
+ *  mode outside batch-invariant mode, with K > 0. */
+void cu_matmul_to16(kf_backend *b, void *C16, const void *A16, const void *B16, int64_t M,
+                    int64_t N, int64_t K, int trans_a, int trans_b);
+
+/** x, or when x16 (a 16-bit copy, kernels.h) is given its values as floats
+ *  in scratch slot `slot`: the fp32 view of an input for the paths that
+ *  read fp32 (batch-invariant mode). */
+const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n);
+
+/** src [n] converted to the 16-bit format of b->precision (round to nearest
+ *  even, cu_lowp's values) in scratch slot `slot`; returns it. Valid until
+ *  the slot is used again. */
+void *cu_to16(kf_backend *b, int slot, const float *src, int64_t n);
+
+/** matmul (batch 1) on operands already in the 16-bit format of
+ *  b->precision (cu_to16's, or a 16-bit copy written by their producer):
+ *  fp32 accumulation, C rounded to the format, so C is what matmul gives on
+ *  the fp32 operands those copies were made from. Only in a 16-bit mode
+ *  outside batch-invariant mode, with K > 0. */
+void cu_matmul16(kf_backend *b, float *C, const void *A16, const void *B16, int64_t M, int64_t N,
+                 int64_t K, int trans_a, int trans_b, float alpha, float beta);
 
 #endif

@@ -1,6 +1,7 @@
 /* kernels/cuda/cuda_layernorm.cu — LayerNorm forward/backward (with or without bias), fp32.
  *
- * Forward: one block per row (batch-invariant by construction). Backward, in
+ * Forward: one block per row (batch-invariant by construction), writing y,
+ * its 16-bit copy (kernels.h), or both. Backward, in
  * two independent launches: dx with one block per row (the row's two sums
  * as block_sum's fixed tree), and the weight (and bias) gradient as
  * partials over chunks of CUDA_ROW_CHUNK rows — one thread per (chunk,
@@ -10,12 +11,11 @@
 #include "kernels/cuda/cuda_internal.h"
 
 __global__ void __launch_bounds__(256)
-    k_ln_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *bias,
-             int64_t cols, float eps) {
+    k_ln_fwd(float *y, void *y16, int lowp, float *mean, float *rstd, const float *x,
+             const float *w, const float *bias, int64_t cols, float eps) {
     __shared__ float sh[32];
     int64_t r = blockIdx.x;
     const float *xr = x + r * cols;
-    float *yr = y + r * cols;
     float s = 0.0f;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
     float mu = block_sum(s, sh) / (float)cols;
@@ -27,7 +27,9 @@ __global__ void __launch_bounds__(256)
     float rs = 1.0f / sqrtf(block_sum(ss, sh) / (float)cols + eps);
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
         float v = (xr[c] - mu) * rs * w[c];
-        yr[c] = bias ? v + bias[c] : v;
+        if (bias) v += bias[c];
+        if (y) y[r * cols + c] = v;
+        if (y16) cu_store16(y16, r * cols + c, v, lowp);
     }
     if (threadIdx.x == 0) {
         mean[r] = mu;
@@ -35,11 +37,13 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-void cu_layernorm_fwd(kf_backend *b, float *y, float *mean, float *rstd, const float *x,
+void cu_layernorm_fwd(kf_backend *b, float *y, void *y16, float *mean, float *rstd, const float *x,
                       const float *w, const float *bias, int64_t rows, int64_t cols, float eps) {
     if (rows <= 0) return;
     KF_CHECK(rows <= 0x7fffffff, "layernorm: too many rows");
-    k_ln_fwd<<<(unsigned)rows, 256, 0, cu_stream(b)>>>(y, mean, rstd, x, w, bias, cols, eps);
+    KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "layernorm_fwd: a 16-bit copy in fp32 mode");
+    k_ln_fwd<<<(unsigned)rows, 256, 0, cu_stream(b)>>>(y, y16, b->precision, mean, rstd, x, w, bias,
+                                                       cols, eps);
     CUDA_LAUNCHED();
 }
 

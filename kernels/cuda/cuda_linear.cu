@@ -1,5 +1,6 @@
 /* kernels/cuda/cuda_linear.cu — a linear layer with its epilogue (bias,
- * GELU) and the gradient through it (kernels.h linear_act, linear_act_dgrad).
+ * GELU), the gradient through it and the layer's backward (kernels.h
+ * linear_act, linear_act_dgrad, linear_bwd).
  *
  * The product is the matmul op's, so the results are matmul's followed by the
  * separate ops, and the fusion only removes passes over memory:
@@ -8,9 +9,17 @@
  *    kernel reads it, adds the bias and applies GELU: matmul's rounding pass,
  *    add_bias and gelu_fwd (or gelu_bwd and bias_grad's first pass) become one.
  *    cuBLASLt's epilogues cannot do this: they add the bias to the fp32
- *    accumulator, before the rounding the CPU reference does.
+ *    accumulator, before the rounding the CPU reference does. A layer added
+ *    to its output (beta != 0) has cuBLAS write the fp32 sum, rounded, and
+ *    the same kernel adds the bias.
  *  - Otherwise (fp32, or batch-invariant mode) the fp32 product is written by
  *    matmul, and the same kernel finishes it in place.
+ * The epilogue also writes the output's 16-bit copy (kernels.h), and an input
+ * given as a 16-bit copy goes to cuBLAS as it is: no conversion pass.
+ * linear_bwd's two products both read dy: in a 16-bit mode outside
+ * batch-invariant mode one pass converts it (and sums its columns for the
+ * bias gradient) and both products read that copy, where two matmul calls
+ * would convert it twice; otherwise it is matmul, bias_grad, matmul.
  * The bias gradient keeps bias_grad's order: rows summed in order within
  * chunks of CUDA_ROW_CHUNK, chunks added in order by cu_col_finish, so it is
  * bitwise bias_grad's on the same values. */
@@ -23,28 +32,30 @@ __device__ __forceinline__ float load_c(const void *c, int src16, int64_t i) {
     return ((const float *)c)[i];
 }
 
-/* pre = c + bias, y = act(pre); c may be y or pre (read before written). */
-__global__ void k_bias_act(float *y, float *pre, const void *c, int src16, const float *bias,
-                           int64_t rows, int64_t cols, int act) {
+/* pre = c + bias, y = act(pre) and its 16-bit copy y16 (format lowp); y and
+ * y16 may be NULL; c may be y or pre (read before written). */
+__global__ void k_bias_act(float *y, void *y16, int lowp, float *pre, const void *c, int src16,
+                           const float *bias, int64_t rows, int64_t cols, int act) {
     int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float v = load_c(c, src16, i);
         if (bias) v += bias[i % cols];
-        if (act == KF_ACT_NONE) {
-            y[i] = v;
-        } else {
+        if (act != KF_ACT_NONE) {
             pre[i] = v;
-            y[i] = cu_gelu(v, act == KF_ACT_GELU_ERF);
+            v = cu_gelu(v, act == KF_ACT_GELU_ERF);
         }
+        if (y) y[i] = v;
+        if (y16) cu_store16(y16, i, v, lowp);
     }
 }
 
-/* dpre = act'(pre) * c, and part[ch, col] = the sum of dpre over chunk ch's
- * rows in order (part NULL: none); c may be dpre. One thread per (chunk,
- * column): a warp walks 32 adjacent columns row by row. */
-__global__ void k_dact_cols(float *dpre, float *part, const void *c, int src16, const float *pre,
-                            int64_t rows, int64_t cols, int act) {
+/* dpre = act'(pre) * c and its 16-bit copy dpre16 (format lowp; either
+ * may be NULL), and part[ch, col] = the sum of dpre over chunk ch's rows in
+ * order (part NULL: none); c may be dpre. One thread per (chunk, column): a
+ * warp walks 32 adjacent columns row by row. */
+__global__ void k_dact_cols(float *dpre, void *dpre16, int lowp, float *part, const void *c,
+                            int src16, const float *pre, int64_t rows, int64_t cols, int act) {
     int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (col >= cols) return;
     for (int64_t ch = blockIdx.y; ch * CUDA_ROW_CHUNK < rows; ch += gridDim.y) {
@@ -54,50 +65,131 @@ __global__ void k_dact_cols(float *dpre, float *part, const void *c, int src16, 
             int64_t i = r * cols + col;
             float v = load_c(c, src16, i);
             if (act != KF_ACT_NONE) v *= cu_gelu_grad(pre[i], act == KF_ACT_GELU_ERF);
-            dpre[i] = v;
+            if (dpre) dpre[i] = v;
+            if (dpre16) cu_store16(dpre16, i, v, lowp);
             s += v;
         }
         if (part) part[ch * cols + col] = s;
     }
 }
 
-/* The product C[M, N] = A op(B) the epilogue reads (see the file comment):
- * in 16 bits in scratch slot C (*src16 its format), or fp32 in dst
- * (*src16 = 0). */
-static const void *product(kf_backend *b, float *dst, const float *A, const float *B, int64_t M,
-                           int64_t N, int64_t K, int trans_b, int *src16) {
-    if (b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0) {
-        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(M * N) * 2);
-        cu_matmul_to16(b, c16, A, B, M, N, K, 0, trans_b);
-        *src16 = b->precision;
-        return c16;
-    }
-    cu_matmul(b, dst, A, B, M, N, K, 0, trans_b, 1.0f, 0.0f);
-    *src16 = 0;
-    return dst;
+/* The cuBLAS path of a 16-bit mode (see the file comment). */
+static int fused16(const kf_backend *b, int64_t K) {
+    return b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0;
 }
 
-void cu_linear_act(kf_backend *b, float *y, float *pre, const float *x, const float *w,
-                   const float *bias, int64_t rows, int64_t in, int64_t out, kf_act act) {
+void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *x, const void *x16,
+                   const float *w, const float *bias, int64_t rows, int64_t in, int64_t out,
+                   kf_act act, float beta) {
+    KF_CHECK(beta == 0.0f || (act == KF_ACT_NONE && y), "linear_act: beta needs y and no act");
+    KF_CHECK(!(x16 || y16) || b->precision != KF_PREC_FP32,
+             "linear_act: a 16-bit copy in fp32 mode");
     if (rows <= 0 || out <= 0) return;
-    int src16;
-    const void *c = product(b, act == KF_ACT_NONE ? y : pre, x, w, rows, out, in, 1, &src16);
-    if (!src16 && !bias && act == KF_ACT_NONE) return; /* nothing left to do */
-    k_bias_act<<<cu_blocks(rows * out), 256, 0, cu_stream(b)>>>(y, pre, c, src16, bias, rows, out,
-                                                                act);
+    const void *c;
+    int src16 = 0;
+    if (fused16(b, in)) {
+        const void *a16 = x16 ? x16 : cu_to16(b, CU_SCRATCH_A, x, rows * in);
+        const void *w16 = cu_to16(b, CU_SCRATCH_B, w, out * in);
+        if (beta == 0.0f) {
+            void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * out) * 2);
+            cu_matmul_to16(b, c16, a16, w16, rows, out, in, 0, 1);
+            c = c16;
+            src16 = b->precision;
+        } else {
+            cu_matmul16(b, y, a16, w16, rows, out, in, 0, 1, 1.0f, beta);
+            c = y;
+        }
+    } else {
+        float *dst = act == KF_ACT_NONE ? y : pre;
+        if (!dst) dst = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 4);
+        cu_matmul(b, dst, cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in), w, rows, out, in, 0, 1,
+                  1.0f, beta);
+        c = dst;
+    }
+    if (!src16 && !bias && act == KF_ACT_NONE && !y16) return; /* nothing left to do */
+    k_bias_act<<<cu_blocks(rows * out), 256, 0, cu_stream(b)>>>(y, y16, b->precision, pre, c, src16,
+                                                                bias, rows, out, act);
     CUDA_LAUNCHED();
 }
 
-void cu_linear_act_dgrad(kf_backend *b, float *dpre, float *dbias, const float *dy, const float *w,
-                         const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act) {
+void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias, const float *dy,
+                         const float *w, const float *pre, int64_t rows, int64_t in, int64_t out,
+                         kf_act act) {
+    KF_CHECK(!dpre16 || b->precision != KF_PREC_FP32,
+             "linear_act_dgrad: a 16-bit copy in fp32 mode");
     if (rows <= 0 || in <= 0) return;
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
-    int src16;
-    const void *c = product(b, dpre, dy, w, rows, in, out, 0, &src16);
-    if (!src16 && !dbias && act == KF_ACT_NONE) return;
+    const void *c = dpre;
+    int src16 = 0;
+    if (fused16(b, out)) {
+        void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 2);
+        cu_matmul_to16(b, c16, cu_to16(b, CU_SCRATCH_A, dy, rows * out),
+                       cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0);
+        c = c16;
+        src16 = b->precision;
+    } else {
+        if (!dpre) c = dpre = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(rows * in) * 4);
+        cu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
+    }
+    if (!src16 && !dbias && act == KF_ACT_NONE && !dpre16) return;
     float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * in) * 4) : NULL;
     dim3 grid((unsigned)((in + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
-    k_dact_cols<<<grid, 256, 0, cu_stream(b)>>>(dpre, part, c, src16, pre, rows, in, act);
+    k_dact_cols<<<grid, 256, 0, cu_stream(b)>>>(dpre, dpre16, b->precision, part, c, src16, pre,
+                                                rows, in, act);
     CUDA_LAUNCHED();
     if (dbias) cu_col_finish(b, dbias, part, nchunk, in);
+}
+
+/* dy16 = dy as a 16-bit copy (format lowp), and part[ch, col] = the sum of
+ * the fp32 dy over chunk ch's rows in order (k_col_partials' sums), one
+ * thread per (chunk, column) as in k_dact_cols. */
+__global__ void k_to16_cols(void *dy16, float *part, const float *dy, int64_t rows, int64_t cols,
+                            int lowp) {
+    int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    for (int64_t ch = blockIdx.y; ch * CUDA_ROW_CHUNK < rows; ch += gridDim.y) {
+        int64_t r1 = min(rows, (ch + 1) * CUDA_ROW_CHUNK);
+        float s = 0.0f;
+        for (int64_t r = ch * CUDA_ROW_CHUNK; r < r1; r++) {
+            int64_t i = r * cols + col;
+            float v = dy[i];
+            cu_store16(dy16, i, v, lowp);
+            s += v;
+        }
+        part[ch * cols + col] = s;
+    }
+}
+
+void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
+                   const void *dy16, const float *x, const void *x16, const float *w, int64_t rows,
+                   int64_t in, int64_t out, float dx_beta) {
+    KF_CHECK(!(x16 || dy16) || b->precision != KF_PREC_FP32,
+             "linear_bwd: a 16-bit copy in fp32 mode");
+    KF_CHECK(!(dy16 && dbias), "linear_bwd: dbias needs the fp32 dy");
+    if (!fused16(b, rows) || in <= 0 || out <= 0) {
+        x = cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in);
+        dy = cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out);
+        cu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
+        if (dbias) cu_bias_grad(b, dbias, dy, rows, out);
+        if (dx) cu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
+        return;
+    }
+    const void *d16 = dy16;
+    if (dbias) {
+        int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
+        void *t = cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 2);
+        float *part = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(nchunk * out) * 4);
+        dim3 grid((unsigned)((out + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
+        k_to16_cols<<<grid, 256, 0, cu_stream(b)>>>(t, part, dy, rows, out, b->precision);
+        CUDA_LAUNCHED();
+        cu_col_finish(b, dbias, part, nchunk, out);
+        d16 = t;
+    } else if (!d16) {
+        d16 = cu_to16(b, CU_SCRATCH_D, dy, rows * out);
+    }
+    cu_matmul16(b, dw, d16, x16 ? x16 : cu_to16(b, CU_SCRATCH_B, x, rows * in), out, in, rows, 1, 0,
+                1.0f, 1.0f);
+    if (dx)
+        cu_matmul16(b, dx, d16, cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0, 1.0f,
+                    dx_beta);
 }

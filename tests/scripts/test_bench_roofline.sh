@@ -25,7 +25,8 @@ check "124M AR and PFLM(4) dry: rc $rc, $(tail -n 3 "$T/err")" eval "[ $rc -eq 0
 check "two stages estimated" eval "[ \$(grep -c '^step: estimated' '$T/out') -eq 2 ]"
 check "AR stage header" grep -q '^stage ar (ar, k 1): 12 x 768, V 50258, batch 16 x 1024, fp16 phase' "$T/out"
 check "k4 stage has teacher passes" eval "grep -A40 '^stage k4' '$T/out' | grep -qE '^parts: teacher passes [1-9]'"
-check "per-op rows: matmul and attention" eval "grep -q '^matmul ' '$T/out' && grep -q '^attn_bwd ' '$T/out'"
+check "per-op rows: the linear layers and attention" \
+  eval "grep -q '^linear_act ' '$T/out' && grep -q '^linear_bwd ' '$T/out' && grep -q '^attn_bwd ' '$T/out'"
 check "dominant ops listed" grep -q '^dominant ops' "$T/out"
 check "k4 against the AR step, with the 1.5(k+1) goal" grep -qE '^  k4 +self_forcing .*x  \(goal <= 7.5x\)' "$T/out"
 # the model FLOPs of the AR step: 6 * 16368 rows * (12 blocks of 12H^2+5H, plus HV+V) + attention

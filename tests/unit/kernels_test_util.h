@@ -55,6 +55,24 @@ static inline float tu_bf16(float x) {
     return dl < dh || (dl == dh && !(lo >> 16 & 1u)) ? flo : fhi;
 }
 
+/* n floats as a 16-bit copy (kernels.h) in the format of prec (fp16 or
+ * bf16), rounded by the test's own roundings; malloc'd. */
+static inline uint16_t *tu_to16(const float *x, int64_t n, kf_precision prec) {
+    uint16_t *d = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+        float r = prec == KF_PREC_FP16 ? tu_fp16(x[i]) : tu_bf16(x[i]);
+        if (prec == KF_PREC_FP16) {
+            _Float16 h = (_Float16)r;
+            memcpy(&d[i], &h, 2);
+        } else {
+            uint32_t u;
+            memcpy(&u, &r, 4);
+            d[i] = (uint16_t)(u >> 16);
+        }
+    }
+    return d;
+}
+
 /* GELU in double (tanh form, or erf): the reference the GELU ops and the
  * fused linear epilogue are checked against. */
 static inline double tu_gelu(double x, kf_gelu_kind kind) {

@@ -78,6 +78,14 @@ static void *down(const buf2 *x, int side) {
     return h;
 }
 
+/* A new buffer holding x's CPU-side contents on both sides. */
+static buf2 mk_copy(const buf2 *x) {
+    void *h = down(x, 0);
+    buf2 y = mk(h, x->bytes);
+    free(h);
+    return y;
+}
+
 /* Relative L2 error of the GPU's floats against the CPU's (n floats from offset 0). */
 static double rel_err(const buf2 *x, int64_t n, int *nonfinite) {
     float *c = down(x, 0), *g = down(x, 1);
@@ -266,8 +274,8 @@ static void test_linear_act(kf_precision prec, int inv) {
             snprintf(wn, sizeof wn, "linear_act %s%s act=%d%s", kernels_precision_name(prec),
                      inv ? " inv" : "", act, with_bias ? " bias" : "");
             const float *bp = with_bias ? (float *)bias.p[1] : NULL;
-            BOTH(BE->linear_act(BE, PF(y), act ? PF(pre) : NULL, PF(x), PF(w),
-                                with_bias ? PF(bias) : NULL, R, in, out, (kf_act)act));
+            BOTH(BE->linear_act(BE, PF(y), NULL, act ? PF(pre) : NULL, PF(x), NULL, PF(w),
+                                with_bias ? PF(bias) : NULL, R, in, out, (kf_act)act, 0.0f));
             check_close(wn, &y, R * out, tol_at(prec, 2e-6, 2e-3));
             /* the GPU's separate ops on the same inputs */
             float *t = act ? (float *)pre2.p[1] : (float *)y2.p[1];
@@ -284,7 +292,7 @@ static void test_linear_act(kf_precision prec, int inv) {
             }
             snprintf(wn, sizeof wn, "linear_act_dgrad %s%s act=%d%s", kernels_precision_name(prec),
                      inv ? " inv" : "", act, with_bias ? " dbias" : "");
-            BOTH(BE->linear_act_dgrad(BE, PF(dpre), with_bias ? PF(db) : NULL, PF(dy), PF(w),
+            BOTH(BE->linear_act_dgrad(BE, PF(dpre), NULL, with_bias ? PF(db) : NULL, PF(dy), PF(w),
                                       PF(xpre), R, in, out, (kf_act)act));
             check_close(wn, &dpre, R * in, tol_at(prec, 2e-6, 2e-3));
             g->matmul(g, (float *)dpre2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
@@ -305,6 +313,202 @@ static void test_linear_act(kf_precision prec, int inv) {
     drop(&dy), drop(&dpre), drop(&dpre2), drop(&xpre), drop(&db), drop(&db2);
 }
 
+/* A linear layer's backward (linear_bwd) at precision prec and invariant
+ * mode inv, with and without dbias and dx, dx overwritten and accumulated:
+ * against the CPU, and bitwise against the GPU's own separate ops (matmul,
+ * bias_grad, matmul), which convert dy once each where linear_bwd converts
+ * it once for both. 300 rows: bias partials over chunks of 64 (the last 44),
+ * and a weight-gradient product the emulated cuBLAS splits over k. */
+static void test_linear_bwd(kf_precision prec, int inv) {
+    int64_t R = 300, in = 67, out = 45;
+    kf_backend *g = be[1];
+    BOTH(BE->set_precision(BE, prec));
+    g->batch_invariant = inv;
+    buf2 dy = mk_rand(R * out, 1), x = mk_rand(R * in, 1), w = mk_rand(out * in, 1);
+    for (int with_bias = 0; with_bias < 2; with_bias++)
+        for (int dx_mode = 0; dx_mode < 3; dx_mode++) { /* none, beta 0, beta 1 */
+            buf2 dw = mk_rand(out * in, 1), db = mk_rand(out, 1), dx = mk_rand(R * in, 1);
+            /* the separate ops' outputs start as the op's do */
+            buf2 dw2 = mk_copy(&dw), db2 = mk_copy(&db), dx2 = mk_copy(&dx);
+            float beta = dx_mode == 2 ? 1.0f : 0.0f;
+            char wn[96];
+            snprintf(wn, sizeof wn, "linear_bwd %s%s%s%s", kernels_precision_name(prec),
+                     inv ? " inv" : "", with_bias ? " dbias" : "",
+                     dx_mode == 0   ? ""
+                     : dx_mode == 1 ? " dx"
+                                    : " dx+=");
+            BOTH(BE->linear_bwd(BE, dx_mode ? PF(dx) : NULL, PF(dw), with_bias ? PF(db) : NULL,
+                                PF(dy), NULL, PF(x), NULL, PF(w), R, in, out, beta));
+            g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
+            if (with_bias) g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
+            if (dx_mode)
+                g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, beta);
+            char part[128];
+            snprintf(part, sizeof part, "%s (dw)", wn);
+            check_close(part, &dw, out * in, tol_at(prec, 2e-6, 2e-3));
+            check_gpu_same(part, &dw, &dw2, out * in);
+            snprintf(part, sizeof part, "%s (dbias)", wn);
+            check_close(part, &db, out, tol_at(prec, 1e-5, 2e-3));
+            check_gpu_same(part, &db, &db2, out);
+            snprintf(part, sizeof part, "%s (dx)", wn);
+            check_close(part, &dx, R * in, tol_at(prec, 2e-6, 2e-3));
+            check_gpu_same(part, &dx, &dx2, R * in);
+            drop(&dw), drop(&db), drop(&dx), drop(&dw2), drop(&db2), drop(&dx2);
+        }
+    g->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&dy), drop(&x), drop(&w);
+}
+
+/* The 16-bit copy c (n values, side `side`) holds exactly the fp32 values of
+ * x on side xside, rounded to prec. */
+static void check_copy16(const char *what, const buf2 *c, int side, const buf2 *x, int xside,
+                         int64_t n, kf_precision prec) {
+    float *xf = down(x, xside);
+    uint16_t *want = tu_to16(xf, n, prec), *got = down(c, side);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    T_CHECK(bad == 0,
+            "%s: got %lld values differing from the rounded fp32 output (first at %lld: "
+            "0x%04x, want 0x%04x), want 0",
+            what, (long long)bad, (long long)first, first >= 0 ? got[first] : 0,
+            first >= 0 ? want[first] : 0);
+    printf("  %-44s %s\n", what, bad ? "DIFFERENT" : "identical");
+    free(xf), free(want), free(got);
+}
+
+/* 16-bit copies (kernels.h) at precision prec and invariant mode inv: a copy
+ * written by layernorm_fwd and linear_act holds their fp32 output rounded,
+ * with or without that output; linear_act and linear_bwd reading a copy of x
+ * made from x give bitwise the GPU's separate ops on x (the conversion they
+ * skip made the same values), as do linear_bwd on a copy of dy and
+ * linear_act_dgrad writing its output as a copy (dbias from the fp32
+ * values); beta 1 adds the layer to y as matmul does.
+ * Both backends; the CPU's copies against its own fp32 outputs too. */
+static void test_copies16(kf_precision prec, int inv) {
+    int64_t R = 150, in = 67, out = 45;
+    kf_backend *g = be[1];
+    BOTH(BE->set_precision(BE, prec));
+    g->batch_invariant = inv;
+    char wn[128];
+    const char *pn = kernels_precision_name(prec), *iv = inv ? " inv" : "";
+    /* layernorm_fwd */
+    buf2 x = mk_rand(R * in, 2), lw = mk_rand(in, 1), mean = mk_rand(R, 1), rstd = mk_rand(R, 1);
+    buf2 ln = mk_rand(R * in, 1), ln16 = mk(NULL, (size_t)(R * in) * 2),
+         ln16b = mk(NULL, (size_t)(R * in) * 2);
+    BOTH(BE->layernorm_fwd(BE, PF(ln), P(ln16), PF(mean), PF(rstd), PF(x), PF(lw), NULL, R, in,
+                           1e-5f));
+    BOTH(BE->layernorm_fwd(BE, NULL, P(ln16b), PF(mean), PF(rstd), PF(x), PF(lw), NULL, R, in,
+                           1e-5f));
+    for (int side = 0; side < 2; side++) {
+        snprintf(wn, sizeof wn, "layernorm_fwd y16 %s%s (%s)", pn, iv, side ? "cuda" : "cpu");
+        check_copy16(wn, &ln16, side, &ln, side, R * in, prec);
+        strcat(wn, " alone");
+        check_copy16(wn, &ln16b, side, &ln, side, R * in, prec);
+    }
+    /* linear_act on x16 made from x, writing y16 */
+    float *hx = down(&x, 0);
+    uint16_t *hx16 = tu_to16(hx, R * in, prec);
+    buf2 x16 = mk(hx16, (size_t)(R * in) * 2);
+    free(hx), free(hx16);
+    buf2 w = mk_rand(out * in, 1), bias = mk_rand(out, 1), y = mk_rand(R * out, 1),
+         pre = mk_rand(R * out, 1), y16 = mk(NULL, (size_t)(R * out) * 2),
+         y16b = mk(NULL, (size_t)(R * out) * 2), y2 = mk_rand(R * out, 1),
+         pre2 = mk_rand(R * out, 1);
+    for (int act = KF_ACT_NONE; act <= KF_ACT_GELU_TANH; act++) {
+        snprintf(wn, sizeof wn, "linear_act x16 y16 %s%s act=%d", pn, iv, act);
+        BOTH(BE->linear_act(BE, PF(y), P(y16), act ? PF(pre) : NULL, NULL, P(x16), PF(w), PF(bias),
+                            R, in, out, (kf_act)act, 0.0f));
+        BOTH(BE->linear_act(BE, NULL, P(y16b), act ? PF(pre) : NULL, NULL, P(x16), PF(w), PF(bias),
+                            R, in, out, (kf_act)act, 0.0f));
+        check_close(wn, &y, R * out, tol_at(prec, 2e-6, 2e-3));
+        float *t = act ? (float *)pre2.p[1] : (float *)y2.p[1];
+        g->matmul(g, t, x.p[1], w.p[1], R, out, in, 0, 1, 1.0f, 0.0f);
+        g->add_bias(g, t, (float *)bias.p[1], R, out);
+        if (act) g->gelu_fwd(g, (float *)y2.p[1], t, R * out, KF_GELU_TANH);
+        check_gpu_same(wn, &y, &y2, R * out);
+        for (int side = 0; side < 2; side++) {
+            char c[160];
+            snprintf(c, sizeof c, "%s (y16, %s)", wn, side ? "cuda" : "cpu");
+            check_copy16(c, &y16, side, &y, side, R * out, prec);
+            strcat(c, " alone");
+            check_copy16(c, &y16b, side, &y, side, R * out, prec);
+        }
+    }
+    /* beta 1: the layer added to y (the residual stream), x16 read */
+    snprintf(wn, sizeof wn, "linear_act x16 +C %s%s", pn, iv);
+    float *hy = down(&y, 1);
+    g->upload(g, y2.p[1], hy, y.bytes);
+    free(hy);
+    BOTH(BE->linear_act(BE, PF(y), NULL, NULL, NULL, P(x16), PF(w), PF(bias), R, in, out,
+                        KF_ACT_NONE, 1.0f));
+    g->matmul(g, (float *)y2.p[1], x.p[1], w.p[1], R, out, in, 0, 1, 1.0f, 1.0f);
+    g->add_bias(g, (float *)y2.p[1], (float *)bias.p[1], R, out);
+    check_gpu_same(wn, &y, &y2, R * out);
+    /* linear_bwd on x16 */
+    buf2 dy = mk_rand(R * out, 1), dw = mk_rand(out * in, 1), db = mk_rand(out, 1),
+         dx = mk_rand(R * in, 1);
+    buf2 dw2 = mk_copy(&dw), db2 = mk_copy(&db);
+    snprintf(wn, sizeof wn, "linear_bwd x16 %s%s", pn, iv);
+    BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), PF(db), PF(dy), NULL, NULL, P(x16), PF(w), R, in, out,
+                        0.0f));
+    g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
+    g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
+    char c[160];
+    snprintf(c, sizeof c, "%s (dw)", wn);
+    check_close(c, &dw, out * in, tol_at(prec, 2e-6, 2e-3));
+    check_gpu_same(c, &dw, &dw2, out * in);
+    snprintf(c, sizeof c, "%s (dbias)", wn);
+    check_gpu_same(c, &db, &db2, out);
+    /* linear_bwd on dy16 made from dy (no bias gradient) */
+    float *hdy = down(&dy, 0);
+    uint16_t *hdy16 = tu_to16(hdy, R * out, prec);
+    buf2 dy16 = mk(hdy16, (size_t)(R * out) * 2), dx2 = mk_copy(&dx);
+    free(hdy), free(hdy16);
+    snprintf(wn, sizeof wn, "linear_bwd dy16 %s%s", pn, iv);
+    BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), NULL, NULL, P(dy16), PF(x), NULL, PF(w), R, in, out,
+                        0.0f));
+    g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
+    g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
+    snprintf(c, sizeof c, "%s (dw)", wn);
+    check_gpu_same(c, &dw, &dw2, out * in);
+    snprintf(c, sizeof c, "%s (dx)", wn);
+    check_close(c, &dx, R * in, tol_at(prec, 2e-6, 2e-3));
+    check_gpu_same(c, &dx, &dx2, R * in);
+    /* linear_act_dgrad writing dpre16 (the layer below's dy), with dbias */
+    buf2 dp16 = mk(NULL, (size_t)(R * in) * 2), dp16b = mk(NULL, (size_t)(R * in) * 2),
+         dbi = mk_rand(in, 1), dbi2 = mk_copy(&dbi), dbi3 = mk_copy(&dbi);
+    snprintf(wn, sizeof wn, "linear_act_dgrad dpre16 %s%s", pn, iv);
+    BOTH(BE->linear_act_dgrad(BE, PF(dx), P(dp16), PF(dbi), PF(dy), PF(w), PF(x), R, in, out,
+                              KF_ACT_GELU_TANH));
+    BOTH(BE->linear_act_dgrad(BE, NULL, P(dp16b), PF(dbi3), PF(dy), PF(w), PF(x), R, in, out,
+                              KF_ACT_GELU_TANH));
+    g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
+    g->gelu_bwd(g, (float *)dx2.p[1], (float *)dx2.p[1], (float *)x.p[1], R * in, KF_GELU_TANH);
+    g->bias_grad(g, (float *)dbi2.p[1], (float *)dx2.p[1], R, in);
+    check_gpu_same(wn, &dx, &dx2, R * in);
+    snprintf(c, sizeof c, "%s (dbias)", wn);
+    check_gpu_same(c, &dbi, &dbi2, in);
+    strcat(c, " alone");
+    check_gpu_same(c, &dbi3, &dbi2, in);
+    for (int side = 0; side < 2; side++) {
+        snprintf(c, sizeof c, "%s (dpre16, %s)", wn, side ? "cuda" : "cpu");
+        check_copy16(c, &dp16, side, &dx, side, R * in, prec);
+        strcat(c, " alone");
+        check_copy16(c, &dp16b, side, &dx, side, R * in, prec);
+    }
+    drop(&dy16), drop(&dx2), drop(&dp16), drop(&dp16b), drop(&dbi), drop(&dbi2), drop(&dbi3);
+    g->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&x), drop(&lw), drop(&mean), drop(&rstd), drop(&ln), drop(&ln16), drop(&ln16b);
+    drop(&x16), drop(&w), drop(&bias), drop(&y), drop(&pre), drop(&y16), drop(&y16b), drop(&y2);
+    drop(&pre2), drop(&dy), drop(&dw), drop(&db), drop(&dx), drop(&dw2), drop(&db2);
+}
+
 /* 150 rows: chunks of 64, 64 and 22 for the weight gradient's partials;
  * 300 columns: two blocks of columns there, and more columns than threads
  * in the per-row kernels */
@@ -314,8 +518,8 @@ static void test_layernorm(int with_bias) {
     buf2 y = mk_rand(rows * cols, 1), mean = mk_rand(rows, 1), rstd = mk_rand(rows, 1);
     buf2 dy = mk_rand(rows * cols, 1), dx = mk_rand(rows * cols, 1), dw = mk_rand(cols, 1),
          db = mk_rand(cols, 1);
-    BOTH(BE->layernorm_fwd(BE, PF(y), PF(mean), PF(rstd), PF(x), PF(w), with_bias ? PF(bias) : NULL,
-                           rows, cols, 1e-5f));
+    BOTH(BE->layernorm_fwd(BE, PF(y), NULL, PF(mean), PF(rstd), PF(x), PF(w),
+                           with_bias ? PF(bias) : NULL, rows, cols, 1e-5f));
     check_close(with_bias ? "layernorm_fwd y (bias)" : "layernorm_fwd y", &y, rows * cols, 1e-6);
     check_close("layernorm_fwd mean", &mean, rows, 1e-6);
     check_close("layernorm_fwd rstd", &rstd, rows, 1e-6);
@@ -862,7 +1066,11 @@ int main(void) {
     test_matmul_empty();
     test_bias();
     for (int prec = KF_PREC_FP32; prec <= KF_PREC_BF16; prec++)
-        for (int inv = 0; inv < 2; inv++) test_linear_act((kf_precision)prec, inv);
+        for (int inv = 0; inv < 2; inv++) {
+            test_linear_act((kf_precision)prec, inv);
+            test_linear_bwd((kf_precision)prec, inv);
+            if (prec != KF_PREC_FP32) test_copies16((kf_precision)prec, inv);
+        }
     test_layernorm(0);
     test_layernorm(1);
     test_rope();

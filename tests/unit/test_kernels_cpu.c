@@ -286,8 +286,8 @@ static void check_linear_act(kf_backend *be) {
     for (int act = KF_ACT_NONE; act <= KF_ACT_GELU_ERF; act++)
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             int erf_kind = act == KF_ACT_GELU_ERF;
-            be->linear_act(be, y, act ? pre : NULL, x, w, with_bias ? bias : NULL, R, in, out,
-                           (kf_act)act);
+            be->linear_act(be, y, NULL, act ? pre : NULL, x, NULL, w, with_bias ? bias : NULL, R,
+                           in, out, (kf_act)act, 0.0f);
             for (int64_t r = 0; r < R; r++)
                 for (int64_t c = 0; c < out; c++) {
                     double s = with_bias ? bias[c] : 0;
@@ -304,7 +304,7 @@ static void check_linear_act(kf_backend *be) {
                 TU_ERR(what, tu_relerr(pre, rpre, R * out, 1e-3), 1e-5);
             }
             memcpy(db0, db, in * 4);
-            be->linear_act_dgrad(be, dpre, with_bias ? db : NULL, dy, w, xp, R, in, out,
+            be->linear_act_dgrad(be, dpre, NULL, with_bias ? db : NULL, dy, w, xp, R, in, out,
                                  (kf_act)act);
             for (int64_t c = 0; c < in; c++) rdb[c] = db0[c];
             for (int64_t r = 0; r < R; r++)
@@ -330,6 +330,157 @@ static void check_linear_act(kf_backend *be) {
         }
     free(x), free(w), free(bias), free(y), free(pre), free(dy), free(xp), free(dpre), free(db);
     free(db0), free(ry), free(rpre), free(rd), free(rdb);
+}
+
+/* linear_bwd in fp32 against double references (dw += dy^T x, dbias += the
+ * column sums of dy, dx = dy W + beta dx), and in every precision bitwise
+ * against the separate ops kernels.h says it equals (matmul, bias_grad,
+ * matmul). 150 rows: the bias sums span three row chunks. */
+static void check_linear_bwd(kf_backend *be) {
+    const int64_t R = 150, in = 37, out = 29;
+    float *dy = tu_randf(R * out, 1), *x = tu_randf(R * in, 1), *w = tu_randf(out * in, 1);
+    float *dw0 = tu_randf(out * in, 1), *db0 = tu_randf(out, 1), *dx0 = tu_randf(R * in, 1);
+    float *dw = kf_malloc(out * in * 4), *db = kf_malloc(out * 4), *dx = kf_malloc(R * in * 4);
+    float *dw2 = kf_malloc(out * in * 4), *db2 = kf_malloc(out * 4), *dx2 = kf_malloc(R * in * 4);
+    double *rdw = kf_malloc(out * in * 8), *rdb = kf_malloc(out * 8), *rdx = kf_malloc(R * in * 8);
+    for (int prec = KF_PREC_FP32; prec <= KF_PREC_BF16; prec++)
+        for (int with_bias = 0; with_bias < 2; with_bias++)
+            for (int dx_mode = 0; dx_mode < 3; dx_mode++) { /* none, beta 0, beta 1 */
+                float beta = dx_mode == 2 ? 1.0f : 0.0f;
+                be->set_precision(be, (kf_precision)prec);
+                memcpy(dw, dw0, out * in * 4), memcpy(db, db0, out * 4),
+                    memcpy(dx, dx0, R * in * 4);
+                memcpy(dw2, dw0, out * in * 4), memcpy(db2, db0, out * 4);
+                memcpy(dx2, dx0, R * in * 4);
+                be->linear_bwd(be, dx_mode ? dx : NULL, dw, with_bias ? db : NULL, dy, NULL, x,
+                               NULL, w, R, in, out, beta);
+                be->matmul(be, dw2, dy, x, out, in, R, 1, 0, 1.0f, 1.0f);
+                if (with_bias) be->bias_grad(be, db2, dy, R, out);
+                if (dx_mode) be->matmul(be, dx2, dy, w, R, in, out, 0, 0, 1.0f, beta);
+                be->set_precision(be, KF_PREC_FP32);
+                char what[96];
+                snprintf(what, sizeof what, "linear_bwd %s%s dx_mode=%d",
+                         kernels_precision_name((kf_precision)prec), with_bias ? " dbias" : "",
+                         dx_mode);
+                T_CHECK(!memcmp(dw, dw2, out * in * 4), "%s: dw differs from the separate ops",
+                        what);
+                T_CHECK(!memcmp(db, db2, out * 4), "%s: dbias differs from the separate ops", what);
+                T_CHECK(!memcmp(dx, dx2, R * in * 4), "%s: dx differs from the separate ops", what);
+                if (prec != KF_PREC_FP32) continue;
+                for (int64_t o = 0; o < out; o++) {
+                    rdb[o] = db0[o];
+                    for (int64_t i = 0; i < in; i++) {
+                        double s = dw0[o * in + i];
+                        for (int64_t r = 0; r < R; r++)
+                            s += (double)dy[r * out + o] * x[r * in + i];
+                        rdw[o * in + i] = s;
+                    }
+                    for (int64_t r = 0; r < R; r++) rdb[o] += dy[r * out + o];
+                }
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t i = 0; i < in; i++) {
+                        double s = beta * dx0[r * in + i];
+                        for (int64_t o = 0; o < out; o++)
+                            s += (double)dy[r * out + o] * w[o * in + i];
+                        rdx[r * in + i] = s;
+                    }
+                char part[128];
+                snprintf(part, sizeof part, "%s: dw", what);
+                TU_ERR(part, tu_relerr(dw, rdw, out * in, 1e-3), 1e-5);
+                if (with_bias) {
+                    snprintf(part, sizeof part, "%s: dbias", what);
+                    TU_ERR(part, tu_relerr(db, rdb, out, 1e-3), 1e-5);
+                } else {
+                    T_CHECK(!memcmp(db, db0, out * 4), "%s: dbias NULL, yet it changed", what);
+                }
+                if (dx_mode) {
+                    snprintf(part, sizeof part, "%s: dx", what);
+                    TU_ERR(part, tu_relerr(dx, rdx, R * in, 1e-3), 1e-5);
+                } else {
+                    T_CHECK(!memcmp(dx, dx0, R * in * 4), "%s: dx NULL, yet it changed", what);
+                }
+            }
+    free(dy), free(x), free(w), free(dw0), free(db0), free(dx0), free(dw), free(db), free(dx);
+    free(dw2), free(db2), free(dx2), free(rdw), free(rdb), free(rdx);
+}
+
+/* 16-bit copies (kernels.h) in fp16 and bf16: layernorm_fwd's, linear_act's
+ * and linear_act_dgrad's hold their fp32 outputs rounded (tu_to16), with or
+ * without those outputs; linear_act (also adding to y, beta 1) and
+ * linear_bwd reading x16 = tu_to16(x) or dy16 = tu_to16(dy) give bitwise
+ * their results on x, dy. */
+static void check_copies16(kf_backend *be) {
+    const int64_t R = 150, in = 37, out = 29;
+    float *x = tu_randf(R * in, 2), *lw = tu_randf(in, 1), *w = tu_randf(out * in, 1);
+    float *bias = tu_randf(out, 1), *dy = tu_randf(R * out, 1), *y0 = tu_randf(R * out, 1);
+    float *ln = kf_malloc(R * in * 4), *mean = kf_malloc(R * 4), *rstd = kf_malloc(R * 4);
+    float *y = kf_malloc(R * out * 4), *y2 = kf_malloc(R * out * 4), *pre = kf_malloc(R * out * 4);
+    float *dw = kf_malloc(out * in * 4), *dw2 = kf_malloc(out * in * 4), *db = kf_malloc(out * 4);
+    float *db2 = kf_malloc(out * 4), *dx = kf_malloc(R * in * 4), *dx2 = kf_malloc(R * in * 4);
+    float *dbi = kf_malloc(in * 4), *dbi2 = kf_malloc(in * 4);
+    uint16_t *c16 = kf_malloc(R * in * 2), *c16b = kf_malloc(R * in * 2);
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
+        const char *pn = kernels_precision_name((kf_precision)prec);
+        be->set_precision(be, (kf_precision)prec);
+        uint16_t *x16 = tu_to16(x, R * in, (kf_precision)prec);
+        be->layernorm_fwd(be, ln, c16, mean, rstd, x, lw, NULL, R, in, 1e-5f);
+        be->layernorm_fwd(be, NULL, c16b, mean, rstd, x, lw, NULL, R, in, 1e-5f);
+        uint16_t *want = tu_to16(ln, R * in, (kf_precision)prec);
+        T_CHECK(!memcmp(c16, want, R * in * 2), "layernorm_fwd %s: y16 is not y rounded", pn);
+        T_CHECK(!memcmp(c16b, want, R * in * 2), "layernorm_fwd %s: y16 without y differs", pn);
+        free(want);
+        for (int act = KF_ACT_NONE; act <= KF_ACT_GELU_TANH; act++) {
+            be->linear_act(be, y, c16, act ? pre : NULL, NULL, x16, w, bias, R, in, out,
+                           (kf_act)act, 0.0f);
+            be->linear_act(be, NULL, c16b, act ? pre : NULL, NULL, x16, w, bias, R, in, out,
+                           (kf_act)act, 0.0f);
+            be->linear_act(be, y2, NULL, act ? pre : NULL, x, NULL, w, bias, R, in, out,
+                           (kf_act)act, 0.0f);
+            T_CHECK(!memcmp(y, y2, R * out * 4), "linear_act %s act=%d: x16 differs from x", pn,
+                    act);
+            want = tu_to16(y, R * out, (kf_precision)prec);
+            T_CHECK(!memcmp(c16, want, R * out * 2), "linear_act %s act=%d: y16 is not y rounded",
+                    pn, act);
+            T_CHECK(!memcmp(c16b, want, R * out * 2), "linear_act %s act=%d: y16 without y differs",
+                    pn, act);
+            free(want);
+        }
+        memcpy(y, y0, R * out * 4), memcpy(y2, y0, R * out * 4);
+        be->linear_act(be, y, NULL, NULL, NULL, x16, w, bias, R, in, out, KF_ACT_NONE, 1.0f);
+        be->linear_act(be, y2, NULL, NULL, x, NULL, w, bias, R, in, out, KF_ACT_NONE, 1.0f);
+        T_CHECK(!memcmp(y, y2, R * out * 4), "linear_act %s beta 1: x16 differs from x", pn);
+        memset(dw, 0, out * in * 4), memset(dw2, 0, out * in * 4);
+        memset(db, 0, out * 4), memset(db2, 0, out * 4);
+        be->linear_bwd(be, dx, dw, db, dy, NULL, NULL, x16, w, R, in, out, 0.0f);
+        be->linear_bwd(be, dx2, dw2, db2, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+        T_CHECK(!memcmp(dw, dw2, out * in * 4), "linear_bwd %s: dw with x16 differs from x", pn);
+        T_CHECK(!memcmp(db, db2, out * 4), "linear_bwd %s: dbias with x16 differs from x", pn);
+        T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_bwd %s: dx with x16 differs from x", pn);
+        /* dy16 = tu_to16(dy) in place of dy (no bias gradient) */
+        uint16_t *dy16 = tu_to16(dy, R * out, (kf_precision)prec);
+        memset(dw, 0, out * in * 4), memset(dw2, 0, out * in * 4);
+        be->linear_bwd(be, dx, dw, NULL, NULL, dy16, x, NULL, w, R, in, out, 0.0f);
+        be->linear_bwd(be, dx2, dw2, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+        T_CHECK(!memcmp(dw, dw2, out * in * 4), "linear_bwd %s: dw with dy16 differs from dy", pn);
+        T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_bwd %s: dx with dy16 differs from dy", pn);
+        free(dy16);
+        /* linear_act_dgrad writing dpre16: dy [R, out] back through W to [R, in] */
+        memset(dbi, 0, in * 4), memset(dbi2, 0, in * 4);
+        be->linear_act_dgrad(be, dx, c16, dbi, y0, w, x, R, in, out, KF_ACT_GELU_TANH);
+        be->linear_act_dgrad(be, NULL, c16b, dbi2, y0, w, x, R, in, out, KF_ACT_GELU_TANH);
+        want = tu_to16(dx, R * in, (kf_precision)prec);
+        T_CHECK(!memcmp(c16, want, R * in * 2), "linear_act_dgrad %s: dpre16 is not dpre rounded",
+                pn);
+        T_CHECK(!memcmp(c16b, want, R * in * 2), "linear_act_dgrad %s: dpre16 without dpre differs",
+                pn);
+        T_CHECK(!memcmp(dbi, dbi2, in * 4), "linear_act_dgrad %s: dbias differs without dpre", pn);
+        free(want);
+        free(x16);
+    }
+    be->set_precision(be, KF_PREC_FP32);
+    free(x), free(lw), free(w), free(bias), free(dy), free(y0), free(ln), free(mean), free(rstd);
+    free(y), free(y2), free(pre), free(dw), free(dw2), free(db), free(db2), free(dx), free(dx2);
+    free(c16), free(c16b), free(dbi), free(dbi2);
 }
 
 static void check_pointwise(kf_backend *be) {
@@ -586,7 +737,7 @@ static void run_suite(kf_backend *be, sink *k) {
     float *x = tu_randf(n, 2), *dy = tu_randf(n, 1), *w = tu_randf(C, 1), *bb = tu_randf(C, 1);
     float *y = kf_malloc(n * 4), *mean = kf_malloc(R * 4), *rstd = kf_malloc(R * 4);
     float *dx = kf_calloc(n, 4), *dw = kf_calloc(C, 4), *db = kf_calloc(C, 4);
-    be->layernorm_fwd(be, y, mean, rstd, x, w, bb, R, C, 1e-5f);
+    be->layernorm_fwd(be, y, NULL, mean, rstd, x, w, bb, R, C, 1e-5f);
     be->layernorm_bwd(be, dx, dw, db, dy, x, w, mean, rstd, R, C);
     be->bias_grad(be, db, dy, R, C);
     SINK(y, n * 4);
@@ -732,6 +883,8 @@ int main(void) {
     check_bf16_known(be);
     check_pointwise(be);
     check_linear_act(be);
+    check_linear_bwd(be);
+    check_copies16(be);
     check_noise_features(be);
     check_logits(be);
     check_reductions(be);

@@ -73,7 +73,7 @@ static void check_layernorm(kf_backend *be, int has_bias) {
     float *x = tu_randf(n, 2.0), *w = tu_randf(C, 1.0), *bias = tu_randf(C, 1.0),
           *dy = tu_randf(n, 1.0);
     float *y = kf_malloc((size_t)n * 4), *mean = kf_malloc(R * 4), *rstd = kf_malloc(R * 4);
-    be->layernorm_fwd(be, y, mean, rstd, x, w, has_bias ? bias : NULL, R, C, 1e-5f);
+    be->layernorm_fwd(be, y, NULL, mean, rstd, x, w, has_bias ? bias : NULL, R, C, 1e-5f);
     ln_ctx c = {R, C, tu_tod(x, n), tu_tod(w, C), tu_tod(bias, C), tu_tod(dy, n), 0, has_bias};
     double *yr = kf_malloc((size_t)n * sizeof(double));
     ln_ref(yr, c.x, c.w, has_bias ? c.b : NULL, R, C);

@@ -60,6 +60,38 @@ static void test_gemm(void) {
     b->destroy(b);
 }
 
+/* linear_bwd: both products and the bias sums; in fp16 outside
+ * batch-invariant mode dy is converted once for both products. */
+static void test_linear_bwd(void) {
+    kf_backend *b = kernels_record_create(NULL, 0);
+    int64_t R = 3, in = 5, out = 7;
+    float *dy = b->alloc(b, (size_t)(R * out) * 4), *x = b->alloc(b, (size_t)(R * in) * 4);
+    float *w = b->alloc(b, (size_t)(out * in) * 4), *dw = b->alloc(b, (size_t)(out * in) * 4);
+    float *db = b->alloc(b, (size_t)out * 4), *dx = b->alloc(b, (size_t)(R * in) * 4);
+    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+    const kf_op_rec *r = last_op(b);
+    T_EQ_STR(r->op, "linear_bwd", "dry linear_bwd is recorded");
+    T_NEAR(r->cost.flops, 2 * 2.0 * 3 * 5 * 7 + 3 * 7, 0, "linear_bwd FLOPs: two products, bias");
+    /* fp32: dy read by each of the three passes; x, W read; dW, dbias read
+     * and written; dx written */
+    T_NEAR(r->cost.bytes, 4.0 * (3 * 3 * 7 + 3 * 5 + 7 * 5 + 2 * 7 * 5 + 2 * 7 + 3 * 5), 0,
+           "linear_bwd bytes, fp32");
+    T_NEAR(r->cost.convert_bytes, 0, 0, "fp32: no conversion pass");
+    T_EQ_STR(r->cost.shape, "M=3 N=5 K=7 dbias dx", "linear_bwd shape");
+    b->set_precision(b, KF_PREC_FP16);
+    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 1.0f);
+    r = last_op(b);
+    T_NEAR(r->cost.bytes, 4.0 * (3 * 7 + 3 * 5 + 7 * 5 + 2 * 7 * 5 + 2 * 7 + 2 * 3 * 5), 0,
+           "linear_bwd bytes, fp16: dy read once, dx accumulated");
+    /* dy, x and W converted once each (6 B), dW and dx rounded (8 B) */
+    T_NEAR(r->cost.convert_bytes, 6.0 * (3 * 7 + 3 * 5 + 7 * 5) + 8.0 * (7 * 5 + 3 * 5), 0,
+           "linear_bwd fp16: dy converted once for both products");
+    b->linear_bwd(b, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+    T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * (3 * 7 + 3 * 5) + 8.0 * 7 * 5, 0,
+           "linear_bwd fp16 without dx: dy and x converted, dW rounded");
+    b->destroy(b);
+}
+
 static void test_dry_memory(void) {
     kf_backend *b = kernels_record_create(NULL, 0);
     T_EQ_STR(b->name, "dry", "kernels_record_create(NULL, 0)");
@@ -148,12 +180,16 @@ static void test_ar_step_flops(void) {
     lin += 3 * 2.0 * (double)rows * (double)(H * V);
     /* the fused linear ops add their epilogue per element: fc1's bias (1) and
      * GELU (8) in the forward, the head's bias (1); GELU's derivative (12)
-     * and fc1's bias sum (1) in the backward */
-    double epi = 2 * (double)rows * 4 * H * (1 + 8 + 12 + 1) + (double)rows * V;
+     * and fc1's bias sum (1) in the backward; fc2's bias (1) in the forward
+     * and its bias sum (1) and the head's (1) in linear_bwd */
+    double epi = 2 * (double)rows * 4 * H * (1 + 8 + 12 + 1) + (double)rows * V +
+                 2 * (double)rows * H * 2 + (double)rows * V;
     T_NEAR(flops_of(b, "matmul", mk.teacher, mk.student) +
                flops_of(b, "linear_act", mk.teacher, mk.student) +
-               flops_of(b, "linear_act_dgrad", mk.teacher, mk.student),
-           lin + epi, 0, "the step's GEMM FLOPs (matmul, linear_act, linear_act_dgrad)");
+               flops_of(b, "linear_act_dgrad", mk.teacher, mk.student) +
+               flops_of(b, "linear_bwd", mk.teacher, mk.student),
+           lin + epi, 0,
+           "the step's GEMM FLOPs (matmul, linear_act, linear_act_dgrad, linear_bwd)");
     double pairs = (double)B * (8 * 9 / 2) * (double)nh; /* causal over 8 rows, per head */
     T_NEAR(flops_of(b, "attn_fwd", mk.teacher, mk.student), 2 * pairs * (4 * hd + 3), 0,
            "attention forward FLOPs (2 blocks)");
@@ -262,6 +298,7 @@ static void test_roofline_time(void) {
 
 int main(void) {
     test_gemm();
+    test_linear_bwd();
     test_dry_memory();
     test_mask_pairs();
     test_ar_step_flops();

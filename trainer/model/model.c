@@ -254,41 +254,39 @@ void *dbuf_upload(kf_backend *be, dbuf *d, const void *src, size_t n, size_t esz
 
 /* ---------------------------------------------------------------- layers */
 
-/* h = act(x W^T + b) with its pre-activation kept in pre for the backward. */
-static void linear_act_fwd(model *m, float *h, float *pre, const float *x, int64_t w, int64_t bias,
-                           int64_t rows, int64_t in, int64_t out, kf_act act) {
-    m->be->linear_act(m->be, h, pre, x, m->params + w, bias >= 0 ? m->params + bias : NULL, rows,
-                      in, out, act);
+int gemm_in16(const model *m) { return m->be->precision != KF_PREC_FP32; }
+
+/* h = act(x W^T + b) with its pre-activation kept in pre for the backward;
+ * x and h as gemm_in16 stores them (x16, h16: 16-bit copies). */
+static void linear_act_fwd(model *m, float *h, void *h16, float *pre, const float *x,
+                           const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
+                           int64_t out, kf_act act) {
+    m->be->linear_act(m->be, h, h16, pre, x, x16, m->params + w,
+                      bias >= 0 ? m->params + bias : NULL, rows, in, out, act, 0.0f);
 }
 
-void linear_fwd(model *m, float *y, const float *x, int64_t w, int64_t bias, int64_t rows,
-                int64_t in, int64_t out, float beta) {
-    kf_backend *be = m->be;
-    if (beta == 0.0f) {
-        linear_act_fwd(m, y, NULL, x, w, bias, rows, in, out, KF_ACT_NONE);
-        return;
-    }
-    be->matmul(be, y, x, m->params + w, rows, out, in, 0, 1, 1.0f, beta);
-    if (bias >= 0) be->add_bias(be, y, m->params + bias, rows, out);
+void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,
+                int64_t rows, int64_t in, int64_t out, float beta) {
+    m->be->linear_act(m->be, y, NULL, NULL, x, x16, m->params + w,
+                      bias >= 0 ? m->params + bias : NULL, rows, in, out, KF_ACT_NONE, beta);
 }
 
-/* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy,
- * then dpre = act'(pre) * (dy W2) and db1 in one op. */
-static void mlp_out_bwd(model *m, float *dpre, const float *dy, const float *h, const float *pre,
-                        int64_t fc2_w, int64_t fc2_b, int64_t fc1_b, int64_t rows, int64_t wide,
-                        int64_t H, kf_act act) {
-    linear_bwd(m, NULL, 0.0f, dy, h, fc2_w, fc2_b, rows, wide, H);
-    m->be->linear_act_dgrad(m->be, dpre, fc1_b >= 0 ? m->grads + fc1_b : NULL, dy,
+/* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy
+ * and fc2's input (h, or its 16-bit copy h16), then dpre = act'(pre) *
+ * (dy W2) (or its 16-bit copy dpre16) and db1 in one op. */
+static void mlp_out_bwd(model *m, float *dpre, void *dpre16, const float *dy, const float *h,
+                        const void *h16, const float *pre, int64_t fc2_w, int64_t fc2_b,
+                        int64_t fc1_b, int64_t rows, int64_t wide, int64_t H, kf_act act) {
+    linear_bwd(m, NULL, 0.0f, dy, NULL, h, h16, fc2_w, fc2_b, rows, wide, H);
+    m->be->linear_act_dgrad(m->be, dpre, dpre16, fc1_b >= 0 ? m->grads + fc1_b : NULL, dy,
                             m->params + fc2_w, pre, rows, wide, H, act);
 }
 
-/* dW += dy^T x, db += colsum dy, and dx = dy W (+ dx when dx_beta = 1; NULL: skipped). */
-void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float *x, int64_t w,
-                int64_t bias, int64_t rows, int64_t in, int64_t out) {
-    kf_backend *be = m->be;
-    be->matmul(be, m->grads + w, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
-    if (bias >= 0) be->bias_grad(be, m->grads + bias, dy, rows, out);
-    if (dx) be->matmul(be, dx, dy, m->params + w, rows, in, out, 0, 0, 1.0f, dx_beta);
+void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void *dy16,
+                const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
+                int64_t out) {
+    m->be->linear_bwd(m->be, dx, m->grads + w, bias >= 0 ? m->grads + bias : NULL, dy, dy16, x, x16,
+                      m->params + w, rows, in, out, dx_beta);
 }
 
 /* The noise encoder on nz rows whose features are ws->feats; result in out. */
@@ -309,12 +307,12 @@ void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, co
     /* zdim noise values per row, each with the row's tau: features of value
      * e land at columns [e*2H, (e+1)*2H) of row e / zdim. */
     be->noise_features(be, feats, z_d, tau_d, nz * p->zdim, H);
-    linear_fwd(m, c, feats, o->proj_w, o->proj_b, nz, ZD, H, 0.0f);
-    be->layernorm_fwd(be, ln, mean, rstd, c, m->params + o->norm_w, m->params + o->norm_b, nz, H,
-                      LN_EPS);
-    linear_act_fwd(m, h2, h1, ln, o->fc1_w, o->fc1_b, nz, H, 4 * H, KF_ACT_GELU_ERF);
+    linear_fwd(m, c, feats, NULL, o->proj_w, o->proj_b, nz, ZD, H, 0.0f);
+    be->layernorm_fwd(be, ln, NULL, mean, rstd, c, m->params + o->norm_w, m->params + o->norm_b, nz,
+                      H, LN_EPS);
+    linear_act_fwd(m, h2, NULL, h1, ln, NULL, o->fc1_w, o->fc1_b, nz, H, 4 * H, KF_ACT_GELU_ERF);
     be->copy(be, out, c, (size_t)(nz * H) * f);
-    linear_fwd(m, out, h2, o->fc2_w, o->fc2_b, nz, 4 * H, H, 1.0f);
+    linear_fwd(m, out, h2, NULL, o->fc2_w, o->fc2_b, nz, 4 * H, H, 1.0f);
 }
 
 /* Backward of noise_encoder_fwd given dout [nz, H] (no gradient to z). */
@@ -327,28 +325,34 @@ static void noise_encoder_bwd(model *m, noise_act *a, int64_t nz, const float *d
     float *dh = dbuf_ensure(be, &a->dh, (size_t)(nz * 4 * H) * f);
     float *dln = dbuf_ensure(be, &a->dln, (size_t)(nz * H) * f);
     float *dc = dbuf_ensure(be, &a->dc, (size_t)(nz * H) * f);
-    mlp_out_bwd(m, dh, dout, a->h2.p, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, nz, 4 * H, H,
-                KF_ACT_GELU_ERF);
-    linear_bwd(m, dln, 0.0f, dh, a->ln.p, o->fc1_w, -1, nz, H, 4 * H);
+    mlp_out_bwd(m, dh, NULL, dout, a->h2.p, NULL, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, nz, 4 * H,
+                H, KF_ACT_GELU_ERF);
+    linear_bwd(m, dln, 0.0f, dh, NULL, a->ln.p, NULL, o->fc1_w, -1, nz, H, 4 * H);
     be->copy(be, dc, dout, (size_t)(nz * H) * f);
     be->layernorm_bwd(be, dc, m->grads + o->norm_w, m->grads + o->norm_b, dln, a->c.p,
                       m->params + o->norm_w, a->mean.p, a->rstd.p, nz, H);
-    linear_bwd(m, NULL, 0.0f, dc, a->feats.p, o->proj_w, o->proj_b, nz, ZD, H);
+    linear_bwd(m, NULL, 0.0f, dc, NULL, a->feats.p, NULL, o->proj_w, o->proj_b, nz, ZD, H);
 }
 
 /* y = LayerNorm(x) with weight w and bias b (-1: none) over R rows, into
- * growable buffers that keep mean and rstd for the backward; returns y. */
-static float *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w,
-                       int64_t b, int64_t R) {
+ * growable buffers that keep mean and rstd for the backward; y as a 16-bit
+ * copy when y16 (kernels.h), else fp32; returns y. */
+static void *norm_fwd(model *m, dbuf *y, dbuf *mean, dbuf *rstd, const float *x, int64_t w,
+                      int64_t b, int64_t R, int y16) {
     kf_backend *be = m->be;
     int64_t H = m->cfg.hidden;
     size_t f = sizeof(float);
-    float *yp = dbuf_ensure(be, y, (size_t)(R * H) * f);
-    be->layernorm_fwd(be, yp, dbuf_ensure(be, mean, (size_t)R * f),
+    void *yp = dbuf_ensure(be, y, (size_t)(R * H) * (y16 ? 2 : f));
+    be->layernorm_fwd(be, y16 ? NULL : yp, y16 ? yp : NULL, dbuf_ensure(be, mean, (size_t)R * f),
                       dbuf_ensure(be, rstd, (size_t)R * f), x, m->params + w,
                       b >= 0 ? m->params + b : NULL, R, H, LN_EPS);
     return yp;
 }
+
+/* The fp32 view of an activation stored as gemm_in16 says (NULL when it is
+ * a 16-bit copy), and its 16-bit view (NULL when it is fp32). */
+static const float *in32(int s16, const void *p) { return s16 ? NULL : p; }
+static const void *in16(int s16, const void *p) { return s16 ? p : NULL; }
 
 void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R) {
     kf_backend *be = m->be;
@@ -358,22 +362,25 @@ void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R)
     be->add_inplace(be, x, t, R * H);
 }
 
-/* Runs the MLP half of block l on x in place: x += mlp(norm2(x)). */
+/* Runs the MLP half of block l on x in place: x += mlp(norm2(x)); ln2 and
+ * h2 (fc1's GELU output) stored as gemm_in16 says. */
 void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R) {
     kf_backend *be = m->be;
     int64_t H = m->cfg.hidden;
+    int s16 = gemm_in16(m);
     size_t f = sizeof(float);
     float *h1 = dbuf_ensure(be, &a->h1, (size_t)(R * 4 * H) * f);
-    float *h2 = dbuf_ensure(be, &a->h2, (size_t)(R * 4 * H) * f);
-    float *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, o->norm2_b, R);
-    linear_act_fwd(m, h2, h1, ln2, o->fc1_w, o->fc1_b, R, H, 4 * H, KF_ACT_GELU_TANH);
-    linear_fwd(m, x, h2, o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
+    void *h2 = dbuf_ensure(be, &a->h2, (size_t)(R * 4 * H) * (s16 ? 2 : f));
+    void *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, o->norm2_b, R, s16);
+    linear_act_fwd(m, s16 ? NULL : h2, s16 ? h2 : NULL, h1, in32(s16, ln2), in16(s16, ln2),
+                   o->fc1_w, o->fc1_b, R, H, 4 * H, KF_ACT_GELU_TANH);
+    linear_fwd(m, x, in32(s16, h2), in16(s16, h2), o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
 }
 
-/* Head h's final norm over the R rows of xf (buffers in a); returns it. */
+/* Head h's final norm over the R rows of xf (buffers in a, fp32); returns it. */
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
     const head_off *o = &m->priv->head[h];
-    return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R);
+    return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R, 0);
 }
 
 /* ---------------------------------------------------------------- workspace */
@@ -401,8 +408,9 @@ struct model_ws {
     double *h_f64;
     size_t h_i32_cap, h_f64_cap;
     int have_dlogits;
-    int no_logits;                      /* the head waits for model_loss (MODEL_NO_LOGITS) */
-    int64_t logit_chunk;                /* model_ws_set_logit_chunk; 0: automatic */
+    int s16;             /* the pass keeps its GEMM-only activations as 16-bit copies (gemm_in16) */
+    int no_logits;       /* the head waits for model_loss (MODEL_NO_LOGITS) */
+    int64_t logit_chunk; /* model_ws_set_logit_chunk; 0: automatic */
     int64_t w_period, w_first, w_count; /* model_weight_dlogits for the next loss */
     float w_value;
 };
@@ -533,7 +541,7 @@ static void head_chunk(model *m, model_ws *ws, int h, int64_t c0, int64_t n, flo
     const head_off *o = &m->priv->head[h];
     int64_t H = m->cfg.hidden, V = m->cfg.vocab;
     const float *ln = ws->hact[h].ln.p;
-    linear_fwd(m, lg, ln + c0 * H, o->w, o->b, n, H, V, 0.0f);
+    linear_fwd(m, lg, ln + c0 * H, NULL, o->w, o->b, n, H, V, 0.0f);
     if (m->cfg.mask_id >= 0) m->be->fill_column(m->be, lg, n, V, m->cfg.mask_id, MASK_LOGIT);
 }
 
@@ -574,6 +582,7 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
         ws->mask.valid_len = NULL;
     }
     int64_t R = ws->R, Lc = ws->Lc;
+    int s16 = ws->s16 = gemm_in16(m);
 
     /* residual stream buffers: one per layer boundary when training */
     int64_t nx = train ? nb + 1 : 1;
@@ -617,14 +626,15 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
         layer_act *a = &ws->act[train ? l : 0];
         float *x = ws->xs[train ? l : 0].p;
         float *xo = ws->xs[train ? l + 1 : 0].p;
-        float *ln1 = dbuf_ensure(be, &a->ln1, (size_t)(R * H) * f);
+        void *ln1 = dbuf_ensure(be, &a->ln1, (size_t)(R * H) * (s16 ? 2 : f));
         float *mean = dbuf_ensure(be, &a->mean1, (size_t)R * f);
         float *rstd = dbuf_ensure(be, &a->rstd1, (size_t)R * f);
         float *qkv = dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * f);
         float *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * f);
-        be->layernorm_fwd(be, ln1, mean, rstd, x, m->params + o->norm1,
-                          o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
-        linear_fwd(m, qkv, ln1, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
+        be->layernorm_fwd(be, s16 ? NULL : ln1, s16 ? ln1 : NULL, mean, rstd, x,
+                          m->params + o->norm1, o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R,
+                          H, LN_EPS);
+        linear_fwd(m, qkv, in32(s16, ln1), in16(s16, ln1), o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
         if (c->pos == POS_ROPE) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE);
         if (q0 > 0) {
             be->scatter_rows(be, ws->qkv_full.p, qkv, ws->comp_idx_d.p, R, 3 * H);
@@ -642,7 +652,7 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
             }
         }
         if (xo != x) be->copy(be, xo, x, (size_t)(R * H) * f);
-        linear_fwd(m, xo, att, o->out, o->out_b, R, H, H, 1.0f);
+        linear_fwd(m, xo, att, NULL, o->out, o->out_b, R, H, H, 1.0f);
         /* training keeps x_mid (input of norm2) in ln2's partner: xs[l+1] holds
          * x_mid until the MLP adds to it, so save a copy for the backward. */
         if (train) {
@@ -728,7 +738,7 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
             if (!ws->train) continue;
             if (ws->w_period) weight_rows(m, ws, lg, r0, n);
             if (mask >= 0) be->fill_column(be, lg, n, V, mask, 0.0f);
-            linear_bwd(m, dln + c0 * H, 0.0f, lg, ln + c0 * H, o->w, o->b, n, H, V);
+            linear_bwd(m, dln + c0 * H, 0.0f, lg, NULL, ln + c0 * H, NULL, o->w, o->b, n, H, V);
         }
         if (ws->train)
             be->layernorm_bwd(be, dxf, m->grads + o->norm,
@@ -827,6 +837,8 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     const model_config *c = &m->cfg;
     KF_CHECK(ws->train && ws->have_dlogits,
              "model_backward: needs a MODEL_TRAIN forward followed by model_loss");
+    KF_CHECK(ws->s16 == gemm_in16(m), "model_backward: the precision changed since the forward");
+    int s16 = ws->s16;
     int64_t B = ws->B, L = ws->L, R = ws->R, O = ws->n_out_rows, H = c->hidden, V = c->vocab;
     int64_t nh = c->heads, hd = H / nh, nb = c->blocks;
     size_t f = sizeof(float);
@@ -837,7 +849,7 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     if (ready) ready(ctx, p->heads_begin, p->heads_end - p->heads_begin);
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
     float *dqkv = dbuf_ensure(be, &ws->dqkv, (size_t)(R * 3 * H) * f);
-    float *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * f);
+    void *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * (s16 ? 2 : f));
     float *datt = dbuf_ensure(be, &ws->datt, (size_t)(R * H) * f);
     be->zero(be, dx, (size_t)(R * H) * f);
     be->scatter_rows(be, dx, dxf, ws->out_idx_d.p, O, H);
@@ -845,17 +857,19 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
         const block_off *o = &p->blk[l];
         layer_act *a = &ws->act[l];
         /* MLP half: x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
-        mlp_out_bwd(m, dh, dx, a->h2.p, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, R, 4 * H, H,
-                    KF_ACT_GELU_TANH);
-        linear_bwd(m, dln, 0.0f, dh, a->ln2.p, o->fc1_w, -1, R, H, 4 * H);
+        mlp_out_bwd(m, s16 ? NULL : dh, s16 ? dh : NULL, dx, in32(s16, a->h2.p), in16(s16, a->h2.p),
+                    a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, R, 4 * H, H, KF_ACT_GELU_TANH);
+        linear_bwd(m, dln, 0.0f, in32(s16, dh), in16(s16, dh), in32(s16, a->ln2.p),
+                   in16(s16, a->ln2.p), o->fc1_w, -1, R, H, 4 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm2,
                           o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL, dln, a->xmid.p,
                           m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
         /* attention half: x_mid = x_in + out(attn(rope(qkv(norm1(x_in))))) */
-        linear_bwd(m, datt, 0.0f, dx, a->att.p, o->out, o->out_b, R, H, H);
+        linear_bwd(m, datt, 0.0f, dx, NULL, a->att.p, NULL, o->out, o->out_b, R, H, H);
         be->attn_bwd(be, dqkv, datt, a->att.p, a->lse.p, a->qkv.p, &ws->mask, B, nh, hd);
         if (c->pos == POS_ROPE) be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE);
-        linear_bwd(m, dln, 0.0f, dqkv, a->ln1.p, o->qkv, o->qkv_b, R, H, 3 * H);
+        linear_bwd(m, dln, 0.0f, dqkv, NULL, in32(s16, a->ln1.p), in16(s16, a->ln1.p), o->qkv,
+                   o->qkv_b, R, H, 3 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm1,
                           o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL, dln, ws->xs[l].p,
                           m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);

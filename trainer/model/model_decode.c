@@ -199,16 +199,16 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     float *tmp = dbuf_ensure(be, &c->tmp, (size_t)(R * H) * f);
     for (int64_t l = 0; l < m->cfg.blocks; l++) {
         const block_off *o = &p->blk[l];
-        be->layernorm_fwd(be, ln1, mean, rstd, x, m->params + o->norm1,
+        be->layernorm_fwd(be, ln1, NULL, mean, rstd, x, m->params + o->norm1,
                           o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
-        linear_fwd(m, qkv, ln1, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
+        linear_fwd(m, qkv, ln1, NULL, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
         if (m->cfg.pos == POS_ROPE) be->rope_fwd(be, qkv, c->pos_d.p, B, Q, nh, hd, ROPE_BASE);
         be->gather_rows(be, tmp, qkv, c->kidx_d.p, R, H);
         be->scatter_rows(be, c->k[l], tmp, c->cidx_d.p, R, H);
         be->gather_rows(be, tmp, qkv, c->vidx_d.p, R, H);
         be->scatter_rows(be, c->v[l], tmp, c->cidx_d.p, R, H);
         be->attn_decode(be, att, qkv, 3 * H, c->k[l], c->v[l], B, c->cap, P, Q, nh, hd);
-        linear_fwd(m, x, att, o->out, o->out_b, R, H, H, 1.0f);
+        linear_fwd(m, x, att, NULL, o->out, o->out_b, R, H, H, 1.0f);
         block_mlp_fwd(m, o, a, x, R);
     }
 

@@ -48,6 +48,7 @@ void *dbuf_ensure(kf_backend *be, dbuf *d, size_t bytes);
 void dbuf_release(kf_backend *be, dbuf *d);
 void *dbuf_upload(kf_backend *be, dbuf *d, const void *src, size_t n, size_t esz);
 
+/* ln1, ln2 and h2 as gemm_in16 says (16-bit copies or fp32). */
 typedef struct layer_act {
     dbuf ln1, mean1, rstd1, qkv, att, lse, xmid, ln2, mean2, rstd2, h1, h2;
 } layer_act;
@@ -60,10 +61,19 @@ typedef struct head_act {
     dbuf ln, mean, rstd;
 } head_act;
 
-void linear_fwd(model *m, float *y, const float *x, int64_t w, int64_t bias, int64_t rows,
-                int64_t in, int64_t out, float beta);
-void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const float *x, int64_t w,
-                int64_t bias, int64_t rows, int64_t in, int64_t out);
+/* In a 16-bit mode the activations only GEMMs read (the blocks' norm
+ * outputs ln1, ln2 and fc1's GELU output h2, and in the backward the
+ * gradient at fc1's output) are stored as 16-bit copies (kernels.h):
+ * converted once where they are made, at half the memory. */
+int gemm_in16(const model *m);
+/* y = x W^T + bias + beta * y (x, or its 16-bit copy x16). */
+void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,
+                int64_t rows, int64_t in, int64_t out, float beta);
+/* dW += dy^T x, db += colsum dy (bias -1: none), and dx = dy W (+ dx when
+ * dx_beta = 1; NULL: skipped); dy and x, or their 16-bit copies dy16, x16. */
+void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void *dy16,
+                const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
+                int64_t out);
 /* Noise encoder over nz rows (z_d: nz*zdim values, tau_d the same count); result in a->out. */
 void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d);
 /* x[i] += pos_embed[pos[i]] for R rows (POS_LEARNED; pos device int32 [R],
