@@ -63,6 +63,9 @@ start test_kernels_table build-emu/tests/test_kernels_table forward
 wait
 collect test_cuda_limits forward
 collect test_kernels_table forward
+start test_cuda_mma build-emu/tests/test_cuda_mma forward
+wait
+collect test_cuda_mma forward
 
 # the harness's own checks: kernels/cuda/emu/emu_selftest.cu, one bug per case
 ST=build-emu/emu_selftest
@@ -78,6 +81,7 @@ if [ -x "$ST" ]; then
   selftest divergent 'divergent barrier'
   selftest shfl 'exits while its warp waits|names lane 16, which has exited'
   selftest wmma 'not 32-byte aligned'
+  selftest cp_async 'cp.async copies it never waited for'
   selftest launch 'block \(2048,1,1\)'
   selftest smem '65536 bytes of dynamic shared memory'
   selftest deadlock 'deadlock'
