@@ -26,6 +26,7 @@
 
 #include "kernels/cuda/cuda_attention_tc.h"
 #include "kernels/cuda/cuda_attn_mask.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
 
 using namespace nvcuda;
 
@@ -57,129 +58,183 @@ __device__ __forceinline__ void load_half_tile(__half (*s)[D + HP], const float 
 
 __device__ __forceinline__ float round_h(float v) { return __half2float(__float2half_rn(v)); }
 
-template <int D> struct tc_fwd_smem {
-    __half q[TC_TILE][D + HP], k[TC_TILE][D + HP], v[TC_TILE][D + HP];
-    __half p[TC_TILE][TC_TILE + HP];
-    float s[TC_TILE][TC_TILE + FP];
-    float o[TC_TILE][D + FP];
-    float m[TC_TILE], l[TC_TILE];
+/* ---- forward: mma.sync with S and O in registers ---- */
+
+#define FA_PAD                                                                                     \
+    4 /* 32-bit words of row padding: rows stay 16-byte aligned for                                \
+       * cp.async, and the 16-byte shift per row puts the 8 rows a                                 \
+       * fragment load reads in distinct banks */
+
+/* Shared tiles as 32-bit words, two 16-bit values each (low one first): the
+ * layout mma's operand registers take. K and V are double-buffered. */
+template <int D> struct fa_fwd_smem {
+    uint32_t q[TC_TILE][D / 2 + FA_PAD];
+    uint32_t k[2][TC_TILE][D / 2 + FA_PAD], v[2][TC_TILE][D / 2 + FA_PAD];
 };
 
+/* Queues the copy of rows [r0, r0+64) of one head of the 16-bit qkv (row
+ * stride ld elements) into s; rows at or past `end` are zero-filled. */
 template <int D>
+__device__ __forceinline__ void fa_load(uint32_t (*s)[D / 2 + FA_PAD], const uint16_t *base,
+                                        int64_t ld, int64_t r0, int64_t end) {
+    for (int i = threadIdx.x; i < TC_TILE * D / 8; i += TC_THREADS) {
+        int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        bool in = r0 + r < end;
+        cp_async16(&s[r][c / 2], base + (in ? (r0 + r) * ld + c : 0), in);
+    }
+}
+
+/* x rounded to T, its bits (q, k, v as the CPU backend rounds them). */
+template <typename T> __global__ void k_to_lowp(uint16_t *y, const float *x, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = (uint16_t)mma_bits(mma_cvt<T>(x[i]));
+}
+
+/* One block per (64-query tile, head, sample), 4 warps of 16 query rows. Lane
+ * (g, t) = (lane / 4, lane % 4) holds rows g and g+8 of its warp's rows
+ * (cuda_mma.cuh): S = Q K^T for a 64-key tile in 8 accumulator tiles, the
+ * masked online softmax on them (a row's max and sum over the 4 lanes of its
+ * group by two xor shuffles, the same bits on all 4), P packed to T straight
+ * from S's registers as the A operand of O += P V, O rescaled in registers.
+ * K/V tile t+1 is copied (cp.async) while tile t is used. */
+template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_fwd_tc(float *out, float *lse, const float *qkv, mask_dev m, int64_t n_head,
-                  float scale) {
+    k_attn_fwd_mma(float *out, float *lse, const uint16_t *qkv, mask_dev m, int64_t n_head,
+                   float scale, int lowp) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    tc_fwd_smem<D> &S = *reinterpret_cast<tc_fwd_smem<D> *>(smem_raw);
+    fa_fwd_smem<D> &S = *reinterpret_cast<fa_fwd_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
     int64_t r0 = m.q_start + (int64_t)blockIdx.x * TC_TILE, r1 = min(m.L, r0 + TC_TILE);
     int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
-    const float *base = qkv + b * m.L * ld + h * D;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int rr = warp * 16 + (lane >> 1), cpart = lane & 1; /* this lane's row and column half */
+    const uint16_t *base = qkv + b * m.L * ld + h * D;
+    int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    int wr = warp * 16 + g; /* this lane's first row in the tile; the second is wr + 8 */
 
-    load_half_tile<D>(S.q, base, ld, r0, m.L);
-    for (int i = threadIdx.x; i < TC_TILE * D; i += TC_THREADS) S.o[i / D][i % D] = 0.0f;
-    for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
-        S.m[i] = -INFINITY;
-        S.l[i] = 0.0f;
-    }
-    row_mask rm = mask_row(m, vl, r0 + rr, r0, r1);
     key_tiles tiles = mask_key_tiles<TC_TILE>(m, vl, r0, r1);
-    for (int64_t t = 0; t < tiles.n; t++) {
-        int64_t c0;
-        int kmin, kmax;
-        key_tile<TC_TILE>(tiles, t, &c0, &kmin, &kmax);
-        __syncthreads();
-        load_half_tile<D>(S.k, base + H, ld, c0, m.L);
-        load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
-        __syncthreads();
-        { /* S_w = Q_w K^T */
-            frag_acc acc[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < D; kk += 16) {
-                frag_a a;
-                wmma::load_matrix_sync(a, &S.q[warp * 16][kk], D + HP);
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    frag_b_col bk;
-                    wmma::load_matrix_sync(bk, &S.k[j * 16][kk], D + HP);
-                    wmma::mma_sync(acc[j], a, bk, acc[j]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                wmma::store_matrix_sync(&S.s[warp * 16][j * 16], acc[j], TC_TILE + FP,
-                                        wmma::mem_row_major);
-        }
-        __syncwarp();
-        float mx = -INFINITY;
-#pragma unroll 8
-        for (int c = 0; c < 32; c++) {
-            int cc = cpart * 32 + c, col = (int)c0 + cc;
-            float v =
-                col >= kmin && col < kmax && row_sees(rm, col) ? S.s[rr][cc] * scale : -INFINITY;
-            S.s[rr][cc] = v;
-            mx = fmaxf(mx, v);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float mold = S.m[rr], mnew = fmaxf(mold, mx), ps = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < 32; c++) {
-            int cc = cpart * 32 + c;
-            float p = mnew == -INFINITY ? 0.0f : __expf(S.s[rr][cc] - mnew);
-            S.p[rr][cc] = __float2half_rn(p);
-            ps += p;
-        }
-        ps += __shfl_xor_sync(0xffffffffu, ps, 1); /* a+b on both lanes: identical */
-        float alpha = mold == -INFINITY ? 0.0f : __expf(mold - mnew);
-        float lold = S.l[rr];
-        __syncwarp(); /* both lanes have read m and l */
-        if (!cpart) {
-            S.m[rr] = mnew;
-            S.l[rr] = lold * alpha + ps;
-        }
-#pragma unroll 8
-        for (int d = 0; d < D / 2; d++) S.o[rr][cpart * (D / 2) + d] *= alpha;
-        __syncwarp();
-        { /* O_w += P_w V */
-            frag_acc acc[D / 16];
-#pragma unroll
-            for (int j = 0; j < D / 16; j++)
-                wmma::load_matrix_sync(acc[j], &S.o[warp * 16][j * 16], D + FP,
-                                       wmma::mem_row_major);
-#pragma unroll
-            for (int kk = 0; kk < TC_TILE; kk += 16) {
-                frag_a a;
-                wmma::load_matrix_sync(a, &S.p[warp * 16][kk], TC_TILE + HP);
-#pragma unroll
-                for (int j = 0; j < D / 16; j++) {
-                    frag_b_row bv;
-                    wmma::load_matrix_sync(bv, &S.v[kk][j * 16], D + HP);
-                    wmma::mma_sync(acc[j], a, bv, acc[j]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < D / 16; j++)
-                wmma::store_matrix_sync(&S.o[warp * 16][j * 16], acc[j], D + FP,
-                                        wmma::mem_row_major);
-        }
-        __syncwarp();
+    fa_load<D>(S.q, base, ld, r0, m.L);
+    cp_async_commit();
+    int64_t c0;
+    int kmin, kmax;
+    if (tiles.n > 0) {
+        key_tile<TC_TILE>(tiles, 0, &c0, &kmin, &kmax);
+        fa_load<D>(S.k[0], base + H, ld, c0, m.L);
+        fa_load<D>(S.v[0], base + 2 * H, ld, c0, m.L);
     }
-    __syncthreads(); /* also when no key tile was visited: the initial o, m, l */
-    int64_t r = r0 + rr;
-    if (r < r1) {
-        float l = S.l[rr], inv = l > 0.0f ? 1.0f / l : 0.0f;
-        float *o = out + (b * m.L + r) * H + h * D;
-        for (int d = 0; d < D / 2; d++) {
-            int dd = cpart * (D / 2) + d;
-            o[dd] = round_h(S.o[rr][dd] * inv);
+    cp_async_commit();
+    row_mask rm[2] = {mask_row(m, vl, r0 + wr, r0, r1), mask_row(m, vl, r0 + wr + 8, r0, r1)};
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    uint32_t qa[D / 16][4];
+    for (int64_t it = 0; it < tiles.n; it++) {
+        int buf = (int)(it & 1);
+        key_tile<TC_TILE>(tiles, it, &c0, &kmin, &kmax);
+        if (it + 1 < tiles.n) { /* prefetch the next tile into the other buffer */
+            int64_t n0;
+            int nmin, nmax;
+            key_tile<TC_TILE>(tiles, it + 1, &n0, &nmin, &nmax);
+            fa_load<D>(S.k[buf ^ 1], base + H, ld, n0, m.L);
+            fa_load<D>(S.v[buf ^ 1], base + 2 * H, ld, n0, m.L);
         }
-        if (!cpart) lse[(b * n_head + h) * m.L + r] = l > 0.0f ? S.m[rr] + logf(l) : 0.0f;
+        cp_async_commit();
+        cp_async_wait<1>(); /* Q and tile it are in (this thread's copies) */
+        __syncthreads();    /* ... and every thread's */
+        if (it == 0)
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                qa[kk][0] = S.q[wr][kk * 8 + t];
+                qa[kk][1] = S.q[wr + 8][kk * 8 + t];
+                qa[kk][2] = S.q[wr][kk * 8 + 4 + t];
+                qa[kk][3] = S.q[wr + 8][kk * 8 + 4 + t];
+            }
+        float s[TC_TILE / 8][4]; /* S = Q K^T: tile j holds keys c0 + 8j + 2t, +1 */
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t kb[2] = {S.k[buf][j * 8 + g][kk * 8 + t],
+                                  S.k[buf][j * 8 + g][kk * 8 + 4 + t]};
+                mma_16816<T>(s[j], qa[kk], kb);
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = (int)c0 + j * 8 + 2 * t + (e & 1);
+                bool vis = col >= kmin && col < kmax && row_sees(rm[e >> 1], col);
+                s[j][e] = vis ? s[j][e] * scale : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+            }
+        float alpha[2], mnew[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+            mnew[hr] = fmaxf(mrow[hr], mx[hr]);
+            alpha[hr] = mrow[hr] == -INFINITY ? 0.0f : __expf(mrow[hr] - mnew[hr]);
+        }
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int hr = e >> 1;
+                s[j][e] = mnew[hr] == -INFINITY ? 0.0f : __expf(s[j][e] - mnew[hr]);
+                ps[hr] += s[j][e];
+            }
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 1); /* a+b on both lanes: identical */
+            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 2);
+            lrow[hr] = lrow[hr] * alpha[hr] + ps[hr];
+            mrow[hr] = mnew[hr];
+        }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            o[j][0] *= alpha[0];
+            o[j][1] *= alpha[0];
+            o[j][2] *= alpha[1];
+            o[j][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int kc = 0; kc < TC_TILE / 16; kc++) { /* O += P V over 16 keys at a time */
+            uint32_t pa[4] = {mma_pack<T>(s[2 * kc][0], s[2 * kc][1]),
+                              mma_pack<T>(s[2 * kc][2], s[2 * kc][3]),
+                              mma_pack<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                              mma_pack<T>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+            const uint32_t(*V)[D / 2 + FA_PAD] = S.v[buf];
+            int kr = kc * 16 + 2 * t;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                int w = j * 4 + g / 2, sh = (g & 1) * 16; /* column j*8 + g: one 16-bit half */
+                uint32_t vb[2] = {(V[kr][w] >> sh & 0xffffu) | (V[kr + 1][w] >> sh) << 16,
+                                  (V[kr + 8][w] >> sh & 0xffffu) | (V[kr + 9][w] >> sh) << 16};
+                mma_16816<T>(o[j], pa, vb);
+            }
+        }
+        __syncthreads(); /* every warp is done with buffer buf before it is refilled */
+    }
+    cp_async_wait<0>(); /* Q's group, when no key tile was visited */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int64_t r = r0 + wr + 8 * hr;
+        if (r >= r1) continue;
+        float l = lrow[hr], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *orow = out + (b * m.L + r) * H + h * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            orow[j * 8 + 2 * t] = cu_lowp(o[j][2 * hr] * inv, lowp);
+            orow[j * 8 + 2 * t + 1] = cu_lowp(o[j][2 * hr + 1] * inv, lowp);
+        }
+        if (t == 0) lse[(b * n_head + h) * m.L + r] = l > 0.0f ? mrow[hr] + logf(l) : 0.0f;
     }
 }
+
+/* ---- backward: WMMA, fp16 ---- */
 
 template <int D> struct tc_bwd_smem {
     __half q[TC_TILE][D + HP], dout[TC_TILE][D + HP], k[TC_TILE][D + HP], v[TC_TILE][D + HP];
@@ -368,22 +423,45 @@ __global__ void __launch_bounds__(TC_THREADS)
         CUDA_LAUNCHED();                                                                           \
     } while (0)
 
-int attn_tc_supported(kf_backend *b, int64_t head_dim, const void *const *bufs, int nbufs) {
-    if (!cu_impl(b)->tc || b->precision != KF_PREC_FP16 || (head_dim != 64 && head_dim != 128))
-        return 0;
+int attn_tc_fwd_supported(kf_backend *b, int64_t head_dim) {
+    return cu_impl(b)->tc && b->precision != KF_PREC_FP32 && (head_dim == 64 || head_dim == 128);
+}
+
+int attn_tc_bwd_supported(kf_backend *b, int64_t head_dim, const void *const *bufs, int nbufs) {
+    if (!attn_tc_fwd_supported(b, head_dim) || b->precision != KF_PREC_FP16) return 0;
     for (int i = 0; i < nbufs; i++) /* 16-byte tile loads */
         if ((uintptr_t)bufs[i] % 16) return 0;
     return 1;
 }
 
+/* q, k, v rounded to T once, then the forward over them. */
+template <int D, typename T>
+static void fa_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const mask_dev *md,
+                   int64_t B, int64_t n_head) {
+    int64_t n = B * md->L * 3 * n_head * D, nq = md->L - md->q_start;
+    uint16_t *q16 = (uint16_t *)cu_scratch(b, CU_SCRATCH_A, (size_t)n * sizeof(uint16_t));
+    k_to_lowp<T><<<cu_blocks(n), 256, 0, cu_stream(b)>>>(q16, qkv, n);
+    CUDA_LAUNCHED();
+    dim3 grid((unsigned)((nq + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
+    size_t bytes = sizeof(fa_fwd_smem<D>);
+    void (*k_fwd)(float *, float *, const uint16_t *, mask_dev, int64_t, float, int) =
+        k_attn_fwd_mma<D, T>; /* a pointer: the launch syntax takes no template commas */
+    CUDA_OK(cudaFuncSetAttribute(k_fwd, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    k_fwd<<<grid, TC_THREADS, bytes, cu_stream(b)>>>(out, lse, q16, *md, n_head,
+                                                     1.0f / sqrtf((float)D), b->precision);
+    CUDA_LAUNCHED();
+}
+
 void attn_fwd_tc(kf_backend *b, float *out, float *lse, const float *qkv, const mask_dev *md,
                  int64_t B, int64_t n_head, int64_t head_dim) {
-    int64_t nq = md->L - md->q_start;
-    dim3 grid((unsigned)((nq + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
-    float scale = 1.0f / sqrtf((float)head_dim);
-    if (head_dim == 64)
-        TC_LAUNCH(64, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
-    else TC_LAUNCH(128, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
+    bool bf = b->precision == KF_PREC_BF16;
+    if (head_dim == 64) {
+        if (bf) fa_fwd<64, __nv_bfloat16>(b, out, lse, qkv, md, B, n_head);
+        else fa_fwd<64, __half>(b, out, lse, qkv, md, B, n_head);
+    } else {
+        if (bf) fa_fwd<128, __nv_bfloat16>(b, out, lse, qkv, md, B, n_head);
+        else fa_fwd<128, __half>(b, out, lse, qkv, md, B, n_head);
+    }
 }
 
 void attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const float *lse,
