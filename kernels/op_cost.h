@@ -17,9 +17,10 @@
  *    op's storage precision. Activations and weights are fp32 buffers in
  *    every precision mode (kernels.h: fp16 mode only rounds through half), so
  *    floats cost 4 bytes, int32 4, doubles 8. The passes today's CUDA
- *    backend adds around an fp16 GEMM to convert its operands are counted
- *    apart, in convert_bytes, so the estimate shows what they cost as built
- *    and what a half-precision storage would save.
+ *    backend adds around an fp16 GEMM (and the tensor-core attention
+ *    forward) to convert its operands are counted apart, in convert_bytes,
+ *    so the estimate shows what they cost as built and what a half-precision
+ *    storage would save.
  *  - unit: which peak bounds the op's arithmetic (see kf_cost_unit).
  *  - b is only read for b->precision (fp16 mode moves GEMM and attention to
  *    the tensor units) and b->batch_invariant (which GEMM path converts), and
@@ -47,7 +48,8 @@ typedef struct kf_op_cost {
     int lowp;             /* b->precision was 16-bit (fp16 or bf16) at the call */
     int host_sync;        /* the host waits for the device (download, reductions, sync) */
     double convert_bytes; /* bytes of the separate fp16/bf16 conversion passes today's CUDA
-                             backend runs around the op (see kernels_cost_matmul); not
+                             backend runs around the op (see kernels_cost_matmul,
+                             kernels_cost_attn_fwd); not
                              part of bytes, the op's own single pass */
     char shape[96];       /* the op's sizes, e.g. "M=16368 N=2304 K=768 tb" */
 } kf_op_cost;
