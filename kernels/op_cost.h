@@ -17,8 +17,8 @@
  *    op's storage precision. Activations and weights are fp32 buffers in
  *    every precision mode (kernels.h: fp16 mode only rounds through half), so
  *    floats cost 4 bytes, int32 4, doubles 8. The passes today's CUDA
- *    backend adds around an fp16 GEMM (and the tensor-core attention
- *    forward) to convert its operands are counted apart, in convert_bytes,
+ *    backend adds around an fp16 GEMM (and the tensor-core attention) to
+ *    convert its operands are counted apart, in convert_bytes,
  *    so the estimate shows what they cost as built and what a half-precision
  *    storage would save.
  *  - unit: which peak bounds the op's arithmetic (see kf_cost_unit).
@@ -49,7 +49,7 @@ typedef struct kf_op_cost {
     int host_sync;        /* the host waits for the device (download, reductions, sync) */
     double convert_bytes; /* bytes of the separate fp16/bf16 conversion passes today's CUDA
                              backend runs around the op (see kernels_cost_matmul,
-                             kernels_cost_attn_fwd); not
+                             kernels_cost_attn_fwd and _bwd); not
                              part of bytes, the op's own single pass */
     char shape[96];       /* the op's sizes, e.g. "M=16368 N=2304 K=768 tb" */
 } kf_op_cost;

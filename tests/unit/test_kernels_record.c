@@ -79,8 +79,8 @@ static void test_dry_memory(void) {
     b->destroy(b);
 }
 
-/* The tensor-core attention forward's conversion pass of qkv (16-bit modes
- * only): 4 bytes read and 2 written per element. */
+/* The tensor-core attention's conversion passes of qkv (and dout in the
+ * backward; 16-bit modes only): 4 bytes read and 2 written per element. */
 static void test_attn_convert(void) {
     kf_backend *b = kernels_record_create(NULL, 0);
     kf_mask m = {.n_ctx = 6};
@@ -94,6 +94,11 @@ static void test_attn_convert(void) {
     b->attn_fwd(b, out, lse, qkv, &m, B, nh, hd);
     T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * B * L * 3 * nh * hd, 0,
            "bf16 attn_fwd: qkv converted (4 B read, 2 written per element)");
+    float *dout = b->alloc(b, (size_t)(B * L * nh * hd) * 4);
+    float *dqkv = b->alloc(b, (size_t)(B * L * 3 * nh * hd) * 4);
+    b->attn_bwd(b, dqkv, dout, out, lse, qkv, &m, B, nh, hd);
+    T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * B * L * 4 * nh * hd, 0,
+           "bf16 attn_bwd: qkv and dout converted");
     b->destroy(b);
 }
 
