@@ -4,8 +4,9 @@
 # docs/cuda_emulation.md): every block's threads as fibers in each scheduling
 # order — forward, reverse, seeded random (KF_CUDA_EMU_SEED, default 1) — and
 # once more under AddressSanitizer, the two programs side by side; then
-# test_cuda_limits (65536 blocks) and test_kernels_table (every op slot of
-# the CUDA backend filled) once, the harness's own checks on kernels
+# test_cuda_limits (65536 blocks), test_kernels_table (every op slot of
+# the CUDA backend filled) and test_cuda_mma (the emulated PTX instructions
+# against the PTX ISA's layouts) once, the harness's own checks on kernels
 # with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
 # accumulating the same 2 micro-batches, and `kf bench train --roofline` timing
