@@ -36,7 +36,7 @@
  * distinct banks */
 #define FA_PAD 4
 
-/* ---- forward: mma.sync with S and O in registers ---- */
+/* ---- tiles and fragments, shared by the forward and the backward ---- */
 
 /* Shared tiles as 32-bit words, two 16-bit values each (low one first): the
  * layout mma's operand registers take. K and V are double-buffered. */
@@ -63,151 +63,6 @@ template <typename T> __global__ void k_to_lowp(uint16_t *y, const float *x, int
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = (uint16_t)mma_bits(mma_cvt<T>(x[i]));
 }
-
-/* One block per (64-query tile, head, sample), 4 warps of 16 query rows. Lane
- * (g, t) = (lane / 4, lane % 4) holds rows g and g+8 of its warp's rows
- * (cuda_mma.cuh): S = Q K^T for a 64-key tile in 8 accumulator tiles, the
- * masked online softmax on them (a row's max and sum over the 4 lanes of its
- * group by two xor shuffles, the same bits on all 4), P packed to T straight
- * from S's registers as the A operand of O += P V, O rescaled in registers.
- * K/V tile t+1 is copied (cp.async) while tile t is used. */
-template <int D, typename T>
-__global__ void __launch_bounds__(TC_THREADS)
-    k_attn_fwd_mma(float *out, float *lse, const uint16_t *qkv, mask_dev m, int64_t n_head,
-                   float scale, int lowp) {
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    fa_fwd_smem<D> &S = *reinterpret_cast<fa_fwd_smem<D> *>(smem_raw);
-    int64_t b = blockIdx.z, h = blockIdx.y;
-    int64_t r0 = m.q_start + (int64_t)blockIdx.x * TC_TILE, r1 = min(m.L, r0 + TC_TILE);
-    int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
-    const uint16_t *base = qkv + b * m.L * ld + h * D;
-    int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    int wr = warp * 16 + g; /* this lane's first row in the tile; the second is wr + 8 */
-
-    key_tiles tiles = mask_key_tiles<TC_TILE>(m, vl, r0, r1);
-    fa_load<D>(S.q, base, ld, r0, m.L);
-    cp_async_commit();
-    int64_t c0;
-    int kmin, kmax;
-    if (tiles.n > 0) {
-        key_tile<TC_TILE>(tiles, 0, &c0, &kmin, &kmax);
-        fa_load<D>(S.k[0], base + H, ld, c0, m.L);
-        fa_load<D>(S.v[0], base + 2 * H, ld, c0, m.L);
-    }
-    cp_async_commit();
-    row_mask rm[2] = {mask_row(m, vl, r0 + wr, r0, r1), mask_row(m, vl, r0 + wr + 8, r0, r1)};
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    float o[D / 8][4];
-#pragma unroll
-    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    uint32_t qa[D / 16][4];
-    for (int64_t it = 0; it < tiles.n; it++) {
-        int buf = (int)(it & 1);
-        key_tile<TC_TILE>(tiles, it, &c0, &kmin, &kmax);
-        if (it + 1 < tiles.n) { /* prefetch the next tile into the other buffer */
-            int64_t n0;
-            int nmin, nmax;
-            key_tile<TC_TILE>(tiles, it + 1, &n0, &nmin, &nmax);
-            fa_load<D>(S.k[buf ^ 1], base + H, ld, n0, m.L);
-            fa_load<D>(S.v[buf ^ 1], base + 2 * H, ld, n0, m.L);
-        }
-        cp_async_commit();
-        cp_async_wait<1>(); /* Q and tile it are in (this thread's copies) */
-        __syncthreads();    /* ... and every thread's */
-        if (it == 0)
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                qa[kk][0] = S.q[wr][kk * 8 + t];
-                qa[kk][1] = S.q[wr + 8][kk * 8 + t];
-                qa[kk][2] = S.q[wr][kk * 8 + 4 + t];
-                qa[kk][3] = S.q[wr + 8][kk * 8 + 4 + t];
-            }
-        float s[TC_TILE / 8][4]; /* S = Q K^T: tile j holds keys c0 + 8j + 2t, +1 */
-#pragma unroll
-        for (int j = 0; j < TC_TILE / 8; j++) {
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t kb[2] = {S.k[buf][j * 8 + g][kk * 8 + t],
-                                  S.k[buf][j * 8 + g][kk * 8 + 4 + t]};
-                mma_16816<T>(s[j], qa[kk], kb);
-            }
-        }
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < TC_TILE / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int col = (int)c0 + j * 8 + 2 * t + (e & 1);
-                bool vis = col >= kmin && col < kmax && row_sees(rm[e >> 1], col);
-                s[j][e] = vis ? s[j][e] * scale : -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-            }
-        float alpha[2], mnew[2], ps[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-            mnew[hr] = fmaxf(mrow[hr], mx[hr]);
-            alpha[hr] = mrow[hr] == -INFINITY ? 0.0f : __expf(mrow[hr] - mnew[hr]);
-        }
-#pragma unroll
-        for (int j = 0; j < TC_TILE / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int hr = e >> 1;
-                s[j][e] = mnew[hr] == -INFINITY ? 0.0f : __expf(s[j][e] - mnew[hr]);
-                ps[hr] += s[j][e];
-            }
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 1); /* a+b on both lanes: identical */
-            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 2);
-            lrow[hr] = lrow[hr] * alpha[hr] + ps[hr];
-            mrow[hr] = mnew[hr];
-        }
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            o[j][0] *= alpha[0];
-            o[j][1] *= alpha[0];
-            o[j][2] *= alpha[1];
-            o[j][3] *= alpha[1];
-        }
-#pragma unroll
-        for (int kc = 0; kc < TC_TILE / 16; kc++) { /* O += P V over 16 keys at a time */
-            uint32_t pa[4] = {mma_pack<T>(s[2 * kc][0], s[2 * kc][1]),
-                              mma_pack<T>(s[2 * kc][2], s[2 * kc][3]),
-                              mma_pack<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                              mma_pack<T>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-            const uint32_t(*V)[D / 2 + FA_PAD] = S.v[buf];
-            int kr = kc * 16 + 2 * t;
-#pragma unroll
-            for (int j = 0; j < D / 8; j++) {
-                int w = j * 4 + g / 2, sh = (g & 1) * 16; /* column j*8 + g: one 16-bit half */
-                uint32_t vb[2] = {(V[kr][w] >> sh & 0xffffu) | (V[kr + 1][w] >> sh) << 16,
-                                  (V[kr + 8][w] >> sh & 0xffffu) | (V[kr + 9][w] >> sh) << 16};
-                mma_16816<T>(o[j], pa, vb);
-            }
-        }
-        __syncthreads(); /* every warp is done with buffer buf before it is refilled */
-    }
-    cp_async_wait<0>(); /* Q's group, when no key tile was visited */
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        int64_t r = r0 + wr + 8 * hr;
-        if (r >= r1) continue;
-        float l = lrow[hr], inv = l > 0.0f ? 1.0f / l : 0.0f;
-        float *orow = out + (b * m.L + r) * H + h * D;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            orow[j * 8 + 2 * t] = cu_lowp(o[j][2 * hr] * inv, lowp);
-            orow[j * 8 + 2 * t + 1] = cu_lowp(o[j][2 * hr + 1] * inv, lowp);
-        }
-        if (t == 0) lse[(b * n_head + h) * m.L + r] = l > 0.0f ? mrow[hr] + logf(l) : 0.0f;
-    }
-}
-
-/* ---- backward: the same fragments; dK/dV and dQ in registers ---- */
 
 /* The 16-bit operand register B[k][n], k = kr and kr+1, for column n of a
  * row-major tile X (k indexes X's rows): one 16-bit half of two words. */
@@ -258,6 +113,120 @@ __device__ __forceinline__ void fa_abt(float (*s)[4], const uint32_t (*A)[D / 2 
         }
     }
 }
+
+/* ---- forward: S and O in registers ---- */
+
+/* One block per (64-query tile, head, sample), 4 warps of 16 query rows. Lane
+ * (g, t) = (lane / 4, lane % 4) holds rows g and g+8 of its warp's rows
+ * (cuda_mma.cuh): S = Q K^T for a 64-key tile in 8 accumulator tiles, the
+ * masked online softmax on them (a row's max and sum over the 4 lanes of its
+ * group by two xor shuffles, the same bits on all 4), P packed to T straight
+ * from S's registers as the A operand of O += P V, O rescaled in registers.
+ * K/V tile t+1 is copied (cp.async) while tile t is used. */
+template <int D, typename T>
+__global__ void __launch_bounds__(TC_THREADS)
+    k_attn_fwd_mma(float *out, float *lse, const uint16_t *qkv, mask_dev m, int64_t n_head,
+                   float scale, int lowp) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    fa_fwd_smem<D> &S = *reinterpret_cast<fa_fwd_smem<D> *>(smem_raw);
+    int64_t b = blockIdx.z, h = blockIdx.y;
+    int64_t r0 = m.q_start + (int64_t)blockIdx.x * TC_TILE, r1 = min(m.L, r0 + TC_TILE);
+    int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
+    const uint16_t *base = qkv + b * m.L * ld + h * D;
+    int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    int wr = warp * 16 + g; /* this lane's first row in the tile; the second is wr + 8 */
+
+    key_tiles tiles = mask_key_tiles<TC_TILE>(m, vl, r0, r1);
+    fa_load<D>(S.q, base, ld, r0, m.L);
+    cp_async_commit();
+    int64_t c0;
+    int kmin, kmax;
+    if (tiles.n > 0) {
+        key_tile<TC_TILE>(tiles, 0, &c0, &kmin, &kmax);
+        fa_load<D>(S.k[0], base + H, ld, c0, m.L);
+        fa_load<D>(S.v[0], base + 2 * H, ld, c0, m.L);
+    }
+    cp_async_commit();
+    row_mask rm[2] = {mask_row(m, vl, r0 + wr, r0, r1), mask_row(m, vl, r0 + wr + 8, r0, r1)};
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    for (int64_t it = 0; it < tiles.n; it++) {
+        int buf = (int)(it & 1);
+        key_tile<TC_TILE>(tiles, it, &c0, &kmin, &kmax);
+        if (it + 1 < tiles.n) { /* prefetch the next tile into the other buffer */
+            int64_t n0;
+            int nmin, nmax;
+            key_tile<TC_TILE>(tiles, it + 1, &n0, &nmin, &nmax);
+            fa_load<D>(S.k[buf ^ 1], base + H, ld, n0, m.L);
+            fa_load<D>(S.v[buf ^ 1], base + 2 * H, ld, n0, m.L);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();      /* Q and tile it are in (this thread's copies) */
+        __syncthreads();         /* ... and every thread's */
+        float s[TC_TILE / 8][4]; /* S = Q K^T: tile j holds keys c0 + 8j + 2t, +1 */
+        fa_abt<D, T>(s, S.q, wr, S.k[buf], g, t);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = (int)c0 + j * 8 + 2 * t + (e & 1);
+                bool vis = col >= kmin && col < kmax && row_sees(rm[e >> 1], col);
+                s[j][e] = vis ? s[j][e] * scale : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+            }
+        float alpha[2], mnew[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+            mnew[hr] = fmaxf(mrow[hr], mx[hr]);
+            alpha[hr] = mrow[hr] == -INFINITY ? 0.0f : __expf(mrow[hr] - mnew[hr]);
+        }
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int hr = e >> 1;
+                s[j][e] = mnew[hr] == -INFINITY ? 0.0f : __expf(s[j][e] - mnew[hr]);
+                ps[hr] += s[j][e];
+            }
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 1); /* a+b on both lanes: identical */
+            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 2);
+            lrow[hr] = lrow[hr] * alpha[hr] + ps[hr];
+            mrow[hr] = mnew[hr];
+        }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            o[j][0] *= alpha[0];
+            o[j][1] *= alpha[0];
+            o[j][2] *= alpha[1];
+            o[j][3] *= alpha[1];
+        }
+        fa_acc_ax<D, T>(o, s, S.v[buf], g, t); /* O += P V */
+        __syncthreads(); /* every warp is done with buffer buf before it is refilled */
+    }
+    cp_async_wait<0>(); /* Q's group, when no key tile was visited */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int64_t r = r0 + wr + 8 * hr;
+        if (r >= r1) continue;
+        float l = lrow[hr], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *orow = out + (b * m.L + r) * H + h * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            orow[j * 8 + 2 * t] = cu_lowp(o[j][2 * hr] * inv, lowp);
+            orow[j * 8 + 2 * t + 1] = cu_lowp(o[j][2 * hr + 1] * inv, lowp);
+        }
+        if (t == 0) lse[(b * n_head + h) * m.L + r] = l > 0.0f ? mrow[hr] + logf(l) : 0.0f;
+    }
+}
+
+/* ---- backward: dK/dV and dQ in registers ---- */
 
 /* Rows wr and wr+8 of the 16 x D accumulators acc, rounded by lowp, into the
  * rows row0 + wr (+8) of dst (stride ld) that are below row_end. */
