@@ -95,8 +95,9 @@ __device__ __forceinline__ void fa_acc_ax(float (*acc)[4], const float (*a)[4],
     }
 }
 
-/* s (8 tiles of 16 x 8) = A Y^T for the warp's 16 rows wr0.. of the
- * row-major tile A (16 x D used) and the 64 rows of the row-major tile Y. */
+/* s (8 tiles of 16 x 8) = A Y^T for the warp's 16 rows of the row-major
+ * tile A (this lane's are wr and wr + 8) and the 64 rows of the row-major
+ * tile Y. */
 template <int D, typename T>
 __device__ __forceinline__ void fa_abt(float (*s)[4], const uint32_t (*A)[D / 2 + FA_PAD], int wr,
                                        const uint32_t (*Y)[D / 2 + FA_PAD], int g, int t) {
