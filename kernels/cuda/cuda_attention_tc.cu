@@ -9,6 +9,7 @@
  *  - q, k, v (and dout in the backward) are rounded to the 16-bit format once
  *    per call, into scratch (the CPU backend's rounding points); tiles are
  *    copied from there with cp.async, the next tile while this one is used;
+ *    operands read down a column of a tile come through ldmatrix.trans;
  *  - forward: a block per (64-query tile, head, sample), 4 warps of 16 rows;
  *    S = Q K^T, the masked online softmax, P and O never leave registers
  *    (the accumulator layout tells each lane its rows);
@@ -64,33 +65,27 @@ template <typename T> __global__ void k_to_lowp(uint16_t *y, const float *x, int
         y[i] = (uint16_t)mma_bits(mma_cvt<T>(x[i]));
 }
 
-/* The 16-bit operand register B[k][n], k = kr and kr+1, for column n of a
- * row-major tile X (k indexes X's rows): one 16-bit half of two words. */
-template <int D>
-__device__ __forceinline__ uint32_t fa_col_pair(const uint32_t (*X)[D / 2 + FA_PAD], int kr,
-                                                int n) {
-    int w = n / 2, sh = (n & 1) * 16;
-    return (X[kr][w] >> sh & 0xffffu) | (X[kr + 1][w] >> sh) << 16;
-}
-
 /* acc[j] (16 x 8 tiles over [16 rows][D]) += A X with A the 16 x 64 operand
  * packed from the lane's 8 accumulator tiles a (P or dS, rounded to T) and X
- * a row-major 64 x D tile. */
+ * a row-major 64 x D tile, whose B registers for two 8-column tiles come from
+ * one ldmatrix.trans (lane l names row l % 8 of the 8 x 8 tile l / 8: rows
+ * +8 for odd l / 8, the second column tile for l >= 16). */
 template <int D, typename T>
 __device__ __forceinline__ void fa_acc_ax(float (*acc)[4], const float (*a)[4],
                                           const uint32_t (*X)[D / 2 + FA_PAD], int g, int t) {
+    int l = g * 4 + t, lr = l % 8 + 8 * (l / 8 % 2), lc = l / 16 * 4; /* row, word of l's row */
 #pragma unroll
     for (int kc = 0; kc < TC_TILE / 16; kc++) {
         uint32_t pa[4] = {mma_pack<T>(a[2 * kc][0], a[2 * kc][1]),
                           mma_pack<T>(a[2 * kc][2], a[2 * kc][3]),
                           mma_pack<T>(a[2 * kc + 1][0], a[2 * kc + 1][1]),
                           mma_pack<T>(a[2 * kc + 1][2], a[2 * kc + 1][3])};
-        int kr = kc * 16 + 2 * t;
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            uint32_t xb[2] = {fa_col_pair<D>(X, kr, j * 8 + g),
-                              fa_col_pair<D>(X, kr + 8, j * 8 + g)};
+        for (int j = 0; j < D / 8; j += 2) {
+            uint32_t xb[4];
+            ldmatrix_x4_trans(xb, &X[kc * 16 + lr][j * 4 + lc]);
             mma_16816<T>(acc[j], pa, xb);
+            mma_16816<T>(acc[j + 1], pa, xb + 2);
         }
     }
 }

@@ -67,6 +67,20 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float d[4], const uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/** ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: four 8 x 8 tiles of
+ *  16-bit values from shared memory, transposed. A warp collective: lane l
+ *  passes the address of row l % 8 of tile l / 8 (16 bytes, 16-byte aligned)
+ *  and receives in r[i] the elements (2 (l % 4), l / 4) and (2 (l % 4) + 1,
+ *  l / 4) of tile i — a B operand register (above) of a row-major [k][n]
+ *  tile. */
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+
 /** cp.async.cg.shared.global of 16 bytes from global src to shared dst (both
  *  16-byte aligned); when !valid, src is not read and dst gets zeros. The
  *  copy is asynchronous: read dst only after the cp_async_wait covering it
@@ -95,6 +109,9 @@ template <>
 __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float d[4], const uint32_t a[4],
                                                          const uint32_t b[2]) {
     emu::mma_m16n8k16(d, a, b, true, __FILE__, __LINE__);
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row) {
+    emu::ldmatrix_x4_trans(r, row, __FILE__, __LINE__);
 }
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
     emu::cp_async16(dst, src, valid ? 16 : 0, __FILE__, __LINE__);

@@ -1,5 +1,5 @@
 /* tests/unit/test_cuda_mma.cu — the PTX wrappers of kernels/cuda/cuda_mma.cuh
- * against the PTX ISA: mma.m16n8k16 (fp16 and bf16) with every lane's
+ * against the PTX ISA: ldmatrix.x4.trans, mma.m16n8k16 (fp16 and bf16) with every lane's
  * registers filled and read back by the documented fragment layout (written
  * here from the ISA's per-register tables, independently of the harness's
  * element-owner form), and cp.async's groups, zero fill and completion.
@@ -119,9 +119,42 @@ static void check_cp_async(void) {
     cudaFree(ds), cudaFree(dout);
 }
 
+/* Four 8 x 8 tiles of 16-bit values t*64 + r*8 + c in shared memory; lane l
+ * names row l % 8 of tile l / 8 and gets its four registers in out[l][4]. */
+__global__ void k_ldmatrix(uint32_t *out) {
+    __shared__ __align__(16) uint16_t m[4][8][8];
+    for (int i = threadIdx.x; i < 256; i += 32) m[i / 64][i / 8 % 8][i % 8] = (uint16_t)i;
+    __syncwarp();
+    uint32_t r[4];
+    ldmatrix_x4_trans(r, m[threadIdx.x / 8][threadIdx.x % 8]);
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = r[i];
+}
+
+/* ldmatrix .trans against the PTX ISA: lane l's register i holds, low half
+ * first, elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4] of tile i
+ * (row, column as stored), the B operand layout of mma.m16n8k16. */
+static void check_ldmatrix(void) {
+    uint32_t got[128], *dout;
+    cudaMalloc((void **)&dout, sizeof got);
+    k_ldmatrix<<<1, 32>>>(dout);
+    cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++) {
+            uint32_t lo = (uint32_t)(i * 64 + (2 * (l % 4)) * 8 + l / 4), hi = lo + 8;
+            uint32_t want = lo | hi << 16;
+            if (got[l * 4 + i] != want && bad++ < 4)
+                fprintf(stderr, "  ldmatrix lane %d r[%d]: got 0x%08x want 0x%08x\n", l, i,
+                        got[l * 4 + i], want);
+        }
+    T_CHECK(bad == 0, "ldmatrix.x4.trans: %d of 128 registers wrong, want 0", bad);
+    cudaFree(dout);
+}
+
 int main(void) {
     check_mma<__half>("mma.m16n8k16 f16");
     check_mma<__nv_bfloat16>("mma.m16n8k16 bf16");
     check_cp_async();
+    check_ldmatrix();
     return T_DONE();
 }

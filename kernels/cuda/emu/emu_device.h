@@ -51,7 +51,7 @@ static const int warpSize = 32;
 namespace emu {
 
 /* What a fiber waits in; the error messages name it. */
-enum sync_kind { SYNC_SHFL, SYNC_BALLOT, SYNC_SYNCWARP, SYNC_WMMA, SYNC_MMA };
+enum sync_kind { SYNC_SHFL, SYNC_BALLOT, SYNC_SYNCWARP, SYNC_WMMA, SYNC_MMA, SYNC_LDMATRIX };
 
 /** __syncthreads at file:line: every thread of the block must reach the same one. */
 void syncthreads(const char *file, int line);
@@ -80,6 +80,12 @@ void *dyn_smem();
  *  product, summed in k order in float onto C. */
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16, const char *file,
                   int line);
+
+/** PTX ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: a warp collective;
+ *  lane l names row l % 8 of tile l / 8 (16 bytes of shared memory) in
+ *  `row` and receives in r[i] the two 16-bit elements (row l / 4, columns
+ *  2 (l % 4) and +1) of tile i's transpose. */
+void ldmatrix_x4_trans(uint32_t r[4], const void *row, const char *file, int line);
 
 /** PTX cp.async.cg.shared.global of 16 bytes, the last 16 - src_bytes of them
  *  zeros. The destination reads as 0xff bytes from here until the

@@ -142,6 +142,7 @@ const char *sync_name(emu::sync_kind k) {
     case emu::SYNC_BALLOT: return "a ballot";
     case emu::SYNC_SYNCWARP: return "__syncwarp";
     case emu::SYNC_MMA: return "an mma.sync";
+    case emu::SYNC_LDMATRIX: return "an ldmatrix";
     default: return "a wmma operation";
     }
 }
@@ -409,6 +410,12 @@ unsigned lane_id() { return cur->lane; }
 
 void *dyn_smem() { return L->smem; }
 
+static bool in_shared(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, s = (uintptr_t)L->smem;
+    if (L->smem_len && a >= s && a + n <= s + L->smem_len) return true;
+    return a >= (uintptr_t)__start_emu_shared && a + n <= (uintptr_t)__stop_emu_shared;
+}
+
 /* The 16-bit operand `h` (0: low, 1: high half) of register r, widened. */
 static float mma_elem(uint32_t r, int h, bool bf16) {
     uint16_t bits = (uint16_t)(r >> (16 * h));
@@ -446,10 +453,28 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf1
     memcpy(d, out, sizeof out);
 }
 
-static bool in_shared(const void *p, size_t n) {
-    uintptr_t a = (uintptr_t)p, s = (uintptr_t)L->smem;
-    if (L->smem_len && a >= s && a + n <= s + L->smem_len) return true;
-    return a >= (uintptr_t)__start_emu_shared && a + n <= (uintptr_t)__stop_emu_shared;
+void ldmatrix_x4_trans(uint32_t r[4], const void *row, const char *file, int line) {
+    if (!in_shared(row, 16))
+        fail("ldmatrix at %s:%d: row %p is not in shared memory", file, line, row);
+    if ((uintptr_t)row % 16)
+        fail("ldmatrix at %s:%d: row %p is not 16-byte aligned", file, line, row);
+    /* every lane reads between the two collectives, so none has moved on to
+     * write the rows before all have read them, as on the device */
+    const uint64_t *all =
+        warp_collective(SYNC_LDMATRIX, 0xffffffffu, (uint64_t)(uintptr_t)row, file, line);
+    unsigned me = lane_id();
+    uint32_t out[4];
+    for (int i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) {
+            /* element (me / 4, c) of the transpose: row c of tile i, column me / 4 */
+            int c = (int)(me % 4) * 2 + h;
+            memcpy(&e[h], (const char *)(uintptr_t)all[i * 8 + c] + 2 * (me / 4), 2);
+        }
+        out[i] = e[0] | (uint32_t)e[1] << 16;
+    }
+    warp_collective(SYNC_LDMATRIX, 0xffffffffu, 0, file, line);
+    memcpy(r, out, sizeof out);
 }
 
 void cp_async16(void *dst, const void *src, unsigned src_bytes, const char *file, int line) {
