@@ -255,31 +255,41 @@ double kernels_mask_pairs(const kf_mask *m, int64_t B) {
 
 /* Forward: 4*head_dim per pair and head (Q K^T, P V) + 3 for the online
  * softmax (max, exp, sum). qkv of every row read (keys span the sequence),
- * out and lse of the query rows written. */
+ * out and lse of the query rows written. In a 16-bit mode the tensor-core
+ * forward (cuda_attention_tc.cu) first converts qkv in a pass of its own (4
+ * bytes read, 2 written per element): convert_bytes, which roofline.c counts
+ * only with KF_CUDA_TC=1, the switch that selects those kernels. */
 kf_op_cost kernels_cost_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv,
                                  const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim) {
     double p = kernels_mask_pairs(m, B) * (double)n_head, H = (double)(n_head * head_dim);
     double L = (double)kf_mask_len(m), Lq = L - (double)m->q_start, Bd = (double)B;
-    return cost(b, KF_COST_ATTN, p * (4 * (double)head_dim + 3),
-                F * (Bd * L * 3 * H + Bd * Lq * H + Bd * (double)n_head * Lq),
-                "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
-                (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
-                (long long)m->q_start, (long long)n_head, (long long)head_dim);
+    kf_op_cost c =
+        cost(b, KF_COST_ATTN, p * (4 * (double)head_dim + 3),
+             F * (Bd * L * 3 * H + Bd * Lq * H + Bd * (double)n_head * Lq),
+             "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
+             (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
+             (long long)m->q_start, (long long)n_head, (long long)head_dim);
+    c.convert_bytes = b->precision != KF_PREC_FP32 ? 6 * Bd * L * 3 * H : 0;
+    return c;
 }
 
 /* Backward: 10*head_dim per pair and head (S recomputed, dP = dO V^T,
  * dV += P^T dO, dQ += dS K, dK += dS^T Q) + 4 for P and dS. qkv, out, dout
- * and lse read, dqkv written. */
+ * and lse read, dqkv written. The tensor-core backward converts qkv and dout
+ * first (convert_bytes, as the forward's). */
 kf_op_cost kernels_cost_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
                                  const float *lse, const float *qkv, const kf_mask *m, int64_t B,
                                  int64_t n_head, int64_t head_dim) {
     double p = kernels_mask_pairs(m, B) * (double)n_head, H = (double)(n_head * head_dim);
     double L = (double)kf_mask_len(m), Lq = L - (double)m->q_start, Bd = (double)B;
-    return cost(b, KF_COST_ATTN, p * (10 * (double)head_dim + 4),
-                F * (2 * Bd * L * 3 * H + 2 * Bd * Lq * H + Bd * (double)n_head * Lq),
-                "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
-                (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
-                (long long)m->q_start, (long long)n_head, (long long)head_dim);
+    kf_op_cost c =
+        cost(b, KF_COST_ATTN, p * (10 * (double)head_dim + 4),
+             F * (2 * Bd * L * 3 * H + 2 * Bd * Lq * H + Bd * (double)n_head * Lq),
+             "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
+             (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
+             (long long)m->q_start, (long long)n_head, (long long)head_dim);
+    c.convert_bytes = b->precision != KF_PREC_FP32 ? 6 * Bd * L * 4 * H : 0;
+    return c;
 }
 
 /* Query i of Q sees P+i+1 cache rows: the forward's 4*head_dim + 3 per pair

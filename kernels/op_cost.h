@@ -18,8 +18,9 @@
  *    every precision mode (kernels.h: fp16 mode only rounds through half), so
  *    floats cost 4 bytes, int32 4, doubles 8, except the 16-bit copies
  *    (kernels.h), 2. The passes today's CUDA backend adds around an fp16
- *    GEMM to convert its operands are counted apart, in convert_bytes, so
- *    the estimate shows what they cost as built and what more half-precision
+ *    GEMM (and the tensor-core attention) to convert its operands are
+ *    counted apart, in convert_bytes, so the estimate shows what they cost
+ *    as built and what more half-precision
  *    storage would save.
  *  - unit: which peak bounds the op's arithmetic (see kf_cost_unit).
  *  - b is only read for b->precision (fp16 mode moves GEMM and attention to
@@ -48,7 +49,8 @@ typedef struct kf_op_cost {
     int lowp;             /* b->precision was 16-bit (fp16 or bf16) at the call */
     int host_sync;        /* the host waits for the device (download, reductions, sync) */
     double convert_bytes; /* bytes of the separate fp16/bf16 conversion passes today's CUDA
-                             backend runs around the op (see kernels_cost_matmul); not
+                             backend runs around the op (see kernels_cost_matmul,
+                             kernels_cost_attn_fwd and _bwd); not
                              part of bytes, the op's own single pass */
     char shape[96];       /* the op's sizes, e.g. "M=16368 N=2304 K=768 tb" */
 } kf_op_cost;

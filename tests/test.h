@@ -137,7 +137,7 @@ static inline char *t_stderr_end(void) {
     dup2(t_stderr_saved, 2);
     close(t_stderr_saved);
     off_t n = lseek(t_stderr_fd, 0, SEEK_END);
-    char *buf = malloc(n > 0 ? (size_t)n + 1 : 1);
+    char *buf = (char *)malloc(n > 0 ? (size_t)n + 1 : 1);
     ssize_t got = n > 0 ? pread(t_stderr_fd, buf, (size_t)n, 0) : 0;
     buf[got > 0 ? got : 0] = 0;
     close(t_stderr_fd);

@@ -85,7 +85,7 @@ static void usage(FILE *f) {
                "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
                "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
                "the time of SingleForward(k) relative to causal attention.\n"
-               "--tc runs the fp16 phase on the tensor-core kernels (as KF_CUDA_TC=1).\n"
+               "--tc runs the fp16 or bf16 phase on the tensor-core kernels (as KF_CUDA_TC=1).\n"
                "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n");
 }
 
@@ -140,7 +140,7 @@ extern "C" int bench_attention_main(int argc, char **argv) {
     printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s phase%s, median of %d\n",
            prop.name, (long long)B, (long long)nh, (long long)D, (long long)N,
            kernels_precision_name(prec),
-           prec == KF_PREC_FP16 && cu_impl(b)->tc ? " (tensor cores)" : " (fp32 SIMT kernels)",
+           prec != KF_PREC_FP32 && cu_impl(b)->tc ? " (tensor cores)" : " (fp32 SIMT kernels)",
            iters);
     printf("%-22s %8s %9s %9s %9s %9s %9s %10s\n", "structure", "tokens", "fwd ms", "bwd ms",
            "fwd TF/s", "bwd TF/s", "all TF/s", "time/causal");

@@ -431,8 +431,7 @@ void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const 
     int64_t nq = md.L - md.q_start;
     if (nq <= 0 || B <= 0) return;
     KF_CHECK(B <= 65535 && n_head <= 65535, "attention: batch or heads too large");
-    const void *bufs[3] = {out, lse, qkv};
-    if (attn_tc_supported(b, head_dim, bufs, 3)) {
+    if (attn_tc_supported(b, head_dim)) {
         attn_fwd_tc(b, out, lse, qkv, &md, B, n_head, head_dim);
         return;
     }
@@ -455,8 +454,7 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
     k_attn_delta<<<cu_blocks(warps * 32), 256, 0, cu_stream(b)>>>(delta, dout, out, B * L, L,
                                                                   n_head, head_dim, lowp);
     CUDA_LAUNCHED();
-    const void *bufs[4] = {dqkv, dout, qkv, out};
-    if (attn_tc_supported(b, head_dim, bufs, 4)) {
+    if (attn_tc_supported(b, head_dim)) {
         attn_bwd_tc(b, dqkv, dout, lse, delta, qkv, &md, B, n_head, head_dim);
         return;
     }

@@ -1,405 +1,510 @@
-/* kernels/cuda/cuda_attention_tc.cu — the fp16-phase attention kernels on the
- * tensor cores (WMMA, half operands, fp32 accumulation), for head_dim 64 and
- * 128. Same structure walk, tiles and determinism as the fp32 kernels in
- * cuda_attention.cu (which run the fp32 phase and other head dims):
+/* kernels/cuda/cuda_attention_tc.cu — the attention kernels of the fp16 and
+ * bf16 phases on the tensor cores (PTX mma.sync m16n8k16 with 16-bit
+ * operands and fp32 accumulation, kernels/cuda/cuda_mma.cuh), for head_dim 64
+ * and 128. Same structure walk, tiles and determinism as the fp32 kernels in
+ * cuda_attention.cu (which run the fp32 phase and other head dims): only the
+ * key tiles a query tile sees are visited, every output is owned by one
+ * warp and summed in a fixed order, and no row depends on another sample.
  *
- *  - forward: a block per (64-query tile, head, sample), 4 warps, each warp
- *    owns 16 query rows: S = Q K^T on the tensor cores into shared memory,
- *    masked online softmax by its lanes (2 per row), P rounded to half, then
- *    O += P V on the tensor cores with O kept in shared memory (rescaled by
- *    the row's softmax correction before each product);
- *  - backward dK/dV: a block per 64-key tile, each warp owns 16 keys and keeps
- *    their dK, dV fragments in registers over the query tiles that see them
- *    (S^T = K Q^T, dP^T = V dO^T, then dV += P^T dO, dK += dS^T Q);
+ *  - q, k, v (and dout in the backward) are rounded to the 16-bit format once
+ *    per call, into scratch (the CPU backend's rounding points); tiles are
+ *    copied from there with cp.async, the next tile while this one is used;
+ *    operands read down a column of a tile come through ldmatrix.trans;
+ *  - forward: a block per (64-query tile, head, sample), 4 warps of 16 rows;
+ *    S = Q K^T, the masked online softmax, P and O never leave registers
+ *    (the accumulator layout tells each lane its rows);
+ *  - backward dK/dV: a block per 64-key tile, each warp 16 keys whose dK, dV
+ *    stay in registers over the query tiles that see them (S^T = K Q^T,
+ *    dP^T = V dO^T, then dV += P^T dO, dK += dS^T Q);
  *  - backward dQ: a block per query tile, each warp 16 rows (dQ += dS K).
- * q, k, v, out and dout are rounded to half on load (the CPU backend's fp16
- * rounding points); P and dS are also half as tensor-core operands, which
- * the CPU does not round: the difference is within fp16 tolerances.
+ * P and dS are rounded to the 16-bit format as tensor-core operands, which
+ * the CPU does not do: the difference is within the 16-bit tolerances.
  *
  * Status: opt-in (KF_CUDA_TC=1 when the backend is created) until
- * test_cuda_ops has passed with it on a GPU — the session that wrote these
- * kernels ran out of GPU time before it could run them. test_cuda_ops runs
- * every fp16 attention case through this path too; `kf bench attention --tc`
- * times it. Once verified, make it the default in kernels_cuda_create.
+ * test_cuda_ops has passed with it on a GPU; so far these kernels have run
+ * only under the emulation harness. test_cuda_ops runs every fp16 attention
+ * case and bf16 ones through this path too; `kf bench attention --tc` times
+ * it. Once verified, make it the default in kernels_cuda_create.
  */
-#include <mma.h>
-
 #include "kernels/cuda/cuda_attention_tc.h"
 #include "kernels/cuda/cuda_attn_mask.cuh"
-
-using namespace nvcuda;
+#include "kernels/cuda/cuda_mma.cuh"
 
 #define TC_TILE 64
 #define TC_THREADS 128
-#define HP 8 /* half row padding (keeps 32-byte fragment alignment, spreads banks) */
-#define FP 4 /* float row padding */
+/* 32-bit words of row padding: rows stay 16-byte aligned for cp.async, and
+ * the 16-byte shift per row puts the 8 rows a fragment load reads in
+ * distinct banks */
+#define FA_PAD 4
 
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_acc;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> frag_b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> frag_b_col;
+/* ---- tiles and fragments, shared by the forward and the backward ---- */
 
-/* Rows [r0, r0+64) of one head (row stride ld floats) into s as half; rows at
- * or past L are zero. 16-byte loads (D and the row strides are multiples of 4). */
+/* Shared tiles as 32-bit words, two 16-bit values each (low one first): the
+ * layout mma's operand registers take. K and V are double-buffered. */
+template <int D> struct fa_fwd_smem {
+    uint32_t q[TC_TILE][D / 2 + FA_PAD];
+    uint32_t k[2][TC_TILE][D / 2 + FA_PAD], v[2][TC_TILE][D / 2 + FA_PAD];
+};
+
+/* Queues the copy of rows [r0, r0+64) of one head of the 16-bit qkv (row
+ * stride ld elements) into s; rows at or past `end` are zero-filled. */
 template <int D>
-__device__ __forceinline__ void load_half_tile(__half (*s)[D + HP], const float *base, int64_t ld,
-                                               int64_t r0, int64_t L) {
-    for (int i = threadIdx.x; i < TC_TILE * D / 4; i += TC_THREADS) {
-        int r = i / (D / 4), d = (i % (D / 4)) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r0 + r < L) v = *reinterpret_cast<const float4 *>(base + (r0 + r) * ld + d);
-        s[r][d] = __float2half_rn(v.x);
-        s[r][d + 1] = __float2half_rn(v.y);
-        s[r][d + 2] = __float2half_rn(v.z);
-        s[r][d + 3] = __float2half_rn(v.w);
+__device__ __forceinline__ void fa_load(uint32_t (*s)[D / 2 + FA_PAD], const uint16_t *base,
+                                        int64_t ld, int64_t r0, int64_t end) {
+    for (int i = threadIdx.x; i < TC_TILE * D / 8; i += TC_THREADS) {
+        int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        bool in = r0 + r < end;
+        cp_async16(&s[r][c / 2], base + (in ? (r0 + r) * ld + c : 0), in);
     }
 }
 
-__device__ __forceinline__ float round_h(float v) { return __half2float(__float2half_rn(v)); }
+/* x rounded to T, its bits (q, k, v as the CPU backend rounds them). */
+template <typename T> __global__ void k_to_lowp(uint16_t *y, const float *x, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = (uint16_t)mma_bits(mma_cvt<T>(x[i]));
+}
 
-template <int D> struct tc_fwd_smem {
-    __half q[TC_TILE][D + HP], k[TC_TILE][D + HP], v[TC_TILE][D + HP];
-    __half p[TC_TILE][TC_TILE + HP];
-    float s[TC_TILE][TC_TILE + FP];
-    float o[TC_TILE][D + FP];
-    float m[TC_TILE], l[TC_TILE];
-};
+/* acc[j] (16 x 8 tiles over [16 rows][D]) += A X with A the 16 x 64 operand
+ * packed from the lane's 8 accumulator tiles a (P or dS, rounded to T) and X
+ * a row-major 64 x D tile, whose B registers for two 8-column tiles come from
+ * one ldmatrix.trans (lane l names row l % 8 of the 8 x 8 tile l / 8: rows
+ * +8 for odd l / 8, the second column tile for l >= 16). */
+template <int D, typename T>
+__device__ __forceinline__ void fa_acc_ax(float (*acc)[4], const float (*a)[4],
+                                          const uint32_t (*X)[D / 2 + FA_PAD], int g, int t) {
+    int l = g * 4 + t, lr = l % 8 + 8 * (l / 8 % 2), lc = l / 16 * 4; /* row, word of l's row */
+#pragma unroll
+    for (int kc = 0; kc < TC_TILE / 16; kc++) {
+        uint32_t pa[4] = {mma_pack<T>(a[2 * kc][0], a[2 * kc][1]),
+                          mma_pack<T>(a[2 * kc][2], a[2 * kc][3]),
+                          mma_pack<T>(a[2 * kc + 1][0], a[2 * kc + 1][1]),
+                          mma_pack<T>(a[2 * kc + 1][2], a[2 * kc + 1][3])};
+#pragma unroll
+        for (int j = 0; j < D / 8; j += 2) {
+            uint32_t xb[4];
+            ldmatrix_x4_trans(xb, &X[kc * 16 + lr][j * 4 + lc]);
+            mma_16816<T>(acc[j], pa, xb);
+            mma_16816<T>(acc[j + 1], pa, xb + 2);
+        }
+    }
+}
 
-template <int D>
+/* s (8 tiles of 16 x 8) = A Y^T for the warp's 16 rows of the row-major
+ * tile A (this lane's are wr and wr + 8) and the 64 rows of the row-major
+ * tile Y. */
+template <int D, typename T>
+__device__ __forceinline__ void fa_abt(float (*s)[4], const uint32_t (*A)[D / 2 + FA_PAD], int wr,
+                                       const uint32_t (*Y)[D / 2 + FA_PAD], int g, int t) {
+#pragma unroll
+    for (int j = 0; j < TC_TILE / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[4] = {A[wr][kk * 8 + t], A[wr + 8][kk * 8 + t], A[wr][kk * 8 + 4 + t],
+                         A[wr + 8][kk * 8 + 4 + t]};
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++) {
+            uint32_t yb[2] = {Y[j * 8 + g][kk * 8 + t], Y[j * 8 + g][kk * 8 + 4 + t]};
+            mma_16816<T>(s[j], a, yb);
+        }
+    }
+}
+
+/* ---- forward: S and O in registers ---- */
+
+/* One block per (64-query tile, head, sample), 4 warps of 16 query rows. Lane
+ * (g, t) = (lane / 4, lane % 4) holds rows g and g+8 of its warp's rows
+ * (cuda_mma.cuh): S = Q K^T for a 64-key tile in 8 accumulator tiles, the
+ * masked online softmax on them (a row's max and sum over the 4 lanes of its
+ * group by two xor shuffles, the same bits on all 4), P packed to T straight
+ * from S's registers as the A operand of O += P V, O rescaled in registers.
+ * K/V tile t+1 is copied (cp.async) while tile t is used. */
+template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_fwd_tc(float *out, float *lse, const float *qkv, mask_dev m, int64_t n_head,
-                  float scale) {
+    k_attn_fwd_mma(float *out, float *lse, const uint16_t *qkv, mask_dev m, int64_t n_head,
+                   float scale, int lowp) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    tc_fwd_smem<D> &S = *reinterpret_cast<tc_fwd_smem<D> *>(smem_raw);
+    fa_fwd_smem<D> &S = *reinterpret_cast<fa_fwd_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
     int64_t r0 = m.q_start + (int64_t)blockIdx.x * TC_TILE, r1 = min(m.L, r0 + TC_TILE);
     int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
-    const float *base = qkv + b * m.L * ld + h * D;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int rr = warp * 16 + (lane >> 1), cpart = lane & 1; /* this lane's row and column half */
+    const uint16_t *base = qkv + b * m.L * ld + h * D;
+    int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    int wr = warp * 16 + g; /* this lane's first row in the tile; the second is wr + 8 */
 
-    load_half_tile<D>(S.q, base, ld, r0, m.L);
-    for (int i = threadIdx.x; i < TC_TILE * D; i += TC_THREADS) S.o[i / D][i % D] = 0.0f;
-    for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
-        S.m[i] = -INFINITY;
-        S.l[i] = 0.0f;
-    }
-    row_mask rm = mask_row(m, vl, r0 + rr, r0, r1);
     key_tiles tiles = mask_key_tiles<TC_TILE>(m, vl, r0, r1);
-    for (int64_t t = 0; t < tiles.n; t++) {
-        int64_t c0;
-        int kmin, kmax;
-        key_tile<TC_TILE>(tiles, t, &c0, &kmin, &kmax);
-        __syncthreads();
-        load_half_tile<D>(S.k, base + H, ld, c0, m.L);
-        load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
-        __syncthreads();
-        { /* S_w = Q_w K^T */
-            frag_acc acc[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < D; kk += 16) {
-                frag_a a;
-                wmma::load_matrix_sync(a, &S.q[warp * 16][kk], D + HP);
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    frag_b_col bk;
-                    wmma::load_matrix_sync(bk, &S.k[j * 16][kk], D + HP);
-                    wmma::mma_sync(acc[j], a, bk, acc[j]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                wmma::store_matrix_sync(&S.s[warp * 16][j * 16], acc[j], TC_TILE + FP,
-                                        wmma::mem_row_major);
-        }
-        __syncwarp();
-        float mx = -INFINITY;
-#pragma unroll 8
-        for (int c = 0; c < 32; c++) {
-            int cc = cpart * 32 + c, col = (int)c0 + cc;
-            float v =
-                col >= kmin && col < kmax && row_sees(rm, col) ? S.s[rr][cc] * scale : -INFINITY;
-            S.s[rr][cc] = v;
-            mx = fmaxf(mx, v);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float mold = S.m[rr], mnew = fmaxf(mold, mx), ps = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < 32; c++) {
-            int cc = cpart * 32 + c;
-            float p = mnew == -INFINITY ? 0.0f : __expf(S.s[rr][cc] - mnew);
-            S.p[rr][cc] = __float2half_rn(p);
-            ps += p;
-        }
-        ps += __shfl_xor_sync(0xffffffffu, ps, 1); /* a+b on both lanes: identical */
-        float alpha = mold == -INFINITY ? 0.0f : __expf(mold - mnew);
-        float lold = S.l[rr];
-        __syncwarp(); /* both lanes have read m and l */
-        if (!cpart) {
-            S.m[rr] = mnew;
-            S.l[rr] = lold * alpha + ps;
-        }
-#pragma unroll 8
-        for (int d = 0; d < D / 2; d++) S.o[rr][cpart * (D / 2) + d] *= alpha;
-        __syncwarp();
-        { /* O_w += P_w V */
-            frag_acc acc[D / 16];
-#pragma unroll
-            for (int j = 0; j < D / 16; j++)
-                wmma::load_matrix_sync(acc[j], &S.o[warp * 16][j * 16], D + FP,
-                                       wmma::mem_row_major);
-#pragma unroll
-            for (int kk = 0; kk < TC_TILE; kk += 16) {
-                frag_a a;
-                wmma::load_matrix_sync(a, &S.p[warp * 16][kk], TC_TILE + HP);
-#pragma unroll
-                for (int j = 0; j < D / 16; j++) {
-                    frag_b_row bv;
-                    wmma::load_matrix_sync(bv, &S.v[kk][j * 16], D + HP);
-                    wmma::mma_sync(acc[j], a, bv, acc[j]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < D / 16; j++)
-                wmma::store_matrix_sync(&S.o[warp * 16][j * 16], acc[j], D + FP,
-                                        wmma::mem_row_major);
-        }
-        __syncwarp();
+    fa_load<D>(S.q, base, ld, r0, m.L);
+    cp_async_commit();
+    int64_t c0;
+    int kmin, kmax;
+    if (tiles.n > 0) {
+        key_tile<TC_TILE>(tiles, 0, &c0, &kmin, &kmax);
+        fa_load<D>(S.k[0], base + H, ld, c0, m.L);
+        fa_load<D>(S.v[0], base + 2 * H, ld, c0, m.L);
     }
-    __syncthreads(); /* also when no key tile was visited: the initial o, m, l */
-    int64_t r = r0 + rr;
-    if (r < r1) {
-        float l = S.l[rr], inv = l > 0.0f ? 1.0f / l : 0.0f;
-        float *o = out + (b * m.L + r) * H + h * D;
-        for (int d = 0; d < D / 2; d++) {
-            int dd = cpart * (D / 2) + d;
-            o[dd] = round_h(S.o[rr][dd] * inv);
+    cp_async_commit();
+    row_mask rm[2] = {mask_row(m, vl, r0 + wr, r0, r1), mask_row(m, vl, r0 + wr + 8, r0, r1)};
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    for (int64_t it = 0; it < tiles.n; it++) {
+        int buf = (int)(it & 1);
+        key_tile<TC_TILE>(tiles, it, &c0, &kmin, &kmax);
+        if (it + 1 < tiles.n) { /* prefetch the next tile into the other buffer */
+            int64_t n0;
+            int nmin, nmax;
+            key_tile<TC_TILE>(tiles, it + 1, &n0, &nmin, &nmax);
+            fa_load<D>(S.k[buf ^ 1], base + H, ld, n0, m.L);
+            fa_load<D>(S.v[buf ^ 1], base + 2 * H, ld, n0, m.L);
         }
-        if (!cpart) lse[(b * n_head + h) * m.L + r] = l > 0.0f ? S.m[rr] + logf(l) : 0.0f;
+        cp_async_commit();
+        cp_async_wait<1>();      /* Q and tile it are in (this thread's copies) */
+        __syncthreads();         /* ... and every thread's */
+        float s[TC_TILE / 8][4]; /* S = Q K^T: tile j holds keys c0 + 8j + 2t, +1 */
+        fa_abt<D, T>(s, S.q, wr, S.k[buf], g, t);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = (int)c0 + j * 8 + 2 * t + (e & 1);
+                bool vis = col >= kmin && col < kmax && row_sees(rm[e >> 1], col);
+                s[j][e] = vis ? s[j][e] * scale : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+            }
+        float alpha[2], mnew[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+            mnew[hr] = fmaxf(mrow[hr], mx[hr]);
+            alpha[hr] = mrow[hr] == -INFINITY ? 0.0f : __expf(mrow[hr] - mnew[hr]);
+        }
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int hr = e >> 1;
+                s[j][e] = mnew[hr] == -INFINITY ? 0.0f : __expf(s[j][e] - mnew[hr]);
+                ps[hr] += s[j][e];
+            }
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 1); /* a+b on both lanes: identical */
+            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 2);
+            lrow[hr] = lrow[hr] * alpha[hr] + ps[hr];
+            mrow[hr] = mnew[hr];
+        }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            o[j][0] *= alpha[0];
+            o[j][1] *= alpha[0];
+            o[j][2] *= alpha[1];
+            o[j][3] *= alpha[1];
+        }
+        fa_acc_ax<D, T>(o, s, S.v[buf], g, t); /* O += P V */
+        __syncthreads(); /* every warp is done with buffer buf before it is refilled */
+    }
+    cp_async_wait<0>(); /* Q's group, when no key tile was visited */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int64_t r = r0 + wr + 8 * hr;
+        if (r >= r1) continue;
+        float l = lrow[hr], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *orow = out + (b * m.L + r) * H + h * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            orow[j * 8 + 2 * t] = cu_lowp(o[j][2 * hr] * inv, lowp);
+            orow[j * 8 + 2 * t + 1] = cu_lowp(o[j][2 * hr + 1] * inv, lowp);
+        }
+        if (t == 0) lse[(b * n_head + h) * m.L + r] = l > 0.0f ? mrow[hr] + logf(l) : 0.0f;
     }
 }
 
-template <int D> struct tc_bwd_smem {
-    __half q[TC_TILE][D + HP], dout[TC_TILE][D + HP], k[TC_TILE][D + HP], v[TC_TILE][D + HP];
-    __half p[TC_TILE][TC_TILE + HP], ds[TC_TILE][TC_TILE + HP];
-    float s[TC_TILE][TC_TILE + FP], dp[TC_TILE][TC_TILE + FP];
-    float lse[TC_TILE], delta[TC_TILE];
-    row_mask rm[TC_TILE];
+/* ---- backward: dK/dV and dQ in registers ---- */
+
+/* Rows wr and wr+8 of the 16 x D accumulators acc, rounded by lowp, into the
+ * rows row0 + wr (+8) of dst (stride ld) that are below row_end. */
+template <int D>
+__device__ __forceinline__ void fa_store(float *dst, int64_t ld, int64_t row0, int64_t row_end,
+                                         const float (*acc)[4], int wr, int t, int lowp) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int64_t r = row0 + wr + 8 * hr;
+        if (r >= row_end) continue;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            dst[r * ld + j * 8 + 2 * t] = cu_lowp(acc[j][2 * hr], lowp);
+            dst[r * ld + j * 8 + 2 * t + 1] = cu_lowp(acc[j][2 * hr + 1], lowp);
+        }
+    }
+}
+
+template <int D> struct fa_kv_smem {
+    uint32_t k[TC_TILE][D / 2 + FA_PAD], v[TC_TILE][D / 2 + FA_PAD];
+    uint32_t q[2][TC_TILE][D / 2 + FA_PAD], dout[2][TC_TILE][D / 2 + FA_PAD];
+    float lse[2][TC_TILE], delta[2][TC_TILE];
+    row_mask rm[2][TC_TILE];
 };
 
-/* dst[r][*] = A_w B^T for the warp's 16 rows: A (16 x D, row-major half) times
- * the transpose of B (64 x D, row-major half) into a float tile. */
-template <int D>
-__device__ __forceinline__ void tc_abt(float (*dst)[TC_TILE + FP], const __half (*A)[D + HP],
-                                       const __half (*Bm)[D + HP], int warp) {
-    frag_acc acc[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
-#pragma unroll
-    for (int kk = 0; kk < D; kk += 16) {
-        frag_a a;
-        wmma::load_matrix_sync(a, &A[warp * 16][kk], D + HP);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            frag_b_col bf;
-            wmma::load_matrix_sync(bf, &Bm[j * 16][kk], D + HP);
-            wmma::mma_sync(acc[j], a, bf, acc[j]);
+/* Query tile i of the ranges [lo, hi): its first row *r0 and the end *r1 of
+ * its range (the tiles of range 0 first). */
+__device__ __forceinline__ void fa_query_tile(int64_t i, const int64_t *lo, const int64_t *hi,
+                                              int nr, int64_t *r0, int64_t *r1) {
+    *r0 = *r1 = 0; /* i past the last tile: an empty one */
+    for (int q = 0; q < nr; q++) {
+        int64_t n = (hi[q] - lo[q] + TC_TILE - 1) / TC_TILE;
+        if (i < n) {
+            *r0 = lo[q] + i * TC_TILE;
+            *r1 = hi[q];
+            return;
         }
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        wmma::store_matrix_sync(&dst[warp * 16][j * 16], acc[j], TC_TILE + FP, wmma::mem_row_major);
-}
-
-/* acc[j] += P_w (16 x 64, half) X (64 x D, half) for the warp's rows. */
-template <int D>
-__device__ __forceinline__ void tc_pv(frag_acc *acc, const __half (*P)[TC_TILE + HP],
-                                      const __half (*X)[D + HP], int warp) {
-#pragma unroll
-    for (int kk = 0; kk < TC_TILE; kk += 16) {
-        frag_a a;
-        wmma::load_matrix_sync(a, &P[warp * 16][kk], TC_TILE + HP);
-#pragma unroll
-        for (int j = 0; j < D / 16; j++) {
-            frag_b_row bf;
-            wmma::load_matrix_sync(bf, &X[kk][j * 16], D + HP);
-            wmma::mma_sync(acc[j], a, bf, acc[j]);
-        }
+        i -= n;
     }
 }
 
-/* Writes fragments acc (the warp's 16 rows of a 64 x D tile) rounded to half
- * into dst rows [row0, row0+64) (stride ld), skipping rows >= row_end, through
- * the float staging area st [64][D+FP]. Ends with a barrier. */
-template <int D>
-__device__ __forceinline__ void tc_store_rows(float *dst, int64_t ld, int64_t row0, int64_t row_end,
-                                              frag_acc *acc, float (*st)[D + FP], int warp) {
-#pragma unroll
-    for (int j = 0; j < D / 16; j++)
-        wmma::store_matrix_sync(&st[warp * 16][j * 16], acc[j], D + FP, wmma::mem_row_major);
-    __syncthreads();
-    for (int i = threadIdx.x; i < TC_TILE * D; i += TC_THREADS) {
-        int r = i / D, d = i % D;
-        if (row0 + r < row_end) dst[(row0 + r) * ld + d] = round_h(st[r][d]);
-    }
-    __syncthreads();
-}
-
-template <int D>
+/* One block per 64-key tile: its queries' tiles (the ranges
+ * mask_key_tile_queries gives, in order) stream through double-buffered Q
+ * and dO tiles; each warp owns 16 keys and keeps their dK and dV in
+ * registers: S^T = K Q^T and dP^T = V dO^T, then P^T and dS^T straight from
+ * those registers as the A operands of dV += P^T dO and dK += dS^T Q. */
+template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_bwd_kv_tc(float *dqkv, const float *dout, const float *lse, const float *delta,
-                     const float *qkv, mask_dev m, int64_t n_head, float scale) {
+    k_attn_bwd_kv_mma(float *dqkv, const uint16_t *dout, const float *lse, const float *delta,
+                      const uint16_t *qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    tc_bwd_smem<D> &S = *reinterpret_cast<tc_bwd_smem<D> *>(smem_raw);
+    fa_kv_smem<D> &S = *reinterpret_cast<fa_kv_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
     int64_t c0 = (int64_t)blockIdx.x * TC_TILE, c1 = min(m.L, c0 + TC_TILE);
     int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
-    const float *base = qkv + b * m.L * ld + h * D;
-    const float *dob = dout + b * m.L * H + h * D;
+    const uint16_t *base = qkv + b * m.L * ld + h * D, *dob = dout + b * m.L * H + h * D;
     const float *lb = lse + (b * n_head + h) * m.L, *db = delta + (b * n_head + h) * m.L;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int kr = warp * 16 + (lane >> 1), cpart = lane & 1; /* this lane's key row and query half */
-    int key = (int)(c0 + kr);
-    bool key_ok = c0 + kr < c1;
+    int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    int wr = warp * 16 + g;
+    int key[2] = {(int)(c0 + wr), (int)(c0 + wr + 8)};
+    bool key_ok[2] = {c0 + wr < c1, c0 + wr + 8 < c1};
 
-    load_half_tile<D>(S.k, base + H, ld, c0, m.L);
-    load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
-    frag_acc dk[D / 16], dv[D / 16];
-#pragma unroll
-    for (int j = 0; j < D / 16; j++) {
-        wmma::fill_fragment(dk[j], 0.0f);
-        wmma::fill_fragment(dv[j], 0.0f);
-    }
     int64_t lo[3], hi[3];
     int nr = mask_key_tile_queries(m, vl, c0, c1, lo, hi);
-    for (int qi = 0; qi < nr; qi++)
-        for (int64_t r0 = lo[qi]; r0 < hi[qi]; r0 += TC_TILE) {
-            __syncthreads();
-            load_half_tile<D>(S.q, base, ld, r0, hi[qi]);
-            load_half_tile<D>(S.dout, dob, H, r0, hi[qi]);
-            for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
-                bool in = r0 + i < hi[qi];
-                S.lse[i] = in ? lb[r0 + i] : 0.0f;
-                S.delta[i] = in ? db[r0 + i] : 0.0f;
-                S.rm[i] = mask_row(m, vl, r0 + i, r0, hi[qi]);
-            }
-            __syncthreads();
-            tc_abt<D>(S.s, S.k, S.q, warp);     /* S^T: keys x queries */
-            tc_abt<D>(S.dp, S.v, S.dout, warp); /* dP^T */
-            __syncwarp();
-#pragma unroll 4
-            for (int c = 0; c < 32; c++) {
-                int qc = cpart * 32 + c;
-                bool vis = key_ok && row_sees(S.rm[qc], key);
-                float p = vis ? __expf(S.s[kr][qc] * scale - S.lse[qc]) : 0.0f;
-                float ds = vis ? p * (S.dp[kr][qc] - S.delta[qc]) * scale : 0.0f;
-                S.p[kr][qc] = __float2half_rn(p);
-                S.ds[kr][qc] = __float2half_rn(ds);
-            }
-            __syncwarp();
-            tc_pv<D>(dv, S.p, S.dout, warp);
-            tc_pv<D>(dk, S.ds, S.q, warp);
+    int64_t n = 0;
+    for (int q = 0; q < nr; q++) n += (hi[q] - lo[q] + TC_TILE - 1) / TC_TILE;
+    fa_load<D>(S.k, base + H, ld, c0, m.L);
+    fa_load<D>(S.v, base + 2 * H, ld, c0, m.L);
+    cp_async_commit();
+    int64_t r0 = 0, r1 = 0;
+    if (n > 0) {
+        fa_query_tile(0, lo, hi, nr, &r0, &r1);
+        fa_load<D>(S.q[0], base, ld, r0, r1);
+        fa_load<D>(S.dout[0], dob, H, r0, r1);
+        for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
+            bool in = r0 + i < r1;
+            S.lse[0][i] = in ? lb[r0 + i] : 0.0f;
+            S.delta[0][i] = in ? db[r0 + i] : 0.0f;
+            S.rm[0][i] = mask_row(m, vl, r0 + i, r0, r1);
         }
-    __syncthreads();
-    float(*st)[D + FP] = reinterpret_cast<float(*)[D + FP]>(&S.q[0][0]); /* q..v are free now */
+    }
+    cp_async_commit();
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+        dk[j][0] = dk[j][1] = dk[j][2] = dk[j][3] = 0.0f;
+        dv[j][0] = dv[j][1] = dv[j][2] = dv[j][3] = 0.0f;
+    }
+    for (int64_t it = 0; it < n; it++) {
+        int buf = (int)(it & 1);
+        if (it + 1 < n) { /* the next query tile into the other buffers */
+            int64_t n0, n1;
+            fa_query_tile(it + 1, lo, hi, nr, &n0, &n1);
+            fa_load<D>(S.q[buf ^ 1], base, ld, n0, n1);
+            fa_load<D>(S.dout[buf ^ 1], dob, H, n0, n1);
+            for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
+                bool in = n0 + i < n1;
+                S.lse[buf ^ 1][i] = in ? lb[n0 + i] : 0.0f;
+                S.delta[buf ^ 1][i] = in ? db[n0 + i] : 0.0f;
+                S.rm[buf ^ 1][i] = mask_row(m, vl, n0 + i, n0, n1);
+            }
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        float p[TC_TILE / 8][4], ds[TC_TILE / 8][4]; /* keys x queries */
+        fa_abt<D, T>(p, S.k, wr, S.q[buf], g, t);
+        fa_abt<D, T>(ds, S.v, wr, S.dout[buf], g, t);
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qc = j * 8 + 2 * t + (e & 1), hr = e >> 1;
+                bool vis = key_ok[hr] && row_sees(S.rm[buf][qc], key[hr]);
+                float pe = vis ? __expf(p[j][e] * scale - S.lse[buf][qc]) : 0.0f;
+                ds[j][e] = vis ? pe * (ds[j][e] - S.delta[buf][qc]) * scale : 0.0f;
+                p[j][e] = pe;
+            }
+        fa_acc_ax<D, T>(dv, p, S.dout[buf], g, t);
+        fa_acc_ax<D, T>(dk, ds, S.q[buf], g, t);
+        __syncthreads(); /* every warp is done with buffer buf before it is refilled */
+    }
+    cp_async_wait<0>(); /* the K/V group, when no query tile was visited */
     float *dbase = dqkv + b * m.L * ld + h * D;
-    tc_store_rows<D>(dbase + H, ld, c0, c1, dk, st, warp);
-    tc_store_rows<D>(dbase + 2 * H, ld, c0, c1, dv, st, warp);
+    fa_store<D>(dbase + H, ld, c0, c1, dk, wr, t, lowp);
+    fa_store<D>(dbase + 2 * H, ld, c0, c1, dv, wr, t, lowp);
 }
 
-template <int D>
+template <int D> struct fa_q_smem {
+    uint32_t q[TC_TILE][D / 2 + FA_PAD], dout[TC_TILE][D / 2 + FA_PAD];
+    uint32_t k[2][TC_TILE][D / 2 + FA_PAD], v[2][TC_TILE][D / 2 + FA_PAD];
+};
+
+/* One block per 64-query tile, each warp 16 rows: S = Q K^T and dP = dO V^T
+ * over the key tiles the rows see (as the forward), dS from their registers
+ * as the A operand of dQ += dS K. */
+template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_bwd_q_tc(float *dqkv, const float *dout, const float *lse, const float *delta,
-                    const float *qkv, mask_dev m, int64_t n_head, float scale) {
+    k_attn_bwd_q_mma(float *dqkv, const uint16_t *dout, const float *lse, const float *delta,
+                     const uint16_t *qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    tc_bwd_smem<D> &S = *reinterpret_cast<tc_bwd_smem<D> *>(smem_raw);
+    fa_q_smem<D> &S = *reinterpret_cast<fa_q_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
     int64_t r0 = (int64_t)blockIdx.x * TC_TILE, r1 = min(m.L, r0 + TC_TILE);
     int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
-    const float *base = qkv + b * m.L * ld + h * D;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int qr = warp * 16 + (lane >> 1), cpart = lane & 1;
-    frag_acc dq[D / 16];
-#pragma unroll
-    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
+    const uint16_t *base = qkv + b * m.L * ld + h * D;
+    int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    int wr = warp * 16 + g;
     int64_t q0 = max(r0, m.q_start); /* rows before q_start are not queries: dq stays 0 */
-    if (q0 < r1) {
-        load_half_tile<D>(S.q, base, ld, r0, m.L);
-        load_half_tile<D>(S.dout, dout + b * m.L * H + h * D, H, r0, m.L);
-        row_mask rm = mask_row(m, vl, r0 + qr, q0, r1);
-        float l = r0 + qr < m.L ? lse[(b * n_head + h) * m.L + r0 + qr] : 0.0f;
-        float dl = r0 + qr < m.L ? delta[(b * n_head + h) * m.L + r0 + qr] : 0.0f;
-        key_tiles tiles = mask_key_tiles<TC_TILE>(m, vl, q0, r1);
-        for (int64_t t = 0; t < tiles.n; t++) {
-            int64_t c0;
-            int kmin, kmax;
-            key_tile<TC_TILE>(tiles, t, &c0, &kmin, &kmax);
-            __syncthreads();
-            load_half_tile<D>(S.k, base + H, ld, c0, m.L);
-            load_half_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
-            __syncthreads();
-            tc_abt<D>(S.s, S.q, S.k, warp);     /* S: queries x keys */
-            tc_abt<D>(S.dp, S.dout, S.v, warp); /* dP */
-            __syncwarp();
-#pragma unroll 4
-            for (int c = 0; c < 32; c++) {
-                int kc = cpart * 32 + c, col = (int)c0 + kc;
-                bool vis = col >= kmin && col < kmax && row_sees(rm, col);
-                float p = vis ? __expf(S.s[qr][kc] * scale - l) : 0.0f;
-                S.ds[qr][kc] = __float2half_rn(vis ? p * (S.dp[qr][kc] - dl) * scale : 0.0f);
-            }
-            __syncwarp();
-            tc_pv<D>(dq, S.ds, S.k, warp);
-        }
+    key_tiles tiles = mask_key_tiles<TC_TILE>(m, vl, q0, r1);
+    int64_t n = q0 < r1 ? tiles.n : 0;
+    fa_load<D>(S.q, base, ld, r0, m.L);
+    fa_load<D>(S.dout, dout + b * m.L * H + h * D, H, r0, m.L);
+    cp_async_commit();
+    int64_t c0;
+    int kmin, kmax;
+    if (n > 0) {
+        key_tile<TC_TILE>(tiles, 0, &c0, &kmin, &kmax);
+        fa_load<D>(S.k[0], base + H, ld, c0, m.L);
+        fa_load<D>(S.v[0], base + 2 * H, ld, c0, m.L);
     }
-    __syncthreads();
-    float(*st)[D + FP] = reinterpret_cast<float(*)[D + FP]>(&S.q[0][0]);
-    tc_store_rows<D>(dqkv + b * m.L * ld + h * D, ld, r0, r1, dq, st, warp);
+    cp_async_commit();
+    row_mask rm[2] = {mask_row(m, vl, r0 + wr, q0, r1), mask_row(m, vl, r0 + wr + 8, q0, r1)};
+    float l[2], dl[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int64_t r = r0 + wr + 8 * hr;
+        l[hr] = r < m.L ? lse[(b * n_head + h) * m.L + r] : 0.0f;
+        dl[hr] = r < m.L ? delta[(b * n_head + h) * m.L + r] : 0.0f;
+    }
+    float dq[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+    for (int64_t it = 0; it < n; it++) {
+        int buf = (int)(it & 1);
+        key_tile<TC_TILE>(tiles, it, &c0, &kmin, &kmax);
+        if (it + 1 < n) {
+            int64_t n0;
+            int nmin, nmax;
+            key_tile<TC_TILE>(tiles, it + 1, &n0, &nmin, &nmax);
+            fa_load<D>(S.k[buf ^ 1], base + H, ld, n0, m.L);
+            fa_load<D>(S.v[buf ^ 1], base + 2 * H, ld, n0, m.L);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        float p[TC_TILE / 8][4], ds[TC_TILE / 8][4]; /* queries x keys */
+        fa_abt<D, T>(p, S.q, wr, S.k[buf], g, t);
+        fa_abt<D, T>(ds, S.dout, wr, S.v[buf], g, t);
+#pragma unroll
+        for (int j = 0; j < TC_TILE / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = (int)c0 + j * 8 + 2 * t + (e & 1), hr = e >> 1;
+                bool vis = col >= kmin && col < kmax && row_sees(rm[hr], col);
+                float pe = vis ? __expf(p[j][e] * scale - l[hr]) : 0.0f;
+                ds[j][e] = vis ? pe * (ds[j][e] - dl[hr]) * scale : 0.0f;
+            }
+        fa_acc_ax<D, T>(dq, ds, S.k[buf], g, t);
+        __syncthreads(); /* every warp is done with buffer buf before it is refilled */
+    }
+    cp_async_wait<0>();
+    fa_store<D>(dqkv + b * m.L * ld + h * D, ld, r0, r1, dq, wr, t, lowp);
 }
 
-#define TC_LAUNCH(DV, KERNEL, SMEM_T, GRID, ...)                                                   \
-    do {                                                                                           \
-        size_t bytes_ = sizeof(SMEM_T<DV>);                                                        \
-        CUDA_OK(cudaFuncSetAttribute(KERNEL<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                                     (int)bytes_));                                                \
-        KERNEL<DV><<<GRID, TC_THREADS, bytes_, cu_stream(b)>>>(__VA_ARGS__);                       \
-        CUDA_LAUNCHED();                                                                           \
-    } while (0)
+int attn_tc_supported(kf_backend *b, int64_t head_dim) {
+    return cu_impl(b)->tc && b->precision != KF_PREC_FP32 && (head_dim == 64 || head_dim == 128);
+}
 
-int attn_tc_supported(kf_backend *b, int64_t head_dim, const void *const *bufs, int nbufs) {
-    if (!cu_impl(b)->tc || b->precision != KF_PREC_FP16 || (head_dim != 64 && head_dim != 128))
-        return 0;
-    for (int i = 0; i < nbufs; i++) /* 16-byte tile loads */
-        if ((uintptr_t)bufs[i] % 16) return 0;
-    return 1;
+/* x (n floats) rounded to T in scratch slot `slot`. */
+template <typename T>
+static const uint16_t *fa_lowp(kf_backend *b, int slot, const float *x, int64_t n) {
+    uint16_t *y = (uint16_t *)cu_scratch(b, slot, (size_t)n * sizeof(uint16_t));
+    k_to_lowp<T><<<cu_blocks(n), 256, 0, cu_stream(b)>>>(y, x, n);
+    CUDA_LAUNCHED();
+    return y;
+}
+
+typedef void (*fa_fwd_kernel)(float *, float *, const uint16_t *, mask_dev, int64_t, float, int);
+typedef void (*fa_bwd_kernel)(float *, const uint16_t *, const float *, const float *,
+                              const uint16_t *, mask_dev, int64_t, float, int);
+
+/* Kernels go through pointers: the launch syntax takes no template commas. */
+template <typename K> static void fa_smem(K k, size_t bytes) {
+    CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+template <int D, typename T>
+static void fa_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const mask_dev *md,
+                   int64_t B, int64_t n_head) {
+    const uint16_t *q16 = fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
+    int64_t nq = md->L - md->q_start;
+    dim3 grid((unsigned)((nq + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
+    size_t bytes = sizeof(fa_fwd_smem<D>);
+    fa_fwd_kernel k_fwd = k_attn_fwd_mma<D, T>;
+    fa_smem(k_fwd, bytes);
+    k_fwd<<<grid, TC_THREADS, bytes, cu_stream(b)>>>(out, lse, q16, *md, n_head,
+                                                     1.0f / sqrtf((float)D), b->precision);
+    CUDA_LAUNCHED();
+}
+
+template <int D, typename T>
+static void fa_bwd(kf_backend *b, float *dqkv, const float *dout, const float *lse,
+                   const float *delta, const float *qkv, const mask_dev *md, int64_t B,
+                   int64_t n_head) {
+    const uint16_t *q16 = fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
+    const uint16_t *do16 = fa_lowp<T>(b, CU_SCRATCH_B, dout, B * md->L * n_head * D);
+    dim3 grid((unsigned)((md->L + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
+    float scale = 1.0f / sqrtf((float)D);
+    fa_bwd_kernel k_kv = k_attn_bwd_kv_mma<D, T>, k_q = k_attn_bwd_q_mma<D, T>;
+    size_t kv_bytes = sizeof(fa_kv_smem<D>), q_bytes = sizeof(fa_q_smem<D>);
+    fa_smem(k_kv, kv_bytes);
+    fa_smem(k_q, q_bytes);
+    k_kv<<<grid, TC_THREADS, kv_bytes, cu_stream(b)>>>(dqkv, do16, lse, delta, q16, *md, n_head,
+                                                       scale, b->precision);
+    CUDA_LAUNCHED();
+    k_q<<<grid, TC_THREADS, q_bytes, cu_stream(b)>>>(dqkv, do16, lse, delta, q16, *md, n_head,
+                                                     scale, b->precision);
+    CUDA_LAUNCHED();
 }
 
 void attn_fwd_tc(kf_backend *b, float *out, float *lse, const float *qkv, const mask_dev *md,
                  int64_t B, int64_t n_head, int64_t head_dim) {
-    int64_t nq = md->L - md->q_start;
-    dim3 grid((unsigned)((nq + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
-    float scale = 1.0f / sqrtf((float)head_dim);
-    if (head_dim == 64)
-        TC_LAUNCH(64, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
-    else TC_LAUNCH(128, k_attn_fwd_tc, tc_fwd_smem, grid, out, lse, qkv, *md, n_head, scale);
+    bool bf = b->precision == KF_PREC_BF16;
+    if (head_dim == 64) {
+        if (bf) fa_fwd<64, __nv_bfloat16>(b, out, lse, qkv, md, B, n_head);
+        else fa_fwd<64, __half>(b, out, lse, qkv, md, B, n_head);
+    } else {
+        if (bf) fa_fwd<128, __nv_bfloat16>(b, out, lse, qkv, md, B, n_head);
+        else fa_fwd<128, __half>(b, out, lse, qkv, md, B, n_head);
+    }
 }
 
 void attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const float *lse,
                  const float *delta, const float *qkv, const mask_dev *md, int64_t B,
                  int64_t n_head, int64_t head_dim) {
-    dim3 grid((unsigned)((md->L + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
-    float scale = 1.0f / sqrtf((float)head_dim);
+    bool bf = b->precision == KF_PREC_BF16;
     if (head_dim == 64) {
-        TC_LAUNCH(64, k_attn_bwd_kv_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head,
-                  scale);
-        TC_LAUNCH(64, k_attn_bwd_q_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head,
-                  scale);
+        if (bf) fa_bwd<64, __nv_bfloat16>(b, dqkv, dout, lse, delta, qkv, md, B, n_head);
+        else fa_bwd<64, __half>(b, dqkv, dout, lse, delta, qkv, md, B, n_head);
     } else {
-        TC_LAUNCH(128, k_attn_bwd_kv_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md,
-                  n_head, scale);
-        TC_LAUNCH(128, k_attn_bwd_q_tc, tc_bwd_smem, grid, dqkv, dout, lse, delta, qkv, *md, n_head,
-                  scale);
+        if (bf) fa_bwd<128, __nv_bfloat16>(b, dqkv, dout, lse, delta, qkv, md, B, n_head);
+        else fa_bwd<128, __half>(b, dqkv, dout, lse, delta, qkv, md, B, n_head);
     }
 }

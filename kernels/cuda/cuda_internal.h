@@ -91,8 +91,9 @@ typedef struct cuda_impl {
     int64_t rope_cap, rope_D;
     float rope_base;
     int sm_count;
-    /* KF_CUDA_TC=1: the fp16 tensor-core kernels not yet verified on a GPU
-     * (attention, cuda_attention_tc.cu; batch-invariant GEMM, cuda_gemm.cu) */
+    /* KF_CUDA_TC=1: the tensor-core kernels not yet verified on a GPU
+     * (fp16/bf16 attention, cuda_attention_tc.cu; fp16 batch-invariant GEMM,
+     * cuda_gemm.cu) */
     int tc;
 } cuda_impl;
 

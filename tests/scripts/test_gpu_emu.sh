@@ -4,8 +4,9 @@
 # docs/cuda_emulation.md): every block's threads as fibers in each scheduling
 # order — forward, reverse, seeded random (KF_CUDA_EMU_SEED, default 1) — and
 # once more under AddressSanitizer, the two programs side by side; then
-# test_cuda_limits (65536 blocks) and test_kernels_table (every op slot of
-# the CUDA backend filled) once, the harness's own checks on kernels
+# test_cuda_limits (65536 blocks), test_kernels_table (every op slot of
+# the CUDA backend filled) and test_cuda_mma (the emulated PTX instructions
+# against the PTX ISA's layouts) once, the harness's own checks on kernels
 # with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
 # accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, and `kf bench train --roofline` timing
@@ -63,6 +64,9 @@ start test_kernels_table build-emu/tests/test_kernels_table forward
 wait
 collect test_cuda_limits forward
 collect test_kernels_table forward
+start test_cuda_mma build-emu/tests/test_cuda_mma forward
+wait
+collect test_cuda_mma forward
 
 # the harness's own checks: kernels/cuda/emu/emu_selftest.cu, one bug per case
 ST=build-emu/emu_selftest
@@ -78,6 +82,7 @@ if [ -x "$ST" ]; then
   selftest divergent 'divergent barrier'
   selftest shfl 'exits while its warp waits|names lane 16, which has exited'
   selftest wmma 'not 32-byte aligned'
+  selftest cp_async 'cp.async copies it never waited for'
   selftest launch 'block \(2048,1,1\)'
   selftest smem '65536 bytes of dynamic shared memory'
   selftest deadlock 'deadlock'

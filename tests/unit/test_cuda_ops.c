@@ -661,8 +661,39 @@ static void test_attention(void) {
     attn_case("q_start=37 inside the context", dfq, 2, 1, 64, KF_PREC_FP32);
 }
 
-/* The fp16 tensor-core kernels (KF_CUDA_TC=1): batch-invariant GEMM and
- * every fp16 attention case. */
+/* The tensor-core attention ran on backend tc, not the SIMT kernels it
+ * stands in for: it rounds P (and dS) to the 16-bit format, so some bit of
+ * out (and dqkv) differs from simt's, which would pass the tolerance checks
+ * just as well. */
+static void tc_path_taken(kf_backend *tc, kf_backend *simt, kf_precision prec, int64_t D) {
+    kf_mask m = {.n_ctx = 75};
+    int64_t nh = 2, L = 75, H = nh * D;
+    buf2 qkv = mk_rand(L * 3 * H, 1.5f), o_tc = mk_rand(L * H, 1), o_simt = mk_rand(L * H, 1),
+         lse = mk_rand(nh * L, 1), dout = mk_rand(L * H, 1), d_tc = mk_rand(L * 3 * H, 1),
+         d_simt = mk_rand(L * 3 * H, 1);
+    tc->set_precision(tc, prec);
+    simt->set_precision(simt, prec);
+    tc->attn_fwd(tc, o_tc.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D);
+    simt->attn_fwd(simt, o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D);
+    float *a = down(&o_tc, 1), *c = down(&o_simt, 1);
+    T_CHECK(memcmp(a, c, o_tc.bytes) != 0,
+            "attn_fwd tc %s D=%lld: got the SIMT kernel's bits, want the tensor-core kernel's",
+            kernels_precision_name(prec), (long long)D);
+    free(a), free(c);
+    tc->attn_bwd(tc, d_tc.p[1], dout.p[1], o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D);
+    simt->attn_bwd(simt, d_simt.p[1], dout.p[1], o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D);
+    a = down(&d_tc, 1), c = down(&d_simt, 1);
+    T_CHECK(memcmp(a, c, d_tc.bytes) != 0,
+            "attn_bwd tc %s D=%lld: got the SIMT kernels' bits, want the tensor-core kernels'",
+            kernels_precision_name(prec), (long long)D);
+    free(a), free(c);
+    tc->set_precision(tc, KF_PREC_FP32);
+    simt->set_precision(simt, KF_PREC_FP32);
+    drop(&qkv), drop(&o_tc), drop(&o_simt), drop(&lse), drop(&dout), drop(&d_tc), drop(&d_simt);
+}
+
+/* The tensor-core kernels (KF_CUDA_TC=1): batch-invariant GEMM, every fp16
+ * attention case, and bf16 attention cases. */
 static void test_tensor_cores(void) {
     int32_t vl[3] = {75, 40, 1};
     setenv("KF_CUDA_TC", "1", 1);
@@ -698,8 +729,14 @@ static void test_tensor_cores(void) {
     }
     kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
     attn_case("tc: q_start=37 inside the context fp16", dfq, 2, 1, 64, KF_PREC_FP16);
-    /* the WMMA kernels are half-only: bf16 must keep to the rounding of its own format */
+    /* bf16 operands on the tensor cores: outputs must keep to bf16's rounding */
     attn_case("tc: causal N=75 D=64 bf16", causal, 2, 2, 64, KF_PREC_BF16);
+    kf_mask sfb = {.n_ctx = 70, .group = 2, .n_groups = 70, .valid_len = vl};
+    attn_case("tc: SingleForward k=2 valid_len bf16", sfb, 3, 2, 64, KF_PREC_BF16);
+    kf_mask dfb = {.n_ctx = 70, .group = 4, .n_groups = 70, .q_start = 70};
+    attn_case("tc: DoubleForward k=2 bf16 D=128", dfb, 2, 2, 128, KF_PREC_BF16);
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++)
+        for (int64_t D = 64; D <= 128; D *= 2) tc_path_taken(be[1], simt, (kf_precision)prec, D);
     BOTH(BE->set_precision(BE, KF_PREC_BF16));
     be[1]->batch_invariant = 1;
     test_matmul(KF_PREC_BF16, 1);

@@ -114,6 +114,29 @@ static void test_dry_memory(void) {
     b->destroy(b);
 }
 
+/* The tensor-core attention's conversion passes of qkv (and dout in the
+ * backward; 16-bit modes only): 4 bytes read and 2 written per element. */
+static void test_attn_convert(void) {
+    kf_backend *b = kernels_record_create(NULL, 0);
+    kf_mask m = {.n_ctx = 6};
+    int64_t B = 2, nh = 2, hd = 4, L = 6;
+    float *qkv = b->alloc(b, (size_t)(B * L * 3 * nh * hd) * 4);
+    float *out = b->alloc(b, (size_t)(B * L * nh * hd) * 4),
+          *lse = b->alloc(b, (size_t)(B * nh * L) * 4);
+    b->attn_fwd(b, out, lse, qkv, &m, B, nh, hd);
+    T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "fp32 attn_fwd: no conversion pass");
+    b->set_precision(b, KF_PREC_BF16);
+    b->attn_fwd(b, out, lse, qkv, &m, B, nh, hd);
+    T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * B * L * 3 * nh * hd, 0,
+           "bf16 attn_fwd: qkv converted (4 B read, 2 written per element)");
+    float *dout = b->alloc(b, (size_t)(B * L * nh * hd) * 4);
+    float *dqkv = b->alloc(b, (size_t)(B * L * 3 * nh * hd) * 4);
+    b->attn_bwd(b, dqkv, dout, out, lse, qkv, &m, B, nh, hd);
+    T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * B * L * 4 * nh * hd, 0,
+           "bf16 attn_bwd: qkv and dout converted");
+    b->destroy(b);
+}
+
 /* kernels_mask_pairs against the pairs the CPU attention scores (per head,
  * summed over heads) on a SingleForward mask with q_start and valid lengths. */
 static void test_mask_pairs(void) {
@@ -301,6 +324,7 @@ int main(void) {
     test_linear_bwd();
     test_dry_memory();
     test_mask_pairs();
+    test_attn_convert();
     test_ar_step_flops();
     test_same_ops(RC_KIND_AR, 1, "AR");
     test_same_ops(RC_KIND_SELF_FORCING, 2, "self-forcing k 2");

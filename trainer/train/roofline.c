@@ -229,17 +229,19 @@ static int by_est(const void *a, const void *b) {
 }
 
 /* The conversion passes around op r as their own memory-bound record
- * ("convert16", op_cost.h convert_bytes; no bytes: none). */
-static kf_op_rec convert_rec(const kf_op_rec *r) {
+ * ("convert16", op_cost.h convert_bytes; no bytes: none). Attention's is the
+ * tensor-core forward's, run only with attn_tc. */
+static kf_op_rec convert_rec(const kf_op_rec *r, int attn_tc) {
+    double bytes = r->cost.unit == KF_COST_ATTN && !attn_tc ? 0 : r->cost.convert_bytes;
     return (kf_op_rec){.op = "convert16",
-                       .cost = {.bytes = r->cost.convert_bytes, .unit = KF_COST_SIMT, .lowp = 1}};
+                       .cost = {.bytes = bytes, .unit = KF_COST_SIMT, .lowp = 1}};
 }
 
 static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t from, int64_t to,
                       int attn_tc) {
     double s = 0;
     for (int64_t i = from; i < to; i++) {
-        kf_op_rec cv = convert_rec(&ops[i]);
+        kf_op_rec cv = convert_rec(&ops[i], attn_tc);
         s += roofline_op_seconds(d, &ops[i].cost, attn_tc) +
              roofline_op_seconds(d, &cv.cost, attn_tc);
     }
@@ -263,7 +265,7 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
     for (int64_t i = mk->begin; i < mk->end; i++) {
         const kf_op_rec *r = &ops[i];
         if (r->cost.unit == KF_COST_NONE && !r->cost.host_sync) continue;
-        kf_op_rec cv = convert_rec(r);
+        kf_op_rec cv = convert_rec(r, attn_tc);
         for (int part = 0; part < 2; part++) {
             const kf_op_rec *x = part ? &cv : r;
             if (part && x->cost.bytes == 0) break;

@@ -51,7 +51,7 @@ static const int warpSize = 32;
 namespace emu {
 
 /* What a fiber waits in; the error messages name it. */
-enum sync_kind { SYNC_SHFL, SYNC_BALLOT, SYNC_SYNCWARP, SYNC_WMMA };
+enum sync_kind { SYNC_SHFL, SYNC_BALLOT, SYNC_SYNCWARP, SYNC_WMMA, SYNC_MMA, SYNC_LDMATRIX };
 
 /** __syncthreads at file:line: every thread of the block must reach the same one. */
 void syncthreads(const char *file, int line);
@@ -72,6 +72,32 @@ unsigned lane_id();
 
 /** Dynamic shared memory of the running launch. */
 void *dyn_smem();
+
+/** PTX mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 with
+ *  d as C and D (kernels/cuda/cuda_mma.cuh documents the operands): a warp
+ *  collective of all 32 lanes that gathers every lane's a, b and d by the PTX
+ *  ISA's fragment layout and gives each lane its four elements of the exact
+ *  product, summed in k order in float onto C. */
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16, const char *file,
+                  int line);
+
+/** PTX ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: a warp collective;
+ *  lane l names row l % 8 of tile l / 8 (16 bytes of shared memory) in
+ *  `row` and receives in r[i] the two 16-bit elements (row l / 4, columns
+ *  2 (l % 4) and +1) of tile i's transpose. */
+void ldmatrix_x4_trans(uint32_t r[4], const void *row, const char *file, int line);
+
+/** PTX cp.async.cg.shared.global of 16 bytes, the last 16 - src_bytes of them
+ *  zeros. The destination reads as 0xff bytes from here until the
+ *  cp_async_wait that covers it copies the data, so a read before the wait,
+ *  or a copy into a tile another warp still reads, shows as NaN. Reports a
+ *  destination outside shared memory and unaligned addresses. */
+void cp_async16(void *dst, const void *src, unsigned src_bytes, const char *file, int line);
+/** cp.async.commit_group: this thread's uncommitted copies become a group. */
+void cp_async_commit();
+/** cp.async.wait_group n: completes this thread's committed groups but the
+ *  newest n. A thread that exits with copies still pending is reported. */
+void cp_async_wait(int n);
 
 template <typename T> static inline uint64_t to_bits(T v) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -75,6 +77,14 @@ namespace {
 
 enum fiber_state { F_READY, F_WAIT, F_DONE };
 
+/* A cp.async copy issued but not yet completed (group -1: not committed). */
+struct cp_pending {
+    void *dst;
+    const void *src;
+    unsigned src_bytes;
+    int64_t group;
+};
+
 struct fiber {
     void *sp;
     char *stack;
@@ -85,6 +95,8 @@ struct fiber {
     uint64_t wait_gen;
     const char *wait_what, *wait_file;
     int wait_line;
+    std::vector<cp_pending> cp; /* cp.async copies not yet waited for */
+    int64_t cp_groups;          /* groups committed so far */
 };
 
 struct warp_state {
@@ -129,6 +141,8 @@ const char *sync_name(emu::sync_kind k) {
     case emu::SYNC_SHFL: return "a shuffle";
     case emu::SYNC_BALLOT: return "a ballot";
     case emu::SYNC_SYNCWARP: return "__syncwarp";
+    case emu::SYNC_MMA: return "an mma.sync";
+    case emu::SYNC_LDMATRIX: return "an ldmatrix";
     default: return "a wmma operation";
     }
 }
@@ -204,6 +218,8 @@ void fiber_exit() {
     if (w.arrived && (w.mask >> f->lane & 1u))
         emu::fail("lane %u exits while its warp waits for it in %s at %s:%d", f->lane,
                   sync_name(w.kind), w.file, w.line);
+    if (!f->cp.empty())
+        emu::fail("thread exits with %zu cp.async copies it never waited for", f->cp.size());
     f->state = F_DONE;
     w.exited |= 1u << f->lane;
     L->exited++;
@@ -261,6 +277,8 @@ void run_block() {
     for (unsigned i = 0; i < l.nthreads; i++) {
         fiber &f = l.fibers[i];
         f.state = F_READY;
+        f.cp.clear();
+        f.cp_groups = 0;
         /* a frame as emu_ctx_switch leaves it: six registers, then fiber_main as
          * the return address above a dummy one (so fiber_main sees the ABI's
          * alignment: rsp + 8 a multiple of 16 at entry) */
@@ -391,6 +409,105 @@ void fail(const char *fmt, ...) {
 unsigned lane_id() { return cur->lane; }
 
 void *dyn_smem() { return L->smem; }
+
+static bool in_shared(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, s = (uintptr_t)L->smem;
+    if (L->smem_len && a >= s && a + n <= s + L->smem_len) return true;
+    return a >= (uintptr_t)__start_emu_shared && a + n <= (uintptr_t)__stop_emu_shared;
+}
+
+/* The 16-bit operand `h` (0: low, 1: high half) of register r, widened. */
+static float mma_elem(uint32_t r, int h, bool bf16) {
+    uint16_t bits = (uint16_t)(r >> (16 * h));
+    if (bf16) return __bfloat162float(__nv_bfloat16{bits});
+    return __half2float(__half{bits});
+}
+
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16, const char *file,
+                  int line) {
+    struct regs {
+        const uint32_t *a, *b;
+        const float *d;
+    } mine = {a, b, d};
+    /* every lane's registers stay put until all have passed the second
+     * collective: read them between the two */
+    const uint64_t *all =
+        warp_collective(SYNC_MMA, 0xffffffffu, (uint64_t)(uintptr_t)&mine, file, line);
+    const regs *r[32];
+    for (int l = 0; l < 32; l++) r[l] = (const regs *)(uintptr_t)all[l];
+    /* the owner of each element (PTX ISA, "Matrix fragments for mma.m16n8k16
+     * with floating point type"): A(i,k) in lane (i%8)*4 + (k%8)/2, register
+     * (i/8) + 2*(k/8), half k%2; B(k,j) in lane j*4 + (k%8)/2, register k/8,
+     * half k%2; C(i,j) in lane (i%8)*4 + j/2, element 2*(i/8) + j%2 */
+    unsigned me = lane_id();
+    float out[4];
+    for (int q = 0; q < 4; q++) {
+        int i = (int)(me / 4) + 8 * (q / 2), j = (int)(me % 4) * 2 + q % 2;
+        float s = r[(i % 8) * 4 + j / 2]->d[2 * (i / 8) + j % 2];
+        for (int k = 0; k < 16; k++)
+            s += mma_elem(r[(i % 8) * 4 + (k % 8) / 2]->a[i / 8 + 2 * (k / 8)], k % 2, bf16) *
+                 mma_elem(r[j * 4 + (k % 8) / 2]->b[k / 8], k % 2, bf16);
+        out[q] = s;
+    }
+    warp_collective(SYNC_MMA, 0xffffffffu, 0, file, line);
+    memcpy(d, out, sizeof out);
+}
+
+void ldmatrix_x4_trans(uint32_t r[4], const void *row, const char *file, int line) {
+    if (!in_shared(row, 16))
+        fail("ldmatrix at %s:%d: row %p is not in shared memory", file, line, row);
+    if ((uintptr_t)row % 16)
+        fail("ldmatrix at %s:%d: row %p is not 16-byte aligned", file, line, row);
+    /* every lane reads between the two collectives, so none has moved on to
+     * write the rows before all have read them, as on the device */
+    const uint64_t *all =
+        warp_collective(SYNC_LDMATRIX, 0xffffffffu, (uint64_t)(uintptr_t)row, file, line);
+    unsigned me = lane_id();
+    uint32_t out[4];
+    for (int i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) {
+            /* element (me / 4, c) of the transpose: row c of tile i, column me / 4 */
+            int c = (int)(me % 4) * 2 + h;
+            memcpy(&e[h], (const char *)(uintptr_t)all[i * 8 + c] + 2 * (me / 4), 2);
+        }
+        out[i] = e[0] | (uint32_t)e[1] << 16;
+    }
+    warp_collective(SYNC_LDMATRIX, 0xffffffffu, 0, file, line);
+    memcpy(r, out, sizeof out);
+}
+
+void cp_async16(void *dst, const void *src, unsigned src_bytes, const char *file, int line) {
+    if (!in_shared(dst, 16))
+        fail("cp.async at %s:%d: destination %p is not in shared memory", file, line, dst);
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
+        fail("cp.async at %s:%d: 16-byte copy from %p to %p, both must be 16-byte aligned", file,
+             line, src, dst);
+    if (src_bytes > 16) fail("cp.async at %s:%d: source size %u > 16", file, line, src_bytes);
+    memset(dst, 0xff, 16); /* undefined until the wait */
+    cur->cp.push_back(cp_pending{dst, src, src_bytes, -1});
+}
+
+void cp_async_commit() {
+    for (cp_pending &c : cur->cp)
+        if (c.group < 0) c.group = cur->cp_groups;
+    cur->cp_groups++;
+}
+
+void cp_async_wait(int n) {
+    std::vector<cp_pending> &v = cur->cp;
+    size_t kept = 0;
+    for (size_t i = 0; i < v.size(); i++) {
+        cp_pending &c = v[i];
+        if (c.group >= 0 && c.group < cur->cp_groups - n) {
+            memcpy(c.dst, c.src, c.src_bytes);
+            memset((char *)c.dst + c.src_bytes, 0, 16 - c.src_bytes);
+        } else {
+            v[kept++] = c;
+        }
+    }
+    v.resize(kept);
+}
 
 void syncthreads(const char *file, int line) {
     launch_state &l = *L;

@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/cuda_mma.cuh"
+
 /* Every thread but 0 returns, then thread 0 waits at a barrier. */
 __global__ void k_divergent(int *out) {
     if (threadIdx.x != 0) return;
@@ -47,6 +49,13 @@ __global__ void k_deadlock(float *out) {
     else __syncthreads();
 }
 
+/* cp.async copies issued and committed, never waited for. */
+__global__ void k_cp_async_unwaited(float *out) {
+    __shared__ __align__(16) float s[32][4];
+    cp_async16(s[threadIdx.x], out + threadIdx.x * 4 % 64, true);
+    cp_async_commit();
+}
+
 /* A block sum through shared memory, barriers in place. */
 __global__ void k_ok(float *out) {
     __shared__ float s[64];
@@ -61,7 +70,8 @@ __global__ void k_ok(float *out) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: emu_selftest divergent|shfl|wmma|launch|smem|race|deadlock|ok\n");
+        fprintf(stderr,
+                "usage: emu_selftest divergent|shfl|wmma|cp_async|launch|smem|race|deadlock|ok\n");
         return 2;
     }
     const char *c = argv[1];
@@ -70,6 +80,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "divergent")) k_divergent<<<1, 64>>>((int *)f);
     else if (!strcmp(c, "shfl")) k_shfl_exited<<<1, 32>>>(f);
     else if (!strcmp(c, "wmma")) k_wmma_misaligned<<<1, 32>>>(f);
+    else if (!strcmp(c, "cp_async")) k_cp_async_unwaited<<<1, 32>>>(f);
     else if (!strcmp(c, "launch")) k_ok<<<1, 2048>>>(f);
     else if (!strcmp(c, "smem")) k_ok<<<1, 64, 64 * 1024>>>(f);
     else if (!strcmp(c, "deadlock")) k_deadlock<<<1, 32>>>(f);

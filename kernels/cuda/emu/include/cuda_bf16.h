@@ -29,4 +29,6 @@ static inline float __bfloat162float(__nv_bfloat16 h) {
     return f;
 }
 
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
+
 #endif

@@ -61,5 +61,6 @@ static inline float __half2float(__half h) {
 }
 
 static inline __half __float2half(float f) { return __float2half_rn(f); }
+static inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 
 #endif
