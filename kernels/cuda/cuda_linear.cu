@@ -140,26 +140,6 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
     if (dbias) cu_col_finish(b, dbias, part, nchunk, in);
 }
 
-/* dy16 = dy as a 16-bit copy (format lowp), and part[ch, col] = the sum of
- * the fp32 dy over chunk ch's rows in order (k_col_partials' sums), one
- * thread per (chunk, column) as in k_dact_cols. */
-__global__ void k_to16_cols(void *dy16, float *part, const float *dy, int64_t rows, int64_t cols,
-                            int lowp) {
-    int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (col >= cols) return;
-    for (int64_t ch = blockIdx.y; ch * CUDA_ROW_CHUNK < rows; ch += gridDim.y) {
-        int64_t r1 = min(rows, (ch + 1) * CUDA_ROW_CHUNK);
-        float s = 0.0f;
-        for (int64_t r = ch * CUDA_ROW_CHUNK; r < r1; r++) {
-            int64_t i = r * cols + col;
-            float v = dy[i];
-            cu_store16(dy16, i, v, lowp);
-            s += v;
-        }
-        part[ch * cols + col] = s;
-    }
-}
-
 void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
                    const void *dy16, const float *x, const void *x16, const float *w, int64_t rows,
                    int64_t in, int64_t out, float dx_beta) {
@@ -180,7 +160,10 @@ void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const floa
         void *t = cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 2);
         float *part = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(nchunk * out) * 4);
         dim3 grid((unsigned)((out + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
-        k_to16_cols<<<grid, 256, 0, cu_stream(b)>>>(t, part, dy, rows, out, b->precision);
+        /* dy's 16-bit copy and the column sums of the fp32 dy: k_dact_cols with
+         * no activation and no fp32 output */
+        k_dact_cols<<<grid, 256, 0, cu_stream(b)>>>((float *)NULL, t, b->precision, part, dy, 0,
+                                                    (const float *)NULL, rows, out, KF_ACT_NONE);
         CUDA_LAUNCHED();
         cu_col_finish(b, dbias, part, nchunk, out);
         d16 = t;

@@ -46,34 +46,6 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
-    if (!comm) return ncclInvalidArgument;
-    if (type != ncclFloat || op != ncclSum)
-        return ncclInvalidArgument; /* the one the project uses */
-    if (!emu_stream_valid(s)) return ncclInvalidArgument;
-    if (!count) return ncclSuccess;
-    size_t bytes = count * sizeof(float);
-    if (!emu_is_device(send, bytes) || !emu_is_device(recv, bytes)) return ncclInvalidArgument;
-    if (comm->nranks == 1) {
-        if (send != recv) memmove(recv, send, bytes);
-        return ncclSuccess;
-    }
-#ifdef KF_MPI
-    for (size_t off = 0; off < count; off += 1 << 30) { /* MPI counts are int */
-        int n = (int)(count - off < (1u << 30) ? count - off : 1u << 30);
-        const float *sp = (const float *)send + off;
-        float *rp = (float *)recv + off;
-        if (MPI_Allreduce(sp == rp ? MPI_IN_PLACE : sp, rp, n, MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD) != MPI_SUCCESS)
-            return ncclSystemError;
-    }
-    return ncclSuccess;
-#else
-    return ncclInvalidUsage;
-#endif
-}
-
 /* Checks shared by the collectives: the float sum (or copy) the project
  * uses, a live stream, device buffers; `recv` is only checked when used. */
 static ncclResult_t check_args(const void *send, const void *recv, size_t count,
@@ -83,6 +55,38 @@ static ncclResult_t check_args(const void *send, const void *recv, size_t count,
     if (count && (!emu_is_device(send, bytes) || (recv && !emu_is_device(recv, bytes))))
         return ncclInvalidArgument;
     return ncclSuccess;
+}
+
+/* The float sum over the ranks by MPI, to every rank (root < 0) or to root,
+ * in pieces of at most 2^30 (MPI counts are int); `me`: this rank receives. */
+static ncclResult_t mpi_sum(const void *send, void *recv, size_t count, int root, int me) {
+#ifdef KF_MPI
+    for (size_t off = 0; off < count; off += 1 << 30) {
+        int n = (int)(count - off < (1u << 30) ? count - off : 1u << 30);
+        const float *sp = (const float *)send + off;
+        float *rp = me ? (float *)recv + off : NULL;
+        const void *in = sp == rp ? MPI_IN_PLACE : sp;
+        int rc = root < 0 ? MPI_Allreduce(in, rp, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)
+                          : MPI_Reduce(in, rp, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return ncclSystemError;
+    }
+    return ncclSuccess;
+#else
+    (void)send, (void)recv, (void)count, (void)root, (void)me;
+    return ncclInvalidUsage;
+#endif
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
+    if (op != ncclSum) return ncclInvalidArgument; /* the one the project uses */
+    ncclResult_t r = check_args(send, recv, count, type, comm, s);
+    if (r != ncclSuccess || !count) return r;
+    if (comm->nranks == 1) {
+        if (send != recv) memmove(recv, send, count * sizeof(float));
+        return ncclSuccess;
+    }
+    return mpi_sum(send, recv, count, -1, 1);
 }
 
 /* ZeRO-1's reduce-scatter, one reduce per owner (trainer/train/dist.c). */
@@ -96,19 +100,7 @@ ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType
         if (send != recv) memmove(recv, send, count * sizeof(float));
         return ncclSuccess;
     }
-#ifdef KF_MPI
-    for (size_t off = 0; off < count; off += 1 << 30) {
-        int n = (int)(count - off < (1u << 30) ? count - off : 1u << 30);
-        const float *sp = (const float *)send + off;
-        float *rp = (float *)recv + off;
-        if (MPI_Reduce(me && sp == rp ? MPI_IN_PLACE : sp, rp, n, MPI_FLOAT, MPI_SUM, root,
-                       MPI_COMM_WORLD) != MPI_SUCCESS)
-            return ncclSystemError;
-    }
-    return ncclSuccess;
-#else
-    return ncclInvalidUsage;
-#endif
+    return mpi_sum(send, recv, count, root, me);
 }
 
 /* ZeRO-1's all-gather, one broadcast per shard from its owner. */
