@@ -626,14 +626,9 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
         layer_act *a = &ws->act[train ? l : 0];
         float *x = ws->xs[train ? l : 0].p;
         float *xo = ws->xs[train ? l + 1 : 0].p;
-        void *ln1 = dbuf_ensure(be, &a->ln1, (size_t)(R * H) * (s16 ? 2 : f));
-        float *mean = dbuf_ensure(be, &a->mean1, (size_t)R * f);
-        float *rstd = dbuf_ensure(be, &a->rstd1, (size_t)R * f);
+        void *ln1 = norm_fwd(m, &a->ln1, &a->mean1, &a->rstd1, x, o->norm1, o->norm1_b, R, s16);
         float *qkv = dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * f);
         float *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * f);
-        be->layernorm_fwd(be, s16 ? NULL : ln1, s16 ? ln1 : NULL, mean, rstd, x,
-                          m->params + o->norm1, o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R,
-                          H, LN_EPS);
         linear_fwd(m, qkv, in32(s16, ln1), in16(s16, ln1), o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
         if (c->pos == POS_ROPE) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE);
         if (q0 > 0) {
