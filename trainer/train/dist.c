@@ -248,6 +248,15 @@ static dist_range owned(dist *d, int64_t off, int64_t count, int r) {
 /* MPI counts are int: ranges go in pieces of at most 2^30 elements. */
 #define MPI_PIECE (1 << 30)
 
+/* The length of the piece of [0, n) that starts at o. */
+static int piece_len(int64_t n, int64_t o) { return (int)(n - o < MPI_PIECE ? n - o : MPI_PIECE); }
+
+/* Broadcasts x[0, n) from root, piece by piece. */
+static void bcast_range(dist *d, float *x, int64_t n, int root, const char *what) {
+    for (int64_t o = 0; o < n; o += MPI_PIECE)
+        MPI_OK(MPI_Bcast(x + o, piece_len(n, o), MPI_FLOAT, root, MPI_COMM_WORLD), what);
+}
+
 /* ((g0 + g1) + g2) + ...: rank r receives the partial sum of ranks < r for
  * each segment, adds its own values (partial + own, in that order) and passes
  * it on; the last rank then holds the total and broadcasts it, or (ZeRO-1)
@@ -268,18 +277,14 @@ static void chain_allreduce(dist *d, float *buf, int64_t off, int64_t n) {
                    "all-reduce (send)");
     }
     if (!im->scatter) {
-        for (int64_t o = 0; o < n; o += MPI_PIECE) {
-            int cnt = (int)(n - o < MPI_PIECE ? n - o : MPI_PIECE);
-            MPI_OK(MPI_Bcast(buf + off + o, cnt, MPI_FLOAT, d->world - 1, MPI_COMM_WORLD),
-                   "all-reduce (bcast)");
-        }
+        bcast_range(d, buf + off, n, d->world - 1, "all-reduce (bcast)");
         return;
     }
     for (int r = 0; r < d->world - 1; r++) {
         if (d->rank != r && d->rank != d->world - 1) continue;
         dist_range p = owned(d, off, n, r);
         for (int64_t o = 0; o < p.count; o += MPI_PIECE) {
-            int cnt = (int)(p.count - o < MPI_PIECE ? p.count - o : MPI_PIECE);
+            int cnt = piece_len(p.count, o);
             float *x = buf + p.off + o;
             if (d->rank == r)
                 MPI_OK(
@@ -490,11 +495,7 @@ void dist_allgather(dist *d, kf_backend *b, float *buf, int64_t n) {
     arm_main(d, "all-gather(weights)");
     for (int o = 0; o < d->world; o++) {
         dist_range sh = dist_shard(d, n, o);
-        for (int64_t i = 0; i < sh.count; i += MPI_PIECE) {
-            int cnt = (int)(sh.count - i < MPI_PIECE ? sh.count - i : MPI_PIECE);
-            MPI_OK(MPI_Bcast(buf + sh.off + i, cnt, MPI_FLOAT, o, MPI_COMM_WORLD),
-                   "all-gather (bcast)");
-        }
+        bcast_range(d, buf + sh.off, sh.count, o, "all-gather (bcast)");
     }
     disarm(d);
 #else
