@@ -234,6 +234,9 @@ const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16
  *  the slot is used again. */
 void *cu_to16(kf_backend *b, int slot, const float *src, int64_t n);
 
+/** dst [n] = src as a 16-bit copy (kernels.h) in the format of b->precision. */
+void cu_copy16(kf_backend *b, void *dst, const float *src, int64_t n);
+
 /** matmul (batch 1) on operands already in the 16-bit format of
  *  b->precision (cu_to16's, or a 16-bit copy written by their producer):
  *  fp32 accumulation, C rounded to the format, so C is what matmul gives on
