@@ -24,9 +24,11 @@
  * backward) to the 16-bit format on load and round the outputs, with fp32
  * arithmetic in between — the rounding points of kernels/cpu/cpu_attention.c.
  * Every row's result depends only on its own sample: batch-invariant.
- * In the fp16 phase, head dims 64 and 128 run on the tensor cores instead
- * (cuda_attention_tc.cu: same walk, WMMA products); these fp32 kernels serve
- * the fp32 and bf16 phases and the other head dims.
+ * In the fp16 and bf16 phases, head dims 64 and 128 run on the tensor cores
+ * instead (cuda_attention_tc.cu: same walk, mma.sync products), unless
+ * switched off or their check failed (cuda_attention_guard.cu); these SIMT
+ * kernels serve the fp32 phase, batch-invariant mode, the other head dims
+ * and that fallback.
  */
 #include <math.h>
 
@@ -446,12 +448,13 @@ void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const 
                  int64_t B, int64_t n_head, int64_t head_dim, const void *qkv16, void *out16) {
     int lowp = b->precision;
     KF_CHECK(lowp || !(qkv16 || out16), "attn_fwd: a 16-bit copy in fp32 mode");
+    int tc = attn_tc_supported(b, head_dim); /* first: its check uses the scratch */
     mask_dev md = mask_to_dev(b, m, B);
     int64_t nq = md.L - md.q_start;
     if (nq <= 0 || B <= 0) return;
     KF_CHECK(B <= 65535 && n_head <= 65535, "attention: batch or heads too large");
-    if (attn_tc_supported(b, head_dim)) {
-        attn_fwd_tc(b, out, out16, lse, qkv, qkv16, &md, B, n_head, head_dim);
+    if (tc) {
+        attn_tc_launched(b, attn_fwd_tc(b, out, out16, lse, qkv, qkv16, &md, B, n_head, head_dim));
         return;
     }
     dim3 grid((unsigned)((nq + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);
@@ -466,6 +469,7 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
                  const void *dout16, const void *out16, const void *qkv16) {
     int lowp = b->precision;
     KF_CHECK(lowp || !(dout16 || out16 || qkv16), "attn_bwd: a 16-bit copy in fp32 mode");
+    int tc = attn_tc_supported(b, head_dim); /* first: its check uses the scratch */
     mask_dev md = mask_to_dev(b, m, B);
     int64_t L = md.L;
     if (L <= 0 || B <= 0) return;
@@ -477,8 +481,9 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
     k_attn_delta<<<cu_blocks(warps * 32), 256, 0, cu_stream(b)>>>(delta, din, oin, B * L, L, n_head,
                                                                   head_dim);
     CUDA_LAUNCHED();
-    if (attn_tc_supported(b, head_dim)) {
-        attn_bwd_tc(b, dqkv, dout, dout16, lse, delta, qkv, qkv16, &md, B, n_head, head_dim);
+    if (tc) {
+        attn_tc_launched(b, attn_bwd_tc(b, dqkv, dout, dout16, lse, delta, qkv, qkv16, &md, B,
+                                        n_head, head_dim));
         return;
     }
     dim3 grid((unsigned)((L + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);

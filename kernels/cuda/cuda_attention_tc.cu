@@ -23,11 +23,13 @@
  * P and dS are rounded to the 16-bit format as tensor-core operands, which
  * the CPU does not do: the difference is within the 16-bit tolerances.
  *
- * Status: opt-in (KF_CUDA_TC=1 when the backend is created) until
- * test_cuda_ops has passed with it on a GPU; so far these kernels have run
- * only under the emulation harness. test_cuda_ops runs every fp16 attention
- * case and bf16 ones through this path too; `kf bench attention --tc` times
- * it. Once verified, make it the default in kernels_cuda_create.
+ * Status: the default of the 16-bit phases (KF_CUDA_TC=0 switches it off),
+ * guarded: these kernels have run only under the emulation harness, so at
+ * their first use per precision and head dim cuda_attention_guard.cu runs
+ * them against the SIMT kernels on a small fixed problem and falls back to
+ * the SIMT kernels, with a warning, when they disagree or fail to launch.
+ * test_cuda_ops runs every 16-bit attention case through both paths;
+ * `kf bench attention` times them (--simt: the SIMT kernels).
  */
 #include "kernels/cuda/cuda_attention_tc.h"
 #include "kernels/cuda/cuda_attn_mask.cuh"
@@ -435,10 +437,6 @@ __global__ void __launch_bounds__(TC_THREADS)
     fa_store<D>(dqkv + b * m.L * ld + h * D, ld, r0, r1, dq, wr, t, lowp);
 }
 
-int attn_tc_supported(kf_backend *b, int64_t head_dim) {
-    return cu_impl(b)->tc && b->precision != KF_PREC_FP32 && (head_dim == 64 || head_dim == 128);
-}
-
 /* x (n floats) rounded to T in scratch slot `slot`. */
 template <typename T>
 static const uint16_t *fa_lowp(kf_backend *b, int slot, const float *x, int64_t n) {
@@ -454,29 +452,30 @@ typedef void (*fa_bwd_kernel)(float *, const uint16_t *, const float *, const fl
                               const uint16_t *, mask_dev, int64_t, float, int);
 
 /* Kernels go through pointers: the launch syntax takes no template commas. */
-template <typename K> static void fa_smem(K k, size_t bytes) {
-    CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+template <typename K> static cudaError_t fa_smem(K k, size_t bytes) {
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
 template <int D, typename T>
-static void fa_fwd(kf_backend *b, float *out, void *out16, float *lse, const float *qkv,
-                   const void *qkv16, const mask_dev *md, int64_t B, int64_t n_head) {
+static cudaError_t fa_fwd(kf_backend *b, float *out, void *out16, float *lse, const float *qkv,
+                          const void *qkv16, const mask_dev *md, int64_t B, int64_t n_head) {
     const uint16_t *q16 = qkv16 ? (const uint16_t *)qkv16
                                 : fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
     int64_t nq = md->L - md->q_start;
     dim3 grid((unsigned)((nq + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
     size_t bytes = sizeof(fa_fwd_smem<D>);
     fa_fwd_kernel k_fwd = k_attn_fwd_mma<D, T>;
-    fa_smem(k_fwd, bytes);
+    cudaError_t e = fa_smem(k_fwd, bytes);
+    if (e != cudaSuccess) return e;
     k_fwd<<<grid, TC_THREADS, bytes, cu_stream(b)>>>(out, out16, lse, q16, *md, n_head,
                                                      1.0f / sqrtf((float)D), b->precision);
-    CUDA_LAUNCHED();
+    return cudaGetLastError();
 }
 
 template <int D, typename T>
-static void fa_bwd(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
-                   const float *lse, const float *delta, const float *qkv, const void *qkv16,
-                   const mask_dev *md, int64_t B, int64_t n_head) {
+static cudaError_t fa_bwd(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
+                          const float *lse, const float *delta, const float *qkv, const void *qkv16,
+                          const mask_dev *md, int64_t B, int64_t n_head) {
     const uint16_t *q16 = qkv16 ? (const uint16_t *)qkv16
                                 : fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
     const uint16_t *do16 = dout16 ? (const uint16_t *)dout16
@@ -485,40 +484,33 @@ static void fa_bwd(kf_backend *b, float *dqkv, const float *dout, const void *do
     float scale = 1.0f / sqrtf((float)D);
     fa_bwd_kernel k_kv = k_attn_bwd_kv_mma<D, T>, k_q = k_attn_bwd_q_mma<D, T>;
     size_t kv_bytes = sizeof(fa_kv_smem<D>), q_bytes = sizeof(fa_q_smem<D>);
-    fa_smem(k_kv, kv_bytes);
-    fa_smem(k_q, q_bytes);
+    cudaError_t e = fa_smem(k_kv, kv_bytes);
+    if (e == cudaSuccess) e = fa_smem(k_q, q_bytes);
+    if (e != cudaSuccess) return e;
     k_kv<<<grid, TC_THREADS, kv_bytes, cu_stream(b)>>>(dqkv, do16, lse, delta, q16, *md, n_head,
                                                        scale, b->precision);
-    CUDA_LAUNCHED();
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
     k_q<<<grid, TC_THREADS, q_bytes, cu_stream(b)>>>(dqkv, do16, lse, delta, q16, *md, n_head,
                                                      scale, b->precision);
-    CUDA_LAUNCHED();
+    return cudaGetLastError();
 }
 
-void attn_fwd_tc(kf_backend *b, float *out, void *out16, float *lse, const float *qkv,
-                 const void *qkv16, const mask_dev *md, int64_t B, int64_t n_head,
-                 int64_t head_dim) {
+cudaError_t attn_fwd_tc(kf_backend *b, float *out, void *out16, float *lse, const float *qkv,
+                        const void *qkv16, const mask_dev *md, int64_t B, int64_t n_head,
+                        int64_t head_dim) {
     bool bf = b->precision == KF_PREC_BF16;
-    if (head_dim == 64) {
-        if (bf) fa_fwd<64, __nv_bfloat16>(b, out, out16, lse, qkv, qkv16, md, B, n_head);
-        else fa_fwd<64, __half>(b, out, out16, lse, qkv, qkv16, md, B, n_head);
-    } else {
-        if (bf) fa_fwd<128, __nv_bfloat16>(b, out, out16, lse, qkv, qkv16, md, B, n_head);
-        else fa_fwd<128, __half>(b, out, out16, lse, qkv, qkv16, md, B, n_head);
-    }
+#define FA_FWD(D, T) fa_fwd<D, T>(b, out, out16, lse, qkv, qkv16, md, B, n_head)
+    if (head_dim == 64) return bf ? FA_FWD(64, __nv_bfloat16) : FA_FWD(64, __half);
+    return bf ? FA_FWD(128, __nv_bfloat16) : FA_FWD(128, __half);
+#undef FA_FWD
 }
 
-void attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
-                 const float *lse, const float *delta, const float *qkv, const void *qkv16,
-                 const mask_dev *md, int64_t B, int64_t n_head, int64_t head_dim) {
+cudaError_t attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
+                        const float *lse, const float *delta, const float *qkv, const void *qkv16,
+                        const mask_dev *md, int64_t B, int64_t n_head, int64_t head_dim) {
     bool bf = b->precision == KF_PREC_BF16;
 #define FA_BWD(D, T) fa_bwd<D, T>(b, dqkv, dout, dout16, lse, delta, qkv, qkv16, md, B, n_head)
-    if (head_dim == 64) {
-        if (bf) FA_BWD(64, __nv_bfloat16);
-        else FA_BWD(64, __half);
-    } else {
-        if (bf) FA_BWD(128, __nv_bfloat16);
-        else FA_BWD(128, __half);
-    }
+    if (head_dim == 64) return bf ? FA_BWD(64, __nv_bfloat16) : FA_BWD(64, __half);
+    return bf ? FA_BWD(128, __nv_bfloat16) : FA_BWD(128, __half);
 #undef FA_BWD
 }

@@ -727,12 +727,47 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
     drop(&qkv), drop(&out), drop(&lse), drop(&dout), drop(&dqkv), drop(&d2);
 }
 
+/* The 16-bit attention cases (head dims 64 and 128: the tensor-core path
+ * when the backend runs it), names prefixed with tag. */
+static void attn_cases16(const char *tag) {
+    int32_t vl[3] = {75, 40, 1};
+    char name[96];
+    kf_mask causal = {.n_ctx = 75};
+    snprintf(name, sizeof name, "%scausal N=75 D=64 fp16", tag);
+    attn_case(name, causal, 2, 2, 64, KF_PREC_FP16);
+    kf_mask causal200 = {.n_ctx = 200};
+    snprintf(name, sizeof name, "%scausal N=200 D=128 fp16", tag);
+    attn_case(name, causal200, 1, 2, 128, KF_PREC_FP16);
+    kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
+    snprintf(name, sizeof name, "%scausal valid_len fp16", tag);
+    attn_case(name, cpad, 3, 2, 64, KF_PREC_FP16);
+    for (int k = 1; k <= 4; k *= 2) {
+        kf_mask sf = {.n_ctx = 70, .group = k, .n_groups = 70, .valid_len = k == 2 ? vl : NULL};
+        snprintf(name, sizeof name, "%sSingleForward k=%d fp16%s", tag, k,
+                 k == 2 ? " valid_len" : "");
+        attn_case(name, sf, k == 2 ? 3 : 2, 2, 64, KF_PREC_FP16);
+        kf_mask df = {.n_ctx = 70, .group = 2 * k, .n_groups = 70, .q_start = 70};
+        snprintf(name, sizeof name, "%sDoubleForward k=%d fp16", tag, k);
+        attn_case(name, df, 2, 2, k == 4 ? 128 : 64, KF_PREC_FP16);
+    }
+    kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
+    snprintf(name, sizeof name, "%sq_start=37 inside the context fp16", tag);
+    attn_case(name, dfq, 2, 1, 64, KF_PREC_FP16);
+    /* bf16 operands: outputs must keep to bf16's rounding */
+    snprintf(name, sizeof name, "%scausal N=75 D=64 bf16", tag);
+    attn_case(name, causal, 2, 2, 64, KF_PREC_BF16);
+    kf_mask sfb = {.n_ctx = 70, .group = 2, .n_groups = 70, .valid_len = vl};
+    snprintf(name, sizeof name, "%sSingleForward k=2 valid_len bf16", tag);
+    attn_case(name, sfb, 3, 2, 64, KF_PREC_BF16);
+    kf_mask dfb = {.n_ctx = 70, .group = 4, .n_groups = 70, .q_start = 70};
+    snprintf(name, sizeof name, "%sDoubleForward k=2 bf16 D=128", tag);
+    attn_case(name, dfb, 2, 2, 128, KF_PREC_BF16);
+}
+
 static void test_attention(void) {
     int32_t vl[3] = {75, 40, 1};
     kf_mask causal = {.n_ctx = 75};
     attn_case("causal N=75 D=64", causal, 2, 2, 64, KF_PREC_FP32);
-    attn_case("causal N=75 D=64 fp16", causal, 2, 2, 64, KF_PREC_FP16);
-    attn_case("causal N=75 D=64 bf16", causal, 2, 2, 64, KF_PREC_BF16);
     kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
     attn_case("causal N=75 valid_len D=32", cpad, 3, 2, 32, KF_PREC_FP32);
     kf_mask causal200 = {.n_ctx = 200};
@@ -750,104 +785,106 @@ static void test_attention(void) {
         snprintf(name, sizeof name, "SingleForward k=%d valid_len", k);
         attn_case(name, sfp, 3, 1, 32, KF_PREC_FP32);
     }
-    kf_mask sf16 = {.n_ctx = 64, .group = 4, .n_groups = 64};
-    attn_case("SingleForward k=4 fp16", sf16, 2, 2, 64, KF_PREC_FP16);
-    /* the fp16 phase runs head dims 64 and 128 on the tensor cores */
-    kf_mask df16 = {.n_ctx = 70, .group = 4, .n_groups = 70, .q_start = 70};
-    attn_case("DoubleForward k=2 fp16 D=128", df16, 2, 2, 128, KF_PREC_FP16);
-    kf_mask sfp16 = {.n_ctx = 75, .group = 2, .n_groups = 75, .valid_len = vl};
-    attn_case("SingleForward k=2 valid_len fp16", sfp16, 3, 2, 64, KF_PREC_FP16);
-    attn_case("SingleForward k=2 valid_len bf16", sfp16, 3, 2, 64, KF_PREC_BF16);
-    attn_case("DoubleForward k=2 bf16 D=128", df16, 2, 2, 128, KF_PREC_BF16);
     kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
     attn_case("q_start=37 inside the context", dfq, 2, 1, 64, KF_PREC_FP32);
+    /* 16-bit head dims other than 64 and 128: the SIMT kernels */
+    attn_case("causal N=200 D=32 fp16", causal200, 2, 1, 32, KF_PREC_FP16);
+    /* the 16-bit phases on the default backend: the tensor-core kernels */
+    attn_cases16("");
 }
 
-/* The tensor-core attention ran on backend tc, not the SIMT kernels it
- * stands in for: it rounds P (and dS) to the 16-bit format, so some bit of
- * out (and dqkv) differs from simt's, which would pass the tolerance checks
- * just as well. */
-static void tc_path_taken(kf_backend *tc, kf_backend *simt, kf_precision prec, int64_t D) {
+/* Backends x and y give the same bits for a 16-bit attention, forward and
+ * backward, or (same 0) different ones: the tensor-core kernels round P
+ * (and dS) to the 16-bit format, so some bit of out (and dqkv) differs from
+ * the SIMT kernels', which would pass the tolerance checks just as well. */
+static void attn_paths(kf_backend *x, kf_backend *y, kf_precision prec, int64_t D, int same,
+                       const char *what) {
     kf_mask m = {.n_ctx = 75};
     int64_t nh = 2, L = 75, H = nh * D;
-    buf2 qkv = mk_rand(L * 3 * H, 1.5f), o_tc = mk_rand(L * H, 1), o_simt = mk_rand(L * H, 1),
-         lse = mk_rand(nh * L, 1), dout = mk_rand(L * H, 1), d_tc = mk_rand(L * 3 * H, 1),
-         d_simt = mk_rand(L * 3 * H, 1);
-    tc->set_precision(tc, prec);
-    simt->set_precision(simt, prec);
-    tc->attn_fwd(tc, o_tc.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL);
-    simt->attn_fwd(simt, o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL);
-    float *a = down(&o_tc, 1), *c = down(&o_simt, 1);
-    T_CHECK(memcmp(a, c, o_tc.bytes) != 0,
-            "attn_fwd tc %s D=%lld: got the SIMT kernel's bits, want the tensor-core kernel's",
-            kernels_precision_name(prec), (long long)D);
+    buf2 qkv = mk_rand(L * 3 * H, 1.5f), o_x = mk_rand(L * H, 1), o_y = mk_rand(L * H, 1),
+         lse = mk_rand(nh * L, 1), dout = mk_rand(L * H, 1), d_x = mk_rand(L * 3 * H, 1),
+         d_y = mk_rand(L * 3 * H, 1);
+    x->set_precision(x, prec);
+    y->set_precision(y, prec);
+    x->attn_fwd(x, o_x.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL);
+    y->attn_fwd(y, o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL);
+    float *a = down(&o_x, 1), *c = down(&o_y, 1);
+    T_CHECK((memcmp(a, c, o_x.bytes) == 0) == same, "attn_fwd %s %s D=%lld: got %s bits, want %s",
+            what, kernels_precision_name(prec), (long long)D, same ? "different" : "the same",
+            same ? "the same" : "different");
     free(a), free(c);
-    tc->attn_bwd(tc, d_tc.p[1], dout.p[1], o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL,
-                 NULL, NULL);
-    simt->attn_bwd(simt, d_simt.p[1], dout.p[1], o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D,
-                   NULL, NULL, NULL);
-    a = down(&d_tc, 1), c = down(&d_simt, 1);
-    T_CHECK(memcmp(a, c, d_tc.bytes) != 0,
-            "attn_bwd tc %s D=%lld: got the SIMT kernels' bits, want the tensor-core kernels'",
-            kernels_precision_name(prec), (long long)D);
+    x->attn_bwd(x, d_x.p[1], dout.p[1], o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL,
+                NULL);
+    y->attn_bwd(y, d_y.p[1], dout.p[1], o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL,
+                NULL);
+    a = down(&d_x, 1), c = down(&d_y, 1);
+    T_CHECK((memcmp(a, c, d_x.bytes) == 0) == same, "attn_bwd %s %s D=%lld: got %s bits, want %s",
+            what, kernels_precision_name(prec), (long long)D, same ? "different" : "the same",
+            same ? "the same" : "different");
     free(a), free(c);
-    tc->set_precision(tc, KF_PREC_FP32);
-    simt->set_precision(simt, KF_PREC_FP32);
-    drop(&qkv), drop(&o_tc), drop(&o_simt), drop(&lse), drop(&dout), drop(&d_tc), drop(&d_simt);
+    x->set_precision(x, KF_PREC_FP32);
+    y->set_precision(y, KF_PREC_FP32);
+    drop(&qkv), drop(&o_x), drop(&o_y), drop(&lse), drop(&dout), drop(&d_x), drop(&d_y);
 }
 
-/* The tensor-core kernels (KF_CUDA_TC=1): batch-invariant GEMM, every fp16
- * attention case, and bf16 attention cases. */
-static void test_tensor_cores(void) {
-    int32_t vl[3] = {75, 40, 1};
-    setenv("KF_CUDA_TC", "1", 1);
+/* A CUDA backend created with the environment variable name set to value
+ * (name NULL: none); NULL if there is none. */
+static kf_backend *cuda_with(const char *name, const char *value) {
     char msg[256] = "";
-    kf_backend *simt = be[1];
-    be[1] = kernels_cuda_create(0, msg, sizeof msg);
-    unsetenv("KF_CUDA_TC");
-    T_CHECK(be[1] != NULL, "second CUDA backend: %s", msg);
-    if (!be[1]) {
-        be[1] = simt;
-        return;
+    if (name) setenv(name, value, 1);
+    kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
+    if (name) unsetenv(name);
+    T_CHECK(b != NULL, "CUDA backend with %s=%s: %s", name ? name : "-", value ? value : "-", msg);
+    return b;
+}
+
+/* Which kernels run the 16-bit attention: the default backend (be[1]) the
+ * tensor-core ones (their check passed), KF_CUDA_TC=0 the SIMT ones, which
+ * run every 16-bit case here too, as does batch-invariant mode; a check
+ * broken on purpose (KF_CUDA_TC_CHECK_BREAK, in the forward or the
+ * backward) falls back to the SIMT kernels. KF_CUDA_TC=1 adds the WMMA
+ * batch-invariant GEMM. */
+static void test_tensor_cores(void) {
+    kf_backend *tc = be[1], *simt = cuda_with("KF_CUDA_TC", "0");
+    if (!simt) return;
+    be[1] = simt;
+    attn_cases16("simt: ");
+    be[1] = tc;
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++)
+        for (int64_t D = 64; D <= 128; D *= 2) {
+            attn_paths(tc, simt, (kf_precision)prec, D, 0, "default vs KF_CUDA_TC=0");
+            tc->batch_invariant = 1;
+            attn_paths(tc, simt, (kf_precision)prec, D, 1, "batch-invariant vs KF_CUDA_TC=0");
+            tc->batch_invariant = 0;
+        }
+    const char *brk[] = {"fwd", "bwd"};
+    for (int i = 0; i < 2; i++) {
+        setenv("KF_CUDA_TC_CHECK_BREAK", brk[i], 1); /* read by the check, at the first call */
+        kf_backend *broken = cuda_with(NULL, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "check broken in the %s vs KF_CUDA_TC=0", brk[i]);
+        if (broken) attn_paths(broken, simt, KF_PREC_FP16, 64, 1, what);
+        unsetenv("KF_CUDA_TC_CHECK_BREAK");
+        if (broken) broken->destroy(broken);
     }
+    simt->destroy(simt);
+    /* the WMMA batch-invariant GEMM (KF_CUDA_TC=1) */
+    kf_backend *wmma = cuda_with("KF_CUDA_TC", "1");
+    if (!wmma) return;
+    be[1] = wmma;
     BOTH(BE->set_precision(BE, KF_PREC_FP16));
     be[1]->batch_invariant = 1;
-    test_matmul(KF_PREC_FP16, 2); /* the WMMA batch-invariant GEMM */
+    test_matmul(KF_PREC_FP16, 2);
     be[1]->batch_invariant = 0;
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     test_matmul_invariance(KF_PREC_FP16);
-    kf_mask causal = {.n_ctx = 75};
-    attn_case("tc: causal N=75 D=64 fp16", causal, 2, 2, 64, KF_PREC_FP16);
-    kf_mask causal200 = {.n_ctx = 200};
-    attn_case("tc: causal N=200 D=128 fp16", causal200, 1, 2, 128, KF_PREC_FP16);
-    kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
-    attn_case("tc: causal valid_len fp16", cpad, 3, 2, 64, KF_PREC_FP16);
-    for (int k = 1; k <= 4; k *= 2) {
-        char name[80];
-        kf_mask sf = {.n_ctx = 70, .group = k, .n_groups = 70, .valid_len = k == 2 ? vl : NULL};
-        snprintf(name, sizeof name, "tc: SingleForward k=%d fp16%s", k, k == 2 ? " valid_len" : "");
-        attn_case(name, sf, k == 2 ? 3 : 2, 2, 64, KF_PREC_FP16);
-        kf_mask df = {.n_ctx = 70, .group = 2 * k, .n_groups = 70, .q_start = 70};
-        snprintf(name, sizeof name, "tc: DoubleForward k=%d fp16", k);
-        attn_case(name, df, 2, 2, k == 4 ? 128 : 64, KF_PREC_FP16);
-    }
-    kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
-    attn_case("tc: q_start=37 inside the context fp16", dfq, 2, 1, 64, KF_PREC_FP16);
-    /* bf16 operands on the tensor cores: outputs must keep to bf16's rounding */
-    attn_case("tc: causal N=75 D=64 bf16", causal, 2, 2, 64, KF_PREC_BF16);
-    kf_mask sfb = {.n_ctx = 70, .group = 2, .n_groups = 70, .valid_len = vl};
-    attn_case("tc: SingleForward k=2 valid_len bf16", sfb, 3, 2, 64, KF_PREC_BF16);
-    kf_mask dfb = {.n_ctx = 70, .group = 4, .n_groups = 70, .q_start = 70};
-    attn_case("tc: DoubleForward k=2 bf16 D=128", dfb, 2, 2, 128, KF_PREC_BF16);
-    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++)
-        for (int64_t D = 64; D <= 128; D *= 2) tc_path_taken(be[1], simt, (kf_precision)prec, D);
     BOTH(BE->set_precision(BE, KF_PREC_BF16));
     be[1]->batch_invariant = 1;
     test_matmul(KF_PREC_BF16, 1);
     be[1]->batch_invariant = 0;
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     be[1]->destroy(be[1]);
-    be[1] = simt;
+    be[1] = tc;
 }
 
 static void test_attn_decode(void) {
