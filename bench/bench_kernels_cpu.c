@@ -160,8 +160,8 @@ int main(int argc, char **argv) {
             TIMED(F_NORM, be->layernorm_fwd(be, ln1[l], NULL, mu[2 * l], rs[2 * l], x, wn1, NULL, T,
                                             H, 1e-5f));
             mm(qkv[l], ln1[l], wqkv, T, 3 * H, H, 0, 1, 0);
-            TIMED(F_POINT, be->rope_fwd(be, qkv[l], pos, Bt, L, nh, D, 10000.0f));
-            TIMED(F_ATTN, be->attn_fwd(be, att[l], lse[l], qkv[l], &mask, Bt, nh, D));
+            TIMED(F_POINT, be->rope_fwd(be, qkv[l], pos, Bt, L, nh, D, 10000.0f, NULL));
+            TIMED(F_ATTN, be->attn_fwd(be, att[l], lse[l], qkv[l], &mask, Bt, nh, D, NULL, NULL));
             mm(x, att[l], wo, T, H, H, 0, 1, 1.0f); /* residual via beta = 1 */
             be->copy(be, xmid[l], x, T * H * 4);
             TIMED(F_NORM, be->layernorm_fwd(be, ln2[l], NULL, mu[2 * l + 1], rs[2 * l + 1], x, wn2,
@@ -204,8 +204,9 @@ int main(int argc, char **argv) {
                                             rs[2 * l + 1], T, H));
             mm(go, dx, att[l], H, H, T, 1, 0, 1.0f);
             mm(dtmp, dx, wo, T, H, H, 0, 0, 0);
-            TIMED(F_ATTN, be->attn_bwd(be, dqkv, dtmp, att[l], lse[l], qkv[l], &mask, Bt, nh, D));
-            TIMED(F_POINT, be->rope_bwd(be, dqkv, pos, Bt, L, nh, D, 10000.0f));
+            TIMED(F_ATTN, be->attn_bwd(be, dqkv, dtmp, att[l], lse[l], qkv[l], &mask, Bt, nh, D,
+                                       NULL, NULL, NULL));
+            TIMED(F_POINT, be->rope_bwd(be, dqkv, pos, Bt, L, nh, D, 10000.0f, NULL));
             mm(gqkv, dqkv, ln1[l], 3 * H, H, T, 1, 0, 1.0f);
             mm(dtmp, dqkv, wqkv, T, H, 3 * H, 0, 0, 0);
             TIMED(F_NORM, be->layernorm_bwd(be, dx, gn1, NULL, dtmp, xin[l], wn1, mu[2 * l],

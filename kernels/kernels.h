@@ -19,16 +19,17 @@
  *    inputs and outputs to the format (round to nearest even). LayerNorm,
  *    softmax cross-entropy, the optimizer and all reductions stay fp32 (or
  *    fp64).
- *  - 16-bit copies. In a 16-bit mode an activation that only GEMMs read can
- *    be kept as a 16-bit copy (arguments named x16, y16; void *): its values
+ *  - 16-bit copies. In a 16-bit mode an activation that only 16-bit
+ *    consumers (GEMMs, attention) read can be kept as a 16-bit copy
+ *    (arguments named x16, y16, qkv16, ...; void *): its values
  *    rounded to the mode's format (round to nearest even), 2 bytes each (IEEE
  *    half or bfloat16 bits), in a buffer from b->alloc. An op that writes one
  *    writes its fp32 output's values rounded (the fp32 output may then be
  *    NULL); an op that reads one in place of an fp32 input (then NULL) gives
- *    bitwise the results it gives on that input, since a GEMM rounds its
- *    operands to the same values. So the GPU converts an activation once,
- *    where it is made, instead of at every GEMM that reads it. Never in fp32
- *    mode.
+ *    bitwise the results it gives on that input, since a GEMM (or the
+ *    attention) rounds its operands to the same values. So the GPU converts
+ *    an activation once, where it is made, instead of at every op that reads
+ *    it. Never in fp32 mode.
  *  - "accumulate" arguments/names mean the op adds into its output (+=);
  *    otherwise outputs are overwritten.
  *  - Determinism: every op gives bitwise identical results for identical
@@ -153,14 +154,16 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * [out, in] and dy [rows, out]: dw [out, in] += dy^T x, dbias[c] += sum_r                     \
      * dy[r, c] (NULL: skipped) and dx = dy W + dx_beta * dx (NULL: skipped).                      \
      * x16, dy16 (NULL: none) are x, dy as 16-bit copies, in place of x, dy                        \
-     * (dy16 without dbias: its sum needs the fp32 dy). Equal to matmul (beta                      \
-     * 1), bias_grad, then matmul (beta dx_beta); one op so a backend reads dy                     \
-     * once for both products (a 16-bit mode converts it once, not twice). */                      \
+     * (dy16 without dbias: its sum needs the fp32 dy). dx16 (NULL: none) gets                     \
+     * dx as a 16-bit copy (dx_beta 0; dx may then be NULL). Equal to matmul                       \
+     * (beta 1), bias_grad, then matmul (beta dx_beta); one op so a backend                        \
+     * reads dy once for both products (a 16-bit mode converts it once, not                        \
+     * twice). */                                                                                  \
     X(void, linear_bwd,                                                                            \
       (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const void *dy16,      \
        const float *x, const void *x16, const float *w, int64_t rows, int64_t in, int64_t out,     \
-       float dx_beta),                                                                             \
-      (b, dx, dw, dbias, dy, dy16, x, x16, w, rows, in, out, dx_beta))                             \
+       float dx_beta, void *dx16),                                                                 \
+      (b, dx, dw, dbias, dy, dy16, x, x16, w, rows, in, out, dx_beta, dx16))                       \
     /* y[r, c] += bias[c] */                                                                       \
     X(void, add_bias, (kf_backend * b, float *y, const float *bias, int64_t rows, int64_t cols),   \
       (b, y, bias, rows, cols))                                                                    \
@@ -186,16 +189,19 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * pos[L] (device int32) is the RoPE position of each row within a sample; H =                 \
      * n_head*head_dim.                                                                            \
      * Angles in double so backends agree bitwise: a = (double)pos * pow((double)base,             \
-     * -(double)(2i)/head_dim), c = (float)cos(a), s = (float)sin(a); rotation in fp32. */         \
+     * -(double)(2i)/head_dim), c = (float)cos(a), s = (float)sin(a); rotation in fp32.            \
+     * qkv16 (NULL: none) also gets the result, q, k and v, as a 16-bit copy (the                  \
+     * attention's operands). */                                                                   \
     X(void, rope_fwd,                                                                              \
       (kf_backend * b, float *qkv, const int32_t *pos, int64_t B, int64_t L, int64_t n_head,       \
-       int64_t head_dim, float base),                                                              \
-      (b, qkv, pos, B, L, n_head, head_dim, base))                                                 \
-    /* Applies the inverse rotation to dq and dk inside dqkv (in place). */                        \
+       int64_t head_dim, float base, void *qkv16),                                                 \
+      (b, qkv, pos, B, L, n_head, head_dim, base, qkv16))                                          \
+    /* Applies the inverse rotation to dq and dk inside dqkv (in place); dqkv16                    \
+     * (NULL: none) also gets the result as a 16-bit copy. */                                      \
     X(void, rope_bwd,                                                                              \
       (kf_backend * b, float *dqkv, const int32_t *pos, int64_t B, int64_t L, int64_t n_head,      \
-       int64_t head_dim, float base),                                                              \
-      (b, dqkv, pos, B, L, n_head, head_dim, base))                                                \
+       int64_t head_dim, float base, void *dqkv16),                                                \
+      (b, dqkv, pos, B, L, n_head, head_dim, base, dqkv16))                                        \
                                                                                                    \
     /* ---- attention over a mask structure; scale 1/sqrt(head_dim).                               \
      * qkv [B*L, 3H] (q | k | v, head h at columns h*head_dim); out [B*L, H];                      \
@@ -203,16 +209,21 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * are neither read as queries nor written. Rows that see no key (context                      \
      * rows at or past valid_len) get out = 0 and lse = 0. In KF_PREC_FP16 mode                    \
      * q, k, v (and out, dout in the backward) and the outputs out / dqkv are                      \
-     * rounded through half; lse stays fp32. */                                                    \
+     * rounded through half; lse stays fp32. qkv16 (NULL: none) is qkv as a                        \
+     * 16-bit copy, in place of qkv; out16 (NULL: none) gets out as one (out                       \
+     * may then be NULL; rows before q_start unwritten as well). */                                \
     X(void, attn_fwd,                                                                              \
       (kf_backend * b, float *out, float *lse, const float *qkv, const kf_mask *m, int64_t B,      \
-       int64_t n_head, int64_t head_dim),                                                          \
-      (b, out, lse, qkv, m, B, n_head, head_dim))                                                  \
-    /* dqkv (overwritten) from dout; needs the forward's out and lse. */                           \
+       int64_t n_head, int64_t head_dim, const void *qkv16, void *out16),                          \
+      (b, out, lse, qkv, m, B, n_head, head_dim, qkv16, out16))                                    \
+    /* dqkv (overwritten) from dout; needs the forward's out and lse. dout16,                      \
+     * out16, qkv16 (NULL: none) are dout, out, qkv as 16-bit copies, in their                     \
+     * place. */                                                                                   \
     X(void, attn_bwd,                                                                              \
       (kf_backend * b, float *dqkv, const float *dout, const float *out, const float *lse,         \
-       const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim),           \
-      (b, dqkv, dout, out, lse, qkv, m, B, n_head, head_dim))                                      \
+       const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim,            \
+       const void *dout16, const void *out16, const void *qkv16),                                  \
+      (b, dqkv, dout, out, lse, qkv, m, B, n_head, head_dim, dout16, out16, qkv16))                \
     /* Decode-time attention: Q new tokens per sample whose K/V were already                       \
      * written to the caches at rows [P, P+Q). Query i sees cache rows [0, P+i]                    \
      * (causal over the concatenation). q [B*Q, H] (row stride q_stride                            \

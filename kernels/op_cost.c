@@ -153,7 +153,9 @@ kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre1
 
 /* Both products (dW, and dx when asked) and the bias sum's 1 per element of
  * dy; dy and x (each at 2 bytes as a 16-bit copy) and W read once, dW (and
- * dbias) read and written, dx written (and read when dx_beta != 0).
+ * dbias) read and written, dx written (and read when dx_beta != 0), its
+ * 16-bit copy dx16 written (at 2 bytes; cuBLAS writes it, rounded, when dx
+ * is not asked too).
  * kernels/cuda/cuda_linear.cu converts dy to the 16-bit format once for both
  * products (its bias sums in that pass) and x, unless they are 16-bit
  * copies, and rounds dW and dx as matmul does; otherwise it is matmul,
@@ -161,16 +163,19 @@ kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre1
 kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
                                    const float *dy, const void *dy16, const float *x,
                                    const void *x16, const float *w, int64_t rows, int64_t in,
-                                   int64_t out, float dx_beta) {
-    double r = (double)rows, i = (double)in, o = (double)out, nd = dx ? 1 : 0, ny = r * o;
+                                   int64_t out, float dx_beta, void *dx16) {
+    double r = (double)rows, i = (double)in, o = (double)out, ny = r * o;
+    double nd = dx || dx16 ? 1 : 0;
     int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant && r > 0 && i > 0 && o > 0;
     double bytes = (dy16 ? H16 : F) * ny + (x16 ? H16 : F) * r * i + 2 * F * o * i +
-                   (dbias ? 2 * F * o : 0) + nd * F * (o * i + r * i * (dx_beta != 0 ? 2 : 1));
+                   (dbias ? 2 * F * o : 0) + nd * F * o * i +
+                   (dx ? F * r * i * (dx_beta != 0 ? 2 : 1) : 0) + (dx16 ? H16 * r * i : 0);
     if (!fused16) bytes += F * ny * ((dbias ? 1 : 0) + nd);
-    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * r * i * o * (1 + nd) + (dbias ? ny : 0), bytes,
-                        "M=%lld N=%lld K=%lld%s%s%s%s%s", (long long)rows, (long long)in,
-                        (long long)out, dbias ? " dbias" : "", dx ? " dx" : "",
-                        dx && dx_beta != 0 ? " +dx" : "", x16 ? " x16" : "", dy16 ? " dy16" : "");
+    kf_op_cost c =
+        cost(b, KF_COST_GEMM, 2 * r * i * o * (1 + nd) + (dbias ? ny : 0), bytes,
+             "M=%lld N=%lld K=%lld%s%s%s%s%s%s", (long long)rows, (long long)in, (long long)out,
+             dbias ? " dbias" : "", dx ? " dx" : "", dx && dx_beta != 0 ? " +dx" : "",
+             dx16 ? " dx16" : "", x16 ? " x16" : "", dy16 ? " dy16" : "");
     c.convert_bytes = gemm_convert(b, dy16 ? 0 : ny, x16 ? 0 : r * i, o * i) +
                       nd * gemm_convert(b, 0, o * i, r * i);
     return c;
@@ -222,20 +227,26 @@ kf_op_cost kernels_cost_layernorm_bwd(kf_backend *b, float *dx, float *dw, float
 
 /* ---- rotary embedding: q and k (2*B*L*H values) rotated in place, 3 FLOPs
  * per value (2 products, 1 add; the angles are not counted); read and
- * written, pos read */
+ * written, pos read; with the 16-bit copy (y16) v read too and all 3*B*L*H
+ * values written at 2 bytes */
 
-static kf_op_cost rope_cost(kf_backend *b, int64_t B, int64_t L, int64_t n_head, int64_t head_dim) {
+static kf_op_cost rope_cost(kf_backend *b, int64_t B, int64_t L, int64_t n_head, int64_t head_dim,
+                            const void *y16) {
     double n = 2.0 * (double)B * (double)L * (double)(n_head * head_dim);
-    return cost(b, KF_COST_SIMT, 3 * n, F * (2 * n + (double)L), "B=%lld L=%lld heads=%lld hd=%lld",
-                (long long)B, (long long)L, (long long)n_head, (long long)head_dim);
+    return cost(b, KF_COST_SIMT, 3 * n,
+                F * (2 * n + (double)L) + (y16 ? F * n / 2 + H16 * 1.5 * n : 0),
+                "B=%lld L=%lld heads=%lld hd=%lld%s", (long long)B, (long long)L, (long long)n_head,
+                (long long)head_dim, y16 ? " +y16" : "");
 }
 kf_op_cost kernels_cost_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B,
-                                 int64_t L, int64_t n_head, int64_t head_dim, float base) {
-    return rope_cost(b, B, L, n_head, head_dim);
+                                 int64_t L, int64_t n_head, int64_t head_dim, float base,
+                                 void *qkv16) {
+    return rope_cost(b, B, L, n_head, head_dim, qkv16);
 }
 kf_op_cost kernels_cost_rope_bwd(kf_backend *b, float *dqkv, const int32_t *pos, int64_t B,
-                                 int64_t L, int64_t n_head, int64_t head_dim, float base) {
-    return rope_cost(b, B, L, n_head, head_dim);
+                                 int64_t L, int64_t n_head, int64_t head_dim, float base,
+                                 void *dqkv16) {
+    return rope_cost(b, B, L, n_head, head_dim, dqkv16);
 }
 
 /* ---- attention */
@@ -253,43 +264,58 @@ double kernels_mask_pairs(const kf_mask *m, int64_t B) {
     return pairs;
 }
 
-/* Forward: 4*head_dim per pair and head (Q K^T, P V) + 3 for the online
- * softmax (max, exp, sum). qkv of every row read (keys span the sequence),
- * out and lse of the query rows written. In a 16-bit mode the tensor-core
- * forward (cuda_attention_tc.cu) first converts qkv in a pass of its own (4
- * bytes read, 2 written per element): convert_bytes, which roofline.c counts
- * only with KF_CUDA_TC=1, the switch that selects those kernels. */
-kf_op_cost kernels_cost_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv,
-                                 const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim) {
-    double p = kernels_mask_pairs(m, B) * (double)n_head, H = (double)(n_head * head_dim);
-    double L = (double)kf_mask_len(m), Lq = L - (double)m->q_start, Bd = (double)B;
+/* Attention's cost record: its products on the tensor units in a 16-bit
+ * mode when the tensor-core kernels run (KF_COST_ATTN, roofline.c decides),
+ * on the fp32 units in batch-invariant mode, which keeps the SIMT kernels;
+ * `tc_convert` bytes of the passes the tensor-core kernels run first to
+ * convert the fp32 inputs not given as 16-bit copies (4 bytes read, 2
+ * written per element; the SIMT kernels read either form as they load). */
+static kf_op_cost attn_cost(kf_backend *b, const kf_mask *m, int64_t B, int64_t n_head,
+                            int64_t head_dim, double flops, double bytes, double tc_convert) {
+    int simt = b->batch_invariant;
     kf_op_cost c =
-        cost(b, KF_COST_ATTN, p * (4 * (double)head_dim + 3),
-             F * (Bd * L * 3 * H + Bd * Lq * H + Bd * (double)n_head * Lq),
+        cost(b, simt ? KF_COST_SIMT : KF_COST_ATTN, flops, bytes,
              "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
              (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
              (long long)m->q_start, (long long)n_head, (long long)head_dim);
-    c.convert_bytes = b->precision != KF_PREC_FP32 ? 6 * Bd * L * 3 * H : 0;
+    c.convert_bytes = b->precision != KF_PREC_FP32 && !simt ? tc_convert : 0;
     return c;
+}
+
+/* Forward: 4*head_dim per pair and head (Q K^T, P V) + 3 for the online
+ * softmax (max, exp, sum). qkv of every row read (keys span the sequence;
+ * at 2 bytes as a 16-bit copy), out (and its copy) and lse of the query
+ * rows written. The tensor-core forward (cuda_attention_tc.cu) converts an
+ * fp32 qkv first: convert_bytes, which roofline.c counts only when those
+ * kernels run. */
+kf_op_cost kernels_cost_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv,
+                                 const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim,
+                                 const void *qkv16, void *out16) {
+    double p = kernels_mask_pairs(m, B) * (double)n_head, H = (double)(n_head * head_dim);
+    double L = (double)kf_mask_len(m), Lq = L - (double)m->q_start, Bd = (double)B;
+    double nqkv = Bd * L * 3 * H, nout = Bd * Lq * H;
+    return attn_cost(b, m, B, n_head, head_dim, p * (4 * (double)head_dim + 3),
+                     (qkv16 ? H16 : F) * nqkv + (out ? F * nout : 0) + (out16 ? H16 * nout : 0) +
+                         F * Bd * (double)n_head * Lq,
+                     qkv16 ? 0 : 6 * nqkv);
 }
 
 /* Backward: 10*head_dim per pair and head (S recomputed, dP = dO V^T,
  * dV += P^T dO, dQ += dS K, dK += dS^T Q) + 4 for P and dS. qkv, out, dout
- * and lse read, dqkv written. The tensor-core backward converts qkv and dout
- * first (convert_bytes, as the forward's). */
+ * (each at 2 bytes as a 16-bit copy) and lse read, dqkv written. The
+ * tensor-core backward converts an fp32 qkv and dout first (convert_bytes,
+ * as the forward's). */
 kf_op_cost kernels_cost_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
                                  const float *lse, const float *qkv, const kf_mask *m, int64_t B,
-                                 int64_t n_head, int64_t head_dim) {
+                                 int64_t n_head, int64_t head_dim, const void *dout16,
+                                 const void *out16, const void *qkv16) {
     double p = kernels_mask_pairs(m, B) * (double)n_head, H = (double)(n_head * head_dim);
     double L = (double)kf_mask_len(m), Lq = L - (double)m->q_start, Bd = (double)B;
-    kf_op_cost c =
-        cost(b, KF_COST_ATTN, p * (10 * (double)head_dim + 4),
-             F * (2 * Bd * L * 3 * H + 2 * Bd * Lq * H + Bd * (double)n_head * Lq),
-             "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
-             (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
-             (long long)m->q_start, (long long)n_head, (long long)head_dim);
-    c.convert_bytes = b->precision != KF_PREC_FP32 ? 6 * Bd * L * 4 * H : 0;
-    return c;
+    double nqkv = Bd * L * 3 * H, nq = Bd * Lq * H;
+    return attn_cost(b, m, B, n_head, head_dim, p * (10 * (double)head_dim + 4),
+                     (qkv16 ? H16 : F) * nqkv + F * nqkv + (dout16 ? H16 : F) * nq +
+                         (out16 ? H16 : F) * nq + F * Bd * (double)n_head * Lq,
+                     (qkv16 ? 0 : 6 * nqkv) + (dout16 ? 0 : 6 * Bd * L * H));
 }
 
 /* Query i of Q sees P+i+1 cache rows: the forward's 4*head_dim + 3 per pair

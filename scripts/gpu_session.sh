@@ -18,7 +18,7 @@
 #
 # On the GPU machine, in one `run` call carrying DEPS (e.g. carry/gpu):
 #   bash scripts/gpu_session.sh [--deps DEPS] [STEP...]
-# STEP: tests (make test-cuda), bench-attention (fp16 SIMT and --tc tensor-core
+# STEP: tests (make test-cuda), bench-attention (fp16 tensor-core and --simt
 # kernels), bench-train-124m (12 x 768, V = 50258, sequence 1024, batch $BATCH,
 # default 16; fp16 then fp32), or any `kf bench` NAME. Default: tests
 # bench-attention bench-train-124m. A step runs even when an earlier one failed;
@@ -146,7 +146,7 @@ for step in "${steps[@]}"; do
     bench-attention)
       [ -x "$kf" ] || run build make -j"$(nproc)" MPI=0 CUDA=1 BUILD=build-cuda BIN=$kf $kf
       run bench-attention "$kf" bench attention
-      run bench-attention-tc "$kf" bench attention --tc ;;
+      run bench-attention-simt "$kf" bench attention --simt ;;
     bench-train-124m)
       [ -x "$kf" ] || run build make -j"$(nproc)" MPI=0 CUDA=1 BUILD=build-cuda BIN=$kf $kf
       run bench-train-124m bench_train ;;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/cuda_attention_tc.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_internal.h"
 
@@ -60,9 +61,9 @@ static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, 
           *tb = (float *)malloc((size_t)iters * sizeof(float));
     for (int it = -2; it < iters; it++) { /* two warm-up rounds */
         CUDA_OK(cudaEventRecord(e0, st));
-        b->attn_fwd(b, out, lse, qkv, m, B, nh, D);
+        b->attn_fwd(b, out, lse, qkv, m, B, nh, D, NULL, NULL);
         CUDA_OK(cudaEventRecord(e1, st));
-        b->attn_bwd(b, dqkv, dout, out, lse, qkv, m, B, nh, D);
+        b->attn_bwd(b, dqkv, dout, out, lse, qkv, m, B, nh, D, NULL, NULL, NULL);
         CUDA_OK(cudaEventRecord(e2, st));
         CUDA_OK(cudaEventSynchronize(e2));
         if (it < 0) continue;
@@ -80,18 +81,19 @@ static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, 
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kf bench attention [--n N] [--batch B] [--heads H] [--head-dim D]\n"
-               "                          [--iters I] [--fp32 | --bf16] [--tc] [--max-k K]\n"
+               "                          [--iters I] [--fp32 | --bf16] [--simt] [--max-k K]\n"
                "Times the CUDA attention kernels (forward and backward) for causal attention\n"
                "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
                "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
                "the time of SingleForward(k) relative to causal attention.\n"
-               "--tc runs the fp16 or bf16 phase on the tensor-core kernels (as KF_CUDA_TC=1).\n"
+               "The fp16 and bf16 phases run on the tensor-core kernels; --simt runs them on\n"
+               "the SIMT kernels (as KF_CUDA_TC=0).\n"
                "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n");
 }
 
 extern "C" int bench_attention_main(int argc, char **argv) {
     int64_t N = 1024, B = 8, nh = 12, D = 64, max_k = 4;
-    int iters = 10, tc = 0;
+    int iters = 10, simt = 0;
     kf_precision prec = KF_PREC_FP16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -103,8 +105,8 @@ extern "C" int bench_attention_main(int argc, char **argv) {
             prec = KF_PREC_FP32;
         } else if (!strcmp(a, "--bf16")) {
             prec = KF_PREC_BF16;
-        } else if (!strcmp(a, "--tc")) {
-            tc = 1;
+        } else if (!strcmp(a, "--simt")) {
+            simt = 1;
         } else if (has && !strcmp(a, "--n")) {
             N = atoll(argv[++i]);
         } else if (has && !strcmp(a, "--batch")) {
@@ -134,14 +136,13 @@ extern "C" int bench_attention_main(int argc, char **argv) {
         return 1;
     }
     b->set_precision(b, prec);
-    if (tc) cu_impl(b)->tc = 1;
+    if (simt) cu_impl(b)->attn_tc = 0;
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, kernels_cuda_device(b)));
     printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s phase%s, median of %d\n",
            prop.name, (long long)B, (long long)nh, (long long)D, (long long)N,
            kernels_precision_name(prec),
-           prec != KF_PREC_FP32 && cu_impl(b)->tc ? " (tensor cores)" : " (fp32 SIMT kernels)",
-           iters);
+           attn_tc_supported(b, D) ? " (tensor cores)" : " (fp32 SIMT kernels)", iters);
     printf("%-22s %8s %9s %9s %9s %9s %9s %10s\n", "structure", "tokens", "fwd ms", "bwd ms",
            "fwd TF/s", "bwd TF/s", "all TF/s", "time/causal");
     double causal_ms = 0;

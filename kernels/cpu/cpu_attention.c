@@ -221,16 +221,24 @@ CPU_MULTIVERSION(int64_t, fwd_block,
                   int64_t vl, int64_t r0, int64_t r1, int64_t D, int lowp, float *Kt, float *s),
                  (o, ldo, l, base, H, m, vl, r0, r1, D, lowp, Kt, s))
 
+/* x rounded as a 16-bit mode rounds the attention's inputs, or the values
+ * of its 16-bit copy x16 (the same numbers), in scratch slot `slot`. */
+static const float *attn_input(kf_backend *b, int slot, const float *x, const void *x16,
+                               int64_t n) {
+    float *h = cpu_scratch(b, slot, (size_t)n);
+    if (x16) cpu_from16(h, x16, n, b->precision);
+    else cpu_round_lowp_copy(h, x, n, b->precision);
+    return h;
+}
+
 void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
-                  int64_t B, int64_t n_head, int64_t head_dim) {
+                  int64_t B, int64_t n_head, int64_t head_dim, const void *qkv16, void *out16) {
     kf_mask_check(m);
     int64_t L = kf_mask_len(m), H = n_head * head_dim, D = head_dim, ld = 3 * H;
     int lowp = b->precision;
-    if (lowp) {
-        float *h = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(B * L * ld));
-        cpu_round_lowp_copy(h, qkv, B * L * ld, lowp);
-        qkv = h;
-    }
+    KF_CHECK(lowp || !(qkv16 || out16), "attn_fwd: a 16-bit copy in fp32 mode");
+    if (lowp) qkv = attn_input(b, CPU_SCRATCH_A, qkv, qkv16, B * L * ld);
+    if (!out) out = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(B * L * H));
     int64_t pairs = 0;
 #pragma omp parallel reduction(+ : pairs)
     {
@@ -246,6 +254,11 @@ void cpu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const
         free(s);
         free(Kt);
     }
+    if (out16) /* the query rows of each sample */
+        for (int64_t bi = 0; bi < B; bi++) {
+            int64_t r0 = (bi * L + m->q_start) * H;
+            cpu_to16((uint16_t *)out16 + r0, out + r0, (L - m->q_start) * H, lowp);
+        }
     count_pairs(b, pairs);
 }
 
@@ -352,20 +365,16 @@ CPU_MULTIVERSION(int64_t, bwd_head,
                  (dbase, base, dout, out, l, H, L, m, vl, D, Kt, Vt, p, dp))
 
 void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out, const float *lse,
-                  const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim) {
+                  const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim,
+                  const void *dout16, const void *out16, const void *qkv16) {
     kf_mask_check(m);
     int64_t L = kf_mask_len(m), H = n_head * head_dim, D = head_dim, ld = 3 * H;
     int lowp = b->precision;
+    KF_CHECK(lowp || !(dout16 || out16 || qkv16), "attn_bwd: a 16-bit copy in fp32 mode");
     if (lowp) {
-        float *hq = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(B * L * ld));
-        float *hd = cpu_scratch(b, CPU_SCRATCH_B, (size_t)(B * L * H));
-        float *ho = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(B * L * H));
-        cpu_round_lowp_copy(hq, qkv, B * L * ld, lowp);
-        cpu_round_lowp_copy(hd, dout, B * L * H, lowp);
-        cpu_round_lowp_copy(ho, out, B * L * H, lowp);
-        qkv = hq;
-        dout = hd;
-        out = ho;
+        qkv = attn_input(b, CPU_SCRATCH_A, qkv, qkv16, B * L * ld);
+        dout = attn_input(b, CPU_SCRATCH_B, dout, dout16, B * L * H);
+        out = attn_input(b, CPU_SCRATCH_C, out, out16, B * L * H);
     }
     memset(dqkv, 0, (size_t)(B * L * ld) * sizeof(float));
     int64_t pairs = 0;

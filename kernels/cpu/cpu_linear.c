@@ -38,11 +38,15 @@ void cpu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias
 
 void cpu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
                     const void *dy16, const float *x, const void *x16, const float *w, int64_t rows,
-                    int64_t in, int64_t out, float dx_beta) {
+                    int64_t in, int64_t out, float dx_beta, void *dx16) {
     KF_CHECK(!(dy16 && dbias), "linear_bwd: dbias needs the fp32 dy");
+    KF_CHECK(!dx16 || (b->precision != KF_PREC_FP32 && dx_beta == 0.0f),
+             "linear_bwd: dx16 needs a 16-bit mode and dx_beta 0");
     x = cpu_input16(b, CPU_SCRATCH_X16, x, x16, rows * in);
     dy = cpu_input16(b, CPU_SCRATCH_DY16, dy, dy16, rows * out);
     cpu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
     if (dbias) cpu_bias_grad(b, dbias, dy, rows, out);
+    if (dx16 && !dx) dx = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * in));
     if (dx) cpu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
+    if (dx16) cpu_to16(dx16, dx, rows * in, b->precision);
 }

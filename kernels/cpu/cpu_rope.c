@@ -51,12 +51,20 @@ static void rope_apply(kf_backend *b, float *qkv, const int32_t *pos, int64_t B,
     }
 }
 
+/* y16 (NULL: none): the result as a 16-bit copy. */
+static void rope(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
+                 int64_t n_head, int64_t D, float base, float dir, void *y16) {
+    KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "rope: a 16-bit copy in fp32 mode");
+    rope_apply(b, qkv, pos, B, L, n_head, D, base, dir);
+    if (y16) cpu_to16(y16, qkv, B * L * 3 * n_head * D, b->precision);
+}
+
 void cpu_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
-                  int64_t n_head, int64_t head_dim, float base) {
-    rope_apply(b, qkv, pos, B, L, n_head, head_dim, base, 1.0f);
+                  int64_t n_head, int64_t head_dim, float base, void *qkv16) {
+    rope(b, qkv, pos, B, L, n_head, head_dim, base, 1.0f, qkv16);
 }
 
 void cpu_rope_bwd(kf_backend *b, float *dqkv, const int32_t *pos, int64_t B, int64_t L,
-                  int64_t n_head, int64_t head_dim, float base) {
-    rope_apply(b, dqkv, pos, B, L, n_head, head_dim, base, -1.0f);
+                  int64_t n_head, int64_t head_dim, float base, void *dqkv16) {
+    rope(b, dqkv, pos, B, L, n_head, head_dim, base, -1.0f, dqkv16);
 }

@@ -24,9 +24,11 @@
  * backward) to the 16-bit format on load and round the outputs, with fp32
  * arithmetic in between — the rounding points of kernels/cpu/cpu_attention.c.
  * Every row's result depends only on its own sample: batch-invariant.
- * In the fp16 phase, head dims 64 and 128 run on the tensor cores instead
- * (cuda_attention_tc.cu: same walk, WMMA products); these fp32 kernels serve
- * the fp32 and bf16 phases and the other head dims.
+ * In the fp16 and bf16 phases, head dims 64 and 128 run on the tensor cores
+ * instead (cuda_attention_tc.cu: same walk, mma.sync products), unless
+ * switched off or their check failed (cuda_attention_guard.cu); these SIMT
+ * kernels serve the fp32 phase, batch-invariant mode, the other head dims
+ * and that fallback.
  */
 #include <math.h>
 
@@ -37,14 +39,31 @@
 
 __device__ __forceinline__ float ld_round(const float *p, int lowp) { return cu_lowp(*p, lowp); }
 
+/* An input of the attention: fp32 (f) or its 16-bit copy (h, kernels.h) in
+ * the format lowp. at(i) is the value the kernels use, rounded in a 16-bit
+ * mode (a copy's values are already), so either form gives the same bits. */
+struct attn_in {
+    const float *f;
+    const void *h;
+    int lowp;
+    __device__ __forceinline__ float at(int64_t i) const {
+        if (!h) return cu_lowp(f[i], lowp);
+        if (lowp == KF_PREC_BF16) return __bfloat162float(((const __nv_bfloat16 *)h)[i]);
+        return __half2float(((const __half *)h)[i]);
+    }
+    __host__ __device__ attn_in operator+(int64_t o) const {
+        return {f ? f + o : f, h ? (const uint16_t *)h + o : h, lowp};
+    }
+};
+
 /* Loads rows [r0, r0+TILE) of one head (row stride ld) into s[TILE][D+1];
  * rows at or past L are zero. */
 template <int D>
-__device__ __forceinline__ void load_tile(float (*s)[D + 1], const float *base, int64_t ld,
-                                          int64_t r0, int64_t L, int lowp) {
+__device__ __forceinline__ void load_tile(float (*s)[D + 1], attn_in base, int64_t ld, int64_t r0,
+                                          int64_t L) {
     for (int i = threadIdx.x; i < TILE * D; i += THREADS) {
         int r = i / D, d = i % D;
-        s[r][d] = r0 + r < L ? ld_round(base + (r0 + r) * ld + d, lowp) : 0.0f;
+        s[r][d] = r0 + r < L ? base.at((r0 + r) * ld + d) : 0.0f;
     }
 }
 
@@ -68,18 +87,18 @@ template <int D> struct fwd_smem {
 
 template <int D>
 __global__ void __launch_bounds__(THREADS)
-    k_attn_fwd(float *out, float *lse, const float *qkv, mask_dev m, int64_t n_head, float scale,
-               int lowp) {
+    k_attn_fwd(float *out, void *out16, float *lse, attn_in qkv, mask_dev m, int64_t n_head,
+               float scale, int lowp) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     fwd_smem<D> &S = *reinterpret_cast<fwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
     int64_t b = blockIdx.z, h = blockIdx.y;
     int64_t r0 = m.q_start + (int64_t)blockIdx.x * TILE, r1 = min(m.L, r0 + TILE);
     int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
-    const float *base = qkv + b * m.L * ld + h * D;
+    attn_in base = qkv + (b * m.L * ld + h * D);
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 
-    load_tile<D>(S.q, base, ld, r0, m.L, lowp);
+    load_tile<D>(S.q, base, ld, r0, m.L);
     float mrow[4], lrow[4], acc[4][DJ];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -97,8 +116,8 @@ __global__ void __launch_bounds__(THREADS)
         int kmin, kmax;
         key_tile<TILE>(tiles, t, &c0, &kmin, &kmax);
         __syncthreads(); /* previous tile's k/v/p fully consumed */
-        load_tile<D>(S.k, base + H, ld, c0, m.L, lowp);
-        load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, lowp);
+        load_tile<D>(S.k, base + H, ld, c0, m.L);
+        load_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
         __syncthreads();
         float s[4][4];
 #pragma unroll
@@ -159,11 +178,12 @@ __global__ void __launch_bounds__(THREADS)
         int64_t r = r0 + ty * 4 + i;
         if (r >= r1) continue;
         float inv = lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f;
-        float *o = out + (b * m.L + r) * H + h * D;
+        int64_t o = (b * m.L + r) * H + h * D;
 #pragma unroll
         for (int j = 0; j < DJ; j++) {
             float v = acc[i][j] * inv;
-            o[tx + 16 * j] = cu_lowp(v, lowp);
+            if (out) out[o + tx + 16 * j] = cu_lowp(v, lowp);
+            if (out16) cu_store16(out16, o + tx + 16 * j, v, lowp);
         }
         if (tx == 0)
             lse[(b * n_head + h) * m.L + r] = lrow[i] > 0.0f ? mrow[i] + logf(lrow[i]) : 0.0f;
@@ -171,15 +191,15 @@ __global__ void __launch_bounds__(THREADS)
 }
 
 /* delta[b, h, r] = dout_r · out_r (inputs rounded in fp16/bf16 mode); one warp per row. */
-__global__ void k_attn_delta(float *delta, const float *dout, const float *out, int64_t rows,
-                             int64_t L, int64_t n_head, int64_t D, int lowp) {
+__global__ void k_attn_delta(float *delta, attn_in dout, attn_in out, int64_t rows, int64_t L,
+                             int64_t n_head, int64_t D) {
     int lane = threadIdx.x & 31;
     for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; w < rows * n_head;
          w += (int64_t)gridDim.x * blockDim.x / 32) {
         int64_t row = w / n_head, h = w % n_head; /* row = b*L + r */
-        const float *a = dout + row * n_head * D + h * D, *c = out + row * n_head * D + h * D;
+        attn_in a = dout + (row * n_head * D + h * D), c = out + (row * n_head * D + h * D);
         float s = 0.0f;
-        for (int64_t d = lane; d < D; d += 32) s += ld_round(a + d, lowp) * ld_round(c + d, lowp);
+        for (int64_t d = lane; d < D; d += 32) s += a.at(d) * c.at(d);
         s = warp_sum(s);
         int64_t b = row / L, r = row % L;
         if (lane == 0) delta[(b * n_head + h) * L + r] = s;
@@ -245,11 +265,11 @@ __device__ __forceinline__ void bwd_scores(bwd_smem<D> &S, const mask_dev &m, in
 
 /* Loads a query tile's q, dout, lse and delta. */
 template <int D>
-__device__ __forceinline__ void
-bwd_load_queries(bwd_smem<D> &S, const float *base, const float *dout, const float *lse,
-                 const float *delta, int64_t ld, int64_t H, int64_t r0, int64_t L, int lowp) {
-    load_tile<D>(S.q, base, ld, r0, L, lowp);
-    load_tile<D>(S.dout, dout, H, r0, L, lowp);
+__device__ __forceinline__ void bwd_load_queries(bwd_smem<D> &S, attn_in base, attn_in dout,
+                                                 const float *lse, const float *delta, int64_t ld,
+                                                 int64_t H, int64_t r0, int64_t L) {
+    load_tile<D>(S.q, base, ld, r0, L);
+    load_tile<D>(S.dout, dout, H, r0, L);
     for (int i = threadIdx.x; i < TILE; i += THREADS) {
         S.lse[i] = r0 + i < L ? lse[r0 + i] : 0.0f;
         S.delta[i] = r0 + i < L ? delta[r0 + i] : 0.0f;
@@ -258,21 +278,20 @@ bwd_load_queries(bwd_smem<D> &S, const float *base, const float *dout, const flo
 
 template <int D>
 __global__ void __launch_bounds__(THREADS)
-    k_attn_bwd_kv(float *dqkv, const float *dout, const float *lse, const float *delta,
-                  const float *qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
+    k_attn_bwd_kv(float *dqkv, attn_in dout, const float *lse, const float *delta, attn_in qkv,
+                  mask_dev m, int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
     int64_t b = blockIdx.z, h = blockIdx.y;
     int64_t c0 = (int64_t)blockIdx.x * TILE, c1 = min(m.L, c0 + TILE);
     int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
-    const float *base = qkv + b * m.L * ld + h * D;
-    const float *dob = dout + b * m.L * H + h * D;
+    attn_in base = qkv + (b * m.L * ld + h * D), dob = dout + (b * m.L * H + h * D);
     const float *lb = lse + (b * n_head + h) * m.L, *db = delta + (b * n_head + h) * m.L;
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 
-    load_tile<D>(S.k, base + H, ld, c0, m.L, lowp);
-    load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, lowp);
+    load_tile<D>(S.k, base + H, ld, c0, m.L);
+    load_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
     float dk[4][DJ], dv[4][DJ];
 #pragma unroll
     for (int i = 0; i < 4; i++)
@@ -283,7 +302,7 @@ __global__ void __launch_bounds__(THREADS)
     for (int q = 0; q < nr; q++)
         for (int64_t r0 = lo[q]; r0 < hi[q]; r0 += TILE) {
             __syncthreads();
-            bwd_load_queries<D>(S, base, dob, lb, db, ld, H, r0, hi[q], lowp);
+            bwd_load_queries<D>(S, base, dob, lb, db, ld, H, r0, hi[q]);
             __syncthreads();
             bwd_scores<D>(S, m, vl, r0, r0, hi[q], c0, (int)c0, (int)c1, scale);
             __syncthreads();
@@ -328,15 +347,15 @@ __global__ void __launch_bounds__(THREADS)
 
 template <int D>
 __global__ void __launch_bounds__(THREADS)
-    k_attn_bwd_q(float *dqkv, const float *dout, const float *lse, const float *delta,
-                 const float *qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
+    k_attn_bwd_q(float *dqkv, attn_in dout, const float *lse, const float *delta, attn_in qkv,
+                 mask_dev m, int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
     int64_t b = blockIdx.z, h = blockIdx.y;
     int64_t r0 = (int64_t)blockIdx.x * TILE, r1 = min(m.L, r0 + TILE);
     int64_t H = n_head * D, ld = 3 * H, vl = mask_vl(m, b);
-    const float *base = qkv + b * m.L * ld + h * D;
+    attn_in base = qkv + (b * m.L * ld + h * D);
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     float dq[4][DJ];
 #pragma unroll
@@ -346,16 +365,16 @@ __global__ void __launch_bounds__(THREADS)
     /* rows before q_start are not queries: their dq stays zero */
     int64_t q0 = max(r0, m.q_start);
     if (q0 < r1) {
-        bwd_load_queries<D>(S, base, dout + b * m.L * H + h * D, lse + (b * n_head + h) * m.L,
-                            delta + (b * n_head + h) * m.L, ld, H, r0, m.L, lowp);
+        bwd_load_queries<D>(S, base, dout + (b * m.L * H + h * D), lse + (b * n_head + h) * m.L,
+                            delta + (b * n_head + h) * m.L, ld, H, r0, m.L);
         key_tiles tiles = mask_key_tiles<TILE>(m, vl, q0, r1);
         for (int64_t t = 0; t < tiles.n; t++) {
             int64_t c0;
             int kmin, kmax;
             key_tile<TILE>(tiles, t, &c0, &kmin, &kmax);
             __syncthreads();
-            load_tile<D>(S.k, base + H, ld, c0, m.L, lowp);
-            load_tile<D>(S.v, base + 2 * H, ld, c0, m.L, lowp);
+            load_tile<D>(S.k, base + H, ld, c0, m.L);
+            load_tile<D>(S.v, base + 2 * H, ld, c0, m.L);
             __syncthreads();
             bwd_scores<D>(S, m, vl, r0, q0, r1, c0, kmin, kmax, scale);
             __syncthreads();
@@ -426,42 +445,51 @@ mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B) {
     } while (0)
 
 void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const kf_mask *m,
-                 int64_t B, int64_t n_head, int64_t head_dim) {
+                 int64_t B, int64_t n_head, int64_t head_dim, const void *qkv16, void *out16) {
+    int lowp = b->precision;
+    KF_CHECK(lowp || !(qkv16 || out16), "attn_fwd: a 16-bit copy in fp32 mode");
+    int tc = attn_tc_supported(b, head_dim); /* first: its check uses the scratch */
     mask_dev md = mask_to_dev(b, m, B);
     int64_t nq = md.L - md.q_start;
     if (nq <= 0 || B <= 0) return;
     KF_CHECK(B <= 65535 && n_head <= 65535, "attention: batch or heads too large");
-    if (attn_tc_supported(b, head_dim)) {
-        attn_fwd_tc(b, out, lse, qkv, &md, B, n_head, head_dim);
+    if (tc) {
+        attn_tc_launched(b, attn_fwd_tc(b, out, out16, lse, qkv, qkv16, &md, B, n_head, head_dim));
         return;
     }
     dim3 grid((unsigned)((nq + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);
     float scale = 1.0f / sqrtf((float)head_dim);
-    int lowp = b->precision;
-    ATTN_DISPATCH(head_dim, k_attn_fwd, fwd_smem, grid, out, lse, qkv, md, n_head, scale, lowp);
+    attn_in qin = {qkv, qkv16, lowp};
+    ATTN_DISPATCH(head_dim, k_attn_fwd, fwd_smem, grid, out, out16, lse, qin, md, n_head, scale,
+                  lowp);
 }
 
 void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out, const float *lse,
-                 const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim) {
+                 const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim,
+                 const void *dout16, const void *out16, const void *qkv16) {
+    int lowp = b->precision;
+    KF_CHECK(lowp || !(dout16 || out16 || qkv16), "attn_bwd: a 16-bit copy in fp32 mode");
+    int tc = attn_tc_supported(b, head_dim); /* first: its check uses the scratch */
     mask_dev md = mask_to_dev(b, m, B);
     int64_t L = md.L;
     if (L <= 0 || B <= 0) return;
     KF_CHECK(B <= 65535 && n_head <= 65535, "attention: batch or heads too large");
-    int lowp = b->precision;
     float scale = 1.0f / sqrtf((float)head_dim);
     float *delta = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(B * n_head * L) * sizeof(float));
     int64_t warps = B * L * n_head;
-    k_attn_delta<<<cu_blocks(warps * 32), 256, 0, cu_stream(b)>>>(delta, dout, out, B * L, L,
-                                                                  n_head, head_dim, lowp);
+    attn_in din = {dout, dout16, lowp}, oin = {out, out16, lowp}, qin = {qkv, qkv16, lowp};
+    k_attn_delta<<<cu_blocks(warps * 32), 256, 0, cu_stream(b)>>>(delta, din, oin, B * L, L, n_head,
+                                                                  head_dim);
     CUDA_LAUNCHED();
-    if (attn_tc_supported(b, head_dim)) {
-        attn_bwd_tc(b, dqkv, dout, lse, delta, qkv, &md, B, n_head, head_dim);
+    if (tc) {
+        attn_tc_launched(b, attn_bwd_tc(b, dqkv, dout, dout16, lse, delta, qkv, qkv16, &md, B,
+                                        n_head, head_dim));
         return;
     }
     dim3 grid((unsigned)((L + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);
-    ATTN_DISPATCH(head_dim, k_attn_bwd_kv, bwd_smem, grid, dqkv, dout, lse, delta, qkv, md, n_head,
+    ATTN_DISPATCH(head_dim, k_attn_bwd_kv, bwd_smem, grid, dqkv, din, lse, delta, qin, md, n_head,
                   scale, lowp);
-    ATTN_DISPATCH(head_dim, k_attn_bwd_q, bwd_smem, grid, dqkv, dout, lse, delta, qkv, md, n_head,
+    ATTN_DISPATCH(head_dim, k_attn_bwd_q, bwd_smem, grid, dqkv, din, lse, delta, qin, md, n_head,
                   scale, lowp);
 }
 

@@ -6,9 +6,12 @@
  * key tiles a query tile sees are visited, every output is owned by one
  * warp and summed in a fixed order, and no row depends on another sample.
  *
- *  - q, k, v (and dout in the backward) are rounded to the 16-bit format once
- *    per call, into scratch (the CPU backend's rounding points); tiles are
- *    copied from there with cp.async, the next tile while this one is used;
+ *  - q, k, v (and dout in the backward) are read as 16-bit copies
+ *    (kernels.h) that rope_fwd (and attn_out's linear_bwd) wrote, or else
+ *    rounded to the 16-bit format once per call, into scratch (the CPU
+ *    backend's rounding points); tiles are copied from there with cp.async,
+ *    the next tile while this one is used; the forward writes out and/or
+ *    its 16-bit copy;
  *    operands read down a column of a tile come through ldmatrix.trans;
  *  - forward: a block per (64-query tile, head, sample), 4 warps of 16 rows;
  *    S = Q K^T, the masked online softmax, P and O never leave registers
@@ -20,11 +23,13 @@
  * P and dS are rounded to the 16-bit format as tensor-core operands, which
  * the CPU does not do: the difference is within the 16-bit tolerances.
  *
- * Status: opt-in (KF_CUDA_TC=1 when the backend is created) until
- * test_cuda_ops has passed with it on a GPU; so far these kernels have run
- * only under the emulation harness. test_cuda_ops runs every fp16 attention
- * case and bf16 ones through this path too; `kf bench attention --tc` times
- * it. Once verified, make it the default in kernels_cuda_create.
+ * Status: the default of the 16-bit phases (KF_CUDA_TC=0 switches it off),
+ * guarded: these kernels have run only under the emulation harness, so at
+ * their first use per precision and head dim cuda_attention_guard.cu runs
+ * them against the SIMT kernels on a small fixed problem and falls back to
+ * the SIMT kernels, with a warning, when they disagree or fail to launch.
+ * test_cuda_ops runs every 16-bit attention case through both paths;
+ * `kf bench attention` times them (--simt: the SIMT kernels).
  */
 #include "kernels/cuda/cuda_attention_tc.h"
 #include "kernels/cuda/cuda_attn_mask.cuh"
@@ -121,8 +126,8 @@ __device__ __forceinline__ void fa_abt(float (*s)[4], const uint32_t (*A)[D / 2 
  * K/V tile t+1 is copied (cp.async) while tile t is used. */
 template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_fwd_mma(float *out, float *lse, const uint16_t *qkv, mask_dev m, int64_t n_head,
-                   float scale, int lowp) {
+    k_attn_fwd_mma(float *out, void *out16, float *lse, const uint16_t *qkv, mask_dev m,
+                   int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     fa_fwd_smem<D> &S = *reinterpret_cast<fa_fwd_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
@@ -212,12 +217,16 @@ __global__ void __launch_bounds__(TC_THREADS)
         int64_t r = r0 + wr + 8 * hr;
         if (r >= r1) continue;
         float l = lrow[hr], inv = l > 0.0f ? 1.0f / l : 0.0f;
-        float *orow = out + (b * m.L + r) * H + h * D;
+        int64_t o0 = (b * m.L + r) * H + h * D;
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            orow[j * 8 + 2 * t] = cu_lowp(o[j][2 * hr] * inv, lowp);
-            orow[j * 8 + 2 * t + 1] = cu_lowp(o[j][2 * hr + 1] * inv, lowp);
-        }
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float v = o[j][2 * hr + e] * inv;
+                int64_t c = o0 + j * 8 + 2 * t + e;
+                if (out) out[c] = cu_lowp(v, lowp);
+                if (out16) cu_store16(out16, c, v, lowp);
+            }
         if (t == 0) lse[(b * n_head + h) * m.L + r] = l > 0.0f ? mrow[hr] + logf(l) : 0.0f;
     }
 }
@@ -428,10 +437,6 @@ __global__ void __launch_bounds__(TC_THREADS)
     fa_store<D>(dqkv + b * m.L * ld + h * D, ld, r0, r1, dq, wr, t, lowp);
 }
 
-int attn_tc_supported(kf_backend *b, int64_t head_dim) {
-    return cu_impl(b)->tc && b->precision != KF_PREC_FP32 && (head_dim == 64 || head_dim == 128);
-}
-
 /* x (n floats) rounded to T in scratch slot `slot`. */
 template <typename T>
 static const uint16_t *fa_lowp(kf_backend *b, int slot, const float *x, int64_t n) {
@@ -441,70 +446,71 @@ static const uint16_t *fa_lowp(kf_backend *b, int slot, const float *x, int64_t 
     return y;
 }
 
-typedef void (*fa_fwd_kernel)(float *, float *, const uint16_t *, mask_dev, int64_t, float, int);
+typedef void (*fa_fwd_kernel)(float *, void *, float *, const uint16_t *, mask_dev, int64_t, float,
+                              int);
 typedef void (*fa_bwd_kernel)(float *, const uint16_t *, const float *, const float *,
                               const uint16_t *, mask_dev, int64_t, float, int);
 
 /* Kernels go through pointers: the launch syntax takes no template commas. */
-template <typename K> static void fa_smem(K k, size_t bytes) {
-    CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+template <typename K> static cudaError_t fa_smem(K k, size_t bytes) {
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
 template <int D, typename T>
-static void fa_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const mask_dev *md,
-                   int64_t B, int64_t n_head) {
-    const uint16_t *q16 = fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
+static cudaError_t fa_fwd(kf_backend *b, float *out, void *out16, float *lse, const float *qkv,
+                          const void *qkv16, const mask_dev *md, int64_t B, int64_t n_head) {
+    const uint16_t *q16 = qkv16 ? (const uint16_t *)qkv16
+                                : fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
     int64_t nq = md->L - md->q_start;
     dim3 grid((unsigned)((nq + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
     size_t bytes = sizeof(fa_fwd_smem<D>);
     fa_fwd_kernel k_fwd = k_attn_fwd_mma<D, T>;
-    fa_smem(k_fwd, bytes);
-    k_fwd<<<grid, TC_THREADS, bytes, cu_stream(b)>>>(out, lse, q16, *md, n_head,
+    cudaError_t e = fa_smem(k_fwd, bytes);
+    if (e != cudaSuccess) return e;
+    k_fwd<<<grid, TC_THREADS, bytes, cu_stream(b)>>>(out, out16, lse, q16, *md, n_head,
                                                      1.0f / sqrtf((float)D), b->precision);
-    CUDA_LAUNCHED();
+    return cudaGetLastError();
 }
 
 template <int D, typename T>
-static void fa_bwd(kf_backend *b, float *dqkv, const float *dout, const float *lse,
-                   const float *delta, const float *qkv, const mask_dev *md, int64_t B,
-                   int64_t n_head) {
-    const uint16_t *q16 = fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
-    const uint16_t *do16 = fa_lowp<T>(b, CU_SCRATCH_B, dout, B * md->L * n_head * D);
+static cudaError_t fa_bwd(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
+                          const float *lse, const float *delta, const float *qkv, const void *qkv16,
+                          const mask_dev *md, int64_t B, int64_t n_head) {
+    const uint16_t *q16 = qkv16 ? (const uint16_t *)qkv16
+                                : fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
+    const uint16_t *do16 = dout16 ? (const uint16_t *)dout16
+                                  : fa_lowp<T>(b, CU_SCRATCH_B, dout, B * md->L * n_head * D);
     dim3 grid((unsigned)((md->L + TC_TILE - 1) / TC_TILE), (unsigned)n_head, (unsigned)B);
     float scale = 1.0f / sqrtf((float)D);
     fa_bwd_kernel k_kv = k_attn_bwd_kv_mma<D, T>, k_q = k_attn_bwd_q_mma<D, T>;
     size_t kv_bytes = sizeof(fa_kv_smem<D>), q_bytes = sizeof(fa_q_smem<D>);
-    fa_smem(k_kv, kv_bytes);
-    fa_smem(k_q, q_bytes);
+    cudaError_t e = fa_smem(k_kv, kv_bytes);
+    if (e == cudaSuccess) e = fa_smem(k_q, q_bytes);
+    if (e != cudaSuccess) return e;
     k_kv<<<grid, TC_THREADS, kv_bytes, cu_stream(b)>>>(dqkv, do16, lse, delta, q16, *md, n_head,
                                                        scale, b->precision);
-    CUDA_LAUNCHED();
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
     k_q<<<grid, TC_THREADS, q_bytes, cu_stream(b)>>>(dqkv, do16, lse, delta, q16, *md, n_head,
                                                      scale, b->precision);
-    CUDA_LAUNCHED();
+    return cudaGetLastError();
 }
 
-void attn_fwd_tc(kf_backend *b, float *out, float *lse, const float *qkv, const mask_dev *md,
-                 int64_t B, int64_t n_head, int64_t head_dim) {
+cudaError_t attn_fwd_tc(kf_backend *b, float *out, void *out16, float *lse, const float *qkv,
+                        const void *qkv16, const mask_dev *md, int64_t B, int64_t n_head,
+                        int64_t head_dim) {
     bool bf = b->precision == KF_PREC_BF16;
-    if (head_dim == 64) {
-        if (bf) fa_fwd<64, __nv_bfloat16>(b, out, lse, qkv, md, B, n_head);
-        else fa_fwd<64, __half>(b, out, lse, qkv, md, B, n_head);
-    } else {
-        if (bf) fa_fwd<128, __nv_bfloat16>(b, out, lse, qkv, md, B, n_head);
-        else fa_fwd<128, __half>(b, out, lse, qkv, md, B, n_head);
-    }
+#define FA_FWD(D, T) fa_fwd<D, T>(b, out, out16, lse, qkv, qkv16, md, B, n_head)
+    if (head_dim == 64) return bf ? FA_FWD(64, __nv_bfloat16) : FA_FWD(64, __half);
+    return bf ? FA_FWD(128, __nv_bfloat16) : FA_FWD(128, __half);
+#undef FA_FWD
 }
 
-void attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const float *lse,
-                 const float *delta, const float *qkv, const mask_dev *md, int64_t B,
-                 int64_t n_head, int64_t head_dim) {
+cudaError_t attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
+                        const float *lse, const float *delta, const float *qkv, const void *qkv16,
+                        const mask_dev *md, int64_t B, int64_t n_head, int64_t head_dim) {
     bool bf = b->precision == KF_PREC_BF16;
-    if (head_dim == 64) {
-        if (bf) fa_bwd<64, __nv_bfloat16>(b, dqkv, dout, lse, delta, qkv, md, B, n_head);
-        else fa_bwd<64, __half>(b, dqkv, dout, lse, delta, qkv, md, B, n_head);
-    } else {
-        if (bf) fa_bwd<128, __nv_bfloat16>(b, dqkv, dout, lse, delta, qkv, md, B, n_head);
-        else fa_bwd<128, __half>(b, dqkv, dout, lse, delta, qkv, md, B, n_head);
-    }
+#define FA_BWD(D, T) fa_bwd<D, T>(b, dqkv, dout, dout16, lse, delta, qkv, qkv16, md, B, n_head)
+    if (head_dim == 64) return bf ? FA_BWD(64, __nv_bfloat16) : FA_BWD(64, __half);
+    return bf ? FA_BWD(128, __nv_bfloat16) : FA_BWD(128, __half);
+#undef FA_BWD
 }

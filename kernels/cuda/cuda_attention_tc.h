@@ -5,18 +5,30 @@
 
 #include "kernels/cuda/cuda_attn_mask.cuh"
 
-/** 1 when the tensor-core kernels handle this call: enabled on the backend
- *  (KF_CUDA_TC=1 at creation), fp16 or bf16 precision, head_dim 64 or 128. */
+/** 1 when the tensor-core kernels handle this call (cuda_attention_guard.cu):
+ *  fp16 or bf16 precision outside batch-invariant mode, head_dim 64 or 128,
+ *  not switched off (KF_CUDA_TC=0), and their check against the SIMT kernels
+ *  passed for this precision and head dim; the check runs here at the first
+ *  such call (it waits for the device). Call it before anything else of the
+ *  op is queued: the check uses the backend's scratch. */
 int attn_tc_supported(kf_backend *b, int64_t head_dim);
 
-/** Forward over md (as cu_attn_fwd); uses scratch slot CU_SCRATCH_A. */
-void attn_fwd_tc(kf_backend *b, float *out, float *lse, const float *qkv, const mask_dev *md,
-                 int64_t B, int64_t n_head, int64_t head_dim);
+/** Dies on a launch error of the tensor-core kernels, except in the check,
+ *  which records it and falls back (cuda_attention_guard.cu). */
+void attn_tc_launched(kf_backend *b, cudaError_t e);
 
-/** Backward (as cu_attn_bwd) given delta[b, h, r] = dout_r · out_r; uses
- *  scratch slots CU_SCRATCH_A and CU_SCRATCH_B. */
-void attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const float *lse,
-                 const float *delta, const float *qkv, const mask_dev *md, int64_t B,
-                 int64_t n_head, int64_t head_dim);
+/** Forward over md (as cu_attn_fwd: qkv or its 16-bit copy qkv16, out
+ *  and/or its copy out16); converting qkv uses scratch slot CU_SCRATCH_A.
+ *  Returns the launch's error (cudaSuccess). */
+cudaError_t attn_fwd_tc(kf_backend *b, float *out, void *out16, float *lse, const float *qkv,
+                        const void *qkv16, const mask_dev *md, int64_t B, int64_t n_head,
+                        int64_t head_dim);
+
+/** Backward (as cu_attn_bwd) given delta[b, h, r] = dout_r · out_r;
+ *  converting qkv and dout, when not given as 16-bit copies, uses scratch
+ *  slots CU_SCRATCH_A and CU_SCRATCH_B. Returns the launches' error. */
+cudaError_t attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
+                        const float *lse, const float *delta, const float *qkv, const void *qkv16,
+                        const mask_dev *md, int64_t B, int64_t n_head, int64_t head_dim);
 
 #endif

@@ -86,8 +86,8 @@ __device__ __forceinline__ void key_tile(const key_tiles &k, int64_t t, int64_t 
 
 /* Query ranges that see some key of the tile [c0, c1), clipped to
  * [q_start, L), sorted and merged; returns how many (at most 3). */
-static __device__ int mask_key_tile_queries(const mask_dev &m, int64_t vl, int64_t c0, int64_t c1,
-                                            int64_t lo[3], int64_t hi[3]) {
+static inline __device__ int mask_key_tile_queries(const mask_dev &m, int64_t vl, int64_t c0,
+                                                   int64_t c1, int64_t lo[3], int64_t hi[3]) {
     int64_t a[3], z[3];
     int n = 0;
     if (c0 < min(m.n_ctx, vl)) { /* context keys: later context rows and groups g >= c */

@@ -187,6 +187,8 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     CUDA_OK(cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device));
     const char *tc = getenv("KF_CUDA_TC");
     im->tc = tc && !strcmp(tc, "1");
+    im->attn_tc = !(tc && !strcmp(tc, "0"));
+    im->attn_tc_force = -1;
     CUDA_OK(cudaMalloc(&im->red, CU_RED_SLOTS * sizeof(double)));
     CUDA_OK(cudaMallocHost(&im->red_host, CU_RED_SLOTS * sizeof(double)));
     CUDA_OK(cudaMalloc(&im->err_dev, sizeof(int)));

@@ -242,10 +242,15 @@ static void cublas_rowmajor(kf_backend *b, void *C, cudaDataType ct, const void 
         (int)N, stride_c, (int)batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
-void *cu_to16(kf_backend *b, int slot, const float *src, int64_t n) {
-    void *dst = cu_scratch(b, slot, (size_t)n * 2);
+void cu_copy16(kf_backend *b, void *dst, const float *src, int64_t n) {
+    if (n <= 0) return;
     k_to_16<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(dst, src, n, b->precision);
     CUDA_LAUNCHED();
+}
+
+void *cu_to16(kf_backend *b, int slot, const float *src, int64_t n) {
+    void *dst = cu_scratch(b, slot, (size_t)n * 2);
+    cu_copy16(b, dst, src, n);
     return dst;
 }
 

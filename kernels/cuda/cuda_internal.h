@@ -91,10 +91,16 @@ typedef struct cuda_impl {
     int64_t rope_cap, rope_D;
     float rope_base;
     int sm_count;
-    /* KF_CUDA_TC=1: the tensor-core kernels not yet verified on a GPU
-     * (fp16/bf16 attention, cuda_attention_tc.cu; fp16 batch-invariant GEMM,
-     * cuda_gemm.cu) */
+    /* KF_CUDA_TC=1: the fp16 batch-invariant GEMM on the tensor cores
+     * (cuda_gemm.cu), not yet verified on a GPU */
     int tc;
+    /* the tensor-core attention of the 16-bit phases (cuda_attention_tc.cu):
+     * on unless KF_CUDA_TC=0 or its check against the SIMT kernels failed
+     * (cuda_attention_guard.cu); attn_tc_checked: a bit per (precision, head
+     * dim) checked; attn_tc_force: -1, or the kernels the check itself runs
+     * (0 SIMT, 1 tensor cores); attn_tc_err: the check's launch error */
+    int attn_tc, attn_tc_checked, attn_tc_force;
+    cudaError_t attn_tc_err;
 } cuda_impl;
 
 static inline cuda_impl *cu_impl(kf_backend *b) { return (cuda_impl *)b->impl; }
@@ -233,6 +239,9 @@ const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16
  *  even, cu_lowp's values) in scratch slot `slot`; returns it. Valid until
  *  the slot is used again. */
 void *cu_to16(kf_backend *b, int slot, const float *src, int64_t n);
+
+/** dst [n] = src as a 16-bit copy (kernels.h) in the format of b->precision. */
+void cu_copy16(kf_backend *b, void *dst, const float *src, int64_t n);
 
 /** matmul (batch 1) on operands already in the 16-bit format of
  *  b->precision (cu_to16's, or a 16-bit copy written by their producer):

@@ -142,16 +142,19 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
 
 void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
                    const void *dy16, const float *x, const void *x16, const float *w, int64_t rows,
-                   int64_t in, int64_t out, float dx_beta) {
-    KF_CHECK(!(x16 || dy16) || b->precision != KF_PREC_FP32,
+                   int64_t in, int64_t out, float dx_beta, void *dx16) {
+    KF_CHECK(!(x16 || dy16 || dx16) || b->precision != KF_PREC_FP32,
              "linear_bwd: a 16-bit copy in fp32 mode");
     KF_CHECK(!(dy16 && dbias), "linear_bwd: dbias needs the fp32 dy");
+    KF_CHECK(!dx16 || dx_beta == 0.0f, "linear_bwd: dx16 needs dx_beta 0");
     if (!fused16(b, rows) || in <= 0 || out <= 0) {
         x = cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in);
         dy = cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out);
         cu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
         if (dbias) cu_bias_grad(b, dbias, dy, rows, out);
+        if (dx16 && !dx) dx = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 4);
         if (dx) cu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
+        if (dx16) cu_copy16(b, dx16, dx, rows * in);
         return;
     }
     const void *d16 = dy16;
@@ -172,7 +175,12 @@ void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const floa
     }
     cu_matmul16(b, dw, d16, x16 ? x16 : cu_to16(b, CU_SCRATCH_B, x, rows * in), out, in, rows, 1, 0,
                 1.0f, 1.0f);
-    if (dx)
-        cu_matmul16(b, dx, d16, cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0, 1.0f,
-                    dx_beta);
+    if (!dx && !dx16) return;
+    const void *w16 = cu_to16(b, CU_SCRATCH_B, w, out * in);
+    if (dx) { /* rounded, as matmul rounds its C; the copy holds the same values */
+        cu_matmul16(b, dx, d16, w16, rows, in, out, 0, 0, 1.0f, dx_beta);
+        if (dx16) cu_copy16(b, dx16, dx, rows * in);
+    } else {
+        cu_matmul_to16(b, dx16, d16, w16, rows, in, out, 0, 0);
+    }
 }

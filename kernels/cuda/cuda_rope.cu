@@ -7,7 +7,8 @@
  * pair i, made once per (head_dim, base) by the same double-precision
  * formula (so the bits are those of computing it per element); a position
  * past the table (decoding a long context) is computed in place. One thread
- * per (row, q|k, head, pair). */
+ * per (row, q|k, head, pair), and with the result's 16-bit copy (kernels.h)
+ * per (row, v, head, pair) as well, which copies v. */
 #include "kernels/cuda/cuda_internal.h"
 
 /* Positions the table covers at least (more when a call has more rows). */
@@ -28,16 +29,24 @@ __global__ void k_rope_table(float *tab, int64_t cap, int64_t D, double base) {
         rope_factors(t / half, t % half, D, base, &tab[2 * t], &tab[2 * t + 1]);
 }
 
-__global__ void k_rope(float *qkv, const int32_t *pos, const float *tab, int64_t cap, int64_t rows,
-                       int64_t L, int64_t n_head, int64_t D, double base, float dir) {
-    int64_t half = D / 2, H = n_head * D;
-    int64_t n = rows * 2 * n_head * half;
+/* y16 (NULL: none) gets the result as a 16-bit copy in the format lowp. */
+__global__ void k_rope(float *qkv, void *y16, int lowp, const int32_t *pos, const float *tab,
+                       int64_t cap, int64_t rows, int64_t L, int64_t n_head, int64_t D, double base,
+                       float dir) {
+    int64_t half = D / 2, H = n_head * D, parts = y16 ? 3 : 2;
+    int64_t n = rows * parts * n_head * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n;
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = t % half, rest = t / half;
         int64_t h = rest % n_head;
         rest /= n_head;
-        int64_t part = rest % 2, row = rest / 2;
+        int64_t part = rest % parts, row = rest / parts;
+        int64_t o = row * 3 * H + part * H + h * D;
+        if (part == 2) { /* v, not rotated */
+            cu_store16(y16, o + i, qkv[o + i], lowp);
+            cu_store16(y16, o + i + half, qkv[o + i + half], lowp);
+            continue;
+        }
         int64_t p = pos[row % L];
         float c, s;
         if (p >= 0 && p < cap) {
@@ -47,10 +56,15 @@ __global__ void k_rope(float *qkv, const int32_t *pos, const float *tab, int64_t
             rope_factors(p, i, D, base, &c, &s);
         }
         s *= dir;
-        float *x = qkv + row * 3 * H + part * H + h * D;
+        float *x = qkv + o;
         float x1 = x[i], x2 = x[i + half];
-        x[i] = x1 * c - x2 * s;
-        x[i + half] = x2 * c + x1 * s;
+        float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+        x[i] = y1;
+        x[i + half] = y2;
+        if (y16) {
+            cu_store16(y16, o + i, y1, lowp);
+            cu_store16(y16, o + i + half, y2, lowp);
+        }
     }
 }
 
@@ -72,22 +86,24 @@ static const float *rope_table(kf_backend *b, int64_t rows, int64_t D, float bas
 }
 
 static void rope(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
-                 int64_t n_head, int64_t D, float base, float dir) {
+                 int64_t n_head, int64_t D, float base, float dir, void *y16) {
     KF_CHECK(D % 2 == 0, "rope needs an even head_dim, got %lld", (long long)D);
-    int64_t n = B * L * n_head * D;
+    KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "rope: a 16-bit copy in fp32 mode");
+    int64_t n = B * L * n_head * D * (y16 ? 3 : 2) / 2;
     if (n <= 0) return;
     const float *tab = rope_table(b, L, D, base);
-    k_rope<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(qkv, pos, tab, cu_impl(b)->rope_cap, B * L, L,
-                                                   n_head, D, (double)base, dir);
+    k_rope<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(qkv, y16, b->precision, pos, tab,
+                                                   cu_impl(b)->rope_cap, B * L, L, n_head, D,
+                                                   (double)base, dir);
     CUDA_LAUNCHED();
 }
 
 void cu_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
-                 int64_t n_head, int64_t head_dim, float base) {
-    rope(b, qkv, pos, B, L, n_head, head_dim, base, 1.0f);
+                 int64_t n_head, int64_t head_dim, float base, void *qkv16) {
+    rope(b, qkv, pos, B, L, n_head, head_dim, base, 1.0f, qkv16);
 }
 
 void cu_rope_bwd(kf_backend *b, float *dqkv, const int32_t *pos, int64_t B, int64_t L,
-                 int64_t n_head, int64_t head_dim, float base) {
-    rope(b, dqkv, pos, B, L, n_head, head_dim, base, -1.0f);
+                 int64_t n_head, int64_t head_dim, float base, void *dqkv16) {
+    rope(b, dqkv, pos, B, L, n_head, head_dim, base, -1.0f, dqkv16);
 }

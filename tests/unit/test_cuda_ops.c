@@ -338,7 +338,7 @@ static void test_linear_bwd(kf_precision prec, int inv) {
                      : dx_mode == 1 ? " dx"
                                     : " dx+=");
             BOTH(BE->linear_bwd(BE, dx_mode ? PF(dx) : NULL, PF(dw), with_bias ? PF(db) : NULL,
-                                PF(dy), NULL, PF(x), NULL, PF(w), R, in, out, beta));
+                                PF(dy), NULL, PF(x), NULL, PF(w), R, in, out, beta, NULL));
             g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
             if (with_bias) g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
             if (dx_mode)
@@ -455,7 +455,7 @@ static void test_copies16(kf_precision prec, int inv) {
     buf2 dw2 = mk_copy(&dw), db2 = mk_copy(&db);
     snprintf(wn, sizeof wn, "linear_bwd x16 %s%s", pn, iv);
     BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), PF(db), PF(dy), NULL, NULL, P(x16), PF(w), R, in, out,
-                        0.0f));
+                        0.0f, NULL));
     g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
     g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
     char c[160];
@@ -471,7 +471,7 @@ static void test_copies16(kf_precision prec, int inv) {
     free(hdy), free(hdy16);
     snprintf(wn, sizeof wn, "linear_bwd dy16 %s%s", pn, iv);
     BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), NULL, NULL, P(dy16), PF(x), NULL, PF(w), R, in, out,
-                        0.0f));
+                        0.0f, NULL));
     g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
     g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
     snprintf(c, sizeof c, "%s (dw)", wn);
@@ -501,6 +501,23 @@ static void test_copies16(kf_precision prec, int inv) {
         strcat(c, " alone");
         check_copy16(c, &dp16b, side, &dx, side, R * in, prec);
     }
+    /* linear_bwd writing dx16 (attn_out's, the attention's dout), with and
+     * without dx: dx as the separate matmul gives it, rounded */
+    buf2 dx16 = mk(NULL, (size_t)(R * in) * 2), dx16b = mk(NULL, (size_t)(R * in) * 2);
+    snprintf(wn, sizeof wn, "linear_bwd dx16 %s%s", pn, iv);
+    BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), PF(db), PF(dy), NULL, PF(x), NULL, PF(w), R, in, out,
+                        0.0f, P(dx16)));
+    BOTH(BE->linear_bwd(BE, NULL, PF(dw), PF(db), PF(dy), NULL, PF(x), NULL, PF(w), R, in, out,
+                        0.0f, P(dx16b)));
+    g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
+    check_gpu_same(wn, &dx, &dx2, R * in);
+    for (int side = 0; side < 2; side++) {
+        snprintf(c, sizeof c, "%s (%s)", wn, side ? "cuda" : "cpu");
+        check_copy16(c, &dx16, side, &dx2, 1, R * in, prec);
+        strcat(c, " alone");
+        check_copy16(c, &dx16b, side, &dx2, 1, R * in, prec);
+    }
+    drop(&dx16), drop(&dx16b);
     drop(&dy16), drop(&dx2), drop(&dp16), drop(&dp16b), drop(&dbi), drop(&dbi2), drop(&dbi3);
     g->batch_invariant = 0;
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
@@ -542,11 +559,37 @@ static void rope_case(const char *what, int32_t first) {
     buf2 p = mk_ints(pos, L), x = mk_rand(B * L * 3 * H, 1);
     char name[64];
     snprintf(name, sizeof name, "rope_fwd%s", what);
-    BOTH(BE->rope_fwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f));
+    BOTH(BE->rope_fwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f, NULL));
     check_close(name, &x, B * L * 3 * H, 1e-6);
     snprintf(name, sizeof name, "rope_bwd%s", what);
-    BOTH(BE->rope_bwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f));
+    BOTH(BE->rope_bwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f, NULL));
     check_close(name, &x, B * L * 3 * H, 1e-6);
+    /* the 16-bit copy of the result (the attention's operands, qkv's dy16):
+     * the fp32 result unchanged, the copy that result rounded */
+    kf_backend *g = be[1];
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++)
+        for (int dir = 0; dir < 2; dir++) {
+            BOTH(BE->set_precision(BE, (kf_precision)prec));
+            buf2 x2 = mk_copy(&x), c16 = mk(NULL, (size_t)(B * L * 3 * H) * 2);
+            char w[96];
+            snprintf(w, sizeof w, "rope_%s%s %s +y16", dir ? "bwd" : "fwd", what,
+                     kernels_precision_name((kf_precision)prec));
+            if (dir) {
+                BOTH(BE->rope_bwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f, P(c16)));
+                g->rope_bwd(g, (float *)x2.p[1], (int32_t *)p.p[1], B, L, nh, D, 10000.0f, NULL);
+            } else {
+                BOTH(BE->rope_fwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f, P(c16)));
+                g->rope_fwd(g, (float *)x2.p[1], (int32_t *)p.p[1], B, L, nh, D, 10000.0f, NULL);
+            }
+            check_gpu_same(w, &x, &x2, B * L * 3 * H);
+            for (int side = 0; side < 2; side++) {
+                char c[128];
+                snprintf(c, sizeof c, "%s (%s)", w, side ? "cuda" : "cpu");
+                check_copy16(c, &c16, side, &x2, 1, B * L * 3 * H, (kf_precision)prec);
+            }
+            drop(&x2), drop(&c16);
+        }
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&p), drop(&x);
 }
 
@@ -557,6 +600,62 @@ static void test_rope(void) {
 
 /* ---- attention ---- */
 
+/* The attention's 16-bit copies on the GPU at precision prec (set): attn_fwd
+ * reading qkv16 = qkv rounded gives bitwise out and lse of qkv, and writes
+ * out16 (with or without out) = that out rounded in the query rows;
+ * attn_bwd reading dout16, out16 and qkv16 gives bitwise the dqkv of dout,
+ * out and qkv (the conversions they skip make the same values). */
+static void attn_copies16(const char *name, const kf_mask *m, int64_t B, int64_t nh, int64_t D,
+                          kf_precision prec, const buf2 *qkv, const buf2 *out, const buf2 *lse,
+                          const buf2 *dout) {
+    kf_backend *g = be[1];
+    int64_t L = kf_mask_len(m), H = nh * D, nq = (L - m->q_start) * H;
+    float *hq = down(qkv, 1), *hd = down(dout, 1);
+    uint16_t *q16h = tu_to16(hq, B * L * 3 * H, prec), *d16h = tu_to16(hd, B * L * H, prec);
+    buf2 q16 = mk(q16h, (size_t)(B * L * 3 * H) * 2), d16 = mk(d16h, (size_t)(B * L * H) * 2);
+    free(hq), free(hd), free(q16h), free(d16h);
+    buf2 o1 = mk_copy(out), o2 = mk_copy(out), l1 = mk_copy(lse), l2 = mk_copy(lse);
+    buf2 o16 = mk(NULL, (size_t)(B * L * H) * 2), o16b = mk(NULL, (size_t)(B * L * H) * 2);
+    char w[160];
+    snprintf(w, sizeof w, "attn_fwd %s qkv16 +y16", name);
+    g->attn_fwd(g, o1.p[1], l1.p[1], NULL, m, B, nh, D, q16.p[1], o16.p[1]);
+    g->attn_fwd(g, NULL, l1.p[1], NULL, m, B, nh, D, q16.p[1], o16b.p[1]);
+    g->attn_fwd(g, o2.p[1], l2.p[1], qkv->p[1], m, B, nh, D, NULL, NULL);
+    uint16_t *c16 = down(&o16, 1), *c16b = down(&o16b, 1);
+    float *f = down(&o2, 1);
+    uint16_t *want = tu_to16(f, B * L * H, prec);
+    int64_t bad = 0, bad_b = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t r0 = (b * L + m->q_start) * H;
+        for (int64_t i = r0; i < r0 + nq; i++)
+            bad += c16[i] != want[i], bad_b += c16b[i] != want[i];
+    }
+    printf("  %-44s %lld, %lld of out16 differ\n", w, (long long)bad, (long long)bad_b);
+    T_CHECK(bad == 0, "%s: got %lld values of out16 differing from out rounded, want 0", w,
+            (long long)bad);
+    T_CHECK(bad_b == 0, "%s (without out): got %lld values differing, want 0", w, (long long)bad_b);
+    float *a = down(&o1, 1);
+    int64_t badf = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t r0 = (b * L + m->q_start) * H;
+        badf += memcmp(a + r0, f + r0, (size_t)nq * 4) != 0;
+    }
+    T_CHECK(badf == 0, "%s: out of qkv16 differs from out of qkv in %lld samples, want 0", w,
+            (long long)badf);
+    check_gpu_same(w, &l1, &l2, B * nh * L);
+    free(a), free(f), free(c16), free(c16b);
+    /* the backward on the copies, out16 the forward's */
+    buf2 o16w = mk(want, (size_t)(B * L * H) * 2), g1 = mk_rand(B * L * 3 * H, 1),
+         g2 = mk_rand(B * L * 3 * H, 1);
+    free(want);
+    snprintf(w, sizeof w, "attn_bwd %s dout16 out16 qkv16", name);
+    g->attn_bwd(g, g1.p[1], NULL, NULL, l2.p[1], NULL, m, B, nh, D, d16.p[1], o16w.p[1], q16.p[1]);
+    g->attn_bwd(g, g2.p[1], dout->p[1], o2.p[1], l2.p[1], qkv->p[1], m, B, nh, D, NULL, NULL, NULL);
+    check_gpu_same(w, &g1, &g2, B * L * 3 * H);
+    drop(&q16), drop(&d16), drop(&o1), drop(&o2), drop(&l1), drop(&l2), drop(&o16), drop(&o16b);
+    drop(&o16w), drop(&g1), drop(&g2);
+}
+
 static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_t D,
                       kf_precision prec) {
     int64_t L = kf_mask_len(&m), H = nh * D;
@@ -566,7 +665,7 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
     buf2 dout = mk_rand(B * L * H, 1), dqkv = mk_rand(B * L * 3 * H, 1);
     char w[160];
     BOTH(BE->set_precision(BE, prec));
-    BOTH(BE->attn_fwd(BE, PF(out), PF(lse), PF(qkv), &m, B, nh, D));
+    BOTH(BE->attn_fwd(BE, PF(out), PF(lse), PF(qkv), &m, B, nh, D, NULL, NULL));
     /* rows before q_start are not written: compare only the rest */
     float *oc = down(&out, 0), *og = down(&out, 1), *lc = down(&lse, 0), *lg = down(&lse, 1);
     double num = 0, den = 0, lnum = 0, lden = 0;
@@ -598,13 +697,15 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
     be[1]->upload(be[1], out.p[1], ho, out.bytes);
     be[1]->upload(be[1], lse.p[1], hl, lse.bytes);
     free(ho), free(hl);
-    BOTH(BE->attn_bwd(BE, PF(dqkv), PF(dout), PF(out), PF(lse), PF(qkv), &m, B, nh, D));
+    BOTH(BE->attn_bwd(BE, PF(dqkv), PF(dout), PF(out), PF(lse), PF(qkv), &m, B, nh, D, NULL, NULL,
+                      NULL));
     snprintf(w, sizeof w, "attn_bwd %s", name);
     check_close(w, &dqkv, B * L * 3 * H, tol_b);
     check_representable(w, &dqkv, 0, B * L * 3 * H, prec);
     /* determinism: a second GPU backward is bitwise identical */
     buf2 d2 = mk_rand(B * L * 3 * H, 1);
-    be[1]->attn_bwd(be[1], d2.p[1], dout.p[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D);
+    be[1]->attn_bwd(be[1], d2.p[1], dout.p[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D, NULL,
+                    NULL, NULL);
     float *a1 = down(&dqkv, 1), *a2 = down(&d2, 1);
     T_CHECK(memcmp(a1, a2, dqkv.bytes) == 0, "attn_bwd %s: two runs differ", name);
     free(a1), free(a2);
@@ -612,8 +713,8 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
     if (B > 1) {
         kf_mask m1 = m;
         buf2 o1 = mk_rand(L * H, 1), l1 = mk_rand(nh * L, 1);
-        be[1]->attn_fwd(be[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D);
-        be[1]->attn_fwd(be[1], o1.p[1], l1.p[1], qkv.p[1], &m1, 1, nh, D);
+        be[1]->attn_fwd(be[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D, NULL, NULL);
+        be[1]->attn_fwd(be[1], o1.p[1], l1.p[1], qkv.p[1], &m1, 1, nh, D, NULL, NULL);
         float *fb = down(&out, 1), *f1 = down(&o1, 1);
         T_CHECK(memcmp(fb + m.q_start * H, f1 + m.q_start * H,
                        (size_t)((L - m.q_start) * H) * sizeof(float)) == 0,
@@ -621,16 +722,52 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
         free(fb), free(f1);
         drop(&o1), drop(&l1);
     }
+    if (prec != KF_PREC_FP32) attn_copies16(name, &m, B, nh, D, prec, &qkv, &out, &lse, &dout);
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&qkv), drop(&out), drop(&lse), drop(&dout), drop(&dqkv), drop(&d2);
+}
+
+/* The 16-bit attention cases (head dims 64 and 128: the tensor-core path
+ * when the backend runs it), names prefixed with tag. */
+static void attn_cases16(const char *tag) {
+    int32_t vl[3] = {75, 40, 1};
+    char name[96];
+    kf_mask causal = {.n_ctx = 75};
+    snprintf(name, sizeof name, "%scausal N=75 D=64 fp16", tag);
+    attn_case(name, causal, 2, 2, 64, KF_PREC_FP16);
+    kf_mask causal200 = {.n_ctx = 200};
+    snprintf(name, sizeof name, "%scausal N=200 D=128 fp16", tag);
+    attn_case(name, causal200, 1, 2, 128, KF_PREC_FP16);
+    kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
+    snprintf(name, sizeof name, "%scausal valid_len fp16", tag);
+    attn_case(name, cpad, 3, 2, 64, KF_PREC_FP16);
+    for (int k = 1; k <= 4; k *= 2) {
+        kf_mask sf = {.n_ctx = 70, .group = k, .n_groups = 70, .valid_len = k == 2 ? vl : NULL};
+        snprintf(name, sizeof name, "%sSingleForward k=%d fp16%s", tag, k,
+                 k == 2 ? " valid_len" : "");
+        attn_case(name, sf, k == 2 ? 3 : 2, 2, 64, KF_PREC_FP16);
+        kf_mask df = {.n_ctx = 70, .group = 2 * k, .n_groups = 70, .q_start = 70};
+        snprintf(name, sizeof name, "%sDoubleForward k=%d fp16", tag, k);
+        attn_case(name, df, 2, 2, k == 4 ? 128 : 64, KF_PREC_FP16);
+    }
+    kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
+    snprintf(name, sizeof name, "%sq_start=37 inside the context fp16", tag);
+    attn_case(name, dfq, 2, 1, 64, KF_PREC_FP16);
+    /* bf16 operands: outputs must keep to bf16's rounding */
+    snprintf(name, sizeof name, "%scausal N=75 D=64 bf16", tag);
+    attn_case(name, causal, 2, 2, 64, KF_PREC_BF16);
+    kf_mask sfb = {.n_ctx = 70, .group = 2, .n_groups = 70, .valid_len = vl};
+    snprintf(name, sizeof name, "%sSingleForward k=2 valid_len bf16", tag);
+    attn_case(name, sfb, 3, 2, 64, KF_PREC_BF16);
+    kf_mask dfb = {.n_ctx = 70, .group = 4, .n_groups = 70, .q_start = 70};
+    snprintf(name, sizeof name, "%sDoubleForward k=2 bf16 D=128", tag);
+    attn_case(name, dfb, 2, 2, 128, KF_PREC_BF16);
 }
 
 static void test_attention(void) {
     int32_t vl[3] = {75, 40, 1};
     kf_mask causal = {.n_ctx = 75};
     attn_case("causal N=75 D=64", causal, 2, 2, 64, KF_PREC_FP32);
-    attn_case("causal N=75 D=64 fp16", causal, 2, 2, 64, KF_PREC_FP16);
-    attn_case("causal N=75 D=64 bf16", causal, 2, 2, 64, KF_PREC_BF16);
     kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
     attn_case("causal N=75 valid_len D=32", cpad, 3, 2, 32, KF_PREC_FP32);
     kf_mask causal200 = {.n_ctx = 200};
@@ -648,102 +785,106 @@ static void test_attention(void) {
         snprintf(name, sizeof name, "SingleForward k=%d valid_len", k);
         attn_case(name, sfp, 3, 1, 32, KF_PREC_FP32);
     }
-    kf_mask sf16 = {.n_ctx = 64, .group = 4, .n_groups = 64};
-    attn_case("SingleForward k=4 fp16", sf16, 2, 2, 64, KF_PREC_FP16);
-    /* the fp16 phase runs head dims 64 and 128 on the tensor cores */
-    kf_mask df16 = {.n_ctx = 70, .group = 4, .n_groups = 70, .q_start = 70};
-    attn_case("DoubleForward k=2 fp16 D=128", df16, 2, 2, 128, KF_PREC_FP16);
-    kf_mask sfp16 = {.n_ctx = 75, .group = 2, .n_groups = 75, .valid_len = vl};
-    attn_case("SingleForward k=2 valid_len fp16", sfp16, 3, 2, 64, KF_PREC_FP16);
-    attn_case("SingleForward k=2 valid_len bf16", sfp16, 3, 2, 64, KF_PREC_BF16);
-    attn_case("DoubleForward k=2 bf16 D=128", df16, 2, 2, 128, KF_PREC_BF16);
     kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
     attn_case("q_start=37 inside the context", dfq, 2, 1, 64, KF_PREC_FP32);
+    /* 16-bit head dims other than 64 and 128: the SIMT kernels */
+    attn_case("causal N=200 D=32 fp16", causal200, 2, 1, 32, KF_PREC_FP16);
+    /* the 16-bit phases on the default backend: the tensor-core kernels */
+    attn_cases16("");
 }
 
-/* The tensor-core attention ran on backend tc, not the SIMT kernels it
- * stands in for: it rounds P (and dS) to the 16-bit format, so some bit of
- * out (and dqkv) differs from simt's, which would pass the tolerance checks
- * just as well. */
-static void tc_path_taken(kf_backend *tc, kf_backend *simt, kf_precision prec, int64_t D) {
+/* Backends x and y give the same bits for a 16-bit attention, forward and
+ * backward, or (same 0) different ones: the tensor-core kernels round P
+ * (and dS) to the 16-bit format, so some bit of out (and dqkv) differs from
+ * the SIMT kernels', which would pass the tolerance checks just as well. */
+static void attn_paths(kf_backend *x, kf_backend *y, kf_precision prec, int64_t D, int same,
+                       const char *what) {
     kf_mask m = {.n_ctx = 75};
     int64_t nh = 2, L = 75, H = nh * D;
-    buf2 qkv = mk_rand(L * 3 * H, 1.5f), o_tc = mk_rand(L * H, 1), o_simt = mk_rand(L * H, 1),
-         lse = mk_rand(nh * L, 1), dout = mk_rand(L * H, 1), d_tc = mk_rand(L * 3 * H, 1),
-         d_simt = mk_rand(L * 3 * H, 1);
-    tc->set_precision(tc, prec);
-    simt->set_precision(simt, prec);
-    tc->attn_fwd(tc, o_tc.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D);
-    simt->attn_fwd(simt, o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D);
-    float *a = down(&o_tc, 1), *c = down(&o_simt, 1);
-    T_CHECK(memcmp(a, c, o_tc.bytes) != 0,
-            "attn_fwd tc %s D=%lld: got the SIMT kernel's bits, want the tensor-core kernel's",
-            kernels_precision_name(prec), (long long)D);
+    buf2 qkv = mk_rand(L * 3 * H, 1.5f), o_x = mk_rand(L * H, 1), o_y = mk_rand(L * H, 1),
+         lse = mk_rand(nh * L, 1), dout = mk_rand(L * H, 1), d_x = mk_rand(L * 3 * H, 1),
+         d_y = mk_rand(L * 3 * H, 1);
+    x->set_precision(x, prec);
+    y->set_precision(y, prec);
+    x->attn_fwd(x, o_x.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL);
+    y->attn_fwd(y, o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL);
+    float *a = down(&o_x, 1), *c = down(&o_y, 1);
+    T_CHECK((memcmp(a, c, o_x.bytes) == 0) == same, "attn_fwd %s %s D=%lld: got %s bits, want %s",
+            what, kernels_precision_name(prec), (long long)D, same ? "different" : "the same",
+            same ? "the same" : "different");
     free(a), free(c);
-    tc->attn_bwd(tc, d_tc.p[1], dout.p[1], o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D);
-    simt->attn_bwd(simt, d_simt.p[1], dout.p[1], o_simt.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D);
-    a = down(&d_tc, 1), c = down(&d_simt, 1);
-    T_CHECK(memcmp(a, c, d_tc.bytes) != 0,
-            "attn_bwd tc %s D=%lld: got the SIMT kernels' bits, want the tensor-core kernels'",
-            kernels_precision_name(prec), (long long)D);
+    x->attn_bwd(x, d_x.p[1], dout.p[1], o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL,
+                NULL);
+    y->attn_bwd(y, d_y.p[1], dout.p[1], o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL,
+                NULL);
+    a = down(&d_x, 1), c = down(&d_y, 1);
+    T_CHECK((memcmp(a, c, d_x.bytes) == 0) == same, "attn_bwd %s %s D=%lld: got %s bits, want %s",
+            what, kernels_precision_name(prec), (long long)D, same ? "different" : "the same",
+            same ? "the same" : "different");
     free(a), free(c);
-    tc->set_precision(tc, KF_PREC_FP32);
-    simt->set_precision(simt, KF_PREC_FP32);
-    drop(&qkv), drop(&o_tc), drop(&o_simt), drop(&lse), drop(&dout), drop(&d_tc), drop(&d_simt);
+    x->set_precision(x, KF_PREC_FP32);
+    y->set_precision(y, KF_PREC_FP32);
+    drop(&qkv), drop(&o_x), drop(&o_y), drop(&lse), drop(&dout), drop(&d_x), drop(&d_y);
 }
 
-/* The tensor-core kernels (KF_CUDA_TC=1): batch-invariant GEMM, every fp16
- * attention case, and bf16 attention cases. */
-static void test_tensor_cores(void) {
-    int32_t vl[3] = {75, 40, 1};
-    setenv("KF_CUDA_TC", "1", 1);
+/* A CUDA backend created with the environment variable name set to value
+ * (name NULL: none); NULL if there is none. */
+static kf_backend *cuda_with(const char *name, const char *value) {
     char msg[256] = "";
-    kf_backend *simt = be[1];
-    be[1] = kernels_cuda_create(0, msg, sizeof msg);
-    unsetenv("KF_CUDA_TC");
-    T_CHECK(be[1] != NULL, "second CUDA backend: %s", msg);
-    if (!be[1]) {
-        be[1] = simt;
-        return;
+    if (name) setenv(name, value, 1);
+    kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
+    if (name) unsetenv(name);
+    T_CHECK(b != NULL, "CUDA backend with %s=%s: %s", name ? name : "-", value ? value : "-", msg);
+    return b;
+}
+
+/* Which kernels run the 16-bit attention: the default backend (be[1]) the
+ * tensor-core ones (their check passed), KF_CUDA_TC=0 the SIMT ones, which
+ * run every 16-bit case here too, as does batch-invariant mode; a check
+ * broken on purpose (KF_CUDA_TC_CHECK_BREAK, in the forward or the
+ * backward) falls back to the SIMT kernels. KF_CUDA_TC=1 adds the WMMA
+ * batch-invariant GEMM. */
+static void test_tensor_cores(void) {
+    kf_backend *tc = be[1], *simt = cuda_with("KF_CUDA_TC", "0");
+    if (!simt) return;
+    be[1] = simt;
+    attn_cases16("simt: ");
+    be[1] = tc;
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++)
+        for (int64_t D = 64; D <= 128; D *= 2) {
+            attn_paths(tc, simt, (kf_precision)prec, D, 0, "default vs KF_CUDA_TC=0");
+            tc->batch_invariant = 1;
+            attn_paths(tc, simt, (kf_precision)prec, D, 1, "batch-invariant vs KF_CUDA_TC=0");
+            tc->batch_invariant = 0;
+        }
+    const char *brk[] = {"fwd", "bwd"};
+    for (int i = 0; i < 2; i++) {
+        setenv("KF_CUDA_TC_CHECK_BREAK", brk[i], 1); /* read by the check, at the first call */
+        kf_backend *broken = cuda_with(NULL, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "check broken in the %s vs KF_CUDA_TC=0", brk[i]);
+        if (broken) attn_paths(broken, simt, KF_PREC_FP16, 64, 1, what);
+        unsetenv("KF_CUDA_TC_CHECK_BREAK");
+        if (broken) broken->destroy(broken);
     }
+    simt->destroy(simt);
+    /* the WMMA batch-invariant GEMM (KF_CUDA_TC=1) */
+    kf_backend *wmma = cuda_with("KF_CUDA_TC", "1");
+    if (!wmma) return;
+    be[1] = wmma;
     BOTH(BE->set_precision(BE, KF_PREC_FP16));
     be[1]->batch_invariant = 1;
-    test_matmul(KF_PREC_FP16, 2); /* the WMMA batch-invariant GEMM */
+    test_matmul(KF_PREC_FP16, 2);
     be[1]->batch_invariant = 0;
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     test_matmul_invariance(KF_PREC_FP16);
-    kf_mask causal = {.n_ctx = 75};
-    attn_case("tc: causal N=75 D=64 fp16", causal, 2, 2, 64, KF_PREC_FP16);
-    kf_mask causal200 = {.n_ctx = 200};
-    attn_case("tc: causal N=200 D=128 fp16", causal200, 1, 2, 128, KF_PREC_FP16);
-    kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
-    attn_case("tc: causal valid_len fp16", cpad, 3, 2, 64, KF_PREC_FP16);
-    for (int k = 1; k <= 4; k *= 2) {
-        char name[80];
-        kf_mask sf = {.n_ctx = 70, .group = k, .n_groups = 70, .valid_len = k == 2 ? vl : NULL};
-        snprintf(name, sizeof name, "tc: SingleForward k=%d fp16%s", k, k == 2 ? " valid_len" : "");
-        attn_case(name, sf, k == 2 ? 3 : 2, 2, 64, KF_PREC_FP16);
-        kf_mask df = {.n_ctx = 70, .group = 2 * k, .n_groups = 70, .q_start = 70};
-        snprintf(name, sizeof name, "tc: DoubleForward k=%d fp16", k);
-        attn_case(name, df, 2, 2, k == 4 ? 128 : 64, KF_PREC_FP16);
-    }
-    kf_mask dfq = {.n_ctx = 50, .group = 4, .n_groups = 50, .q_start = 37};
-    attn_case("tc: q_start=37 inside the context fp16", dfq, 2, 1, 64, KF_PREC_FP16);
-    /* bf16 operands on the tensor cores: outputs must keep to bf16's rounding */
-    attn_case("tc: causal N=75 D=64 bf16", causal, 2, 2, 64, KF_PREC_BF16);
-    kf_mask sfb = {.n_ctx = 70, .group = 2, .n_groups = 70, .valid_len = vl};
-    attn_case("tc: SingleForward k=2 valid_len bf16", sfb, 3, 2, 64, KF_PREC_BF16);
-    kf_mask dfb = {.n_ctx = 70, .group = 4, .n_groups = 70, .q_start = 70};
-    attn_case("tc: DoubleForward k=2 bf16 D=128", dfb, 2, 2, 128, KF_PREC_BF16);
-    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++)
-        for (int64_t D = 64; D <= 128; D *= 2) tc_path_taken(be[1], simt, (kf_precision)prec, D);
     BOTH(BE->set_precision(BE, KF_PREC_BF16));
     be[1]->batch_invariant = 1;
     test_matmul(KF_PREC_BF16, 1);
     be[1]->batch_invariant = 0;
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     be[1]->destroy(be[1]);
-    be[1] = simt;
+    be[1] = tc;
 }
 
 static void test_attn_decode(void) {

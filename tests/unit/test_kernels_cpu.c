@@ -353,7 +353,7 @@ static void check_linear_bwd(kf_backend *be) {
                 memcpy(dw2, dw0, out * in * 4), memcpy(db2, db0, out * 4);
                 memcpy(dx2, dx0, R * in * 4);
                 be->linear_bwd(be, dx_mode ? dx : NULL, dw, with_bias ? db : NULL, dy, NULL, x,
-                               NULL, w, R, in, out, beta);
+                               NULL, w, R, in, out, beta, NULL);
                 be->matmul(be, dw2, dy, x, out, in, R, 1, 0, 1.0f, 1.0f);
                 if (with_bias) be->bias_grad(be, db2, dy, R, out);
                 if (dx_mode) be->matmul(be, dx2, dy, w, R, in, out, 0, 0, 1.0f, beta);
@@ -451,16 +451,16 @@ static void check_copies16(kf_backend *be) {
         T_CHECK(!memcmp(y, y2, R * out * 4), "linear_act %s beta 1: x16 differs from x", pn);
         memset(dw, 0, out * in * 4), memset(dw2, 0, out * in * 4);
         memset(db, 0, out * 4), memset(db2, 0, out * 4);
-        be->linear_bwd(be, dx, dw, db, dy, NULL, NULL, x16, w, R, in, out, 0.0f);
-        be->linear_bwd(be, dx2, dw2, db2, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+        be->linear_bwd(be, dx, dw, db, dy, NULL, NULL, x16, w, R, in, out, 0.0f, NULL);
+        be->linear_bwd(be, dx2, dw2, db2, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL);
         T_CHECK(!memcmp(dw, dw2, out * in * 4), "linear_bwd %s: dw with x16 differs from x", pn);
         T_CHECK(!memcmp(db, db2, out * 4), "linear_bwd %s: dbias with x16 differs from x", pn);
         T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_bwd %s: dx with x16 differs from x", pn);
         /* dy16 = tu_to16(dy) in place of dy (no bias gradient) */
         uint16_t *dy16 = tu_to16(dy, R * out, (kf_precision)prec);
         memset(dw, 0, out * in * 4), memset(dw2, 0, out * in * 4);
-        be->linear_bwd(be, dx, dw, NULL, NULL, dy16, x, NULL, w, R, in, out, 0.0f);
-        be->linear_bwd(be, dx2, dw2, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+        be->linear_bwd(be, dx, dw, NULL, NULL, dy16, x, NULL, w, R, in, out, 0.0f, NULL);
+        be->linear_bwd(be, dx2, dw2, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL);
         T_CHECK(!memcmp(dw, dw2, out * in * 4), "linear_bwd %s: dw with dy16 differs from dy", pn);
         T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_bwd %s: dx with dy16 differs from dy", pn);
         free(dy16);
@@ -481,6 +481,95 @@ static void check_copies16(kf_backend *be) {
     free(x), free(lw), free(w), free(bias), free(dy), free(y0), free(ln), free(mean), free(rstd);
     free(y), free(y2), free(pre), free(dw), free(dw2), free(db), free(db2), free(dx), free(dx2);
     free(c16), free(c16b), free(dbi), free(dbi2);
+}
+
+/* The attention block's 16-bit copies in fp16 and bf16: rope_fwd's and
+ * rope_bwd's (qkv16, dqkv16) and linear_bwd's (dx16, with or without dx)
+ * hold their fp32 results rounded (tu_to16), which they leave unchanged;
+ * attn_fwd reading qkv16 gives bitwise out and lse of qkv, writing out16
+ * (with or without out) out rounded in the query rows; attn_bwd reading
+ * dout16, out16 and qkv16 gives bitwise the dqkv of dout, out and qkv.
+ * Causal, and DoubleForward with its q_start pass. */
+static void check_attn_copies16(kf_backend *be) {
+    const int64_t B = 2, nh = 2, D = 16, H = nh * D, in = 24;
+    const kf_mask masks[] = {{.n_ctx = 40},
+                             {.n_ctx = 10, .group = 4, .n_groups = 10},
+                             {.n_ctx = 10, .group = 4, .n_groups = 10, .q_start = 10}};
+    const char *mname[] = {"causal", "double", "double q_start"};
+    int32_t pos[50];
+    for (int i = 0; i < 50; i++) pos[i] = 3 * i + 1;
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
+        const char *pn = kernels_precision_name((kf_precision)prec);
+        be->set_precision(be, (kf_precision)prec);
+        for (int mi = 0; mi < 3; mi++) {
+            const kf_mask *m = &masks[mi];
+            int64_t L = kf_mask_len(m), n = B * L * 3 * H, no = B * L * H, nl = B * nh * L;
+            int64_t q0 = m->q_start;
+            float *qkv = tu_randf(n, 1), *x1 = kf_malloc(n * 4), *x2 = kf_malloc(n * 4);
+            uint16_t *c16 = kf_malloc(n * 2);
+            for (int dir = 0; dir < 2; dir++) {
+                memcpy(x1, qkv, n * 4), memcpy(x2, qkv, n * 4);
+                if (dir == 0) {
+                    be->rope_fwd(be, x1, pos, B, L, nh, D, 10000.0f, c16);
+                    be->rope_fwd(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
+                } else {
+                    be->rope_bwd(be, x1, pos, B, L, nh, D, 10000.0f, c16);
+                    be->rope_bwd(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
+                }
+                uint16_t *want = tu_to16(x2, n, (kf_precision)prec);
+                T_CHECK(!memcmp(x1, x2, n * 4), "rope_%s %s %s: the copy changed the fp32 result",
+                        dir ? "bwd" : "fwd", pn, mname[mi]);
+                T_CHECK(!memcmp(c16, want, n * 2),
+                        "rope_%s %s %s: the copy is not the result rounded", dir ? "bwd" : "fwd",
+                        pn, mname[mi]);
+                free(want);
+            }
+            /* the attention on the copies against the attention on fp32 */
+            uint16_t *q16 = tu_to16(qkv, n, (kf_precision)prec);
+            float *out = kf_calloc(no, 4), *out2 = kf_calloc(no, 4), *lse = kf_calloc(nl, 4);
+            float *lse2 = kf_calloc(nl, 4), *dout = tu_randf(no, 1), *g1 = kf_malloc(n * 4);
+            float *g2 = kf_malloc(n * 4);
+            uint16_t *o16 = kf_calloc(no, 2), *o16b = kf_calloc(no, 2);
+            be->attn_fwd(be, out, lse, NULL, m, B, nh, D, q16, o16);
+            be->attn_fwd(be, out2, lse2, qkv, m, B, nh, D, NULL, NULL);
+            T_CHECK(!memcmp(out, out2, no * 4), "attn_fwd %s %s: out of qkv16 differs", pn,
+                    mname[mi]);
+            T_CHECK(!memcmp(lse, lse2, nl * 4), "attn_fwd %s %s: lse of qkv16 differs", pn,
+                    mname[mi]);
+            be->attn_fwd(be, NULL, lse, qkv, m, B, nh, D, NULL, o16b);
+            uint16_t *want = tu_to16(out2, no, (kf_precision)prec);
+            int64_t bad = 0, bad_b = 0;
+            for (int64_t bi = 0; bi < B; bi++)
+                for (int64_t i = (bi * L + q0) * H; i < (bi + 1) * L * H; i++) {
+                    bad += o16[i] != want[i];
+                    bad_b += o16b[i] != want[i];
+                }
+            T_CHECK(bad == 0, "attn_fwd %s %s: %lld values of out16 are not out rounded", pn,
+                    mname[mi], (long long)bad);
+            T_CHECK(bad_b == 0, "attn_fwd %s %s: out16 without out: %lld values differ", pn,
+                    mname[mi], (long long)bad_b);
+            uint16_t *d16 = tu_to16(dout, no, (kf_precision)prec);
+            be->attn_bwd(be, g1, NULL, NULL, lse2, NULL, m, B, nh, D, d16, want, q16);
+            be->attn_bwd(be, g2, dout, out2, lse2, qkv, m, B, nh, D, NULL, NULL, NULL);
+            T_CHECK(!memcmp(g1, g2, n * 4), "attn_bwd %s %s: dqkv of the copies differs", pn,
+                    mname[mi]);
+            free(want), free(d16), free(q16), free(out), free(out2), free(lse), free(lse2);
+            free(dout), free(g1), free(g2), free(o16), free(o16b), free(qkv), free(x1), free(x2);
+            free(c16);
+        }
+        /* linear_bwd's dx16: attn_out's backward writing the attention's dout */
+        const int64_t R = 70;
+        float *x = tu_randf(R * in, 1), *w = tu_randf(H * in, 1), *dy = tu_randf(R * H, 1);
+        float *dw = kf_calloc(H * in, 4), *dx = kf_malloc(R * in * 4);
+        uint16_t *c16 = kf_malloc(R * in * 2), *c16b = kf_malloc(R * in * 2);
+        be->linear_bwd(be, dx, dw, NULL, dy, NULL, x, NULL, w, R, in, H, 0.0f, c16);
+        be->linear_bwd(be, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, H, 0.0f, c16b);
+        uint16_t *want = tu_to16(dx, R * in, (kf_precision)prec);
+        T_CHECK(!memcmp(c16, want, R * in * 2), "linear_bwd %s: dx16 is not dx rounded", pn);
+        T_CHECK(!memcmp(c16b, want, R * in * 2), "linear_bwd %s: dx16 without dx differs", pn);
+        free(want), free(x), free(w), free(dy), free(dw), free(dx), free(c16), free(c16b);
+    }
+    be->set_precision(be, KF_PREC_FP32);
 }
 
 static void check_pointwise(kf_backend *be) {
@@ -751,8 +840,8 @@ static void run_suite(kf_backend *be, sink *k) {
     int32_t pos[100];
     for (int i = 0; i < 100; i++) pos[i] = i * 3;
     memcpy(y, x, n * 4);
-    be->rope_fwd(be, y, pos, 3, 100, 2, 16, 10000.0f);
-    be->rope_bwd(be, y, pos, 3, 100, 2, 16, 10000.0f);
+    be->rope_fwd(be, y, pos, 3, 100, 2, 16, 10000.0f, NULL);
+    be->rope_bwd(be, y, pos, 3, 100, 2, 16, 10000.0f, NULL);
     SINK(y, n * 4);
     int32_t ids[R];
     for (int64_t i = 0; i < R; i++) ids[i] = (int32_t)((i * 7) % 11);
@@ -885,6 +974,7 @@ int main(void) {
     check_linear_act(be);
     check_linear_bwd(be);
     check_copies16(be);
+    check_attn_copies16(be);
     check_noise_features(be);
     check_logits(be);
     check_reductions(be);

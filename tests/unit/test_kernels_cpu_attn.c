@@ -81,8 +81,8 @@ static void check_case_fd(kf_backend *be, const char *name, kf_mask m, int64_t B
     float *dqkv = kf_malloc((size_t)nq * sizeof(float));
     for (int64_t i = 0; i < no; i++) out[i] = 12345.0f; /* rows before q_start must stay */
     for (int64_t i = 0; i < B * nh * L; i++) lse[i] = 12345.0f;
-    be->attn_fwd(be, out, lse, qkv, &m, B, nh, D);
-    be->attn_bwd(be, dqkv, dout, out, lse, qkv, &m, B, nh, D);
+    be->attn_fwd(be, out, lse, qkv, &m, B, nh, D, NULL, NULL);
+    be->attn_bwd(be, dqkv, dout, out, lse, qkv, &m, B, nh, D, NULL, NULL, NULL);
 
     double *dq = tu_tod(qkv, nq), *dd = tu_tod(dout, no);
     double *rout = kf_calloc((size_t)no, sizeof(double)),
@@ -163,9 +163,9 @@ static void check_pairs(kf_backend *be) {
         float *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
         float *dqkv = kf_malloc((size_t)(B * L * 3 * H) * sizeof(float));
         int64_t p0 = kernels_cpu_attn_pairs(be);
-        be->attn_fwd(be, out, lse, qkv, &m, B, nh, D);
+        be->attn_fwd(be, out, lse, qkv, &m, B, nh, D, NULL, NULL);
         int64_t p1 = kernels_cpu_attn_pairs(be);
-        be->attn_bwd(be, dqkv, out, out, lse, qkv, &m, B, nh, D);
+        be->attn_bwd(be, dqkv, out, out, lse, qkv, &m, B, nh, D, NULL, NULL, NULL);
         int64_t p2 = kernels_cpu_attn_pairs(be);
         /* paper: N(N+1)/2 context + kN(N+1)/2 staircase + N k(k+1)/2 within groups */
         int64_t want = N * (N + 1) / 2 + k * N * (N + 1) / 2 + N * k * (k + 1) / 2;
@@ -186,7 +186,7 @@ static void check_pairs(kf_backend *be) {
                   *o2 = kf_malloc((size_t)(B * Lc * H) * sizeof(float));
             float *l2 = kf_malloc((size_t)(B * nh * Lc) * sizeof(float));
             int64_t a = kernels_cpu_attn_pairs(be);
-            be->attn_fwd(be, o2, l2, q2, cases[c], B, nh, D);
+            be->attn_fwd(be, o2, l2, q2, cases[c], B, nh, D, NULL, NULL);
             int64_t got = kernels_cpu_attn_pairs(be) - a, exp_ = 0;
             for (int64_t b = 0; b < B; b++)
                 exp_ += nh * ref_pairs(cases[c], cases[c]->valid_len ? vl[b] : N);
@@ -210,7 +210,7 @@ static void check_decode(kf_backend *be) {
     float *qkv = tu_randf(B * L * 3 * H, 1.5);
     float *out = kf_malloc((size_t)(B * L * H) * sizeof(float)),
           *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
-    be->attn_fwd(be, out, lse, qkv, &m, B, nh, D);
+    be->attn_fwd(be, out, lse, qkv, &m, B, nh, D, NULL, NULL);
     float *kc = kf_calloc((size_t)(B * cap * H), sizeof(float)),
           *vc = kf_calloc((size_t)(B * cap * H), sizeof(float));
     float *dec = kf_malloc((size_t)(B * Q * H) * sizeof(float));
@@ -272,12 +272,12 @@ static void check_lowp(kf_backend *be, kf_precision prec, float (*rnd)(float)) {
           *l_a = kf_malloc((size_t)nl * 4), *l_b = kf_malloc((size_t)nl * 4);
     float *g_a = kf_malloc((size_t)nq * 4), *g_b = kf_malloc((size_t)nq * 4);
     be->set_precision(be, prec);
-    be->attn_fwd(be, o_a, l_a, qkv, &m, B, nh, D);
-    be->attn_bwd(be, g_a, dout, o_a, l_a, qkv, &m, B, nh, D);
+    be->attn_fwd(be, o_a, l_a, qkv, &m, B, nh, D, NULL, NULL);
+    be->attn_bwd(be, g_a, dout, o_a, l_a, qkv, &m, B, nh, D, NULL, NULL, NULL);
     be->set_precision(be, KF_PREC_FP32);
-    be->attn_fwd(be, o_b, l_b, q16, &m, B, nh, D);
+    be->attn_fwd(be, o_b, l_b, q16, &m, B, nh, D, NULL, NULL);
     for (int64_t i = 0; i < no; i++) o_b[i] = rnd(o_b[i]);
-    be->attn_bwd(be, g_b, d16, o_b, l_b, q16, &m, B, nh, D);
+    be->attn_bwd(be, g_b, d16, o_b, l_b, q16, &m, B, nh, D, NULL, NULL, NULL);
     for (int64_t i = 0; i < nq; i++) g_b[i] = rnd(g_b[i]);
     T_CHECK(memcmp(o_a, o_b, (size_t)no * 4) == 0, "%s attn_fwd out != %s(fp32 attn(%s inputs))",
             name, name, name);
@@ -299,7 +299,7 @@ static void check_lowp(kf_backend *be, kf_precision prec, float (*rnd)(float)) {
     free(dc_a);
     free(dc_b);
     int changed = 0;
-    be->attn_fwd(be, o_b, l_b, qkv, &m, B, nh, D);
+    be->attn_fwd(be, o_b, l_b, qkv, &m, B, nh, D, NULL, NULL);
     for (int64_t i = 0; i < no; i++) changed |= o_b[i] != o_a[i];
     T_CHECK(changed, "%s attention gave the fp32 result: no rounding happened", name);
     free(qkv);
@@ -327,8 +327,8 @@ static void check_threads(kf_backend *be, int64_t D) {
         l[t] = kf_malloc((size_t)nl * 4);
         g[t] = kf_malloc((size_t)nq * 4);
         dec[t] = kf_malloc((size_t)(B * 4 * H) * 4);
-        be->attn_fwd(be, o[t], l[t], qkv, &m, B, nh, D);
-        be->attn_bwd(be, g[t], dout, o[t], l[t], qkv, &m, B, nh, D);
+        be->attn_fwd(be, o[t], l[t], qkv, &m, B, nh, D, NULL, NULL);
+        be->attn_bwd(be, g[t], dout, o[t], l[t], qkv, &m, B, nh, D, NULL, NULL, NULL);
         /* any in-bounds data serves as caches [B, L/3, H] here */
         be->attn_decode(be, dec[t], qkv, 3 * H, qkv + H, qkv + 2 * H, B, L / 3, 10, 4, nh, D);
     }
@@ -343,8 +343,9 @@ static void check_threads(kf_backend *be, int64_t D) {
     m1.valid_len = vl + 2;
     float *o1 = kf_malloc((size_t)(L * H) * 4), *l1 = kf_malloc((size_t)(nh * L) * 4),
           *g1 = kf_malloc((size_t)(L * 3 * H) * 4);
-    be->attn_fwd(be, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D);
-    be->attn_bwd(be, g1, dout + 2 * L * H, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D);
+    be->attn_fwd(be, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D, NULL, NULL);
+    be->attn_bwd(be, g1, dout + 2 * L * H, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D, NULL, NULL,
+                 NULL);
     T_EQ_INT(memcmp(o1, o[1] + 2 * L * H, (size_t)(L * H) * 4), 0,
              "attention of a sample differs alone and inside a batch");
     T_EQ_INT(memcmp(l1, l[1] + 2 * nh * L, (size_t)(nh * L) * 4), 0,

@@ -200,13 +200,13 @@ static void check_rope(kf_backend *be) {
     int32_t pos[6] = {0, 1, 2, 700, 5, 3};
     float *x = tu_randf(n, 1.0), *y = kf_malloc((size_t)n * 4), *dy = tu_randf(n, 1.0);
     memcpy(y, x, (size_t)n * 4);
-    be->rope_fwd(be, y, pos, B, L, nh, D, 10000.0f);
+    be->rope_fwd(be, y, pos, B, L, nh, D, 10000.0f, NULL);
     rope_ctx c = {B, L, nh, D, pos, tu_tod(dy, n)};
     double *xd = tu_tod(x, n), *yr = kf_malloc((size_t)n * sizeof(double)),
            *g = kf_malloc((size_t)n * sizeof(double));
     rope_ref(yr, xd, &c);
     TU_ERR("rope_fwd", tu_relerr(y, yr, n, 1e-3), 1e-6);
-    be->rope_bwd(be, dy, pos, B, L, nh, D, 10000.0f);
+    be->rope_bwd(be, dy, pos, B, L, nh, D, 10000.0f, NULL);
     fd_grad(g, xd, n, rope_loss, &c);
     TU_ERR("rope_bwd", tu_relerr(dy, g, n, 1e-3), 1e-5);
     free(x);

@@ -68,7 +68,7 @@ static void test_linear_bwd(void) {
     float *dy = b->alloc(b, (size_t)(R * out) * 4), *x = b->alloc(b, (size_t)(R * in) * 4);
     float *w = b->alloc(b, (size_t)(out * in) * 4), *dw = b->alloc(b, (size_t)(out * in) * 4);
     float *db = b->alloc(b, (size_t)out * 4), *dx = b->alloc(b, (size_t)(R * in) * 4);
-    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL);
     const kf_op_rec *r = last_op(b);
     T_EQ_STR(r->op, "linear_bwd", "dry linear_bwd is recorded");
     T_NEAR(r->cost.flops, 2 * 2.0 * 3 * 5 * 7 + 3 * 7, 0, "linear_bwd FLOPs: two products, bias");
@@ -79,14 +79,14 @@ static void test_linear_bwd(void) {
     T_NEAR(r->cost.convert_bytes, 0, 0, "fp32: no conversion pass");
     T_EQ_STR(r->cost.shape, "M=3 N=5 K=7 dbias dx", "linear_bwd shape");
     b->set_precision(b, KF_PREC_FP16);
-    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 1.0f);
+    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 1.0f, NULL);
     r = last_op(b);
     T_NEAR(r->cost.bytes, 4.0 * (3 * 7 + 3 * 5 + 7 * 5 + 2 * 7 * 5 + 2 * 7 + 2 * 3 * 5), 0,
            "linear_bwd bytes, fp16: dy read once, dx accumulated");
     /* dy, x and W converted once each (6 B), dW and dx rounded (8 B) */
     T_NEAR(r->cost.convert_bytes, 6.0 * (3 * 7 + 3 * 5 + 7 * 5) + 8.0 * (7 * 5 + 3 * 5), 0,
            "linear_bwd fp16: dy converted once for both products");
-    b->linear_bwd(b, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f);
+    b->linear_bwd(b, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL);
     T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * (3 * 7 + 3 * 5) + 8.0 * 7 * 5, 0,
            "linear_bwd fp16 without dx: dy and x converted, dW rounded");
     b->destroy(b);
@@ -115,7 +115,8 @@ static void test_dry_memory(void) {
 }
 
 /* The tensor-core attention's conversion passes of qkv (and dout in the
- * backward; 16-bit modes only): 4 bytes read and 2 written per element. */
+ * backward; 16-bit modes only): 4 bytes read and 2 written per element,
+ * none for inputs given as 16-bit copies, none in batch-invariant mode. */
 static void test_attn_convert(void) {
     kf_backend *b = kernels_record_create(NULL, 0);
     kf_mask m = {.n_ctx = 6};
@@ -123,17 +124,34 @@ static void test_attn_convert(void) {
     float *qkv = b->alloc(b, (size_t)(B * L * 3 * nh * hd) * 4);
     float *out = b->alloc(b, (size_t)(B * L * nh * hd) * 4),
           *lse = b->alloc(b, (size_t)(B * nh * L) * 4);
-    b->attn_fwd(b, out, lse, qkv, &m, B, nh, hd);
+    b->attn_fwd(b, out, lse, qkv, &m, B, nh, hd, NULL, NULL);
     T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "fp32 attn_fwd: no conversion pass");
     b->set_precision(b, KF_PREC_BF16);
-    b->attn_fwd(b, out, lse, qkv, &m, B, nh, hd);
+    b->attn_fwd(b, out, lse, qkv, &m, B, nh, hd, NULL, NULL);
     T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * B * L * 3 * nh * hd, 0,
            "bf16 attn_fwd: qkv converted (4 B read, 2 written per element)");
     float *dout = b->alloc(b, (size_t)(B * L * nh * hd) * 4);
     float *dqkv = b->alloc(b, (size_t)(B * L * 3 * nh * hd) * 4);
-    b->attn_bwd(b, dqkv, dout, out, lse, qkv, &m, B, nh, hd);
+    b->attn_bwd(b, dqkv, dout, out, lse, qkv, &m, B, nh, hd, NULL, NULL, NULL);
     T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * B * L * 4 * nh * hd, 0,
            "bf16 attn_bwd: qkv and dout converted");
+    /* 16-bit copies (rope_fwd's, linear_bwd's): nothing to convert, read at 2
+     * bytes; out16 written at 2 */
+    double fp32_bytes = last_op(b)->cost.bytes, n3 = (double)(B * L * 3 * nh * hd);
+    double n1 = n3 / 3;
+    b->attn_bwd(b, dqkv, NULL, NULL, lse, NULL, &m, B, nh, hd, dout, out, qkv);
+    T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "bf16 attn_bwd on copies: no conversion pass");
+    T_NEAR(last_op(b)->cost.bytes, fp32_bytes - 2 * (n3 + 2 * n1), 0,
+           "bf16 attn_bwd on copies: qkv, dout and out read at 2 bytes");
+    b->attn_fwd(b, NULL, lse, NULL, &m, B, nh, hd, qkv, out);
+    T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "bf16 attn_fwd on qkv16: no conversion pass");
+    T_NEAR(last_op(b)->cost.bytes, 2 * (n3 + n1) + 4.0 * B * nh * L, 0,
+           "bf16 attn_fwd on qkv16 writing out16: 2 bytes a value, lse 4");
+    /* batch-invariant mode keeps the SIMT kernels: fp32 units, no conversion */
+    b->batch_invariant = 1;
+    b->attn_fwd(b, out, lse, qkv, &m, B, nh, hd, NULL, NULL);
+    T_EQ_INT(last_op(b)->cost.unit, KF_COST_SIMT, "batch-invariant attn_fwd: on the fp32 units");
+    T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "batch-invariant attn_fwd: no conversion pass");
     b->destroy(b);
 }
 
@@ -148,7 +166,7 @@ static void test_mask_pairs(void) {
     float *out = cpu->alloc(cpu, (size_t)(B * L * nh * hd) * 4),
           *lse = cpu->alloc(cpu, (size_t)(B * nh * L) * 4);
     int64_t p0 = kernels_cpu_attn_pairs(cpu);
-    cpu->attn_fwd(cpu, out, lse, qkv, &m, B, nh, hd);
+    cpu->attn_fwd(cpu, out, lse, qkv, &m, B, nh, hd, NULL, NULL);
     T_NEAR(kernels_mask_pairs(&m, B) * (double)nh, (double)(kernels_cpu_attn_pairs(cpu) - p0), 0,
            "pairs of a SingleForward mask with q_start and valid lengths");
     cpu->free(cpu, qkv), cpu->free(cpu, out), cpu->free(cpu, lse);

@@ -286,7 +286,7 @@ void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void 
                 const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
                 int64_t out) {
     m->be->linear_bwd(m->be, dx, m->grads + w, bias >= 0 ? m->grads + bias : NULL, dy, dy16, x, x16,
-                      m->params + w, rows, in, out, dx_beta);
+                      m->params + w, rows, in, out, dx_beta, NULL);
 }
 
 /* The noise encoder on nz rows whose features are ws->feats; result in out. */
@@ -404,7 +404,8 @@ struct model_ws {
     dbuf xf, logits, targets_d, losses_d;
     dbuf pick_ids_d, pick_z_d, pick_tau_d; /* model_pick */
     dbuf dx, dxf, dln, dqkv, dh, datt;
-    int32_t *h_i32; /* host scratch */
+    dbuf qkv32, dqkv16; /* qkv in fp32 when its layer keeps the 16-bit copy; dqkv's copy */
+    int32_t *h_i32;     /* host scratch */
     double *h_f64;
     size_t h_i32_cap, h_f64_cap;
     int have_dlogits;
@@ -454,7 +455,7 @@ void model_ws_free(model_ws *ws) {
                  &ws->dxf,        &ws->dln,          &ws->dqkv,     &ws->dh,         &ws->datt,
                  &ws->posrow_d,   &ws->pos_tmp,      &n->feats,     &n->c,           &n->ln,
                  &n->mean,        &n->rstd,          &n->h1,        &n->h2,          &n->out,
-                 &n->dh,          &n->dln,           &n->dc};
+                 &n->dh,          &n->dln,           &n->dc,        &ws->qkv32,      &ws->dqkv16};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     free(ws->act);
     free(ws->xs);
@@ -583,6 +584,7 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
     }
     int64_t R = ws->R, Lc = ws->Lc;
     int s16 = ws->s16 = gemm_in16(m);
+    int c16 = s16 && q0 == 0; /* the attention's 16-bit copies (a q_start pass reads fp32) */
 
     /* residual stream buffers: one per layer boundary when training */
     int64_t nx = train ? nb + 1 : 1;
@@ -627,19 +629,27 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
         float *x = ws->xs[train ? l : 0].p;
         float *xo = ws->xs[train ? l + 1 : 0].p;
         void *ln1 = norm_fwd(m, &a->ln1, &a->mean1, &a->rstd1, x, o->norm1, o->norm1_b, R, s16);
-        float *qkv = dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * f);
-        float *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * f);
-        linear_fwd(m, qkv, in32(s16, ln1), in16(s16, ln1), o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
-        if (c->pos == POS_ROPE) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE);
+        /* with c16 the layer keeps q, k, v and the attention's output as the
+         * 16-bit copies the attention and attn_out read (kernels.h); the
+         * fp32 qkv is then only rope's and the K/V hand-over's */
+        float *qkv = dbuf_ensure(be, c16 ? &ws->qkv32 : &a->qkv, (size_t)(R * 3 * H) * f);
+        void *qkv16 = c16 ? dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * 2) : NULL;
+        void *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * (c16 ? 2 : f));
+        int rope = c->pos == POS_ROPE;
+        linear_act_fwd(m, qkv, rope ? NULL : qkv16, NULL, in32(s16, ln1), in16(s16, ln1), o->qkv,
+                       o->qkv_b, R, H, 3 * H, KF_ACT_NONE);
+        if (rope) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE, qkv16);
         if (q0 > 0) {
             be->scatter_rows(be, ws->qkv_full.p, qkv, ws->comp_idx_d.p, R, 3 * H);
             be->scatter_rows(be, ws->qkv_full.p, kv_src->ctxkv[l].p, ws->ctx_idx_d.p, B * q0,
                              3 * H);
-            be->attn_fwd(be, ws->att_full.p, ws->lse_full.p, ws->qkv_full.p, &ws->mask, B, nh, hd);
+            be->attn_fwd(be, ws->att_full.p, ws->lse_full.p, ws->qkv_full.p, &ws->mask, B, nh, hd,
+                         NULL, NULL);
             be->gather_rows(be, att, ws->att_full.p, ws->comp_idx_d.p, R, H);
         } else {
             float *lse = dbuf_ensure(be, &a->lse, (size_t)(B * nh * L) * f);
-            be->attn_fwd(be, att, lse, qkv, &ws->mask, B, nh, hd);
+            be->attn_fwd(be, c16 ? NULL : att, lse, in32(c16, qkv), &ws->mask, B, nh, hd, qkv16,
+                         c16 ? att : NULL);
             if (ws->keep_kv) {
                 int64_t n = lay->mask.n_ctx;
                 dbuf_ensure(be, &ws->ctxkv[l], (size_t)(B * n * 3 * H) * f);
@@ -647,7 +657,7 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
             }
         }
         if (xo != x) be->copy(be, xo, x, (size_t)(R * H) * f);
-        linear_fwd(m, xo, att, NULL, o->out, o->out_b, R, H, H, 1.0f);
+        linear_fwd(m, xo, in32(c16, att), in16(c16, att), o->out, o->out_b, R, H, H, 1.0f);
         /* training keeps x_mid (input of norm2) in ln2's partner: xs[l+1] holds
          * x_mid until the MLP adds to it, so save a copy for the backward. */
         if (train) {
@@ -845,7 +855,12 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
     float *dqkv = dbuf_ensure(be, &ws->dqkv, (size_t)(R * 3 * H) * f);
     void *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * (s16 ? 2 : f));
-    float *datt = dbuf_ensure(be, &ws->datt, (size_t)(R * H) * f);
+    /* in a 16-bit mode the attention's inputs and output are 16-bit copies
+     * (model_forward's c16), and so is its dout; dqkv gets one for qkv's
+     * weight gradient when rope_bwd can write it and no bias sum needs the
+     * fp32 values */
+    int c16 = s16 && ws->q0 == 0, d16 = c16 && c->pos == POS_ROPE;
+    void *datt = dbuf_ensure(be, &ws->datt, (size_t)(R * H) * (c16 ? 2 : f));
     be->zero(be, dx, (size_t)(R * H) * f);
     be->scatter_rows(be, dx, dxf, ws->out_idx_d.p, O, H);
     for (int64_t l = nb - 1; l >= 0; l--) {
@@ -860,11 +875,18 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
                           o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL, dln, a->xmid.p,
                           m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
         /* attention half: x_mid = x_in + out(attn(rope(qkv(norm1(x_in))))) */
-        linear_bwd(m, datt, 0.0f, dx, NULL, a->att.p, NULL, o->out, o->out_b, R, H, H);
-        be->attn_bwd(be, dqkv, datt, a->att.p, a->lse.p, a->qkv.p, &ws->mask, B, nh, hd);
-        if (c->pos == POS_ROPE) be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE);
-        linear_bwd(m, dln, 0.0f, dqkv, NULL, in32(s16, a->ln1.p), in16(s16, a->ln1.p), o->qkv,
-                   o->qkv_b, R, H, 3 * H);
+        be->linear_bwd(be, c16 ? NULL : datt, m->grads + o->out,
+                       o->out_b >= 0 ? m->grads + o->out_b : NULL, dx, NULL, in32(c16, a->att.p),
+                       in16(c16, a->att.p), m->params + o->out, R, H, H, 0.0f, c16 ? datt : NULL);
+        be->attn_bwd(be, dqkv, in32(c16, datt), in32(c16, a->att.p), a->lse.p, in32(c16, a->qkv.p),
+                     &ws->mask, B, nh, hd, in16(c16, datt), in16(c16, a->att.p),
+                     in16(c16, a->qkv.p));
+        int q16 = d16 && o->qkv_b < 0;
+        void *dqkv16 = q16 ? dbuf_ensure(be, &ws->dqkv16, (size_t)(R * 3 * H) * 2) : NULL;
+        if (c->pos == POS_ROPE)
+            be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE, dqkv16);
+        linear_bwd(m, dln, 0.0f, in32(q16, dqkv), dqkv16, in32(s16, a->ln1.p), in16(s16, a->ln1.p),
+                   o->qkv, o->qkv_b, R, H, 3 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm1,
                           o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL, dln, ws->xs[l].p,
                           m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);

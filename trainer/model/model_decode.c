@@ -202,7 +202,8 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
         be->layernorm_fwd(be, ln1, NULL, mean, rstd, x, m->params + o->norm1,
                           o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
         linear_fwd(m, qkv, ln1, NULL, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
-        if (m->cfg.pos == POS_ROPE) be->rope_fwd(be, qkv, c->pos_d.p, B, Q, nh, hd, ROPE_BASE);
+        if (m->cfg.pos == POS_ROPE)
+            be->rope_fwd(be, qkv, c->pos_d.p, B, Q, nh, hd, ROPE_BASE, NULL);
         be->gather_rows(be, tmp, qkv, c->kidx_d.p, R, H);
         be->scatter_rows(be, c->k[l], tmp, c->cidx_d.p, R, H);
         be->gather_rows(be, tmp, qkv, c->vidx_d.p, R, H);

@@ -61,10 +61,11 @@ typedef struct head_act {
     dbuf ln, mean, rstd;
 } head_act;
 
-/* In a 16-bit mode the activations only GEMMs read (the blocks' norm
- * outputs ln1, ln2 and fc1's GELU output h2, and in the backward the
- * gradient at fc1's output) are stored as 16-bit copies (kernels.h):
- * converted once where they are made, at half the memory. */
+/* In a 16-bit mode the activations only GEMMs and the attention read (the
+ * blocks' norm outputs ln1, ln2, fc1's GELU output h2, q, k, v and the
+ * attention's output, and in the backward the gradients at fc1's output,
+ * at the attention's output and at qkv) are stored as 16-bit copies
+ * (kernels.h): converted once where they are made, at half the memory. */
 int gemm_in16(const model *m);
 /* y = x W^T + bias + beta * y (x, or its 16-bit copy x16). */
 void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,

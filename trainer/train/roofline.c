@@ -286,8 +286,7 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
            st->name, runconfig_kind_name(st->kind), (long long)mc->k_train, (long long)mc->blocks,
            (long long)mc->hidden, (long long)mc->vocab, (long long)B, (long long)n,
            runconfig_prec_name(prec),
-           attn_tc ? "tensor-core attention (KF_CUDA_TC=1)"
-                   : "attention on the fp32 units (KF_CUDA_TC unset)",
+           attn_tc ? "tensor-core attention" : "attention on the fp32 units (KF_CUDA_TC=0)",
            timed ? "run and timed on this GPU" : "dry: nothing computed");
     printf("%-16s %6s %10s %9s %9s %6s %8s%s\n", "op", "calls", "GFLOP", "GB", "est ms", "share",
            "bound", timed ? "   meas ms" : "");
@@ -365,7 +364,7 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
             return kf_err_report("kf", &err);
         }
     const char *tc = getenv("KF_CUDA_TC");
-    int attn_tc = tc && !strcmp(tc, "1");
+    int attn_tc = !(tc && !strcmp(tc, "0")); /* the CUDA backend's default, as it reads it */
     printf("roofline: %s, %.0f TFLOP/s fp16/bf16 tensor, %.1f TFLOP/s fp32, %.2f TB/s memory, "
            "%.0f GB/s bus; one training step of %s as the model issues it\n",
            d->desc, d->tensor_flops / 1e12, d->fp32_flops / 1e12, d->mem_bytes / 1e12,
