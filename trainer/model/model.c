@@ -150,6 +150,7 @@ void model_free(model *m) {
     model_priv *p = m->priv;
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
+    if (p->w16) m->be->free(m->be, p->w16);
     free(p->blk);
     free(p->head);
     free(p);
@@ -192,7 +193,26 @@ void model_init(model *m, uint64_t seed) {
     }
     m->be->upload(m->be, m->params, host, (size_t)m->n_params * sizeof(float));
     free(host);
+    model_params_changed(m);
     model_zero_grads(m);
+}
+
+void model_params_changed(model *m) { m->priv->w16_fresh = 0; }
+
+/* The copy covers every parameter (norms and biases too: one pass, and an
+ * offset into params is one into the copy); fp16 and bf16 round
+ * differently, so a copy serves only the format it was made in. */
+const void *model_w16(model *m, int64_t w) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    if (!gemm_in16(m)) return NULL;
+    if (!p->w16) p->w16 = be->alloc(be, (size_t)m->n_params * 2);
+    if (!p->w16_fresh || p->w16_prec != be->precision) {
+        be->copy_to16(be, p->w16, m->params, m->n_params);
+        p->w16_prec = be->precision;
+        p->w16_fresh = 1;
+    }
+    return (const char *)p->w16 + 2 * w;
 }
 
 void model_zero_grads(model *m) {
@@ -224,6 +244,7 @@ int model_copy_matching(model *m, const model *src) {
         copied++;
     }
     free(host);
+    model_params_changed(m);
     return copied;
 }
 
@@ -262,13 +283,15 @@ static void linear_act_fwd(model *m, float *h, void *h16, float *pre, const floa
                            const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
                            int64_t out, kf_act act) {
     m->be->linear_act(m->be, h, h16, pre, x, x16, m->params + w,
-                      bias >= 0 ? m->params + bias : NULL, rows, in, out, act, 0.0f);
+                      bias >= 0 ? m->params + bias : NULL, rows, in, out, act, 0.0f,
+                      model_w16(m, w));
 }
 
 void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,
                 int64_t rows, int64_t in, int64_t out, float beta) {
     m->be->linear_act(m->be, y, NULL, NULL, x, x16, m->params + w,
-                      bias >= 0 ? m->params + bias : NULL, rows, in, out, KF_ACT_NONE, beta);
+                      bias >= 0 ? m->params + bias : NULL, rows, in, out, KF_ACT_NONE, beta,
+                      model_w16(m, w));
 }
 
 /* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy
@@ -279,14 +302,14 @@ static void mlp_out_bwd(model *m, float *dpre, void *dpre16, const float *dy, co
                         int64_t fc1_b, int64_t rows, int64_t wide, int64_t H, kf_act act) {
     linear_bwd(m, NULL, 0.0f, dy, NULL, h, h16, fc2_w, fc2_b, rows, wide, H);
     m->be->linear_act_dgrad(m->be, dpre, dpre16, fc1_b >= 0 ? m->grads + fc1_b : NULL, dy,
-                            m->params + fc2_w, pre, rows, wide, H, act);
+                            m->params + fc2_w, pre, rows, wide, H, act, model_w16(m, fc2_w));
 }
 
 void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void *dy16,
                 const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
                 int64_t out) {
     m->be->linear_bwd(m->be, dx, m->grads + w, bias >= 0 ? m->grads + bias : NULL, dy, dy16, x, x16,
-                      m->params + w, rows, in, out, dx_beta);
+                      m->params + w, rows, in, out, dx_beta, dx ? model_w16(m, w) : NULL);
 }
 
 /* The noise encoder on nz rows whose features are ws->feats; result in out. */
