@@ -360,7 +360,19 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     /* dst16 = src as a 16-bit copy (Conventions) in b->precision's format, n                      \
      * values: the weights' copy the GEMMs read (w16), made once per step. */                      \
     X(void, copy_to16, (kf_backend * b, void *dst16, const float *src, int64_t n),                 \
-      (b, dst16, src, n))
+      (b, dst16, src, n))                                                                          \
+    /* xent's losses and gradient d = grad_scale * (softmax - onehot) made for                     \
+     * the output layer's backward in a 16-bit mode: each row of d times                           \
+     * row_w[r] (device floats, NULL: none), column mask_col (-1: none) zero,                      \
+     * written only as the 16-bit copy dlogits16, and dbias[c] += sum_r d[r, c]                    \
+     * (NULL: skipped; the fp32 d summed in bias_grad's order). Bitwise xent,                      \
+     * scale per row, fill_column, then linear_bwd's dy16 and bias gradient:                       \
+     * the fp32 dlogits are never stored. */                                                       \
+    X(void, xent16,                                                                                \
+      (kf_backend * b, float *losses, void *dlogits16, float *dbias, const float *logits,          \
+       const int32_t *targets, const float *row_w, int64_t rows, int64_t V, float grad_scale,      \
+       int64_t mask_col),                                                                          \
+      (b, losses, dlogits16, dbias, logits, targets, row_w, rows, V, grad_scale, mask_col))
 
 typedef struct kf_backend kf_backend;
 

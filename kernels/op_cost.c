@@ -391,6 +391,20 @@ kf_op_cost kernels_cost_xent(kf_backend *b, float *losses, float *dlogits, const
                 F * (e * (dlogits ? 2 : 1) + r * (losses ? 2 : 1)), "%lldx%lld%s", (long long)rows,
                 (long long)V, dlogits ? " +grad" : "");
 }
+/* kernels/cuda/cuda_logits.cu's two passes: xent's row statistics (max and
+ * sum, 3 per element, logits read), then per element the gradient (5, and
+ * the weight, the bias sum) from the logits read again, written at 2 bytes;
+ * losses, the statistics and the weights per row; dbias read and written */
+kf_op_cost kernels_cost_xent16(kf_backend *b, float *losses, void *dlogits16, float *dbias,
+                               const float *logits, const int32_t *targets, const float *row_w,
+                               int64_t rows, int64_t V, float grad_scale, int64_t mask_col) {
+    double e = (double)rows * (double)V, r = (double)rows;
+    return cost(b, KF_COST_SIMT, e * (3 + 5 + (row_w ? 1 : 0) + (dbias ? 1 : 0)),
+                (2 * F + H16) * e + F * r * (losses ? 5 : 4) + (row_w ? F * r : 0) +
+                    (dbias ? 2 * F * (double)V : 0),
+                "%lldx%lld%s%s", (long long)rows, (long long)V, dbias ? " dbias" : "",
+                row_w ? " row_w" : "");
+}
 kf_op_cost kernels_cost_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows,
                                int64_t V) {
     double e = (double)rows * (double)V;

@@ -912,6 +912,65 @@ static void test_rows(void) {
 
 /* ---- logits ---- */
 
+/* xent16 at precision prec, with and without row weights and a bias
+ * gradient: on each backend its losses, 16-bit dlogits and bias gradient
+ * are bitwise those of the backend's separate ops (xent, scale per row,
+ * fill_column, bias_grad; the copy is the fp32 dlogits rounded), and the
+ * GPU's close to the CPU's. 150 rows: chunks of 64, 64 and 22 for the bias
+ * sums; 700 columns: three blocks of columns, the mask column in the
+ * first. */
+static void test_xent16(kf_precision prec) {
+    int64_t rows = 150, V = 700, mask = 5;
+    BOTH(BE->set_precision(BE, prec));
+    const char *pn = kernels_precision_name(prec);
+    int32_t tg[150];
+    float hw[150];
+    for (int i = 0; i < rows; i++) {
+        tg[i] = i % 7 == 3 ? -1 : (int32_t)(urand() * V);
+        hw[i] = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.5f : 1.75f;
+    }
+    buf2 logits = mk_rand(rows * V, 6), t = mk_ints(tg, rows), rw = mk(hw, sizeof hw);
+    for (int var = 0; var < 2; var++) { /* 1: row weights and a bias gradient */
+        buf2 losses = mk_rand(rows, 1), d16 = mk(NULL, (size_t)(rows * V) * 2), db = mk_rand(V, 1),
+             losses2 = mk_rand(rows, 1), d = mk_rand(rows * V, 1), db2 = mk_copy(&db);
+        BOTH(BE->xent16(BE, PF(losses), P(d16), var ? PF(db) : NULL, PF(logits), PI(t),
+                        var ? PF(rw) : NULL, rows, V, 0.25f, mask));
+        /* the separate ops, on each backend */
+        for (int side_ = 0; side_ < 2; side_++) {
+            kf_backend *BE = be[side_];
+            BE->xent(BE, PF(losses2), PF(d), PF(logits), PI(t), rows, V, 0.25f);
+            if (var)
+                for (int r = 0; r < rows; r++) BE->scale(BE, PF(d) + r * V, hw[r], V);
+            BE->fill_column(BE, PF(d), rows, V, mask, 0.0f);
+            if (var) BE->bias_grad(BE, PF(db2), PF(d), rows, V);
+        }
+        char wn[96], c[128];
+        snprintf(wn, sizeof wn, "xent16 %s%s", pn, var ? " row_w dbias" : "");
+        for (int side = 0; side < 2; side++) {
+            snprintf(c, sizeof c, "%s (dlogits16, %s)", wn, side ? "cuda" : "cpu");
+            check_copy16(c, &d16, side, &d, side, rows * V, prec);
+        }
+        snprintf(c, sizeof c, "%s (losses)", wn);
+        check_close(c, &losses, rows, 1e-6);
+        check_gpu_same(c, &losses, &losses2, rows);
+        float *lc = down(&losses, 0), *lc2 = down(&losses2, 0);
+        T_CHECK(!memcmp(lc, lc2, (size_t)rows * 4), "%s: the CPU's losses differ from xent's", c);
+        free(lc), free(lc2);
+        if (var) {
+            snprintf(c, sizeof c, "%s (dbias)", wn);
+            check_close(c, &db, V, 1e-5);
+            check_gpu_same(c, &db, &db2, V);
+            float *bc = down(&db, 0), *bc2 = down(&db2, 0);
+            T_CHECK(!memcmp(bc, bc2, (size_t)V * 4), "%s: the CPU's dbias differs from bias_grad's",
+                    c);
+            free(bc), free(bc2);
+        }
+        drop(&losses), drop(&d16), drop(&db), drop(&losses2), drop(&d), drop(&db2);
+    }
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&logits), drop(&t), drop(&rw);
+}
+
 static void test_logits(void) {
     int64_t rows = 24, V = 5003;
     buf2 logits = mk_rand(rows * V, 6), losses = mk_rand(rows, 1), dl = mk_rand(rows * V, 1);
@@ -1191,6 +1250,8 @@ int main(void) {
     test_pointwise();
     test_rows();
     test_logits();
+    test_xent16(KF_PREC_FP16);
+    test_xent16(KF_PREC_BF16);
     test_head();
     test_head_contract();
     test_optim();

@@ -531,6 +531,39 @@ static void check_weights16(kf_backend *be) {
     free(pre), free(dw), free(d[0]), free(d[1]), free(c16);
 }
 
+/* xent16 in fp16 and bf16, with row weights, a mask column, ignored rows
+ * and a bias gradient: its losses, 16-bit dlogits and bias gradient are
+ * bitwise those of xent, scale per row, fill_column and bias_grad (the
+ * copy: their fp32 dlogits rounded, tu_to16). */
+static void check_xent16(kf_backend *be) {
+    const int64_t R = 70, V = 301, mask = 7;
+    float *x = tu_randf(R * V, 6), *l = kf_malloc(R * 4), *l2 = kf_malloc(R * 4);
+    float *d = kf_malloc(R * V * 4), *db = tu_randf(V, 1), *db2 = kf_malloc(V * 4), w[70];
+    int32_t t[70];
+    uint16_t *d16 = kf_malloc(R * V * 2);
+    memcpy(db2, db, V * 4);
+    for (int r = 0; r < R; r++) {
+        t[r] = r % 9 == 4 ? -1 : (int32_t)((r * 37) % V);
+        w[r] = r % 4 == 1 ? 0.5f : 1.0f;
+    }
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
+        const char *pn = kernels_precision_name((kf_precision)prec);
+        be->set_precision(be, (kf_precision)prec);
+        be->xent16(be, l, d16, db, x, t, w, R, V, 0.5f, mask);
+        be->xent(be, l2, d, x, t, R, V, 0.5f);
+        for (int r = 0; r < R; r++) be->scale(be, d + r * V, w[r], V);
+        be->fill_column(be, d, R, V, mask, 0.0f);
+        be->bias_grad(be, db2, d, R, V);
+        uint16_t *want = tu_to16(d, R * V, (kf_precision)prec);
+        T_CHECK(!memcmp(l, l2, R * 4), "xent16 %s: losses differ from xent's", pn);
+        T_CHECK(!memcmp(d16, want, R * V * 2), "xent16 %s: dlogits16 is not xent's rounded", pn);
+        T_CHECK(!memcmp(db, db2, V * 4), "xent16 %s: dbias differs from bias_grad's", pn);
+        free(want);
+    }
+    be->set_precision(be, KF_PREC_FP32);
+    free(x), free(l), free(l2), free(d), free(db), free(db2), free(d16);
+}
+
 static void check_pointwise(kf_backend *be) {
     const int64_t R = 7, C = 9, n = R * C;
     float *y = tu_randf(n, 1), *x = tu_randf(n, 1), *y0 = kf_malloc(n * 4), *bias = tu_randf(C, 1);
@@ -934,6 +967,7 @@ int main(void) {
     check_linear_bwd(be);
     check_copies16(be);
     check_weights16(be);
+    check_xent16(be);
     check_noise_features(be);
     check_logits(be);
     check_reductions(be);

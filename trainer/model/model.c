@@ -425,6 +425,7 @@ struct model_ws {
     noise_act nact;
     head_act *hact;
     dbuf xf, logits, targets_d, losses_d;
+    dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
     dbuf pick_ids_d, pick_z_d, pick_tau_d; /* model_pick */
     dbuf dx, dxf, dln, dqkv, dh, datt;
     int32_t *h_i32; /* host scratch */
@@ -470,14 +471,46 @@ void model_ws_free(model_ws *ws) {
         dbuf_release(be, &ws->hact[h].rstd);
     }
     noise_act *n = &ws->nact;
-    dbuf *d[] = {&ws->qkv_full,   &ws->att_full,     &ws->lse_full, &ws->pos_d,      &ws->tok_ids_d,
-                 &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d,      &ws->tau_d,      &ws->out_idx_d,
-                 &ws->ctx_idx_d,  &ws->comp_idx_d,   &ws->xf,       &ws->logits,     &ws->targets_d,
-                 &ws->losses_d,   &ws->pick_ids_d,   &ws->pick_z_d, &ws->pick_tau_d, &ws->dx,
-                 &ws->dxf,        &ws->dln,          &ws->dqkv,     &ws->dh,         &ws->datt,
-                 &ws->posrow_d,   &ws->pos_tmp,      &n->feats,     &n->c,           &n->ln,
-                 &n->mean,        &n->rstd,          &n->h1,        &n->h2,          &n->out,
-                 &n->dh,          &n->dln,           &n->dc};
+    dbuf *d[] = {&ws->qkv_full,
+                 &ws->att_full,
+                 &ws->lse_full,
+                 &ws->pos_d,
+                 &ws->tok_ids_d,
+                 &ws->tok_rows_d,
+                 &ws->noise_rows_d,
+                 &ws->z_d,
+                 &ws->tau_d,
+                 &ws->out_idx_d,
+                 &ws->ctx_idx_d,
+                 &ws->comp_idx_d,
+                 &ws->xf,
+                 &ws->logits,
+                 &ws->targets_d,
+                 &ws->losses_d,
+                 &ws->pick_ids_d,
+                 &ws->pick_z_d,
+                 &ws->pick_tau_d,
+                 &ws->dx,
+                 &ws->dxf,
+                 &ws->dln,
+                 &ws->dqkv,
+                 &ws->dh,
+                 &ws->datt,
+                 &ws->posrow_d,
+                 &ws->pos_tmp,
+                 &ws->dlogits16,
+                 &ws->row_w_d,
+                 &n->feats,
+                 &n->c,
+                 &n->ln,
+                 &n->mean,
+                 &n->rstd,
+                 &n->h1,
+                 &n->h2,
+                 &n->out,
+                 &n->dh,
+                 &n->dln,
+                 &n->dc};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     free(ws->act);
     free(ws->xs);
@@ -726,12 +759,27 @@ static void weight_rows(model *m, model_ws *ws, float *d, int64_t r0, int64_t n)
     }
 }
 
+/* model_weight_dlogits's weights of all rows (1 where none is set) on the
+ * device, for xent16. */
+static const float *row_weights(model *m, model_ws *ws, int64_t rows) {
+    float *h = kf_malloc((size_t)rows * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t j = r % ws->w_period;
+        h[r] = j >= ws->w_first && j < ws->w_first + ws->w_count ? ws->w_value : 1.0f;
+    }
+    const float *d = dbuf_upload(m->be, &ws->row_w_d, h, (size_t)rows, sizeof(float));
+    free(h);
+    return d;
+}
+
 /* The head of a MODEL_NO_LOGITS pass, a chunk of rows at a time: logits,
  * the mask logit, the cross-entropy into losses (and, training, dlogits
  * with their row weights, then the head's backward: its weight and bias
  * gradients, and dxf through its norm). Only one chunk of logits exists at
  * a time. Per row it is the ops of a whole-pass head; with one chunk it is
- * them exactly. */
+ * them exactly. In a 16-bit mode the cross-entropy writes dlogits as the
+ * 16-bit copy the backward's GEMMs read, with the row weights, the mask
+ * column and the bias gradient (xent16): the same bits, no fp32 dlogits. */
 static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses, float gscale) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
@@ -739,6 +787,9 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
     int64_t chunk = logit_chunk(ws, O, V);
     size_t f = sizeof(float);
     float *lg = dbuf_ensure(be, &ws->logits, (size_t)(chunk * V) * f);
+    int d16 = ws->train && ws->s16;
+    void *dl16 = d16 ? dbuf_ensure(be, &ws->dlogits16, (size_t)(chunk * V) * 2) : NULL;
+    const float *row_w = d16 && ws->w_period ? row_weights(m, ws, model_ws_rows(ws)) : NULL;
     float *dxf = NULL, *dln = NULL;
     if (ws->train) {
         dxf = dbuf_ensure(be, &ws->dxf, (size_t)(O * H) * f);
@@ -752,6 +803,12 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
         for (int64_t c0 = 0; c0 < O; c0 += chunk) {
             int64_t n = O - c0 < chunk ? O - c0 : chunk, r0 = h * O + c0;
             head_chunk(m, ws, h, c0, n, lg);
+            if (d16) {
+                be->xent16(be, losses + r0, dl16, o->b >= 0 ? m->grads + o->b : NULL, lg, t_d + r0,
+                           row_w ? row_w + r0 : NULL, n, V, gscale, mask);
+                linear_bwd(m, dln + c0 * H, 0.0f, NULL, dl16, ln + c0 * H, NULL, o->w, -1, n, H, V);
+                continue;
+            }
             be->xent(be, losses + r0, ws->train ? lg : NULL, lg, t_d + r0, n, V, gscale);
             if (!ws->train) continue;
             if (ws->w_period) weight_rows(m, ws, lg, r0, n);
