@@ -471,47 +471,17 @@ void model_ws_free(model_ws *ws) {
         dbuf_release(be, &ws->hact[h].rstd);
     }
     noise_act *n = &ws->nact;
-    dbuf *d[] = {&ws->qkv_full,
-                 &ws->att_full,
-                 &ws->lse_full,
-                 &ws->pos_d,
-                 &ws->tok_ids_d,
-                 &ws->tok_rows_d,
-                 &ws->noise_rows_d,
-                 &ws->z_d,
-                 &ws->tau_d,
-                 &ws->out_idx_d,
-                 &ws->ctx_idx_d,
-                 &ws->comp_idx_d,
-                 &ws->xf,
-                 &ws->logits,
-                 &ws->targets_d,
-                 &ws->losses_d,
-                 &ws->pick_ids_d,
-                 &ws->pick_z_d,
-                 &ws->pick_tau_d,
-                 &ws->dx,
-                 &ws->dxf,
-                 &ws->dln,
-                 &ws->dqkv,
-                 &ws->dh,
-                 &ws->datt,
-                 &ws->posrow_d,
-                 &ws->pos_tmp,
-                 &ws->dlogits16,
-                 &ws->row_w_d,
-                 &n->feats,
-                 &n->c,
-                 &n->ln,
-                 &n->mean,
-                 &n->rstd,
-                 &n->h1,
-                 &n->h2,
-                 &n->out,
-                 &n->dh,
-                 &n->dln,
-                 &n->dc};
+    dbuf *d[] = {&ws->qkv_full,   &ws->att_full,     &ws->lse_full, &ws->pos_d,      &ws->tok_ids_d,
+                 &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d,      &ws->tau_d,      &ws->out_idx_d,
+                 &ws->ctx_idx_d,  &ws->comp_idx_d,   &ws->xf,       &ws->logits,     &ws->targets_d,
+                 &ws->losses_d,   &ws->pick_ids_d,   &ws->pick_z_d, &ws->pick_tau_d, &ws->dx,
+                 &ws->dxf,        &ws->dln,          &ws->dqkv,     &ws->dh,         &ws->datt,
+                 &ws->posrow_d,   &ws->pos_tmp,      &n->feats,     &n->c,           &n->ln,
+                 &n->mean,        &n->rstd,          &n->h1,        &n->h2,          &n->out,
+                 &n->dh,          &n->dln,           &n->dc};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
+    dbuf_release(be, &ws->dlogits16);
+    dbuf_release(be, &ws->row_w_d);
     free(ws->act);
     free(ws->xs);
     free(ws->ctxkv);
