@@ -29,7 +29,8 @@
  *    bitwise the results it gives on that input, since a GEMM (or the
  *    attention) rounds its operands to the same values. So the GPU converts
  *    an activation once, where it is made, instead of at every op that reads
- *    it. Never in fp32 mode.
+ *    it. The weights too (w16, made by copy_to16): a weight's copy is given
+ *    beside the fp32 weight, which the optimizer keeps. Never in fp32 mode.
  *  - "accumulate" arguments/names mean the op adds into its output (+=);
  *    otherwise outputs are overwritten.
  *  - Determinism: every op gives bitwise identical results for identical
@@ -133,37 +134,39 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * when act is not KF_ACT_NONE (else it may be NULL). beta != 0 (a layer                       \
      * added to y, the residual stream) needs KF_ACT_NONE and y. x16 (NULL:                        \
      * none) is x as a 16-bit copy, in place of x; y16 (NULL: none) gets y as                      \
-     * one (y may then be NULL). Equal to matmul (rounded in a 16-bit mode),                       \
-     * add_bias, then gelu_fwd. */                                                                 \
+     * one (y may then be NULL). w16 (NULL: none) is W as a 16-bit copy,                           \
+     * read in place of converting W (W is still given: a backend may read                         \
+     * either). Equal to matmul (rounded in a 16-bit mode), add_bias, then                         \
+     * gelu_fwd. */                                                                                \
     X(void, linear_act,                                                                            \
       (kf_backend * b, float *y, void *y16, float *pre, const float *x, const void *x16,           \
        const float *w, const float *bias, int64_t rows, int64_t in, int64_t out, kf_act act,       \
-       float beta),                                                                                \
-      (b, y, y16, pre, x, x16, w, bias, rows, in, out, act, beta))                                 \
+       float beta, const void *w16),                                                               \
+      (b, y, y16, pre, x, x16, w, bias, rows, in, out, act, beta, w16))                            \
     /* The gradient that reaches the pre-activation of the layer below W: with                     \
      * dy [rows, out], W [out, in] and that layer's pre [rows, in], dpre =                         \
      * act'(pre) * matmul(dy, W) and dbias[c] += sum_r dpre[r, c] (dbias NULL:                     \
      * skipped; the fp32 dpre summed). dpre16 (NULL: none) gets dpre as a                          \
-     * 16-bit copy (dpre may then be NULL). Equal to matmul (beta 0), gelu_bwd,                    \
-     * then bias_grad. */                                                                          \
+     * 16-bit copy (dpre may then be NULL); w16 as in linear_act. Equal to                         \
+     * matmul (beta 0), gelu_bwd, then bias_grad. */                                               \
     X(void, linear_act_dgrad,                                                                      \
       (kf_backend * b, float *dpre, void *dpre16, float *dbias, const float *dy, const float *w,   \
-       const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act),                       \
-      (b, dpre, dpre16, dbias, dy, w, pre, rows, in, out, act))                                    \
+       const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act, const void *w16),      \
+      (b, dpre, dpre16, dbias, dy, w, pre, rows, in, out, act, w16))                               \
     /* The backward of a linear layer y = x W^T + bias, with x [rows, in], W                       \
      * [out, in] and dy [rows, out]: dw [out, in] += dy^T x, dbias[c] += sum_r                     \
      * dy[r, c] (NULL: skipped) and dx = dy W + dx_beta * dx (NULL: skipped).                      \
      * x16, dy16 (NULL: none) are x, dy as 16-bit copies, in place of x, dy                        \
-     * (dy16 without dbias: its sum needs the fp32 dy). dx16 (NULL: none) gets                     \
-     * dx as a 16-bit copy (dx_beta 0; dx may then be NULL). Equal to matmul                       \
-     * (beta 1), bias_grad, then matmul (beta dx_beta); one op so a backend                        \
-     * reads dy once for both products (a 16-bit mode converts it once, not                        \
-     * twice). */                                                                                  \
+     * (dy16 without dbias: its sum needs the fp32 dy); w16 as in linear_act.                      \
+     * dx16 (NULL: none) gets dx as a 16-bit copy (dx_beta 0; dx may then be                       \
+     * NULL). Equal to matmul (beta 1), bias_grad, then matmul (beta                               \
+     * dx_beta); one op so a backend reads dy once for both products (a                            \
+     * 16-bit mode converts it once, not twice). */                                                \
     X(void, linear_bwd,                                                                            \
       (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const void *dy16,      \
        const float *x, const void *x16, const float *w, int64_t rows, int64_t in, int64_t out,     \
-       float dx_beta, void *dx16),                                                                 \
-      (b, dx, dw, dbias, dy, dy16, x, x16, w, rows, in, out, dx_beta, dx16))                       \
+       float dx_beta, const void *w16, void *dx16),                                                \
+      (b, dx, dw, dbias, dy, dy16, x, x16, w, rows, in, out, dx_beta, w16, dx16))                  \
     /* y[r, c] += bias[c] */                                                                       \
     X(void, add_bias, (kf_backend * b, float *y, const float *bias, int64_t rows, int64_t cols),   \
       (b, y, bias, rows, cols))                                                                    \
@@ -362,7 +365,24 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (b, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale))          \
     /* ema = decay * ema + (1 - decay) * params */                                                 \
     X(void, ema, (kf_backend * b, float *ema, const float *params, int64_t n, float decay),        \
-      (b, ema, params, n, decay))
+      (b, ema, params, n, decay))                                                                  \
+                                                                                                   \
+    /* dst16 = src as a 16-bit copy (Conventions) in b->precision's format, n                      \
+     * values: the weights' copy the GEMMs read (w16), made once per step. */                      \
+    X(void, copy_to16, (kf_backend * b, void *dst16, const float *src, int64_t n),                 \
+      (b, dst16, src, n))                                                                          \
+    /* xent's losses and gradient d = grad_scale * (softmax - onehot) made for                     \
+     * the output layer's backward in a 16-bit mode: each row of d times                           \
+     * row_w[r] (device floats, NULL: none), column mask_col (-1: none) zero,                      \
+     * written only as the 16-bit copy dlogits16, and dbias[c] += sum_r d[r, c]                    \
+     * (NULL: skipped; the fp32 d summed in bias_grad's order). Bitwise xent,                      \
+     * scale per row, fill_column, then linear_bwd's dy16 and bias gradient:                       \
+     * the fp32 dlogits are never stored. */                                                       \
+    X(void, xent16,                                                                                \
+      (kf_backend * b, float *losses, void *dlogits16, float *dbias, const float *logits,          \
+       const int32_t *targets, const float *row_w, int64_t rows, int64_t V, float grad_scale,      \
+       int64_t mask_col),                                                                          \
+      (b, losses, dlogits16, dbias, logits, targets, row_w, rows, V, grad_scale, mask_col))
 
 typedef struct kf_backend kf_backend;
 

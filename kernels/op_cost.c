@@ -100,20 +100,21 @@ static double epilogue_extra(const kf_backend *b, double mn, int work, int c_rea
 }
 
 /* A GEMM C[M, N] = A[M, K] B[K, N] and its epilogue: `epi` FLOPs per element
- * of C; A read (at 2 bytes as a 16-bit copy, a16, which is not converted), B
- * read, `out` bytes written per element of C (its outputs), C read first
+ * of C; A and B read (each at 2 bytes as a 16-bit copy, a16 and b16, which
+ * are not converted), `out` bytes written per element of C (its outputs), C read first
  * when the product is added to it (c_read, then rounded as matmul rounds
  * it), `vec` bytes of the bias or its gradient; `work`: the epilogue has
  * anything to do. `tags` name the options in the shape. */
 static kf_op_cost linear_cost(const kf_backend *b, int64_t M, int64_t N, int64_t K, double epi,
-                              int a16, double out, int c_read, double vec, int work,
+                              int a16, int b16, double out, int c_read, double vec, int work,
                               const char *tags) {
     double m = (double)M, n = (double)N, k = (double)K, mn = m * n;
     kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k + mn * epi,
-                        (a16 ? H16 : F) * m * k + F * k * n + out * mn + (c_read ? F * mn : 0) +
-                            vec + epilogue_extra(b, mn, work, c_read),
+                        (a16 ? H16 : F) * m * k + (b16 ? H16 : F) * k * n + out * mn +
+                            (c_read ? F * mn : 0) + vec + epilogue_extra(b, mn, work, c_read),
                         "M=%lld N=%lld K=%lld%s", (long long)M, (long long)N, (long long)K, tags);
-    c.convert_bytes = k > 0 ? gemm_convert(b, a16 ? 0 : m * k, k * n, c_read ? mn : 0) : 0;
+    c.convert_bytes =
+        k > 0 ? gemm_convert(b, a16 ? 0 : m * k, b16 ? 0 : k * n, c_read ? mn : 0) : 0;
     return c;
 }
 
@@ -127,12 +128,14 @@ static const char *act_tag(kf_act act, int grad) {
  * copy and pre written as asked */
 kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *x,
                                    const void *x16, const float *w, const float *bias, int64_t rows,
-                                   int64_t in, int64_t out, kf_act act, float beta) {
+                                   int64_t in, int64_t out, kf_act act, float beta,
+                                   const void *w16) {
     int g = act != KF_ACT_NONE;
     char tags[64];
-    snprintf(tags, sizeof tags, "%s%s%s%s%s", bias ? " bias" : "", act_tag(act, 0),
-             x16 ? " x16" : "", y16 ? (y ? " +y16" : " y16") : "", beta != 0 ? " +C" : "");
-    return linear_cost(b, rows, out, in, (bias ? 1 : 0) + (g ? 8 : 0), x16 != NULL,
+    snprintf(tags, sizeof tags, "%s%s%s%s%s%s", bias ? " bias" : "", act_tag(act, 0),
+             x16 ? " x16" : "", w16 ? " w16" : "", y16 ? (y ? " +y16" : " y16") : "",
+             beta != 0 ? " +C" : "");
+    return linear_cost(b, rows, out, in, (bias ? 1 : 0) + (g ? 8 : 0), x16 != NULL, w16 != NULL,
                        (y ? F : 0) + (y16 ? H16 : 0) + (g ? F : 0), beta != 0,
                        bias ? F * (double)out : 0, bias || g || y16, tags);
 }
@@ -141,43 +144,44 @@ kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, void *y16, float *pr
  * and its 16-bit copy written as asked; dbias read and written */
 kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
                                          const float *dy, const float *w, const float *pre,
-                                         int64_t rows, int64_t in, int64_t out, kf_act act) {
+                                         int64_t rows, int64_t in, int64_t out, kf_act act,
+                                         const void *w16) {
     int g = act != KF_ACT_NONE;
     char tags[64];
-    snprintf(tags, sizeof tags, "%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
-             dpre16 ? (dpre ? " +y16" : " y16") : "");
-    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), 0,
+    snprintf(tags, sizeof tags, "%s%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
+             w16 ? " w16" : "", dpre16 ? (dpre ? " +y16" : " y16") : "");
+    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), 0, w16 != NULL,
                        (dpre ? F : 0) + (dpre16 ? H16 : 0) + (g ? F : 0), 0,
                        dbias ? 2 * F * (double)in : 0, dbias || g || dpre16, tags);
 }
 
 /* Both products (dW, and dx when asked) and the bias sum's 1 per element of
- * dy; dy and x (each at 2 bytes as a 16-bit copy) and W read once, dW (and
+ * dy; dy, x and W (each at 2 bytes as a 16-bit copy) read once, dW (and
  * dbias) read and written, dx written (and read when dx_beta != 0), its
  * 16-bit copy dx16 written (at 2 bytes; cuBLAS writes it, rounded, when dx
  * is not asked too).
  * kernels/cuda/cuda_linear.cu converts dy to the 16-bit format once for both
- * products (its bias sums in that pass) and x, unless they are 16-bit
+ * products (its bias sums in that pass), x and W, unless they are 16-bit
  * copies, and rounds dW and dx as matmul does; otherwise it is matmul,
  * bias_grad and matmul, which read dy once each. */
 kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
                                    const float *dy, const void *dy16, const float *x,
                                    const void *x16, const float *w, int64_t rows, int64_t in,
-                                   int64_t out, float dx_beta, void *dx16) {
+                                   int64_t out, float dx_beta, const void *w16, void *dx16) {
     double r = (double)rows, i = (double)in, o = (double)out, ny = r * o;
     double nd = dx || dx16 ? 1 : 0;
     int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant && r > 0 && i > 0 && o > 0;
     double bytes = (dy16 ? H16 : F) * ny + (x16 ? H16 : F) * r * i + 2 * F * o * i +
-                   (dbias ? 2 * F * o : 0) + nd * F * o * i +
+                   (dbias ? 2 * F * o : 0) + nd * (w16 ? H16 : F) * o * i +
                    (dx ? F * r * i * (dx_beta != 0 ? 2 : 1) : 0) + (dx16 ? H16 * r * i : 0);
     if (!fused16) bytes += F * ny * ((dbias ? 1 : 0) + nd);
     kf_op_cost c =
         cost(b, KF_COST_GEMM, 2 * r * i * o * (1 + nd) + (dbias ? ny : 0), bytes,
              "M=%lld N=%lld K=%lld%s%s%s%s%s%s", (long long)rows, (long long)in, (long long)out,
              dbias ? " dbias" : "", dx ? " dx" : "", dx && dx_beta != 0 ? " +dx" : "",
-             dx16 ? " dx16" : "", x16 ? " x16" : "", dy16 ? " dy16" : "");
+             dx16 ? " dx16" : "", x16 ? " x16" : "", dy16 ? " dy16" : "", nd && w16 ? " w16" : "");
     c.convert_bytes = gemm_convert(b, dy16 ? 0 : ny, x16 ? 0 : r * i, o * i) +
-                      nd * gemm_convert(b, 0, o * i, r * i);
+                      nd * gemm_convert(b, 0, w16 ? 0 : o * i, r * i);
     return c;
 }
 
@@ -411,6 +415,20 @@ kf_op_cost kernels_cost_xent(kf_backend *b, float *losses, float *dlogits, const
                 F * (e * (dlogits ? 2 : 1) + r * (losses ? 2 : 1)), "%lldx%lld%s", (long long)rows,
                 (long long)V, dlogits ? " +grad" : "");
 }
+/* kernels/cuda/cuda_logits.cu's two passes: xent's row statistics (max and
+ * sum, 3 per element, logits read), then per element the gradient (5, and
+ * the weight, the bias sum) from the logits read again, written at 2 bytes;
+ * losses, the statistics and the weights per row; dbias read and written */
+kf_op_cost kernels_cost_xent16(kf_backend *b, float *losses, void *dlogits16, float *dbias,
+                               const float *logits, const int32_t *targets, const float *row_w,
+                               int64_t rows, int64_t V, float grad_scale, int64_t mask_col) {
+    double e = (double)rows * (double)V, r = (double)rows;
+    return cost(b, KF_COST_SIMT, e * (3 + 5 + (row_w ? 1 : 0) + (dbias ? 1 : 0)),
+                (2 * F + H16) * e + F * r * (losses ? 5 : 4) + (row_w ? F * r : 0) +
+                    (dbias ? 2 * F * (double)V : 0),
+                "%lldx%lld%s%s", (long long)rows, (long long)V, dbias ? " dbias" : "",
+                row_w ? " row_w" : "");
+}
 kf_op_cost kernels_cost_argmax(kf_backend *b, int32_t *ids, const float *logits, int64_t rows,
                                int64_t V) {
     double e = (double)rows * (double)V;
@@ -503,4 +521,9 @@ kf_op_cost kernels_cost_adamw(kf_backend *b, float *params, const float *grads, 
 kf_op_cost kernels_cost_ema(kf_backend *b, float *ema, const float *params, int64_t n,
                             float decay) {
     return cost(b, KF_COST_SIMT, 3 * (double)n, F * 3 * (double)n, "n=%lld", (long long)n);
+}
+
+/* the weights' 16-bit copy: each value read at 4 bytes, written at 2 */
+kf_op_cost kernels_cost_copy_to16(kf_backend *b, void *dst16, const float *src, int64_t n) {
+    return cost(b, KF_COST_SIMT, 0, (F + H16) * (double)n, "n=%lld", (long long)n);
 }

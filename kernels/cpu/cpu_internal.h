@@ -39,6 +39,7 @@ enum {
     CPU_SCRATCH_D,
     CPU_SCRATCH_X16, /* 16-bit copies read as floats (cpu_input16) */
     CPU_SCRATCH_DY16,
+    CPU_SCRATCH_W16,
     CPU_SCRATCH_Y16, /* the fp32 output an op writes only as a 16-bit copy */
     CPU_SCRATCH_GEMM_A,
     CPU_SCRATCH_GEMM_B,

@@ -12,10 +12,11 @@ static kf_gelu_kind gelu_kind(kf_act act) {
 
 void cpu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *x, const void *x16,
                     const float *w, const float *bias, int64_t rows, int64_t in, int64_t out,
-                    kf_act act, float beta) {
+                    kf_act act, float beta, const void *w16) {
     KF_CHECK(beta == 0.0f || (act == KF_ACT_NONE && y), "linear_act: beta needs y and no act");
     KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "linear_act: a 16-bit copy in fp32 mode");
     x = cpu_input16(b, CPU_SCRATCH_X16, x, x16, rows * in);
+    w = cpu_input16(b, CPU_SCRATCH_W16, w, w16, out * in);
     if (!y) y = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * out));
     float *t = act == KF_ACT_NONE ? y : pre;
     cpu_matmul(b, t, x, w, rows, out, in, 0, 1, 1.0f, beta);
@@ -26,9 +27,10 @@ void cpu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float 
 
 void cpu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias, const float *dy,
                           const float *w, const float *pre, int64_t rows, int64_t in, int64_t out,
-                          kf_act act) {
+                          kf_act act, const void *w16) {
     KF_CHECK(!dpre16 || b->precision != KF_PREC_FP32,
              "linear_act_dgrad: a 16-bit copy in fp32 mode");
+    w = cpu_input16(b, CPU_SCRATCH_W16, w, w16, out * in);
     if (!dpre) dpre = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * in));
     cpu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
     if (act != KF_ACT_NONE) cpu_gelu_bwd(b, dpre, dpre, pre, rows * in, gelu_kind(act));
@@ -38,7 +40,7 @@ void cpu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias
 
 void cpu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
                     const void *dy16, const float *x, const void *x16, const float *w, int64_t rows,
-                    int64_t in, int64_t out, float dx_beta, void *dx16) {
+                    int64_t in, int64_t out, float dx_beta, const void *w16, void *dx16) {
     KF_CHECK(!(dy16 && dbias), "linear_bwd: dbias needs the fp32 dy");
     KF_CHECK(!dx16 || (b->precision != KF_PREC_FP32 && dx_beta == 0.0f),
              "linear_bwd: dx16 needs a 16-bit mode and dx_beta 0");
@@ -47,6 +49,8 @@ void cpu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const flo
     cpu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
     if (dbias) cpu_bias_grad(b, dbias, dy, rows, out);
     if (dx16 && !dx) dx = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * in));
-    if (dx) cpu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
+    if (dx)
+        cpu_matmul(b, dx, dy, cpu_input16(b, CPU_SCRATCH_W16, w, w16, out * in), rows, in, out, 0,
+                   0, 1.0f, dx_beta);
     if (dx16) cpu_to16(dx16, dx, rows * in, b->precision);
 }

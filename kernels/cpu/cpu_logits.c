@@ -58,6 +58,20 @@ void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
     }
 }
 
+/* The composition kernels.h states, through scratch fp32 dlogits. */
+void cpu_xent16(kf_backend *b, float *losses, void *dlogits16, float *dbias, const float *logits,
+                const int32_t *targets, const float *row_w, int64_t rows, int64_t V,
+                float grad_scale, int64_t mask_col) {
+    KF_CHECK(b->precision != KF_PREC_FP32, "xent16: a 16-bit copy in fp32 mode");
+    float *d = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * V));
+    cpu_xent(b, losses, d, logits, targets, rows, V, grad_scale);
+    if (row_w)
+        for (int64_t r = 0; r < rows; r++) cpu_scale(b, d + r * V, row_w[r], V);
+    if (mask_col >= 0) cpu_fill_column(b, d, rows, V, mask_col, 0.0f);
+    if (dbias) cpu_bias_grad(b, dbias, d, rows, V);
+    cpu_to16(dlogits16, d, rows * V, b->precision);
+}
+
 /* First index of the row maximum, as the scan "v replaces best when x[v] >
  * x[best]" gives it (NaNs never win; a NaN at 0 is never replaced), in two
  * vector passes: the maximum (exact whatever the lane order), then the first

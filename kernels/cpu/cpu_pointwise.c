@@ -1,7 +1,8 @@
 /* kernels/cpu/cpu_pointwise.c — elementwise ops: GELU (tanh / erf), add, scale,
- * column fill and 16-bit rounding. Every element is independent. */
+ * column fill, 16-bit rounding and 16-bit copies. Every element is independent. */
 #include <math.h>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
@@ -64,4 +65,9 @@ void cpu_fill_column(kf_backend *b, float *x, int64_t rows, int64_t cols, int64_
 
 void cpu_round_lowp(kf_backend *b, float *x, int64_t n) {
     if (b->precision != KF_PREC_FP32) cpu_round_lowp_copy(x, x, n, b->precision);
+}
+
+void cpu_copy_to16(kf_backend *b, void *dst16, const float *src, int64_t n) {
+    KF_CHECK(b->precision != KF_PREC_FP32, "copy_to16: a 16-bit copy in fp32 mode");
+    cpu_to16(dst16, src, n, b->precision);
 }

@@ -254,6 +254,15 @@ void *cu_to16(kf_backend *b, int slot, const float *src, int64_t n) {
     return dst;
 }
 
+/* The op copy_to16: cu_to16's conversion into the caller's buffer, so the
+ * GEMMs that read it (w16) give bitwise what converting at each call gave. */
+void cu_copy_to16(kf_backend *b, void *dst16, const float *src, int64_t n) {
+    KF_CHECK(b->precision != KF_PREC_FP32, "copy_to16: a 16-bit copy in fp32 mode");
+    if (n <= 0) return;
+    k_to_16<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(dst16, src, n, b->precision);
+    CUDA_LAUNCHED();
+}
+
 /* cuBLAS on A16 and B16, in the 16-bit format of b->precision, with fp32
  * accumulation, into C of type ct: fp32, or the same 16-bit format (then
  * beta must be 0). */

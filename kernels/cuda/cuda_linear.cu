@@ -15,7 +15,9 @@
  *  - Otherwise (fp32, or batch-invariant mode) the fp32 product is written by
  *    matmul, and the same kernel finishes it in place.
  * The epilogue also writes the output's 16-bit copy (kernels.h), and an input
- * given as a 16-bit copy goes to cuBLAS as it is: no conversion pass.
+ * or a weight given as a 16-bit copy (x16, dy16, w16) goes to cuBLAS as it
+ * is: no conversion pass. The fixed-tiling kernels of batch-invariant mode
+ * read the fp32 weight, which is always given beside w16.
  * linear_bwd's two products both read dy: in a 16-bit mode outside
  * batch-invariant mode one pass converts it (and sums its columns for the
  * bias gradient) and both products read that copy, where two matmul calls
@@ -80,23 +82,23 @@ static int fused16(const kf_backend *b, int64_t K) {
 
 void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *x, const void *x16,
                    const float *w, const float *bias, int64_t rows, int64_t in, int64_t out,
-                   kf_act act, float beta) {
+                   kf_act act, float beta, const void *w16) {
     KF_CHECK(beta == 0.0f || (act == KF_ACT_NONE && y), "linear_act: beta needs y and no act");
-    KF_CHECK(!(x16 || y16) || b->precision != KF_PREC_FP32,
+    KF_CHECK(!(x16 || y16 || w16) || b->precision != KF_PREC_FP32,
              "linear_act: a 16-bit copy in fp32 mode");
     if (rows <= 0 || out <= 0) return;
     const void *c;
     int src16 = 0;
     if (fused16(b, in)) {
         const void *a16 = x16 ? x16 : cu_to16(b, CU_SCRATCH_A, x, rows * in);
-        const void *w16 = cu_to16(b, CU_SCRATCH_B, w, out * in);
+        const void *b16 = w16 ? w16 : cu_to16(b, CU_SCRATCH_B, w, out * in);
         if (beta == 0.0f) {
             void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * out) * 2);
-            cu_matmul_to16(b, c16, a16, w16, rows, out, in, 0, 1);
+            cu_matmul_to16(b, c16, a16, b16, rows, out, in, 0, 1);
             c = c16;
             src16 = b->precision;
         } else {
-            cu_matmul16(b, y, a16, w16, rows, out, in, 0, 1, 1.0f, beta);
+            cu_matmul16(b, y, a16, b16, rows, out, in, 0, 1, 1.0f, beta);
             c = y;
         }
     } else {
@@ -114,8 +116,8 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
 
 void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias, const float *dy,
                          const float *w, const float *pre, int64_t rows, int64_t in, int64_t out,
-                         kf_act act) {
-    KF_CHECK(!dpre16 || b->precision != KF_PREC_FP32,
+                         kf_act act, const void *w16) {
+    KF_CHECK(!(dpre16 || w16) || b->precision != KF_PREC_FP32,
              "linear_act_dgrad: a 16-bit copy in fp32 mode");
     if (rows <= 0 || in <= 0) return;
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
@@ -124,7 +126,7 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
     if (fused16(b, out)) {
         void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 2);
         cu_matmul_to16(b, c16, cu_to16(b, CU_SCRATCH_A, dy, rows * out),
-                       cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0);
+                       w16 ? w16 : cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0);
         c = c16;
         src16 = b->precision;
     } else {
@@ -142,8 +144,8 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
 
 void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
                    const void *dy16, const float *x, const void *x16, const float *w, int64_t rows,
-                   int64_t in, int64_t out, float dx_beta, void *dx16) {
-    KF_CHECK(!(x16 || dy16 || dx16) || b->precision != KF_PREC_FP32,
+                   int64_t in, int64_t out, float dx_beta, const void *w16, void *dx16) {
+    KF_CHECK(!(x16 || dy16 || w16 || dx16) || b->precision != KF_PREC_FP32,
              "linear_bwd: a 16-bit copy in fp32 mode");
     KF_CHECK(!(dy16 && dbias), "linear_bwd: dbias needs the fp32 dy");
     KF_CHECK(!dx16 || dx_beta == 0.0f, "linear_bwd: dx16 needs dx_beta 0");
@@ -176,7 +178,7 @@ void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const floa
     cu_matmul16(b, dw, d16, x16 ? x16 : cu_to16(b, CU_SCRATCH_B, x, rows * in), out, in, rows, 1, 0,
                 1.0f, 1.0f);
     if (!dx && !dx16) return;
-    const void *w16 = cu_to16(b, CU_SCRATCH_B, w, out * in);
+    if (!w16) w16 = cu_to16(b, CU_SCRATCH_B, w, out * in);
     if (dx) { /* rounded, as matmul rounds its C; the copy holds the same values */
         cu_matmul16(b, dx, d16, w16, rows, in, out, 0, 0, 1.0f, dx_beta);
         if (dx16) cu_copy16(b, dx16, dx, rows * in);

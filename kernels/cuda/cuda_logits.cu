@@ -4,7 +4,9 @@
  *
  * Cross-entropy reads the row for its max, again for the sum of exponentials,
  * and writes the gradient in a third pass that recomputes each exponential;
- * probabilities are never stored. The inverse-CDF ops give each thread a
+ * probabilities are never stored. xent16 keeps the first two passes and
+ * writes the gradient in 16 bits column-wise, so it can sum the bias
+ * gradient in bias_grad's order in the same pass. The inverse-CDF ops give each thread a
  * contiguous slice of the vocabulary; slice sums are prefix-summed in slice
  * order by one thread, so the CDF is a fixed sequence of float64 additions
  * (the same one in sample_icdf and icdf_bin).
@@ -15,9 +17,18 @@
 
 #define ROW_THREADS 512
 
+/* Element v of a row's cross-entropy gradient, from the row's max mx and g =
+ * grad_scale / (sum of exponentials); is_t: v is the target. One function
+ * so that xent and xent16 compute the same bits. */
+__device__ __forceinline__ float xent_grad(float x, float mx, float g, int is_t, float grad_scale) {
+    float e = expf(x - mx) * g;
+    return is_t ? e - grad_scale : e;
+}
+
+/* stats (NULL: none) gets each counted row's max and sum: stats[2r], [2r+1]. */
 __global__ void __launch_bounds__(ROW_THREADS)
-    k_xent(float *losses, float *dlogits, const float *logits, const int32_t *targets, int64_t V,
-           float grad_scale) {
+    k_xent(float *losses, float *dlogits, float *stats, const float *logits, const int32_t *targets,
+           int64_t V, float grad_scale) {
     __shared__ float sh[32];
     int64_t r = blockIdx.x;
     const float *x = logits + r * V;
@@ -37,22 +48,67 @@ __global__ void __launch_bounds__(ROW_THREADS)
     float sum = block_sum(s, sh); /* ends with a barrier: x[t] is read before d overwrites it */
     float xt = x[t];
     if (losses && threadIdx.x == 0) losses[r] = mx + logf(sum) - xt;
+    if (stats && threadIdx.x == 0) stats[2 * r] = mx, stats[2 * r + 1] = sum;
     if (!d) return;
     __syncthreads();
     float g = grad_scale / sum;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        float e =
-            expf(x[v] - mx) * g; /* d may alias x: each element read then written by one thread */
-        d[v] = v == t ? e - grad_scale : e;
-    }
+    /* d may alias x: each element read then written by one thread */
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        d[v] = xent_grad(x[v], mx, g, v == t, grad_scale);
 }
 
 void cu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
              const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
     if (rows <= 0) return;
-    k_xent<<<(unsigned)rows, ROW_THREADS, 0, cu_stream(b)>>>(losses, dlogits, logits, targets, V,
-                                                             grad_scale);
+    k_xent<<<(unsigned)rows, ROW_THREADS, 0, cu_stream(b)>>>(losses, dlogits, (float *)NULL, logits,
+                                                             targets, V, grad_scale);
     CUDA_LAUNCHED();
+}
+
+/* xent16's gradient from k_xent's row statistics, a column per thread as
+ * k_dact_cols walks dy in linear_bwd: each element as xent writes it, times
+ * its row's weight, the mask column zero, stored in the 16-bit format
+ * lowp, and part[ch, col] = the sum of the fp32 values over chunk ch's
+ * rows in order (part NULL: none). */
+__global__ void k_xent16_cols(void *d16, int lowp, float *part, const float *logits,
+                              const int32_t *targets, const float *stats, const float *row_w,
+                              int64_t rows, int64_t V, float grad_scale, int64_t mask_col) {
+    int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= V) return;
+    for (int64_t ch = blockIdx.y; ch * CUDA_ROW_CHUNK < rows; ch += gridDim.y) {
+        int64_t r1 = min(rows, (ch + 1) * CUDA_ROW_CHUNK);
+        float s = 0.0f;
+        for (int64_t r = ch * CUDA_ROW_CHUNK; r < r1; r++) {
+            int32_t t = targets[r];
+            float v = 0.0f;
+            if (t >= 0 && t < V)
+                v = xent_grad(logits[r * V + col], stats[2 * r], grad_scale / stats[2 * r + 1],
+                              col == t, grad_scale);
+            if (row_w) v *= row_w[r];
+            if (col == mask_col) v = 0.0f;
+            cu_store16(d16, r * V + col, v, lowp);
+            s += v;
+        }
+        if (part) part[ch * V + col] = s;
+    }
+}
+
+void cu_xent16(kf_backend *b, float *losses, void *dlogits16, float *dbias, const float *logits,
+               const int32_t *targets, const float *row_w, int64_t rows, int64_t V,
+               float grad_scale, int64_t mask_col) {
+    KF_CHECK(b->precision != KF_PREC_FP32, "xent16: a 16-bit copy in fp32 mode");
+    if (rows <= 0 || V <= 0) return;
+    float *stats = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(2 * rows) * sizeof(float));
+    k_xent<<<(unsigned)rows, ROW_THREADS, 0, cu_stream(b)>>>(losses, (float *)NULL, stats, logits,
+                                                             targets, V, grad_scale);
+    CUDA_LAUNCHED();
+    int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
+    float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(nchunk * V) * 4) : NULL;
+    dim3 grid((unsigned)((V + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
+    k_xent16_cols<<<grid, 256, 0, cu_stream(b)>>>(dlogits16, b->precision, part, logits, targets,
+                                                  stats, row_w, rows, V, grad_scale, mask_col);
+    CUDA_LAUNCHED();
+    if (dbias) cu_col_finish(b, dbias, part, nchunk, V);
 }
 
 __global__ void __launch_bounds__(ROW_THREADS)

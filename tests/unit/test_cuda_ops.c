@@ -275,7 +275,7 @@ static void test_linear_act(kf_precision prec, int inv) {
                      inv ? " inv" : "", act, with_bias ? " bias" : "");
             const float *bp = with_bias ? (float *)bias.p[1] : NULL;
             BOTH(BE->linear_act(BE, PF(y), NULL, act ? PF(pre) : NULL, PF(x), NULL, PF(w),
-                                with_bias ? PF(bias) : NULL, R, in, out, (kf_act)act, 0.0f));
+                                with_bias ? PF(bias) : NULL, R, in, out, (kf_act)act, 0.0f, NULL));
             check_close(wn, &y, R * out, tol_at(prec, 2e-6, 2e-3));
             /* the GPU's separate ops on the same inputs */
             float *t = act ? (float *)pre2.p[1] : (float *)y2.p[1];
@@ -293,7 +293,7 @@ static void test_linear_act(kf_precision prec, int inv) {
             snprintf(wn, sizeof wn, "linear_act_dgrad %s%s act=%d%s", kernels_precision_name(prec),
                      inv ? " inv" : "", act, with_bias ? " dbias" : "");
             BOTH(BE->linear_act_dgrad(BE, PF(dpre), NULL, with_bias ? PF(db) : NULL, PF(dy), PF(w),
-                                      PF(xpre), R, in, out, (kf_act)act));
+                                      PF(xpre), R, in, out, (kf_act)act, NULL));
             check_close(wn, &dpre, R * in, tol_at(prec, 2e-6, 2e-3));
             g->matmul(g, (float *)dpre2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
             if (act)
@@ -338,7 +338,7 @@ static void test_linear_bwd(kf_precision prec, int inv) {
                      : dx_mode == 1 ? " dx"
                                     : " dx+=");
             BOTH(BE->linear_bwd(BE, dx_mode ? PF(dx) : NULL, PF(dw), with_bias ? PF(db) : NULL,
-                                PF(dy), NULL, PF(x), NULL, PF(w), R, in, out, beta, NULL));
+                                PF(dy), NULL, PF(x), NULL, PF(w), R, in, out, beta, NULL, NULL));
             g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
             if (with_bias) g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
             if (dx_mode)
@@ -422,9 +422,9 @@ static void test_copies16(kf_precision prec, int inv) {
     for (int act = KF_ACT_NONE; act <= KF_ACT_GELU_TANH; act++) {
         snprintf(wn, sizeof wn, "linear_act x16 y16 %s%s act=%d", pn, iv, act);
         BOTH(BE->linear_act(BE, PF(y), P(y16), act ? PF(pre) : NULL, NULL, P(x16), PF(w), PF(bias),
-                            R, in, out, (kf_act)act, 0.0f));
+                            R, in, out, (kf_act)act, 0.0f, NULL));
         BOTH(BE->linear_act(BE, NULL, P(y16b), act ? PF(pre) : NULL, NULL, P(x16), PF(w), PF(bias),
-                            R, in, out, (kf_act)act, 0.0f));
+                            R, in, out, (kf_act)act, 0.0f, NULL));
         check_close(wn, &y, R * out, tol_at(prec, 2e-6, 2e-3));
         float *t = act ? (float *)pre2.p[1] : (float *)y2.p[1];
         g->matmul(g, t, x.p[1], w.p[1], R, out, in, 0, 1, 1.0f, 0.0f);
@@ -445,7 +445,7 @@ static void test_copies16(kf_precision prec, int inv) {
     g->upload(g, y2.p[1], hy, y.bytes);
     free(hy);
     BOTH(BE->linear_act(BE, PF(y), NULL, NULL, NULL, P(x16), PF(w), PF(bias), R, in, out,
-                        KF_ACT_NONE, 1.0f));
+                        KF_ACT_NONE, 1.0f, NULL));
     g->matmul(g, (float *)y2.p[1], x.p[1], w.p[1], R, out, in, 0, 1, 1.0f, 1.0f);
     g->add_bias(g, (float *)y2.p[1], (float *)bias.p[1], R, out);
     check_gpu_same(wn, &y, &y2, R * out);
@@ -455,7 +455,7 @@ static void test_copies16(kf_precision prec, int inv) {
     buf2 dw2 = mk_copy(&dw), db2 = mk_copy(&db);
     snprintf(wn, sizeof wn, "linear_bwd x16 %s%s", pn, iv);
     BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), PF(db), PF(dy), NULL, NULL, P(x16), PF(w), R, in, out,
-                        0.0f, NULL));
+                        0.0f, NULL, NULL));
     g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
     g->bias_grad(g, (float *)db2.p[1], (float *)dy.p[1], R, out);
     char c[160];
@@ -471,7 +471,7 @@ static void test_copies16(kf_precision prec, int inv) {
     free(hdy), free(hdy16);
     snprintf(wn, sizeof wn, "linear_bwd dy16 %s%s", pn, iv);
     BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), NULL, NULL, P(dy16), PF(x), NULL, PF(w), R, in, out,
-                        0.0f, NULL));
+                        0.0f, NULL, NULL));
     g->matmul(g, (float *)dw2.p[1], dy.p[1], x.p[1], out, in, R, 1, 0, 1.0f, 1.0f);
     g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
     snprintf(c, sizeof c, "%s (dw)", wn);
@@ -484,9 +484,9 @@ static void test_copies16(kf_precision prec, int inv) {
          dbi = mk_rand(in, 1), dbi2 = mk_copy(&dbi), dbi3 = mk_copy(&dbi);
     snprintf(wn, sizeof wn, "linear_act_dgrad dpre16 %s%s", pn, iv);
     BOTH(BE->linear_act_dgrad(BE, PF(dx), P(dp16), PF(dbi), PF(dy), PF(w), PF(x), R, in, out,
-                              KF_ACT_GELU_TANH));
+                              KF_ACT_GELU_TANH, NULL));
     BOTH(BE->linear_act_dgrad(BE, NULL, P(dp16b), PF(dbi3), PF(dy), PF(w), PF(x), R, in, out,
-                              KF_ACT_GELU_TANH));
+                              KF_ACT_GELU_TANH, NULL));
     g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
     g->gelu_bwd(g, (float *)dx2.p[1], (float *)dx2.p[1], (float *)x.p[1], R * in, KF_GELU_TANH);
     g->bias_grad(g, (float *)dbi2.p[1], (float *)dx2.p[1], R, in);
@@ -506,9 +506,9 @@ static void test_copies16(kf_precision prec, int inv) {
     buf2 dx16 = mk(NULL, (size_t)(R * in) * 2), dx16b = mk(NULL, (size_t)(R * in) * 2);
     snprintf(wn, sizeof wn, "linear_bwd dx16 %s%s", pn, iv);
     BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), PF(db), PF(dy), NULL, PF(x), NULL, PF(w), R, in, out,
-                        0.0f, P(dx16)));
+                        0.0f, NULL, P(dx16)));
     BOTH(BE->linear_bwd(BE, NULL, PF(dw), PF(db), PF(dy), NULL, PF(x), NULL, PF(w), R, in, out,
-                        0.0f, P(dx16b)));
+                        0.0f, NULL, P(dx16b)));
     g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
     check_gpu_same(wn, &dx, &dx2, R * in);
     for (int side = 0; side < 2; side++) {
@@ -524,6 +524,79 @@ static void test_copies16(kf_precision prec, int inv) {
     drop(&x), drop(&lw), drop(&mean), drop(&rstd), drop(&ln), drop(&ln16), drop(&ln16b);
     drop(&x16), drop(&w), drop(&bias), drop(&y), drop(&pre), drop(&y16), drop(&y16b), drop(&y2);
     drop(&pre2), drop(&dy), drop(&dw), drop(&db), drop(&dx), drop(&dw2), drop(&db2);
+}
+
+/* One of the ops that read a weight, with W w and its 16-bit copy w16 (NULL:
+ * none), on side `side`: 0 linear_act (GELU), 1 linear_act adding to o
+ * (beta 1), 2 linear_act_dgrad, 3 linear_bwd's dx; the output in o. */
+static void w16_op(int op, int side_, buf2 *o, buf2 *pre, const buf2 *x, const buf2 *w,
+                   const void *w16, const buf2 *bias, const buf2 *dy, buf2 *dw, int64_t R,
+                   int64_t in, int64_t out) {
+    kf_backend *BE = be[side_];
+    if (op == 0)
+        BE->linear_act(BE, PF(*o), NULL, PF(*pre), PF(*x), NULL, PF(*w), PF(*bias), R, in, out,
+                       KF_ACT_GELU_TANH, 0.0f, w16);
+    else if (op == 1)
+        BE->linear_act(BE, PF(*o), NULL, NULL, PF(*x), NULL, PF(*w), PF(*bias), R, in, out,
+                       KF_ACT_NONE, 1.0f, w16);
+    else if (op == 2)
+        BE->linear_act_dgrad(BE, PF(*o), NULL, NULL, PF(*dy), PF(*w), PF(*x), R, in, out,
+                             KF_ACT_GELU_TANH, w16);
+    else
+        BE->linear_bwd(BE, PF(*o), PF(*dw), NULL, PF(*dy), NULL, PF(*x), NULL, PF(*w), R, in, out,
+                       0.0f, w16, NULL);
+}
+
+/* The weights' 16-bit copy (w16) at precision prec and invariant mode inv:
+ * copy_to16 writes W rounded (both backends), and each op that reads a
+ * weight gives bitwise, on the GPU, its results without the copy (and the
+ * CPU's within tolerance). Outside batch-invariant mode the GPU reads the
+ * copy in place of converting W: given the copy of another matrix W2, an op
+ * gives its results on W2 (the fixed-tiling kernels read the fp32 W, so
+ * there this check does not apply). */
+static void test_weights16(kf_precision prec, int inv) {
+    static const char *ops[] = {"linear_act gelu", "linear_act +C", "linear_act_dgrad dgelu",
+                                "linear_bwd dx"};
+    int64_t R = 150, in = 67, out = 45;
+    kf_backend *g = be[1];
+    BOTH(BE->set_precision(BE, prec));
+    g->batch_invariant = inv;
+    char wn[128];
+    const char *pn = kernels_precision_name(prec), *iv = inv ? " inv" : "";
+    buf2 x = mk_rand(R * in, 2), w = mk_rand(out * in, 1), w2 = mk_rand(out * in, 1),
+         bias = mk_rand(out, 1), dy = mk_rand(R * out, 1), dw = mk_rand(out * in, 1),
+         pre = mk_rand(R * out, 1), w16 = mk(NULL, (size_t)(out * in) * 2);
+    BOTH(BE->copy_to16(BE, P(w16), PF(w), out * in));
+    for (int side = 0; side < 2; side++) {
+        snprintf(wn, sizeof wn, "copy_to16 %s%s (%s)", pn, iv, side ? "cuda" : "cpu");
+        check_copy16(wn, &w16, side, &w, side, out * in, prec);
+    }
+    for (int op = 0; op < 4; op++) {
+        int64_t n = op < 2 ? R * out : R * in;
+        buf2 o = mk_rand(n, 1), o2 = mk_copy(&o);
+        snprintf(wn, sizeof wn, "%s w16 %s%s", ops[op], pn, iv);
+        for (int side = 0; side < 2; side++)
+            w16_op(op, side, &o, &pre, &x, &w, w16.p[side], &bias, &dy, &dw, R, in, out);
+        check_close(wn, &o, n, tol_at(prec, 2e-6, 2e-3));
+        w16_op(op, 1, &o2, &pre, &x, &w, NULL, &bias, &dy, &dw, R, in, out);
+        check_gpu_same(wn, &o, &o2, n);
+        drop(&o), drop(&o2);
+    }
+    if (!inv) {
+        g->copy_to16(g, w16.p[1], (const float *)w2.p[1], out * in);
+        for (int op = 0; op < 4; op++) {
+            int64_t n = op < 2 ? R * out : R * in;
+            buf2 o = mk_rand(n, 1), o2 = mk_copy(&o);
+            snprintf(wn, sizeof wn, "%s w16 of W2 %s", ops[op], pn);
+            w16_op(op, 1, &o, &pre, &x, &w, w16.p[1], &bias, &dy, &dw, R, in, out);
+            w16_op(op, 1, &o2, &pre, &x, &w2, NULL, &bias, &dy, &dw, R, in, out);
+            check_gpu_same(wn, &o, &o2, n);
+            drop(&o), drop(&o2);
+        }
+    }
+    g->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&x), drop(&w), drop(&w2), drop(&bias), drop(&dy), drop(&dw), drop(&pre), drop(&w16);
 }
 
 /* 150 rows: chunks of 64, 64 and 22 for the weight gradient's partials;
@@ -980,6 +1053,65 @@ static void test_rows(void) {
 
 /* ---- logits ---- */
 
+/* xent16 at precision prec, with and without row weights and a bias
+ * gradient: on each backend its losses, 16-bit dlogits and bias gradient
+ * are bitwise those of the backend's separate ops (xent, scale per row,
+ * fill_column, bias_grad; the copy is the fp32 dlogits rounded), and the
+ * GPU's close to the CPU's. 150 rows: chunks of 64, 64 and 22 for the bias
+ * sums; 700 columns: three blocks of columns, the mask column in the
+ * first. */
+static void test_xent16(kf_precision prec) {
+    int64_t rows = 150, V = 700, mask = 5;
+    BOTH(BE->set_precision(BE, prec));
+    const char *pn = kernels_precision_name(prec);
+    int32_t tg[150];
+    float hw[150];
+    for (int i = 0; i < rows; i++) {
+        tg[i] = i % 7 == 3 ? -1 : (int32_t)(urand() * V);
+        hw[i] = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.5f : 1.75f;
+    }
+    buf2 logits = mk_rand(rows * V, 6), t = mk_ints(tg, rows), rw = mk(hw, sizeof hw);
+    for (int var = 0; var < 2; var++) { /* 1: row weights and a bias gradient */
+        buf2 losses = mk_rand(rows, 1), d16 = mk(NULL, (size_t)(rows * V) * 2), db = mk_rand(V, 1),
+             losses2 = mk_rand(rows, 1), d = mk_rand(rows * V, 1), db2 = mk_copy(&db);
+        BOTH(BE->xent16(BE, PF(losses), P(d16), var ? PF(db) : NULL, PF(logits), PI(t),
+                        var ? PF(rw) : NULL, rows, V, 0.25f, mask));
+        /* the separate ops, on each backend */
+        for (int side_ = 0; side_ < 2; side_++) {
+            kf_backend *BE = be[side_];
+            BE->xent(BE, PF(losses2), PF(d), PF(logits), PI(t), rows, V, 0.25f);
+            if (var)
+                for (int r = 0; r < rows; r++) BE->scale(BE, PF(d) + r * V, hw[r], V);
+            BE->fill_column(BE, PF(d), rows, V, mask, 0.0f);
+            if (var) BE->bias_grad(BE, PF(db2), PF(d), rows, V);
+        }
+        char wn[96], c[128];
+        snprintf(wn, sizeof wn, "xent16 %s%s", pn, var ? " row_w dbias" : "");
+        for (int side = 0; side < 2; side++) {
+            snprintf(c, sizeof c, "%s (dlogits16, %s)", wn, side ? "cuda" : "cpu");
+            check_copy16(c, &d16, side, &d, side, rows * V, prec);
+        }
+        snprintf(c, sizeof c, "%s (losses)", wn);
+        check_close(c, &losses, rows, 1e-6);
+        check_gpu_same(c, &losses, &losses2, rows);
+        float *lc = down(&losses, 0), *lc2 = down(&losses2, 0);
+        T_CHECK(!memcmp(lc, lc2, (size_t)rows * 4), "%s: the CPU's losses differ from xent's", c);
+        free(lc), free(lc2);
+        if (var) {
+            snprintf(c, sizeof c, "%s (dbias)", wn);
+            check_close(c, &db, V, 1e-5);
+            check_gpu_same(c, &db, &db2, V);
+            float *bc = down(&db, 0), *bc2 = down(&db2, 0);
+            T_CHECK(!memcmp(bc, bc2, (size_t)V * 4), "%s: the CPU's dbias differs from bias_grad's",
+                    c);
+            free(bc), free(bc2);
+        }
+        drop(&losses), drop(&d16), drop(&db), drop(&losses2), drop(&d), drop(&db2);
+    }
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+    drop(&logits), drop(&t), drop(&rw);
+}
+
 static void test_logits(void) {
     int64_t rows = 24, V = 5003;
     buf2 logits = mk_rand(rows * V, 6), losses = mk_rand(rows, 1), dl = mk_rand(rows * V, 1);
@@ -1248,6 +1380,7 @@ int main(void) {
             test_linear_act((kf_precision)prec, inv);
             test_linear_bwd((kf_precision)prec, inv);
             if (prec != KF_PREC_FP32) test_copies16((kf_precision)prec, inv);
+            if (prec != KF_PREC_FP32) test_weights16((kf_precision)prec, inv);
         }
     test_layernorm(0);
     test_layernorm(1);
@@ -1258,6 +1391,8 @@ int main(void) {
     test_pointwise();
     test_rows();
     test_logits();
+    test_xent16(KF_PREC_FP16);
+    test_xent16(KF_PREC_BF16);
     test_head();
     test_head_contract();
     test_optim();

@@ -287,7 +287,7 @@ static void check_linear_act(kf_backend *be) {
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             int erf_kind = act == KF_ACT_GELU_ERF;
             be->linear_act(be, y, NULL, act ? pre : NULL, x, NULL, w, with_bias ? bias : NULL, R,
-                           in, out, (kf_act)act, 0.0f);
+                           in, out, (kf_act)act, 0.0f, NULL);
             for (int64_t r = 0; r < R; r++)
                 for (int64_t c = 0; c < out; c++) {
                     double s = with_bias ? bias[c] : 0;
@@ -305,7 +305,7 @@ static void check_linear_act(kf_backend *be) {
             }
             memcpy(db0, db, in * 4);
             be->linear_act_dgrad(be, dpre, NULL, with_bias ? db : NULL, dy, w, xp, R, in, out,
-                                 (kf_act)act);
+                                 (kf_act)act, NULL);
             for (int64_t c = 0; c < in; c++) rdb[c] = db0[c];
             for (int64_t r = 0; r < R; r++)
                 for (int64_t c = 0; c < in; c++) {
@@ -353,7 +353,7 @@ static void check_linear_bwd(kf_backend *be) {
                 memcpy(dw2, dw0, out * in * 4), memcpy(db2, db0, out * 4);
                 memcpy(dx2, dx0, R * in * 4);
                 be->linear_bwd(be, dx_mode ? dx : NULL, dw, with_bias ? db : NULL, dy, NULL, x,
-                               NULL, w, R, in, out, beta, NULL);
+                               NULL, w, R, in, out, beta, NULL, NULL);
                 be->matmul(be, dw2, dy, x, out, in, R, 1, 0, 1.0f, 1.0f);
                 if (with_bias) be->bias_grad(be, db2, dy, R, out);
                 if (dx_mode) be->matmul(be, dx2, dy, w, R, in, out, 0, 0, 1.0f, beta);
@@ -431,11 +431,11 @@ static void check_copies16(kf_backend *be) {
         free(want);
         for (int act = KF_ACT_NONE; act <= KF_ACT_GELU_TANH; act++) {
             be->linear_act(be, y, c16, act ? pre : NULL, NULL, x16, w, bias, R, in, out,
-                           (kf_act)act, 0.0f);
+                           (kf_act)act, 0.0f, NULL);
             be->linear_act(be, NULL, c16b, act ? pre : NULL, NULL, x16, w, bias, R, in, out,
-                           (kf_act)act, 0.0f);
+                           (kf_act)act, 0.0f, NULL);
             be->linear_act(be, y2, NULL, act ? pre : NULL, x, NULL, w, bias, R, in, out,
-                           (kf_act)act, 0.0f);
+                           (kf_act)act, 0.0f, NULL);
             T_CHECK(!memcmp(y, y2, R * out * 4), "linear_act %s act=%d: x16 differs from x", pn,
                     act);
             want = tu_to16(y, R * out, (kf_precision)prec);
@@ -446,28 +446,28 @@ static void check_copies16(kf_backend *be) {
             free(want);
         }
         memcpy(y, y0, R * out * 4), memcpy(y2, y0, R * out * 4);
-        be->linear_act(be, y, NULL, NULL, NULL, x16, w, bias, R, in, out, KF_ACT_NONE, 1.0f);
-        be->linear_act(be, y2, NULL, NULL, x, NULL, w, bias, R, in, out, KF_ACT_NONE, 1.0f);
+        be->linear_act(be, y, NULL, NULL, NULL, x16, w, bias, R, in, out, KF_ACT_NONE, 1.0f, NULL);
+        be->linear_act(be, y2, NULL, NULL, x, NULL, w, bias, R, in, out, KF_ACT_NONE, 1.0f, NULL);
         T_CHECK(!memcmp(y, y2, R * out * 4), "linear_act %s beta 1: x16 differs from x", pn);
         memset(dw, 0, out * in * 4), memset(dw2, 0, out * in * 4);
         memset(db, 0, out * 4), memset(db2, 0, out * 4);
-        be->linear_bwd(be, dx, dw, db, dy, NULL, NULL, x16, w, R, in, out, 0.0f, NULL);
-        be->linear_bwd(be, dx2, dw2, db2, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL);
+        be->linear_bwd(be, dx, dw, db, dy, NULL, NULL, x16, w, R, in, out, 0.0f, NULL, NULL);
+        be->linear_bwd(be, dx2, dw2, db2, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
         T_CHECK(!memcmp(dw, dw2, out * in * 4), "linear_bwd %s: dw with x16 differs from x", pn);
         T_CHECK(!memcmp(db, db2, out * 4), "linear_bwd %s: dbias with x16 differs from x", pn);
         T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_bwd %s: dx with x16 differs from x", pn);
         /* dy16 = tu_to16(dy) in place of dy (no bias gradient) */
         uint16_t *dy16 = tu_to16(dy, R * out, (kf_precision)prec);
         memset(dw, 0, out * in * 4), memset(dw2, 0, out * in * 4);
-        be->linear_bwd(be, dx, dw, NULL, NULL, dy16, x, NULL, w, R, in, out, 0.0f, NULL);
-        be->linear_bwd(be, dx2, dw2, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL);
+        be->linear_bwd(be, dx, dw, NULL, NULL, dy16, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
+        be->linear_bwd(be, dx2, dw2, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
         T_CHECK(!memcmp(dw, dw2, out * in * 4), "linear_bwd %s: dw with dy16 differs from dy", pn);
         T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_bwd %s: dx with dy16 differs from dy", pn);
         free(dy16);
         /* linear_act_dgrad writing dpre16: dy [R, out] back through W to [R, in] */
         memset(dbi, 0, in * 4), memset(dbi2, 0, in * 4);
-        be->linear_act_dgrad(be, dx, c16, dbi, y0, w, x, R, in, out, KF_ACT_GELU_TANH);
-        be->linear_act_dgrad(be, NULL, c16b, dbi2, y0, w, x, R, in, out, KF_ACT_GELU_TANH);
+        be->linear_act_dgrad(be, dx, c16, dbi, y0, w, x, R, in, out, KF_ACT_GELU_TANH, NULL);
+        be->linear_act_dgrad(be, NULL, c16b, dbi2, y0, w, x, R, in, out, KF_ACT_GELU_TANH, NULL);
         want = tu_to16(dx, R * in, (kf_precision)prec);
         T_CHECK(!memcmp(c16, want, R * in * 2), "linear_act_dgrad %s: dpre16 is not dpre rounded",
                 pn);
@@ -562,14 +562,95 @@ static void check_attn_copies16(kf_backend *be) {
         float *x = tu_randf(R * in, 1), *w = tu_randf(H * in, 1), *dy = tu_randf(R * H, 1);
         float *dw = kf_calloc(H * in, 4), *dx = kf_malloc(R * in * 4);
         uint16_t *c16 = kf_malloc(R * in * 2), *c16b = kf_malloc(R * in * 2);
-        be->linear_bwd(be, dx, dw, NULL, dy, NULL, x, NULL, w, R, in, H, 0.0f, c16);
-        be->linear_bwd(be, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, H, 0.0f, c16b);
+        be->linear_bwd(be, dx, dw, NULL, dy, NULL, x, NULL, w, R, in, H, 0.0f, NULL, c16);
+        be->linear_bwd(be, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, H, 0.0f, NULL, c16b);
         uint16_t *want = tu_to16(dx, R * in, (kf_precision)prec);
         T_CHECK(!memcmp(c16, want, R * in * 2), "linear_bwd %s: dx16 is not dx rounded", pn);
         T_CHECK(!memcmp(c16b, want, R * in * 2), "linear_bwd %s: dx16 without dx differs", pn);
         free(want), free(x), free(w), free(dy), free(dw), free(dx), free(c16), free(c16b);
     }
     be->set_precision(be, KF_PREC_FP32);
+}
+
+/* The weights' 16-bit copy (w16) in fp16 and bf16: copy_to16 writes W
+ * rounded (tu_to16); linear_act (beta 0 and 1), linear_act_dgrad and
+ * linear_bwd's dx given w16 = copy_to16(W) give bitwise their results
+ * without it, and given the copy of another matrix W2 their results on W2:
+ * they read the copy. */
+static void check_weights16(kf_backend *be) {
+    const int64_t R = 70, in = 37, out = 29;
+    float *x = tu_randf(R * in, 2), *w = tu_randf(out * in, 1), *w2 = tu_randf(out * in, 1);
+    float *bias = tu_randf(out, 1), *dy = tu_randf(R * out, 1), *y0 = tu_randf(R * out, 1);
+    float *o[2] = {kf_malloc(R * out * 4), kf_malloc(R * out * 4)};
+    float *pre = kf_malloc(R * out * 4), *dw = kf_malloc(out * in * 4);
+    float *d[2] = {kf_malloc(R * in * 4), kf_malloc(R * in * 4)};
+    uint16_t *c16 = kf_malloc(out * in * 2);
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
+        const char *pn = kernels_precision_name((kf_precision)prec);
+        be->set_precision(be, (kf_precision)prec);
+        for (int other = 0; other < 2; other++) {
+            const float *wr = other ? w2 : w; /* the matrix the copy is made from */
+            const char *on = other ? " (copy of W2)" : "";
+            be->copy_to16(be, c16, wr, out * in);
+            uint16_t *want = tu_to16(wr, out * in, (kf_precision)prec);
+            T_CHECK(!memcmp(c16, want, out * in * 2), "copy_to16 %s: not W rounded", pn);
+            free(want);
+            for (int beta = 0; beta < 2; beta++) {
+                memcpy(o[0], y0, R * out * 4), memcpy(o[1], y0, R * out * 4);
+                be->linear_act(be, o[0], NULL, beta ? NULL : pre, x, NULL, w, bias, R, in, out,
+                               beta ? KF_ACT_NONE : KF_ACT_GELU_TANH, (float)beta, c16);
+                be->linear_act(be, o[1], NULL, beta ? NULL : pre, x, NULL, wr, bias, R, in, out,
+                               beta ? KF_ACT_NONE : KF_ACT_GELU_TANH, (float)beta, NULL);
+                T_CHECK(!memcmp(o[0], o[1], R * out * 4), "linear_act %s beta %d: w16%s differs",
+                        pn, beta, on);
+            }
+            be->linear_act_dgrad(be, d[0], NULL, NULL, dy, w, x, R, in, out, KF_ACT_GELU_TANH, c16);
+            be->linear_act_dgrad(be, d[1], NULL, NULL, dy, wr, x, R, in, out, KF_ACT_GELU_TANH,
+                                 NULL);
+            T_CHECK(!memcmp(d[0], d[1], R * in * 4), "linear_act_dgrad %s: w16%s differs", pn, on);
+            memset(dw, 0, out * in * 4);
+            be->linear_bwd(be, d[0], dw, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, c16, NULL);
+            be->linear_bwd(be, d[1], dw, NULL, dy, NULL, x, NULL, wr, R, in, out, 0.0f, NULL, NULL);
+            T_CHECK(!memcmp(d[0], d[1], R * in * 4), "linear_bwd %s: dx with w16%s differs", pn,
+                    on);
+        }
+    }
+    be->set_precision(be, KF_PREC_FP32);
+    free(x), free(w), free(w2), free(bias), free(dy), free(y0), free(o[0]), free(o[1]);
+    free(pre), free(dw), free(d[0]), free(d[1]), free(c16);
+}
+
+/* xent16 in fp16 and bf16, with row weights, a mask column, ignored rows
+ * and a bias gradient: its losses, 16-bit dlogits and bias gradient are
+ * bitwise those of xent, scale per row, fill_column and bias_grad (the
+ * copy: their fp32 dlogits rounded, tu_to16). */
+static void check_xent16(kf_backend *be) {
+    const int64_t R = 70, V = 301, mask = 7;
+    float *x = tu_randf(R * V, 6), *l = kf_malloc(R * 4), *l2 = kf_malloc(R * 4);
+    float *d = kf_malloc(R * V * 4), *db = tu_randf(V, 1), *db2 = kf_malloc(V * 4), w[70];
+    int32_t t[70];
+    uint16_t *d16 = kf_malloc(R * V * 2);
+    memcpy(db2, db, V * 4);
+    for (int r = 0; r < R; r++) {
+        t[r] = r % 9 == 4 ? -1 : (int32_t)((r * 37) % V);
+        w[r] = r % 4 == 1 ? 0.5f : 1.0f;
+    }
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
+        const char *pn = kernels_precision_name((kf_precision)prec);
+        be->set_precision(be, (kf_precision)prec);
+        be->xent16(be, l, d16, db, x, t, w, R, V, 0.5f, mask);
+        be->xent(be, l2, d, x, t, R, V, 0.5f);
+        for (int r = 0; r < R; r++) be->scale(be, d + r * V, w[r], V);
+        be->fill_column(be, d, R, V, mask, 0.0f);
+        be->bias_grad(be, db2, d, R, V);
+        uint16_t *want = tu_to16(d, R * V, (kf_precision)prec);
+        T_CHECK(!memcmp(l, l2, R * 4), "xent16 %s: losses differ from xent's", pn);
+        T_CHECK(!memcmp(d16, want, R * V * 2), "xent16 %s: dlogits16 is not xent's rounded", pn);
+        T_CHECK(!memcmp(db, db2, V * 4), "xent16 %s: dbias differs from bias_grad's", pn);
+        free(want);
+    }
+    be->set_precision(be, KF_PREC_FP32);
+    free(x), free(l), free(l2), free(d), free(db), free(db2), free(d16);
 }
 
 static void check_pointwise(kf_backend *be) {
@@ -975,6 +1056,8 @@ int main(void) {
     check_linear_bwd(be);
     check_copies16(be);
     check_attn_copies16(be);
+    check_weights16(be);
+    check_xent16(be);
     check_noise_features(be);
     check_logits(be);
     check_reductions(be);

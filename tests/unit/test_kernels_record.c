@@ -68,7 +68,7 @@ static void test_linear_bwd(void) {
     float *dy = b->alloc(b, (size_t)(R * out) * 4), *x = b->alloc(b, (size_t)(R * in) * 4);
     float *w = b->alloc(b, (size_t)(out * in) * 4), *dw = b->alloc(b, (size_t)(out * in) * 4);
     float *db = b->alloc(b, (size_t)out * 4), *dx = b->alloc(b, (size_t)(R * in) * 4);
-    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL);
+    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
     const kf_op_rec *r = last_op(b);
     T_EQ_STR(r->op, "linear_bwd", "dry linear_bwd is recorded");
     T_NEAR(r->cost.flops, 2 * 2.0 * 3 * 5 * 7 + 3 * 7, 0, "linear_bwd FLOPs: two products, bias");
@@ -79,14 +79,14 @@ static void test_linear_bwd(void) {
     T_NEAR(r->cost.convert_bytes, 0, 0, "fp32: no conversion pass");
     T_EQ_STR(r->cost.shape, "M=3 N=5 K=7 dbias dx", "linear_bwd shape");
     b->set_precision(b, KF_PREC_FP16);
-    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 1.0f, NULL);
+    b->linear_bwd(b, dx, dw, db, dy, NULL, x, NULL, w, R, in, out, 1.0f, NULL, NULL);
     r = last_op(b);
     T_NEAR(r->cost.bytes, 4.0 * (3 * 7 + 3 * 5 + 7 * 5 + 2 * 7 * 5 + 2 * 7 + 2 * 3 * 5), 0,
            "linear_bwd bytes, fp16: dy read once, dx accumulated");
     /* dy, x and W converted once each (6 B), dW and dx rounded (8 B) */
     T_NEAR(r->cost.convert_bytes, 6.0 * (3 * 7 + 3 * 5 + 7 * 5) + 8.0 * (7 * 5 + 3 * 5), 0,
            "linear_bwd fp16: dy converted once for both products");
-    b->linear_bwd(b, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL);
+    b->linear_bwd(b, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
     T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * (3 * 7 + 3 * 5) + 8.0 * 7 * 5, 0,
            "linear_bwd fp16 without dx: dy and x converted, dW rounded");
     b->destroy(b);

@@ -150,6 +150,7 @@ void model_free(model *m) {
     model_priv *p = m->priv;
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
+    if (p->w16) m->be->free(m->be, p->w16);
     free(p->blk);
     free(p->head);
     free(p);
@@ -192,7 +193,26 @@ void model_init(model *m, uint64_t seed) {
     }
     m->be->upload(m->be, m->params, host, (size_t)m->n_params * sizeof(float));
     free(host);
+    model_params_changed(m);
     model_zero_grads(m);
+}
+
+void model_params_changed(model *m) { m->priv->w16_fresh = 0; }
+
+/* The copy covers every parameter (norms and biases too: one pass, and an
+ * offset into params is one into the copy); fp16 and bf16 round
+ * differently, so a copy serves only the format it was made in. */
+const void *model_w16(model *m, int64_t w) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    if (!gemm_in16(m)) return NULL;
+    if (!p->w16) p->w16 = be->alloc(be, (size_t)m->n_params * 2);
+    if (!p->w16_fresh || p->w16_prec != be->precision) {
+        be->copy_to16(be, p->w16, m->params, m->n_params);
+        p->w16_prec = be->precision;
+        p->w16_fresh = 1;
+    }
+    return (const char *)p->w16 + 2 * w;
 }
 
 void model_zero_grads(model *m) {
@@ -224,6 +244,7 @@ int model_copy_matching(model *m, const model *src) {
         copied++;
     }
     free(host);
+    model_params_changed(m);
     return copied;
 }
 
@@ -262,13 +283,15 @@ static void linear_act_fwd(model *m, float *h, void *h16, float *pre, const floa
                            const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
                            int64_t out, kf_act act) {
     m->be->linear_act(m->be, h, h16, pre, x, x16, m->params + w,
-                      bias >= 0 ? m->params + bias : NULL, rows, in, out, act, 0.0f);
+                      bias >= 0 ? m->params + bias : NULL, rows, in, out, act, 0.0f,
+                      model_w16(m, w));
 }
 
 void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,
                 int64_t rows, int64_t in, int64_t out, float beta) {
     m->be->linear_act(m->be, y, NULL, NULL, x, x16, m->params + w,
-                      bias >= 0 ? m->params + bias : NULL, rows, in, out, KF_ACT_NONE, beta);
+                      bias >= 0 ? m->params + bias : NULL, rows, in, out, KF_ACT_NONE, beta,
+                      model_w16(m, w));
 }
 
 /* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy
@@ -279,14 +302,14 @@ static void mlp_out_bwd(model *m, float *dpre, void *dpre16, const float *dy, co
                         int64_t fc1_b, int64_t rows, int64_t wide, int64_t H, kf_act act) {
     linear_bwd(m, NULL, 0.0f, dy, NULL, h, h16, fc2_w, fc2_b, rows, wide, H);
     m->be->linear_act_dgrad(m->be, dpre, dpre16, fc1_b >= 0 ? m->grads + fc1_b : NULL, dy,
-                            m->params + fc2_w, pre, rows, wide, H, act);
+                            m->params + fc2_w, pre, rows, wide, H, act, model_w16(m, fc2_w));
 }
 
 void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void *dy16,
                 const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
                 int64_t out) {
     m->be->linear_bwd(m->be, dx, m->grads + w, bias >= 0 ? m->grads + bias : NULL, dy, dy16, x, x16,
-                      m->params + w, rows, in, out, dx_beta, NULL);
+                      m->params + w, rows, in, out, dx_beta, dx ? model_w16(m, w) : NULL, NULL);
 }
 
 /* The noise encoder on nz rows whose features are ws->feats; result in out. */
@@ -402,6 +425,7 @@ struct model_ws {
     noise_act nact;
     head_act *hact;
     dbuf xf, logits, targets_d, losses_d;
+    dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
     dbuf pick_ids_d, pick_z_d, pick_tau_d; /* model_pick */
     dbuf dx, dxf, dln, dqkv, dh, datt;
     dbuf qkv32, dqkv16; /* qkv in fp32 when its layer keeps the 16-bit copy; dqkv's copy */
@@ -457,6 +481,8 @@ void model_ws_free(model_ws *ws) {
                  &n->mean,        &n->rstd,          &n->h1,        &n->h2,          &n->out,
                  &n->dh,          &n->dln,           &n->dc,        &ws->qkv32,      &ws->dqkv16};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
+    dbuf_release(be, &ws->dlogits16);
+    dbuf_release(be, &ws->row_w_d);
     free(ws->act);
     free(ws->xs);
     free(ws->ctxkv);
@@ -713,12 +739,27 @@ static void weight_rows(model *m, model_ws *ws, float *d, int64_t r0, int64_t n)
     }
 }
 
+/* model_weight_dlogits's weights of all rows (1 where none is set) on the
+ * device, for xent16. */
+static const float *row_weights(model *m, model_ws *ws, int64_t rows) {
+    float *h = kf_malloc((size_t)rows * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t j = r % ws->w_period;
+        h[r] = j >= ws->w_first && j < ws->w_first + ws->w_count ? ws->w_value : 1.0f;
+    }
+    const float *d = dbuf_upload(m->be, &ws->row_w_d, h, (size_t)rows, sizeof(float));
+    free(h);
+    return d;
+}
+
 /* The head of a MODEL_NO_LOGITS pass, a chunk of rows at a time: logits,
  * the mask logit, the cross-entropy into losses (and, training, dlogits
  * with their row weights, then the head's backward: its weight and bias
  * gradients, and dxf through its norm). Only one chunk of logits exists at
  * a time. Per row it is the ops of a whole-pass head; with one chunk it is
- * them exactly. */
+ * them exactly. In a 16-bit mode the cross-entropy writes dlogits as the
+ * 16-bit copy the backward's GEMMs read, with the row weights, the mask
+ * column and the bias gradient (xent16): the same bits, no fp32 dlogits. */
 static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses, float gscale) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
@@ -726,6 +767,9 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
     int64_t chunk = logit_chunk(ws, O, V);
     size_t f = sizeof(float);
     float *lg = dbuf_ensure(be, &ws->logits, (size_t)(chunk * V) * f);
+    int d16 = ws->train && ws->s16;
+    void *dl16 = d16 ? dbuf_ensure(be, &ws->dlogits16, (size_t)(chunk * V) * 2) : NULL;
+    const float *row_w = d16 && ws->w_period ? row_weights(m, ws, model_ws_rows(ws)) : NULL;
     float *dxf = NULL, *dln = NULL;
     if (ws->train) {
         dxf = dbuf_ensure(be, &ws->dxf, (size_t)(O * H) * f);
@@ -739,6 +783,12 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
         for (int64_t c0 = 0; c0 < O; c0 += chunk) {
             int64_t n = O - c0 < chunk ? O - c0 : chunk, r0 = h * O + c0;
             head_chunk(m, ws, h, c0, n, lg);
+            if (d16) {
+                be->xent16(be, losses + r0, dl16, o->b >= 0 ? m->grads + o->b : NULL, lg, t_d + r0,
+                           row_w ? row_w + r0 : NULL, n, V, gscale, mask);
+                linear_bwd(m, dln + c0 * H, 0.0f, NULL, dl16, ln + c0 * H, NULL, o->w, -1, n, H, V);
+                continue;
+            }
             be->xent(be, losses + r0, ws->train ? lg : NULL, lg, t_d + r0, n, V, gscale);
             if (!ws->train) continue;
             if (ws->w_period) weight_rows(m, ws, lg, r0, n);
@@ -877,7 +927,8 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
         /* attention half: x_mid = x_in + out(attn(rope(qkv(norm1(x_in))))) */
         be->linear_bwd(be, c16 ? NULL : datt, m->grads + o->out,
                        o->out_b >= 0 ? m->grads + o->out_b : NULL, dx, NULL, in32(c16, a->att.p),
-                       in16(c16, a->att.p), m->params + o->out, R, H, H, 0.0f, c16 ? datt : NULL);
+                       in16(c16, a->att.p), m->params + o->out, R, H, H, 0.0f, model_w16(m, o->out),
+                       c16 ? datt : NULL);
         be->attn_bwd(be, dqkv, in32(c16, datt), in32(c16, a->att.p), a->lse.p, in32(c16, a->qkv.p),
                      &ws->mask, B, nh, hd, in16(c16, datt), in16(c16, a->att.p),
                      in16(c16, a->qkv.p));

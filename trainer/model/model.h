@@ -109,7 +109,8 @@ struct model {
     kf_backend *be;
     model_config cfg;
     int64_t n_params;
-    float *params; /* device [n_params] */
+    float *params; /* device [n_params]; after writing it other than through a
+                      model_* function, call model_params_changed */
     float *grads;  /* device [n_params]; model_backward accumulates */
     int n_tensors;
     model_tensor *tensors;
@@ -127,6 +128,13 @@ void model_free(model *m);
  *  kaiming_uniform(a=sqrt 5)), LayerNorm weights 1 and biases 0, the output
  *  layers (output_layer.linear, mtp heads) zero. Gradients are zeroed. */
 void model_init(model *m, uint64_t seed);
+
+/** Says m->params changed (the optimizer's step, ZeRO-1's all-gather, the
+ *  EMA swapped in, a test's edit): in a 16-bit phase the linear layers'
+ *  GEMMs read a 16-bit copy of the weights (kernels.h w16), which the next
+ *  forward then makes again, once, from the new values. model_init,
+ *  model_copy_matching and the loaders call it themselves. */
+void model_params_changed(model *m);
 
 /** Copies every tensor of src whose name and shape match into m (a PFLM from
  *  an AR model, a student from its teacher); MTP heads with no match copy

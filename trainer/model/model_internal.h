@@ -36,6 +36,9 @@ typedef struct model_priv {
     head_off *head;  /* [n_heads_out] */
     noise_off noise; /* PFLM only */
     int64_t zdim;    /* noise values per noise row (k_train for HEAD_MTP, else 1) */
+    void *w16;       /* params as a 16-bit copy in w16_prec's format (model_w16) */
+    kf_precision w16_prec;
+    int w16_fresh; /* w16 holds the current params (model_params_changed clears it) */
 } model_priv;
 
 /* A device buffer that grows on demand. */
@@ -67,6 +70,10 @@ typedef struct head_act {
  * at the attention's output and at qkv) are stored as 16-bit copies
  * (kernels.h): converted once where they are made, at half the memory. */
 int gemm_in16(const model *m);
+/* In a 16-bit mode the 16-bit copy of the weight at offset w (kernels.h
+ * w16), made from params when they changed or the phase's format did;
+ * NULL in fp32. */
+const void *model_w16(model *m, int64_t w);
 /* y = x W^T + bias + beta * y (x, or its 16-bit copy x16). */
 void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,
                 int64_t rows, int64_t in, int64_t out, float beta);

@@ -139,6 +139,7 @@ static int load_tensors(model *m, const safetensors_file *f, float *buf, kf_err 
         rc = safetensors_read_f32(s, host + t->offset, err);
     }
     if (!rc) m->be->upload(m->be, buf ? buf : m->params, host, (size_t)m->n_params * sizeof(float));
+    if (!rc && (!buf || buf == m->params)) model_params_changed(m);
     free(host);
     return rc;
 }

@@ -179,6 +179,7 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
         free(parts);
     } else ss = be->sumsq(be, m->grads, m->n_params);
     optim_step(be, o, &os, 0, ss, m->params, m->grads, s->adam_m, s->adam_v, s->ema, s->shard);
+    model_params_changed(m);
     be->download(be, &loss, loss_d, sizeof loss); /* train_step's read of its loss */
     be->free(be, loss_d);
     mk->end = n_recorded(be);

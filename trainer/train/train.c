@@ -213,8 +213,10 @@ static void evaluate_both(trainer *t, double *val, double *val_ema) {
     t->be->copy(t->be, t->acc, t->m->params, bytes);
     t->be->copy(t->be, t->m->params + t->shard.off, t->ema, (size_t)t->shard.count * sizeof(float));
     if (t->zero1) dist_allgather(t->d, t->be, t->m->params, t->m->n_params);
+    model_params_changed(t->m);
     *val_ema = evaluate(t);
     t->be->copy(t->be, t->m->params, t->acc, bytes);
+    model_params_changed(t->m);
 }
 
 /* The last micro-batch's backward reports a final range of m->grads: add it
@@ -286,6 +288,7 @@ static void train_step(trainer *t) {
     optim_result r = optim_step(be, t->o, &t->os, t->step, ss, m->params + sh->off, g + sh->off,
                                 t->adam_m, t->adam_v, t->ema, sh->count);
     if (t->zero1 && !r.skipped) dist_allgather(t->d, be, m->params, m->n_params);
+    model_params_changed(m);
     /* the step's one read of its loss, which also waits for the step */
     be->download(be, &loss, t->loss_d, sizeof loss);
     dist_allreduce_sum_f64(t->d, &loss, 1);
@@ -436,6 +439,7 @@ static int unigram_bias(trainer *t, kf_err *err) {
     for (int64_t v = 0; v < V; v++)
         bias[v] = (float)(log((cnt[v] + 0.5) / (tot + 0.5 * (double)V)) - mean);
     t->be->upload(t->be, t->m->params + bt->offset, bias, (size_t)V * sizeof *bias);
+    model_params_changed(t->m);
     free(cnt), free(ids), free(bias);
     return 0;
 }
