@@ -21,10 +21,10 @@
  * bit, for distill_ar and self_forcing.
  *
  * Host synchronisations (under the emulation harness, which counts them):
- * once its buffers have grown, a training step's forward, backward and
- * AdamW + EMA update never make the host wait for the device, its loss
- * makes it wait once (the read-back of the row losses), and a teacher pass
- * once (the read-back of its picked tokens).
+ * once its buffers have grown, a training step's forward, loss (its sum
+ * stays on the device), backward and optimizer (the gradient check, AdamW
+ * and the EMA: optim_check, optim_apply) never make the host wait for the
+ * device, and a teacher pass waits once (the read-back of its picked tokens).
  */
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +40,7 @@
 #include "tests/test.h"
 #include "trainer/model/layout.h"
 #include "trainer/model/model.h"
+#include "trainer/train/optim.h"
 #include "trainer/train/supervision.h"
 
 enum { H = 64, HEADS = 2, BLOCKS = 2, V = 97, N = 24, B = 4 };
@@ -164,8 +165,8 @@ static void stage_step(const char *name, sup_kind kind, int64_t k, const model_c
         float *ema = b->alloc(b, (size_t)m->n_params * sizeof(float));
         b->copy(b, ema, m->params, (size_t)m->n_params * sizeof(float));
         b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.0f, 1,
-                 1.0f / ls);
-        b->ema(b, ema, m->params, m->n_params, 0.999f);
+                 1.0f / ls, NULL);
+        b->ema(b, ema, m->params, m->n_params, 0.999f, NULL);
         p[s] = down(b, m->params, m->n_params);
         e[s] = down(b, ema, m->n_params);
         b->free(b, mom), b->free(b, vel), b->free(b, ema);
@@ -237,7 +238,7 @@ static void ar_step(model *m, model_ws *ws, const sup_batch *sb, float *mom, flo
     model_loss(m, ws, sb->targets, 0, 1.0f, &count, NULL);
     model_backward(m, ws);
     b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, step,
-             1.0f);
+             1.0f, NULL);
 }
 
 /* Save -> load -> continue on the GPU is bitwise identical to not stopping:
@@ -339,10 +340,13 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
     size_t bytes = (size_t)m->n_params * sizeof(float);
     float *mom = b->alloc(b, bytes), *vel = b->alloc(b, bytes), *ema = b->alloc(b, bytes);
     double *sum_d = b->alloc(b, sizeof(double));
+    kf_grad_ctl *ctl = b->alloc(b, sizeof *ctl);
+    runconfig_opts o = runconfig_opts_default();
+    optim_state os = optim_init(&o);
     int32_t x[B * N];
     uint64_t keys[B] = {5, 6, 7, 8};
     tokens(x, B * N, 13);
-    int64_t n[5]; /* waits in: teacher passes, forward, loss, backward, update */
+    int64_t n[5]; /* waits in: teacher passes, forward, loss, backward, optimizer */
     for (int step = 1; step <= 2; step++) {
         sup_batch sb;
         int64_t t0 = host_syncs();
@@ -355,15 +359,14 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
         int64_t t3 = host_syncs();
         model_backward(m, ws);
         int64_t t4 = host_syncs();
-        b->adamw(b, m->params, m->grads, mom, vel, m->n_params, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f,
-                 step, 1.0f);
-        b->ema(b, ema, m->params, m->n_params, 0.999f);
+        optim_check(b, &o, &os, step - 1, ctl, m->grads, m->n_params);
+        optim_apply(b, &o, &os, step - 1, ctl, m->params, m->grads, mom, vel, ema, m->n_params);
         int64_t t5 = host_syncs();
         n[0] = t1 - t0, n[1] = t2 - t1, n[2] = t3 - t2, n[3] = t4 - t3, n[4] = t5 - t4;
     }
     b->sync(b);
     printf("%s, second step: host waits: teacher %lld, forward %lld, loss %lld, backward %lld, "
-           "update %lld\n",
+           "optimizer %lld\n",
            name, (long long)n[0], (long long)n[1], (long long)n[2], (long long)n[3],
            (long long)n[4]);
     T_CHECK(n[0] == passes,
@@ -373,8 +376,11 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
     T_CHECK(n[2] == 0, "%s: loss: got %lld host waits, want 0 (the sum stays on the device)", name,
             (long long)n[2]);
     T_CHECK(n[3] == 0, "%s: backward: got %lld host waits, want 0", name, (long long)n[3]);
-    T_CHECK(n[4] == 0, "%s: AdamW + EMA: got %lld host waits, want 0", name, (long long)n[4]);
-    b->free(b, mom), b->free(b, vel), b->free(b, ema), b->free(b, sum_d);
+    T_CHECK(n[4] == 0,
+            "%s: optimizer (gradient check, AdamW, EMA): got %lld host waits, want 0 (the "
+            "decision stays on the device)",
+            name, (long long)n[4]);
+    b->free(b, mom), b->free(b, vel), b->free(b, ema), b->free(b, sum_d), b->free(b, ctl);
     model_ws_free(ws);
     model_free(m);
     sup_free(s);
