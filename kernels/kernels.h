@@ -262,6 +262,11 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     X(void, scatter_rows,                                                                          \
       (kf_backend * b, float *dst, const float *src, const int32_t *idx, int64_t n, int64_t dim),  \
       (b, dst, src, idx, n, dim))                                                                  \
+    /* dst[idx[i]] = src[i] for i < n (idx distinct): token ids moved on the device (a             \
+     * teacher's picks into the next pass's input, model.h model_input). */                        \
+    X(void, scatter_ids,                                                                           \
+      (kf_backend * b, int32_t * dst, const int32_t *src, const int32_t *idx, int64_t n),          \
+      (b, dst, src, idx, n))                                                                       \
                                                                                                    \
     /* ---- embedding ----                                                                         \
      * out[row_idx[i]] = table[ids[i]] for i < n (row_idx NULL: row i). */                         \

@@ -822,6 +822,10 @@ static void test_rows(void) {
     check_same_bytes("gather_rows", &out);
     BOTH(BE->scatter_rows(BE, PF(out), PF(src), PI(bidx), n, dim));
     check_same_bytes("scatter_rows", &out);
+    buf2 oid = mk_ints(ids, n);
+    BOTH(BE->scatter_ids(BE, PI(oid), PI(bidx), PI(bidx), n / 2)); /* oid[idx[i]] = idx[i] */
+    check_same_bytes("scatter_ids", &oid);
+    drop(&oid);
     BOTH(BE->embed_fwd(BE, PF(out), PI(bid), PI(bidx), PF(table), n, dim));
     check_same_bytes("embed_fwd (row_idx)", &out);
     BOTH(BE->embed_bwd(BE, PF(dtable), PF(src), PI(bid), PI(bidx), n, dim, vocab));

@@ -517,6 +517,12 @@ static void check_pointwise(kf_backend *be) {
         ok &= (r == 5 || r == 0 || r == 2) ? memcmp(s + r * C, x + r * C, C * 4) == 0
                                            : s[r * C] == 0.0f;
     T_CHECK(ok, "scatter_rows");
+    int32_t ids[6] = {-1, -1, -1, -1, -1, -1}, picks[3] = {7, 8, 9};
+    be->scatter_ids(be, ids, picks, idx, 3);
+    T_EQ_INT(ids[5], 7, "scatter_ids: ids[idx[0]] = picks[0]");
+    T_EQ_INT(ids[0], 8, "scatter_ids: ids[idx[1]] = picks[1]");
+    T_EQ_INT(ids[2], 9, "scatter_ids: ids[idx[2]] = picks[2]");
+    T_EQ_INT(ids[1], -1, "scatter_ids: rows not named keep their id");
     free(y);
     free(x);
     free(y0);
