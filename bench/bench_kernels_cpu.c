@@ -214,9 +214,9 @@ int main(int argc, char **argv) {
         }
         TIMED(F_EMBED, be->embed_bwd(be, G, dx, ids, NULL, T, H, V));
         TIMED(F_OPT, be->sumsq(be, G, nparam));
-        TIMED(F_OPT,
-              be->adamw(be, P, G, M1, M2, nparam, 1e-4f, 0.9f, 0.999f, 1e-6f, 0.0f, rep + 2, 1.0f));
-        TIMED(F_OPT, be->ema(be, E, P, nparam, 0.999f));
+        TIMED(F_OPT, be->adamw(be, P, G, M1, M2, nparam, 1e-4f, 0.9f, 0.999f, 1e-6f, 0.0f, rep + 2,
+                               1.0f, NULL));
+        TIMED(F_OPT, be->ema(be, E, P, nparam, 0.999f, NULL));
         if (rep == 0)
             printf("attention pairs per step (fwd+bwd, all heads): %lld\n",
                    (long long)(kernels_cpu_attn_pairs(be) - a0));

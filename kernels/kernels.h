@@ -54,6 +54,17 @@ typedef struct kf_err kf_err;
 /* The part length of sumsq and sumsq_parts (in the op list below). */
 #define KF_SUM_PART 4096
 
+/* An optimizer step's gradient check, kept on the device: grad_check writes
+ * it from the gradient, adamw and ema read it by pointer, so the clip factor
+ * and the skip decision need no host wait (the host reads it with the step's
+ * loss, once, at the step's end). */
+typedef struct kf_grad_ctl {
+    double sumsq;     /* the gradient's sum of squares (loss-scaled) */
+    double norm;      /* sqrt(sumsq) / loss_scale: the unscaled gradient's L2 norm */
+    float grad_scale; /* adamw's factor: the clip factor / loss_scale */
+    int32_t skip;     /* 1: sumsq is not finite; adamw and ema change nothing */
+} kf_grad_ctl;
+
 /* The storage format of the ops that run in 16 bits (see Conventions). */
 typedef enum { KF_PREC_FP32 = 0, KF_PREC_FP16 = 1, KF_PREC_BF16 = 2 } kf_precision;
 typedef enum { KF_GELU_TANH = 0, KF_GELU_ERF = 1 } kf_gelu_kind;
@@ -265,6 +276,11 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     X(void, scatter_rows,                                                                          \
       (kf_backend * b, float *dst, const float *src, const int32_t *idx, int64_t n, int64_t dim),  \
       (b, dst, src, idx, n, dim))                                                                  \
+    /* dst[idx[i]] = src[i] for i < n (idx distinct): token ids moved on the device (a             \
+     * teacher's picks into the next pass's input, model.h model_input). */                        \
+    X(void, scatter_ids,                                                                           \
+      (kf_backend * b, int32_t * dst, const int32_t *src, const int32_t *idx, int64_t n),          \
+      (b, dst, src, idx, n))                                                                       \
                                                                                                    \
     /* ---- embedding ----                                                                         \
      * out[row_idx[i]] = table[ids[i]] for i < n (row_idx NULL: row i). */                         \
@@ -356,16 +372,31 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (b, parts, x, n))                                                                            \
     X(int64_t, count_nonfinite, (kf_backend * b, const float *x, int64_t n), (b, x, n))            \
                                                                                                    \
-    /* ---- optimiser over one flat parameter buffer (one launch) ----                             \
-     * g_eff = grads * grad_scale (unscale + clip); m,v AdamW moments; step is                     \
-     * 1-based for bias correction; decoupled weight decay. */                                     \
+    /* ---- optimiser over one flat parameter buffer (one launch) ---- */                          \
+    /* The step's gradient check into ctl (device): ctl->sumsq = sumsq(grads,                      \
+     * n) when grads != NULL (else ctl->sumsq stays as uploaded: ZeRO-1's                          \
+     * dist_sumsq); then, in double, norm = sqrt(sumsq) / loss_scale, skip =                       \
+     * !isfinite(sumsq), grad_scale = (float)(c / loss_scale) with c = clip /                      \
+     * norm when clip > 0 and norm > clip, else 1 (trainer/train/optim.h). */                      \
+    X(void, grad_check,                                                                            \
+      (kf_backend * b, kf_grad_ctl * ctl, const float *grads, int64_t n, double loss_scale,        \
+       double clip),                                                                               \
+      (b, ctl, grads, n, loss_scale, clip))                                                        \
+    /* g_eff = grads * grad_scale (unscale + clip); m,v AdamW moments; step is                     \
+     * 1-based for bias correction; decoupled weight decay. ctl (device, from                      \
+     * grad_check; NULL: none): when ctl->skip nothing changes, else                               \
+     * ctl->grad_scale replaces grad_scale. */                                                     \
     X(void, adamw,                                                                                 \
       (kf_backend * b, float *params, const float *grads, float *m, float *v, int64_t n, float lr, \
-       float beta1, float beta2, float eps, float weight_decay, int64_t step, float grad_scale),   \
-      (b, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale))          \
-    /* ema = decay * ema + (1 - decay) * params */                                                 \
-    X(void, ema, (kf_backend * b, float *ema, const float *params, int64_t n, float decay),        \
-      (b, ema, params, n, decay))                                                                  \
+       float beta1, float beta2, float eps, float weight_decay, int64_t step, float grad_scale,    \
+       const kf_grad_ctl *ctl),                                                                    \
+      (b, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale, ctl))     \
+    /* ema = decay * ema + (1 - decay) * params, unless ctl (device, may be                        \
+     * NULL) says skip */                                                                          \
+    X(void, ema,                                                                                   \
+      (kf_backend * b, float *ema, const float *params, int64_t n, float decay,                    \
+       const kf_grad_ctl *ctl),                                                                    \
+      (b, ema, params, n, decay, ctl))                                                             \
                                                                                                    \
     /* dst16 = src as a 16-bit copy (Conventions) in b->precision's format, n                      \
      * values: the weights' copy the GEMMs read (w16), made once per step. */                      \

@@ -379,6 +379,10 @@ kf_op_cost kernels_cost_scatter_rows(kf_backend *b, float *dst, const float *src
     return cost(b, KF_COST_SIMT, 0, F * (2 * e + (double)n), "n=%lld dim=%lld", (long long)n,
                 (long long)dim);
 }
+kf_op_cost kernels_cost_scatter_ids(kf_backend *b, int32_t *dst, const int32_t *src,
+                                    const int32_t *idx, int64_t n) {
+    return cost(b, KF_COST_SIMT, 0, F * 3 * (double)n, "n=%lld", (long long)n);
+}
 kf_op_cost kernels_cost_embed_fwd(kf_backend *b, float *out, const int32_t *ids,
                                   const int32_t *row_idx, const float *table, int64_t n,
                                   int64_t dim) {
@@ -510,16 +514,28 @@ kf_op_cost kernels_cost_count_nonfinite(kf_backend *b, const float *x, int64_t n
 
 /* ---- optimiser */
 
+/* With grads: sumsq's 2 per element and its read of them, and the parts
+ * added in order; then a few double operations on ctl, on the device: no
+ * host wait (the point of the op). */
+kf_op_cost kernels_cost_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t n,
+                                   double loss_scale, double clip) {
+    double e = grads ? (double)n : 0;
+    double np = grads ? (double)((n + KF_SUM_PART - 1) / KF_SUM_PART) : 0;
+    return cost(b, KF_COST_SIMT, 2 * e + np, F * e + D * 2 * np + (double)sizeof *ctl, "n=%lld",
+                (long long)(grads ? n : 0));
+}
+
 /* Per parameter: g scaled 1, m 3, v 4, the update 6 (sqrt, add eps, divide,
  * * lr, weight decay 2). params, m, v read and written, grads read. */
 kf_op_cost kernels_cost_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v,
                               int64_t n, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, int64_t step, float grad_scale) {
+                              float weight_decay, int64_t step, float grad_scale,
+                              const kf_grad_ctl *ctl) {
     return cost(b, KF_COST_SIMT, 14 * (double)n, F * 7 * (double)n, "n=%lld", (long long)n);
 }
 /* 3 per parameter; ema read and written, params read */
-kf_op_cost kernels_cost_ema(kf_backend *b, float *ema, const float *params, int64_t n,
-                            float decay) {
+kf_op_cost kernels_cost_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay,
+                            const kf_grad_ctl *ctl) {
     return cost(b, KF_COST_SIMT, 3 * (double)n, F * 3 * (double)n, "n=%lld", (long long)n);
 }
 

@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_optim.c — reductions returned to the host, AdamW and EMA.
+/* kernels/cpu/cpu_optim.c — reductions, the gradient check, AdamW and EMA.
  *
  * sum/sumsq accumulate in double over fixed parts of KF_SUM_PART elements
  * (CPU_LANES fixed lanes inside a part), and the part sums are added in
@@ -54,14 +54,27 @@ int64_t cpu_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
     return c;
 }
 
+/* The optimizer's decision (trainer/train/optim.h) in double, in this order:
+ * the CUDA kernel repeats it operation for operation. */
+void cpu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t n,
+                    double loss_scale, double clip) {
+    if (grads) ctl->sumsq = chunked_sum(grads, n, 1);
+    ctl->norm = sqrt(ctl->sumsq) / loss_scale;
+    ctl->skip = !isfinite(ctl->sumsq);
+    double c = clip > 0 && ctl->norm > clip ? clip / ctl->norm : 1.0;
+    ctl->grad_scale = (float)(c / loss_scale);
+}
+
 /* PyTorch AdamW (torch.optim.AdamW, foreach=False):
  *   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
  *   p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
  * with g = grad * grad_scale; bias corrections computed in double. */
 void cpu_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v, int64_t n,
                float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
-               float grad_scale) {
+               float grad_scale, const kf_grad_ctl *ctl) {
     KF_CHECK(step >= 1, "adamw: step is 1-based, got %lld", (long long)step);
+    if (ctl && ctl->skip) return;
+    if (ctl) grad_scale = ctl->grad_scale;
     float step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)step)));
     float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
     float decay = 1.0f - lr * weight_decay;
@@ -76,7 +89,9 @@ void cpu_adamw(kf_backend *b, float *params, const float *grads, float *m, float
     }
 }
 
-void cpu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay) {
+void cpu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay,
+             const kf_grad_ctl *ctl) {
+    if (ctl && ctl->skip) return;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) ema[i] = decay * ema[i] + (1.0f - decay) * params[i];
 }

@@ -1,10 +1,11 @@
-/* kernels/cuda/cuda_optim.cu — reductions returned to the host, AdamW and EMA.
+/* kernels/cuda/cuda_optim.cu — reductions, the gradient check, AdamW and EMA.
  *
  * sum/count_nonfinite split x into at most RED_BLOCKS contiguous slices
  * (the split depends only on n), reduce each slice in a fixed block order in
  * double, and add the slice results on the host in slice order. sumsq does
  * the same over slices of KF_SUM_PART elements (kernels.h), its parts, which
- * sumsq_parts returns.
+ * sumsq_parts returns. grad_check adds those parts on the device and writes
+ * its decision there, for adamw and ema to read without a host wait.
  * AdamW and EMA are one elementwise launch over the flat parameter buffer,
  * with the CPU backend's formulas; products and sums use the _rn intrinsics so
  * the compiler cannot fuse them into FMAs, which keeps the update bitwise equal
@@ -75,9 +76,50 @@ int64_t cu_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
     return (int64_t)llround(reduce(b, x, n, 2));
 }
 
+/* The parts (when given) added in part order by one thread, as the host adds
+ * sumsq's parts (the block stages them in shared memory), then the decision
+ * in double with correctly rounded sqrt and divisions: the CPU backend's
+ * arithmetic, bit for bit. */
+__global__ void __launch_bounds__(RED_THREADS)
+    k_grad_check(kf_grad_ctl *ctl, const double *parts, int64_t np, int from_grads,
+                 double loss_scale, double clip) {
+    __shared__ double sh[RED_THREADS];
+    double s = 0.0;
+    for (int64_t i0 = 0; i0 < np; i0 += RED_THREADS) {
+        if (i0 + threadIdx.x < np) sh[threadIdx.x] = parts[i0 + threadIdx.x];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int64_t i = i0; i < np && i < i0 + RED_THREADS; i++) s = __dadd_rn(s, sh[i - i0]);
+        __syncthreads();
+    }
+    if (threadIdx.x != 0) return;
+    if (from_grads) ctl->sumsq = s;
+    double norm = __ddiv_rn(__dsqrt_rn(ctl->sumsq), loss_scale);
+    ctl->norm = norm;
+    ctl->skip = !isfinite(ctl->sumsq);
+    double c = clip > 0 && norm > clip ? __ddiv_rn(clip, norm) : 1.0;
+    ctl->grad_scale = (float)__ddiv_rn(c, loss_scale);
+}
+
+void cu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t n,
+                   double loss_scale, double clip) {
+    int64_t g = grads ? (n + KF_SUM_PART - 1) / KF_SUM_PART : 0;
+    double *parts = NULL;
+    if (g > 0) {
+        parts = (double *)cu_scratch(b, CU_SCRATCH_C, (size_t)g * sizeof(double));
+        k_reduce<<<(unsigned)g, RED_THREADS, 0, cu_stream(b)>>>(parts, grads, n, KF_SUM_PART, 1);
+        CUDA_LAUNCHED();
+    }
+    k_grad_check<<<1, RED_THREADS, 0, cu_stream(b)>>>(ctl, parts, g, grads != NULL, loss_scale,
+                                                      clip);
+    CUDA_LAUNCHED();
+}
+
 __global__ void k_adamw(float *p, const float *grads, float *m, float *v, int64_t n, float beta1,
                         float beta2, float eps, float decay, float step_size, float bc2_sqrt,
-                        float grad_scale) {
+                        float grad_scale, const kf_grad_ctl *ctl) {
+    if (ctl && ctl->skip) return;
+    if (ctl) grad_scale = ctl->grad_scale;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float g = __fmul_rn(grads[i], grad_scale);
@@ -92,25 +134,27 @@ __global__ void k_adamw(float *p, const float *grads, float *m, float *v, int64_
 
 void cu_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v, int64_t n,
               float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
-              float grad_scale) {
+              float grad_scale, const kf_grad_ctl *ctl) {
     KF_CHECK(step >= 1, "adamw: step is 1-based, got %lld", (long long)step);
     if (n <= 0) return;
     float step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)step)));
     float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
     float decay = 1.0f - lr * weight_decay;
     k_adamw<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(params, grads, m, v, n, beta1, beta2, eps,
-                                                    decay, step_size, bc2_sqrt, grad_scale);
+                                                    decay, step_size, bc2_sqrt, grad_scale, ctl);
     CUDA_LAUNCHED();
 }
 
-__global__ void k_ema(float *ema, const float *p, int64_t n, float decay) {
+__global__ void k_ema(float *ema, const float *p, int64_t n, float decay, const kf_grad_ctl *ctl) {
+    if (ctl && ctl->skip) return;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         ema[i] = __fadd_rn(__fmul_rn(decay, ema[i]), __fmul_rn(1.0f - decay, p[i]));
 }
 
-void cu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay) {
+void cu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay,
+            const kf_grad_ctl *ctl) {
     if (n <= 0) return;
-    k_ema<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(ema, params, n, decay);
+    k_ema<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(ema, params, n, decay, ctl);
     CUDA_LAUNCHED();
 }

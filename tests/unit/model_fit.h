@@ -50,8 +50,8 @@ static inline double fit_step(model *m, model_ws *ws, fit_state *s, const sup_ba
     float scale = clip > 0 && norm > clip ? (float)(clip / norm) : 1.0f;
     s->step++;
     be->adamw(be, m->params, m->grads, s->m, s->v, m->n_params, lr, 0.9f, 0.999f, 1e-6f, 0.0f,
-              s->step, scale);
-    if (s->ema) be->ema(be, s->ema, m->params, m->n_params, s->ema_decay);
+              s->step, scale, NULL);
+    if (s->ema) be->ema(be, s->ema, m->params, m->n_params, s->ema_decay, NULL);
     return count ? sum / (double)count : 0.0;
 }
 

@@ -1036,6 +1036,10 @@ static void test_rows(void) {
     check_same_bytes("gather_rows", &out);
     BOTH(BE->scatter_rows(BE, PF(out), PF(src), PI(bidx), n, dim));
     check_same_bytes("scatter_rows", &out);
+    buf2 oid = mk_ints(ids, n);
+    BOTH(BE->scatter_ids(BE, PI(oid), PI(bidx), PI(bidx), n / 2)); /* oid[idx[i]] = idx[i] */
+    check_same_bytes("scatter_ids", &oid);
+    drop(&oid);
     BOTH(BE->embed_fwd(BE, PF(out), PI(bid), PI(bidx), PF(table), n, dim));
     check_same_bytes("embed_fwd (row_idx)", &out);
     BOTH(BE->embed_bwd(BE, PF(dtable), PF(src), PI(bid), PI(bidx), n, dim, vocab));
@@ -1339,14 +1343,90 @@ static void test_optim(void) {
     free(hv);
     for (int step = 1; step <= 3; step++) {
         BOTH(BE->adamw(BE, PF(p), PF(g), PF(m), PF(v), np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, step,
-                       0.5f));
-        BOTH(BE->ema(BE, PF(e), PF(p), np, 0.999f));
+                       0.5f, NULL));
+        BOTH(BE->ema(BE, PF(e), PF(p), np, 0.999f, NULL));
     }
     check_close("adamw params", &p, np, 1e-6);
     check_close("adamw m", &m, np, 1e-6);
     check_close("adamw v", &v, np, 1e-6);
     check_close("ema", &e, np, 1e-6);
     drop(&x), drop(&p), drop(&g), drop(&m), drop(&v), drop(&e);
+}
+
+/* The GPU's gradient check: its sumsq is its sumsq_parts added in order and
+ * its decision is the CPU's arithmetic on that sumsq (the CPU backend's
+ * grad_check given it), each field bitwise; clipped and not, and an
+ * uploaded non-finite sumsq skips. adamw and ema read a skip on the device
+ * and change nothing; an applied ctl's grad_scale gives bitwise the update
+ * with that grad_scale passed. */
+static void check_ctl(const char *what, const kf_grad_ctl *got, const kf_grad_ctl *want) {
+    T_CHECK(!memcmp(&got->sumsq, &want->sumsq, sizeof(double)), "%s: sumsq %.17g want %.17g", what,
+            got->sumsq, want->sumsq);
+    T_CHECK(!memcmp(&got->norm, &want->norm, sizeof(double)), "%s: norm %.17g want %.17g", what,
+            got->norm, want->norm);
+    T_CHECK(!memcmp(&got->grad_scale, &want->grad_scale, sizeof(float)),
+            "%s: grad_scale %.9g want %.9g", what, got->grad_scale, want->grad_scale);
+    T_EQ_INT(got->skip, want->skip, "%s: skip", what);
+}
+
+static void test_grad_check(void) {
+    int64_t n = 1000003, nparts = (n + KF_SUM_PART - 1) / KF_SUM_PART;
+    buf2 x = mk_rand(n, 3);
+    double *parts = malloc((size_t)nparts * sizeof(double)), fold = 0;
+    be[1]->sumsq_parts(be[1], parts, x.p[1], n);
+    for (int64_t i = 0; i < nparts; i++) fold += parts[i];
+    free(parts);
+    kf_grad_ctl z = {0}, got, want;
+    buf2 c = mk(&z, sizeof z);
+    double clips[3] = {1.0, 1e9, 0.0}; /* clipped, under the clip, none */
+    for (int k = 0; k < 3; k++) {
+        be[1]->grad_check(be[1], c.p[1], x.p[1], n, 1024.0, clips[k]);
+        be[1]->download(be[1], &got, c.p[1], sizeof got);
+        want = (kf_grad_ctl){.sumsq = fold};
+        be[0]->grad_check(be[0], &want, NULL, 0, 1024.0, clips[k]);
+        char what[64];
+        snprintf(what, sizeof what, "grad_check clip %g", clips[k]);
+        check_ctl(what, &got, &want);
+    }
+    kf_grad_ctl bad = {.sumsq = INFINITY};
+    be[1]->upload(be[1], c.p[1], &bad, sizeof bad);
+    be[1]->grad_check(be[1], c.p[1], NULL, 0, 1.0, 1.0);
+    be[1]->download(be[1], &got, c.p[1], sizeof got);
+    want = bad;
+    be[0]->grad_check(be[0], &want, NULL, 0, 1.0, 1.0);
+    check_ctl("grad_check of an uploaded inf", &got, &want);
+
+    /* adamw and ema reading the skip on the device */
+    int64_t np = 100003;
+    buf2 p = mk_rand(np, 1), g = mk_rand(np, 1), m = mk_rand(np, 0.1f), v = mk_rand(np, 0.1f),
+         e = mk_rand(np, 1);
+    float *p0 = down(&p, 1), *m0 = down(&m, 1), *v0 = down(&v, 1), *e0 = down(&e, 1);
+    be[1]->adamw(be[1], p.p[1], g.p[1], m.p[1], v.p[1], np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1,
+                 1.0f, c.p[1]);
+    be[1]->ema(be[1], e.p[1], p.p[1], np, 0.5f, c.p[1]);
+    float *p1 = down(&p, 1), *m1 = down(&m, 1), *e1 = down(&e, 1);
+    T_CHECK(!memcmp(p1, p0, p.bytes), "adamw skipped by ctl: params unchanged");
+    T_CHECK(!memcmp(m1, m0, m.bytes), "adamw skipped by ctl: m unchanged");
+    T_CHECK(!memcmp(e1, e0, e.bytes), "ema skipped by ctl: unchanged");
+    free(p1), free(m1), free(e1);
+    /* applied: the ctl's grad_scale, against a copy updated with it passed */
+    kf_grad_ctl ok = {.sumsq = 4, .norm = 2, .grad_scale = 0.375f, .skip = 0};
+    be[1]->upload(be[1], c.p[1], &ok, sizeof ok);
+    buf2 q = mk(p0, p.bytes), mq = mk(m0, m.bytes), vq = mk(v0, v.bytes), eq = mk(e0, e.bytes);
+    be[1]->adamw(be[1], p.p[1], g.p[1], m.p[1], v.p[1], np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1,
+                 1.0f, c.p[1]);
+    be[1]->ema(be[1], e.p[1], p.p[1], np, 0.5f, c.p[1]);
+    be[1]->adamw(be[1], q.p[1], g.p[1], mq.p[1], vq.p[1], np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1,
+                 0.375f, NULL);
+    be[1]->ema(be[1], eq.p[1], q.p[1], np, 0.5f, NULL);
+    p1 = down(&p, 1), e1 = down(&e, 1);
+    float *q1 = down(&q, 1), *eq1 = down(&eq, 1);
+    T_CHECK(!memcmp(p1, q1, p.bytes), "adamw under an applied ctl: bitwise its grad_scale passed");
+    T_CHECK(memcmp(p1, p0, p.bytes) != 0, "adamw under an applied ctl: params moved");
+    T_CHECK(!memcmp(e1, eq1, e.bytes), "ema under an applied ctl: bitwise without one");
+    free(p0), free(m0), free(e0), free(v0), free(p1), free(e1), free(q1), free(eq1);
+    drop(&x), drop(&c), drop(&p), drop(&g), drop(&m), drop(&v), drop(&e);
+    drop(&q), drop(&mq), drop(&vq), drop(&eq);
 }
 
 int main(void) {
@@ -1396,6 +1476,7 @@ int main(void) {
     test_head();
     test_head_contract();
     test_optim();
+    test_grad_check();
     be[0]->destroy(be[0]);
     be[1]->destroy(be[1]);
     return T_DONE();

@@ -687,6 +687,12 @@ static void check_pointwise(kf_backend *be) {
         ok &= (r == 5 || r == 0 || r == 2) ? memcmp(s + r * C, x + r * C, C * 4) == 0
                                            : s[r * C] == 0.0f;
     T_CHECK(ok, "scatter_rows");
+    int32_t ids[6] = {-1, -1, -1, -1, -1, -1}, picks[3] = {7, 8, 9};
+    be->scatter_ids(be, ids, picks, idx, 3);
+    T_EQ_INT(ids[5], 7, "scatter_ids: ids[idx[0]] = picks[0]");
+    T_EQ_INT(ids[0], 8, "scatter_ids: ids[idx[1]] = picks[1]");
+    T_EQ_INT(ids[2], 9, "scatter_ids: ids[idx[2]] = picks[2]");
+    T_EQ_INT(ids[1], -1, "scatter_ids: rows not named keep their id");
     free(y);
     free(x);
     free(y0);
@@ -853,21 +859,66 @@ static void check_reductions(kf_backend *be) {
  *         p -= 0.1*0.2105263158/(0.7904507617+1e-6)  ->  0.8544664287 */
 static void check_optim(kf_backend *be) {
     float p[2] = {1.0f, 1.0f}, g[2] = {0.5f, 0.5f}, m[2] = {0}, v[2] = {0};
-    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 2.0f);
+    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 2.0f, NULL);
     T_CLOSE(p[0], 0.8900000999999, 1e-6, "adamw step 1 param");
     T_CLOSE(m[0], 0.1, 1e-6, "adamw step 1 m");
     T_CLOSE(v[0], 0.001, 1e-6, "adamw step 1 v");
     g[0] = g[1] = -0.25f;
-    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 2, 2.0f);
+    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 2, 2.0f, NULL);
     T_CLOSE(p[0], 0.8544664287, 1e-6, "adamw step 2 param");
     T_CLOSE(m[0], 0.04, 1e-6, "adamw step 2 m");
     T_CLOSE(v[0], 0.001249, 1e-6, "adamw step 2 v");
     T_CHECK(p[0] == p[1], "adamw elements independent");
     float e[3] = {1.0f, 2.0f, -1.0f}, q[3] = {3.0f, 2.0f, 1.0f};
-    be->ema(be, e, q, 3, 0.75f);
+    be->ema(be, e, q, 3, 0.75f, NULL);
     T_NEAR(e[0], 1.5f, 0, "ema = decay*ema + (1-decay)*params");
     T_NEAR(e[1], 2.0f, 0, "ema = decay*ema + (1-decay)*params");
     T_NEAR(e[2], -0.5f, 0, "ema = decay*ema + (1-decay)*params");
+}
+
+/* The gradient check, worked by hand: grads {6, 8} carrying a loss scale of
+ * 2 have sumsq 100 and norm 10 / 2 = 5; clip 1 gives (1 / 5) / 2, clip 10
+ * (above the norm) and clip 0 (none) give 1 / 2. Then adamw and ema under a
+ * ctl: a skip changes nothing, else ctl's grad_scale replaces the argument. */
+static void check_grad_check(kf_backend *be) {
+    float g[2] = {6.0f, 8.0f};
+    kf_grad_ctl c = {0};
+    be->grad_check(be, &c, g, 2, 2.0, 1.0);
+    T_NEAR(c.sumsq, 100, 0, "grad_check: sumsq");
+    T_NEAR(c.norm, 5, 0, "grad_check: norm unscaled");
+    T_EQ_INT(c.skip, 0, "grad_check: finite, applied");
+    T_NEAR(c.grad_scale, (float)(0.2 / 2.0), 0, "grad_check: clipped to norm 1, unscaled");
+    be->grad_check(be, &c, g, 2, 2.0, 10.0);
+    T_NEAR(c.grad_scale, 0.5f, 0, "grad_check: a norm under the clip is not clipped");
+    be->grad_check(be, &c, g, 2, 2.0, 0.0);
+    T_NEAR(c.grad_scale, 0.5f, 0, "grad_check: clip 0 clips nothing");
+    c.sumsq = 100; /* as ZeRO-1 uploads it: grads NULL keeps it */
+    be->grad_check(be, &c, NULL, 0, 4.0, 1.0);
+    T_NEAR(c.norm, 2.5, 0, "grad_check: grads NULL uses the given sumsq");
+    c.sumsq = INFINITY;
+    be->grad_check(be, &c, NULL, 0, 4.0, 1.0);
+    T_EQ_INT(c.skip, 1, "grad_check: an infinite sumsq skips");
+    g[1] = NAN;
+    be->grad_check(be, &c, g, 2, 1.0, 1.0);
+    T_EQ_INT(c.skip, 1, "grad_check: a NaN gradient skips");
+
+    float p[2] = {1.0f, 1.0f}, m[2] = {0}, v[2] = {0}, e[2] = {3.0f, 3.0f};
+    g[1] = 8.0f;
+    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 1.0f, &c);
+    T_NEAR(p[0], 1.0f, 0, "adamw skipped by ctl: params");
+    T_NEAR(m[0], 0.0f, 0, "adamw skipped by ctl: m");
+    T_NEAR(v[0], 0.0f, 0, "adamw skipped by ctl: v");
+    be->ema(be, e, p, 2, 0.5f, &c);
+    T_NEAR(e[0], 3.0f, 0, "ema skipped by ctl");
+    c.skip = 0, c.grad_scale = 0.25f;
+    float p2[2] = {1.0f, 1.0f}, m2[2] = {0}, v2[2] = {0}, e2[2] = {3.0f, 3.0f};
+    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 1.0f, &c);
+    be->adamw(be, p2, g, m2, v2, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 0.25f, NULL);
+    T_CHECK(p[1] == p2[1], "adamw: ctl's grad_scale replaces the argument: got %.9g want %.9g",
+            p[1], p2[1]);
+    be->ema(be, e, p, 2, 0.5f, &c);
+    be->ema(be, e2, p2, 2, 0.5f, NULL);
+    T_CHECK(e[1] == e2[1], "ema under an applied ctl: got %.9g want %.9g", e[1], e2[1]);
 }
 
 /* Every non-attention op, run on sizes that span several chunks, gives
@@ -948,8 +999,8 @@ static void run_suite(kf_backend *be, sink *k) {
     SINK(&s, 8);
     SINK(&ss, 8);
     float *m = kf_calloc(n, 4), *v = kf_calloc(n, 4);
-    be->adamw(be, x, dy, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 3, 0.5f);
-    be->ema(be, y, x, n, 0.999f);
+    be->adamw(be, x, dy, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 3, 0.5f, NULL);
+    be->ema(be, y, x, n, 0.999f, NULL);
     SINK(x, n * 4);
     SINK(m, n * 4);
     SINK(v, n * 4);
@@ -1062,6 +1113,7 @@ int main(void) {
     check_logits(be);
     check_reductions(be);
     check_optim(be);
+    check_grad_check(be);
     check_threads(be);
     be->destroy(be);
     check_create();

@@ -174,7 +174,9 @@ int main(void) {
 
     /* the teacher helper gives the same tokens: round 1 = x1, round 2 = argmax(dbl) */
     int32_t out[B * N * 2 * K];
-    sup_pflm_rounds(m, w1, w2, ctx, B, N, K, z, K, z2, tau, out);
+    int32_t *picks = be->alloc(be, sizeof out);
+    sup_pflm_rounds(m, w1, w2, ctx, B, N, K, z, K, z2, tau, picks, out);
+    be->free(be, picks);
     int same = 1;
     for (int r = 0; r < B * N; r++)
         for (int j = 0; j < K; j++) {

@@ -72,9 +72,11 @@ int main(void) {
     }
     model_ws *ws = model_ws_create(ar);
     be->set_precision(be, KF_PREC_FP32);
-    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, t32);
+    int32_t *picks = be->alloc(be, (size_t)rows * sizeof(int32_t));
+    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, picks, t32);
     be->set_precision(be, KF_PREC_FP16);
-    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, t16);
+    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, picks, t16);
+    be->free(be, picks);
     int64_t moved = 0;
     for (int64_t r = 0; r < rows; r++) moved += t32[r] != t16[r];
     printf("an fp16 teacher pass changes %lld of %lld targets (%.2f%%)\n", (long long)moved,

@@ -235,19 +235,23 @@ static void check_chunks(kf_backend *be, const model_config *cfg, const layout *
             (long long)n);
     /* model_pick: argmax and inverse-CDF samples, kept logits vs chunks of 3 */
     int32_t *id1 = malloc((size_t)rows * 4), *id3 = malloc((size_t)rows * 4);
+    int32_t *id_d = m->be->alloc(m->be, (size_t)rows * 4);
     double *zr = malloc((size_t)rows * 8), *tr = malloc((size_t)rows * 8);
     for (int64_t r = 0; r < rows; r++) zr[r] = rng_uniform01(7, 4, (uint64_t)r), tr[r] = 0.8;
     for (int sample = 0; sample < 2; sample++) {
         model_forward(m, ws, &in, 0, NULL);
-        model_pick(m, ws, rows, sample ? zr : NULL, tr, id1);
+        model_pick(m, ws, rows, sample ? zr : NULL, tr, id_d);
+        m->be->download(m->be, id1, id_d, (size_t)rows * 4);
         model_forward(m, ws, &in, MODEL_NO_LOGITS, NULL);
-        model_pick(m, ws, rows, sample ? zr : NULL, tr, id3);
+        model_pick(m, ws, rows, sample ? zr : NULL, tr, id_d);
+        m->be->download(m->be, id3, id_d, (size_t)rows * 4);
         T_CHECK(!memcmp(id1, id3, (size_t)rows * 4),
                 "%s: model_pick (%s) differs with chunks of 3 "
                 "rows",
                 what, sample ? "samples" : "argmax");
     }
     free(id1), free(id3), free(zr), free(tr);
+    m->be->free(m->be, id_d);
     for (int t = 0; t < m->n_tensors; t++) {
         const model_tensor *mt = &m->tensors[t];
         const float *a = g1 + mt->offset, *c = g3 + mt->offset;

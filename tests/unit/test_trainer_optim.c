@@ -22,6 +22,18 @@ static runconfig_opts opts(void) {
     return o;
 }
 
+/* One optimizer step as train_step runs it: the check and the update on the
+ * device, the one read of the check, the host's update of the state. */
+static optim_result step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t s,
+                         float *p, const float *g, float *m, float *v, float *e) {
+    kf_grad_ctl *ctl = b->alloc(b, sizeof *ctl), got;
+    optim_check(b, o, st, s, ctl, g, N);
+    optim_apply(b, o, st, s, ctl, p, g, m, v, e, N);
+    b->download(b, &got, ctl, sizeof got);
+    b->free(b, ctl);
+    return optim_settle(o, st, s, &got);
+}
+
 int main(void) {
     kf_backend *b = kernels_cpu_create();
     runconfig_opts o = opts();
@@ -52,7 +64,7 @@ int main(void) {
     /* step 0: gradients carry the scale (as after backward of loss*scale) */
     for (int i = 0; i < N; i++) h0[i] = hg[i] * 1024.0f;
     b->upload(b, g, h0, N * 4);
-    optim_result r = optim_step(b, &o, &st, 0, b->sumsq(b, g, N), p, g, m, v, e, N);
+    optim_result r = step(b, &o, &st, 0, p, g, m, v, e);
     double want_norm = 0;
     for (int i = 0; i < N; i++) want_norm += (double)hg[i] * hg[i];
     T_CHECK(!r.skipped, "finite step applied");
@@ -69,7 +81,7 @@ int main(void) {
     b->download(b, ebefore, e, N * 4);
     h0[7] = INFINITY;
     b->upload(b, g, h0, N * 4);
-    r = optim_step(b, &o, &st, 1, b->sumsq(b, g, N), p, g, m, v, e, N);
+    r = step(b, &o, &st, 1, p, g, m, v, e);
     b->download(b, h0, p, N * 4);
     b->download(b, he, e, N * 4);
     T_CHECK(r.skipped, "overflow step skipped");
@@ -82,7 +94,7 @@ int main(void) {
     for (int i = 0; i < N; i++) h0[i] = hg[i] * 512.0f;
     h0[3] = NAN;
     b->upload(b, g, h0, N * 4);
-    r = optim_step(b, &o, &st, 2, b->sumsq(b, g, N), p, g, m, v, e, N);
+    r = step(b, &o, &st, 2, p, g, m, v, e);
     T_CHECK(r.skipped, "nan skipped, scale %g", st.scale);
     T_NEAR(st.scale, 256, 0, "nan skipped, scale %g", st.scale);
     T_EQ_INT(st.skipped, 2, "nan skipped, scale %g", st.scale);
@@ -91,7 +103,7 @@ int main(void) {
     for (int s = 3; s < 6; s++) {
         for (int i = 0; i < N; i++) h0[i] = hg[i] * (float)st.scale;
         b->upload(b, g, h0, N * 4);
-        r = optim_step(b, &o, &st, s, b->sumsq(b, g, N), p, g, m, v, e, N);
+        r = step(b, &o, &st, s, p, g, m, v, e);
         T_CHECK(!r.skipped, "good step %d", s);
     }
     T_CLOSE(st.scale, 512, 0, "scale grows after the interval");
@@ -102,7 +114,7 @@ int main(void) {
     T_CLOSE(optim_loss_scale(&st, &o, 6), 1, 0, "fp32 phase does not scale");
     for (int s = 6; s < 10; s++) {
         b->upload(b, g, hg, N * 4);
-        r = optim_step(b, &o, &st, s, b->sumsq(b, g, N), p, g, m, v, e, N);
+        r = step(b, &o, &st, s, p, g, m, v, e);
     }
     T_CLOSE(st.scale, 512, 0, "fp32 steps leave the scaler");
 
@@ -115,7 +127,7 @@ int main(void) {
     b->upload(b, g, h0, N * 4);
     b->zero(b, m, N * 4);
     b->zero(b, v, N * 4);
-    r = optim_step(b, &o, &s2, 10, b->sumsq(b, g, N), p, g, m, v, e, N);
+    r = step(b, &o, &s2, 10, p, g, m, v, e);
     float hm[2];
     b->download(b, hm, m, 8);
     T_CLOSE(r.grad_norm, 100, 1e-6, "norm before clipping");
@@ -125,7 +137,7 @@ int main(void) {
     /* EMA: ema = 0.5 ema + 0.5 params after a good step */
     b->download(b, before, e, N * 4);
     b->upload(b, g, hg, N * 4);
-    r = optim_step(b, &o, &s2, 11, b->sumsq(b, g, N), p, g, m, v, e, N);
+    r = step(b, &o, &s2, 11, p, g, m, v, e);
     b->download(b, h0, p, N * 4);
     b->download(b, he, e, N * 4);
     T_CLOSE(he[10], 0.5f * before[10] + 0.5f * h0[10], 1e-6, "EMA update");
@@ -145,7 +157,7 @@ int main(void) {
     w.n_phases = 1;
     w.phases[0] = (runconfig_phase){-1, RC_PREC_FP32};
     b->download(b, before, e, N * 4);
-    r = optim_step(b, &w, &s3, 0, b->sumsq(b, g, N), p, g, m, v, e, N);
+    r = step(b, &w, &s3, 0, p, g, m, v, e);
     b->download(b, h0, p, N * 4);
     b->download(b, he, e, N * 4);
     T_CHECK(!r.skipped, "warm-up step applied");
@@ -169,14 +181,14 @@ int main(void) {
     T_EQ_INT(optim_precision_parse("FP16"), -1, "--precision names are lower case");
     for (int i = 0; i < N; i++) h0[i] = hg[i];
     b->upload(b, g, h0, N * 4);
-    r = optim_step(b, &bf, &s4, 0, b->sumsq(b, g, N), p, g, m, v, e, N);
+    r = step(b, &bf, &s4, 0, p, g, m, v, e);
     T_CHECK(!r.skipped, "bf16 step applied");
     T_CLOSE(r.scale_used, 1, 0, "bf16 step unscaled");
     T_CLOSE(r.grad_norm, sqrt(want_norm), 1e-5, "bf16 grad norm, unscaled");
     T_EQ_INT(s4.good_steps, 0, "bf16 steps do not count toward growth");
     h0[7] = INFINITY;
     b->upload(b, g, h0, N * 4);
-    r = optim_step(b, &bf, &s4, 1, b->sumsq(b, g, N), p, g, m, v, e, N);
+    r = step(b, &bf, &s4, 1, p, g, m, v, e);
     T_CHECK(r.skipped, "bf16 non-finite step skipped");
     T_CLOSE(s4.scale, 1024, 0, "bf16 skip leaves the (unused) scale");
 

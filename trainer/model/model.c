@@ -426,7 +426,7 @@ struct model_ws {
     head_act *hact;
     dbuf xf, logits, targets_d, losses_d;
     dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
-    dbuf pick_ids_d, pick_z_d, pick_tau_d; /* model_pick */
+    dbuf pick_at_d, pick_z_d, pick_tau_d; /* model_input's picks; model_pick */
     dbuf dx, dxf, dln, dqkv, dh, datt;
     dbuf qkv32, dqkv16; /* qkv in fp32 when its layer keeps the 16-bit copy; dqkv's copy */
     int32_t *h_i32;     /* host scratch */
@@ -475,7 +475,7 @@ void model_ws_free(model_ws *ws) {
     dbuf *d[] = {&ws->qkv_full,   &ws->att_full,     &ws->lse_full, &ws->pos_d,      &ws->tok_ids_d,
                  &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d,      &ws->tau_d,      &ws->out_idx_d,
                  &ws->ctx_idx_d,  &ws->comp_idx_d,   &ws->xf,       &ws->logits,     &ws->targets_d,
-                 &ws->losses_d,   &ws->pick_ids_d,   &ws->pick_z_d, &ws->pick_tau_d, &ws->dx,
+                 &ws->losses_d,   &ws->pick_at_d,    &ws->pick_z_d, &ws->pick_tau_d, &ws->dx,
                  &ws->dxf,        &ws->dln,          &ws->dqkv,     &ws->dh,         &ws->datt,
                  &ws->posrow_d,   &ws->pos_tmp,      &n->feats,     &n->c,           &n->ln,
                  &n->mean,        &n->rstd,          &n->h1,        &n->h2,          &n->out,
@@ -522,7 +522,8 @@ static void embed_inputs(model *m, model_ws *ws, const model_input *in, float *x
     for (int64_t r = q0; r < L; r++) lay->noise[r] ? nnoise_per++ : ntok_per++;
     ws->n_tok = B * ntok_per;
     ws->n_noise = B * nnoise_per;
-    int32_t *h = host_i32(ws, (size_t)(2 * (ws->n_tok + ws->n_noise) + 1));
+    int64_t np = in->n_picks;
+    int32_t *h = host_i32(ws, (size_t)(2 * (ws->n_tok + ws->n_noise) + 1 + L + np));
     int32_t *ids = h, *rows = h + ws->n_tok;
     int64_t i = 0;
     for (int64_t b = 0; b < B; b++)
@@ -538,6 +539,20 @@ static void embed_inputs(model *m, model_ws *ws, const model_input *in, float *x
             }
     dbuf_upload(be, &ws->tok_ids_d, ids, (size_t)ws->n_tok, sizeof(int32_t));
     dbuf_upload(be, &ws->tok_rows_d, rows, (size_t)ws->n_tok, sizeof(int32_t));
+    if (np) {
+        /* each pick's place among the token ids just uploaded */
+        int32_t *tok_of = rows + ws->n_tok, *at = tok_of + L, c = 0;
+        for (int64_t r = 0; r < L; r++) tok_of[r] = r >= q0 && !lay->noise[r] ? c++ : -1;
+        for (int64_t k = 0; k < np; k++) {
+            int64_t b = in->pick_at[k] / L, r = in->pick_at[k] % L;
+            KF_CHECK(in->pick_at[k] >= 0 && b < B && tok_of[r] >= 0,
+                     "model: pick %lld at row %lld is no token row of the pass", (long long)k,
+                     (long long)in->pick_at[k]);
+            at[k] = (int32_t)(b * ntok_per + tok_of[r]);
+        }
+        dbuf_upload(be, &ws->pick_at_d, at, (size_t)np, sizeof(int32_t));
+        be->scatter_ids(be, ws->tok_ids_d.p, in->picks, ws->pick_at_d.p, np);
+    }
     if (ws->n_tok)
         be->embed_fwd(be, x, ws->tok_ids_d.p, ws->tok_rows_d.p, m->params + p->embed, ws->n_tok, H);
     if (!ws->n_noise) return;
@@ -860,7 +875,6 @@ void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const dou
     KF_CHECK(!ws->train, "model_pick: needs a pass without MODEL_TRAIN");
     KF_CHECK(rows <= m->n_heads_out * O, "model_pick: %lld rows, the last forward made %lld",
              (long long)rows, (long long)(m->n_heads_out * O));
-    int32_t *id = dbuf_ensure(be, &ws->pick_ids_d, (size_t)rows * sizeof(int32_t));
     double *zd = NULL, *td = NULL;
     if (z) {
         zd = dbuf_upload(be, &ws->pick_z_d, z, (size_t)rows, sizeof(double));
@@ -878,10 +892,9 @@ void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const dou
             if (n > O - c0) n = O - c0; /* a chunk stays within one head */
             head_chunk(m, ws, (int)(r0 / O), c0, n, lg);
         }
-        if (z) be->sample_icdf(be, id + r0, lg, td + r0, zd + r0, n, V);
-        else be->argmax(be, id + r0, lg, n, V);
+        if (z) be->sample_icdf(be, ids + r0, lg, td + r0, zd + r0, n, V);
+        else be->argmax(be, ids + r0, lg, n, V);
     }
-    be->download(be, ids, id, (size_t)rows * sizeof(int32_t));
 }
 
 void model_backward(model *m, model_ws *ws) { model_backward_notify(m, ws, NULL, NULL); }

@@ -173,11 +173,17 @@ int model_load_into(model *m, const char *path, float *buf, kf_err *err);
 
 /* ---- forward / backward ---- */
 
-/** One batch. Host arrays; the model uploads what it needs. */
+/** One batch. Host arrays (but picks); the model uploads what it needs. */
 typedef struct model_input {
     const layout *lay;
     int64_t B;
-    const int32_t *ids;       /* [B*L]: the token of every token row (others ignored) */
+    const int32_t *ids;   /* [B*L]: the token of every token row (others ignored) */
+    const int32_t *picks; /* device ids [n_picks] (a teacher's model_pick) that replace
+                             ids at the flat rows pick_at[i] (host, b*L + r, token rows
+                             the pass computes): the next pass's input built without a
+                             host wait; NULL when n_picks is 0 */
+    const int32_t *pick_at;
+    int64_t n_picks;
     const double *z;          /* [B*L*zdim] noise values of noise rows (zdim = k_train
                                  for HEAD_MTP, else 1); NULL when there are none */
     const double *tau;        /* [B] temperature per sample (noise rows) */
@@ -248,12 +254,13 @@ void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first,
                           float w);
 
 /** Token ids from the logits of the last model_forward on ws (not
- *  MODEL_TRAIN), read back to the host ids[rows] (the first `rows` logit
- *  rows): each row's first maximum (z == NULL), or its inverse-CDF sample for
- *  host noise z[r] and temperature tau[r] (kernels.h sample_icdf). After a
- *  MODEL_NO_LOGITS pass the output layer runs here, a chunk of rows at a
- *  time; per row the ids are the same. Its device buffers stay in ws, so a
- *  teacher pass waits for the device once: at this read-back. */
+ *  MODEL_TRAIN), into ids[rows], a device buffer of m->be (the first `rows`
+ *  logit rows): each row's first maximum (z == NULL), or its inverse-CDF
+ *  sample for host noise z[r] and temperature tau[r] (kernels.h
+ *  sample_icdf). After a MODEL_NO_LOGITS pass the output layer runs here, a
+ *  chunk of rows at a time; per row the ids are the same. Nothing waits for
+ *  the device: the ids feed the next pass (model_input picks) until the
+ *  caller reads them back, once for all of its passes. */
 void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
                 int32_t *ids);
 

@@ -35,17 +35,32 @@ int optim_precision_parse(const char *name) {
     return p < 0 ? -1 : (int)optim_precision((runconfig_prec)p);
 }
 
-optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t step,
-                        double ss, float *params, const float *grads, float *m, float *v,
-                        float *ema, int64_t n) {
-    int fp16 = runconfig_precision_at(o, step) == RC_PREC_FP16;
-    optim_result r = {.lr = optim_lr(o, step), .scale_used = fp16 ? st->scale : 1.0};
+void optim_check(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
+                 kf_grad_ctl *ctl, const float *grads, int64_t n) {
     /* One pass decides both "finite?" and the norm: sumsq of a buffer with an
      * inf/NaN is itself non-finite, and double accumulation of fp32 squares
      * cannot overflow for finite inputs. */
-    r.grad_norm = sqrt(ss) / r.scale_used;
-    if (!isfinite(ss)) {
-        r.skipped = 1;
+    b->grad_check(b, ctl, grads, n, optim_loss_scale(st, o, step), o->clip);
+}
+
+void optim_apply(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
+                 const kf_grad_ctl *ctl, float *params, const float *grads, float *m, float *v,
+                 float *ema, int64_t n) {
+    int64_t t = st->adam_t + 1;
+    /* grad_scale 1 is unused: ctl's replaces it */
+    b->adamw(b, params, grads, m, v, n, (float)optim_lr(o, step), (float)o->beta1, (float)o->beta2,
+             (float)o->eps, (float)o->weight_decay, t, 1.0f, ctl);
+    b->ema(b, ema, params, n, (float)optim_ema_decay(o, t), ctl);
+}
+
+optim_result optim_settle(const runconfig_opts *o, optim_state *st, int64_t step,
+                          const kf_grad_ctl *ctl) {
+    int fp16 = runconfig_precision_at(o, step) == RC_PREC_FP16;
+    optim_result r = {.skipped = ctl->skip,
+                      .grad_norm = ctl->norm,
+                      .lr = optim_lr(o, step),
+                      .scale_used = fp16 ? st->scale : 1.0};
+    if (r.skipped) {
         st->skipped++;
         if (fp16) {
             st->scale *= o->scale_backoff;
@@ -53,11 +68,7 @@ optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st,
         }
         return r;
     }
-    double clip = o->clip > 0 && r.grad_norm > o->clip ? o->clip / r.grad_norm : 1.0;
     st->adam_t++;
-    b->adamw(b, params, grads, m, v, n, (float)r.lr, (float)o->beta1, (float)o->beta2,
-             (float)o->eps, (float)o->weight_decay, st->adam_t, (float)(clip / r.scale_used));
-    b->ema(b, ema, params, n, (float)optim_ema_decay(o, st->adam_t));
     if (fp16 && ++st->good_steps >= o->scale_growth_interval) {
         st->scale *= o->scale_growth;
         st->good_steps = 0;

@@ -4,7 +4,7 @@
  *
  * Precision schedule (runconfig_opts.phases): in an fp16 phase the loss is
  * multiplied by the scaler's scale before backward, so gradients arrive
- * scaled; optim_step unscales them (folded into AdamW's grad_scale together
+ * scaled; the optimizer unscales them (folded into AdamW's grad_scale together
  * with the clip factor). A step whose gradients hold an inf or NaN is
  * skipped (no AdamW, no EMA, no bias-correction tick), the scale is
  * multiplied by `backoff`, and the skip is counted; after `growth_interval`
@@ -31,13 +31,20 @@ typedef struct optim_state {
     int64_t skipped;    /* steps skipped for non-finite gradients, in total */
 } optim_state;
 
-/** What one optim_step did (for logs). */
+/** What one optimizer step did (for logs; optim_settle). */
 typedef struct optim_result {
     int skipped;       /* 1: non-finite gradients, nothing applied */
     double grad_norm;  /* global L2 norm of the unscaled gradient (inf/nan when skipped) */
     double lr;         /* learning rate used */
     double scale_used; /* the loss scale the gradients carried */
 } optim_result;
+
+/** The scalars a training step leaves on the device, which the host reads in
+ *  one transfer at the step's end. */
+typedef struct optim_dev {
+    kf_grad_ctl ctl; /* optim_check's */
+    double loss;     /* the step's loss sum (model_loss_acc) */
+} optim_dev;
 
 /** A fresh state: scale = o->scale_init, counters 0. */
 optim_state optim_init(const runconfig_opts *o);
@@ -65,16 +72,36 @@ kf_precision optim_precision(runconfig_prec p);
  *  --precision) selects, or -1 for any other name. */
 int optim_precision_parse(const char *name);
 
-/** One optimizer step at 0-based `step`.
- * grads hold d(loss * optim_loss_scale)/d(params) summed over every rank (the
- * caller all-reduces first, so all ranks take identical decisions), and
- * sumsq is the sum of squares of the whole gradient (b->sumsq, or
- * dist_sumsq under ZeRO-1): it gives the norm to clip by and decides
- * whether the step is skipped (non-finite). Unless skipped, applies AdamW to
- * params/m/v and then the EMA. n: elements of the buffers, the whole flat
- * buffer or (ZeRO-1) this rank's shard of it. */
-optim_result optim_step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t step,
-                        double sumsq, float *params, const float *grads, float *m, float *v,
-                        float *ema, int64_t n);
+/* One optimizer step at 0-based `step` runs in three calls, so that the
+ * device never waits for the host inside it:
+ *   optim_check  the gradient check (b->grad_check) into ctl, on the device;
+ *   optim_apply  AdamW, then the EMA, reading ctl: a skipped step changes
+ *                nothing;
+ *   optim_settle once the host has read ctl (with the step's loss, at the
+ *                step's end): the host state's update (skip count, loss
+ *                scale, adam_t) and the step's result.
+ * Between optim_check and optim_settle st must not change. */
+
+/** The gradient check of step `step` into ctl (device): grads hold d(loss *
+ * optim_loss_scale)/d(params) summed over every rank (the caller all-reduces
+ * first, so all ranks take identical decisions), n elements, the whole
+ * flat buffer. grads NULL: ctl->sumsq already holds their sum of squares
+ * (ZeRO-1: dist_sumsq, uploaded). It gives the norm to clip by and decides
+ * whether the step is skipped (non-finite). */
+void optim_check(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
+                 kf_grad_ctl *ctl, const float *grads, int64_t n);
+
+/** Queues AdamW on params/m/v and then the EMA, as update st->adam_t + 1
+ * (both skipped on the device when ctl says so). n: elements of the
+ * buffers, the whole flat buffer or (ZeRO-1) this rank's shard of it. */
+void optim_apply(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
+                 const kf_grad_ctl *ctl, float *params, const float *grads, float *m, float *v,
+                 float *ema, int64_t n);
+
+/** The host's side of step `step` given its read ctl (host copy): a skipped
+ * step counts, and in fp16 backs the scale off; an applied one ticks adam_t
+ * and in fp16 grows the scale after growth_interval good steps. */
+optim_result optim_settle(const runconfig_opts *o, optim_state *st, int64_t step,
+                          const kf_grad_ctl *ctl);
 
 #endif

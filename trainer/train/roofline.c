@@ -164,24 +164,27 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     model_forward(m, s->ws, &sb.in, MODEL_TRAIN, NULL);
     if (st->kind == RC_KIND_SELF_FORCING && o->new_weight != 1.0)
         model_weight_dlogits(m, s->ws, st->k, st->k / 2, st->k / 2, (float)o->new_weight);
-    double *loss_d = be->alloc(be, sizeof(double)), loss;
-    model_loss_acc(m, s->ws, sb.targets, 0, (float)optim_loss_scale(&os, o, 0), loss_d);
+    optim_dev *dev = be->alloc(be, sizeof *dev), got;
+    model_loss_acc(m, s->ws, sb.targets, 0, (float)optim_loss_scale(&os, o, 0), &dev->loss);
     model_backward(m, s->ws);
     mk->student = n_recorded(be);
-    /* ZeRO-1: the norm's parts and the update of the shard (the collectives
-     * are not backend ops, and not priced) */
-    double ss = 0;
+    /* train_step's optimizer. ZeRO-1: the norm's parts, uploaded, and the
+     * update of the shard (the collectives are not backend ops, and not
+     * priced) */
     if (s->shard < m->n_params) {
         int64_t np = (s->shard + KF_SUM_PART - 1) / KF_SUM_PART;
-        double *parts = kf_malloc((size_t)np * sizeof *parts);
+        double *parts = kf_malloc((size_t)np * sizeof *parts), ss = 0;
         be->sumsq_parts(be, parts, m->grads, s->shard);
         for (int64_t i = 0; i < np; i++) ss += parts[i];
         free(parts);
-    } else ss = be->sumsq(be, m->grads, m->n_params);
-    optim_step(be, o, &os, 0, ss, m->params, m->grads, s->adam_m, s->adam_v, s->ema, s->shard);
+        be->upload(be, &dev->ctl.sumsq, &ss, sizeof ss);
+        optim_check(be, o, &os, 0, &dev->ctl, NULL, 0);
+    } else optim_check(be, o, &os, 0, &dev->ctl, m->grads, m->n_params);
+    optim_apply(be, o, &os, 0, &dev->ctl, m->params, m->grads, s->adam_m, s->adam_v, s->ema,
+                s->shard);
     model_params_changed(m);
-    be->download(be, &loss, loss_d, sizeof loss); /* train_step's read of its loss */
-    be->free(be, loss_d);
+    be->download(be, &got, dev, sizeof got); /* train_step's one read of its scalars */
+    be->free(be, dev);
     mk->end = n_recorded(be);
     free(tokens);
     free(keys);

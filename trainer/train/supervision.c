@@ -17,6 +17,8 @@ struct sup_ctx {
     int32_t *ids, *targets, *ctx, *blk;
     double *z, *tau, *z1, *z2, *lo;
     size_t cap;
+    int32_t *picks; /* the teacher's picks, on its device (sup_ar_blocks, sup_pflm_rounds) */
+    size_t picks_cap;
 };
 
 static const char *const kind_names[] = {"ar", "distill_ar", "self_forcing",
@@ -90,6 +92,7 @@ void sup_set_tau(sup_ctx *s, double tau_min, double tau_max) {
 
 void sup_free(sup_ctx *s) {
     if (!s) return;
+    if (s->picks) s->teacher->be->free(s->teacher->be, s->picks);
     model_ws_free(s->ws1);
     model_ws_free(s->ws2);
     if (s->lay_n) layout_free(&s->lay);
@@ -125,45 +128,52 @@ void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t tar
 }
 
 void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
-                   const double *z, const double *tau, int32_t *out) {
+                   const double *z, const double *tau, int32_t *picks, int32_t *out) {
     int64_t rows = B * n;
     double *zr = kf_malloc((size_t)rows * sizeof(double)),
            *tr = kf_malloc((size_t)rows * sizeof(double));
-    int32_t *got = kf_malloc((size_t)rows * sizeof(int32_t));
     for (int64_t r = 0; r < rows; r++) tr[r] = tau[r / n];
     layout lay;
     layout_ar(&lay, n);
     model_input in = {.lay = &lay, .B = B, .ids = ctx};
     model_forward(ar, ws, &in, MODEL_NO_LOGITS, NULL);
     for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k];
-    model_pick(ar, ws, rows, zr, tr, got);
-    for (int64_t r = 0; r < rows; r++) out[r * k] = got[r];
+    model_pick(ar, ws, rows, zr, tr, picks);
     layout_free(&lay);
     if (k > 1) {
-        /* group t holds the block's tokens so far; row (t, j-1) predicts token j */
+        /* group t holds the block's tokens so far: pass j reads the picks of
+         * passes 0..j-1 (picks[jj * rows + (b, t)] at row (t, jj)) on the
+         * device, and its row (t, j-1) predicts token j */
         layout_blocks(&lay, n, k - 1);
         int64_t L = lay.L;
         int32_t *ids = kf_calloc((size_t)(B * L), sizeof(int32_t));
-        for (int64_t b = 0; b < B; b++)
+        int32_t *at = kf_malloc((size_t)((k - 1) * rows) * sizeof(int32_t));
+        for (int64_t b = 0; b < B; b++) {
             memcpy(ids + b * L, ctx + b * n, (size_t)n * sizeof(int32_t));
-        lay.n_out = n;
-        in.lay = &lay;
-        in.ids = ids;
-        for (int64_t j = 1; j < k; j++) {
-            for (int64_t b = 0; b < B; b++)
+            for (int64_t jj = 0; jj < k - 1; jj++)
                 for (int64_t t = 0; t < n; t++)
-                    ids[b * L + layout_group_row(n, k - 1, t, j - 1)] =
-                        out[(b * n + t) * k + j - 1];
+                    at[jj * rows + b * n + t] =
+                        (int32_t)(b * L + layout_group_row(n, k - 1, t, jj));
+        }
+        lay.n_out = n;
+        in = (model_input){.lay = &lay, .B = B, .ids = ids, .picks = picks, .pick_at = at};
+        for (int64_t j = 1; j < k; j++) {
+            in.n_picks = j * rows;
             for (int64_t t = 0; t < n; t++)
                 lay.out_rows[t] = (int32_t)layout_group_row(n, k - 1, t, j - 1);
             model_forward(ar, ws, &in, MODEL_NO_LOGITS, NULL);
             for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k + j];
-            model_pick(ar, ws, rows, zr, tr, got);
-            for (int64_t r = 0; r < rows; r++) out[r * k + j] = got[r];
+            model_pick(ar, ws, rows, zr, tr, picks + j * rows);
         }
         free(ids);
+        free(at);
         layout_free(&lay);
     }
+    /* the passes' one wait for the device */
+    int32_t *got = kf_malloc((size_t)(k * rows) * sizeof(int32_t));
+    ar->be->download(ar->be, got, picks, (size_t)(k * rows) * sizeof(int32_t));
+    for (int64_t j = 0; j < k; j++)
+        for (int64_t r = 0; r < rows; r++) out[r * k + j] = got[j * rows + r];
     free(zr);
     free(tr);
     free(got);
@@ -171,12 +181,11 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
 
 void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx, int64_t B,
                      int64_t n, int64_t k, const double *z, int64_t k2, const double *z2,
-                     const double *tau, int32_t *out) {
+                     const double *tau, int32_t *picks, int32_t *out) {
     KF_CHECK(pf->cfg.kind == MODEL_PFLM && pf->cfg.head == HEAD_SHARED,
              "sup_pflm_rounds: needs a PFLM with the shared head");
     KF_CHECK(k2 == 0 || k2 == k, "sup_pflm_rounds: the second round has k tokens");
     int64_t w = k + k2, rows = B * n * k;
-    int32_t *got = kf_malloc((size_t)rows * sizeof(int32_t));
     layout l1;
     layout_single(&l1, n, k);
     int64_t L = l1.L;
@@ -190,26 +199,42 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
     }
     model_input in = {.lay = &l1, .B = B, .ids = ids, .z = zz, .tau = tau};
     model_forward(pf, ws1, &in, MODEL_NO_LOGITS | (k2 ? MODEL_KEEP_CTX_KV : 0), NULL);
-    model_pick(pf, ws1, rows, NULL, NULL, got);
-    for (int64_t r = 0; r < rows; r++) out[(r / k) * w + r % k] = got[r];
+    model_pick(pf, ws1, rows, NULL, NULL, picks);
     layout_free(&l1);
     if (k2) {
+        /* round 2 reads round 1's picks (row r = (b, t, j)) on the device */
         layout l2;
         layout_double(&l2, n, k);
         int64_t L2 = l2.L;
+        int32_t *at = kf_malloc((size_t)rows * sizeof(int32_t));
         memset(ids, 0, (size_t)(B * L2) * sizeof(int32_t));
         memset(zz, 0, (size_t)(B * L2) * sizeof(double));
         for (int64_t b = 0; b < B; b++)
             for (int64_t t = 0; t < n; t++)
                 for (int64_t j = 0; j < k; j++) {
-                    ids[b * L2 + layout_group_row(n, 2 * k, t, j)] = out[(b * n + t) * w + j];
+                    at[(b * n + t) * k + j] = (int32_t)(b * L2 + layout_group_row(n, 2 * k, t, j));
                     zz[b * L2 + layout_group_row(n, 2 * k, t, k + j)] = z2[(b * n + t) * k + j];
                 }
-        in.lay = &l2;
+        in = (model_input){.lay = &l2,
+                           .B = B,
+                           .ids = ids,
+                           .picks = picks,
+                           .pick_at = at,
+                           .n_picks = rows,
+                           .z = zz,
+                           .tau = tau};
         model_forward(pf, ws2, &in, MODEL_NO_LOGITS, ws1);
-        model_pick(pf, ws2, rows, NULL, NULL, got);
-        for (int64_t r = 0; r < rows; r++) out[(r / k) * w + k + r % k] = got[r];
+        model_pick(pf, ws2, rows, NULL, NULL, picks + rows);
+        free(at);
         layout_free(&l2);
+    }
+    /* both rounds' one wait for the device */
+    int64_t nr = (k2 ? 2 : 1) * rows;
+    int32_t *got = kf_malloc((size_t)nr * sizeof(int32_t));
+    pf->be->download(pf->be, got, picks, (size_t)nr * sizeof(int32_t));
+    for (int64_t r = 0; r < rows; r++) {
+        out[(r / k) * w + r % k] = got[r];
+        if (k2) out[(r / k) * w + k + r % k] = got[rows + r];
     }
     free(ids);
     free(zz);
@@ -246,6 +271,17 @@ static void targets_ar(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n, 
                 t + 1 < valid_upto(valid_len, b, n) ? tokens[b * n + t + 1] : -1;
 }
 
+/* A device buffer of n ids for the teacher's picks. */
+static int32_t *picks_buf(sup_ctx *s, int64_t n) {
+    kf_backend *be = s->teacher->be;
+    if ((size_t)n > s->picks_cap) {
+        if (s->picks) be->free(be, s->picks);
+        s->picks = be->alloc(be, (size_t)n * sizeof(int32_t));
+        s->picks_cap = (size_t)n;
+    }
+    return s->picks;
+}
+
 /* SUP_DISTILL_AR and SUP_SELF_FORCING: row (b, t, j) learns the teacher's
  * token j of the block it produces from the noise z[(b, t), 0..k) (AR:
  * inverse-CDF blocks; PFLM(k/2): two rounds of k/2). */
@@ -258,7 +294,8 @@ static void targets_teacher(sup_ctx *s, int64_t B, int64_t n, int64_t np, const 
             for (int64_t j = 0; j < k; j++)
                 s->z[(b * np + t) * k + j] = sup_uniform(c->seed, keys[b], SUP_RNG_Z, t, j);
     if (c->kind == SUP_DISTILL_AR) {
-        sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, s->blk);
+        sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, picks_buf(s, B * np * k),
+                      s->blk);
     } else {
         int64_t h = k / 2;
         for (int64_t r = 0; r < B * np; r++)
@@ -267,7 +304,7 @@ static void targets_teacher(sup_ctx *s, int64_t B, int64_t n, int64_t np, const 
                 s->z2[r * h + j] = s->z[r * k + h + j];
             }
         sup_pflm_rounds(s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau,
-                        s->blk);
+                        picks_buf(s, B * np * k), s->blk);
     }
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < np; t++)

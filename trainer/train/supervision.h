@@ -92,16 +92,22 @@ void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int
 /** Teacher helper (used by sup_build, eval and the tests): the exact k-token
  *  inverse-CDF blocks of an AR model. ctx [B*n] context tokens, z [B*n*k],
  *  tau [B]; writes out [B*n*k] ((b, t, j) order): out[b,t,j] =
- *  F^-1(z[b,t,j] | ctx[b,0..t], out[b,t,0..j-1]) under softmax(logits/tau). */
+ *  F^-1(z[b,t,j] | ctx[b,0..t], out[b,t,0..j-1]) under softmax(logits/tau).
+ *  picks: a device buffer (ar->be) of B*n*k ids, where each pass leaves its
+ *  picks for the next one, so the k passes wait for the device once, at the
+ *  read-back into out. */
 void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
-                   const double *z, const double *tau, int32_t *out);
+                   const double *z, const double *tau, int32_t *picks, int32_t *out);
 
 /** Teacher helper: one PFLM window of k tokens per position by SingleForward
  *  argmax (z [B*n*k]); when k2 > 0 a second round of k2 tokens per position by
- *  DoubleForward on z2 [B*n*k2] (requires k2 == k). out [B*n*(k+k2)]. */
+ *  DoubleForward on z2 [B*n*k2] (requires k2 == k). out [B*n*(k+k2)].
+ *  picks: a device buffer (pf->be) of B*n*(k+k2) ids, where round 1 leaves
+ *  its picks for round 2, so the rounds wait for the device once, at the
+ *  read-back into out. */
 void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx, int64_t B,
                      int64_t n, int64_t k, const double *z, int64_t k2, const double *z2,
-                     const double *tau, int32_t *out);
+                     const double *tau, int32_t *picks, int32_t *out);
 
 /** The noise-inversion bin of target under p = softmax(logits / tau) (V
  *  logits, float64), the CDF running over the ids sorted by descending

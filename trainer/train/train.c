@@ -61,7 +61,7 @@ typedef struct trainer {
     sup_ctx *sup;                       /* builds inputs + targets per micro-batch */
     sup_batch *sb;                      /* its latest batch (owned by sup) */
     float *ema, *adam_m, *adam_v, *acc; /* ema, adam_*: [shard.count] */
-    double *loss_d;                     /* a step's (or evaluation's) loss sum, on the device */
+    optim_dev *dev;                     /* a step's device scalars (evaluation: its loss) */
     int zero1;                          /* ZeRO-1: the optimizer state of this rank's shard */
     dist_range shard;                   /* the range of the flat buffer it updates */
     loader *ld, *vld;
@@ -193,14 +193,14 @@ static void mb_store_free(mb_store *s) {
 static double evaluate(trainer *t) {
     loader_seek(t->vld, 0);
     double acc[2] = {0, 0};
-    t->be->zero(t->be, t->loss_d, sizeof(double));
+    t->be->zero(t->be, &t->dev->loss, sizeof(double));
     for (int64_t i = 0; i < t->o->eval_batches * t->accum; i++) {
         const loader_batch *lb = loader_next(t->vld);
         build(t, lb);
         model_forward(t->m, t->ws, &t->sb->in, MODEL_NO_LOGITS, NULL);
-        acc[1] += (double)model_loss_acc(t->m, t->ws, t->sb->targets, 0, 1.0f, t->loss_d);
+        acc[1] += (double)model_loss_acc(t->m, t->ws, t->sb->targets, 0, 1.0f, &t->dev->loss);
     }
-    t->be->download(t->be, &acc[0], t->loss_d, sizeof(double));
+    t->be->download(t->be, &acc[0], &t->dev->loss, sizeof(double));
     dist_allreduce_sum_f64(t->d, acc, 2);
     return acc[1] > 0 ? acc[0] / acc[1] : 0;
 }
@@ -258,7 +258,7 @@ static void train_step(trainer *t) {
     float scale = (float)optim_loss_scale(&t->os, t->o, t->step);
     size_t gbytes = (size_t)m->n_params * sizeof(float);
     float *g = t->accum > 1 ? t->acc : m->grads;
-    be->zero(be, t->loss_d, sizeof(double));
+    be->zero(be, &t->dev->loss, sizeof(double));
     for (int64_t a = 0; a < t->accum; a++) {
         mb_store *sb = &t->mbs[a];
         model_input in = stored_input(t, sb);
@@ -267,7 +267,7 @@ static void train_step(trainer *t) {
         if (t->st->kind == RC_KIND_SELF_FORCING && t->o->new_weight != 1.0)
             model_weight_dlogits(m, t->ws, t->st->k, t->st->k / 2, t->st->k / 2,
                                  (float)t->o->new_weight);
-        model_loss_acc(m, t->ws, sb->targets, norm, scale, t->loss_d);
+        model_loss_acc(m, t->ws, sb->targets, norm, scale, &t->dev->loss);
         /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
          * the last one's parts are added (grads_ready) and all-reduced as the
          * backward finishes them */
@@ -281,16 +281,28 @@ static void train_step(trainer *t) {
         }
     }
     double exposed = dist_grads_wait(t->d);
-    /* ZeRO-1: the norm from every rank's shard, the update of this rank's,
-     * then the updated weights gathered (a skipped step changed none) */
-    double ss = t->zero1 ? dist_sumsq(t->d, be, g, m->n_params) : be->sumsq(be, g, m->n_params);
+    /* The gradient check, then the update, both on the device. ZeRO-1: the
+     * norm from every rank's shard (a host reduction, so the host knows the
+     * skip), the update of this rank's shard, then the updated weights
+     * gathered (a skipped step changed none) */
     const dist_range *sh = &t->shard;
-    optim_result r = optim_step(be, t->o, &t->os, t->step, ss, m->params + sh->off, g + sh->off,
-                                t->adam_m, t->adam_v, t->ema, sh->count);
-    if (t->zero1 && !r.skipped) dist_allgather(t->d, be, m->params, m->n_params);
+    int gather = t->zero1;
+    if (t->zero1) {
+        double ss = dist_sumsq(t->d, be, g, m->n_params);
+        be->upload(be, &t->dev->ctl.sumsq, &ss, sizeof ss);
+        optim_check(be, t->o, &t->os, t->step, &t->dev->ctl, NULL, 0);
+        gather = isfinite(ss);
+    } else optim_check(be, t->o, &t->os, t->step, &t->dev->ctl, g, m->n_params);
+    optim_apply(be, t->o, &t->os, t->step, &t->dev->ctl, m->params + sh->off, g + sh->off,
+                t->adam_m, t->adam_v, t->ema, sh->count);
+    if (gather) dist_allgather(t->d, be, m->params, m->n_params);
     model_params_changed(m);
-    /* the step's one read of its loss, which also waits for the step */
-    be->download(be, &loss, t->loss_d, sizeof loss);
+    /* the step's one read of its scalars (loss, gradient check), which also
+     * waits for the step */
+    optim_dev got;
+    be->download(be, &got, t->dev, sizeof got);
+    optim_result r = optim_settle(t->o, &t->os, t->step, &got.ctl);
+    loss = got.loss;
     dist_allreduce_sum_f64(t->d, &loss, 1);
     t->step++;
     double dt = clock_now_s() - t_start;
@@ -548,7 +560,7 @@ static int setup_training(trainer *t, kf_err *err) {
     t->adam_m = t->be->alloc(t->be, sbytes);
     t->adam_v = t->be->alloc(t->be, sbytes);
     t->acc = t->be->alloc(t->be, bytes);
-    t->loss_d = t->be->alloc(t->be, sizeof(double));
+    t->dev = t->be->alloc(t->be, sizeof *t->dev);
     t->be->copy(t->be, t->ema, t->m->params + t->shard.off, sbytes);
     t->os = optim_init(t->o);
     return 0;
@@ -661,7 +673,7 @@ static void teardown(trainer *t) {
         if (t->adam_m) t->be->free(t->be, t->adam_m);
         if (t->adam_v) t->be->free(t->be, t->adam_v);
         if (t->acc) t->be->free(t->be, t->acc);
-        if (t->loss_d) t->be->free(t->be, t->loss_d);
+        if (t->dev) t->be->free(t->be, t->dev);
     }
     model_ws_free(t->ws);
     model_free(t->m);

@@ -29,7 +29,9 @@
  *      in buckets of resources.bucket_mb during the last micro-batch's
  *      backward, each as soon as the backward has finished its gradients
  *      (same bits whatever the bucket size on the CPU backend);
- *   5. optim_step (scaler, clip, AdamW, EMA), log, checkpoint every
+ *   5. the optimizer (optim.h): the gradient check (norm, clip, skip) and
+ *      AdamW and the EMA on the device; then the step's one host read (its
+ *      loss and the check), the scaler's update, log, checkpoint every
  *      checkpoint_every steps.
  * With resources.zero1 (ZeRO-1, dist.h) step 4 is a reduce-scatter, step 5
  * updates this rank's shard (its AdamW moments and EMA are the shard's only)
