@@ -95,6 +95,10 @@ typedef struct cuda_impl {
      * (fp16/bf16 attention, cuda_attention_tc.cu; fp16 batch-invariant GEMM,
      * cuda_gemm.cu) */
     int tc;
+    int graphs;    /* graph_end makes graphs (KF_CUDA_GRAPHS unset or not 0; cuda_graph.cu) */
+    int capturing; /* between graph_begin and graph_end */
+    int64_t n_graphs, n_graph_launches; /* graphs alive; launches, graph_end's included */
+    void *blas_ws; /* cuBLAS's workspace, set on the handle: nothing allocated in a capture */
 } cuda_impl;
 
 static inline cuda_impl *cu_impl(kf_backend *b) { return (cuda_impl *)b->impl; }
