@@ -413,7 +413,26 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (kf_backend * b, float *losses, void *dlogits16, float *dbias, const float *logits,          \
        const int32_t *targets, const float *row_w, int64_t rows, int64_t V, float grad_scale,      \
        int64_t mask_col),                                                                          \
-      (b, losses, dlogits16, dbias, logits, targets, row_w, rows, V, grad_scale, mask_col))
+      (b, losses, dlogits16, dbias, logits, targets, row_w, rows, V, grad_scale, mask_col))        \
+                                                                                                   \
+    /* ---- graphs: a fixed sequence of ops recorded once and replayed ----                        \
+     * graph_begin starts recording the ops called on b until graph_end, which                     \
+     * runs them once and returns a handle for graph_launch, or NULL when b                        \
+     * does not record (the CPU backend and the recorder run each op as it is                      \
+     * called; the CUDA backend with KF_CUDA_GRAPHS=0): the caller then calls                      \
+     * the ops itself again next time. Either way the ops have run once when                       \
+     * graph_end returns. graph_launch runs them again with the arguments they                     \
+     * were called with: the same device addresses and sizes, reading whatever                     \
+     * those buffers hold at the launch — so inputs are uploaded into the same                   \
+     * buffers before it, outputs read from them after. Between begin and end                      \
+     * only device work is allowed: no alloc, free, upload, download, sync or                      \
+     * host-returned reduction (the CUDA backend dies on one), and the ops'                        \
+     * scratch must already be large enough (run them once before recording).                      \
+     * graph_free releases a handle (NULL: nothing). */                                            \
+    X(void, graph_begin, (kf_backend * b), (b))                                                    \
+    X(void *, graph_end, (kf_backend * b), (b))                                                    \
+    X(void, graph_launch, (kf_backend * b, void *graph), (b, graph))                               \
+    X(void, graph_free, (kf_backend * b, void *graph), (b, graph))
 
 typedef struct kf_backend kf_backend;
 

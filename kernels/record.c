@@ -84,6 +84,10 @@ static void rec_end(kf_backend *b) {
 #define REC_OWN_sumsq ~, 1
 #define REC_OWN_sumsq_parts ~, 1
 #define REC_OWN_count_nonfinite ~, 1
+#define REC_OWN_graph_begin ~, 1
+#define REC_OWN_graph_end ~, 1
+#define REC_OWN_graph_launch ~, 1
+#define REC_OWN_graph_free ~, 1
 #define REC_SECOND(a, b, ...) b
 #define REC_SECOND_OF(...) REC_SECOND(__VA_ARGS__)
 #define REC_CAT(a, b) REC_CAT_(a, b)
@@ -217,6 +221,15 @@ static void rec_sumsq_parts(kf_backend *b, double *parts, const float *x, int64_
     else memset(parts, 0, (size_t)((n + KF_SUM_PART - 1) / KF_SUM_PART) * sizeof *parts);
     rec_end(b);
 }
+
+/* No graphs, even over a backend that makes them: the caller then calls every
+ * op itself, so each is logged (and, timed, timed on its own). */
+static void rec_graph_begin(kf_backend *b) {}
+static void *rec_graph_end(kf_backend *b) { return NULL; }
+static void rec_graph_launch(kf_backend *b, void *graph) {
+    KF_FATAL("graph_launch: the recorder makes no graphs (graph_end returned NULL)");
+}
+static void rec_graph_free(kf_backend *b, void *graph) {}
 
 static const kf_backend rec_table = {
 #define REC_SLOT(ret, name, params, args) .name = rec_##name,

@@ -140,6 +140,14 @@ void cpu_sync(kf_backend *b) {}
 
 void cpu_set_precision(kf_backend *b, kf_precision p) { b->precision = p; }
 
+/* No graphs: every op runs as it is called, so the caller calls them again. */
+void cpu_graph_begin(kf_backend *b) {}
+void *cpu_graph_end(kf_backend *b) { return NULL; }
+void cpu_graph_launch(kf_backend *b, void *graph) {
+    KF_FATAL("graph_launch: the cpu backend makes no graphs (graph_end returned NULL)");
+}
+void cpu_graph_free(kf_backend *b, void *graph) {}
+
 void cpu_destroy(kf_backend *b) {
     cpu_impl *im = b->impl;
     for (int i = 0; i < CPU_SCRATCH_N; i++) free(im->scratch[i]);

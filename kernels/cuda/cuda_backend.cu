@@ -8,6 +8,8 @@
 #include "kernels/cuda/cuda_internal.h"
 
 /* Partials of host-returned reductions (cuda_optim.cu uses at most this many). */
+/* cuBLAS's workspace (cublasSetWorkspace). */
+#define CU_BLAS_WORKSPACE ((size_t)32 << 20)
 #define CU_RED_SLOTS 1024
 
 /* Keeps p until the next cu_wait: queued work may still use it. */
@@ -37,11 +39,16 @@ void cu_wait(kf_backend *b) {
     CUDA_OK(cudaMemcpyAsync(im->err_host, im->err_dev, sizeof(int), cudaMemcpyDeviceToHost,
                             im->stream));
     CUDA_OK(cudaStreamSynchronize(im->stream));
+    /* a graph replays the device addresses it was captured with, such as
+     * scratch that has grown since: device memory waits for the last graph */
+    int keep = 0;
     for (int i = 0; i < im->n_retired; i++) {
         if (im->retired_host[i]) CUDA_OK(cudaFreeHost(im->retired[i]));
+        else if (im->n_graphs) im->retired[keep++] = im->retired[i];
         else CUDA_OK(cudaFree(im->retired[i]));
     }
-    im->n_retired = 0;
+    for (int i = 0; i < keep; i++) im->retired_host[i] = 0;
+    im->n_retired = keep;
     im->stage_used = 0;
     KF_CHECK(!(*im->err_host & CU_ERR_EMBED_ID),
              "embed_bwd: a token id lies outside [0, vocab) (seen on the device, reported at the "
@@ -70,6 +77,10 @@ static char *stage(cuda_impl *im, size_t bytes) {
 void cu_upload_async(kf_backend *b, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     cuda_impl *im = cu_impl(b);
+    /* a captured copy would read the staging memory at each launch, long
+     * after it was reused */
+    KF_CHECK(!im->capturing, "an upload between graph_begin and graph_end (kernels.h: inputs are "
+                             "uploaded before the graph is launched)");
     if (bytes > CU_STAGE_MAX) { /* pageable: returns once src is consumed */
         CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, im->stream));
         return;
@@ -134,6 +145,7 @@ void cu_destroy(kf_backend *b) {
     cudaFree(im->rope_tab);
     for (int i = 0; i < CU_SCRATCH_N; i++) cudaFree(im->scratch[i]);
     cudaFree(im->red);
+    cudaFree(im->blas_ws);
     cudaFreeHost(im->red_host);
     cublasDestroy(im->blas);
     cudaStreamDestroy(im->stream);
@@ -149,6 +161,11 @@ extern "C" void *kernels_cuda_stream(kf_backend *b) {
 extern "C" int kernels_cuda_device(kf_backend *b) {
     KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_device needs the cuda backend");
     return cu_impl(b)->device;
+}
+
+extern "C" int64_t kernels_cuda_graph_launches(kf_backend *b) {
+    KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_graph_launches needs the cuda backend");
+    return cu_impl(b)->n_graph_launches;
 }
 
 extern "C" int64_t kernels_cuda_host_syncs(void) {
@@ -184,11 +201,17 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
      * CUBLAS_COMPUTE_32F_PEDANTIC (cuda_gemm.cu). Pedantic math on the whole
      * handle would also hold the fp16 GEMMs to it, off the tensor cores. */
     CUBLAS_OK(cublasSetMathMode(im->blas, CUBLAS_DEFAULT_MATH));
+    /* a workspace of its own (32 MiB, what cuBLAS asks for on Hopper), so the
+     * library allocates none inside a graph capture */
+    CUDA_OK(cudaMalloc(&im->blas_ws, CU_BLAS_WORKSPACE));
+    CUBLAS_OK(cublasSetWorkspace(im->blas, im->blas_ws, CU_BLAS_WORKSPACE));
     CUDA_OK(cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device));
     const char *tc = getenv("KF_CUDA_TC");
     im->tc = tc && !strcmp(tc, "1");
     im->attn_tc = !(tc && !strcmp(tc, "0"));
     im->attn_tc_force = -1;
+    const char *graphs = getenv("KF_CUDA_GRAPHS");
+    im->graphs = !graphs || strcmp(graphs, "0");
     CUDA_OK(cudaMalloc(&im->red, CU_RED_SLOTS * sizeof(double)));
     CUDA_OK(cudaMallocHost(&im->red_host, CU_RED_SLOTS * sizeof(double)));
     CUDA_OK(cudaMalloc(&im->err_dev, sizeof(int)));

@@ -22,6 +22,10 @@ void *kernels_cuda_stream(kf_backend *b);
 /** The CUDA device ordinal backend b runs on. */
 int kernels_cuda_device(kf_backend *b);
 
+/** Graph launches on backend b so far (kernels.h's graph ops; graph_end's
+ *  first run included): tests show with it that graphs were used. */
+int64_t kernels_cuda_graph_launches(kf_backend *b);
+
 /** Host synchronisations the process has made so far (cudaStreamSynchronize,
  *  cudaFree, a copy with pageable memory, ...: the list in
  *  kernels/cuda/emu/include/cuda_runtime.h), as counted by the CPU emulation

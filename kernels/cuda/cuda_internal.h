@@ -101,6 +101,10 @@ typedef struct cuda_impl {
      * (0 SIMT, 1 tensor cores); attn_tc_err: the check's launch error */
     int attn_tc, attn_tc_checked, attn_tc_force;
     cudaError_t attn_tc_err;
+    int graphs;    /* graph_end makes graphs (KF_CUDA_GRAPHS unset or not 0; cuda_graph.cu) */
+    int capturing; /* between graph_begin and graph_end */
+    int64_t n_graphs, n_graph_launches; /* graphs alive; launches, graph_end's included */
+    void *blas_ws; /* cuBLAS's workspace, set on the handle: nothing allocated in a capture */
 } cuda_impl;
 
 static inline cuda_impl *cu_impl(kf_backend *b) { return (cuda_impl *)b->impl; }

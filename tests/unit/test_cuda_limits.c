@@ -4,7 +4,8 @@
  * And the checks the backend makes on the device instead of stopping the
  * host (embed_bwd's token ids): a bad id ends the program at the next host
  * wait, naming the op (in a child process, forked before this one touches
- * the GPU).
+ * the GPU). Likewise a host wait or an upload between graph_begin and
+ * graph_end (kernels.h), which the capture cannot hold.
  *
  * Needs a GPU (make test-cuda) or the CPU emulation harness, which checks the
  * limits as the hardware does (tests/scripts/test_gpu_emu.sh runs it once:
@@ -52,9 +53,10 @@ static void decode_many_samples(kf_backend *cpu, kf_backend *gpu) {
     free(h), free(out[0]), free(out[1]);
 }
 
-/* embed_bwd with token id 7 of a vocabulary of 5, then b->sync: the op
- * returns (the check runs on the device), the sync dies with its message. */
-static void embed_bad_id_dies(void) {
+/* Runs body on a fresh CUDA backend in a child process (forked before this
+ * one touches the GPU); returns its exit status (3: no backend) with its
+ * stderr in out. */
+static int in_child(void (*body)(kf_backend *), char *out, size_t cap) {
     int fd[2];
     T_CHECK(pipe(fd) == 0, "pipe");
     fflush(NULL);
@@ -65,29 +67,38 @@ static void embed_bad_id_dies(void) {
         char msg[256] = "";
         kf_backend *g = kernels_cuda_create(0, msg, sizeof msg);
         if (!g) _exit(3);
-        const int32_t ids[4] = {1, 2, 7, 3};
-        float dout[4 * 8];
-        for (int i = 0; i < 4 * 8; i++) dout[i] = (float)i;
-        float *tab = g->alloc(g, 5 * 8 * sizeof(float)), *dd = g->alloc(g, sizeof dout);
-        int32_t *id = g->alloc(g, sizeof ids);
-        g->upload(g, dd, dout, sizeof dout);
-        g->upload(g, id, ids, sizeof ids);
-        g->embed_bwd(g, tab, dd, id, NULL, 4, 8, 5);
-        fputs("embed_bwd returned\n", stderr);
-        g->sync(g);
+        body(g);
         _exit(0);
     }
     close(fd[1]);
-    char out[4096] = "";
     size_t len = 0;
     ssize_t r;
-    while (len + 1 < sizeof out && (r = read(fd[0], out + len, sizeof out - 1 - len)) > 0)
-        len += (size_t)r;
+    while (len + 1 < cap && (r = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)r;
     out[len] = 0;
     close(fd[0]);
     int st = 0;
     waitpid(pid, &st, 0);
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* embed_bwd with token id 7 of a vocabulary of 5, then b->sync: the op
+ * returns (the check runs on the device), the sync dies with its message. */
+static void embed_bad_id(kf_backend *g) {
+    const int32_t ids[4] = {1, 2, 7, 3};
+    float dout[4 * 8];
+    for (int i = 0; i < 4 * 8; i++) dout[i] = (float)i;
+    float *tab = g->alloc(g, 5 * 8 * sizeof(float)), *dd = g->alloc(g, sizeof dout);
+    int32_t *id = g->alloc(g, sizeof ids);
+    g->upload(g, dd, dout, sizeof dout);
+    g->upload(g, id, ids, sizeof ids);
+    g->embed_bwd(g, tab, dd, id, NULL, 4, 8, 5);
+    fputs("embed_bwd returned\n", stderr);
+    g->sync(g);
+}
+
+static void embed_bad_id_dies(void) {
+    char out[4096] = "";
+    int code = in_child(embed_bad_id, out, sizeof out);
     printf("embed_bwd with an id outside the vocabulary: exit %d, stderr: %s", code, out);
     T_CHECK(code != 0, "embed_bwd, bad id: got exit 0, want a failure");
     T_CHECK(code != 3, "embed_bwd, bad id: got exit 3 (no backend), want the op's failure");
@@ -97,9 +108,46 @@ static void embed_bad_id_dies(void) {
             "embed_bwd, bad id: got '%s', want the sync to name embed_bwd", out);
 }
 
+/* Between graph_begin and graph_end (kernels.h) only device work: a host
+ * wait fails the capture, as CUDA refuses it; an upload dies before the
+ * capture would keep the address of its staging memory. */
+static void graph_sync(kf_backend *g) {
+    float *x = g->alloc(g, 64 * sizeof(float));
+    g->graph_begin(g);
+    g->scale(g, x, 2.0f, 64);
+    g->sync(g);
+    fputs("sync returned\n", stderr);
+}
+static void graph_upload(kf_backend *g) {
+    float h[64] = {0}, *x = g->alloc(g, sizeof h);
+    g->graph_begin(g);
+    g->upload(g, x, h, sizeof h);
+    fputs("upload returned\n", stderr);
+}
+
+static void graph_refusals(void) {
+    struct {
+        void (*body)(kf_backend *);
+        const char *what, *want;
+    } cases[] = {
+        {graph_sync, "sync in a graph", "operation not permitted when stream is capturing"},
+        {graph_upload, "upload in a graph", "an upload between graph_begin and graph_end"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char out[4096] = "";
+        int code = in_child(cases[i].body, out, sizeof out);
+        printf("%s: exit %d, stderr: %s", cases[i].what, code, out);
+        T_CHECK(code != 0 && code != 3, "%s: got exit %d, want the backend to die", cases[i].what,
+                code);
+        T_CHECK(strstr(out, cases[i].want) != NULL, "%s: got '%s', want '%s'", cases[i].what, out,
+                cases[i].want);
+    }
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a crash keeps every line printed before it */
     embed_bad_id_dies();
+    graph_refusals();
     char msg[256] = "";
     kf_backend *cpu = kernels_cpu_create(), *gpu = kernels_cuda_create(0, msg, sizeof msg);
     T_CHECK(gpu != NULL, "no CUDA backend: %s", msg);

@@ -20,6 +20,12 @@
  * of one sample built alone equal those built inside a batch of 64, bit for
  * bit, for distill_ar and self_forcing.
  *
+ * Decoding with CUDA graphs (kernels.h's graph ops, model_decode.c): the
+ * ids decode_run gives on the GPU with graphs equal, bit for bit, those of a
+ * GPU backend made with KF_CUDA_GRAPHS=0, for AR sampling, K-Forcing
+ * argmaxes (k not dividing the tokens asked for), a frequency penalty and
+ * fp16; the graph backend launched the expected graphs, the other none.
+ *
  * Host synchronisations (under the emulation harness, which counts them):
  * once its buffers have grown, a training step's forward, loss (its sum
  * stays on the device), backward and optimizer (the gradient check, AdamW
@@ -39,6 +45,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #endif
 #include "tests/test.h"
+#include "trainer/infer/decode.h"
 #include "trainer/model/layout.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
@@ -390,6 +397,71 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
     model_free(teacher);
 }
 
+static int64_t graph_launches(kf_backend *b) {
+#ifdef KF_CUDA
+    return kernels_cuda_graph_launches(b);
+#else
+    (void)b;
+    return -1; /* never reached: no CUDA backend */
+#endif
+}
+
+/* decode_run on the GPU with and without graphs (be_nog: KF_CUDA_GRAPHS=0).
+ * `graphed`: the steps of the repeated shape after its first (uncaptured)
+ * one, each launching the blocks + 1 segments of model_decode.c. */
+static void decode_graphs(kf_backend *be_nog, const char *name, const model_config *cfg,
+                          const decode_opts *o, kf_precision prec, int64_t graphed) {
+    enum { DB = 3, DP = 3 };
+    kf_backend *bs[2] = {be[1], be_nog};
+    int32_t prefix[DB * DP], *out[2];
+    uint64_t keys[DB] = {3, 17, 99};
+    tokens(prefix, DB * DP, 41);
+    int64_t launches[2];
+    for (int s = 0; s < 2; s++) {
+        model *m = model_create(bs[s], cfg);
+        randomize(m, 5);
+        bs[s]->set_precision(bs[s], prec);
+        out[s] = malloc((size_t)(DB * o->max_new) * sizeof(int32_t));
+        int64_t l0 = graph_launches(bs[s]);
+        decode_run(m, NULL, prefix, DB, DP, o, keys, out[s]);
+        launches[s] = graph_launches(bs[s]) - l0;
+        bs[s]->set_precision(bs[s], KF_PREC_FP32);
+        model_free(m);
+    }
+    int64_t differ = 0;
+    for (int64_t i = 0; i < DB * o->max_new; i++) differ += out[0][i] != out[1][i];
+    printf("decode with graphs, %s: %lld of %lld ids differ from no graphs; %lld graph launches\n",
+           name, (long long)differ, (long long)(DB * o->max_new), (long long)launches[0]);
+    T_EQ_INT(differ, 0, "decode %s: ids with graphs unlike those without", name);
+    T_EQ_INT(launches[0], graphed * (cfg->blocks + 1), "decode %s: graph launches", name);
+    T_EQ_INT(launches[1], 0, "decode %s: graph launches with KF_CUDA_GRAPHS=0", name);
+    free(out[0]);
+    free(out[1]);
+}
+
+static void decode_with_graphs(void) {
+    char msg[256] = "";
+    setenv("KF_CUDA_GRAPHS", "0", 1);
+    kf_backend *nog = kernels_cuda_create(0, msg, sizeof msg);
+    unsetenv("KF_CUDA_GRAPHS");
+    T_CHECK(nog != NULL, "no second CUDA backend: %s", msg);
+    if (!nog) return;
+    model_config ar = base_cfg(0), pf = base_cfg(0), pfg = base_cfg(1);
+    pf.kind = pfg.kind = MODEL_PFLM;
+    pf.k_train = pfg.k_train = 2;
+    /* AR: 8 steps, the prefill then 7 of one row: 6 after the first */
+    decode_opts o = {.k = 1, .tau = 0.8, .max_new = 8, .seed = 7};
+    decode_graphs(nog, "ar, sampled", &ar, &o, KF_PREC_FP32, 6);
+    /* K-Forcing k = 2, 11 tokens: the prefill, 4 steps of 2, then 1 token */
+    o = (decode_opts){.k = 2, .tau = 1.0, .max_new = 11, .seed = 7};
+    decode_graphs(nog, "k=2 argmax", &pf, &o, KF_PREC_FP32, 3);
+    decode_graphs(nog, "k=2 argmax fp16", &pf, &o, KF_PREC_FP16, 3);
+    decode_graphs(nog, "k=2 argmax, GPT-2 options", &pfg, &o, KF_PREC_FP32, 3);
+    o.freq_penalty = 0.5f;
+    decode_graphs(nog, "k=2 frequency penalty", &pf, &o, KF_PREC_FP32, 3);
+    nog->destroy(nog);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a crash keeps every line printed before it */
     char msg[256] = "";
@@ -422,6 +494,7 @@ int main(void) {
     batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar);
     batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1);
     save_load_continue();
+    decode_with_graphs();
     host_syncs_in_a_step("distill_ar k=2", SUP_DISTILL_AR, &ar);
     host_syncs_in_a_step("self_forcing 1->2", SUP_SELF_FORCING, &pf1);
     be[0]->destroy(be[0]);

@@ -30,10 +30,30 @@ void model_heads_free(model_heads *h) {
     free(h);
 }
 
+/* The graphs of one step shape (kernels.h's graph ops). A step's ops but
+ * attn_decode depend on the host only through the buffers' addresses and
+ * the shape below; attn_decode takes the cache length, which grows every
+ * step, so it runs between the graphs: segment 0 is the inputs and block
+ * 0's ops before it, segment l + 1 block l's after it and block l + 1's
+ * before (or the outputs). */
+typedef struct step_graphs {
+    int64_t Q, ntok, nz, n_out;
+    const int32_t *argmax;
+    kf_precision prec;
+    int batch_invariant;
+    void **bufs; /* the buffers' addresses when recorded (bufs_addrs) */
+    int runs;    /* steps of this shape so far: the first runs uncaptured */
+    void **seg;  /* [blocks + 1], NULL where the backend made no graph */
+} step_graphs;
+
+enum { STEP_SHAPES = 4 };
+
 struct model_cache {
     model *m;
     const model_heads *heads;
     int64_t B, cap, len;
+    step_graphs shapes[STEP_SHAPES];
+    int n_shapes;
     float **k, **v; /* [blocks] of [B, cap, H] */
     layer_act a;
     noise_act nact;
@@ -69,22 +89,56 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
     return c;
 }
 
+/* The cache's buffers besides K, V and the heads' (hact). */
+enum { CACHE_BUFS = 37 };
+static void cache_bufs(model_cache *c, dbuf *d[CACHE_BUFS]) {
+    layer_act *a = &c->a;
+    noise_act *n = &c->nact;
+    dbuf *all[CACHE_BUFS] = {
+        &a->ln1,    &a->mean1,   &a->rstd1,   &a->qkv, &a->att,    &a->lse,    &a->xmid,
+        &a->ln2,    &a->mean2,   &a->rstd2,   &a->h1,  &a->h2,     &n->feats,  &n->c,
+        &n->ln,     &n->mean,    &n->rstd,    &n->h1,  &n->h2,     &n->out,    &n->dh,
+        &n->dln,    &n->dc,      &c->x,       &c->xf,  &c->logits, &c->tmp,    &c->pos_d,
+        &c->ids_d,  &c->rows_d,  &c->nrows_d, &c->z_d, &c->kidx_d, &c->vidx_d, &c->cidx_d,
+        &c->oidx_d, &c->posrow_d};
+    memcpy(d, all, sizeof all);
+}
+
+/* The addresses of the cache's buffers into addr [bufs_count(c)]: a step
+ * graph recorded with other addresses (a buffer has grown since) is
+ * recorded again. */
+static int64_t bufs_count(const model_cache *c) { return CACHE_BUFS + 3 * c->m->n_heads_out; }
+static void bufs_addrs(model_cache *c, void **addr) {
+    dbuf *d[CACHE_BUFS];
+    cache_bufs(c, d);
+    for (int i = 0; i < CACHE_BUFS; i++) addr[i] = d[i]->p;
+    for (int64_t h = 0, i = CACHE_BUFS; h < c->m->n_heads_out; h++) {
+        addr[i++] = c->hact[h].ln.p;
+        addr[i++] = c->hact[h].mean.p;
+        addr[i++] = c->hact[h].rstd.p;
+    }
+}
+
+static void step_graphs_free(model_cache *c, step_graphs *g) {
+    kf_backend *be = c->m->be;
+    if (g->seg)
+        for (int64_t i = 0; i <= c->m->cfg.blocks; i++) be->graph_free(be, g->seg[i]);
+    free(g->seg);
+    free(g->bufs);
+    memset(g, 0, sizeof *g);
+}
+
 void model_cache_free(model_cache *c) {
     if (!c) return;
     kf_backend *be = c->m->be;
+    for (int i = 0; i < c->n_shapes; i++) step_graphs_free(c, &c->shapes[i]);
     for (int64_t l = 0; l < c->m->cfg.blocks; l++) {
         be->free(be, c->k[l]);
         be->free(be, c->v[l]);
     }
-    layer_act *a = &c->a;
-    noise_act *n = &c->nact;
-    dbuf *d[] = {&a->ln1,    &a->mean1,   &a->rstd1,   &a->qkv, &a->att,    &a->lse,    &a->xmid,
-                 &a->ln2,    &a->mean2,   &a->rstd2,   &a->h1,  &a->h2,     &n->feats,  &n->c,
-                 &n->ln,     &n->mean,    &n->rstd,    &n->h1,  &n->h2,     &n->out,    &n->dh,
-                 &n->dln,    &n->dc,      &c->x,       &c->xf,  &c->logits, &c->tmp,    &c->pos_d,
-                 &c->ids_d,  &c->rows_d,  &c->nrows_d, &c->z_d, &c->kidx_d, &c->vidx_d, &c->cidx_d,
-                 &c->oidx_d, &c->posrow_d};
-    for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
+    dbuf *d[CACHE_BUFS];
+    cache_bufs(c, d);
+    for (int i = 0; i < CACHE_BUFS; i++) dbuf_release(be, d[i]);
     for (int h = 0; h < c->m->n_heads_out; h++) {
         dbuf_release(be, &c->hact[h].ln);
         dbuf_release(be, &c->hact[h].mean);
@@ -110,24 +164,133 @@ static int32_t *h32(model_cache *c, size_t n) {
     return c->h32;
 }
 
+/* One step's sizes and device buffers, all in place before its first op. */
+typedef struct step {
+    model *m;
+    model_cache *c;
+    int64_t Q, R, ntok, nz, O;
+    float *x, *ln1, *mean, *rstd, *qkv, *att, *tmp, *xf, *logits;
+    const double *zd;
+    int32_t *argmax;
+} step;
+
+/* Block l's ops before its attention: LayerNorm, QKV, RoPE, and the new K
+ * and V rows into the cache. */
+static void block_pre(const step *s, int64_t l) {
+    model *m = s->m;
+    model_cache *c = s->c;
+    kf_backend *be = m->be;
+    const block_off *o = &((model_priv *)m->priv)->blk[l];
+    int64_t H = m->cfg.hidden, R = s->R, nh = m->cfg.heads;
+    be->layernorm_fwd(be, s->ln1, NULL, s->mean, s->rstd, s->x, m->params + o->norm1,
+                      o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
+    linear_fwd(m, s->qkv, s->ln1, NULL, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
+    if (m->cfg.pos == POS_ROPE)
+        be->rope_fwd(be, s->qkv, c->pos_d.p, c->B, s->Q, nh, H / nh, ROPE_BASE, NULL);
+    be->gather_rows(be, s->tmp, s->qkv, c->kidx_d.p, R, H);
+    be->scatter_rows(be, c->k[l], s->tmp, c->cidx_d.p, R, H);
+    be->gather_rows(be, s->tmp, s->qkv, c->vidx_d.p, R, H);
+    be->scatter_rows(be, c->v[l], s->tmp, c->cidx_d.p, R, H);
+}
+
+/* Segment `seg` of a step (step_graphs): the ops between two attentions. */
+static void step_segment(const step *s, int64_t seg) {
+    model *m = s->m;
+    model_cache *c = s->c;
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    int64_t H = m->cfg.hidden, R = s->R;
+    if (seg == 0) { /* inputs: tokens by embedding, noise rows through the noise encoder */
+        if (s->ntok)
+            be->embed_fwd(be, s->x, c->ids_d.p, c->rows_d.p, m->params + p->embed, s->ntok, H);
+        if (s->nz) {
+            int64_t zd = p->zdim ? p->zdim : 1;
+            noise_encoder_fwd(m, &c->nact, s->nz, s->zd, s->zd + s->nz * zd);
+            be->scatter_rows(be, s->x, c->nact.out.p, c->nrows_d.p, s->nz, H);
+        }
+        if (m->cfg.pos == POS_LEARNED) pos_embed_fwd(m, &c->tmp, s->x, c->posrow_d.p, R);
+    } else {
+        const block_off *o = &p->blk[seg - 1];
+        linear_fwd(m, s->x, s->att, NULL, o->out, o->out_b, R, H, H, 1.0f);
+        block_mlp_fwd(m, o, &c->a, s->x, R);
+    }
+    if (seg < m->cfg.blocks) {
+        block_pre(s, seg);
+        return;
+    }
+    /* outputs ordered (out row, sample) */
+    be->gather_rows(be, s->xf, s->x, c->oidx_d.p, s->O, H);
+    for (int hh = 0; hh < m->n_heads_out; hh++) {
+        float *ln = head_norm_fwd(m, &c->hact[hh], hh, s->xf, s->O);
+        be->head_fwd(be, s->logits ? s->logits + hh * s->O * m->cfg.vocab : NULL,
+                     s->argmax ? s->argmax + hh * s->O : NULL, ln, c->heads->head[hh], s->O);
+    }
+}
+
+/* The graphs for this step's shape, made empty when the buffers moved since
+ * they were recorded; the oldest shape makes room for a new one. */
+static step_graphs *step_shape(const step *s) {
+    model_cache *c = s->c;
+    kf_backend *be = s->m->be;
+    int64_t nb = bufs_count(c);
+    void **now = kf_malloc((size_t)nb * sizeof *now);
+    bufs_addrs(c, now);
+    step_graphs *g = NULL;
+    for (int i = 0; i < c->n_shapes && !g; i++) {
+        step_graphs *t = &c->shapes[i];
+        if (t->Q == s->Q && t->ntok == s->ntok && t->nz == s->nz && t->n_out == s->O / c->B &&
+            t->argmax == s->argmax && t->prec == be->precision &&
+            t->batch_invariant == be->batch_invariant)
+            g = t;
+    }
+    if (g && g->bufs && memcmp(g->bufs, now, (size_t)nb * sizeof *now)) {
+        step_graphs k = *g; /* re-recorded after a run that settles the buffers */
+        k.seg = NULL;
+        k.bufs = NULL;
+        step_graphs_free(c, g);
+        *g = k;
+        g->runs = 0;
+    }
+    if (!g) {
+        if (c->n_shapes == STEP_SHAPES) {
+            step_graphs_free(c, &c->shapes[0]);
+            memmove(c->shapes, c->shapes + 1, (STEP_SHAPES - 1) * sizeof *c->shapes);
+            c->n_shapes--;
+        }
+        g = &c->shapes[c->n_shapes++];
+        *g = (step_graphs){.Q = s->Q,
+                           .ntok = s->ntok,
+                           .nz = s->nz,
+                           .n_out = s->O / c->B,
+                           .argmax = s->argmax,
+                           .prec = be->precision,
+                           .batch_invariant = be->batch_invariant};
+    }
+    free(now);
+    return g;
+}
+
 const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_t *noise,
                                const int32_t *ids, const double *z, const double *tau,
                                int64_t n_out, const int32_t *out, int64_t keep, int32_t *argmax) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
-    int64_t B = c->B, P = c->len, H = m->cfg.hidden, V = m->cfg.vocab, nh = m->cfg.heads;
-    int64_t hd = H / nh, R = B * Q, zd = p->zdim ? p->zdim : 1;
+    int64_t B = c->B, P = c->len, H = m->cfg.hidden, V = m->cfg.vocab;
+    int64_t R = B * Q, zd = p->zdim ? p->zdim : 1;
     size_t f = sizeof(float);
     KF_CHECK(Q >= 1 && keep <= Q && P + Q <= c->cap,
              "model_decode_step: %lld new rows after %lld exceed the cache of %lld", (long long)Q,
              (long long)P, (long long)c->cap);
-    float *x = dbuf_ensure(be, &c->x, (size_t)(R * H) * f);
+    step s = {.m = m, .c = c, .Q = Q, .R = R, .argmax = argmax};
 
-    /* inputs: tokens by embedding, noise rows through the noise encoder */
+    /* every input goes to the device before the first op: the ops, recorded
+     * in graphs, read device buffers only */
     int64_t ntok = 0, nz = 0;
     for (int64_t i = 0; i < Q; i++) noise[i] ? nz++ : ntok++;
     ntok *= B;
     nz *= B;
+    s.ntok = ntok;
+    s.nz = nz;
     int32_t *h = h32(c, (size_t)(2 * R + 1));
     int64_t it = 0, iz = 0;
     for (int64_t b = 0; b < B; b++)
@@ -144,7 +307,6 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     if (ntok) {
         dbuf_upload(be, &c->ids_d, h, (size_t)ntok, sizeof(int32_t));
         dbuf_upload(be, &c->rows_d, h + ntok, (size_t)ntok, sizeof(int32_t));
-        be->embed_fwd(be, x, c->ids_d.p, c->rows_d.p, m->params + p->embed, ntok, H);
     }
     if (nz) {
         KF_CHECK(m->cfg.kind == MODEL_PFLM, "model_decode_step: noise rows given to an AR model");
@@ -162,9 +324,7 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
                     h[iz++] = (int32_t)(b * Q + i);
                 }
         dbuf_upload(be, &c->nrows_d, h, (size_t)nz, sizeof(int32_t));
-        double *zdv = dbuf_upload(be, &c->z_d, c->h64, (size_t)(2 * nz * zd), sizeof(double));
-        noise_encoder_fwd(m, &c->nact, nz, zdv, zdv + nz * zd);
-        be->scatter_rows(be, x, c->nact.out.p, c->nrows_d.p, nz, H);
+        s.zd = dbuf_upload(be, &c->z_d, c->h64, (size_t)(2 * nz * zd), sizeof(double));
     }
 
     /* positions P..P+Q-1; K rows of qkv viewed as [3R, H] are 3r+1, V rows 3r+2;
@@ -176,8 +336,7 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
                  "%lld learned positions",
                  (long long)(P + Q), (long long)m->cfg.n_positions);
         for (int64_t r = 0; r < R; r++) pos[r] = (int32_t)(P + r % Q);
-        pos_embed_fwd(m, &c->tmp, x, dbuf_upload(be, &c->posrow_d, pos, (size_t)R, sizeof(int32_t)),
-                      R);
+        dbuf_upload(be, &c->posrow_d, pos, (size_t)R, sizeof(int32_t));
     }
     for (int64_t i = 0; i < Q; i++) pos[i] = (int32_t)(P + i);
     dbuf_upload(be, &c->pos_d, pos, (size_t)Q, sizeof(int32_t));
@@ -190,31 +349,8 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     dbuf_upload(be, &c->vidx_d, pos + R, (size_t)R, sizeof(int32_t));
     dbuf_upload(be, &c->cidx_d, pos + 2 * R, (size_t)R, sizeof(int32_t));
 
-    layer_act *a = &c->a;
-    float *ln1 = dbuf_ensure(be, &a->ln1, (size_t)(R * H) * f);
-    float *mean = dbuf_ensure(be, &a->mean1, (size_t)R * f);
-    float *rstd = dbuf_ensure(be, &a->rstd1, (size_t)R * f);
-    float *qkv = dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * f);
-    float *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * f);
-    float *tmp = dbuf_ensure(be, &c->tmp, (size_t)(R * H) * f);
-    for (int64_t l = 0; l < m->cfg.blocks; l++) {
-        const block_off *o = &p->blk[l];
-        be->layernorm_fwd(be, ln1, NULL, mean, rstd, x, m->params + o->norm1,
-                          o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
-        linear_fwd(m, qkv, ln1, NULL, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
-        if (m->cfg.pos == POS_ROPE)
-            be->rope_fwd(be, qkv, c->pos_d.p, B, Q, nh, hd, ROPE_BASE, NULL);
-        be->gather_rows(be, tmp, qkv, c->kidx_d.p, R, H);
-        be->scatter_rows(be, c->k[l], tmp, c->cidx_d.p, R, H);
-        be->gather_rows(be, tmp, qkv, c->vidx_d.p, R, H);
-        be->scatter_rows(be, c->v[l], tmp, c->cidx_d.p, R, H);
-        be->attn_decode(be, att, qkv, 3 * H, c->k[l], c->v[l], B, c->cap, P, Q, nh, hd);
-        linear_fwd(m, x, att, NULL, o->out, o->out_b, R, H, H, 1.0f);
-        block_mlp_fwd(m, o, a, x, R);
-    }
-
-    /* outputs ordered (out row, sample) */
     int64_t O = n_out * B;
+    s.O = O;
     int32_t *oi = h32(c, (size_t)(O + 1));
     for (int64_t j = 0; j < n_out; j++) {
         KF_CHECK(out[j] >= 0 && out[j] < Q, "model_decode_step: output row %d of %lld", out[j],
@@ -222,15 +358,42 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
         for (int64_t b = 0; b < B; b++) oi[j * B + b] = (int32_t)(b * Q + out[j]);
     }
     dbuf_upload(be, &c->oidx_d, oi, (size_t)O, sizeof(int32_t));
-    float *xf = dbuf_ensure(be, &c->xf, (size_t)(O * H) * f);
-    be->gather_rows(be, xf, x, c->oidx_d.p, O, H);
-    float *logits =
-        argmax ? NULL : dbuf_ensure(be, &c->logits, (size_t)(m->n_heads_out * O * V) * f);
-    for (int hh = 0; hh < m->n_heads_out; hh++) {
-        float *ln = head_norm_fwd(m, &c->hact[hh], hh, xf, O);
-        be->head_fwd(be, logits ? logits + hh * O * V : NULL, argmax ? argmax + hh * O : NULL, ln,
-                     c->heads->head[hh], O);
+
+    layer_act *a = &c->a;
+    s.x = dbuf_ensure(be, &c->x, (size_t)(R * H) * f);
+    s.ln1 = dbuf_ensure(be, &a->ln1, (size_t)(R * H) * f);
+    s.mean = dbuf_ensure(be, &a->mean1, (size_t)R * f);
+    s.rstd = dbuf_ensure(be, &a->rstd1, (size_t)R * f);
+    s.qkv = dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * f);
+    s.att = dbuf_ensure(be, &a->att, (size_t)(R * H) * f);
+    s.tmp = dbuf_ensure(be, &c->tmp, (size_t)(R * H) * f);
+    s.xf = dbuf_ensure(be, &c->xf, (size_t)(O * H) * f);
+    s.logits = argmax ? NULL : dbuf_ensure(be, &c->logits, (size_t)(m->n_heads_out * O * V) * f);
+
+    /* The segments between the attentions: run as called the first time a
+     * shape is seen (buffers and scratch grow then), recorded the second
+     * time, then launched (the CPU backend records nothing and runs them). */
+    step_graphs *g = step_shape(&s);
+    int record = g->runs == 1;
+    if (record) g->seg = kf_calloc((size_t)(m->cfg.blocks + 1), sizeof *g->seg);
+    int64_t nh = m->cfg.heads;
+    for (int64_t seg = 0; seg <= m->cfg.blocks; seg++) {
+        if (g->seg && g->seg[seg]) {
+            be->graph_launch(be, g->seg[seg]);
+        } else {
+            if (record) be->graph_begin(be);
+            step_segment(&s, seg);
+            if (record) g->seg[seg] = be->graph_end(be);
+        }
+        if (seg < m->cfg.blocks)
+            be->attn_decode(be, s.att, s.qkv, 3 * H, c->k[seg], c->v[seg], B, c->cap, P, Q, nh,
+                            H / nh);
     }
+    if (record) {
+        g->bufs = kf_malloc((size_t)bufs_count(c) * sizeof *g->bufs);
+        bufs_addrs(c, g->bufs);
+    }
+    g->runs++;
     c->len = P + keep;
-    return logits;
+    return s.logits;
 }

@@ -20,6 +20,7 @@
 struct emu_blas {
     cudaStream_t stream;
     cublasMath_t math;
+    void *workspace; /* cublasSetWorkspace's (NULL: the library's own) */
 };
 
 static int handle_ok(cublasHandle_t h) { return h && emu_stream_valid(h->stream); }
@@ -39,6 +40,12 @@ cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!emu_stream_valid(s)) return CUBLAS_STATUS_INVALID_VALUE;
     h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t bytes) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bytes && !emu_is_device(workspace, bytes)) return CUBLAS_STATUS_INVALID_VALUE;
+    h->workspace = bytes ? workspace : NULL;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
@@ -120,44 +127,54 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
         emu_fatal("cublasGemmStridedBatchedEx: an operand lies outside device memory (m %d n %d "
                   "k %d, lda %d ldb %d ldc %d, strides %lld %lld %lld, batch %d)",
                   m, n, k, lda, ldb, ldc, sa, sb, sc, batch);
+    /* a lint: without a workspace of its own, cuBLAS may allocate one inside the
+     * capture, which the graph then replays without owning */
+    if (emu_stream_capturing(h->stream) && !h->workspace)
+        emu_fatal("cublasGemmStridedBatchedEx captured on a handle without cublasSetWorkspace");
+    /* host pointer mode: alpha and beta are read now, the operands when the
+     * work runs (at each launch of a graph that captured it) */
     float alpha = *(const float *)alpha_p, beta = *(const float *)beta_p;
-    /* split-K model: fewer 64x64 output tiles than the H100's 132 SMs and a
-     * long k gives k chunks, summed one after the other */
-    long long tiles = (long long)((m + 63) / 64) * ((n + 63) / 64) * batch;
-    int splits = 1;
-    if (tiles < 132 && k >= 256) {
-        splits = (int)(132 / tiles);
-        if (splits > k / 128) splits = k / 128;
-        if (splits > 8) splits = 8;
-        if (splits < 1) splits = 1;
-    }
-    int chunk = (k + splits - 1) / splits;
-    for (int z = 0; z < batch; z++) {
-        const char *a = (const char *)A + (size_t)z * sa * type_size(At);
-        const char *b = (const char *)B + (size_t)z * sb * type_size(Bt);
-        char *c = (char *)C + (size_t)z * sc * type_size(Ct);
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                float acc = 0.0f;
-                for (int k0 = 0; k0 < k; k0 += chunk) {
-                    float part = 0.0f;
-                    for (int kk = k0; kk < k0 + chunk && kk < k; kk++) {
-                        float av = load(
-                            a, At, ta == CUBLAS_OP_N ? (size_t)kk * lda + i : (size_t)i * lda + kk);
-                        float bv = load(
-                            b, Bt, tb == CUBLAS_OP_N ? (size_t)j * ldb + kk : (size_t)kk * ldb + j);
-                        part = fmaf(av, bv, part);
+    emu::stream_work(h->stream, "cublasGemmStridedBatchedEx", [=] {
+        /* split-K model: fewer 64x64 output tiles than the H100's 132 SMs and a
+         * long k gives k chunks, summed one after the other */
+        long long tiles = (long long)((m + 63) / 64) * ((n + 63) / 64) * batch;
+        int splits = 1;
+        if (tiles < 132 && k >= 256) {
+            splits = (int)(132 / tiles);
+            if (splits > k / 128) splits = k / 128;
+            if (splits > 8) splits = 8;
+            if (splits < 1) splits = 1;
+        }
+        int chunk = (k + splits - 1) / splits;
+        for (int z = 0; z < batch; z++) {
+            const char *a = (const char *)A + (size_t)z * sa * type_size(At);
+            const char *b = (const char *)B + (size_t)z * sb * type_size(Bt);
+            char *c = (char *)C + (size_t)z * sc * type_size(Ct);
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    float acc = 0.0f;
+                    for (int k0 = 0; k0 < k; k0 += chunk) {
+                        float part = 0.0f;
+                        for (int kk = k0; kk < k0 + chunk && kk < k; kk++) {
+                            float av = load(a, At,
+                                            ta == CUBLAS_OP_N ? (size_t)kk * lda + i
+                                                              : (size_t)i * lda + kk);
+                            float bv = load(b, Bt,
+                                            tb == CUBLAS_OP_N ? (size_t)j * ldb + kk
+                                                              : (size_t)kk * ldb + j);
+                            part = fmaf(av, bv, part);
+                        }
+                        acc += part;
                     }
-                    acc += part;
+                    size_t ci = (size_t)j * ldc + i;
+                    float v = alpha * acc;
+                    if (beta != 0.0f) v += beta * load(c, Ct, ci); /* beta = 0: C is not read */
+                    if (Ct == CUDA_R_16F) ((__half *)c)[ci] = __float2half_rn(v);
+                    else if (Ct == CUDA_R_16BF) ((__nv_bfloat16 *)c)[ci] = __float2bfloat16_rn(v);
+                    else ((float *)c)[ci] = v;
                 }
-                size_t ci = (size_t)j * ldc + i;
-                float v = alpha * acc;
-                if (beta != 0.0f) v += beta * load(c, Ct, ci); /* beta = 0: C is not read */
-                if (Ct == CUDA_R_16F) ((__half *)c)[ci] = __float2half_rn(v);
-                else if (Ct == CUDA_R_16BF) ((__nv_bfloat16 *)c)[ci] = __float2bfloat16_rn(v);
-                else ((float *)c)[ci] = v;
-            }
-    }
+        }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 

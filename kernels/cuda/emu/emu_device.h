@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -127,7 +129,14 @@ static inline T shfl_from(unsigned mask, T v, int src, const char *file, int lin
 /** Runs fn(ctx) as every thread of every block of the grid (blocks in order),
  *  after checking the configuration against an H100's limits. */
 void run_grid(const void *kernel, const char *name, const char *file, int line, dim3 grid,
-              dim3 block, size_t smem, void *stream, void (*fn)(void *), void *ctx);
+              dim3 block, size_t smem, void (*fn)(void *), void *ctx);
+
+/** Work queued on a stream (what): run now, or recorded when the stream is
+ *  capturing a graph and run at each launch of it. Returns the runtime's code
+ *  (0: cudaSuccess), e.g. cudaErrorStreamCaptureInvalidated once the capture
+ *  has failed. An unknown or destroyed stream aborts (the runtime calls that
+ *  return an error code for one check it first). */
+int stream_work(void *stream, const char *what, std::function<void()> work);
 
 template <typename... P> struct launcher {
     void (*k)(P...);
@@ -139,17 +148,24 @@ template <typename... P> struct launcher {
     template <typename... A> void operator()(A &&...a) const {
         static_assert(sizeof...(A) == sizeof...(P),
                       "kernel launched with the wrong argument count");
-        /* converted once, like the launch's parameter buffer; each thread gets copies */
+        /* converted once, like the launch's parameter buffer (a capture keeps
+         * it: a graph replays the arguments it was captured with); each
+         * thread gets copies */
         struct ctx_t {
             void (*k)(P...);
             std::tuple<typename std::decay<P>::type...> args;
-        } c{k, std::tuple<typename std::decay<P>::type...>(std::forward<A>(a)...)};
-        run_grid((const void *)k, name, file, line, grid, block, smem, stream,
-                 [](void *p) {
-                     ctx_t *c = (ctx_t *)p;
-                     std::apply(c->k, c->args);
-                 },
-                 &c);
+        };
+        auto c = std::make_shared<ctx_t>(
+            ctx_t{k, std::tuple<typename std::decay<P>::type...>(std::forward<A>(a)...)});
+        launcher l = *this;
+        stream_work(stream, name, [l, c] {
+            run_grid((const void *)l.k, l.name, l.file, l.line, l.grid, l.block, l.smem,
+                     [](void *p) {
+                         ctx_t *c = (ctx_t *)p;
+                         std::apply(c->k, c->args);
+                     },
+                     c.get());
+        });
     }
 };
 

@@ -47,10 +47,13 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 /* Checks shared by the collectives: the float sum (or copy) the project
- * uses, a live stream, device buffers; `recv` is only checked when used. */
+ * uses, a live stream that is not capturing (NCCL in a graph is not
+ * modelled: the collective would run at capture, not at each launch),
+ * device buffers; `recv` is only checked when used. */
 static ncclResult_t check_args(const void *send, const void *recv, size_t count,
                                ncclDataType_t type, ncclComm_t comm, cudaStream_t s) {
     if (!comm || type != ncclFloat || !emu_stream_valid(s)) return ncclInvalidArgument;
+    if (emu_stream_capturing(s)) return ncclInvalidUsage;
     size_t bytes = count * sizeof(float);
     if (count && (!emu_is_device(send, bytes) || (recv && !emu_is_device(recv, bytes))))
         return ncclInvalidArgument;

@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -385,6 +386,40 @@ cudaError_t fail_api(cudaError_t e, const char *fmt, ...) {
     return e;
 }
 
+/* ---- stream capture ----
+ * One capture at a time: the origin stream and the streams an event recorded
+ * in it joined. Their work is appended to `nodes` in issue order (the host
+ * issues it in an order that respects every stream and event dependency, so
+ * replaying it in that order is a valid schedule of the graph). */
+struct graph_node {
+    std::function<void()> run;
+    const char *what;
+};
+struct capture {
+    uint64_t id;
+    void *origin;
+    cudaStreamCaptureMode mode;
+    bool invalid;
+    std::vector<graph_node> nodes;
+    /* per joined stream: activity count (1 for the join, +1 per node), and
+     * the count the origin has waited for */
+    std::map<void *, uint64_t> count, joined;
+};
+capture *cap;
+uint64_t n_captures;
+
+bool capturing(const void *s) { return cap && (s == cap->origin || cap->count.count((void *)s)); }
+
+/* A call the capture forbids: the capture is invalidated, as the runtime does. */
+cudaError_t cap_fail(cudaError_t e, const char *what) {
+    if (cap) cap->invalid = true;
+    return fail_api(e, "%s during a stream capture (the capture is invalidated)", what);
+}
+
+/* A call CUDA calls potentially unsafe in a global or thread-local capture:
+ * one that allocates, frees or may block the host. */
+bool unsafe_now() { return cap && cap->mode != cudaStreamCaptureModeRelaxed; }
+
 } // namespace
 
 /* ---- device side ---- */
@@ -409,6 +444,22 @@ void fail(const char *fmt, ...) {
 unsigned lane_id() { return cur->lane; }
 
 void *dyn_smem() { return L->smem; }
+
+int stream_work(void *stream, const char *what, std::function<void()> work) {
+    if (!emu_stream_valid((cudaStream_t)stream))
+        emu_fatal("%s queued on a destroyed or unknown stream", what);
+    if (!capturing(stream)) {
+        work();
+        return cudaSuccess;
+    }
+    if (cap->invalid) {
+        last_error = cudaErrorStreamCaptureInvalidated;
+        return last_error;
+    }
+    cap->nodes.push_back(graph_node{std::move(work), what});
+    if (stream != cap->origin) cap->count[stream]++;
+    return cudaSuccess;
+}
 
 static bool in_shared(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p, s = (uintptr_t)L->smem;
@@ -568,7 +619,7 @@ const uint64_t *warp_collective(sync_kind kind, unsigned mask, uint64_t value, c
 }
 
 void run_grid(const void *kernel, const char *name, const char *file, int line, dim3 grid,
-              dim3 block, size_t smem, void *stream, void (*fn)(void *), void *ctx) {
+              dim3 block, size_t smem, void (*fn)(void *), void *ctx) {
     if (order < 0) read_order();
     if (L) emu_fatal("%s:%d: launch of %s from inside kernel %s", file, line, name, L->name);
     uint64_t nt = (uint64_t)block.x * block.y * block.z;
@@ -588,9 +639,6 @@ void run_grid(const void *kernel, const char *name, const char *file, int line, 
         emu_fatal("%s:%d: launch of %s with %zu bytes of dynamic shared memory; the limit is %zu "
                   "(cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raises it)",
                   file, line, name, smem, max_smem);
-    if (!emu_stream_valid((cudaStream_t)stream))
-        emu_fatal("%s:%d: launch of %s on a destroyed or unknown stream", file, line, name);
-
     launch_state l = {};
     l.name = name;
     l.file = file;
@@ -666,6 +714,16 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined:
+        return "capture sequence contains a fork that was not joined to the primary stream";
+    case cudaErrorStreamCaptureIsolation:
+        return "dependency created on uncaptured work in another stream";
     }
     return "unknown error";
 }
@@ -728,11 +786,13 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    if (cap) return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize");
     host_sync("cudaDeviceSynchronize");
     return cudaSuccess;
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
+    if (unsafe_now()) return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaMalloc");
     host_sync("cudaMalloc");
     void *q = NULL;
     if (posix_memalign(&q, 256, bytes ? bytes : 1))
@@ -744,6 +804,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 }
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    if (unsafe_now()) return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaFree");
     host_sync("cudaFree");
     if (!mem().dev.erase((uintptr_t)p))
         return fail_api(cudaErrorInvalidValue, "cudaFree(%p): not a cudaMalloc pointer", p);
@@ -751,6 +812,7 @@ cudaError_t cudaFree(void *p) {
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    if (unsafe_now()) return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaMallocHost");
     host_sync("cudaMallocHost");
     void *q = malloc(bytes ? bytes : 1);
     if (!q) return fail_api(cudaErrorMemoryAllocation, "cudaMallocHost(%zu)", bytes);
@@ -760,6 +822,7 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void *p) {
     if (!p) return cudaSuccess;
+    if (unsafe_now()) return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaFreeHost");
     host_sync("cudaFreeHost");
     if (!mem().host.erase((uintptr_t)p))
         return fail_api(cudaErrorInvalidValue, "cudaFreeHost(%p): not a cudaMallocHost pointer", p);
@@ -772,6 +835,11 @@ static cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind
                         cudaStream_t s, bool sync) {
     if (!emu_stream_valid(s))
         return fail_api(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
+    /* stricter than a GPU, where a synchronous copy on the legacy stream may
+     * run beside a non-blocking capturing stream: it waits for the host, which
+     * the captured work never does */
+    if (sync && unsafe_now())
+        return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaMemcpy (synchronous)");
     if (sync) host_sync("cudaMemcpy");
     if (!bytes) return cudaSuccess;
     bool dd = emu_is_device(dst, bytes), sd = emu_is_device(src, bytes);
@@ -785,10 +853,14 @@ static cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind
     /* with pageable host memory the copy returns only once the host side is
      * consumed (H2D) or written (D2H): after the stream's earlier work */
     if (!sync &&
-        ((!sd && !inside(mem().host, src, bytes)) || (!dd && !inside(mem().host, dst, bytes))))
+        ((!sd && !inside(mem().host, src, bytes)) || (!dd && !inside(mem().host, dst, bytes)))) {
+        if (capturing(s))
+            return cap_fail(cudaErrorStreamCaptureUnsupported,
+                            "cudaMemcpyAsync with pageable host memory");
         host_sync("cudaMemcpyAsync with pageable host memory");
-    memmove(dst, src, bytes);
-    return cudaSuccess;
+    }
+    /* captured: the graph copies from and to these addresses at each launch */
+    return (cudaError_t)emu::stream_work(s, "cudaMemcpyAsync", [=] { memmove(dst, src, bytes); });
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
@@ -804,8 +876,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
     if (!emu_is_device(p, bytes))
         return fail_api(cudaErrorInvalidValue, "cudaMemset of %zu bytes at %p: not device memory",
                         bytes, p);
-    memset(p, v, bytes);
-    return cudaSuccess;
+    return (cudaError_t)emu::stream_work(s, "cudaMemsetAsync", [=] { memset(p, v, bytes); });
 }
 cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
 
@@ -829,12 +900,14 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int pr
     return cudaStreamCreateWithFlags(s, flags);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (capturing(s)) return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaStreamDestroy");
     if (!s || !streams().erase((void *)s))
         return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p)", (void *)s);
     free(s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (capturing(s)) return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize");
     host_sync("cudaStreamSynchronize");
     return emu_stream_valid(s)
                ? cudaSuccess
@@ -845,7 +918,12 @@ struct emu_event {
     unsigned flags;
     int recorded;
     double t;
+    uint64_t capture; /* the capture it was last recorded in (0: none) */
+    void *stream;     /* that capture's stream, and its activity count then */
+    uint64_t count;
 };
+/* The event was last recorded in the capture under way. */
+static bool captured_event(cudaEvent_t e) { return cap && e->capture == cap->id; }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     emu_event *ev = (emu_event *)calloc(1, sizeof *ev);
     ev->flags = flags;
@@ -864,6 +942,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!events().count(e) || !emu_stream_valid(s))
         return fail_api(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p, %p)", (void *)e,
                         (void *)s);
+    e->capture = 0;
+    if (capturing(s)) { /* a dependency marker in the graph, not a node */
+        if (cap->invalid) return cudaErrorStreamCaptureInvalidated;
+        e->capture = cap->id;
+        e->stream = s;
+        e->count = s == cap->origin ? 0 : cap->count[s];
+        return cudaSuccess;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
@@ -871,6 +957,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (events().count(e) && captured_event(e))
+        return cap_fail(cudaErrorStreamCaptureUnsupported,
+                        "cudaEventSynchronize of an event recorded in the capture");
     host_sync("cudaEventSynchronize");
     return events().count(e)
                ? cudaSuccess
@@ -880,6 +969,22 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     if (!events().count(e) || !emu_stream_valid(s) || flags)
         return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(%p, %p)", (void *)s,
                         (void *)e);
+    if (captured_event(e)) {
+        if (cap->invalid) return cudaErrorStreamCaptureInvalidated;
+        if (!capturing(s)) {
+            if (!s)
+                return cap_fail(cudaErrorStreamCaptureUnsupported,
+                                "the legacy stream waiting on an event of the capture");
+            cap->count[s] = 1; /* a fork: s joins the capture */
+            cap->joined[s] = 0;
+        } else if (s == cap->origin && e->stream != cap->origin) {
+            uint64_t &j = cap->joined[e->stream]; /* a join back to the origin */
+            if (e->count > j) j = e->count;
+        }
+    } else if (capturing(s) && e->recorded) {
+        return cap_fail(cudaErrorStreamCaptureIsolation,
+                        "a capturing stream waiting on an event recorded outside the capture");
+    }
     return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
@@ -888,6 +993,120 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
         return fail_api(cudaErrorInvalidResourceHandle,
                         "cudaEventElapsedTime: events not recorded, or created without timing");
     *ms = (float)(b->t - a->t);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!events().count(e))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p)", (void *)e);
+    if (captured_event(e))
+        return cap_fail(cudaErrorStreamCaptureUnsupported,
+                        "cudaEventQuery of an event recorded in the capture");
+    return cudaSuccess; /* synchronous streams: always complete */
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    if (!emu_stream_valid(s))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamQuery(%p)", (void *)s);
+    if (capturing(s)) return cap_fail(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery");
+    return cudaSuccess;
+}
+
+int emu_stream_capturing(cudaStream_t s) { return capturing(s); }
+
+struct emu_graph {
+    std::vector<graph_node> nodes;
+};
+struct emu_graph_exec {
+    std::vector<graph_node> nodes;
+};
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+    if (!s) /* the legacy stream cannot be captured */
+        return fail_api(cudaErrorStreamCaptureUnsupported, "cudaStreamBeginCapture(legacy stream)");
+    if (!emu_stream_valid(s) || mode > cudaStreamCaptureModeRelaxed)
+        return fail_api(cudaErrorInvalidValue, "cudaStreamBeginCapture(%p, mode %d)", (void *)s,
+                        (int)mode);
+    if (capturing(s))
+        return fail_api(cudaErrorIllegalState, "cudaStreamBeginCapture: %p is already capturing",
+                        (void *)s);
+    if (cap) /* CUDA allows several; the project never needs two */
+        return fail_api(cudaErrorIllegalState,
+                        "cudaStreamBeginCapture: the harness models one capture at a time");
+    cap = new capture();
+    cap->id = ++n_captures;
+    cap->origin = s;
+    cap->mode = mode;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    if (!capturing(s))
+        return fail_api(cudaErrorIllegalState, "cudaStreamEndCapture(%p): not capturing",
+                        (void *)s);
+    if (s != cap->origin)
+        return fail_api(cudaErrorStreamCaptureUnmatched,
+                        "cudaStreamEndCapture(%p): the capture began on %p", (void *)s,
+                        cap->origin);
+    capture *c = cap;
+    cap = NULL; /* the capture ends whatever the outcome */
+    *g = NULL;
+    cudaError_t e = cudaSuccess;
+    if (c->invalid) {
+        e = fail_api(cudaErrorStreamCaptureInvalidated,
+                     "cudaStreamEndCapture: a call during the capture failed it");
+    } else {
+        for (auto &j : c->count)
+            if (c->joined[j.first] < j.second) {
+                e = fail_api(cudaErrorStreamCaptureUnjoined,
+                             "cudaStreamEndCapture: stream %p has work the origin stream never "
+                             "waited for",
+                             j.first);
+                break;
+            }
+    }
+    if (e == cudaSuccess) *g = new emu_graph{std::move(c->nodes)};
+    delete c;
+    return e;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+    if (!emu_stream_valid(s))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaStreamIsCapturing(%p)", (void *)s);
+    *status = !capturing(s)  ? cudaStreamCaptureStatusNone
+              : cap->invalid ? cudaStreamCaptureStatusInvalidated
+                             : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long flags) {
+    if (!g || flags)
+        return fail_api(cudaErrorInvalidValue, "cudaGraphInstantiate(%p, flags %llu)", (void *)g,
+                        flags);
+    *exec = new emu_graph_exec{g->nodes}; /* independent of g from now on, as in CUDA */
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    if (!exec || !emu_stream_valid(s))
+        return fail_api(cudaErrorInvalidResourceHandle, "cudaGraphLaunch(%p, %p)", (void *)exec,
+                        (void *)s);
+    /* the nodes in their capture order, with the arguments they were captured
+     * with; into a capturing stream the whole graph is one node */
+    std::vector<graph_node> nodes = exec->nodes;
+    return (cudaError_t)emu::stream_work(s, "cudaGraphLaunch", [nodes] {
+        for (const graph_node &n : nodes) n.run();
+    });
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    if (!exec) return fail_api(cudaErrorInvalidValue, "cudaGraphExecDestroy(NULL)");
+    delete exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    if (!g) return fail_api(cudaErrorInvalidValue, "cudaGraphDestroy(NULL)");
+    delete g;
     return cudaSuccess;
 }
 

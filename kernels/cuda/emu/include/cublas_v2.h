@@ -50,6 +50,9 @@ cublasStatus_t cublasCreate(cublasHandle_t *h);
 cublasStatus_t cublasDestroy(cublasHandle_t h);
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode);
+/* The device memory the handle's kernels use as workspace (capture-safe:
+ * cuBLAS allocates none of its own then). */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t bytes);
 cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *mode);
 const char *cublasGetStatusString(cublasStatus_t s);
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t transa,

@@ -23,7 +23,13 @@ typedef enum cudaError {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
-    cudaErrorNoDevice = 100
+    cudaErrorIllegalState = 401,
+    cudaErrorNoDevice = 100,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnmatched = 903,
+    cudaErrorStreamCaptureUnjoined = 904,
+    cudaErrorStreamCaptureIsolation = 905
 } cudaError_t;
 
 typedef enum cudaMemcpyKind {
@@ -41,6 +47,19 @@ typedef enum cudaFuncAttribute {
 
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
+typedef struct emu_graph *cudaGraph_t;
+typedef struct emu_graph_exec *cudaGraphExec_t;
+
+typedef enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2
+} cudaStreamCaptureMode;
+typedef enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2
+} cudaStreamCaptureStatus;
 
 #define cudaStreamDefault 0x0
 #define cudaStreamNonBlocking 0x1
@@ -88,12 +107,29 @@ cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+
+/* Stream capture (CUDA graphs). The harness records the work queued on a
+ * capturing stream, and on the streams an event recorded in the capture
+ * joined to it, and replays it in issue order at each cudaGraphLaunch; see
+ * docs/cuda_emulation.md for what fails a capture. */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
 
 /* emulator internals shared with the library stand-ins (emu_blas.cc, emu_nccl.c) */
 /** 1 when [p, p+bytes) lies inside one cudaMalloc allocation. */
 int emu_is_device(const void *p, size_t bytes);
 /** 1 when s is the default stream or a live created stream. */
 int emu_stream_valid(cudaStream_t s);
+/** 1 when s takes part in a stream capture (its work is recorded, not run):
+ *  the library stand-ins that do not model capture (NCCL) refuse it. */
+int emu_stream_capturing(cudaStream_t s);
 /** Host synchronisations so far: calls that block the host until queued
  *  device work is done, or may on a GPU — cudaDeviceSynchronize,
  *  cudaStreamSynchronize, cudaEventSynchronize, cudaMemcpy, cudaMemcpyAsync

@@ -36,23 +36,25 @@ struct DeviceRadixSort {
         if (!emu_is_device(keys_in, n * sizeof(K)) || !emu_is_device(keys_out, n * sizeof(K)) ||
             !emu_is_device(vals_in, n * sizeof(V)) || !emu_is_device(vals_out, n * sizeof(V)))
             emu_fatal("cub::DeviceRadixSort::SortPairs: keys or values are not device memory");
-        typedef typename std::make_unsigned<K>::type U;
-        U flip = std::is_signed<K>::value ? (U)((U)1 << (sizeof(K) * 8 - 1)) : 0;
-        U mask = (U)(((end_bit - begin_bit) >= (int)(sizeof(U) * 8)
-                          ? ~(U)0
-                          : (((U)1 << (end_bit - begin_bit)) - 1))
-                     << begin_bit);
-        std::vector<int> idx(n);
-        for (int i = 0; i < n; i++) idx[i] = i;
-        std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) {
-            return (U)(((U)keys_in[a] ^ flip) & mask) < (U)(((U)keys_in[b] ^ flip) & mask);
+        /* on a capturing stream: sorts at each launch of the graph */
+        return (cudaError_t)emu::stream_work(s, "cub::DeviceRadixSort::SortPairs", [=] {
+            typedef typename std::make_unsigned<K>::type U;
+            U flip = std::is_signed<K>::value ? (U)((U)1 << (sizeof(K) * 8 - 1)) : 0;
+            U mask = (U)(((end_bit - begin_bit) >= (int)(sizeof(U) * 8)
+                              ? ~(U)0
+                              : (((U)1 << (end_bit - begin_bit)) - 1))
+                         << begin_bit);
+            std::vector<int> idx(n);
+            for (int i = 0; i < n; i++) idx[i] = i;
+            std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) {
+                return (U)(((U)keys_in[a] ^ flip) & mask) < (U)(((U)keys_in[b] ^ flip) & mask);
+            });
+            std::vector<K> k(n);
+            std::vector<V> v(n);
+            for (int i = 0; i < n; i++) k[i] = keys_in[idx[i]], v[i] = vals_in[idx[i]];
+            std::copy(k.begin(), k.end(), keys_out);
+            std::copy(v.begin(), v.end(), vals_out);
         });
-        std::vector<K> k(n);
-        std::vector<V> v(n);
-        for (int i = 0; i < n; i++) k[i] = keys_in[idx[i]], v[i] = vals_in[idx[i]];
-        std::copy(k.begin(), k.end(), keys_out);
-        std::copy(v.begin(), v.end(), vals_out);
-        return cudaSuccess;
     }
 };
 } // namespace cub
