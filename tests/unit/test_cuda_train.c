@@ -84,9 +84,13 @@ static double rel(const float *g, const float *c, int64_t n) {
 }
 
 /* gpt2: with the GPT-2 architecture options (model.h) */
+/* Attention heads of base_cfg's models (1: head_dim 64, which the 16-bit
+ * phases run on the tensor cores; HEADS: 32, the SIMT kernels). */
+static int64_t n_heads = HEADS;
+
 static model_config base_cfg(int gpt2) {
     model_config c = {.hidden = H,
-                      .heads = HEADS,
+                      .heads = n_heads,
                       .blocks = BLOCKS,
                       .vocab = V,
                       .mask_id = V - 1,
@@ -491,6 +495,12 @@ int main(void) {
     stage_step("self_forcing 1->2, logits in chunks", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP16, 2e-3,
                2e-2, 0);
     logit_chunk = 0;
+    /* head_dim 64: the attention of the 16-bit phases on the tensor cores,
+     * reading and writing the attention block's 16-bit copies */
+    n_heads = 1;
+    stage_step("ar, head_dim 64", SUP_AR, 1, NULL, KF_PREC_FP16, 2e-3, 2e-2, 0);
+    stage_step("ar, head_dim 64", SUP_AR, 1, NULL, KF_PREC_BF16, 2e-3, 2e-2, 0);
+    n_heads = HEADS;
     batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar);
     batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1);
     save_load_continue();
