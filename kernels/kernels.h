@@ -281,6 +281,11 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     X(void, scatter_ids,                                                                           \
       (kf_backend * b, int32_t * dst, const int32_t *src, const int32_t *idx, int64_t n),          \
       (b, dst, src, idx, n))                                                                       \
+    /* dst[i] = idx[i] >= 0 ? src[idx[i]] : -1 for i < n: token ids gathered on the device (a      \
+     * teacher's picks into the student's targets, -1 where a row is not counted). */              \
+    X(void, gather_ids,                                                                            \
+      (kf_backend * b, int32_t * dst, const int32_t *src, const int32_t *idx, int64_t n),          \
+      (b, dst, src, idx, n))                                                                       \
                                                                                                    \
     /* ---- embedding ----                                                                         \
      * out[row_idx[i]] = table[ids[i]] for i < n (row_idx NULL: row i). */                         \

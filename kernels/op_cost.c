@@ -394,6 +394,10 @@ kf_op_cost kernels_cost_scatter_ids(kf_backend *b, int32_t *dst, const int32_t *
                                     const int32_t *idx, int64_t n) {
     return cost(b, KF_COST_SIMT, 0, F * 3 * (double)n, "n=%lld", (long long)n);
 }
+kf_op_cost kernels_cost_gather_ids(kf_backend *b, int32_t *dst, const int32_t *src,
+                                   const int32_t *idx, int64_t n) {
+    return cost(b, KF_COST_SIMT, 0, F * 3 * (double)n, "n=%lld", (long long)n);
+}
 kf_op_cost kernels_cost_embed_fwd(kf_backend *b, float *out, const int32_t *ids,
                                   const int32_t *row_idx, const float *table, int64_t n,
                                   int64_t dim) {

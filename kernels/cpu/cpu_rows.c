@@ -24,6 +24,11 @@ void cpu_scatter_ids(kf_backend *b, int32_t *dst, const int32_t *src, const int3
     for (int64_t i = 0; i < n; i++) dst[idx[i]] = src[i];
 }
 
+void cpu_gather_ids(kf_backend *b, int32_t *dst, const int32_t *src, const int32_t *idx,
+                    int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = idx[i] >= 0 ? src[idx[i]] : -1;
+}
+
 void cpu_embed_fwd(kf_backend *b, float *out, const int32_t *ids, const int32_t *row_idx,
                    const float *table, int64_t n, int64_t dim) {
 #pragma omp parallel for schedule(static) if (n * dim >= KF_CPU_PAR_MIN)

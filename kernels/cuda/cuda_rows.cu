@@ -50,6 +50,18 @@ void cu_scatter_ids(kf_backend *b, int32_t *dst, const int32_t *src, const int32
     CUDA_LAUNCHED();
 }
 
+__global__ void k_gather_ids(int32_t *dst, const int32_t *src, const int32_t *idx, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = idx[i] >= 0 ? src[idx[i]] : -1;
+}
+
+void cu_gather_ids(kf_backend *b, int32_t *dst, const int32_t *src, const int32_t *idx, int64_t n) {
+    if (n <= 0) return;
+    k_gather_ids<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(dst, src, idx, n);
+    CUDA_LAUNCHED();
+}
+
 void cu_embed_fwd(kf_backend *b, float *out, const int32_t *ids, const int32_t *row_idx,
                   const float *table, int64_t n, int64_t dim) {
     move_rows(b, out, table, row_idx, ids, n, dim);

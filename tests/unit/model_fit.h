@@ -77,6 +77,7 @@ static inline double fit_run(model *m, sup_ctx *sup, fit_data_fn gen, int64_t B,
         gen(tok, B, n, keys);
         sup_batch sb;
         sup_build(sup, &sb, tok, B, n, NULL, keys);
+        sup_host_targets(sup, &sb);
         double l = fit_step(m, ws, &st, &sb, lr * (1.0f - 0.9f * (float)i / (float)steps), 1.0f);
         if (i >= steps - 20) {
             tail += l;

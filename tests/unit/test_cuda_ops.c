@@ -1042,6 +1042,12 @@ static void test_rows(void) {
     BOTH(BE->scatter_ids(BE, PI(oid), PI(bidx), PI(bidx), n / 2)); /* oid[idx[i]] = idx[i] */
     check_same_bytes("scatter_ids", &oid);
     drop(&oid);
+    int32_t gi[300];
+    for (int i = 0; i < n; i++) gi[i] = i % 5 ? idx[i] : -1; /* rows not counted */
+    buf2 gid = mk_ints(ids, n), bgi = mk_ints(gi, n);
+    BOTH(BE->gather_ids(BE, PI(gid), PI(bid), PI(bgi), n));
+    check_same_bytes("gather_ids", &gid);
+    drop(&gid), drop(&bgi);
     BOTH(BE->embed_fwd(BE, PF(out), PI(bid), PI(bidx), PF(table), n, dim));
     check_same_bytes("embed_fwd (row_idx)", &out);
     BOTH(BE->embed_bwd(BE, PF(dtable), PF(src), PI(bid), PI(bidx), n, dim, vocab));

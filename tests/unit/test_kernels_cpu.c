@@ -693,6 +693,12 @@ static void check_pointwise(kf_backend *be) {
     T_EQ_INT(ids[0], 8, "scatter_ids: ids[idx[1]] = picks[1]");
     T_EQ_INT(ids[2], 9, "scatter_ids: ids[idx[2]] = picks[2]");
     T_EQ_INT(ids[1], -1, "scatter_ids: rows not named keep their id");
+    int32_t got[4] = {5, 5, 5, 5}, from[4] = {2, -1, 0, -1};
+    be->gather_ids(be, got, picks, from, 4);
+    T_EQ_INT(got[0], 9, "gather_ids: got[0] = picks[idx[0]]");
+    T_EQ_INT(got[1], -1, "gather_ids: idx -1 gives -1");
+    T_EQ_INT(got[2], 7, "gather_ids: got[2] = picks[idx[2]]");
+    T_EQ_INT(got[3], -1, "gather_ids: idx -1 gives -1 (last)");
     free(y);
     free(x);
     free(y0);

@@ -34,7 +34,7 @@ static void targets_at(sup_ctx *s, kf_backend *be, kf_precision p, const int32_t
     T_CHECK(be->precision == p,
             "sup_build leaves the backend in the caller's precision: got %d want %d",
             (int)be->precision, (int)p);
-    memcpy(out, sb.targets, (size_t)sb.rows * sizeof(int32_t));
+    memcpy(out, sup_host_targets(s, &sb), (size_t)sb.rows * sizeof(int32_t));
     *rows = sb.rows;
 }
 

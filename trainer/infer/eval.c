@@ -80,7 +80,8 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
         m->be->download(m->be, am, am_d, (size_t)rows * sizeof(int32_t));
         m->be->free(m->be, am_d);
         int64_t count;
-        sum += model_loss(m, ws, sb.targets, 0, 1.0f, &count, rl);
+        const int32_t *tg = sup_host_targets(sup, &sb);
+        sum += model_loss(m, ws, tg, 0, 1.0f, &count, rl);
         sum_n += count;
         /* rows: (b, t, j) for the shared head; head-major (j, b, t) for MTP */
         int64_t blocks = rows / k;
@@ -88,7 +89,7 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
             int all = 1, right = 1;
             for (int64_t j = 0; j < k; j++) {
                 int64_t row = kind == SUP_NI_MTP ? j * blocks + blk : blk * k + j;
-                int32_t t = sb.targets[row];
+                int32_t t = tg[row];
                 if (t < 0) {
                     all = 0;
                     continue;

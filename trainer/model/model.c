@@ -817,29 +817,29 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
     }
 }
 
-/* model_loss's work up to the row losses, left in ws->losses_d; returns the
- * number of counted rows. */
-static int64_t loss_rows(model *m, model_ws *ws, const int32_t *targets, double norm,
-                         float loss_scale) {
+/* model_loss's work up to the row losses, left in ws->losses_d, for device
+ * targets t_d of which n are counted. */
+static void loss_rows(model *m, model_ws *ws, const int32_t *t_d, int64_t n, double norm,
+                      float loss_scale) {
+    kf_backend *be = m->be;
+    int64_t rows = model_ws_rows(ws), V = m->cfg.vocab;
+    if (norm <= 0) norm = n > 0 ? (double)n : 1.0;
+    float *losses = dbuf_ensure(be, &ws->losses_d, (size_t)rows * sizeof(float));
+    if (ws->no_logits) head_loss(m, ws, t_d, losses, (float)(loss_scale / norm));
+    else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, 1.0f);
+    ws->have_dlogits = ws->train;
+}
+
+double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
+                  int64_t *count, float *row_loss) {
     kf_backend *be = m->be;
     int64_t rows = model_ws_rows(ws), V = m->cfg.vocab, n = 0;
     for (int64_t r = 0; r < rows; r++) {
         KF_CHECK(targets[r] < V, "model_loss: target %d outside the vocabulary", targets[r]);
         n += targets[r] >= 0;
     }
-    if (norm <= 0) norm = n > 0 ? (double)n : 1.0;
-    int32_t *t_d = dbuf_upload(be, &ws->targets_d, targets, (size_t)rows, sizeof(int32_t));
-    float *losses = dbuf_ensure(be, &ws->losses_d, (size_t)rows * sizeof(float));
-    if (ws->no_logits) head_loss(m, ws, t_d, losses, (float)(loss_scale / norm));
-    else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, 1.0f);
-    ws->have_dlogits = ws->train;
-    return n;
-}
-
-double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
-                  int64_t *count, float *row_loss) {
-    kf_backend *be = m->be;
-    int64_t rows = model_ws_rows(ws), n = loss_rows(m, ws, targets, norm, loss_scale);
+    loss_rows(m, ws, dbuf_upload(be, &ws->targets_d, targets, (size_t)rows, sizeof(int32_t)), n,
+              norm, loss_scale);
     float *h = row_loss ? row_loss : kf_malloc((size_t)rows * sizeof(float));
     be->download(be, h, ws->losses_d.p, (size_t)rows * sizeof(float));
     double sum = 0;
@@ -850,11 +850,10 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
     return sum;
 }
 
-int64_t model_loss_acc(model *m, model_ws *ws, const int32_t *targets, double norm,
-                       float loss_scale, double *sum_d) {
-    int64_t n = loss_rows(m, ws, targets, norm, loss_scale);
-    m->be->loss_sum(m->be, sum_d, ws->losses_d.p, ws->targets_d.p, model_ws_rows(ws));
-    return n;
+void model_loss_acc(model *m, model_ws *ws, const int32_t *targets, int64_t count, double norm,
+                    float loss_scale, double *sum_d) {
+    loss_rows(m, ws, targets, count, norm, loss_scale);
+    m->be->loss_sum(m->be, sum_d, ws->losses_d.p, targets, model_ws_rows(ws));
 }
 
 void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first, int64_t count,

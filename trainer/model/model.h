@@ -240,11 +240,13 @@ void model_ws_set_logit_chunk(model_ws *ws, int64_t rows);
 double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
                   int64_t *count, float *row_loss);
 
-/** model_loss without the wait: the sum of the counted rows' losses is added
+/** model_loss without a wait: targets is a device buffer of m's backend
+ *  (one per logit row, < 0 ignored, the others token ids) of which count
+ *  are >= 0 (norm <= 0: count); the sum of the counted rows' losses is added
  *  to sum_d[0] (a device double of m's backend, bitwise the sum model_loss
- *  returns added to it) and stays on the device. Returns the count. */
-int64_t model_loss_acc(model *m, model_ws *ws, const int32_t *targets, double norm,
-                       float loss_scale, double *sum_d);
+ *  returns added to it) and stays on the device. */
+void model_loss_acc(model *m, model_ws *ws, const int32_t *targets, int64_t count, double norm,
+                    float loss_scale, double *sum_d);
 
 /** Makes the next model_loss of a MODEL_TRAIN pass multiply the dlogits of
  *  the logit rows r with first <= r % period < first + count by w:

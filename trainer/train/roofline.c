@@ -165,7 +165,12 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     if (st->kind == RC_KIND_SELF_FORCING && o->new_weight != 1.0)
         model_weight_dlogits(m, s->ws, st->k, st->k / 2, st->k / 2, (float)o->new_weight);
     optim_dev *dev = be->alloc(be, sizeof *dev), got;
-    model_loss_acc(m, s->ws, sb.targets, 0, (float)optim_loss_scale(&os, o, 0), &dev->loss);
+    /* train.c's device copy of the micro-batch's targets */
+    size_t tbytes = (size_t)sb.rows * sizeof(int32_t);
+    int32_t *tg = be->alloc(be, tbytes);
+    if (sb.targets_d) be->copy(be, tg, sb.targets_d, tbytes);
+    else be->upload(be, tg, sb.targets, tbytes);
+    model_loss_acc(m, s->ws, tg, sb.n_targets, 0, (float)optim_loss_scale(&os, o, 0), &dev->loss);
     model_backward(m, s->ws);
     mk->student = n_recorded(be);
     /* train_step's optimizer. ZeRO-1: the norm's parts, uploaded, and the
@@ -185,6 +190,7 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     model_params_changed(m);
     be->download(be, &got, dev, sizeof got); /* train_step's one read of its scalars */
     be->free(be, dev);
+    be->free(be, tg);
     mk->end = n_recorded(be);
     free(tokens);
     free(keys);

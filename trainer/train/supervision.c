@@ -19,6 +19,8 @@ struct sup_ctx {
     size_t cap;
     int32_t *picks; /* the teacher's picks, on its device (sup_ar_blocks, sup_pflm_rounds) */
     size_t picks_cap;
+    int32_t *targets_d, *from_d; /* the student's targets gathered from picks, and where from */
+    size_t targets_cap;
 };
 
 static const char *const kind_names[] = {"ar", "distill_ar", "self_forcing",
@@ -93,6 +95,10 @@ void sup_set_tau(sup_ctx *s, double tau_min, double tau_max) {
 void sup_free(sup_ctx *s) {
     if (!s) return;
     if (s->picks) s->teacher->be->free(s->teacher->be, s->picks);
+    if (s->targets_d) {
+        s->teacher->be->free(s->teacher->be, s->targets_d);
+        s->teacher->be->free(s->teacher->be, s->from_d);
+    }
     model_ws_free(s->ws1);
     model_ws_free(s->ws2);
     if (s->lay_n) layout_free(&s->lay);
@@ -169,13 +175,14 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
         free(at);
         layout_free(&lay);
     }
+    free(zr);
+    free(tr);
+    if (!out) return;
     /* the passes' one wait for the device */
     int32_t *got = kf_malloc((size_t)(k * rows) * sizeof(int32_t));
     ar->be->download(ar->be, got, picks, (size_t)(k * rows) * sizeof(int32_t));
     for (int64_t j = 0; j < k; j++)
         for (int64_t r = 0; r < rows; r++) out[r * k + j] = got[j * rows + r];
-    free(zr);
-    free(tr);
     free(got);
 }
 
@@ -228,6 +235,9 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
         free(at);
         layout_free(&l2);
     }
+    free(ids);
+    free(zz);
+    if (!out) return;
     /* both rounds' one wait for the device */
     int64_t nr = (k2 ? 2 : 1) * rows;
     int32_t *got = kf_malloc((size_t)nr * sizeof(int32_t));
@@ -236,8 +246,6 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
         out[(r / k) * w + r % k] = got[r];
         if (k2) out[(r / k) * w + k + r % k] = got[rows + r];
     }
-    free(ids);
-    free(zz);
     free(got);
 }
 
@@ -284,18 +292,19 @@ static int32_t *picks_buf(sup_ctx *s, int64_t n) {
 
 /* SUP_DISTILL_AR and SUP_SELF_FORCING: row (b, t, j) learns the teacher's
  * token j of the block it produces from the noise z[(b, t), 0..k) (AR:
- * inverse-CDF blocks; PFLM(k/2): two rounds of k/2). */
-static void targets_teacher(sup_ctx *s, int64_t B, int64_t n, int64_t np, const int32_t *valid_len,
-                            const uint64_t *keys) {
+ * inverse-CDF blocks; PFLM(k/2): two rounds of k/2). The targets are made
+ * from the picks on the device (out->targets_d), so nothing waits here. */
+static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, int64_t np,
+                            const int32_t *valid_len, const uint64_t *keys) {
     const sup_config *c = &s->cfg;
     int64_t k = c->k;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < np; t++)
             for (int64_t j = 0; j < k; j++)
                 s->z[(b * np + t) * k + j] = sup_uniform(c->seed, keys[b], SUP_RNG_Z, t, j);
+    int32_t *picks = picks_buf(s, B * np * k);
     if (c->kind == SUP_DISTILL_AR) {
-        sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, picks_buf(s, B * np * k),
-                      s->blk);
+        sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, picks, NULL);
     } else {
         int64_t h = k / 2;
         for (int64_t r = 0; r < B * np; r++)
@@ -304,14 +313,34 @@ static void targets_teacher(sup_ctx *s, int64_t B, int64_t n, int64_t np, const 
                 s->z2[r * h + j] = s->z[r * k + h + j];
             }
         sup_pflm_rounds(s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau,
-                        picks_buf(s, B * np * k), s->blk);
+                        picks, NULL);
     }
+    /* target (b, t, j) is pick from[r] (where sup_ar_blocks and sup_pflm_rounds
+     * leave token j of block (b, t)), or -1 past valid_len; every pick is a
+     * token id, so the count is known here */
+    int64_t rows = B * np * k, h = k / 2, n_targets = 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < np; t++)
             for (int64_t j = 0; j < k; j++) {
-                int64_t r = (b * np + t) * k + j;
-                s->targets[r] = t + 1 < valid_upto(valid_len, b, n) ? s->blk[r] : -1;
+                int64_t r = (b * np + t) * k + j, q = b * np + t;
+                int valid = t + 1 < valid_upto(valid_len, b, n);
+                int64_t at = c->kind == SUP_DISTILL_AR ? j * B * np + q
+                             : j < h                   ? q * h + j
+                                                       : B * np * h + q * h + j - h;
+                s->blk[r] = valid ? (int32_t)at : -1;
+                n_targets += valid;
             }
+    kf_backend *be = s->teacher->be;
+    if ((size_t)rows > s->targets_cap) {
+        if (s->targets_d) be->free(be, s->targets_d), be->free(be, s->from_d);
+        s->targets_d = be->alloc(be, (size_t)rows * sizeof(int32_t));
+        s->from_d = be->alloc(be, (size_t)rows * sizeof(int32_t));
+        s->targets_cap = (size_t)rows;
+    }
+    be->upload(be, s->from_d, s->blk, (size_t)rows * sizeof(int32_t));
+    be->gather_ids(be, s->targets_d, picks, s->from_d, rows);
+    out->targets_d = s->targets_d;
+    out->n_targets = n_targets;
 }
 
 /* Noise inversion (SUP_NI_CAUSAL, SUP_NI_MTP; the release's noise_inversion):
@@ -381,10 +410,15 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
                     (c->tau_max - c->tau_min) * sup_uniform(c->seed, keys[b], SUP_RNG_TAU, 0, 0);
     }
     out->rows = B * np * k;
-    if (c->kind == SUP_AR) targets_ar(s, tokens, B, n, np, valid_len);
-    else if (c->kind == SUP_DISTILL_AR || c->kind == SUP_SELF_FORCING)
-        targets_teacher(s, B, n, np, valid_len, keys);
-    else targets_noise_inversion(s, tokens, B, n, np, valid_len, keys);
+    out->targets = NULL, out->targets_d = NULL, out->n_targets = 0;
+    if (c->kind == SUP_DISTILL_AR || c->kind == SUP_SELF_FORCING) {
+        targets_teacher(s, out, B, n, np, valid_len, keys);
+    } else {
+        if (c->kind == SUP_AR) targets_ar(s, tokens, B, n, np, valid_len);
+        else targets_noise_inversion(s, tokens, B, n, np, valid_len, keys);
+        out->targets = s->targets;
+        for (int64_t r = 0; r < out->rows; r++) out->n_targets += s->targets[r] >= 0;
+    }
     /* student noise rows: (t, j) -> row n + t*g + j holding g (or k for MTP) values */
     if (c->kind != SUP_AR) {
         memset(s->z1, 0, (size_t)(B * L * (mtp ? k : 1)) * sizeof(double));
@@ -402,8 +436,16 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
                             .ids = s->ids,
                             .z = c->kind == SUP_AR ? NULL : s->z1,
                             .tau = s->tau};
-    out->targets = s->targets;
     out->n_ctx = np;
+}
+
+const int32_t *sup_host_targets(sup_ctx *s, sup_batch *b) {
+    if (!b->targets) {
+        kf_backend *be = s->teacher->be;
+        be->download(be, s->targets, b->targets_d, (size_t)b->rows * sizeof(int32_t));
+        b->targets = s->targets;
+    }
+    return b->targets;
 }
 
 void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,

@@ -58,13 +58,20 @@ typedef struct sup_config {
 int sup_kind_from_name(const char *name);
 
 /** One student batch. Arrays are owned by the sup_ctx and valid until its
- *  next sup_build. */
+ *  next sup_build. The targets, one per student logit row (model.h order,
+ *  -1: not counted), are host data (SUP_AR, SUP_NI_*: targets) or, made by
+ *  a teacher, left where its picks are, on the teacher's device (targets_d;
+ *  targets is then NULL until sup_host_targets reads them back), so that a
+ *  batch's teacher passes and the student's step that follows wait for the
+ *  device only at the step's end. */
 typedef struct sup_batch {
-    const layout *lay; /* the student's layout */
-    model_input in;    /* student input (in.lay == lay) */
-    int32_t *targets;  /* [rows] one per student logit row (model.h order) */
+    const layout *lay;        /* the student's layout */
+    model_input in;           /* student input (in.lay == lay) */
+    const int32_t *targets;   /* [rows] host, or NULL (see targets_d) */
+    const int32_t *targets_d; /* [rows] device (teacher kinds), or NULL */
     int64_t rows;
-    int64_t n_ctx; /* context positions per sample (n - k, or n - 1 for AR) */
+    int64_t n_targets; /* targets >= 0 (known on the host either way) */
+    int64_t n_ctx;     /* context positions per sample (n - k, or n - 1 for AR) */
 } sup_batch;
 
 typedef struct sup_ctx sup_ctx;
@@ -89,13 +96,18 @@ model_config sup_student_config(const sup_config *cfg, const model_config *base)
 void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,
                const int32_t *valid_len, const uint64_t *keys);
 
+/** The host targets of b, the last batch s built: read back from the
+ *  device (a wait) when they are there only. For evaluation and tests. */
+const int32_t *sup_host_targets(sup_ctx *s, sup_batch *b);
+
 /** Teacher helper (used by sup_build, eval and the tests): the exact k-token
  *  inverse-CDF blocks of an AR model. ctx [B*n] context tokens, z [B*n*k],
  *  tau [B]; writes out [B*n*k] ((b, t, j) order): out[b,t,j] =
  *  F^-1(z[b,t,j] | ctx[b,0..t], out[b,t,0..j-1]) under softmax(logits/tau).
  *  picks: a device buffer (ar->be) of B*n*k ids, where each pass leaves its
  *  picks for the next one, so the k passes wait for the device once, at the
- *  read-back into out. */
+ *  read-back into out (out NULL: none; token j of block r is then
+ *  picks[j * B*n + r]). */
 void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
                    const double *z, const double *tau, int32_t *picks, int32_t *out);
 
@@ -104,7 +116,8 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
  *  DoubleForward on z2 [B*n*k2] (requires k2 == k). out [B*n*(k+k2)].
  *  picks: a device buffer (pf->be) of B*n*(k+k2) ids, where round 1 leaves
  *  its picks for round 2, so the rounds wait for the device once, at the
- *  read-back into out. */
+ *  read-back into out (out NULL: none; token j of round i of block r is
+ *  then picks[i * B*n*k + r*k + j]). */
 void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx, int64_t B,
                      int64_t n, int64_t k, const double *z, int64_t k2, const double *z2,
                      const double *tau, int32_t *picks, int32_t *out);

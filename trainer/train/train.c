@@ -41,10 +41,14 @@ void train_install_signals(void) {
 
 /* A micro-batch's student input and targets, copied out of the sup_ctx so
  * that all of a step's micro-batches can be built (and their targets
- * counted) before the first backward. All share the sup_ctx's layout. */
+ * counted) before the first backward. All share the sup_ctx's layout. The
+ * targets are on the device (a teacher's stay there), so that the step
+ * waits for it only at its end. */
 typedef struct mb_store {
     int64_t B, L, zdim, rows, n_targets;
-    int32_t *ids, *len, *targets;
+    int32_t *ids, *len;
+    int32_t *targets_d; /* device [rows] */
+    size_t targets_cap;
     double *z, *tau;
     int has_len, has_z;
 } mb_store;
@@ -155,6 +159,22 @@ static void *dup_or_grow(void *dst, const void *src, size_t bytes) {
     return dst;
 }
 
+/* Copies the latest batch's targets to s's device buffer (from the device,
+ * or uploaded from the host) and returns it. */
+static const int32_t *store_targets(trainer *t, mb_store *s) {
+    const sup_batch *sb = t->sb;
+    size_t bytes = (size_t)sb->rows * sizeof(int32_t);
+    if (bytes > s->targets_cap) {
+        if (s->targets_d) t->be->free(t->be, s->targets_d);
+        s->targets_d = t->be->alloc(t->be, bytes);
+        s->targets_cap = bytes;
+    }
+    if (sb->targets_d) t->be->copy(t->be, s->targets_d, sb->targets_d, bytes);
+    else t->be->upload(t->be, s->targets_d, sb->targets, bytes);
+    s->n_targets = sb->n_targets;
+    return s->targets_d;
+}
+
 static void store(trainer *t, mb_store *s) {
     const sup_batch *sb = t->sb;
     s->B = sb->in.B;
@@ -169,9 +189,7 @@ static void store(trainer *t, mb_store *s) {
         s->z = dup_or_grow(s->z, sb->in.z, (size_t)(s->B * s->L * s->zdim) * sizeof(double));
         s->tau = dup_or_grow(s->tau, sb->in.tau, (size_t)s->B * sizeof(double));
     }
-    s->targets = dup_or_grow(s->targets, sb->targets, (size_t)s->rows * sizeof(int32_t));
-    s->n_targets = 0;
-    for (int64_t r = 0; r < s->rows; r++) s->n_targets += s->targets[r] >= 0;
+    store_targets(t, s);
 }
 
 static model_input stored_input(trainer *t, const mb_store *s) {
@@ -183,8 +201,9 @@ static model_input stored_input(trainer *t, const mb_store *s) {
                          .valid_len = s->has_len ? s->len : NULL};
 }
 
-static void mb_store_free(mb_store *s) {
-    free(s->ids), free(s->len), free(s->targets), free(s->z), free(s->tau);
+static void mb_store_free(trainer *t, mb_store *s) {
+    if (s->targets_d) t->be->free(t->be, s->targets_d);
+    free(s->ids), free(s->len), free(s->z), free(s->tau);
 }
 
 /* Validation loss of the current params over the first eval_batches global
@@ -198,7 +217,10 @@ static double evaluate(trainer *t) {
         const loader_batch *lb = loader_next(t->vld);
         build(t, lb);
         model_forward(t->m, t->ws, &t->sb->in, MODEL_NO_LOGITS, NULL);
-        acc[1] += (double)model_loss_acc(t->m, t->ws, t->sb->targets, 0, 1.0f, &t->dev->loss);
+        /* the step's micro-batches are done: the first one's buffer holds the targets */
+        model_loss_acc(t->m, t->ws, store_targets(t, &t->mbs[0]), t->sb->n_targets, 0, 1.0f,
+                       &t->dev->loss);
+        acc[1] += (double)t->sb->n_targets;
     }
     t->be->download(t->be, &acc[0], &t->dev->loss, sizeof(double));
     dist_allreduce_sum_f64(t->d, acc, 2);
@@ -267,7 +289,7 @@ static void train_step(trainer *t) {
         if (t->st->kind == RC_KIND_SELF_FORCING && t->o->new_weight != 1.0)
             model_weight_dlogits(m, t->ws, t->st->k, t->st->k / 2, t->st->k / 2,
                                  (float)t->o->new_weight);
-        model_loss_acc(m, t->ws, sb->targets, norm, scale, &t->dev->loss);
+        model_loss_acc(m, t->ws, sb->targets_d, sb->n_targets, norm, scale, &t->dev->loss);
         /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
          * the last one's parts are added (grads_ready) and all-reduced as the
          * backward finishes them */
@@ -660,7 +682,7 @@ static int resume(trainer *t, kf_err *err) {
 
 static void teardown(trainer *t) {
     if (t->mbs)
-        for (int64_t a = 0; a < t->accum; a++) mb_store_free(&t->mbs[a]);
+        for (int64_t a = 0; a < t->accum; a++) mb_store_free(t, &t->mbs[a]);
     free(t->mbs);
     free(t->keys);
     free(t->sb);
