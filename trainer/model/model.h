@@ -221,8 +221,27 @@ enum {
 const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
                            const model_ws *kv_src);
 
+/** model_forward in two halves, so that a caller can record the second as a
+ *  graph (kernels.h graph_begin) and launch it on later passes:
+ *  model_forward_inputs does the host's work and every upload of the pass
+ *  (token ids and their rows, noise values, positions, row maps), into
+ *  ws's device buffers; model_forward_ops, with the same arguments, then
+ *  issues the device ops alone (and returns what model_forward does).
+ *  Only the attention's valid_len (in->valid_len) is still uploaded by an
+ *  op, so a pass with one cannot be recorded. */
+void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int flags,
+                          const model_ws *kv_src);
+const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
+                               const model_ws *kv_src);
+
 /** Number of logit rows of ws's last pass. */
 int64_t model_ws_rows(const model_ws *ws);
+
+/** model_loss_acc in two halves, as model_forward_inputs/_ops: the targets
+ *  (host) checked, counted (returned) and uploaded into ws; then the ops,
+ *  with norm > 0 given. */
+int64_t model_loss_targets(model *m, model_ws *ws, const int32_t *targets);
+void model_loss_acc_ops(model *m, model_ws *ws, double norm, float loss_scale, double *sum_d);
 
 /** Makes model_loss of a MODEL_NO_LOGITS pass on ws compute the logits of at
  *  most `rows` output rows at a time (0: automatic, MODEL_LOGIT_CHUNK_BYTES).
