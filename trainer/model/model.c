@@ -895,8 +895,8 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
 
 int64_t model_loss_acc(model *m, model_ws *ws, const int32_t *targets, double norm,
                        float loss_scale, double *sum_d) {
-    int64_t n = loss_rows(m, ws, targets, norm, loss_scale);
-    m->be->loss_sum(m->be, sum_d, ws->losses_d.p, ws->targets_d.p, model_ws_rows(ws));
+    int64_t n = model_loss_targets(m, ws, targets);
+    model_loss_acc_ops(m, ws, norm > 0 ? norm : n > 0 ? (double)n : 1.0, loss_scale, sum_d);
     return n;
 }
 
