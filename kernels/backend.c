@@ -1,4 +1,6 @@
-/* kernels/backend.c — picks a backend by name; names precisions. */
+/* kernels/backend.c — picks a backend by name; names precisions; AdamW's
+ * step factors, shared by the backends and the optimizer. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +15,14 @@ kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err_len) {
     return NULL;
 }
 #endif
+
+void kernels_adamw_factors(kf_grad_ctl *ctl, float lr, float beta1, float beta2, float weight_decay,
+                           int64_t step) {
+    KF_CHECK(step >= 1, "adamw: step is 1-based, got %lld", (long long)step);
+    ctl->step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)step)));
+    ctl->bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
+    ctl->wd_decay = 1.0f - lr * weight_decay;
+}
 
 const char *kernels_precision_name(kf_precision p) {
     return p == KF_PREC_FP16 ? "fp16" : p == KF_PREC_BF16 ? "bf16" : "fp32";

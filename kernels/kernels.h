@@ -57,8 +57,17 @@ typedef struct kf_err kf_err;
 /* An optimizer step's gradient check, kept on the device: grad_check writes
  * it from the gradient, adamw and ema read it by pointer, so the clip factor
  * and the skip decision need no host wait (the host reads it with the step's
- * loss, once, at the step's end). */
+ * loss, once, at the step's end). Its first four fields are the step's
+ * factors, written by the host before the step's first op
+ * (kernels_adamw_factors and the EMA's decay): adamw and ema read them here
+ * rather than from their arguments, so a step recorded as a graph
+ * (graph_begin) takes each step's learning rate, bias correction and decay
+ * at its launch. */
 typedef struct kf_grad_ctl {
+    float step_size;  /* adamw: lr / (1 - beta1^step) */
+    float bc2_sqrt;   /* adamw: sqrt(1 - beta2^step) */
+    float wd_decay;   /* adamw: 1 - lr * weight_decay */
+    float ema_decay;  /* ema's decay */
     double sumsq;     /* the gradient's sum of squares (loss-scaled) */
     double norm;      /* sqrt(sumsq) / loss_scale: the unscaled gradient's L2 norm */
     float grad_scale; /* adamw's factor: the clip factor / loss_scale */
@@ -390,14 +399,15 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     /* g_eff = grads * grad_scale (unscale + clip); m,v AdamW moments; step is                     \
      * 1-based for bias correction; decoupled weight decay. ctl (device, from                      \
      * grad_check; NULL: none): when ctl->skip nothing changes, else                               \
-     * ctl->grad_scale replaces grad_scale. */                                                     \
+     * ctl->grad_scale replaces grad_scale and ctl's step factors those of                         \
+     * lr, weight_decay and step (kernels_adamw_factors). */                                       \
     X(void, adamw,                                                                                 \
       (kf_backend * b, float *params, const float *grads, float *m, float *v, int64_t n, float lr, \
        float beta1, float beta2, float eps, float weight_decay, int64_t step, float grad_scale,    \
        const kf_grad_ctl *ctl),                                                                    \
       (b, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale, ctl))     \
     /* ema = decay * ema + (1 - decay) * params, unless ctl (device, may be                        \
-     * NULL) says skip */                                                                          \
+     * NULL) says skip; ctl->ema_decay replaces decay */                                           \
     X(void, ema,                                                                                   \
       (kf_backend * b, float *ema, const float *params, int64_t n, float decay,                    \
        const kf_grad_ctl *ctl),                                                                    \
@@ -453,6 +463,12 @@ struct kf_backend {
     KF_BACKEND_OPS(KF_OP_FIELD)
 #undef KF_OP_FIELD
 };
+
+/** AdamW's step factors of update `step` (1-based) into ctl's step_size,
+ *  bc2_sqrt and wd_decay, computed on the host (bias corrections in double):
+ *  what adamw computes from its arguments, and reads from ctl when given one. */
+void kernels_adamw_factors(kf_grad_ctl *ctl, float lr, float beta1, float beta2, float weight_decay,
+                           int64_t step);
 
 /** The precision's name: "fp32", "fp16" or "bf16". */
 const char *kernels_precision_name(kf_precision p);

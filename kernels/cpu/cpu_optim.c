@@ -72,12 +72,12 @@ void cpu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t
 void cpu_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v, int64_t n,
                float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
                float grad_scale, const kf_grad_ctl *ctl) {
-    KF_CHECK(step >= 1, "adamw: step is 1-based, got %lld", (long long)step);
     if (ctl && ctl->skip) return;
+    kf_grad_ctl own;
     if (ctl) grad_scale = ctl->grad_scale;
-    float step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)step)));
-    float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
-    float decay = 1.0f - lr * weight_decay;
+    else kernels_adamw_factors(&own, lr, beta1, beta2, weight_decay, step);
+    const kf_grad_ctl *f = ctl ? ctl : &own;
+    float step_size = f->step_size, bc2_sqrt = f->bc2_sqrt, decay = f->wd_decay;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float g = grads[i] * grad_scale;
@@ -92,6 +92,7 @@ void cpu_adamw(kf_backend *b, float *params, const float *grads, float *m, float
 void cpu_ema(kf_backend *b, float *ema, const float *params, int64_t n, float decay,
              const kf_grad_ctl *ctl) {
     if (ctl && ctl->skip) return;
+    if (ctl) decay = ctl->ema_decay;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) ema[i] = decay * ema[i] + (1.0f - decay) * params[i];
 }

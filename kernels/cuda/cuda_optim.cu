@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
 
@@ -115,11 +116,14 @@ void cu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t 
     CUDA_LAUNCHED();
 }
 
+/* f: the step factors, ctl's (device) or the host's (a kernel argument) */
 __global__ void k_adamw(float *p, const float *grads, float *m, float *v, int64_t n, float beta1,
-                        float beta2, float eps, float decay, float step_size, float bc2_sqrt,
-                        float grad_scale, const kf_grad_ctl *ctl) {
+                        float beta2, float eps, kf_grad_ctl own, float grad_scale,
+                        const kf_grad_ctl *ctl) {
     if (ctl && ctl->skip) return;
     if (ctl) grad_scale = ctl->grad_scale;
+    const kf_grad_ctl *f = ctl ? ctl : &own;
+    float step_size = f->step_size, bc2_sqrt = f->bc2_sqrt, decay = f->wd_decay;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float g = __fmul_rn(grads[i], grad_scale);
@@ -135,18 +139,18 @@ __global__ void k_adamw(float *p, const float *grads, float *m, float *v, int64_
 void cu_adamw(kf_backend *b, float *params, const float *grads, float *m, float *v, int64_t n,
               float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
               float grad_scale, const kf_grad_ctl *ctl) {
-    KF_CHECK(step >= 1, "adamw: step is 1-based, got %lld", (long long)step);
+    kf_grad_ctl own;
+    memset(&own, 0, sizeof own);
+    if (!ctl) kernels_adamw_factors(&own, lr, beta1, beta2, weight_decay, step);
     if (n <= 0) return;
-    float step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)step)));
-    float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
-    float decay = 1.0f - lr * weight_decay;
-    k_adamw<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(params, grads, m, v, n, beta1, beta2, eps,
-                                                    decay, step_size, bc2_sqrt, grad_scale, ctl);
+    k_adamw<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(params, grads, m, v, n, beta1, beta2, eps, own,
+                                                    grad_scale, ctl);
     CUDA_LAUNCHED();
 }
 
 __global__ void k_ema(float *ema, const float *p, int64_t n, float decay, const kf_grad_ctl *ctl) {
     if (ctl && ctl->skip) return;
+    if (ctl) decay = ctl->ema_decay;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         ema[i] = __fadd_rn(__fmul_rn(decay, ema[i]), __fmul_rn(1.0f - decay, p[i]));

@@ -1419,6 +1419,8 @@ static void test_grad_check(void) {
     free(p1), free(m1), free(e1);
     /* applied: the ctl's grad_scale, against a copy updated with it passed */
     kf_grad_ctl ok = {.sumsq = 4, .norm = 2, .grad_scale = 0.375f, .skip = 0};
+    kernels_adamw_factors(&ok, 1e-3f, 0.9f, 0.999f, 0.01f, 1); /* the arguments' */
+    ok.ema_decay = 0.5f;
     be[1]->upload(be[1], c.p[1], &ok, sizeof ok);
     buf2 q = mk(p0, p.bytes), mq = mk(m0, m.bytes), vq = mk(v0, v.bytes), eq = mk(e0, e.bytes);
     be[1]->adamw(be[1], p.p[1], g.p[1], m.p[1], v.p[1], np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1,
@@ -1432,6 +1434,20 @@ static void test_grad_check(void) {
     T_CHECK(!memcmp(p1, q1, p.bytes), "adamw under an applied ctl: bitwise its grad_scale passed");
     T_CHECK(memcmp(p1, p0, p.bytes) != 0, "adamw under an applied ctl: params moved");
     T_CHECK(!memcmp(e1, eq1, e.bytes), "ema under an applied ctl: bitwise without one");
+    free(p1), free(e1), free(q1), free(eq1);
+    /* ctl's factors, not the arguments', make the update: a later step's */
+    kernels_adamw_factors(&ok, 5e-4f, 0.9f, 0.999f, 0.01f, 7);
+    ok.ema_decay = 0.25f;
+    be[1]->upload(be[1], c.p[1], &ok, sizeof ok);
+    be[1]->adamw(be[1], p.p[1], g.p[1], m.p[1], v.p[1], np, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1,
+                 1.0f, c.p[1]);
+    be[1]->ema(be[1], e.p[1], p.p[1], np, 0.5f, c.p[1]);
+    be[1]->adamw(be[1], q.p[1], g.p[1], mq.p[1], vq.p[1], np, 5e-4f, 0.9f, 0.999f, 1e-6f, 0.01f, 7,
+                 0.375f, NULL);
+    be[1]->ema(be[1], eq.p[1], q.p[1], np, 0.25f, NULL);
+    p1 = down(&p, 1), e1 = down(&e, 1), q1 = down(&q, 1), eq1 = down(&eq, 1);
+    T_CHECK(!memcmp(p1, q1, p.bytes), "adamw: ctl's factors replace lr's and step's (bitwise)");
+    T_CHECK(!memcmp(e1, eq1, e.bytes), "ema: ctl's decay replaces the argument (bitwise)");
     free(p0), free(m0), free(e0), free(v0), free(p1), free(e1), free(q1), free(eq1);
     drop(&x), drop(&c), drop(&p), drop(&g), drop(&m), drop(&v), drop(&e);
     drop(&q), drop(&mq), drop(&vq), drop(&eq);

@@ -34,6 +34,7 @@
  * their picked tokens: each pass reads the previous one's on the device).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,10 +378,14 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
         int64_t t3 = host_syncs();
         model_backward(m, ws);
         int64_t t4 = host_syncs();
+        kf_grad_ctl fac;
+        optim_factors(&o, &os, step - 1, &fac);
+        b->upload(b, ctl, &fac, offsetof(kf_grad_ctl, sumsq));
+        int64_t t4u = host_syncs();
         optim_check(b, &o, &os, step - 1, ctl, m->grads, m->n_params);
         optim_apply(b, &o, &os, step - 1, ctl, m->params, m->grads, mom, vel, ema, m->n_params);
         int64_t t5 = host_syncs();
-        n[0] = t1 - t0, n[1] = t2 - t1, n[2] = t3 - t2, n[3] = t4 - t3, n[4] = t5 - t4;
+        n[0] = t1 - t0, n[1] = t2 - t1, n[2] = t3 - t2, n[3] = t4 - t3, n[4] = t5 - t4u;
     }
     b->sync(b);
     printf("%s, second step: host waits: teacher %lld, forward %lld, loss %lld, backward %lld, "

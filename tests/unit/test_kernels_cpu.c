@@ -917,6 +917,8 @@ static void check_grad_check(kf_backend *be) {
     be->ema(be, e, p, 2, 0.5f, &c);
     T_NEAR(e[0], 3.0f, 0, "ema skipped by ctl");
     c.skip = 0, c.grad_scale = 0.25f;
+    kernels_adamw_factors(&c, 0.1f, 0.9f, 0.999f, 0.1f, 1); /* the arguments' factors */
+    c.ema_decay = 0.5f;
     float p2[2] = {1.0f, 1.0f}, m2[2] = {0}, v2[2] = {0}, e2[2] = {3.0f, 3.0f};
     be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 1.0f, &c);
     be->adamw(be, p2, g, m2, v2, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 0.25f, NULL);
@@ -925,6 +927,18 @@ static void check_grad_check(kf_backend *be) {
     be->ema(be, e, p, 2, 0.5f, &c);
     be->ema(be, e2, p2, 2, 0.5f, NULL);
     T_CHECK(e[1] == e2[1], "ema under an applied ctl: got %.9g want %.9g", e[1], e2[1]);
+    /* ctl's factors, not the arguments', make the update (a graph launched
+     * with a later step's factors) */
+    kernels_adamw_factors(&c, 0.05f, 0.9f, 0.999f, 0.1f, 3);
+    c.ema_decay = 0.25f;
+    be->adamw(be, p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-6f, 0.1f, 1, 1.0f, &c);
+    be->adamw(be, p2, g, m2, v2, 2, 0.05f, 0.9f, 0.999f, 1e-6f, 0.1f, 3, 0.25f, NULL);
+    T_CHECK(p[1] == p2[1], "adamw: ctl's factors replace lr's and step's: got %.9g want %.9g", p[1],
+            p2[1]);
+    be->ema(be, e, p, 2, 0.5f, &c);
+    be->ema(be, e2, p2, 2, 0.25f, NULL);
+    T_CHECK(e[1] == e2[1], "ema: ctl's decay replaces the argument: got %.9g want %.9g", e[1],
+            e2[1]);
 }
 
 /* Every non-attention op, run on sizes that span several chunks, gives

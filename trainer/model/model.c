@@ -512,12 +512,12 @@ static double *host_f64(model_ws *ws, size_t n) {
 }
 
 /* Uploads the embedding inputs of rows [q0, L) of every sample (compact row
- * numbering b*Lc + r - q0) and embeds them into x. */
-static void embed_inputs(model *m, model_ws *ws, const model_input *in, float *x) {
+ * numbering b*Lc + r - q0), for embed_ops. */
+static void embed_upload(model *m, model_ws *ws, const model_input *in) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     const layout *lay = in->lay;
-    int64_t B = ws->B, L = ws->L, q0 = ws->q0, Lc = ws->Lc, H = m->cfg.hidden, V = m->cfg.vocab;
+    int64_t B = ws->B, L = ws->L, q0 = ws->q0, Lc = ws->Lc, V = m->cfg.vocab;
     int64_t ntok_per = 0, nnoise_per = 0;
     for (int64_t r = q0; r < L; r++) lay->noise[r] ? nnoise_per++ : ntok_per++;
     ws->n_tok = B * ntok_per;
@@ -551,10 +551,7 @@ static void embed_inputs(model *m, model_ws *ws, const model_input *in, float *x
             at[k] = (int32_t)(b * ntok_per + tok_of[r]);
         }
         dbuf_upload(be, &ws->pick_at_d, at, (size_t)np, sizeof(int32_t));
-        be->scatter_ids(be, ws->tok_ids_d.p, in->picks, ws->pick_at_d.p, np);
     }
-    if (ws->n_tok)
-        be->embed_fwd(be, x, ws->tok_ids_d.p, ws->tok_rows_d.p, m->params + p->embed, ws->n_tok, H);
     if (!ws->n_noise) return;
     KF_CHECK(m->cfg.kind == MODEL_PFLM, "model: noise rows given to an AR model");
     KF_CHECK(in->z && in->tau, "model: noise rows need z and tau");
@@ -572,7 +569,20 @@ static void embed_inputs(model *m, model_ws *ws, const model_input *in, float *x
                 nrows[i++] = (int32_t)(b * Lc + r - q0);
             }
     dbuf_upload(be, &ws->noise_rows_d, nrows, (size_t)nz, sizeof(int32_t));
-    double *zdv = dbuf_upload(be, &ws->z_d, zt, (size_t)(2 * nz * zd), sizeof(double));
+    dbuf_upload(be, &ws->z_d, zt, (size_t)(2 * nz * zd), sizeof(double));
+}
+
+/* Embeds embed_upload's inputs into x (the picks placed among the token ids
+ * first). */
+static void embed_ops(model *m, model_ws *ws, const model_input *in, float *x) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    int64_t H = m->cfg.hidden, nz = ws->n_noise, zd = p->zdim;
+    if (in->n_picks) be->scatter_ids(be, ws->tok_ids_d.p, in->picks, ws->pick_at_d.p, in->n_picks);
+    if (ws->n_tok)
+        be->embed_fwd(be, x, ws->tok_ids_d.p, ws->tok_rows_d.p, m->params + p->embed, ws->n_tok, H);
+    if (!nz) return;
+    const double *zdv = ws->z_d.p;
     noise_encoder_fwd(m, &ws->nact, nz, zdv, zdv + nz * zd);
     be->scatter_rows(be, x, ws->nact.out.p, ws->noise_rows_d.p, nz, H);
 }
@@ -587,15 +597,12 @@ static void head_chunk(model *m, model_ws *ws, int h, int64_t c0, int64_t n, flo
     if (m->cfg.mask_id >= 0) m->be->fill_column(m->be, lg, n, V, m->cfg.mask_id, MASK_LOGIT);
 }
 
-const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
-                           const model_ws *kv_src) {
+void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int flags,
+                          const model_ws *kv_src) {
     kf_backend *be = m->be;
-    model_priv *p = m->priv;
     const layout *lay = in->lay;
     const model_config *c = &m->cfg;
-    int64_t B = in->B, L = lay->L, q0 = lay->mask.q_start, H = c->hidden, V = c->vocab;
-    int64_t nh = c->heads, hd = H / nh, nb = c->blocks;
-    size_t f = sizeof(float);
+    int64_t B = in->B, L = lay->L, q0 = lay->mask.q_start;
     KF_CHECK(B >= 1 && L == kf_mask_len(&lay->mask), "model_forward: bad batch/layout");
     int train = (flags & MODEL_TRAIN) != 0;
     KF_CHECK(!(q0 > 0 && train), "model_forward: a q_start pass cannot be trained");
@@ -624,14 +631,7 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
         ws->mask.valid_len = NULL;
     }
     int64_t R = ws->R, Lc = ws->Lc;
-    int s16 = ws->s16 = gemm_in16(m);
-    int c16 = s16 && q0 == 0; /* the attention's 16-bit copies (a q_start pass reads fp32) */
-
-    /* residual stream buffers: one per layer boundary when training */
-    int64_t nx = train ? nb + 1 : 1;
-    for (int64_t l = 0; l < nx; l++) dbuf_ensure(be, &ws->xs[l], (size_t)(R * H) * f);
-    float *x0 = ws->xs[0].p;
-    embed_inputs(m, ws, in, x0);
+    embed_upload(m, ws, in);
     if (c->pos == POS_LEARNED) {
         int32_t *pr = host_i32(ws, (size_t)R);
         for (int64_t r = q0; r < L; r++)
@@ -640,11 +640,9 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
                      lay->pos[r], (long long)r, (long long)c->n_positions);
         for (int64_t b = 0; b < B; b++)
             for (int64_t r = q0; r < L; r++) pr[b * Lc + r - q0] = lay->pos[r];
-        int32_t *pr_d = dbuf_upload(be, &ws->posrow_d, pr, (size_t)R, sizeof(int32_t));
-        pos_embed_fwd(m, &ws->pos_tmp, x0, pr_d, R);
+        dbuf_upload(be, &ws->posrow_d, pr, (size_t)R, sizeof(int32_t));
     }
-
-    int32_t *pos_d = dbuf_upload(be, &ws->pos_d, lay->pos, (size_t)L, sizeof(int32_t));
+    dbuf_upload(be, &ws->pos_d, lay->pos, (size_t)L, sizeof(int32_t));
     /* row maps for the context K/V hand-over */
     int32_t *idx = host_i32(ws, (size_t)(B * (q0 > 0 ? L : lay->mask.n_ctx) + 1));
     if (q0 > 0) {
@@ -654,14 +652,50 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
         for (int64_t b = 0; b < B; b++)
             for (int64_t r = 0; r < Lc; r++) idx[b * Lc + r] = (int32_t)(b * L + q0 + r);
         dbuf_upload(be, &ws->comp_idx_d, idx, (size_t)R, sizeof(int32_t));
-        dbuf_ensure(be, &ws->qkv_full, (size_t)(B * L * 3 * H) * f);
-        dbuf_ensure(be, &ws->att_full, (size_t)(B * L * H) * f);
-        dbuf_ensure(be, &ws->lse_full, (size_t)(B * nh * L) * f);
     } else if (ws->keep_kv) {
         int64_t n = lay->mask.n_ctx;
         for (int64_t b = 0; b < B; b++)
             for (int64_t r = 0; r < n; r++) idx[b * n + r] = (int32_t)(b * L + r);
         dbuf_upload(be, &ws->ctx_idx_d, idx, (size_t)(B * n), sizeof(int32_t));
+    }
+    /* output rows */
+    int64_t nout = lay->n_out, O = B * nout;
+    ws->n_out_rows = O;
+    int32_t *oi = host_i32(ws, (size_t)(O + 1));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < nout; j++) {
+            KF_CHECK(lay->out_rows[j] >= q0, "model_forward: output row before q_start");
+            oi[b * nout + j] = (int32_t)(b * Lc + lay->out_rows[j] - q0);
+        }
+    dbuf_upload(be, &ws->out_idx_d, oi, (size_t)O, sizeof(int32_t));
+}
+
+const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
+                               const model_ws *kv_src) {
+    kf_backend *be = m->be;
+    model_priv *p = m->priv;
+    const layout *lay = in->lay;
+    const model_config *c = &m->cfg;
+    int64_t B = ws->B, L = ws->L, q0 = ws->q0, H = c->hidden, V = c->vocab;
+    int64_t nh = c->heads, hd = H / nh, nb = c->blocks, R = ws->R, Lc = ws->Lc;
+    int train = ws->train;
+    size_t f = sizeof(float);
+    ws->have_dlogits = 0;
+    ws->w_period = 0;
+    int s16 = ws->s16 = gemm_in16(m);
+    int c16 = s16 && q0 == 0; /* the attention's 16-bit copies (a q_start pass reads fp32) */
+
+    /* residual stream buffers: one per layer boundary when training */
+    int64_t nx = train ? nb + 1 : 1;
+    for (int64_t l = 0; l < nx; l++) dbuf_ensure(be, &ws->xs[l], (size_t)(R * H) * f);
+    float *x0 = ws->xs[0].p;
+    embed_ops(m, ws, in, x0);
+    if (c->pos == POS_LEARNED) pos_embed_fwd(m, &ws->pos_tmp, x0, ws->posrow_d.p, R);
+    const int32_t *pos_d = ws->pos_d.p;
+    if (q0 > 0) {
+        dbuf_ensure(be, &ws->qkv_full, (size_t)(B * L * 3 * H) * f);
+        dbuf_ensure(be, &ws->att_full, (size_t)(B * L * H) * f);
+        dbuf_ensure(be, &ws->lse_full, (size_t)(B * nh * L) * f);
     }
 
     for (int64_t l = 0; l < nb; l++) {
@@ -709,16 +743,7 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
     }
     ws->ctx_n = ws->keep_kv ? lay->mask.n_ctx : 0;
 
-    /* output rows */
-    int64_t nout = lay->n_out, O = B * nout;
-    ws->n_out_rows = O;
-    int32_t *oi = host_i32(ws, (size_t)(O + 1));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t j = 0; j < nout; j++) {
-            KF_CHECK(lay->out_rows[j] >= q0, "model_forward: output row before q_start");
-            oi[b * nout + j] = (int32_t)(b * Lc + lay->out_rows[j] - q0);
-        }
-    dbuf_upload(be, &ws->out_idx_d, oi, (size_t)O, sizeof(int32_t));
+    int64_t O = ws->n_out_rows;
     float *xf = dbuf_ensure(be, &ws->xf, (size_t)(O * H) * f);
     be->gather_rows(be, xf, ws->xs[train ? nb : 0].p, ws->out_idx_d.p, O, H);
     for (int h = 0; h < m->n_heads_out; h++) head_norm_fwd(m, &ws->hact[h], h, xf, O);
@@ -726,6 +751,12 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
     float *logits = dbuf_ensure(be, &ws->logits, (size_t)(m->n_heads_out * O * V) * f);
     for (int h = 0; h < m->n_heads_out; h++) head_chunk(m, ws, h, 0, O, logits + h * O * V);
     return logits;
+}
+
+const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
+                           const model_ws *kv_src) {
+    model_forward_inputs(m, ws, in, flags, kv_src);
+    return model_forward_ops(m, ws, in, kv_src);
 }
 
 void model_ws_set_logit_chunk(model_ws *ws, int64_t rows) { ws->logit_chunk = rows; }

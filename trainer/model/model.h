@@ -221,6 +221,19 @@ enum {
 const float *model_forward(model *m, model_ws *ws, const model_input *in, int flags,
                            const model_ws *kv_src);
 
+/** model_forward in two halves, so that a caller can record the second as a
+ *  graph (kernels.h graph_begin) and launch it on later passes:
+ *  model_forward_inputs does the host's work and every upload of the pass
+ *  (token ids and their rows, noise values, positions, row maps), into
+ *  ws's device buffers; model_forward_ops, with the same arguments, then
+ *  issues the device ops alone (and returns what model_forward does).
+ *  Only the attention's valid_len (in->valid_len) is still uploaded by an
+ *  op, so a pass with one cannot be recorded. */
+void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int flags,
+                          const model_ws *kv_src);
+const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
+                               const model_ws *kv_src);
+
 /** Number of logit rows of ws's last pass. */
 int64_t model_ws_rows(const model_ws *ws);
 

@@ -35,6 +35,13 @@ int optim_precision_parse(const char *name) {
     return p < 0 ? -1 : (int)optim_precision((runconfig_prec)p);
 }
 
+void optim_factors(const runconfig_opts *o, const optim_state *st, int64_t step, kf_grad_ctl *ctl) {
+    int64_t t = st->adam_t + 1;
+    kernels_adamw_factors(ctl, (float)optim_lr(o, step), (float)o->beta1, (float)o->beta2,
+                          (float)o->weight_decay, t);
+    ctl->ema_decay = (float)optim_ema_decay(o, t);
+}
+
 void optim_check(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
                  kf_grad_ctl *ctl, const float *grads, int64_t n) {
     /* One pass decides both "finite?" and the norm: sumsq of a buffer with an
@@ -47,7 +54,8 @@ void optim_apply(kf_backend *b, const runconfig_opts *o, const optim_state *st, 
                  const kf_grad_ctl *ctl, float *params, const float *grads, float *m, float *v,
                  float *ema, int64_t n) {
     int64_t t = st->adam_t + 1;
-    /* grad_scale 1 is unused: ctl's replaces it */
+    /* grad_scale 1 is unused: ctl's replaces it, and ctl's factors lr's,
+     * t's and the decay's */
     b->adamw(b, params, grads, m, v, n, (float)optim_lr(o, step), (float)o->beta1, (float)o->beta2,
              (float)o->eps, (float)o->weight_decay, t, 1.0f, ctl);
     b->ema(b, ema, params, n, (float)optim_ema_decay(o, t), ctl);

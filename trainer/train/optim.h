@@ -73,7 +73,8 @@ kf_precision optim_precision(runconfig_prec p);
 int optim_precision_parse(const char *name);
 
 /* One optimizer step at 0-based `step` runs in three calls, so that the
- * device never waits for the host inside it:
+ * device never waits for the host inside it (its factors, optim_factors,
+ * uploaded before the step's first op):
  *   optim_check  the gradient check (b->grad_check) into ctl, on the device;
  *   optim_apply  AdamW, then the EMA, reading ctl: a skipped step changes
  *                nothing;
@@ -81,6 +82,12 @@ int optim_precision_parse(const char *name);
  *                step's end): the host state's update (skip count, loss
  *                scale, adam_t) and the step's result.
  * Between optim_check and optim_settle st must not change. */
+
+/** The factors of step `step` (AdamW's for update st->adam_t + 1, the EMA's
+ * decay) into ctl's first fields (kf_grad_ctl), a host copy: the caller
+ * uploads them into the step's device ctl before its first op, and
+ * optim_apply's ops read them there. */
+void optim_factors(const runconfig_opts *o, const optim_state *st, int64_t step, kf_grad_ctl *ctl);
 
 /** The gradient check of step `step` into ctl (device): grads hold d(loss *
  * optim_loss_scale)/d(params) summed over every rank (the caller all-reduces
@@ -92,7 +99,8 @@ void optim_check(kf_backend *b, const runconfig_opts *o, const optim_state *st, 
                  kf_grad_ctl *ctl, const float *grads, int64_t n);
 
 /** Queues AdamW on params/m/v and then the EMA, as update st->adam_t + 1
- * (both skipped on the device when ctl says so). n: elements of the
+ * (both skipped on the device when ctl says so), with the factors
+ * optim_factors put in ctl. n: elements of the
  * buffers, the whole flat buffer or (ZeRO-1) this rank's shard of it. */
 void optim_apply(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
                  const kf_grad_ctl *ctl, float *params, const float *grads, float *m, float *v,

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,10 @@ static void train_step(trainer *t) {
     float scale = (float)optim_loss_scale(&t->os, t->o, t->step);
     size_t gbytes = (size_t)m->n_params * sizeof(float);
     float *g = t->accum > 1 ? t->acc : m->grads;
+    /* the step's factors, read by its optimizer ops on the device */
+    kf_grad_ctl fac;
+    optim_factors(t->o, &t->os, t->step, &fac);
+    be->upload(be, &t->dev->ctl, &fac, offsetof(kf_grad_ctl, sumsq));
     be->zero(be, &t->dev->loss, sizeof(double));
     for (int64_t a = 0; a < t->accum; a++) {
         mb_store *sb = &t->mbs[a];
