@@ -27,6 +27,12 @@
  *     eval_every: 0  eval_batches: 4            # validation loss (0: only at the end)
  *     precision: [{until_step: 400, mode: fp16}, {mode: fp32}]  (modes: fp32 fp16 bf16)
  *     loss_scale: {init: 65536, growth_interval: 2000, growth: 2.0, backoff: 0.5}
+ *     teacher_precision: fp32  # fp32 | bf16 | fp16: the precision of the teacher's
+ *                          # passes (distill_ar, self_forcing, noise inversion), fixed
+ *                          # for the whole stage whatever the student's phase (the
+ *                          # noise -> token map must not change mid-stage); 16 bits
+ *                          # is faster on a GPU but moves some targets off the fp32
+ *                          # teacher's (docs/cuda.md); a resume must keep it
  *     output_bias: zero    # zero (the reference) | unigram: a student that starts
  *                          # from scratch (no `init:`) gets output_layer.linear.bias =
  *                          # log of the training split's smoothed token frequencies
@@ -123,9 +129,10 @@ typedef struct runconfig_opts {
     double scale_init; /* fp16 loss scaler */
     int64_t scale_growth_interval;
     double scale_growth, scale_backoff;
-    int unigram_bias;       /* output bias starts at the training data's log unigram */
-    double new_weight;      /* self_forcing: loss weight of the k/2 new positions */
-    int64_t tau_curriculum; /* steps over which the tau range opens up (0: off) */
+    int unigram_bias;                 /* output bias starts at the training data's log unigram */
+    double new_weight;                /* self_forcing: loss weight of the k/2 new positions */
+    int64_t tau_curriculum;           /* steps over which the tau range opens up (0: off) */
+    runconfig_prec teacher_precision; /* the teacher passes' precision, the whole stage */
 } runconfig_opts;
 
 typedef struct runconfig_stage {

@@ -70,6 +70,14 @@ kf_op_cost kernels_cost_graph_free(kf_backend *b, void *graph) {
  * converted in passes of their own (4 bytes read, 2 written per element),
  * then C rounded to the format in place (read and written). The batch-invariant kernels convert
  * while loading: no pass. */
+/* The unit a product runs on: the tensor units in a 16-bit mode through
+ * cuBLAS; the fp32 units in batch-invariant mode, whose fixed-tiling SIMT
+ * kernel (cuda_gemm.cu) runs in every precision (KF_CUDA_TC=1's opt-in fp16
+ * WMMA kernel, not yet run on a GPU, is not priced). */
+static kf_cost_unit gemm_unit(const kf_backend *b) {
+    return b->batch_invariant ? KF_COST_SIMT : KF_COST_GEMM;
+}
+
 static double gemm_convert(const kf_backend *b, double a, double bb, double c) {
     return b->precision != KF_PREC_FP32 && !b->batch_invariant ? 6 * (a + bb) + 8 * c : 0;
 }
@@ -79,7 +87,7 @@ kf_op_cost kernels_cost_matmul(kf_backend *b, float *C, const float *A, const fl
                                float beta) {
     double m = (double)M, n = (double)N, k = (double)K;
     kf_op_cost c =
-        cost(b, KF_COST_GEMM, 2 * m * n * k, F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
+        cost(b, gemm_unit(b), 2 * m * n * k, F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
              "M=%lld N=%lld K=%lld%s%s%s", (long long)M, (long long)N, (long long)K,
              trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
     c.convert_bytes = gemm_convert(b, m * k, k * n, m * n);
@@ -92,7 +100,7 @@ kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, 
                                        int64_t stride_a, int64_t stride_b) {
     double m = (double)M, n = (double)N, k = (double)K, g = (double)batch;
     kf_op_cost c = cost(
-        b, KF_COST_GEMM, g * 2 * m * n * k, g * F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
+        b, gemm_unit(b), g * 2 * m * n * k, g * F * (m * k + k * n + m * n * (beta != 0 ? 2 : 1)),
         "%lld x M=%lld N=%lld K=%lld%s%s%s", (long long)batch, (long long)M, (long long)N,
         (long long)K, trans_a ? " ta" : "", trans_b ? " tb" : "", beta != 0 ? " +C" : "");
     c.convert_bytes = g * gemm_convert(b, m * k, k * n, m * n);
@@ -120,7 +128,7 @@ static kf_op_cost linear_cost(const kf_backend *b, int64_t M, int64_t N, int64_t
                               int a16, int b16, double out, int c_read, double vec, int work,
                               const char *tags) {
     double m = (double)M, n = (double)N, k = (double)K, mn = m * n;
-    kf_op_cost c = cost(b, KF_COST_GEMM, 2 * m * n * k + mn * epi,
+    kf_op_cost c = cost(b, gemm_unit(b), 2 * m * n * k + mn * epi,
                         (a16 ? H16 : F) * m * k + (b16 ? H16 : F) * k * n + out * mn +
                             (c_read ? F * mn : 0) + vec + epilogue_extra(b, mn, work, c_read),
                         "M=%lld N=%lld K=%lld%s", (long long)M, (long long)N, (long long)K, tags);
@@ -187,7 +195,7 @@ kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *d
                    (dx ? F * r * i * (dx_beta != 0 ? 2 : 1) : 0) + (dx16 ? H16 * r * i : 0);
     if (!fused16) bytes += F * ny * ((dbias ? 1 : 0) + nd);
     kf_op_cost c =
-        cost(b, KF_COST_GEMM, 2 * r * i * o * (1 + nd) + (dbias ? ny : 0), bytes,
+        cost(b, gemm_unit(b), 2 * r * i * o * (1 + nd) + (dbias ? ny : 0), bytes,
              "M=%lld N=%lld K=%lld%s%s%s%s%s%s", (long long)rows, (long long)in, (long long)out,
              dbias ? " dbias" : "", dx ? " dx" : "", dx && dx_beta != 0 ? " +dx" : "",
              dx16 ? " dx16" : "", x16 ? " x16" : "", dy16 ? " dy16" : "", nd && w16 ? " w16" : "");

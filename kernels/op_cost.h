@@ -24,7 +24,8 @@
  *    storage would save.
  *  - unit: which peak bounds the op's arithmetic (see kf_cost_unit).
  *  - b is only read for b->precision (fp16 mode moves GEMM and attention to
- *    the tensor units) and b->batch_invariant (which GEMM path converts), and
+ *    the tensor units) and b->batch_invariant (its fixed-tiling GEMM and
+ *    attention kernels stay on the fp32 units, and convert as they load), and
  *    is never called.
  */
 #ifndef KF_KERNELS_OP_COST_H
@@ -38,7 +39,8 @@ typedef enum {
     KF_COST_NONE = 0, /* host bookkeeping (alloc, free, set_precision): no device work */
     KF_COST_HOST,     /* a host <-> device transfer: bytes cross the bus */
     KF_COST_SIMT,     /* elementwise, row and reduction work: fp32 units, usually memory-bound */
-    KF_COST_GEMM,     /* dense products: tensor units in fp16/bf16 mode, fp32 units otherwise */
+    KF_COST_GEMM,     /* dense products: tensor units in fp16/bf16 mode, fp32 units otherwise
+                         (batch-invariant mode's products are KF_COST_SIMT in every mode) */
     KF_COST_ATTN /* attention products: tensor units in fp16/bf16 mode with tensor-core kernels */
 } kf_cost_unit;
 

@@ -209,12 +209,14 @@ static void stage_step(const char *name, sup_kind kind, int64_t k, const model_c
 }
 
 /* Teacher targets of sample 0 alone vs as the first of 64 samples (GPU). */
-static void batch_invariance(const char *name, sup_kind kind, int64_t k, const model_config *tcfg) {
+static void batch_invariance(const char *name, sup_kind kind, int64_t k, const model_config *tcfg,
+                             kf_precision tp) {
     enum { BB = 64 };
     kf_backend *b = be[1];
     model *teacher = model_create(b, tcfg);
     randomize(teacher, 31);
-    sup_config sc = {.kind = kind, .k = k, .tau_min = 0.3, .tau_max = 1.0, .seed = 99};
+    sup_config sc = {
+        .kind = kind, .k = k, .tau_min = 0.3, .tau_max = 1.0, .seed = 99, .teacher_precision = tp};
     kf_err err = {{0}};
     sup_ctx *s = sup_create(&sc, teacher, &err);
     T_CHECK(s != NULL, "%s: sup_create: %s", name, err.msg);
@@ -511,8 +513,11 @@ int main(void) {
     stage_step("ar, head_dim 64", SUP_AR, 1, NULL, KF_PREC_FP16, 2e-3, 2e-2, 0);
     stage_step("ar, head_dim 64", SUP_AR, 1, NULL, KF_PREC_BF16, 2e-3, 2e-2, 0);
     n_heads = HEADS;
-    batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar);
-    batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1);
+    batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar, KF_PREC_FP32);
+    batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP32);
+    /* a 16-bit teacher (issue 18's teacher_precision) stays batch-invariant */
+    batch_invariance("distill_ar k=1, bf16 teacher", SUP_DISTILL_AR, 1, &ar, KF_PREC_BF16);
+    batch_invariance("self_forcing 1->2, fp16 teacher", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP16);
     save_load_continue();
     decode_with_graphs();
     host_syncs_in_a_step("distill_ar k=2", SUP_DISTILL_AR, &ar);

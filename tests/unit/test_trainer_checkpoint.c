@@ -75,6 +75,7 @@ int main(void) {
     memset(meta.id.data_manifest, 'e', 64);
     snprintf(meta.id.tokenizer, sizeof meta.id.tokenizer, "gpt2");
     memset(meta.id.vocab_sha256, 'f', 64);
+    snprintf(meta.id.teacher_precision, sizeof meta.id.teacher_precision, "bf16");
     rng_state rng = rng_state_make(5, 9);
     for (int s = 3; s <= 9; s += 3) {
         fill(b, ema, n, (float)s), fill(b, am, n, 0.5f * s), fill(b, av, n, 0.25f * s);
@@ -106,6 +107,7 @@ int main(void) {
     T_EQ_STR(got.phase, "bf16", "state round-trips");
     T_EQ_INT(got.id.model.hidden, 16, "state round-trips");
     T_EQ_STR(got.id.tokenizer, "gpt2", "state round-trips");
+    T_EQ_STR(got.id.teacher_precision, "bf16", "state round-trips");
 
     /* load into a fresh model: bitwise equal */
     model *m2 = model_create(b, &c);
@@ -136,6 +138,11 @@ int main(void) {
     snprintf(id.tokenizer, sizeof id.tokenizer, "bert-uncased");
     T_EQ_INT(ckpt_check_compatible(&got, &id, 4, &err), -1, "tokenizer refused");
     T_CHECK(strstr(err.msg, "tokenizer"), "tokenizer refused");
+    id = meta.id;
+    snprintf(id.teacher_precision, sizeof id.teacher_precision, "fp32");
+    T_EQ_INT(ckpt_check_compatible(&got, &id, 4, &err), -1, "teacher precision refused");
+    T_CHECK(strstr(err.msg, "teacher_precision (bf16 vs fp32"), "teacher precision refused: %s",
+            err.msg);
     T_EQ_INT(ckpt_check_compatible(&got, &meta.id, 8, &err), -1, "batch refused");
     T_CHECK(strstr(err.msg, "global batch"), "batch refused");
 

@@ -148,18 +148,24 @@ int main(void) {
                 (long long)o->decay_steps);
         runconfig_free(rc);
     }
-    char *recipe_over[] = {"stages.2.new_weight=2.5", "stages.2.tau_curriculum=40"};
-    T_CHECK(load_with(NULL, NULL, 2, recipe_over, &rc, &err) == 0, "recipe overrides: %s", err.msg);
+    char *recipe_over[] = {"stages.2.new_weight=2.5", "stages.2.tau_curriculum=40",
+                           "stages.2.teacher_precision=bf16"};
+    T_CHECK(load_with(NULL, NULL, 3, recipe_over, &rc, &err) == 0, "recipe overrides: %s", err.msg);
     if (rc) {
         const runconfig_opts *o = &rc->stages[2].opt;
         T_CLOSE(o->new_weight, 2.5, 0, "new_weight of stage 2");
         T_CLOSE(rc->stages[1].opt.new_weight, 1.0, 0, "new_weight defaults to 1");
         T_EQ_INT(o->tau_curriculum, 40, "tau_curriculum set");
         T_EQ_INT(rc->stages[1].opt.tau_curriculum, 0, "tau_curriculum off by default");
+        T_EQ_INT(o->teacher_precision, RC_PREC_BF16, "teacher_precision of stage 2");
+        T_EQ_INT(rc->stages[1].opt.teacher_precision, RC_PREC_FP32,
+                 "teacher_precision defaults to fp32");
         runconfig_free(rc);
     }
     expect_error("batch: 8\n", "batch: 8\n  new_weight: 0\n", "defaults.new_weight");
     expect_error("batch: 8\n", "batch: 8\n  tau_curriculum: -1\n", "defaults.tau_curriculum");
+    expect_error("batch: 8\n", "batch: 8\n  teacher_precision: fp8\n",
+                 "'defaults.teacher_precision': expected fp32, bf16 or fp16, got 'fp8'");
     char *bad_over[] = {"defaults.bach=16"};
     T_EQ_INT(load_with(NULL, NULL, 1, bad_over, &rc, &err), -1, "unknown override key: %s",
              err.msg);

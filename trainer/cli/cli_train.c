@@ -26,6 +26,10 @@ static const char USAGE[] =
     "  --stop-at STEP   act as if preempted when STEP is reached (drills and tests)\n"
     "  key.path=value   config overrides, e.g. defaults.lr=3e-4 stages.0.steps=10\n"
     "\n"
+    "Precision (per stage or under defaults): `precision:` phases set the student's\n"
+    "(fp32, fp16, bf16); `teacher_precision: fp32|bf16|fp16` (default fp32) sets the\n"
+    "teacher passes' for the whole stage; a resume refuses a changed one.\n"
+    "\n"
     "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 75.\n"
     "Exit codes: 0 done (final/ and its DONE marker written), 1 error, 2 usage,\n"
     "75 preempted (checkpoint written; rerun with --resume).\n";

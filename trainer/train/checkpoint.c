@@ -36,8 +36,10 @@ static void emit_identity(strbuf *b, const ckpt_identity *id) {
                   (int)c->head, c->k_train);
     strbuf_printf(
         b,
-        "data_manifest: \"%s\"\ntokenizer: \"%s\"\nvocab_sha256: \"%s\"\nteacher_sha256: \"%s\"\n",
-        id->data_manifest, id->tokenizer, id->vocab_sha256, id->teacher_sha256);
+        "data_manifest: \"%s\"\ntokenizer: \"%s\"\nvocab_sha256: \"%s\"\nteacher_sha256: \"%s\"\n"
+        "teacher_precision: \"%s\"\n",
+        id->data_manifest, id->tokenizer, id->vocab_sha256, id->teacher_sha256,
+        id->teacher_precision);
 }
 
 static void write_text(const char *path, const strbuf *b) {
@@ -228,6 +230,11 @@ static int parse_identity(cfg_node *r, ckpt_identity *id, kf_err *err) {
         get_hex(r, "vocab_sha256", id->vocab_sha256, 1, err) ||
         get_hex(r, "teacher_sha256", id->teacher_sha256, 1, err))
         return -1;
+    const char *tp;
+    if (cfg_opt_str(r, "teacher_precision", "fp32", &tp, err)) return -1;
+    if (runconfig_prec_parse(tp) < 0)
+        return cfg_err_at(cfg_find(r, "teacher_precision"), err, "expected fp32, bf16 or fp16");
+    snprintf(id->teacher_precision, sizeof id->teacher_precision, "%s", tp);
     c->kind = (model_kind)kind;
     c->head = (model_head)head;
     return 0;
@@ -369,6 +376,9 @@ int ckpt_check_compatible(const ckpt_meta *saved, const ckpt_identity *now, int6
     if (strcmp(saved->id.teacher_sha256, now->teacher_sha256))
         DIFF("; teacher weights (sha256 %.12s... vs %.12s...)", saved->id.teacher_sha256,
              now->teacher_sha256);
+    if (strcmp(saved->id.teacher_precision, now->teacher_precision))
+        DIFF("; teacher_precision (%s vs %s: the teacher's targets would change mid-stage)",
+             saved->id.teacher_precision, now->teacher_precision);
     if (saved->global_batch != global_batch)
         DIFF("; global batch (%lld vs %lld)", (long long)saved->global_batch,
              (long long)global_batch);

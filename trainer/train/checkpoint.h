@@ -14,7 +14,7 @@
  * data cursor, global batch, world size, config hash, the optimizer state
  * (AdamW step, loss scale, good steps, skipped steps), precision phase, the
  * identity the run depends on (model config, dataset manifest sha256,
- * tokenizer + vocab sha256, teacher sha256), and every other file's size and
+ * tokenizer + vocab sha256, teacher sha256, teacher precision), and every other file's size and
  * sha256.
  *
  * Commit protocol (issue 5 item 5), collective over all ranks:
@@ -60,7 +60,9 @@ typedef struct ckpt_identity {
     char data_manifest[65]; /* sha256 of the training set's manifest.yaml */
     char tokenizer[64];
     char vocab_sha256[65];
-    char teacher_sha256[65]; /* "" when the stage has no teacher */
+    char teacher_sha256[65];   /* "" when the stage has no teacher */
+    char teacher_precision[8]; /* the teacher passes' (runconfig_prec_name); a checkpoint
+                                  without it: "fp32", the only one there was */
 } ckpt_identity;
 
 /** Scalars of a training state. */
@@ -100,7 +102,7 @@ int ckpt_find(const char *ckpt_dir, char *out, size_t cap, ckpt_meta *meta);
 void ckpt_set_latest(const char *ckpt_dir, int64_t step);
 
 /** Refuses a resume whose identity differs (model shape, dataset manifest,
- * tokenizer, teacher) or whose global batch differs; a different world size
+ * tokenizer, teacher, teacher precision) or whose global batch differs; a different world size
  * is fine. @return 0, or -1 with err naming every difference. */
 int ckpt_check_compatible(const ckpt_meta *saved, const ckpt_identity *now, int64_t global_batch,
                           kf_err *err);

@@ -452,15 +452,16 @@ void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int
                const int32_t *valid_len, const uint64_t *keys) {
     /* Teacher passes run batch-invariant: a sample's targets must not depend on
      * the batch it is in, or the student sees contradictory supervision. They
-     * also run in fp32 whatever the student's precision phase, as the released
-     * teacher does: fp16 rounding moves inverse-CDF samples into neighbouring
-     * bins, and the noise -> token map would change again at the fp32 switch. */
+     * run in the stage's fixed teacher precision (fp32 by default, as the
+     * released teacher does), never the student's phase: 16-bit rounding moves
+     * inverse-CDF samples into neighbouring bins, so the noise -> token map
+     * would change at every phase switch. */
     kf_backend *tbe = s->teacher ? s->teacher->be : NULL;
     int saved_invariant = tbe ? tbe->batch_invariant : 0;
     kf_precision saved_precision = tbe ? tbe->precision : KF_PREC_FP32;
     if (tbe) {
         tbe->batch_invariant = 1;
-        tbe->set_precision(tbe, KF_PREC_FP32);
+        tbe->set_precision(tbe, s->cfg.teacher_precision);
     }
     sup_build_targets(s, out, tokens, B, n, valid_len, keys);
     if (tbe) {

@@ -51,6 +51,8 @@ typedef struct sup_config {
     int64_t k;               /* student window (SUP_AR: 1) */
     double tau_min, tau_max; /* per-sample tau ~ U[tau_min, tau_max] */
     uint64_t seed;
+    kf_precision teacher_precision; /* the teacher passes' precision (0: fp32), whatever
+                                       the student's phase */
 } sup_config;
 
 /** Parses a stage kind name ("ar", "distill_ar", "self_forcing",

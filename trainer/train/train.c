@@ -529,7 +529,8 @@ static int setup_training(trainer *t, kf_err *err) {
                      .k = st->kind == RC_KIND_AR ? 1 : st->k,
                      .tau_min = st->tau_min,
                      .tau_max = st->tau_max,
-                     .seed = t->o->seed};
+                     .seed = t->o->seed,
+                     .teacher_precision = optim_precision(t->o->teacher_precision)};
     model_config base = {.hidden = rm->hidden,
                          .heads = rm->heads,
                          .blocks = rm->blocks,
@@ -545,6 +546,8 @@ static int setup_training(trainer *t, kf_err *err) {
     snprintf(t->id.data_manifest, sizeof t->id.data_manifest, "%s", shard_set_manifest_sha256(ss));
     snprintf(t->id.tokenizer, sizeof t->id.tokenizer, "%s", shard_set_tokenizer(ss));
     snprintf(t->id.vocab_sha256, sizeof t->id.vocab_sha256, "%s", shard_set_vocab_sha256(ss));
+    snprintf(t->id.teacher_precision, sizeof t->id.teacher_precision, "%s",
+             runconfig_prec_name(t->o->teacher_precision));
 
     t->m = model_create(t->be, mc);
     model_init(t->m, t->o->seed);
@@ -559,7 +562,8 @@ static int setup_training(trainer *t, kf_err *err) {
         teacher = model_load(t->be, tf, err);
         if (!teacher) return -1;
         if (t->d->rank == 0)
-            kf_log_info("%s: teacher %s (sha256 %.12s...)", st->name, tf, t->id.teacher_sha256);
+            kf_log_info("%s: teacher %s (sha256 %.12s...), its passes in %s", st->name, tf,
+                        t->id.teacher_sha256, t->id.teacher_precision);
     }
     if (!st->init && t->o->unigram_bias && unigram_bias(t, err)) return -1;
     if (st->init) {
