@@ -139,11 +139,12 @@ int main(void) {
         be->set_precision(be, KF_PREC_FP32);
         sup_batch sb;
         sup_build(s, &sb, tok, B, N, NULL, keys);
-        memcpy(t32, sb.targets, (size_t)rows * sizeof(int32_t));
+        memcpy(t32, sup_host_targets(s, &sb), (size_t)rows * sizeof(int32_t));
         int64_t off = 0;
         for (int b = 0; b < B; b++) {
             sup_build(s, &sb, tok + b * N, 1, N, NULL, keys + b);
-            for (int64_t t = 0; t < n; t++) off += sb.targets[t] != t32[b * n + t];
+            const int32_t *tb = sup_host_targets(s, &sb);
+            for (int64_t t = 0; t < n; t++) off += tb[t] != t32[b * n + t];
         }
         T_CHECK(off == 0,
                 "%s teacher: %lld of %lld targets differ built one sample at a time vs in a "

@@ -99,7 +99,7 @@ int main(void) {
         }
         /* the step's update: lr large enough that every weight's 16-bit value moves */
         be->adamw(be, m->params, m->grads, mom, vel, m->n_params, 1e-2f, 0.9f, 0.999f, 1e-6f, 0.0f,
-                  step, 1.0f);
+                  step, 1.0f, NULL);
         model_params_changed(m);
     }
 
