@@ -42,6 +42,22 @@ static void targets_at(sup_ctx *s, kf_backend *be, kf_precision p, const int32_t
     *rows = sb.rows;
 }
 
+/* A direct teacher pass (sup_ar_blocks, 1 token) in precision p into out. */
+static void direct_pass(model *ar, model_ws *ws, kf_precision p, const int32_t *ctx, int64_t n,
+                        const double *z, const double *tau, int32_t *out) {
+    kf_backend *be = ar->be;
+    int32_t *picks = be->alloc(be, (size_t)(B * n) * sizeof(int32_t));
+    be->set_precision(be, p);
+    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, picks, out);
+    be->free(be, picks);
+}
+
+static int64_t n_differ(const int32_t *a, const int32_t *b, int64_t n) {
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++) d += a[i] != b[i];
+    return d;
+}
+
 int main(void) {
     kf_backend *be = kernels_cpu_create();
     model_config c = {.hidden = 64,
@@ -75,14 +91,9 @@ int main(void) {
         for (int64_t t = 0; t < n; t++) z[b * n + t] = sup_uniform(1234, keys[b], SUP_RNG_Z, t, 0);
     }
     model_ws *ws = model_ws_create(ar);
-    be->set_precision(be, KF_PREC_FP32);
-    int32_t *picks = be->alloc(be, (size_t)rows * sizeof(int32_t));
-    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, picks, t32);
-    be->set_precision(be, KF_PREC_FP16);
-    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, picks, t16);
-    be->free(be, picks);
-    int64_t moved = 0;
-    for (int64_t r = 0; r < rows; r++) moved += t32[r] != t16[r];
+    direct_pass(ar, ws, KF_PREC_FP32, ctx, n, z, tau, t32);
+    direct_pass(ar, ws, KF_PREC_FP16, ctx, n, z, tau, t16);
+    int64_t moved = n_differ(t32, t16, rows);
     printf("an fp16 teacher pass changes %lld of %lld targets (%.2f%%)\n", (long long)moved,
            (long long)rows, 100.0 * (double)moved / (double)rows);
     T_CHECK(moved > 0,
@@ -100,8 +111,7 @@ int main(void) {
              (long long)rows);
     T_EQ_INT(r16, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16,
              (long long)rows);
-    int64_t diff = 0;
-    for (int64_t r = 0; r < rows; r++) diff += t32[r] != t16[r];
+    int64_t diff = n_differ(t32, t16, rows);
     T_CHECK(diff == 0,
             "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",
             (long long)diff, (long long)rows);
@@ -110,12 +120,8 @@ int main(void) {
 
     /* a bf16 teacher: the targets of a bf16 pass, in either student phase */
     int32_t *tb = malloc((size_t)rows * sizeof(int32_t));
-    picks = be->alloc(be, (size_t)rows * sizeof(int32_t));
-    be->set_precision(be, KF_PREC_BF16);
-    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, picks, tb);
-    be->free(be, picks);
-    int64_t moved_bf16 = 0;
-    for (int64_t r = 0; r < rows; r++) moved_bf16 += tb[r] != t32[r];
+    direct_pass(ar, ws, KF_PREC_BF16, ctx, n, z, tau, tb);
+    int64_t moved_bf16 = n_differ(tb, t32, rows);
     printf("a bf16 teacher changes %lld of %lld targets (%.2f%%)\n", (long long)moved_bf16,
            (long long)rows, 100.0 * (double)moved_bf16 / (double)rows);
     T_CHECK(moved_bf16 > 0, "precondition: bf16 teacher targets differ from fp32 ones in %lld rows",
@@ -124,8 +130,7 @@ int main(void) {
     s = sup_create(&sc, ar, &err);
     targets_at(s, be, KF_PREC_FP32, tok, keys, t32, &r32);
     targets_at(s, be, KF_PREC_FP16, tok, keys, t16, &r16);
-    int64_t off32 = 0, off16 = 0;
-    for (int64_t r = 0; r < rows; r++) off32 += t32[r] != tb[r], off16 += t16[r] != tb[r];
+    int64_t off32 = n_differ(t32, tb, rows), off16 = n_differ(t16, tb, rows);
     T_CHECK(off32 == 0, "bf16 teacher, fp32 phase: %lld of %lld targets differ from a bf16 pass",
             (long long)off32, (long long)rows);
     T_CHECK(off16 == 0, "bf16 teacher, fp16 phase: %lld of %lld targets differ from a bf16 pass",
