@@ -34,7 +34,6 @@
  * their picked tokens: each pass reads the previous one's on the device).
  */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,9 +379,7 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
         int64_t t3 = host_syncs();
         model_backward(m, ws);
         int64_t t4 = host_syncs();
-        kf_grad_ctl fac;
-        optim_factors(&o, &os, step - 1, &fac);
-        b->upload(b, ctl, &fac, offsetof(kf_grad_ctl, sumsq));
+        optim_factors(b, &o, &os, step - 1, ctl);
         int64_t t4u = host_syncs();
         optim_check(b, &o, &os, step - 1, ctl, m->grads, m->n_params);
         optim_apply(b, &o, &os, step - 1, ctl, m->params, m->grads, mom, vel, ema, m->n_params);

@@ -2,7 +2,6 @@
  * backoff on inf/nan, growth after the interval), clipping and the EMA, on
  * the CPU backend. */
 #include <math.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,9 +26,8 @@ static runconfig_opts opts(void) {
  * device, the one read of the check, the host's update of the state. */
 static optim_result step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t s,
                          float *p, const float *g, float *m, float *v, float *e) {
-    kf_grad_ctl *ctl = b->alloc(b, sizeof *ctl), got, fac;
-    optim_factors(o, st, s, &fac); /* uploaded before the step, as train_step does */
-    b->upload(b, ctl, &fac, offsetof(kf_grad_ctl, sumsq));
+    kf_grad_ctl *ctl = b->alloc(b, sizeof *ctl), got;
+    optim_factors(b, o, st, s, ctl); /* before the step, as train_step */
     optim_check(b, o, st, s, ctl, g, N);
     optim_apply(b, o, st, s, ctl, p, g, m, v, e, N);
     b->download(b, &got, ctl, sizeof got);

@@ -2,6 +2,7 @@
 #include "trainer/train/optim.h"
 
 #include <math.h>
+#include <stddef.h>
 
 optim_state optim_init(const runconfig_opts *o) {
     return (optim_state){.adam_t = 0, .scale = o->scale_init, .good_steps = 0, .skipped = 0};
@@ -35,11 +36,14 @@ int optim_precision_parse(const char *name) {
     return p < 0 ? -1 : (int)optim_precision((runconfig_prec)p);
 }
 
-void optim_factors(const runconfig_opts *o, const optim_state *st, int64_t step, kf_grad_ctl *ctl) {
+void optim_factors(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
+                   kf_grad_ctl *ctl) {
     int64_t t = st->adam_t + 1;
-    kernels_adamw_factors(ctl, (float)optim_lr(o, step), (float)o->beta1, (float)o->beta2,
+    kf_grad_ctl f;
+    kernels_adamw_factors(&f, (float)optim_lr(o, step), (float)o->beta1, (float)o->beta2,
                           (float)o->weight_decay, t);
-    ctl->ema_decay = (float)optim_ema_decay(o, t);
+    f.ema_decay = (float)optim_ema_decay(o, t);
+    b->upload(b, ctl, &f, offsetof(kf_grad_ctl, sumsq)); /* the factors only */
 }
 
 void optim_check(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,

@@ -83,11 +83,11 @@ int optim_precision_parse(const char *name);
  *                scale, adam_t) and the step's result.
  * Between optim_check and optim_settle st must not change. */
 
-/** The factors of step `step` (AdamW's for update st->adam_t + 1, the EMA's
- * decay) into ctl's first fields (kf_grad_ctl), a host copy: the caller
- * uploads them into the step's device ctl before its first op, and
- * optim_apply's ops read them there. */
-void optim_factors(const runconfig_opts *o, const optim_state *st, int64_t step, kf_grad_ctl *ctl);
+/** Uploads the factors of step `step` (AdamW's for update st->adam_t + 1,
+ * the EMA's decay) into the first fields of ctl (device, kf_grad_ctl), where
+ * optim_apply's ops read them: called before the step's first op. */
+void optim_factors(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
+                   kf_grad_ctl *ctl);
 
 /** The gradient check of step `step` into ctl (device): grads hold d(loss *
  * optim_loss_scale)/d(params) summed over every rank (the caller all-reduces

@@ -1,7 +1,6 @@
 /* trainer/train/roofline.c — one training step priced on a named GPU (see roofline.h). */
 #include "trainer/train/roofline.h"
 
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,9 +166,7 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     if (st->kind == RC_KIND_SELF_FORCING && o->new_weight != 1.0)
         model_weight_dlogits(m, s->ws, st->k, st->k / 2, st->k / 2, (float)o->new_weight);
     optim_dev *dev = be->alloc(be, sizeof *dev), got;
-    kf_grad_ctl fac; /* train_step's factors, uploaded before its first op */
-    optim_factors(o, &os, 0, &fac);
-    be->upload(be, &dev->ctl, &fac, offsetof(kf_grad_ctl, sumsq));
+    optim_factors(be, o, &os, 0, &dev->ctl); /* as train_step, before its first op */
     /* train.c's device copy of the micro-batch's targets */
     size_t tbytes = (size_t)sb.rows * sizeof(int32_t);
     int32_t *tg = be->alloc(be, tbytes);

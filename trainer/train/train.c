@@ -4,7 +4,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,9 +281,7 @@ static void train_step(trainer *t) {
     size_t gbytes = (size_t)m->n_params * sizeof(float);
     float *g = t->accum > 1 ? t->acc : m->grads;
     /* the step's factors, read by its optimizer ops on the device */
-    kf_grad_ctl fac;
-    optim_factors(t->o, &t->os, t->step, &fac);
-    be->upload(be, &t->dev->ctl, &fac, offsetof(kf_grad_ctl, sumsq));
+    optim_factors(be, t->o, &t->os, t->step, &t->dev->ctl);
     be->zero(be, &t->dev->loss, sizeof(double));
     for (int64_t a = 0; a < t->accum; a++) {
         mb_store *sb = &t->mbs[a];
