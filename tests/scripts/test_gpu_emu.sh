@@ -98,7 +98,7 @@ else
 fi
 
 # NCCL: mpirun -np 2 (MPI_Allreduce underneath) vs one rank, 2 micro-batches;
-# ZeRO-1 (MPI_Reduce, MPI_Bcast) vs the all-reduce
+# ZeRO-1 (MPI_Reduce, MPI_Bcast; the checkpoint's shards by MPI_Send/MPI_Recv) vs the all-reduce
 EMU_KF=build-emu/kf
 if [ -x "$EMU_KF" ]; then
   T=$(mktemp -d /tmp/kf_emu_XXXXXX); trap 'rm -rf "$R" "$T"' EXIT
@@ -112,7 +112,7 @@ if [ -x "$EMU_KF" ]; then
   check "emulated cuda, np=1 with 2 micro-batches: exits 0 (rc $rc): $(tail -n 1 "$T/n1.err")" [ $rc -eq 0 ]
   check "emulated cuda: np=2 == np=1 x 2 micro-batches, bitwise" same_weights "$T/n2/stages/ar" "$T/n1/stages/ar"
   # ZeRO-1: ncclReduce per owner of each bucket (small buckets), ncclBroadcast
-  # per shard; stopped at step 2 and resumed (the shards gathered for the
+  # per shard; stopped at step 2 and resumed (the shards gathered to rank 0 for the
   # checkpoint, then taken from it)
   zero=(resources.zero1=true resources.bucket_mb=0.0005)
   $MPIRUN -np 2 "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/z2" "${cuda[@]}" "${zero[@]}" \

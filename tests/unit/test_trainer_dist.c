@@ -9,7 +9,8 @@
  * each rank's random gradients, summed by the all-reduce and by the
  * reduce-scatter in other buckets; this rank's shard of the second is
  * bitwise the first's, dist_sumsq from the shards is bitwise sumsq of the
- * all-reduced buffer, and dist_allgather hands every rank every shard. */
+ * all-reduced buffer, dist_allgather hands every rank every shard, and
+ * dist_gather_root hands rank 0 every shard (the others keep their buffers). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,17 @@ static void collectives(dist *d, kf_backend *b) {
     dist_allgather(d, b, sc, n);
     T_EQ_INT(differing(sc, all, n), 0, "rank %d: elements after the all-gather unlike the sum",
              d->rank);
-    free(g), free(all), free(sc);
+    /* gather to rank 0: from each rank's own shard buffer into rank 0's full
+     * one (junk before); the shard buffers are left as they were */
+    float *own = malloc((size_t)(me.count ? me.count : 1) * sizeof *own);
+    memcpy(own, all + me.off, (size_t)me.count * sizeof(float));
+    for (int64_t i = 0; i < n; i++) sc[i] = -1.0f - (float)d->rank;
+    dist_gather_root(d, b, d->rank == 0 ? sc : NULL, own, n);
+    if (d->rank == 0)
+        T_EQ_INT(differing(sc, all, n), 0, "rank 0: elements after the gather unlike the sum");
+    T_EQ_INT(differing(own, all + me.off, me.count), 0, "rank %d: its shard changed by the gather",
+             d->rank);
+    free(g), free(all), free(sc), free(own);
 }
 
 int main(int argc, char **argv) {

@@ -503,6 +503,59 @@ void dist_allgather(dist *d, kf_backend *b, float *buf, int64_t n) {
 #endif
 }
 
+void dist_gather_root(dist *d, kf_backend *b, float *full, const float *shard, int64_t n) {
+    dist_range me = dist_shard(d, n, d->rank);
+    if (d->rank == 0 && me.count)
+        b->copy(b, full + me.off, shard, (size_t)me.count * sizeof(float));
+    if (d->world == 1) return;
+#ifdef KF_CUDA
+    dist_impl *im = d->impl;
+    if (!strcmp(b->name, "cuda")) {
+        KF_CHECK(im->have_nccl, "dist: NCCL not set up (call dist_attach_backend)");
+        cudaStream_t cs = (cudaStream_t)kernels_cuda_stream(b);
+        CUDA_OK(cudaEventRecord(im->ev_ready, cs), "cudaEventRecord");
+        CUDA_OK(cudaStreamWaitEvent(im->nstream, im->ev_ready, 0), "cudaStreamWaitEvent");
+        arm_main(d, "ncclSend/ncclRecv(checkpoint shards)");
+        ncclResult_t r = ncclGroupStart();
+        for (int o = 1; o < d->world && r == ncclSuccess; o++) {
+            dist_range sh = dist_shard(d, n, o);
+            if (!sh.count) continue;
+            if (d->rank == 0)
+                r = ncclRecv(full + sh.off, (size_t)sh.count, ncclFloat, o, im->nccl, im->nstream);
+            else if (d->rank == o)
+                r = ncclSend(shard, (size_t)sh.count, ncclFloat, 0, im->nccl, im->nstream);
+        }
+        ncclResult_t e = ncclGroupEnd();
+        KF_CHECK(r == ncclSuccess && e == ncclSuccess, "ncclSend/ncclRecv: %s",
+                 ncclGetErrorString(r != ncclSuccess ? r : e));
+        CUDA_OK(cudaEventRecord(im->ev_done, im->nstream), "cudaEventRecord");
+        CUDA_OK(cudaStreamWaitEvent(cs, im->ev_done, 0), "cudaStreamWaitEvent");
+        CUDA_OK(cudaEventSynchronize(im->ev_done), "cudaEventSynchronize(NCCL)");
+        disarm(d);
+        return;
+    }
+#endif
+#ifdef KF_MPI
+    KF_CHECK(!strcmp(b->name, "cpu"), "dist: backend %s has no gather path", b->name);
+    arm_main(d, "gather(checkpoint shards)");
+    for (int o = 1; o < d->world; o++) {
+        dist_range sh = dist_shard(d, n, o);
+        for (int64_t p = 0; p < sh.count && (d->rank == 0 || d->rank == o); p += MPI_PIECE) {
+            if (d->rank == 0)
+                MPI_OK(MPI_Recv(full + sh.off + p, piece_len(sh.count, p), MPI_FLOAT, o, 9,
+                                MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                       "gather (recv)");
+            else
+                MPI_OK(MPI_Send(shard + p, piece_len(sh.count, p), MPI_FLOAT, 0, 9, MPI_COMM_WORLD),
+                       "gather (send)");
+        }
+    }
+    disarm(d);
+#else
+    (void)full, (void)shard;
+#endif
+}
+
 double dist_sumsq(dist *d, kf_backend *b, const float *buf, int64_t n) {
     if (d->world == 1) return b->sumsq(b, buf, n);
     int64_t np = (n + KF_SUM_PART - 1) / KF_SUM_PART;

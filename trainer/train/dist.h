@@ -136,6 +136,14 @@ dist_range dist_shard(const dist *d, int64_t n, int rank);
  *  in place (each rank's own shard is the source). Blocks until done. */
 void dist_allgather(dist *d, kf_backend *b, float *buf, int64_t n);
 
+/** Every rank's shard of an n-element buffer gathered into rank 0's full
+ *  (n floats in b's memory), each rank sending its own from `shard` (its
+ *  dist_shard(d, n, rank).count floats in b's memory); full is only used on
+ *  rank 0 and may be NULL elsewhere. Collective; blocks until done. What a
+ *  checkpoint needs of ZeRO-1's optimizer state, which only rank 0 writes,
+ *  without a full-size buffer on every rank (dist_allgather). */
+void dist_gather_root(dist *d, kf_backend *b, float *full, const float *shard, int64_t n);
+
 /** b->sumsq of the whole n-element buffer buf, bitwise, when each rank holds
  *  only its own shard of it: every rank's sumsq_parts of its shard, gathered
  *  and added in order. The same on every rank. */

@@ -117,19 +117,20 @@ static rng_state rank_rng(const trainer *t) {
     return r;
 }
 
-/* A whole-buffer copy of optimizer state x: x itself, or under ZeRO-1 a new
- * buffer that every rank's shard is gathered into (collective; free it with
- * state_done). Checkpoints keep the format of the all-reduce runs. */
+/* A whole-buffer copy of optimizer state x for the checkpoint: x itself, or
+ * under ZeRO-1 (collective) on rank 0 a new buffer that every rank's shard
+ * is gathered into, elsewhere NULL (only rank 0 writes the files, in the
+ * format of the all-reduce runs). Free it with state_done. */
 static float *state_full(trainer *t, const float *x) {
     if (!t->zero1) return (float *)x;
-    float *full = t->be->alloc(t->be, (size_t)t->m->n_params * sizeof(float));
-    t->be->copy(t->be, full + t->shard.off, x, (size_t)t->shard.count * sizeof(float));
-    dist_allgather(t->d, t->be, full, t->m->n_params);
+    float *full =
+        t->d->rank == 0 ? t->be->alloc(t->be, (size_t)t->m->n_params * sizeof(float)) : NULL;
+    dist_gather_root(t->d, t->be, full, x, t->m->n_params);
     return full;
 }
 
 static void state_done(trainer *t, float *full) {
-    if (t->zero1) t->be->free(t->be, full);
+    if (t->zero1 && full) t->be->free(t->be, full);
 }
 
 static void checkpoint(trainer *t) {

@@ -127,6 +127,39 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
 #endif
 }
 
+/* Point to point, the checkpoint's gather of ZeRO-1 shards to rank 0: a
+ * blocking MPI_Send/MPI_Recv pair per call, so the ranks must make their
+ * calls in matching order (the project's gather does: rank 0 receives from
+ * 1, 2, ... in turn, each other rank sends once). */
+static ncclResult_t p2p(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                        cudaStream_t s, int send) {
+    if (!comm || peer < 0 || peer >= comm->nranks || peer == comm->rank) return ncclInvalidArgument;
+    ncclResult_t r = check_args(buf, NULL, count, type, comm, s);
+    if (r != ncclSuccess || !count) return r;
+#ifdef KF_MPI
+    for (size_t off = 0; off < count; off += 1 << 30) {
+        int n = (int)(count - off < (1u << 30) ? count - off : 1u << 30);
+        float *p = (float *)buf + off;
+        int rc = send ? MPI_Send(p, n, MPI_FLOAT, peer, 9, MPI_COMM_WORLD)
+                      : MPI_Recv(p, n, MPI_FLOAT, peer, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return ncclSystemError;
+    }
+    return ncclSuccess;
+#else
+    return ncclInvalidUsage;
+#endif
+}
+
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t comm, cudaStream_t s) {
+    return p2p((void *)send, count, type, peer, comm, s, 1);
+}
+
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t s) {
+    return p2p(recv, count, type, peer, comm, s, 0);
+}
+
 /* Streams are synchronous here: each call of a group completes when made,
  * in the same order on every rank, so grouping changes nothing. */
 ncclResult_t ncclGroupStart(void) { return ncclSuccess; }

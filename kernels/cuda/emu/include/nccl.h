@@ -1,7 +1,7 @@
 /* kernels/cuda/emu/include/nccl.h — the NCCL subset the project uses, for the
  * CPU emulation harness (emu_nccl.c): one rank in-process, or one rank per
- * MPI process (mpirun -np N) through MPI_Allreduce, MPI_Reduce and MPI_Bcast in
- * builds with MPI. */
+ * MPI process (mpirun -np N) through MPI_Allreduce, MPI_Reduce, MPI_Bcast and
+ * MPI_Send/MPI_Recv in builds with MPI. */
 #ifndef KF_CUDA_EMU_NCCL_H
 #define KF_CUDA_EMU_NCCL_H
 
@@ -35,6 +35,10 @@ ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t s);
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t s);
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t comm, cudaStream_t s);
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t s);
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 const char *ncclGetErrorString(ncclResult_t r);
