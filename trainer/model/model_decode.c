@@ -32,9 +32,10 @@ void model_heads_free(model_heads *h) {
 
 /* The graph of one step shape (kernels.h's graph ops). A step's ops depend
  * on the host only through the buffers' addresses, the shape below and the
- * cache-length bucket: attn_decode reads the length from the device (len_d,
- * uploaded with the step's inputs) and is launched for the bucket's longest
- * cache, so the whole step is one graph per shape and bucket. */
+ * cache-length bucket: attn_decode reads the length from the device (the
+ * step's first position, pos_d[0], uploaded with its inputs) and is launched
+ * for the bucket's longest cache, so the whole step is one graph per shape
+ * and bucket. */
 typedef struct step_graphs {
     int64_t Q, ntok, nz, n_out;
     const int32_t *argmax;
@@ -59,7 +60,6 @@ struct model_cache {
     noise_act nact;
     head_act *hact;
     dbuf x, xf, logits, tmp, pos_d, ids_d, rows_d, nrows_d, z_d, kidx_d, vidx_d, cidx_d, oidx_d;
-    dbuf len_d;    /* the cache length before the step (attn_decode's len) */
     dbuf posrow_d; /* POS_LEARNED: each new row's position */
     int32_t *h32;
     double *h64;
@@ -91,17 +91,17 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
 }
 
 /* The cache's buffers besides K, V and the heads' (hact). */
-enum { CACHE_BUFS = 38 };
+enum { CACHE_BUFS = 37 };
 static void cache_bufs(model_cache *c, dbuf *d[CACHE_BUFS]) {
     layer_act *a = &c->a;
     noise_act *n = &c->nact;
     dbuf *all[CACHE_BUFS] = {
-        &a->ln1,    &a->mean1,    &a->rstd1,   &a->qkv, &a->att,    &a->lse,    &a->xmid,
-        &a->ln2,    &a->mean2,    &a->rstd2,   &a->h1,  &a->h2,     &n->feats,  &n->c,
-        &n->ln,     &n->mean,     &n->rstd,    &n->h1,  &n->h2,     &n->out,    &n->dh,
-        &n->dln,    &n->dc,       &c->x,       &c->xf,  &c->logits, &c->tmp,    &c->pos_d,
-        &c->ids_d,  &c->rows_d,   &c->nrows_d, &c->z_d, &c->kidx_d, &c->vidx_d, &c->cidx_d,
-        &c->oidx_d, &c->posrow_d, &c->len_d};
+        &a->ln1,    &a->mean1,   &a->rstd1,   &a->qkv, &a->att,    &a->lse,    &a->xmid,
+        &a->ln2,    &a->mean2,   &a->rstd2,   &a->h1,  &a->h2,     &n->feats,  &n->c,
+        &n->ln,     &n->mean,    &n->rstd,    &n->h1,  &n->h2,     &n->out,    &n->dh,
+        &n->dln,    &n->dc,      &c->x,       &c->xf,  &c->logits, &c->tmp,    &c->pos_d,
+        &c->ids_d,  &c->rows_d,  &c->nrows_d, &c->z_d, &c->kidx_d, &c->vidx_d, &c->cidx_d,
+        &c->oidx_d, &c->posrow_d};
     memcpy(d, all, sizeof all);
 }
 
@@ -220,7 +220,7 @@ static void step_ops(const step *s, int64_t bucket) {
         const block_off *o = &p->blk[l];
         block_pre(s, l);
         be->attn_decode(be, s->att, s->qkv, 3 * H, c->k[l], c->v[l], c->B, c->cap, bucket - s->Q,
-                        c->len_d.p, s->Q, nh, H / nh);
+                        c->pos_d.p, s->Q, nh, H / nh); /* pos_d[0]: the cache length */
         linear_fwd(m, s->x, s->att, NULL, o->out, o->out_b, R, H, H, 1.0f);
         block_mlp_fwd(m, o, &c->a, s->x, R);
     }
@@ -346,8 +346,6 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     }
     for (int64_t i = 0; i < Q; i++) pos[i] = (int32_t)(P + i);
     dbuf_upload(be, &c->pos_d, pos, (size_t)Q, sizeof(int32_t));
-    pos[0] = (int32_t)P;
-    dbuf_upload(be, &c->len_d, pos, 1, sizeof(int32_t));
     for (int64_t r = 0; r < R; r++) {
         pos[r] = (int32_t)(3 * r + 1);
         pos[R + r] = (int32_t)(3 * r + 2);
