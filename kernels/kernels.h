@@ -250,12 +250,16 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     /* Decode-time attention: Q new tokens per sample whose K/V were already                       \
      * written to the caches at rows [P, P+Q). Query i sees cache rows [0, P+i]                    \
      * (causal over the concatenation). q [B*Q, H] (row stride q_stride                            \
-     * elements); kcache/vcache [B, cap, H]; out [B*Q, H]. */                                      \
+     * elements); kcache/vcache [B, cap, H]; out [B*Q, H]. len (NULL: none) is                     \
+     * the cache length as a device int32, read in place of P, which then only                     \
+     * bounds it (len[0] <= P, P + Q <= cap) and sizes the launch: a graph                         \
+     * recorded with one bound serves every length up to it (model_decode.c's                      \
+     * buckets); past the bound the CUDA backend writes NaN. */                                    \
     X(void, attn_decode,                                                                           \
       (kf_backend * b, float *out, const float *q, int64_t q_stride, const float *kcache,          \
-       const float *vcache, int64_t B, int64_t cap, int64_t P, int64_t Q, int64_t n_head,          \
-       int64_t head_dim),                                                                          \
-      (b, out, q, q_stride, kcache, vcache, B, cap, P, Q, n_head, head_dim))                       \
+       const float *vcache, int64_t B, int64_t cap, int64_t P, const int32_t *len, int64_t Q,      \
+       int64_t n_head, int64_t head_dim),                                                          \
+      (b, out, q, q_stride, kcache, vcache, B, cap, P, len, Q, n_head, head_dim))                  \
                                                                                                    \
     /* ---- pointwise ---- */                                                                      \
     X(void, gelu_fwd, (kf_backend * b, float *y, const float *x, int64_t n, kf_gelu_kind kind),    \

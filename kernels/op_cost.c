@@ -342,11 +342,12 @@ kf_op_cost kernels_cost_attn_bwd(kf_backend *b, float *dqkv, const float *dout, 
 }
 
 /* Query i of Q sees P+i+1 cache rows: the forward's 4*head_dim + 3 per pair
- * and head. q read, the cache rows read (K and V), out written. */
+ * and head. q read, the cache rows read (K and V), out written. With a
+ * device length, P is its bound: the cost of the bucket's longest cache. */
 kf_op_cost kernels_cost_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
                                     const float *kcache, const float *vcache, int64_t B,
-                                    int64_t cap, int64_t P, int64_t Q, int64_t n_head,
-                                    int64_t head_dim) {
+                                    int64_t cap, int64_t P, const int32_t *len, int64_t Q,
+                                    int64_t n_head, int64_t head_dim) {
     double pairs = (double)B * (double)Q * ((double)P + ((double)Q + 1) / 2);
     double H = (double)(n_head * head_dim), Bd = (double)B;
     return cost(b, KF_COST_ATTN, pairs * (double)n_head * (4 * (double)head_dim + 3),

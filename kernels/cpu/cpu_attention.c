@@ -421,10 +421,15 @@ CPU_MULTIVERSION(int, decode_head,
 
 void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
                      const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
-                     int64_t Q, int64_t n_head, int64_t head_dim) {
+                     const int32_t *len, int64_t Q, int64_t n_head, int64_t head_dim) {
+    KF_CHECK(P + Q <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld",
+             (long long)(P + Q), (long long)cap);
+    if (len) { /* device memory is the host's */
+        KF_CHECK(*len >= 0 && *len <= P, "attn_decode: cache length %d outside the bound %lld",
+                 (int)*len, (long long)P);
+        P = *len;
+    }
     int64_t H = n_head * head_dim, D = head_dim, T = P + Q;
-    KF_CHECK(T <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld", (long long)T,
-             (long long)cap);
     int lowp = b->precision;
     int64_t kstride = cap * H; /* per-sample stride of the caches */
     if (lowp) {

@@ -493,61 +493,124 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
                   scale, lowp);
 }
 
-/* One block per (sample, head, query): scores of the T = P+i+1 visible cache
- * rows in shared memory, softmax, then thread d sums p_j v_j[d] in row order.
- * Samples go on grid x (up to 2^31-1 blocks); y and z are limited to 65535,
- * which the shared-memory bound keeps Q under. */
-__global__ void k_attn_decode(float *out, const float *q, int64_t q_stride, const float *kc,
-                              const float *vc, int64_t cap, int64_t P, int64_t Q, int64_t n_head,
-                              int64_t D, float scale, int lowp) {
-    extern __shared__ float sc[];
+/* Decode attention, split over the keys (flash-decoding): a query's T = P+i+1
+ * visible cache rows are cut into DEC_SPLITS parts of ceil(T / DEC_SPLITS)
+ * rows, one block each, so a step of one sample still fills the GPU; a
+ * second kernel adds the parts in split order. The cut depends on T alone,
+ * not on the batch, the bound or the order blocks run in: the result is a
+ * function of the query's inputs. P comes from device memory (len) when given,
+ * so a graph replays with the length of the step; `bound` (>= P) sizes the
+ * parts' shared memory, and a length past it writes NaN. */
+enum { DEC_SPLITS = 16, DEC_THREADS = 128 };
+
+/* Query i's visible rows T, or -1 when the length exceeds the bound. */
+__device__ __forceinline__ int64_t dec_rows(const int32_t *len, int64_t bound, int64_t i) {
+    int64_t P = len ? (int64_t)*len : bound;
+    return P <= bound ? P + i + 1 : -1;
+}
+/* The rows of each part of T rows (the last may have fewer). */
+__device__ __forceinline__ int64_t dec_part_rows(int64_t T) {
+    return (T + DEC_SPLITS - 1) / DEC_SPLITS;
+}
+
+/* Part s of query (b, h, i): its rows' max score m, sum of exp(score - m) l
+ * and the unnormalised sum of exp(score - m) v, at part + ((b*nh + h)*Q +
+ * i)*DEC_SPLITS + s records of D + 2 floats (m, l, o). Warp w scores rows
+ * w, w+4, ... (lanes over d, summed in warp_sum's order); thread d sums o[d]
+ * in row order. */
+__global__ void k_attn_decode_part(float *part, const float *q, int64_t q_stride, const float *kc,
+                                   const float *vc, int64_t cap, const int32_t *len, int64_t bound,
+                                   int64_t Q, int64_t n_head, int64_t D, float scale, int lowp) {
+    extern __shared__ float sm[]; /* q [D], then the part's scores */
     __shared__ float sh[32];
-    int64_t i = blockIdx.z, h = blockIdx.y, b = blockIdx.x;
-    int64_t H = n_head * D, T = P + i + 1;
+    int64_t i = blockIdx.z, h = blockIdx.y, b = blockIdx.x / DEC_SPLITS;
+    int64_t s = blockIdx.x % DEC_SPLITS, T = dec_rows(len, bound, i);
+    if (T < 0) return; /* the combination writes NaN */
+    int64_t n = dec_part_rows(T), j0 = s * n, j1 = j0 + n < T ? j0 + n : T;
+    if (j0 >= j1) return;
+    int64_t H = n_head * D;
     const float *qr = q + (b * Q + i) * q_stride + h * D;
     const float *kb = kc + b * cap * H + h * D, *vb = vc + b * cap * H + h * D;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
-        float s = 0.0f;
-        for (int64_t d = 0; d < D; d++)
-            s += ld_round(qr + d, lowp) * ld_round(kb + j * H + d, lowp);
-        s *= scale;
-        sc[j] = s;
-        mx = fmaxf(mx, s);
+    float *qs = sm, *sc = sm + D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = ld_round(qr + d, lowp);
+    __syncthreads();
+    int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int64_t j = j0 + (threadIdx.x >> 5); j < j1; j += warps) {
+        float acc = 0.0f;
+        for (int64_t d = lane; d < D; d += 32) acc += qs[d] * ld_round(kb + j * H + d, lowp);
+        acc = warp_sum(acc);
+        if (lane == 0) sc[j - j0] = acc * scale;
     }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < j1 - j0; j += blockDim.x) mx = fmaxf(mx, sc[j]);
     mx = block_max(mx, sh, -INFINITY);
     float ps = 0.0f;
-    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < j1 - j0; j += blockDim.x) {
         float e = __expf(sc[j] - mx);
         sc[j] = e;
         ps += e;
     }
-    float inv = 1.0f / block_sum(ps, sh); /* its barriers also publish sc */
+    float l = block_sum(ps, sh); /* its barriers also publish sc */
+    float *rec = part + (((b * n_head + h) * Q + i) * DEC_SPLITS + s) * (D + 2);
+    if (threadIdx.x == 0) rec[0] = mx, rec[1] = l;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0.0f;
-        for (int64_t j = 0; j < T; j++) acc = fmaf(sc[j], ld_round(vb + j * H + d, lowp), acc);
-        float v = acc * inv;
-        out[(b * Q + i) * H + h * D + d] = cu_lowp(v, lowp);
+        for (int64_t j = j0; j < j1; j++)
+            acc = fmaf(sc[j - j0], ld_round(vb + j * H + d, lowp), acc);
+        rec[2 + d] = acc;
+    }
+}
+
+/* Query (b, h, i)'s parts added in split order, each rescaled to their max. */
+__global__ void k_attn_decode_combine(float *out, const float *part, const int32_t *len,
+                                      int64_t bound, int64_t Q, int64_t n_head, int64_t D,
+                                      int lowp) {
+    int64_t i = blockIdx.z, h = blockIdx.y, b = blockIdx.x, T = dec_rows(len, bound, i);
+    float *o = out + (b * Q + i) * n_head * D + h * D;
+    if (T < 0) { /* a graph replayed past the length it was recorded for */
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = NAN;
+        return;
+    }
+    int64_t parts = (T + dec_part_rows(T) - 1) / dec_part_rows(T);
+    const float *rec = part + ((b * n_head + h) * Q + i) * DEC_SPLITS * (D + 2);
+    float mx = -INFINITY, l = 0.0f;
+    for (int64_t s = 0; s < parts; s++) mx = fmaxf(mx, rec[s * (D + 2)]);
+    for (int64_t s = 0; s < parts; s++)
+        l = fmaf(rec[s * (D + 2) + 1], __expf(rec[s * (D + 2)] - mx), l);
+    float inv = 1.0f / l;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t s = 0; s < parts; s++)
+            acc = fmaf(rec[s * (D + 2) + 2 + d], __expf(rec[s * (D + 2)] - mx), acc);
+        o[d] = cu_lowp(acc * inv, lowp);
     }
 }
 
 void cu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
                     const float *kcache, const float *vcache, int64_t B, int64_t cap, int64_t P,
-                    int64_t Q, int64_t n_head, int64_t head_dim) {
-    int64_t T = P + Q;
-    KF_CHECK(T <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld", (long long)T,
-             (long long)cap);
+                    const int32_t *len, int64_t Q, int64_t n_head, int64_t head_dim) {
+    KF_CHECK(P + Q <= cap, "attn_decode: %lld cached rows exceed the cache capacity %lld",
+             (long long)(P + Q), (long long)cap);
     if (B <= 0 || Q <= 0) return;
-    size_t bytes = (size_t)T * sizeof(float);
-    KF_CHECK(bytes <= 200 * 1024, "attn_decode: %lld cached rows is too many", (long long)T);
-    KF_CHECK(n_head <= 65535 && B <= 0x7fffffff,
-             "attn_decode: %lld heads or %lld samples is too many", (long long)n_head,
-             (long long)B);
-    CUDA_OK(cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)bytes));
-    dim3 grid((unsigned)B, (unsigned)n_head, (unsigned)Q); /* Q <= T <= 51200 (bytes above) */
-    k_attn_decode<<<grid, 128, bytes, cu_stream(b)>>>(out, q, q_stride, kcache, vcache, cap, P, Q,
-                                                      n_head, head_dim,
-                                                      1.0f / sqrtf((float)head_dim), b->precision);
+    int64_t D = head_dim;
+    /* q, then the scores of a part of the bound's longest row */
+    size_t bytes = (size_t)(D + (P + Q + DEC_SPLITS - 1) / DEC_SPLITS) * sizeof(float);
+    KF_CHECK(bytes <= 48 * 1024, "attn_decode: %lld cached rows is too many", (long long)(P + Q));
+    KF_CHECK(n_head <= 65535 && Q <= 65535 && B <= 0x7fffffff / DEC_SPLITS,
+             "attn_decode: %lld heads, %lld queries or %lld samples is too many", (long long)n_head,
+             (long long)Q, (long long)B);
+    /* sized by the shape alone: a graph recorded at one bound allocates
+     * nothing at the next */
+    float *part = (float *)cu_scratch(
+        b, CU_SCRATCH_D, (size_t)(B * n_head * Q * DEC_SPLITS * (D + 2)) * sizeof(float));
+    dim3 grid((unsigned)(B * DEC_SPLITS), (unsigned)n_head, (unsigned)Q);
+    k_attn_decode_part<<<grid, DEC_THREADS, bytes, cu_stream(b)>>>(
+        part, q, q_stride, kcache, vcache, cap, len, P, Q, n_head, D, 1.0f / sqrtf((float)D),
+        b->precision);
+    CUDA_LAUNCHED();
+    dim3 rows((unsigned)B, (unsigned)n_head, (unsigned)Q);
+    k_attn_decode_combine<<<rows, DEC_THREADS, 0, cu_stream(b)>>>(out, part, len, P, Q, n_head, D,
+                                                                  b->precision);
     CUDA_LAUNCHED();
 }

@@ -168,6 +168,11 @@ extern "C" int64_t kernels_cuda_graph_launches(kf_backend *b) {
     return cu_impl(b)->n_graph_launches;
 }
 
+extern "C" int64_t kernels_cuda_graph_records(kf_backend *b) {
+    KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_graph_records needs the cuda backend");
+    return cu_impl(b)->n_graph_records;
+}
+
 extern "C" int64_t kernels_cuda_host_syncs(void) {
 #ifdef KF_CUDA_EMU
     return emu_host_syncs();

@@ -26,6 +26,10 @@ int kernels_cuda_device(kf_backend *b);
  *  first run included): tests show with it that graphs were used. */
 int64_t kernels_cuda_graph_launches(kf_backend *b);
 
+/** Graphs recorded on backend b so far (graph_end's that made one): tests
+ *  show with it when a graph was recorded again. */
+int64_t kernels_cuda_graph_records(kf_backend *b);
+
 /** Host synchronisations the process has made so far (cudaStreamSynchronize,
  *  cudaFree, a copy with pageable memory, ...: the list in
  *  kernels/cuda/emu/include/cuda_runtime.h), as counted by the CPU emulation

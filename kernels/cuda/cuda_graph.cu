@@ -30,6 +30,7 @@ void *cu_graph_end(kf_backend *b) {
     CUDA_OK(cudaGraphDestroy(g));
     CUDA_OK(cudaGraphLaunch(exec, im->stream)); /* the recorded ops run once now */
     im->n_graphs++;
+    im->n_graph_records++;
     im->n_graph_launches++;
     return (void *)exec;
 }

@@ -104,6 +104,7 @@ typedef struct cuda_impl {
     int graphs;    /* graph_end makes graphs (KF_CUDA_GRAPHS unset or not 0; cuda_graph.cu) */
     int capturing; /* between graph_begin and graph_end */
     int64_t n_graphs, n_graph_launches; /* graphs alive; launches, graph_end's included */
+    int64_t n_graph_records;            /* graphs made by graph_end */
     void *blas_ws; /* cuBLAS's workspace, set on the handle: nothing allocated in a capture */
 } cuda_impl;
 

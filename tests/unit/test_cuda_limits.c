@@ -35,7 +35,7 @@ static void decode_many_samples(kf_backend *cpu, kf_backend *gpu) {
         b->upload(b, q, h, bytes);
         b->upload(b, kc, h, bytes);
         b->upload(b, vc, h, bytes);
-        b->attn_decode(b, o, q, H, kc, vc, B, cap, P, Q, nh, D);
+        b->attn_decode(b, o, q, H, kc, vc, B, cap, P, NULL, Q, nh, D);
         out[s] = malloc(bytes);
         b->download(b, out[s], o, bytes);
         b->free(b, q), b->free(b, kc), b->free(b, vc), b->free(b, o);

@@ -38,6 +38,8 @@ typedef struct {
 #define PF(x) ((float *)(x).p[side_])
 #define PI(x) ((int32_t *)(x).p[side_])
 #define PD(x) ((double *)(x).p[side_])
+#define PF1(x) ((float *)(x).p[1]) /* the GPU's buffer */
+#define PI1(x) ((int32_t *)(x).p[1])
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double urand(void) { /* xorshift64*: uniform in [0, 1) */
@@ -970,12 +972,98 @@ static void test_attn_decode(void) {
         char w[64];
         snprintf(w, sizeof w, "attn_decode %s", kernels_precision_name((kf_precision)prec));
         BOTH(BE->set_precision(BE, (kf_precision)prec));
-        BOTH(BE->attn_decode(BE, PF(out), PF(q), qs, PF(kc), PF(vc), B, cap, P, Q, nh, D));
+        BOTH(BE->attn_decode(BE, PF(out), PF(q), qs, PF(kc), PF(vc), B, cap, P, NULL, Q, nh, D));
         check_close(w, &out, B * Q * H, tol_at((kf_precision)prec, 1e-5, 2e-3));
         check_representable(w, &out, 0, B * Q * H, (kf_precision)prec);
     }
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&q), drop(&kc), drop(&vc), drop(&out);
+}
+
+/* The cache rows model_decode.c launches attn_decode for: the power of two
+ * at or above P + Q, at most cap. */
+static int64_t decode_bucket(int64_t rows, int64_t cap) {
+    int64_t t = 1;
+    while (t < rows) t *= 2;
+    return t < cap ? t : cap;
+}
+
+/* GPU floats of x, n from float offset `from`, bitwise against want's. */
+static int64_t n_differ(const buf2 *x, const float *want, int64_t from, int64_t n) {
+    float *g = down(x, 1);
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++) d += memcmp(&g[from + i], &want[i], sizeof(float)) != 0;
+    free(g);
+    return d;
+}
+
+/* attn_decode reading the cache length from the device (len), launched for
+ * its bucket's bound as model_decode.c does, over lengths crossing the
+ * buckets and the splits of the keys: against the CPU (same len); bitwise the
+ * GPU's with the length as a host value (the bound changes nothing); a graph
+ * recorded at one length and launched at the next of its bucket gives
+ * bitwise the direct call's; one sample alone gives bitwise its row of the
+ * batch; a length past the bound gives NaN. */
+static void test_attn_decode_len(void) {
+    int64_t B = 3, cap = 70, Q = 2, nh = 2, D = 40, H = nh * D, qs = 3 * H;
+    buf2 q = mk_rand(B * Q * qs, 1), kc = mk_rand(B * cap * H, 1), vc = mk_rand(B * cap * H, 1);
+    buf2 out = mk_rand(B * Q * H, 1), len = mk(NULL, sizeof(int32_t));
+    int64_t n = B * Q * H, lens[] = {0, 1, 5, 6, 7, 13, 14, 15, 17, 29, 30, 31, 33, 61, 62, 68};
+    int64_t nl = (int64_t)(sizeof lens / sizeof *lens);
+    void *graph = NULL;
+    int64_t graph_bucket = -1;
+    for (int64_t t = 0; t < nl; t++) {
+        int64_t P = lens[t], bound = decode_bucket(P + Q, cap) - Q;
+        int32_t p32 = (int32_t)P;
+        char w[96];
+        snprintf(w, sizeof w, "attn_decode len %lld (bound %lld)", (long long)P, (long long)bound);
+        BOTH(BE->upload(BE, P(len), &p32, sizeof p32));
+        BOTH(BE->attn_decode(BE, PF(out), PF(q), qs, PF(kc), PF(vc), B, cap, bound, PI(len), Q, nh,
+                             D));
+        check_close(w, &out, n, 1e-5);
+        float *dev = down(&out, 1);
+        be[1]->attn_decode(be[1], PF1(out), PF1(q), qs, PF1(kc), PF1(vc), B, cap, P, NULL, Q, nh,
+                           D);
+        int64_t d = n_differ(&out, dev, 0, n);
+        T_CHECK(d == 0, "%s: got %lld of %lld values unlike the host length's, want 0", w,
+                (long long)d, (long long)n);
+        /* sample 1 alone: its q rows, its cache */
+        be[1]->attn_decode(be[1], PF1(out), PF1(q) + Q * qs, qs, PF1(kc) + cap * H,
+                           PF1(vc) + cap * H, 1, cap, bound, PI1(len), Q, nh, D);
+        d = n_differ(&out, dev + Q * H, 0, Q * H);
+        T_CHECK(d == 0, "%s: sample 1 alone: got %lld of %lld values unlike the batch's, want 0", w,
+                (long long)d, (long long)(Q * H));
+        if (graph && graph_bucket == bound) { /* recorded at an earlier length */
+            be[1]->graph_launch(be[1], graph);
+            d = n_differ(&out, dev, 0, n);
+            T_CHECK(d == 0,
+                    "%s: graph recorded at a shorter length: got %lld of %lld values unlike the "
+                    "direct call's, want 0",
+                    w, (long long)d, (long long)n);
+        } else {
+            be[1]->graph_free(be[1], graph);
+            be[1]->graph_begin(be[1]);
+            be[1]->attn_decode(be[1], PF1(out), PF1(q), qs, PF1(kc), PF1(vc), B, cap, bound,
+                               PI1(len), Q, nh, D);
+            graph = be[1]->graph_end(be[1]);
+            graph_bucket = bound;
+            T_CHECK(graph != NULL, "%s: no graph recorded", w);
+        }
+        free(dev);
+    }
+    /* a length past the bound (a graph launched after the cache outgrew it) */
+    int32_t past = 9;
+    be[1]->upload(be[1], PI1(len), &past, sizeof past);
+    be[1]->attn_decode(be[1], PF1(out), PF1(q), qs, PF1(kc), PF1(vc), B, cap, 8, PI1(len), Q, nh,
+                       D);
+    float *g = down(&out, 1);
+    int64_t nan = 0;
+    for (int64_t i = 0; i < n; i++) nan += isnan(g[i]);
+    free(g);
+    T_CHECK(nan == n, "attn_decode len 9 past the bound 8: got %lld NaN of %lld, want all",
+            (long long)nan, (long long)n);
+    be[1]->graph_free(be[1], graph);
+    drop(&q), drop(&kc), drop(&vc), drop(&out), drop(&len);
 }
 
 /* ---- pointwise and rows ---- */
@@ -1492,6 +1580,7 @@ int main(void) {
     test_attention();
     test_tensor_cores();
     test_attn_decode();
+    test_attn_decode_len();
     test_pointwise();
     test_rows();
     test_logits();

@@ -22,9 +22,10 @@
  *
  * Decoding with CUDA graphs (kernels.h's graph ops, model_decode.c): the
  * ids decode_run gives on the GPU with graphs equal, bit for bit, those of a
- * GPU backend made with KF_CUDA_GRAPHS=0, for AR sampling, K-Forcing
- * argmaxes (k not dividing the tokens asked for), a frequency penalty and
- * fp16; the graph backend launched the expected graphs, the other none.
+ * GPU backend made with KF_CUDA_GRAPHS=0 (and in fp32 the CPU's), for AR
+ * sampling, K-Forcing argmaxes (k not dividing the tokens asked for), a
+ * frequency penalty and fp16; the graph backend launched one graph a step
+ * and recorded one per cache-length bucket, the other none.
  *
  * Host synchronisations (under the emulation harness, which counts them):
  * once its buffers have grown, a training step's forward, loss (its sum
@@ -419,37 +420,58 @@ static int64_t graph_launches(kf_backend *b) {
 #endif
 }
 
-/* decode_run on the GPU with and without graphs (be_nog: KF_CUDA_GRAPHS=0).
- * `graphed`: the steps of the repeated shape after its first (uncaptured)
- * one, each launching the blocks + 1 segments of model_decode.c. */
+static int64_t graph_records(kf_backend *b) {
+#ifdef KF_CUDA
+    return kernels_cuda_graph_records(b);
+#else
+    (void)b;
+    return -1; /* never reached: no CUDA backend */
+#endif
+}
+
+/* decode_run on the GPU with and without graphs (be_nog: KF_CUDA_GRAPHS=0)
+ * and on the CPU. `graphed`: the steps of the repeated shape after its first
+ * (uncaptured) one, each one graph launch (the whole step); `records`: the
+ * graphs recorded for them, one more each time the cache outgrows its
+ * bucket (model_decode.c's step_bucket). The CPU's ids are compared in
+ * fp32 (`vs_cpu`): the 16-bit phases round differently. */
 static void decode_graphs(kf_backend *be_nog, const char *name, const model_config *cfg,
-                          const decode_opts *o, kf_precision prec, int64_t graphed) {
+                          const decode_opts *o, kf_precision prec, int64_t graphed,
+                          int64_t records) {
     enum { DB = 3, DP = 3 };
-    kf_backend *bs[2] = {be[1], be_nog};
-    int32_t prefix[DB * DP], *out[2];
+    kf_backend *bs[3] = {be[1], be_nog, be[0]};
+    int32_t prefix[DB * DP], *out[3];
     uint64_t keys[DB] = {3, 17, 99};
     tokens(prefix, DB * DP, 41);
-    int64_t launches[2];
-    for (int s = 0; s < 2; s++) {
+    int64_t launches[2], recs = 0;
+    for (int s = 0; s < 3; s++) {
         model *m = model_create(bs[s], cfg);
         randomize(m, 5);
         bs[s]->set_precision(bs[s], prec);
         out[s] = malloc((size_t)(DB * o->max_new) * sizeof(int32_t));
-        int64_t l0 = graph_launches(bs[s]);
+        int64_t l0 = s < 2 ? graph_launches(bs[s]) : 0, r0 = s ? 0 : graph_records(bs[s]);
         decode_run(m, NULL, prefix, DB, DP, o, keys, out[s]);
-        launches[s] = graph_launches(bs[s]) - l0;
+        if (s < 2) launches[s] = graph_launches(bs[s]) - l0;
+        if (!s) recs = graph_records(bs[s]) - r0;
         bs[s]->set_precision(bs[s], KF_PREC_FP32);
         model_free(m);
     }
-    int64_t differ = 0;
-    for (int64_t i = 0; i < DB * o->max_new; i++) differ += out[0][i] != out[1][i];
-    printf("decode with graphs, %s: %lld of %lld ids differ from no graphs; %lld graph launches\n",
-           name, (long long)differ, (long long)(DB * o->max_new), (long long)launches[0]);
+    int64_t differ = 0, differ_cpu = 0;
+    for (int64_t i = 0; i < DB * o->max_new; i++) {
+        differ += out[0][i] != out[1][i];
+        differ_cpu += out[0][i] != out[2][i];
+    }
+    printf("decode with graphs, %s: %lld of %lld ids differ from no graphs, %lld from the cpu; "
+           "%lld graph launches, %lld recorded\n",
+           name, (long long)differ, (long long)(DB * o->max_new), (long long)differ_cpu,
+           (long long)launches[0], (long long)recs);
     T_EQ_INT(differ, 0, "decode %s: ids with graphs unlike those without", name);
-    T_EQ_INT(launches[0], graphed * (cfg->blocks + 1), "decode %s: graph launches", name);
+    if (prec == KF_PREC_FP32)
+        T_EQ_INT(differ_cpu, 0, "decode %s: ids with graphs unlike the cpu's", name);
+    T_EQ_INT(launches[0], graphed, "decode %s: graph launches (one a step)", name);
+    T_EQ_INT(recs, records, "decode %s: graphs recorded (one a bucket)", name);
     T_EQ_INT(launches[1], 0, "decode %s: graph launches with KF_CUDA_GRAPHS=0", name);
-    free(out[0]);
-    free(out[1]);
+    for (int s = 0; s < 3; s++) free(out[s]);
 }
 
 static void decode_with_graphs(void) {
@@ -462,16 +484,20 @@ static void decode_with_graphs(void) {
     model_config ar = base_cfg(0), pf = base_cfg(0), pfg = base_cfg(1);
     pf.kind = pfg.kind = MODEL_PFLM;
     pf.k_train = pfg.k_train = 2;
-    /* AR: 8 steps, the prefill then 7 of one row: 6 after the first */
+    /* AR: 8 steps, the prefill then 7 of one row: 6 after the first; the
+     * cache (10 rows) holds 5..8 rows in bucket 8, then 9 and 10 in bucket
+     * 10 (the capacity): 2 graphs */
     decode_opts o = {.k = 1, .tau = 0.8, .max_new = 8, .seed = 7};
-    decode_graphs(nog, "ar, sampled", &ar, &o, KF_PREC_FP32, 6);
-    /* K-Forcing k = 2, 11 tokens: the prefill, 4 steps of 2, then 1 token */
+    decode_graphs(nog, "ar, sampled", &ar, &o, KF_PREC_FP32, 6, 2);
+    /* K-Forcing k = 2, 11 tokens: the prefill, 4 steps of 2, then 1 token;
+     * the 4 steps' caches end at 7 (uncaptured), 9, 11, 13 rows: bucket 14
+     * (the capacity), 1 graph */
     o = (decode_opts){.k = 2, .tau = 1.0, .max_new = 11, .seed = 7};
-    decode_graphs(nog, "k=2 argmax", &pf, &o, KF_PREC_FP32, 3);
-    decode_graphs(nog, "k=2 argmax fp16", &pf, &o, KF_PREC_FP16, 3);
-    decode_graphs(nog, "k=2 argmax, GPT-2 options", &pfg, &o, KF_PREC_FP32, 3);
+    decode_graphs(nog, "k=2 argmax", &pf, &o, KF_PREC_FP32, 3, 1);
+    decode_graphs(nog, "k=2 argmax fp16", &pf, &o, KF_PREC_FP16, 3, 1);
+    decode_graphs(nog, "k=2 argmax, GPT-2 options", &pfg, &o, KF_PREC_FP32, 3, 1);
     o.freq_penalty = 0.5f;
-    decode_graphs(nog, "k=2 frequency penalty", &pf, &o, KF_PREC_FP32, 3);
+    decode_graphs(nog, "k=2 frequency penalty", &pf, &o, KF_PREC_FP32, 3, 1);
     nog->destroy(nog);
 }
 

@@ -227,7 +227,7 @@ static void check_decode(kf_backend *be) {
     double err = 0;
     for (int64_t b = 0; b < B; b++) {
         be->attn_decode(be, dec, qkv + (b * L + P) * 3 * H, 3 * H, kc + b * cap * H,
-                        vc + b * cap * H, 1, cap, P, Q, nh, D);
+                        vc + b * cap * H, 1, cap, P, NULL, Q, nh, D);
         for (int64_t i = 0; i < Q * H; i++) want[i] = out[(b * L + P) * H + i];
         double e = tu_relerr(dec, want, Q * H, 1e-3);
         err = e > err ? e : err;
@@ -239,7 +239,7 @@ static void check_decode(kf_backend *be) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < Q; i++)
             memcpy(qd + (b * Q + i) * H, qkv + (b * L + P + i) * 3 * H, (size_t)H * sizeof(float));
-    be->attn_decode(be, decb, qd, H, kc, vc, B, cap, P, Q, nh, D);
+    be->attn_decode(be, decb, qd, H, kc, vc, B, cap, P, NULL, Q, nh, D);
     double *w2 = kf_malloc((size_t)(B * Q * H) * sizeof(double));
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < Q * H; i++) w2[b * Q * H + i] = out[(b * L + P) * H + i];
@@ -289,10 +289,12 @@ static void check_lowp(kf_backend *be, kf_precision prec, float (*rnd)(float)) {
     const int64_t P = 5, Q = 3;
     float *dc_a = kf_malloc((size_t)(Q * H) * 4), *dc_b = kf_malloc((size_t)(Q * H) * 4);
     be->set_precision(be, prec);
-    be->attn_decode(be, dc_a, qkv + P * 3 * H, 3 * H, qkv + H, qkv + 2 * H, 1, L / 2, P, Q, nh, D);
+    be->attn_decode(be, dc_a, qkv + P * 3 * H, 3 * H, qkv + H, qkv + 2 * H, 1, L / 2, P, NULL, Q,
+                    nh, D);
     be->set_precision(be, KF_PREC_FP32);
     /* the caches' row stride is H, so rows j of the cache are qkv floats [H + j*H, ...) */
-    be->attn_decode(be, dc_b, q16 + P * 3 * H, 3 * H, q16 + H, q16 + 2 * H, 1, L / 2, P, Q, nh, D);
+    be->attn_decode(be, dc_b, q16 + P * 3 * H, 3 * H, q16 + H, q16 + 2 * H, 1, L / 2, P, NULL, Q,
+                    nh, D);
     for (int64_t i = 0; i < Q * H; i++) dc_b[i] = rnd(dc_b[i]);
     T_CHECK(memcmp(dc_a, dc_b, (size_t)(Q * H) * 4) == 0,
             "%s attn_decode != %s(fp32 decode(%s inputs))", name, name, name);
@@ -330,7 +332,7 @@ static void check_threads(kf_backend *be, int64_t D) {
         be->attn_fwd(be, o[t], l[t], qkv, &m, B, nh, D, NULL, NULL);
         be->attn_bwd(be, g[t], dout, o[t], l[t], qkv, &m, B, nh, D, NULL, NULL, NULL);
         /* any in-bounds data serves as caches [B, L/3, H] here */
-        be->attn_decode(be, dec[t], qkv, 3 * H, qkv + H, qkv + 2 * H, B, L / 3, 10, 4, nh, D);
+        be->attn_decode(be, dec[t], qkv, 3 * H, qkv + H, qkv + 2 * H, B, L / 3, 10, NULL, 4, nh, D);
     }
     omp_set_num_threads(2);
     T_EQ_INT(memcmp(o[0], o[1], (size_t)no * 4), 0, "attn_fwd differs between 1 and 2 threads");

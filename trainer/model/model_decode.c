@@ -30,20 +30,21 @@ void model_heads_free(model_heads *h) {
     free(h);
 }
 
-/* The graphs of one step shape (kernels.h's graph ops). A step's ops but
- * attn_decode depend on the host only through the buffers' addresses and
- * the shape below; attn_decode takes the cache length, which grows every
- * step, so it runs between the graphs: segment 0 is the inputs and block
- * 0's ops before it, segment l + 1 block l's after it and block l + 1's
- * before (or the outputs). */
+/* The graph of one step shape (kernels.h's graph ops). A step's ops depend
+ * on the host only through the buffers' addresses, the shape below and the
+ * cache-length bucket: attn_decode reads the length from the device (the
+ * step's first position, pos_d[0], uploaded with its inputs) and is launched
+ * for the bucket's longest cache, so the whole step is one graph per shape
+ * and bucket. */
 typedef struct step_graphs {
     int64_t Q, ntok, nz, n_out;
     const int32_t *argmax;
     kf_precision prec;
     int batch_invariant;
-    void **bufs; /* the buffers' addresses when recorded (bufs_addrs) */
-    int runs;    /* steps of this shape so far: the first runs uncaptured */
-    void **seg;  /* [blocks + 1], NULL where the backend made no graph */
+    void **bufs;    /* the buffers' addresses when recorded (bufs_addrs) */
+    int runs;       /* steps of this shape so far: the first runs uncaptured */
+    int64_t bucket; /* the cache rows the graph was recorded for (step_bucket) */
+    void *graph;    /* NULL where the backend made none */
 } step_graphs;
 
 enum { STEP_SHAPES = 4 };
@@ -121,9 +122,7 @@ static void bufs_addrs(model_cache *c, void **addr) {
 
 static void step_graphs_free(model_cache *c, step_graphs *g) {
     kf_backend *be = c->m->be;
-    if (g->seg)
-        for (int64_t i = 0; i <= c->m->cfg.blocks; i++) be->graph_free(be, g->seg[i]);
-    free(g->seg);
+    be->graph_free(be, g->graph);
     free(g->bufs);
     memset(g, 0, sizeof *g);
 }
@@ -193,30 +192,37 @@ static void block_pre(const step *s, int64_t l) {
     be->scatter_rows(be, c->v[l], s->tmp, c->cidx_d.p, R, H);
 }
 
-/* Segment `seg` of a step (step_graphs): the ops between two attentions. */
-static void step_segment(const step *s, int64_t seg) {
+/* The cache rows a step's attentions are launched for: the power of two at
+ * or above the rows after the step, at most the capacity. A bucket's graph
+ * serves the steps until the cache outgrows it (log2(cap) graphs a decode). */
+static int64_t step_bucket(const model_cache *c, int64_t rows) {
+    int64_t t = 1;
+    while (t < rows) t *= 2;
+    return t < c->cap ? t : c->cap;
+}
+
+/* A step's ops, all on the device (step_graphs). */
+static void step_ops(const step *s, int64_t bucket) {
     model *m = s->m;
     model_cache *c = s->c;
     kf_backend *be = m->be;
     model_priv *p = m->priv;
-    int64_t H = m->cfg.hidden, R = s->R;
-    if (seg == 0) { /* inputs: tokens by embedding, noise rows through the noise encoder */
-        if (s->ntok)
-            be->embed_fwd(be, s->x, c->ids_d.p, c->rows_d.p, m->params + p->embed, s->ntok, H);
-        if (s->nz) {
-            int64_t zd = p->zdim ? p->zdim : 1;
-            noise_encoder_fwd(m, &c->nact, s->nz, s->zd, s->zd + s->nz * zd);
-            be->scatter_rows(be, s->x, c->nact.out.p, c->nrows_d.p, s->nz, H);
-        }
-        if (m->cfg.pos == POS_LEARNED) pos_embed_fwd(m, &c->tmp, s->x, c->posrow_d.p, R);
-    } else {
-        const block_off *o = &p->blk[seg - 1];
+    int64_t H = m->cfg.hidden, R = s->R, nh = m->cfg.heads;
+    /* inputs: tokens by embedding, noise rows through the noise encoder */
+    if (s->ntok) be->embed_fwd(be, s->x, c->ids_d.p, c->rows_d.p, m->params + p->embed, s->ntok, H);
+    if (s->nz) {
+        int64_t zd = p->zdim ? p->zdim : 1;
+        noise_encoder_fwd(m, &c->nact, s->nz, s->zd, s->zd + s->nz * zd);
+        be->scatter_rows(be, s->x, c->nact.out.p, c->nrows_d.p, s->nz, H);
+    }
+    if (m->cfg.pos == POS_LEARNED) pos_embed_fwd(m, &c->tmp, s->x, c->posrow_d.p, R);
+    for (int64_t l = 0; l < m->cfg.blocks; l++) {
+        const block_off *o = &p->blk[l];
+        block_pre(s, l);
+        be->attn_decode(be, s->att, s->qkv, 3 * H, c->k[l], c->v[l], c->B, c->cap, bucket - s->Q,
+                        c->pos_d.p, s->Q, nh, H / nh); /* pos_d[0]: the cache length */
         linear_fwd(m, s->x, s->att, NULL, o->out, o->out_b, R, H, H, 1.0f);
         block_mlp_fwd(m, o, &c->a, s->x, R);
-    }
-    if (seg < m->cfg.blocks) {
-        block_pre(s, seg);
-        return;
     }
     /* outputs ordered (out row, sample) */
     be->gather_rows(be, s->xf, s->x, c->oidx_d.p, s->O, H);
@@ -245,7 +251,7 @@ static step_graphs *step_shape(const step *s) {
     }
     if (g && g->bufs && memcmp(g->bufs, now, (size_t)nb * sizeof *now)) {
         step_graphs k = *g; /* re-recorded after a run that settles the buffers */
-        k.seg = NULL;
+        k.graph = NULL;
         k.bufs = NULL;
         step_graphs_free(c, g);
         *g = k;
@@ -370,26 +376,25 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     s.xf = dbuf_ensure(be, &c->xf, (size_t)(O * H) * f);
     s.logits = argmax ? NULL : dbuf_ensure(be, &c->logits, (size_t)(m->n_heads_out * O * V) * f);
 
-    /* The segments between the attentions: run as called the first time a
-     * shape is seen (buffers and scratch grow then), recorded the second
-     * time, then launched (the CPU backend records nothing and runs them). */
+    /* The step's ops: run as called the first time a shape is seen (buffers
+     * and scratch grow then), recorded the second time and again when the
+     * cache outgrows the bucket recorded (nothing grows then), launched
+     * otherwise (the CPU backend records nothing and runs them). */
     step_graphs *g = step_shape(&s);
-    int record = g->runs == 1;
-    if (record) g->seg = kf_calloc((size_t)(m->cfg.blocks + 1), sizeof *g->seg);
-    int64_t nh = m->cfg.heads;
-    for (int64_t seg = 0; seg <= m->cfg.blocks; seg++) {
-        if (g->seg && g->seg[seg]) {
-            be->graph_launch(be, g->seg[seg]);
-        } else {
-            if (record) be->graph_begin(be);
-            step_segment(&s, seg);
-            if (record) g->seg[seg] = be->graph_end(be);
+    int64_t bucket = step_bucket(c, P + Q);
+    int record = g->runs == 1 || (g->graph && g->bucket != bucket);
+    if (g->graph && !record) {
+        be->graph_launch(be, g->graph);
+    } else {
+        if (record) {
+            be->graph_free(be, g->graph);
+            be->graph_begin(be);
         }
-        if (seg < m->cfg.blocks)
-            be->attn_decode(be, s.att, s.qkv, 3 * H, c->k[seg], c->v[seg], B, c->cap, P, Q, nh,
-                            H / nh);
+        step_ops(&s, bucket);
+        if (record) g->graph = be->graph_end(be);
+        g->bucket = bucket;
     }
-    if (record) {
+    if (record && !g->bufs) {
         g->bufs = kf_malloc((size_t)bufs_count(c) * sizeof *g->bufs);
         bufs_addrs(c, g->bufs);
     }
