@@ -70,12 +70,11 @@ kf_op_cost kernels_cost_graph_free(kf_backend *b, void *graph) {
  * converted in passes of their own (4 bytes read, 2 written per element),
  * then C rounded to the format in place (read and written). The batch-invariant kernels convert
  * while loading: no pass. */
-/* The unit a product runs on: the tensor units in a 16-bit mode through
- * cuBLAS; the fp32 units in batch-invariant mode, whose fixed-tiling SIMT
- * kernel (cuda_gemm.cu) runs in every precision (KF_CUDA_TC=1's opt-in fp16
- * WMMA kernel, not yet run on a GPU, is not priced). */
+/* The unit a product runs on: the tensor units in a 16-bit mode (cuBLAS, or
+ * in batch-invariant mode the tensor-core fixed-tiling kernel, cuda_gemm.cu);
+ * the fp32 units in fp32, batch-invariant mode's SIMT kernel included. */
 static kf_cost_unit gemm_unit(const kf_backend *b) {
-    return b->batch_invariant ? KF_COST_SIMT : KF_COST_GEMM;
+    return b->batch_invariant && b->precision == KF_PREC_FP32 ? KF_COST_SIMT : KF_COST_GEMM;
 }
 
 static double gemm_convert(const kf_backend *b, double a, double bb, double c) {

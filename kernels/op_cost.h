@@ -40,7 +40,7 @@ typedef enum {
     KF_COST_HOST,     /* a host <-> device transfer: bytes cross the bus */
     KF_COST_SIMT,     /* elementwise, row and reduction work: fp32 units, usually memory-bound */
     KF_COST_GEMM,     /* dense products: tensor units in fp16/bf16 mode, fp32 units otherwise
-                         (batch-invariant mode's products are KF_COST_SIMT in every mode) */
+                         (batch-invariant fp32 products are KF_COST_SIMT) */
     KF_COST_ATTN /* attention products: tensor units in fp16/bf16 mode with tensor-core kernels */
 } kf_cost_unit;
 

@@ -136,7 +136,7 @@ extern "C" int bench_attention_main(int argc, char **argv) {
         return 1;
     }
     b->set_precision(b, prec);
-    if (simt) cu_impl(b)->attn_tc = 0;
+    if (simt) cu_impl(b)->attn_tc.on = 0;
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, kernels_cuda_device(b)));
     printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s phase%s, median of %d\n",

@@ -12,17 +12,13 @@
  *
  * KF_CUDA_TC_CHECK_BREAK=fwd (or bwd) adds 0.05 to every value of the
  * tensor-core forward's (backward's) result before the comparison: how the
- * tests see the fallback happen without a broken GPU.
+ * tests see the fallback happen without a broken GPU. The guard itself (the
+ * first-use bookkeeping, the warning, the fallback) is cuda_tc_guard.cu's,
+ * shared with the batch-invariant GEMM.
  */
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/cuda_attention_tc.h"
-extern "C" {
-#include "common/log.h"
-}
 
 /* Relative L2 difference allowed between the two paths in fp16, forward (out
  * and lse) and backward (dqkv); bf16 8x (its unit roundoff is 8x fp16's).
@@ -30,17 +26,6 @@ extern "C" {
  * fp32: test_cuda_ops sees about 1e-3 between either and the CPU. */
 #define ATTN_TC_TOL_FWD 4e-3
 #define ATTN_TC_TOL_BWD 8e-3
-
-/* ||a - ref|| / ||ref|| over n values; infinity when a has a non-finite one. */
-static double rel_l2(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
-}
 
 /* Both paths on mask m (one sample, two heads of head_dim D, fixed
  * pseudo-random inputs given as 16-bit copies, the way the model gives
@@ -68,14 +53,13 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
         l[p] = (float *)cu_alloc(b, (size_t)nl * sizeof(float));
         g[p] = (float *)cu_alloc(b, (size_t)n3 * sizeof(float));
     }
-    im->attn_tc_err = cudaSuccess;
     for (int p = 0; p < 2; p++) {
-        im->attn_tc_force = p;
+        im->attn_tc.force = p;
         cu_attn_fwd(b, o[p], l[p], NULL, m, 1, nh, D, q16, NULL);
         /* both backwards from the SIMT forward's out and lse */
         cu_attn_bwd(b, g[p], NULL, o[0], l[0], NULL, m, 1, nh, D, d16, NULL, q16);
     }
-    im->attn_tc_force = -1;
+    im->attn_tc.force = -1;
     float *ho[2], *hl[2], *hg[2];
     for (int p = 0; p < 2; p++) {
         ho[p] = (float *)kf_malloc((size_t)n1 * sizeof(float));
@@ -85,22 +69,19 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
         cu_download(b, hl[p], l[p], (size_t)nl * sizeof(float));
         cu_download(b, hg[p], g[p], (size_t)n3 * sizeof(float));
     }
-    const char *brk = getenv("KF_CUDA_TC_CHECK_BREAK");
-    if (brk && !strcmp(brk, "fwd"))
-        for (int64_t i = 0; i < n1; i++) ho[1][i] += 0.05f;
-    if (brk && !strcmp(brk, "bwd"))
-        for (int64_t i = 0; i < n3; i++) hg[1][i] += 0.05f;
+    cu_tc_check_break("fwd", ho[1], n1);
+    cu_tc_check_break("bwd", hg[1], n3);
     double scale = b->precision == KF_PREC_BF16 ? 8 : 1;
     /* the query rows [q0, L): out per head row, lse per head */
-    double eo = rel_l2(ho[1] + q0 * H, ho[0] + q0 * H, (L - q0) * H), el = 0;
+    double eo = cu_rel_l2(ho[1] + q0 * H, ho[0] + q0 * H, (L - q0) * H), el = 0;
     for (int64_t hd = 0; hd < nh; hd++) {
-        double e = rel_l2(hl[1] + hd * L + q0, hl[0] + hd * L + q0, L - q0);
+        double e = cu_rel_l2(hl[1] + hd * L + q0, hl[0] + hd * L + q0, L - q0);
         el = e > el ? e : el;
     }
-    double eg = rel_l2(hg[1], hg[0], n3);
+    double eg = cu_rel_l2(hg[1], hg[0], n3);
     int ok = 0;
-    if (im->attn_tc_err != cudaSuccess)
-        snprintf(why, why_len, "failed to launch (%s)", cudaGetErrorString(im->attn_tc_err));
+    if (im->attn_tc.err != cudaSuccess)
+        snprintf(why, why_len, "failed to launch (%s)", cudaGetErrorString(im->attn_tc.err));
     else if (!(eo <= ATTN_TC_TOL_FWD * scale && el <= ATTN_TC_TOL_FWD * scale))
         snprintf(why, why_len,
                  "differs from the SIMT kernels on a %s mask: forward out %.3g, lse %.3g "
@@ -120,33 +101,26 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
     return ok;
 }
 
-int attn_tc_supported(kf_backend *b, int64_t head_dim) {
-    cuda_impl *im = cu_impl(b);
-    if (b->precision == KF_PREC_FP32 || b->batch_invariant || (head_dim != 64 && head_dim != 128))
-        return 0;
-    if (im->attn_tc_force >= 0) return im->attn_tc_force;
-    if (!im->attn_tc) return 0;
-    int bit = 1 << (2 * (b->precision == KF_PREC_BF16) + (head_dim == 128));
-    if (im->attn_tc_checked & bit) return 1;
-    im->attn_tc_checked |= bit;
+/* The check of a head dim (*(const int64_t *)arg): a causal mask, then
+ * DoubleForward's second round. */
+static int check_head_dim(kf_backend *b, const void *arg, char *why, size_t why_len) {
+    int64_t D = *(const int64_t *)arg;
     /* n_ctx, group, n_groups, q_start, valid_len */
     const kf_mask causal = {80, 0, 0, 0, NULL}, dbl = {40, 4, 40, 40, NULL};
-    char why[256];
-    if (check_mask(b, &causal, "causal", head_dim, why, sizeof why) &&
-        check_mask(b, &dbl, "DoubleForward", head_dim, why, sizeof why))
-        return 1;
-    kf_log_warn(
-        "CUDA: the tensor-core attention (%s, head_dim %lld) %s; the SIMT attention kernels "
-        "run it for the rest of this run",
-        kernels_precision_name(b->precision), (long long)head_dim, why);
-    im->attn_tc = 0;
-    return 0;
+    return check_mask(b, &causal, "causal", D, why, why_len) &&
+           check_mask(b, &dbl, "DoubleForward", D, why, why_len);
+}
+
+int attn_tc_supported(kf_backend *b, int64_t head_dim) {
+    if (b->precision == KF_PREC_FP32 || b->batch_invariant || (head_dim != 64 && head_dim != 128))
+        return 0;
+    int bit = 1 << (2 * (b->precision == KF_PREC_BF16) + (head_dim == 128));
+    char what[64];
+    snprintf(what, sizeof what, "%s, head_dim %lld", kernels_precision_name(b->precision),
+             (long long)head_dim);
+    return cu_tc_guard_use(b, &cu_impl(b)->attn_tc, bit, what, check_head_dim, &head_dim);
 }
 
 void attn_tc_launched(kf_backend *b, cudaError_t e) {
-    if (e == cudaSuccess) return;
-    cuda_impl *im = cu_impl(b);
-    KF_CHECK(im->attn_tc_force == 1, "CUDA: the tensor-core attention: %s", cudaGetErrorString(e));
-    cudaGetLastError(); /* the check falls back; clear the error for later launches */
-    im->attn_tc_err = e;
+    cu_tc_guard_launched(&cu_impl(b)->attn_tc, e);
 }

@@ -173,6 +173,11 @@ extern "C" int64_t kernels_cuda_graph_records(kf_backend *b) {
     return cu_impl(b)->n_graph_records;
 }
 
+extern "C" int64_t kernels_cuda_gemm_tc_launches(kf_backend *b) {
+    KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_gemm_tc_launches needs the cuda backend");
+    return cu_impl(b)->n_gemm_tc;
+}
+
 extern "C" int64_t kernels_cuda_host_syncs(void) {
 #ifdef KF_CUDA_EMU
     return emu_host_syncs();
@@ -212,9 +217,9 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     CUBLAS_OK(cublasSetWorkspace(im->blas, im->blas_ws, CU_BLAS_WORKSPACE));
     CUDA_OK(cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device));
     const char *tc = getenv("KF_CUDA_TC");
-    im->tc = tc && !strcmp(tc, "1");
-    im->attn_tc = !(tc && !strcmp(tc, "0"));
-    im->attn_tc_force = -1;
+    int tc_on = !(tc && !strcmp(tc, "0"));
+    im->attn_tc = {"attention", tc_on, 0, -1, cudaSuccess};
+    im->gemm_tc = {"batch-invariant GEMM", tc_on, 0, -1, cudaSuccess};
     const char *graphs = getenv("KF_CUDA_GRAPHS");
     im->graphs = !graphs || strcmp(graphs, "0");
     CUDA_OK(cudaMalloc(&im->red, CU_RED_SLOTS * sizeof(double)));

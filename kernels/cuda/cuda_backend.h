@@ -30,6 +30,11 @@ int64_t kernels_cuda_graph_launches(kf_backend *b);
  *  show with it when a graph was recorded again. */
 int64_t kernels_cuda_graph_records(kf_backend *b);
 
+/** Launches of the tensor-core batch-invariant GEMM on backend b so far,
+ *  its check's included (cuda_gemm.cu): tests show with it which kernel ran
+ *  a product, as the emulation harness gives both the same bits. */
+int64_t kernels_cuda_gemm_tc_launches(kf_backend *b);
+
 /** Host synchronisations the process has made so far (cudaStreamSynchronize,
  *  cudaFree, a copy with pageable memory, ...: the list in
  *  kernels/cuda/emu/include/cuda_runtime.h), as counted by the CPU emulation

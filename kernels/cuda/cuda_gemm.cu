@@ -10,17 +10,23 @@
  * steps the CPU backend emulates.
  *
  * Batch invariance: cuBLAS picks kernels (tilings, split-K) by problem size,
- * so a row of C may change when M changes. In batch_invariant mode a plain
- * tiled kernel is used instead: every C element is one dot product summed in
- * k order, whatever M, N or the batch count. In the fp16 phase with
- * KF_CUDA_TC=1 that kernel is a WMMA one (half operands, fp32 accumulation,
- * fixed 64x64x32 tiles, k-tiles in order: still independent of M); it awaits
- * its first GPU run (docs/cuda.md), hence opt-in. bf16 uses the plain tiled
- * kernel, rounding to bf16 where fp16 rounds to half.
+ * so a row of C may change when M changes. In batch_invariant mode fixed-
+ * tiling kernels are used instead: every C element is summed over k-tiles in
+ * k order, with tiles that do not depend on M, N or the batch count. fp32
+ * runs the SIMT kernel (k_gemm_invariant: one fmaf chain per element, also
+ * the reference); fp16 and bf16 run k_gemm_invariant_mma on the tensor cores
+ * (mma.sync m16n8k16, fp32 accumulation, operands rounded to the format as
+ * they are packed from the shared-memory stage, cp.async double buffering),
+ * guarded like the tensor-core attention (cuda_tc_guard.cu): compared with
+ * the SIMT kernel at its first use per precision, which it falls back to
+ * with a warning on a failed launch or a difference; KF_CUDA_TC=0 keeps the
+ * SIMT kernel. It has run only under the emulation harness (docs/cuda.md).
  */
-#include <mma.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_mma.cuh"
 
 /* dst = src in the 16-bit format: __half or __nv_bfloat16 by lowp. */
 __global__ void k_to_16(void *dst, const float *src, int64_t n, int lowp) {
@@ -53,6 +59,14 @@ static int64_t span(int64_t one, int64_t batch, int64_t stride) {
 
 #define IG_TILE 64
 #define IG_BK 16
+
+/* The epilogue of both batch-invariant kernels: *c = alpha acc + beta *c
+ * (C not read when beta is 0), rounded as the mode's C. */
+__device__ __forceinline__ void ig_store(float *c, float acc, float alpha, float beta, int lowp) {
+    float v = alpha * acc;
+    if (beta != 0.0f) v += beta * *c;
+    *c = cu_lowp(v, lowp);
+}
 
 /* C tile 64x64 per block of 256 threads, each thread 4x4 outputs (rows
  * ty*4.., cols tx + 16*j). The k loop runs in order 0..K-1 for every output. */
@@ -120,99 +134,135 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int64_t gn = n0 + tx + 16 * j;
-            if (gn >= N) continue;
-            float *c = C + gm * N + gn;
-            float v = alpha * acc[i][j];
-            if (beta != 0.0f) v += beta * *c;
-            *c = cu_lowp(v, lowp);
+            if (gn < N) ig_store(C + gm * N + gn, acc[i][j], alpha, beta, lowp);
         }
     }
 }
 
-#define TG_TILE 64
-#define TG_BK 32
+/* ---- the batch-invariant GEMM of the 16-bit modes on the tensor cores ---- */
 
-/* fp16 batch-invariant GEMM on the tensor cores: a 64x64 C tile per block of
- * 4 warps, each warp 32x32 (2x2 fragments); operands rounded to half while
- * staged in shared memory; epilogue alpha*acc + beta*C rounded to half. */
-__global__ void __launch_bounds__(128)
-    k_gemm_invariant_tc(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
-                        int ta, int tb, float alpha, float beta, int64_t sc, int64_t sa,
-                        int64_t sb) {
-    using namespace nvcuda;
-    __shared__ __align__(32) __half As[TG_TILE][TG_BK + 8];
-    __shared__ __align__(32) __half Bs[TG_BK][TG_TILE + 8];
-    __shared__ __align__(32) float Cs[TG_TILE][TG_TILE + 4];
+#define TG_TILE 64 /* C tile: 64 x 64 per block, 32 x 32 per warp */
+#define TG_BK 32   /* k per stage: two mma k-steps */
+#define TG_THREADS 128
+/* a staged fp32 tile, 64 x 32 or 32 x 64, rows padded by 4 floats (16-byte
+ * aligned for cp.async, and fragment reads spread over the banks) */
+#define TG_STAGE (TG_TILE * (TG_BK + 4))
+#define TG_SMEM (4 * TG_STAGE * sizeof(float)) /* two stages of A and B: 36 KiB */
+
+/* Queues the copy of the R x Cn tile at (r0, c0) of the row-major rows x cols
+ * matrix X into s (row pitch Cn + 4); elements outside X are zeros. vec: X
+ * is 16-byte aligned and cols a multiple of 4, so cp.async moves 4 floats at
+ * a time; otherwise plain loads (the same values, staged synchronously). */
+template <int R, int Cn>
+__device__ __forceinline__ void tg_stage(float *s, const float *X, int64_t rows, int64_t cols,
+                                         int64_t r0, int64_t c0, int vec) {
+    if (vec) {
+        for (int i = threadIdx.x; i < R * Cn / 4; i += TG_THREADS) {
+            int r = i / (Cn / 4), c = i % (Cn / 4) * 4;
+            bool in = r0 + r < rows && c0 + c < cols;
+            cp_async16(&s[r * (Cn + 4) + c], in ? X + (r0 + r) * cols + c0 + c : X, in);
+        }
+    } else {
+        for (int i = threadIdx.x; i < R * Cn; i += TG_THREADS) {
+            int r = i / Cn, c = i % Cn;
+            bool in = r0 + r < rows && c0 + c < cols;
+            s[r * (Cn + 4) + c] = in ? X[(r0 + r) * cols + c0 + c] : 0.0f;
+        }
+    }
+}
+
+/* k-tile k0 of op(A) (64 rows from m0) and op(B) (64 columns from n0) into
+ * the stage buffers sa, sb: A's tile is [m][k] (ta: [k][m]), B's [k][n]
+ * (tb: [n][k]), as the operands lie in memory. */
+__device__ __forceinline__ void tg_stage_k(float *sa, float *sb, const float *A, const float *B,
+                                           int64_t M, int64_t N, int64_t K, int ta, int tb,
+                                           int64_t m0, int64_t n0, int64_t k0, int vec_a,
+                                           int vec_b) {
+    if (ta) tg_stage<TG_BK, TG_TILE>(sa, A, K, M, k0, m0, vec_a);
+    else tg_stage<TG_TILE, TG_BK>(sa, A, M, K, m0, k0, vec_a);
+    if (tb) tg_stage<TG_TILE, TG_BK>(sb, B, N, K, n0, k0, vec_b);
+    else tg_stage<TG_BK, TG_TILE>(sb, B, K, N, k0, n0, vec_b);
+}
+
+/* op(A)[m][k] and op(B)[k][n] of the staged tiles. */
+__device__ __forceinline__ float tg_a(const float *sa, int ta, int m, int k) {
+    return ta ? sa[k * (TG_TILE + 4) + m] : sa[m * (TG_BK + 4) + k];
+}
+__device__ __forceinline__ float tg_b(const float *sb, int tb, int k, int n) {
+    return tb ? sb[n * (TG_BK + 4) + k] : sb[k * (TG_TILE + 4) + n];
+}
+
+/* Batch-invariant C = alpha op(A) op(B) + beta C with T (__half or
+ * __nv_bfloat16) operands on the tensor cores (mma.sync m16n8k16, fp32
+ * accumulation; cuda_mma.cuh): a 64 x 64 C tile per block of 4 warps, each
+ * warp 32 x 32 (2 x 4 accumulator tiles of 16 x 8). The fp32 operands are
+ * staged in shared memory 32 k at a time, double-buffered (the next k-tile
+ * is copied, with cp.async when aligned, while this one is multiplied), and
+ * rounded to T as the fragments are packed from there; the k-tiles are
+ * accumulated in order. Nothing in an element's sum depends on M, N or the
+ * batch: the tiling is fixed, and k beyond K is zero-filled. */
+template <typename T>
+__global__ void __launch_bounds__(TG_THREADS)
+    k_gemm_invariant_mma(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
+                         int ta, int tb, float alpha, float beta, int64_t sc, int64_t sa_,
+                         int64_t sb_, int vec_a, int vec_b, int lowp) {
+    extern __shared__ __align__(16) float tg_smem[]; /* TG_SMEM bytes: sa[2], sb[2] */
+    float *sa[2] = {tg_smem, tg_smem + TG_STAGE},
+          *sb[2] = {tg_smem + 2 * TG_STAGE, tg_smem + 3 * TG_STAGE};
     int64_t z = blockIdx.z;
     C += z * sc;
-    A += z * sa;
-    B += z * sb;
+    A += z * sa_;
+    B += z * sb_;
     int64_t m0 = (int64_t)blockIdx.y * TG_TILE, n0 = (int64_t)blockIdx.x * TG_TILE;
-    int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-    for (int64_t k0 = 0; k0 < K; k0 += TG_BK) {
-        for (int i = threadIdx.x; i < TG_TILE * TG_BK; i += 128) {
-            int mm, kk;
-            if (ta) {
-                kk = i / TG_TILE;
-                mm = i % TG_TILE;
-            } else {
-                mm = i / TG_BK;
-                kk = i % TG_BK;
-            }
-            int64_t gm = m0 + mm, gk = k0 + kk;
-            float v = gm < M && gk < K ? (ta ? A[gk * M + gm] : A[gm * K + gk]) : 0.0f;
-            As[mm][kk] = __float2half_rn(v);
-            int nn;
-            if (tb) {
-                nn = i / TG_BK;
-                kk = i % TG_BK;
-            } else {
-                kk = i / TG_TILE;
-                nn = i % TG_TILE;
-            }
-            int64_t gn = n0 + nn;
-            gk = k0 + kk;
-            v = gn < N && gk < K ? (tb ? B[gn * K + gk] : B[gk * N + gn]) : 0.0f;
-            Bs[kk][nn] = __float2half_rn(v);
-        }
-        __syncthreads();
+    int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    int wm = warp / 2 * 32, wn = warp % 2 * 32; /* the warp's corner in the C tile */
+    float acc[2][4][4] = {};
+    int64_t nk = (K + TG_BK - 1) / TG_BK;
+    tg_stage_k(sa[0], sb[0], A, B, M, N, K, ta, tb, m0, n0, 0, vec_a, vec_b);
+    cp_async_commit();
+    for (int64_t kt = 0; kt < nk; kt++) {
+        int buf = (int)(kt & 1);
+        if (kt + 1 < nk) /* the other buffer: freed by the barrier ending the last k-tile */
+            tg_stage_k(sa[buf ^ 1], sb[buf ^ 1], A, B, M, N, K, ta, tb, m0, n0, (kt + 1) * TG_BK,
+                       vec_a, vec_b);
+        cp_async_commit();
+        cp_async_wait<1>(); /* k-tile kt is in (this thread's copies) */
+        __syncthreads();    /* ... and every thread's */
+        const float *xa = sa[buf], *xb = sb[buf];
 #pragma unroll
         for (int kk = 0; kk < TG_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> bf[2];
+            uint32_t fa[2][4], fb[4][2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                int r = wm + i * 16 + g, c = kk + 2 * t;
+                fa[i][0] = mma_pack<T>(tg_a(xa, ta, r, c), tg_a(xa, ta, r, c + 1));
+                fa[i][1] = mma_pack<T>(tg_a(xa, ta, r + 8, c), tg_a(xa, ta, r + 8, c + 1));
+                fa[i][2] = mma_pack<T>(tg_a(xa, ta, r, c + 8), tg_a(xa, ta, r, c + 9));
+                fa[i][3] = mma_pack<T>(tg_a(xa, ta, r + 8, c + 8), tg_a(xa, ta, r + 8, c + 9));
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int n = wn + j * 8 + g, k = kk + 2 * t;
+                fb[j][0] = mma_pack<T>(tg_b(xb, tb, k, n), tg_b(xb, tb, k + 1, n));
+                fb[j][1] = mma_pack<T>(tg_b(xb, tb, k + 8, n), tg_b(xb, tb, k + 9, n));
+            }
 #pragma unroll
             for (int i = 0; i < 2; i++)
-                wmma::load_matrix_sync(a[i], &As[wm * 32 + i * 16][kk], TG_BK + 8);
 #pragma unroll
-            for (int j = 0; j < 2; j++)
-                wmma::load_matrix_sync(bf[j], &Bs[kk][wn * 32 + j * 16], TG_TILE + 8);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], bf[j], acc[i][j]);
+                for (int j = 0; j < 4; j++) mma_16816<T>(acc[i][j], fa[i], fb[j]);
         }
         __syncthreads();
     }
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], TG_TILE + 4,
-                                    wmma::mem_row_major);
-    __syncthreads();
-    for (int i = threadIdx.x; i < TG_TILE * TG_TILE; i += 128) {
-        int64_t gm = m0 + i / TG_TILE, gn = n0 + i % TG_TILE;
-        if (gm >= M || gn >= N) continue;
-        float *c = C + gm * N + gn;
-        float v = alpha * Cs[i / TG_TILE][i % TG_TILE];
-        if (beta != 0.0f) v += beta * *c;
-        *c = __half2float(__float2half_rn(v));
-    }
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int64_t gm = m0 + wm + i * 16 + g + 8 * (e / 2),
+                        gn = n0 + wn + j * 8 + 2 * t + e % 2;
+                if (gm < M && gn < N) ig_store(C + gm * N + gn, acc[i][j][e], alpha, beta, lowp);
+            }
 }
 
 /* An empty product (K = 0): C = beta*C, and 0 where beta is 0 whatever C held
@@ -300,6 +350,94 @@ void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, in
     CUDA_LAUNCHED();
 }
 
+/* cp.async can stage operand X (leading dimension ld, batch stride stride):
+ * every row of every matrix starts 16-byte aligned. */
+static int tg_vec(const float *X, int64_t ld, int64_t stride, int64_t batch) {
+    return (uintptr_t)X % 16 == 0 && ld % 4 == 0 && (batch == 1 || stride % 4 == 0);
+}
+
+/* Launches k_gemm_invariant_mma (matmul_batched's arguments; batch <= 65535)
+ * in the format of b->precision; returns the launch's error. */
+static cudaError_t gemm_tc(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                           int64_t N, int64_t K, int ta, int tb, float alpha, float beta,
+                           int64_t batch, int64_t sc, int64_t sa, int64_t sb) {
+    dim3 grid((unsigned)((N + TG_TILE - 1) / TG_TILE), (unsigned)((M + TG_TILE - 1) / TG_TILE),
+              (unsigned)batch);
+    int va = tg_vec(A, ta ? M : K, sa, batch), vb = tg_vec(B, tb ? K : N, sb, batch);
+    cudaStream_t s = cu_stream(b);
+    cu_impl(b)->n_gemm_tc++;
+    if (b->precision == KF_PREC_BF16)
+        k_gemm_invariant_mma<__nv_bfloat16><<<grid, TG_THREADS, TG_SMEM, s>>>(
+            C, A, B, M, N, K, ta, tb, alpha, beta, sc, sa, sb, va, vb, KF_PREC_BF16);
+    else
+        k_gemm_invariant_mma<__half><<<grid, TG_THREADS, TG_SMEM, s>>>(
+            C, A, B, M, N, K, ta, tb, alpha, beta, sc, sa, sb, va, vb, KF_PREC_FP16);
+    return cudaGetLastError();
+}
+
+/* Relative L2 difference allowed between the tensor-core and SIMT
+ * batch-invariant GEMMs in fp16, bf16 8x (its unit roundoff is 8x fp16's):
+ * both round the operands alike and C once, and differ only in summation
+ * order, which moves the fp32 sums far less than the format's rounding
+ * step: a few elements of C change by an ulp. Under the emulation harness
+ * they agree bitwise (its mma adds exact products in k order). */
+#define GEMM_TC_TOL 2e-3
+
+/* The guard's check (cuda_tc_guard.cu): both batch-invariant kernels on a
+ * small batch of 2 with edge tiles in m, n and k, alpha and beta, each
+ * transpose; 0 with the reason in why when they disagree. */
+static int check_gemm(kf_backend *b, const void *arg, char *why, size_t why_len) {
+    (void)arg;
+    cu_tc_guard *gd = &cu_impl(b)->gemm_tc;
+    const int64_t M = 70, N = 72, K = 100, batch = 2, nab = batch * M * K, nc = batch * M * N;
+    int64_t nh = 2 * nab + nc;
+    float *h = (float *)kf_malloc((size_t)(nh + 2 * nc) * sizeof(float)),
+          *hc[2] = {h + nh, h + nh + nc};
+    uint32_t s = 12345u;
+    for (int64_t i = 0; i < nh; i++) {
+        s = s * 1664525u + 1013904223u;
+        h[i] = 2.0f * ((float)(s >> 8) / 16777216.0f - 0.5f);
+    }
+    float *x = (float *)cu_alloc(b, (size_t)nh * sizeof(float)), *c[2];
+    cu_upload(b, x, h, (size_t)nh * sizeof(float));
+    for (int p = 0; p < 2; p++) c[p] = (float *)cu_alloc(b, (size_t)nc * sizeof(float));
+    double scale = b->precision == KF_PREC_BF16 ? 8 : 1;
+    int ok = 1;
+    for (int tr = 0; tr < 4 && ok; tr++) {
+        int ta = tr & 1, tb = tr >> 1;
+        for (int p = 0; p < 2; p++) { /* 0: SIMT, 1: tensor cores */
+            cu_upload(b, c[p], h + 2 * nab, (size_t)nc * sizeof(float));
+            gd->force = p;
+            cu_matmul_batched(b, c[p], x, x + nab, M, N, K, ta, tb, 0.7f, 0.5f, batch, M * N, M * K,
+                              K * N);
+            gd->force = -1;
+            cu_download(b, hc[p], c[p], (size_t)nc * sizeof(float));
+        }
+        cu_tc_check_break("gemm", hc[1], nc);
+        double e = cu_rel_l2(hc[1], hc[0], nc);
+        ok = 0;
+        if (gd->err != cudaSuccess)
+            snprintf(why, why_len, "failed to launch (%s)", cudaGetErrorString(gd->err));
+        else if (!(e <= GEMM_TC_TOL * scale))
+            snprintf(why, why_len,
+                     "differs from the SIMT kernel (ta=%d tb=%d): %.3g (tolerance %.3g)", ta, tb, e,
+                     GEMM_TC_TOL * scale);
+        else ok = 1;
+    }
+    for (int p = 0; p < 2; p++) cu_free(b, c[p]);
+    cu_free(b, x);
+    free(h);
+    return ok;
+}
+
+/* 1 when the tensor-core kernel runs this batch-invariant product: a 16-bit
+ * mode, KF_CUDA_TC not 0, and its check passed for the precision. */
+static int gemm_tc_supported(kf_backend *b) {
+    if (b->precision == KF_PREC_FP32) return 0;
+    return cu_tc_guard_use(b, &cu_impl(b)->gemm_tc, 1 << (b->precision == KF_PREC_BF16),
+                           kernels_precision_name(b->precision), check_gemm, NULL);
+}
+
 void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
                        int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
                        int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b) {
@@ -313,12 +451,10 @@ void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, 
     }
     if (b->batch_invariant) {
         KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
-        if (lowp == KF_PREC_FP16 && cu_impl(b)->tc) {
-            dim3 grid((unsigned)((N + TG_TILE - 1) / TG_TILE),
-                      (unsigned)((M + TG_TILE - 1) / TG_TILE), (unsigned)batch);
-            k_gemm_invariant_tc<<<grid, 128, 0, s>>>(C, A, B, M, N, K, trans_a, trans_b, alpha,
-                                                     beta, stride_c, stride_a, stride_b);
-            CUDA_LAUNCHED();
+        if (gemm_tc_supported(b)) {
+            cu_tc_guard_launched(&cu_impl(b)->gemm_tc,
+                                 gemm_tc(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch,
+                                         stride_c, stride_a, stride_b));
             return;
         }
         cu_matmul_fixed(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c,

@@ -72,6 +72,16 @@ enum {
 /** Bits of the device-side error word, set by kernels, raised at cu_wait. */
 enum { CU_ERR_EMBED_ID = 1 /* embed_bwd: a token id outside [0, vocab) */ };
 
+/** A tensor-core path and its check against the SIMT kernels
+ *  (cuda_tc_guard.cu): on unless KF_CUDA_TC=0 or a check failed; checked, a
+ *  bit per case checked; force -1, or the path a check itself runs (0 SIMT,
+ *  1 tensor cores); err, a launch error seen during a check. */
+typedef struct cu_tc_guard {
+    const char *name; /* "attention", "batch-invariant GEMM" */
+    int on, checked, force;
+    cudaError_t err;
+} cu_tc_guard;
+
 typedef struct cuda_impl {
     int device;
     cudaStream_t stream;
@@ -91,18 +101,13 @@ typedef struct cuda_impl {
     int64_t rope_cap, rope_D;
     float rope_base;
     int sm_count;
-    /* KF_CUDA_TC=1: the fp16 batch-invariant GEMM on the tensor cores
-     * (cuda_gemm.cu), not yet verified on a GPU */
-    int tc;
-    /* the tensor-core attention of the 16-bit phases (cuda_attention_tc.cu):
-     * on unless KF_CUDA_TC=0 or its check against the SIMT kernels failed
-     * (cuda_attention_guard.cu); attn_tc_checked: a bit per (precision, head
-     * dim) checked; attn_tc_force: -1, or the kernels the check itself runs
-     * (0 SIMT, 1 tensor cores); attn_tc_err: the check's launch error */
-    int attn_tc, attn_tc_checked, attn_tc_force;
-    cudaError_t attn_tc_err;
-    int graphs;    /* graph_end makes graphs (KF_CUDA_GRAPHS unset or not 0; cuda_graph.cu) */
-    int capturing; /* between graph_begin and graph_end */
+    /* the tensor-core attention of the 16-bit phases (cuda_attention_tc.cu;
+     * a bit per precision and head dim) and batch-invariant GEMM (cuda_gemm.cu;
+     * a bit per precision), each behind its check (cuda_tc_guard.cu) */
+    cu_tc_guard attn_tc, gemm_tc;
+    int64_t n_gemm_tc; /* launches of the tensor-core GEMM (kernels_cuda_gemm_tc_launches) */
+    int graphs;        /* graph_end makes graphs (KF_CUDA_GRAPHS unset or not 0; cuda_graph.cu) */
+    int capturing;     /* between graph_begin and graph_end */
     int64_t n_graphs, n_graph_launches; /* graphs alive; launches, graph_end's included */
     int64_t n_graph_records;            /* graphs made by graph_end */
     void *blas_ws; /* cuBLAS's workspace, set on the handle: nothing allocated in a capture */
@@ -213,6 +218,30 @@ __device__ __forceinline__ float cu_gelu_grad(float v, int erf_kind) {
 /** out[c] += sum over chunks of part[ch * cols + c], chunks in order (the
  *  second half of every row reduction; cuda_gemm.cu). */
 void cu_col_finish(kf_backend *b, float *out, const float *part, int64_t nchunk, int64_t cols);
+
+/** Runs both paths of a guard on a small fixed problem (`arg` its case);
+ *  returns 1 when they agree, else 0 with the reason in why. */
+typedef int (*cu_tc_check_fn)(kf_backend *b, const void *arg, char *why, size_t why_len);
+
+/** 1 when g's tensor-core path may run case `bit` (`what` names the case):
+ *  g->force while a check runs; 0 when g is off or a graph is being
+ *  captured before the case was checked; else check runs at the case's
+ *  first call (it waits for the device) and a failure logs one warning and
+ *  turns g off. Call it before anything else of the op is queued: a check
+ *  may use the backend's scratch. */
+int cu_tc_guard_use(kf_backend *b, cu_tc_guard *g, int bit, const char *what, cu_tc_check_fn check,
+                    const void *arg);
+
+/** Dies on the launch error e of g's tensor-core kernels, except while a
+ *  check runs them (g->force == 1): then e is recorded in g->err. */
+void cu_tc_guard_launched(cu_tc_guard *g, cudaError_t e);
+
+/** ||a - ref|| / ||ref|| over n values; infinity when a has a non-finite one. */
+double cu_rel_l2(const float *a, const float *ref, int64_t n);
+
+/** The checks' test hook: when KF_CUDA_TC_CHECK_BREAK is `name`, adds 0.05 to
+ *  x[0..n) (a tensor-core result the check named `name` compares). */
+void cu_tc_check_break(const char *name, float *x, int64_t n);
 
 /* ---- op implementations: cu_NAME for every KF_BACKEND_OPS entry, filled
  * into the table by cuda_backend.cu ---- */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include "tests/unit/kernels_test_util.h"
@@ -149,8 +150,9 @@ static void check_same_bytes(const char *what, const buf2 *x) {
 
 /* ---- dense algebra ---- */
 
-/* invariant: 0 cuBLAS, 1 fixed-tiling kernel, 2 its tensor-core form (names only: the
- * mode is the backend's) */
+/* invariant: 0 cuBLAS, 1 the batch-invariant kernels (tensor cores in fp16 and
+ * bf16), 2 those of a KF_CUDA_TC=0 backend (SIMT); names only: the mode is
+ * the backend's */
 static void test_matmul(kf_precision prec, int invariant) {
     int64_t M = 67, N = 45, K = 131;
     for (int ta = 0; ta < 2; ta++)
@@ -159,7 +161,7 @@ static void test_matmul(kf_precision prec, int invariant) {
             BOTH(BE->matmul(BE, PF(C), PF(A), PF(B), M, N, K, ta, tb, 0.7f, 0.5f));
             char w[96];
             snprintf(w, sizeof w, "matmul %s%s ta=%d tb=%d", kernels_precision_name(prec),
-                     invariant == 2 ? " inv-tc"
+                     invariant == 2 ? " inv-simt"
                      : invariant    ? " inv"
                                     : "",
                      ta, tb);
@@ -223,6 +225,207 @@ static void test_matmul_invariance(kf_precision prec) {
     free(c1), free(c2);
     g->set_precision(g, KF_PREC_FP32);
     drop(&A), drop(&B), drop(&C1), drop(&C2);
+}
+
+/* FNV-1a of n bytes, folded into h: the digests the emulated runs print, so
+ * runs in different KF_CUDA_EMU_ORDERs can be compared. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Rows [0, m) of C = 0.7 op(A) op(B) + 0.5 C0 on the GPU in batch-invariant
+ * mode, op(A) given row-major as a [m][K] (laid out for trans_a), B as b
+ * ([K][N], or [N][K] when tb) and C0 as c0 ([m][N]); returns C (malloc'd). */
+static float *inv_rows(const float *a, const float *bh, const float *c0, int64_t m, int64_t N,
+                       int64_t K, int ta, int tb) {
+    kf_backend *g = be[1];
+    float *ha = malloc((size_t)(m * K) * sizeof(float)), *hc = malloc((size_t)(m * N) * 4);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t k = 0; k < K; k++) ha[ta ? k * m + i : i * K + k] = a[i * K + k];
+    float *da = g->alloc(g, (size_t)(m * K) * 4), *db = g->alloc(g, (size_t)(K * N) * 4),
+          *dc = g->alloc(g, (size_t)(m * N) * 4);
+    g->upload(g, da, ha, (size_t)(m * K) * 4);
+    g->upload(g, db, bh, (size_t)(K * N) * 4);
+    g->upload(g, dc, c0, (size_t)(m * N) * 4);
+    g->batch_invariant = 1;
+    g->matmul(g, dc, da, db, m, N, K, ta, tb, 0.7f, 0.5f);
+    g->batch_invariant = 0;
+    g->download(g, hc, dc, (size_t)(m * N) * 4);
+    g->free(g, da), g->free(g, db), g->free(g, dc);
+    free(ha);
+    return hc;
+}
+
+/* Elements of the first n floats of got that differ in bits from want. */
+static int64_t n_differ(const float *got, const float *want, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    return bad;
+}
+
+/* Batch invariance of the 16-bit batch-invariant GEMM (the tensor-core
+ * kernel by default), bit for bit: rows [0, m) computed alone equal the same
+ * rows of a 200-row product, for m = 1, 5, 64, 65, 130 and each transpose
+ * (ta gives every m its own leading dimension, aligned or not: both staging
+ * paths), with alpha and beta; and a matrix of a batch of 3 (B broadcast,
+ * strided C) equals the same product alone. Prints a digest of the results
+ * (compare across KF_CUDA_EMU_ORDERs). */
+static void test_matmul_tc_invariance(kf_precision prec) {
+    kf_backend *g = be[1];
+    g->set_precision(g, prec);
+    const char *pn = kernels_precision_name(prec);
+    int64_t R = 200, N = 72, K = 100;
+    float *a = malloc((size_t)(R * K) * 4), *bh = malloc((size_t)(K * N) * 4),
+          *c0 = malloc((size_t)(R * N) * 4);
+    for (int64_t i = 0; i < R * K; i++) a[i] = nrand();
+    for (int64_t i = 0; i < K * N; i++) bh[i] = nrand();
+    for (int64_t i = 0; i < R * N; i++) c0[i] = nrand();
+    uint64_t h = 0xcbf29ce484222325ull;
+    const int64_t ms[] = {1, 5, 64, 65, 130};
+    for (int tr = 0; tr < 4; tr++) {
+        int ta = tr & 1, tb = tr >> 1;
+        float *all = inv_rows(a, bh, c0, R, N, K, ta, tb);
+        h = fnv(h, all, (size_t)(R * N) * 4);
+        for (int i = 0; i < 5; i++) {
+            float *part = inv_rows(a, bh, c0, ms[i], N, K, ta, tb);
+            int64_t bad = n_differ(part, all, ms[i] * N);
+            T_CHECK(bad == 0,
+                    "batch-invariant matmul %s ta=%d tb=%d: got %lld of %lld elements of %lld "
+                    "rows alone differing from a batch of %lld rows, want 0",
+                    pn, ta, tb, (long long)bad, (long long)(ms[i] * N), (long long)ms[i],
+                    (long long)R);
+            free(part);
+        }
+        free(all);
+    }
+    /* batched: matrix z of A [3][R][K] times the shared B^T, C strided */
+    int64_t nb = 3, scs = R * N + 8;
+    float *ab = malloc((size_t)(nb * R * K) * 4), *hc = malloc((size_t)(nb * scs) * 4);
+    for (int64_t i = 0; i < nb * R * K; i++) ab[i] = nrand();
+    for (int64_t i = 0; i < nb * scs; i++) hc[i] = nrand();
+    float *da = g->alloc(g, (size_t)(nb * R * K) * 4), *db = g->alloc(g, (size_t)(K * N) * 4),
+          *dc = g->alloc(g, (size_t)(nb * scs) * 4);
+    g->upload(g, da, ab, (size_t)(nb * R * K) * 4);
+    g->upload(g, db, bh, (size_t)(K * N) * 4);
+    g->upload(g, dc, hc, (size_t)(nb * scs) * 4);
+    g->batch_invariant = 1;
+    g->matmul_batched(g, dc, da, db, R, N, K, 0, 1, 0.7f, 0.5f, nb, scs, R * K, 0);
+    g->batch_invariant = 0;
+    float *got = malloc((size_t)(nb * scs) * 4);
+    g->download(g, got, dc, (size_t)(nb * scs) * 4);
+    h = fnv(h, got, (size_t)(nb * scs) * 4);
+    for (int64_t z = 0; z < nb; z++) {
+        float *one = inv_rows(ab + z * R * K, bh, hc + z * scs, 5, N, K, 0, 1);
+        int64_t bad = n_differ(got + z * scs, one, 5 * N);
+        T_CHECK(bad == 0,
+                "batch-invariant matmul_batched %s: matrix %lld of %lld: got %lld elements of "
+                "its first 5 rows differing from the product alone, want 0",
+                pn, (long long)z, (long long)nb, (long long)bad);
+        free(one);
+    }
+    printf("  batch-invariant matmul %s digest %016llx\n", pn, (unsigned long long)h);
+    g->free(g, da), g->free(g, db), g->free(g, dc);
+    free(a), free(bh), free(c0), free(ab), free(hc), free(got);
+    g->set_precision(g, KF_PREC_FP32);
+}
+
+/* The batch-invariant GEMM against the CPU at edge sizes: M, N, K not
+ * multiples of the tiles (64 x 64, k by 32 and 16), K = 1, one element,
+ * each transpose, alpha and beta. */
+static void test_matmul_inv_edges(kf_precision prec) {
+    const int64_t sz[][3] = {{1, 1, 1}, {17, 9, 1}, {65, 63, 33}, {3, 130, 47}, {129, 65, 16}};
+    BOTH(BE->set_precision(BE, prec));
+    be[1]->batch_invariant = 1;
+    for (int i = 0; i < 5; i++)
+        for (int tr = 0; tr < 4; tr++) {
+            int64_t M = sz[i][0], N = sz[i][1], K = sz[i][2];
+            int ta = tr & 1, tb = tr >> 1;
+            buf2 A = mk_rand(M * K, 1), B = mk_rand(K * N, 1), C = mk_rand(M * N, 1);
+            BOTH(BE->matmul(BE, PF(C), PF(A), PF(B), M, N, K, ta, tb, 0.7f, 0.5f));
+            char w[96];
+            snprintf(w, sizeof w, "matmul %s inv %lldx%lldx%lld ta=%d tb=%d",
+                     kernels_precision_name(prec), (long long)M, (long long)N, (long long)K, ta,
+                     tb);
+            check_close(w, &C, M * N, tol_at(prec, 2e-6, 2e-3));
+            check_representable(w, &C, 0, M * N, prec);
+            drop(&A), drop(&B), drop(&C);
+        }
+    be[1]->batch_invariant = 0;
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
+}
+
+/* kernels_cuda_gemm_tc_launches, and whether the emulation harness runs the
+ * backend (it counts host waits); the program also links without CUDA,
+ * where main stops before any CUDA check. */
+static int64_t gemm_tc_launches(kf_backend *b) {
+#ifdef KF_CUDA
+    return kernels_cuda_gemm_tc_launches(b);
+#else
+    return -1;
+#endif
+}
+static int emulated(void) {
+#ifdef KF_CUDA
+    return kernels_cuda_host_syncs() >= 0;
+#else
+    return 0;
+#endif
+}
+
+/* Which kernel runs the 16-bit batch-invariant products of backend x (a
+ * fresh one): the tensor-core launches (kernels_cuda_gemm_tc_launches) of its
+ * first fp16 product and of the next, then of its first bf16 product, must
+ * be want[0..3) (a check runs 4 launches, or stops at the first failing
+ * one); and its bits equal ref's (a KF_CUDA_TC=0 backend): always when x's
+ * products run on the SIMT kernel (!tc), and under the emulation harness on
+ * the tensor cores too, whose emulated mma sums each product exactly in k
+ * order as the SIMT kernel's fmaf chain does (a fragment layout or staging
+ * error shows there); on a GPU the tensor cores' bits are only counted. */
+static void gemm_paths(kf_backend *x, kf_backend *ref, const int64_t want[3], int tc,
+                       const char *what) {
+    int64_t M = 100, N = 72, K = 160;
+    float *ha = malloc((size_t)(M * K) * 4), *hb = malloc((size_t)(K * N) * 4);
+    for (int64_t i = 0; i < M * K; i++) ha[i] = nrand();
+    for (int64_t i = 0; i < K * N; i++) hb[i] = nrand();
+    kf_backend *bs[2] = {x, ref};
+    const char *step[3] = {"first fp16 product", "second fp16 product", "first bf16 product"};
+    float *c[2][3];
+    for (int p = 0; p < 2; p++) {
+        kf_backend *g = bs[p];
+        float *da = g->alloc(g, (size_t)(M * K) * 4), *db = g->alloc(g, (size_t)(K * N) * 4),
+              *dc = g->alloc(g, (size_t)(M * N) * 4);
+        g->upload(g, da, ha, (size_t)(M * K) * 4);
+        g->upload(g, db, hb, (size_t)(K * N) * 4);
+        g->batch_invariant = 1;
+        for (int i = 0; i < 3; i++) {
+            g->set_precision(g, i < 2 ? KF_PREC_FP16 : KF_PREC_BF16);
+            int64_t n0 = gemm_tc_launches(g);
+            g->matmul(g, dc, da, db, M, N, K, 0, 1, 1.0f, 0.0f);
+            int64_t n = gemm_tc_launches(g) - n0;
+            if (p == 0)
+                T_EQ_INT(n, want[i], "batch-invariant matmul %s, %s: tensor-core launches", what,
+                         step[i]);
+            c[p][i] = malloc((size_t)(M * N) * 4);
+            g->download(g, c[p][i], dc, (size_t)(M * N) * 4);
+        }
+        g->batch_invariant = 0;
+        g->set_precision(g, KF_PREC_FP32);
+        g->free(g, da), g->free(g, db), g->free(g, dc);
+    }
+    for (int i = 0; i < 3; i++) {
+        int64_t bad = n_differ(c[0][i], c[1][i], M * N);
+        printf("  batch-invariant matmul %s, %s: %lld of %lld elements differ from "
+               "KF_CUDA_TC=0's\n",
+               what, step[i], (long long)bad, (long long)(M * N));
+        if (emulated() || !tc)
+            T_CHECK(bad == 0,
+                    "batch-invariant matmul %s, %s: got %lld elements differing from "
+                    "KF_CUDA_TC=0's, want 0",
+                    what, step[i], (long long)bad);
+        free(c[0][i]), free(c[1][i]);
+    }
+    free(ha), free(hb);
 }
 
 static void test_bias(void) {
@@ -919,8 +1122,10 @@ static kf_backend *cuda_with(const char *name, const char *value) {
  * tensor-core ones (their check passed), KF_CUDA_TC=0 the SIMT ones, which
  * run every 16-bit case here too, as does batch-invariant mode; a check
  * broken on purpose (KF_CUDA_TC_CHECK_BREAK, in the forward or the
- * backward) falls back to the SIMT kernels. KF_CUDA_TC=1 adds the WMMA
- * batch-invariant GEMM. */
+ * backward) falls back to the SIMT kernels. The same for the 16-bit
+ * batch-invariant GEMM: the default's bits differ from KF_CUDA_TC=0's (the
+ * tensor-core kernel runs), a broken check (KF_CUDA_TC_CHECK_BREAK=gemm)
+ * gives KF_CUDA_TC=0's; and the SIMT kernel against the CPU. */
 static void test_tensor_cores(void) {
     kf_backend *tc = be[1], *simt = cuda_with("KF_CUDA_TC", "0");
     if (!simt) return;
@@ -944,24 +1149,31 @@ static void test_tensor_cores(void) {
         unsetenv("KF_CUDA_TC_CHECK_BREAK");
         if (broken) broken->destroy(broken);
     }
-    simt->destroy(simt);
-    /* the WMMA batch-invariant GEMM (KF_CUDA_TC=1) */
-    kf_backend *wmma = cuda_with("KF_CUDA_TC", "1");
-    if (!wmma) return;
-    be[1] = wmma;
-    BOTH(BE->set_precision(BE, KF_PREC_FP16));
-    be[1]->batch_invariant = 1;
-    test_matmul(KF_PREC_FP16, 2);
-    be[1]->batch_invariant = 0;
+    /* the batch-invariant GEMM: tensor cores by default, SIMT with
+     * KF_CUDA_TC=0 and after a failed check */
+    kf_backend *fresh = cuda_with(NULL, NULL);
+    if (fresh) { /* a check (4 launches) and the product, then the product */
+        gemm_paths(fresh, simt, (const int64_t[3]){5, 1, 5}, 1, "default");
+        fresh->destroy(fresh);
+    }
+    gemm_paths(simt, simt, (const int64_t[3]){0, 0, 0}, 0, "KF_CUDA_TC=0");
+    setenv("KF_CUDA_TC_CHECK_BREAK", "gemm", 1); /* read by the check, at the first call */
+    kf_backend *broken = cuda_with(NULL, NULL);
+    if (broken) { /* the check's first launch fails it: the SIMT kernel from then on */
+        gemm_paths(broken, simt, (const int64_t[3]){1, 0, 0}, 0, "check broken");
+        broken->destroy(broken);
+    }
+    unsetenv("KF_CUDA_TC_CHECK_BREAK");
+    be[1] = simt;
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
+        BOTH(BE->set_precision(BE, (kf_precision)prec));
+        be[1]->batch_invariant = 1;
+        test_matmul((kf_precision)prec, 2);
+        be[1]->batch_invariant = 0;
+    }
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
-    test_matmul_invariance(KF_PREC_FP16);
-    BOTH(BE->set_precision(BE, KF_PREC_BF16));
-    be[1]->batch_invariant = 1;
-    test_matmul(KF_PREC_BF16, 1);
-    be[1]->batch_invariant = 0;
-    BOTH(BE->set_precision(BE, KF_PREC_FP32));
-    be[1]->destroy(be[1]);
     be[1] = tc;
+    simt->destroy(simt);
 }
 
 static void test_attn_decode(void) {
@@ -1565,6 +1777,10 @@ int main(void) {
     test_matmul_invariance(KF_PREC_FP32);
     test_matmul_invariance(KF_PREC_FP16);
     test_matmul_invariance(KF_PREC_BF16);
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
+        test_matmul_tc_invariance((kf_precision)prec);
+        test_matmul_inv_edges((kf_precision)prec);
+    }
     test_matmul_empty();
     test_bias();
     for (int prec = KF_PREC_FP32; prec <= KF_PREC_BF16; prec++)

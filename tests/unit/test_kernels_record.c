@@ -51,16 +51,19 @@ static void test_gemm(void) {
     b->batch_invariant = 1;
     b->matmul(b, C, A, B, M, N, K, 1, 0, 1.0f, 1.0f);
     T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "batch-invariant fp16 GEMM: no conversion pass");
-    /* its fixed-tiling SIMT kernel runs on the fp32 units, not the tensor units */
-    T_EQ_INT(last_op(b)->cost.unit, KF_COST_SIMT, "batch-invariant fp16 GEMM unit");
+    /* its fixed-tiling kernel runs on the tensor units in fp16, the fp32 units in fp32 */
+    T_EQ_INT(last_op(b)->cost.unit, KF_COST_GEMM, "batch-invariant fp16 GEMM unit");
     b->linear_act(b, C, NULL, NULL, A, NULL, B, NULL, M, K, N, KF_ACT_NONE, 0.0f, NULL);
-    T_EQ_INT(last_op(b)->cost.unit, KF_COST_SIMT, "batch-invariant fp16 linear unit");
+    T_EQ_INT(last_op(b)->cost.unit, KF_COST_GEMM, "batch-invariant fp16 linear unit");
+    b->set_precision(b, KF_PREC_FP32);
+    b->matmul(b, C, A, B, M, N, K, 1, 0, 1.0f, 1.0f);
+    T_EQ_INT(last_op(b)->cost.unit, KF_COST_SIMT, "batch-invariant fp32 GEMM unit");
     b->batch_invariant = 0;
     b->matmul_batched(b, C, A, B, M, N, K, 0, 0, 1.0f, 0.0f, 4, 0, 0, 0);
     T_NEAR(last_op(b)->cost.flops, 4 * 2.0 * 3 * 5 * 7, 0, "batched matmul FLOPs");
     int64_t n;
     kernels_record_ops(b, &n);
-    T_EQ_INT(n, 6, "calls recorded since the clear (set_precision included)");
+    T_EQ_INT(n, 8, "calls recorded since the clear (set_precision included)");
     b->destroy(b);
 }
 
