@@ -371,20 +371,19 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
         sup_batch sb;
         int64_t t0 = host_syncs();
         sup_build(s, &sb, x, B, N, NULL, keys);
+        optim_factors(b, &o, &os, step - 1, (double)sb.n_targets, ctl); /* as train_step */
         int64_t t1 = host_syncs();
         model_zero_grads(m);
         model_forward(m, ws, &sb.in, MODEL_TRAIN, NULL);
         int64_t t2 = host_syncs();
-        model_loss_acc(m, ws, sb.targets_d, sb.n_targets, 0, 1.0f, sum_d);
+        model_loss_acc(m, ws, sb.targets_d, &ctl->xent_scale, sum_d);
         int64_t t3 = host_syncs();
         model_backward(m, ws);
         int64_t t4 = host_syncs();
-        optim_factors(b, &o, &os, step - 1, ctl);
-        int64_t t4u = host_syncs();
-        optim_check(b, &o, &os, step - 1, ctl, m->grads, m->n_params);
+        optim_check(b, &o, ctl, m->grads, m->n_params);
         optim_apply(b, &o, &os, step - 1, ctl, m->params, m->grads, mom, vel, ema, m->n_params);
         int64_t t5 = host_syncs();
-        n[0] = t1 - t0, n[1] = t2 - t1, n[2] = t3 - t2, n[3] = t4 - t3, n[4] = t5 - t4u;
+        n[0] = t1 - t0, n[1] = t2 - t1, n[2] = t3 - t2, n[3] = t4 - t3, n[4] = t5 - t4;
     }
     b->sync(b);
     printf("%s, second step: host waits: teacher %lld, forward %lld, loss %lld, backward %lld, "

@@ -166,13 +166,14 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     if (st->kind == RC_KIND_SELF_FORCING && o->new_weight != 1.0)
         model_weight_dlogits(m, s->ws, st->k, st->k / 2, st->k / 2, (float)o->new_weight);
     optim_dev *dev = be->alloc(be, sizeof *dev), got;
-    optim_factors(be, o, &os, 0, &dev->ctl); /* as train_step, before its first op */
+    /* as train_step, before its first op */
+    optim_factors(be, o, &os, 0, sb.n_targets > 0 ? (double)sb.n_targets : 1.0, &dev->ctl);
     /* train.c's device copy of the micro-batch's targets */
     size_t tbytes = (size_t)sb.rows * sizeof(int32_t);
     int32_t *tg = be->alloc(be, tbytes);
     if (sb.targets_d) be->copy(be, tg, sb.targets_d, tbytes);
     else be->upload(be, tg, sb.targets, tbytes);
-    model_loss_acc(m, s->ws, tg, sb.n_targets, 0, (float)optim_loss_scale(&os, o, 0), &dev->loss);
+    model_loss_acc(m, s->ws, tg, &dev->ctl.xent_scale, &dev->loss);
     model_backward(m, s->ws);
     mk->student = n_recorded(be);
     /* train_step's optimizer. ZeRO-1: the norm's parts, uploaded, and the
@@ -185,8 +186,8 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
         for (int64_t i = 0; i < np; i++) ss += parts[i];
         free(parts);
         be->upload(be, &dev->ctl.sumsq, &ss, sizeof ss);
-        optim_check(be, o, &os, 0, &dev->ctl, NULL, 0);
-    } else optim_check(be, o, &os, 0, &dev->ctl, m->grads, m->n_params);
+        optim_check(be, o, &dev->ctl, NULL, 0);
+    } else optim_check(be, o, &dev->ctl, m->grads, m->n_params);
     optim_apply(be, o, &os, 0, &dev->ctl, m->params, m->grads, s->adam_m, s->adam_v, s->ema,
                 s->shard);
     model_params_changed(m);
