@@ -129,8 +129,8 @@ int attn_tc_supported(kf_backend *b, int64_t head_dim) {
     int bit = 1 << (2 * (b->precision == KF_PREC_BF16) + (head_dim == 128));
     if (im->attn_tc_checked & bit) return 1;
     im->attn_tc_checked |= bit;
-    /* n_ctx, group, n_groups, q_start, valid_len */
-    const kf_mask causal = {80, 0, 0, 0, NULL}, dbl = {40, 4, 40, 40, NULL};
+    /* n_ctx, group, n_groups, q_start, valid_len, valid_len_d */
+    const kf_mask causal = {80, 0, 0, 0, NULL, NULL}, dbl = {40, 4, 40, 40, NULL, NULL};
     char why[256];
     if (check_mask(b, &causal, "causal", head_dim, why, sizeof why) &&
         check_mask(b, &dbl, "DoubleForward", head_dim, why, sizeof why))
