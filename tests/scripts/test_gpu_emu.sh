@@ -127,11 +127,11 @@ if [ -x "$EMU_KF" ]; then
   # and whose scale then grows, an fp32 phase, a learning rate that changes
   # every step (warm-up), pad data (the attention's valid_len), 2
   # micro-batches; then a distill_ar stage with its teacher. Graphs: recorded
-  # on the 2nd step of each key (precision), launched from the 3rd: ar 4 of
-  # its 8 steps (fp16 steps 2-5, fp32 none: step 7 records), k2 2 of 4
-  gr=(resources.backend=cuda stages.0.steps=8 stages.1.steps=4 defaults.warmup=100
+  # on the 2nd step of each key (precision), launched from the 3rd: ar 6 of
+  # its 10 steps (fp16 steps 2-5, fp32 8-9), k2 2 of 4
+  gr=(resources.backend=cuda stages.0.steps=10 stages.1.steps=4 defaults.warmup=100
     defaults.micro_batch=4)
-  for s in ar:4 k2:2; do
+  for s in ar:6 k2:2; do
     st=${s%:*} n=${s#*:}
     "$EMU_KF" train "$T/cfg.yaml" --stage "$st" --run-dir "$T/gr1" "${gr[@]}" 2>"$T/gr1.err"; rc=$?
     check "emulated cuda graphs, $st: exits 0 (rc $rc): $(tail -n 1 "$T/gr1.err")" [ $rc -eq 0 ]
