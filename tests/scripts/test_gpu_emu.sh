@@ -9,7 +9,9 @@
 # against the PTX ISA's layouts) and test_cuda_graph (stream capture) once, the harness's own checks on kernels
 # with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
-# accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, and `kf bench train --roofline` timing
+# accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, the
+# training step as CUDA graphs bitwise equal to KF_CUDA_GRAPHS=0 (ar with an
+# fp16 phase, distill_ar), and `kf bench train --roofline` timing
 # each op of a step on the emulated GPU. Each program's own checks count here.
 # `make test` builds the programs (make emu-tests); a missing one is a failure.
 set -u

@@ -25,6 +25,9 @@
  * GPU backend made with KF_CUDA_GRAPHS=0, for AR sampling, K-Forcing
  * argmaxes (k not dividing the tokens asked for), a frequency penalty and
  * fp16; the graph backend launched the expected graphs, the other none.
+ * A training pass over padded samples (valid_len) recorded as a graph and
+ * launched on other ids, lengths and targets gives bitwise the loss sums
+ * and gradients of eager passes.
  *
  * Host synchronisations (under the emulation harness, which counts them):
  * once its buffers have grown, a training step's forward, loss (its sum

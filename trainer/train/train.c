@@ -61,10 +61,12 @@ typedef struct mb_store {
  * step's ops depend on) equals the previous step's, which ran them eagerly
  * and so grew every buffer, and launched while the key and the model's
  * buffers (model_allocs) stay the same. The step's changing scalars (loss
- * scale, learning rate, ...) are read from the device ctl. */
+ * scale, learning rate, ...) are read from the device ctl. With several
+ * ranks the last micro-batch runs eagerly: its backward hands parts of the
+ * gradient to the all-reduce, which the host drives. */
 enum { GRAPHS_OFF, GRAPHS_NONE, GRAPHS_WARM, GRAPHS_READY };
 typedef struct step_graphs {
-    int state;               /* GRAPHS_*: OFF: the backend records none, or a multi-rank run */
+    int state;               /* GRAPHS_*: OFF: the backend records none */
     int64_t *key;            /* [GKEY_N + accum * MKEY_N] of the step that set state */
     uint64_t allocs;         /* model_allocs() when the graphs were recorded */
     void **mb, *opt;         /* [accum] the micro-batches', the optimizer's */
@@ -414,7 +416,8 @@ static void train_step(trainer *t) {
         model_input in = stored_input(t, &t->mbs[a]);
         model_forward_inputs(m, t->ws, &in, MODEL_TRAIN, NULL);
         micro_run r = {&in, a, g};
-        graph_run(t, mode, &t->g.mb[a], micro_ops, &r);
+        int eager = a == t->accum - 1 && t->d->world > 1;
+        graph_run(t, eager ? RUN_EAGER : mode, &t->g.mb[a], micro_ops, &r);
     }
     double exposed = dist_grads_wait(t->d);
     /* The gradient check, then the update, both on the device. ZeRO-1: the
@@ -425,9 +428,9 @@ static void train_step(trainer *t) {
     if (t->zero1) {
         double ss = dist_sumsq(t->d, be, g, m->n_params);
         be->upload(be, &t->dev->ctl.sumsq, &ss, sizeof ss);
-        update_ops(t, NULL);
         gather = isfinite(ss);
-    } else graph_run(t, mode, &t->g.opt, update_ops, g);
+    }
+    graph_run(t, mode, &t->g.opt, update_ops, t->zero1 ? NULL : g);
     graphs_done(t, mode);
     if (gather) dist_allgather(t->d, be, m->params, m->n_params);
     model_params_changed(m);
@@ -701,8 +704,7 @@ static int setup_training(trainer *t, kf_err *err) {
     t->dev = t->be->alloc(t->be, sizeof *t->dev);
     t->be->copy(t->be, t->ema, t->m->params + t->shard.off, sbytes);
     t->os = optim_init(t->o);
-    /* several ranks wait for the all-reduce on the host, inside the step */
-    t->g.state = t->d->world == 1 ? GRAPHS_NONE : GRAPHS_OFF;
+    t->g.state = GRAPHS_NONE;
     t->g.key = kf_calloc(2 * graphs_key_len(t), sizeof *t->g.key);
     t->g.mb = kf_calloc((size_t)t->accum, sizeof *t->g.mb);
     return 0;
