@@ -66,10 +66,10 @@ typedef struct mb_store {
  * gradient to the all-reduce, which the host drives. */
 enum { GRAPHS_OFF, GRAPHS_NONE, GRAPHS_WARM, GRAPHS_READY };
 typedef struct step_graphs {
-    int state;               /* GRAPHS_*: OFF: the backend records none */
-    int64_t *key;            /* [GKEY_N + accum * MKEY_N] of the step that set state */
-    uint64_t allocs;         /* model_allocs() when the graphs were recorded */
-    void **mb, *opt;         /* [accum] the micro-batches', the optimizer's */
+    int state;       /* GRAPHS_*: OFF: the backend records none */
+    int64_t *key;    /* [2][GKEY_N + accum * MKEY_N]: the step that set state's, this step's */
+    uint64_t allocs; /* model_allocs() when the graphs were recorded */
+    void **mb, *opt; /* [accum] the micro-batches', the optimizer's */
     int64_t steps, launches; /* steps run as graphs, graph launches */
 } step_graphs;
 enum { GKEY_N = 1, MKEY_N = 7 };
