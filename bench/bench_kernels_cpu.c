@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
         mm(logits, lnf, wout, T, V, H, 0, 1, 0);
         TIMED(F_POINT, be->add_bias(be, logits, bout, T, V));
         TIMED(F_POINT, be->fill_column(be, logits, T, V, V - 1, -1000.0f));
-        TIMED(F_XENT, be->xent(be, losses, logits, logits, tg, T, V, 1.0f / T));
+        TIMED(F_XENT, be->xent(be, losses, logits, logits, tg, T, V, &(float){1.0f / T}));
 
         /* backward */
         be->zero(be, G, nparam * 4);

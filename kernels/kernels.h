@@ -57,21 +57,23 @@ typedef struct kf_err kf_err;
 /* An optimizer step's gradient check, kept on the device: grad_check writes
  * it from the gradient, adamw and ema read it by pointer, so the clip factor
  * and the skip decision need no host wait (the host reads it with the step's
- * loss, once, at the step's end). Its first four fields are the step's
+ * loss, once, at the step's end). Its fields up to sumsq are the step's
  * factors, written by the host before the step's first op
- * (kernels_adamw_factors and the EMA's decay): adamw and ema read them here
- * rather than from their arguments, so a step recorded as a graph
- * (graph_begin) takes each step's learning rate, bias correction and decay
- * at its launch. */
+ * (kernels_adamw_factors, the EMA's decay, the loss scale): the ops read
+ * them here rather than from by-value arguments, so a step recorded as a
+ * graph (graph_begin) takes each step's learning rate, bias correction,
+ * decay and loss scale at its launch. */
 typedef struct kf_grad_ctl {
-    float step_size;  /* adamw: lr / (1 - beta1^step) */
-    float bc2_sqrt;   /* adamw: sqrt(1 - beta2^step) */
-    float wd_decay;   /* adamw: 1 - lr * weight_decay */
-    float ema_decay;  /* ema's decay */
-    double sumsq;     /* the gradient's sum of squares (loss-scaled) */
-    double norm;      /* sqrt(sumsq) / loss_scale: the unscaled gradient's L2 norm */
-    float grad_scale; /* adamw's factor: the clip factor / loss_scale */
-    int32_t skip;     /* 1: sumsq is not finite; adamw and ema change nothing */
+    float step_size;   /* adamw: lr / (1 - beta1^step) */
+    float bc2_sqrt;    /* adamw: sqrt(1 - beta2^step) */
+    float wd_decay;    /* adamw: 1 - lr * weight_decay */
+    float ema_decay;   /* ema's decay */
+    double loss_scale; /* grad_check's: the loss scale the gradients carry */
+    float xent_scale;  /* xent's grad_scale of the step's passes: loss_scale / its targets */
+    double sumsq;      /* the gradient's sum of squares (loss-scaled) */
+    double norm;       /* sqrt(sumsq) / loss_scale: the unscaled gradient's L2 norm */
+    float grad_scale;  /* adamw's factor: the clip factor / loss_scale */
+    int32_t skip;      /* 1: sumsq is not finite; adamw and ema change nothing */
 } kf_grad_ctl;
 
 /* The storage format of the ops that run in 16 bits (see Conventions). */
@@ -96,7 +98,10 @@ typedef enum { KF_ACT_NONE = 0, KF_ACT_GELU_TANH = 1, KF_ACT_GELU_ERF = 2 } kf_a
  * whole sequence): DoubleForward reuses the context rows of round 1 this way.
  * valid_len (host array of B ints, or NULL) limits each sample's context:
  * keys at context rows >= valid_len[b] are never attended and query rows past
- * it produce zeros (padding in `pad` data).
+ * it produce zeros (padding in `pad` data). valid_len_d (NULL: none) holds
+ * the same B ints in the backend's memory, uploaded by the caller with its
+ * other inputs: a GPU backend reads it in place of uploading valid_len
+ * itself, so the attention can be recorded in a graph (graph_begin).
  */
 typedef struct kf_mask {
     int64_t n_ctx;
@@ -104,6 +109,7 @@ typedef struct kf_mask {
     int64_t n_groups;
     int64_t q_start;
     const int32_t *valid_len;
+    const int32_t *valid_len_d;
 } kf_mask;
 
 /** Number of tokens per sample described by a mask: n_ctx + n_groups*group. */
@@ -322,10 +328,11 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     /* ---- losses and decoding over logits [rows, V] ----                                         \
      * Softmax cross-entropy. targets < 0 are ignored (loss 0, grad 0).                            \
      * losses[r] (may be NULL) gets each row's loss; when dlogits != NULL it                       \
-     * gets grad_scale * (softmax - onehot) (may alias logits). */                                 \
+     * gets grad_scale * (softmax - onehot) (may alias logits), grad_scale a device                \
+     * float (NULL: 1) read when the op runs (a recorded step's factor, kf_grad_ctl). */           \
     X(void, xent,                                                                                  \
       (kf_backend * b, float *losses, float *dlogits, const float *logits, const int32_t *targets, \
-       int64_t rows, int64_t V, float grad_scale),                                                 \
+       int64_t rows, int64_t V, const float *grad_scale),                                          \
       (b, losses, dlogits, logits, targets, rows, V, grad_scale))                                  \
     /* ids[r] = first index of the row maximum. */                                                 \
     X(void, argmax, (kf_backend * b, int32_t * ids, const float *logits, int64_t rows, int64_t V), \
@@ -393,13 +400,13 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
     /* ---- optimiser over one flat parameter buffer (one launch) ---- */                          \
     /* The step's gradient check into ctl (device): ctl->sumsq = sumsq(grads,                      \
      * n) when grads != NULL (else ctl->sumsq stays as uploaded: ZeRO-1's                          \
-     * dist_sumsq); then, in double, norm = sqrt(sumsq) / loss_scale, skip =                       \
+     * dist_sumsq); then, in double, with loss_scale = ctl->loss_scale (the                        \
+     * host's, written before the step), norm = sqrt(sumsq) / loss_scale, skip =                   \
      * !isfinite(sumsq), grad_scale = (float)(c / loss_scale) with c = clip /                      \
      * norm when clip > 0 and norm > clip, else 1 (trainer/train/optim.h). */                      \
     X(void, grad_check,                                                                            \
-      (kf_backend * b, kf_grad_ctl * ctl, const float *grads, int64_t n, double loss_scale,        \
-       double clip),                                                                               \
-      (b, ctl, grads, n, loss_scale, clip))                                                        \
+      (kf_backend * b, kf_grad_ctl * ctl, const float *grads, int64_t n, double clip),             \
+      (b, ctl, grads, n, clip))                                                                    \
     /* g_eff = grads * grad_scale (unscale + clip); m,v AdamW moments; step is                     \
      * 1-based for bias correction; decoupled weight decay. ctl (device, from                      \
      * grad_check; NULL: none): when ctl->skip nothing changes, else                               \
@@ -430,8 +437,8 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * the fp32 dlogits are never stored. */                                                       \
     X(void, xent16,                                                                                \
       (kf_backend * b, float *losses, void *dlogits16, float *dbias, const float *logits,          \
-       const int32_t *targets, const float *row_w, int64_t rows, int64_t V, float grad_scale,      \
-       int64_t mask_col),                                                                          \
+       const int32_t *targets, const float *row_w, int64_t rows, int64_t V,                        \
+       const float *grad_scale, int64_t mask_col),                                                 \
       (b, losses, dlogits16, dbias, logits, targets, row_w, rows, V, grad_scale, mask_col))        \
                                                                                                    \
     /* ---- graphs: a fixed sequence of ops recorded once and replayed ----                        \

@@ -436,7 +436,8 @@ kf_op_cost kernels_cost_noise_features(kf_backend *b, float *out, const double *
 /* Per logit: the row max 1, exp and sum 2, and with dlogits the gradient 2.
  * Logits read once, dlogits written, targets read, losses written. */
 kf_op_cost kernels_cost_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
-                             const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
+                             const int32_t *targets, int64_t rows, int64_t V,
+                             const float *grad_scale) {
     double e = (double)rows * (double)V, r = (double)rows;
     return cost(b, KF_COST_SIMT, e * (dlogits ? 5 : 3),
                 F * (e * (dlogits ? 2 : 1) + r * (losses ? 2 : 1)), "%lldx%lld%s", (long long)rows,
@@ -448,7 +449,7 @@ kf_op_cost kernels_cost_xent(kf_backend *b, float *losses, float *dlogits, const
  * losses, the statistics and the weights per row; dbias read and written */
 kf_op_cost kernels_cost_xent16(kf_backend *b, float *losses, void *dlogits16, float *dbias,
                                const float *logits, const int32_t *targets, const float *row_w,
-                               int64_t rows, int64_t V, float grad_scale, int64_t mask_col) {
+                               int64_t rows, int64_t V, const float *grad_scale, int64_t mask_col) {
     double e = (double)rows * (double)V, r = (double)rows;
     return cost(b, KF_COST_SIMT, e * (3 + 5 + (row_w ? 1 : 0) + (dbias ? 1 : 0)),
                 (2 * F + H16) * e + F * r * (losses ? 5 : 4) + (row_w ? F * r : 0) +
@@ -541,7 +542,7 @@ kf_op_cost kernels_cost_count_nonfinite(kf_backend *b, const float *x, int64_t n
  * added in order; then a few double operations on ctl, on the device: no
  * host wait (the point of the op). */
 kf_op_cost kernels_cost_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t n,
-                                   double loss_scale, double clip) {
+                                   double clip) {
     double e = grads ? (double)n : 0;
     double np = grads ? (double)((n + KF_SUM_PART - 1) / KF_SUM_PART) : 0;
     return cost(b, KF_COST_SIMT, 2 * e + np, F * e + D * 2 * np + (double)sizeof *ctl, "n=%lld",

@@ -42,7 +42,8 @@ CPU_MULTIVERSION(int, xent_row,
                  (loss, d, x, t, V, grad_scale))
 
 void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
-              const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
+              const int32_t *targets, int64_t rows, int64_t V, const float *grad_scale) {
+    float gs = grad_scale ? *grad_scale : 1.0f;
     for (int64_t r = 0; r < rows; r++)
         KF_CHECK(targets[r] < V, "xent: target %d outside the vocabulary of %lld", targets[r],
                  (long long)V);
@@ -54,14 +55,14 @@ void cpu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
             if (d) memset(d, 0, (size_t)V * sizeof(float));
             continue;
         }
-        xent_row(losses ? losses + r : NULL, d, logits + r * V, targets[r], V, grad_scale);
+        xent_row(losses ? losses + r : NULL, d, logits + r * V, targets[r], V, gs);
     }
 }
 
 /* The composition kernels.h states, through scratch fp32 dlogits. */
 void cpu_xent16(kf_backend *b, float *losses, void *dlogits16, float *dbias, const float *logits,
                 const int32_t *targets, const float *row_w, int64_t rows, int64_t V,
-                float grad_scale, int64_t mask_col) {
+                const float *grad_scale, int64_t mask_col) {
     KF_CHECK(b->precision != KF_PREC_FP32, "xent16: a 16-bit copy in fp32 mode");
     float *d = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * V));
     cpu_xent(b, losses, d, logits, targets, rows, V, grad_scale);

@@ -56,8 +56,8 @@ int64_t cpu_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
 
 /* The optimizer's decision (trainer/train/optim.h) in double, in this order:
  * the CUDA kernel repeats it operation for operation. */
-void cpu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t n,
-                    double loss_scale, double clip) {
+void cpu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t n, double clip) {
+    double loss_scale = ctl->loss_scale;
     if (grads) ctl->sumsq = chunked_sum(grads, n, 1);
     ctl->norm = sqrt(ctl->sumsq) / loss_scale;
     ctl->skip = !isfinite(ctl->sumsq);

@@ -412,8 +412,8 @@ mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B) {
     d.n_ctx = m->n_ctx;
     d.group = m->group > 0 ? m->group : 1;
     d.q_start = m->q_start;
-    d.valid_len = NULL;
-    if (m->valid_len) {
+    d.valid_len = m->valid_len_d;
+    if (m->valid_len && !m->valid_len_d) {
         int32_t *v = (int32_t *)cu_scratch(b, CU_SCRATCH_VLEN, (size_t)B * sizeof(int32_t));
         cu_upload_async(b, v, m->valid_len, (size_t)B * sizeof(int32_t));
         d.valid_len = v;

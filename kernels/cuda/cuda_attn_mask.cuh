@@ -125,7 +125,8 @@ static inline __device__ int mask_key_tile_queries(const mask_dev &m, int64_t vl
     return out;
 }
 
-/** Checks m and returns its device form (valid_len copied to the device). */
+/** Checks m and returns its device form (valid_len copied to the device
+ *  unless the caller gave its copy, valid_len_d). */
 mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B);
 
 #endif

@@ -28,7 +28,7 @@ __device__ __forceinline__ float xent_grad(float x, float mx, float g, int is_t,
 /* stats (NULL: none) gets each counted row's max and sum: stats[2r], [2r+1]. */
 __global__ void __launch_bounds__(ROW_THREADS)
     k_xent(float *losses, float *dlogits, float *stats, const float *logits, const int32_t *targets,
-           int64_t V, float grad_scale) {
+           int64_t V, const float *grad_scale_d) {
     __shared__ float sh[32];
     int64_t r = blockIdx.x;
     const float *x = logits + r * V;
@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
     if (stats && threadIdx.x == 0) stats[2 * r] = mx, stats[2 * r + 1] = sum;
     if (!d) return;
     __syncthreads();
+    float grad_scale = grad_scale_d ? *grad_scale_d : 1.0f;
     float g = grad_scale / sum;
     /* d may alias x: each element read then written by one thread */
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
 }
 
 void cu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
-             const int32_t *targets, int64_t rows, int64_t V, float grad_scale) {
+             const int32_t *targets, int64_t rows, int64_t V, const float *grad_scale) {
     if (rows <= 0) return;
     k_xent<<<(unsigned)rows, ROW_THREADS, 0, cu_stream(b)>>>(losses, dlogits, (float *)NULL, logits,
                                                              targets, V, grad_scale);
@@ -72,9 +73,11 @@ void cu_xent(kf_backend *b, float *losses, float *dlogits, const float *logits,
  * rows in order (part NULL: none). */
 __global__ void k_xent16_cols(void *d16, int lowp, float *part, const float *logits,
                               const int32_t *targets, const float *stats, const float *row_w,
-                              int64_t rows, int64_t V, float grad_scale, int64_t mask_col) {
+                              int64_t rows, int64_t V, const float *grad_scale_d,
+                              int64_t mask_col) {
     int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (col >= V) return;
+    float grad_scale = grad_scale_d ? *grad_scale_d : 1.0f;
     for (int64_t ch = blockIdx.y; ch * CUDA_ROW_CHUNK < rows; ch += gridDim.y) {
         int64_t r1 = min(rows, (ch + 1) * CUDA_ROW_CHUNK);
         float s = 0.0f;
@@ -95,7 +98,7 @@ __global__ void k_xent16_cols(void *d16, int lowp, float *part, const float *log
 
 void cu_xent16(kf_backend *b, float *losses, void *dlogits16, float *dbias, const float *logits,
                const int32_t *targets, const float *row_w, int64_t rows, int64_t V,
-               float grad_scale, int64_t mask_col) {
+               const float *grad_scale, int64_t mask_col) {
     KF_CHECK(b->precision != KF_PREC_FP32, "xent16: a 16-bit copy in fp32 mode");
     if (rows <= 0 || V <= 0) return;
     float *stats = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(2 * rows) * sizeof(float));

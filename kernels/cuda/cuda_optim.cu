@@ -82,8 +82,7 @@ int64_t cu_count_nonfinite(kf_backend *b, const float *x, int64_t n) {
  * in double with correctly rounded sqrt and divisions: the CPU backend's
  * arithmetic, bit for bit. */
 __global__ void __launch_bounds__(RED_THREADS)
-    k_grad_check(kf_grad_ctl *ctl, const double *parts, int64_t np, int from_grads,
-                 double loss_scale, double clip) {
+    k_grad_check(kf_grad_ctl *ctl, const double *parts, int64_t np, int from_grads, double clip) {
     __shared__ double sh[RED_THREADS];
     double s = 0.0;
     for (int64_t i0 = 0; i0 < np; i0 += RED_THREADS) {
@@ -95,6 +94,7 @@ __global__ void __launch_bounds__(RED_THREADS)
     }
     if (threadIdx.x != 0) return;
     if (from_grads) ctl->sumsq = s;
+    double loss_scale = ctl->loss_scale;
     double norm = __ddiv_rn(__dsqrt_rn(ctl->sumsq), loss_scale);
     ctl->norm = norm;
     ctl->skip = !isfinite(ctl->sumsq);
@@ -102,8 +102,7 @@ __global__ void __launch_bounds__(RED_THREADS)
     ctl->grad_scale = (float)__ddiv_rn(c, loss_scale);
 }
 
-void cu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t n,
-                   double loss_scale, double clip) {
+void cu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t n, double clip) {
     int64_t g = grads ? (n + KF_SUM_PART - 1) / KF_SUM_PART : 0;
     double *parts = NULL;
     if (g > 0) {
@@ -111,8 +110,7 @@ void cu_grad_check(kf_backend *b, kf_grad_ctl *ctl, const float *grads, int64_t 
         k_reduce<<<(unsigned)g, RED_THREADS, 0, cu_stream(b)>>>(parts, grads, n, KF_SUM_PART, 1);
         CUDA_LAUNCHED();
     }
-    k_grad_check<<<1, RED_THREADS, 0, cu_stream(b)>>>(ctl, parts, g, grads != NULL, loss_scale,
-                                                      clip);
+    k_grad_check<<<1, RED_THREADS, 0, cu_stream(b)>>>(ctl, parts, g, grads != NULL, clip);
     CUDA_LAUNCHED();
 }
 

@@ -9,7 +9,9 @@
 # against the PTX ISA's layouts) and test_cuda_graph (stream capture) once, the harness's own checks on kernels
 # with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
-# accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, and `kf bench train --roofline` timing
+# accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, the
+# training step as CUDA graphs bitwise equal to KF_CUDA_GRAPHS=0 (ar with an
+# fp16 phase, distill_ar), and `kf bench train --roofline` timing
 # each op of a step on the emulated GPU. Each program's own checks count here.
 # `make test` builds the programs (make emu-tests); a missing one is a failure.
 set -u
@@ -122,6 +124,34 @@ if [ -x "$EMU_KF" ]; then
     --resume 2>"$T/z2.err"; rc=$?
   check "emulated cuda, np=2 zero1 resumed: exits 0 (rc $rc): $(grep -m1 "error" "$T/z2.err")" [ $rc -eq 0 ]
   check "emulated cuda: np=2 zero1 == np=2 all-reduce, bitwise" same_weights "$T/z2/stages/ar" "$T/n2/stages/ar"
+  # the training step as CUDA graphs (train.c) against KF_CUDA_GRAPHS=0, bitwise:
+  # an fp16 phase whose first steps overflow (skipped, the scale backed off)
+  # and whose scale then grows, an fp32 phase, a learning rate that changes
+  # every step (warm-up), pad data (the attention's valid_len), 2
+  # micro-batches; then a distill_ar stage with its teacher. Graphs: recorded
+  # on the 2nd step of each key (precision), launched from the 3rd: ar 6 of
+  # its 10 steps (fp16 steps 2-5, fp32 8-9), k2 2 of 4
+  gr=(resources.backend=cuda stages.0.steps=10 stages.1.steps=4 defaults.warmup=100
+    defaults.micro_batch=4)
+  for s in ar:6 k2:2; do
+    st=${s%:*} n=${s#*:}
+    "$EMU_KF" train "$T/cfg.yaml" --stage "$st" --run-dir "$T/gr1" "${gr[@]}" 2>"$T/gr1.err"; rc=$?
+    check "emulated cuda graphs, $st: exits 0 (rc $rc): $(tail -n 1 "$T/gr1.err")" [ $rc -eq 0 ]
+    KF_CUDA_GRAPHS=0 "$EMU_KF" train "$T/cfg.yaml" --stage "$st" --run-dir "$T/gr0" "${gr[@]}" \
+      2>"$T/gr0.err"; rc=$?
+    check "emulated cuda KF_CUDA_GRAPHS=0, $st: exits 0 (rc $rc): $(tail -n 1 "$T/gr0.err")" [ $rc -eq 0 ]
+    for f in $(cd "$T/gr0/stages/$st" && find . -name '*.safetensors' | sort); do
+      check "emulated cuda graphs, $st: $f equals KF_CUDA_GRAPHS=0's, bitwise" \
+        cmp -s "$T/gr0/stages/$st/$f" "$T/gr1/stages/$st/$f"
+    done
+    nolat() { sed -E 's/,"(tokens_per_s|ms_step|ms_grad_wait|time)":[^,}]*//g' "$1"; }
+    check "emulated cuda graphs, $st: log (loss, grad_norm, lr, loss_scale, skips) equals KF_CUDA_GRAPHS=0's" \
+      eval 'diff <(nolat "$T/gr0/stages/$st/log.jsonl") <(nolat "$T/gr1/stages/$st/log.jsonl")'
+    want="$st: $n steps ran as graphs ($((3 * n)) graph launches)"
+    check "emulated cuda graphs, $st: got '$(grep -o "$st: [0-9]* steps ran as graphs.*" "$T/gr1.err")', want '$want'" \
+      grep -qF "$want" "$T/gr1.err"
+    check "emulated cuda KF_CUDA_GRAPHS=0, $st: no step ran as graphs" eval '! grep -q "ran as graphs" "$T/gr0.err"'
+  done
   # the roofline on a "GPU": the step runs there and each op is timed beside its estimate
   "$EMU_KF" bench train configs/tiny.yaml --roofline h100 --stage ar resources.backend=cuda \
     model.heads=3 defaults.micro_batch=2 >"$T/roof.out" 2>"$T/roof.err"; rc=$?

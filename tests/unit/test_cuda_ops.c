@@ -1382,16 +1382,18 @@ static void test_xent16(kf_precision prec) {
         tg[i] = i % 7 == 3 ? -1 : (int32_t)(urand() * V);
         hw[i] = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.5f : 1.75f;
     }
-    buf2 logits = mk_rand(rows * V, 6), t = mk_ints(tg, rows), rw = mk(hw, sizeof hw);
-    for (int var = 0; var < 2; var++) { /* 1: row weights and a bias gradient */
+    float quarter = 0.25f;
+    buf2 logits = mk_rand(rows * V, 6), t = mk_ints(tg, rows), rw = mk(hw, sizeof hw),
+         gs = mk(&quarter, sizeof quarter); /* grad_scale: a device float */
+    for (int var = 0; var < 2; var++) {     /* 1: row weights and a bias gradient */
         buf2 losses = mk_rand(rows, 1), d16 = mk(NULL, (size_t)(rows * V) * 2), db = mk_rand(V, 1),
              losses2 = mk_rand(rows, 1), d = mk_rand(rows * V, 1), db2 = mk_copy(&db);
         BOTH(BE->xent16(BE, PF(losses), P(d16), var ? PF(db) : NULL, PF(logits), PI(t),
-                        var ? PF(rw) : NULL, rows, V, 0.25f, mask));
+                        var ? PF(rw) : NULL, rows, V, PF(gs), mask));
         /* the separate ops, on each backend */
         for (int side_ = 0; side_ < 2; side_++) {
             kf_backend *BE = be[side_];
-            BE->xent(BE, PF(losses2), PF(d), PF(logits), PI(t), rows, V, 0.25f);
+            BE->xent(BE, PF(losses2), PF(d), PF(logits), PI(t), rows, V, PF(gs));
             if (var)
                 for (int r = 0; r < rows; r++) BE->scale(BE, PF(d) + r * V, hw[r], V);
             BE->fill_column(BE, PF(d), rows, V, mask, 0.0f);
@@ -1421,7 +1423,7 @@ static void test_xent16(kf_precision prec) {
         drop(&losses), drop(&d16), drop(&db), drop(&losses2), drop(&d), drop(&db2);
     }
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
-    drop(&logits), drop(&t), drop(&rw);
+    drop(&logits), drop(&t), drop(&rw), drop(&gs);
 }
 
 static void test_logits(void) {
@@ -1429,13 +1431,14 @@ static void test_logits(void) {
     buf2 logits = mk_rand(rows * V, 6), losses = mk_rand(rows, 1), dl = mk_rand(rows * V, 1);
     int32_t tg[24];
     for (int i = 0; i < rows; i++) tg[i] = i % 7 == 3 ? -1 : (int32_t)(urand() * V);
-    buf2 t = mk_ints(tg, rows);
-    BOTH(BE->xent(BE, PF(losses), PF(dl), PF(logits), PI(t), rows, V, 0.25f));
+    float quarter = 0.25f;
+    buf2 t = mk_ints(tg, rows), gs = mk(&quarter, sizeof quarter);
+    BOTH(BE->xent(BE, PF(losses), PF(dl), PF(logits), PI(t), rows, V, PF(gs)));
     check_close("xent losses", &losses, rows, 1e-6);
     check_close("xent dlogits", &dl, rows * V, 1e-6);
     buf2 lcopy = mk_rand(rows * V, 1);
     BOTH(BE->copy(BE, P(lcopy), P(logits), lcopy.bytes));
-    BOTH(BE->xent(BE, NULL, PF(lcopy), PF(lcopy), PI(t), rows, V, 1.0f));
+    BOTH(BE->xent(BE, NULL, PF(lcopy), PF(lcopy), PI(t), rows, V, (float *)NULL));
     check_close("xent dlogits aliasing logits", &lcopy, rows * V, 1e-6);
 
     /* argmax with planted ties: the first index must win */
@@ -1534,8 +1537,8 @@ static void test_logits(void) {
     BOTH(BE->loss_sum(BE, PD(acc), PF(rl), PI(t), rows));
     check_same_bytes("loss_sum", &acc);
     drop(&acc), drop(&rl);
-    drop(&logits), drop(&losses), drop(&dl), drop(&t), drop(&lcopy), drop(&ids), drop(&l2),
-        drop(&bz), drop(&bt), drop(&lo), drop(&hi), drop(&bh);
+    drop(&logits), drop(&losses), drop(&dl), drop(&t), drop(&gs), drop(&lcopy), drop(&ids),
+        drop(&l2), drop(&bz), drop(&bt), drop(&lo), drop(&hi), drop(&bh);
 }
 
 /* ---- reductions and optimiser ---- */
@@ -1684,24 +1687,24 @@ static void test_grad_check(void) {
     be[1]->sumsq_parts(be[1], parts, x.p[1], n);
     for (int64_t i = 0; i < nparts; i++) fold += parts[i];
     free(parts);
-    kf_grad_ctl z = {0}, got, want;
+    kf_grad_ctl z = {.loss_scale = 1024.0}, got, want;
     buf2 c = mk(&z, sizeof z);
     double clips[3] = {1.0, 1e9, 0.0}; /* clipped, under the clip, none */
     for (int k = 0; k < 3; k++) {
-        be[1]->grad_check(be[1], c.p[1], x.p[1], n, 1024.0, clips[k]);
+        be[1]->grad_check(be[1], c.p[1], x.p[1], n, clips[k]);
         be[1]->download(be[1], &got, c.p[1], sizeof got);
-        want = (kf_grad_ctl){.sumsq = fold};
-        be[0]->grad_check(be[0], &want, NULL, 0, 1024.0, clips[k]);
+        want = (kf_grad_ctl){.loss_scale = 1024.0, .sumsq = fold};
+        be[0]->grad_check(be[0], &want, NULL, 0, clips[k]);
         char what[64];
         snprintf(what, sizeof what, "grad_check clip %g", clips[k]);
         check_ctl(what, &got, &want);
     }
-    kf_grad_ctl bad = {.sumsq = INFINITY};
+    kf_grad_ctl bad = {.loss_scale = 1.0, .sumsq = INFINITY};
     be[1]->upload(be[1], c.p[1], &bad, sizeof bad);
-    be[1]->grad_check(be[1], c.p[1], NULL, 0, 1.0, 1.0);
+    be[1]->grad_check(be[1], c.p[1], NULL, 0, 1.0);
     be[1]->download(be[1], &got, c.p[1], sizeof got);
     want = bad;
-    be[0]->grad_check(be[0], &want, NULL, 0, 1.0, 1.0);
+    be[0]->grad_check(be[0], &want, NULL, 0, 1.0);
     check_ctl("grad_check of an uploaded inf", &got, &want);
 
     /* adamw and ema reading the skip on the device */

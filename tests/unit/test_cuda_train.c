@@ -26,6 +26,9 @@
  * sampling, K-Forcing argmaxes (k not dividing the tokens asked for), a
  * frequency penalty and fp16; the graph backend launched one graph a step
  * and recorded one per cache-length bucket, the other none.
+ * A training pass over padded samples (valid_len) recorded as a graph and
+ * launched on other ids, lengths and targets gives bitwise the loss sums
+ * and gradients of eager passes.
  *
  * Host synchronisations (under the emulation harness, which counts them):
  * once its buffers have grown, a training step's forward, loss (its sum
@@ -372,20 +375,19 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
         sup_batch sb;
         int64_t t0 = host_syncs();
         sup_build(s, &sb, x, B, N, NULL, keys);
+        optim_factors(b, &o, &os, step - 1, (double)sb.n_targets, ctl); /* as train_step */
         int64_t t1 = host_syncs();
         model_zero_grads(m);
         model_forward(m, ws, &sb.in, MODEL_TRAIN, NULL);
         int64_t t2 = host_syncs();
-        model_loss_acc(m, ws, sb.targets_d, sb.n_targets, 0, 1.0f, sum_d);
+        model_loss_acc(m, ws, sb.targets_d, &ctl->xent_scale, sum_d);
         int64_t t3 = host_syncs();
         model_backward(m, ws);
         int64_t t4 = host_syncs();
-        optim_factors(b, &o, &os, step - 1, ctl);
-        int64_t t4u = host_syncs();
-        optim_check(b, &o, &os, step - 1, ctl, m->grads, m->n_params);
+        optim_check(b, &o, ctl, m->grads, m->n_params);
         optim_apply(b, &o, &os, step - 1, ctl, m->params, m->grads, mom, vel, ema, m->n_params);
         int64_t t5 = host_syncs();
-        n[0] = t1 - t0, n[1] = t2 - t1, n[2] = t3 - t2, n[3] = t4 - t3, n[4] = t5 - t4u;
+        n[0] = t1 - t0, n[1] = t2 - t1, n[2] = t3 - t2, n[3] = t4 - t3, n[4] = t5 - t4;
     }
     b->sync(b);
     printf("%s, second step: host waits: teacher %lld, forward %lld, loss %lld, backward %lld, "
@@ -474,12 +476,19 @@ static void decode_graphs(kf_backend *be_nog, const char *name, const model_conf
     for (int s = 0; s < 3; s++) free(out[s]);
 }
 
-static void decode_with_graphs(void) {
+/* A second GPU backend, made with KF_CUDA_GRAPHS=0 (NULL, a failed check,
+ * when there is none). */
+static kf_backend *cuda_without_graphs(void) {
     char msg[256] = "";
     setenv("KF_CUDA_GRAPHS", "0", 1);
     kf_backend *nog = kernels_cuda_create(0, msg, sizeof msg);
     unsetenv("KF_CUDA_GRAPHS");
     T_CHECK(nog != NULL, "no second CUDA backend: %s", msg);
+    return nog;
+}
+
+static void decode_with_graphs(void) {
+    kf_backend *nog = cuda_without_graphs();
     if (!nog) return;
     model_config ar = base_cfg(0), pf = base_cfg(0), pfg = base_cfg(1);
     pf.kind = pfg.kind = MODEL_PFLM;
@@ -498,6 +507,99 @@ static void decode_with_graphs(void) {
     decode_graphs(nog, "k=2 argmax, GPT-2 options", &pfg, &o, KF_PREC_FP32, 3, 1);
     o.freq_penalty = 0.5f;
     decode_graphs(nog, "k=2 frequency penalty", &pf, &o, KF_PREC_FP32, 3, 1);
+    nog->destroy(nog);
+}
+
+/* A training pass over padded samples (valid_len) as train_step runs it:
+ * model_forward_inputs's uploads, then its ops (forward, loss with a
+ * device gradient factor, backward) eagerly, recorded (mode 1) or by
+ * launching *graph (mode 2). */
+static void padded_pass(model *m, model_ws *ws, const model_input *in, const int32_t *tg_d,
+                        const float *gs_d, double *sum_d, int mode, void **graph) {
+    kf_backend *b = m->be;
+    b->zero(b, sum_d, sizeof(double));
+    model_forward_inputs(m, ws, in, MODEL_TRAIN, NULL);
+    if (mode == 2) {
+        b->graph_launch(b, *graph);
+        return;
+    }
+    if (mode == 1) b->graph_begin(b);
+    model_zero_grads(m);
+    model_forward_ops(m, ws, in, NULL);
+    model_loss_acc(m, ws, tg_d, gs_d, sum_d);
+    model_backward(m, ws);
+    if (mode == 1) *graph = b->graph_end(b);
+}
+
+/* The pass of a training step over pad data recorded as a graph: eager,
+ * recorded, then launched twice, each time on other ids, valid lengths and
+ * targets, against the same passes on a GPU backend without graphs: the
+ * loss sums and the gradients bitwise equal (the attention reads
+ * model_forward_inputs's device copy of valid_len: nothing is uploaded
+ * inside the graph, and each launch masks by its own lengths), and the
+ * graph launched twice more after graph_end. */
+static void padded_pass_graph(void) {
+    kf_backend *nog = cuda_without_graphs();
+    if (!nog) return;
+    kf_backend *bs[2] = {be[1], nog};
+    model_config cfg = base_cfg(0);
+    layout lay;
+    layout_ar(&lay, N);
+    int64_t rows = B * lay.n_out;
+    model *m[2];
+    model_ws *ws[2];
+    int32_t *tg_d[2];
+    float *gs_d[2], gs = 1.0f / (float)rows;
+    double *sum_d[2];
+    for (int s = 0; s < 2; s++) {
+        m[s] = model_create(bs[s], &cfg);
+        randomize(m[s], 9);
+        ws[s] = model_ws_create(m[s]);
+        tg_d[s] = bs[s]->alloc(bs[s], (size_t)rows * sizeof(int32_t));
+        gs_d[s] = bs[s]->alloc(bs[s], sizeof gs);
+        bs[s]->upload(bs[s], gs_d[s], &gs, sizeof gs);
+        sum_d[s] = bs[s]->alloc(bs[s], sizeof(double));
+    }
+    size_t gbytes = (size_t)m[0]->n_params * sizeof(float);
+    float *g[2] = {malloc(gbytes), malloc(gbytes)};
+    void *graph = NULL;
+    int64_t l0 = graph_launches(be[1]);
+    for (int it = 0; it < 4; it++) {
+        int32_t x[B * N], vl[B], *tg = malloc((size_t)rows * sizeof(int32_t));
+        tokens(x, B * N, 100 + (uint64_t)it);
+        for (int b = 0; b < B; b++) vl[b] = N - (b * 5 + it * 3) % 11;
+        for (int64_t r = 0; r < rows; r++) tg[r] = r % 7 == it ? -1 : x[(r * 5 + it) % (B * N)];
+        model_input in = {.lay = &lay, .B = B, .ids = x, .valid_len = vl};
+        double sum[2];
+        for (int s = 0; s < 2; s++) {
+            bs[s]->upload(bs[s], tg_d[s], tg, (size_t)rows * sizeof(int32_t));
+            padded_pass(m[s], ws[s], &in, tg_d[s], gs_d[s], sum_d[s],
+                        s        ? 0
+                        : it < 2 ? it
+                                 : 2,
+                        &graph);
+            bs[s]->download(bs[s], &sum[s], sum_d[s], sizeof(double));
+            bs[s]->download(bs[s], g[s], m[s]->grads, gbytes);
+        }
+        int64_t differ = 0;
+        for (int64_t i = 0; i < m[0]->n_params; i++) differ += memcmp(&g[0][i], &g[1][i], 4) != 0;
+        const char *how = it == 0 ? "eager" : it == 1 ? "recorded" : "launched";
+        T_CHECK(!memcmp(&sum[0], &sum[1], sizeof(double)),
+                "padded pass %d (%s): loss sum %.17g, without graphs %.17g", it, how, sum[0],
+                sum[1]);
+        T_CHECK(differ == 0, "padded pass %d (%s): %lld of %lld gradients differ from no graphs",
+                it, how, (long long)differ, (long long)m[0]->n_params);
+        free(tg);
+    }
+    T_EQ_INT(graph_launches(be[1]) - l0, 3, "padded passes: graph launches (graph_end's and 2)");
+    be[1]->graph_free(be[1], graph);
+    for (int s = 0; s < 2; s++) {
+        bs[s]->free(bs[s], tg_d[s]), bs[s]->free(bs[s], gs_d[s]), bs[s]->free(bs[s], sum_d[s]);
+        model_ws_free(ws[s]);
+        model_free(m[s]);
+        free(g[s]);
+    }
+    layout_free(&lay);
     nog->destroy(nog);
 }
 
@@ -543,6 +645,7 @@ int main(void) {
     batch_invariance("self_forcing 1->2, fp16 teacher", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP16);
     save_load_continue();
     decode_with_graphs();
+    padded_pass_graph();
     host_syncs_in_a_step("distill_ar k=2", SUP_DISTILL_AR, &ar);
     host_syncs_in_a_step("self_forcing 1->2", SUP_SELF_FORCING, &pf1);
     be[0]->destroy(be[0]);

@@ -638,8 +638,8 @@ static void check_xent16(kf_backend *be) {
     for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
         const char *pn = kernels_precision_name((kf_precision)prec);
         be->set_precision(be, (kf_precision)prec);
-        be->xent16(be, l, d16, db, x, t, w, R, V, 0.5f, mask);
-        be->xent(be, l2, d, x, t, R, V, 0.5f);
+        be->xent16(be, l, d16, db, x, t, w, R, V, &(float){0.5f}, mask);
+        be->xent(be, l2, d, x, t, R, V, &(float){0.5f});
         for (int r = 0; r < R; r++) be->scale(be, d + r * V, w[r], V);
         be->fill_column(be, d, R, V, mask, 0.0f);
         be->bias_grad(be, db2, d, R, V);
@@ -888,24 +888,26 @@ static void check_optim(kf_backend *be) {
  * ctl: a skip changes nothing, else ctl's grad_scale replaces the argument. */
 static void check_grad_check(kf_backend *be) {
     float g[2] = {6.0f, 8.0f};
-    kf_grad_ctl c = {0};
-    be->grad_check(be, &c, g, 2, 2.0, 1.0);
+    kf_grad_ctl c = {.loss_scale = 2.0};
+    be->grad_check(be, &c, g, 2, 1.0);
     T_NEAR(c.sumsq, 100, 0, "grad_check: sumsq");
     T_NEAR(c.norm, 5, 0, "grad_check: norm unscaled");
     T_EQ_INT(c.skip, 0, "grad_check: finite, applied");
     T_NEAR(c.grad_scale, (float)(0.2 / 2.0), 0, "grad_check: clipped to norm 1, unscaled");
-    be->grad_check(be, &c, g, 2, 2.0, 10.0);
+    be->grad_check(be, &c, g, 2, 10.0);
     T_NEAR(c.grad_scale, 0.5f, 0, "grad_check: a norm under the clip is not clipped");
-    be->grad_check(be, &c, g, 2, 2.0, 0.0);
+    be->grad_check(be, &c, g, 2, 0.0);
     T_NEAR(c.grad_scale, 0.5f, 0, "grad_check: clip 0 clips nothing");
     c.sumsq = 100; /* as ZeRO-1 uploads it: grads NULL keeps it */
-    be->grad_check(be, &c, NULL, 0, 4.0, 1.0);
+    c.loss_scale = 4.0;
+    be->grad_check(be, &c, NULL, 0, 1.0);
     T_NEAR(c.norm, 2.5, 0, "grad_check: grads NULL uses the given sumsq");
     c.sumsq = INFINITY;
-    be->grad_check(be, &c, NULL, 0, 4.0, 1.0);
+    be->grad_check(be, &c, NULL, 0, 1.0);
     T_EQ_INT(c.skip, 1, "grad_check: an infinite sumsq skips");
     g[1] = NAN;
-    be->grad_check(be, &c, g, 2, 1.0, 1.0);
+    c.loss_scale = 1.0;
+    be->grad_check(be, &c, g, 2, 1.0);
     T_EQ_INT(c.skip, 1, "grad_check: a NaN gradient skips");
 
     float p[2] = {1.0f, 1.0f}, m[2] = {0}, v[2] = {0}, e[2] = {3.0f, 3.0f};
@@ -1005,7 +1007,7 @@ static void run_suite(kf_backend *be, sink *k) {
     double tau[Rv], z[Rv], lo[Rv], hi[Rv];
     for (int64_t i = 0; i < Rv; i++)
         tg[i] = (int32_t)(i * 97 % V), tau[i] = 0.5, z[i] = (i + 0.5) / Rv;
-    be->xent(be, loss, dl, lg, tg, Rv, V, 1.0f / Rv);
+    be->xent(be, loss, dl, lg, tg, Rv, V, &(float){1.0f / Rv});
     SINK(loss, Rv * 4);
     SINK(dl, Rv * V * 4);
     be->argmax(be, am, lg, Rv, V);

@@ -331,7 +331,7 @@ static void check_xent(kf_backend *be) {
     int32_t t[5] = {3, -1, 39, 0, 17};
     float *x = tu_randf(n, 6.0), *loss = kf_malloc(R * 4), *dl = kf_malloc(n * 4);
     x[2 * V + 5] = 80.0f; /* a large logit: max subtraction matters */
-    be->xent(be, loss, dl, x, t, R, V, 0.25f);
+    be->xent(be, loss, dl, x, t, R, V, &(float){0.25f});
     xent_ctx c = {R, V, t};
     double *xd = tu_tod(x, n), lr[5], *g = kf_malloc(n * sizeof(double));
     for (int64_t r = 0; r < R; r++) lr[r] = t[r] >= 0 ? xent_row_ref(xd + r * V, V, t[r]) : 0;
@@ -342,7 +342,7 @@ static void check_xent(kf_backend *be) {
     /* dlogits aliasing logits, and losses == NULL */
     float *alias = kf_malloc(n * 4);
     memcpy(alias, x, n * 4);
-    be->xent(be, NULL, alias, alias, t, R, V, 0.25f);
+    be->xent(be, NULL, alias, alias, t, R, V, &(float){0.25f});
     T_CHECK(memcmp(alias, dl, n * 4) == 0, "xent with dlogits aliasing logits differs");
     free(x);
     free(loss);

@@ -27,8 +27,8 @@ static runconfig_opts opts(void) {
 static optim_result step(kf_backend *b, const runconfig_opts *o, optim_state *st, int64_t s,
                          float *p, const float *g, float *m, float *v, float *e) {
     kf_grad_ctl *ctl = b->alloc(b, sizeof *ctl), got;
-    optim_factors(b, o, st, s, ctl); /* before the step, as train_step */
-    optim_check(b, o, st, s, ctl, g, N);
+    optim_factors(b, o, st, s, 1.0, ctl); /* before the step, as train_step */
+    optim_check(b, o, ctl, g, N);
     optim_apply(b, o, st, s, ctl, p, g, m, v, e, N);
     b->download(b, &got, ctl, sizeof got);
     b->free(b, ctl);

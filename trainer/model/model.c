@@ -11,6 +11,8 @@
 #include "common/rng.h"
 #include "trainer/model/model_internal.h"
 
+static uint64_t g_allocs; /* model_allocs */
+
 /* ---------------------------------------------------------------- config */
 
 int model_config_check(const model_config *c, kf_err *err) {
@@ -206,7 +208,7 @@ const void *model_w16(model *m, int64_t w) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     if (!gemm_in16(m)) return NULL;
-    if (!p->w16) p->w16 = be->alloc(be, (size_t)m->n_params * 2);
+    if (!p->w16) p->w16 = be->alloc(be, (size_t)m->n_params * 2), g_allocs++;
     if (!p->w16_fresh || p->w16_prec != be->precision) {
         be->copy_to16(be, p->w16, m->params, m->n_params);
         p->w16_prec = be->precision;
@@ -250,11 +252,14 @@ int model_copy_matching(model *m, const model *src) {
 
 /* ---------------------------------------------------------------- buffers */
 
+uint64_t model_allocs(void) { return g_allocs; }
+
 void *dbuf_ensure(kf_backend *be, dbuf *d, size_t bytes) {
     if (bytes == 0) bytes = 16;
     if (bytes > d->cap) {
         if (d->p) be->free(be, d->p);
         d->p = be->alloc(be, bytes);
+        g_allocs++;
         d->cap = bytes;
     }
     return d->p;
@@ -424,8 +429,10 @@ struct model_ws {
     dbuf posrow_d, pos_tmp; /* POS_LEARNED: each row's position, pos_embed rows */
     noise_act nact;
     head_act *hact;
-    dbuf xf, logits, targets_d, losses_d;
+    dbuf xf, logits, targets_d, losses_d, valid_d, gscale_d;
     dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
+    int64_t row_w_key[4];    /* row_w_d's rows, period, first, count (0 rows: none) */
+    float row_w_value;
     dbuf pick_at_d, pick_z_d, pick_tau_d; /* model_input's picks; model_pick */
     dbuf dx, dxf, dln, dqkv, dh, datt;
     dbuf qkv32, dqkv16; /* qkv in fp32 when its layer keeps the 16-bit copy; dqkv's copy */
@@ -483,6 +490,8 @@ void model_ws_free(model_ws *ws) {
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     dbuf_release(be, &ws->dlogits16);
     dbuf_release(be, &ws->row_w_d);
+    dbuf_release(be, &ws->valid_d);
+    dbuf_release(be, &ws->gscale_d);
     free(ws->act);
     free(ws->xs);
     free(ws->ctxkv);
@@ -627,8 +636,11 @@ void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int fla
         ws->valid = kf_realloc(ws->valid, (size_t)B * sizeof(int32_t));
         memcpy(ws->valid, in->valid_len, (size_t)B * sizeof(int32_t));
         ws->mask.valid_len = ws->valid;
+        /* the attention reads this copy: no upload among the pass's ops */
+        ws->mask.valid_len_d = dbuf_upload(be, &ws->valid_d, ws->valid, (size_t)B, sizeof(int32_t));
     } else {
         ws->mask.valid_len = NULL;
+        ws->mask.valid_len_d = NULL;
     }
     int64_t R = ws->R, Lc = ws->Lc;
     embed_upload(m, ws, in);
@@ -786,8 +798,14 @@ static void weight_rows(model *m, model_ws *ws, float *d, int64_t r0, int64_t n)
 }
 
 /* model_weight_dlogits's weights of all rows (1 where none is set) on the
- * device, for xent16. */
+ * device, for xent16; uploaded only when they differ from the last ones, so
+ * that a pass recorded as a graph after its first run uploads nothing. */
 static const float *row_weights(model *m, model_ws *ws, int64_t rows) {
+    int64_t key[4] = {rows, ws->w_period, ws->w_first, ws->w_count};
+    if (!memcmp(key, ws->row_w_key, sizeof key) && ws->row_w_value == ws->w_value)
+        return ws->row_w_d.p;
+    memcpy(ws->row_w_key, key, sizeof key);
+    ws->row_w_value = ws->w_value;
     float *h = kf_malloc((size_t)rows * sizeof(float));
     for (int64_t r = 0; r < rows; r++) {
         int64_t j = r % ws->w_period;
@@ -806,7 +824,8 @@ static const float *row_weights(model *m, model_ws *ws, int64_t rows) {
  * them exactly. In a 16-bit mode the cross-entropy writes dlogits as the
  * 16-bit copy the backward's GEMMs read, with the row weights, the mask
  * column and the bias gradient (xent16): the same bits, no fp32 dlogits. */
-static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses, float gscale) {
+static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
+                      const float *gscale) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     int64_t H = m->cfg.hidden, V = m->cfg.vocab, O = ws->n_out_rows, mask = m->cfg.mask_id;
@@ -849,15 +868,13 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
 }
 
 /* model_loss's work up to the row losses, left in ws->losses_d, for device
- * targets t_d of which n are counted. */
-static void loss_rows(model *m, model_ws *ws, const int32_t *t_d, int64_t n, double norm,
-                      float loss_scale) {
+ * targets t_d and the gradient's factor gscale (device float, NULL: 1). */
+static void loss_rows(model *m, model_ws *ws, const int32_t *t_d, const float *gscale) {
     kf_backend *be = m->be;
     int64_t rows = model_ws_rows(ws), V = m->cfg.vocab;
-    if (norm <= 0) norm = n > 0 ? (double)n : 1.0;
     float *losses = dbuf_ensure(be, &ws->losses_d, (size_t)rows * sizeof(float));
-    if (ws->no_logits) head_loss(m, ws, t_d, losses, (float)(loss_scale / norm));
-    else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, 1.0f);
+    if (ws->no_logits) head_loss(m, ws, t_d, losses, gscale);
+    else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, NULL);
     ws->have_dlogits = ws->train;
 }
 
@@ -869,8 +886,10 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
         KF_CHECK(targets[r] < V, "model_loss: target %d outside the vocabulary", targets[r]);
         n += targets[r] >= 0;
     }
-    loss_rows(m, ws, dbuf_upload(be, &ws->targets_d, targets, (size_t)rows, sizeof(int32_t)), n,
-              norm, loss_scale);
+    if (norm <= 0) norm = n > 0 ? (double)n : 1.0;
+    float gscale = (float)(loss_scale / norm);
+    loss_rows(m, ws, dbuf_upload(be, &ws->targets_d, targets, (size_t)rows, sizeof(int32_t)),
+              dbuf_upload(be, &ws->gscale_d, &gscale, 1, sizeof gscale));
     float *h = row_loss ? row_loss : kf_malloc((size_t)rows * sizeof(float));
     be->download(be, h, ws->losses_d.p, (size_t)rows * sizeof(float));
     double sum = 0;
@@ -881,9 +900,9 @@ double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, f
     return sum;
 }
 
-void model_loss_acc(model *m, model_ws *ws, const int32_t *targets, int64_t count, double norm,
-                    float loss_scale, double *sum_d) {
-    loss_rows(m, ws, targets, count, norm, loss_scale);
+void model_loss_acc(model *m, model_ws *ws, const int32_t *targets, const float *grad_scale,
+                    double *sum_d) {
+    loss_rows(m, ws, targets, grad_scale);
     m->be->loss_sum(m->be, sum_d, ws->losses_d.p, targets, model_ws_rows(ws));
 }
 

@@ -226,13 +226,18 @@ const float *model_forward(model *m, model_ws *ws, const model_input *in, int fl
  *  model_forward_inputs does the host's work and every upload of the pass
  *  (token ids and their rows, noise values, positions, row maps), into
  *  ws's device buffers; model_forward_ops, with the same arguments, then
- *  issues the device ops alone (and returns what model_forward does).
- *  Only the attention's valid_len (in->valid_len) is still uploaded by an
- *  op, so a pass with one cannot be recorded. */
+ *  issues the device ops alone (and returns what model_forward does),
+ *  in->valid_len included (the attention reads ws's device copy). */
 void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int flags,
                           const model_ws *kv_src);
 const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
                                const model_ws *kv_src);
+
+/** How many device buffers the model code has allocated so far in this
+ *  process (workspaces grown, weight copies made): a graph recorded over
+ *  model passes (kernels.h graph_begin) still has valid addresses while it
+ *  is unchanged. */
+uint64_t model_allocs(void);
 
 /** Number of logit rows of ws's last pass. */
 int64_t model_ws_rows(const model_ws *ws);
@@ -253,13 +258,16 @@ void model_ws_set_logit_chunk(model_ws *ws, int64_t rows);
 double model_loss(model *m, model_ws *ws, const int32_t *targets, double norm, float loss_scale,
                   int64_t *count, float *row_loss);
 
-/** model_loss without a wait: targets is a device buffer of m's backend
- *  (one per logit row, < 0 ignored, the others token ids) of which count
- *  are >= 0 (norm <= 0: count); the sum of the counted rows' losses is added
- *  to sum_d[0] (a device double of m's backend, bitwise the sum model_loss
- *  returns added to it) and stays on the device. */
-void model_loss_acc(model *m, model_ws *ws, const int32_t *targets, int64_t count, double norm,
-                    float loss_scale, double *sum_d);
+/** model_loss without a wait or an upload (so it can be recorded in a
+ *  graph): targets is a device buffer of m's backend (one per logit row, < 0
+ *  ignored, the others token ids); grad_scale a device float of m's backend
+ *  read when the ops run, model_loss's (float)(loss_scale / norm) (NULL: 1,
+ *  a pass without MODEL_TRAIN; kf_grad_ctl's xent_scale in a training
+ *  step); the sum of the counted rows' losses is added to sum_d[0] (a device
+ *  double of m's backend, bitwise the sum model_loss returns added to it)
+ *  and stays on the device. */
+void model_loss_acc(model *m, model_ws *ws, const int32_t *targets, const float *grad_scale,
+                    double *sum_d);
 
 /** Makes the next model_loss of a MODEL_TRAIN pass multiply the dlogits of
  *  the logit rows r with first <= r % period < first + count by w:

@@ -37,21 +37,24 @@ int optim_precision_parse(const char *name) {
 }
 
 void optim_factors(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
-                   kf_grad_ctl *ctl) {
+                   double norm, kf_grad_ctl *ctl) {
     int64_t t = st->adam_t + 1;
-    kf_grad_ctl f;
+    kf_grad_ctl f = {0};
     kernels_adamw_factors(&f, (float)optim_lr(o, step), (float)o->beta1, (float)o->beta2,
                           (float)o->weight_decay, t);
     f.ema_decay = (float)optim_ema_decay(o, t);
+    f.loss_scale = optim_loss_scale(st, o, step);
+    /* model_loss's factor: the loss scale as its float argument was */
+    f.xent_scale = (float)((double)(float)f.loss_scale / norm);
     b->upload(b, ctl, &f, offsetof(kf_grad_ctl, sumsq)); /* the factors only */
 }
 
-void optim_check(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
-                 kf_grad_ctl *ctl, const float *grads, int64_t n) {
+void optim_check(kf_backend *b, const runconfig_opts *o, kf_grad_ctl *ctl, const float *grads,
+                 int64_t n) {
     /* One pass decides both "finite?" and the norm: sumsq of a buffer with an
      * inf/NaN is itself non-finite, and double accumulation of fp32 squares
      * cannot overflow for finite inputs. */
-    b->grad_check(b, ctl, grads, n, optim_loss_scale(st, o, step), o->clip);
+    b->grad_check(b, ctl, grads, n, o->clip);
 }
 
 void optim_apply(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,

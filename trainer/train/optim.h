@@ -84,19 +84,23 @@ int optim_precision_parse(const char *name);
  * Between optim_check and optim_settle st must not change. */
 
 /** Uploads the factors of step `step` (AdamW's for update st->adam_t + 1,
- * the EMA's decay) into the first fields of ctl (device, kf_grad_ctl), where
- * optim_apply's ops read them: called before the step's first op. */
+ * the EMA's decay, the loss scale, and the cross-entropy's gradient factor
+ * loss_scale / norm, norm > 0 the step's target count) into the first
+ * fields of ctl (device, kf_grad_ctl), where optim_check's and
+ * optim_apply's ops and model_loss_acc (given &ctl->xent_scale) read them:
+ * called before the step's first op. */
 void optim_factors(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
-                   kf_grad_ctl *ctl);
+                   double norm, kf_grad_ctl *ctl);
 
-/** The gradient check of step `step` into ctl (device): grads hold d(loss *
+/** The gradient check of a step into ctl (device, its factors from
+ * optim_factors, the loss scale among them): grads hold d(loss *
  * optim_loss_scale)/d(params) summed over every rank (the caller all-reduces
  * first, so all ranks take identical decisions), n elements, the whole
  * flat buffer. grads NULL: ctl->sumsq already holds their sum of squares
  * (ZeRO-1: dist_sumsq, uploaded). It gives the norm to clip by and decides
  * whether the step is skipped (non-finite). */
-void optim_check(kf_backend *b, const runconfig_opts *o, const optim_state *st, int64_t step,
-                 kf_grad_ctl *ctl, const float *grads, int64_t n);
+void optim_check(kf_backend *b, const runconfig_opts *o, kf_grad_ctl *ctl, const float *grads,
+                 int64_t n);
 
 /** Queues AdamW on params/m/v and then the EMA, as update st->adam_t + 1
  * (both skipped on the device when ctl says so), with the factors

@@ -166,13 +166,14 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
     if (st->kind == RC_KIND_SELF_FORCING && o->new_weight != 1.0)
         model_weight_dlogits(m, s->ws, st->k, st->k / 2, st->k / 2, (float)o->new_weight);
     optim_dev *dev = be->alloc(be, sizeof *dev), got;
-    optim_factors(be, o, &os, 0, &dev->ctl); /* as train_step, before its first op */
+    /* as train_step, before its first op */
+    optim_factors(be, o, &os, 0, sb.n_targets > 0 ? (double)sb.n_targets : 1.0, &dev->ctl);
     /* train.c's device copy of the micro-batch's targets */
     size_t tbytes = (size_t)sb.rows * sizeof(int32_t);
     int32_t *tg = be->alloc(be, tbytes);
     if (sb.targets_d) be->copy(be, tg, sb.targets_d, tbytes);
     else be->upload(be, tg, sb.targets, tbytes);
-    model_loss_acc(m, s->ws, tg, sb.n_targets, 0, (float)optim_loss_scale(&os, o, 0), &dev->loss);
+    model_loss_acc(m, s->ws, tg, &dev->ctl.xent_scale, &dev->loss);
     model_backward(m, s->ws);
     mk->student = n_recorded(be);
     /* train_step's optimizer. ZeRO-1: the norm's parts, uploaded, and the
@@ -185,8 +186,8 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
         for (int64_t i = 0; i < np; i++) ss += parts[i];
         free(parts);
         be->upload(be, &dev->ctl.sumsq, &ss, sizeof ss);
-        optim_check(be, o, &os, 0, &dev->ctl, NULL, 0);
-    } else optim_check(be, o, &os, 0, &dev->ctl, m->grads, m->n_params);
+        optim_check(be, o, &dev->ctl, NULL, 0);
+    } else optim_check(be, o, &dev->ctl, m->grads, m->n_params);
     optim_apply(be, o, &os, 0, &dev->ctl, m->params, m->grads, s->adam_m, s->adam_v, s->ema,
                 s->shard);
     model_params_changed(m);
@@ -258,6 +259,35 @@ static double sum_est(const roofline_device *d, const kf_op_rec *ops, int64_t fr
              roofline_op_seconds(d, &cv.cost, attn_tc);
     }
     return s;
+}
+
+/* Device ops (kernels, copies, memsets: not transfers or bookkeeping)
+ * recorded in [from, to). */
+static int64_t device_ops(const kf_op_rec *ops, int64_t from, int64_t to) {
+    int64_t n = 0;
+    for (int64_t i = from; i < to; i++)
+        n += ops[i].cost.unit != KF_COST_NONE && ops[i].cost.unit != KF_COST_HOST;
+    return n;
+}
+
+/* How train_step launches a step of this shape with CUDA graphs: each
+ * micro-batch's ops after its uploads (but the last with several ranks,
+ * whose backward feeds the all-reduce), then the update, as one graph each;
+ * the teacher passes op by op. */
+static void report_graphs(const kf_backend *be, const roofline_marks *mk, const runconfig_stage *st,
+                          int64_t ranks, int64_t B) {
+    int64_t n_ops;
+    const kf_op_rec *ops = kernels_record_ops(be, &n_ops);
+    int64_t accum = st->opt.batch / (ranks * B);
+    int64_t te = device_ops(ops, mk->begin, mk->teacher),
+            stu = device_ops(ops, mk->teacher, mk->student),
+            opt = device_ops(ops, mk->student, mk->end);
+    int64_t graphed = ranks > 1 ? accum - 1 : accum;
+    printf("CUDA graphs: %lld launches per step: %lld of the %lld micro-batches (%lld ops each%s) "
+           "and the update (%lld ops); the teacher passes' %lld ops per micro-batch one by one\n",
+           (long long)(graphed + 1), (long long)graphed, (long long)accum, (long long)stu,
+           ranks > 1 ? "; the last, which feeds the all-reduce, eager" : "", (long long)opt,
+           (long long)te);
 }
 
 /* Prints the step's table, parts, totals and dominant ops; returns the
@@ -418,6 +448,7 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
         kernels_record_clear(be);
         roofline_stage_step(s, B, rc->model.seq_len, &mk);
         est[i] = report(d, st, s, zero1_ranks, B, rc->model.seq_len, be, &mk, attn_tc, timed);
+        report_graphs(be, &mk, st, ranks, B);
         if (st->kind == RC_KIND_AR && ar == 0) ar = est[i];
         roofline_stage_free(s);
         be->destroy(be);

@@ -53,6 +53,27 @@ typedef struct mb_store {
     int has_len, has_z;
 } mb_store;
 
+/* The step's device work recorded as graphs (kernels.h graph_begin): one
+ * per micro-batch (its forward, loss and backward, after its uploads) and
+ * one for the gradient check and the update. A graph replays the
+ * addresses, sizes and by-value arguments it was recorded with, so the
+ * graphs are recorded on a step whose key (everything of that kind the
+ * step's ops depend on) equals the previous step's, which ran them eagerly
+ * and so grew every buffer, and launched while the key and the model's
+ * buffers (model_allocs) stay the same. The step's changing scalars (loss
+ * scale, learning rate, ...) are read from the device ctl. With several
+ * ranks the last micro-batch runs eagerly: its backward hands parts of the
+ * gradient to the all-reduce, which the host drives. */
+enum { GRAPHS_OFF, GRAPHS_NONE, GRAPHS_WARM, GRAPHS_READY };
+typedef struct step_graphs {
+    int state;       /* GRAPHS_*: OFF: the backend records none */
+    int64_t *key;    /* [2][GKEY_N + accum * MKEY_N]: the step that set state's, this step's */
+    uint64_t allocs; /* model_allocs() when the graphs were recorded */
+    void **mb, *opt; /* [accum] the micro-batches', the optimizer's */
+    int64_t steps, launches; /* steps run as graphs, graph launches */
+} step_graphs;
+enum { GKEY_N = 1, MKEY_N = 7 };
+
 typedef struct trainer {
     const train_args *a;
     dist *d;
@@ -82,6 +103,7 @@ typedef struct trainer {
     kf_jsonl *log;
     double t0, last_tps;
     int64_t last_ckpt_step;
+    step_graphs g;
 } trainer;
 
 static void write_status(trainer *t, const char *state) {
@@ -219,8 +241,7 @@ static double evaluate(trainer *t) {
         build(t, lb);
         model_forward(t->m, t->ws, &t->sb->in, MODEL_NO_LOGITS, NULL);
         /* the step's micro-batches are done: the first one's buffer holds the targets */
-        model_loss_acc(t->m, t->ws, store_targets(t, &t->mbs[0]), t->sb->n_targets, 0, 1.0f,
-                       &t->dev->loss);
+        model_loss_acc(t->m, t->ws, store_targets(t, &t->mbs[0]), NULL, &t->dev->loss);
         acc[1] += (double)t->sb->n_targets;
     }
     t->be->download(t->be, &acc[0], &t->dev->loss, sizeof(double));
@@ -251,6 +272,115 @@ static void grads_ready(void *ctx, int64_t off, int64_t count) {
     dist_grads_ready(t->d, off, count);
 }
 
+/* How a step runs its device work (step_graphs). */
+typedef enum { RUN_EAGER, RUN_RECORD, RUN_LAUNCH } run_mode;
+
+static size_t graphs_key_len(const trainer *t) { return (size_t)(GKEY_N + t->accum * MKEY_N); }
+
+/* What the step's recorded ops depend on besides the ctl's scalars and the
+ * model's buffers: the precision, and each micro-batch's shape, its
+ * inputs' presence and its targets' buffer. */
+static void graphs_key(const trainer *t, runconfig_prec prec, int64_t *key) {
+    key[0] = prec;
+    for (int64_t a = 0; a < t->accum; a++) {
+        const mb_store *s = &t->mbs[a];
+        int64_t *k = key + GKEY_N + a * MKEY_N;
+        k[0] = s->B, k[1] = s->L, k[2] = s->rows, k[3] = s->has_len, k[4] = s->has_z;
+        k[5] = (int64_t)(intptr_t)s->targets_d, k[6] = (int64_t)(intptr_t)t->sb->lay;
+    }
+}
+
+static void graphs_free(trainer *t) {
+    step_graphs *g = &t->g;
+    if (g->mb)
+        for (int64_t a = 0; a < t->accum; a++) t->be->graph_free(t->be, g->mb[a]), g->mb[a] = NULL;
+    t->be->graph_free(t->be, g->opt);
+    g->opt = NULL;
+}
+
+/* The mode of a step whose micro-batches are stored: launch the graphs when
+ * they match it, record them when the previous step ran with its key, else
+ * run eagerly (and let the next step record). */
+static run_mode graphs_mode(trainer *t, runconfig_prec prec) {
+    step_graphs *g = &t->g;
+    if (g->state == GRAPHS_OFF) return RUN_EAGER;
+    size_t n = graphs_key_len(t);
+    int64_t *key = g->key + n; /* the second half: this step's */
+    graphs_key(t, prec, key);
+    int same = g->state != GRAPHS_NONE && !memcmp(g->key, key, n * sizeof *key);
+    if (same && g->state == GRAPHS_READY && g->allocs == model_allocs()) return RUN_LAUNCH;
+    graphs_free(t);
+    memcpy(g->key, key, n * sizeof *key);
+    g->state = GRAPHS_WARM;
+    return same ? RUN_RECORD : RUN_EAGER;
+}
+
+/* Runs ops(t, ctx) as mode says: as it is called, recorded into *graph
+ * (which runs it once), or by launching *graph. */
+static void graph_run(trainer *t, run_mode mode, void **graph, void (*ops)(trainer *, void *),
+                      void *ctx) {
+    kf_backend *be = t->be;
+    if (mode == RUN_LAUNCH) {
+        be->graph_launch(be, *graph);
+        t->g.launches++;
+        return;
+    }
+    if (mode == RUN_RECORD) be->graph_begin(be);
+    ops(t, ctx);
+    if (mode == RUN_RECORD) *graph = be->graph_end(be);
+}
+
+/* After a step: recorded graphs are ready (a backend that gave none records
+ * nothing: eager from now on); launched ones counted. */
+static void graphs_done(trainer *t, run_mode mode) {
+    step_graphs *g = &t->g;
+    if (mode == RUN_LAUNCH) g->steps++;
+    if (mode != RUN_RECORD) return;
+    g->state = g->opt ? GRAPHS_READY : GRAPHS_OFF;
+    g->allocs = model_allocs();
+}
+
+/* A micro-batch's device ops after its uploads (model_forward_inputs). */
+typedef struct micro_run {
+    const model_input *in;
+    int64_t a;
+    float *g; /* the step's gradient: m->grads, or the accumulator */
+} micro_run;
+
+static void micro_ops(trainer *t, void *ctx) {
+    const micro_run *r = ctx;
+    kf_backend *be = t->be;
+    model *m = t->m;
+    model_zero_grads(m);
+    model_forward_ops(m, t->ws, r->in, NULL);
+    if (t->st->kind == RC_KIND_SELF_FORCING && t->o->new_weight != 1.0)
+        model_weight_dlogits(m, t->ws, t->st->k, t->st->k / 2, t->st->k / 2,
+                             (float)t->o->new_weight);
+    model_loss_acc(m, t->ws, t->mbs[r->a].targets_d, &t->dev->ctl.xent_scale, &t->dev->loss);
+    /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
+     * the last one's parts are added (grads_ready) and all-reduced as the
+     * backward finishes them */
+    if (r->a == t->accum - 1) {
+        dist_grads_begin(t->d, be, r->g, m->n_params, t->bucket, t->zero1);
+        model_backward_notify(m, t->ws, grads_ready, t);
+    } else {
+        model_backward(m, t->ws);
+        if (r->a == 0) be->copy(be, t->acc, m->grads, (size_t)m->n_params * sizeof(float));
+        else be->add_inplace(be, t->acc, m->grads, m->n_params);
+    }
+}
+
+/* The gradient check (of grads; NULL: of ctl->sumsq as uploaded) and the
+ * update of this rank's shard. */
+static void update_ops(trainer *t, void *grads) {
+    model *m = t->m;
+    const dist_range *sh = &t->shard;
+    float *g = t->accum > 1 ? t->acc : m->grads;
+    optim_check(t->be, t->o, &t->dev->ctl, grads, grads ? m->n_params : 0);
+    optim_apply(t->be, t->o, &t->os, t->step, &t->dev->ctl, m->params + sh->off, g + sh->off,
+                t->adam_m, t->adam_v, t->ema, sh->count);
+}
+
 /* One optimizer step (train.h describes the sequence), then its log record. */
 static void train_step(trainer *t) {
     kf_backend *be = t->be;
@@ -278,48 +408,31 @@ static void train_step(trainer *t) {
     }
     dist_allreduce_sum_f64(t->d, &count, 1);
     double norm = count > 0 ? count : 1.0;
-    float scale = (float)optim_loss_scale(&t->os, t->o, t->step);
-    size_t gbytes = (size_t)m->n_params * sizeof(float);
     float *g = t->accum > 1 ? t->acc : m->grads;
-    /* the step's factors, read by its optimizer ops on the device */
-    optim_factors(be, t->o, &t->os, t->step, &t->dev->ctl);
+    run_mode mode = graphs_mode(t, prec);
+    /* the step's factors (the loss's included), read by its ops on the device */
+    optim_factors(be, t->o, &t->os, t->step, norm, &t->dev->ctl);
     be->zero(be, &t->dev->loss, sizeof(double));
     for (int64_t a = 0; a < t->accum; a++) {
-        mb_store *sb = &t->mbs[a];
-        model_input in = stored_input(t, sb);
-        model_zero_grads(m);
-        model_forward(m, t->ws, &in, MODEL_TRAIN, NULL);
-        if (t->st->kind == RC_KIND_SELF_FORCING && t->o->new_weight != 1.0)
-            model_weight_dlogits(m, t->ws, t->st->k, t->st->k / 2, t->st->k / 2,
-                                 (float)t->o->new_weight);
-        model_loss_acc(m, t->ws, sb->targets_d, sb->n_targets, norm, scale, &t->dev->loss);
-        /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
-         * the last one's parts are added (grads_ready) and all-reduced as the
-         * backward finishes them */
-        if (a == t->accum - 1) {
-            dist_grads_begin(t->d, be, g, m->n_params, t->bucket, t->zero1);
-            model_backward_notify(m, t->ws, grads_ready, t);
-        } else {
-            model_backward(m, t->ws);
-            if (a == 0) be->copy(be, t->acc, m->grads, gbytes);
-            else be->add_inplace(be, t->acc, m->grads, m->n_params);
-        }
+        model_input in = stored_input(t, &t->mbs[a]);
+        model_forward_inputs(m, t->ws, &in, MODEL_TRAIN, NULL);
+        micro_run r = {&in, a, g};
+        int eager = a == t->accum - 1 && t->d->world > 1;
+        graph_run(t, eager ? RUN_EAGER : mode, &t->g.mb[a], micro_ops, &r);
     }
     double exposed = dist_grads_wait(t->d);
     /* The gradient check, then the update, both on the device. ZeRO-1: the
      * norm from every rank's shard (a host reduction, so the host knows the
      * skip), the update of this rank's shard, then the updated weights
      * gathered (a skipped step changed none) */
-    const dist_range *sh = &t->shard;
     int gather = t->zero1;
     if (t->zero1) {
         double ss = dist_sumsq(t->d, be, g, m->n_params);
         be->upload(be, &t->dev->ctl.sumsq, &ss, sizeof ss);
-        optim_check(be, t->o, &t->os, t->step, &t->dev->ctl, NULL, 0);
         gather = isfinite(ss);
-    } else optim_check(be, t->o, &t->os, t->step, &t->dev->ctl, g, m->n_params);
-    optim_apply(be, t->o, &t->os, t->step, &t->dev->ctl, m->params + sh->off, g + sh->off,
-                t->adam_m, t->adam_v, t->ema, sh->count);
+    }
+    graph_run(t, mode, &t->g.opt, update_ops, t->zero1 ? NULL : g);
+    graphs_done(t, mode);
     if (gather) dist_allgather(t->d, be, m->params, m->n_params);
     model_params_changed(m);
     /* the step's one read of its scalars (loss, gradient check), which also
@@ -592,6 +705,9 @@ static int setup_training(trainer *t, kf_err *err) {
     t->dev = t->be->alloc(t->be, sizeof *t->dev);
     t->be->copy(t->be, t->ema, t->m->params + t->shard.off, sbytes);
     t->os = optim_init(t->o);
+    t->g.state = GRAPHS_NONE;
+    t->g.key = kf_calloc(2 * graphs_key_len(t), sizeof *t->g.key);
+    t->g.mb = kf_calloc((size_t)t->accum, sizeof *t->g.mb);
     return 0;
 }
 
@@ -688,6 +804,9 @@ static int resume(trainer *t, kf_err *err) {
 }
 
 static void teardown(trainer *t) {
+    if (t->be) graphs_free(t);
+    free(t->g.key);
+    free(t->g.mb);
     if (t->mbs)
         for (int64_t a = 0; a < t->accum; a++) mb_store_free(t, &t->mbs[a]);
     free(t->mbs);
@@ -801,6 +920,9 @@ int train_run(const train_args *a, dist *d) {
     }
     log_eval(t);
     checkpoint(t);
+    if (d->rank == 0 && t->g.steps)
+        kf_log_info("%s: %lld steps ran as graphs (%lld graph launches)", t->st->name,
+                    (long long)t->g.steps, (long long)t->g.launches);
     float *ema = state_full(t, t->ema);
     if (d->rank == 0) {
         ckpt_meta meta;

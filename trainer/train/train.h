@@ -39,6 +39,11 @@
  * results are the all-reduce's. Checkpoints, validation of the EMA and the
  * final weights gather the shards, so the files are the same either way.
  * At the end: a last checkpoint, final/ (EMA weights), status done, exit 0.
+ * On a backend that records graphs (kernels.h graph_begin; the CUDA backend
+ * unless KF_CUDA_GRAPHS=0) the device work of step 3 (per micro-batch, but
+ * the last with several ranks) and of step 5 is recorded on the second step
+ * of a shape and precision and launched from the third, with the same bits:
+ * what changes per step is read from the device (kf_grad_ctl).
  *
  * Randomness: the distillation noise (z, tau) of a sample is drawn from
  * common/rng.h at (seed, TRAIN_NOISE_STREAM, stream position * draws + j), a
