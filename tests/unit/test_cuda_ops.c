@@ -1200,11 +1200,10 @@ static int64_t decode_bucket(int64_t rows, int64_t cap) {
     return t < cap ? t : cap;
 }
 
-/* GPU floats of x, n from float offset `from`, bitwise against want's. */
-static int64_t n_differ(const buf2 *x, const float *want, int64_t from, int64_t n) {
+/* The first n GPU floats of x that differ in bits from want's. */
+static int64_t dev_differ(const buf2 *x, const float *want, int64_t n) {
     float *g = down(x, 1);
-    int64_t d = 0;
-    for (int64_t i = 0; i < n; i++) d += memcmp(&g[from + i], &want[i], sizeof(float)) != 0;
+    int64_t d = n_differ(g, want, n);
     free(g);
     return d;
 }
@@ -1236,18 +1235,18 @@ static void test_attn_decode_len(void) {
         float *dev = down(&out, 1);
         be[1]->attn_decode(be[1], PF1(out), PF1(q), qs, PF1(kc), PF1(vc), B, cap, P, NULL, Q, nh,
                            D);
-        int64_t d = n_differ(&out, dev, 0, n);
+        int64_t d = dev_differ(&out, dev, n);
         T_CHECK(d == 0, "%s: got %lld of %lld values unlike the host length's, want 0", w,
                 (long long)d, (long long)n);
         /* sample 1 alone: its q rows, its cache */
         be[1]->attn_decode(be[1], PF1(out), PF1(q) + Q * qs, qs, PF1(kc) + cap * H,
                            PF1(vc) + cap * H, 1, cap, bound, PI1(len), Q, nh, D);
-        d = n_differ(&out, dev + Q * H, 0, Q * H);
+        d = dev_differ(&out, dev + Q * H, Q * H);
         T_CHECK(d == 0, "%s: sample 1 alone: got %lld of %lld values unlike the batch's, want 0", w,
                 (long long)d, (long long)(Q * H));
         if (graph && graph_bucket == bound) { /* recorded at an earlier length */
             be[1]->graph_launch(be[1], graph);
-            d = n_differ(&out, dev, 0, n);
+            d = dev_differ(&out, dev, n);
             T_CHECK(d == 0,
                     "%s: graph recorded at a shorter length: got %lld of %lld values unlike the "
                     "direct call's, want 0",
