@@ -110,12 +110,14 @@ kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, 
 /* The product's epilogue as kernels/cuda/cuda_linear.cu runs it: a 16-bit
  * product outside batch-invariant mode is written at 2 bytes and read back
  * at 2 by the epilogue, the single pass's 4 (only A and B's conversion
- * passes are extra); otherwise, and when the product is added to C (c_read:
- * cuBLAS writes the fp32 sum), an fp32 product is finished by a second pass
- * over it (read and written), when there is anything to finish. */
+ * passes are extra); added to C (c_read) it is the fp32 sum cuBLAS writes,
+ * which the epilogue reads, rounds (matmul's rounding, in no pass of its
+ * own) and finishes in a second pass (read and written). Otherwise (fp32,
+ * batch-invariant mode) an fp32 product is finished by that second pass
+ * when there is anything to finish. */
 static double epilogue_extra(const kf_backend *b, double mn, int work, int c_read) {
     int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant;
-    return work && (!fused16 || c_read) ? 2 * F * mn : 0;
+    return (fused16 ? c_read : work) ? 2 * F * mn : 0;
 }
 
 /* A GEMM C[M, N] = A[M, K] B[K, N] and its epilogue: `epi` FLOPs per element
@@ -132,8 +134,7 @@ static kf_op_cost linear_cost(const kf_backend *b, int64_t M, int64_t N, int64_t
                         (a16 ? H16 : F) * m * k + (b16 ? H16 : F) * k * n + out * mn +
                             (c_read ? F * mn : 0) + vec + epilogue_extra(b, mn, work, c_read),
                         "M=%lld N=%lld K=%lld%s", (long long)M, (long long)N, (long long)K, tags);
-    c.convert_bytes =
-        k > 0 ? gemm_convert(b, a16 ? 0 : m * k, b16 ? 0 : k * n, c_read ? mn : 0) : 0;
+    c.convert_bytes = k > 0 ? gemm_convert(b, a16 ? 0 : m * k, b16 ? 0 : k * n, 0) : 0;
     return c;
 }
 
@@ -177,11 +178,13 @@ kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre1
 /* Both products (dW, and dx when asked) and the bias sum's 1 per element of
  * dy; dy, x and W (each at 2 bytes as a 16-bit copy) read once, dW (and
  * dbias) read and written, dx written (and read when dx_beta != 0), its
- * 16-bit copy dx16 written (at 2 bytes; cuBLAS writes it, rounded, when dx
- * is not asked too).
+ * 16-bit copy dx16 written (at 2 bytes).
  * kernels/cuda/cuda_linear.cu converts dy to the 16-bit format once for both
  * products (its bias sums in that pass), x and W, unless they are 16-bit
- * copies, and rounds dW and dx as matmul does; otherwise it is matmul,
+ * copies, and rounds dW as matmul does; dx added to (dx_beta != 0) is
+ * rounded in a pass too, else cuBLAS writes it in 16 bits (as dx16, or in
+ * scratch) and a pass widens it into dx: 2 bytes written and read a value
+ * beyond dx's (dx16's write is the op's own). Otherwise it is matmul,
  * bias_grad and matmul, which read dy once each. */
 kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
                                    const float *dy, const void *dy16, const float *x,
@@ -199,8 +202,9 @@ kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *d
              "M=%lld N=%lld K=%lld%s%s%s%s%s%s", (long long)rows, (long long)in, (long long)out,
              dbias ? " dbias" : "", dx ? " dx" : "", dx && dx_beta != 0 ? " +dx" : "",
              dx16 ? " dx16" : "", x16 ? " x16" : "", dy16 ? " dy16" : "", nd && w16 ? " w16" : "");
+    double dx_pass = !dx ? 0 : dx_beta != 0 ? 2 * F * r * i : (dx16 ? H16 : 2 * H16) * r * i;
     c.convert_bytes = gemm_convert(b, dy16 ? 0 : ny, x16 ? 0 : r * i, o * i) +
-                      nd * gemm_convert(b, 0, w16 ? 0 : o * i, r * i);
+                      nd * gemm_convert(b, 0, w16 ? 0 : o * i, 0) + (fused16 ? dx_pass : 0);
     return c;
 }
 
