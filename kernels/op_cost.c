@@ -161,16 +161,17 @@ kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, void *y16, float *pr
 }
 
 /* per element GELU's derivative 12 and the bias sum's 1; pre read; dpre
- * and its 16-bit copy written as asked; dbias read and written */
+ * and its 16-bit copy written as asked; dbias read and written; dy read
+ * (at 2 bytes as its 16-bit copy dy16, not converted) */
 kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
                                          const float *dy, const float *w, const float *pre,
                                          int64_t rows, int64_t in, int64_t out, kf_act act,
-                                         const void *w16) {
+                                         const void *w16, const void *dy16) {
     int g = act != KF_ACT_NONE;
     char tags[64];
-    snprintf(tags, sizeof tags, "%s%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
-             w16 ? " w16" : "", dpre16 ? (dpre ? " +y16" : " y16") : "");
-    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), 0, w16 != NULL,
+    snprintf(tags, sizeof tags, "%s%s%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
+             dy16 ? " dy16" : "", w16 ? " w16" : "", dpre16 ? (dpre ? " +y16" : " y16") : "");
+    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), dy16 != NULL, w16 != NULL,
                        (dpre ? F : 0) + (dpre16 ? H16 : 0) + (g ? F : 0), 0,
                        dbias ? 2 * F * (double)in : 0, dbias || g || dpre16, tags);
 }
@@ -241,15 +242,17 @@ kf_op_cost kernels_cost_layernorm_fwd(kf_backend *b, float *y, void *y16, float 
 
 /* Per element: xhat 2, g = dy*w 1, the two row sums (g, g*xhat) 3, dx +=
  * rstd*(g - mean g - xhat mean(g xhat)) 5, dw += dy*xhat 2, + 1 for dbias.
- * dy and x read, dx read and written; w, mean, rstd read; dw (and dbias)
- * read and written. */
+ * dy and x read, dx read and written (and its 16-bit copy written); w,
+ * mean, rstd read; dw (and dbias) read and written. */
 kf_op_cost kernels_cost_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
                                       const float *dy, const float *x, const float *w,
                                       const float *mean, const float *rstd, int64_t rows,
-                                      int64_t cols) {
+                                      int64_t cols, void *dx16) {
     double r = (double)rows, c = (double)cols, nb = dbias ? 1 : 0;
-    return cost(b, KF_COST_SIMT, r * c * (13 + nb), F * (4 * r * c + 2 * r + c * (3 + 2 * nb)),
-                "%lldx%lld%s", (long long)rows, (long long)cols, dbias ? " +dbias" : "");
+    return cost(b, KF_COST_SIMT, r * c * (13 + nb),
+                F * (4 * r * c + 2 * r + c * (3 + 2 * nb)) + (dx16 ? H16 * r * c : 0),
+                "%lldx%lld%s%s", (long long)rows, (long long)cols, dbias ? " +dbias" : "",
+                dx16 ? " +dx16" : "");
 }
 
 /* ---- rotary embedding: q and k (2*B*L*H values) rotated in place, 3 FLOPs

@@ -121,8 +121,8 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
 
 void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias, const float *dy,
                          const float *w, const float *pre, int64_t rows, int64_t in, int64_t out,
-                         kf_act act, const void *w16) {
-    KF_CHECK(!(dpre16 || w16) || b->precision != KF_PREC_FP32,
+                         kf_act act, const void *w16, const void *dy16) {
+    KF_CHECK(!(dpre16 || w16 || dy16) || b->precision != KF_PREC_FP32,
              "linear_act_dgrad: a 16-bit copy in fp32 mode");
     if (rows <= 0 || in <= 0) return;
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
@@ -130,13 +130,14 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
     int src16 = 0;
     if (fused16(b, out)) {
         void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 2);
-        cu_matmul_to16(b, c16, cu_to16(b, CU_SCRATCH_A, dy, rows * out),
+        cu_matmul_to16(b, c16, dy16 ? dy16 : cu_to16(b, CU_SCRATCH_A, dy, rows * out),
                        w16 ? w16 : cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0);
         c = c16;
         src16 = b->precision;
     } else {
         if (!dpre) c = dpre = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(rows * in) * 4);
-        cu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
+        cu_matmul(b, dpre, cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out), w, rows, in, out,
+                  0, 0, 1.0f, 0.0f);
     }
     if (!src16 && !dbias && act == KF_ACT_NONE && !dpre16) return;
     float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * in) * 4) : NULL;
