@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
         mm(gwout, logits, lnf, V, H, T, 1, 0, 1.0f);
         mm(tmp, logits, wout, T, H, V, 0, 0, 0);
         be->zero(be, dx, T * H * 4);
-        TIMED(F_NORM, be->layernorm_bwd(be, dx, gwnf, NULL, tmp, x, wnf, muf, rsf, T, H));
+        TIMED(F_NORM, be->layernorm_bwd(be, dx, gwnf, NULL, tmp, x, wnf, muf, rsf, T, H, NULL));
         for (int64_t l = nb - 1; l >= 0; l--) {
             float *wl = P + V * H + l * per_block, *gl = G + V * H + l * per_block;
             float *wn1 = wl, *wqkv = wl + H, *wo = wqkv + 3 * H * H, *wn2 = wo + H * H,
@@ -201,7 +201,7 @@ int main(int argc, char **argv) {
             mm(g0, dh, ln2[l], F, H, T, 1, 0, 1.0f);
             mm(dtmp, dh, w0, T, H, F, 0, 0, 0);
             TIMED(F_NORM, be->layernorm_bwd(be, dx, gn2, NULL, dtmp, xmid[l], wn2, mu[2 * l + 1],
-                                            rs[2 * l + 1], T, H));
+                                            rs[2 * l + 1], T, H, NULL));
             mm(go, dx, att[l], H, H, T, 1, 0, 1.0f);
             mm(dtmp, dx, wo, T, H, H, 0, 0, 0);
             TIMED(F_ATTN, be->attn_bwd(be, dqkv, dtmp, att[l], lse[l], qkv[l], &mask, Bt, nh, D,
@@ -210,7 +210,7 @@ int main(int argc, char **argv) {
             mm(gqkv, dqkv, ln1[l], 3 * H, H, T, 1, 0, 1.0f);
             mm(dtmp, dqkv, wqkv, T, H, 3 * H, 0, 0, 0);
             TIMED(F_NORM, be->layernorm_bwd(be, dx, gn1, NULL, dtmp, xin[l], wn1, mu[2 * l],
-                                            rs[2 * l], T, H));
+                                            rs[2 * l], T, H, NULL));
         }
         TIMED(F_EMBED, be->embed_bwd(be, G, dx, ids, NULL, T, H, V));
         TIMED(F_OPT, be->sumsq(be, G, nparam));

@@ -173,12 +173,14 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * dy [rows, out], W [out, in] and that layer's pre [rows, in], dpre =                         \
      * act'(pre) * matmul(dy, W) and dbias[c] += sum_r dpre[r, c] (dbias NULL:                     \
      * skipped; the fp32 dpre summed). dpre16 (NULL: none) gets dpre as a                          \
-     * 16-bit copy (dpre may then be NULL); w16 as in linear_act. Equal to                         \
-     * matmul (beta 0), gelu_bwd, then bias_grad. */                                               \
+     * 16-bit copy (dpre may then be NULL); w16 as in linear_act; dy16 (NULL:                      \
+     * none) is dy as a 16-bit copy, in place of dy. Equal to matmul (beta                         \
+     * 0), gelu_bwd, then bias_grad. */                                                            \
     X(void, linear_act_dgrad,                                                                      \
       (kf_backend * b, float *dpre, void *dpre16, float *dbias, const float *dy, const float *w,   \
-       const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act, const void *w16),      \
-      (b, dpre, dpre16, dbias, dy, w, pre, rows, in, out, act, w16))                               \
+       const float *pre, int64_t rows, int64_t in, int64_t out, kf_act act, const void *w16,       \
+       const void *dy16),                                                                          \
+      (b, dpre, dpre16, dbias, dy, w, pre, rows, in, out, act, w16, dy16))                         \
     /* The backward of a linear layer y = x W^T + bias, with x [rows, in], W                       \
      * [out, in] and dy [rows, out]: dw [out, in] += dy^T x, dbias[c] += sum_r                     \
      * dy[r, c] (NULL: skipped) and dx = dy W + dx_beta * dx (NULL: skipped).                      \
@@ -208,11 +210,15 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (kf_backend * b, float *y, void *y16, float *mean, float *rstd, const float *x,              \
        const float *w, const float *bias, int64_t rows, int64_t cols, float eps),                  \
       (b, y, y16, mean, rstd, x, w, bias, rows, cols, eps))                                        \
-    /* dx += dL/dx; dw += dL/dw; dbias += dL/dbias (dbias ignored when NULL). */                   \
+    /* dx += dL/dx; dw += dL/dw; dbias += dL/dbias (dbias ignored when NULL). dx16                 \
+     * (NULL: none) gets dx, after the sum, as a 16-bit copy (the residual                         \
+     * stream's gradient as the 16-bit GEMMs of linear_bwd and linear_act_dgrad                    \
+     * read it: their dy16). */                                                                    \
     X(void, layernorm_bwd,                                                                         \
       (kf_backend * b, float *dx, float *dw, float *dbias, const float *dy, const float *x,        \
-       const float *w, const float *mean, const float *rstd, int64_t rows, int64_t cols),          \
-      (b, dx, dw, dbias, dy, x, w, mean, rstd, rows, cols))                                        \
+       const float *w, const float *mean, const float *rstd, int64_t rows, int64_t cols,           \
+       void *dx16),                                                                                \
+      (b, dx, dw, dbias, dy, x, w, mean, rstd, rows, cols, dx16))                                  \
                                                                                                    \
     /* ---- rotary embedding (rotate-half) on the q and k parts of qkv [B*L, 3*H] in place.        \
      * pos[L] (device int32) is the RoPE position of each row within a sample; H =                 \

@@ -109,12 +109,14 @@ kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, 
 /* The product's epilogue as kernels/cuda/cuda_linear.cu runs it: a 16-bit
  * product outside batch-invariant mode is written at 2 bytes and read back
  * at 2 by the epilogue, the single pass's 4 (only A and B's conversion
- * passes are extra); otherwise, and when the product is added to C (c_read:
- * cuBLAS writes the fp32 sum), an fp32 product is finished by a second pass
- * over it (read and written), when there is anything to finish. */
+ * passes are extra); added to C (c_read) it is the fp32 sum cuBLAS writes,
+ * which the epilogue reads, rounds (matmul's rounding, in no pass of its
+ * own) and finishes in a second pass (read and written). Otherwise (fp32,
+ * batch-invariant mode) an fp32 product is finished by that second pass
+ * when there is anything to finish. */
 static double epilogue_extra(const kf_backend *b, double mn, int work, int c_read) {
     int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant;
-    return work && (!fused16 || c_read) ? 2 * F * mn : 0;
+    return (fused16 ? c_read : work) ? 2 * F * mn : 0;
 }
 
 /* A GEMM C[M, N] = A[M, K] B[K, N] and its epilogue: `epi` FLOPs per element
@@ -131,8 +133,7 @@ static kf_op_cost linear_cost(const kf_backend *b, int64_t M, int64_t N, int64_t
                         (a16 ? H16 : F) * m * k + (b16 ? H16 : F) * k * n + out * mn +
                             (c_read ? F * mn : 0) + vec + epilogue_extra(b, mn, work, c_read),
                         "M=%lld N=%lld K=%lld%s", (long long)M, (long long)N, (long long)K, tags);
-    c.convert_bytes =
-        k > 0 ? gemm_convert(b, a16 ? 0 : m * k, b16 ? 0 : k * n, c_read ? mn : 0) : 0;
+    c.convert_bytes = k > 0 ? gemm_convert(b, a16 ? 0 : m * k, b16 ? 0 : k * n, 0) : 0;
     return c;
 }
 
@@ -159,16 +160,17 @@ kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, void *y16, float *pr
 }
 
 /* per element GELU's derivative 12 and the bias sum's 1; pre read; dpre
- * and its 16-bit copy written as asked; dbias read and written */
+ * and its 16-bit copy written as asked; dbias read and written; dy read
+ * (at 2 bytes as its 16-bit copy dy16, not converted) */
 kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
                                          const float *dy, const float *w, const float *pre,
                                          int64_t rows, int64_t in, int64_t out, kf_act act,
-                                         const void *w16) {
+                                         const void *w16, const void *dy16) {
     int g = act != KF_ACT_NONE;
     char tags[64];
-    snprintf(tags, sizeof tags, "%s%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
-             w16 ? " w16" : "", dpre16 ? (dpre ? " +y16" : " y16") : "");
-    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), 0, w16 != NULL,
+    snprintf(tags, sizeof tags, "%s%s%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
+             dy16 ? " dy16" : "", w16 ? " w16" : "", dpre16 ? (dpre ? " +y16" : " y16") : "");
+    return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), dy16 != NULL, w16 != NULL,
                        (dpre ? F : 0) + (dpre16 ? H16 : 0) + (g ? F : 0), 0,
                        dbias ? 2 * F * (double)in : 0, dbias || g || dpre16, tags);
 }
@@ -176,11 +178,13 @@ kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre1
 /* Both products (dW, and dx when asked) and the bias sum's 1 per element of
  * dy; dy, x and W (each at 2 bytes as a 16-bit copy) read once, dW (and
  * dbias) read and written, dx written (and read when dx_beta != 0), its
- * 16-bit copy dx16 written (at 2 bytes; cuBLAS writes it, rounded, when dx
- * is not asked too).
+ * 16-bit copy dx16 written (at 2 bytes).
  * kernels/cuda/cuda_linear.cu converts dy to the 16-bit format once for both
  * products (its bias sums in that pass), x and W, unless they are 16-bit
- * copies, and rounds dW and dx as matmul does; otherwise it is matmul,
+ * copies, and rounds dW as matmul does; dx added to (dx_beta != 0) is
+ * rounded in a pass too, else cuBLAS writes it in 16 bits (as dx16, or in
+ * scratch) and a pass widens it into dx: 2 bytes written and read a value
+ * beyond dx's (dx16's write is the op's own). Otherwise it is matmul,
  * bias_grad and matmul, which read dy once each. */
 kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
                                    const float *dy, const void *dy16, const float *x,
@@ -198,8 +202,9 @@ kf_op_cost kernels_cost_linear_bwd(kf_backend *b, float *dx, float *dw, float *d
              "M=%lld N=%lld K=%lld%s%s%s%s%s%s", (long long)rows, (long long)in, (long long)out,
              dbias ? " dbias" : "", dx ? " dx" : "", dx && dx_beta != 0 ? " +dx" : "",
              dx16 ? " dx16" : "", x16 ? " x16" : "", dy16 ? " dy16" : "", nd && w16 ? " w16" : "");
+    double dx_pass = !dx ? 0 : dx_beta != 0 ? 2 * F * r * i : (dx16 ? H16 : 2 * H16) * r * i;
     c.convert_bytes = gemm_convert(b, dy16 ? 0 : ny, x16 ? 0 : r * i, o * i) +
-                      nd * gemm_convert(b, 0, w16 ? 0 : o * i, r * i);
+                      nd * gemm_convert(b, 0, w16 ? 0 : o * i, 0) + (fused16 ? dx_pass : 0);
     return c;
 }
 
@@ -236,15 +241,17 @@ kf_op_cost kernels_cost_layernorm_fwd(kf_backend *b, float *y, void *y16, float 
 
 /* Per element: xhat 2, g = dy*w 1, the two row sums (g, g*xhat) 3, dx +=
  * rstd*(g - mean g - xhat mean(g xhat)) 5, dw += dy*xhat 2, + 1 for dbias.
- * dy and x read, dx read and written; w, mean, rstd read; dw (and dbias)
- * read and written. */
+ * dy and x read, dx read and written (and its 16-bit copy written); w,
+ * mean, rstd read; dw (and dbias) read and written. */
 kf_op_cost kernels_cost_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias,
                                       const float *dy, const float *x, const float *w,
                                       const float *mean, const float *rstd, int64_t rows,
-                                      int64_t cols) {
+                                      int64_t cols, void *dx16) {
     double r = (double)rows, c = (double)cols, nb = dbias ? 1 : 0;
-    return cost(b, KF_COST_SIMT, r * c * (13 + nb), F * (4 * r * c + 2 * r + c * (3 + 2 * nb)),
-                "%lldx%lld%s", (long long)rows, (long long)cols, dbias ? " +dbias" : "");
+    return cost(b, KF_COST_SIMT, r * c * (13 + nb),
+                F * (4 * r * c + 2 * r + c * (3 + 2 * nb)) + (dx16 ? H16 * r * c : 0),
+                "%lldx%lld%s%s", (long long)rows, (long long)cols, dbias ? " +dbias" : "",
+                dx16 ? " +dx16" : "");
 }
 
 /* ---- rotary embedding: q and k (2*B*L*H values) rotated in place, 3 FLOPs

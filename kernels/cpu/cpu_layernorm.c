@@ -37,7 +37,8 @@ void cpu_layernorm_fwd(kf_backend *b, float *y, void *y16, float *mean, float *r
 
 void cpu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
                        const float *x, const float *w, const float *mean, const float *rstd,
-                       int64_t rows, int64_t cols) {
+                       int64_t rows, int64_t cols, void *dx16) {
+    KF_CHECK(!dx16 || b->precision != KF_PREC_FP32, "layernorm_bwd: a 16-bit copy in fp32 mode");
     int64_t nchunk = (rows + KF_CPU_ROW_CHUNK - 1) / KF_CPU_ROW_CHUNK;
     if (nchunk == 0) return;
     float *pw = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(nchunk * cols));
@@ -79,4 +80,5 @@ void cpu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const 
         dw[c] += s;
         if (dbias) dbias[c] += sb;
     }
+    if (dx16) cpu_to16(dx16, dx, rows * cols, b->precision);
 }

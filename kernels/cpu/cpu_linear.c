@@ -27,10 +27,11 @@ void cpu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float 
 
 void cpu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias, const float *dy,
                           const float *w, const float *pre, int64_t rows, int64_t in, int64_t out,
-                          kf_act act, const void *w16) {
-    KF_CHECK(!dpre16 || b->precision != KF_PREC_FP32,
+                          kf_act act, const void *w16, const void *dy16) {
+    KF_CHECK(!(dpre16 || dy16) || b->precision != KF_PREC_FP32,
              "linear_act_dgrad: a 16-bit copy in fp32 mode");
     w = cpu_input16(b, CPU_SCRATCH_W16, w, w16, out * in);
+    dy = cpu_input16(b, CPU_SCRATCH_DY16, dy, dy16, rows * out);
     if (!dpre) dpre = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * in));
     cpu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
     if (act != KF_ACT_NONE) cpu_gelu_bwd(b, dpre, dpre, pre, rows * in, gelu_kind(act));

@@ -47,8 +47,7 @@ __global__ void k_from16(float *dst, const void *src, int64_t n, int lowp) {
 const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n) {
     if (!x16 || n <= 0) return x;
     float *t = (float *)cu_scratch(b, slot, (size_t)n * 4);
-    k_from16<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(t, x16, n, b->precision);
-    CUDA_LAUNCHED();
+    cu_from16(b, t, x16, n);
     return t;
 }
 
@@ -325,13 +324,25 @@ static void gemm16(kf_backend *b, void *C, cudaDataType ct, const void *A16, con
                     CUBLAS_COMPUTE_32F);
 }
 
-void cu_matmul16(kf_backend *b, float *C, const void *A16, const void *B16, int64_t M, int64_t N,
-                 int64_t K, int trans_a, int trans_b, float alpha, float beta) {
+void cu_matmul16_unrounded(kf_backend *b, float *C, const void *A16, const void *B16, int64_t M,
+                           int64_t N, int64_t K, int trans_a, int trans_b, float alpha,
+                           float beta) {
     KF_CHECK(b->precision != KF_PREC_FP32 && !b->batch_invariant && K > 0,
              "cu_matmul16: needs a 16-bit mode outside batch-invariant mode and K > 0");
     if (M <= 0 || N <= 0) return;
     gemm16(b, C, CUDA_R_32F, A16, B16, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
-    cu_round_lowp(b, C, M * N);
+}
+
+void cu_matmul16(kf_backend *b, float *C, const void *A16, const void *B16, int64_t M, int64_t N,
+                 int64_t K, int trans_a, int trans_b, float alpha, float beta) {
+    cu_matmul16_unrounded(b, C, A16, B16, M, N, K, trans_a, trans_b, alpha, beta);
+    if (M > 0 && N > 0) cu_round_lowp(b, C, M * N);
+}
+
+void cu_from16(kf_backend *b, float *dst, const void *src16, int64_t n) {
+    if (n <= 0) return;
+    k_from16<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(dst, src16, n, b->precision);
+    CUDA_LAUNCHED();
 }
 
 void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,

@@ -285,4 +285,14 @@ void cu_copy16(kf_backend *b, void *dst, const float *src, int64_t n);
 void cu_matmul16(kf_backend *b, float *C, const void *A16, const void *B16, int64_t M, int64_t N,
                  int64_t K, int trans_a, int trans_b, float alpha, float beta);
 
+/** cu_matmul16 without its rounding pass: C = alpha op(A) op(B) + beta C in
+ *  fp32, for an epilogue that rounds C to the format as it reads it (the
+ *  value cu_matmul16 stores) and so saves that pass over C. */
+void cu_matmul16_unrounded(kf_backend *b, float *C, const void *A16, const void *B16, int64_t M,
+                           int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta);
+
+/** dst [n] = the values of the 16-bit copy src16 (format of b->precision) as
+ *  floats: exact. */
+void cu_from16(kf_backend *b, float *dst, const void *src16, int64_t n);
+
 #endif

@@ -48,8 +48,8 @@ void cu_layernorm_fwd(kf_backend *b, float *y, void *y16, float *mean, float *rs
 }
 
 __global__ void __launch_bounds__(256)
-    k_ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w, const float *mean,
-                const float *rstd, int64_t rows, int64_t cols) {
+    k_ln_bwd_dx(float *dx, void *dx16, int lowp, const float *dy, const float *x, const float *w,
+                const float *mean, const float *rstd, int64_t rows, int64_t cols) {
     __shared__ float sh[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * cols, *dyr = dy + r * cols;
@@ -65,7 +65,9 @@ __global__ void __launch_bounds__(256)
         float bb = block_sum(sgx, sh) / (float)cols;
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
             float xh = (xr[c] - mu) * rs;
-            dxr[c] += rs * (dyr[c] * w[c] - a - xh * bb);
+            float v = dxr[c] + rs * (dyr[c] * w[c] - a - xh * bb);
+            dxr[c] = v;
+            if (dx16) cu_store16(dx16, r * cols + c, v, lowp);
         }
     }
 }
@@ -92,7 +94,8 @@ __global__ void k_ln_bwd_dw(float *pw, float *pb, const float *dy, const float *
 
 void cu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const float *dy,
                       const float *x, const float *w, const float *mean, const float *rstd,
-                      int64_t rows, int64_t cols) {
+                      int64_t rows, int64_t cols, void *dx16) {
+    KF_CHECK(!dx16 || b->precision != KF_PREC_FP32, "layernorm_bwd: a 16-bit copy in fp32 mode");
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
     if (nchunk == 0) return;
     cudaStream_t s = cu_stream(b);
@@ -100,8 +103,8 @@ void cu_layernorm_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const f
     float *pb = dbias
                     ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * cols) * sizeof(float))
                     : NULL;
-    k_ln_bwd_dx<<<(unsigned)min(rows, (int64_t)1 << 20), 256, 0, s>>>(dx, dy, x, w, mean, rstd,
-                                                                      rows, cols);
+    k_ln_bwd_dx<<<(unsigned)min(rows, (int64_t)1 << 20), 256, 0, s>>>(dx, dx16, b->precision, dy, x,
+                                                                      w, mean, rstd, rows, cols);
     CUDA_LAUNCHED();
     dim3 grid((unsigned)((cols + 255) / 256), (unsigned)min(nchunk, (int64_t)65535));
     k_ln_bwd_dw<<<grid, 256, 0, s>>>(pw, pb, dy, x, mean, rstd, rows, cols, nchunk);

@@ -10,8 +10,8 @@
  *    add_bias and gelu_fwd (or gelu_bwd and bias_grad's first pass) become one.
  *    cuBLASLt's epilogues cannot do this: they add the bias to the fp32
  *    accumulator, before the rounding the CPU reference does. A layer added
- *    to its output (beta != 0) has cuBLAS write the fp32 sum, rounded, and
- *    the same kernel adds the bias.
+ *    to its output (beta != 0) has cuBLAS write the fp32 sum, and the same
+ *    kernel rounds it (no rounding pass of its own) and adds the bias.
  *  - Otherwise (fp32, or batch-invariant mode) the fp32 product is written by
  *    matmul, and the same kernel finishes it in place.
  * The epilogue also writes the output's 16-bit copy (kernels.h), and an input
@@ -21,7 +21,8 @@
  * linear_bwd's two products both read dy: in a 16-bit mode outside
  * batch-invariant mode one pass converts it (and sums its columns for the
  * bias gradient) and both products read that copy, where two matmul calls
- * would convert it twice; otherwise it is matmul, bias_grad, matmul.
+ * would convert it twice; dx (unless added to) is written by cuBLAS in 16
+ * bits and widened; otherwise it is matmul, bias_grad, matmul.
  * The bias gradient keeps bias_grad's order: rows summed in order within
  * chunks of CUDA_ROW_CHUNK, chunks added in order by cu_col_finish, so it is
  * bitwise bias_grad's on the same values. */
@@ -35,13 +36,16 @@ __device__ __forceinline__ float load_c(const void *c, int src16, int64_t i) {
 }
 
 /* pre = c + bias, y = act(pre) and its 16-bit copy y16 (format lowp); y and
- * y16 may be NULL; c may be y or pre (read before written). */
+ * y16 may be NULL; c may be y or pre (read before written). round_c: c is
+ * an fp32 product not yet rounded (cu_matmul16_unrounded), rounded to lowp
+ * first, as matmul rounds its C before add_bias. */
 __global__ void k_bias_act(float *y, void *y16, int lowp, float *pre, const void *c, int src16,
-                           const float *bias, int64_t rows, int64_t cols, int act) {
+                           int round_c, const float *bias, int64_t rows, int64_t cols, int act) {
     int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float v = load_c(c, src16, i);
+        if (round_c) v = cu_lowp(v, lowp);
         if (bias) v += bias[i % cols];
         if (act != KF_ACT_NONE) {
             pre[i] = v;
@@ -88,7 +92,7 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
              "linear_act: a 16-bit copy in fp32 mode");
     if (rows <= 0 || out <= 0) return;
     const void *c;
-    int src16 = 0;
+    int src16 = 0, round_c = 0;
     if (fused16(b, in)) {
         const void *a16 = x16 ? x16 : cu_to16(b, CU_SCRATCH_A, x, rows * in);
         const void *b16 = w16 ? w16 : cu_to16(b, CU_SCRATCH_B, w, out * in);
@@ -97,9 +101,10 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
             cu_matmul_to16(b, c16, a16, b16, rows, out, in, 0, 1);
             c = c16;
             src16 = b->precision;
-        } else {
-            cu_matmul16(b, y, a16, b16, rows, out, in, 0, 1, 1.0f, beta);
+        } else { /* the fp32 sum, rounded by the epilogue below */
+            cu_matmul16_unrounded(b, y, a16, b16, rows, out, in, 0, 1, 1.0f, beta);
             c = y;
+            round_c = 1;
         }
     } else {
         float *dst = act == KF_ACT_NONE ? y : pre;
@@ -108,16 +113,16 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
                   1.0f, beta);
         c = dst;
     }
-    if (!src16 && !bias && act == KF_ACT_NONE && !y16) return; /* nothing left to do */
+    if (!src16 && !round_c && !bias && act == KF_ACT_NONE && !y16) return; /* nothing to do */
     k_bias_act<<<cu_blocks(rows * out), 256, 0, cu_stream(b)>>>(y, y16, b->precision, pre, c, src16,
-                                                                bias, rows, out, act);
+                                                                round_c, bias, rows, out, act);
     CUDA_LAUNCHED();
 }
 
 void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias, const float *dy,
                          const float *w, const float *pre, int64_t rows, int64_t in, int64_t out,
-                         kf_act act, const void *w16) {
-    KF_CHECK(!(dpre16 || w16) || b->precision != KF_PREC_FP32,
+                         kf_act act, const void *w16, const void *dy16) {
+    KF_CHECK(!(dpre16 || w16 || dy16) || b->precision != KF_PREC_FP32,
              "linear_act_dgrad: a 16-bit copy in fp32 mode");
     if (rows <= 0 || in <= 0) return;
     int64_t nchunk = (rows + CUDA_ROW_CHUNK - 1) / CUDA_ROW_CHUNK;
@@ -125,13 +130,14 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
     int src16 = 0;
     if (fused16(b, out)) {
         void *c16 = cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 2);
-        cu_matmul_to16(b, c16, cu_to16(b, CU_SCRATCH_A, dy, rows * out),
+        cu_matmul_to16(b, c16, dy16 ? dy16 : cu_to16(b, CU_SCRATCH_A, dy, rows * out),
                        w16 ? w16 : cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0);
         c = c16;
         src16 = b->precision;
     } else {
         if (!dpre) c = dpre = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(rows * in) * 4);
-        cu_matmul(b, dpre, dy, w, rows, in, out, 0, 0, 1.0f, 0.0f);
+        cu_matmul(b, dpre, cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out), w, rows, in, out,
+                  0, 0, 1.0f, 0.0f);
     }
     if (!src16 && !dbias && act == KF_ACT_NONE && !dpre16) return;
     float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * in) * 4) : NULL;
@@ -179,10 +185,14 @@ void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const floa
                 1.0f, 1.0f);
     if (!dx && !dx16) return;
     if (!w16) w16 = cu_to16(b, CU_SCRATCH_B, w, out * in);
-    if (dx) { /* rounded, as matmul rounds its C; the copy holds the same values */
+    if (dx_beta != 0.0f) { /* the sum with dx, rounded as matmul rounds its C */
         cu_matmul16(b, dx, d16, w16, rows, in, out, 0, 0, 1.0f, dx_beta);
-        if (dx16) cu_copy16(b, dx16, dx, rows * in);
-    } else {
-        cu_matmul_to16(b, dx16, d16, w16, rows, in, out, 0, 0);
+        return;
     }
+    /* cuBLAS writes the product rounded, in 16 bits (the copy, or scratch),
+     * and dx is widened from it: 2 bytes written and read a value where an
+     * fp32 product and a rounding pass over it moved 12 */
+    void *c16 = dx16 ? dx16 : cu_scratch(b, CU_SCRATCH_A, (size_t)(rows * in) * 2);
+    cu_matmul_to16(b, c16, d16, w16, rows, in, out, 0, 0);
+    if (dx) cu_from16(b, dx, c16, rows * in);
 }

@@ -498,7 +498,7 @@ static void test_linear_act(kf_precision prec, int inv) {
             snprintf(wn, sizeof wn, "linear_act_dgrad %s%s act=%d%s", kernels_precision_name(prec),
                      inv ? " inv" : "", act, with_bias ? " dbias" : "");
             BOTH(BE->linear_act_dgrad(BE, PF(dpre), NULL, with_bias ? PF(db) : NULL, PF(dy), PF(w),
-                                      PF(xpre), R, in, out, (kf_act)act, NULL));
+                                      PF(xpre), R, in, out, (kf_act)act, NULL, NULL));
             check_close(wn, &dpre, R * in, tol_at(prec, 2e-6, 2e-3));
             g->matmul(g, (float *)dpre2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
             if (act)
@@ -644,16 +644,20 @@ static void test_copies16(kf_precision prec, int inv) {
             check_copy16(c, &y16b, side, &y, side, R * out, prec);
         }
     }
-    /* beta 1: the layer added to y (the residual stream), x16 read */
-    snprintf(wn, sizeof wn, "linear_act x16 +C %s%s", pn, iv);
-    float *hy = down(&y, 1);
-    g->upload(g, y2.p[1], hy, y.bytes);
-    free(hy);
-    BOTH(BE->linear_act(BE, PF(y), NULL, NULL, NULL, P(x16), PF(w), PF(bias), R, in, out,
-                        KF_ACT_NONE, 1.0f, NULL));
-    g->matmul(g, (float *)y2.p[1], x.p[1], w.p[1], R, out, in, 0, 1, 1.0f, 1.0f);
-    g->add_bias(g, (float *)y2.p[1], (float *)bias.p[1], R, out);
-    check_gpu_same(wn, &y, &y2, R * out);
+    /* beta 1: the layer added to y (the residual stream), x16 read; with
+     * and without a bias (then the epilogue only rounds the sum) */
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        snprintf(wn, sizeof wn, "linear_act x16 +C %s%s%s", pn, iv, with_bias ? " bias" : "");
+        float *hy = down(&y, 1);
+        g->upload(g, y2.p[1], hy, y.bytes);
+        free(hy);
+        BOTH(BE->linear_act(BE, PF(y), NULL, NULL, NULL, P(x16), PF(w), with_bias ? PF(bias) : NULL,
+                            R, in, out, KF_ACT_NONE, 1.0f, NULL));
+        g->matmul(g, (float *)y2.p[1], x.p[1], w.p[1], R, out, in, 0, 1, 1.0f, 1.0f);
+        if (with_bias) g->add_bias(g, (float *)y2.p[1], (float *)bias.p[1], R, out);
+        check_gpu_same(wn, &y, &y2, R * out);
+        check_close(wn, &y, R * out, tol_at(prec, 2e-6, 2e-3));
+    }
     /* linear_bwd on x16 */
     buf2 dy = mk_rand(R * out, 1), dw = mk_rand(out * in, 1), db = mk_rand(out, 1),
          dx = mk_rand(R * in, 1);
@@ -689,9 +693,9 @@ static void test_copies16(kf_precision prec, int inv) {
          dbi = mk_rand(in, 1), dbi2 = mk_copy(&dbi), dbi3 = mk_copy(&dbi);
     snprintf(wn, sizeof wn, "linear_act_dgrad dpre16 %s%s", pn, iv);
     BOTH(BE->linear_act_dgrad(BE, PF(dx), P(dp16), PF(dbi), PF(dy), PF(w), PF(x), R, in, out,
-                              KF_ACT_GELU_TANH, NULL));
+                              KF_ACT_GELU_TANH, NULL, NULL));
     BOTH(BE->linear_act_dgrad(BE, NULL, P(dp16b), PF(dbi3), PF(dy), PF(w), PF(x), R, in, out,
-                              KF_ACT_GELU_TANH, NULL));
+                              KF_ACT_GELU_TANH, NULL, NULL));
     g->matmul(g, (float *)dx2.p[1], dy.p[1], w.p[1], R, in, out, 0, 0, 1.0f, 0.0f);
     g->gelu_bwd(g, (float *)dx2.p[1], (float *)dx2.p[1], (float *)x.p[1], R * in, KF_GELU_TANH);
     g->bias_grad(g, (float *)dbi2.p[1], (float *)dx2.p[1], R, in);
@@ -723,6 +727,20 @@ static void test_copies16(kf_precision prec, int inv) {
         check_copy16(c, &dx16b, side, &dx, side, R * in, prec);
     }
     drop(&dx16), drop(&dx16b);
+    /* linear_act_dgrad reading dy16 made from dy (the residual stream's
+     * copy, layernorm_bwd's dx16), with dbias; the fp32 dy given is another
+     * matrix (x), which the op must not read */
+    buf2 dbd = mk_rand(in, 1), dbd2 = mk_copy(&dbd);
+    snprintf(wn, sizeof wn, "linear_act_dgrad dy16 %s%s", pn, iv);
+    BOTH(BE->linear_act_dgrad(BE, PF(dx), NULL, PF(dbd), PF(x), PF(w), PF(x), R, in, out,
+                              KF_ACT_GELU_TANH, NULL, P(dy16)));
+    g->linear_act_dgrad(g, (float *)dx2.p[1], NULL, (float *)dbd2.p[1], (float *)dy.p[1],
+                        (float *)w.p[1], (float *)x.p[1], R, in, out, KF_ACT_GELU_TANH, NULL, NULL);
+    check_close(wn, &dx, R * in, tol_at(prec, 2e-6, 2e-3));
+    check_gpu_same(wn, &dx, &dx2, R * in);
+    snprintf(c, sizeof c, "%s (dbias)", wn);
+    check_gpu_same(c, &dbd, &dbd2, in);
+    drop(&dbd), drop(&dbd2);
     drop(&dy16), drop(&dx2), drop(&dp16), drop(&dp16b), drop(&dbi), drop(&dbi2), drop(&dbi3);
     g->batch_invariant = 0;
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
@@ -746,7 +764,7 @@ static void w16_op(int op, int side_, buf2 *o, buf2 *pre, const buf2 *x, const b
                        KF_ACT_NONE, 1.0f, w16);
     else if (op == 2)
         BE->linear_act_dgrad(BE, PF(*o), NULL, NULL, PF(*dy), PF(*w), PF(*x), R, in, out,
-                             KF_ACT_GELU_TANH, w16);
+                             KF_ACT_GELU_TANH, w16, NULL);
     else
         BE->linear_bwd(BE, PF(*o), PF(*dw), NULL, PF(*dy), NULL, PF(*x), NULL, PF(*w), R, in, out,
                        0.0f, w16, NULL);
@@ -819,10 +837,36 @@ static void test_layernorm(int with_bias) {
     check_close("layernorm_fwd mean", &mean, rows, 1e-6);
     check_close("layernorm_fwd rstd", &rstd, rows, 1e-6);
     BOTH(BE->layernorm_bwd(BE, PF(dx), PF(dw), with_bias ? PF(db) : NULL, PF(dy), PF(x), PF(w),
-                           PF(mean), PF(rstd), rows, cols));
+                           PF(mean), PF(rstd), rows, cols, NULL));
     check_close("layernorm_bwd dx", &dx, rows * cols, 1e-5);
     check_close("layernorm_bwd dw", &dw, cols, 1e-5);
     if (with_bias) check_close("layernorm_bwd dbias", &db, cols, 1e-6);
+    /* dx16: the sum dx rounded, dx itself as without the copy (dx2 from the
+     * GPU's same start) */
+    kf_backend *g = be[1];
+    for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
+        BOTH(BE->set_precision(BE, (kf_precision)prec));
+        char wn[96];
+        snprintf(wn, sizeof wn, "layernorm_bwd dx16 %s%s",
+                 kernels_precision_name((kf_precision)prec), with_bias ? " (bias)" : "");
+        buf2 dx2 = mk_copy(&dx), dw2 = mk_copy(&dw), dx16 = mk(NULL, (size_t)(rows * cols) * 2);
+        float *hdx = down(&dx, 1);
+        g->upload(g, dx2.p[1], hdx, dx.bytes);
+        free(hdx);
+        BOTH(BE->layernorm_bwd(BE, PF(dx), PF(dw), NULL, PF(dy), PF(x), PF(w), PF(mean), PF(rstd),
+                               rows, cols, P(dx16)));
+        g->layernorm_bwd(g, (float *)dx2.p[1], (float *)dw2.p[1], NULL, (float *)dy.p[1],
+                         (float *)x.p[1], (float *)w.p[1], (float *)mean.p[1], (float *)rstd.p[1],
+                         rows, cols, NULL);
+        check_gpu_same(wn, &dx, &dx2, rows * cols);
+        for (int side = 0; side < 2; side++) {
+            char c[128];
+            snprintf(c, sizeof c, "%s (%s)", wn, side ? "cuda" : "cpu");
+            check_copy16(c, &dx16, side, &dx, side, rows * cols, (kf_precision)prec);
+        }
+        drop(&dx2), drop(&dw2), drop(&dx16);
+    }
+    BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&x), drop(&w), drop(&bias), drop(&y), drop(&mean), drop(&rstd), drop(&dy), drop(&dx),
         drop(&dw), drop(&db);
 }

@@ -305,7 +305,7 @@ static void check_linear_act(kf_backend *be) {
             }
             memcpy(db0, db, in * 4);
             be->linear_act_dgrad(be, dpre, NULL, with_bias ? db : NULL, dy, w, xp, R, in, out,
-                                 (kf_act)act, NULL);
+                                 (kf_act)act, NULL, NULL);
             for (int64_t c = 0; c < in; c++) rdb[c] = db0[c];
             for (int64_t r = 0; r < R; r++)
                 for (int64_t c = 0; c < in; c++) {
@@ -407,8 +407,9 @@ static void check_linear_bwd(kf_backend *be) {
 /* 16-bit copies (kernels.h) in fp16 and bf16: layernorm_fwd's, linear_act's
  * and linear_act_dgrad's hold their fp32 outputs rounded (tu_to16), with or
  * without those outputs; linear_act (also adding to y, beta 1) and
- * linear_bwd reading x16 = tu_to16(x) or dy16 = tu_to16(dy) give bitwise
- * their results on x, dy. */
+ * linear_bwd and linear_act_dgrad reading x16 = tu_to16(x) or dy16 =
+ * tu_to16(dy) give bitwise their results on x, dy; layernorm_bwd's dx16
+ * holds its accumulated dx rounded. */
 static void check_copies16(kf_backend *be) {
     const int64_t R = 150, in = 37, out = 29;
     float *x = tu_randf(R * in, 2), *lw = tu_randf(in, 1), *w = tu_randf(out * in, 1);
@@ -466,14 +467,39 @@ static void check_copies16(kf_backend *be) {
         free(dy16);
         /* linear_act_dgrad writing dpre16: dy [R, out] back through W to [R, in] */
         memset(dbi, 0, in * 4), memset(dbi2, 0, in * 4);
-        be->linear_act_dgrad(be, dx, c16, dbi, y0, w, x, R, in, out, KF_ACT_GELU_TANH, NULL);
-        be->linear_act_dgrad(be, NULL, c16b, dbi2, y0, w, x, R, in, out, KF_ACT_GELU_TANH, NULL);
+        be->linear_act_dgrad(be, dx, c16, dbi, y0, w, x, R, in, out, KF_ACT_GELU_TANH, NULL, NULL);
+        be->linear_act_dgrad(be, NULL, c16b, dbi2, y0, w, x, R, in, out, KF_ACT_GELU_TANH, NULL,
+                             NULL);
         want = tu_to16(dx, R * in, (kf_precision)prec);
         T_CHECK(!memcmp(c16, want, R * in * 2), "linear_act_dgrad %s: dpre16 is not dpre rounded",
                 pn);
         T_CHECK(!memcmp(c16b, want, R * in * 2), "linear_act_dgrad %s: dpre16 without dpre differs",
                 pn);
         T_CHECK(!memcmp(dbi, dbi2, in * 4), "linear_act_dgrad %s: dbias differs without dpre", pn);
+        free(want);
+        /* linear_act_dgrad reading dy16 = tu_to16(dy) in place of dy (given
+         * another matrix, x, which it must not read) */
+        uint16_t *y016 = tu_to16(y0, R * out, (kf_precision)prec);
+        memset(dbi, 0, in * 4), memset(dbi2, 0, in * 4);
+        be->linear_act_dgrad(be, dx, NULL, dbi, x, w, x, R, in, out, KF_ACT_GELU_TANH, NULL, y016);
+        be->linear_act_dgrad(be, dx2, NULL, dbi2, y0, w, x, R, in, out, KF_ACT_GELU_TANH, NULL,
+                             NULL);
+        T_CHECK(!memcmp(dx, dx2, R * in * 4), "linear_act_dgrad %s: dpre with dy16 differs from dy",
+                pn);
+        T_CHECK(!memcmp(dbi, dbi2, in * 4), "linear_act_dgrad %s: dbias with dy16 differs from dy",
+                pn);
+        free(y016);
+        /* layernorm_bwd writing dx16: the accumulated dx (dx2 from the same
+         * start without the copy) rounded */
+        memcpy(dx, x, R * in * 4), memcpy(dx2, x, R * in * 4);
+        memset(dbi, 0, in * 4), memset(dbi2, 0, in * 4);
+        be->layernorm_bwd(be, dx, dbi, NULL, ln, x, lw, mean, rstd, R, in, c16);
+        be->layernorm_bwd(be, dx2, dbi2, NULL, ln, x, lw, mean, rstd, R, in, NULL);
+        T_CHECK(!memcmp(dx, dx2, R * in * 4), "layernorm_bwd %s: dx differs with dx16", pn);
+        T_CHECK(!memcmp(dbi, dbi2, in * 4), "layernorm_bwd %s: dw differs with dx16", pn);
+        want = tu_to16(dx, R * in, (kf_precision)prec);
+        T_CHECK(!memcmp(c16, want, R * in * 2), "layernorm_bwd %s: dx16 is not the sum dx rounded",
+                pn);
         free(want);
         free(x16);
     }
@@ -604,9 +630,10 @@ static void check_weights16(kf_backend *be) {
                 T_CHECK(!memcmp(o[0], o[1], R * out * 4), "linear_act %s beta %d: w16%s differs",
                         pn, beta, on);
             }
-            be->linear_act_dgrad(be, d[0], NULL, NULL, dy, w, x, R, in, out, KF_ACT_GELU_TANH, c16);
-            be->linear_act_dgrad(be, d[1], NULL, NULL, dy, wr, x, R, in, out, KF_ACT_GELU_TANH,
+            be->linear_act_dgrad(be, d[0], NULL, NULL, dy, w, x, R, in, out, KF_ACT_GELU_TANH, c16,
                                  NULL);
+            be->linear_act_dgrad(be, d[1], NULL, NULL, dy, wr, x, R, in, out, KF_ACT_GELU_TANH,
+                                 NULL, NULL);
             T_CHECK(!memcmp(d[0], d[1], R * in * 4), "linear_act_dgrad %s: w16%s differs", pn, on);
             memset(dw, 0, out * in * 4);
             be->linear_bwd(be, d[0], dw, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, c16, NULL);
@@ -981,7 +1008,7 @@ static void run_suite(kf_backend *be, sink *k) {
     float *y = kf_malloc(n * 4), *mean = kf_malloc(R * 4), *rstd = kf_malloc(R * 4);
     float *dx = kf_calloc(n, 4), *dw = kf_calloc(C, 4), *db = kf_calloc(C, 4);
     be->layernorm_fwd(be, y, NULL, mean, rstd, x, w, bb, R, C, 1e-5f);
-    be->layernorm_bwd(be, dx, dw, db, dy, x, w, mean, rstd, R, C);
+    be->layernorm_bwd(be, dx, dw, db, dy, x, w, mean, rstd, R, C, NULL);
     be->bias_grad(be, db, dy, R, C);
     SINK(y, n * 4);
     SINK(dx, n * 4);

@@ -85,7 +85,7 @@ static void check_layernorm(kf_backend *be, int has_bias) {
     memcpy(dx0, dx, (size_t)n * 4);
     memcpy(dw0, dw, C * 4);
     memcpy(db0, db, C * 4);
-    be->layernorm_bwd(be, dx, dw, has_bias ? db : NULL, dy, x, w, mean, rstd, R, C);
+    be->layernorm_bwd(be, dx, dw, has_bias ? db : NULL, dy, x, w, mean, rstd, R, C, NULL);
     double *g = kf_malloc((size_t)n * sizeof(double));
     c.which = 0;
     fd_grad(g, c.x, n, ln_loss, &c);

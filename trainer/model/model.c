@@ -301,13 +301,15 @@ void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, 
 
 /* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy
  * and fc2's input (h, or its 16-bit copy h16), then dpre = act'(pre) *
- * (dy W2) (or its 16-bit copy dpre16) and db1 in one op. */
-static void mlp_out_bwd(model *m, float *dpre, void *dpre16, const float *dy, const float *h,
-                        const void *h16, const float *pre, int64_t fc2_w, int64_t fc2_b,
-                        int64_t fc1_b, int64_t rows, int64_t wide, int64_t H, kf_act act) {
-    linear_bwd(m, NULL, 0.0f, dy, NULL, h, h16, fc2_w, fc2_b, rows, wide, H);
+ * (dy W2) (or its 16-bit copy dpre16) and db1 in one op. dy16 (NULL: none)
+ * is dy's 16-bit copy, which the products read (db2's sum reads dy). */
+static void mlp_out_bwd(model *m, float *dpre, void *dpre16, const float *dy, const void *dy16,
+                        const float *h, const void *h16, const float *pre, int64_t fc2_w,
+                        int64_t fc2_b, int64_t fc1_b, int64_t rows, int64_t wide, int64_t H,
+                        kf_act act) {
+    linear_bwd(m, NULL, 0.0f, dy, fc2_b < 0 ? dy16 : NULL, h, h16, fc2_w, fc2_b, rows, wide, H);
     m->be->linear_act_dgrad(m->be, dpre, dpre16, fc1_b >= 0 ? m->grads + fc1_b : NULL, dy,
-                            m->params + fc2_w, pre, rows, wide, H, act, model_w16(m, fc2_w));
+                            m->params + fc2_w, pre, rows, wide, H, act, model_w16(m, fc2_w), dy16);
 }
 
 void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void *dy16,
@@ -353,12 +355,12 @@ static void noise_encoder_bwd(model *m, noise_act *a, int64_t nz, const float *d
     float *dh = dbuf_ensure(be, &a->dh, (size_t)(nz * 4 * H) * f);
     float *dln = dbuf_ensure(be, &a->dln, (size_t)(nz * H) * f);
     float *dc = dbuf_ensure(be, &a->dc, (size_t)(nz * H) * f);
-    mlp_out_bwd(m, dh, NULL, dout, a->h2.p, NULL, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, nz, 4 * H,
-                H, KF_ACT_GELU_ERF);
+    mlp_out_bwd(m, dh, NULL, dout, NULL, a->h2.p, NULL, a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, nz,
+                4 * H, H, KF_ACT_GELU_ERF);
     linear_bwd(m, dln, 0.0f, dh, NULL, a->ln.p, NULL, o->fc1_w, -1, nz, H, 4 * H);
     be->copy(be, dc, dout, (size_t)(nz * H) * f);
     be->layernorm_bwd(be, dc, m->grads + o->norm_w, m->grads + o->norm_b, dln, a->c.p,
-                      m->params + o->norm_w, a->mean.p, a->rstd.p, nz, H);
+                      m->params + o->norm_w, a->mean.p, a->rstd.p, nz, H, NULL);
     linear_bwd(m, NULL, 0.0f, dc, NULL, a->feats.p, NULL, o->proj_w, o->proj_b, nz, ZD, H);
 }
 
@@ -433,8 +435,8 @@ struct model_ws {
     dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
     int64_t row_w_key[4];    /* row_w_d's rows, period, first, count (0 rows: none) */
     float row_w_value;
-    dbuf pick_at_d, pick_z_d, pick_tau_d; /* model_input's picks; model_pick */
-    dbuf dx, dxf, dln, dqkv, dh, datt;
+    dbuf pick_at_d, pick_z_d, pick_tau_d;    /* model_input's picks; model_pick */
+    dbuf dx, dxf, dln, dqkv, dh, datt, dx16; /* dx16: dx's copy (model_backward) */
     dbuf qkv32, dqkv16; /* qkv in fp32 when its layer keeps the 16-bit copy; dqkv's copy */
     int32_t *h_i32;     /* host scratch */
     double *h_f64;
@@ -486,7 +488,8 @@ void model_ws_free(model_ws *ws) {
                  &ws->dxf,        &ws->dln,          &ws->dqkv,     &ws->dh,         &ws->datt,
                  &ws->posrow_d,   &ws->pos_tmp,      &n->feats,     &n->c,           &n->ln,
                  &n->mean,        &n->rstd,          &n->h1,        &n->h2,          &n->out,
-                 &n->dh,          &n->dln,           &n->dc,        &ws->qkv32,      &ws->dqkv16};
+                 &n->dh,          &n->dln,           &n->dc,        &ws->qkv32,      &ws->dqkv16,
+                 &ws->dx16};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     dbuf_release(be, &ws->dlogits16);
     dbuf_release(be, &ws->row_w_d);
@@ -861,9 +864,9 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
             linear_bwd(m, dln + c0 * H, 0.0f, lg, NULL, ln + c0 * H, NULL, o->w, o->b, n, H, V);
         }
         if (ws->train)
-            be->layernorm_bwd(be, dxf, m->grads + o->norm,
-                              o->norm_b >= 0 ? m->grads + o->norm_b : NULL, dln, ws->xf.p,
-                              m->params + o->norm, ws->hact[h].mean.p, ws->hact[h].rstd.p, O, H);
+            be->layernorm_bwd(
+                be, dxf, m->grads + o->norm, o->norm_b >= 0 ? m->grads + o->norm_b : NULL, dln,
+                ws->xf.p, m->params + o->norm, ws->hact[h].mean.p, ws->hact[h].rstd.p, O, H, NULL);
     }
 }
 
@@ -973,24 +976,31 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
      * fp32 values */
     int c16 = s16 && ws->q0 == 0, d16 = c16 && c->pos == POS_ROPE;
     void *datt = dbuf_ensure(be, &ws->datt, (size_t)(R * H) * (c16 ? 2 : f));
+    /* in a 16-bit mode the LayerNorm backwards also write the residual
+     * stream's gradient dx as a copy (dx16) for the GEMMs of the layer below
+     * them (fc2's and attn_out's products read it; their bias sums dx);
+     * the top block's fc2 converts dx, written by the heads */
+    void *dx16 = s16 ? dbuf_ensure(be, &ws->dx16, (size_t)(R * H) * 2) : NULL;
+    int have16 = 0;
     be->zero(be, dx, (size_t)(R * H) * f);
     be->scatter_rows(be, dx, dxf, ws->out_idx_d.p, O, H);
     for (int64_t l = nb - 1; l >= 0; l--) {
         const block_off *o = &p->blk[l];
         layer_act *a = &ws->act[l];
         /* MLP half: x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
-        mlp_out_bwd(m, s16 ? NULL : dh, s16 ? dh : NULL, dx, in32(s16, a->h2.p), in16(s16, a->h2.p),
-                    a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b, R, 4 * H, H, KF_ACT_GELU_TANH);
+        mlp_out_bwd(m, s16 ? NULL : dh, s16 ? dh : NULL, dx, have16 ? dx16 : NULL,
+                    in32(s16, a->h2.p), in16(s16, a->h2.p), a->h1.p, o->fc2_w, o->fc2_b, o->fc1_b,
+                    R, 4 * H, H, KF_ACT_GELU_TANH);
         linear_bwd(m, dln, 0.0f, in32(s16, dh), in16(s16, dh), in32(s16, a->ln2.p),
                    in16(s16, a->ln2.p), o->fc1_w, -1, R, H, 4 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm2,
                           o->norm2_b >= 0 ? m->grads + o->norm2_b : NULL, dln, a->xmid.p,
-                          m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H);
+                          m->params + o->norm2, a->mean2.p, a->rstd2.p, R, H, dx16);
         /* attention half: x_mid = x_in + out(attn(rope(qkv(norm1(x_in))))) */
         be->linear_bwd(be, c16 ? NULL : datt, m->grads + o->out,
-                       o->out_b >= 0 ? m->grads + o->out_b : NULL, dx, NULL, in32(c16, a->att.p),
-                       in16(c16, a->att.p), m->params + o->out, R, H, H, 0.0f, model_w16(m, o->out),
-                       c16 ? datt : NULL);
+                       o->out_b >= 0 ? m->grads + o->out_b : NULL, dx, o->out_b < 0 ? dx16 : NULL,
+                       in32(c16, a->att.p), in16(c16, a->att.p), m->params + o->out, R, H, H, 0.0f,
+                       model_w16(m, o->out), c16 ? datt : NULL);
         be->attn_bwd(be, dqkv, in32(c16, datt), in32(c16, a->att.p), a->lse.p, in32(c16, a->qkv.p),
                      &ws->mask, B, nh, hd, in16(c16, datt), in16(c16, a->att.p),
                      in16(c16, a->qkv.p));
@@ -1002,7 +1012,8 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
                    o->qkv, o->qkv_b, R, H, 3 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm1,
                           o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL, dln, ws->xs[l].p,
-                          m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H);
+                          m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H, l > 0 ? dx16 : NULL);
+        have16 = s16;
         if (ready) ready(ctx, o->norm1, o->fc2_b + H - o->norm1);
     }
     if (ws->n_tok)
