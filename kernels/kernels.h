@@ -54,6 +54,10 @@ typedef struct kf_err kf_err;
 /* The part length of sumsq and sumsq_parts (in the op list below). */
 #define KF_SUM_PART 4096
 
+/* The parts the CUDA backend's attn_decode splits a query's keys into (a
+ * block each, then combined in order); op_cost.c prices their scratch. */
+#define KF_DECODE_SPLITS 16
+
 /* An optimizer step's gradient check, kept on the device: grad_check writes
  * it from the gradient, adamw and ema read it by pointer, so the clip factor
  * and the skip decision need no host wait (the host reads it with the step's

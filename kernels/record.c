@@ -27,7 +27,15 @@ typedef struct rec_impl {
     size_t live, peak;
     uintptr_t next; /* dry: the next fake address */
     double t0;      /* timed: start of the current call */
+    /* dry: the first int32 of the latest uploads, newest at [n_up % REC_UPLOADS]:
+     * what a device length (attn_decode's len) holds */
+    struct {
+        const void *p;
+        int32_t v;
+    } up[8];
+    int64_t n_up;
 } rec_impl;
+#define REC_UPLOADS 8
 
 /* What a dry or forwarded head_pack returns: its shape first (op_cost.h). */
 typedef struct rec_head {
@@ -74,7 +82,9 @@ static void rec_end(kf_backend *b) {
  * (-Wreturn-type) instead of returning garbage. */
 #define REC_OWN_alloc ~, 1
 #define REC_OWN_free ~, 1
+#define REC_OWN_upload ~, 1
 #define REC_OWN_download ~, 1
+#define REC_OWN_attn_decode ~, 1
 #define REC_OWN_set_precision ~, 1
 #define REC_OWN_destroy ~, 1
 #define REC_OWN_head_pack ~, 1
@@ -144,6 +154,49 @@ static void rec_free(kf_backend *b, void *p) {
             return;
         }
     KF_FATAL("record: free of %p, which this backend did not allocate", p);
+}
+
+static void rec_upload(kf_backend *b, void *dst, const void *src_host, size_t bytes) {
+    rec_impl *im = impl(b);
+    rec_begin(b, "upload", kernels_cost_upload(b, dst, src_host, bytes));
+    if (im->inner) im->inner->upload(im->inner, dst, src_host, bytes);
+    else if (bytes >= sizeof(int32_t)) {
+        int64_t i = ++im->n_up % REC_UPLOADS;
+        im->up[i].p = dst;
+        memcpy(&im->up[i].v, src_host, sizeof(int32_t));
+    }
+    rec_end(b);
+}
+
+/* The value at a device int32 len: read from the inner backend, or dry the
+ * latest upload to it (dry addresses are never reused); -1 when unknown. */
+static int64_t device_int(kf_backend *b, const int32_t *len) {
+    rec_impl *im = impl(b);
+    int32_t v = -1;
+    if (im->inner) {
+        im->inner->download(im->inner, &v, len, sizeof v);
+        return v;
+    }
+    for (int64_t i = im->n_up; i > im->n_up - REC_UPLOADS && i > 0; i--)
+        if (im->up[i % REC_UPLOADS].p == len) return im->up[i % REC_UPLOADS].v;
+    return -1;
+}
+
+/* Priced at the cache length len holds, where known: the kernel's work (its
+ * launch is sized for the bound P). */
+static void rec_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
+                            const float *kcache, const float *vcache, int64_t B, int64_t cap,
+                            int64_t P, const int32_t *len, int64_t Q, int64_t n_head,
+                            int64_t head_dim) {
+    rec_impl *im = impl(b);
+    int64_t n = len ? device_int(b, len) : -1, at = n >= 0 && n <= P ? n : P;
+    rec_begin(b, "attn_decode",
+              kernels_cost_attn_decode(b, out, q, q_stride, kcache, vcache, B, cap, at, len, Q,
+                                       n_head, head_dim));
+    if (im->inner)
+        im->inner->attn_decode(im->inner, out, q, q_stride, kcache, vcache, B, cap, P, len, Q,
+                               n_head, head_dim);
+    rec_end(b);
 }
 
 static void rec_download(kf_backend *b, void *dst_host, const void *src, size_t bytes) {

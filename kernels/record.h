@@ -11,7 +11,10 @@
  *  - download writes zeros to the host, sum / sumsq / count_nonfinite
  *    return 0 (sumsq_parts writes zeros), head_pack returns a handle that
  *    only carries its shape;
- *  - every other op does nothing.
+ *  - every other op does nothing;
+ *  - attn_decode with a device length (len) is priced at the value of the
+ *    latest upload to len's address (over a real backend: the value there,
+ *    read back), the kernel's work, rather than at its bound P.
  *
  * So the model's real code (trainer/model/model.c, the optimizer, the teacher
  * passes) runs through it unchanged: `kf bench train --roofline` records the

@@ -32,6 +32,9 @@
  * Output: a table on stdout, the same as JSON (--json, default
  * bench-decode.json) and a grouped bar chart (--png, default bench-decode.png;
  * bench/plot/chart.h): one group per batch size, one bar per method.
+ *
+ * With --roofline DEVICE it decodes nothing for real: trainer/train/roofline.h
+ * prices one decode step of a run config's model shape on the named GPU.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -53,6 +56,7 @@
 #include "trainer/infer/quality.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
+#include "trainer/train/roofline.h"
 
 #define MAX_LIST 16
 #define MAX_METHODS 32
@@ -62,6 +66,9 @@ static const char USAGE[] =
     "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
     "                       [--backend cpu|cuda|auto] [--clock wall|cpu] [--json OUT.json]\n"
     "                       [--png OUT.png] [--precision fp32|fp16|bf16]\n"
+    "       kf bench decode [CONFIG] --roofline DEVICE [--batch 4,16,128] [--k 2,3,4]\n"
+    "                       [--cache-len L] [--prefix-len P] [--freq-penalty F]\n"
+    "                       [--precision fp32|fp16|bf16] [key.path=value ...]\n"
     "\n"
     "Decoding throughput, the paper's protocol: prefixes from the validation split of the\n"
     "shard set DIR (P = 6 tokens for `pad` data, 64 for `wrap` data), completions up to the\n"
@@ -91,7 +98,22 @@ static const char USAGE[] =
     "                 throughput runs), fp32 accumulation; Gen-PPL is scored in fp32\n"
     "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
     "                 0: the fused argmax path; AR samples without one, as the release)\n"
-    "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n";
+    "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n"
+    "\n"
+    "--roofline DEVICE (h100, h200, a100) decodes nothing: for the model shape of the run\n"
+    "config CONFIG (default configs/tiny.yaml; no checkpoint, no shards: random or no\n"
+    "weights), an AR model and a PFLM with k_train the largest --k run decode_run (the\n"
+    "model's step and the sampler above) on a recording backend from a synthetic prefix\n"
+    "of P tokens (default min(64, L)) until the first step whose cache holds at least L\n"
+    "rows (--cache-len, default half the config's seq_len: the middle of a completion),\n"
+    "and that step's ops are priced at max(FLOPs / peak, bytes / bandwidth) on DEVICE.\n"
+    "Prints per batch size and method (AR, then PFLM(k) for each --k): tokens per step,\n"
+    "the cache rows, the estimated step time, tokens/s and its ratio to AR's, the time\n"
+    "and MB of the blocks (their weights), attn_decode (the cache), the output layer\n"
+    "with the sampler and host transfers, host waits per step and the costliest op.\n"
+    "On a GPU (resources.backend not cpu) the steps also run there and the step's\n"
+    "measured time (its ops timed one by one) is printed beside. --data, --runs,\n"
+    "--clock, --tau, --seed, --backend, --max-new, --json and --png do not apply.\n";
 
 typedef struct method {
     char label[32];
@@ -200,8 +222,11 @@ static void write_json(FILE *f, const char *dev, const char *prec, const char *c
 /* The parsed command line. */
 typedef struct decode_args {
     const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name, *precision;
-    int nck, nb, nk;
-    int prec;                                             /* --precision as a kf_precision */
+    const char *roofline; /* --roofline DEVICE; NULL: measure */
+    char **over;          /* --roofline: the config's overrides */
+    int nck, nb, nk, n_over;
+    int64_t cache_len; /* --roofline: the cache rows before the priced step (0: seq_len / 2) */
+    int prec;          /* --precision as a kf_precision */
     int64_t bs[MAX_LIST], ks[MAX_LIST], P, N, runs, seed; /* P, N: 0 = the protocol's */
     double tau, pen;
     bool cpu_clock;
@@ -252,10 +277,19 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         {"--seed", CLI_INT, .out = &a->seed, .lo = 0, .hi = INFINITY},
         {"--tau", CLI_FLOAT, .out = &a->tau, .lo = 0, .hi = INFINITY, .above = true},
         {"--freq-penalty", CLI_FLOAT, .out = &a->pen, .lo = 0, .hi = INFINITY},
+        {"--roofline", CLI_STR, .out = &a->roofline},
+        {"--cache-len", CLI_INT, .out = &a->cache_len, .lo = 1, .hi = INFINITY},
         CLI_OPT_END,
     };
-    const cli_spec spec = {"kf bench decode",      USAGE,           opts, .pos = a->ckpts,
-                           .max_pos = MAX_METHODS, .n_pos = &a->nck};
+    a->over = kf_calloc((size_t)argc + 1, sizeof *a->over);
+    const cli_spec spec = {"kf bench decode",
+                           USAGE,
+                           opts,
+                           .pos = a->ckpts,
+                           .max_pos = MAX_METHODS,
+                           .n_pos = &a->nck,
+                           .over = a->over,
+                           .n_over = &a->n_over};
     if (cli_parse(&spec, argc, argv, code)) return 1;
     *code = KF_EXIT_USAGE;
     if (strcmp(a->clock_name, "wall") && strcmp(a->clock_name, "cpu")) {
@@ -267,6 +301,18 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
     if ((a->prec = optim_precision_parse(a->precision)) < 0) {
         fprintf(stderr, "kf bench decode: --precision: expected fp32, fp16 or bf16, got '%s'\n",
                 a->precision);
+        return 1;
+    }
+    if (a->roofline) {
+        if (a->nck > 1) {
+            fprintf(stderr, "kf bench decode: --roofline takes one CONFIG, got %d\n", a->nck);
+            return 1;
+        }
+        return 0;
+    }
+    if (a->n_over || a->cache_len) {
+        fprintf(stderr, "kf bench decode: %s applies to --roofline only\n",
+                a->n_over ? "a key.path=value override" : "--cache-len");
         return 1;
     }
     if (!a->nck || !a->data) {
@@ -502,7 +548,27 @@ int bench_decode_main(int argc, char **argv) {
     decode_args a;
     decode_plan p;
     int code;
-    if (parse_args(argc, argv, &a, &code)) return code;
+    if (parse_args(argc, argv, &a, &code)) {
+        free(a.over);
+        return code;
+    }
+    if (a.roofline) {
+        roofline_decode_args r = {.config = a.nck ? a.ckpts[0] : "configs/tiny.yaml",
+                                  .n_over = a.n_over,
+                                  .over = a.over,
+                                  .device = a.roofline,
+                                  .batch = a.bs,
+                                  .n_batch = a.nb,
+                                  .ks = a.ks,
+                                  .n_k = a.nk,
+                                  .cache_len = a.cache_len,
+                                  .prefix_len = a.P,
+                                  .freq_penalty = a.pen,
+                                  .precision = a.prec};
+        code = roofline_decode_bench(&r);
+        free(a.over);
+        return code;
+    }
     omp_env_passive(); /* spinning OpenMP workers would distort the timings */
     kf_err err = {{0}};
     code = KF_EXIT_ERROR;
@@ -517,5 +583,6 @@ int bench_decode_main(int argc, char **argv) {
     }
     if (code) fprintf(stderr, "kf bench decode: error: %s\n", err.msg);
     plan_free(&p, a.nck);
+    free(a.over);
     return code;
 }

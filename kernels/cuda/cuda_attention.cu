@@ -501,7 +501,7 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
  * function of the query's inputs. P comes from device memory (len) when given,
  * so a graph replays with the length of the step; `bound` (>= P) sizes the
  * parts' shared memory, and a length past it writes NaN. */
-enum { DEC_SPLITS = 16, DEC_THREADS = 128 };
+enum { DEC_SPLITS = KF_DECODE_SPLITS, DEC_THREADS = 128 };
 
 /* Query i's visible rows T, or -1 when the length exceeds the bound. */
 __device__ __forceinline__ int64_t dec_rows(const int32_t *len, int64_t bound, int64_t i) {

@@ -159,6 +159,14 @@ if [ -x "$EMU_KF" ]; then
   check "emulated cuda roofline: timed on the GPU" grep -q 'run and timed on this GPU' "$T/roof.out"
   check "emulated cuda roofline: a measured column and step time" \
     eval "grep -q 'meas ms' '$T/roof.out' && grep -qE 'measured [0-9.]+ ms' '$T/roof.out'"
+  # the decode roofline likewise: each step's ops run on the "GPU" and their time is printed
+  "$EMU_KF" bench decode configs/tiny.yaml --roofline h100 --batch 2 --k 2 --cache-len 16 \
+    resources.backend=cuda >"$T/droof.out" 2>"$T/droof.err"; rc=$?
+  check "emulated cuda decode roofline: exits 0 (rc $rc): $(tail -n 1 "$T/droof.err")" [ $rc -eq 0 ]
+  check "emulated cuda decode roofline: timed, a measured column" \
+    eval "grep -q 'run and timed on this GPU' '$T/droof.out' && grep -q 'meas ms' '$T/droof.out'"
+  check "emulated cuda decode roofline: AR and PFLM(2) rows with a measured time" \
+    eval "[ \$(awk '\$1 == 2 && (\$2 == \"AR\" || \$2 == \"PFLM(2)\") && \$6 > 0' '$T/droof.out' | wc -l) -eq 2 ]"
 else
   bad "$EMU_KF not built (make emu-tests)"
 fi

@@ -4,6 +4,9 @@
  *    in fp16 mode the bytes of the CUDA backend's conversion passes;
  *  - dry memory: distinct fake addresses with their sizes, downloads of
  *    zeros, reductions of 0;
+ *  - attn_decode with a device length is priced at the length uploaded
+ *    there (dry) or held there (over the CPU backend), not at its bound,
+ *    with the split's scratch;
  *  - kernels_mask_pairs agrees with the pairs the CPU attention scores;
  *  - a tiny AR step run dry records the FLOPs derived here by hand from the
  *    layer shapes (every linear layer 3 products of 2*rows*in*out, attention
@@ -124,6 +127,35 @@ static void test_dry_memory(void) {
 /* The tensor-core attention's conversion passes of qkv (and dout in the
  * backward; 16-bit modes only): 4 bytes read and 2 written per element,
  * none for inputs given as 16-bit copies, none in batch-invariant mode. */
+static void test_decode_len(void) {
+    int64_t B = 2, nh = 2, hd = 4, H = nh * hd, cap = 64, bound = 40, Q = 2, n = 20;
+    /* per query T = n+i+1 rows (21, 22): parts of ceil(T / 16) = 2 rows, 11 of
+     * each; q read, out written, K and V of n+Q rows, 2 x 2 x 11 records of
+     * hd + 2 floats per sample and head written and read */
+    double want = 4.0 * (double)(2 * B * Q * H + 2 * B * (n + Q) * H + 2 * B * nh * 22 * (hd + 2));
+    for (int over_cpu = 0; over_cpu < 2; over_cpu++) {
+        kf_backend *b = kernels_record_create(over_cpu ? kernels_cpu_create() : NULL, 0);
+        float *q = b->alloc(b, (size_t)(B * Q * H) * 4),
+              *out = b->alloc(b, (size_t)(B * Q * H) * 4);
+        float *kc = b->alloc(b, (size_t)(B * cap * H) * 4),
+              *vc = b->alloc(b, (size_t)(B * cap * H) * 4);
+        int32_t *len = b->alloc(b, sizeof(int32_t)), *other = b->alloc(b, sizeof(int32_t));
+        int32_t nv = (int32_t)n, ov = 3;
+        b->zero(b, q, (size_t)(B * Q * H) * 4);
+        b->zero(b, kc, (size_t)(B * cap * H) * 4);
+        b->zero(b, vc, (size_t)(B * cap * H) * 4);
+        b->upload(b, len, &nv, sizeof nv);
+        b->upload(b, other, &ov, sizeof ov); /* a later upload elsewhere */
+        b->attn_decode(b, out, q, H, kc, vc, B, cap, bound, len, Q, nh, hd);
+        T_NEAR(last_op(b)->cost.bytes, want, 0, "%s: attn_decode priced at the device length %lld",
+               over_cpu ? "over the CPU" : "dry", (long long)n);
+        b->attn_decode(b, out, q, H, kc, vc, B, cap, n, NULL, Q, nh, hd);
+        T_NEAR(last_op(b)->cost.bytes, want, 0, "%s: attn_decode at a host length %lld",
+               over_cpu ? "over the CPU" : "dry", (long long)n);
+        b->destroy(b);
+    }
+}
+
 static void test_attn_convert(void) {
     kf_backend *b = kernels_record_create(NULL, 0);
     kf_mask m = {.n_ctx = 6};
@@ -350,6 +382,7 @@ int main(void) {
     test_dry_memory();
     test_mask_pairs();
     test_attn_convert();
+    test_decode_len();
     test_ar_step_flops();
     test_same_ops(RC_KIND_AR, 1, "AR");
     test_same_ops(RC_KIND_SELF_FORCING, 2, "self-forcing k 2");

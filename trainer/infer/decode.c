@@ -95,6 +95,7 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
 
     int64_t n = 0; /* tokens generated per sequence */
     for (int64_t s = 0; s < steps; s++) {
+        if (o->on_step) o->on_step(o->on_step_ctx, s, model_cache_len(c));
         /* this step's rows: the new context tokens, then the noise rows; the
          * last step emits only the tokens still missing (fewer than k when k
          * does not divide max_new) and feeds only their noise rows */

@@ -63,6 +63,11 @@ typedef struct decode_opts {
     int64_t n_position_temp;
     int64_t max_new; /* tokens to generate per sequence */
     uint64_t seed;
+    /* NULL, or called before each step's first op with on_step_ctx, the
+     * step's index (0: the prefill) and the cache rows before it: `kf bench
+     * decode --roofline` finds a step's ops in a recorder's log by it */
+    void (*on_step)(void *ctx, int64_t step, int64_t cache_len);
+    void *on_step_ctx;
 } decode_opts;
 
 /** Checks opts against the model (k range, tau > 0, max_new >= 1, position

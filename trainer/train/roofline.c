@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "kernels/record.h"
 #include "pipeline/shard_reader.h"
+#include "trainer/infer/decode.h"
 #include "trainer/train/dist.h"
 #include "trainer/train/optim.h"
 #include "trainer/train/supervision.h"
@@ -469,4 +470,190 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
     free(est);
     runconfig_free(rc);
     return code;
+}
+
+/* ---------------------------------------------------------------- decoding */
+
+/* decode_run's step hook: the recorder's op count when the wanted step
+ * begins, and its cache rows. */
+typedef struct step_mark {
+    const kf_backend *be;
+    int64_t want, begin, cache;
+} step_mark;
+
+static void mark_step(void *ctx, int64_t step, int64_t cache_len) {
+    step_mark *sm = ctx;
+    if (step != sm->want) return;
+    sm->begin = n_recorded(sm->be);
+    sm->cache = cache_len;
+}
+
+/* Where an op's time goes: the blocks (their weights, and the row work
+ * around them), the attention over the cache, the output layer with the
+ * sampler, host transfers. */
+enum { PART_BLOCKS, PART_ATTN, PART_OUT, PART_BUS, N_PARTS };
+static int decode_part(const kf_op_rec *r) {
+    if (r->cost.unit == KF_COST_HOST) return PART_BUS;
+    if (!strcmp(r->op, "attn_decode")) return PART_ATTN;
+    const char *out[] = {"head_fwd", "freq_penalty", "argmax", "sample_icdf"};
+    for (size_t i = 0; i < sizeof out / sizeof *out; i++)
+        if (!strcmp(r->op, out[i])) return PART_OUT;
+    return PART_BLOCKS;
+}
+
+/* One method at one batch size: the step priced, by part. */
+typedef struct decode_row {
+    int64_t cache, k;
+    int syncs;
+    tally part[N_PARTS], all, top;
+} decode_row;
+
+/* decode_run of m (tokens k per step) on its recorder after a prefix of P
+ * tokens, up to the first step whose cache holds at least L rows, that
+ * step's ops tallied. */
+static void decode_row_run(model *m, const model_heads *heads, const roofline_decode_args *a,
+                           int64_t L, int64_t P, const roofline_device *d, int64_t B, int64_t k,
+                           int attn_tc, decode_row *row) {
+    kf_backend *be = m->be;
+    int ar = m->cfg.kind == MODEL_AR;
+    /* cache rows before step s >= 1: P + (s - 1) k; the run ends after it */
+    step_mark sm = {.be = be, .want = 1 + (L - P + k - 1) / k};
+    decode_opts o = {.k = k,
+                     .tau = 1.0,
+                     .freq_penalty = ar ? 0.0f : (float)a->freq_penalty,
+                     .max_new = (sm.want + 1) * k,
+                     .seed = 1,
+                     .on_step = mark_step,
+                     .on_step_ctx = &sm};
+    int32_t *pre = kf_malloc((size_t)(B * P) * sizeof *pre), *out;
+    uint64_t *keys = kf_malloc((size_t)B * sizeof *keys);
+    out = kf_malloc((size_t)(B * o.max_new) * sizeof *out);
+    for (int64_t i = 0; i < B * P; i++) pre[i] = (int32_t)((i * 7919) % (m->cfg.vocab - 1));
+    for (int64_t b = 0; b < B; b++) keys[b] = (uint64_t)b;
+    kernels_record_clear(be);
+    decode_run(m, heads, pre, B, P, &o, keys, out);
+    int64_t n;
+    const kf_op_rec *ops = kernels_record_ops(be, &n);
+    *row = (decode_row){.cache = sm.cache, .k = k, .all = {.op = "total"}};
+    tally *byop = kf_calloc((size_t)(2 * (n - sm.begin) + 1), sizeof *byop);
+    int nop = 0;
+    for (int64_t i = sm.begin; i < n; i++) {
+        const kf_op_rec *r = &ops[i];
+        kf_op_rec cv = convert_rec(r, attn_tc);
+        for (int part = 0; part < 2; part++) {
+            const kf_op_rec *x = part ? &cv : r;
+            if (x->cost.unit == KF_COST_NONE || (part && x->cost.bytes == 0)) continue;
+            tally_add(&row->part[decode_part(r)], d, x, attn_tc);
+            tally_add(&row->all, d, x, attn_tc);
+            tally_add(tally_find(byop, &nop, x->op, NULL), d, x, attn_tc);
+        }
+        row->syncs += r->cost.host_sync;
+    }
+    for (int i = 0; i < nop; i++)
+        if (byop[i].est > row->top.est) row->top = byop[i];
+    free(byop);
+    free(pre);
+    free(keys);
+    free(out);
+}
+
+static void print_row(int64_t B, const char *label, const decode_row *r, const decode_row *ar,
+                      int timed) {
+    double tps = (double)(B * r->k) / r->all.est;
+    printf("%5lld %-8s %4lld %6lld %9.4f", (long long)B, label, (long long)r->k,
+           (long long)r->cache, r->all.est * 1e3);
+    if (timed) printf(" %9.4f", r->all.meas * 1e3);
+    printf(" %10.0f %6.2fx", tps, tps / ((double)B * (double)ar->k / ar->all.est));
+    for (int p = 0; p < N_PARTS; p++)
+        printf("  %8.4f %10.3f", r->part[p].est * 1e3, r->part[p].bytes / 1e6);
+    printf(" %5d  %s %.0f%%\n", r->syncs, r->top.op ? r->top.op : "-",
+           100 * r->top.est / r->all.est);
+}
+
+int roofline_decode_bench(const roofline_decode_args *a) {
+    const roofline_device *d = roofline_device_find(a->device);
+    if (!d) {
+        fprintf(stderr, "kf bench decode: --roofline: unknown device \"%s\" (valid: %s)\n",
+                a->device, roofline_device_names());
+        return KF_EXIT_USAGE;
+    }
+    kf_err err = {{0}};
+    runconfig *rc;
+    if (runconfig_load(a->config, a->n_over, a->over, &rc, &err)) return kf_err_report("kf", &err);
+    int64_t L = a->cache_len ? a->cache_len : rc->model.seq_len / 2;
+    int64_t P = a->prefix_len ? a->prefix_len : L < 64 ? L : 64, kmax = 1;
+    for (int j = 0; j < a->n_k; j++) kmax = a->ks[j] > kmax ? a->ks[j] : kmax;
+    model_config ar_cfg = {.hidden = rc->model.hidden,
+                           .heads = rc->model.heads,
+                           .blocks = rc->model.blocks,
+                           .vocab = rc->model.vocab,
+                           .seq_len = rc->model.seq_len,
+                           .mask_id = mask_id(rc),
+                           .kind = MODEL_AR,
+                           .head = HEAD_SHARED,
+                           .k_train = 1};
+    model_config kf_cfg = ar_cfg;
+    kf_cfg.kind = MODEL_PFLM, kf_cfg.k_train = kmax;
+    /* the longest run: PFLM(kmax)'s, up to the step after the cache reaches L */
+    int64_t need = L + 3 * kmax;
+    if (P > L)
+        kf_err_set(&err, "--prefix-len %lld exceeds the cache length %lld", (long long)P,
+                   (long long)L);
+    else if (need > rc->model.seq_len)
+        kf_err_set(&err,
+                   "a step at a cache of %lld rows needs %lld positions with k = %lld; the model's "
+                   "context is %lld (lower --cache-len)",
+                   (long long)L, (long long)need, (long long)kmax, (long long)rc->model.seq_len);
+    if (err.msg[0]) {
+        runconfig_free(rc);
+        return kf_err_report("kf", &err);
+    }
+    const char *tc = getenv("KF_CUDA_TC");
+    int attn_tc = !(tc && !strcmp(tc, "0"));
+    char why[512];
+    kf_backend *gpu =
+        strcmp(rc->res.backend, "cpu") ? kernels_cuda_create(0, why, sizeof why) : NULL;
+    kf_backend *be = kernels_record_create(gpu, gpu != NULL);
+    int timed = gpu != NULL;
+    be->set_precision(be, (kf_precision)a->precision);
+    model *mar = model_create(be, &ar_cfg), *mkf = model_create(be, &kf_cfg);
+    if (timed) model_init(mar, 1), model_init(mkf, 2); /* finite logits: valid ids */
+    model_heads *har = model_heads_pack(mar), *hkf = model_heads_pack(mkf);
+    printf("decode roofline: %s, %.0f TFLOP/s fp16/bf16 tensor, %.1f TFLOP/s fp32, %.2f TB/s "
+           "memory, %.0f GB/s bus; one decode step of %s as decode_run issues it: %lld x %lld, "
+           "V %lld, %s, at a cache of %lld rows (prefix %lld), PFLM frequency penalty %g, AR "
+           "sampled; %s\n",
+           d->desc, d->tensor_flops / 1e12, d->fp32_flops / 1e12, d->mem_bytes / 1e12,
+           d->bus_bytes / 1e9, a->config, (long long)ar_cfg.blocks, (long long)ar_cfg.hidden,
+           (long long)ar_cfg.vocab, kernels_precision_name((kf_precision)a->precision),
+           (long long)L, (long long)P, a->freq_penalty,
+           timed ? "run and timed on this GPU, op by op" : "dry: nothing computed");
+    printf("parameters: AR %lld (%.3f MB fp32), PFLM %lld (%.3f MB)\n", (long long)mar->n_params,
+           4e-6 * (double)mar->n_params, (long long)mkf->n_params, 4e-6 * (double)mkf->n_params);
+    printf("%5s %-8s %4s %6s %9s%s %10s %7s  %8s %10s  %8s %10s  %8s %10s  %8s %10s %5s  %s\n",
+           "batch", "method", "tok", "cache", "est ms", timed ? "   meas ms" : "", "tokens/s",
+           "x AR", "blocks", "MB", "attn", "MB", "output", "MB", "bus", "MB", "syncs", "top op");
+    for (int b = 0; b < a->n_batch; b++) {
+        int64_t B = a->batch[b];
+        decode_row ar, r;
+        decode_row_run(mar, har, a, L, P, d, B, 1, attn_tc, &ar);
+        print_row(B, "AR", &ar, &ar, timed);
+        for (int j = 0; j < a->n_k; j++) {
+            char label[24];
+            snprintf(label, sizeof label, "PFLM(%lld)", (long long)a->ks[j]);
+            decode_row_run(mkf, hkf, a, L, P, d, B, a->ks[j], attn_tc, &r);
+            print_row(B, label, &r, &ar, timed);
+        }
+    }
+    printf("tok: tokens per step; blocks: the transformer blocks, embedding and row moves (their "
+           "weights read once a step), attn: attn_decode over the cache, output: the output "
+           "layer and the sampler, bus: host transfers (est ms and MB each); syncs: host waits "
+           "a step\n");
+    model_heads_free(har);
+    model_heads_free(hkf);
+    model_free(mar);
+    model_free(mkf);
+    be->destroy(be);
+    runconfig_free(rc);
+    return KF_EXIT_OK;
 }

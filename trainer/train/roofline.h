@@ -104,4 +104,33 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
 int roofline_bench(const char *config, int n_over, char **over, const char **stages, int n_stages,
                    const char *device);
 
+/** `kf bench decode --roofline DEVICE`'s arguments. */
+typedef struct roofline_decode_args {
+    const char *config; /* a run config: the model's shape (no checkpoint needed) */
+    int n_over;
+    char **over;               /* key.path=value overrides of config */
+    const char *device;        /* h100, h200, a100 */
+    const int64_t *batch, *ks; /* batch sizes; PFLM tokens per step */
+    int n_batch, n_k;
+    int64_t cache_len;   /* rows in the cache before the priced step; 0: seq_len / 2 */
+    int64_t prefix_len;  /* the prompt's tokens (prefilled); 0: min(64, cache_len) */
+    double freq_penalty; /* the PFLM sampler's (AR samples without) */
+    int precision;       /* a kf_precision */
+} roofline_decode_args;
+
+/** Prices one decode step of an AR model (k = 1) and of a PFLM at each k
+ *  (one model, k_train the largest k) at each batch size on the named
+ *  device: decode_run (trainer/infer/decode.h: the model's step and the
+ *  sampler) runs on a recording backend from a synthetic prefix until the
+ *  first step whose cache holds at least cache_len rows, and that step's
+ *  ops are priced as roofline_op_seconds prices them. Prints per method and
+ *  batch size the estimated step time, tokens per step, tokens/s, the ratio
+ *  to AR's tokens/s, the time and bytes of the blocks, attn_decode, the
+ *  output layer with the sampler and host transfers, host waits, and the
+ *  costliest op. On a build with a GPU (resources.backend not cpu) the
+ *  steps run there (random weights) and the measured time of the step's
+ *  ops, one by one, is printed beside. @return the command's exit code
+ *  (KF_EXIT_USAGE: an unknown device). */
+int roofline_decode_bench(const roofline_decode_args *a);
+
 #endif
