@@ -11,7 +11,8 @@
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
 # accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, the
 # training step as CUDA graphs bitwise equal to KF_CUDA_GRAPHS=0 (ar with an
-# fp16 phase, distill_ar), and `kf bench train --roofline` timing
+# fp16 phase, distill_ar, self_forcing with weighted new positions; 2 ranks,
+# all-reduce and ZeRO-1), and `kf bench train --roofline` timing
 # each op of a step on the emulated GPU. Each program's own checks count here.
 # `make test` builds the programs (make emu-tests); a missing one is a failure.
 set -u
