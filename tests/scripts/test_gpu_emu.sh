@@ -11,7 +11,8 @@
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
 # accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, the
 # training step as CUDA graphs bitwise equal to KF_CUDA_GRAPHS=0 (ar with an
-# fp16 phase, distill_ar), and `kf bench train --roofline` timing
+# fp16 phase, distill_ar, self_forcing with weighted new positions; 2 ranks,
+# all-reduce and ZeRO-1), and `kf bench train --roofline` timing
 # each op of a step on the emulated GPU. Each program's own checks count here.
 # `make test` builds the programs (make emu-tests); a missing one is a failure.
 set -u
@@ -124,34 +125,71 @@ if [ -x "$EMU_KF" ]; then
     --resume 2>"$T/z2.err"; rc=$?
   check "emulated cuda, np=2 zero1 resumed: exits 0 (rc $rc): $(grep -m1 "error" "$T/z2.err")" [ $rc -eq 0 ]
   check "emulated cuda: np=2 zero1 == np=2 all-reduce, bitwise" same_weights "$T/z2/stages/ar" "$T/n2/stages/ar"
+  # same_run LABEL ST DIR0 DIR1: every checkpoint of stage ST in run DIR1
+  # equals DIR0's, bitwise, and so does its log but for the timings
+  nolat() { sed -E 's/,"(tokens_per_s|ms_step|ms_grad_wait|time)":[^,}]*//g' "$1"; }
+  same_run() {
+    local f st=$2 d0=$3 d1=$4
+    for f in $(cd "$d0/stages/$st" && find . -name '*.safetensors' | sort); do
+      check "$1: $f equals KF_CUDA_GRAPHS=0's, bitwise" cmp -s "$d0/stages/$st/$f" "$d1/stages/$st/$f"
+    done
+    check "$1: log (loss, grad_norm, lr, loss_scale, skips) equals KF_CUDA_GRAPHS=0's" \
+      eval 'diff <(nolat "$d0/stages/$st/log.jsonl") <(nolat "$d1/stages/$st/log.jsonl")'
+  }
+  # launched LABEL ERR ST N L: stage ST ran N steps as graphs, L launches
+  launched() {
+    local want="$3: $4 steps ran as graphs ($5 graph launches)"
+    check "$1: got '$(grep -ao "$3: [0-9]* steps ran as graphs.*" "$2")', want '$want'" \
+      grep -aqF "$want" "$2"
+  }
   # the training step as CUDA graphs (train.c) against KF_CUDA_GRAPHS=0, bitwise:
   # an fp16 phase whose first steps overflow (skipped, the scale backed off)
   # and whose scale then grows, an fp32 phase, a learning rate that changes
   # every step (warm-up), pad data (the attention's valid_len), 2
-  # micro-batches; then a distill_ar stage with its teacher. Graphs: recorded
-  # on the 2nd step of each key (precision), launched from the 3rd: ar 6 of
-  # its 10 steps (fp16 steps 2-5, fp32 8-9), k2 2 of 4
+  # micro-batches; then a distill_ar stage with its teacher, and a
+  # self_forcing one (cfg4.yaml: PFLM(4) from k2's teacher passes) whose new
+  # positions weigh 0.5 (model_weight_dlogits: xent16's row weights in fp16,
+  # the dlogits scaled in fp32), fp16 for 4 steps (2 skipped) then fp32, one
+  # evaluation batch. Graphs: recorded on the 2nd step of each key
+  # (precision), launched from the 3rd: ar 6 of its 10 steps (fp16 steps
+  # 2-5, fp32 8-9), k2 2 of 4, k4 2 of 6 (fp16 steps 2-3; fp32 4 eager, 5
+  # recorded); 3 launches a step (2 micro-batches, the update)
+  sed 's/^  - {name: k2, kind: distill_ar.*/&\n  - {name: k4, kind: self_forcing, teacher: k2, k: 4, steps: 6, tau: [0.5, 1.0], new_weight: 0.5, eval_batches: 1, precision: [{until_step: 4, mode: fp16}, {mode: fp32}]}/' \
+    "$T/cfg.yaml" >"$T/cfg4.yaml"
   gr=(resources.backend=cuda stages.0.steps=10 stages.1.steps=4 defaults.warmup=100
     defaults.micro_batch=4)
-  for s in ar:6 k2:2; do
-    st=${s%:*} n=${s#*:}
-    "$EMU_KF" train "$T/cfg.yaml" --stage "$st" --run-dir "$T/gr1" "${gr[@]}" 2>"$T/gr1.err"; rc=$?
+  for s in ar:6 k2:2 k4:2; do
+    st=${s%:*} n=${s#*:} cfg=$T/cfg.yaml s0=$SECONDS
+    [ "$st" = k4 ] && cfg=$T/cfg4.yaml
+    "$EMU_KF" train "$cfg" --stage "$st" --run-dir "$T/gr1" "${gr[@]}" 2>"$T/gr1.err"; rc=$?
     check "emulated cuda graphs, $st: exits 0 (rc $rc): $(tail -n 1 "$T/gr1.err")" [ $rc -eq 0 ]
-    KF_CUDA_GRAPHS=0 "$EMU_KF" train "$T/cfg.yaml" --stage "$st" --run-dir "$T/gr0" "${gr[@]}" \
+    KF_CUDA_GRAPHS=0 "$EMU_KF" train "$cfg" --stage "$st" --run-dir "$T/gr0" "${gr[@]}" \
       2>"$T/gr0.err"; rc=$?
     check "emulated cuda KF_CUDA_GRAPHS=0, $st: exits 0 (rc $rc): $(tail -n 1 "$T/gr0.err")" [ $rc -eq 0 ]
-    for f in $(cd "$T/gr0/stages/$st" && find . -name '*.safetensors' | sort); do
-      check "emulated cuda graphs, $st: $f equals KF_CUDA_GRAPHS=0's, bitwise" \
-        cmp -s "$T/gr0/stages/$st/$f" "$T/gr1/stages/$st/$f"
-    done
-    nolat() { sed -E 's/,"(tokens_per_s|ms_step|ms_grad_wait|time)":[^,}]*//g' "$1"; }
-    check "emulated cuda graphs, $st: log (loss, grad_norm, lr, loss_scale, skips) equals KF_CUDA_GRAPHS=0's" \
-      eval 'diff <(nolat "$T/gr0/stages/$st/log.jsonl") <(nolat "$T/gr1/stages/$st/log.jsonl")'
-    want="$st: $n steps ran as graphs ($((3 * n)) graph launches)"
-    check "emulated cuda graphs, $st: got '$(grep -o "$st: [0-9]* steps ran as graphs.*" "$T/gr1.err")', want '$want'" \
-      grep -qF "$want" "$T/gr1.err"
+    same_run "emulated cuda graphs, $st" "$st" "$T/gr0" "$T/gr1"
+    launched "emulated cuda graphs, $st" "$T/gr1.err" "$st" "$n" $((3 * n))
     check "emulated cuda KF_CUDA_GRAPHS=0, $st: no step ran as graphs" eval '! grep -q "ran as graphs" "$T/gr0.err"'
+    echo "graphs vs KF_CUDA_GRAPHS=0, $st: $((SECONDS - s0)) s"
   done
+  # several ranks as graphs against KF_CUDA_GRAPHS=0: 2 ranks of 2
+  # micro-batches each, all-reduce and ZeRO-1, 4 fp16 steps (the first
+  # skipped); steps 2-3 launch the first micro-batch and the update (the
+  # last micro-batch drives the all-reduce: eager), ZeRO-1's update reading
+  # the norm uploaded into ctl
+  s0=$SECONDS
+  for z in false true; do
+    mr=("${cuda[@]}" defaults.micro_batch=2 resources.zero1=$z resources.bucket_mb=0.0005)
+    for g in 1 0; do
+      KF_CUDA_GRAPHS=$g $MPIRUN -np 2 "$EMU_KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/m$z$g" \
+        "${mr[@]}" 2>"$T/m$z$g.err"; rc=$?
+      check "emulated cuda, np=2 zero1=$z KF_CUDA_GRAPHS=$g: exits 0 (rc $rc): $(grep -m1 "error" "$T/m$z$g.err")" [ $rc -eq 0 ]
+    done
+    same_run "emulated cuda graphs, np=2 zero1=$z" ar "$T/m${z}0" "$T/m${z}1"
+    check "emulated cuda KF_CUDA_GRAPHS=0, np=2 zero1=$z: no step ran as graphs" \
+      eval '! grep -q "ran as graphs" "$T/m${z}0.err"'
+    launched "emulated cuda graphs, np=2 zero1=$z" "$T/m${z}1.err" ar 2 4
+  done
+  echo "graphs vs KF_CUDA_GRAPHS=0, 2 ranks: $((SECONDS - s0)) s"
   # the roofline on a "GPU": the step runs there and each op is timed beside its estimate
   "$EMU_KF" bench train configs/tiny.yaml --roofline h100 --stage ar resources.backend=cuda \
     model.heads=3 defaults.micro_batch=2 >"$T/roof.out" 2>"$T/roof.err"; rc=$?
