@@ -295,19 +295,19 @@ double kernels_mask_pairs(const kf_mask *m, int64_t B) {
 
 /* Attention's cost record: its products on the tensor units in a 16-bit
  * mode when the tensor-core kernels run (KF_COST_ATTN, roofline.c decides),
- * on the fp32 units in batch-invariant mode, which keeps the SIMT kernels;
- * `tc_convert` bytes of the passes the tensor-core kernels run first to
- * convert the fp32 inputs not given as 16-bit copies (4 bytes read, 2
- * written per element; the SIMT kernels read either form as they load). */
+ * batch-invariant mode included (those kernels are batch-invariant,
+ * cuda_attention_tc.cu); `tc_convert` bytes of the passes the tensor-core
+ * kernels run first to convert the fp32 inputs not given as 16-bit copies
+ * (4 bytes read, 2 written per element; the SIMT kernels read either form
+ * as they load). */
 static kf_op_cost attn_cost(kf_backend *b, const kf_mask *m, int64_t B, int64_t n_head,
                             int64_t head_dim, double flops, double bytes, double tc_convert) {
-    int simt = b->batch_invariant;
     kf_op_cost c =
-        cost(b, simt ? KF_COST_SIMT : KF_COST_ATTN, flops, bytes,
+        cost(b, KF_COST_ATTN, flops, bytes,
              "B=%lld L=%lld ctx=%lld group=%lld q0=%lld heads=%lld hd=%lld", (long long)B,
              (long long)kf_mask_len(m), (long long)m->n_ctx, (long long)m->group,
              (long long)m->q_start, (long long)n_head, (long long)head_dim);
-    c.convert_bytes = b->precision != KF_PREC_FP32 && !simt ? tc_convert : 0;
+    c.convert_bytes = b->precision != KF_PREC_FP32 ? tc_convert : 0;
     return c;
 }
 

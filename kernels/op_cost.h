@@ -24,9 +24,9 @@
  *    storage would save.
  *  - unit: which peak bounds the op's arithmetic (see kf_cost_unit).
  *  - b is only read for b->precision (fp16 mode moves GEMM and attention to
- *    the tensor units) and b->batch_invariant (its fixed-tiling GEMM and
- *    attention kernels stay on the fp32 units, and convert as they load), and
- *    is never called.
+ *    the tensor units) and b->batch_invariant (its fixed-tiling GEMM converts
+ *    as it loads, and stays on the fp32 units in fp32; the attention runs the
+ *    same kernels in either mode), and is never called.
  */
 #ifndef KF_KERNELS_OP_COST_H
 #define KF_KERNELS_OP_COST_H

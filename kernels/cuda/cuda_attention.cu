@@ -26,9 +26,10 @@
  * Every row's result depends only on its own sample: batch-invariant.
  * In the fp16 and bf16 phases, head dims 64 and 128 run on the tensor cores
  * instead (cuda_attention_tc.cu: same walk, mma.sync products), unless
- * switched off or their check failed (cuda_attention_guard.cu); these SIMT
- * kernels serve the fp32 phase, batch-invariant mode, the other head dims
- * and that fallback.
+ * switched off or their check failed (cuda_attention_guard.cu), in
+ * batch-invariant mode (the teacher's 16-bit passes) too, as they are
+ * batch-invariant alike; these SIMT kernels serve the fp32 phase, the other
+ * head dims and that fallback.
  */
 #include <math.h>
 

@@ -112,8 +112,9 @@ static int check_head_dim(kf_backend *b, const void *arg, char *why, size_t why_
 }
 
 int attn_tc_supported(kf_backend *b, int64_t head_dim) {
-    if (b->precision == KF_PREC_FP32 || b->batch_invariant || (head_dim != 64 && head_dim != 128))
-        return 0;
+    /* batch-invariant mode too: a block reads and writes one sample only, its
+     * tiles fixed by the mask and that sample's valid_len (cuda_attention_tc.cu) */
+    if (b->precision == KF_PREC_FP32 || (head_dim != 64 && head_dim != 128)) return 0;
     int bit = 1 << (2 * (b->precision == KF_PREC_BF16) + (head_dim == 128));
     char what[64];
     snprintf(what, sizeof what, "%s, head_dim %lld", kernels_precision_name(b->precision),

@@ -23,6 +23,13 @@
  * P and dS are rounded to the 16-bit format as tensor-core operands, which
  * the CPU does not do: the difference is within the 16-bit tolerances.
  *
+ * Batch-invariant: a block reads and writes one sample (blockIdx.z) only;
+ * the tiles it visits and their order depend on the mask and that sample's
+ * valid_len, never on B or the other samples, and the 16-bit rounding of
+ * the inputs is elementwise. So batch-invariant mode (the teacher's 16-bit
+ * passes) runs these kernels too (test_cuda_ops: a sample alone equals it
+ * in a batch, bitwise, forward and backward).
+ *
  * Status: the default of the 16-bit phases (KF_CUDA_TC=0 switches it off),
  * guarded: these kernels have run only under the emulation harness, so at
  * their first use per precision and head dim cuda_attention_guard.cu runs

@@ -6,7 +6,7 @@
 #include "kernels/cuda/cuda_attn_mask.cuh"
 
 /** 1 when the tensor-core kernels handle this call (cuda_attention_guard.cu):
- *  fp16 or bf16 precision outside batch-invariant mode, head_dim 64 or 128,
+ *  fp16 or bf16 precision (batch-invariant mode too), head_dim 64 or 128,
  *  not switched off (KF_CUDA_TC=0), and their check against the SIMT kernels
  *  passed for this precision and head dim; the check runs here at the first
  *  such call (it waits for the device). Call it before anything else of the

@@ -173,9 +173,10 @@ extern "C" int64_t kernels_cuda_graph_records(kf_backend *b) {
     return cu_impl(b)->n_graph_records;
 }
 
-extern "C" int64_t kernels_cuda_gemm_tc_launches(kf_backend *b) {
-    KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_gemm_tc_launches needs the cuda backend");
-    return cu_impl(b)->n_gemm_tc;
+extern "C" int64_t kernels_cuda_tc_launches(kf_backend *b, kf_cuda_tc path) {
+    KF_CHECK(strcmp(b->name, "cuda") == 0, "kernels_cuda_tc_launches needs the cuda backend");
+    cuda_impl *im = cu_impl(b);
+    return (path == KF_CUDA_TC_ATTN ? im->attn_tc : im->gemm_tc).launches;
 }
 
 extern "C" int64_t kernels_cuda_host_syncs(void) {
@@ -218,8 +219,8 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     CUDA_OK(cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device));
     const char *tc = getenv("KF_CUDA_TC");
     int tc_on = !(tc && !strcmp(tc, "0"));
-    im->attn_tc = {"attention", tc_on, 0, -1, cudaSuccess};
-    im->gemm_tc = {"batch-invariant GEMM", tc_on, 0, -1, cudaSuccess};
+    im->attn_tc = {"attention", tc_on, 0, -1, cudaSuccess, 0};
+    im->gemm_tc = {"batch-invariant GEMM", tc_on, 0, -1, cudaSuccess, 0};
     const char *graphs = getenv("KF_CUDA_GRAPHS");
     im->graphs = !graphs || strcmp(graphs, "0");
     CUDA_OK(cudaMalloc(&im->red, CU_RED_SLOTS * sizeof(double)));

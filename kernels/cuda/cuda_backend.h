@@ -30,10 +30,16 @@ int64_t kernels_cuda_graph_launches(kf_backend *b);
  *  show with it when a graph was recorded again. */
 int64_t kernels_cuda_graph_records(kf_backend *b);
 
-/** Launches of the tensor-core batch-invariant GEMM on backend b so far,
- *  its check's included (cuda_gemm.cu): tests show with it which kernel ran
- *  a product, as the emulation harness gives both the same bits. */
-int64_t kernels_cuda_gemm_tc_launches(kf_backend *b);
+/** The tensor-core paths that replace SIMT kernels behind a run-time check:
+ *  the 16-bit attention (cuda_attention_tc.cu) and the 16-bit
+ *  batch-invariant GEMM (cuda_gemm.cu). */
+typedef enum { KF_CUDA_TC_ATTN, KF_CUDA_TC_GEMM } kf_cuda_tc;
+
+/** Ops that path ran on the tensor cores on backend b so far (an attention
+ *  forward or backward, a GEMM product), their checks' included: tests show
+ *  with it which kernels ran, where the emulation harness gives both paths
+ *  the same bits. */
+int64_t kernels_cuda_tc_launches(kf_backend *b, kf_cuda_tc path);
 
 /** Host synchronisations the process has made so far (cudaStreamSynchronize,
  *  cudaFree, a copy with pageable memory, ...: the list in

@@ -376,7 +376,6 @@ static cudaError_t gemm_tc(kf_backend *b, float *C, const float *A, const float 
               (unsigned)batch);
     int va = tg_vec(A, ta ? M : K, sa, batch), vb = tg_vec(B, tb ? K : N, sb, batch);
     cudaStream_t s = cu_stream(b);
-    cu_impl(b)->n_gemm_tc++;
     if (b->precision == KF_PREC_BF16)
         k_gemm_invariant_mma<__nv_bfloat16><<<grid, TG_THREADS, TG_SMEM, s>>>(
             C, A, B, M, N, K, ta, tb, alpha, beta, sc, sa, sb, va, vb, KF_PREC_BF16);

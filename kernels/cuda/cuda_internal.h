@@ -75,11 +75,13 @@ enum { CU_ERR_EMBED_ID = 1 /* embed_bwd: a token id outside [0, vocab) */ };
 /** A tensor-core path and its check against the SIMT kernels
  *  (cuda_tc_guard.cu): on unless KF_CUDA_TC=0 or a check failed; checked, a
  *  bit per case checked; force -1, or the path a check itself runs (0 SIMT,
- *  1 tensor cores); err, a launch error seen during a check. */
+ *  1 tensor cores); err, a launch error seen during a check; launches, the
+ *  path's ops run on the tensor cores (kernels_cuda_tc_launches). */
 typedef struct cu_tc_guard {
     const char *name; /* "attention", "batch-invariant GEMM" */
     int on, checked, force;
     cudaError_t err;
+    int64_t launches;
 } cu_tc_guard;
 
 typedef struct cuda_impl {
@@ -105,9 +107,8 @@ typedef struct cuda_impl {
      * a bit per precision and head dim) and batch-invariant GEMM (cuda_gemm.cu;
      * a bit per precision), each behind its check (cuda_tc_guard.cu) */
     cu_tc_guard attn_tc, gemm_tc;
-    int64_t n_gemm_tc; /* launches of the tensor-core GEMM (kernels_cuda_gemm_tc_launches) */
-    int graphs;        /* graph_end makes graphs (KF_CUDA_GRAPHS unset or not 0; cuda_graph.cu) */
-    int capturing;     /* between graph_begin and graph_end */
+    int graphs;    /* graph_end makes graphs (KF_CUDA_GRAPHS unset or not 0; cuda_graph.cu) */
+    int capturing; /* between graph_begin and graph_end */
     int64_t n_graphs, n_graph_launches; /* graphs alive; launches, graph_end's included */
     int64_t n_graph_records;            /* graphs made by graph_end */
     void *blas_ws; /* cuBLAS's workspace, set on the handle: nothing allocated in a capture */
@@ -232,8 +233,9 @@ typedef int (*cu_tc_check_fn)(kf_backend *b, const void *arg, char *why, size_t 
 int cu_tc_guard_use(kf_backend *b, cu_tc_guard *g, int bit, const char *what, cu_tc_check_fn check,
                     const void *arg);
 
-/** Dies on the launch error e of g's tensor-core kernels, except while a
- *  check runs them (g->force == 1): then e is recorded in g->err. */
+/** Counts an op of g's tensor-core kernels; dies on their launch error e,
+ *  except while a check runs them (g->force == 1): then e is recorded in
+ *  g->err. */
 void cu_tc_guard_launched(cu_tc_guard *g, cudaError_t e);
 
 /** ||a - ref|| / ||ref|| over n values; infinity when a has a non-finite one. */

@@ -57,6 +57,7 @@ int cu_tc_guard_use(kf_backend *b, cu_tc_guard *g, int bit, const char *what, cu
 }
 
 void cu_tc_guard_launched(cu_tc_guard *g, cudaError_t e) {
+    g->launches++;
     if (e == cudaSuccess) return;
     KF_CHECK(g->force == 1, "CUDA: the tensor-core %s: %s", g->name, cudaGetErrorString(e));
     cudaGetLastError(); /* the check falls back; clear the error for later launches */

@@ -355,13 +355,14 @@ static void test_matmul_inv_edges(kf_precision prec) {
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
 }
 
-/* kernels_cuda_gemm_tc_launches, and whether the emulation harness runs the
+/* kernels_cuda_tc_launches, and whether the emulation harness runs the
  * backend (it counts host waits); the program also links without CUDA,
  * where main stops before any CUDA check. */
-static int64_t gemm_tc_launches(kf_backend *b) {
+static int64_t tc_launches(kf_backend *b, kf_cuda_tc path) {
 #ifdef KF_CUDA
-    return kernels_cuda_gemm_tc_launches(b);
+    return kernels_cuda_tc_launches(b, path);
 #else
+    (void)b, (void)path;
     return -1;
 #endif
 }
@@ -374,7 +375,7 @@ static int emulated(void) {
 }
 
 /* Which kernel runs the 16-bit batch-invariant products of backend x (a
- * fresh one): the tensor-core launches (kernels_cuda_gemm_tc_launches) of its
+ * fresh one): the tensor-core launches (kernels_cuda_tc_launches) of its
  * first fp16 product and of the next, then of its first bf16 product, must
  * be want[0..3) (a check runs 4 launches, or stops at the first failing
  * one); and its bits equal ref's (a KF_CUDA_TC=0 backend): always when x's
@@ -400,9 +401,9 @@ static void gemm_paths(kf_backend *x, kf_backend *ref, const int64_t want[3], in
         g->batch_invariant = 1;
         for (int i = 0; i < 3; i++) {
             g->set_precision(g, i < 2 ? KF_PREC_FP16 : KF_PREC_BF16);
-            int64_t n0 = gemm_tc_launches(g);
+            int64_t n0 = tc_launches(g, KF_CUDA_TC_GEMM);
             g->matmul(g, dc, da, db, M, N, K, 0, 1, 1.0f, 0.0f);
-            int64_t n = gemm_tc_launches(g) - n0;
+            int64_t n = tc_launches(g, KF_CUDA_TC_GEMM) - n0;
             if (p == 0)
                 T_EQ_INT(n, want[i], "batch-invariant matmul %s, %s: tensor-core launches", what,
                          step[i]);
@@ -1117,6 +1118,84 @@ static void test_attention(void) {
     attn_cases16("");
 }
 
+/* Compares n floats of sample s alone (got) with the batch's (want) bitwise:
+ * one check, the count of differing values. */
+static void check_alone(const char *what, const char *name, int64_t s, const float *got,
+                        const float *want, int64_t n) {
+    int64_t bad = n_differ(got, want, n);
+    T_CHECK(bad == 0,
+            "batch-invariant attn %s %s: sample %lld alone: got %lld of %lld values differing "
+            "from inside the batch, want 0",
+            name, what, (long long)s, (long long)bad, (long long)n);
+}
+
+/* The 16-bit attention in batch-invariant mode (the teacher's passes) on the
+ * tensor cores: each sample of a batch of 3 with different valid_len, run
+ * alone, gives bitwise the batch's out and lse (query rows) and dqkv (the
+ * backward from the batch's out and lse), for a causal, a SingleForward and
+ * a DoubleForward structure; every call runs the tensor-core kernels
+ * (kernels_cuda_tc_launches). Prints a digest of the batch's results
+ * (compare across KF_CUDA_EMU_ORDERs). */
+static void test_attn_tc_invariance(kf_precision prec) {
+    kf_backend *g = be[1];
+    const char *pn = kernels_precision_name(prec);
+    g->set_precision(g, prec);
+    g->batch_invariant = 1;
+    const kf_mask ms[3] = {{.n_ctx = 75},
+                           {.n_ctx = 70, .group = 2, .n_groups = 70},
+                           {.n_ctx = 70, .group = 8, .n_groups = 70, .q_start = 70}};
+    const char *mn[3] = {"causal D=64", "SingleForward k=2 D=64", "DoubleForward k=4 D=128"};
+    const int64_t Ds[3] = {64, 64, 128};
+    const int64_t B = 3, nh = 2;
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 3; i++) {
+        int32_t vl[3] = {(int32_t)ms[i].n_ctx, 40, 1};
+        kf_mask m = ms[i];
+        m.valid_len = vl;
+        char name[96];
+        snprintf(name, sizeof name, "%s %s", mn[i], pn);
+        int64_t D = Ds[i], L = kf_mask_len(&m), H = nh * D, q0 = m.q_start;
+        int64_t nq = L * 3 * H, no = L * H, nl = nh * L; /* per sample */
+        buf2 qkv = mk_rand(B * nq, 1.5f), dout = mk_rand(B * no, 1), out = mk_rand(B * no, 1),
+             lse = mk_rand(B * nl, 1), dqkv = mk_rand(B * nq, 1), o1 = mk_rand(no, 1),
+             l1 = mk_rand(nl, 1), d1 = mk_rand(nq, 1);
+        float *q = qkv.p[1], *dd = dout.p[1], *o = out.p[1], *l = lse.p[1], *dq = dqkv.p[1];
+        int64_t n0 = tc_launches(g, KF_CUDA_TC_ATTN);
+        g->attn_fwd(g, o, l, q, &m, B, nh, D, NULL, NULL);
+        g->attn_bwd(g, dq, dd, o, l, q, &m, B, nh, D, NULL, NULL, NULL);
+        T_EQ_INT(tc_launches(g, KF_CUDA_TC_ATTN) - n0, 2,
+                 "batch-invariant attn %s, the batch's forward and backward: tensor-core launches",
+                 name);
+        float *ho = down(&out, 1), *hl = down(&lse, 1), *hd = down(&dqkv, 1);
+        hash = fnv(hash, ho, out.bytes), hash = fnv(hash, hl, lse.bytes);
+        hash = fnv(hash, hd, dqkv.bytes);
+        for (int64_t s = 0; s < B; s++) {
+            kf_mask m1 = m;
+            m1.valid_len = vl + s;
+            n0 = tc_launches(g, KF_CUDA_TC_ATTN);
+            g->attn_fwd(g, o1.p[1], l1.p[1], q + s * nq, &m1, 1, nh, D, NULL, NULL);
+            g->attn_bwd(g, d1.p[1], dd + s * no, o + s * no, l + s * nl, q + s * nq, &m1, 1, nh, D,
+                        NULL, NULL, NULL);
+            T_EQ_INT(tc_launches(g, KF_CUDA_TC_ATTN) - n0, 2,
+                     "batch-invariant attn %s, sample %lld alone: tensor-core launches", name,
+                     (long long)s);
+            float *go = down(&o1, 1), *gl = down(&l1, 1), *gd = down(&d1, 1);
+            check_alone("out", name, s, go + q0 * H, ho + s * no + q0 * H, (L - q0) * H);
+            for (int64_t h = 0; h < nh; h++)
+                check_alone("lse", name, s, gl + h * L + q0, hl + s * nl + h * L + q0, L - q0);
+            check_alone("dqkv", name, s, gd, hd + s * nq, nq);
+            free(go), free(gl), free(gd);
+        }
+        printf("  batch-invariant attn %-32s 3 samples alone == in the batch\n", name);
+        free(ho), free(hl), free(hd);
+        drop(&qkv), drop(&dout), drop(&out), drop(&lse), drop(&dqkv), drop(&o1), drop(&l1),
+            drop(&d1);
+    }
+    printf("  batch-invariant attn %s digest %016llx\n", pn, (unsigned long long)hash);
+    g->batch_invariant = 0;
+    g->set_precision(g, KF_PREC_FP32);
+}
+
 /* Backends x and y give the same bits for a 16-bit attention, forward and
  * backward, or (same 0) different ones: the tensor-core kernels round P
  * (and dS) to the 16-bit format, so some bit of out (and dqkv) differs from
@@ -1163,8 +1242,8 @@ static kf_backend *cuda_with(const char *name, const char *value) {
 }
 
 /* Which kernels run the 16-bit attention: the default backend (be[1]) the
- * tensor-core ones (their check passed), KF_CUDA_TC=0 the SIMT ones, which
- * run every 16-bit case here too, as does batch-invariant mode; a check
+ * tensor-core ones (their check passed), in batch-invariant mode too,
+ * KF_CUDA_TC=0 the SIMT ones, which run every 16-bit case here too; a check
  * broken on purpose (KF_CUDA_TC_CHECK_BREAK, in the forward or the
  * backward) falls back to the SIMT kernels. The same for the 16-bit
  * batch-invariant GEMM: the default's bits differ from KF_CUDA_TC=0's (the
@@ -1180,7 +1259,7 @@ static void test_tensor_cores(void) {
         for (int64_t D = 64; D <= 128; D *= 2) {
             attn_paths(tc, simt, (kf_precision)prec, D, 0, "default vs KF_CUDA_TC=0");
             tc->batch_invariant = 1;
-            attn_paths(tc, simt, (kf_precision)prec, D, 1, "batch-invariant vs KF_CUDA_TC=0");
+            attn_paths(tc, simt, (kf_precision)prec, D, 0, "batch-invariant vs KF_CUDA_TC=0");
             tc->batch_invariant = 0;
         }
     const char *brk[] = {"fwd", "bwd"};
@@ -1841,6 +1920,8 @@ int main(void) {
     test_rope();
     test_attention();
     test_tensor_cores();
+    test_attn_tc_invariance(KF_PREC_FP16);
+    test_attn_tc_invariance(KF_PREC_BF16);
     test_attn_decode();
     test_attn_decode_len();
     test_pointwise();

@@ -18,7 +18,8 @@
  *
  * Batch invariance: on the GPU in batch-invariant mode, the teacher targets
  * of one sample built alone equal those built inside a batch of 64, bit for
- * bit, for distill_ar and self_forcing.
+ * bit, for distill_ar and self_forcing, in fp32 and with 16-bit teachers
+ * (their attention on the tensor cores at head_dim 64).
  *
  * Decoding with CUDA graphs (kernels.h's graph ops, model_decode.c): the
  * ids decode_run gives on the GPU with graphs equal, bit for bit, those of a
@@ -211,7 +212,19 @@ static void stage_step(const char *name, sup_kind kind, int64_t k, const model_c
     }
 }
 
-/* Teacher targets of sample 0 alone vs as the first of 64 samples (GPU). */
+/* Attention ops run on the tensor cores so far (kernels_cuda_tc_launches). */
+static int64_t attn_tc_launches(kf_backend *b) {
+#ifdef KF_CUDA
+    return kernels_cuda_tc_launches(b, KF_CUDA_TC_ATTN);
+#else
+    (void)b;
+    return -1; /* never reached: no CUDA backend */
+#endif
+}
+
+/* Teacher targets of sample 0 alone vs as the first of 64 samples (GPU); the
+ * teacher's attention runs on the tensor cores in a 16-bit teacher
+ * precision at head_dim 64, else on the SIMT kernels. */
 static void batch_invariance(const char *name, sup_kind kind, int64_t k, const model_config *tcfg,
                              kf_precision tp) {
     enum { BB = 64 };
@@ -230,6 +243,7 @@ static void batch_invariance(const char *name, sup_kind kind, int64_t k, const m
     for (int i = 0; i < BB; i++) keys[i] = 1000 + (uint64_t)i;
     b->batch_invariant = 1;
     sup_batch big, one;
+    int64_t n0 = attn_tc_launches(b);
     sup_build(s, &big, x, BB, N, NULL, keys);
     int64_t per = big.rows / BB;
     int32_t *first = malloc((size_t)per * sizeof(int32_t));
@@ -238,6 +252,10 @@ static void batch_invariance(const char *name, sup_kind kind, int64_t k, const m
     sup_build(s, &one, x, 1, N, NULL, keys);
     sup_host_targets(s, &one);
     b->batch_invariant = 0;
+    int64_t tc = attn_tc_launches(b) - n0;
+    int want_tc = tp != KF_PREC_FP32 && tcfg->hidden / tcfg->heads == 64;
+    T_CHECK((tc > 0) == want_tc, "%s: got %lld attention ops on the tensor cores, want %s", name,
+            (long long)tc, want_tc ? "some" : "none");
     T_EQ_INT(one.rows, per, "%s: teacher target rows of a sample alone", name);
     if (one.rows == per)
         T_CHECK(memcmp(first, one.targets, (size_t)per * sizeof(int32_t)) == 0,
@@ -643,6 +661,15 @@ int main(void) {
     /* a 16-bit teacher (issue 18's teacher_precision) stays batch-invariant */
     batch_invariance("distill_ar k=1, bf16 teacher", SUP_DISTILL_AR, 1, &ar, KF_PREC_BF16);
     batch_invariance("self_forcing 1->2, fp16 teacher", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP16);
+    /* ... with its attention on the tensor cores (head_dim 64) */
+    n_heads = 1;
+    model_config ar64 = base_cfg(0), pf64 = base_cfg(0);
+    pf64.kind = MODEL_PFLM;
+    n_heads = HEADS;
+    batch_invariance("distill_ar k=1, bf16 teacher, head_dim 64", SUP_DISTILL_AR, 1, &ar64,
+                     KF_PREC_BF16);
+    batch_invariance("self_forcing 1->2, fp16 teacher, head_dim 64", SUP_SELF_FORCING, 2, &pf64,
+                     KF_PREC_FP16);
     save_load_continue();
     decode_with_graphs();
     padded_pass_graph();
