@@ -91,7 +91,8 @@ ifeq ($(EMU),1)
 # kept: deleted as intermediates, they would be remade (and every .cu
 # recompiled) on the next run, since the .d files name them
 .SECONDARY: $(CU_SRC:%.cu=$(BUILD)/%.cu.cc) $(BUILD)/$(EMU_DIR)/emu_selftest.cu.cc \
-	$(BUILD)/tests/unit/test_cuda_mma.cu.cc $(BUILD)/tests/unit/test_cuda_graph.cu.cc
+	$(BUILD)/tests/unit/test_cuda_mma.cu.cc $(BUILD)/tests/unit/test_cuda_graph.cu.cc \
+	$(BUILD)/tests/unit/test_cuda_decode_ref.cu.cc
 
 # kernels with deliberate bugs the harness must report (tests/scripts/test_gpu_emu.sh)
 $(BUILD)/emu_selftest: $(BUILD)/$(EMU_DIR)/emu_selftest.o $(BUILD)/libkf.a
@@ -103,6 +104,10 @@ $(BUILD)/tests/test_cuda_mma: $(BUILD)/tests/unit/test_cuda_mma.o $(BUILD)/libkf
 
 # the harness's model of stream capture (CUDA graphs)
 $(BUILD)/tests/test_cuda_graph: $(BUILD)/tests/unit/test_cuda_graph.o $(BUILD)/libkf.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
+
+# attn_decode bitwise against the kernels it replaced (kept in the test alone)
+$(BUILD)/tests/test_cuda_decode_ref: $(BUILD)/tests/unit/test_cuda_decode_ref.o $(BUILD)/libkf.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
 
 $(BUILD)/%.cu.cc: %.cu $(EMU_DIR)/cu2cc.sh
@@ -159,7 +164,7 @@ test: test-build
 # build of the library is quicker than at -O3)
 EMU_TESTS := tests/test_cuda_ops tests/test_cuda_train
 emu-tests:
-	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS) tests/test_cuda_limits tests/test_cuda_mma tests/test_cuda_graph tests/test_kernels_table kf emu_selftest)
+	$(MAKE) --no-print-directory EMU=1 $(addprefix build-emu/,$(EMU_TESTS) tests/test_cuda_limits tests/test_cuda_mma tests/test_cuda_graph tests/test_cuda_decode_ref tests/test_kernels_table kf emu_selftest)
 	$(MAKE) --no-print-directory EMU=1 SAN="-fsanitize=address -fno-omit-frame-pointer" \
 		OPT="-O2 -march=x86-64-v2" $(addprefix build-emu-asan/,$(EMU_TESTS))
 

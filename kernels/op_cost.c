@@ -348,25 +348,37 @@ kf_op_cost kernels_cost_attn_bwd(kf_backend *b, float *dqkv, const float *dout, 
 }
 
 /* Query i of Q sees T = P+i+1 cache rows: the forward's 4*head_dim + 3 per
- * pair and head. q read, the cache rows read (K and V), out written; and the
- * scratch of the CUDA backend's split (cuda_attention.cu): each of the
- * ceil(T / ceil(T / KF_DECODE_SPLITS)) parts of a query and head writes a
- * record of head_dim + 2 floats, which the combination reads. With a device
- * length, P is its bound (the bucket's longest cache) unless the caller
- * knows the length (a recorder passes the one it uploaded: record.c). */
+ * pair and head. q read, out written; the cache rows (K and V) as the CUDA
+ * backend's split reads them (cuda_attention.cu): each of its KF_DECODE_SPLITS
+ * parts reads the union of the Q queries' parts once (a query's part s is
+ * rows [s*n, s*n + n) of its T, n = ceil(T / KF_DECODE_SPLITS): the queries'
+ * cuts differ, so neighbouring parts may read a row twice); and each of the
+ * ceil(T / n) parts of a query and head writes a record of head_dim + 2
+ * floats, which the combination reads. With a device length, P is its bound
+ * (the bucket's longest cache) unless the caller knows the length (a
+ * recorder passes the one it uploaded: record.c). */
 kf_op_cost kernels_cost_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
                                     const float *kcache, const float *vcache, int64_t B,
                                     int64_t cap, int64_t P, const int32_t *len, int64_t Q,
                                     int64_t n_head, int64_t head_dim) {
     double pairs = (double)B * (double)Q * ((double)P + ((double)Q + 1) / 2);
-    double H = (double)(n_head * head_dim), Bd = (double)B, parts = 0;
+    double H = (double)(n_head * head_dim), Bd = (double)B, parts = 0, rows = 0;
     for (int64_t i = 0; i < Q; i++) {
         int64_t T = P + i + 1, n = (T + KF_DECODE_SPLITS - 1) / KF_DECODE_SPLITS;
         parts += (double)((T + n - 1) / n);
     }
+    for (int64_t s = 0; s < KF_DECODE_SPLITS; s++) {
+        int64_t j0 = INT64_MAX, j1 = 0;
+        for (int64_t i = 0; i < Q; i++) {
+            int64_t T = P + i + 1, n = (T + KF_DECODE_SPLITS - 1) / KF_DECODE_SPLITS;
+            int64_t a = s * n, e = a + n < T ? a + n : T;
+            if (a < e) j0 = a < j0 ? a : j0, j1 = e > j1 ? e : j1;
+        }
+        rows += j0 < j1 ? (double)(j1 - j0) : 0;
+    }
     double scratch = 2 * Bd * (double)n_head * parts * (double)(head_dim + 2);
     return cost(b, KF_COST_ATTN, pairs * (double)n_head * (4 * (double)head_dim + 3),
-                F * (2 * Bd * (double)Q * H + 2 * Bd * (double)(P + Q) * H + scratch),
+                F * (2 * Bd * (double)Q * H + 2 * Bd * rows * H + scratch),
                 "B=%lld P=%lld Q=%lld heads=%lld hd=%lld", (long long)B, (long long)P, (long long)Q,
                 (long long)n_head, (long long)head_dim);
 }

@@ -513,53 +513,88 @@ __device__ __forceinline__ int64_t dec_rows(const int32_t *len, int64_t bound, i
 __device__ __forceinline__ int64_t dec_part_rows(int64_t T) {
     return (T + DEC_SPLITS - 1) / DEC_SPLITS;
 }
+/* Part s of query i (length known to be within the bound): its first row,
+ * its end in *j1 (j1 <= j0: an empty part, which writes no record). */
+__device__ __forceinline__ int64_t dec_part(const int32_t *len, int64_t bound, int64_t i, int64_t s,
+                                            int64_t *j1) {
+    int64_t T = dec_rows(len, bound, i), n = dec_part_rows(T), j0 = s * n;
+    *j1 = j0 + n < T ? j0 + n : T;
+    return j0;
+}
 
-/* Part s of query (b, h, i): its rows' max score m, sum of exp(score - m) l
- * and the unnormalised sum of exp(score - m) v, at part + ((b*nh + h)*Q +
- * i)*DEC_SPLITS + s records of D + 2 floats (m, l, o). Warp w scores rows
- * w, w+4, ... (lanes over d, summed in warp_sum's order); thread d sums o[d]
- * in row order. */
+/* Part s of every query i of (b, h): its rows' max score m, sum of
+ * exp(score - m) l and the unnormalised sum of exp(score - m) v, at part +
+ * ((b*nh + h)*Q + i)*DEC_SPLITS + s records of D + 2 floats (m, l, o). The
+ * block reads the union of the queries' parts (they differ: each query cuts
+ * its own T) once, each row's K into its warp's buffer and V into a thread's
+ * register, and gives it to every query whose part holds it. A query's
+ * arithmetic is the one-query kernel's: warp w scores rows j0+w, j0+w+4, ...
+ * (lanes over d, summed in warp_sum's order; which warp scores a row does
+ * not change its bits), its max and sum strided from its own j0, and thread
+ * d sums o[d] in row order. */
 __global__ void k_attn_decode_part(float *part, const float *q, int64_t q_stride, const float *kc,
                                    const float *vc, int64_t cap, const int32_t *len, int64_t bound,
                                    int64_t Q, int64_t n_head, int64_t D, float scale, int lowp) {
-    extern __shared__ float sm[]; /* q [D], then the part's scores */
+    /* q [Q][D], o [Q][D], a K row per warp [warps][D], then scores [Q][ns] */
+    extern __shared__ float sm[];
     __shared__ float sh[32];
-    int64_t i = blockIdx.z, h = blockIdx.y, b = blockIdx.x / DEC_SPLITS;
-    int64_t s = blockIdx.x % DEC_SPLITS, T = dec_rows(len, bound, i);
-    if (T < 0) return; /* the combination writes NaN */
-    int64_t n = dec_part_rows(T), j0 = s * n, j1 = j0 + n < T ? j0 + n : T;
-    if (j0 >= j1) return;
-    int64_t H = n_head * D;
-    const float *qr = q + (b * Q + i) * q_stride + h * D;
+    int64_t h = blockIdx.y, b = blockIdx.x / DEC_SPLITS, s = blockIdx.x % DEC_SPLITS;
+    if (dec_rows(len, bound, 0) < 0) return; /* the combination writes NaN */
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    int64_t ns = dec_part_rows(bound + Q), H = n_head * D, J0 = INT64_MAX, J1 = 0;
+    for (int64_t i = 0; i < Q; i++) {
+        int64_t j1, j0 = dec_part(len, bound, i, s, &j1);
+        if (j0 < j1) J0 = j0 < J0 ? j0 : J0, J1 = j1 > J1 ? j1 : J1;
+    }
+    if (J0 >= J1) return;
     const float *kb = kc + b * cap * H + h * D, *vb = vc + b * cap * H + h * D;
-    float *qs = sm, *sc = sm + D;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = ld_round(qr + d, lowp);
+    float *qs = sm, *os = qs + Q * D, *kw = os + Q * D + warp * D, *sc = os + Q * D + warps * D;
+    for (int64_t x = threadIdx.x; x < Q * D; x += blockDim.x)
+        qs[x] = ld_round(q + (b * Q + x / D) * q_stride + h * D + x % D, lowp);
     __syncthreads();
-    int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    for (int64_t j = j0 + (threadIdx.x >> 5); j < j1; j += warps) {
-        float acc = 0.0f;
-        for (int64_t d = lane; d < D; d += 32) acc += qs[d] * ld_round(kb + j * H + d, lowp);
-        acc = warp_sum(acc);
-        if (lane == 0) sc[j - j0] = acc * scale;
+    for (int64_t j = J0 + warp; j < J1; j += warps) {
+        for (int64_t d = lane; d < D; d += 32) kw[d] = ld_round(kb + j * H + d, lowp);
+        for (int64_t i = 0; i < Q; i++) { /* lane reads only the kw[d] it wrote */
+            int64_t j1, j0 = dec_part(len, bound, i, s, &j1);
+            if (j < j0 || j >= j1) continue;
+            float acc = 0.0f;
+            for (int64_t d = lane; d < D; d += 32) acc += qs[i * D + d] * kw[d];
+            acc = warp_sum(acc);
+            if (lane == 0) sc[i * ns + j - j0] = acc * scale;
+        }
     }
     __syncthreads();
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < j1 - j0; j += blockDim.x) mx = fmaxf(mx, sc[j]);
-    mx = block_max(mx, sh, -INFINITY);
-    float ps = 0.0f;
-    for (int64_t j = threadIdx.x; j < j1 - j0; j += blockDim.x) {
-        float e = __expf(sc[j] - mx);
-        sc[j] = e;
-        ps += e;
+    for (int64_t i = 0; i < Q; i++) {
+        int64_t j1, j0 = dec_part(len, bound, i, s, &j1), m = j1 - j0;
+        if (m <= 0) continue; /* the same for the whole block */
+        float *si = sc + i * ns, mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j < m; j += blockDim.x) mx = fmaxf(mx, si[j]);
+        mx = block_max(mx, sh, -INFINITY);
+        float ps = 0.0f;
+        for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+            float e = __expf(si[j] - mx);
+            si[j] = e;
+            ps += e;
+        }
+        float l = block_sum(ps, sh); /* its barriers also publish si */
+        float *rec = part + (((b * n_head + h) * Q + i) * DEC_SPLITS + s) * (D + 2);
+        if (threadIdx.x == 0) rec[0] = mx, rec[1] = l;
     }
-    float l = block_sum(ps, sh); /* its barriers also publish sc */
-    float *rec = part + (((b * n_head + h) * Q + i) * DEC_SPLITS + s) * (D + 2);
-    if (threadIdx.x == 0) rec[0] = mx, rec[1] = l;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t j = j0; j < j1; j++)
-            acc = fmaf(sc[j - j0], ld_round(vb + j * H + d, lowp), acc);
-        rec[2 + d] = acc;
+        for (int64_t i = 0; i < Q; i++) os[i * D + d] = 0.0f;
+        for (int64_t j = J0; j < J1; j++) {
+            float v = ld_round(vb + j * H + d, lowp);
+            for (int64_t i = 0; i < Q; i++) {
+                int64_t j1, j0 = dec_part(len, bound, i, s, &j1);
+                if (j >= j0 && j < j1) os[i * D + d] = fmaf(sc[i * ns + j - j0], v, os[i * D + d]);
+            }
+        }
+        for (int64_t i = 0; i < Q; i++) {
+            int64_t j1, j0 = dec_part(len, bound, i, s, &j1);
+            if (j0 < j1)
+                part[(((b * n_head + h) * Q + i) * DEC_SPLITS + s) * (D + 2) + 2 + d] =
+                    os[i * D + d];
+        }
     }
 }
 
@@ -595,9 +630,13 @@ void cu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
              (long long)(P + Q), (long long)cap);
     if (B <= 0 || Q <= 0) return;
     int64_t D = head_dim;
-    /* q, then the scores of a part of the bound's longest row */
-    size_t bytes = (size_t)(D + (P + Q + DEC_SPLITS - 1) / DEC_SPLITS) * sizeof(float);
-    KF_CHECK(bytes <= 48 * 1024, "attn_decode: %lld cached rows is too many", (long long)(P + Q));
+    /* q and o of every query, a K row per warp, then the scores of the
+     * queries' parts at the bound (the kernel's layout) */
+    size_t bytes =
+        (size_t)(2 * Q * D + DEC_THREADS / 32 * D + Q * ((P + Q + DEC_SPLITS - 1) / DEC_SPLITS)) *
+        sizeof(float);
+    KF_CHECK(bytes <= 48 * 1024, "attn_decode: %lld cached rows of %lld queries is too many",
+             (long long)(P + Q), (long long)Q);
     KF_CHECK(n_head <= 65535 && Q <= 65535 && B <= 0x7fffffff / DEC_SPLITS,
              "attn_decode: %lld heads, %lld queries or %lld samples is too many", (long long)n_head,
              (long long)Q, (long long)B);
@@ -605,7 +644,7 @@ void cu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride,
      * nothing at the next */
     float *part = (float *)cu_scratch(
         b, CU_SCRATCH_D, (size_t)(B * n_head * Q * DEC_SPLITS * (D + 2)) * sizeof(float));
-    dim3 grid((unsigned)(B * DEC_SPLITS), (unsigned)n_head, (unsigned)Q);
+    dim3 grid((unsigned)(B * DEC_SPLITS), (unsigned)n_head);
     k_attn_decode_part<<<grid, DEC_THREADS, bytes, cu_stream(b)>>>(
         part, q, q_stride, kcache, vcache, cap, len, P, Q, n_head, D, 1.0f / sqrtf((float)D),
         b->precision);

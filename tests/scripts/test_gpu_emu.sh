@@ -6,7 +6,9 @@
 # once more under AddressSanitizer, the two programs side by side; then
 # test_cuda_limits (65536 blocks), test_kernels_table (every op slot of
 # the CUDA backend filled), test_cuda_mma (the emulated PTX instructions
-# against the PTX ISA's layouts) and test_cuda_graph (stream capture) once, the harness's own checks on kernels
+# against the PTX ISA's layouts) and test_cuda_graph (stream capture) once,
+# test_cuda_decode_ref (attn_decode bitwise its predecessor's) in the three
+# orders, the harness's own checks on kernels
 # with deliberate bugs (emu_selftest), and NCCL's emulation under mpirun: 2
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
 # accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, the
@@ -72,6 +74,11 @@ start test_cuda_graph build-emu/tests/test_cuda_graph forward
 wait
 collect test_cuda_mma forward
 collect test_cuda_graph forward
+for order in forward reverse "random:$seed"; do # attn_decode against its predecessor
+  start test_cuda_decode_ref build-emu/tests/test_cuda_decode_ref "$order"
+  wait
+  collect test_cuda_decode_ref "$order"
+done
 
 # the harness's own checks: kernels/cuda/emu/emu_selftest.cu, one bug per case
 ST=build-emu/emu_selftest
