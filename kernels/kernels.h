@@ -230,13 +230,15 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * Angles in double so backends agree bitwise: a = (double)pos * pow((double)base,             \
      * -(double)(2i)/head_dim), c = (float)cos(a), s = (float)sin(a); rotation in fp32.            \
      * qkv16 (NULL: none) also gets the result, q, k and v, as a 16-bit copy (the                  \
-     * attention's operands). */                                                                   \
+     * attention's operands). With qkv NULL, qkv16 is the input as well: its q and                 \
+     * k are rotated in place (as floats, then rounded) and v stays. */                            \
     X(void, rope_fwd,                                                                              \
       (kf_backend * b, float *qkv, const int32_t *pos, int64_t B, int64_t L, int64_t n_head,       \
        int64_t head_dim, float base, void *qkv16),                                                 \
       (b, qkv, pos, B, L, n_head, head_dim, base, qkv16))                                          \
     /* Applies the inverse rotation to dq and dk inside dqkv (in place); dqkv16                    \
-     * (NULL: none) also gets the result as a 16-bit copy. */                                      \
+     * (NULL: none) also gets the result as a 16-bit copy (dqkv NULL: rotated in                   \
+     * place, as in rope_fwd). */                                                                  \
     X(void, rope_bwd,                                                                              \
       (kf_backend * b, float *dqkv, const int32_t *pos, int64_t B, int64_t L, int64_t n_head,      \
        int64_t head_dim, float base, void *dqkv16),                                                \

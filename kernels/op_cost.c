@@ -257,25 +257,28 @@ kf_op_cost kernels_cost_layernorm_bwd(kf_backend *b, float *dx, float *dw, float
 /* ---- rotary embedding: q and k (2*B*L*H values) rotated in place, 3 FLOPs
  * per value (2 products, 1 add; the angles are not counted); read and
  * written, pos read; with the 16-bit copy (y16) v read too and all 3*B*L*H
- * values written at 2 bytes */
+ * values written at 2 bytes; with the copy alone (x NULL) q and k read and
+ * written at 2 bytes */
 
-static kf_op_cost rope_cost(kf_backend *b, int64_t B, int64_t L, int64_t n_head, int64_t head_dim,
-                            const void *y16) {
+static kf_op_cost rope_cost(kf_backend *b, const float *x, int64_t B, int64_t L, int64_t n_head,
+                            int64_t head_dim, const void *y16) {
     double n = 2.0 * (double)B * (double)L * (double)(n_head * head_dim);
-    return cost(b, KF_COST_SIMT, 3 * n,
-                F * (2 * n + (double)L) + (y16 ? F * n / 2 + H16 * 1.5 * n : 0),
-                "B=%lld L=%lld heads=%lld hd=%lld%s", (long long)B, (long long)L, (long long)n_head,
-                (long long)head_dim, y16 ? " +y16" : "");
+    double bytes = !x ? H16 * 2 * n : y16 ? F * (2 * n + n / 2) + H16 * 1.5 * n : F * 2 * n;
+    return cost(b, KF_COST_SIMT, 3 * n, bytes + F * (double)L, "B=%lld L=%lld heads=%lld hd=%lld%s",
+                (long long)B, (long long)L, (long long)n_head, (long long)head_dim,
+                !x    ? " 16-bit only"
+                : y16 ? " +y16"
+                      : "");
 }
 kf_op_cost kernels_cost_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B,
                                  int64_t L, int64_t n_head, int64_t head_dim, float base,
                                  void *qkv16) {
-    return rope_cost(b, B, L, n_head, head_dim, qkv16);
+    return rope_cost(b, qkv, B, L, n_head, head_dim, qkv16);
 }
 kf_op_cost kernels_cost_rope_bwd(kf_backend *b, float *dqkv, const int32_t *pos, int64_t B,
                                  int64_t L, int64_t n_head, int64_t head_dim, float base,
                                  void *dqkv16) {
-    return rope_cost(b, B, L, n_head, head_dim, dqkv16);
+    return rope_cost(b, dqkv, B, L, n_head, head_dim, dqkv16);
 }
 
 /* ---- attention */

@@ -51,12 +51,19 @@ static void rope_apply(kf_backend *b, float *qkv, const int32_t *pos, int64_t B,
     }
 }
 
-/* y16 (NULL: none): the result as a 16-bit copy. */
+/* y16 (NULL: none): the result as a 16-bit copy; with qkv NULL, the input
+ * as well (rotated through floats: the copy's values are exact in fp32). */
 static void rope(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,
                  int64_t n_head, int64_t D, float base, float dir, void *y16) {
     KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "rope: a 16-bit copy in fp32 mode");
+    KF_CHECK(qkv || y16, "rope: neither qkv nor its 16-bit copy");
+    int64_t n = B * L * 3 * n_head * D;
+    if (!qkv) {
+        qkv = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)n);
+        cpu_from16(qkv, y16, n, b->precision);
+    }
     rope_apply(b, qkv, pos, B, L, n_head, D, base, dir);
-    if (y16) cpu_to16(y16, qkv, B * L * 3 * n_head * D, b->precision);
+    if (y16) cpu_to16(y16, qkv, n, b->precision);
 }
 
 void cpu_rope_fwd(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64_t L,

@@ -198,6 +198,12 @@ __device__ __forceinline__ void cu_store16(void *p, int64_t i, float v, int lowp
     else ((__half *)p)[i] = __float2half_rn(v);
 }
 
+/** Element i of a 16-bit copy in the format lowp, as a float (exact). */
+__device__ __forceinline__ float cu_load16(const void *p, int64_t i, int lowp) {
+    if (lowp == KF_PREC_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return __half2float(((const __half *)p)[i]);
+}
+
 /** GELU and its derivative (tanh form, or erf when erf_kind), the formulas of
  *  kernels/cpu/cpu_pointwise.c; shared by the pointwise ops and the linear
  *  layer's epilogue so both give the same bits. */

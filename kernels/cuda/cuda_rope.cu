@@ -8,7 +8,8 @@
  * formula (so the bits are those of computing it per element); a position
  * past the table (decoding a long context) is computed in place. One thread
  * per (row, q|k, head, pair), and with the result's 16-bit copy (kernels.h)
- * per (row, v, head, pair) as well, which copies v. */
+ * beside the fp32 qkv per (row, v, head, pair) as well, which copies v (a
+ * copy rotated in place keeps its v). */
 #include "kernels/cuda/cuda_internal.h"
 
 /* Positions the table covers at least (more when a call has more rows). */
@@ -29,11 +30,12 @@ __global__ void k_rope_table(float *tab, int64_t cap, int64_t D, double base) {
         rope_factors(t / half, t % half, D, base, &tab[2 * t], &tab[2 * t + 1]);
 }
 
-/* y16 (NULL: none) gets the result as a 16-bit copy in the format lowp. */
+/* y16 (NULL: none) gets the result as a 16-bit copy in the format lowp;
+ * with qkv NULL y16 is the input too, q and k rotated in place (v as it is). */
 __global__ void k_rope(float *qkv, void *y16, int lowp, const int32_t *pos, const float *tab,
                        int64_t cap, int64_t rows, int64_t L, int64_t n_head, int64_t D, double base,
                        float dir) {
-    int64_t half = D / 2, H = n_head * D, parts = y16 ? 3 : 2;
+    int64_t half = D / 2, H = n_head * D, parts = qkv && y16 ? 3 : 2;
     int64_t n = rows * parts * n_head * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n;
          t += (int64_t)gridDim.x * blockDim.x) {
@@ -56,11 +58,13 @@ __global__ void k_rope(float *qkv, void *y16, int lowp, const int32_t *pos, cons
             rope_factors(p, i, D, base, &c, &s);
         }
         s *= dir;
-        float *x = qkv + o;
-        float x1 = x[i], x2 = x[i + half];
+        float x1 = qkv ? qkv[o + i] : cu_load16(y16, o + i, lowp);
+        float x2 = qkv ? qkv[o + i + half] : cu_load16(y16, o + i + half, lowp);
         float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
-        x[i] = y1;
-        x[i + half] = y2;
+        if (qkv) {
+            qkv[o + i] = y1;
+            qkv[o + i + half] = y2;
+        }
         if (y16) {
             cu_store16(y16, o + i, y1, lowp);
             cu_store16(y16, o + i + half, y2, lowp);
@@ -89,7 +93,8 @@ static void rope(kf_backend *b, float *qkv, const int32_t *pos, int64_t B, int64
                  int64_t n_head, int64_t D, float base, float dir, void *y16) {
     KF_CHECK(D % 2 == 0, "rope needs an even head_dim, got %lld", (long long)D);
     KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "rope: a 16-bit copy in fp32 mode");
-    int64_t n = B * L * n_head * D * (y16 ? 3 : 2) / 2;
+    KF_CHECK(qkv || y16, "rope: neither qkv nor its 16-bit copy");
+    int64_t n = B * L * n_head * D * (qkv && y16 ? 3 : 2) / 2;
     if (n <= 0) return;
     const float *tab = rope_table(b, L, D, base);
     k_rope<<<cu_blocks(n), 256, 0, cu_stream(b)>>>(qkv, y16, b->precision, pos, tab,

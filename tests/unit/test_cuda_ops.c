@@ -888,7 +888,8 @@ static void rope_case(const char *what, int32_t first) {
     BOTH(BE->rope_bwd(BE, PF(x), PI(p), B, L, nh, D, 10000.0f, NULL));
     check_close(name, &x, B * L * 3 * H, 1e-6);
     /* the 16-bit copy of the result (the attention's operands, qkv's dy16):
-     * the fp32 result unchanged, the copy that result rounded */
+     * the fp32 result unchanged, the copy that result rounded; and the copy
+     * rotated in place (no fp32 qkv) */
     kf_backend *g = be[1];
     for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++)
         for (int dir = 0; dir < 2; dir++) {
@@ -911,6 +912,23 @@ static void rope_case(const char *what, int32_t first) {
                 char c[128];
                 snprintf(c, sizeof c, "%s (%s)", w, side ? "cuda" : "cpu");
                 check_copy16(c, &c16, side, &x, side, B * L * 3 * H, (kf_precision)prec);
+            }
+            /* the copy alone (qkv NULL), rotated in place: on each side the
+             * copy of the rotation of its values (r, x rounded) */
+            BOTH(BE->copy(BE, P(x2), P(x), x.bytes));
+            BOTH(BE->round_lowp(BE, PF(x2), B * L * 3 * H));
+            BOTH(BE->copy_to16(BE, P(c16), PF(x2), B * L * 3 * H));
+            if (dir) {
+                BOTH(BE->rope_bwd(BE, NULL, PI(p), B, L, nh, D, 10000.0f, P(c16)));
+                BOTH(BE->rope_bwd(BE, PF(x2), PI(p), B, L, nh, D, 10000.0f, NULL));
+            } else {
+                BOTH(BE->rope_fwd(BE, NULL, PI(p), B, L, nh, D, 10000.0f, P(c16)));
+                BOTH(BE->rope_fwd(BE, PF(x2), PI(p), B, L, nh, D, 10000.0f, NULL));
+            }
+            for (int side = 0; side < 2; side++) {
+                char c[128];
+                snprintf(c, sizeof c, "%s in place (%s)", w, side ? "cuda" : "cpu");
+                check_copy16(c, &c16, side, &x2, side, B * L * 3 * H, (kf_precision)prec);
             }
             drop(&x2), drop(&c16);
         }

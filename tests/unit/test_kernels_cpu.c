@@ -511,7 +511,8 @@ static void check_copies16(kf_backend *be) {
 
 /* The attention block's 16-bit copies in fp16 and bf16: rope_fwd's and
  * rope_bwd's (qkv16, dqkv16) and linear_bwd's (dx16, with or without dx)
- * hold their fp32 results rounded (tu_to16), which they leave unchanged;
+ * hold their fp32 results rounded (tu_to16), which they leave unchanged,
+ * and rope on the copy alone gives the copy of rope on its values;
  * attn_fwd reading qkv16 gives bitwise out and lse of qkv, writing out16
  * (with or without out) out rounded in the query rows; attn_bwd reading
  * dout16, out16 and qkv16 gives bitwise the dqkv of dout, out and qkv.
@@ -549,6 +550,24 @@ static void check_attn_copies16(kf_backend *be) {
                         "rope_%s %s %s: the copy is not the result rounded", dir ? "bwd" : "fwd",
                         pn, mname[mi]);
                 free(want);
+                /* the copy alone (qkv NULL), rotated in place: the rotation of
+                 * its values (qkv rounded) in fp32, rounded */
+                memcpy(x2, qkv, n * 4);
+                be->round_lowp(be, x2, n);
+                uint16_t *in16 = tu_to16(x2, n, (kf_precision)prec);
+                if (dir == 0) {
+                    be->rope_fwd(be, NULL, pos, B, L, nh, D, 10000.0f, in16);
+                    be->rope_fwd(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
+                } else {
+                    be->rope_bwd(be, NULL, pos, B, L, nh, D, 10000.0f, in16);
+                    be->rope_bwd(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
+                }
+                want = tu_to16(x2, n, (kf_precision)prec);
+                T_CHECK(!memcmp(in16, want, n * 2),
+                        "rope_%s %s %s: the copy rotated in place is not the rotation of its "
+                        "values rounded",
+                        dir ? "bwd" : "fwd", pn, mname[mi]);
+                free(want), free(in16);
             }
             /* the attention on the copies against the attention on fp32 */
             uint16_t *q16 = tu_to16(qkv, n, (kf_precision)prec);

@@ -721,13 +721,16 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
         void *ln1 = norm_fwd(m, &a->ln1, &a->mean1, &a->rstd1, x, o->norm1, o->norm1_b, R, s16);
         /* with c16 the layer keeps q, k, v and the attention's output as the
          * 16-bit copies the attention and attn_out read (kernels.h); the
-         * fp32 qkv is then only rope's and the K/V hand-over's */
-        float *qkv = dbuf_ensure(be, c16 ? &ws->qkv32 : &a->qkv, (size_t)(R * 3 * H) * f);
+         * fp32 qkv is then only a biased rope's input (a product plus a bias
+         * is not a 16-bit value; without the bias rope rotates the copy in
+         * place) and the K/V hand-over's */
+        int rope = c->pos == POS_ROPE, only16 = c16 && (!rope || o->qkv_b < 0) && !ws->keep_kv;
+        float *qkv =
+            only16 ? NULL : dbuf_ensure(be, c16 ? &ws->qkv32 : &a->qkv, (size_t)(R * 3 * H) * f);
         void *qkv16 = c16 ? dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * 2) : NULL;
         void *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * (c16 ? 2 : f));
-        int rope = c->pos == POS_ROPE;
-        linear_act_fwd(m, qkv, rope ? NULL : qkv16, NULL, in32(s16, ln1), in16(s16, ln1), o->qkv,
-                       o->qkv_b, R, H, 3 * H, KF_ACT_NONE);
+        linear_act_fwd(m, qkv, rope && qkv ? NULL : qkv16, NULL, in32(s16, ln1), in16(s16, ln1),
+                       o->qkv, o->qkv_b, R, H, 3 * H, KF_ACT_NONE);
         if (rope) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE, qkv16);
         if (q0 > 0) {
             be->scatter_rows(be, ws->qkv_full.p, qkv, ws->comp_idx_d.p, R, 3 * H);
