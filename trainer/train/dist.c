@@ -461,18 +461,41 @@ double dist_grads_wait(dist *d) {
     return clock_now_s() - t0;
 }
 
+#ifdef KF_CUDA
+/* Starts a collective on NCCL's stream: after the compute stream's work so
+ * far, under the watchdog (what: its name). Returns the compute stream. */
+static cudaStream_t nccl_enter(dist *d, kf_backend *b, const char *what) {
+    dist_impl *im = d->impl;
+    KF_CHECK(im->have_nccl, "dist: NCCL not set up (call dist_attach_backend)");
+    cudaStream_t cs = (cudaStream_t)kernels_cuda_stream(b);
+    CUDA_OK(cudaEventRecord(im->ev_ready, cs), "cudaEventRecord");
+    CUDA_OK(cudaStreamWaitEvent(im->nstream, im->ev_ready, 0), "cudaStreamWaitEvent");
+    arm_main(d, what);
+    return cs;
+}
+
+/* Ends it: the NCCL group's results r (its calls) and e (ncclGroupEnd)
+ * checked, then the compute stream and the host wait for it, the host under
+ * the watchdog. */
+static void nccl_leave(dist *d, cudaStream_t cs, ncclResult_t r, ncclResult_t e, const char *what) {
+    dist_impl *im = d->impl;
+    KF_CHECK(r == ncclSuccess && e == ncclSuccess, "%s: %s", what,
+             ncclGetErrorString(r != ncclSuccess ? r : e));
+    CUDA_OK(cudaEventRecord(im->ev_done, im->nstream), "cudaEventRecord");
+    CUDA_OK(cudaStreamWaitEvent(cs, im->ev_done, 0), "cudaStreamWaitEvent");
+    CUDA_OK(cudaEventSynchronize(im->ev_done), "cudaEventSynchronize(NCCL)");
+    disarm(d);
+}
+#endif
+
 void dist_allgather(dist *d, kf_backend *b, float *buf, int64_t n) {
     if (d->world == 1) return;
 #ifdef KF_CUDA
     dist_impl *im = d->impl;
     if (!strcmp(b->name, "cuda")) {
-        KF_CHECK(im->have_nccl, "dist: NCCL not set up (call dist_attach_backend)");
-        /* on NCCL's stream after the ops that wrote the shards; the compute
-         * stream waits for it, and so does the host, under the watchdog */
-        cudaStream_t cs = (cudaStream_t)kernels_cuda_stream(b);
-        CUDA_OK(cudaEventRecord(im->ev_ready, cs), "cudaEventRecord");
-        CUDA_OK(cudaStreamWaitEvent(im->nstream, im->ev_ready, 0), "cudaStreamWaitEvent");
-        arm_main(d, "ncclBroadcast(weights)");
+        /* the compute stream waits for it, and so does the host, under the
+         * watchdog */
+        cudaStream_t cs = nccl_enter(d, b, "ncclBroadcast(weights)");
         ncclResult_t r = ncclGroupStart();
         for (int o = 0; o < d->world && r == ncclSuccess; o++) {
             dist_range sh = dist_shard(d, n, o);
@@ -480,13 +503,7 @@ void dist_allgather(dist *d, kf_backend *b, float *buf, int64_t n) {
                 r = ncclBroadcast(buf + sh.off, buf + sh.off, (size_t)sh.count, ncclFloat, o,
                                   im->nccl, im->nstream);
         }
-        ncclResult_t e = ncclGroupEnd();
-        KF_CHECK(r == ncclSuccess && e == ncclSuccess, "ncclBroadcast: %s",
-                 ncclGetErrorString(r != ncclSuccess ? r : e));
-        CUDA_OK(cudaEventRecord(im->ev_done, im->nstream), "cudaEventRecord");
-        CUDA_OK(cudaStreamWaitEvent(cs, im->ev_done, 0), "cudaStreamWaitEvent");
-        CUDA_OK(cudaEventSynchronize(im->ev_done), "cudaEventSynchronize(NCCL)");
-        disarm(d);
+        nccl_leave(d, cs, r, ncclGroupEnd(), "ncclBroadcast");
         return;
     }
 #endif
@@ -511,11 +528,7 @@ void dist_gather_root(dist *d, kf_backend *b, float *full, const float *shard, i
 #ifdef KF_CUDA
     dist_impl *im = d->impl;
     if (!strcmp(b->name, "cuda")) {
-        KF_CHECK(im->have_nccl, "dist: NCCL not set up (call dist_attach_backend)");
-        cudaStream_t cs = (cudaStream_t)kernels_cuda_stream(b);
-        CUDA_OK(cudaEventRecord(im->ev_ready, cs), "cudaEventRecord");
-        CUDA_OK(cudaStreamWaitEvent(im->nstream, im->ev_ready, 0), "cudaStreamWaitEvent");
-        arm_main(d, "ncclSend/ncclRecv(checkpoint shards)");
+        cudaStream_t cs = nccl_enter(d, b, "ncclSend/ncclRecv(checkpoint shards)");
         ncclResult_t r = ncclGroupStart();
         for (int o = 1; o < d->world && r == ncclSuccess; o++) {
             dist_range sh = dist_shard(d, n, o);
@@ -525,13 +538,7 @@ void dist_gather_root(dist *d, kf_backend *b, float *full, const float *shard, i
             else if (d->rank == o)
                 r = ncclSend(shard, (size_t)sh.count, ncclFloat, 0, im->nccl, im->nstream);
         }
-        ncclResult_t e = ncclGroupEnd();
-        KF_CHECK(r == ncclSuccess && e == ncclSuccess, "ncclSend/ncclRecv: %s",
-                 ncclGetErrorString(r != ncclSuccess ? r : e));
-        CUDA_OK(cudaEventRecord(im->ev_done, im->nstream), "cudaEventRecord");
-        CUDA_OK(cudaStreamWaitEvent(cs, im->ev_done, 0), "cudaStreamWaitEvent");
-        CUDA_OK(cudaEventSynchronize(im->ev_done), "cudaEventSynchronize(NCCL)");
-        disarm(d);
+        nccl_leave(d, cs, r, ncclGroupEnd(), "ncclSend/ncclRecv");
         return;
     }
 #endif

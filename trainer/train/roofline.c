@@ -389,6 +389,19 @@ static int64_t mask_id(const runconfig *rc) {
     return runconfig_mask_id(&rc->model, dv);
 }
 
+/* The config's model as an AR one (the stages' models start from it). */
+static model_config ar_config(const runconfig *rc) {
+    return (model_config){.hidden = rc->model.hidden,
+                          .heads = rc->model.heads,
+                          .blocks = rc->model.blocks,
+                          .vocab = rc->model.vocab,
+                          .seq_len = rc->model.seq_len,
+                          .mask_id = mask_id(rc),
+                          .kind = MODEL_AR,
+                          .head = HEAD_SHARED,
+                          .k_train = 1};
+}
+
 int roofline_bench(const char *config, int n_over, char **over, const char **stages, int n_stages,
                    const char *device) {
     const roofline_device *d = roofline_device_find(device);
@@ -412,15 +425,7 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
            "%.0f GB/s bus; one training step of %s as the model issues it\n",
            d->desc, d->tensor_flops / 1e12, d->fp32_flops / 1e12, d->mem_bytes / 1e12,
            d->bus_bytes / 1e9, config);
-    model_config base = {.hidden = rc->model.hidden,
-                         .heads = rc->model.heads,
-                         .blocks = rc->model.blocks,
-                         .vocab = rc->model.vocab,
-                         .seq_len = rc->model.seq_len,
-                         .mask_id = mask_id(rc),
-                         .kind = MODEL_AR,
-                         .head = HEAD_SHARED,
-                         .k_train = 1};
+    model_config base = ar_config(rc);
     int code = KF_EXIT_OK;
     double *est = kf_calloc((size_t)rc->n_stages, sizeof *est), ar = 0;
     for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
@@ -583,15 +588,7 @@ int roofline_decode_bench(const roofline_decode_args *a) {
     int64_t L = a->cache_len ? a->cache_len : rc->model.seq_len / 2;
     int64_t P = a->prefix_len ? a->prefix_len : L < 64 ? L : 64, kmax = 1;
     for (int j = 0; j < a->n_k; j++) kmax = a->ks[j] > kmax ? a->ks[j] : kmax;
-    model_config ar_cfg = {.hidden = rc->model.hidden,
-                           .heads = rc->model.heads,
-                           .blocks = rc->model.blocks,
-                           .vocab = rc->model.vocab,
-                           .seq_len = rc->model.seq_len,
-                           .mask_id = mask_id(rc),
-                           .kind = MODEL_AR,
-                           .head = HEAD_SHARED,
-                           .k_train = 1};
+    model_config ar_cfg = ar_config(rc);
     model_config kf_cfg = ar_cfg;
     kf_cfg.kind = MODEL_PFLM, kf_cfg.k_train = kmax;
     /* the longest run: PFLM(kmax)'s, up to the step after the cache reaches L */
