@@ -152,6 +152,8 @@ static void test_decode_len(void) {
         b->attn_decode(b, out, q, H, kc, vc, B, cap, n, NULL, Q, nh, hd);
         T_NEAR(last_op(b)->cost.bytes, want, 0, "%s: attn_decode at a host length %lld",
                over_cpu ? "over the CPU" : "dry", (long long)n);
+        void *bufs[] = {q, out, kc, vc, len, other};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) b->free(b, bufs[i]);
         b->destroy(b);
     }
 }
