@@ -535,14 +535,12 @@ static void check_attn_copies16(kf_backend *be) {
             float *qkv = tu_randf(n, 1), *x1 = kf_malloc(n * 4), *x2 = kf_malloc(n * 4);
             uint16_t *c16 = kf_malloc(n * 2);
             for (int dir = 0; dir < 2; dir++) {
+                /* the two directions share their signature */
+                void (*rope)(kf_backend *, float *, const int32_t *, int64_t, int64_t, int64_t,
+                             int64_t, float, void *) = dir ? be->rope_bwd : be->rope_fwd;
                 memcpy(x1, qkv, n * 4), memcpy(x2, qkv, n * 4);
-                if (dir == 0) {
-                    be->rope_fwd(be, x1, pos, B, L, nh, D, 10000.0f, c16);
-                    be->rope_fwd(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
-                } else {
-                    be->rope_bwd(be, x1, pos, B, L, nh, D, 10000.0f, c16);
-                    be->rope_bwd(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
-                }
+                rope(be, x1, pos, B, L, nh, D, 10000.0f, c16);
+                rope(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
                 uint16_t *want = tu_to16(x2, n, (kf_precision)prec);
                 T_CHECK(!memcmp(x1, x2, n * 4), "rope_%s %s %s: the copy changed the fp32 result",
                         dir ? "bwd" : "fwd", pn, mname[mi]);
@@ -555,13 +553,8 @@ static void check_attn_copies16(kf_backend *be) {
                 memcpy(x2, qkv, n * 4);
                 be->round_lowp(be, x2, n);
                 uint16_t *in16 = tu_to16(x2, n, (kf_precision)prec);
-                if (dir == 0) {
-                    be->rope_fwd(be, NULL, pos, B, L, nh, D, 10000.0f, in16);
-                    be->rope_fwd(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
-                } else {
-                    be->rope_bwd(be, NULL, pos, B, L, nh, D, 10000.0f, in16);
-                    be->rope_bwd(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
-                }
+                rope(be, NULL, pos, B, L, nh, D, 10000.0f, in16);
+                rope(be, x2, pos, B, L, nh, D, 10000.0f, NULL);
                 want = tu_to16(x2, n, (kf_precision)prec);
                 T_CHECK(!memcmp(in16, want, n * 2),
                         "rope_%s %s %s: the copy rotated in place is not the rotation of its "
