@@ -631,6 +631,9 @@ void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int fla
     ws->R = B * ws->Lc;
     ws->train = train;
     ws->keep_kv = (flags & MODEL_KEEP_CTX_KV) != 0;
+    /* set here, not by the ops, so that a DoubleForward's inputs can be
+     * uploaded before its kv_src's ops run (sup_pflm_rounds' graph) */
+    ws->ctx_n = ws->keep_kv ? lay->mask.n_ctx : 0;
     ws->no_logits = train || (flags & MODEL_NO_LOGITS);
     ws->have_dlogits = 0;
     ws->w_period = 0;
@@ -759,7 +762,6 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
         }
         block_mlp_fwd(m, o, a, xo, R);
     }
-    ws->ctx_n = ws->keep_kv ? lay->mask.n_ctx : 0;
 
     int64_t O = ws->n_out_rows;
     float *xf = dbuf_ensure(be, &ws->xf, (size_t)(O * H) * f);

@@ -8,6 +8,20 @@
 
 #include "common/rng.h"
 
+/* A slot's teacher passes as a graph (sup_set_graphs). It replays the
+ * addresses and shapes it was recorded with: recorded on a pass whose key
+ * equals the slot's previous pass's (which ran eagerly, or was recorded,
+ * and so grew every buffer), launched while the key and the model's
+ * buffers (model_allocs) stay the same. */
+enum { SG_NONE, SG_WARM, SG_READY };
+enum { SG_KEY_N = 5 };
+typedef struct sup_graph {
+    void *g;
+    int state; /* SG_* */
+    int64_t key[SG_KEY_N];
+    uint64_t allocs; /* model_allocs() when g was recorded */
+} sup_graph;
+
 struct sup_ctx {
     sup_config cfg;
     model *teacher;
@@ -21,6 +35,8 @@ struct sup_ctx {
     size_t picks_cap;
     int32_t *targets_d, *from_d; /* the student's targets gathered from picks, and where from */
     size_t targets_cap;
+    sup_graph *graphs; /* [n_graphs] (sup_set_graphs) */
+    int64_t n_graphs, graph_launches;
 };
 
 static const char *const kind_names[] = {"ar", "distill_ar", "self_forcing",
@@ -92,8 +108,22 @@ void sup_set_tau(sup_ctx *s, double tau_min, double tau_max) {
     s->cfg.tau_max = tau_max;
 }
 
+void sup_set_graphs(sup_ctx *s, int64_t slots) {
+    for (int64_t i = 0; i < s->n_graphs; i++)
+        s->teacher->be->graph_free(s->teacher->be, s->graphs[i].g);
+    free(s->graphs);
+    s->graphs = NULL;
+    s->n_graphs = 0;
+    if (s->cfg.kind != SUP_SELF_FORCING || slots < 1) return;
+    s->graphs = kf_calloc((size_t)slots, sizeof *s->graphs);
+    s->n_graphs = slots;
+}
+
+int64_t sup_graph_launches(const sup_ctx *s) { return s->graph_launches; }
+
 void sup_free(sup_ctx *s) {
     if (!s) return;
+    sup_set_graphs(s, 0);
     if (s->picks) s->teacher->be->free(s->teacher->be, s->picks);
     if (s->targets_d) {
         s->teacher->be->free(s->teacher->be, s->targets_d);
@@ -186,60 +216,87 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
     free(got);
 }
 
-void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx, int64_t B,
-                     int64_t n, int64_t k, const double *z, int64_t k2, const double *z2,
-                     const double *tau, int32_t *picks, int32_t *out) {
+/* sup_pflm_rounds' two rounds, their host inputs kept from their uploads
+ * (pflm_inputs, both rounds first) to their ops (pflm_ops), so that the ops
+ * alone can be recorded as a graph. */
+typedef struct pflm_pass {
+    layout l1, l2;
+    int32_t *ids1, *ids2, *at;
+    double *zz1, *zz2;
+    model_input in1, in2;
+    int64_t rows; /* picks of a round */
+} pflm_pass;
+
+static void pflm_inputs(pflm_pass *p, model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx,
+                        int64_t B, int64_t n, int64_t k, const double *z, int64_t k2,
+                        const double *z2, const double *tau) {
     KF_CHECK(pf->cfg.kind == MODEL_PFLM && pf->cfg.head == HEAD_SHARED,
              "sup_pflm_rounds: needs a PFLM with the shared head");
     KF_CHECK(k2 == 0 || k2 == k, "sup_pflm_rounds: the second round has k tokens");
-    int64_t w = k + k2, rows = B * n * k;
-    layout l1;
-    layout_single(&l1, n, k);
-    int64_t L = l1.L;
-    int32_t *ids = kf_calloc((size_t)(B * (n + 2 * n * k)), sizeof(int32_t));
-    double *zz = kf_calloc((size_t)(B * (n + 2 * n * k)), sizeof(double));
+    memset(p, 0, sizeof *p);
+    p->rows = B * n * k;
+    layout_single(&p->l1, n, k);
+    int64_t L = p->l1.L;
+    p->ids1 = kf_calloc((size_t)(B * L), sizeof(int32_t));
+    p->zz1 = kf_calloc((size_t)(B * L), sizeof(double));
     for (int64_t b = 0; b < B; b++) {
-        memcpy(ids + b * L, ctx + b * n, (size_t)n * sizeof(int32_t));
+        memcpy(p->ids1 + b * L, ctx + b * n, (size_t)n * sizeof(int32_t));
         for (int64_t t = 0; t < n; t++)
             for (int64_t j = 0; j < k; j++)
-                zz[b * L + layout_group_row(n, k, t, j)] = z[(b * n + t) * k + j];
+                p->zz1[b * L + layout_group_row(n, k, t, j)] = z[(b * n + t) * k + j];
     }
-    model_input in = {.lay = &l1, .B = B, .ids = ids, .z = zz, .tau = tau};
-    model_forward(pf, ws1, &in, MODEL_NO_LOGITS | (k2 ? MODEL_KEEP_CTX_KV : 0), NULL);
-    model_pick(pf, ws1, rows, NULL, NULL, picks);
-    layout_free(&l1);
-    if (k2) {
-        /* round 2 reads round 1's picks (row r = (b, t, j)) on the device */
-        layout l2;
-        layout_double(&l2, n, k);
-        int64_t L2 = l2.L;
-        int32_t *at = kf_malloc((size_t)rows * sizeof(int32_t));
-        memset(ids, 0, (size_t)(B * L2) * sizeof(int32_t));
-        memset(zz, 0, (size_t)(B * L2) * sizeof(double));
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < n; t++)
-                for (int64_t j = 0; j < k; j++) {
-                    at[(b * n + t) * k + j] = (int32_t)(b * L2 + layout_group_row(n, 2 * k, t, j));
-                    zz[b * L2 + layout_group_row(n, 2 * k, t, k + j)] = z2[(b * n + t) * k + j];
-                }
-        in = (model_input){.lay = &l2,
+    p->in1 = (model_input){.lay = &p->l1, .B = B, .ids = p->ids1, .z = p->zz1, .tau = tau};
+    model_forward_inputs(pf, ws1, &p->in1, MODEL_NO_LOGITS | (k2 ? MODEL_KEEP_CTX_KV : 0), NULL);
+    if (!k2) return;
+    /* round 2 reads round 1's picks (row r = (b, t, j)) on the device */
+    layout_double(&p->l2, n, k);
+    int64_t L2 = p->l2.L;
+    p->ids2 = kf_calloc((size_t)(B * L2), sizeof(int32_t));
+    p->zz2 = kf_calloc((size_t)(B * L2), sizeof(double));
+    p->at = kf_malloc((size_t)p->rows * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t j = 0; j < k; j++) {
+                p->at[(b * n + t) * k + j] = (int32_t)(b * L2 + layout_group_row(n, 2 * k, t, j));
+                p->zz2[b * L2 + layout_group_row(n, 2 * k, t, k + j)] = z2[(b * n + t) * k + j];
+            }
+    p->in2 = (model_input){.lay = &p->l2,
                            .B = B,
-                           .ids = ids,
-                           .picks = picks,
-                           .pick_at = at,
-                           .n_picks = rows,
-                           .z = zz,
+                           .ids = p->ids2,
+                           .pick_at = p->at,
+                           .n_picks = p->rows,
+                           .z = p->zz2,
                            .tau = tau};
-        model_forward(pf, ws2, &in, MODEL_NO_LOGITS, ws1);
-        model_pick(pf, ws2, rows, NULL, NULL, picks + rows);
-        free(at);
-        layout_free(&l2);
-    }
-    free(ids);
-    free(zz);
+    model_forward_inputs(pf, ws2, &p->in2, MODEL_NO_LOGITS, ws1);
+}
+
+/* The rounds' device ops: round 1's picks into picks[0, rows), round 2's
+ * (reading them) into picks[rows, 2 rows). */
+static void pflm_ops(pflm_pass *p, model *pf, model_ws *ws1, model_ws *ws2, int32_t *picks) {
+    model_forward_ops(pf, ws1, &p->in1, NULL);
+    model_pick(pf, ws1, p->rows, NULL, NULL, picks);
+    if (!p->in2.lay) return;
+    p->in2.picks = picks;
+    model_forward_ops(pf, ws2, &p->in2, ws1);
+    model_pick(pf, ws2, p->rows, NULL, NULL, picks + p->rows);
+}
+
+static void pflm_pass_free(pflm_pass *p) {
+    layout_free(&p->l1);
+    if (p->in2.lay) layout_free(&p->l2);
+    free(p->ids1), free(p->ids2), free(p->at), free(p->zz1), free(p->zz2);
+}
+
+void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx, int64_t B,
+                     int64_t n, int64_t k, const double *z, int64_t k2, const double *z2,
+                     const double *tau, int32_t *picks, int32_t *out) {
+    pflm_pass p;
+    pflm_inputs(&p, pf, ws1, ws2, ctx, B, n, k, z, k2, z2, tau);
+    pflm_ops(&p, pf, ws1, ws2, picks);
+    pflm_pass_free(&p);
     if (!out) return;
     /* both rounds' one wait for the device */
-    int64_t nr = (k2 ? 2 : 1) * rows;
+    int64_t rows = p.rows, w = k + k2, nr = (k2 ? 2 : 1) * rows;
     int32_t *got = kf_malloc((size_t)nr * sizeof(int32_t));
     pf->be->download(pf->be, got, picks, (size_t)nr * sizeof(int32_t));
     for (int64_t r = 0; r < rows; r++) {
@@ -290,35 +347,41 @@ static int32_t *picks_buf(sup_ctx *s, int64_t n) {
     return s->picks;
 }
 
+/* How a slot's teacher passes run (sup_graph): launched when its graph
+ * matches key, recorded when the slot's previous pass had key, else eagerly
+ * (and the next pass records). */
+typedef enum { SG_EAGER, SG_RECORD, SG_LAUNCH } sg_mode;
+static sg_mode graph_mode(sup_ctx *s, int64_t slot, const int64_t *key) {
+    if (slot < 0 || slot >= s->n_graphs) return SG_EAGER;
+    sup_graph *g = &s->graphs[slot];
+    int same = g->state != SG_NONE && !memcmp(g->key, key, sizeof g->key);
+    if (same && g->state == SG_READY && g->allocs == model_allocs()) return SG_LAUNCH;
+    s->teacher->be->graph_free(s->teacher->be, g->g);
+    g->g = NULL;
+    memcpy(g->key, key, sizeof g->key);
+    g->state = SG_WARM;
+    return same ? SG_RECORD : SG_EAGER;
+}
+
 /* SUP_DISTILL_AR and SUP_SELF_FORCING: row (b, t, j) learns the teacher's
  * token j of the block it produces from the noise z[(b, t), 0..k) (AR:
  * inverse-CDF blocks; PFLM(k/2): two rounds of k/2). The targets are made
- * from the picks on the device (out->targets_d), so nothing waits here. */
+ * from the picks on the device (out->targets_d), so nothing waits here.
+ * Every upload precedes the first op, so that self_forcing's ops (both
+ * rounds and the targets' gather) can run as slot's graph. */
 static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, int64_t np,
-                            const int32_t *valid_len, const uint64_t *keys) {
+                            const int32_t *valid_len, const uint64_t *keys, int64_t slot) {
     const sup_config *c = &s->cfg;
-    int64_t k = c->k;
+    kf_backend *be = s->teacher->be;
+    int64_t k = c->k, h = k / 2, rows = B * np * k, n_targets = 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < np; t++)
             for (int64_t j = 0; j < k; j++)
                 s->z[(b * np + t) * k + j] = sup_uniform(c->seed, keys[b], SUP_RNG_Z, t, j);
-    int32_t *picks = picks_buf(s, B * np * k);
-    if (c->kind == SUP_DISTILL_AR) {
-        sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, picks, NULL);
-    } else {
-        int64_t h = k / 2;
-        for (int64_t r = 0; r < B * np; r++)
-            for (int64_t j = 0; j < h; j++) {
-                s->z1[r * h + j] = s->z[r * k + j];
-                s->z2[r * h + j] = s->z[r * k + h + j];
-            }
-        sup_pflm_rounds(s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau,
-                        picks, NULL);
-    }
+    int32_t *picks = picks_buf(s, rows);
     /* target (b, t, j) is pick from[r] (where sup_ar_blocks and sup_pflm_rounds
      * leave token j of block (b, t)), or -1 past valid_len; every pick is a
      * token id, so the count is known here */
-    int64_t rows = B * np * k, h = k / 2, n_targets = 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < np; t++)
             for (int64_t j = 0; j < k; j++) {
@@ -330,7 +393,6 @@ static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, in
                 s->blk[r] = valid ? (int32_t)at : -1;
                 n_targets += valid;
             }
-    kf_backend *be = s->teacher->be;
     if ((size_t)rows > s->targets_cap) {
         if (s->targets_d) be->free(be, s->targets_d), be->free(be, s->from_d);
         s->targets_d = be->alloc(be, (size_t)rows * sizeof(int32_t));
@@ -338,9 +400,41 @@ static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, in
         s->targets_cap = (size_t)rows;
     }
     be->upload(be, s->from_d, s->blk, (size_t)rows * sizeof(int32_t));
-    be->gather_ids(be, s->targets_d, picks, s->from_d, rows);
     out->targets_d = s->targets_d;
     out->n_targets = n_targets;
+    if (c->kind == SUP_DISTILL_AR) {
+        sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, picks, NULL);
+        be->gather_ids(be, s->targets_d, picks, s->from_d, rows);
+        return;
+    }
+    for (int64_t r = 0; r < B * np; r++)
+        for (int64_t j = 0; j < h; j++) {
+            s->z1[r * h + j] = s->z[r * k + j];
+            s->z2[r * h + j] = s->z[r * k + h + j];
+        }
+    pflm_pass p;
+    pflm_inputs(&p, s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau);
+    /* everything the ops' addresses and shapes depend on but the model's
+     * buffers */
+    int64_t key[SG_KEY_N] = {B, np, (int64_t)(intptr_t)picks, (int64_t)(intptr_t)s->targets_d,
+                             (int64_t)(intptr_t)s->from_d};
+    sg_mode mode = graph_mode(s, slot, key);
+    sup_graph *g = mode == SG_EAGER ? NULL : &s->graphs[slot];
+    if (mode == SG_LAUNCH) {
+        be->graph_launch(be, g->g);
+        s->graph_launches++;
+    } else {
+        if (g) be->graph_begin(be);
+        pflm_ops(&p, s->teacher, s->ws1, s->ws2, picks);
+        be->gather_ids(be, s->targets_d, picks, s->from_d, rows);
+        if (g) {
+            /* a backend that makes no graphs: eager from now on */
+            g->g = be->graph_end(be);
+            if (g->g) g->state = SG_READY, g->allocs = model_allocs();
+            else sup_set_graphs(s, 0);
+        }
+    }
+    pflm_pass_free(&p);
 }
 
 /* Noise inversion (SUP_NI_CAUSAL, SUP_NI_MTP; the release's noise_inversion):
@@ -387,7 +481,8 @@ static void targets_noise_inversion(sup_ctx *s, const int32_t *tokens, int64_t B
 }
 
 static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B,
-                              int64_t n, const int32_t *valid_len, const uint64_t *keys) {
+                              int64_t n, const int32_t *valid_len, const uint64_t *keys,
+                              int64_t slot) {
     const sup_config *c = &s->cfg;
     int64_t k = c->k, np = c->kind == SUP_AR ? n - 1 : n - k;
     KF_CHECK(np >= 1, "supervision: samples of %lld tokens are too short for k = %lld",
@@ -412,7 +507,7 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
     out->rows = B * np * k;
     out->targets = NULL, out->targets_d = NULL, out->n_targets = 0;
     if (c->kind == SUP_DISTILL_AR || c->kind == SUP_SELF_FORCING) {
-        targets_teacher(s, out, B, n, np, valid_len, keys);
+        targets_teacher(s, out, B, n, np, valid_len, keys, slot);
     } else {
         if (c->kind == SUP_AR) targets_ar(s, tokens, B, n, np, valid_len);
         else targets_noise_inversion(s, tokens, B, n, np, valid_len, keys);
@@ -450,6 +545,11 @@ const int32_t *sup_host_targets(sup_ctx *s, sup_batch *b) {
 
 void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,
                const int32_t *valid_len, const uint64_t *keys) {
+    sup_build_slot(s, -1, out, tokens, B, n, valid_len, keys);
+}
+
+void sup_build_slot(sup_ctx *s, int64_t slot, sup_batch *out, const int32_t *tokens, int64_t B,
+                    int64_t n, const int32_t *valid_len, const uint64_t *keys) {
     /* Teacher passes run batch-invariant: a sample's targets must not depend on
      * the batch it is in, or the student sees contradictory supervision. They
      * run in the stage's fixed teacher precision (fp32 by default, as the
@@ -463,7 +563,7 @@ void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int
         tbe->batch_invariant = 1;
         tbe->set_precision(tbe, s->cfg.teacher_precision);
     }
-    sup_build_targets(s, out, tokens, B, n, valid_len, keys);
+    sup_build_targets(s, out, tokens, B, n, valid_len, keys, slot);
     if (tbe) {
         tbe->batch_invariant = saved_invariant;
         tbe->set_precision(tbe, saved_precision);

@@ -98,6 +98,24 @@ model_config sup_student_config(const sup_config *cfg, const model_config *base)
 void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int64_t n,
                const int32_t *valid_len, const uint64_t *keys);
 
+/** sup_build for a caller's slot (a trainer's micro-batch, 0 <= slot < the
+ *  slots of sup_set_graphs; -1: none, as sup_build): a self_forcing
+ *  stage's teacher passes (both rounds, their picks and the targets' gather,
+ *  after all of their uploads) run as the slot's graph (kernels.h
+ *  graph_begin), recorded when the slot's previous build had the same
+ *  samples, positions and device buffers (it ran eagerly, growing every
+ *  buffer) and launched while those and model_allocs() stay the same. */
+void sup_build_slot(sup_ctx *s, int64_t slot, sup_batch *out, const int32_t *tokens, int64_t B,
+                    int64_t n, const int32_t *valid_len, const uint64_t *keys);
+
+/** Gives s `slots` graph slots for sup_build_slot (0: none, the default;
+ *  other kinds than self_forcing get none), freeing any graphs it holds.
+ *  A backend whose graph_end returns NULL turns them off. */
+void sup_set_graphs(sup_ctx *s, int64_t slots);
+
+/** How many times sup_build_slot launched a recorded graph. */
+int64_t sup_graph_launches(const sup_ctx *s);
+
 /** The host targets of b, the last batch s built: read back from the
  *  device (a wait) when they are there only. For evaluation and tests. */
 const int32_t *sup_host_targets(sup_ctx *s, sup_batch *b);

@@ -168,12 +168,14 @@ static void checkpoint(trainer *t) {
     if (t->d->rank == 0) kf_log_info("%s: checkpoint step-%" PRId64, t->st->name, t->step);
 }
 
-/* Runs the supervision (teacher passes) for a loader micro-batch into t->sb.
+/* Runs the supervision (teacher passes) for a loader micro-batch into t->sb,
+ * as micro-batch slot's graph when they can be (sup_build_slot; -1: never).
  * Noise keys are the samples' stream positions: unique per (epoch, sample)
  * and independent of how the stream is split. */
-static void build(trainer *t, const loader_batch *lb) {
+static void build(trainer *t, const loader_batch *lb, int64_t slot) {
     for (int64_t i = 0; i < lb->n; i++) t->keys[i] = (uint64_t)lb->pos[i];
-    sup_build(t->sup, t->sb, lb->ids, lb->n, lb->seq_len, t->pad ? lb->len : NULL, t->keys);
+    sup_build_slot(t->sup, slot, t->sb, lb->ids, lb->n, lb->seq_len, t->pad ? lb->len : NULL,
+                   t->keys);
 }
 
 static void *dup_or_grow(void *dst, const void *src, size_t bytes) {
@@ -238,7 +240,7 @@ static double evaluate(trainer *t) {
     t->be->zero(t->be, &t->dev->loss, sizeof(double));
     for (int64_t i = 0; i < t->o->eval_batches * t->accum; i++) {
         const loader_batch *lb = loader_next(t->vld);
-        build(t, lb);
+        build(t, lb, -1);
         model_forward(t->m, t->ws, &t->sb->in, MODEL_NO_LOGITS, NULL);
         /* the step's micro-batches are done: the first one's buffer holds the targets */
         model_loss_acc(t->m, t->ws, store_targets(t, &t->mbs[0]), NULL, &t->dev->loss);
@@ -402,7 +404,7 @@ static void train_step(trainer *t) {
         KF_CHECK(lb->step == t->step && lb->micro == a,
                  "loader out of step (%lld.%lld vs %lld.%lld)", (long long)lb->step,
                  (long long)lb->micro, (long long)t->step, (long long)a);
-        build(t, lb);
+        build(t, lb, a);
         store(t, &t->mbs[a]);
         count += (double)t->mbs[a].n_targets;
     }
@@ -689,6 +691,7 @@ static int setup_training(trainer *t, kf_err *err) {
     t->teacher = teacher;
     t->sup = sup_create(&sc, teacher, err);
     if (!t->sup) return -1;
+    sup_set_graphs(t->sup, t->accum);
     t->sb = kf_calloc(1, sizeof *t->sb);
     t->mbs = kf_calloc((size_t)t->accum, sizeof *t->mbs);
     t->keys = kf_calloc((size_t)t->micro, sizeof *t->keys);
@@ -923,6 +926,9 @@ int train_run(const train_args *a, dist *d) {
     if (d->rank == 0 && t->g.steps)
         kf_log_info("%s: %lld steps ran as graphs (%lld graph launches)", t->st->name,
                     (long long)t->g.steps, (long long)t->g.launches);
+    if (d->rank == 0 && sup_graph_launches(t->sup))
+        kf_log_info("%s: the teacher's passes ran as %lld graph launches", t->st->name,
+                    (long long)sup_graph_launches(t->sup));
     float *ema = state_full(t, t->ema);
     if (d->rank == 0) {
         ckpt_meta meta;
