@@ -13,7 +13,8 @@
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
 # accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, the
 # training step as CUDA graphs bitwise equal to KF_CUDA_GRAPHS=0 (ar with an
-# fp16 phase, distill_ar, self_forcing with weighted new positions; 2 ranks,
+# fp16 phase, distill_ar, self_forcing with weighted new positions and its
+# teacher passes as graphs; 2 ranks,
 # all-reduce and ZeRO-1), and `kf bench train --roofline` timing
 # each op of a step on the emulated GPU. Each program's own checks count here.
 # `make test` builds the programs (make emu-tests); a missing one is a failure.
@@ -160,13 +161,17 @@ if [ -x "$EMU_KF" ]; then
   # evaluation batch. Graphs: recorded on the 2nd step of each key
   # (precision), launched from the 3rd: ar 6 of its 10 steps (fp16 steps
   # 2-5, fp32 8-9), k2 2 of 4, k4 2 of 6 (fp16 steps 2-3; fp32 4 eager, 5
-  # recorded); 3 launches a step (2 micro-batches, the update)
+  # recorded); 3 launches a step (2 micro-batches, the update). k4's teacher
+  # passes (sup_build_slot, a graph per micro-batch, whatever the student's
+  # precision) are launched on steps 2-4 (step 4's fp32 student grows its
+  # buffers, so step 5 records them again): 6 launches; ar and k2 none
   sed 's/^  - {name: k2, kind: distill_ar.*/&\n  - {name: k4, kind: self_forcing, teacher: k2, k: 4, steps: 6, tau: [0.5, 1.0], new_weight: 0.5, eval_batches: 1, precision: [{until_step: 4, mode: fp16}, {mode: fp32}]}/' \
     "$T/cfg.yaml" >"$T/cfg4.yaml"
   gr=(resources.backend=cuda stages.0.steps=10 stages.1.steps=4 defaults.warmup=100
     defaults.micro_batch=4)
-  for s in ar:6 k2:2 k4:2; do
-    st=${s%:*} n=${s#*:} cfg=$T/cfg.yaml s0=$SECONDS
+  for s in ar:6:0 k2:2:0 k4:2:6; do
+    IFS=: read -r st n tn <<<"$s"
+    cfg=$T/cfg.yaml s0=$SECONDS
     [ "$st" = k4 ] && cfg=$T/cfg4.yaml
     "$EMU_KF" train "$cfg" --stage "$st" --run-dir "$T/gr1" "${gr[@]}" 2>"$T/gr1.err"; rc=$?
     check "emulated cuda graphs, $st: exits 0 (rc $rc): $(tail -n 1 "$T/gr1.err")" [ $rc -eq 0 ]
@@ -175,6 +180,10 @@ if [ -x "$EMU_KF" ]; then
     check "emulated cuda KF_CUDA_GRAPHS=0, $st: exits 0 (rc $rc): $(tail -n 1 "$T/gr0.err")" [ $rc -eq 0 ]
     same_run "emulated cuda graphs, $st" "$st" "$T/gr0" "$T/gr1"
     launched "emulated cuda graphs, $st" "$T/gr1.err" "$st" "$n" $((3 * n))
+    tl=$(grep -ao "$st: the teacher's passes ran as graphs.*" "$T/gr1.err")
+    want="$st: the teacher's passes ran as graphs ($tn graph launches)"
+    [ "$tn" -eq 0 ] && want=""
+    check "emulated cuda graphs, $st: teacher passes: got '$tl', want '$want'" [ "$tl" = "$want" ]
     check "emulated cuda KF_CUDA_GRAPHS=0, $st: no step ran as graphs" eval '! grep -q "ran as graphs" "$T/gr0.err"'
     echo "graphs vs KF_CUDA_GRAPHS=0, $st: $((SECONDS - s0)) s"
   done

@@ -927,7 +927,7 @@ int train_run(const train_args *a, dist *d) {
         kf_log_info("%s: %lld steps ran as graphs (%lld graph launches)", t->st->name,
                     (long long)t->g.steps, (long long)t->g.launches);
     if (d->rank == 0 && sup_graph_launches(t->sup))
-        kf_log_info("%s: the teacher's passes ran as %lld graph launches", t->st->name,
+        kf_log_info("%s: the teacher's passes ran as graphs (%lld graph launches)", t->st->name,
                     (long long)sup_graph_launches(t->sup));
     float *ema = state_full(t, t->ema);
     if (d->rank == 0) {
