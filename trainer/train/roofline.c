@@ -274,7 +274,8 @@ static int64_t device_ops(const kf_op_rec *ops, int64_t from, int64_t to) {
 /* How train_step launches a step of this shape with CUDA graphs: each
  * micro-batch's ops after its uploads (but the last with several ranks,
  * whose backward feeds the all-reduce), then the update, as one graph each;
- * the teacher passes op by op. */
+ * a self_forcing stage's teacher passes as one graph per micro-batch
+ * (sup_build_slot), a distill_ar stage's op by op. */
 static void report_graphs(const kf_backend *be, const roofline_marks *mk, const runconfig_stage *st,
                           int64_t ranks, int64_t B) {
     int64_t n_ops;
@@ -284,11 +285,16 @@ static void report_graphs(const kf_backend *be, const roofline_marks *mk, const 
             stu = device_ops(ops, mk->teacher, mk->student),
             opt = device_ops(ops, mk->student, mk->end);
     int64_t graphed = ranks > 1 ? accum - 1 : accum;
+    int tg = st->kind == RC_KIND_SELF_FORCING;
     printf("CUDA graphs: %lld launches per step: %lld of the %lld micro-batches (%lld ops each%s) "
-           "and the update (%lld ops); the teacher passes' %lld ops per micro-batch one by one\n",
-           (long long)(graphed + 1), (long long)graphed, (long long)accum, (long long)stu,
-           ranks > 1 ? "; the last, which feeds the all-reduce, eager" : "", (long long)opt,
-           (long long)te);
+           "and the update (%lld ops)",
+           (long long)(graphed + 1 + (tg ? accum : 0)), (long long)graphed, (long long)accum,
+           (long long)stu, ranks > 1 ? "; the last, which feeds the all-reduce, eager" : "",
+           (long long)opt);
+    if (tg) printf("; the teacher passes of each micro-batch (%lld ops)\n", (long long)te);
+    else if (te)
+        printf("; the teacher passes' %lld ops per micro-batch one by one\n", (long long)te);
+    else printf("\n");
 }
 
 /* Prints the step's table, parts, totals and dominant ops; returns the
