@@ -13,8 +13,8 @@
 # ranks training on the emulated CUDA backend end bitwise equal to 1 rank
 # accumulating the same 2 micro-batches, and to 2 ranks under ZeRO-1, the
 # training step as CUDA graphs bitwise equal to KF_CUDA_GRAPHS=0 (ar with an
-# fp16 phase, distill_ar, self_forcing with weighted new positions and its
-# teacher passes as graphs; 2 ranks,
+# fp16 phase, distill_ar and self_forcing with their teacher passes as
+# graphs, the latter with weighted new positions; 2 ranks,
 # all-reduce and ZeRO-1), and `kf bench train --roofline` timing
 # each op of a step on the emulated GPU. Each program's own checks count here.
 # `make test` builds the programs (make emu-tests); a missing one is a failure.
@@ -161,15 +161,16 @@ if [ -x "$EMU_KF" ]; then
   # evaluation batch. Graphs: recorded on the 2nd step of each key
   # (precision), launched from the 3rd: ar 6 of its 10 steps (fp16 steps
   # 2-5, fp32 8-9), k2 2 of 4, k4 2 of 6 (fp16 steps 2-3; fp32 4 eager, 5
-  # recorded); 3 launches a step (2 micro-batches, the update). k4's teacher
-  # passes (sup_build_slot, a graph per micro-batch, whatever the student's
-  # precision) are launched on steps 2-4 (step 4's fp32 student grows its
-  # buffers, so step 5 records them again): 6 launches; ar and k2 none
+  # recorded); 3 launches a step (2 micro-batches, the update). The teacher
+  # passes (sup_build_slot, whatever the student's precision): k2's 2 AR
+  # passes a graph each per micro-batch, launched on steps 2-3: 8 launches;
+  # k4's 2 rounds one graph per micro-batch, launched on steps 2-4 (step 4's
+  # fp32 student grows its buffers, so step 5 records them again): 6
   sed 's/^  - {name: k2, kind: distill_ar.*/&\n  - {name: k4, kind: self_forcing, teacher: k2, k: 4, steps: 6, tau: [0.5, 1.0], new_weight: 0.5, eval_batches: 1, precision: [{until_step: 4, mode: fp16}, {mode: fp32}]}/' \
     "$T/cfg.yaml" >"$T/cfg4.yaml"
   gr=(resources.backend=cuda stages.0.steps=10 stages.1.steps=4 defaults.warmup=100
     defaults.micro_batch=4)
-  for s in ar:6:0 k2:2:0 k4:2:6; do
+  for s in ar:6:0 k2:2:8 k4:2:6; do
     IFS=: read -r st n tn <<<"$s"
     cfg=$T/cfg.yaml s0=$SECONDS
     [ "$st" = k4 ] && cfg=$T/cfg4.yaml

@@ -925,18 +925,20 @@ void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first,
     ws->w_period = period, ws->w_first = first, ws->w_count = count, ws->w_value = w;
 }
 
-void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
-                int32_t *ids) {
+void model_pick_noise(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau) {
+    dbuf_upload(m->be, &ws->pick_z_d, z, (size_t)rows, sizeof(double));
+    dbuf_upload(m->be, &ws->pick_tau_d, tau, (size_t)rows, sizeof(double));
+}
+
+void model_pick_ops(model *m, model_ws *ws, int64_t rows, int sample, int32_t *ids) {
     kf_backend *be = m->be;
     int64_t V = m->cfg.vocab, O = ws->n_out_rows;
     KF_CHECK(!ws->train, "model_pick: needs a pass without MODEL_TRAIN");
     KF_CHECK(rows <= m->n_heads_out * O, "model_pick: %lld rows, the last forward made %lld",
              (long long)rows, (long long)(m->n_heads_out * O));
-    double *zd = NULL, *td = NULL;
-    if (z) {
-        zd = dbuf_upload(be, &ws->pick_z_d, z, (size_t)rows, sizeof(double));
-        td = dbuf_upload(be, &ws->pick_tau_d, tau, (size_t)rows, sizeof(double));
-    }
+    KF_CHECK(!sample || ws->pick_z_d.cap >= (size_t)rows * sizeof(double),
+             "model_pick_ops: %lld rows, fewer noise values uploaded", (long long)rows);
+    const double *zd = ws->pick_z_d.p, *td = ws->pick_tau_d.p;
     /* logit rows [r0, r0 + n) at lg: one chunk's at a time, or (logits kept)
      * all of them in one go */
     int64_t chunk = ws->no_logits ? logit_chunk(ws, O, V) : rows;
@@ -949,9 +951,15 @@ void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const dou
             if (n > O - c0) n = O - c0; /* a chunk stays within one head */
             head_chunk(m, ws, (int)(r0 / O), c0, n, lg);
         }
-        if (z) be->sample_icdf(be, ids + r0, lg, td + r0, zd + r0, n, V);
+        if (sample) be->sample_icdf(be, ids + r0, lg, td + r0, zd + r0, n, V);
         else be->argmax(be, ids + r0, lg, n, V);
     }
+}
+
+void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
+                int32_t *ids) {
+    if (z) model_pick_noise(m, ws, rows, z, tau);
+    model_pick_ops(m, ws, rows, z != NULL, ids);
 }
 
 void model_backward(model *m, model_ws *ws) { model_backward_notify(m, ws, NULL, NULL); }

@@ -287,6 +287,14 @@ void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first,
 void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau,
                 int32_t *ids);
 
+/** model_pick in two halves, as model_forward_inputs and model_forward_ops
+ *  (so that the second can be recorded as a graph): model_pick_noise
+ *  uploads z and tau [rows] into ws; model_pick_ops then picks rows ids
+ *  with them (sample != 0; after a model_pick_noise of at least rows) or
+ *  by argmax (sample 0), with no upload. */
+void model_pick_noise(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau);
+void model_pick_ops(model *m, model_ws *ws, int64_t rows, int sample, int32_t *ids);
+
 /** Backpropagates from the gradient model_loss left at the head's input;
  *  grads += . */
 void model_backward(model *m, model_ws *ws);

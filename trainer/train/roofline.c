@@ -274,8 +274,8 @@ static int64_t device_ops(const kf_op_rec *ops, int64_t from, int64_t to) {
 /* How train_step launches a step of this shape with CUDA graphs: each
  * micro-batch's ops after its uploads (but the last with several ranks,
  * whose backward feeds the all-reduce), then the update, as one graph each;
- * a self_forcing stage's teacher passes as one graph per micro-batch
- * (sup_build_slot), a distill_ar stage's op by op. */
+ * the teacher passes (sup_build_slot) as one graph per micro-batch
+ * (self_forcing) or one per pass (distill_ar: k). */
 static void report_graphs(const kf_backend *be, const roofline_marks *mk, const runconfig_stage *st,
                           int64_t ranks, int64_t B) {
     int64_t n_ops;
@@ -285,15 +285,15 @@ static void report_graphs(const kf_backend *be, const roofline_marks *mk, const 
             stu = device_ops(ops, mk->teacher, mk->student),
             opt = device_ops(ops, mk->student, mk->end);
     int64_t graphed = ranks > 1 ? accum - 1 : accum;
-    int tg = st->kind == RC_KIND_SELF_FORCING;
+    int64_t tg = st->kind == RC_KIND_SELF_FORCING ? 1 : st->kind == RC_KIND_DISTILL_AR ? st->k : 0;
     printf("CUDA graphs: %lld launches per step: %lld of the %lld micro-batches (%lld ops each%s) "
            "and the update (%lld ops)",
-           (long long)(graphed + 1 + (tg ? accum : 0)), (long long)graphed, (long long)accum,
+           (long long)(graphed + 1 + tg * accum), (long long)graphed, (long long)accum,
            (long long)stu, ranks > 1 ? "; the last, which feeds the all-reduce, eager" : "",
            (long long)opt);
-    if (tg) printf("; the teacher passes of each micro-batch (%lld ops)\n", (long long)te);
-    else if (te)
-        printf("; the teacher passes' %lld ops per micro-batch one by one\n", (long long)te);
+    if (tg)
+        printf("; the teacher passes of each micro-batch (%lld ops) as %lld graph%s\n",
+               (long long)te, (long long)tg, tg > 1 ? "s" : "");
     else printf("\n");
 }
 

@@ -8,7 +8,7 @@
 
 #include "common/rng.h"
 
-/* A slot's teacher passes as a graph (sup_set_graphs). It replays the
+/* Teacher passes recorded as a graph (sup_set_graphs). It replays the
  * addresses and shapes it was recorded with: recorded on a pass whose key
  * equals the slot's previous pass's (which ran eagerly, or was recorded,
  * and so grew every buffer), launched while the key and the model's
@@ -108,15 +108,72 @@ void sup_set_tau(sup_ctx *s, double tau_min, double tau_max) {
     s->cfg.tau_max = tau_max;
 }
 
+/* A slot's graphs: self_forcing's rounds are one, distill_ar's k passes one
+ * each (they share one workspace's inputs, uploaded before each pass). */
+static int64_t graphs_per_slot(const sup_ctx *s) {
+    return s->cfg.kind == SUP_DISTILL_AR ? s->cfg.k : 1;
+}
+
+/* Graph j of slot's passes (-1: none). */
+static int64_t graph_index(const sup_ctx *s, int64_t slot, int64_t j) {
+    return slot < 0 ? -1 : slot * graphs_per_slot(s) + j;
+}
+
+/* How graph gi runs (sup_graph): launched when it matches key, recorded
+ * when its previous run had key, else eagerly (and the next run records). */
+typedef enum { SG_EAGER, SG_RECORD, SG_LAUNCH } sg_mode;
+static sg_mode graph_mode(sup_ctx *s, int64_t gi, const int64_t *key) {
+    if (gi < 0 || gi >= s->n_graphs) return SG_EAGER;
+    sup_graph *g = &s->graphs[gi];
+    int same = g->state != SG_NONE && !memcmp(g->key, key, sizeof g->key);
+    if (same && g->state == SG_READY && g->allocs == model_allocs()) return SG_LAUNCH;
+    s->teacher->be->graph_free(s->teacher->be, g->g);
+    g->g = NULL;
+    memcpy(g->key, key, sizeof g->key);
+    g->state = SG_WARM;
+    return same ? SG_RECORD : SG_EAGER;
+}
+
+/* Runs ops(ctx), device ops alone, as graph gi of s (s NULL or gi -1:
+ * eagerly) with key (everything the ops' addresses and shapes depend on
+ * but the model's buffers). */
+static void run_graph(sup_ctx *s, int64_t gi, const int64_t *key, void (*ops)(void *), void *ctx) {
+    sg_mode mode = s ? graph_mode(s, gi, key) : SG_EAGER;
+    if (mode == SG_EAGER) {
+        ops(ctx);
+        return;
+    }
+    kf_backend *be = s->teacher->be;
+    sup_graph *g = &s->graphs[gi];
+    if (mode == SG_LAUNCH) {
+        be->graph_launch(be, g->g);
+        s->graph_launches++;
+        return;
+    }
+    be->graph_begin(be);
+    ops(ctx);
+    g->g = be->graph_end(be);
+    /* a backend that makes no graphs: eager from now on */
+    if (g->g) g->state = SG_READY, g->allocs = model_allocs();
+    else sup_set_graphs(s, 0);
+}
+
+/* The student's targets gathered from the teacher's picks (from_d uploaded
+ * before the passes). */
+static void gather_targets(sup_ctx *s, const int32_t *picks, int64_t rows) {
+    kf_backend *be = s->teacher->be;
+    be->gather_ids(be, s->targets_d, picks, s->from_d, rows);
+}
+
 void sup_set_graphs(sup_ctx *s, int64_t slots) {
     for (int64_t i = 0; i < s->n_graphs; i++)
         s->teacher->be->graph_free(s->teacher->be, s->graphs[i].g);
     free(s->graphs);
     s->graphs = NULL;
     s->n_graphs = 0;
-    if (s->cfg.kind != SUP_SELF_FORCING || slots < 1) return;
-    s->graphs = kf_calloc((size_t)slots, sizeof *s->graphs);
-    s->n_graphs = slots;
+    if (slots < 1 || (s->cfg.kind != SUP_SELF_FORCING && s->cfg.kind != SUP_DISTILL_AR)) return;
+    s->n_graphs = slots * graphs_per_slot(s);
+    s->graphs = kf_calloc((size_t)s->n_graphs, sizeof *s->graphs);
 }
 
 int64_t sup_graph_launches(const sup_ctx *s) { return s->graph_launches; }
@@ -163,8 +220,31 @@ void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t tar
     *hi = *lo + exp(lt - mx) / sum;
 }
 
-void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
-                   const double *z, const double *tau, int32_t *picks, int32_t *out) {
+/* A teacher pass's device ops (its inputs and noise uploaded): the forward,
+ * the picks into ids, and with s (the last pass) the targets' gather. */
+typedef struct pass_ops {
+    model *m;
+    model_ws *ws;
+    const model_input *in;
+    int64_t rows;
+    int32_t *ids;
+    sup_ctx *s;
+    const int32_t *picks;
+    int64_t n_targets; /* rows of the targets */
+} pass_ops;
+
+static void ar_pass_ops(void *ctx) {
+    const pass_ops *o = ctx;
+    model_forward_ops(o->m, o->ws, o->in, NULL);
+    model_pick_ops(o->m, o->ws, o->rows, 1, o->ids);
+    if (o->s) gather_targets(o->s, o->picks, o->n_targets);
+}
+
+/* sup_ar_blocks, each pass's ops as graph (slot, j) of s (s NULL: eagerly,
+ * no gather) after its uploads */
+static void ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
+                      const double *z, const double *tau, int32_t *picks, sup_ctx *s, int64_t slot,
+                      const int64_t *key) {
     int64_t rows = B * n;
     double *zr = kf_malloc((size_t)rows * sizeof(double)),
            *tr = kf_malloc((size_t)rows * sizeof(double));
@@ -172,9 +252,11 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
     layout lay;
     layout_ar(&lay, n);
     model_input in = {.lay = &lay, .B = B, .ids = ctx};
-    model_forward(ar, ws, &in, MODEL_NO_LOGITS, NULL);
+    model_forward_inputs(ar, ws, &in, MODEL_NO_LOGITS, NULL);
     for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k];
-    model_pick(ar, ws, rows, zr, tr, picks);
+    model_pick_noise(ar, ws, rows, zr, tr);
+    pass_ops o = {ar, ws, &in, rows, picks, k == 1 ? s : NULL, picks, k * rows};
+    run_graph(s, graph_index(s, slot, 0), key, ar_pass_ops, &o);
     layout_free(&lay);
     if (k > 1) {
         /* group t holds the block's tokens so far: pass j reads the picks of
@@ -197,9 +279,12 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
             in.n_picks = j * rows;
             for (int64_t t = 0; t < n; t++)
                 lay.out_rows[t] = (int32_t)layout_group_row(n, k - 1, t, j - 1);
-            model_forward(ar, ws, &in, MODEL_NO_LOGITS, NULL);
+            model_forward_inputs(ar, ws, &in, MODEL_NO_LOGITS, NULL);
             for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k + j];
-            model_pick(ar, ws, rows, zr, tr, picks + j * rows);
+            model_pick_noise(ar, ws, rows, zr, tr);
+            o.ids = picks + j * rows;
+            o.s = j == k - 1 ? s : NULL;
+            run_graph(s, graph_index(s, slot, j), key, ar_pass_ops, &o);
         }
         free(ids);
         free(at);
@@ -207,8 +292,14 @@ void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64
     }
     free(zr);
     free(tr);
+}
+
+void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
+                   const double *z, const double *tau, int32_t *picks, int32_t *out) {
+    ar_blocks(ar, ws, ctx, B, n, k, z, tau, picks, NULL, -1, NULL);
     if (!out) return;
     /* the passes' one wait for the device */
+    int64_t rows = B * n;
     int32_t *got = kf_malloc((size_t)(k * rows) * sizeof(int32_t));
     ar->be->download(ar->be, got, picks, (size_t)(k * rows) * sizeof(int32_t));
     for (int64_t j = 0; j < k; j++)
@@ -281,6 +372,20 @@ static void pflm_ops(pflm_pass *p, model *pf, model_ws *ws1, model_ws *ws2, int3
     model_pick(pf, ws2, p->rows, NULL, NULL, picks + p->rows);
 }
 
+/* Both rounds' ops and the targets' gather: what run_graph records. */
+typedef struct pflm_run {
+    pflm_pass p;
+    sup_ctx *s;
+    int32_t *picks;
+    int64_t n_targets;
+} pflm_run;
+
+static void pflm_run_ops(void *ctx) {
+    pflm_run *r = ctx;
+    pflm_ops(&r->p, r->s->teacher, r->s->ws1, r->s->ws2, r->picks);
+    gather_targets(r->s, r->picks, r->n_targets);
+}
+
 static void pflm_pass_free(pflm_pass *p) {
     layout_free(&p->l1);
     if (p->in2.lay) layout_free(&p->l2);
@@ -347,28 +452,13 @@ static int32_t *picks_buf(sup_ctx *s, int64_t n) {
     return s->picks;
 }
 
-/* How a slot's teacher passes run (sup_graph): launched when its graph
- * matches key, recorded when the slot's previous pass had key, else eagerly
- * (and the next pass records). */
-typedef enum { SG_EAGER, SG_RECORD, SG_LAUNCH } sg_mode;
-static sg_mode graph_mode(sup_ctx *s, int64_t slot, const int64_t *key) {
-    if (slot < 0 || slot >= s->n_graphs) return SG_EAGER;
-    sup_graph *g = &s->graphs[slot];
-    int same = g->state != SG_NONE && !memcmp(g->key, key, sizeof g->key);
-    if (same && g->state == SG_READY && g->allocs == model_allocs()) return SG_LAUNCH;
-    s->teacher->be->graph_free(s->teacher->be, g->g);
-    g->g = NULL;
-    memcpy(g->key, key, sizeof g->key);
-    g->state = SG_WARM;
-    return same ? SG_RECORD : SG_EAGER;
-}
-
 /* SUP_DISTILL_AR and SUP_SELF_FORCING: row (b, t, j) learns the teacher's
  * token j of the block it produces from the noise z[(b, t), 0..k) (AR:
  * inverse-CDF blocks; PFLM(k/2): two rounds of k/2). The targets are made
  * from the picks on the device (out->targets_d), so nothing waits here.
- * Every upload precedes the first op, so that self_forcing's ops (both
- * rounds and the targets' gather) can run as slot's graph. */
+ * The uploads precede the ops they feed, so that the ops run as slot's
+ * graphs: self_forcing's both rounds and the targets' gather as one,
+ * distill_ar's passes one each (the last with the gather). */
 static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, int64_t np,
                             const int32_t *valid_len, const uint64_t *keys, int64_t slot) {
     const sup_config *c = &s->cfg;
@@ -402,9 +492,12 @@ static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, in
     be->upload(be, s->from_d, s->blk, (size_t)rows * sizeof(int32_t));
     out->targets_d = s->targets_d;
     out->n_targets = n_targets;
+    /* everything the ops' addresses and shapes depend on but the model's
+     * buffers */
+    int64_t key[SG_KEY_N] = {B, np, (int64_t)(intptr_t)picks, (int64_t)(intptr_t)s->targets_d,
+                             (int64_t)(intptr_t)s->from_d};
     if (c->kind == SUP_DISTILL_AR) {
-        sup_ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, picks, NULL);
-        be->gather_ids(be, s->targets_d, picks, s->from_d, rows);
+        ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, picks, s, slot, key);
         return;
     }
     for (int64_t r = 0; r < B * np; r++)
@@ -412,29 +505,10 @@ static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, in
             s->z1[r * h + j] = s->z[r * k + j];
             s->z2[r * h + j] = s->z[r * k + h + j];
         }
-    pflm_pass p;
-    pflm_inputs(&p, s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau);
-    /* everything the ops' addresses and shapes depend on but the model's
-     * buffers */
-    int64_t key[SG_KEY_N] = {B, np, (int64_t)(intptr_t)picks, (int64_t)(intptr_t)s->targets_d,
-                             (int64_t)(intptr_t)s->from_d};
-    sg_mode mode = graph_mode(s, slot, key);
-    sup_graph *g = mode == SG_EAGER ? NULL : &s->graphs[slot];
-    if (mode == SG_LAUNCH) {
-        be->graph_launch(be, g->g);
-        s->graph_launches++;
-    } else {
-        if (g) be->graph_begin(be);
-        pflm_ops(&p, s->teacher, s->ws1, s->ws2, picks);
-        be->gather_ids(be, s->targets_d, picks, s->from_d, rows);
-        if (g) {
-            /* a backend that makes no graphs: eager from now on */
-            g->g = be->graph_end(be);
-            if (g->g) g->state = SG_READY, g->allocs = model_allocs();
-            else sup_set_graphs(s, 0);
-        }
-    }
-    pflm_pass_free(&p);
+    pflm_run r = {.s = s, .picks = picks, .n_targets = rows};
+    pflm_inputs(&r.p, s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau);
+    run_graph(s, graph_index(s, slot, 0), key, pflm_run_ops, &r);
+    pflm_pass_free(&r.p);
 }
 
 /* Noise inversion (SUP_NI_CAUSAL, SUP_NI_MTP; the release's noise_inversion):

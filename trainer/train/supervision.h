@@ -99,18 +99,21 @@ void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int
                const int32_t *valid_len, const uint64_t *keys);
 
 /** sup_build for a caller's slot (a trainer's micro-batch, 0 <= slot < the
- *  slots of sup_set_graphs; -1: none, as sup_build): a self_forcing
- *  stage's teacher passes (both rounds, their picks and the targets' gather,
- *  after all of their uploads) run as the slot's graph (kernels.h
- *  graph_begin), recorded when the slot's previous build had the same
- *  samples, positions and device buffers (it ran eagerly, growing every
- *  buffer) and launched while those and model_allocs() stay the same. */
+ *  slots of sup_set_graphs; -1: none, as sup_build): the teacher passes run
+ *  as the slot's graphs (kernels.h graph_begin), each after its uploads:
+ *  self_forcing's two rounds, their picks and the targets' gather as one,
+ *  distill_ar's k passes one each (they share a workspace, whose inputs
+ *  each pass overwrites). A graph is recorded when the slot's previous
+ *  build had the same samples, positions and device buffers (it ran
+ *  eagerly, growing every buffer) and launched while those and
+ *  model_allocs() stay the same. */
 void sup_build_slot(sup_ctx *s, int64_t slot, sup_batch *out, const int32_t *tokens, int64_t B,
                     int64_t n, const int32_t *valid_len, const uint64_t *keys);
 
-/** Gives s `slots` graph slots for sup_build_slot (0: none, the default;
- *  other kinds than self_forcing get none), freeing any graphs it holds.
- *  A backend whose graph_end returns NULL turns them off. */
+/** Gives s `slots` slots of graphs for sup_build_slot (0: none, the
+ *  default; SUP_AR and noise inversion, whose teacher pass is read back at
+ *  once, get none), freeing any graphs it holds. A backend whose graph_end returns NULL turns them
+ * off. */
 void sup_set_graphs(sup_ctx *s, int64_t slots);
 
 /** How many times sup_build_slot launched a recorded graph. */
