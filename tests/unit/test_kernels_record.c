@@ -188,6 +188,9 @@ static void test_attn_convert(void) {
     T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "bf16 attn_bwd on copies: no conversion pass");
     T_NEAR(last_op(b)->cost.bytes, fp32_bytes - 2 * (n3 + 2 * n1), 0,
            "bf16 attn_bwd on copies: qkv, dout and out read at 2 bytes");
+    b->attn_bwd(b, NULL, NULL, NULL, lse, NULL, &m, B, nh, hd, dout, out, qkv, dqkv);
+    T_NEAR(last_op(b)->cost.bytes, fp32_bytes - 2 * (n3 + 2 * n1) - 2 * n3, 0,
+           "bf16 attn_bwd on copies writing dqkv16 alone: dqkv at 2 bytes");
     b->attn_fwd(b, NULL, lse, NULL, &m, B, nh, hd, qkv, out);
     T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "bf16 attn_fwd on qkv16: no conversion pass");
     T_NEAR(last_op(b)->cost.bytes, 2 * (n3 + n1) + 4.0 * B * nh * L, 0,
