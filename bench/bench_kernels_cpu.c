@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
             mm(go, dx, att[l], H, H, T, 1, 0, 1.0f);
             mm(dtmp, dx, wo, T, H, H, 0, 0, 0);
             TIMED(F_ATTN, be->attn_bwd(be, dqkv, dtmp, att[l], lse[l], qkv[l], &mask, Bt, nh, D,
-                                       NULL, NULL, NULL));
+                                       NULL, NULL, NULL, NULL));
             TIMED(F_POINT, be->rope_bwd(be, dqkv, pos, Bt, L, nh, D, 10000.0f, NULL));
             mm(gqkv, dqkv, ln1[l], 3 * H, H, T, 1, 0, 1.0f);
             mm(dtmp, dqkv, wqkv, T, H, 3 * H, 0, 0, 0);

@@ -259,12 +259,14 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (b, out, lse, qkv, m, B, n_head, head_dim, qkv16, out16))                                    \
     /* dqkv (overwritten) from dout; needs the forward's out and lse. dout16,                      \
      * out16, qkv16 (NULL: none) are dout, out, qkv as 16-bit copies, in their                     \
-     * place. */                                                                                   \
+     * place. dqkv16 (NULL: none) gets dqkv as a 16-bit copy (dqkv may then be                     \
+     * NULL): the values are rounded already, so the copy loses nothing and                        \
+     * rope_bwd can rotate it in place. */                                                         \
     X(void, attn_bwd,                                                                              \
       (kf_backend * b, float *dqkv, const float *dout, const float *out, const float *lse,         \
        const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim,            \
-       const void *dout16, const void *out16, const void *qkv16),                                  \
-      (b, dqkv, dout, out, lse, qkv, m, B, n_head, head_dim, dout16, out16, qkv16))                \
+       const void *dout16, const void *out16, const void *qkv16, void *dqkv16),                    \
+      (b, dqkv, dout, out, lse, qkv, m, B, n_head, head_dim, dout16, out16, qkv16, dqkv16))        \
     /* Decode-time attention: Q new tokens per sample whose K/V were already                       \
      * written to the caches at rows [P, P+Q). Query i sees cache rows [0, P+i]                    \
      * (causal over the concatenation). q [B*Q, H] (row stride q_stride                            \

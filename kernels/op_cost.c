@@ -334,19 +334,21 @@ kf_op_cost kernels_cost_attn_fwd(kf_backend *b, float *out, float *lse, const fl
 
 /* Backward: 10*head_dim per pair and head (S recomputed, dP = dO V^T,
  * dV += P^T dO, dQ += dS K, dK += dS^T Q) + 4 for P and dS. qkv, out, dout
- * (each at 2 bytes as a 16-bit copy) and lse read, dqkv written. The
+ * (each at 2 bytes as a 16-bit copy) and lse read, dqkv and/or its copy
+ * written. The
  * tensor-core backward converts an fp32 qkv and dout first (convert_bytes,
  * as the forward's). */
 kf_op_cost kernels_cost_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
                                  const float *lse, const float *qkv, const kf_mask *m, int64_t B,
                                  int64_t n_head, int64_t head_dim, const void *dout16,
-                                 const void *out16, const void *qkv16) {
+                                 const void *out16, const void *qkv16, void *dqkv16) {
     double p = kernels_mask_pairs(m, B) * (double)n_head, H = (double)(n_head * head_dim);
     double L = (double)kf_mask_len(m), Lq = L - (double)m->q_start, Bd = (double)B;
     double nqkv = Bd * L * 3 * H, nq = Bd * Lq * H;
     return attn_cost(b, m, B, n_head, head_dim, p * (10 * (double)head_dim + 4),
-                     (qkv16 ? H16 : F) * nqkv + F * nqkv + (dout16 ? H16 : F) * nq +
-                         (out16 ? H16 : F) * nq + F * Bd * (double)n_head * Lq,
+                     (qkv16 ? H16 : F) * nqkv + ((dqkv ? F : 0) + (dqkv16 ? H16 : 0)) * nqkv +
+                         (dout16 ? H16 : F) * nq + (out16 ? H16 : F) * nq +
+                         F * Bd * (double)n_head * Lq,
                      (qkv16 ? 0 : 6 * nqkv) + (dout16 ? 0 : 6 * Bd * L * H));
 }
 

@@ -63,7 +63,7 @@ static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, 
         CUDA_OK(cudaEventRecord(e0, st));
         b->attn_fwd(b, out, lse, qkv, m, B, nh, D, NULL, NULL);
         CUDA_OK(cudaEventRecord(e1, st));
-        b->attn_bwd(b, dqkv, dout, out, lse, qkv, m, B, nh, D, NULL, NULL, NULL);
+        b->attn_bwd(b, dqkv, dout, out, lse, qkv, m, B, nh, D, NULL, NULL, NULL, NULL);
         CUDA_OK(cudaEventRecord(e2, st));
         CUDA_OK(cudaEventSynchronize(e2));
         if (it < 0) continue;

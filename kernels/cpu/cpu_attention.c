@@ -13,7 +13,8 @@
  * weighted-sum loops run whole VB-wide vectors in independent chains.
  *
  * fp16 mode rounds every float input (q, k, v; out and dout in the backward)
- * and every float output (out, dqkv) through _Float16; lse stays fp32.
+ * and every float output (out, dqkv) through _Float16; lse stays fp32. The
+ * 16-bit copies (kernels.h) of out and dqkv hold those rounded values.
  * Rows with no visible key (context rows at or past valid_len) get out = 0,
  * lse = 0 and no gradient.
  */
@@ -366,16 +367,18 @@ CPU_MULTIVERSION(int64_t, bwd_head,
 
 void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out, const float *lse,
                   const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim,
-                  const void *dout16, const void *out16, const void *qkv16) {
+                  const void *dout16, const void *out16, const void *qkv16, void *dqkv16) {
     kf_mask_check(m);
     int64_t L = kf_mask_len(m), H = n_head * head_dim, D = head_dim, ld = 3 * H;
     int lowp = b->precision;
-    KF_CHECK(lowp || !(dout16 || out16 || qkv16), "attn_bwd: a 16-bit copy in fp32 mode");
+    KF_CHECK(lowp || !(dout16 || out16 || qkv16 || dqkv16), "attn_bwd: a 16-bit copy in fp32 mode");
+    KF_CHECK(dqkv || dqkv16, "attn_bwd: neither dqkv nor its 16-bit copy");
     if (lowp) {
         qkv = attn_input(b, CPU_SCRATCH_A, qkv, qkv16, B * L * ld);
         dout = attn_input(b, CPU_SCRATCH_B, dout, dout16, B * L * H);
         out = attn_input(b, CPU_SCRATCH_C, out, out16, B * L * H);
     }
+    if (!dqkv) dqkv = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(B * L * ld));
     memset(dqkv, 0, (size_t)(B * L * ld) * sizeof(float));
     int64_t pairs = 0;
 #pragma omp parallel reduction(+ : pairs)
@@ -394,6 +397,7 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
         free(p);
     }
     if (lowp) cpu_round_lowp_copy(dqkv, dqkv, B * L * ld, lowp);
+    if (dqkv16) cpu_to16(dqkv16, dqkv, B * L * ld, lowp);
     count_pairs(b, pairs);
 }
 

@@ -279,8 +279,8 @@ __device__ __forceinline__ void bwd_load_queries(bwd_smem<D> &S, attn_in base, a
 
 template <int D>
 __global__ void __launch_bounds__(THREADS)
-    k_attn_bwd_kv(float *dqkv, attn_in dout, const float *lse, const float *delta, attn_in qkv,
-                  mask_dev m, int64_t n_head, float scale, int lowp) {
+    k_attn_bwd_kv(float *dqkv, void *dqkv16, attn_in dout, const float *lse, const float *delta,
+                  attn_in qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
@@ -330,26 +330,24 @@ __global__ void __launch_bounds__(THREADS)
                     }
             }
         }
-    float *dbase = dqkv + b * m.L * ld + h * D;
+    int64_t o = b * m.L * ld + h * D;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         int64_t c = c0 + ty * 4 + i;
         if (c >= c1) continue;
 #pragma unroll
         for (int j = 0; j < DJ; j++) {
-            float kv = dk[i][j], vv = dv[i][j];
-            kv = cu_lowp(kv, lowp);
-            vv = cu_lowp(vv, lowp);
-            dbase[c * ld + H + tx + 16 * j] = kv;
-            dbase[c * ld + 2 * H + tx + 16 * j] = vv;
+            int64_t e = o + c * ld + tx + 16 * j;
+            dqkv_store(dqkv, dqkv16, e + H, dk[i][j], lowp);
+            dqkv_store(dqkv, dqkv16, e + 2 * H, dv[i][j], lowp);
         }
     }
 }
 
 template <int D>
 __global__ void __launch_bounds__(THREADS)
-    k_attn_bwd_q(float *dqkv, attn_in dout, const float *lse, const float *delta, attn_in qkv,
-                 mask_dev m, int64_t n_head, float scale, int lowp) {
+    k_attn_bwd_q(float *dqkv, void *dqkv16, attn_in dout, const float *lse, const float *delta,
+                 attn_in qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bwd_smem<D> &S = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
     constexpr int DJ = D / 16;
@@ -393,16 +391,14 @@ __global__ void __launch_bounds__(THREADS)
             }
         }
     }
-    float *dbase = dqkv + b * m.L * ld + h * D;
+    int64_t o = b * m.L * ld + h * D;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         int64_t r = r0 + ty * 4 + i;
         if (r >= r1) continue;
 #pragma unroll
-        for (int j = 0; j < DJ; j++) {
-            float v = dq[i][j];
-            dbase[r * ld + tx + 16 * j] = cu_lowp(v, lowp);
-        }
+        for (int j = 0; j < DJ; j++)
+            dqkv_store(dqkv, dqkv16, o + r * ld + tx + 16 * j, dq[i][j], lowp);
     }
 }
 
@@ -467,9 +463,10 @@ void cu_attn_fwd(kf_backend *b, float *out, float *lse, const float *qkv, const 
 
 void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out, const float *lse,
                  const float *qkv, const kf_mask *m, int64_t B, int64_t n_head, int64_t head_dim,
-                 const void *dout16, const void *out16, const void *qkv16) {
+                 const void *dout16, const void *out16, const void *qkv16, void *dqkv16) {
     int lowp = b->precision;
-    KF_CHECK(lowp || !(dout16 || out16 || qkv16), "attn_bwd: a 16-bit copy in fp32 mode");
+    KF_CHECK(lowp || !(dout16 || out16 || qkv16 || dqkv16), "attn_bwd: a 16-bit copy in fp32 mode");
+    KF_CHECK(dqkv || dqkv16, "attn_bwd: neither dqkv nor its 16-bit copy");
     int tc = attn_tc_supported(b, head_dim); /* first: its check uses the scratch */
     mask_dev md = mask_to_dev(b, m, B);
     int64_t L = md.L;
@@ -483,15 +480,15 @@ void cu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out
                                                                   head_dim);
     CUDA_LAUNCHED();
     if (tc) {
-        attn_tc_launched(b, attn_bwd_tc(b, dqkv, dout, dout16, lse, delta, qkv, qkv16, &md, B,
-                                        n_head, head_dim));
+        attn_tc_launched(b, attn_bwd_tc(b, dqkv, dqkv16, dout, dout16, lse, delta, qkv, qkv16, &md,
+                                        B, n_head, head_dim));
         return;
     }
     dim3 grid((unsigned)((L + TILE - 1) / TILE), (unsigned)n_head, (unsigned)B);
-    ATTN_DISPATCH(head_dim, k_attn_bwd_kv, bwd_smem, grid, dqkv, din, lse, delta, qin, md, n_head,
-                  scale, lowp);
-    ATTN_DISPATCH(head_dim, k_attn_bwd_q, bwd_smem, grid, dqkv, din, lse, delta, qin, md, n_head,
-                  scale, lowp);
+    ATTN_DISPATCH(head_dim, k_attn_bwd_kv, bwd_smem, grid, dqkv, dqkv16, din, lse, delta, qin, md,
+                  n_head, scale, lowp);
+    ATTN_DISPATCH(head_dim, k_attn_bwd_q, bwd_smem, grid, dqkv, dqkv16, din, lse, delta, qin, md,
+                  n_head, scale, lowp);
 }
 
 /* Decode attention, split over the keys (flash-decoding): a query's T = P+i+1

@@ -28,8 +28,9 @@
 #define ATTN_TC_TOL_BWD 8e-3
 
 /* Both paths on mask m (one sample, two heads of head_dim D, fixed
- * pseudo-random inputs given as 16-bit copies, the way the model gives
- * them); 0 with the reason in why when they disagree. */
+ * pseudo-random inputs given as 16-bit copies and dqkv written as one, the
+ * way the model gives and takes them); 0 with the reason in why when they
+ * disagree. */
 static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_t D, char *why,
                       size_t why_len) {
     cuda_impl *im = cu_impl(b);
@@ -47,17 +48,18 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
     void *q16 = cu_alloc(b, (size_t)n3 * 2), *d16 = cu_alloc(b, (size_t)n1 * 2);
     cu_copy16(b, q16, x, n3);
     cu_copy16(b, d16, x + n3, n1);
-    float *o[2], *l[2], *g[2]; /* [0]: SIMT, [1]: tensor cores */
+    float *o[2], *l[2]; /* [0]: SIMT, [1]: tensor cores */
+    void *g[2];
     for (int p = 0; p < 2; p++) {
         o[p] = (float *)cu_alloc(b, (size_t)n1 * sizeof(float));
         l[p] = (float *)cu_alloc(b, (size_t)nl * sizeof(float));
-        g[p] = (float *)cu_alloc(b, (size_t)n3 * sizeof(float));
+        g[p] = cu_alloc(b, (size_t)n3 * 2);
     }
     for (int p = 0; p < 2; p++) {
         im->attn_tc.force = p;
         cu_attn_fwd(b, o[p], l[p], NULL, m, 1, nh, D, q16, NULL);
         /* both backwards from the SIMT forward's out and lse */
-        cu_attn_bwd(b, g[p], NULL, o[0], l[0], NULL, m, 1, nh, D, d16, NULL, q16);
+        cu_attn_bwd(b, (float *)NULL, NULL, o[0], l[0], NULL, m, 1, nh, D, d16, NULL, q16, g[p]);
     }
     im->attn_tc.force = -1;
     float *ho[2], *hl[2], *hg[2];
@@ -67,7 +69,8 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
         hg[p] = (float *)kf_malloc((size_t)n3 * sizeof(float));
         cu_download(b, ho[p], o[p], (size_t)n1 * sizeof(float));
         cu_download(b, hl[p], l[p], (size_t)nl * sizeof(float));
-        cu_download(b, hg[p], g[p], (size_t)n3 * sizeof(float));
+        cu_download(b, hg[p], cu_input16(b, CU_SCRATCH_X16, NULL, g[p], n3),
+                    (size_t)n3 * sizeof(float));
     }
     cu_tc_check_break("fwd", ho[1], n1);
     cu_tc_check_break("bwd", hg[1], n3);

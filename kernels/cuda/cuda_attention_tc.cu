@@ -241,18 +241,21 @@ __global__ void __launch_bounds__(TC_THREADS)
 /* ---- backward: dK/dV and dQ in registers ---- */
 
 /* Rows wr and wr+8 of the 16 x D accumulators acc, rounded by lowp, into the
- * rows row0 + wr (+8) of dst (stride ld) that are below row_end. */
+ * rows row0 + wr (+8) below row_end of dqkv and/or dqkv16 from element off
+ * (row stride ld). */
 template <int D>
-__device__ __forceinline__ void fa_store(float *dst, int64_t ld, int64_t row0, int64_t row_end,
-                                         const float (*acc)[4], int wr, int t, int lowp) {
+__device__ __forceinline__ void fa_store(float *dqkv, void *dqkv16, int64_t off, int64_t ld,
+                                         int64_t row0, int64_t row_end, const float (*acc)[4],
+                                         int wr, int t, int lowp) {
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         int64_t r = row0 + wr + 8 * hr;
         if (r >= row_end) continue;
 #pragma unroll
         for (int j = 0; j < D / 8; j++) {
-            dst[r * ld + j * 8 + 2 * t] = cu_lowp(acc[j][2 * hr], lowp);
-            dst[r * ld + j * 8 + 2 * t + 1] = cu_lowp(acc[j][2 * hr + 1], lowp);
+            int64_t e = off + r * ld + j * 8 + 2 * t;
+            dqkv_store(dqkv, dqkv16, e, acc[j][2 * hr], lowp);
+            dqkv_store(dqkv, dqkv16, e + 1, acc[j][2 * hr + 1], lowp);
         }
     }
 }
@@ -287,8 +290,9 @@ __device__ __forceinline__ void fa_query_tile(int64_t i, const int64_t *lo, cons
  * those registers as the A operands of dV += P^T dO and dK += dS^T Q. */
 template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_bwd_kv_mma(float *dqkv, const uint16_t *dout, const float *lse, const float *delta,
-                      const uint16_t *qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
+    k_attn_bwd_kv_mma(float *dqkv, void *dqkv16, const uint16_t *dout, const float *lse,
+                      const float *delta, const uint16_t *qkv, mask_dev m, int64_t n_head,
+                      float scale, int lowp) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     fa_kv_smem<D> &S = *reinterpret_cast<fa_kv_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
@@ -362,9 +366,9 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads(); /* every warp is done with buffer buf before it is refilled */
     }
     cp_async_wait<0>(); /* the K/V group, when no query tile was visited */
-    float *dbase = dqkv + b * m.L * ld + h * D;
-    fa_store<D>(dbase + H, ld, c0, c1, dk, wr, t, lowp);
-    fa_store<D>(dbase + 2 * H, ld, c0, c1, dv, wr, t, lowp);
+    int64_t o = b * m.L * ld + h * D;
+    fa_store<D>(dqkv, dqkv16, o + H, ld, c0, c1, dk, wr, t, lowp);
+    fa_store<D>(dqkv, dqkv16, o + 2 * H, ld, c0, c1, dv, wr, t, lowp);
 }
 
 template <int D> struct fa_q_smem {
@@ -377,8 +381,9 @@ template <int D> struct fa_q_smem {
  * as the A operand of dQ += dS K. */
 template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_bwd_q_mma(float *dqkv, const uint16_t *dout, const float *lse, const float *delta,
-                     const uint16_t *qkv, mask_dev m, int64_t n_head, float scale, int lowp) {
+    k_attn_bwd_q_mma(float *dqkv, void *dqkv16, const uint16_t *dout, const float *lse,
+                     const float *delta, const uint16_t *qkv, mask_dev m, int64_t n_head,
+                     float scale, int lowp) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     fa_q_smem<D> &S = *reinterpret_cast<fa_q_smem<D> *>(smem_raw);
     int64_t b = blockIdx.z, h = blockIdx.y;
@@ -441,7 +446,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads(); /* every warp is done with buffer buf before it is refilled */
     }
     cp_async_wait<0>();
-    fa_store<D>(dqkv + b * m.L * ld + h * D, ld, r0, r1, dq, wr, t, lowp);
+    fa_store<D>(dqkv, dqkv16, b * m.L * ld + h * D, ld, r0, r1, dq, wr, t, lowp);
 }
 
 /* x (n floats) rounded to T in scratch slot `slot`. */
@@ -455,7 +460,7 @@ static const uint16_t *fa_lowp(kf_backend *b, int slot, const float *x, int64_t 
 
 typedef void (*fa_fwd_kernel)(float *, void *, float *, const uint16_t *, mask_dev, int64_t, float,
                               int);
-typedef void (*fa_bwd_kernel)(float *, const uint16_t *, const float *, const float *,
+typedef void (*fa_bwd_kernel)(float *, void *, const uint16_t *, const float *, const float *,
                               const uint16_t *, mask_dev, int64_t, float, int);
 
 /* Kernels go through pointers: the launch syntax takes no template commas. */
@@ -480,9 +485,10 @@ static cudaError_t fa_fwd(kf_backend *b, float *out, void *out16, float *lse, co
 }
 
 template <int D, typename T>
-static cudaError_t fa_bwd(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
-                          const float *lse, const float *delta, const float *qkv, const void *qkv16,
-                          const mask_dev *md, int64_t B, int64_t n_head) {
+static cudaError_t fa_bwd(kf_backend *b, float *dqkv, void *dqkv16, const float *dout,
+                          const void *dout16, const float *lse, const float *delta,
+                          const float *qkv, const void *qkv16, const mask_dev *md, int64_t B,
+                          int64_t n_head) {
     const uint16_t *q16 = qkv16 ? (const uint16_t *)qkv16
                                 : fa_lowp<T>(b, CU_SCRATCH_A, qkv, B * md->L * 3 * n_head * D);
     const uint16_t *do16 = dout16 ? (const uint16_t *)dout16
@@ -494,11 +500,11 @@ static cudaError_t fa_bwd(kf_backend *b, float *dqkv, const float *dout, const v
     cudaError_t e = fa_smem(k_kv, kv_bytes);
     if (e == cudaSuccess) e = fa_smem(k_q, q_bytes);
     if (e != cudaSuccess) return e;
-    k_kv<<<grid, TC_THREADS, kv_bytes, cu_stream(b)>>>(dqkv, do16, lse, delta, q16, *md, n_head,
-                                                       scale, b->precision);
+    k_kv<<<grid, TC_THREADS, kv_bytes, cu_stream(b)>>>(dqkv, dqkv16, do16, lse, delta, q16, *md,
+                                                       n_head, scale, b->precision);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    k_q<<<grid, TC_THREADS, q_bytes, cu_stream(b)>>>(dqkv, do16, lse, delta, q16, *md, n_head,
-                                                     scale, b->precision);
+    k_q<<<grid, TC_THREADS, q_bytes, cu_stream(b)>>>(dqkv, dqkv16, do16, lse, delta, q16, *md,
+                                                     n_head, scale, b->precision);
     return cudaGetLastError();
 }
 
@@ -512,11 +518,13 @@ cudaError_t attn_fwd_tc(kf_backend *b, float *out, void *out16, float *lse, cons
 #undef FA_FWD
 }
 
-cudaError_t attn_bwd_tc(kf_backend *b, float *dqkv, const float *dout, const void *dout16,
-                        const float *lse, const float *delta, const float *qkv, const void *qkv16,
-                        const mask_dev *md, int64_t B, int64_t n_head, int64_t head_dim) {
+cudaError_t attn_bwd_tc(kf_backend *b, float *dqkv, void *dqkv16, const float *dout,
+                        const void *dout16, const float *lse, const float *delta, const float *qkv,
+                        const void *qkv16, const mask_dev *md, int64_t B, int64_t n_head,
+                        int64_t head_dim) {
     bool bf = b->precision == KF_PREC_BF16;
-#define FA_BWD(D, T) fa_bwd<D, T>(b, dqkv, dout, dout16, lse, delta, qkv, qkv16, md, B, n_head)
+#define FA_BWD(D, T)                                                                               \
+    fa_bwd<D, T>(b, dqkv, dqkv16, dout, dout16, lse, delta, qkv, qkv16, md, B, n_head)
     if (head_dim == 64) return bf ? FA_BWD(64, __nv_bfloat16) : FA_BWD(64, __half);
     return bf ? FA_BWD(128, __nv_bfloat16) : FA_BWD(128, __half);
 #undef FA_BWD

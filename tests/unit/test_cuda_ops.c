@@ -947,7 +947,8 @@ static void test_rope(void) {
  * reading qkv16 = qkv rounded gives bitwise out and lse of qkv, and writes
  * out16 (with or without out) = that out rounded in the query rows;
  * attn_bwd reading dout16, out16 and qkv16 gives bitwise the dqkv of dout,
- * out and qkv (the conversions they skip make the same values). */
+ * out and qkv (the conversions they skip make the same values), and writes
+ * dqkv16 (with or without dqkv) = that dqkv rounded. */
 static void attn_copies16(const char *name, const kf_mask *m, int64_t B, int64_t nh, int64_t D,
                           kf_precision prec, const buf2 *qkv, const buf2 *out, const buf2 *lse,
                           const buf2 *dout) {
@@ -992,11 +993,25 @@ static void attn_copies16(const char *name, const kf_mask *m, int64_t B, int64_t
          g2 = mk_rand(B * L * 3 * H, 1);
     free(want);
     snprintf(w, sizeof w, "attn_bwd %s dout16 out16 qkv16", name);
-    g->attn_bwd(g, g1.p[1], NULL, NULL, l2.p[1], NULL, m, B, nh, D, d16.p[1], o16w.p[1], q16.p[1]);
-    g->attn_bwd(g, g2.p[1], dout->p[1], o2.p[1], l2.p[1], qkv->p[1], m, B, nh, D, NULL, NULL, NULL);
+    g->attn_bwd(g, g1.p[1], NULL, NULL, l2.p[1], NULL, m, B, nh, D, d16.p[1], o16w.p[1], q16.p[1],
+                NULL);
+    g->attn_bwd(g, g2.p[1], dout->p[1], o2.p[1], l2.p[1], qkv->p[1], m, B, nh, D, NULL, NULL, NULL,
+                NULL);
     check_gpu_same(w, &g1, &g2, B * L * 3 * H);
+    /* ... and its dqkv16 beside dqkv, then alone: g2 rounded */
+    buf2 dq16a = mk(NULL, (size_t)(B * L * 3 * H) * 2),
+         dq16b = mk(NULL, (size_t)(B * L * 3 * H) * 2);
+    g->attn_bwd(g, g1.p[1], NULL, NULL, l2.p[1], NULL, m, B, nh, D, d16.p[1], o16w.p[1], q16.p[1],
+                dq16a.p[1]);
+    snprintf(w, sizeof w, "attn_bwd %s copies +dqkv16", name);
+    check_gpu_same(w, &g1, &g2, B * L * 3 * H);
+    g->attn_bwd(g, NULL, NULL, NULL, l2.p[1], NULL, m, B, nh, D, d16.p[1], o16w.p[1], q16.p[1],
+                dq16b.p[1]);
+    check_copy16(w, &dq16a, 1, &g2, 1, B * L * 3 * H, prec);
+    snprintf(w, sizeof w, "attn_bwd %s copies, dqkv16 alone", name);
+    check_copy16(w, &dq16b, 1, &g2, 1, B * L * 3 * H, prec);
     drop(&q16), drop(&d16), drop(&o1), drop(&o2), drop(&l1), drop(&l2), drop(&o16), drop(&o16b);
-    drop(&o16w), drop(&g1), drop(&g2);
+    drop(&o16w), drop(&g1), drop(&g2), drop(&dq16a), drop(&dq16b);
 }
 
 static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_t D,
@@ -1041,16 +1056,26 @@ static void attn_case(const char *name, kf_mask m, int64_t B, int64_t nh, int64_
     be[1]->upload(be[1], lse.p[1], hl, lse.bytes);
     free(ho), free(hl);
     BOTH(BE->attn_bwd(BE, PF(dqkv), PF(dout), PF(out), PF(lse), PF(qkv), &m, B, nh, D, NULL, NULL,
-                      NULL));
+                      NULL, NULL));
     snprintf(w, sizeof w, "attn_bwd %s", name);
     check_close(w, &dqkv, B * L * 3 * H, tol_b);
     check_representable(w, &dqkv, 0, B * L * 3 * H, prec);
     /* determinism: a second GPU backward is bitwise identical */
     buf2 d2 = mk_rand(B * L * 3 * H, 1);
     be[1]->attn_bwd(be[1], d2.p[1], dout.p[1], out.p[1], lse.p[1], qkv.p[1], &m, B, nh, D, NULL,
-                    NULL, NULL);
+                    NULL, NULL, NULL);
     float *a1 = down(&dqkv, 1), *a2 = down(&d2, 1);
     T_CHECK(memcmp(a1, a2, dqkv.bytes) == 0, "attn_bwd %s: two runs differ", name);
+    if (prec != KF_PREC_FP32) { /* dqkv16 alone (dqkv NULL): the model's 16-bit backward */
+        buf2 c16 = mk(NULL, (size_t)(B * L * 3 * H) * 2);
+        BOTH(BE->attn_bwd(BE, (float *)NULL, PF(dout), PF(out), PF(lse), PF(qkv), &m, B, nh, D,
+                          NULL, NULL, NULL, c16.p[side_]));
+        for (int side = 0; side < 2; side++) { /* dqkv checked against the CPU's above */
+            snprintf(w, sizeof w, "attn_bwd %s dqkv16 alone %s", name, side ? "gpu" : "cpu");
+            check_copy16(w, &c16, side, &dqkv, side, B * L * 3 * H, prec);
+        }
+        drop(&c16);
+    }
     free(a1), free(a2);
     /* batch invariance: sample 0 alone gives the same out as inside the batch */
     if (B > 1) {
@@ -1180,7 +1205,7 @@ static void test_attn_tc_invariance(kf_precision prec) {
         float *q = qkv.p[1], *dd = dout.p[1], *o = out.p[1], *l = lse.p[1], *dq = dqkv.p[1];
         int64_t n0 = tc_launches(g, KF_CUDA_TC_ATTN);
         g->attn_fwd(g, o, l, q, &m, B, nh, D, NULL, NULL);
-        g->attn_bwd(g, dq, dd, o, l, q, &m, B, nh, D, NULL, NULL, NULL);
+        g->attn_bwd(g, dq, dd, o, l, q, &m, B, nh, D, NULL, NULL, NULL, NULL);
         T_EQ_INT(tc_launches(g, KF_CUDA_TC_ATTN) - n0, 2,
                  "batch-invariant attn %s, the batch's forward and backward: tensor-core launches",
                  name);
@@ -1193,7 +1218,7 @@ static void test_attn_tc_invariance(kf_precision prec) {
             n0 = tc_launches(g, KF_CUDA_TC_ATTN);
             g->attn_fwd(g, o1.p[1], l1.p[1], q + s * nq, &m1, 1, nh, D, NULL, NULL);
             g->attn_bwd(g, d1.p[1], dd + s * no, o + s * no, l + s * nl, q + s * nq, &m1, 1, nh, D,
-                        NULL, NULL, NULL);
+                        NULL, NULL, NULL, NULL);
             T_EQ_INT(tc_launches(g, KF_CUDA_TC_ATTN) - n0, 2,
                      "batch-invariant attn %s, sample %lld alone: tensor-core launches", name,
                      (long long)s);
@@ -1235,9 +1260,9 @@ static void attn_paths(kf_backend *x, kf_backend *y, kf_precision prec, int64_t 
             same ? "the same" : "different");
     free(a), free(c);
     x->attn_bwd(x, d_x.p[1], dout.p[1], o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL,
-                NULL);
+                NULL, NULL);
     y->attn_bwd(y, d_y.p[1], dout.p[1], o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL,
-                NULL);
+                NULL, NULL);
     a = down(&d_x, 1), c = down(&d_y, 1);
     T_CHECK((memcmp(a, c, d_x.bytes) == 0) == same, "attn_bwd %s %s D=%lld: got %s bits, want %s",
             what, kernels_precision_name(prec), (long long)D, same ? "different" : "the same",

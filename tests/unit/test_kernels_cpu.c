@@ -515,7 +515,9 @@ static void check_copies16(kf_backend *be) {
  * and rope on the copy alone gives the copy of rope on its values;
  * attn_fwd reading qkv16 gives bitwise out and lse of qkv, writing out16
  * (with or without out) out rounded in the query rows; attn_bwd reading
- * dout16, out16 and qkv16 gives bitwise the dqkv of dout, out and qkv.
+ * dout16, out16 and qkv16 gives bitwise the dqkv of dout, out and qkv, and
+ * its dqkv16 (with or without dqkv) is dqkv rounded, which rope_bwd on the
+ * copy alone turns into the copy of rope_bwd on dqkv (the model's chain).
  * Causal, and DoubleForward with its q_start pass. */
 static void check_attn_copies16(kf_backend *be) {
     const int64_t B = 2, nh = 2, D = 16, H = nh * D, in = 24;
@@ -587,10 +589,25 @@ static void check_attn_copies16(kf_backend *be) {
             T_CHECK(bad_b == 0, "attn_fwd %s %s: out16 without out: %lld values differ", pn,
                     mname[mi], (long long)bad_b);
             uint16_t *d16 = tu_to16(dout, no, (kf_precision)prec);
-            be->attn_bwd(be, g1, NULL, NULL, lse2, NULL, m, B, nh, D, d16, want, q16);
-            be->attn_bwd(be, g2, dout, out2, lse2, qkv, m, B, nh, D, NULL, NULL, NULL);
+            uint16_t *gc = kf_malloc(n * 2), *gcb = kf_malloc(n * 2);
+            be->attn_bwd(be, g1, NULL, NULL, lse2, NULL, m, B, nh, D, d16, want, q16, gc);
+            be->attn_bwd(be, g2, dout, out2, lse2, qkv, m, B, nh, D, NULL, NULL, NULL, NULL);
             T_CHECK(!memcmp(g1, g2, n * 4), "attn_bwd %s %s: dqkv of the copies differs", pn,
                     mname[mi]);
+            be->attn_bwd(be, NULL, NULL, NULL, lse2, NULL, m, B, nh, D, d16, want, q16, gcb);
+            uint16_t *gw = tu_to16(g2, n, (kf_precision)prec);
+            T_CHECK(!memcmp(gc, gw, n * 2), "attn_bwd %s %s: dqkv16 is not dqkv rounded", pn,
+                    mname[mi]);
+            T_CHECK(!memcmp(gcb, gw, n * 2), "attn_bwd %s %s: dqkv16 without dqkv differs", pn,
+                    mname[mi]);
+            be->rope_bwd(be, NULL, pos, B, L, nh, D, 10000.0f, gcb);
+            be->rope_bwd(be, g2, pos, B, L, nh, D, 10000.0f, NULL);
+            free(gw);
+            gw = tu_to16(g2, n, (kf_precision)prec);
+            T_CHECK(!memcmp(gcb, gw, n * 2),
+                    "attn_bwd then rope_bwd on dqkv16 alone %s %s: not rope_bwd(dqkv) rounded", pn,
+                    mname[mi]);
+            free(gc), free(gcb), free(gw);
             free(want), free(d16), free(q16), free(out), free(out2), free(lse), free(lse2);
             free(dout), free(g1), free(g2), free(o16), free(o16b), free(qkv), free(x1), free(x2);
             free(c16);

@@ -82,7 +82,7 @@ static void check_case_fd(kf_backend *be, const char *name, kf_mask m, int64_t B
     for (int64_t i = 0; i < no; i++) out[i] = 12345.0f; /* rows before q_start must stay */
     for (int64_t i = 0; i < B * nh * L; i++) lse[i] = 12345.0f;
     be->attn_fwd(be, out, lse, qkv, &m, B, nh, D, NULL, NULL);
-    be->attn_bwd(be, dqkv, dout, out, lse, qkv, &m, B, nh, D, NULL, NULL, NULL);
+    be->attn_bwd(be, dqkv, dout, out, lse, qkv, &m, B, nh, D, NULL, NULL, NULL, NULL);
 
     double *dq = tu_tod(qkv, nq), *dd = tu_tod(dout, no);
     double *rout = kf_calloc((size_t)no, sizeof(double)),
@@ -165,7 +165,7 @@ static void check_pairs(kf_backend *be) {
         int64_t p0 = kernels_cpu_attn_pairs(be);
         be->attn_fwd(be, out, lse, qkv, &m, B, nh, D, NULL, NULL);
         int64_t p1 = kernels_cpu_attn_pairs(be);
-        be->attn_bwd(be, dqkv, out, out, lse, qkv, &m, B, nh, D, NULL, NULL, NULL);
+        be->attn_bwd(be, dqkv, out, out, lse, qkv, &m, B, nh, D, NULL, NULL, NULL, NULL);
         int64_t p2 = kernels_cpu_attn_pairs(be);
         /* paper: N(N+1)/2 context + kN(N+1)/2 staircase + N k(k+1)/2 within groups */
         int64_t want = N * (N + 1) / 2 + k * N * (N + 1) / 2 + N * k * (k + 1) / 2;
@@ -273,11 +273,11 @@ static void check_lowp(kf_backend *be, kf_precision prec, float (*rnd)(float)) {
     float *g_a = kf_malloc((size_t)nq * 4), *g_b = kf_malloc((size_t)nq * 4);
     be->set_precision(be, prec);
     be->attn_fwd(be, o_a, l_a, qkv, &m, B, nh, D, NULL, NULL);
-    be->attn_bwd(be, g_a, dout, o_a, l_a, qkv, &m, B, nh, D, NULL, NULL, NULL);
+    be->attn_bwd(be, g_a, dout, o_a, l_a, qkv, &m, B, nh, D, NULL, NULL, NULL, NULL);
     be->set_precision(be, KF_PREC_FP32);
     be->attn_fwd(be, o_b, l_b, q16, &m, B, nh, D, NULL, NULL);
     for (int64_t i = 0; i < no; i++) o_b[i] = rnd(o_b[i]);
-    be->attn_bwd(be, g_b, d16, o_b, l_b, q16, &m, B, nh, D, NULL, NULL, NULL);
+    be->attn_bwd(be, g_b, d16, o_b, l_b, q16, &m, B, nh, D, NULL, NULL, NULL, NULL);
     for (int64_t i = 0; i < nq; i++) g_b[i] = rnd(g_b[i]);
     T_CHECK(memcmp(o_a, o_b, (size_t)no * 4) == 0, "%s attn_fwd out != %s(fp32 attn(%s inputs))",
             name, name, name);
@@ -330,7 +330,7 @@ static void check_threads(kf_backend *be, int64_t D) {
         g[t] = kf_malloc((size_t)nq * 4);
         dec[t] = kf_malloc((size_t)(B * 4 * H) * 4);
         be->attn_fwd(be, o[t], l[t], qkv, &m, B, nh, D, NULL, NULL);
-        be->attn_bwd(be, g[t], dout, o[t], l[t], qkv, &m, B, nh, D, NULL, NULL, NULL);
+        be->attn_bwd(be, g[t], dout, o[t], l[t], qkv, &m, B, nh, D, NULL, NULL, NULL, NULL);
         /* any in-bounds data serves as caches [B, L/3, H] here */
         be->attn_decode(be, dec[t], qkv, 3 * H, qkv + H, qkv + 2 * H, B, L / 3, 10, NULL, 4, nh, D);
     }
@@ -347,7 +347,7 @@ static void check_threads(kf_backend *be, int64_t D) {
           *g1 = kf_malloc((size_t)(L * 3 * H) * 4);
     be->attn_fwd(be, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D, NULL, NULL);
     be->attn_bwd(be, g1, dout + 2 * L * H, o1, l1, qkv + 2 * L * 3 * H, &m1, 1, nh, D, NULL, NULL,
-                 NULL);
+                 NULL, NULL);
     T_EQ_INT(memcmp(o1, o[1] + 2 * L * H, (size_t)(L * H) * 4), 0,
              "attention of a sample differs alone and inside a batch");
     T_EQ_INT(memcmp(l1, l[1] + 2 * nh * L, (size_t)(nh * L) * 4), 0,

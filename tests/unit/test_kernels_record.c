@@ -177,17 +177,20 @@ static void test_attn_convert(void) {
            "bf16 attn_fwd: qkv converted (4 B read, 2 written per element)");
     float *dout = b->alloc(b, (size_t)(B * L * nh * hd) * 4);
     float *dqkv = b->alloc(b, (size_t)(B * L * 3 * nh * hd) * 4);
-    b->attn_bwd(b, dqkv, dout, out, lse, qkv, &m, B, nh, hd, NULL, NULL, NULL);
+    b->attn_bwd(b, dqkv, dout, out, lse, qkv, &m, B, nh, hd, NULL, NULL, NULL, NULL);
     T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * B * L * 4 * nh * hd, 0,
            "bf16 attn_bwd: qkv and dout converted");
     /* 16-bit copies (rope_fwd's, linear_bwd's): nothing to convert, read at 2
      * bytes; out16 written at 2 */
     double fp32_bytes = last_op(b)->cost.bytes, n3 = (double)(B * L * 3 * nh * hd);
     double n1 = n3 / 3;
-    b->attn_bwd(b, dqkv, NULL, NULL, lse, NULL, &m, B, nh, hd, dout, out, qkv);
+    b->attn_bwd(b, dqkv, NULL, NULL, lse, NULL, &m, B, nh, hd, dout, out, qkv, NULL);
     T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "bf16 attn_bwd on copies: no conversion pass");
     T_NEAR(last_op(b)->cost.bytes, fp32_bytes - 2 * (n3 + 2 * n1), 0,
            "bf16 attn_bwd on copies: qkv, dout and out read at 2 bytes");
+    b->attn_bwd(b, NULL, NULL, NULL, lse, NULL, &m, B, nh, hd, dout, out, qkv, dqkv);
+    T_NEAR(last_op(b)->cost.bytes, fp32_bytes - 2 * (n3 + 2 * n1) - 2 * n3, 0,
+           "bf16 attn_bwd on copies writing dqkv16 alone: dqkv at 2 bytes");
     b->attn_fwd(b, NULL, lse, NULL, &m, B, nh, hd, qkv, out);
     T_NEAR(last_op(b)->cost.convert_bytes, 0, 0, "bf16 attn_fwd on qkv16: no conversion pass");
     T_NEAR(last_op(b)->cost.bytes, 2 * (n3 + n1) + 4.0 * B * nh * L, 0,

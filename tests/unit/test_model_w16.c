@@ -6,7 +6,10 @@
  * model given that step's weights, whose copy is new. A copy left stale
  * after the optimizer, or kept across the change of format (fp16 and bf16
  * round differently), changes them. model_load_into and
- * model_copy_matching renew it too. */
+ * model_copy_matching renew it too. And the 16-bit backward's qkv weight
+ * gradients (the attention's dqkv16 rotated in place by rope_bwd, then
+ * read by qkv's linear_bwd) stay within fp16's error of fp32's. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +77,36 @@ static void check_fresh(model *m, const model_input *in, const int32_t *tg, cons
     free(g), free(gf), free(w);
 }
 
+/* Each block's attn_qkv.weight gradient in fp16 against fp32's, same weights:
+ * relative L2 within tol (about 1e-3 here; dqkv16 rotated the wrong way
+ * gives 1-2e-2, the short sequence's angles being small). */
+static void check_qkv_vs_fp32(model *m, const model_input *in, const int32_t *tg, double tol) {
+    kf_backend *be = m->be;
+    size_t bytes = (size_t)m->n_params * sizeof(float);
+    float *g16 = malloc(bytes), *g32 = malloc(bytes);
+    be->set_precision(be, KF_PREC_FP16);
+    model_params_changed(m);
+    pass(m, in, tg, g16);
+    be->set_precision(be, KF_PREC_FP32);
+    pass(m, in, tg, g32);
+    for (int l = 0; l < cfg.blocks; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blocks.%d.attn_qkv.weight", l);
+        const model_tensor *t = model_find(m, name);
+        T_CHECK(t != NULL, "%s: not found", name);
+        if (!t) continue;
+        double num = 0, den = 0;
+        for (int64_t i = t->offset; i < t->offset + t->numel; i++) {
+            num += ((double)g16[i] - g32[i]) * ((double)g16[i] - g32[i]);
+            den += (double)g32[i] * g32[i];
+        }
+        double e = sqrt(num / (den > 0 ? den : 1));
+        printf("%s gradient, fp16 against fp32: rel L2 %.3g (tol %.1g)\n", name, e, tol);
+        T_CHECK(e <= tol, "%s gradient: fp16 against fp32 rel L2 %.3g, want <= %.3g", name, e, tol);
+    }
+    free(g16), free(g32);
+}
+
 int main(void) {
     kf_backend *be = kernels_cpu_create();
     layout lay;
@@ -88,6 +121,7 @@ int main(void) {
     randomize(m, 3);
     size_t bytes = (size_t)m->n_params * sizeof(float);
     float *mom = be->alloc(be, bytes), *vel = be->alloc(be, bytes);
+    check_qkv_vs_fp32(m, &in, tg, 5e-3);
     for (int step = 1; step <= 4; step++) {
         be->set_precision(be, KF_PREC_FP16);
         char what[64];

@@ -981,13 +981,12 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     /* the heads' own tensors (a tied head's weight is vocab_embed, reported with it) */
     if (ready) ready(ctx, p->heads_begin, p->heads_end - p->heads_begin);
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
-    float *dqkv = dbuf_ensure(be, &ws->dqkv, (size_t)(R * 3 * H) * f);
     void *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * (s16 ? 2 : f));
     /* in a 16-bit mode the attention's inputs and output are 16-bit copies
-     * (model_forward's c16), and so is its dout; dqkv gets one for qkv's
-     * weight gradient when rope_bwd can write it and no bias sum needs the
-     * fp32 values */
-    int c16 = s16 && ws->q0 == 0, d16 = c16 && c->pos == POS_ROPE;
+     * (model_forward's c16), and so is its dout; when no bias sum needs the
+     * fp32 dqkv, the attention writes it as a copy alone, which rope_bwd
+     * rotates in place and qkv's backward reads */
+    int c16 = s16 && ws->q0 == 0;
     void *datt = dbuf_ensure(be, &ws->datt, (size_t)(R * H) * (c16 ? 2 : f));
     /* in a 16-bit mode the LayerNorm backwards also write the residual
      * stream's gradient dx as a copy (dx16) for the GEMMs of the layer below
@@ -1014,15 +1013,16 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
                        o->out_b >= 0 ? m->grads + o->out_b : NULL, dx, o->out_b < 0 ? dx16 : NULL,
                        in32(c16, a->att.p), in16(c16, a->att.p), m->params + o->out, R, H, H, 0.0f,
                        model_w16(m, o->out), c16 ? datt : NULL);
+        int q16 = c16 && o->qkv_b < 0;
+        float *dqkv = q16 ? NULL : dbuf_ensure(be, &ws->dqkv, (size_t)(R * 3 * H) * f);
+        void *dqkv16 = q16 ? dbuf_ensure(be, &ws->dqkv16, (size_t)(R * 3 * H) * 2) : NULL;
         be->attn_bwd(be, dqkv, in32(c16, datt), in32(c16, a->att.p), a->lse.p, in32(c16, a->qkv.p),
                      &ws->mask, B, nh, hd, in16(c16, datt), in16(c16, a->att.p),
-                     in16(c16, a->qkv.p));
-        int q16 = d16 && o->qkv_b < 0;
-        void *dqkv16 = q16 ? dbuf_ensure(be, &ws->dqkv16, (size_t)(R * 3 * H) * 2) : NULL;
+                     in16(c16, a->qkv.p), dqkv16);
         if (c->pos == POS_ROPE)
             be->rope_bwd(be, dqkv, ws->pos_d.p, B, L, nh, hd, ROPE_BASE, dqkv16);
-        linear_bwd(m, dln, 0.0f, in32(q16, dqkv), dqkv16, in32(s16, a->ln1.p), in16(s16, a->ln1.p),
-                   o->qkv, o->qkv_b, R, H, 3 * H);
+        linear_bwd(m, dln, 0.0f, dqkv, dqkv16, in32(s16, a->ln1.p), in16(s16, a->ln1.p), o->qkv,
+                   o->qkv_b, R, H, 3 * H);
         be->layernorm_bwd(be, dx, m->grads + o->norm1,
                           o->norm1_b >= 0 ? m->grads + o->norm1_b : NULL, dln, ws->xs[l].p,
                           m->params + o->norm1, a->mean1.p, a->rstd1.p, R, H, l > 0 ? dx16 : NULL);
