@@ -1389,13 +1389,21 @@ static void test_tensor_cores(void) {
         fresh->destroy(fresh);
     }
     gemm_paths(simt, simt, (const int64_t[3]){0, 0, 0}, 0, "KF_CUDA_TC=0");
-    setenv("KF_CUDA_TC_CHECK_BREAK", "gemm", 1); /* read by the check, at the first call */
-    kf_backend *broken = cuda_with(NULL, NULL);
-    if (broken) { /* the check's first two launches fail it: the SIMT kernel from then on */
-        gemm_paths(broken, simt, (const int64_t[3]){2, 0, 0}, 0, "check broken");
-        broken->destroy(broken);
+    /* "gemm" breaks the tensor cores' result on the fp32 operands, "gemm16"
+     * the 16-bit copies the check makes (a check not running the copies
+     * passes then) */
+    const char *gbrk[2] = {"gemm", "gemm16"};
+    for (int i = 0; i < 2; i++) {
+        setenv("KF_CUDA_TC_CHECK_BREAK", gbrk[i], 1); /* read by the check, at the first call */
+        kf_backend *broken = cuda_with(NULL, NULL);
+        if (broken) { /* the check's first two launches fail it: the SIMT kernel from then on */
+            char what[64];
+            snprintf(what, sizeof what, "check broken (%s)", gbrk[i]);
+            gemm_paths(broken, simt, (const int64_t[3]){2, 0, 0}, 0, what);
+            broken->destroy(broken);
+        }
+        unsetenv("KF_CUDA_TC_CHECK_BREAK");
     }
-    unsetenv("KF_CUDA_TC_CHECK_BREAK");
     be[1] = simt;
     for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
         BOTH(BE->set_precision(BE, (kf_precision)prec));
