@@ -65,17 +65,20 @@ kf_op_cost kernels_cost_graph_free(kf_backend *b, void *graph) {
 /* ---- dense algebra: 2*M*N*K per product; A, B read, C written (and read
  * when beta != 0) */
 
-/* Conversion passes of a 16-bit GEMM as kernels/cuda/cuda_gemm.cu runs it
- * outside batch-invariant mode (cuBLAS on fp16/bf16 copies): A and B
- * converted in passes of their own (4 bytes read, 2 written per element),
- * then C rounded to the format in place (read and written). The batch-invariant kernels convert
- * while loading: no pass. */
 /* The unit a product runs on: the tensor units in a 16-bit mode (cuBLAS, or
  * in batch-invariant mode the tensor-core fixed-tiling kernel, cuda_gemm.cu);
  * the fp32 units in fp32, batch-invariant mode's SIMT kernel included. */
 static kf_cost_unit gemm_unit(const kf_backend *b) {
     return b->batch_invariant && b->precision == KF_PREC_FP32 ? KF_COST_SIMT : KF_COST_GEMM;
 }
+
+/* Conversion passes of a 16-bit GEMM as kernels/cuda/cuda_gemm.cu runs it
+ * outside batch-invariant mode (cuBLAS on fp16/bf16 copies): A and B
+ * converted in passes of their own (4 bytes read, 2 written per element),
+ * then C rounded to the format in place (read and written). The
+ * batch-invariant tensor-core kernel rounds fp32 operands as it loads them
+ * and reads 16-bit copies as they are (2 bytes a value): no pass. (Its SIMT
+ * fallback, KF_CUDA_TC=0, would widen the copies first: not priced.) */
 
 static double gemm_convert(const kf_backend *b, double a, double bb, double c) {
     return b->precision != KF_PREC_FP32 && !b->batch_invariant ? 6 * (a + bb) + 8 * c : 0;

@@ -15,8 +15,9 @@
  * k order, with tiles that do not depend on M, N or the batch count. fp32
  * runs the SIMT kernel (k_gemm_invariant: one fmaf chain per element, also
  * the reference); fp16 and bf16 run k_gemm_invariant_mma on the tensor cores
- * (mma.sync m16n8k16, fp32 accumulation, operands rounded to the format as
- * they are packed from the shared-memory stage, cp.async double buffering),
+ * (mma.sync m16n8k16, fp32 accumulation, cp.async double buffering; fp32
+ * operands rounded to the format as they are packed from the shared-memory
+ * stage, 16-bit copies staged as they are and loaded by ldmatrix),
  * guarded like the tensor-core attention (cuda_tc_guard.cu): compared with
  * the SIMT kernel at its first use per precision, which it falls back to
  * with a warning on a failed launch or a difference; KF_CUDA_TC=0 keeps the
@@ -24,6 +25,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_mma.cuh"
@@ -42,13 +44,6 @@ __global__ void k_from16(float *dst, const void *src, int64_t n, int lowp) {
         if (lowp == KF_PREC_BF16) dst[i] = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
         else dst[i] = __half2float(((const __half *)src)[i]);
     }
-}
-
-const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n) {
-    if (!x16 || n <= 0) return x;
-    float *t = (float *)cu_scratch(b, slot, (size_t)n * 4);
-    cu_from16(b, t, x16, n);
-    return t;
 }
 
 /* Elements an operand spans across the batch (strides may be 0: broadcast). */
@@ -143,71 +138,99 @@ __global__ void __launch_bounds__(256)
 #define TG_TILE 64 /* C tile: 64 x 64 per block, 32 x 32 per warp */
 #define TG_BK 32   /* k per stage: two mma k-steps */
 #define TG_THREADS 128
-/* a staged fp32 tile, 64 x 32 or 32 x 64, rows padded by 4 floats (16-byte
- * aligned for cp.async, and fragment reads spread over the banks) */
-#define TG_STAGE (TG_TILE * (TG_BK + 4))
-#define TG_SMEM (4 * TG_STAGE * sizeof(float)) /* two stages of A and B: 36 KiB */
+/* a staged tile's bytes: 64 x 32 or 32 x 64 elements (fp32, or the 16-bit
+ * bits of a copy), rows padded by 16 bytes (tg_pitch); the largest, fp32
+ * 64 x 36 */
+#define TG_STAGE (TG_TILE * (TG_BK + 4) * 4)
+#define TG_SMEM (4 * TG_STAGE) /* two stages of A and B: 36 KiB */
+
+/* The row pitch, in elements E, of a staged tile of `cols` columns: padded
+ * by 16 bytes, so rows stay 16-byte aligned (cp.async, ldmatrix) and the
+ * fragment reads of 8 rows spread over the banks. */
+template <typename E> __device__ __forceinline__ constexpr int tg_pitch(int cols) {
+    return cols + 16 / (int)sizeof(E);
+}
 
 /* Queues the copy of the R x Cn tile at (r0, c0) of the row-major rows x cols
- * matrix X into s (row pitch Cn + 4); elements outside X are zeros. vec: X
- * is 16-byte aligned and cols a multiple of 4, so cp.async moves 4 floats at
- * a time; otherwise plain loads (the same values, staged synchronously). */
-template <int R, int Cn>
-__device__ __forceinline__ void tg_stage(float *s, const float *X, int64_t rows, int64_t cols,
-                                         int64_t r0, int64_t c0, int vec) {
+ * matrix X of E (float, or uint16_t: a 16-bit copy's bits) into s (row pitch
+ * tg_pitch); elements outside X are zeros. vec: X is 16-byte aligned and
+ * cols a multiple of 16 bytes' elements, so cp.async moves 16 bytes at a
+ * time; otherwise plain loads (the same values, staged synchronously). */
+template <int R, int Cn, typename E>
+__device__ __forceinline__ void tg_stage(E *s, const E *X, int64_t rows, int64_t cols, int64_t r0,
+                                         int64_t c0, int vec) {
+    const int V = 16 / (int)sizeof(E), P = tg_pitch<E>(Cn);
     if (vec) {
-        for (int i = threadIdx.x; i < R * Cn / 4; i += TG_THREADS) {
-            int r = i / (Cn / 4), c = i % (Cn / 4) * 4;
+        for (int i = threadIdx.x; i < R * Cn / V; i += TG_THREADS) {
+            int r = i / (Cn / V), c = i % (Cn / V) * V;
             bool in = r0 + r < rows && c0 + c < cols;
-            cp_async16(&s[r * (Cn + 4) + c], in ? X + (r0 + r) * cols + c0 + c : X, in);
+            cp_async16(&s[r * P + c], in ? X + (r0 + r) * cols + c0 + c : X, in);
         }
     } else {
         for (int i = threadIdx.x; i < R * Cn; i += TG_THREADS) {
             int r = i / Cn, c = i % Cn;
             bool in = r0 + r < rows && c0 + c < cols;
-            s[r * (Cn + 4) + c] = in ? X[(r0 + r) * cols + c0 + c] : 0.0f;
+            s[r * P + c] = in ? X[(r0 + r) * cols + c0 + c] : (E)0;
         }
     }
 }
 
-/* k-tile k0 of op(A) (64 rows from m0) and op(B) (64 columns from n0) into
- * the stage buffers sa, sb: A's tile is [m][k] (ta: [k][m]), B's [k][n]
- * (tb: [n][k]), as the operands lie in memory. */
-__device__ __forceinline__ void tg_stage_k(float *sa, float *sb, const float *A, const float *B,
-                                           int64_t M, int64_t N, int64_t K, int ta, int tb,
-                                           int64_t m0, int64_t n0, int64_t k0, int vec_a,
-                                           int vec_b) {
-    if (ta) tg_stage<TG_BK, TG_TILE>(sa, A, K, M, k0, m0, vec_a);
-    else tg_stage<TG_TILE, TG_BK>(sa, A, M, K, m0, k0, vec_a);
-    if (tb) tg_stage<TG_TILE, TG_BK>(sb, B, N, K, n0, k0, vec_b);
-    else tg_stage<TG_BK, TG_TILE>(sb, B, K, N, k0, n0, vec_b);
+/* k-tile k0 of an operand X into s as it lies in memory: its `outer` rows
+ * of op(A) (or columns of op(B)) from o0, kmajor: stored [k][outer] (A with
+ * ta, B without tb), else [outer][k]. */
+template <typename E>
+__device__ __forceinline__ void tg_stage_op(E *s, const E *X, int kmajor, int64_t outer, int64_t K,
+                                            int64_t o0, int64_t k0, int vec) {
+    if (kmajor) tg_stage<TG_BK, TG_TILE>(s, X, K, outer, k0, o0, vec);
+    else tg_stage<TG_TILE, TG_BK>(s, X, outer, K, o0, k0, vec);
 }
 
-/* op(A)[m][k] and op(B)[k][n] of the staged tiles. */
-__device__ __forceinline__ float tg_a(const float *sa, int ta, int m, int k) {
-    return ta ? sa[k * (TG_TILE + 4) + m] : sa[m * (TG_BK + 4) + k];
+/* The mma registers of the 16 x 16 (outer x k) block at (o, k) of a staged
+ * tile (tg_stage_op's layout): r[q] holds the 8 x 8 block at (o + 8 (q % 2),
+ * k + 8 (q / 2)), lane (g, t) its elements (g, 2t) and (g, 2t + 1). That is
+ * an A operand as it is, and the B operands of two 8-column tiles, (r[0],
+ * r[2]) and (r[1], r[3]) (cuda_mma.cuh). fp32 tiles are rounded to T here. */
+template <typename T>
+__device__ __forceinline__ void tg_frag(uint32_t r[4], const float *s, int kmajor, int o, int k) {
+    int P = tg_pitch<float>(kmajor ? TG_TILE : TG_BK), g = threadIdx.x % 32 / 4,
+        t = threadIdx.x % 4;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        int oo = o + 8 * (q % 2) + g, kk = k + 8 * (q / 2) + 2 * t;
+        r[q] = kmajor ? mma_pack<T>(s[kk * P + oo], s[(kk + 1) * P + oo])
+                      : mma_pack<T>(s[oo * P + kk], s[oo * P + kk + 1]);
+    }
 }
-__device__ __forceinline__ float tg_b(const float *sb, int tb, int k, int n) {
-    return tb ? sb[n * (TG_BK + 4) + k] : sb[k * (TG_TILE + 4) + n];
+/* ... and of a 16-bit tile, whose values are the format's already: ldmatrix
+ * (.trans when stored [k][outer]), lane l naming row l % 8 of block l / 8. */
+template <typename T>
+__device__ __forceinline__ void tg_frag(uint32_t r[4], const uint16_t *s, int kmajor, int o,
+                                        int k) {
+    int P = tg_pitch<uint16_t>(kmajor ? TG_TILE : TG_BK), q = threadIdx.x % 32 / 8,
+        i = threadIdx.x % 8;
+    if (kmajor) ldmatrix_x4_trans(r, &s[(k + 8 * (q / 2) + i) * P + o + 8 * (q % 2)]);
+    else ldmatrix_x4(r, &s[(o + 8 * (q % 2) + i) * P + k + 8 * (q / 2)]);
 }
 
 /* Batch-invariant C = alpha op(A) op(B) + beta C with T (__half or
  * __nv_bfloat16) operands on the tensor cores (mma.sync m16n8k16, fp32
  * accumulation; cuda_mma.cuh): a 64 x 64 C tile per block of 4 warps, each
- * warp 32 x 32 (2 x 4 accumulator tiles of 16 x 8). The fp32 operands are
- * staged in shared memory 32 k at a time, double-buffered (the next k-tile
- * is copied, with cp.async when aligned, while this one is multiplied), and
- * rounded to T as the fragments are packed from there; the k-tiles are
- * accumulated in order. Nothing in an element's sum depends on M, N or the
- * batch: the tiling is fixed, and k beyond K is zero-filled. */
-template <typename T>
+ * warp 32 x 32 (2 x 4 accumulator tiles of 16 x 8). An operand is fp32 (EA,
+ * EB float; rounded to T as its fragments are packed) or a 16-bit copy's
+ * bits (uint16_t; its fragments loaded by ldmatrix): the same T values
+ * either way, so the same bits. Both are staged in shared memory 32 k at a
+ * time, double-buffered (the next k-tile is copied, with cp.async when
+ * aligned, while this one is multiplied); the k-tiles are accumulated in
+ * order. Nothing in an element's sum depends on M, N or the batch: the
+ * tiling is fixed, and k beyond K is zero-filled. */
+template <typename T, typename EA, typename EB>
 __global__ void __launch_bounds__(TG_THREADS)
-    k_gemm_invariant_mma(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
+    k_gemm_invariant_mma(float *C, const EA *A, const EB *B, int64_t M, int64_t N, int64_t K,
                          int ta, int tb, float alpha, float beta, int64_t sc, int64_t sa_,
                          int64_t sb_, int vec_a, int vec_b, int lowp) {
-    extern __shared__ __align__(16) float tg_smem[]; /* TG_SMEM bytes: sa[2], sb[2] */
-    float *sa[2] = {tg_smem, tg_smem + TG_STAGE},
-          *sb[2] = {tg_smem + 2 * TG_STAGE, tg_smem + 3 * TG_STAGE};
+    extern __shared__ __align__(16) unsigned char tg_smem[]; /* TG_SMEM bytes: sa[2], sb[2] */
+    EA *sa[2] = {(EA *)tg_smem, (EA *)(tg_smem + TG_STAGE)};
+    EB *sb[2] = {(EB *)(tg_smem + 2 * TG_STAGE), (EB *)(tg_smem + 3 * TG_STAGE)};
     int64_t z = blockIdx.z;
     C += z * sc;
     A += z * sa_;
@@ -217,38 +240,32 @@ __global__ void __launch_bounds__(TG_THREADS)
     int wm = warp / 2 * 32, wn = warp % 2 * 32; /* the warp's corner in the C tile */
     float acc[2][4][4] = {};
     int64_t nk = (K + TG_BK - 1) / TG_BK;
-    tg_stage_k(sa[0], sb[0], A, B, M, N, K, ta, tb, m0, n0, 0, vec_a, vec_b);
+    tg_stage_op(sa[0], A, ta, M, K, m0, 0, vec_a);
+    tg_stage_op(sb[0], B, !tb, N, K, n0, 0, vec_b);
     cp_async_commit();
     for (int64_t kt = 0; kt < nk; kt++) {
         int buf = (int)(kt & 1);
-        if (kt + 1 < nk) /* the other buffer: freed by the barrier ending the last k-tile */
-            tg_stage_k(sa[buf ^ 1], sb[buf ^ 1], A, B, M, N, K, ta, tb, m0, n0, (kt + 1) * TG_BK,
-                       vec_a, vec_b);
+        if (kt + 1 < nk) { /* the other buffer: freed by the barrier ending the last k-tile */
+            tg_stage_op(sa[buf ^ 1], A, ta, M, K, m0, (kt + 1) * TG_BK, vec_a);
+            tg_stage_op(sb[buf ^ 1], B, !tb, N, K, n0, (kt + 1) * TG_BK, vec_b);
+        }
         cp_async_commit();
         cp_async_wait<1>(); /* k-tile kt is in (this thread's copies) */
         __syncthreads();    /* ... and every thread's */
-        const float *xa = sa[buf], *xb = sb[buf];
 #pragma unroll
         for (int kk = 0; kk < TG_BK; kk += 16) {
-            uint32_t fa[2][4], fb[4][2];
+            uint32_t fa[2][4], fb[2][4]; /* fb[jj]: tiles 2 jj (0, 2) and 2 jj + 1 (1, 3) */
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                int r = wm + i * 16 + g, c = kk + 2 * t;
-                fa[i][0] = mma_pack<T>(tg_a(xa, ta, r, c), tg_a(xa, ta, r, c + 1));
-                fa[i][1] = mma_pack<T>(tg_a(xa, ta, r + 8, c), tg_a(xa, ta, r + 8, c + 1));
-                fa[i][2] = mma_pack<T>(tg_a(xa, ta, r, c + 8), tg_a(xa, ta, r, c + 9));
-                fa[i][3] = mma_pack<T>(tg_a(xa, ta, r + 8, c + 8), tg_a(xa, ta, r + 8, c + 9));
-            }
+            for (int i = 0; i < 2; i++) tg_frag<T>(fa[i], sa[buf], ta, wm + i * 16, kk);
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                int n = wn + j * 8 + g, k = kk + 2 * t;
-                fb[j][0] = mma_pack<T>(tg_b(xb, tb, k, n), tg_b(xb, tb, k + 1, n));
-                fb[j][1] = mma_pack<T>(tg_b(xb, tb, k + 8, n), tg_b(xb, tb, k + 9, n));
-            }
+            for (int jj = 0; jj < 2; jj++) tg_frag<T>(fb[jj], sb[buf], !tb, wn + jj * 16, kk);
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) mma_16816<T>(acc[i][j], fa[i], fb[j]);
+                for (int j = 0; j < 4; j++) {
+                    const uint32_t b2[2] = {fb[j / 2][j % 2], fb[j / 2][j % 2 + 2]};
+                    mma_16816<T>(acc[i][j], fa[i], b2);
+                }
         }
         __syncthreads();
     }
@@ -361,27 +378,55 @@ void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, in
     CUDA_LAUNCHED();
 }
 
-/* cp.async can stage operand X (leading dimension ld, batch stride stride):
- * every row of every matrix starts 16-byte aligned. */
-static int tg_vec(const float *X, int64_t ld, int64_t stride, int64_t batch) {
-    return (uintptr_t)X % 16 == 0 && ld % 4 == 0 && (batch == 1 || stride % 4 == 0);
+/* cp.async can stage operand X of esize-byte elements (leading dimension ld,
+ * batch stride stride): every row of every matrix starts 16-byte aligned. */
+static int tg_vec(const void *X, int esize, int64_t ld, int64_t stride, int64_t batch) {
+    int64_t v = 16 / esize;
+    return (uintptr_t)X % 16 == 0 && ld % v == 0 && (batch == 1 || stride % v == 0);
 }
 
-/* Launches k_gemm_invariant_mma (matmul_batched's arguments; batch <= 65535)
- * in the format of b->precision; returns the launch's error. */
-static cudaError_t gemm_tc(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
-                           int64_t N, int64_t K, int ta, int tb, float alpha, float beta,
-                           int64_t batch, int64_t sc, int64_t sa, int64_t sb) {
-    dim3 grid((unsigned)((N + TG_TILE - 1) / TG_TILE), (unsigned)((M + TG_TILE - 1) / TG_TILE),
-              (unsigned)batch);
-    int va = tg_vec(A, ta ? M : K, sa, batch), vb = tg_vec(B, tb ? K : N, sb, batch);
-    cudaStream_t s = cu_stream(b);
-    if (b->precision == KF_PREC_BF16)
-        k_gemm_invariant_mma<__nv_bfloat16><<<grid, TG_THREADS, TG_SMEM, s>>>(
-            C, A, B, M, N, K, ta, tb, alpha, beta, sc, sa, sb, va, vb, KF_PREC_BF16);
-    else
-        k_gemm_invariant_mma<__half><<<grid, TG_THREADS, TG_SMEM, s>>>(
-            C, A, B, M, N, K, ta, tb, alpha, beta, sc, sa, sb, va, vb, KF_PREC_FP16);
+/* A product's shape and scalars (matmul_batched's arguments). */
+struct tg_args {
+    float *C;
+    int64_t M, N, K;
+    int ta, tb;
+    float alpha, beta;
+    int64_t batch, sc, sa, sb;
+};
+
+/* Launches k_gemm_invariant_mma<T, EA, EB> on a's product (batch <= 65535). */
+template <typename T, typename EA, typename EB>
+static void tg_launch(kf_backend *b, const tg_args &a, const EA *A, const EB *B) {
+    dim3 grid((unsigned)((a.N + TG_TILE - 1) / TG_TILE), (unsigned)((a.M + TG_TILE - 1) / TG_TILE),
+              (unsigned)a.batch);
+    int va = tg_vec(A, sizeof(EA), a.ta ? a.M : a.K, a.sa, a.batch),
+        vb = tg_vec(B, sizeof(EB), a.tb ? a.K : a.N, a.sb, a.batch);
+    /* through a pointer: the emulation harness's launch macro takes one name */
+    auto kernel = k_gemm_invariant_mma<T, EA, EB>;
+    kernel<<<grid, TG_THREADS, TG_SMEM, cu_stream(b)>>>(a.C, A, B, a.M, a.N, a.K, a.ta, a.tb,
+                                                        a.alpha, a.beta, a.sc, a.sa, a.sb, va, vb,
+                                                        b->precision);
+}
+/* ... with B's copy B16 when given, else the fp32 B */
+template <typename T, typename EA>
+static void tg_launch_b(kf_backend *b, const tg_args &a, const EA *A, const float *B,
+                        const void *B16) {
+    if (B16) tg_launch<T, EA, uint16_t>(b, a, A, (const uint16_t *)B16);
+    else tg_launch<T, EA, float>(b, a, A, B);
+}
+
+/* Launches k_gemm_invariant_mma in the format of b->precision on each
+ * operand's 16-bit copy (A16, B16) where given, else its fp32 form; returns
+ * the launch's error. */
+static cudaError_t gemm_tc(kf_backend *b, const tg_args &a, const float *A, const void *A16,
+                           const float *B, const void *B16) {
+    if (b->precision == KF_PREC_BF16) {
+        if (A16) tg_launch_b<__nv_bfloat16>(b, a, (const uint16_t *)A16, B, B16);
+        else tg_launch_b<__nv_bfloat16>(b, a, A, B, B16);
+    } else {
+        if (A16) tg_launch_b<__half>(b, a, (const uint16_t *)A16, B, B16);
+        else tg_launch_b<__half>(b, a, A, B, B16);
+    }
     return cudaGetLastError();
 }
 
@@ -393,33 +438,49 @@ static cudaError_t gemm_tc(kf_backend *b, float *C, const float *A, const float 
  * they agree bitwise (its mma adds exact products in k order). */
 #define GEMM_TC_TOL 2e-3
 
+static void gemm(kf_backend *b, const tg_args &a, const float *A, const void *A16, const float *B,
+                 const void *B16);
+
 /* The guard's check (cuda_tc_guard.cu): both batch-invariant kernels on a
  * small batch of 2 with edge tiles in m, n and k, alpha and beta, each
- * transpose; 0 with the reason in why when they disagree. */
+ * transpose, the tensor-core one on the fp32 operands and on their 16-bit
+ * copies, which must give the same bits (the same values in the same
+ * products); 0 with the reason in why when they disagree. */
 static int check_gemm(kf_backend *b, const void *arg, char *why, size_t why_len) {
     (void)arg;
     cu_tc_guard *gd = &cu_impl(b)->gemm_tc;
     const int64_t M = 70, N = 72, K = 100, batch = 2, nab = batch * M * K, nc = batch * M * N;
     int64_t nh = 2 * nab + nc;
-    float *h = (float *)kf_malloc((size_t)(nh + 2 * nc) * sizeof(float)),
-          *hc[2] = {h + nh, h + nh + nc};
+    float *h = (float *)kf_malloc((size_t)(nh + 3 * nc) * sizeof(float)),
+          *hc[3] = {h + nh, h + nh + nc, h + nh + 2 * nc};
     uint32_t s = 12345u;
     for (int64_t i = 0; i < nh; i++) {
         s = s * 1664525u + 1013904223u;
         h[i] = 2.0f * ((float)(s >> 8) / 16777216.0f - 0.5f);
     }
-    float *x = (float *)cu_alloc(b, (size_t)nh * sizeof(float)), *c[2];
+    float *x = (float *)cu_alloc(b, (size_t)nh * sizeof(float)), *c[3];
     cu_upload(b, x, h, (size_t)nh * sizeof(float));
-    for (int p = 0; p < 2; p++) c[p] = (float *)cu_alloc(b, (size_t)nc * sizeof(float));
+    for (int p = 0; p < 3; p++) c[p] = (float *)cu_alloc(b, (size_t)nc * sizeof(float));
+    /* x's 16-bit copies (B's batch reaches past 2 nab), made from x's values
+     * uploaded again: moved by 0.05 when the check named gemm16 is broken on
+     * purpose, which only a check that runs the copies sees */
+    char *x16 = (char *)cu_alloc(b, (size_t)nh * 2);
+    float *t = (float *)kf_malloc((size_t)nh * sizeof(float)),
+          *tx = (float *)cu_alloc(b, (size_t)nh * sizeof(float));
+    memcpy(t, h, (size_t)nh * sizeof(float));
+    cu_tc_check_break("gemm16", t, nh);
+    cu_upload(b, tx, t, (size_t)nh * sizeof(float));
+    cu_copy16(b, x16, tx, nh);
     double scale = b->precision == KF_PREC_BF16 ? 8 : 1;
     int ok = 1;
     for (int tr = 0; tr < 4 && ok; tr++) {
         int ta = tr & 1, tb = tr >> 1;
-        for (int p = 0; p < 2; p++) { /* 0: SIMT, 1: tensor cores */
+        /* 0: SIMT, 1: tensor cores, 2: tensor cores on the copies */
+        for (int p = 0; p < 3; p++) {
             cu_upload(b, c[p], h + 2 * nab, (size_t)nc * sizeof(float));
-            gd->force = p;
-            cu_matmul_batched(b, c[p], x, x + nab, M, N, K, ta, tb, 0.7f, 0.5f, batch, M * N, M * K,
-                              K * N);
+            gd->force = p > 0;
+            tg_args a = {c[p], M, N, K, ta, tb, 0.7f, 0.5f, batch, M * N, M * K, K * N};
+            gemm(b, a, x, p == 2 ? x16 : NULL, x + nab, p == 2 ? x16 + 2 * nab : NULL);
             gd->force = -1;
             cu_download(b, hc[p], c[p], (size_t)nc * sizeof(float));
         }
@@ -432,10 +493,16 @@ static int check_gemm(kf_backend *b, const void *arg, char *why, size_t why_len)
             snprintf(why, why_len,
                      "differs from the SIMT kernel (ta=%d tb=%d): %.3g (tolerance %.3g)", ta, tb, e,
                      GEMM_TC_TOL * scale);
+        else if (memcmp(hc[2], hc[1], (size_t)nc * sizeof(float)))
+            snprintf(why, why_len, "on 16-bit copies differs from it on fp32 (ta=%d tb=%d)", ta,
+                     tb);
         else ok = 1;
     }
-    for (int p = 0; p < 2; p++) cu_free(b, c[p]);
+    for (int p = 0; p < 3; p++) cu_free(b, c[p]);
+    cu_free(b, x16);
+    cu_free(b, tx);
     cu_free(b, x);
+    free(t);
     free(h);
     return ok;
 }
@@ -448,38 +515,64 @@ static int gemm_tc_supported(kf_backend *b) {
                            kernels_precision_name(b->precision), check_gemm, NULL);
 }
 
-void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
-                       int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
-                       int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b) {
-    if (M <= 0 || N <= 0 || batch <= 0) return;
+/* 1 when a batch-invariant product in this mode reads 16-bit copies as they
+ * are (the tensor-core kernel); else they are read widened (cu_input16). */
+static int gemm_reads16(kf_backend *b) { return b->batch_invariant && gemm_tc_supported(b); }
+
+const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n) {
+    if (!x16 || n <= 0 || gemm_reads16(b)) return x;
+    float *t = (float *)cu_scratch(b, slot, (size_t)n * 4);
+    cu_from16(b, t, x16, n);
+    return t;
+}
+
+/* matmul_batched, reading A16 and B16 (NULL: none; 16-bit copies of A and
+ * B) in place of A and B on the tensor cores and through cuBLAS; the SIMT
+ * kernel and fp32 mode read A and B. */
+static void gemm(kf_backend *b, const tg_args &a, const float *A, const void *A16, const float *B,
+                 const void *B16) {
+    if (a.M <= 0 || a.N <= 0 || a.batch <= 0) return;
     cudaStream_t s = cu_stream(b);
     int lowp = b->precision;
-    if (K <= 0) {
-        k_scale_c<<<cu_blocks(M * N), 256, 0, s>>>(C, beta, M * N, batch, stride_c, lowp);
+    if (a.K <= 0) {
+        k_scale_c<<<cu_blocks(a.M * a.N), 256, 0, s>>>(a.C, a.beta, a.M * a.N, a.batch, a.sc, lowp);
         CUDA_LAUNCHED();
         return;
     }
     if (b->batch_invariant) {
-        KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
+        KF_CHECK(a.batch <= 65535, "matmul_batched: batch %lld too large", (long long)a.batch);
         if (gemm_tc_supported(b)) {
-            cu_tc_guard_launched(&cu_impl(b)->gemm_tc,
-                                 gemm_tc(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch,
-                                         stride_c, stride_a, stride_b));
+            cu_tc_guard_launched(&cu_impl(b)->gemm_tc, gemm_tc(b, a, A, A16, B, B16));
             return;
         }
-        cu_matmul_fixed(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c,
-                        stride_a, stride_b, lowp);
+        cu_matmul_fixed(b, a.C, A, B, a.M, a.N, a.K, a.ta, a.tb, a.alpha, a.beta, a.batch, a.sc,
+                        a.sa, a.sb, lowp);
         return;
     }
     if (lowp == KF_PREC_FP32) {
-        cublas_rowmajor(b, C, CUDA_R_32F, A, B, CUDA_R_32F, M, N, K, trans_a, trans_b, alpha, beta,
-                        batch, stride_c, stride_a, stride_b, CUBLAS_COMPUTE_32F_PEDANTIC);
+        cublas_rowmajor(b, a.C, CUDA_R_32F, A, B, CUDA_R_32F, a.M, a.N, a.K, a.ta, a.tb, a.alpha,
+                        a.beta, a.batch, a.sc, a.sa, a.sb, CUBLAS_COMPUTE_32F_PEDANTIC);
         return;
     }
-    gemm16(b, C, CUDA_R_32F, cu_to16(b, CU_SCRATCH_A, A, span(M * K, batch, stride_a)),
-           cu_to16(b, CU_SCRATCH_B, B, span(K * N, batch, stride_b)), M, N, K, trans_a, trans_b,
-           alpha, beta, batch, stride_c, stride_a, stride_b);
-    cu_round_lowp(b, C, span(M * N, batch, stride_c));
+    gemm16(b, a.C, CUDA_R_32F,
+           A16 ? A16 : cu_to16(b, CU_SCRATCH_A, A, span(a.M * a.K, a.batch, a.sa)),
+           B16 ? B16 : cu_to16(b, CU_SCRATCH_B, B, span(a.K * a.N, a.batch, a.sb)), a.M, a.N, a.K,
+           a.ta, a.tb, a.alpha, a.beta, a.batch, a.sc, a.sa, a.sb);
+    cu_round_lowp(b, a.C, span(a.M * a.N, a.batch, a.sc));
+}
+
+void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
+                       int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
+                       int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b) {
+    tg_args a = {C, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b};
+    gemm(b, a, A, NULL, B, NULL);
+}
+
+void cu_matmul_copies(kf_backend *b, float *C, const float *A, const void *A16, const float *B,
+                      const void *B16, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
+                      float alpha, float beta) {
+    tg_args a = {C, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0};
+    gemm(b, a, A, A16, B, B16);
 }
 
 void cu_matmul_to16(kf_backend *b, void *C16, const void *A16, const void *B16, int64_t M,

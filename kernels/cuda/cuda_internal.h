@@ -63,7 +63,7 @@ enum {
     CU_SCRATCH_B,
     CU_SCRATCH_C,
     CU_SCRATCH_D,
-    CU_SCRATCH_X16, /* cu_input16's floats */
+    CU_SCRATCH_X16, /* cu_input16's floats (the SIMT batch-invariant kernel) */
     CU_SCRATCH_DY16,
     CU_SCRATCH_VLEN, /* attention's device copy of valid_len */
     CU_SCRATCH_N
@@ -274,8 +274,18 @@ void cu_matmul_to16(kf_backend *b, void *C16, const void *A16, const void *B16, 
 
 /** x, or when x16 (a 16-bit copy, kernels.h) is given its values as floats
  *  in scratch slot `slot`: the fp32 view of an input for the paths that
- *  read fp32 (batch-invariant mode). */
+ *  read fp32 (batch-invariant mode's SIMT kernel). x as it is when the
+ *  products read x16 itself (the tensor-core kernel, cu_matmul_copies). */
 const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16, int64_t n);
+
+/** cu_matmul reading A16 and B16 (NULL: none; A and B as 16-bit copies,
+ *  kernels.h) in place of A and B where the product runs on the tensor
+ *  cores (batch-invariant mode's k_gemm_invariant_mma; cuBLAS in a 16-bit
+ *  mode): no conversion pass. The SIMT kernel and fp32 mode read A and B,
+ *  which must then hold the copies' values (cu_input16 gives them). */
+void cu_matmul_copies(kf_backend *b, float *C, const float *A, const void *A16, const float *B,
+                      const void *B16, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
+                      float alpha, float beta);
 
 /** src [n] converted to the 16-bit format of b->precision (round to nearest
  *  even, cu_lowp's values) in scratch slot `slot`; returns it. Valid until

@@ -16,8 +16,9 @@
  *    matmul, and the same kernel finishes it in place.
  * The epilogue also writes the output's 16-bit copy (kernels.h), and an input
  * or a weight given as a 16-bit copy (x16, dy16, w16) goes to cuBLAS as it
- * is: no conversion pass. The fixed-tiling kernels of batch-invariant mode
- * read the fp32 weight, which is always given beside w16.
+ * is: no conversion pass; so does batch-invariant mode's tensor-core kernel
+ * (cu_matmul_copies), while its SIMT kernel reads the fp32 weight, which is
+ * always given beside w16, and the other copies widened (cu_input16).
  * linear_bwd's two products both read dy: in a 16-bit mode outside
  * batch-invariant mode one pass converts it (and sums its columns for the
  * bias gradient) and both products read that copy, where two matmul calls
@@ -109,8 +110,8 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
     } else {
         float *dst = act == KF_ACT_NONE ? y : pre;
         if (!dst) dst = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 4);
-        cu_matmul(b, dst, cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in), w, rows, out, in, 0, 1,
-                  1.0f, beta);
+        cu_matmul_copies(b, dst, cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in), x16, w, w16,
+                         rows, out, in, 0, 1, 1.0f, beta);
         c = dst;
     }
     if (!src16 && !round_c && !bias && act == KF_ACT_NONE && !y16) return; /* nothing to do */
@@ -136,8 +137,8 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
         src16 = b->precision;
     } else {
         if (!dpre) c = dpre = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(rows * in) * 4);
-        cu_matmul(b, dpre, cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out), w, rows, in, out,
-                  0, 0, 1.0f, 0.0f);
+        cu_matmul_copies(b, dpre, cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out), dy16, w,
+                         w16, rows, in, out, 0, 0, 1.0f, 0.0f);
     }
     if (!src16 && !dbias && act == KF_ACT_NONE && !dpre16) return;
     float *part = dbias ? (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(nchunk * in) * 4) : NULL;
@@ -158,10 +159,10 @@ void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const floa
     if (!fused16(b, rows) || in <= 0 || out <= 0) {
         x = cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in);
         dy = cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out);
-        cu_matmul(b, dw, dy, x, out, in, rows, 1, 0, 1.0f, 1.0f);
+        cu_matmul_copies(b, dw, dy, dy16, x, x16, out, in, rows, 1, 0, 1.0f, 1.0f);
         if (dbias) cu_bias_grad(b, dbias, dy, rows, out);
         if (dx16 && !dx) dx = (float *)cu_scratch(b, CU_SCRATCH_C, (size_t)(rows * in) * 4);
-        if (dx) cu_matmul(b, dx, dy, w, rows, in, out, 0, 0, 1.0f, dx_beta);
+        if (dx) cu_matmul_copies(b, dx, dy, dy16, w, w16, rows, in, out, 0, 0, 1.0f, dx_beta);
         if (dx16) cu_copy16(b, dx16, dx, rows * in);
         return;
     }

@@ -1,7 +1,6 @@
 /* kernels/cuda/cuda_mma.cuh — the PTX instructions the tensor-core attention
- * uses, each wrapped in one device function: inline PTX under nvcc (sm_80 and
- * later), the emulation harness's model otherwise (kernels/cuda/emu,
- * docs/cuda_emulation.md).
+ * and batch-invariant GEMM use, each wrapped in one device function: inline PTX under nvcc (sm_80
+ * and later), the emulation harness's model otherwise (kernels/cuda/emu, docs/cuda_emulation.md).
  *
  * Register layout of mma.m16n8k16 (PTX ISA, "Matrix fragments for
  * mma.m16n8k16 with floating point type"). With g = lane / 4 and t = lane % 4,
@@ -67,6 +66,19 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float d[4], const uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/** ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8 x 8 tiles of 16-bit
+ *  values from shared memory. A warp collective: lane l passes the address
+ *  of row l % 8 of tile l / 8 (16 bytes, 16-byte aligned) and receives in
+ *  r[i] the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of tile i
+ *  — an A operand register (above) of a row-major [m][k] tile, or a B one
+ *  of an [n][k] tile. */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
 /** ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: four 8 x 8 tiles of
  *  16-bit values from shared memory, transposed. A warp collective: lane l
  *  passes the address of row l % 8 of tile l / 8 (16 bytes, 16-byte aligned)
@@ -110,8 +122,11 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float d[4], const uint3
                                                          const uint32_t b[2]) {
     emu::mma_m16n8k16(d, a, b, true, __FILE__, __LINE__);
 }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row) {
+    emu::ldmatrix_x4(r, row, false, __FILE__, __LINE__);
+}
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row) {
-    emu::ldmatrix_x4_trans(r, row, __FILE__, __LINE__);
+    emu::ldmatrix_x4(r, row, true, __FILE__, __LINE__);
 }
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
     emu::cp_async16(dst, src, valid ? 16 : 0, __FILE__, __LINE__);

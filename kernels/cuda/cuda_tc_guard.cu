@@ -11,7 +11,8 @@
  * kernels and the check waits for a later call.
  *
  * KF_CUDA_TC_CHECK_BREAK=NAME adds 0.05 to every value of the tensor-core
- * result that the check named NAME compares: how the tests see the fallback
+ * result that the check named NAME compares (gemm16: to the values the GEMM
+ * check makes its 16-bit copies from): how the tests see the fallback
  * happen without a broken GPU.
  */
 #include <math.h>

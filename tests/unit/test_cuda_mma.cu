@@ -1,5 +1,5 @@
 /* tests/unit/test_cuda_mma.cu — the PTX wrappers of kernels/cuda/cuda_mma.cuh
- * against the PTX ISA: ldmatrix.x4.trans, mma.m16n8k16 (fp16 and bf16) with every lane's
+ * against the PTX ISA: ldmatrix.x4 and .x4.trans, mma.m16n8k16 (fp16 and bf16) with every lane's
  * registers filled and read back by the documented fragment layout (written
  * here from the ISA's per-register tables, independently of the harness's
  * element-owner form), and cp.async's groups, zero fill and completion.
@@ -120,34 +120,41 @@ static void check_cp_async(void) {
 }
 
 /* Four 8 x 8 tiles of 16-bit values t*64 + r*8 + c in shared memory; lane l
- * names row l % 8 of tile l / 8 and gets its four registers in out[l][4]. */
-__global__ void k_ldmatrix(uint32_t *out) {
+ * names row l % 8 of tile l / 8 and gets its four registers in out[l][4],
+ * from ldmatrix.x4 (.trans when trans). */
+__global__ void k_ldmatrix(uint32_t *out, int trans) {
     __shared__ __align__(16) uint16_t m[4][8][8];
     for (int i = threadIdx.x; i < 256; i += 32) m[i / 64][i / 8 % 8][i % 8] = (uint16_t)i;
     __syncwarp();
     uint32_t r[4];
-    ldmatrix_x4_trans(r, m[threadIdx.x / 8][threadIdx.x % 8]);
+    if (trans) ldmatrix_x4_trans(r, m[threadIdx.x / 8][threadIdx.x % 8]);
+    else ldmatrix_x4(r, m[threadIdx.x / 8][threadIdx.x % 8]);
     for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = r[i];
 }
 
-/* ldmatrix .trans against the PTX ISA: lane l's register i holds, low half
- * first, elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4] of tile i
- * (row, column as stored), the B operand layout of mma.m16n8k16. */
-static void check_ldmatrix(void) {
+/* ldmatrix against the PTX ISA: lane l's register i holds, low half first,
+ * elements [l / 4][2 (l % 4)] and [l / 4][2 (l % 4) + 1] of tile i (row,
+ * column as stored; the A operand layout of mma.m16n8k16), and with .trans
+ * elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4] (the B operand
+ * layout of a row-major [k][n] tile). */
+static void check_ldmatrix(int trans) {
+    const char *name = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
     uint32_t got[128], *dout;
     cudaMalloc((void **)&dout, sizeof got);
-    k_ldmatrix<<<1, 32>>>(dout);
+    k_ldmatrix<<<1, 32>>>(dout, trans);
     cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost);
     int bad = 0;
     for (int l = 0; l < 32; l++)
         for (int i = 0; i < 4; i++) {
-            uint32_t lo = (uint32_t)(i * 64 + (2 * (l % 4)) * 8 + l / 4), hi = lo + 8;
+            int row = trans ? 2 * (l % 4) : l / 4, col = trans ? l / 4 : 2 * (l % 4);
+            /* the next element along the row (stored), or down the column (.trans) */
+            uint32_t lo = (uint32_t)(i * 64 + row * 8 + col), hi = lo + (trans ? 8 : 1);
             uint32_t want = lo | hi << 16;
             if (got[l * 4 + i] != want && bad++ < 4)
-                fprintf(stderr, "  ldmatrix lane %d r[%d]: got 0x%08x want 0x%08x\n", l, i,
+                fprintf(stderr, "  %s lane %d r[%d]: got 0x%08x want 0x%08x\n", name, l, i,
                         got[l * 4 + i], want);
         }
-    T_CHECK(bad == 0, "ldmatrix.x4.trans: %d of 128 registers wrong, want 0", bad);
+    T_CHECK(bad == 0, "%s: %d of 128 registers wrong, want 0", name, bad);
     cudaFree(dout);
 }
 
@@ -155,6 +162,7 @@ int main(void) {
     check_mma<__half>("mma.m16n8k16 f16");
     check_mma<__nv_bfloat16>("mma.m16n8k16 bf16");
     check_cp_async();
-    check_ldmatrix();
+    check_ldmatrix(0);
+    check_ldmatrix(1);
     return T_DONE();
 }

@@ -377,8 +377,9 @@ static int emulated(void) {
 /* Which kernel runs the 16-bit batch-invariant products of backend x (a
  * fresh one): the tensor-core launches (kernels_cuda_tc_launches) of its
  * first fp16 product and of the next, then of its first bf16 product, must
- * be want[0..3) (a check runs 4 launches, or stops at the first failing
- * one); and its bits equal ref's (a KF_CUDA_TC=0 backend): always when x's
+ * be want[0..3) (a check runs 8 launches, two per transpose: on the fp32
+ * operands and on their 16-bit copies, or stops at the first failing
+ * pair); and its bits equal ref's (a KF_CUDA_TC=0 backend): always when x's
  * products run on the SIMT kernel (!tc), and under the emulation harness on
  * the tensor cores too, whose emulated mma sums each product exactly in k
  * order as the SIMT kernel's fmaf chain does (a fragment layout or staging
@@ -774,10 +775,10 @@ static void w16_op(int op, int side_, buf2 *o, buf2 *pre, const buf2 *x, const b
 /* The weights' 16-bit copy (w16) at precision prec and invariant mode inv:
  * copy_to16 writes W rounded (both backends), and each op that reads a
  * weight gives bitwise, on the GPU, its results without the copy (and the
- * CPU's within tolerance). Outside batch-invariant mode the GPU reads the
- * copy in place of converting W: given the copy of another matrix W2, an op
- * gives its results on W2 (the fixed-tiling kernels read the fp32 W, so
- * there this check does not apply). */
+ * CPU's within tolerance). The GPU reads the copy in place of converting
+ * W (cuBLAS, and in batch-invariant mode the tensor-core kernel; its SIMT
+ * fallback reads the fp32 W): given the copy of another matrix W2, an op
+ * gives its results on W2. */
 static void test_weights16(kf_precision prec, int inv) {
     static const char *ops[] = {"linear_act gelu", "linear_act +C", "linear_act_dgrad dgelu",
                                 "linear_bwd dx"};
@@ -806,21 +807,111 @@ static void test_weights16(kf_precision prec, int inv) {
         check_gpu_same(wn, &o, &o2, n);
         drop(&o), drop(&o2);
     }
-    if (!inv) {
-        g->copy_to16(g, w16.p[1], (const float *)w2.p[1], out * in);
-        for (int op = 0; op < 4; op++) {
-            int64_t n = op < 2 ? R * out : R * in;
-            buf2 o = mk_rand(n, 1), o2 = mk_copy(&o);
-            snprintf(wn, sizeof wn, "%s w16 of W2 %s", ops[op], pn);
-            w16_op(op, 1, &o, &pre, &x, &w, w16.p[1], &bias, &dy, &dw, R, in, out);
-            w16_op(op, 1, &o2, &pre, &x, &w2, NULL, &bias, &dy, &dw, R, in, out);
-            check_gpu_same(wn, &o, &o2, n);
-            drop(&o), drop(&o2);
-        }
+    g->copy_to16(g, w16.p[1], (const float *)w2.p[1], out * in);
+    for (int op = 0; op < 4; op++) {
+        int64_t n = op < 2 ? R * out : R * in;
+        buf2 o = mk_rand(n, 1), o2 = mk_copy(&o);
+        snprintf(wn, sizeof wn, "%s w16 of W2 %s%s", ops[op], pn, iv);
+        w16_op(op, 1, &o, &pre, &x, &w, w16.p[1], &bias, &dy, &dw, R, in, out);
+        w16_op(op, 1, &o2, &pre, &x, &w2, NULL, &bias, &dy, &dw, R, in, out);
+        check_gpu_same(wn, &o, &o2, n);
+        drop(&o), drop(&o2);
     }
     g->batch_invariant = 0;
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     drop(&x), drop(&w), drop(&w2), drop(&bias), drop(&dy), drop(&dw), drop(&pre), drop(&w16);
+}
+
+/* A GPU buffer of n random values rounded to prec (r) and their 16-bit copy
+ * (c), both from the host. */
+static void gpu_rounded(kf_backend *g, int64_t n, kf_precision prec, float **r, void **c) {
+    float *h = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) h[i] = nrand();
+    uint16_t *h16 = tu_to16(h, n, prec);
+    for (int64_t i = 0; i < n; i++) h[i] = prec == KF_PREC_FP16 ? tu_fp16(h[i]) : tu_bf16(h[i]);
+    *r = g->alloc(g, (size_t)n * 4), *c = g->alloc(g, (size_t)n * 2);
+    g->upload(g, *r, h, (size_t)n * 4);
+    g->upload(g, *c, h16, (size_t)n * 2);
+    free(h), free(h16);
+}
+
+/* Bitwise equality of n floats at GPU pointers a and b; `what` names the check. */
+static void check_dev_same(kf_backend *g, const char *what, const float *a, const float *b,
+                           int64_t n) {
+    float *ha = malloc((size_t)n * 4), *hb = malloc((size_t)n * 4);
+    g->download(g, ha, a, (size_t)n * 4);
+    g->download(g, hb, b, (size_t)n * 4);
+    int64_t bad = n_differ(ha, hb, n);
+    T_CHECK(bad == 0, "%s: got %lld of %lld elements differing, want 0", what, (long long)bad,
+            (long long)n);
+    free(ha), free(hb);
+}
+
+/* The batch-invariant products reading 16-bit copies as they are (the
+ * tensor-core kernel, cuda_gemm.cu): linear_act on x16 and w16,
+ * linear_act_dgrad on dy16 and w16, linear_bwd on dy16, x16 and w16 give
+ * bitwise their results on the fp32 values of the copies (which the kernel
+ * rounds as it packs them), each product on the tensor cores; and a row
+ * alone gives bitwise its row in the batch. At in 67, out 45 the copies are
+ * staged by plain loads, at 64 and 48 by cp.async. */
+static void test_gemm_copies(kf_precision prec) {
+    kf_backend *g = be[1];
+    const char *pn = kernels_precision_name(prec);
+    g->set_precision(g, prec);
+    g->batch_invariant = 1;
+    const int64_t R = 150, sizes[2][2] = {{67, 45}, {64, 48}};
+    for (int sz = 0; sz < 2; sz++) {
+        int64_t in = sizes[sz][0], out = sizes[sz][1];
+        float *x, *w, *dy, *y[2], *dx[2], *dw[2];
+        void *x16, *w16, *dy16;
+        gpu_rounded(g, R * in, prec, &x, &x16);
+        gpu_rounded(g, out * in, prec, &w, &w16);
+        gpu_rounded(g, R * out, prec, &dy, &dy16);
+        for (int p = 0; p < 2; p++) {
+            y[p] = g->alloc(g, (size_t)(R * out) * 4);
+            dx[p] = g->alloc(g, (size_t)(R * in) * 4);
+            dw[p] = g->alloc(g, (size_t)(out * in) * 4);
+            g->zero(g, dw[p], (size_t)(out * in) * 4);
+        }
+        char what[160];
+        /* p 0: the copies, 1: the fp32 values */
+        int64_t n0 = tc_launches(g, KF_CUDA_TC_GEMM);
+        g->linear_act(g, y[0], NULL, NULL, NULL, x16, w, NULL, R, in, out, KF_ACT_NONE, 0.0f, w16);
+        g->linear_act(g, y[1], NULL, NULL, x, NULL, w, NULL, R, in, out, KF_ACT_NONE, 0.0f, NULL);
+        g->linear_act_dgrad(g, dx[0], NULL, NULL, NULL, w, NULL, R, in, out, KF_ACT_NONE, w16,
+                            dy16);
+        g->linear_act_dgrad(g, dx[1], NULL, NULL, dy, w, NULL, R, in, out, KF_ACT_NONE, NULL, NULL);
+        snprintf(what, sizeof what, "copies %s in=%lld: linear_act x16 w16 vs fp32", pn,
+                 (long long)in);
+        check_dev_same(g, what, y[0], y[1], R * out);
+        snprintf(what, sizeof what, "copies %s in=%lld: linear_act_dgrad dy16 w16 vs fp32", pn,
+                 (long long)in);
+        check_dev_same(g, what, dx[0], dx[1], R * in);
+        g->linear_bwd(g, dx[0], dw[0], NULL, NULL, dy16, NULL, x16, w, R, in, out, 0.0f, w16, NULL);
+        g->linear_bwd(g, dx[1], dw[1], NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
+        snprintf(what, sizeof what, "copies %s in=%lld: linear_bwd dw from dy16 x16 vs fp32", pn,
+                 (long long)in);
+        check_dev_same(g, what, dw[0], dw[1], out * in);
+        snprintf(what, sizeof what, "copies %s in=%lld: linear_bwd dx from dy16 w16 vs fp32", pn,
+                 (long long)in);
+        check_dev_same(g, what, dx[0], dx[1], R * in);
+        if (tc_launches(g, KF_CUDA_TC_GEMM) >= 0)
+            T_EQ_INT(tc_launches(g, KF_CUDA_TC_GEMM) - n0, 8,
+                     "copies %s in=%lld: tensor-core launches of the 8 products", pn,
+                     (long long)in);
+        /* row 0 alone (the copies from row 0 of the batch's) */
+        g->linear_act(g, y[1], NULL, NULL, NULL, x16, w, NULL, 1, in, out, KF_ACT_NONE, 0.0f, w16);
+        snprintf(what, sizeof what,
+                 "copies %s in=%lld: linear_act x16 w16, a row alone vs in the "
+                 "batch",
+                 pn, (long long)in);
+        check_dev_same(g, what, y[0], y[1], out);
+        for (int p = 0; p < 2; p++) g->free(g, y[p]), g->free(g, dx[p]), g->free(g, dw[p]);
+        g->free(g, x), g->free(g, w), g->free(g, dy);
+        g->free(g, x16), g->free(g, w16), g->free(g, dy16);
+    }
+    g->batch_invariant = 0;
+    g->set_precision(g, KF_PREC_FP32);
 }
 
 /* 150 rows: chunks of 64, 64 and 22 for the weight gradient's partials;
@@ -1318,18 +1409,26 @@ static void test_tensor_cores(void) {
     /* the batch-invariant GEMM: tensor cores by default, SIMT with
      * KF_CUDA_TC=0 and after a failed check */
     kf_backend *fresh = cuda_with(NULL, NULL);
-    if (fresh) { /* a check (4 launches) and the product, then the product */
-        gemm_paths(fresh, simt, (const int64_t[3]){5, 1, 5}, 1, "default");
+    if (fresh) { /* a check (8 launches) and the product, then the product */
+        gemm_paths(fresh, simt, (const int64_t[3]){9, 1, 9}, 1, "default");
         fresh->destroy(fresh);
     }
     gemm_paths(simt, simt, (const int64_t[3]){0, 0, 0}, 0, "KF_CUDA_TC=0");
-    setenv("KF_CUDA_TC_CHECK_BREAK", "gemm", 1); /* read by the check, at the first call */
-    kf_backend *broken = cuda_with(NULL, NULL);
-    if (broken) { /* the check's first launch fails it: the SIMT kernel from then on */
-        gemm_paths(broken, simt, (const int64_t[3]){1, 0, 0}, 0, "check broken");
-        broken->destroy(broken);
+    /* "gemm" breaks the tensor cores' result on the fp32 operands, "gemm16"
+     * the 16-bit copies the check makes (a check not running the copies
+     * passes then) */
+    const char *gbrk[2] = {"gemm", "gemm16"};
+    for (int i = 0; i < 2; i++) {
+        setenv("KF_CUDA_TC_CHECK_BREAK", gbrk[i], 1); /* read by the check, at the first call */
+        kf_backend *broken = cuda_with(NULL, NULL);
+        if (broken) { /* the check's first two launches fail it: the SIMT kernel from then on */
+            char what[64];
+            snprintf(what, sizeof what, "check broken (%s)", gbrk[i]);
+            gemm_paths(broken, simt, (const int64_t[3]){2, 0, 0}, 0, what);
+            broken->destroy(broken);
+        }
+        unsetenv("KF_CUDA_TC_CHECK_BREAK");
     }
-    unsetenv("KF_CUDA_TC_CHECK_BREAK");
     be[1] = simt;
     for (int prec = KF_PREC_FP16; prec <= KF_PREC_BF16; prec++) {
         BOTH(BE->set_precision(BE, (kf_precision)prec));
@@ -1958,6 +2057,8 @@ int main(void) {
             if (prec != KF_PREC_FP32) test_copies16((kf_precision)prec, inv);
             if (prec != KF_PREC_FP32) test_weights16((kf_precision)prec, inv);
         }
+    test_gemm_copies(KF_PREC_FP16);
+    test_gemm_copies(KF_PREC_BF16);
     test_layernorm(0);
     test_layernorm(1);
     test_rope();

@@ -83,11 +83,11 @@ void *dyn_smem();
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16, const char *file,
                   int line);
 
-/** PTX ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: a warp collective;
+/** PTX ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: a warp collective;
  *  lane l names row l % 8 of tile l / 8 (16 bytes of shared memory) in
  *  `row` and receives in r[i] the two 16-bit elements (row l / 4, columns
- *  2 (l % 4) and +1) of tile i's transpose. */
-void ldmatrix_x4_trans(uint32_t r[4], const void *row, const char *file, int line);
+ *  2 (l % 4) and +1) of tile i, or of its transpose when trans. */
+void ldmatrix_x4(uint32_t r[4], const void *row, bool trans, const char *file, int line);
 
 /** PTX cp.async.cg.shared.global of 16 bytes, the last 16 - src_bytes of them
  *  zeros. The destination reads as 0xff bytes from here until the

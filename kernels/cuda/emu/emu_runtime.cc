@@ -504,7 +504,7 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf1
     memcpy(d, out, sizeof out);
 }
 
-void ldmatrix_x4_trans(uint32_t r[4], const void *row, const char *file, int line) {
+void ldmatrix_x4(uint32_t r[4], const void *row, bool trans, const char *file, int line) {
     if (!in_shared(row, 16))
         fail("ldmatrix at %s:%d: row %p is not in shared memory", file, line, row);
     if ((uintptr_t)row % 16)
@@ -518,9 +518,11 @@ void ldmatrix_x4_trans(uint32_t r[4], const void *row, const char *file, int lin
     for (int i = 0; i < 4; i++) {
         uint16_t e[2];
         for (int h = 0; h < 2; h++) {
-            /* element (me / 4, c) of the transpose: row c of tile i, column me / 4 */
-            int c = (int)(me % 4) * 2 + h;
-            memcpy(&e[h], (const char *)(uintptr_t)all[i * 8 + c] + 2 * (me / 4), 2);
+            /* element (me / 4, c): of the tile, or of its transpose (row c of
+             * the tile, column me / 4) */
+            int c = (int)(me % 4) * 2 + h, row_i = trans ? c : (int)(me / 4),
+                col = trans ? (int)(me / 4) : c;
+            memcpy(&e[h], (const char *)(uintptr_t)all[i * 8 + row_i] + 2 * col, 2);
         }
         out[i] = e[0] | (uint32_t)e[1] << 16;
     }
