@@ -26,10 +26,12 @@ seed=${KF_CUDA_EMU_SEED:-1}
 R=$(mktemp -d)
 trap 'rm -rf "$R"' EXIT
 
-# start NAME BINARY ORDER: runs the program in the background (two at a time
-# use both cores of a CI machine), its output in $R/NAME.ORDER
+# start NAME BINARY ORDER: runs the program in the background, its output in
+# $R/NAME.ORDER; waits first while two run (both cores of a CI machine, kept
+# busy: each starts as soon as one ends, so the longest go first)
 start() {
   local out="$R/$1.$3"
+  while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
   if [ ! -x "$2" ]; then echo "$2 not built (make emu-tests)" >"$out.log"; echo 127 >"$out.rc"; return; fi
   { s0=$SECONDS; KF_CUDA_EMU_ORDER=$3 ASAN_OPTIONS=detect_leaks=0 "$2" >"$out.log" 2>&1
     echo $? >"$out.rc"; echo $((SECONDS - s0)) >"$out.s"; } &
@@ -52,33 +54,31 @@ collect() {
   fi
 }
 
+asan="random:$((seed + 1))"
 for order in forward reverse "random:$seed"; do
   start test_cuda_ops build-emu/tests/test_cuda_ops "$order"
   start test_cuda_train build-emu/tests/test_cuda_train "$order"
-  wait
+done
+start "test_cuda_ops (ASan)" build-emu-asan/tests/test_cuda_ops "$asan"
+start "test_cuda_train (ASan)" build-emu-asan/tests/test_cuda_train "$asan"
+for order in forward reverse "random:$seed"; do # attn_decode against its predecessor
+  start test_cuda_decode_ref build-emu/tests/test_cuda_decode_ref "$order"
+done
+for t in test_cuda_limits test_kernels_table test_cuda_mma test_cuda_graph; do
+  start $t build-emu/tests/$t forward
+done
+wait
+for order in forward reverse "random:$seed"; do
   collect test_cuda_ops "$order"
   collect test_cuda_train "$order"
 done
-asan="random:$((seed + 1))"
-start "test_cuda_ops (ASan)" build-emu-asan/tests/test_cuda_ops "$asan"
-start "test_cuda_train (ASan)" build-emu-asan/tests/test_cuda_train "$asan"
-wait
 collect "test_cuda_ops (ASan)" "$asan"
 collect "test_cuda_train (ASan)" "$asan"
-start test_cuda_limits build-emu/tests/test_cuda_limits forward
-start test_kernels_table build-emu/tests/test_kernels_table forward
-wait
-collect test_cuda_limits forward
-collect test_kernels_table forward
-start test_cuda_mma build-emu/tests/test_cuda_mma forward
-start test_cuda_graph build-emu/tests/test_cuda_graph forward
-wait
-collect test_cuda_mma forward
-collect test_cuda_graph forward
-for order in forward reverse "random:$seed"; do # attn_decode against its predecessor
-  start test_cuda_decode_ref build-emu/tests/test_cuda_decode_ref "$order"
-  wait
+for order in forward reverse "random:$seed"; do
   collect test_cuda_decode_ref "$order"
+done
+for t in test_cuda_limits test_kernels_table test_cuda_mma test_cuda_graph; do
+  collect $t forward
 done
 
 # the harness's own checks: kernels/cuda/emu/emu_selftest.cu, one bug per case

@@ -108,6 +108,10 @@ struct warp_state {
     uint64_t gen;
     uint64_t vals[2][32]; /* by generation parity: a fast lane's next collective
                            * cannot overwrite what a slow lane has yet to read */
+    /* the D of the warp's mma.sync under way, which the first lane past its
+     * gather computes for all 32 (the gather's generation in mma_gen) */
+    uint64_t mma_gen;
+    float mma_d[16][8];
 };
 
 struct launch_state {
@@ -484,22 +488,35 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf1
      * collective: read them between the two */
     const uint64_t *all =
         warp_collective(SYNC_MMA, 0xffffffffu, (uint64_t)(uintptr_t)&mine, file, line);
-    const regs *r[32];
-    for (int l = 0; l < 32; l++) r[l] = (const regs *)(uintptr_t)all[l];
-    /* the owner of each element (PTX ISA, "Matrix fragments for mma.m16n8k16
-     * with floating point type"): A(i,k) in lane (i%8)*4 + (k%8)/2, register
-     * (i/8) + 2*(k/8), half k%2; B(k,j) in lane j*4 + (k%8)/2, register k/8,
-     * half k%2; C(i,j) in lane (i%8)*4 + j/2, element 2*(i/8) + j%2 */
+    warp_state &w = L->warps[cur->warp];
+    if (w.mma_gen != w.gen) { /* the first lane here: D for the whole warp, once */
+        const regs *r[32];
+        for (int l = 0; l < 32; l++) r[l] = (const regs *)(uintptr_t)all[l];
+        /* the owner of each element (PTX ISA, "Matrix fragments for mma.m16n8k16
+         * with floating point type"): A(i,k) in lane (i%8)*4 + (k%8)/2, register
+         * (i/8) + 2*(k/8), half k%2; B(k,j) in lane j*4 + (k%8)/2, register k/8,
+         * half k%2; C(i,j) in lane (i%8)*4 + j/2, element 2*(i/8) + j%2 */
+        float A[16][16], B[16][8];
+        for (int i = 0; i < 16; i++)
+            for (int k = 0; k < 16; k++)
+                A[i][k] =
+                    mma_elem(r[(i % 8) * 4 + (k % 8) / 2]->a[i / 8 + 2 * (k / 8)], k % 2, bf16);
+        for (int k = 0; k < 16; k++)
+            for (int j = 0; j < 8; j++)
+                B[k][j] = mma_elem(r[j * 4 + (k % 8) / 2]->b[k / 8], k % 2, bf16);
+        float(&D)[16][8] = w.mma_d;
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 8; j++) D[i][j] = r[(i % 8) * 4 + j / 2]->d[2 * (i / 8) + j % 2];
+        /* each D(i,j) adds its exact products in k order; j innermost, so the
+         * 8 sums of a row proceed side by side (vectorised) */
+        for (int i = 0; i < 16; i++)
+            for (int k = 0; k < 16; k++)
+                for (int j = 0; j < 8; j++) D[i][j] += A[i][k] * B[k][j];
+        w.mma_gen = w.gen;
+    }
     unsigned me = lane_id();
     float out[4];
-    for (int q = 0; q < 4; q++) {
-        int i = (int)(me / 4) + 8 * (q / 2), j = (int)(me % 4) * 2 + q % 2;
-        float s = r[(i % 8) * 4 + j / 2]->d[2 * (i / 8) + j % 2];
-        for (int k = 0; k < 16; k++)
-            s += mma_elem(r[(i % 8) * 4 + (k % 8) / 2]->a[i / 8 + 2 * (k / 8)], k % 2, bf16) *
-                 mma_elem(r[j * 4 + (k % 8) / 2]->b[k / 8], k % 2, bf16);
-        out[q] = s;
-    }
+    for (int q = 0; q < 4; q++) out[q] = w.mma_d[me / 4 + 8 * (q / 2)][me % 4 * 2 + q % 2];
     warp_collective(SYNC_MMA, 0xffffffffu, 0, file, line);
     memcpy(d, out, sizeof out);
 }
