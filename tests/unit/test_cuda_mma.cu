@@ -12,60 +12,91 @@
 #include "kernels/cuda/cuda_mma.cuh"
 #include "tests/test.h"
 
-static float a_val(int i, int k) { return (float)((i * 37 + k * 11) % 23 - 11) / 4.0f; }
-static float b_val(int k, int j) { return (float)((k * 13 + j * 29) % 19 - 9) / 4.0f; }
+/* Operand set s (one per mma.sync of the launch) differs from every other, so
+ * a D computed from another set's registers changes some output. */
+static float a_val(int s, int i, int k) {
+    return (float)((i * 37 + k * 11 + s * 5) % 23 - 11) / 4.0f;
+}
+static float b_val(int s, int k, int j) {
+    return (float)((k * 13 + j * 29 + s * 3) % 19 - 9) / 4.0f;
+}
 static float c_val(int i, int j) { return (float)((i * 7 + j * 17) % 31 - 15) / 2.0f; }
 
-/* One warp: A [16][16], B [16][8], CD [16][8] row-major in global memory; CD
- * holds C on entry and D on exit. */
-template <typename T> __global__ void k_mma(float *cd, const float *A, const float *B) {
-    int g = threadIdx.x / 4, t = threadIdx.x % 4;
-    uint32_t a[4], b[2];
-    float d[4];
-    a[0] = mma_pack<T>(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]);
-    a[1] = mma_pack<T>(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]);
-    a[2] = mma_pack<T>(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9]);
-    a[3] = mma_pack<T>(A[(g + 8) * 16 + 2 * t + 8], A[(g + 8) * 16 + 2 * t + 9]);
-    b[0] = mma_pack<T>(B[(2 * t) * 8 + g], B[(2 * t + 1) * 8 + g]);
-    b[1] = mma_pack<T>(B[(2 * t + 8) * 8 + g], B[(2 * t + 9) * 8 + g]);
-    d[0] = cd[g * 8 + 2 * t];
-    d[1] = cd[g * 8 + 2 * t + 1];
-    d[2] = cd[(g + 8) * 8 + 2 * t];
-    d[3] = cd[(g + 8) * 8 + 2 * t + 1];
-    mma_16816<T>(d, a, b);
-    cd[g * 8 + 2 * t] = d[0];
-    cd[g * 8 + 2 * t + 1] = d[1];
-    cd[(g + 8) * 8 + 2 * t] = d[2];
-    cd[(g + 8) * 8 + 2 * t + 1] = d[3];
+/* Each warp (number w in the grid) runs reps mma.sync one after another, the
+ * r-th with A and B of set w * reps + r (A [16][16], B [16][8] row-major) and
+ * C the D of the one before (the first: CD[w], [16][8]); after each it
+ * stores D in out[w * reps + r]. */
+template <typename T>
+__global__ void k_mma(float *out, const float *CD, const float *A, const float *B, int reps) {
+    int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const float *cd = CD + w * 128;
+    float d[4] = {cd[g * 8 + 2 * t], cd[g * 8 + 2 * t + 1], cd[(g + 8) * 8 + 2 * t],
+                  cd[(g + 8) * 8 + 2 * t + 1]};
+    for (int r = 0; r < reps; r++) {
+        const float *a_s = A + (w * reps + r) * 256, *b_s = B + (w * reps + r) * 128;
+        uint32_t a[4], b[2];
+        a[0] = mma_pack<T>(a_s[g * 16 + 2 * t], a_s[g * 16 + 2 * t + 1]);
+        a[1] = mma_pack<T>(a_s[(g + 8) * 16 + 2 * t], a_s[(g + 8) * 16 + 2 * t + 1]);
+        a[2] = mma_pack<T>(a_s[g * 16 + 2 * t + 8], a_s[g * 16 + 2 * t + 9]);
+        a[3] = mma_pack<T>(a_s[(g + 8) * 16 + 2 * t + 8], a_s[(g + 8) * 16 + 2 * t + 9]);
+        b[0] = mma_pack<T>(b_s[(2 * t) * 8 + g], b_s[(2 * t + 1) * 8 + g]);
+        b[1] = mma_pack<T>(b_s[(2 * t + 8) * 8 + g], b_s[(2 * t + 9) * 8 + g]);
+        mma_16816<T>(d, a, b);
+        float *o = out + (w * reps + r) * 128;
+        o[g * 8 + 2 * t] = d[0];
+        o[g * 8 + 2 * t + 1] = d[1];
+        o[(g + 8) * 8 + 2 * t] = d[2];
+        o[(g + 8) * 8 + 2 * t + 1] = d[3];
+    }
 }
 
-template <typename T> static void check_mma(const char *what) {
-    float A[256], B[128], C[128], D[128];
-    for (int i = 0; i < 16; i++)
-        for (int k = 0; k < 16; k++) A[i * 16 + k] = a_val(i, k);
-    for (int k = 0; k < 16; k++)
-        for (int j = 0; j < 8; j++) B[k * 8 + j] = b_val(k, j);
-    for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 8; j++) C[i * 8 + j] = c_val(i, j);
-    float *dA, *dB, *dCD;
-    cudaMalloc((void **)&dA, sizeof A);
-    cudaMalloc((void **)&dB, sizeof B);
-    cudaMalloc((void **)&dCD, sizeof C);
-    cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice);
-    cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice);
-    cudaMemcpy(dCD, C, sizeof C, cudaMemcpyHostToDevice);
-    k_mma<T><<<1, 32>>>(dCD, dA, dB);
-    cudaMemcpy(D, dCD, sizeof D, cudaMemcpyDeviceToHost);
+/* blocks x warps warps, reps mma.sync each; every D against the host's C plus
+ * the products so far, summed exactly (small integers over 4). */
+template <typename T> static void check_mma(const char *what, int blocks, int warps, int reps) {
+    int nw = blocks * warps, ns = nw * reps;
+    float *A = (float *)malloc(sizeof(float) * 256 * ns),
+          *B = (float *)malloc(sizeof(float) * 128 * ns);
+    float *C = (float *)malloc(sizeof(float) * 128 * nw),
+          *D = (float *)malloc(sizeof(float) * 128 * ns);
+    for (int s = 0; s < ns; s++) {
+        for (int i = 0; i < 16; i++)
+            for (int k = 0; k < 16; k++) A[s * 256 + i * 16 + k] = a_val(s, i, k);
+        for (int k = 0; k < 16; k++)
+            for (int j = 0; j < 8; j++) B[s * 128 + k * 8 + j] = b_val(s, k, j);
+    }
+    for (int w = 0; w < nw; w++)
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 8; j++) C[w * 128 + i * 8 + j] = c_val(i + w, j);
+    float *dA, *dB, *dC, *dD;
+    cudaMalloc((void **)&dA, sizeof(float) * 256 * ns);
+    cudaMalloc((void **)&dB, sizeof(float) * 128 * ns);
+    cudaMalloc((void **)&dC, sizeof(float) * 128 * nw);
+    cudaMalloc((void **)&dD, sizeof(float) * 128 * ns);
+    cudaMemcpy(dA, A, sizeof(float) * 256 * ns, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B, sizeof(float) * 128 * ns, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C, sizeof(float) * 128 * nw, cudaMemcpyHostToDevice);
+    k_mma<T><<<blocks, warps * 32>>>(dD, dC, dA, dB, reps);
+    cudaMemcpy(D, dD, sizeof(float) * 128 * ns, cudaMemcpyDeviceToHost);
     int bad = 0;
-    for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 8; j++) {
-            float want = C[i * 8 + j];
-            for (int k = 0; k < 16; k++) want += A[i * 16 + k] * B[k * 8 + j];
-            if (D[i * 8 + j] != want && bad++ < 4)
-                fprintf(stderr, "  %s D[%d][%d]: got %g want %g\n", what, i, j, D[i * 8 + j], want);
-        }
-    T_CHECK(bad == 0, "%s: %d of 128 elements of D wrong, want 0", what, bad);
-    cudaFree(dA), cudaFree(dB), cudaFree(dCD);
+    for (int w = 0; w < nw; w++)
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 8; j++) {
+                float want = C[w * 128 + i * 8 + j];
+                for (int r = 0; r < reps; r++) {
+                    int s = w * reps + r;
+                    for (int k = 0; k < 16; k++)
+                        want += A[s * 256 + i * 16 + k] * B[s * 128 + k * 8 + j];
+                    float got = D[s * 128 + i * 8 + j];
+                    if (got != want && bad++ < 4)
+                        fprintf(stderr, "  %s warp %d mma %d D[%d][%d]: got %g want %g\n", what, w,
+                                r, i, j, got, want);
+                }
+            }
+    T_CHECK(bad == 0, "%s (%d blocks of %d warps, %d each): %d of %d elements of D wrong, want 0",
+            what, blocks, warps, reps, bad, 128 * ns);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD);
+    free(A), free(B), free(C), free(D);
 }
 
 /* 32 threads copy rows 0..31 (16 bytes each) in two groups: rows 0..15, then
@@ -159,8 +190,13 @@ static void check_ldmatrix(int trans) {
 }
 
 int main(void) {
-    check_mma<__half>("mma.m16n8k16 f16");
-    check_mma<__nv_bfloat16>("mma.m16n8k16 bf16");
+    check_mma<__half>("mma.m16n8k16 f16", 1, 1, 1);
+    check_mma<__nv_bfloat16>("mma.m16n8k16 bf16", 1, 1, 1);
+    /* several warps per block and blocks per launch, each warp's mma.sync
+     * one after another with other operands: the emulator computes D once
+     * per warp and mma, so a D kept from another warp or mma fails here */
+    check_mma<__half>("mma.m16n8k16 f16", 2, 3, 4);
+    check_mma<__nv_bfloat16>("mma.m16n8k16 bf16", 2, 3, 4);
     check_cp_async();
     check_ldmatrix(0);
     check_ldmatrix(1);
