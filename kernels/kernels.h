@@ -300,7 +300,8 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * (fp16 or bf16 storage emulation); fp32 leaves x as it is. */                                \
     X(void, round_lowp, (kf_backend * b, float *x, int64_t n), (b, x, n))                          \
                                                                                                    \
-    /* ---- row movement (rows of `dim` floats; idx are device int32) ---- */                      \
+    /* ---- row movement (rows of `dim` floats, moved as bits: a 16-bit copy's                     \
+     * rows of 2 dim values move as rows of dim; idx are device int32) ---- */                     \
     /* dst[i] = src[idx[i]] for i < n */                                                           \
     X(void, gather_rows,                                                                           \
       (kf_backend * b, float *dst, const float *src, const int32_t *idx, int64_t n, int64_t dim),  \

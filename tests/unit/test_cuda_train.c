@@ -117,6 +117,8 @@ static void tokens(int32_t *x, int64_t n, uint64_t seed) {
 
 /* Rows of logits the student's model_loss makes at a time (0: automatic). */
 static int64_t logit_chunk;
+/* The teacher passes' precision (sup_config's teacher_precision). */
+static kf_precision teacher_prec = KF_PREC_FP32;
 
 /* One stage step on both backends; teacher_cfg NULL for ar. */
 static void stage_step(const char *name, sup_kind kind, int64_t k, const model_config *teacher_cfg,
@@ -124,7 +126,12 @@ static void stage_step(const char *name, sup_kind kind, int64_t k, const model_c
     model *teacher[2] = {NULL, NULL}, *student[2];
     sup_ctx *sup[2];
     sup_batch sb[2];
-    sup_config sc = {.kind = kind, .k = k, .tau_min = 0.3, .tau_max = 1.0, .seed = 1234};
+    sup_config sc = {.kind = kind,
+                     .k = k,
+                     .tau_min = 0.3,
+                     .tau_max = 1.0,
+                     .seed = 1234,
+                     .teacher_precision = teacher_prec};
     model_config base = base_cfg(gpt2);
     model_config scfg = sup_student_config(&sc, &base);
     int32_t x[B * N];
@@ -655,7 +662,18 @@ int main(void) {
     n_heads = 1;
     stage_step("ar, head_dim 64", SUP_AR, 1, NULL, KF_PREC_FP16, 2e-3, 2e-2, 0);
     stage_step("ar, head_dim 64", SUP_AR, 1, NULL, KF_PREC_BF16, 2e-3, 2e-2, 0);
+    /* a 16-bit teacher's two rounds on the copies (its context K/V handed
+     * over as 16-bit rows, the second round's attention reading them) */
+    model_config pf1h = base_cfg(0);
+    pf1h.kind = MODEL_PFLM;
+    pf1h.k_train = 1;
+    teacher_prec = KF_PREC_BF16;
+    stage_step("self_forcing 1->2, bf16 teacher, head_dim 64", SUP_SELF_FORCING, 2, &pf1h,
+               KF_PREC_BF16, 2e-3, 2e-2, 0);
     n_heads = HEADS;
+    stage_step("self_forcing 1->2, bf16 teacher", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP32, 1e-5,
+               1e-4, 0);
+    teacher_prec = KF_PREC_FP32;
     batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar, KF_PREC_FP32);
     batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP32);
     /* a 16-bit teacher (issue 18's teacher_precision) stays batch-invariant */

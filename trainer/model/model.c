@@ -701,7 +701,10 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
     ws->have_dlogits = 0;
     ws->w_period = 0;
     int s16 = ws->s16 = gemm_in16(m);
-    int c16 = s16 && q0 == 0; /* the attention's 16-bit copies (a q_start pass reads fp32) */
+    /* mv16: the K/V hand-over and a q_start pass move 16-bit rows, as floats
+     * of two values each (kernels.h row movement), so they need an even H */
+    int mv16 = s16 && H % 2 == 0, c16 = q0 > 0 ? mv16 : s16; /* the attention's 16-bit copies */
+    int64_t rw = mv16 ? 2 : 1;                               /* values per moved float */
 
     /* residual stream buffers: one per layer boundary when training */
     int64_t nx = train ? nb + 1 : 1;
@@ -711,8 +714,8 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
     if (c->pos == POS_LEARNED) pos_embed_fwd(m, &ws->pos_tmp, x0, ws->posrow_d.p, R);
     const int32_t *pos_d = ws->pos_d.p;
     if (q0 > 0) {
-        dbuf_ensure(be, &ws->qkv_full, (size_t)(B * L * 3 * H) * f);
-        dbuf_ensure(be, &ws->att_full, (size_t)(B * L * H) * f);
+        dbuf_ensure(be, &ws->qkv_full, (size_t)(B * L * 3 * H) * (c16 ? 2 : f));
+        dbuf_ensure(be, &ws->att_full, (size_t)(B * L * H) * (c16 ? 2 : f));
         dbuf_ensure(be, &ws->lse_full, (size_t)(B * nh * L) * f);
     }
 
@@ -726,8 +729,9 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
          * 16-bit copies the attention and attn_out read (kernels.h); the
          * fp32 qkv is then only a biased rope's input (a product plus a bias
          * is not a 16-bit value; without the bias rope rotates the copy in
-         * place) and the K/V hand-over's */
-        int rope = c->pos == POS_ROPE, only16 = c16 && (!rope || o->qkv_b < 0) && !ws->keep_kv;
+         * place) and, without mv16, the K/V hand-over's */
+        int rope = c->pos == POS_ROPE,
+            only16 = c16 && (!rope || o->qkv_b < 0) && (!ws->keep_kv || mv16);
         float *qkv =
             only16 ? NULL : dbuf_ensure(be, c16 ? &ws->qkv32 : &a->qkv, (size_t)(R * 3 * H) * f);
         void *qkv16 = c16 ? dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * 2) : NULL;
@@ -736,20 +740,21 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
                        o->qkv, o->qkv_b, R, H, 3 * H, KF_ACT_NONE);
         if (rope) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE, qkv16);
         if (q0 > 0) {
-            be->scatter_rows(be, ws->qkv_full.p, qkv, ws->comp_idx_d.p, R, 3 * H);
-            be->scatter_rows(be, ws->qkv_full.p, kv_src->ctxkv[l].p, ws->ctx_idx_d.p, B * q0,
-                             3 * H);
-            be->attn_fwd(be, ws->att_full.p, ws->lse_full.p, ws->qkv_full.p, &ws->mask, B, nh, hd,
-                         NULL, NULL);
-            be->gather_rows(be, att, ws->att_full.p, ws->comp_idx_d.p, R, H);
+            void *full = ws->qkv_full.p, *att_full = ws->att_full.p;
+            be->scatter_rows(be, full, c16 ? qkv16 : qkv, ws->comp_idx_d.p, R, 3 * H / rw);
+            be->scatter_rows(be, full, kv_src->ctxkv[l].p, ws->ctx_idx_d.p, B * q0, 3 * H / rw);
+            be->attn_fwd(be, c16 ? NULL : att_full, ws->lse_full.p, in32(c16, full), &ws->mask, B,
+                         nh, hd, in16(c16, full), c16 ? att_full : NULL);
+            be->gather_rows(be, att, att_full, ws->comp_idx_d.p, R, H / rw);
         } else {
             float *lse = dbuf_ensure(be, &a->lse, (size_t)(B * nh * L) * f);
             be->attn_fwd(be, c16 ? NULL : att, lse, in32(c16, qkv), &ws->mask, B, nh, hd, qkv16,
                          c16 ? att : NULL);
             if (ws->keep_kv) {
                 int64_t n = lay->mask.n_ctx;
-                dbuf_ensure(be, &ws->ctxkv[l], (size_t)(B * n * 3 * H) * f);
-                be->gather_rows(be, ws->ctxkv[l].p, qkv, ws->ctx_idx_d.p, B * n, 3 * H);
+                dbuf_ensure(be, &ws->ctxkv[l], (size_t)(B * n * 3 * H) * (mv16 ? 2 : f));
+                be->gather_rows(be, ws->ctxkv[l].p, mv16 ? qkv16 : qkv, ws->ctx_idx_d.p, B * n,
+                                3 * H / rw);
             }
         }
         if (xo != x) be->copy(be, xo, x, (size_t)(R * H) * f);
