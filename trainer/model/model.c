@@ -501,49 +501,22 @@ void model_ws_free(model_ws *ws) {
         dbuf_release(be, &ws->hact[h].rstd);
     }
     noise_act *n = &ws->nact;
-    dbuf *d[] = {&ws->qkv_full,
-                 &ws->att_full,
-                 &ws->lse_full,
-                 &ws->pos_d,
-                 &ws->tok_ids_d,
-                 &ws->tok_rows_d,
-                 &ws->noise_rows_d,
-                 &ws->z_d,
-                 &ws->tau_d,
-                 &ws->ctx_idx_d,
-                 &ws->comp_idx_d,
-                 &ws->xf,
-                 &ws->logits,
-                 &ws->targets_d,
-                 &ws->losses_d,
-                 &ws->pick_at_d,
-                 &ws->dx,
-                 &ws->dxf,
-                 &ws->dln,
-                 &ws->dqkv,
-                 &ws->dh,
-                 &ws->datt,
-                 &ws->posrow_d,
-                 &ws->pos_tmp,
-                 &n->feats,
-                 &n->c,
-                 &n->ln,
-                 &n->mean,
-                 &n->rstd,
-                 &n->h1,
-                 &n->h2,
-                 &n->out,
-                 &n->dh,
-                 &n->dln,
-                 &n->dc,
-                 &ws->qkv32,
-                 &ws->dqkv16,
+    dbuf *d[] = {&ws->qkv_full,  &ws->att_full,   &ws->lse_full,     &ws->pos_d,
+                 &ws->tok_ids_d, &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d,
+                 &ws->tau_d,     &ws->ctx_idx_d,  &ws->comp_idx_d,   &ws->xf,
+                 &ws->logits,    &ws->targets_d,  &ws->losses_d,     &ws->dx,
+                 &ws->dxf,       &ws->dln,        &ws->dqkv,         &ws->dh,
+                 &ws->datt,      &ws->posrow_d,   &ws->pos_tmp,      &n->feats,
+                 &n->c,          &n->ln,          &n->mean,          &n->rstd,
+                 &n->h1,         &n->h2,          &n->out,           &n->dh,
+                 &n->dln,        &n->dc,          &ws->qkv32,        &ws->dqkv16,
                  &ws->dx16};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     dbuf_release(be, &ws->dlogits16);
     dbuf_release(be, &ws->row_w_d);
     dbuf_release(be, &ws->valid_d);
     dbuf_release(be, &ws->gscale_d);
+    dbuf_release(be, &ws->pick_at_d);
     for (int64_t i = 0; i < ws->n_slots; i++) {
         dbuf_release(be, &ws->slots[i].out_idx_d);
         dbuf_release(be, &ws->slots[i].pick_z_d);
