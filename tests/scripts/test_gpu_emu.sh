@@ -163,14 +163,14 @@ if [ -x "$EMU_KF" ]; then
   # 2-5, fp32 8-9), k2 2 of 4, k4 2 of 6 (fp16 steps 2-3; fp32 4 eager, 5
   # recorded); 3 launches a step (2 micro-batches, the update). The teacher
   # passes (sup_build_slot, whatever the student's precision): k2's 2 AR
-  # passes a graph each per micro-batch, launched on steps 2-3: 8 launches;
+  # passes one graph per micro-batch, launched on steps 2-3: 4 launches;
   # k4's 2 rounds one graph per micro-batch, launched on steps 2-4 (step 4's
   # fp32 student grows its buffers, so step 5 records them again): 6
   sed 's/^  - {name: k2, kind: distill_ar.*/&\n  - {name: k4, kind: self_forcing, teacher: k2, k: 4, steps: 6, tau: [0.5, 1.0], new_weight: 0.5, eval_batches: 1, precision: [{until_step: 4, mode: fp16}, {mode: fp32}]}/' \
     "$T/cfg.yaml" >"$T/cfg4.yaml"
   gr=(resources.backend=cuda stages.0.steps=10 stages.1.steps=4 defaults.warmup=100
     defaults.micro_batch=4)
-  for s in ar:6:0 k2:2:8 k4:2:6; do
+  for s in ar:6:0 k2:2:4 k4:2:6; do
     IFS=: read -r st n tn <<<"$s"
     cfg=$T/cfg.yaml s0=$SECONDS
     [ "$st" = k4 ] && cfg=$T/cfg4.yaml

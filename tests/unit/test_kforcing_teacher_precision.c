@@ -48,7 +48,7 @@ static void direct_pass(model *ar, model_ws *ws, kf_precision p, const int32_t *
     kf_backend *be = ar->be;
     int32_t *picks = be->alloc(be, (size_t)(B * n) * sizeof(int32_t));
     be->set_precision(be, p);
-    sup_ar_blocks(ar, ws, ctx, B, n, 1, z, tau, picks, out);
+    sup_ar_blocks(ar, ws, NULL, ctx, B, n, 1, z, tau, picks, out);
     be->free(be, picks);
 }
 

@@ -415,6 +415,12 @@ float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
 
 /* ---------------------------------------------------------------- workspace */
 
+/* A pass's inputs that differ between passes recorded over one workspace
+ * (model_ws_set_slot). */
+typedef struct ws_slot {
+    dbuf out_idx_d, pick_z_d, pick_tau_d;
+} ws_slot;
+
 struct model_ws {
     model *m;
     int64_t B, L, q0, Lc, R, n_out_rows, n_tok, n_noise;
@@ -427,7 +433,7 @@ struct model_ws {
     dbuf *ctxkv;    /* [blocks] context qkv kept for a q_start pass */
     int64_t ctx_n;  /* n_ctx of the kept context K/V (0: none) */
     dbuf qkv_full, att_full, lse_full;
-    dbuf pos_d, tok_ids_d, tok_rows_d, noise_rows_d, z_d, tau_d, out_idx_d, ctx_idx_d, comp_idx_d;
+    dbuf pos_d, tok_ids_d, tok_rows_d, noise_rows_d, z_d, tau_d, ctx_idx_d, comp_idx_d;
     dbuf posrow_d, pos_tmp; /* POS_LEARNED: each row's position, pos_embed rows */
     noise_act nact;
     head_act *hact;
@@ -435,7 +441,9 @@ struct model_ws {
     dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
     int64_t row_w_key[4];    /* row_w_d's rows, period, first, count (0 rows: none) */
     float row_w_value;
-    dbuf pick_at_d, pick_z_d, pick_tau_d;    /* model_input's picks; model_pick */
+    dbuf pick_at_d;      /* model_input's picks */
+    ws_slot *slots, *sl; /* [n_slots], the one in use (model_ws_set_slot) */
+    int64_t n_slots;
     dbuf dx, dxf, dln, dqkv, dh, datt, dx16; /* dx16: dx's copy (model_backward) */
     dbuf qkv32, dqkv16; /* qkv in fp32 when its layer keeps the 16-bit copy; dqkv's copy */
     int32_t *h_i32;     /* host scratch */
@@ -457,7 +465,19 @@ model_ws *model_ws_create(model *m) {
     ws->xs = kf_calloc((size_t)(nb + 1), sizeof *ws->xs);
     ws->ctxkv = kf_calloc((size_t)nb, sizeof *ws->ctxkv);
     ws->hact = kf_calloc((size_t)m->n_heads_out, sizeof *ws->hact);
+    ws->slots = ws->sl = kf_calloc(1, sizeof *ws->slots);
+    ws->n_slots = 1;
     return ws;
+}
+
+void model_ws_set_slot(model_ws *ws, int64_t i) {
+    KF_CHECK(i >= 0, "model_ws_set_slot: slot %lld", (long long)i);
+    if (i >= ws->n_slots) {
+        ws->slots = kf_realloc(ws->slots, (size_t)(i + 1) * sizeof *ws->slots);
+        memset(ws->slots + ws->n_slots, 0, (size_t)(i + 1 - ws->n_slots) * sizeof *ws->slots);
+        ws->n_slots = i + 1;
+    }
+    ws->sl = &ws->slots[i];
 }
 
 static void layer_act_release(kf_backend *be, layer_act *a) {
@@ -481,20 +501,28 @@ void model_ws_free(model_ws *ws) {
         dbuf_release(be, &ws->hact[h].rstd);
     }
     noise_act *n = &ws->nact;
-    dbuf *d[] = {&ws->qkv_full,   &ws->att_full,     &ws->lse_full, &ws->pos_d,      &ws->tok_ids_d,
-                 &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d,      &ws->tau_d,      &ws->out_idx_d,
-                 &ws->ctx_idx_d,  &ws->comp_idx_d,   &ws->xf,       &ws->logits,     &ws->targets_d,
-                 &ws->losses_d,   &ws->pick_at_d,    &ws->pick_z_d, &ws->pick_tau_d, &ws->dx,
-                 &ws->dxf,        &ws->dln,          &ws->dqkv,     &ws->dh,         &ws->datt,
-                 &ws->posrow_d,   &ws->pos_tmp,      &n->feats,     &n->c,           &n->ln,
-                 &n->mean,        &n->rstd,          &n->h1,        &n->h2,          &n->out,
-                 &n->dh,          &n->dln,           &n->dc,        &ws->qkv32,      &ws->dqkv16,
+    dbuf *d[] = {&ws->qkv_full,  &ws->att_full,   &ws->lse_full,     &ws->pos_d,
+                 &ws->tok_ids_d, &ws->tok_rows_d, &ws->noise_rows_d, &ws->z_d,
+                 &ws->tau_d,     &ws->ctx_idx_d,  &ws->comp_idx_d,   &ws->xf,
+                 &ws->logits,    &ws->targets_d,  &ws->losses_d,     &ws->dx,
+                 &ws->dxf,       &ws->dln,        &ws->dqkv,         &ws->dh,
+                 &ws->datt,      &ws->posrow_d,   &ws->pos_tmp,      &n->feats,
+                 &n->c,          &n->ln,          &n->mean,          &n->rstd,
+                 &n->h1,         &n->h2,          &n->out,           &n->dh,
+                 &n->dln,        &n->dc,          &ws->qkv32,        &ws->dqkv16,
                  &ws->dx16};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dbuf_release(be, d[i]);
     dbuf_release(be, &ws->dlogits16);
     dbuf_release(be, &ws->row_w_d);
     dbuf_release(be, &ws->valid_d);
     dbuf_release(be, &ws->gscale_d);
+    dbuf_release(be, &ws->pick_at_d);
+    for (int64_t i = 0; i < ws->n_slots; i++) {
+        dbuf_release(be, &ws->slots[i].out_idx_d);
+        dbuf_release(be, &ws->slots[i].pick_z_d);
+        dbuf_release(be, &ws->slots[i].pick_tau_d);
+    }
+    free(ws->slots);
     free(ws->act);
     free(ws->xs);
     free(ws->ctxkv);
@@ -685,7 +713,7 @@ void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int fla
             KF_CHECK(lay->out_rows[j] >= q0, "model_forward: output row before q_start");
             oi[b * nout + j] = (int32_t)(b * Lc + lay->out_rows[j] - q0);
         }
-    dbuf_upload(be, &ws->out_idx_d, oi, (size_t)O, sizeof(int32_t));
+    dbuf_upload(be, &ws->sl->out_idx_d, oi, (size_t)O, sizeof(int32_t));
 }
 
 const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
@@ -770,7 +798,7 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
 
     int64_t O = ws->n_out_rows;
     float *xf = dbuf_ensure(be, &ws->xf, (size_t)(O * H) * f);
-    be->gather_rows(be, xf, ws->xs[train ? nb : 0].p, ws->out_idx_d.p, O, H);
+    be->gather_rows(be, xf, ws->xs[train ? nb : 0].p, ws->sl->out_idx_d.p, O, H);
     for (int h = 0; h < m->n_heads_out; h++) head_norm_fwd(m, &ws->hact[h], h, xf, O);
     if (ws->no_logits) return NULL; /* model_loss or model_pick runs the head, by chunks */
     float *logits = dbuf_ensure(be, &ws->logits, (size_t)(m->n_heads_out * O * V) * f);
@@ -931,8 +959,8 @@ void model_weight_dlogits(model *m, model_ws *ws, int64_t period, int64_t first,
 }
 
 void model_pick_noise(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau) {
-    dbuf_upload(m->be, &ws->pick_z_d, z, (size_t)rows, sizeof(double));
-    dbuf_upload(m->be, &ws->pick_tau_d, tau, (size_t)rows, sizeof(double));
+    dbuf_upload(m->be, &ws->sl->pick_z_d, z, (size_t)rows, sizeof(double));
+    dbuf_upload(m->be, &ws->sl->pick_tau_d, tau, (size_t)rows, sizeof(double));
 }
 
 void model_pick_ops(model *m, model_ws *ws, int64_t rows, int sample, int32_t *ids) {
@@ -941,9 +969,9 @@ void model_pick_ops(model *m, model_ws *ws, int64_t rows, int sample, int32_t *i
     KF_CHECK(!ws->train, "model_pick: needs a pass without MODEL_TRAIN");
     KF_CHECK(rows <= m->n_heads_out * O, "model_pick: %lld rows, the last forward made %lld",
              (long long)rows, (long long)(m->n_heads_out * O));
-    KF_CHECK(!sample || ws->pick_z_d.cap >= (size_t)rows * sizeof(double),
+    KF_CHECK(!sample || ws->sl->pick_z_d.cap >= (size_t)rows * sizeof(double),
              "model_pick_ops: %lld rows, fewer noise values uploaded", (long long)rows);
-    const double *zd = ws->pick_z_d.p, *td = ws->pick_tau_d.p;
+    const double *zd = ws->sl->pick_z_d.p, *td = ws->sl->pick_tau_d.p;
     /* logit rows [r0, r0 + n) at lg: one chunk's at a time, or (logits kept)
      * all of them in one go */
     int64_t chunk = ws->no_logits ? logit_chunk(ws, O, V) : rows;
@@ -1000,7 +1028,7 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     void *dx16 = s16 ? dbuf_ensure(be, &ws->dx16, (size_t)(R * H) * 2) : NULL;
     int have16 = 0;
     be->zero(be, dx, (size_t)(R * H) * f);
-    be->scatter_rows(be, dx, dxf, ws->out_idx_d.p, O, H);
+    be->scatter_rows(be, dx, dxf, ws->sl->out_idx_d.p, O, H);
     for (int64_t l = nb - 1; l >= 0; l--) {
         const block_off *o = &p->blk[l];
         layer_act *a = &ws->act[l];

@@ -295,6 +295,15 @@ void model_pick(model *m, model_ws *ws, int64_t rows, const double *z, const dou
 void model_pick_noise(model *m, model_ws *ws, int64_t rows, const double *z, const double *tau);
 void model_pick_ops(model *m, model_ws *ws, int64_t rows, int sample, int32_t *ids);
 
+/** Makes ws's following passes keep their output rows (model_forward_inputs)
+ *  and model_pick_noise's noise in input slot i (>= 0; slot 0 at
+ *  model_ws_create), and their ops (model_forward_ops, model_pick_ops,
+ *  model_backward) read them there: so passes over ws that differ in these
+ *  alone can all upload before the first one's ops (sup_ar_blocks' passes
+ *  1..k-1 as one graph). Everything else model_forward_inputs uploads is
+ *  ws's, for all slots. */
+void model_ws_set_slot(model_ws *ws, int64_t i);
+
 /** Backpropagates from the gradient model_loss left at the head's input;
  *  grads += . */
 void model_backward(model *m, model_ws *ws);

@@ -274,8 +274,8 @@ static int64_t device_ops(const kf_op_rec *ops, int64_t from, int64_t to) {
 /* How train_step launches a step of this shape with CUDA graphs: each
  * micro-batch's ops after its uploads (but the last with several ranks,
  * whose backward feeds the all-reduce), then the update, as one graph each;
- * the teacher passes (sup_build_slot) as one graph per micro-batch
- * (self_forcing) or one per pass (distill_ar: k). */
+ * the teacher passes (sup_build_slot: self_forcing's rounds, distill_ar's
+ * k passes) as one graph per micro-batch. */
 static void report_graphs(const kf_backend *be, const roofline_marks *mk, const runconfig_stage *st,
                           int64_t ranks, int64_t B) {
     int64_t n_ops;
@@ -285,15 +285,14 @@ static void report_graphs(const kf_backend *be, const roofline_marks *mk, const 
             stu = device_ops(ops, mk->teacher, mk->student),
             opt = device_ops(ops, mk->student, mk->end);
     int64_t graphed = ranks > 1 ? accum - 1 : accum;
-    int64_t tg = st->kind == RC_KIND_SELF_FORCING ? 1 : st->kind == RC_KIND_DISTILL_AR ? st->k : 0;
+    int64_t tg = st->kind == RC_KIND_SELF_FORCING || st->kind == RC_KIND_DISTILL_AR;
     printf("CUDA graphs: %lld launches per step: %lld of the %lld micro-batches (%lld ops each%s) "
            "and the update (%lld ops)",
            (long long)(graphed + 1 + tg * accum), (long long)graphed, (long long)accum,
            (long long)stu, ranks > 1 ? "; the last, which feeds the all-reduce, eager" : "",
            (long long)opt);
     if (tg)
-        printf("; the teacher passes of each micro-batch (%lld ops) as %lld graph%s\n",
-               (long long)te, (long long)tg, tg > 1 ? "s" : "");
+        printf("; the teacher passes of each micro-batch (%lld ops) as one graph\n", (long long)te);
     else printf("\n");
 }
 

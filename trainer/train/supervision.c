@@ -108,18 +108,7 @@ void sup_set_tau(sup_ctx *s, double tau_min, double tau_max) {
     s->cfg.tau_max = tau_max;
 }
 
-/* A slot's graphs: self_forcing's rounds are one, distill_ar's k passes one
- * each (they share one workspace's inputs, uploaded before each pass). */
-static int64_t graphs_per_slot(const sup_ctx *s) {
-    return s->cfg.kind == SUP_DISTILL_AR ? s->cfg.k : 1;
-}
-
-/* Graph j of slot's passes (-1: none). */
-static int64_t graph_index(const sup_ctx *s, int64_t slot, int64_t j) {
-    return slot < 0 ? -1 : slot * graphs_per_slot(s) + j;
-}
-
-/* How graph gi runs (sup_graph): launched when it matches key, recorded
+/* How graph gi (a slot's) runs (sup_graph): launched when it matches key, recorded
  * when its previous run had key, else eagerly (and the next run records). */
 typedef enum { SG_EAGER, SG_RECORD, SG_LAUNCH } sg_mode;
 static sg_mode graph_mode(sup_ctx *s, int64_t gi, const int64_t *key) {
@@ -172,7 +161,7 @@ void sup_set_graphs(sup_ctx *s, int64_t slots) {
     s->graphs = NULL;
     s->n_graphs = 0;
     if (slots < 1 || (s->cfg.kind != SUP_SELF_FORCING && s->cfg.kind != SUP_DISTILL_AR)) return;
-    s->n_graphs = slots * graphs_per_slot(s);
+    s->n_graphs = slots;
     s->graphs = kf_calloc((size_t)s->n_graphs, sizeof *s->graphs);
 }
 
@@ -220,83 +209,96 @@ void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t tar
     *hi = *lo + exp(lt - mx) / sum;
 }
 
-/* A teacher pass's device ops (its inputs and noise uploaded): the forward,
- * the picks into ids, and with s (the last pass) the targets' gather. */
-typedef struct pass_ops {
+/* sup_ar_blocks' k passes, their host inputs kept from their uploads
+ * (ar_inputs, every pass first) to their ops (ar_ops): pass 0 over ws,
+ * passes 1..k-1 over ws2, each in its own input slot j - 1 (its output
+ * rows, pick count and noise), so that all k can be recorded as one graph. */
+typedef struct ar_pass {
     model *m;
-    model_ws *ws;
-    const model_input *in;
-    int64_t rows;
-    int32_t *ids;
-    sup_ctx *s;
-    const int32_t *picks;
-    int64_t n_targets; /* rows of the targets */
-} pass_ops;
+    model_ws *ws, *ws2;
+    layout l0, lb;
+    model_input *in; /* [k] */
+    int32_t *ids, *at;
+    int64_t k, rows; /* picks of a pass */
+    int32_t *picks;
+} ar_pass;
 
-static void ar_pass_ops(void *ctx) {
-    const pass_ops *o = ctx;
-    model_forward_ops(o->m, o->ws, o->in, NULL);
-    model_pick_ops(o->m, o->ws, o->rows, 1, o->ids);
-    if (o->s) gather_targets(o->s, o->picks, o->n_targets);
-}
-
-/* sup_ar_blocks, each pass's ops as graph (slot, j) of s (s NULL: eagerly,
- * no gather) after its uploads */
-static void ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
-                      const double *z, const double *tau, int32_t *picks, sup_ctx *s, int64_t slot,
-                      const int64_t *key) {
+static void ar_inputs(ar_pass *p, model *ar, model_ws *ws, model_ws *ws2, const int32_t *ctx,
+                      int64_t B, int64_t n, int64_t k, const double *z, const double *tau,
+                      int32_t *picks) {
+    KF_CHECK(k == 1 || ws2, "sup_ar_blocks: k = %lld needs ws2", (long long)k);
     int64_t rows = B * n;
+    *p = (ar_pass){.m = ar, .ws = ws, .ws2 = ws2, .k = k, .rows = rows, .picks = picks};
+    p->in = kf_calloc((size_t)k, sizeof *p->in);
     double *zr = kf_malloc((size_t)rows * sizeof(double)),
            *tr = kf_malloc((size_t)rows * sizeof(double));
     for (int64_t r = 0; r < rows; r++) tr[r] = tau[r / n];
-    layout lay;
-    layout_ar(&lay, n);
-    model_input in = {.lay = &lay, .B = B, .ids = ctx};
-    model_forward_inputs(ar, ws, &in, MODEL_NO_LOGITS, NULL);
+    layout_ar(&p->l0, n);
+    p->in[0] = (model_input){.lay = &p->l0, .B = B, .ids = ctx};
+    model_forward_inputs(ar, ws, &p->in[0], MODEL_NO_LOGITS, NULL);
     for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k];
     model_pick_noise(ar, ws, rows, zr, tr);
-    pass_ops o = {ar, ws, &in, rows, picks, k == 1 ? s : NULL, picks, k * rows};
-    run_graph(s, graph_index(s, slot, 0), key, ar_pass_ops, &o);
-    layout_free(&lay);
     if (k > 1) {
         /* group t holds the block's tokens so far: pass j reads the picks of
          * passes 0..j-1 (picks[jj * rows + (b, t)] at row (t, jj)) on the
          * device, and its row (t, j-1) predicts token j */
-        layout_blocks(&lay, n, k - 1);
-        int64_t L = lay.L;
-        int32_t *ids = kf_calloc((size_t)(B * L), sizeof(int32_t));
-        int32_t *at = kf_malloc((size_t)((k - 1) * rows) * sizeof(int32_t));
+        layout *lay = &p->lb;
+        layout_blocks(lay, n, k - 1);
+        int64_t L = lay->L;
+        p->ids = kf_calloc((size_t)(B * L), sizeof(int32_t));
+        p->at = kf_malloc((size_t)((k - 1) * rows) * sizeof(int32_t));
         for (int64_t b = 0; b < B; b++) {
-            memcpy(ids + b * L, ctx + b * n, (size_t)n * sizeof(int32_t));
+            memcpy(p->ids + b * L, ctx + b * n, (size_t)n * sizeof(int32_t));
             for (int64_t jj = 0; jj < k - 1; jj++)
                 for (int64_t t = 0; t < n; t++)
-                    at[jj * rows + b * n + t] =
+                    p->at[jj * rows + b * n + t] =
                         (int32_t)(b * L + layout_group_row(n, k - 1, t, jj));
         }
-        lay.n_out = n;
-        in = (model_input){.lay = &lay, .B = B, .ids = ids, .picks = picks, .pick_at = at};
+        lay->n_out = n;
         for (int64_t j = 1; j < k; j++) {
-            in.n_picks = j * rows;
+            p->in[j] = (model_input){.lay = lay,
+                                     .B = B,
+                                     .ids = p->ids,
+                                     .picks = picks,
+                                     .pick_at = p->at,
+                                     .n_picks = j * rows};
             for (int64_t t = 0; t < n; t++)
-                lay.out_rows[t] = (int32_t)layout_group_row(n, k - 1, t, j - 1);
-            model_forward_inputs(ar, ws, &in, MODEL_NO_LOGITS, NULL);
+                lay->out_rows[t] = (int32_t)layout_group_row(n, k - 1, t, j - 1);
+            model_ws_set_slot(ws2, j - 1);
+            model_forward_inputs(ar, ws2, &p->in[j], MODEL_NO_LOGITS, NULL);
             for (int64_t r = 0; r < rows; r++) zr[r] = z[r * k + j];
-            model_pick_noise(ar, ws, rows, zr, tr);
-            o.ids = picks + j * rows;
-            o.s = j == k - 1 ? s : NULL;
-            run_graph(s, graph_index(s, slot, j), key, ar_pass_ops, &o);
+            model_pick_noise(ar, ws2, rows, zr, tr);
         }
-        free(ids);
-        free(at);
-        layout_free(&lay);
+        model_ws_set_slot(ws2, 0);
     }
     free(zr);
     free(tr);
 }
 
-void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
-                   const double *z, const double *tau, int32_t *picks, int32_t *out) {
-    ar_blocks(ar, ws, ctx, B, n, k, z, tau, picks, NULL, -1, NULL);
+/* The passes' device ops: pass j's picks into picks[j rows, (j+1) rows). */
+static void ar_ops(ar_pass *p) {
+    model_forward_ops(p->m, p->ws, &p->in[0], NULL);
+    model_pick_ops(p->m, p->ws, p->rows, 1, p->picks);
+    for (int64_t j = 1; j < p->k; j++) {
+        model_ws_set_slot(p->ws2, j - 1);
+        model_forward_ops(p->m, p->ws2, &p->in[j], NULL);
+        model_pick_ops(p->m, p->ws2, p->rows, 1, p->picks + j * p->rows);
+    }
+    if (p->k > 1) model_ws_set_slot(p->ws2, 0);
+}
+
+static void ar_pass_free(ar_pass *p) {
+    layout_free(&p->l0);
+    if (p->k > 1) layout_free(&p->lb);
+    free(p->in), free(p->ids), free(p->at);
+}
+
+void sup_ar_blocks(model *ar, model_ws *ws, model_ws *ws2, const int32_t *ctx, int64_t B, int64_t n,
+                   int64_t k, const double *z, const double *tau, int32_t *picks, int32_t *out) {
+    ar_pass p;
+    ar_inputs(&p, ar, ws, ws2, ctx, B, n, k, z, tau, picks);
+    ar_ops(&p);
+    ar_pass_free(&p);
     if (!out) return;
     /* the passes' one wait for the device */
     int64_t rows = B * n;
@@ -386,6 +388,19 @@ static void pflm_run_ops(void *ctx) {
     gather_targets(r->s, r->picks, r->n_targets);
 }
 
+/* sup_ar_blocks' passes and the targets' gather: what run_graph records. */
+typedef struct ar_run {
+    ar_pass p;
+    sup_ctx *s;
+    int64_t n_targets;
+} ar_run;
+
+static void ar_run_ops(void *ctx) {
+    ar_run *r = ctx;
+    ar_ops(&r->p);
+    gather_targets(r->s, r->p.picks, r->n_targets);
+}
+
 static void pflm_pass_free(pflm_pass *p) {
     layout_free(&p->l1);
     if (p->in2.lay) layout_free(&p->l2);
@@ -456,9 +471,8 @@ static int32_t *picks_buf(sup_ctx *s, int64_t n) {
  * token j of the block it produces from the noise z[(b, t), 0..k) (AR:
  * inverse-CDF blocks; PFLM(k/2): two rounds of k/2). The targets are made
  * from the picks on the device (out->targets_d), so nothing waits here.
- * The uploads precede the ops they feed, so that the ops run as slot's
- * graphs: self_forcing's both rounds and the targets' gather as one,
- * distill_ar's passes one each (the last with the gather). */
+ * Every upload precedes the first op, so that the passes and the targets'
+ * gather run as slot's graph. */
 static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, int64_t np,
                             const int32_t *valid_len, const uint64_t *keys, int64_t slot) {
     const sup_config *c = &s->cfg;
@@ -497,7 +511,10 @@ static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, in
     int64_t key[SG_KEY_N] = {B, np, (int64_t)(intptr_t)picks, (int64_t)(intptr_t)s->targets_d,
                              (int64_t)(intptr_t)s->from_d};
     if (c->kind == SUP_DISTILL_AR) {
-        ar_blocks(s->teacher, s->ws1, s->ctx, B, np, k, s->z, s->tau, picks, s, slot, key);
+        ar_run r = {.s = s, .n_targets = rows};
+        ar_inputs(&r.p, s->teacher, s->ws1, s->ws2, s->ctx, B, np, k, s->z, s->tau, picks);
+        run_graph(s, slot, key, ar_run_ops, &r);
+        ar_pass_free(&r.p);
         return;
     }
     for (int64_t r = 0; r < B * np; r++)
@@ -507,7 +524,7 @@ static void targets_teacher(sup_ctx *s, sup_batch *out, int64_t B, int64_t n, in
         }
     pflm_run r = {.s = s, .picks = picks, .n_targets = rows};
     pflm_inputs(&r.p, s->teacher, s->ws1, s->ws2, s->ctx, B, np, h, s->z1, h, s->z2, s->tau);
-    run_graph(s, graph_index(s, slot, 0), key, pflm_run_ops, &r);
+    run_graph(s, slot, key, pflm_run_ops, &r);
     pflm_pass_free(&r.p);
 }
 

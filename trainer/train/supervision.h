@@ -100,10 +100,9 @@ void sup_build(sup_ctx *s, sup_batch *out, const int32_t *tokens, int64_t B, int
 
 /** sup_build for a caller's slot (a trainer's micro-batch, 0 <= slot < the
  *  slots of sup_set_graphs; -1: none, as sup_build): the teacher passes run
- *  as the slot's graphs (kernels.h graph_begin), each after its uploads:
- *  self_forcing's two rounds, their picks and the targets' gather as one,
- *  distill_ar's k passes one each (they share a workspace, whose inputs
- *  each pass overwrites). A graph is recorded when the slot's previous
+ *  as the slot's graph (kernels.h graph_begin) after all their uploads:
+ *  self_forcing's two rounds or distill_ar's k passes, their picks and the
+ *  targets' gather. A graph is recorded when the slot's previous
  *  build had the same samples, positions and device buffers (it ran
  *  eagerly, growing every buffer) and launched while those and
  *  model_allocs() stay the same. */
@@ -130,9 +129,11 @@ const int32_t *sup_host_targets(sup_ctx *s, sup_batch *b);
  *  picks: a device buffer (ar->be) of B*n*k ids, where each pass leaves its
  *  picks for the next one, so the k passes wait for the device once, at the
  *  read-back into out (out NULL: none; token j of block r is then
- *  picks[j * B*n + r]). */
-void sup_ar_blocks(model *ar, model_ws *ws, const int32_t *ctx, int64_t B, int64_t n, int64_t k,
-                   const double *z, const double *tau, int32_t *picks, int32_t *out);
+ *  picks[j * B*n + r]). Pass 0 runs over ws, passes 1..k-1 over ws2 (NULL
+ *  when k = 1) in its input slots 0..k-2 (model_ws_set_slot), so that
+ *  every pass's uploads come before the first pass's ops. */
+void sup_ar_blocks(model *ar, model_ws *ws, model_ws *ws2, const int32_t *ctx, int64_t B, int64_t n,
+                   int64_t k, const double *z, const double *tau, int32_t *picks, int32_t *out);
 
 /** Teacher helper: one PFLM window of k tokens per position by SingleForward
  *  argmax (z [B*n*k]); when k2 > 0 a second round of k2 tokens per position by
