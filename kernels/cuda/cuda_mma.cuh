@@ -66,32 +66,31 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float d[4], const uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* One ldmatrix.sync.aligned.m8n8.x4 form (FORM "" or ".trans") as function
+ * NAME: the two forms differ only in the instruction's name. */
+#define KF_LDMATRIX_X4(name, form)                                                                 \
+    __device__ __forceinline__ void name(uint32_t r[4], const void *row) {                         \
+        unsigned s = (unsigned)__cvta_generic_to_shared(row);                                      \
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4" form ".shared.b16 {%0,%1,%2,%3}, [%4];\n"     \
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                              \
+                     : "r"(s)                                                                      \
+                     : "memory");                                                                  \
+    }
 /** ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8 x 8 tiles of 16-bit
  *  values from shared memory. A warp collective: lane l passes the address
  *  of row l % 8 of tile l / 8 (16 bytes, 16-byte aligned) and receives in
  *  r[i] the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of tile i
  *  — an A operand register (above) of a row-major [m][k] tile, or a B one
  *  of an [n][k] tile. */
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s)
-                 : "memory");
-}
+KF_LDMATRIX_X4(ldmatrix_x4, "")
 /** ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: four 8 x 8 tiles of
  *  16-bit values from shared memory, transposed. A warp collective: lane l
  *  passes the address of row l % 8 of tile l / 8 (16 bytes, 16-byte aligned)
  *  and receives in r[i] the elements (2 (l % 4), l / 4) and (2 (l % 4) + 1,
  *  l / 4) of tile i — a B operand register (above) of a row-major [k][n]
  *  tile. */
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s)
-                 : "memory");
-}
+KF_LDMATRIX_X4(ldmatrix_x4_trans, ".trans")
+#undef KF_LDMATRIX_X4
 
 /** cp.async.cg.shared.global of 16 bytes from global src to shared dst (both
  *  16-byte aligned); when !valid, src is not read and dst gets zeros. The

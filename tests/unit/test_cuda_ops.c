@@ -836,14 +836,16 @@ static void gpu_rounded(kf_backend *g, int64_t n, kf_precision prec, float **r, 
 }
 
 /* Bitwise equality of n floats at GPU pointers a and b; `what` names the check. */
-static void check_dev_same(kf_backend *g, const char *what, const float *a, const float *b,
-                           int64_t n) {
+/* the check that device arrays a and b of n floats are bitwise equal, named
+ * by "copies PREC in=IN: what" */
+static void check_dev_same(kf_backend *g, const char *pn, int64_t in, const char *what,
+                           const float *a, const float *b, int64_t n) {
     float *ha = malloc((size_t)n * 4), *hb = malloc((size_t)n * 4);
     g->download(g, ha, a, (size_t)n * 4);
     g->download(g, hb, b, (size_t)n * 4);
     int64_t bad = n_differ(ha, hb, n);
-    T_CHECK(bad == 0, "%s: got %lld of %lld elements differing, want 0", what, (long long)bad,
-            (long long)n);
+    T_CHECK(bad == 0, "copies %s in=%lld: %s: got %lld of %lld elements differing, want 0", pn,
+            (long long)in, what, (long long)bad, (long long)n);
     free(ha), free(hb);
 }
 
@@ -873,7 +875,6 @@ static void test_gemm_copies(kf_precision prec) {
             dw[p] = g->alloc(g, (size_t)(out * in) * 4);
             g->zero(g, dw[p], (size_t)(out * in) * 4);
         }
-        char what[160];
         /* p 0: the copies, 1: the fp32 values */
         int64_t n0 = tc_launches(g, KF_CUDA_TC_GEMM);
         g->linear_act(g, y[0], NULL, NULL, NULL, x16, w, NULL, R, in, out, KF_ACT_NONE, 0.0f, w16);
@@ -881,31 +882,20 @@ static void test_gemm_copies(kf_precision prec) {
         g->linear_act_dgrad(g, dx[0], NULL, NULL, NULL, w, NULL, R, in, out, KF_ACT_NONE, w16,
                             dy16);
         g->linear_act_dgrad(g, dx[1], NULL, NULL, dy, w, NULL, R, in, out, KF_ACT_NONE, NULL, NULL);
-        snprintf(what, sizeof what, "copies %s in=%lld: linear_act x16 w16 vs fp32", pn,
-                 (long long)in);
-        check_dev_same(g, what, y[0], y[1], R * out);
-        snprintf(what, sizeof what, "copies %s in=%lld: linear_act_dgrad dy16 w16 vs fp32", pn,
-                 (long long)in);
-        check_dev_same(g, what, dx[0], dx[1], R * in);
+        check_dev_same(g, pn, in, "linear_act x16 w16 vs fp32", y[0], y[1], R * out);
+        check_dev_same(g, pn, in, "linear_act_dgrad dy16 w16 vs fp32", dx[0], dx[1], R * in);
         g->linear_bwd(g, dx[0], dw[0], NULL, NULL, dy16, NULL, x16, w, R, in, out, 0.0f, w16, NULL);
         g->linear_bwd(g, dx[1], dw[1], NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
-        snprintf(what, sizeof what, "copies %s in=%lld: linear_bwd dw from dy16 x16 vs fp32", pn,
-                 (long long)in);
-        check_dev_same(g, what, dw[0], dw[1], out * in);
-        snprintf(what, sizeof what, "copies %s in=%lld: linear_bwd dx from dy16 w16 vs fp32", pn,
-                 (long long)in);
-        check_dev_same(g, what, dx[0], dx[1], R * in);
+        check_dev_same(g, pn, in, "linear_bwd dw from dy16 x16 vs fp32", dw[0], dw[1], out * in);
+        check_dev_same(g, pn, in, "linear_bwd dx from dy16 w16 vs fp32", dx[0], dx[1], R * in);
         if (tc_launches(g, KF_CUDA_TC_GEMM) >= 0)
             T_EQ_INT(tc_launches(g, KF_CUDA_TC_GEMM) - n0, 8,
                      "copies %s in=%lld: tensor-core launches of the 8 products", pn,
                      (long long)in);
         /* row 0 alone (the copies from row 0 of the batch's) */
         g->linear_act(g, y[1], NULL, NULL, NULL, x16, w, NULL, 1, in, out, KF_ACT_NONE, 0.0f, w16);
-        snprintf(what, sizeof what,
-                 "copies %s in=%lld: linear_act x16 w16, a row alone vs in the "
-                 "batch",
-                 pn, (long long)in);
-        check_dev_same(g, what, y[0], y[1], out);
+        check_dev_same(g, pn, in, "linear_act x16 w16, a row alone vs in the batch", y[0], y[1],
+                       out);
         for (int p = 0; p < 2; p++) g->free(g, y[p]), g->free(g, dx[p]), g->free(g, dw[p]);
         g->free(g, x), g->free(g, w), g->free(g, dy);
         g->free(g, x16), g->free(g, w16), g->free(g, dy16);
