@@ -111,8 +111,8 @@ void sup_build_slot(sup_ctx *s, int64_t slot, sup_batch *out, const int32_t *tok
 
 /** Gives s `slots` slots of graphs for sup_build_slot (0: none, the
  *  default; SUP_AR and noise inversion, whose teacher pass is read back at
- *  once, get none), freeing any graphs it holds. A backend whose graph_end returns NULL turns them
- * off. */
+ *  once, get none), freeing any graphs it holds. A backend whose graph_end
+ *  returns NULL turns them off. */
 void sup_set_graphs(sup_ctx *s, int64_t slots);
 
 /** How many times sup_build_slot launched a recorded graph. */
