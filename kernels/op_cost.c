@@ -338,9 +338,8 @@ kf_op_cost kernels_cost_attn_fwd(kf_backend *b, float *out, float *lse, const fl
 /* Backward: 10*head_dim per pair and head (S recomputed, dP = dO V^T,
  * dV += P^T dO, dQ += dS K, dK += dS^T Q) + 4 for P and dS. qkv, out, dout
  * (each at 2 bytes as a 16-bit copy) and lse read, dqkv and/or its copy
- * written. The
- * tensor-core backward converts an fp32 qkv and dout first (convert_bytes,
- * as the forward's). */
+ * written. The tensor-core backward converts an fp32 qkv and dout first
+ * (convert_bytes, as the forward's). */
 kf_op_cost kernels_cost_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *out,
                                  const float *lse, const float *qkv, const kf_mask *m, int64_t B,
                                  int64_t n_head, int64_t head_dim, const void *dout16,
