@@ -7,19 +7,14 @@
 #include <string.h>
 
 #include "common/rng.h"
+#include "trainer/train/graph_cache.h"
 
-/* Teacher passes recorded as a graph (sup_set_graphs). It replays the
- * addresses and shapes it was recorded with: recorded on a pass whose key
- * equals the slot's previous pass's (which ran eagerly, or was recorded,
- * and so grew every buffer), launched while the key and the model's
- * buffers (model_allocs) stay the same. */
-enum { SG_NONE, SG_WARM, SG_READY };
+/* A slot's teacher passes recorded as a graph (sup_set_graphs), by
+ * graph_cache's rule. */
 enum { SG_KEY_N = 5 };
 typedef struct sup_graph {
     void *g;
-    int state; /* SG_* */
-    int64_t key[SG_KEY_N];
-    uint64_t allocs; /* model_allocs() when g was recorded */
+    graph_cache cache;
 } sup_graph;
 
 struct sup_ctx {
@@ -108,33 +103,30 @@ void sup_set_tau(sup_ctx *s, double tau_min, double tau_max) {
     s->cfg.tau_max = tau_max;
 }
 
-/* How graph gi (a slot's) runs (sup_graph): launched when it matches key, recorded
- * when its previous run had key, else eagerly (and the next run records). */
-typedef enum { SG_EAGER, SG_RECORD, SG_LAUNCH } sg_mode;
-static sg_mode graph_mode(sup_ctx *s, int64_t gi, const int64_t *key) {
-    if (gi < 0 || gi >= s->n_graphs) return SG_EAGER;
+/* How graph gi (a slot's) runs (graph_cache_mode; gi -1: eagerly). */
+static graph_mode slot_mode(sup_ctx *s, int64_t gi, const int64_t *key) {
+    if (gi < 0 || gi >= s->n_graphs) return GRAPH_EAGER;
     sup_graph *g = &s->graphs[gi];
-    int same = g->state != SG_NONE && !memcmp(g->key, key, sizeof g->key);
-    if (same && g->state == SG_READY && g->allocs == model_allocs()) return SG_LAUNCH;
-    s->teacher->be->graph_free(s->teacher->be, g->g);
-    g->g = NULL;
-    memcpy(g->key, key, sizeof g->key);
-    g->state = SG_WARM;
-    return same ? SG_RECORD : SG_EAGER;
+    graph_mode mode = graph_cache_mode(&g->cache, key);
+    if (mode != GRAPH_LAUNCH) {
+        s->teacher->be->graph_free(s->teacher->be, g->g);
+        g->g = NULL;
+    }
+    return mode;
 }
 
 /* Runs ops(ctx), device ops alone, as graph gi of s (s NULL or gi -1:
  * eagerly) with key (everything the ops' addresses and shapes depend on
  * but the model's buffers). */
 static void run_graph(sup_ctx *s, int64_t gi, const int64_t *key, void (*ops)(void *), void *ctx) {
-    sg_mode mode = s ? graph_mode(s, gi, key) : SG_EAGER;
-    if (mode == SG_EAGER) {
+    graph_mode mode = s ? slot_mode(s, gi, key) : GRAPH_EAGER;
+    if (mode == GRAPH_EAGER) {
         ops(ctx);
         return;
     }
     kf_backend *be = s->teacher->be;
     sup_graph *g = &s->graphs[gi];
-    if (mode == SG_LAUNCH) {
+    if (mode == GRAPH_LAUNCH) {
         be->graph_launch(be, g->g);
         s->graph_launches++;
         return;
@@ -143,7 +135,7 @@ static void run_graph(sup_ctx *s, int64_t gi, const int64_t *key, void (*ops)(vo
     ops(ctx);
     g->g = be->graph_end(be);
     /* a backend that makes no graphs: eager from now on */
-    if (g->g) g->state = SG_READY, g->allocs = model_allocs();
+    if (g->g) graph_cache_recorded(&g->cache, 1);
     else sup_set_graphs(s, 0);
 }
 
@@ -155,14 +147,17 @@ static void gather_targets(sup_ctx *s, const int32_t *picks, int64_t rows) {
 }
 
 void sup_set_graphs(sup_ctx *s, int64_t slots) {
-    for (int64_t i = 0; i < s->n_graphs; i++)
+    for (int64_t i = 0; i < s->n_graphs; i++) {
         s->teacher->be->graph_free(s->teacher->be, s->graphs[i].g);
+        graph_cache_free(&s->graphs[i].cache);
+    }
     free(s->graphs);
     s->graphs = NULL;
     s->n_graphs = 0;
     if (slots < 1 || (s->cfg.kind != SUP_SELF_FORCING && s->cfg.kind != SUP_DISTILL_AR)) return;
     s->n_graphs = slots;
     s->graphs = kf_calloc((size_t)s->n_graphs, sizeof *s->graphs);
+    for (int64_t i = 0; i < s->n_graphs; i++) graph_cache_init(&s->graphs[i].cache, SG_KEY_N);
 }
 
 int64_t sup_graph_launches(const sup_ctx *s) { return s->graph_launches; }

@@ -18,6 +18,7 @@
 #include "common/stage_status.h"
 #include "trainer/model/model.h"
 #include "trainer/train/checkpoint.h"
+#include "trainer/train/graph_cache.h"
 #include "trainer/train/loader.h"
 #include "trainer/train/optim.h"
 #include "trainer/train/supervision.h"
@@ -55,21 +56,15 @@ typedef struct mb_store {
 
 /* The step's device work recorded as graphs (kernels.h graph_begin): one
  * per micro-batch (its forward, loss and backward, after its uploads) and
- * one for the gradient check and the update. A graph replays the
- * addresses, sizes and by-value arguments it was recorded with, so the
- * graphs are recorded on a step whose key (everything of that kind the
- * step's ops depend on) equals the previous step's, which ran them eagerly
- * and so grew every buffer, and launched while the key and the model's
- * buffers (model_allocs) stay the same. The step's changing scalars (loss
- * scale, learning rate, ...) are read from the device ctl. With several
- * ranks the last micro-batch runs eagerly: its backward hands parts of the
- * gradient to the all-reduce, which the host drives. */
-enum { GRAPHS_OFF, GRAPHS_NONE, GRAPHS_WARM, GRAPHS_READY };
+ * one for the gradient check and the update, recorded and launched by
+ * graph_cache's rule with the step's key (graphs_key). The step's changing
+ * scalars (loss scale, learning rate, ...) are read from the device ctl.
+ * With several ranks the last micro-batch runs eagerly: its backward hands
+ * parts of the gradient to the all-reduce, which the host drives. */
 typedef struct step_graphs {
-    int state;       /* GRAPHS_*: OFF: the backend records none */
-    int64_t *key;    /* [2][GKEY_N + accum * MKEY_N]: the step that set state's, this step's */
-    uint64_t allocs; /* model_allocs() when the graphs were recorded */
-    void **mb, *opt; /* [accum] the micro-batches', the optimizer's */
+    graph_cache cache;
+    int64_t *key;            /* [GKEY_N + accum * MKEY_N]: this step's */
+    void **mb, *opt;         /* [accum] the micro-batches', the optimizer's */
     int64_t steps, launches; /* steps run as graphs, graph launches */
 } step_graphs;
 enum { GKEY_N = 1, MKEY_N = 7 };
@@ -274,9 +269,6 @@ static void grads_ready(void *ctx, int64_t off, int64_t count) {
     dist_grads_ready(t->d, off, count);
 }
 
-/* How a step runs its device work (step_graphs). */
-typedef enum { RUN_EAGER, RUN_RECORD, RUN_LAUNCH } run_mode;
-
 static size_t graphs_key_len(const trainer *t) { return (size_t)(GKEY_N + t->accum * MKEY_N); }
 
 /* What the step's recorded ops depend on besides the ctl's scalars and the
@@ -300,46 +292,35 @@ static void graphs_free(trainer *t) {
     g->opt = NULL;
 }
 
-/* The mode of a step whose micro-batches are stored: launch the graphs when
- * they match it, record them when the previous step ran with its key, else
- * run eagerly (and let the next step record). */
-static run_mode graphs_mode(trainer *t, runconfig_prec prec) {
-    step_graphs *g = &t->g;
-    if (g->state == GRAPHS_OFF) return RUN_EAGER;
-    size_t n = graphs_key_len(t);
-    int64_t *key = g->key + n; /* the second half: this step's */
-    graphs_key(t, prec, key);
-    int same = g->state != GRAPHS_NONE && !memcmp(g->key, key, n * sizeof *key);
-    if (same && g->state == GRAPHS_READY && g->allocs == model_allocs()) return RUN_LAUNCH;
-    graphs_free(t);
-    memcpy(g->key, key, n * sizeof *key);
-    g->state = GRAPHS_WARM;
-    return same ? RUN_RECORD : RUN_EAGER;
+/* The mode of a step whose micro-batches are stored (graph_cache_mode). */
+static graph_mode graphs_mode(trainer *t, runconfig_prec prec) {
+    graphs_key(t, prec, t->g.key);
+    graph_mode mode = graph_cache_mode(&t->g.cache, t->g.key);
+    if (mode != GRAPH_LAUNCH) graphs_free(t);
+    return mode;
 }
 
 /* Runs ops(t, ctx) as mode says: as it is called, recorded into *graph
  * (which runs it once), or by launching *graph. */
-static void graph_run(trainer *t, run_mode mode, void **graph, void (*ops)(trainer *, void *),
+static void graph_run(trainer *t, graph_mode mode, void **graph, void (*ops)(trainer *, void *),
                       void *ctx) {
     kf_backend *be = t->be;
-    if (mode == RUN_LAUNCH) {
+    if (mode == GRAPH_LAUNCH) {
         be->graph_launch(be, *graph);
         t->g.launches++;
         return;
     }
-    if (mode == RUN_RECORD) be->graph_begin(be);
+    if (mode == GRAPH_RECORD) be->graph_begin(be);
     ops(t, ctx);
-    if (mode == RUN_RECORD) *graph = be->graph_end(be);
+    if (mode == GRAPH_RECORD) *graph = be->graph_end(be);
 }
 
 /* After a step: recorded graphs are ready (a backend that gave none records
  * nothing: eager from now on); launched ones counted. */
-static void graphs_done(trainer *t, run_mode mode) {
+static void graphs_done(trainer *t, graph_mode mode) {
     step_graphs *g = &t->g;
-    if (mode == RUN_LAUNCH) g->steps++;
-    if (mode != RUN_RECORD) return;
-    g->state = g->opt ? GRAPHS_READY : GRAPHS_OFF;
-    g->allocs = model_allocs();
+    if (mode == GRAPH_LAUNCH) g->steps++;
+    if (mode == GRAPH_RECORD) graph_cache_recorded(&g->cache, g->opt != NULL);
 }
 
 /* A micro-batch's device ops after its uploads (model_forward_inputs). */
@@ -411,7 +392,7 @@ static void train_step(trainer *t) {
     dist_allreduce_sum_f64(t->d, &count, 1);
     double norm = count > 0 ? count : 1.0;
     float *g = t->accum > 1 ? t->acc : m->grads;
-    run_mode mode = graphs_mode(t, prec);
+    graph_mode mode = graphs_mode(t, prec);
     /* the step's factors (the loss's included), read by its ops on the device */
     optim_factors(be, t->o, &t->os, t->step, norm, &t->dev->ctl);
     be->zero(be, &t->dev->loss, sizeof(double));
@@ -420,7 +401,7 @@ static void train_step(trainer *t) {
         model_forward_inputs(m, t->ws, &in, MODEL_TRAIN, NULL);
         micro_run r = {&in, a, g};
         int eager = a == t->accum - 1 && t->d->world > 1;
-        graph_run(t, eager ? RUN_EAGER : mode, &t->g.mb[a], micro_ops, &r);
+        graph_run(t, eager ? GRAPH_EAGER : mode, &t->g.mb[a], micro_ops, &r);
     }
     double exposed = dist_grads_wait(t->d);
     /* The gradient check, then the update, both on the device. ZeRO-1: the
@@ -708,8 +689,8 @@ static int setup_training(trainer *t, kf_err *err) {
     t->dev = t->be->alloc(t->be, sizeof *t->dev);
     t->be->copy(t->be, t->ema, t->m->params + t->shard.off, sbytes);
     t->os = optim_init(t->o);
-    t->g.state = GRAPHS_NONE;
-    t->g.key = kf_calloc(2 * graphs_key_len(t), sizeof *t->g.key);
+    graph_cache_init(&t->g.cache, graphs_key_len(t));
+    t->g.key = kf_calloc(graphs_key_len(t), sizeof *t->g.key);
     t->g.mb = kf_calloc((size_t)t->accum, sizeof *t->g.mb);
     return 0;
 }
@@ -808,6 +789,7 @@ static int resume(trainer *t, kf_err *err) {
 
 static void teardown(trainer *t) {
     if (t->be) graphs_free(t);
+    graph_cache_free(&t->g.cache);
     free(t->g.key);
     free(t->g.mb);
     if (t->mbs)
