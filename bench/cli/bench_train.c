@@ -120,14 +120,17 @@ static const char USAGE[] =
     "the peak of the backend's matmul measured in the same run (and the nominal dense\n"
     "peak on a GPU). ms/wait: the gradient all-reduce's\n"
     "exposed time per step, after the backward (resources.bucket_mb sets its overlap;\n"
-    "0 on one rank). Defaults: N 10, W 2.\n"
+    "0 on one rank). With an AR stage among those run, each stage's ms/step is then\n"
+    "given against the AR step's, beside the 1.5 (k + 1) goal of a self-forcing\n"
+    "stage. Defaults: N 10, W 2.\n"
     "\n"
     "--roofline DEVICE (h100, h200, a100) trains nothing: one step of each stage (its\n"
     "micro-batch, its first precision phase) runs on a recording backend, and each op\n"
     "it issues is priced at max(FLOPs / peak, bytes / bandwidth) on DEVICE; prints per\n"
     "op and in total FLOPs, bytes and time, the estimated step time, tokens/s, MFU and\n"
-    "the dominant ops. Needs no GPU and no shards; on a GPU (resources.backend not cpu)\n"
-    "the step also runs there and each op's measured time is printed beside.\n";
+    "the dominant ops, and each stage's estimate against the AR step's. Needs no GPU\n"
+    "and no shards; on a GPU (resources.backend not cpu) the step also runs there and\n"
+    "each op's measured time is printed beside.\n";
 
 /* What every measured stage shares. */
 typedef struct bench_run {
@@ -194,8 +197,8 @@ static int run_stage(bench_run *br, int i, const char *teacher, const char *run)
     return code;
 }
 
-/* Prints stage i's row from its log (rank 0). */
-static void report_stage(bench_run *br, int i, const model_config *student, const char *run) {
+/* Prints stage i's row from its log (rank 0); returns its mean step (s). */
+static double report_stage(bench_run *br, int i, const model_config *student, const char *run) {
     const runconfig_stage *st = &br->rc->stages[i];
     char log[4400], phase[16] = "?", dev[256];
     snprintf(log, sizeof log, "%s/stages/%s/log.jsonl", run, st->name);
@@ -220,6 +223,7 @@ static void report_stage(bench_run *br, int i, const model_config *student, cons
         printf("  (%.1f%% of %s nominal %.0f TFLOP/s)", 100 * gflops / nom, dev, nom / 1e3);
     printf("\n");
     fflush(stdout);
+    return ms * 1e-3;
 }
 
 /* Loads the config and the data's vocabulary, starts the ranks and the
@@ -290,6 +294,7 @@ int bench_train_main(int argc, char **argv) {
                "phase", "ranks", "ms/step", "ms/wait", "tokens/s", "GFLOP/st", "GFLOP/s", "peak",
                "MFU");
     code = KF_EXIT_OK;
+    double *step_s = kf_calloc((size_t)rc->n_stages, sizeof *step_s);
     for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
         const runconfig_stage *st = &rc->stages[i];
         if (st->kind == RC_KIND_IMPORT) continue;
@@ -312,7 +317,7 @@ int bench_train_main(int argc, char **argv) {
         if (st->teacher) write_teacher(&br, i, &base, teacher, sizeof teacher);
         snprintf(run, sizeof run, "%s/run-%s", br.tmp, st->name);
         code = run_stage(&br, i, teacher, run);
-        if (code == KF_EXIT_OK && br.d.rank == 0) report_stage(&br, i, &student, run);
+        if (code == KF_EXIT_OK && br.d.rank == 0) step_s[i] = report_stage(&br, i, &student, run);
     }
     if (!br.gpu && br.d.rank == 0)
         printf(
@@ -320,6 +325,9 @@ int bench_train_main(int argc, char **argv) {
             "right after each stage, %s threads; FLOPs: the student's forward + backward\n",
             br.be->batch_invariant ? "fixed-order kernel" : "OpenBLAS", br.peak_before,
             getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "default");
+    if (code == KF_EXIT_OK && br.d.rank == 0)
+        roofline_print_vs_ar(rc, step_s, "measured step vs the AR step (same batch, ms/step)");
+    free(step_s);
     kf_err err = {{0}};
     if (br.d.rank == 0) fs_rm_rf(br.tmp, &err);
     br.be->destroy(br.be);

@@ -3,7 +3,8 @@
 # is a usage error naming the valid ones; the 124M config's AR and PFLM(4)
 # steps are estimated dry (no GPU, no shards) with the per-op table, the
 # step's totals and its dominant ops, and the optimizer state per rank with
-# and without ZeRO-1.
+# and without ZeRO-1. The measured bench (a tiny model on shards built here)
+# gives each stage's step against the AR step's, from its own table.
 set -u
 cd "$(dirname "$0")/../.."
 KF=${KF_BIN:-bin/kf}
@@ -39,4 +40,23 @@ check "124M AR ZeRO-1 dry: rc $rc, $(tail -n 3 "$T/err")" eval "[ $rc -eq 0 ]"
 check "ZeRO-1: an eighth of the optimizer state per rank" \
   grep -q '^optimizer state (AdamW moments, EMA): 0.24 GB per rank (ZeRO-1 over 8 ranks; 1.95 GB with the all-reduce)$' "$T/z"
 check "ZeRO-1: AdamW over the shard" eval "grep -qE '^adamw +1 +0.3 ' '$T/z'"
+# measured: each stage's ms/step against the AR stage's, with the goal; the
+# ratio is the table's own ms/step quotient (1 decimal there, so within 1%)
+"$KF" shards build configs/tiny-gpt2.yaml --only owt-tiny shards.owt-tiny.seq_len=64 \
+  shards.owt-tiny.out="$T/owt" shards.owt-tiny.valid.last=20 >"$T/log" 2>&1; rc=$?
+check "tiny shards: rc $rc, $(tail -n 2 "$T/log")" eval "[ $rc -eq 0 ]"
+"$KF" bench train configs/tiny-gpt2.yaml data.train="$T/owt" data.valid="$T/owt" model.hidden=16 \
+  model.heads=1 model.blocks=1 model.seq_len=64 defaults.batch=2 --steps 2 --warmup 0 \
+  --stage ar --stage k2 >"$T/m" 2>"$T/err"; rc=$?
+check "measured ar and k2: rc $rc, $(tail -n 3 "$T/err")" eval "[ $rc -eq 0 ]"
+check "measured: the AR step is 1.00x" grep -qE '^  ar +ar +[0-9.]+ ms +1.00x$' "$T/m"
+check "measured: k2 against the AR step, with the 1.5(k+1) goal" \
+  grep -qE '^  k2 +self_forcing .*x  \(goal <= 4.5x\)$' "$T/m"
+ratio_matches() {
+  awk '$1 == "ar" && NF > 8 { ar = $6 } $1 == "k2" && NF > 8 { k2 = $6 }
+       $1 == "k2" && $2 == "self_forcing" && $4 == "ms" { got = $5 + 0 }
+       END { want = k2 / ar; d = got - want; if (d < 0) d = -d
+             print "got " got "x, want " want "x"; exit !(ar > 0 && d <= 0.01 * want) }' "$T/m"
+}
+check "measured: k2's ratio is its ms/step over AR's ($(ratio_matches))" eval "ratio_matches >/dev/null"
 finish

@@ -407,6 +407,24 @@ static model_config ar_config(const runconfig *rc) {
                           .k_train = 1};
 }
 
+void roofline_print_vs_ar(const runconfig *rc, const double *step_s, const char *title) {
+    double ar = 0;
+    for (int i = 0; i < rc->n_stages && ar == 0; i++)
+        if (rc->stages[i].kind == RC_KIND_AR) ar = step_s[i];
+    if (ar <= 0) return;
+    printf("\n%s:\n", title);
+    for (int i = 0; i < rc->n_stages; i++) {
+        const runconfig_stage *st = &rc->stages[i];
+        if (step_s[i] <= 0) continue;
+        printf("  %-8s %-14s %10.2f ms %7.2fx", st->name, runconfig_kind_name(st->kind),
+               step_s[i] * 1e3, step_s[i] / ar);
+        /* the issue-18 goal: a self-forcing step at most 1.5 (k + 1) AR steps */
+        if (st->kind == RC_KIND_SELF_FORCING)
+            printf("  (goal <= %.1fx)", 1.5 * (double)(st->k + 1));
+        printf("\n");
+    }
+}
+
 int roofline_bench(const char *config, int n_over, char **over, const char **stages, int n_stages,
                    const char *device) {
     const roofline_device *d = roofline_device_find(device);
@@ -432,7 +450,7 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
            d->bus_bytes / 1e9, config);
     model_config base = ar_config(rc);
     int code = KF_EXIT_OK;
-    double *est = kf_calloc((size_t)rc->n_stages, sizeof *est), ar = 0;
+    double *est = kf_calloc((size_t)rc->n_stages, sizeof *est);
     for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
         const runconfig_stage *st = &rc->stages[i];
         int want = n_stages == 0 ? st->kind != RC_KIND_IMPORT : 0;
@@ -460,22 +478,13 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
         roofline_stage_step(s, B, rc->model.seq_len, &mk);
         est[i] = report(d, st, s, zero1_ranks, B, rc->model.seq_len, be, &mk, attn_tc, timed);
         report_graphs(be, &mk, st, ranks, B);
-        if (st->kind == RC_KIND_AR && ar == 0) ar = est[i];
         roofline_stage_free(s);
         be->destroy(be);
     }
-    /* the issue-18 goal: a self-forcing step at most 1.5 (k + 1) AR steps */
-    if (code == KF_EXIT_OK && ar > 0) {
-        printf("\nestimated step vs the AR step (%s):\n", d->name);
-        for (int i = 0; i < rc->n_stages; i++) {
-            const runconfig_stage *st = &rc->stages[i];
-            if (est[i] == 0) continue;
-            printf("  %-8s %-14s %10.2f ms %7.2fx", st->name, runconfig_kind_name(st->kind),
-                   est[i] * 1e3, est[i] / ar);
-            if (st->kind == RC_KIND_SELF_FORCING)
-                printf("  (goal <= %.1fx)", 1.5 * (double)(st->k + 1));
-            printf("\n");
-        }
+    if (code == KF_EXIT_OK) {
+        char title[96];
+        snprintf(title, sizeof title, "estimated step vs the AR step (%s)", d->name);
+        roofline_print_vs_ar(rc, est, title);
     }
     free(est);
     runconfig_free(rc);

@@ -104,6 +104,13 @@ void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks
 int roofline_bench(const char *config, int n_over, char **over, const char **stages, int n_stages,
                    const char *device);
 
+/** Prints, under `title`, each stage's step time step_s[i] (seconds; 0:
+ *  not run, left out) against the first AR stage's, with the issue-18 goal
+ *  (at most 1.5 (k + 1) times) beside each self-forcing stage. Prints
+ *  nothing when no AR stage has a time. Shared by the roofline's estimates
+ *  and `kf bench train`'s measurements. */
+void roofline_print_vs_ar(const runconfig *rc, const double *step_s, const char *title);
+
 /** `kf bench decode --roofline DEVICE`'s arguments. */
 typedef struct roofline_decode_args {
     const char *config; /* a run config: the model's shape (no checkpoint needed) */
