@@ -109,17 +109,20 @@ kf_op_cost kernels_cost_matmul_batched(kf_backend *b, float *C, const float *A, 
     return c;
 }
 
-/* The product's epilogue as kernels/cuda/cuda_linear.cu runs it: a 16-bit
- * product outside batch-invariant mode is written at 2 bytes and read back
- * at 2 by the epilogue, the single pass's 4 (only A and B's conversion
- * passes are extra); added to C (c_read) it is the fp32 sum cuBLAS writes,
- * which the epilogue reads, rounds (matmul's rounding, in no pass of its
- * own) and finishes in a second pass (read and written). Otherwise (fp32,
- * batch-invariant mode) an fp32 product is finished by that second pass
- * when there is anything to finish. */
-static double epilogue_extra(const kf_backend *b, double mn, int work, int c_read) {
-    int fused16 = b->precision != KF_PREC_FP32 && !b->batch_invariant;
-    return (fused16 ? c_read : work) ? 2 * F * mn : 0;
+/* The product's epilogue as kernels/cuda/cuda_linear.cu runs it: in
+ * batch-invariant mode the fixed-tiling kernel (tensor-core or SIMT)
+ * finishes each element in its own epilogue, no pass (`inv` bytes beyond:
+ * linear_act_dgrad's bias gradient, summed from the fp32 dpre in a pass of
+ * its own); a 16-bit product outside that mode is written at 2 bytes and
+ * read back at 2 by the epilogue, the single pass's 4 (only A and B's
+ * conversion passes are extra); added to C (c_read) it is the fp32 sum
+ * cuBLAS writes, which the epilogue reads, rounds (matmul's rounding, in no
+ * pass of its own) and finishes in a second pass (read and written). In
+ * fp32 an fp32 product is finished by that second pass when there is
+ * anything to finish. */
+static double epilogue_extra(const kf_backend *b, double mn, int work, int c_read, double inv) {
+    if (b->batch_invariant) return inv;
+    return (b->precision != KF_PREC_FP32 ? c_read : work) ? 2 * F * mn : 0;
 }
 
 /* A GEMM C[M, N] = A[M, K] B[K, N] and its epilogue: `epi` FLOPs per element
@@ -127,14 +130,15 @@ static double epilogue_extra(const kf_backend *b, double mn, int work, int c_rea
  * are not converted), `out` bytes written per element of C (its outputs), C read first
  * when the product is added to it (c_read, then rounded as matmul rounds
  * it), `vec` bytes of the bias or its gradient; `work`: the epilogue has
- * anything to do. `tags` name the options in the shape. */
+ * anything to do; `inv`: epilogue_extra's. `tags` name the options in the
+ * shape. */
 static kf_op_cost linear_cost(const kf_backend *b, int64_t M, int64_t N, int64_t K, double epi,
                               int a16, int b16, double out, int c_read, double vec, int work,
-                              const char *tags) {
+                              double inv, const char *tags) {
     double m = (double)M, n = (double)N, k = (double)K, mn = m * n;
     kf_op_cost c = cost(b, gemm_unit(b), 2 * m * n * k + mn * epi,
                         (a16 ? H16 : F) * m * k + (b16 ? H16 : F) * k * n + out * mn +
-                            (c_read ? F * mn : 0) + vec + epilogue_extra(b, mn, work, c_read),
+                            (c_read ? F * mn : 0) + vec + epilogue_extra(b, mn, work, c_read, inv),
                         "M=%lld N=%lld K=%lld%s", (long long)M, (long long)N, (long long)K, tags);
     c.convert_bytes = k > 0 ? gemm_convert(b, a16 ? 0 : m * k, b16 ? 0 : k * n, 0) : 0;
     return c;
@@ -159,12 +163,14 @@ kf_op_cost kernels_cost_linear_act(kf_backend *b, float *y, void *y16, float *pr
              beta != 0 ? " +C" : "");
     return linear_cost(b, rows, out, in, (bias ? 1 : 0) + (g ? 8 : 0), x16 != NULL, w16 != NULL,
                        (y ? F : 0) + (y16 ? H16 : 0) + (g ? F : 0), beta != 0,
-                       bias ? F * (double)out : 0, bias || g || y16, tags);
+                       bias ? F * (double)out : 0, bias || g || y16, 0, tags);
 }
 
 /* per element GELU's derivative 12 and the bias sum's 1; pre read; dpre
  * and its 16-bit copy written as asked; dbias read and written; dy read
- * (at 2 bytes as its 16-bit copy dy16, not converted) */
+ * (at 2 bytes as its 16-bit copy dy16, not converted). In batch-invariant
+ * mode the bias gradient's pass reads the fp32 dpre (written to scratch
+ * first when not asked for). */
 kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
                                          const float *dy, const float *w, const float *pre,
                                          int64_t rows, int64_t in, int64_t out, kf_act act,
@@ -173,9 +179,10 @@ kf_op_cost kernels_cost_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre1
     char tags[64];
     snprintf(tags, sizeof tags, "%s%s%s%s%s", dbias ? " dbias" : "", act_tag(act, 1),
              dy16 ? " dy16" : "", w16 ? " w16" : "", dpre16 ? (dpre ? " +y16" : " y16") : "");
+    double sum_pass = dbias ? F * (double)rows * (double)in * (dpre ? 1 : 2) : 0;
     return linear_cost(b, rows, in, out, (dbias ? 1 : 0) + (g ? 12 : 0), dy16 != NULL, w16 != NULL,
                        (dpre ? F : 0) + (dpre16 ? H16 : 0) + (g ? F : 0), 0,
-                       dbias ? 2 * F * (double)in : 0, dbias || g || dpre16, tags);
+                       dbias ? 2 * F * (double)in : 0, dbias || g || dpre16, sum_pass, tags);
 }
 
 /* Both products (dW, and dx when asked) and the bias sum's 1 per element of

@@ -22,6 +22,9 @@
  * the SIMT kernel at its first use per precision, which it falls back to
  * with a warning on a failed launch or a difference; KF_CUDA_TC=0 keeps the
  * SIMT kernel. It has run only under the emulation harness (docs/cuda.md).
+ * Both kernels store through one epilogue (ig_store, cu_epi), which also
+ * finishes a linear layer's output (bias, GELU, the 16-bit copy;
+ * cuda_linear.cu), so no pass over an fp32 product follows them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,24 +57,39 @@ static int64_t span(int64_t one, int64_t batch, int64_t stride) {
 #define IG_TILE 64
 #define IG_BK 16
 
-/* The epilogue of both batch-invariant kernels: *c = alpha acc + beta *c
- * (C not read when beta is 0), rounded as the mode's C. */
-__device__ __forceinline__ void ig_store(float *c, float acc, float alpha, float beta, int lowp) {
+/* The epilogue of both batch-invariant kernels (cu_epi): element i, in
+ * column col, of the product whose accumulator is acc. The bias add and the
+ * derivative's product are __fadd_rn and __fmul_rn so that no FMA
+ * contraction reaches across the rounding: the separate passes' bits. */
+__device__ __forceinline__ void ig_store(const cu_epi &e, int64_t i, int64_t col, float acc,
+                                         float alpha, float beta, int lowp) {
     float v = alpha * acc;
-    if (beta != 0.0f) v += beta * *c;
-    *c = cu_lowp(v, lowp);
+    if (beta != 0.0f) v += beta * e.y[i];
+    v = cu_lowp(v, lowp);
+    if (e.bias) v = __fadd_rn(v, e.bias[col]);
+    if (e.act != KF_ACT_NONE) {
+        int erf_kind = e.act == KF_ACT_GELU_ERF;
+        if (e.dgrad) {
+            v = __fmul_rn(v, cu_gelu_grad(e.pre[i], erf_kind));
+        } else {
+            e.pre[i] = v;
+            v = cu_gelu(v, erf_kind);
+        }
+    }
+    if (e.y) e.y[i] = v;
+    if (e.y16) cu_store16(e.y16, i, v, lowp);
 }
 
-/* C tile 64x64 per block of 256 threads, each thread 4x4 outputs (rows
- * ty*4.., cols tx + 16*j). The k loop runs in order 0..K-1 for every output. */
+/* C = alpha op(A) op(B) + beta C through the epilogue e (ig_store). C tile
+ * 64x64 per block of 256 threads, each thread 4x4 outputs (rows ty*4.., cols
+ * tx + 16*j). The k loop runs in order 0..K-1 for every output. */
 __global__ void __launch_bounds__(256)
-    k_gemm_invariant(float *C, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
+    k_gemm_invariant(cu_epi e, const float *A, const float *B, int64_t M, int64_t N, int64_t K,
                      int ta, int tb, float alpha, float beta, int64_t sc, int64_t sa, int64_t sb,
                      int lowp) {
     __shared__ float As[IG_BK][IG_TILE + 1];
     __shared__ float Bs[IG_BK][IG_TILE + 1];
-    int64_t z = blockIdx.z;
-    C += z * sc;
+    int64_t z = blockIdx.z, c0 = z * sc;
     A += z * sa;
     B += z * sb;
     int64_t m0 = (int64_t)blockIdx.y * IG_TILE, n0 = (int64_t)blockIdx.x * IG_TILE;
@@ -128,7 +146,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int64_t gn = n0 + tx + 16 * j;
-            if (gn < N) ig_store(C + gm * N + gn, acc[i][j], alpha, beta, lowp);
+            if (gn < N) ig_store(e, c0 + gm * N + gn, gn, acc[i][j], alpha, beta, lowp);
         }
     }
 }
@@ -212,10 +230,11 @@ __device__ __forceinline__ void tg_frag(uint32_t r[4], const uint16_t *s, int km
     else ldmatrix_x4(r, &s[(o + 8 * (q % 2) + i) * P + k + 8 * (q / 2)]);
 }
 
-/* Batch-invariant C = alpha op(A) op(B) + beta C with T (__half or
- * __nv_bfloat16) operands on the tensor cores (mma.sync m16n8k16, fp32
- * accumulation; cuda_mma.cuh): a 64 x 64 C tile per block of 4 warps, each
- * warp 32 x 32 (2 x 4 accumulator tiles of 16 x 8). An operand is fp32 (EA,
+/* Batch-invariant C = alpha op(A) op(B) + beta C, written through the
+ * epilogue e (ig_store), with T (__half or __nv_bfloat16) operands on the
+ * tensor cores (mma.sync m16n8k16, fp32 accumulation; cuda_mma.cuh): a
+ * 64 x 64 C tile per block of 4 warps, each warp 32 x 32 (2 x 4
+ * accumulator tiles of 16 x 8). An operand is fp32 (EA,
  * EB float; rounded to T as its fragments are packed) or a 16-bit copy's
  * bits (uint16_t; its fragments loaded by ldmatrix): the same T values
  * either way, so the same bits. Both are staged in shared memory 32 k at a
@@ -225,14 +244,13 @@ __device__ __forceinline__ void tg_frag(uint32_t r[4], const uint16_t *s, int km
  * tiling is fixed, and k beyond K is zero-filled. */
 template <typename T, typename EA, typename EB>
 __global__ void __launch_bounds__(TG_THREADS)
-    k_gemm_invariant_mma(float *C, const EA *A, const EB *B, int64_t M, int64_t N, int64_t K,
+    k_gemm_invariant_mma(cu_epi e, const EA *A, const EB *B, int64_t M, int64_t N, int64_t K,
                          int ta, int tb, float alpha, float beta, int64_t sc, int64_t sa_,
                          int64_t sb_, int vec_a, int vec_b, int lowp) {
     extern __shared__ __align__(16) unsigned char tg_smem[]; /* TG_SMEM bytes: sa[2], sb[2] */
     EA *sa[2] = {(EA *)tg_smem, (EA *)(tg_smem + TG_STAGE)};
     EB *sb[2] = {(EB *)(tg_smem + 2 * TG_STAGE), (EB *)(tg_smem + 3 * TG_STAGE)};
-    int64_t z = blockIdx.z;
-    C += z * sc;
+    int64_t z = blockIdx.z, c0 = z * sc;
     A += z * sa_;
     B += z * sb_;
     int64_t m0 = (int64_t)blockIdx.y * TG_TILE, n0 = (int64_t)blockIdx.x * TG_TILE;
@@ -274,10 +292,11 @@ __global__ void __launch_bounds__(TG_THREADS)
 #pragma unroll
         for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int64_t gm = m0 + wm + i * 16 + g + 8 * (e / 2),
-                        gn = n0 + wn + j * 8 + 2 * t + e % 2;
-                if (gm < M && gn < N) ig_store(C + gm * N + gn, acc[i][j][e], alpha, beta, lowp);
+            for (int q = 0; q < 4; q++) {
+                int64_t gm = m0 + wm + i * 16 + g + 8 * (q / 2),
+                        gn = n0 + wn + j * 8 + 2 * t + q % 2;
+                if (gm < M && gn < N)
+                    ig_store(e, c0 + gm * N + gn, gn, acc[i][j][q], alpha, beta, lowp);
             }
 }
 
@@ -367,17 +386,6 @@ void cu_matmul(kf_backend *b, float *C, const float *A, const float *B, int64_t 
     cu_matmul_batched(b, C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0);
 }
 
-void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
-                     int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,
-                     int64_t stride_c, int64_t stride_a, int64_t stride_b, int lowp) {
-    KF_CHECK(batch <= 65535, "matmul_batched: batch %lld too large", (long long)batch);
-    dim3 grid((unsigned)((N + IG_TILE - 1) / IG_TILE), (unsigned)((M + IG_TILE - 1) / IG_TILE),
-              (unsigned)batch);
-    k_gemm_invariant<<<grid, 256, 0, cu_stream(b)>>>(C, A, B, M, N, K, trans_a, trans_b, alpha,
-                                                     beta, stride_c, stride_a, stride_b, lowp);
-    CUDA_LAUNCHED();
-}
-
 /* cp.async can stage operand X of esize-byte elements (leading dimension ld,
  * batch stride stride): every row of every matrix starts 16-byte aligned. */
 static int tg_vec(const void *X, int esize, int64_t ld, int64_t stride, int64_t batch) {
@@ -385,14 +393,37 @@ static int tg_vec(const void *X, int esize, int64_t ld, int64_t stride, int64_t 
     return (uintptr_t)X % 16 == 0 && ld % v == 0 && (batch == 1 || stride % v == 0);
 }
 
-/* A product's shape and scalars (matmul_batched's arguments). */
+/* The epilogue of a plain product: C alone. */
+static cu_epi epi_c(float *C) { return {C, NULL, NULL, NULL, KF_ACT_NONE, 0}; }
+
+/* A product's output (C, or a linear layer's epilogue), shape and scalars
+ * (matmul_batched's arguments). */
 struct tg_args {
-    float *C;
+    cu_epi e;
     int64_t M, N, K;
     int ta, tb;
     float alpha, beta;
     int64_t batch, sc, sa, sb;
 };
+
+/* Launches the SIMT kernel k_gemm_invariant on a's product (batch <= 65535),
+ * rounding as lowp. */
+static void ig_launch(kf_backend *b, const tg_args &a, const float *A, const float *B, int lowp) {
+    KF_CHECK(a.batch <= 65535, "matmul_batched: batch %lld too large", (long long)a.batch);
+    dim3 grid((unsigned)((a.N + IG_TILE - 1) / IG_TILE), (unsigned)((a.M + IG_TILE - 1) / IG_TILE),
+              (unsigned)a.batch);
+    k_gemm_invariant<<<grid, 256, 0, cu_stream(b)>>>(a.e, A, B, a.M, a.N, a.K, a.ta, a.tb, a.alpha,
+                                                     a.beta, a.sc, a.sa, a.sb, lowp);
+    CUDA_LAUNCHED();
+}
+
+void cu_matmul_fixed(kf_backend *b, float *C, const float *A, const float *B, int64_t M, int64_t N,
+                     int64_t K, int trans_a, int trans_b, float alpha, float beta, int64_t batch,
+                     int64_t stride_c, int64_t stride_a, int64_t stride_b, int lowp) {
+    cu_epi e = epi_c(C);
+    tg_args a = {e, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b};
+    ig_launch(b, a, A, B, lowp);
+}
 
 /* Launches k_gemm_invariant_mma<T, EA, EB> on a's product (batch <= 65535). */
 template <typename T, typename EA, typename EB>
@@ -403,7 +434,7 @@ static void tg_launch(kf_backend *b, const tg_args &a, const EA *A, const EB *B)
         vb = tg_vec(B, sizeof(EB), a.tb ? a.K : a.N, a.sb, a.batch);
     /* through a pointer: the emulation harness's launch macro takes one name */
     auto kernel = k_gemm_invariant_mma<T, EA, EB>;
-    kernel<<<grid, TG_THREADS, TG_SMEM, cu_stream(b)>>>(a.C, A, B, a.M, a.N, a.K, a.ta, a.tb,
+    kernel<<<grid, TG_THREADS, TG_SMEM, cu_stream(b)>>>(a.e, A, B, a.M, a.N, a.K, a.ta, a.tb,
                                                         a.alpha, a.beta, a.sc, a.sa, a.sb, va, vb,
                                                         b->precision);
 }
@@ -445,7 +476,9 @@ static void gemm(kf_backend *b, const tg_args &a, const float *A, const void *A1
  * small batch of 2 with edge tiles in m, n and k, alpha and beta, each
  * transpose, the tensor-core one on the fp32 operands and on their 16-bit
  * copies, which must give the same bits (the same values in the same
- * products); 0 with the reason in why when they disagree. */
+ * products); the latter writes its C as a 16-bit copy too (the epilogue of
+ * linear_act's y16), whose values are what is compared. 0 with the reason in
+ * why when they disagree. */
 static int check_gemm(kf_backend *b, const void *arg, char *why, size_t why_len) {
     (void)arg;
     cu_tc_guard *gd = &cu_impl(b)->gemm_tc;
@@ -464,7 +497,7 @@ static int check_gemm(kf_backend *b, const void *arg, char *why, size_t why_len)
     /* x's 16-bit copies (B's batch reaches past 2 nab), made from x's values
      * uploaded again: moved by 0.05 when the check named gemm16 is broken on
      * purpose, which only a check that runs the copies sees */
-    char *x16 = (char *)cu_alloc(b, (size_t)nh * 2);
+    char *x16 = (char *)cu_alloc(b, (size_t)nh * 2), *c16 = (char *)cu_alloc(b, (size_t)nc * 2);
     float *t = (float *)kf_malloc((size_t)nh * sizeof(float)),
           *tx = (float *)cu_alloc(b, (size_t)nh * sizeof(float));
     memcpy(t, h, (size_t)nh * sizeof(float));
@@ -479,9 +512,11 @@ static int check_gemm(kf_backend *b, const void *arg, char *why, size_t why_len)
         for (int p = 0; p < 3; p++) {
             cu_upload(b, c[p], h + 2 * nab, (size_t)nc * sizeof(float));
             gd->force = p > 0;
-            tg_args a = {c[p], M, N, K, ta, tb, 0.7f, 0.5f, batch, M * N, M * K, K * N};
+            tg_args a = {epi_c(c[p]), M, N, K, ta, tb, 0.7f, 0.5f, batch, M * N, M * K, K * N};
+            if (p == 2) a.e.y16 = c16;
             gemm(b, a, x, p == 2 ? x16 : NULL, x + nab, p == 2 ? x16 + 2 * nab : NULL);
             gd->force = -1;
+            if (p == 2) cu_from16(b, c[p], c16, nc);
             cu_download(b, hc[p], c[p], (size_t)nc * sizeof(float));
         }
         cu_tc_check_break("gemm", hc[1], nc);
@@ -500,6 +535,7 @@ static int check_gemm(kf_backend *b, const void *arg, char *why, size_t why_len)
     }
     for (int p = 0; p < 3; p++) cu_free(b, c[p]);
     cu_free(b, x16);
+    cu_free(b, c16);
     cu_free(b, tx);
     cu_free(b, x);
     free(t);
@@ -526,16 +562,18 @@ const float *cu_input16(kf_backend *b, int slot, const float *x, const void *x16
     return t;
 }
 
-/* matmul_batched, reading A16 and B16 (NULL: none; 16-bit copies of A and
- * B) in place of A and B on the tensor cores and through cuBLAS; the SIMT
- * kernel and fp32 mode read A and B. */
+/* matmul_batched into a.e (an epilogue beyond {C} only in batch-invariant
+ * mode, K > 0: cu_matmul_epi), reading A16 and B16 (NULL: none; 16-bit
+ * copies of A and B) in place of A and B on the tensor cores and through
+ * cuBLAS; the SIMT kernel and fp32 mode read A and B. */
 static void gemm(kf_backend *b, const tg_args &a, const float *A, const void *A16, const float *B,
                  const void *B16) {
     if (a.M <= 0 || a.N <= 0 || a.batch <= 0) return;
     cudaStream_t s = cu_stream(b);
     int lowp = b->precision;
     if (a.K <= 0) {
-        k_scale_c<<<cu_blocks(a.M * a.N), 256, 0, s>>>(a.C, a.beta, a.M * a.N, a.batch, a.sc, lowp);
+        k_scale_c<<<cu_blocks(a.M * a.N), 256, 0, s>>>(a.e.y, a.beta, a.M * a.N, a.batch, a.sc,
+                                                       lowp);
         CUDA_LAUNCHED();
         return;
     }
@@ -545,33 +583,41 @@ static void gemm(kf_backend *b, const tg_args &a, const float *A, const void *A1
             cu_tc_guard_launched(&cu_impl(b)->gemm_tc, gemm_tc(b, a, A, A16, B, B16));
             return;
         }
-        cu_matmul_fixed(b, a.C, A, B, a.M, a.N, a.K, a.ta, a.tb, a.alpha, a.beta, a.batch, a.sc,
-                        a.sa, a.sb, lowp);
+        ig_launch(b, a, A, B, lowp);
         return;
     }
     if (lowp == KF_PREC_FP32) {
-        cublas_rowmajor(b, a.C, CUDA_R_32F, A, B, CUDA_R_32F, a.M, a.N, a.K, a.ta, a.tb, a.alpha,
+        cublas_rowmajor(b, a.e.y, CUDA_R_32F, A, B, CUDA_R_32F, a.M, a.N, a.K, a.ta, a.tb, a.alpha,
                         a.beta, a.batch, a.sc, a.sa, a.sb, CUBLAS_COMPUTE_32F_PEDANTIC);
         return;
     }
-    gemm16(b, a.C, CUDA_R_32F,
+    gemm16(b, a.e.y, CUDA_R_32F,
            A16 ? A16 : cu_to16(b, CU_SCRATCH_A, A, span(a.M * a.K, a.batch, a.sa)),
            B16 ? B16 : cu_to16(b, CU_SCRATCH_B, B, span(a.K * a.N, a.batch, a.sb)), a.M, a.N, a.K,
            a.ta, a.tb, a.alpha, a.beta, a.batch, a.sc, a.sa, a.sb);
-    cu_round_lowp(b, a.C, span(a.M * a.N, a.batch, a.sc));
+    cu_round_lowp(b, a.e.y, span(a.M * a.N, a.batch, a.sc));
 }
 
 void cu_matmul_batched(kf_backend *b, float *C, const float *A, const float *B, int64_t M,
                        int64_t N, int64_t K, int trans_a, int trans_b, float alpha, float beta,
                        int64_t batch, int64_t stride_c, int64_t stride_a, int64_t stride_b) {
-    tg_args a = {C, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b};
+    cu_epi e = epi_c(C);
+    tg_args a = {e, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_c, stride_a, stride_b};
     gemm(b, a, A, NULL, B, NULL);
 }
 
 void cu_matmul_copies(kf_backend *b, float *C, const float *A, const void *A16, const float *B,
                       const void *B16, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
                       float alpha, float beta) {
-    tg_args a = {C, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0};
+    tg_args a = {epi_c(C), M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0};
+    gemm(b, a, A, A16, B, B16);
+}
+
+void cu_matmul_epi(kf_backend *b, const cu_epi *e, const float *A, const void *A16, const float *B,
+                   const void *B16, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
+                   float alpha, float beta) {
+    KF_CHECK(b->batch_invariant && K > 0, "cu_matmul_epi: needs batch-invariant mode and K > 0");
+    tg_args a = {*e, M, N, K, trans_a, trans_b, alpha, beta, 1, 0, 0, 0};
     gemm(b, a, A, A16, B, B16);
 }
 

@@ -257,6 +257,30 @@ void cu_tc_check_break(const char *name, float *x, int64_t n);
 KF_BACKEND_OPS(CU_OP_DECL)
 #undef CU_OP_DECL
 
+/** What the batch-invariant GEMM kernels (cuda_gemm.cu) write for each
+ *  element of their product: v = alpha acc + beta y (y not read when beta
+ *  is 0), rounded as matmul rounds C (the mode's format); then, in
+ *  k_bias_act's and k_dact_cols's order (cuda_linear.cu), so with their bits,
+ *  v += bias[column] and, with an act, forward pre = v, v = act(v), or
+ *  (dgrad) v *= act'(pre); y = v and y16 = v as a 16-bit copy. A plain
+ *  product is {C}. Element (z, r, c) of a batch is z stride_c + r N + c in
+ *  every output. */
+typedef struct cu_epi {
+    float *y;          /* the fp32 output, C; NULL: none */
+    void *y16;         /* its 16-bit copy (a 16-bit mode); NULL: none */
+    float *pre;        /* with an act: written (forward) or read (dgrad) */
+    const float *bias; /* [N]; NULL: none */
+    int act;           /* kf_act */
+    int dgrad;         /* multiply by act'(pre) instead of applying act */
+} cu_epi;
+
+/** cu_matmul_copies in batch-invariant mode with K > 0, its output the
+ *  epilogue e (e->y is C): the linear layer's epilogue in the product's own
+ *  kernel (tensor-core or SIMT), no pass over an fp32 product. */
+void cu_matmul_epi(kf_backend *b, const cu_epi *e, const float *A, const void *A16, const float *B,
+                   const void *B16, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
+                   float alpha, float beta);
+
 /** matmul_batched through the fixed-tiling kernel whatever the backend's mode:
  *  each C element one dot product summed in k order, so a row of C never
  *  depends on M; lowp (a kf_precision): operands and C rounded by cu_lowp. */

@@ -12,8 +12,15 @@
  *    accumulator, before the rounding the CPU reference does. A layer added
  *    to its output (beta != 0) has cuBLAS write the fp32 sum, and the same
  *    kernel rounds it (no rounding pass of its own) and adds the bias.
- *  - Otherwise (fp32, or batch-invariant mode) the fp32 product is written by
- *    matmul, and the same kernel finishes it in place.
+ *  - In batch-invariant mode the fixed-tiling kernel (tensor-core or SIMT)
+ *    finishes each element in its own epilogue (cu_epi, cu_matmul_epi): the
+ *    product rounded as matmul rounds C, then these kernels' steps in their
+ *    order, so their bits, and no fp32 product is written and read again.
+ *    linear_act_dgrad's bias gradient then sums the fp32 dpre it wrote in
+ *    bias_grad's order (the same partials k_dact_cols makes).
+ *  - Otherwise (fp32, or an empty product, K = 0, in batch-invariant mode)
+ *    the fp32 product is written by matmul, and the same kernel finishes it
+ *    in place.
  * The epilogue also writes the output's 16-bit copy (kernels.h), and an input
  * or a weight given as a 16-bit copy (x16, dy16, w16) goes to cuBLAS as it
  * is: no conversion pass; so does batch-invariant mode's tensor-core kernel
@@ -107,6 +114,11 @@ void cu_linear_act(kf_backend *b, float *y, void *y16, float *pre, const float *
             c = y;
             round_c = 1;
         }
+    } else if (b->batch_invariant && in > 0) {
+        const float *xin = cu_input16(b, CU_SCRATCH_X16, x, x16, rows * in);
+        cu_epi e = {y, y16, pre, bias, act, 0};
+        cu_matmul_epi(b, &e, xin, x16, w, w16, rows, out, in, 0, 1, 1.0f, beta);
+        return;
     } else {
         float *dst = act == KF_ACT_NONE ? y : pre;
         if (!dst) dst = (float *)cu_scratch(b, CU_SCRATCH_D, (size_t)(rows * out) * 4);
@@ -135,6 +147,14 @@ void cu_linear_act_dgrad(kf_backend *b, float *dpre, void *dpre16, float *dbias,
                        w16 ? w16 : cu_to16(b, CU_SCRATCH_B, w, out * in), rows, in, out, 0, 0);
         c = c16;
         src16 = b->precision;
+    } else if (b->batch_invariant && out > 0) {
+        const float *din = cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out);
+        /* the bias gradient sums the fp32 dpre: in scratch when not asked for */
+        if (!dpre && dbias) dpre = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(rows * in) * 4);
+        cu_epi e = {dpre, dpre16, (float *)pre /* only read */, NULL, act, 1};
+        cu_matmul_epi(b, &e, din, dy16, w, w16, rows, in, out, 0, 0, 1.0f, 0.0f);
+        if (dbias) cu_bias_grad(b, dbias, dpre, rows, in);
+        return;
     } else {
         if (!dpre) c = dpre = (float *)cu_scratch(b, CU_SCRATCH_A, (size_t)(rows * in) * 4);
         cu_matmul_copies(b, dpre, cu_input16(b, CU_SCRATCH_DY16, dy, dy16, rows * out), dy16, w,

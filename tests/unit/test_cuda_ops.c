@@ -89,6 +89,16 @@ static buf2 mk_copy(const buf2 *x) {
     return y;
 }
 
+/* A 16-bit copy (kernels.h) of x's first n CPU-side values in the format of
+ * prec, on both sides. */
+static buf2 mk16(const buf2 *x, int64_t n, kf_precision prec) {
+    float *h = down(x, 0);
+    uint16_t *h16 = tu_to16(h, n, prec);
+    buf2 c = mk(h16, (size_t)n * 2);
+    free(h), free(h16);
+    return c;
+}
+
 /* Relative L2 error of the GPU's floats against the CPU's (n floats from offset 0). */
 static double rel_err(const buf2 *x, int64_t n, int *nonfinite) {
     float *c = down(x, 0), *g = down(x, 1);
@@ -618,10 +628,7 @@ static void test_copies16(kf_precision prec, int inv) {
         check_copy16(wn, &ln16b, side, &ln, side, R * in, prec);
     }
     /* linear_act on x16 made from x, writing y16 */
-    float *hx = down(&x, 0);
-    uint16_t *hx16 = tu_to16(hx, R * in, prec);
-    buf2 x16 = mk(hx16, (size_t)(R * in) * 2);
-    free(hx), free(hx16);
+    buf2 x16 = mk16(&x, R * in, prec);
     buf2 w = mk_rand(out * in, 1), bias = mk_rand(out, 1), y = mk_rand(R * out, 1),
          pre = mk_rand(R * out, 1), y16 = mk(NULL, (size_t)(R * out) * 2),
          y16b = mk(NULL, (size_t)(R * out) * 2), y2 = mk_rand(R * out, 1),
@@ -676,10 +683,7 @@ static void test_copies16(kf_precision prec, int inv) {
     snprintf(c, sizeof c, "%s (dbias)", wn);
     check_gpu_same(c, &db, &db2, out);
     /* linear_bwd on dy16 made from dy (no bias gradient) */
-    float *hdy = down(&dy, 0);
-    uint16_t *hdy16 = tu_to16(hdy, R * out, prec);
-    buf2 dy16 = mk(hdy16, (size_t)(R * out) * 2), dx2 = mk_copy(&dx);
-    free(hdy), free(hdy16);
+    buf2 dy16 = mk16(&dy, R * out, prec), dx2 = mk_copy(&dx);
     snprintf(wn, sizeof wn, "linear_bwd dy16 %s%s", pn, iv);
     BOTH(BE->linear_bwd(BE, PF(dx), PF(dw), NULL, NULL, P(dy16), PF(x), NULL, PF(w), R, in, out,
                         0.0f, NULL, NULL));
@@ -835,17 +839,16 @@ static void gpu_rounded(kf_backend *g, int64_t n, kf_precision prec, float **r, 
     free(h), free(h16);
 }
 
-/* Bitwise equality of n floats at GPU pointers a and b; `what` names the check. */
-/* the check that device arrays a and b of n floats are bitwise equal, named
- * by "copies PREC in=IN: what" */
-static void check_dev_same(kf_backend *g, const char *pn, int64_t in, const char *what,
-                           const float *a, const float *b, int64_t n) {
+/* The check, named "who: what", that n floats at g's device pointers a and
+ * b are bitwise equal. */
+static void check_dev_same(kf_backend *g, const char *who, const char *what, const float *a,
+                           const float *b, int64_t n) {
     float *ha = malloc((size_t)n * 4), *hb = malloc((size_t)n * 4);
     g->download(g, ha, a, (size_t)n * 4);
     g->download(g, hb, b, (size_t)n * 4);
     int64_t bad = n_differ(ha, hb, n);
-    T_CHECK(bad == 0, "copies %s in=%lld: %s: got %lld of %lld elements differing, want 0", pn,
-            (long long)in, what, (long long)bad, (long long)n);
+    T_CHECK(bad == 0, "%s: %s: got %lld of %lld elements differing, want 0", who, what,
+            (long long)bad, (long long)n);
     free(ha), free(hb);
 }
 
@@ -864,6 +867,8 @@ static void test_gemm_copies(kf_precision prec) {
     const int64_t R = 150, sizes[2][2] = {{67, 45}, {64, 48}};
     for (int sz = 0; sz < 2; sz++) {
         int64_t in = sizes[sz][0], out = sizes[sz][1];
+        char who[64];
+        snprintf(who, sizeof who, "copies %s in=%lld", pn, (long long)in);
         float *x, *w, *dy, *y[2], *dx[2], *dw[2];
         void *x16, *w16, *dy16;
         gpu_rounded(g, R * in, prec, &x, &x16);
@@ -882,20 +887,19 @@ static void test_gemm_copies(kf_precision prec) {
         g->linear_act_dgrad(g, dx[0], NULL, NULL, NULL, w, NULL, R, in, out, KF_ACT_NONE, w16,
                             dy16);
         g->linear_act_dgrad(g, dx[1], NULL, NULL, dy, w, NULL, R, in, out, KF_ACT_NONE, NULL, NULL);
-        check_dev_same(g, pn, in, "linear_act x16 w16 vs fp32", y[0], y[1], R * out);
-        check_dev_same(g, pn, in, "linear_act_dgrad dy16 w16 vs fp32", dx[0], dx[1], R * in);
+        check_dev_same(g, who, "linear_act x16 w16 vs fp32", y[0], y[1], R * out);
+        check_dev_same(g, who, "linear_act_dgrad dy16 w16 vs fp32", dx[0], dx[1], R * in);
         g->linear_bwd(g, dx[0], dw[0], NULL, NULL, dy16, NULL, x16, w, R, in, out, 0.0f, w16, NULL);
         g->linear_bwd(g, dx[1], dw[1], NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
-        check_dev_same(g, pn, in, "linear_bwd dw from dy16 x16 vs fp32", dw[0], dw[1], out * in);
-        check_dev_same(g, pn, in, "linear_bwd dx from dy16 w16 vs fp32", dx[0], dx[1], R * in);
+        check_dev_same(g, who, "linear_bwd dw from dy16 x16 vs fp32", dw[0], dw[1], out * in);
+        check_dev_same(g, who, "linear_bwd dx from dy16 w16 vs fp32", dx[0], dx[1], R * in);
         if (tc_launches(g, KF_CUDA_TC_GEMM) >= 0)
             T_EQ_INT(tc_launches(g, KF_CUDA_TC_GEMM) - n0, 8,
                      "copies %s in=%lld: tensor-core launches of the 8 products", pn,
                      (long long)in);
         /* row 0 alone (the copies from row 0 of the batch's) */
         g->linear_act(g, y[1], NULL, NULL, NULL, x16, w, NULL, 1, in, out, KF_ACT_NONE, 0.0f, w16);
-        check_dev_same(g, pn, in, "linear_act x16 w16, a row alone vs in the batch", y[0], y[1],
-                       out);
+        check_dev_same(g, who, "linear_act x16 w16, a row alone vs in the batch", y[0], y[1], out);
         for (int p = 0; p < 2; p++) g->free(g, y[p]), g->free(g, dx[p]), g->free(g, dw[p]);
         g->free(g, x), g->free(g, w), g->free(g, dy);
         g->free(g, x16), g->free(g, w16), g->free(g, dy16);
@@ -1429,6 +1433,182 @@ static void test_tensor_cores(void) {
     BOTH(BE->set_precision(BE, KF_PREC_FP32));
     be[1] = tc;
     simt->destroy(simt);
+}
+
+/* What test_linear_fused's cases share: the backend g under test (tc: the
+ * default one, else KF_CUDA_TC=0's), its name in the checks, the sizes and
+ * the buffers (their GPU sides: inputs, their 16-bit copies, the fused ops'
+ * outputs and the separate ops' results, r). */
+typedef struct {
+    kf_backend *g;
+    int tc;
+    const char *who;
+    kf_precision prec;
+    int64_t R, in, out;
+    buf2 x, x16, w, w16, bias, dy, dy16, xpre; /* inputs */
+    buf2 y, y16, pre, yr, prer, y0;            /* [R, out] */
+    buf2 dpre, dpre16, dpr, db, dbr, db0;      /* [R, in] and [in] */
+} fused_ctx;
+
+/* The checks of fused op `what`: its tensor-core launches on f->g since n0
+ * (1 on the default backend, 0 on KF_CUDA_TC=0's: the op ran on the kernel
+ * named); with om's bits (out_tag) its fp32 output o bitwise r, its copy
+ * o16 (named by tag16) r rounded; n values. */
+static void fused_outputs(const fused_ctx *f, int64_t n0, const char *what, int om, const buf2 *o,
+                          const buf2 *o16, const buf2 *r, int64_t n, const char *tag16) {
+    kf_backend *g = f->g;
+    if (tc_launches(g, KF_CUDA_TC_GEMM) >= 0)
+        T_EQ_INT(tc_launches(g, KF_CUDA_TC_GEMM) - n0, f->tc, "%s: tensor-core launches", what);
+    g->sync(g); /* be[1] downloads what g wrote (two streams) */
+    if (om & 1) check_gpu_same(what, o, r, n);
+    char c[192];
+    snprintf(c, sizeof c, "%s (%s)", what, tag16);
+    if (om & 2) check_copy16(c, o16, 1, r, 1, n, f->prec);
+}
+
+static kf_gelu_kind gelu_of(int act) { return act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH; }
+
+/* The outputs' names: bit 0 the fp32 output, bit 1 its 16-bit copy. */
+static const char *out_tag(int om) { return om == 1 ? " y" : om == 2 ? " y16" : " y y16"; }
+
+/* linear_act with act and a bias or none, on fp32 operands or their copies,
+ * writing y, y16 or both (zeroed first): against matmul, add_bias,
+ * gelu_fwd. */
+static void fused_act(fused_ctx *f, int act, int with_bias, int copies) {
+    kf_backend *g = f->g;
+    int64_t R = f->R, in = f->in, out = f->out;
+    size_t ny = (size_t)(R * out) * 4;
+    float *t = act ? PF1(f->prer) : PF1(f->yr), *bias = with_bias ? PF1(f->bias) : NULL;
+    g->matmul(g, t, PF1(f->x), PF1(f->w), R, out, in, 0, 1, 1.0f, 0.0f);
+    if (bias) g->add_bias(g, t, bias, R, out);
+    if (act) g->gelu_fwd(g, PF1(f->yr), t, R * out, gelu_of(act));
+    for (int om = 1; om <= 3; om++) {
+        char wn[160], c[176];
+        snprintf(wn, sizeof wn, "%s linear_act act=%d%s%s%s", f->who, act, bias ? " bias" : "",
+                 copies ? " x16 w16" : "", out_tag(om));
+        g->zero(g, PF1(f->y), ny), g->zero(g, PF1(f->pre), ny), g->zero(g, f->y16.p[1], ny / 2);
+        int64_t n0 = tc_launches(g, KF_CUDA_TC_GEMM);
+        g->linear_act(g, om & 1 ? PF1(f->y) : NULL, om & 2 ? f->y16.p[1] : NULL,
+                      act ? PF1(f->pre) : NULL, copies ? NULL : PF1(f->x),
+                      copies ? f->x16.p[1] : NULL, PF1(f->w), bias, R, in, out, (kf_act)act, 0.0f,
+                      copies ? f->w16.p[1] : NULL);
+        fused_outputs(f, n0, wn, om, &f->y, &f->y16, &f->yr, R * out, "y16");
+        snprintf(c, sizeof c, "%s (pre)", wn);
+        if (act) check_gpu_same(c, &f->pre, &f->prer, R * out);
+    }
+}
+
+/* linear_act adding the layer to y (beta 1), with a bias or none, writing
+ * y16 too or not: against matmul (beta 1) and add_bias. */
+static void fused_beta(fused_ctx *f, int with_bias, int om) {
+    kf_backend *g = f->g;
+    int64_t R = f->R, in = f->in, out = f->out;
+    size_t ny = (size_t)(R * out) * 4;
+    float *bias = with_bias ? PF1(f->bias) : NULL;
+    char wn[160];
+    snprintf(wn, sizeof wn, "%s linear_act +C%s%s", f->who, bias ? " bias" : "", out_tag(om));
+    g->copy(g, PF1(f->y), PF1(f->y0), ny), g->copy(g, PF1(f->yr), PF1(f->y0), ny);
+    g->matmul(g, PF1(f->yr), PF1(f->x), PF1(f->w), R, out, in, 0, 1, 1.0f, 1.0f);
+    if (bias) g->add_bias(g, PF1(f->yr), bias, R, out);
+    int64_t n0 = tc_launches(g, KF_CUDA_TC_GEMM);
+    g->linear_act(g, PF1(f->y), om & 2 ? f->y16.p[1] : NULL, NULL, PF1(f->x), NULL, PF1(f->w), bias,
+                  R, in, out, KF_ACT_NONE, 1.0f, NULL);
+    fused_outputs(f, n0, wn, om, &f->y, &f->y16, &f->yr, R * out, "y16");
+}
+
+/* linear_act_dgrad with act and dbias or none, on fp32 operands or their
+ * copies, writing dpre, dpre16 or both (zeroed first): against matmul,
+ * gelu_bwd, bias_grad (dbias starting from the same values). */
+static void fused_dgrad(fused_ctx *f, int act, int with_bias, int copies) {
+    kf_backend *g = f->g;
+    int64_t R = f->R, in = f->in, out = f->out;
+    size_t nd = (size_t)(R * in) * 4;
+    g->matmul(g, PF1(f->dpr), PF1(f->dy), PF1(f->w), R, in, out, 0, 0, 1.0f, 0.0f);
+    if (act) g->gelu_bwd(g, PF1(f->dpr), PF1(f->dpr), PF1(f->xpre), R * in, gelu_of(act));
+    g->copy(g, PF1(f->dbr), PF1(f->db0), f->db0.bytes);
+    if (with_bias) g->bias_grad(g, PF1(f->dbr), PF1(f->dpr), R, in);
+    for (int om = 1; om <= 3; om++) {
+        char wn[160], c[176];
+        snprintf(wn, sizeof wn, "%s linear_act_dgrad act=%d%s%s%s", f->who, act,
+                 with_bias ? " dbias" : "", copies ? " dy16 w16" : "", out_tag(om));
+        g->zero(g, PF1(f->dpre), nd), g->zero(g, f->dpre16.p[1], nd / 2);
+        g->copy(g, PF1(f->db), PF1(f->db0), f->db0.bytes);
+        int64_t n0 = tc_launches(g, KF_CUDA_TC_GEMM);
+        g->linear_act_dgrad(g, om & 1 ? PF1(f->dpre) : NULL, om & 2 ? f->dpre16.p[1] : NULL,
+                            with_bias ? PF1(f->db) : NULL, copies ? NULL : PF1(f->dy), PF1(f->w),
+                            PF1(f->xpre), R, in, out, (kf_act)act, copies ? f->w16.p[1] : NULL,
+                            copies ? f->dy16.p[1] : NULL);
+        fused_outputs(f, n0, wn, om, &f->dpre, &f->dpre16, &f->dpr, R * in, "dpre16");
+        snprintf(c, sizeof c, "%s (dbias)", wn);
+        if (with_bias) check_gpu_same(c, &f->db, &f->dbr, in);
+    }
+}
+
+/* Batch-invariant linear_act and linear_act_dgrad finish their product in
+ * the fixed-tiling kernel's own epilogue (cuda_gemm.cu, cu_epi), on the
+ * tensor cores (the default backend) and on the SIMT kernel (KF_CUDA_TC=0):
+ * on each, bitwise that backend's separate ops for each act, with and
+ * without a bias, on fp32 operands and on copies, writing either output or
+ * both, and adding to y (fused_act, fused_beta, fused_dgrad), one
+ * tensor-core launch an op on the default backend and none on the other;
+ * row 130 alone gives its row of the batch of 150; and under the emulation
+ * harness the two backends give the same bits. */
+static void test_linear_fused(kf_precision prec) {
+    const int64_t R = 150, in = 67, out = 45, r1 = 130;
+    kf_backend *bk[2] = {be[1], cuda_with("KF_CUDA_TC", "0")};
+    if (!bk[1]) return;
+    fused_ctx f = {.prec = prec, .R = R, .in = in, .out = out};
+    f.x = mk_rand(R * in, 1), f.w = mk_rand(out * in, 1), f.bias = mk_rand(out, 1);
+    f.dy = mk_rand(R * out, 1), f.xpre = mk_rand(R * in, 2), f.y0 = mk_rand(R * out, 1);
+    f.x16 = mk16(&f.x, R * in, prec), f.w16 = mk16(&f.w, out * in, prec);
+    f.dy16 = mk16(&f.dy, R * out, prec), f.db0 = mk_rand(in, 1);
+    buf2 *o[] = {&f.y, &f.pre, &f.yr, &f.prer, &f.dpre, &f.dpr, &f.db, &f.dbr};
+    for (int i = 0; i < 8; i++)
+        *o[i] = mk(NULL, (size_t)(i < 4 ? R * out : i < 6 ? R * in : in) * 4);
+    f.y16 = mk(NULL, (size_t)(R * out) * 2), f.dpre16 = mk(NULL, (size_t)(R * in) * 2);
+    const char *pn = kernels_precision_name(prec);
+    float *row[2];
+    for (f.tc = 1; f.tc >= 0; f.tc--) {
+        kf_backend *g = f.g = bk[!f.tc];
+        char who[64];
+        snprintf(who, sizeof who, "fused %s %s", pn, f.tc ? "tc" : "simt");
+        f.who = who;
+        g->set_precision(g, prec);
+        g->batch_invariant = 1;
+        for (int act = KF_ACT_NONE; act <= KF_ACT_GELU_ERF; act++)
+            for (int with_bias = 0; with_bias < 2; with_bias++)
+                for (int copies = 0; copies < 2; copies++) {
+                    fused_act(&f, act, with_bias, copies);
+                    fused_dgrad(&f, act, with_bias, copies);
+                }
+        for (int with_bias = 0; with_bias < 2; with_bias++)
+            for (int om = 1; om <= 3; om += 2) fused_beta(&f, with_bias, om);
+        /* the batch, then row r1 alone into yr, on the copies with GELU and
+         * a bias (the teacher's fc1) */
+        const float *b = PF1(f.bias);
+        g->linear_act(g, PF1(f.y), NULL, PF1(f.pre), NULL, f.x16.p[1], PF1(f.w), b, R, in, out,
+                      KF_ACT_GELU_TANH, 0.0f, f.w16.p[1]);
+        g->linear_act(g, PF1(f.yr), NULL, PF1(f.prer), NULL, (char *)f.x16.p[1] + r1 * in * 2,
+                      PF1(f.w), b, 1, in, out, KF_ACT_GELU_TANH, 0.0f, f.w16.p[1]);
+        g->sync(g);
+        check_dev_same(be[1], who, "linear_act row 130 alone vs in the batch", PF1(f.yr),
+                       PF1(f.y) + r1 * out, out);
+        check_dev_same(be[1], who, "linear_act row 130 alone vs in the batch (pre)", PF1(f.prer),
+                       PF1(f.pre) + r1 * out, out);
+        row[f.tc] = down(&f.y, 1);
+        g->batch_invariant = 0;
+        g->set_precision(g, KF_PREC_FP32);
+    }
+    if (emulated())
+        T_CHECK(n_differ(row[1], row[0], R * out) == 0,
+                "fused %s: linear_act tc vs simt: got %lld of %lld elements differing, want 0", pn,
+                (long long)n_differ(row[1], row[0], R * out), (long long)(R * out));
+    free(row[0]), free(row[1]);
+    buf2 *all[] = {&f.x,    &f.x16,    &f.w,   &f.w16, &f.bias, &f.dy,   &f.dy16,
+                   &f.xpre, &f.y,      &f.y16, &f.pre, &f.yr,   &f.prer, &f.y0,
+                   &f.dpre, &f.dpre16, &f.dpr, &f.db,  &f.dbr,  &f.db0};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) drop(all[i]);
+    bk[1]->destroy(bk[1]);
 }
 
 static void test_attn_decode(void) {
@@ -2081,6 +2261,8 @@ int main(void) {
         }
     test_gemm_copies(KF_PREC_FP16);
     test_gemm_copies(KF_PREC_BF16);
+    test_linear_fused(KF_PREC_FP16);
+    test_linear_fused(KF_PREC_BF16);
     test_layernorm(0);
     test_layernorm(1);
     test_rope();

@@ -2,6 +2,8 @@
  *
  *  - a dry GEMM records exactly 2*M*N*K FLOPs and its operands' bytes, and
  *    in fp16 mode the bytes of the CUDA backend's conversion passes;
+ *  - the linear ops' epilogue: a second pass over the fp32 product outside
+ *    batch-invariant mode, none inside (the fixed-tiling kernel's own);
  *  - dry memory: distinct fake addresses with their sizes, downloads of
  *    zeros, reductions of 0;
  *  - attn_decode with a device length is priced at the length uploaded
@@ -99,6 +101,50 @@ static void test_linear_bwd(void) {
     b->linear_bwd(b, NULL, dw, NULL, dy, NULL, x, NULL, w, R, in, out, 0.0f, NULL, NULL);
     T_NEAR(last_op(b)->cost.convert_bytes, 6.0 * (3 * 7 + 3 * 5) + 8.0 * 7 * 5, 0,
            "linear_bwd fp16 without dx: dy and x converted, dW rounded");
+    b->destroy(b);
+}
+
+/* The linear ops' epilogue: in fp32 outside batch-invariant mode a second
+ * pass reads and writes the fp32 product (8 B a value); in batch-invariant
+ * mode the fixed-tiling kernel finishes it in its own epilogue (fp32 and
+ * bf16 alike), and only linear_act_dgrad's bias gradient reads the fp32
+ * dpre again (4 B; 8 with dpre in scratch, not asked for). */
+static void test_linear_epilogue(void) {
+    kf_backend *b = kernels_record_create(NULL, 0);
+    int64_t R = 3, in = 5, out = 7;
+    float *x = b->alloc(b, (size_t)(R * in) * 4), *w = b->alloc(b, (size_t)(out * in) * 4);
+    float *y = b->alloc(b, (size_t)(R * out) * 4), *pre = b->alloc(b, (size_t)(R * out) * 4);
+    float *bias = b->alloc(b, (size_t)out * 4), *db = b->alloc(b, (size_t)in * 4);
+    float *dy = b->alloc(b, (size_t)(R * out) * 4), *dpre = b->alloc(b, (size_t)(R * in) * 4);
+    void *x16 = b->alloc(b, (size_t)(R * in) * 2), *w16 = b->alloc(b, (size_t)(out * in) * 2),
+         *y16 = b->alloc(b, (size_t)(R * out) * 2), *dp16 = b->alloc(b, (size_t)(R * in) * 2);
+    /* x, W read; y and pre written; the bias read */
+    double act = 4.0 * (R * in + out * in + 2 * R * out + out);
+    /* dy, W, pre read; dpre written; dbias read and written */
+    double dgrad = 4.0 * (R * out + out * in + 2 * R * in + 2 * in);
+    for (int inv = 0; inv < 2; inv++) {
+        b->batch_invariant = inv;
+        b->linear_act(b, y, NULL, pre, x, NULL, w, bias, R, in, out, KF_ACT_GELU_TANH, 0.0f, NULL);
+        T_NEAR(last_op(b)->cost.bytes, act + (inv ? 0 : 8.0 * R * out), 0,
+               "fp32 linear_act bytes%s", inv ? ", batch-invariant: no second pass" : "");
+        b->linear_act_dgrad(b, dpre, NULL, db, dy, w, pre, R, in, out, KF_ACT_GELU_TANH, NULL,
+                            NULL);
+        T_NEAR(last_op(b)->cost.bytes, dgrad + (inv ? 4.0 : 8.0) * R * in, 0,
+               "fp32 linear_act_dgrad bytes%s",
+               inv ? ", batch-invariant: dpre read for dbias" : "");
+    }
+    b->set_precision(b, KF_PREC_BF16);
+    /* the teacher's qkv: copies read and written, no pass */
+    b->linear_act(b, NULL, y16, NULL, NULL, x16, w, bias, R, in, out, KF_ACT_NONE, 0.0f, w16);
+    T_NEAR(last_op(b)->cost.bytes, 2.0 * (R * in + out * in + R * out) + 4.0 * out, 0,
+           "batch-invariant bf16 linear_act x16 w16 y16 bytes: no second pass");
+    b->linear_act_dgrad(b, NULL, dp16, db, dy, w, pre, R, in, out, KF_ACT_GELU_TANH, NULL, NULL);
+    T_NEAR(last_op(b)->cost.bytes,
+           4.0 * (R * out + out * in + R * in + 2 * in) + 2.0 * R * in + 8.0 * R * in, 0,
+           "batch-invariant bf16 linear_act_dgrad dpre16 bytes: dpre in scratch for dbias");
+    b->linear_act_dgrad(b, dpre, NULL, NULL, dy, w, pre, R, in, out, KF_ACT_GELU_TANH, NULL, NULL);
+    T_NEAR(last_op(b)->cost.bytes, 4.0 * (R * out + out * in + 2 * R * in), 0,
+           "batch-invariant bf16 linear_act_dgrad bytes without dbias: no pass");
     b->destroy(b);
 }
 
@@ -390,6 +436,7 @@ static void test_roofline_time(void) {
 int main(void) {
     test_gemm();
     test_linear_bwd();
+    test_linear_epilogue();
     test_dry_memory();
     test_mask_pairs();
     test_attn_convert();
