@@ -115,7 +115,7 @@ static void find_run(const char *dir, int up, source *s) {
     char p[PATH_MAX], stage_dir[PATH_MAX] = "", q[PATH_MAX + 96], sd[PATH_MAX];
     if (!realpath(dir, p)) return;
     for (int i = 0; i < up; i++) {
-        if (i == up - 1) memcpy(stage_dir, p, sizeof p);
+        if (i == up - 2) memcpy(stage_dir, p, sizeof p);
         char up_dir[PATH_MAX];
         fs_dirname(p, up_dir, sizeof up_dir);
         memcpy(p, up_dir, sizeof p);
