@@ -64,7 +64,8 @@ static const struct {
      "train|attention|decode|ablation ...   (tokenizer, shards: bench/*.sh)"},
     {"jobs", jobs_main, "plan|run|submit CONFIG | status|resume|cancel RUN"},
     {"import", import_main, "CKPT.safetensors --run-dir RUN --stage NAME   register a checkpoint"},
-    {"export", export_main, "CKPT --to release|hf --out DIR   released .ckpt / Hugging Face folder"},
+    {"export", export_main,
+     "CKPT --to release|hf --out DIR   released .ckpt / Hugging Face folder"},
     {"plot", plot_main, "LOG.jsonl [-o OUT.png]   loss curve"},
 };
 

@@ -163,11 +163,13 @@ static int resolve(const char *ckpt, const char *want, source *s, kf_err *err) {
         snprintf(s->tokenizer, sizeof s->tokenizer, "%s", m.id.tokenizer);
         snprintf(s->vocab_sha256, sizeof s->vocab_sha256, "%s", m.id.vocab_sha256);
         s->step = m.step;
-        if (!strcmp(s->weights_set, "raw")) snprintf(s->weights, sizeof s->weights, "%s/model.safetensors", ckpt);
+        if (!strcmp(s->weights_set, "raw"))
+            snprintf(s->weights, sizeof s->weights, "%s/model.safetensors", ckpt);
     }
     if (!known_kind(s->kind))
-        return kf_err_set(err, "%s/%s: stage kind '%s' is not one kf knows (ar, import, distill_ar, "
-                               "self_forcing, noise_inversion_mtp, noise_inversion_causal)",
+        return kf_err_set(err,
+                          "%s/%s: stage kind '%s' is not one kf knows (ar, import, distill_ar, "
+                          "self_forcing, noise_inversion_mtp, noise_inversion_causal)",
                           ckpt, final ? "final.yaml" : "state.yaml", s->kind);
     find_run(ckpt, final ? 3 : 4, s);
     return 0;
@@ -187,7 +189,8 @@ static int last_validation(const char *run, const char *stage, int64_t *step, do
         if (!nl) nl = text + len;
         json_doc *d = json_parse(line, (size_t)(nl - line), p, &e);
         if (!d) continue; /* a torn last line of a killed run */
-        const json *v = json_get(json_root(d), "val_loss"), *ve = json_get(json_root(d), "val_loss_ema"),
+        const json *v = json_get(json_root(d), "val_loss"),
+                   *ve = json_get(json_root(d), "val_loss_ema"),
                    *st = json_get(json_root(d), "step");
         if (v && v->type == JSON_NUMBER && st && st->type == JSON_NUMBER) {
             *step = (int64_t)st->num, *loss = v->num;
@@ -216,10 +219,12 @@ static int load_chain(const source *s, const model_config *c, chain *ch, kf_err 
     if (s->run[0] && fs_exists(p)) {
         if (runconfig_load(p, 0, NULL, &ch->rc, err)) return -1;
         const runconfig_stage *st = runconfig_stage_find(ch->rc, s->stage);
-        if (!st) return kf_err_set(err, "%s has no stage '%s' (the checkpoint's stage)", p, s->stage);
+        if (!st)
+            return kf_err_set(err, "%s has no stage '%s' (the checkpoint's stage)", p, s->stage);
         ch->last = st;
         int idx[32], n = 0;
-        for (int i = (int)(st - ch->rc->stages); i >= 0 && n < 32; i = ch->rc->stages[i].teacher_stage)
+        for (int i = (int)(st - ch->rc->stages); i >= 0 && n < 32;
+             i = ch->rc->stages[i].teacher_stage)
             idx[n++] = i;
         for (int j = 0; j < n; j++) {
             const runconfig_stage *t = &ch->rc->stages[idx[n - 1 - j]];
@@ -272,7 +277,8 @@ static int write_card(const char *path, const model *m, const source *s, const c
     strbuf_printf(&b,
                   "%s trained with kforcing: a causal DDiT (%lld blocks, hidden %lld, %lld heads, "
                   "vocabulary %lld, context %lld), %lld parameters.\n\n",
-                  pflm ? "A K-Forcing push-forward language model (PFLM)" : "An autoregressive model",
+                  pflm ? "A K-Forcing push-forward language model (PFLM)"
+                       : "An autoregressive model",
                   (long long)c->blocks, (long long)c->hidden, (long long)c->heads,
                   (long long)c->vocab, (long long)c->seq_len, (long long)m->n_params);
     if (pflm)
@@ -299,8 +305,7 @@ static int write_card(const char *path, const model *m, const source *s, const c
             if (o->phases[i].until_step >= 0)
                 strbuf_printf(&b, " %s until step %lld,", runconfig_prec_name(o->phases[i].mode),
                               (long long)o->phases[i].until_step);
-            else
-                strbuf_printf(&b, " %s", runconfig_prec_name(o->phases[i].mode));
+            else strbuf_printf(&b, " %s", runconfig_prec_name(o->phases[i].mode));
         }
         strbuf_printf(&b, "\n- batch %lld, lr %g, EMA %g\n", (long long)o->batch, o->lr, o->ema);
     }
@@ -315,8 +320,7 @@ static int write_card(const char *path, const model *m, const source *s, const c
                           (long long)t->steps);
             if (s->run[0] && !last_validation(s->run, t->name, &step, &l, &le))
                 strbuf_printf(&b, " %.4f (step %lld) | %.4f |\n", l, (long long)step, le);
-            else
-                strbuf_puts(&b, " - | - |\n");
+            else strbuf_puts(&b, " - | - |\n");
         }
         strbuf_puts(&b, "\nValidation loss: mean next-token cross-entropy (nats) of the stage's "
                         "own supervision on the validation split, from the stage's log.jsonl.\n");
@@ -405,7 +409,8 @@ int export_main(int argc, char **argv) {
     }
     be = kernels_cpu_create();
     m = model_load(be, s.weights, &err);
-    if (!m || model_export_fits(&m->cfg, fmt, &err) || load_chain(&s, &m->cfg, &ch, &err)) goto done;
+    if (!m || model_export_fits(&m->cfg, fmt, &err) || load_chain(&s, &m->cfg, &ch, &err))
+        goto done;
     if (vocab) {
         if (!(tk = tok_load_dir(vocab, &err))) goto done;
         if (s.vocab_sha256[0] && strcmp(s.vocab_sha256, tok_vocab_sha256(tk))) {
@@ -449,15 +454,14 @@ int export_main(int argc, char **argv) {
     const char *base = s.stage[0] ? s.stage : "model";
     if (m->cfg.kind == MODEL_PFLM)
         snprintf(name, sizeof name, "pflm_%s_k%lld.ckpt", base, (long long)m->cfg.k_train);
-    else
-        snprintf(name, sizeof name, "ar_%s.ckpt", base);
+    else snprintf(name, sizeof name, "ar_%s.ckpt", base);
     if (fmt == MODEL_EXPORT_RELEASE && !no_ckpt) {
         char script[PATH_MAX + 32], src[PATH_MAX + 32], dst[PATH_MAX + 200];
         if (tools_script(script, sizeof script, &err)) goto done;
         snprintf(src, sizeof src, "%s/model.safetensors", tmp);
         snprintf(dst, sizeof dst, "%s/%s", tmp, name);
-        char *args[] = {(char *)python_bin(), script,     src,  dst, "--source", (char *)ckpt,
-                        "--weights",          (char *)wset, NULL};
+        char *args[] = {(char *)python_bin(), script,      src,          dst, "--source",
+                        (char *)ckpt,         "--weights", (char *)wset, NULL};
         int prc = proc_run(args, &err);
         if (prc != 0) {
             if (prc > 0)

@@ -53,16 +53,16 @@ int model_export_hf_config(const model_config *c, const model_export_info *info,
     put_str(&b, "model_type", "kforcing-ddit");
     strbuf_printf(&b, "  \"architectures\": [\"%s\"],\n", pflm ? "KForcingPFLM" : "KForcingAR");
     put_str(&b, "kind", pflm ? "pflm" : "ar");
-    strbuf_printf(&b,
-                  "  \"hidden_size\": %lld,\n  \"num_attention_heads\": %lld,\n"
-                  "  \"num_hidden_layers\": %lld,\n  \"intermediate_size\": %lld,\n"
-                  "  \"vocab_size\": %lld,\n  \"k\": %lld,\n  \"max_position_embeddings\": %lld,\n"
-                  "  \"mask_token_id\": %lld,\n  \"bos_token_id\": %lld,\n  \"eos_token_id\": %lld,\n"
-                  "  \"pad_token_id\": %lld,\n  \"rope_theta\": 10000,\n  \"layer_norm_eps\": 1e-05,\n",
-                  (long long)c->hidden, (long long)c->heads, (long long)c->blocks,
-                  (long long)(4 * c->hidden), (long long)c->vocab, (long long)c->k_train,
-                  (long long)c->seq_len, (long long)c->mask_id, (long long)info->bos_id,
-                  (long long)info->eos_id, (long long)info->pad_id);
+    strbuf_printf(
+        &b,
+        "  \"hidden_size\": %lld,\n  \"num_attention_heads\": %lld,\n"
+        "  \"num_hidden_layers\": %lld,\n  \"intermediate_size\": %lld,\n"
+        "  \"vocab_size\": %lld,\n  \"k\": %lld,\n  \"max_position_embeddings\": %lld,\n"
+        "  \"mask_token_id\": %lld,\n  \"bos_token_id\": %lld,\n  \"eos_token_id\": %lld,\n"
+        "  \"pad_token_id\": %lld,\n  \"rope_theta\": 10000,\n  \"layer_norm_eps\": 1e-05,\n",
+        (long long)c->hidden, (long long)c->heads, (long long)c->blocks, (long long)(4 * c->hidden),
+        (long long)c->vocab, (long long)c->k_train, (long long)c->seq_len, (long long)c->mask_id,
+        (long long)info->bos_id, (long long)info->eos_id, (long long)info->pad_id);
     put_str(&b, "hidden_act", "gelu_pytorch_tanh");
     if (pflm) put_str(&b, "noise_encoder_act", "gelu");
     put_str(&b, "torch_dtype", "float32");

@@ -50,7 +50,7 @@ typedef struct model_export_stage {
 
 /** What config.json says besides the model config. Strings may be "". */
 typedef struct model_export_info {
-    const char *tokenizer; /* tok_name(): "gpt2", "bert-uncased", ... */
+    const char *tokenizer;          /* tok_name(): "gpt2", "bert-uncased", ... */
     int64_t bos_id, eos_id, pad_id; /* -1: unknown */
     const char *weights;            /* "ema" | "raw" */
     const char *stage;
