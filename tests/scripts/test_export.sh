@@ -250,6 +250,16 @@ check "hf without --vocab (rc $rc): $(cat "$T/out")" exits_saying $rc 2 "$T/out"
 mkdir -p "$T/voc2" && sed 's/^fish$/trout/' "$T/voc/vocab.txt" > "$T/voc2/vocab.txt"
 "$KF" export "$S/ar" --to hf --vocab "$T/voc2" --out "$T/e6" >"$T/out" 2>&1; rc=$?
 check "a vocabulary the stage did not train on (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" 'is not the one stage'
+"$KF" export "$S/ar/final" --to release --no-ckpt --out "$T/nock" >"$T/out" 2>&1; rc=$?
+check "--no-ckpt: model.safetensors only, and the command (rc $rc): $(cat "$T/out"; ls "$T/nock")" \
+  eval "[ $rc -eq 0 ] && [ \"\$(ls '$T/nock')\" = model.safetensors ] && grep -q 'tools/release_ckpt.py' '$T/out'"
+mkdir -p "$T/empty"
+"$KF" export "$T/empty" --to release --out "$T/e7" >"$T/out" 2>&1; rc=$?
+check "a directory that is no checkpoint (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" 'neither a stage directory'
+cp -r "$S/k2/ckpt/step-6" "$T/badstep"
+printf 'X' | dd of="$T/badstep/ema.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null
+"$KF" export "$T/badstep" --to release --out "$T/e8" >"$T/out" 2>&1; rc=$?
+check "a step-N checkpoint that does not verify (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" 'sha256|ema.safetensors'
 "$KF" export --help >"$T/out" 2>&1; rc=$?
 check "--help (rc $rc)" exits_saying $rc 0 "$T/out" '^usage: kf export'
 "$KF" --help >"$T/out" 2>&1

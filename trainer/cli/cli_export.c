@@ -152,19 +152,26 @@ static int resolve(const char *ckpt, const char *want, source *s, kf_err *err) {
                           "%s holds the EMA weights only: for the raw ones export a step-N "
                           "checkpoint (RUN/stages/NAME/ckpt/step-N)",
                           ckpt);
-    if (ckpt_resolve_teacher(ckpt, s->weights, sizeof s->weights, sha, err)) return -1;
-    if (final) {
-        if (read_final_yaml(ckpt, s, err)) return -1;
+    if (final) { /* DONE and the recorded sha256 of model.safetensors */
+        if (ckpt_resolve_teacher(ckpt, s->weights, sizeof s->weights, sha, err) ||
+            read_final_yaml(ckpt, s, err))
+            return -1;
     } else {
-        ckpt_meta m;
+        snprintf(p, sizeof p, "%s/state.yaml", ckpt);
+        if (!fs_exists(p))
+            return kf_err_set(err,
+                              "%s: neither a stage directory, a final/ directory (final.yaml) nor "
+                              "a step-N checkpoint (state.yaml)",
+                              ckpt);
+        ckpt_meta m; /* every file's size and sha256 */
         if (ckpt_verify(ckpt, &m, err)) return -1;
         snprintf(s->stage, sizeof s->stage, "%s", m.stage);
         snprintf(s->kind, sizeof s->kind, "%s", m.kind);
         snprintf(s->tokenizer, sizeof s->tokenizer, "%s", m.id.tokenizer);
         snprintf(s->vocab_sha256, sizeof s->vocab_sha256, "%s", m.id.vocab_sha256);
         s->step = m.step;
-        if (!strcmp(s->weights_set, "raw"))
-            snprintf(s->weights, sizeof s->weights, "%s/model.safetensors", ckpt);
+        snprintf(s->weights, sizeof s->weights, "%s/%s.safetensors", ckpt,
+                 strcmp(s->weights_set, "raw") ? "ema" : "model");
     }
     if (!known_kind(s->kind))
         return kf_err_set(err,
