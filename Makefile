@@ -43,7 +43,7 @@ endif
 
 # trainer/ and bench/ by concern (docs/architecture.md "Components"); bench/cli/
 # holds the `kf bench` and `kf plot` commands, linked into kf like every command
-SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c kernels/*.c kernels/cpu/*.c trainer/*/*.c jobs/*.c bench/cli/*.c bench/plot/*.c)
+SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c kernels/*.c kernels/cpu/*.c trainer/*/*.c jobs/*.c bench/cli/*.c bench/plot/*.c bench/roofline/*.c)
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 
 CU_SRC   := $(wildcard kernels/cuda/*.cu bench/cli/*.cu)
