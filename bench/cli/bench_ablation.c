@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/fsutil.h"

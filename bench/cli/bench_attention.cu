@@ -15,6 +15,7 @@
 #include <string.h>
 
 extern "C" {
+#include "commands.h"
 #include "common/cli.h"
 }
 

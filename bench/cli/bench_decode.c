@@ -44,6 +44,8 @@
 #include <time.h>
 
 #include "bench/plot/chart.h"
+#include "bench/roofline/roofline.h"
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -56,7 +58,6 @@
 #include "trainer/infer/quality.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
-#include "bench/roofline/roofline.h"
 
 #define MAX_LIST 16
 #define MAX_METHODS 32

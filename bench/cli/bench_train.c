@@ -25,6 +25,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/roofline/roofline.h"
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/fsutil.h"
@@ -37,7 +39,6 @@
 #include "trainer/model/model.h"
 #include "trainer/train/dist.h"
 #include "trainer/train/optim.h"
-#include "bench/roofline/roofline.h"
 #include "trainer/train/supervision.h"
 #include "trainer/train/train.h"
 

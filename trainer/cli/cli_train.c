@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/runconfig.h"
