@@ -1,6 +1,6 @@
 /* tests/unit/test_cuda_train.c — whole training steps on the CUDA backend
  * against the CPU reference, for each stage kind, and the batch invariance of
- * teacher targets on the GPU (issue 7 items 3 and 4).
+ * teacher targets on the GPU.
  *
  * For each kind (ar, distill_ar from an AR teacher, self_forcing from a
  * PFLM(1) teacher to PFLM(2); ar and self_forcing also with the GPT-2
@@ -676,7 +676,7 @@ int main(void) {
     teacher_prec = KF_PREC_FP32;
     batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar, KF_PREC_FP32);
     batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP32);
-    /* a 16-bit teacher (issue 18's teacher_precision) stays batch-invariant */
+    /* a 16-bit teacher (teacher_precision) stays batch-invariant */
     batch_invariance("distill_ar k=1, bf16 teacher", SUP_DISTILL_AR, 1, &ar, KF_PREC_BF16);
     batch_invariance("self_forcing 1->2, fp16 teacher", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP16);
     /* ... with its attention on the tensor cores (head_dim 64) */

@@ -1,4 +1,4 @@
-/* Decoding tests (issue 4 item 7c and 8):
+/* Decoding tests:
  * (c) KV-cached decoding (decode_run) equals uncached decoding — a full
  *     forward over the whole sequence so far plus the step's noise rows at
  *     every step — for AR and PFLM models, k = 1..k_train, with and without

@@ -1,4 +1,4 @@
-/* K-Forcing forward structures against their definitions (issue 4 item 7):
+/* K-Forcing forward structures against their definitions:
  * (a) SingleForward: the logits of noise group t equal a plain causal forward
  *     over context[0..t] followed by that group's noise tokens;
  * (b) DoubleForward (context K/V reused from round 1, q_start = n) equals the

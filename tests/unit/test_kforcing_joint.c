@@ -1,4 +1,4 @@
-/* Joint, not marginal (issue 4 item 7d; the paper's Theorem 1 example).
+/* Joint, not marginal (the paper's Theorem 1 example).
  *
  * Language: blocks "SEP a b c d" where (a b c d) is a uniformly random
  * permutation of 4 symbols (24 valid blocks). An AR teacher is trained to

@@ -1,4 +1,4 @@
-/* Noise inversion (ablation variants A and B, issue 16 item 5): the CDF runs
+/* Noise inversion (ablation variants A and B): the CDF runs
  * over the vocabulary sorted by descending probability, as the release's
  * noise_inversion (probs.sort(descending=True).cumsum) does, not in id order.
  * (a) sup_icdf_bin_sorted against an explicit sort + cumsum;

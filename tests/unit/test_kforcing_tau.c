@@ -1,4 +1,4 @@
-/* Temperature control of a PFLM (issue 4 item 8): a PFLM(1) forward-distilled
+/* Temperature control of a PFLM: a PFLM(1) forward-distilled
  * from an AR teacher with per-sample tau ~ U[0.01, 1] is decoded many times
  * from one prefix with different noise; at tau = 0.01 the draws are (nearly)
  * identical (the teacher's argmax), at tau = 1 they are diverse. The test

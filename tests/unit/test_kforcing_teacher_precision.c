@@ -1,11 +1,9 @@
 /* Teacher passes run in the stage's teacher precision (sup_config
- * teacher_precision; fp32 by default, as the released teacher always does,
- * issue 16 item 2) whatever the student's precision phase: a student step in
- * the fp16 phase gets exactly the targets of the fp32 phase, and the backend
- * is back in fp16 afterwards. The precondition check shows the test has
- * teeth: the same teacher run in fp16 changes some inverse-CDF targets (a
- * sample lands in the neighbouring bin when the CDF moves by fp16 rounding).
- * A 16-bit teacher (issue 18) is fixed the same way: its targets are those of
+ * teacher_precision; fp32 by default, as the release's stage-1 teacher) whatever the student's
+ * precision phase: a student step in the fp16 phase gets exactly the targets of the fp32 phase, and
+ * the backend is back in fp16 afterwards. The precondition check shows the test has teeth: the same
+ * teacher run in fp16 changes some inverse-CDF targets (a sample lands in the neighbouring bin when
+ * the CDF moves by fp16 rounding). A 16-bit teacher is fixed the same way: its targets are those of
  * a 16-bit pass in either student phase, and a sample's targets are the same
  * built alone as inside the batch. */
 #include <stdio.h>

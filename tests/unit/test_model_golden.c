@@ -1,4 +1,4 @@
-/* Golden test (issue 3 item 4): a tiny fixed-seed model's logits, loss and
+/* Golden test: a tiny fixed-seed model's logits, loss and
  * gradients after one AdamW step, and its losses over 10 AdamW steps, for an
  * AR model and a PFLM (SingleForward, k = 2). The values were recorded once
  * from this implementation into tests/golden/model_tiny.bin (re-record with

@@ -1,4 +1,4 @@
-/* Quality metrics (trainer/infer/quality.h, issue 8 item 3):
+/* Quality metrics (trainer/infer/quality.h):
  *  - truncation at the first EOS and mask stripping;
  *  - distinct-1/2/3 against counts worked out by hand;
  *  - unigram entropy and mean length per completion (an empty completion
