@@ -236,4 +236,6 @@ test-cuda:
 clean:
 	rm -rf build build-cuda build-emu build-emu-asan build-asan build-tsan build-fuzz bin
 
--include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d)
+# the test programs' own .d files (gcc -MMD next to each binary), so that
+# editing tests/test.h or a fixture header rebuilds the tests that include it
+-include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d) $(TEST_BIN:=.d)
