@@ -150,7 +150,7 @@ int main(void) {
     }
     decode_opts o = {.k = 4, .tau = 1.0, .max_new = 4, .seed = 2024};
     kf_err err;
-    T_CHECK(decode_check(k4, &o, P, &err) == 0, "%s", err.msg);
+    T_EQ_INT(decode_check(k4, &o, P, &err), 0, "%s", err.msg);
     decode_run(k4, NULL, pre, DRAWS, P, &o, keys, out);
     double emp[NC] = {0}, other = 0;
     int valid = 0;

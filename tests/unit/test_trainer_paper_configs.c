@@ -11,7 +11,7 @@ static runconfig *load(const char *path) {
     runconfig *rc = NULL;
     kf_err err;
     int r = runconfig_load(path, 0, NULL, &rc, &err);
-    T_CHECK(r == 0, "%s loads: %s", path, r ? err.msg : "");
+    T_EQ_INT(r, 0, "%s loads: %s", path, r ? err.msg : "");
     return r ? NULL : rc;
 }
 
@@ -36,11 +36,11 @@ static void check_stage(const char *cfg, const runconfig_stage *s) {
 /* Stages 1-3: fp16 for the first 400K steps, then fp32 (paper, "Precision schedule"). */
 static void check_kf_precision(const char *cfg, const runconfig_stage *s) {
     const runconfig_opts *o = &s->opt;
-    T_CHECK(runconfig_precision_at(o, 399999) == RC_PREC_FP16, "%s %s: step 399999 in fp16", cfg,
-            s->name);
-    T_CHECK(runconfig_precision_at(o, 400000) == RC_PREC_FP32, "%s %s: step 400000 in fp32", cfg,
-            s->name);
-    T_CHECK(runconfig_precision_at(o, 0) == RC_PREC_FP16, "%s %s: step 0 in fp16", cfg, s->name);
+    T_EQ_INT(runconfig_precision_at(o, 399999), RC_PREC_FP16, "%s %s: step 399999 in fp16", cfg,
+             s->name);
+    T_EQ_INT(runconfig_precision_at(o, 400000), RC_PREC_FP32, "%s %s: step 400000 in fp32", cfg,
+             s->name);
+    T_EQ_INT(runconfig_precision_at(o, 0), RC_PREC_FP16, "%s %s: step 0 in fp16", cfg, s->name);
 }
 
 static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_trained,
@@ -58,9 +58,9 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
             (long long)vocab);
     T_CHECK(m->seq_len == seq_len, "%s: seq_len got %lld want %lld", path, (long long)m->seq_len,
             (long long)seq_len);
-    T_CHECK(runconfig_mask_id(m, data_vocab) == mask_id,
-            "%s: mask token got %lld want %lld (MDLM's)", path,
-            (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
+    T_EQ_INT(runconfig_mask_id(m, data_vocab), mask_id,
+             "%s: mask token got %lld want %lld (MDLM's)", path,
+             (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
     T_CHECK(rc->n_stages == 4, "%s: ar, k1, k2, k4; got %d stages", path, rc->n_stages);
     if (rc->n_stages != 4) goto out;
     const int64_t ks[4] = {1, 1, 2, 4};

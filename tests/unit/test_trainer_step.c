@@ -63,35 +63,33 @@ static int64_t first_difference(const ops *a, const ops *b) {
 
 int main(void) {
     char dir[] = "/tmp/kf_test_step_XXXXXX";
-    if (!mkdtemp(dir)) return 2;
+    T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     char data[4096], cfg[4096], run[4096];
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(cfg, sizeof cfg, "%s/run.yaml", dir);
     snprintf(run, sizeof run, "%s/run", dir);
     fixture_shards(data, 64, 16, SEQ, VOCAB);
     FILE *f = fopen(cfg, "w");
-    if (!f) return 2;
-    fprintf(f,
-            "name: step\n"
-            "data: {train: %s, valid: %s}\n"
-            "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
-            "defaults: {batch: %d, lr: 1.0e-3, warmup: 0, seed: 7, checkpoint_every: 100,\n"
-            "           eval_batches: 1, log_every: 1, precision: [{mode: fp16}]}\n"
-            "stages:\n"
-            "  - {name: ar, kind: ar, steps: 1}\n"
-            "  - {name: k1, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: 1, tau: [0.5, 1.0]}\n"
-            "  - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 1, tau: [0.5, 1.0]}\n"
-            "  - {name: mtp, kind: noise_inversion_mtp, teacher: ar, init: ar, k: 2, steps: 1}\n"
-            "  - {name: nic, kind: noise_inversion_causal, teacher: ar, init: ar, k: 2, steps: 1}\n"
-            "resources: {ranks: 1, nodes: 1, gpus_per_node: 0, backend: cpu}\n",
-            data, data, VOCAB, SEQ, BATCH);
+    T_REQUIRE(f != NULL, "%s: cannot write", cfg);
+    fprintf(
+        f,
+        "name: step\n"
+        "data: {train: %s, valid: %s}\n"
+        "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
+        "defaults: {batch: %d, lr: 1.0e-3, warmup: 0, seed: 7, checkpoint_every: 100,\n"
+        "           eval_batches: 1, log_every: 1, precision: [{mode: fp16}]}\n"
+        "stages:\n"
+        "  - {name: ar, kind: ar, steps: 1}\n"
+        "  - {name: k1, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: 1, tau: [0.5, 1.0]}\n"
+        "  - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 1, tau: [0.5, 1.0]}\n"
+        "  - {name: mtp, kind: noise_inversion_mtp, teacher: ar, init: ar, k: 2, steps: 1}\n"
+        "  - {name: nic, kind: noise_inversion_causal, teacher: ar, init: ar, k: 2, steps: 1}\n"
+        "resources: {ranks: 1, nodes: 1, gpus_per_node: 0, backend: cpu}\n",
+        data, data, VOCAB, SEQ, BATCH);
     fclose(f);
     runconfig *rc;
     kf_err err = {{0}};
-    if (runconfig_load(cfg, 0, NULL, &rc, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 2;
-    }
+    T_REQUIRE(runconfig_load(cfg, 0, NULL, &rc, &err) == 0, "%s", err.msg);
     /* the model as the trainer derives it: the data's vocabulary sets the mask */
     model_config base = {.hidden = 16,
                          .heads = 2,
