@@ -98,7 +98,8 @@ roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
                      .tau_min = st->tau_min,
                      .tau_max = st->tau_max,
                      .seed = st->opt.seed,
-                     .teacher_precision = optim_precision(st->opt.teacher_precision)};
+                     .teacher_precision = optim_precision(st->opt.teacher_precision),
+                     .teacher_follow = st->opt.teacher_follow};
     roofline_stage *s = kf_calloc(1, sizeof *s);
     s->st = st;
     model_config mc = sup_student_config(&sc, base);

@@ -110,9 +110,9 @@ int main(void) {
     T_EQ_INT(r16, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16,
              (long long)rows);
     int64_t diff = n_differ(t32, t16, rows);
-    T_CHECK(diff == 0,
-            "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",
-            (long long)diff, (long long)rows);
+    T_EQ_INT(diff, 0,
+             "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",
+             (long long)diff, (long long)rows);
 
     sup_free(s);
 
@@ -129,11 +129,31 @@ int main(void) {
     targets_at(s, be, KF_PREC_FP32, tok, keys, t32, &r32);
     targets_at(s, be, KF_PREC_FP16, tok, keys, t16, &r16);
     int64_t off32 = n_differ(t32, tb, rows), off16 = n_differ(t16, tb, rows);
-    T_CHECK(off32 == 0, "bf16 teacher, fp32 phase: %lld of %lld targets differ from a bf16 pass",
-            (long long)off32, (long long)rows);
-    T_CHECK(off16 == 0, "bf16 teacher, fp16 phase: %lld of %lld targets differ from a bf16 pass",
-            (long long)off16, (long long)rows);
+    T_EQ_INT(off32, 0, "bf16 teacher, fp32 phase: %lld of %lld targets differ from a bf16 pass",
+             (long long)off32, (long long)rows);
+    T_EQ_INT(off16, 0, "bf16 teacher, fp16 phase: %lld of %lld targets differ from a bf16 pass",
+             (long long)off16, (long long)rows);
     sup_free(s);
+
+    /* teacher_follow: the teacher passes in the student's phase (the release's
+     * self-forcing and noise-inversion teachers): an fp16 phase gives the
+     * fp16 pass's targets, an fp32 phase the fp32 pass's */
+    sc.teacher_precision = KF_PREC_FP32;
+    sc.teacher_follow = 1;
+    s = sup_create(&sc, ar, &err);
+    int32_t *f32 = malloc((size_t)rows * sizeof(int32_t)),
+            *f16 = malloc((size_t)rows * sizeof(int32_t));
+    int32_t *d32 = malloc((size_t)rows * sizeof(int32_t)),
+            *d16 = malloc((size_t)rows * sizeof(int32_t));
+    direct_pass(ar, ws, KF_PREC_FP32, ctx, n, z, tau, d32);
+    direct_pass(ar, ws, KF_PREC_FP16, ctx, n, z, tau, d16);
+    targets_at(s, be, KF_PREC_FP32, tok, keys, f32, &r32);
+    targets_at(s, be, KF_PREC_FP16, tok, keys, f16, &r16);
+    T_EQ_INT(n_differ(f32, d32, rows), 0, "follow, fp32 phase: targets off an fp32 pass");
+    T_EQ_INT(n_differ(f16, d16, rows), 0, "follow, fp16 phase: targets off an fp16 pass");
+    free(f32), free(f16), free(d32), free(d16);
+    sup_free(s);
+    sc.teacher_follow = 0;
 
     /* batch invariance with 16-bit teachers: each sample alone == in the batch */
     for (int p = KF_PREC_FP16; p <= KF_PREC_BF16; p++) {
@@ -149,10 +169,10 @@ int main(void) {
             const int32_t *tb = sup_host_targets(s, &sb);
             for (int64_t t = 0; t < n; t++) off += tb[t] != t32[b * n + t];
         }
-        T_CHECK(off == 0,
-                "%s teacher: %lld of %lld targets differ built one sample at a time vs in a "
-                "batch of %d",
-                kernels_precision_name((kf_precision)p), (long long)off, (long long)rows, B);
+        T_EQ_INT(off, 0,
+                 "%s teacher: %lld of %lld targets differ built one sample at a time vs in a "
+                 "batch of %d",
+                 kernels_precision_name((kf_precision)p), (long long)off, (long long)rows, B);
         sup_free(s);
     }
 

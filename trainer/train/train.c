@@ -377,7 +377,8 @@ static int setup_training(trainer *t, kf_err *err) {
                      .tau_min = st->tau_min,
                      .tau_max = st->tau_max,
                      .seed = t->o->seed,
-                     .teacher_precision = optim_precision(t->o->teacher_precision)};
+                     .teacher_precision = optim_precision(t->o->teacher_precision),
+                     .teacher_follow = t->o->teacher_follow};
     model_config base = {.hidden = rm->hidden,
                          .heads = rm->heads,
                          .blocks = rm->blocks,
@@ -394,7 +395,7 @@ static int setup_training(trainer *t, kf_err *err) {
     snprintf(t->id.tokenizer, sizeof t->id.tokenizer, "%s", shard_set_tokenizer(ss));
     snprintf(t->id.vocab_sha256, sizeof t->id.vocab_sha256, "%s", shard_set_vocab_sha256(ss));
     snprintf(t->id.teacher_precision, sizeof t->id.teacher_precision, "%s",
-             runconfig_prec_name(t->o->teacher_precision));
+             t->o->teacher_follow ? "follow" : runconfig_prec_name(t->o->teacher_precision));
 
     t->m = model_create(t->be, mc);
     model_init(t->m, t->o->seed);
