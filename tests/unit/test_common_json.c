@@ -33,7 +33,7 @@ static void test_values(void) {
     T_EQ_INT(a->kids[2].b, 1, "true");
     T_EQ_INT(a->kids[3].type, JSON_BOOL, "false");
     T_EQ_INT(a->kids[3].b, 0, "false");
-    T_CHECK(a->kids[4].type == JSON_NULL, "null");
+    T_EQ_INT(a->kids[4].type, JSON_NULL, "null");
     const json *s = json_get(r, "s");
     const char want[] = "x\n\xc3\xa9\xf0\x9f\x98\x80\xef\xbf\xbd";
     T_CHECK(s, "string escapes");

@@ -306,7 +306,7 @@ int main(void) {
     safetensors_writer_free(wr);
     T_EQ_INT(safetensors_open(path, &f, &err), 0, "open f16: %s", err.msg);
     if (f) {
-        T_CHECK(safetensors_read_f32(&f->tensors[0], all32, &err) == 0, "read f16: %s", err.msg);
+        T_EQ_INT(safetensors_read_f32(&f->tensors[0], all32, &err), 0, "read f16: %s", err.msg);
         uint32_t first_bad = 65536, got_bits = 0, want_bits = 0;
         for (uint32_t i = 0; i < 65536 && first_bad == 65536; i++) {
             _Float16 h;

@@ -2108,8 +2108,8 @@ static void test_optim(void) {
     h[5] = INFINITY, h[77777] = NAN, h[n - 1] = -INFINITY;
     BOTH(BE->upload(BE, P(x), h, x.bytes));
     free(h);
-    T_CHECK(be[1]->count_nonfinite(be[1], x.p[1], n) == 3, "count_nonfinite: want 3");
-    T_CHECK(be[0]->count_nonfinite(be[0], x.p[0], n) == 3, "count_nonfinite (cpu): want 3");
+    T_EQ_INT(be[1]->count_nonfinite(be[1], x.p[1], n), 3, "count_nonfinite: want 3");
+    T_EQ_INT(be[0]->count_nonfinite(be[0], x.p[0], n), 3, "count_nonfinite (cpu): want 3");
 
     int64_t np = 100003;
     buf2 p = mk_rand(np, 1), g = mk_rand(np, 1), m = mk_rand(np, 0.1f), e = mk_rand(np, 1);

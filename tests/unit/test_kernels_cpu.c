@@ -927,11 +927,11 @@ static void check_reductions(kf_backend *be) {
     for (int64_t i = 0; i < n; i++) s += x[i], ss += (double)x[i] * x[i];
     T_CLOSE(be->sum(be, x, n), s, 1e-12, "sum");
     T_CLOSE(be->sumsq(be, x, n), ss, 1e-12, "sumsq");
-    T_CHECK(be->count_nonfinite(be, x, n) == 0, "count_nonfinite (finite)");
+    T_EQ_INT(be->count_nonfinite(be, x, n), 0, "count_nonfinite (finite)");
     x[7] = NAN;
     x[5000] = INFINITY;
     x[n - 1] = -INFINITY;
-    T_CHECK(be->count_nonfinite(be, x, n) == 3, "count_nonfinite (3 non-finite)");
+    T_EQ_INT(be->count_nonfinite(be, x, n), 3, "count_nonfinite (3 non-finite)");
     T_CHECK(be->sum(be, x, 0) == 0.0, "sum of nothing");
     free(x);
 }

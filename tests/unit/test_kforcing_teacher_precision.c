@@ -33,9 +33,9 @@ static void targets_at(sup_ctx *s, kf_backend *be, kf_precision p, const int32_t
     be->set_precision(be, p);
     sup_batch sb;
     sup_build(s, &sb, tok, B, N, NULL, keys);
-    T_CHECK(be->precision == p,
-            "sup_build leaves the backend in the caller's precision: got %d want %d",
-            (int)be->precision, (int)p);
+    T_EQ_INT(be->precision, p,
+             "sup_build leaves the backend in the caller's precision: got %d want %d",
+             (int)be->precision, (int)p);
     memcpy(out, sup_host_targets(s, &sb), (size_t)sb.rows * sizeof(int32_t));
     *rows = sb.rows;
 }

@@ -177,10 +177,10 @@ int main(void) {
     const char *untied[] = {"output_layer.linear.weight", "output_layer.linear.bias"};
     for (int i = 0; i < 2; i++)
         T_EQ_INT(model_find(g, untied[i]), NULL, "a tied head has no %s", untied[i]);
-    T_CHECK(g->n_tensors == 28, "GPT-2 options: %d tensors, want 28", g->n_tensors);
+    T_EQ_INT(g->n_tensors, 28, "GPT-2 options: %d tensors, want 28", g->n_tensors);
     c = base();
     model *r = model_create(be, &c);
-    T_CHECK(r->n_tensors == 20, "default: %d tensors, want 20", r->n_tensors);
+    T_EQ_INT(r->n_tensors, 20, "default: %d tensors, want 20", r->n_tensors);
     const char *options[] = {"pos_embed.embedding", "blocks.0.norm1.bias"};
     for (int i = 0; i < 2; i++)
         T_EQ_INT(model_find(r, options[i]), NULL, "the default architecture has no %s", options[i]);
