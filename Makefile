@@ -136,11 +136,14 @@ tests: $(BIN) $(TEST_BIN)
 # the programs bench/*.c are built against libkf.a (the `kf bench` commands
 # in bench/cli/ are in libkf.a itself), then each benchmark in BENCHES runs
 # in turn (make bench BENCHES="kernels train" for a subset).
-BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+# (bench_libs is built on request only: it links libraries nothing else uses)
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench_libs.c,$(wildcard bench/*.c)))
 BENCHES ?= kernels train tokenize shards
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libkf.a
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
+# the libraries bench_libs measures kforcing's own code against
+$(BUILD)/bench/bench_libs: LDLIBS += -ljansson -lcrypto -lgd
 
 bench: $(BIN) $(BENCH_BIN)
 	$(if $(filter kernels,$(BENCHES)),$(BUILD)/bench/bench_kernels_cpu)
