@@ -96,21 +96,31 @@ static const char usage[] =
     "the SIMT kernels (as KF_CUDA_TC=0).\n"
     "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n";
 
+/* An option table entry (this file is C++: no designated initialisers). */
+static cli_opt cli_option(const char *name, cli_kind kind, void *out, double lo = 0,
+                          double hi = 0) {
+    cli_opt o = {};
+    o.name = name, o.kind = kind, o.out = out, o.lo = lo, o.hi = hi;
+    return o;
+}
+
 extern "C" int bench_attention_main(int argc, char **argv) {
     int64_t N = 1024, B = 8, nh = 12, D = 64, max_k = 4, iters = 10;
     bool fp32 = false, bf16 = false, simt_flag = false;
-    /* positional initialisers: this file is C++ (cli_opt: name, kind, out, lo, hi) */
-    const cli_opt opts[] = {{"--n", CLI_INT, &N, 1, INFINITY},
-                            {"--batch", CLI_INT, &B, 1, INFINITY},
-                            {"--heads", CLI_INT, &nh, 1, INFINITY},
-                            {"--head-dim", CLI_INT, &D, 1, INFINITY},
-                            {"--iters", CLI_INT, &iters, 1, 1e6},
-                            {"--max-k", CLI_INT, &max_k, 1, INFINITY},
-                            {"--fp32", CLI_FLAG, &fp32},
-                            {"--bf16", CLI_FLAG, &bf16},
-                            {"--simt", CLI_FLAG, &simt_flag},
-                            {NULL}};
-    cli_spec spec = {"kf bench attention", usage, opts};
+    const cli_opt opts[] = {cli_option("--n", CLI_INT, &N, 1, INFINITY),
+                            cli_option("--batch", CLI_INT, &B, 1, INFINITY),
+                            cli_option("--heads", CLI_INT, &nh, 1, INFINITY),
+                            cli_option("--head-dim", CLI_INT, &D, 1, INFINITY),
+                            cli_option("--iters", CLI_INT, &iters, 1, 1e6),
+                            cli_option("--max-k", CLI_INT, &max_k, 1, INFINITY),
+                            cli_option("--fp32", CLI_FLAG, &fp32),
+                            cli_option("--bf16", CLI_FLAG, &bf16),
+                            cli_option("--simt", CLI_FLAG, &simt_flag),
+                            cli_option(NULL, CLI_FLAG, NULL)};
+    cli_spec spec = {};
+    spec.cmd = "kf bench attention";
+    spec.usage = usage;
+    spec.opts = opts;
     int code;
     if (cli_parse(&spec, argc, argv, &code)) return code;
     if (fp32 && bf16) {
