@@ -162,13 +162,16 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
     cfg_node *p = cfg_find(n, "precision");
     if (p && parse_precision(p, o, err)) return -1;
     const char *tp;
-    if (cfg_opt_str(n, "teacher_precision", runconfig_prec_name(o->teacher_precision), &tp, err))
+    if (cfg_opt_str(n, "teacher_precision",
+                    o->teacher_follow ? "follow" : runconfig_prec_name(o->teacher_precision), &tp,
+                    err))
         return -1;
     int tprec = runconfig_prec_parse(tp);
-    if (tprec < 0)
+    o->teacher_follow = !strcmp(tp, "follow");
+    if (tprec < 0 && !o->teacher_follow)
         return cfg_err_at(cfg_find(n, "teacher_precision"), err,
-                          "expected fp32, bf16 or fp16, got '%s'", tp);
-    o->teacher_precision = (runconfig_prec)tprec;
+                          "expected fp32, bf16, fp16 or follow, got '%s'", tp);
+    o->teacher_precision = o->teacher_follow ? RC_PREC_FP32 : (runconfig_prec)tprec;
     cfg_node *ls = cfg_find(n, "loss_scale");
     if (ls) {
         if (ls->kind != CFG_MAP)

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/error.h"

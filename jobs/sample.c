@@ -12,6 +12,7 @@
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "jobs/proc.h"
+#include "pipeline/build_config.h"
 #include "tokenize/tokenizer.h"
 #include "trainer/infer/quality.h"
 
@@ -29,7 +30,8 @@ static const char *const prompts[] = {"The city council voted on Tuesday to",
 #define PER_PROMPT 16 /* one decoding batch of 16 per prompt: tokens/s at batch 16 */
 #define MAX_NEW 64
 
-/* The `vocab:` and `tokenizer:` of the shards set whose `out:` is data.train. */
+/* The `vocab:` and `tokenizer:` of the shards set whose `out:` is data.train
+ * (pipeline/build_config.h reads the `shards:` section). */
 static int find_vocab(const char *run, const runconfig *rc, char **vocab, char **kind,
                       kf_err *err) {
     char p[PATH_MAX];
@@ -37,18 +39,16 @@ static int find_vocab(const char *run, const runconfig *rc, char **vocab, char *
     cfg_node *root = cfg_load_file(p, err);
     if (!root) return -1;
     *vocab = *kind = NULL;
-    cfg_node *sets = cfg_find(root, "shards");
-    for (size_t i = 0; sets && sets->kind == CFG_MAP && i < sets->n && !*vocab; i++) {
-        cfg_node *out = cfg_find(sets->items[i], "out"), *v = cfg_find(sets->items[i], "vocab");
-        cfg_node *t = cfg_find(sets->items[i], "tokenizer");
-        if (out && v && out->kind == CFG_SCALAR && v->kind == CFG_SCALAR &&
-            !strcmp(out->value, rc->data_train)) {
-            *vocab = kf_strdup(v->value);
-            *kind = kf_strdup(t && t->kind == CFG_SCALAR ? t->value : "gpt2");
+    build_config *sets = NULL;
+    int n = cfg_find(root, "shards") ? build_config_read(root, &sets, err) : 0;
+    for (int i = 0; i < n && !*vocab; i++)
+        if (!strcmp(sets[i].out, rc->data_train)) {
+            *vocab = kf_strdup(sets[i].vocab);
+            *kind = kf_strdup(sets[i].tokenizer);
         }
-    }
+    build_config_free(sets, n);
     cfg_free(root);
-    return 0;
+    return n < 0 ? -1 : 0;
 }
 
 /* The prompts as ids, each after the BOS token (CLS for BERT) that starts

@@ -33,7 +33,7 @@
  * bench-decode.json) and a grouped bar chart (--png, default bench-decode.png;
  * bench/plot/chart.h): one group per batch size, one bar per method.
  *
- * With --roofline DEVICE it decodes nothing for real: trainer/train/roofline.h
+ * With --roofline DEVICE it decodes nothing for real: bench/roofline/roofline.h
  * prices one decode step of a run config's model shape on the named GPU.
  */
 #include <math.h>
@@ -44,6 +44,8 @@
 #include <time.h>
 
 #include "bench/plot/chart.h"
+#include "bench/roofline/roofline.h"
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -56,7 +58,6 @@
 #include "trainer/infer/quality.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
-#include "trainer/train/roofline.h"
 
 #define MAX_LIST 16
 #define MAX_METHODS 32

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench/plot/chart.h"
+#include "commands.h"
 #include "common/cli.h"
 #include "common/fsutil.h"
 #include "common/json.h"

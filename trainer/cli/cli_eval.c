@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "kernels/kernels.h"
 #include "pipeline/shard_reader.h"

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/fsutil.h"
@@ -44,6 +45,9 @@ static const char USAGE[] =
     "                   generated so far; default 0.5 for a PFLM checkpoint (the released\n"
     "                   sampler's default; its scripts suggest 0.2-0.5 by k and dataset),\n"
     "                   0 for AR (the release samples AR without it)\n"
+    "  --freq-penalty-table lm1b|owt  PFLM: the penalty the release's scripts use at the\n"
+    "                   decoding k (lm1b 0.2/0.4/0.5, owt 0.3/0.5/0.5 for k = 2/3/4; 0.5\n"
+    "                   at other k) instead of one value\n"
     "  --seed S         completion j of prefix i uses draws keyed (S, i*M + j)\n"
     "  --position-temp LIST  PFLM: one temperature per output position of a step; 0 =\n"
     "                   the argmax (push-forward decoding, the default), T > 0 = sampling\n"
@@ -77,6 +81,7 @@ typedef struct sample_args {
     int64_t k, batch, per, max_new, seed, eos, bos;
     int prec; /* --precision as a kf_precision */
     double tau, pen, ptemp[64];
+    const char *pen_table; /* --freq-penalty-table, or NULL */
     int nptemp;
 } sample_args;
 
@@ -107,6 +112,7 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
         {"--k", CLI_INT, .out = &a->k, .lo = 1, .hi = INFINITY},
         {"--tau", CLI_FLOAT, .out = &a->tau, .lo = 0, .hi = INFINITY, .above = true},
         {"--freq-penalty", CLI_FLOAT, .out = &a->pen},
+        {"--freq-penalty-table", CLI_STR, .out = &a->pen_table},
         {"--position-temp", CLI_FLOAT_LIST, .out = a->ptemp, .n = &a->nptemp, .cap = 64},
         {"--prefix-file", CLI_STR, .out = &a->prefix_file},
         {"--batch", CLI_INT, .out = &a->batch, .lo = 1, .hi = INFINITY},
@@ -124,6 +130,14 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
     if (cli_parse(&spec, argc, argv, code)) return 1;
     if (!a->ckpt) {
         fputs(USAGE, stderr);
+        *code = KF_EXIT_USAGE;
+        return 1;
+    }
+    if (a->pen_table && (decode_release_penalty(a->pen_table, 2) < 0 || !isnan(a->pen))) {
+        fprintf(stderr,
+                "kf sample: --freq-penalty-table: expected lm1b or owt, without "
+                "--freq-penalty (got '%s')\n",
+                a->pen_table);
         *code = KF_EXIT_USAGE;
         return 1;
     }
@@ -178,6 +192,7 @@ static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
     int64_t k = a->k ? a->k : m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
     double pen = !isnan(a->pen)            ? a->pen
                  : m->cfg.kind == MODEL_AR ? 0.0
+                 : a->pen_table            ? decode_release_penalty(a->pen_table, k)
                                            : DECODE_FREQ_PENALTY_DEFAULT;
     p->o = (decode_opts){.k = k,
                          .tau = a->tau,

@@ -232,8 +232,9 @@ static int parse_identity(cfg_node *r, ckpt_identity *id, kf_err *err) {
         return -1;
     const char *tp;
     if (cfg_opt_str(r, "teacher_precision", "fp32", &tp, err)) return -1;
-    if (runconfig_prec_parse(tp) < 0)
-        return cfg_err_at(cfg_find(r, "teacher_precision"), err, "expected fp32, bf16 or fp16");
+    if (runconfig_prec_parse(tp) < 0 && strcmp(tp, "follow"))
+        return cfg_err_at(cfg_find(r, "teacher_precision"), err,
+                          "expected fp32, bf16, fp16 or follow");
     snprintf(id->teacher_precision, sizeof id->teacher_precision, "%s", tp);
     c->kind = (model_kind)kind;
     c->head = (model_head)head;

@@ -17,7 +17,7 @@
  * tokenizer + vocab sha256, teacher sha256, teacher precision), and every other file's size and
  * sha256.
  *
- * Commit protocol (issue 5 item 5), collective over all ranks:
+ * Commit protocol, collective over all ranks:
  *   rank 0 clears a leftover step-N.tmp/; barrier; every rank writes its files
  *   into step-N.tmp/ (each file atomically and fsynced; rank 0 writes the four
  *   tensor files); barrier; rank 0 hashes every file, writes state.yaml
