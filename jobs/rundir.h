@@ -80,6 +80,12 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
 bool rundir_stage_complete(const char *run, const runconfig *rc, const char *stage, char *why,
                            size_t cap);
 
+/** True when no stage of rc has trained anything: no final weights, no
+ * checkpoint, no logged step, and no status `running` (a trainer starting).
+ * Then nothing depends on RUN/run.yaml yet and a corrected config may
+ * replace it. Otherwise why (cap bytes) names the first stage that has. */
+bool rundir_untrained(const char *run, const runconfig *rc, char *why, size_t cap);
+
 /** One submitted Slurm job. */
 typedef struct rundir_job {
     char stage[64];
