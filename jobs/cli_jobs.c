@@ -16,6 +16,7 @@
 
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -345,6 +346,24 @@ static int load_and_open(const args *a, char *run, size_t cap, runconfig **out, 
     return rv;
 }
 
+/* Missing data that no `shards:` set can build fails here, naming the
+ * config the user gave (kf shards build RUN/run.yaml would blame run.yaml). */
+static int check_data_buildable(const char *run, const runconfig *rc, const char *config,
+                                kf_err *err) {
+    char why[PATH_MAX + 64];
+    if (rundir_stage_complete(run, rc, RUNDIR_SHARDS, why, sizeof why)) return 0;
+    cfg_node *root = cfg_load_string(rc->canonical, "run.yaml", err);
+    if (!root) return -1;
+    bool has = cfg_find(root, "shards") != NULL;
+    cfg_free(root);
+    if (has) return 0;
+    return kf_err_set(err,
+                      "%s: %s, and the config has no `shards:` section to build it: add one "
+                      "(pipeline/build_config.h documents it) or point data.train and data.valid "
+                      "at built shards",
+                      config, why);
+}
+
 static int cmd_run(int argc, char **argv) {
     args a;
     int code;
@@ -354,6 +373,11 @@ static int cmd_run(int argc, char **argv) {
     char run[PATH_MAX];
     runconfig *rc;
     if (load_and_open(&a, run, sizeof run, &rc, &err)) return kf_err_report("kf jobs", &err);
+    if (check_data_buildable(run, rc, a.pos[0], &err)) {
+        runconfig_free(rc);
+        free(a.over);
+        return kf_err_report("kf jobs", &err);
+    }
     fprintf(stderr, "kf jobs: run %s in %s (config sha256 %.16s)\n", rc->name, run, rc->hash);
     code = run_local(run, rc, (int)a.np, a.no_sample);
     runconfig_free(rc);
@@ -390,7 +414,9 @@ static int cmd_submit(int argc, char **argv) {
     runconfig *rc;
     if (load_and_open(&a, run, sizeof run, &rc, &err)) return kf_err_report("kf jobs", &err);
     code = KF_EXIT_OK;
-    if (!realpath(run, abs_run)) {
+    if (check_data_buildable(run, rc, a.pos[0], &err)) {
+        code = kf_err_report("kf jobs", &err);
+    } else if (!realpath(run, abs_run)) {
         kf_err_set(&err, "%s: %s", run, strerror(errno));
         code = kf_err_report("kf jobs", &err);
     } else if (run_has_live_jobs(abs_run)) {
