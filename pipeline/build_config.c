@@ -114,7 +114,10 @@ static int read_set(cfg_node *set, build_config *c, kf_err *err) {
             return cfg_err_at(valid, err, "give exactly one of 'last' and 'inputs'");
         if (last) {
             if (cfg_as_int(last, &c->valid_last, err)) return -1;
-            if (c->valid_last < 0) return cfg_err_at(last, err, "must be >= 0");
+            if (c->valid_last < 1)
+                return cfg_err_at(last, err,
+                                  "must be >= 1 (an empty validation split cannot validate; "
+                                  "leave out `valid:` for a set without one)");
         } else if (read_inputs(valid, "inputs", &c->valid_inputs, err)) {
             return -1;
         }

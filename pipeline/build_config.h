@@ -13,8 +13,13 @@
  *       docs_per_shard: 4096             # documents per shard unit (default 8192)
  *       inputs:                          # required, non-empty, read in order
  *         - {path: data/text/owt.jsonl, format: jsonl, text_field: text}
- *       valid: {last: 1000}              # last N documents of inputs (default 0), or
- *       # valid: {inputs: [...]}         # separate inputs (same shape as above)
+ *       valid: {last: 1000}              # last N >= 1 documents of inputs, or
+ *       # valid: {inputs: [...]}         # separate inputs (same shape as above);
+ *                                        # without `valid:` the set has no valid split
+ *
+ * A build fails when a split that training reads (train; valid when `valid:`
+ * is given) holds 0 samples, and warns when more than 1% of a split's input
+ * bytes are invalid UTF-8 (replaced by U+FFFD).
  *
  * Paths (out, vocab, inputs) are relative to the current directory, like
  * every path on kf's command line.
