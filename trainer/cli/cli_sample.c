@@ -55,9 +55,9 @@ static const char USAGE[] =
     "                   fp32 accumulation (the paper decodes in bf16); logits stay fp32\n"
     "\n"
     "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
-    "text (detokenised, truncated at the first EOS; with --vocab), k, tau, seed, eos (-1:\n"
-    "none), model_sha256 (of the weights file), tokens_per_s (the batch's generated\n"
-    "tokens / wall-clock seconds).\n";
+    "text (detokenised, truncated at the first EOS; with --vocab), k, tau, seed, eos (the\n"
+    "EOS id, when known), model_sha256 (of the weights file), tokens_per_s (the batch's\n"
+    "generated tokens / wall-clock seconds).\n";
 
 typedef struct job {
     int32_t *prefix;
@@ -243,10 +243,11 @@ static void print_completion(const sample_plan *p, const sample_args *a, const i
         free(keep);
         tok_bytes_free(&txt);
     }
-    /* eos: where kf eval --completions truncates by default */
-    printf(", \"k\": %lld, \"tau\": %g, \"seed\": %lld, \"eos\": %lld, \"model_sha256\": \"%s\", "
-           "\"tokens_per_s\": %.1f}\n",
-           (long long)p->o.k, a->tau, (long long)a->seed, (long long)p->eos, p->sha, tps);
+    printf(", \"k\": %lld, \"tau\": %g, \"seed\": %lld", (long long)p->o.k, a->tau,
+           (long long)a->seed);
+    /* where kf eval --completions truncates by default (when known) */
+    if (p->eos >= 0) printf(", \"eos\": %lld", (long long)p->eos);
+    printf(", \"model_sha256\": \"%s\", \"tokens_per_s\": %.1f}\n", p->sha, tps);
 }
 
 /* Decodes every (prefix, copy) in batches of prefixes of one length and
