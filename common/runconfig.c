@@ -483,6 +483,15 @@ int runconfig_load(const char *path, int n_over, char *const *over, runconfig **
     runconfig *rc = kf_calloc(1, sizeof *rc);
     rc->path = kf_strdup(path);
     if (parse_root(rc, root, err)) {
+        /* a rule between keys blamed on the file's key may be broken by an
+         * override of another: name the overrides too */
+        if (n_over > 0 && strncmp(err->msg, "override '", 10)) {
+            char msg[sizeof err->msg], list[512] = "";
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            for (int i = 0, u = 0; i < n_over && u < (int)sizeof list - 1; i++)
+                u += snprintf(list + u, sizeof list - (size_t)u, "%s'%s'", i ? ", " : "", over[i]);
+            kf_err_set(err, "%s (with the override%s %s)", msg, n_over > 1 ? "s" : "", list);
+        }
         cfg_free(root);
         runconfig_free(rc);
         return -1;

@@ -33,6 +33,10 @@ check "name=run_2.b-c accepted (got $rc: $out)" [ $rc -eq 0 ]
 out=$("$KF" jobs plan "$T/cfg.yaml" model.heads=5 2>&1); rc=$?
 check "model.heads=5: exit 1 naming the override, not the file (got $rc: $out)" \
   bash -c '[ $1 -eq 1 ] && [[ "$2" == *"override '"'"'model.heads=5'"'"'"* ]] && [[ "$2" != *"cfg.yaml:"* ]]' _ $rc "$out"
+sed 's/seq_len: 128}/seq_len: 128, mask_id: 200}/' "$T/cfg.yaml" > "$T/mask.yaml"
+out=$("$KF" jobs plan "$T/mask.yaml" model.vocab=100 2>&1); rc=$?
+check "model.vocab=100 under a file's mask_id 200: exit 1 naming the file's key and the override (got $rc: $out)" \
+  bash -c '[ $1 -eq 1 ] && [[ "$2" == *"mask.yaml:"*"model.mask_id"*"(with the override '"'"'model.vocab=100'"'"')"* ]]' _ $rc "$out"
 
 # --- command-line words: the extra one named, an option taken for a value caught
 out=$("$KF" jobs plan "$T/cfg.yaml" foo 2>&1); rc=$?
