@@ -508,6 +508,24 @@ int64_t runconfig_mask_id(const runconfig_model *m, int64_t data_vocab) {
     return m->vocab > data_vocab ? data_vocab : -1;
 }
 
+void runconfig_train_vocab(const runconfig *rc, char **vocab, char **kind) {
+    *vocab = *kind = NULL;
+    kf_err err;
+    cfg_node *root = cfg_load_string(rc->canonical, "run config", &err);
+    KF_CHECK(root, "a run config's canonical text does not load: %s", err.msg);
+    cfg_node *sets = cfg_find(root, "shards");
+    for (size_t i = 0; sets && sets->kind == CFG_MAP && i < sets->n && !*vocab; i++) {
+        cfg_node *out = cfg_find(sets->items[i], "out"), *v = cfg_find(sets->items[i], "vocab");
+        cfg_node *t = cfg_find(sets->items[i], "tokenizer");
+        if (out && v && out->kind == CFG_SCALAR && v->kind == CFG_SCALAR &&
+            !strcmp(out->value, rc->data_train)) {
+            *vocab = kf_strdup(v->value);
+            *kind = kf_strdup(t && t->kind == CFG_SCALAR ? t->value : "gpt2");
+        }
+    }
+    cfg_free(root);
+}
+
 const runconfig_stage *runconfig_stage_find(const runconfig *rc, const char *name) {
     for (int i = 0; i < rc->n_stages; i++)
         if (!strcmp(rc->stages[i].name, name)) return &rc->stages[i];

@@ -199,6 +199,11 @@ runconfig_opts runconfig_opts_default(void);
  * else -1 (none). */
 int64_t runconfig_mask_id(const runconfig_model *m, int64_t data_vocab);
 
+/** The `vocab:` and `tokenizer:` (default gpt2) of the `shards:` set whose
+ * `out:` is data.train, the vocabulary the run's token ids come from; both
+ * NULL when no set builds data.train. Free both with free(). */
+void runconfig_train_vocab(const runconfig *rc, char **vocab, char **kind);
+
 /** The stage called name, or NULL. */
 const runconfig_stage *runconfig_stage_find(const runconfig *rc, const char *name);
 

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/config.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "jobs/proc.h"
@@ -30,28 +29,6 @@ static const char *const prompts[] = {"The city council voted on Tuesday to",
 #define N_PROMPTS 8
 #define PER_PROMPT 16 /* one decoding batch of 16 per prompt: tokens/s at batch 16 */
 #define MAX_NEW 64
-
-/* The `vocab:` and `tokenizer:` of the shards set whose `out:` is data.train. */
-static int find_vocab(const char *run, const runconfig *rc, char **vocab, char **kind,
-                      kf_err *err) {
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/run.yaml", run);
-    cfg_node *root = cfg_load_file(p, err);
-    if (!root) return -1;
-    *vocab = *kind = NULL;
-    cfg_node *sets = cfg_find(root, "shards");
-    for (size_t i = 0; sets && sets->kind == CFG_MAP && i < sets->n && !*vocab; i++) {
-        cfg_node *out = cfg_find(sets->items[i], "out"), *v = cfg_find(sets->items[i], "vocab");
-        cfg_node *t = cfg_find(sets->items[i], "tokenizer");
-        if (out && v && out->kind == CFG_SCALAR && v->kind == CFG_SCALAR &&
-            !strcmp(out->value, rc->data_train)) {
-            *vocab = kf_strdup(v->value);
-            *kind = kf_strdup(t && t->kind == CFG_SCALAR ? t->value : "gpt2");
-        }
-    }
-    cfg_free(root);
-    return 0;
-}
 
 /* The prompts as ids, each after the BOS token (CLS for BERT) that starts
  * every training sample of either packing, and cut to half the context so
@@ -259,7 +236,7 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
         return 0;
     }
     char *vocab, *kind;
-    if (find_vocab(run, rc, &vocab, &kind, err)) return -1;
+    runconfig_train_vocab(rc, &vocab, &kind);
     if (!vocab) {
         fprintf(stderr,
                 "kf jobs: samples skipped: no `shards:` set of the config has out: %s "

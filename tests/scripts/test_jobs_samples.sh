@@ -100,6 +100,13 @@ got=$(node -e 'const o = JSON.parse(process.argv[1]);
 want=$(awk '{print 50256, $5, $6, $9}' <<<"$row")
 check "eval --completions k2-k2.jsonl --evaluator ar/final: exit $rc, eos/Gen-PPL/entropy/length got '$got' want '$want' (row '$row')" \
   bash -c '[ $1 -eq 0 ] && [ "$2" = "$3" ]' _ $rc "$got" "$want"
+# a file without the eos field (older kf sample): the run's vocabulary gives it
+sed 's/, "eos": [0-9]*//' "$R64/samples/k2-k2.jsonl" > "$T/noeos.jsonl"
+js=$("$KF" eval --completions "$T/noeos.jsonl" --evaluator "$R64/stages/ar/final" 2>&1); rc=$?
+got=$(node -e 'const o = JSON.parse(process.argv[1]);
+  console.log(o.eos, o.gen_ppl.toFixed(o.gen_ppl < 1000 ? 1 : 0), o.entropy.toFixed(2), o.mean_len.toFixed(1))' "$js" 2>/dev/null)
+check "eval --completions without eos in the file: exit $rc, the run's eos, got '$got' want '$want'" \
+  bash -c '[ $1 -eq 0 ] && [ "$2" = "$3" ] && ! grep -q "\"eos\"" "$4"' _ $rc "$got" "$want" "$T/noeos.jsonl"
 p16=$(node -e 'const l = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n");
   console.log(Math.max(...l.map(x => JSON.parse(x).prefix.length)))' "$R/samples/prefixes.jsonl" 2>/dev/null)
 check "context 16: the longest prompt is cut to half the context: got $p16 tokens want 8" [ "$p16" = 8 ]

@@ -10,7 +10,9 @@
 #include "common/cli.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/runconfig.h"
 #include "kernels/kernels.h"
+#include "tokenize/tokenizer.h"
 #include "trainer/cli/cli_eval.h"
 #include "trainer/infer/quality.h"
 #include "trainer/train/checkpoint.h"
@@ -28,8 +30,9 @@ static const char USAGE[] =
     "checkpoint directory. Prints one JSON object on stdout.\n"
     "\n"
     "  --eos ID      end-of-sequence id (default: the \"eos\" that `kf sample` records in\n"
-    "                each line, else 50256 for a GPT-2 vocabulary, 102 [SEP] for\n"
-    "                bert-base-uncased; -1: no truncation)\n"
+    "                each line, else that of the run CKPT is in (RUN/stages/...: the\n"
+    "                vocabulary of its data.train's shards), else 50256 for a GPT-2\n"
+    "                vocabulary, 102 [SEP] for bert-base-uncased; -1: no truncation)\n"
     "  --batch B     scoring windows per forward pass (default 16)\n"
     "  --backend     cpu, cuda or auto (default auto)\n";
 
@@ -120,6 +123,35 @@ static int load_completions(const char *path, quality_sample **out, int64_t *n, 
     return 0;
 }
 
+/* The EOS id of the run an evaluator inside RUN/stages/ belongs to: the
+ * tokenizer of the shards its data.train was built with; -2 when it is not
+ * in a run or the run's vocabulary is unknown. */
+static int64_t run_eos(const char *evp) {
+    char run[4096];
+    const char *at = NULL;
+    for (const char *p = strstr(evp, "/stages/"); p; p = strstr(p + 1, "/stages/")) at = p;
+    if (at) snprintf(run, sizeof run, "%.*s", (int)(at - evp), evp);
+    else if (!strncmp(evp, "stages/", 7)) snprintf(run, sizeof run, ".");
+    else return -2;
+    char yaml[4200];
+    snprintf(yaml, sizeof yaml, "%s/run.yaml", run);
+    runconfig *rc;
+    kf_err err;
+    if (!fs_exists(yaml) || runconfig_load(yaml, 0, NULL, &rc, &err)) return -2;
+    char *vocab, *kind;
+    runconfig_train_vocab(rc, &vocab, &kind);
+    runconfig_free(rc);
+    tok *tk = vocab ? tok_load(kind, vocab, &err) : NULL;
+    int64_t eos = -2;
+    if (tk) {
+        eos = tok_special_id(tk, "eos") >= 0 ? tok_special_id(tk, "eos") : tok_special_id(tk, "sep");
+        if (eos < 0) eos = -2;
+        tok_free(tk);
+    }
+    free(vocab), free(kind);
+    return eos;
+}
+
 /* ", KEY: value" with null for a value that is not finite (no NaN in JSON). */
 static void json_number(const char *key, double v) {
     if (isfinite(v)) printf(", \"%s\": %.6g", key, v);
@@ -164,6 +196,7 @@ int quality_eval_main(int argc, char **argv) {
         return KF_EXIT_ERROR;
     }
     if (eos == -2) eos = file_eos;
+    if (eos == -2) eos = run_eos(evp);
     kf_backend *be = kernels_create(backend, &err);
     model *ev = be ? model_load(be, evf, &err) : NULL;
     code = KF_EXIT_ERROR;
