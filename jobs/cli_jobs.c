@@ -133,10 +133,8 @@ static int positional_error(const args *a, const char *cmd, const char *want, in
     if (a->n_pos > n)
         snprintf(msg, sizeof msg, "%s takes %s%s; unexpected argument '%%s'", cmd, want,
                  overrides ? " then key.path=value overrides" : "");
-    else if (a->n_pos < n)
-        snprintf(msg, sizeof msg, "%s needs %s%%s", cmd, want);
-    else
-        snprintf(msg, sizeof msg, "%s takes no overrides: unexpected '%%s'", cmd);
+    else if (a->n_pos < n) snprintf(msg, sizeof msg, "%s needs %s%%s", cmd, want);
+    else snprintf(msg, sizeof msg, "%s takes no overrides: unexpected '%%s'", cmd);
     int code = usage_error(msg, a->n_pos > n ? a->pos[n] : a->n_pos < n ? "" : a->over[0]);
     free(a->over);
     return code;
@@ -164,8 +162,8 @@ static int open_run(const char *run, const runconfig *rc, runconfig **out, kf_er
         if (rundir_load(run, 0, NULL, &frozen, err)) return -1;
         char what[512], why[256] = "jobs of the run are queued or running";
         int d = rundir_config_diff(frozen->canonical, rc->canonical, what, sizeof what);
-        bool untrained = d == 2 && !run_has_live_jobs(run) &&
-                         rundir_untrained(run, frozen, why, sizeof why);
+        bool untrained =
+            d == 2 && !run_has_live_jobs(run) && rundir_untrained(run, frozen, why, sizeof why);
         runconfig_free(frozen);
         if (untrained) {
             fprintf(stderr,

@@ -297,9 +297,9 @@ bool rundir_untrained(const char *run, const runconfig *rc, char *why, size_t ca
     for (int i = 0; i < rc->n_stages; i++) {
         rundir_state st;
         rundir_stage_state(run, rc, rc->stages[i].name, &st);
-        const char *what = st.complete           ? "final weights"
-                           : st.ckpt_step >= 0   ? "a checkpoint"
-                           : st.log_step >= 0    ? "logged steps"
+        const char *what = st.complete                     ? "final weights"
+                           : st.ckpt_step >= 0             ? "a checkpoint"
+                           : st.log_step >= 0              ? "logged steps"
                            : !strcmp(st.status, "running") ? "status running"
                                                            : NULL;
         if (what) {

@@ -124,9 +124,9 @@ static int read_samples(char *text, const char *name, const char *sha, int k, in
         }
         const json *o = json_root(d), *tx = json_get(o, "text"), *ms = json_get(o, "model_sha256");
         const json *c = json_get(o, "completion");
-        if (sha && (!ms || ms->type != JSON_STRING || strcmp(ms->str.s, sha) || number(o, "k") != k ||
-                    number(o, "seed") != 1 || !c || c->type != JSON_ARRAY ||
-                    (int64_t)c->n != max_new))
+        if (sha &&
+            (!ms || ms->type != JSON_STRING || strcmp(ms->str.s, sha) || number(o, "k") != k ||
+             number(o, "seed") != 1 || !c || c->type != JSON_ARRAY || (int64_t)c->n != max_new))
             rv = kf_err_set(err, "%s: line %d is not from these weights and settings", name,
                             lines + 1);
         r->tps += number(o, "tokens_per_s");
@@ -269,8 +269,9 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     int32_t eos = tk ? tok_special_id(tk, "eos") : -1;
     if (tk && eos < 0) eos = tok_special_id(tk, "sep");
     if (!rv) rv = fs_mkdir_p(dir, err);
-    if (!rv) rv = write_prefixes(tk, rc->model.seq_len, kmax, prefixes, shown, &max_new,
-                                 &same_prefixes, err);
+    if (!rv)
+        rv = write_prefixes(tk, rc->model.seq_len, kmax, prefixes, shown, &max_new, &same_prefixes,
+                            err);
     tok_free(tk);
     free(kind);
     if (rv) return free(vocab), -1;

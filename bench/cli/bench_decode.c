@@ -534,8 +534,8 @@ static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
         char *jtext = NULL;
         size_t jlen = 0;
         FILE *jf = open_memstream(&jtext, &jlen);
-        write_json(jf, p->be->name, a->precision, a->clock_name, a->data, p->P, p->N,
-                   (int)a->runs, a->bs, a->nb, p->mt, p->nm, p->ar);
+        write_json(jf, p->be->name, a->precision, a->clock_name, a->data, p->P, p->N, (int)a->runs,
+                   a->bs, a->nb, p->mt, p->nm, p->ar);
         fclose(jf);
         int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
         free(jtext);

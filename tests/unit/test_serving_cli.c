@@ -391,8 +391,8 @@ static void eval_tests(void) {
     kf_err err;
     char cwd[4096], here[600];
     snprintf(here, sizeof here, "%s/cwd", T);
-    T_CHECK(getcwd(cwd, sizeof cwd) && fs_mkdir_p(here, &err) == 0 && chdir(here) == 0,
-            "chdir %s", here);
+    T_CHECK(getcwd(cwd, sizeof cwd) && fs_mkdir_p(here, &err) == 0 && chdir(here) == 0, "chdir %s",
+            here);
     snprintf(cmd, sizeof cmd,
              "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 2 --k 2 "
              "--runs 1 --prefix-len 6 --backend cpu",

@@ -144,7 +144,8 @@ static int64_t run_eos(const char *evp) {
     tok *tk = vocab ? tok_load(kind, vocab, &err) : NULL;
     int64_t eos = -2;
     if (tk) {
-        eos = tok_special_id(tk, "eos") >= 0 ? tok_special_id(tk, "eos") : tok_special_id(tk, "sep");
+        eos =
+            tok_special_id(tk, "eos") >= 0 ? tok_special_id(tk, "eos") : tok_special_id(tk, "sep");
         if (eos < 0) eos = -2;
         tok_free(tk);
     }
