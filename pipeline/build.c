@@ -492,7 +492,8 @@ static void *setup_main(void *arg) {
     int slot = build_slot_take(b, 0);
     int rc = setup(b, b->c, b->toks, &err);
     build_slot_give(b, slot);
-    if (!rc && ((b->lock_fd = build_out_lock(b->c, &err)) < 0 || build_out_prepare(b->c, &err))) rc = -1;
+    if (!rc && ((b->lock_fd = build_out_lock(b->c, &err)) < 0 || build_out_prepare(b->c, &err)))
+        rc = -1;
     if (rc) build_fail(b, &err);
     pthread_mutex_lock(&b->mu);
     b->ready = 1;
