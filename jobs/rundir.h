@@ -8,7 +8,8 @@
  *                           canonical YAML (cfg_emit) whose sha256 is HASH.
  *                           Every stage reads this file, never the original,
  *                           so editing the original after submit changes
- *                           nothing.
+ *                           nothing (until a stage trains, a corrected config
+ *                           may replace it: rundir_untrained).
  *   RUN/jobs.tsv *          Slurm jobs submitted for the run, one line each:
  *                           "STAGE<TAB>JOBID<TAB>UNIX-TIME" (the last line
  *                           of a stage is its current job). Line 1 is the
