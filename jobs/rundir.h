@@ -8,7 +8,8 @@
  *                           canonical YAML (cfg_emit) whose sha256 is HASH.
  *                           Every stage reads this file, never the original,
  *                           so editing the original after submit changes
- *                           nothing.
+ *                           nothing (until a stage trains, a corrected config
+ *                           may replace it: rundir_untrained).
  *   RUN/jobs.tsv *          Slurm jobs submitted for the run, one line each:
  *                           "STAGE<TAB>JOBID<TAB>UNIX-TIME" (the last line
  *                           of a stage is its current job). Line 1 is the
@@ -79,6 +80,12 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
  * above); why (cap bytes) says what is missing or stale. */
 bool rundir_stage_complete(const char *run, const runconfig *rc, const char *stage, char *why,
                            size_t cap);
+
+/** True when no stage of rc has trained anything: no final weights, no
+ * checkpoint, no logged step, and no status `running` (a trainer starting).
+ * Then nothing depends on RUN/run.yaml yet and a corrected config may
+ * replace it. Otherwise why (cap bytes) names the first stage that has. */
+bool rundir_untrained(const char *run, const runconfig *rc, char *why, size_t cap);
 
 /** One submitted Slurm job. */
 typedef struct rundir_job {

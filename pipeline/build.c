@@ -622,6 +622,35 @@ static void builder_stop(builder *b, int read_failed) {
     }
 }
 
+/* Input that is mostly not text (binary garbage, another encoding) still
+ * tokenizes, as U+FFFD: above this fraction of invalid UTF-8 the build warns. */
+#define REPLACED_WARN 0.01
+
+/* A split that training reads (train always, valid when the set has a
+ * validation rule) must hold samples: the build fails rather than leave a
+ * set that can never train. Warns about a split that is mostly replaced
+ * bytes, naming its inputs. */
+static int check_split(const builder *b, int s, const manifest_split *sp, kf_err *err) {
+    const build_config *c = b->c;
+    const build_inputs *in = s && c->valid_inputs.n ? &c->valid_inputs : &c->inputs;
+    char names[1024] = "";
+    for (int i = 0, u = 0; i < in->n && u < (int)sizeof names - 1; i++)
+        u += snprintf(names + u, sizeof names - (size_t)u, "%s%s", i ? ", " : "", in->v[i].path);
+    if (sp->samples == 0 && (s == 0 || c->valid_last > 0 || c->valid_inputs.n))
+        return kf_err_set(err,
+                          "shards.%s: the %s split has 0 samples (%" PRId64 " documents, %" PRId64
+                          " tokens from %s): nothing to %s; give it more text%s",
+                          c->name, split_names[s], sp->docs, sp->tokens, names,
+                          s ? "validate on" : "train on",
+                          s ? " (valid: last: N documents, or valid: inputs:)" : "");
+    if (sp->raw_bytes > 0 && (double)sp->replaced > REPLACED_WARN * (double)sp->raw_bytes)
+        kf_log_warn("shards.%s %s: %.0f%% of the input bytes are invalid UTF-8 (%" PRId64
+                    " replacements by U+FFFD in %" PRId64 " bytes) from %s: is it text?",
+                    c->name, split_names[s], 100.0 * (double)sp->replaced / (double)sp->raw_bytes,
+                    sp->replaced, sp->raw_bytes, names);
+    return 0;
+}
+
 /* After a clean build: every shard durable, the manifest filled from the
  * units, shards beyond the new counts removed, the manifest written (last). */
 static int builder_commit(builder *b, build_result *res, kf_err *err) {
@@ -637,6 +666,7 @@ static int builder_commit(builder *b, build_result *res, kf_err *err) {
             else r.shards_built++;
         }
         manifest_split_sum(sp);
+        if (check_split(b, s, sp, err)) return -1;
         r.raw_bytes += sp->raw_bytes;
         if (build_out_remove_orphans(b->c, split_names[s], b->nunits[s], err)) return -1;
     }

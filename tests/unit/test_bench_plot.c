@@ -144,6 +144,31 @@ int main(void) {
     }
     free(pix);
 
+    /* A stage's log is titled "RUN: STAGE", not by its file name (every
+     * stage's is log.jsonl): the default draws the same pixels as that title. */
+    char slog[700], pa[700], pb[700], pc[700], sdir[600];
+    snprintf(sdir, sizeof sdir, "%s/run1/stages/ar", dir);
+    T_CHECK(fs_mkdir_p(sdir, &err) == 0, "mkdir %s: %s", sdir, err.msg);
+    snprintf(slog, sizeof slog, "%s/log.jsonl", sdir);
+    fs_write_atomic(slog, text, n, &err);
+    snprintf(pa, sizeof pa, "%s/title_default.png", dir);
+    snprintf(pb, sizeof pb, "%s/title_stage.png", dir);
+    snprintf(pc, sizeof pc, "%s/title_file.png", dir);
+    char *t1[] = {"plot", slog, "-o", pa};
+    char *t2[] = {"plot", slog, "-o", pb, "--title", "run1: ar"};
+    char *t3[] = {"plot", slog, "-o", pc, "--title", "log.jsonl"};
+    T_CHECK(run(4, t1) == 0 && run(6, t2) == 0 && run(6, t3) == 0, "stage log plots failed");
+    char *ta, *tb, *tc;
+    size_t la, lb, lc;
+    if (fs_read_file(pa, &ta, &la, &err) == 0 && fs_read_file(pb, &tb, &lb, &err) == 0 &&
+        fs_read_file(pc, &tc, &lc, &err) == 0) {
+        T_CHECK(la == lb && !memcmp(ta, tb, la), "stage log's default title is not 'run1: ar'");
+        T_CHECK(la != lc || memcmp(ta, tc, la), "stage log titled by its file name");
+        free(ta), free(tb), free(tc);
+    } else {
+        T_CHECK(0, "stage log plots: %s", err.msg);
+    }
+
     /* Errors. */
     char *a3[] = {"plot", log, "--key", "nope", "-o", png};
     T_EQ_INT(run(6, a3), 1, "missing key is not an error");

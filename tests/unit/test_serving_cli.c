@@ -16,9 +16,11 @@
  *    usage) and a good run.
  * (`kf sample`'s own bad-input exits and seed repeat are tested in
  * test_kforcing_cli.c.) */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -373,6 +375,39 @@ static void eval_tests(void) {
     T_EQ_INT(run(quality_eval_main, cmd), 1, "a malformed line exits 1");
     snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl", T);
     T_EQ_INT(run(quality_eval_main, cmd), 2, "no --evaluator is a usage error");
+    /* the evaluator as a stage's final/ directory, as every other command takes it */
+    snprintf(cmd, sizeof cmd,
+             "eval --completions %s/c.jsonl --evaluator %s/run/stages/ar/final --backend cpu", T,
+             T);
+    T_EQ_INT(run(quality_eval_main, cmd), 0, "a final/ directory as the evaluator");
+    /* the "eos" kf sample records is the default; lines that disagree are refused */
+    write_text("eos.jsonl", "{\"prefix\": [1], \"completion\": [3, 4], \"eos\": 4}\n"
+                            "{\"prefix\": [1], \"completion\": [3, 5], \"eos\": 5}\n");
+    snprintf(cmd, sizeof cmd,
+             "eval --completions %s/eos.jsonl --evaluator %s/ar.safetensors --backend cpu", T, T);
+    T_EQ_INT(run(quality_eval_main, cmd), 1, "lines recording different eos ids");
+
+    /* without --json / --png nothing is written into the working directory */
+    kf_err err;
+    char cwd[4096], here[600];
+    snprintf(here, sizeof here, "%s/cwd", T);
+    T_CHECK(getcwd(cwd, sizeof cwd) && fs_mkdir_p(here, &err) == 0 && chdir(here) == 0, "chdir %s",
+            here);
+    snprintf(cmd, sizeof cmd,
+             "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 2 --k 2 "
+             "--runs 1 --prefix-len 6 --backend cpu",
+             T, T, T);
+    T_EQ_INT(run(bench_decode_main, cmd), 0, "bench decode without --json/--png");
+    DIR *d = opendir(".");
+    int files = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            T_CHECK(0, "bench decode wrote %s into the working directory unasked", e->d_name);
+            files++;
+        }
+    if (d) closedir(d);
+    T_EQ_INT(files, 0, "files written into the working directory unasked");
+    T_CHECK(chdir(cwd) == 0, "chdir back to %s", cwd);
 }
 
 int main(void) {

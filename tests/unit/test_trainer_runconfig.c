@@ -241,5 +241,15 @@ int main(void) {
         runconfig_free(rc);
     }
     expect_error("name: t\n", "", "name");
+    /* runs/NAME: one path component of safe characters */
+    const char *bad_names[] = {"../../esc", "..", ".", "a/b", "\"\"", "-x", ".hidden", "a b"};
+    for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++) {
+        char repl[64];
+        snprintf(repl, sizeof repl, "name: %s\n", bad_names[i]);
+        expect_error("name: t\n", repl, "is not a run name");
+    }
+    T_EQ_INT(load_with("name: t\n", "name: run_2.b-C\n", 0, NULL, &rc, &err), 0,
+             "name run_2.b-C: %s", err.msg);
+    runconfig_free(rc);
     return T_DONE();
 }

@@ -59,8 +59,9 @@ static const char USAGE[] =
     "                   fp32 accumulation (the paper decodes in bf16); logits stay fp32\n"
     "\n"
     "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
-    "text (detokenised, truncated at the first EOS; with --vocab), tokens_per_s (the\n"
-    "batch's generated tokens / wall-clock seconds).\n";
+    "text (detokenised, truncated at the first EOS; with --vocab), k, tau, seed, eos (the\n"
+    "EOS id, when known), model_sha256 (of the weights file), tokens_per_s (the batch's\n"
+    "generated tokens / wall-clock seconds).\n";
 
 typedef struct job {
     int32_t *prefix;
@@ -88,6 +89,7 @@ typedef struct sample_args {
 /* What the run needs: the tokenizer, the prefixes, the model and its decoding options. */
 typedef struct sample_plan {
     char path[4096]; /* the checkpoint's weights */
+    char sha[65];    /* their sha256: which weights made the completions */
     tok *tk;
     int32_t **pre;
     int64_t *plen, npre, eos;
@@ -256,7 +258,11 @@ static void print_completion(const sample_plan *p, const sample_args *a, const i
         free(keep);
         tok_bytes_free(&txt);
     }
-    printf(", \"k\": %lld, \"tau\": %g, \"tokens_per_s\": %.1f}\n", (long long)p->o.k, a->tau, tps);
+    printf(", \"k\": %lld, \"tau\": %g, \"seed\": %lld", (long long)p->o.k, a->tau,
+           (long long)a->seed);
+    /* where kf eval --completions truncates by default (when known) */
+    if (p->eos >= 0) printf(", \"eos\": %lld", (long long)p->eos);
+    printf(", \"model_sha256\": \"%s\", \"tokens_per_s\": %.1f}\n", p->sha, tps);
 }
 
 /* Decodes every (prefix, copy) in batches of prefixes of one length and
@@ -305,8 +311,7 @@ int sample_main(int argc, char **argv) {
     omp_env_passive();
     kf_err err = {{0}};
     sample_plan p = {0};
-    char sha[65];
-    if (ckpt_resolve_teacher(a.ckpt, p.path, sizeof p.path, sha, &err)) rc = KF_EXIT_ERROR;
+    if (ckpt_resolve_teacher(a.ckpt, p.path, sizeof p.path, p.sha, &err)) rc = KF_EXIT_ERROR;
     else if (!(rc = plan_prefixes(&p, &a, &err)) && !(rc = plan_model(&p, &a, &err)))
         rc = run_batches(&p, &a, &err);
     if (rc) fprintf(stderr, "kf sample: %s\n", err.msg);

@@ -477,17 +477,17 @@ int ckpt_resolve_teacher(const char *ref, char *out, size_t cap, char sha[65], k
         if (fs_exists(p)) {
             kf_err e2 = {{0}};
             if (ckpt_verify(ref, NULL, &e2))
-                return kf_err_set(err, "teacher checkpoint %s does not verify: %s", ref, e2.msg);
+                return kf_err_set(err, "checkpoint %s does not verify: %s", ref, e2.msg);
             fs_path_join(out, cap, ref, "ema.safetensors");
             return sha256_file_hex(out, sha, err);
         }
         return kf_err_set(err,
-                          "teacher %s: neither a final/ directory (final.yaml) nor a checkpoint "
+                          "%s: neither a final/ directory (final.yaml) nor a checkpoint "
                           "(state.yaml)",
                           ref);
     }
-    if (!fs_exists(ref)) return kf_err_set(err, "teacher %s: no such file or directory", ref);
-    KF_CHECK(strlen(ref) < cap, "teacher path too long");
+    if (!fs_exists(ref)) return kf_err_set(err, "%s: no such file or directory", ref);
+    KF_CHECK(strlen(ref) < cap, "checkpoint path too long");
     strcpy(out, ref);
     return sha256_file_hex(ref, sha, err);
 }

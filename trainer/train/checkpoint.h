@@ -120,7 +120,8 @@ int ckpt_load(const char *path, int rank, model *m, float *ema, float *adam_m, f
 void ckpt_write_final(const char *final_dir, const model *m, const float *ema,
                       const ckpt_meta *meta);
 
-/** Resolves and verifies a teacher: a final/ directory (its DONE marker and
+/** Resolves and verifies a model reference (a teacher, or the CKPT of kf
+ * eval / kf sample): a final/ directory (its DONE marker and
  * recorded sha256 of model.safetensors are checked), a step-N checkpoint
  * directory (verified; its ema.safetensors is used) or a .safetensors file.
  * out receives the weights file, sha the file's sha256.

@@ -239,7 +239,11 @@ static int resolve_ref(trainer *t, const char *ref, int stage_idx, char *out, si
                               t->st->name, ref, p);
         return ckpt_resolve_teacher(p, out, cap, sha, err);
     }
-    return ckpt_resolve_teacher(ref, out, cap, sha, err);
+    if (ckpt_resolve_teacher(ref, out, cap, sha, err) == 0) return 0;
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return kf_err_set(err, "stage '%s', %s: %s", t->st->name,
+                      ref == t->st->teacher ? "teacher" : "init", why);
 }
 
 static kf_backend *make_backend(trainer *t) {
