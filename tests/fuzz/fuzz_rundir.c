@@ -15,6 +15,9 @@
 #include "fuzz_util.h"
 #include "jobs/plan.h"
 #include "jobs/rundir.h"
+#include "trainer/train/checkpoint.h"
+
+FUZZ_CHECKPOINT_WRITER_STUBS /* rundir.c verifies checkpoints (ckpt_verify) */
 
 enum { P_CONFIG, P_STATUS, P_LOG, P_JOBS, P_OVERRIDE, NPARTS };
 

@@ -24,11 +24,27 @@
 #include "trainer/train/optim.h"
 #include "trainer/train/supervision.h"
 
-static volatile sig_atomic_t g_preempt;
+static volatile sig_atomic_t g_preempt; /* the first signal that asked for a checkpoint */
+static volatile sig_atomic_t g_int_seen;
+static struct timespec g_int_at;
 
+/* SIGINT counts as a second Ctrl-C only 0.25 s after the first: one Ctrl-C
+ * reaches this process both from the terminal and forwarded by `kf jobs run`
+ * (and by a kill of the process group), microseconds apart. */
 static void on_signal(int sig) {
-    (void)sig;
-    g_preempt = 1;
+    if (sig == SIGINT) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double since = (double)(now.tv_sec - g_int_at.tv_sec) +
+                       1e-9 * (double)(now.tv_nsec - g_int_at.tv_nsec);
+        if (g_int_seen && since > 0.25) { /* a second Ctrl-C: abort at once */
+            signal(SIGINT, SIG_DFL);
+            raise(SIGINT);
+            return;
+        }
+        if (!g_int_seen) g_int_at = now, g_int_seen = 1;
+    }
+    if (!g_preempt) g_preempt = sig;
 }
 
 void train_install_signals(void) {
@@ -39,6 +55,7 @@ void train_install_signals(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 }
 
 /* A micro-batch's student input and targets, copied out of the sup_ctx so
@@ -103,10 +120,11 @@ typedef struct trainer {
     writer_lock lock; /* rank 0: the stage's writer lock, held until teardown */
 } trainer;
 
-static void write_status(trainer *t, const char *state) {
+static void write_status(trainer *t, const char *state, const char *reason) {
     if (t->d->rank != 0) return;
     stage_status st = {.step = t->step, .steps = t->st->steps, .tokens_per_s = t->last_tps};
     snprintf(st.state, sizeof st.state, "%s", state);
+    snprintf(st.reason, sizeof st.reason, "%s", reason);
     if (t->last_ckpt_step >= 0)
         snprintf(st.checkpoint, sizeof st.checkpoint, "step-%" PRId64, t->last_ckpt_step);
     kf_err err = {{0}};
@@ -835,7 +853,7 @@ static void teardown(trainer *t) {
 /* Ends the stage on an error: the message, status "failed", resources freed. */
 static int stage_failed(trainer *t, const kf_err *err) {
     int code = kf_err_report("kf", err);
-    write_status(t, "failed");
+    write_status(t, "failed", err->msg);
     teardown(t);
     return code;
 }
@@ -862,7 +880,7 @@ int train_run(const train_args *a, dist *d) {
     if (t->st->kind == RC_KIND_IMPORT) {
         int rc = run_import(t, &err);
         if (rc) return stage_failed(t, &err);
-        write_status(t, "done");
+        write_status(t, "done", "");
         teardown(t);
         return KF_EXIT_OK;
     }
@@ -897,16 +915,25 @@ int train_run(const train_args *a, dist *d) {
                     (long long)t->accum, (long long)t->micro, t->be->name, dist_build_info(),
                     t->zero1 ? ", ZeRO-1 (optimizer state sharded)" : "");
     }
-    write_status(t, "running");
+    write_status(t, "running", "");
 
     while (t->step < t->st->steps) {
         int stop = g_preempt || (a->stop_at > 0 && t->step >= a->stop_at);
         if (dist_allreduce_max_int(d, stop)) {
             checkpoint(t);
-            write_status(t, "preempted");
+            char why[64];
+            if (g_preempt)
+                snprintf(why, sizeof why, "%s",
+                         g_preempt == SIGINT    ? "SIGINT"
+                         : g_preempt == SIGTERM ? "SIGTERM"
+                                                : "SIGUSR1");
+            else if (a->stop_at > 0 && t->step >= a->stop_at)
+                snprintf(why, sizeof why, "--stop-at %lld", (long long)a->stop_at);
+            else snprintf(why, sizeof why, "another rank was signalled");
+            write_status(t, "preempted", why);
             if (d->rank == 0)
-                kf_log_info("%s: preempted at step %" PRId64 ": checkpoint written, exit %d",
-                            t->st->name, t->step, KF_EXIT_PREEMPTED);
+                kf_log_info("%s: preempted at step %" PRId64 " (%s): checkpoint written, exit %d",
+                            t->st->name, t->step, why, KF_EXIT_PREEMPTED);
             teardown(t);
             return KF_EXIT_PREEMPTED;
         }
@@ -916,7 +943,7 @@ int train_run(const train_args *a, dist *d) {
         if (t->o->checkpoint_every && t->step % t->o->checkpoint_every == 0 &&
             t->step < t->st->steps) {
             checkpoint(t);
-            write_status(t, "running");
+            write_status(t, "running", "");
         }
     }
     log_eval(t);
@@ -935,7 +962,7 @@ int train_run(const train_args *a, dist *d) {
         kf_log_info("%s: done: %s", t->st->name, t->final_dir);
     }
     state_done(t, ema);
-    write_status(t, "done");
+    write_status(t, "done", "");
     dist_barrier(d);
     teardown(t);
     return KF_EXIT_OK;
