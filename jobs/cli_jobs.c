@@ -261,9 +261,9 @@ static int stage_stopped(const char *run, const runconfig *rc, const char *stage
                 stage, code - 128, strsignal(code - 128), from);
     else if (code)
         fprintf(stderr,
-                "kf jobs: %s: failed (exit %d%s%s); once what the error above names is fixed, "
-                "the same command resumes it %s\n",
-                stage, code, *st.reason ? ": " : "", st.reason, from);
+                "kf jobs: %s: failed (exit %d); once what the error above names is fixed, the "
+                "same command resumes it %s\n",
+                stage, code, from);
     else
         fprintf(stderr, "kf jobs: %s: ended without finishing (%s); the same command resumes it %s\n",
                 stage, why, from);

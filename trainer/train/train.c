@@ -506,7 +506,16 @@ static int resolve_ref(trainer *t, const char *ref, int stage_idx, char *out, si
             return kf_err_set(err,
                               "stage '%s' needs stage '%s' to be finished first (%s is missing)",
                               t->st->name, ref, p);
-        return ckpt_resolve_teacher(p, out, cap, sha, err);
+        kf_err why = {{0}};
+        if (ckpt_resolve_teacher(p, out, cap, sha, &why) == 0) return 0;
+        /* running again cannot help: say which file is at fault and what mends it */
+        return kf_err_set(err,
+                          "the final weights of stage '%s', this stage's teacher, do not verify: "
+                          "%s. Remove them (rm -r %s) and run kf jobs run (or resume) again: "
+                          "stage '%s' is finished again from its newest checkpoint; weights it "
+                          "got from kf import are imported again with kf import WEIGHTS "
+                          "--run-dir %s --stage %s --force",
+                          ref, why.msg, p, ref, t->a->run_dir, ref);
     }
     return ckpt_resolve_teacher(ref, out, cap, sha, err);
 }
