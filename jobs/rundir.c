@@ -312,7 +312,6 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
     if (got == 0) {
         snprintf(st->status, sizeof st->status, "%s", ss.state);
         snprintf(st->reason, sizeof st->reason, "%s", ss.reason);
-        if (ss.step > st->log_step) st->log_step = ss.step;
     }
 }
 
