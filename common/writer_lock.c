@@ -93,6 +93,8 @@ int writer_lock_take(const char *path, const char *what, writer_lock *l, kf_err 
     if (fd < 0) return kf_err_set(err, "cannot open lock file %s: %s", path, strerror(errno));
     const char *w = getenv("KF_LOCK_WAIT_S"), *job = getenv("SLURM_JOB_ID");
     double wait_s = w && *w ? atof(w) : 150;
+    char host[128] = "";
+    gethostname(host, sizeof host - 1);
     time_t start = time(NULL);
     for (;;) {
         struct flock fl = whole_file(F_WRLCK);
@@ -107,7 +109,8 @@ int writer_lock_take(const char *path, const char *what, writer_lock *l, kf_err 
         }
         writer_holder h;
         read_holder(fd, &h);
-        if (job && *job && !strcmp(job, h.slurm_job) && difftime(time(NULL), start) < wait_s) {
+        if (job && *job && !strcmp(job, h.slurm_job) && strcmp(host, h.host) &&
+            difftime(time(NULL), start) < wait_s) {
             sleep(1); /* our own job's earlier start, on a node that lost it: wait it out */
             continue;
         }

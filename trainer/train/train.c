@@ -25,25 +25,8 @@
 #include "trainer/train/supervision.h"
 
 static volatile sig_atomic_t g_preempt; /* the first signal that asked for a checkpoint */
-static volatile sig_atomic_t g_int_seen;
-static struct timespec g_int_at;
 
-/* SIGINT counts as a second Ctrl-C only 0.25 s after the first: one Ctrl-C
- * reaches this process both from the terminal and forwarded by `kf jobs run`
- * (and by a kill of the process group), microseconds apart. */
 static void on_signal(int sig) {
-    if (sig == SIGINT) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double since = (double)(now.tv_sec - g_int_at.tv_sec) +
-                       1e-9 * (double)(now.tv_nsec - g_int_at.tv_nsec);
-        if (g_int_seen && since > 0.25) { /* a second Ctrl-C: abort at once */
-            signal(SIGINT, SIG_DFL);
-            raise(SIGINT);
-            return;
-        }
-        if (!g_int_seen) g_int_at = now, g_int_seen = 1;
-    }
     if (!g_preempt) g_preempt = sig;
 }
 
@@ -55,6 +38,10 @@ void train_install_signals(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* Ctrl-C checkpoints like SIGTERM; the handler is then reset, so a second
+     * Ctrl-C aborts at once (`kf jobs run` forwards its SIGINT as SIGTERM:
+     * one Ctrl-C reaches the trainer once, from the terminal) */
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
     sigaction(SIGINT, &sa, NULL);
 }
 
