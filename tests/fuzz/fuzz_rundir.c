@@ -9,9 +9,9 @@
  * take paths). The raw config is also read as a frozen RUN/run.yaml. A
  * config that loads is frozen with rundir_freeze and must load back with the
  * same hash; its plan is printed (to /dev/null); the first stage gets the
- * status, log and a checkpoint directory (whose manifest does not verify: never reported), and every stage's state is read;
- * jobs.tsv is read, and when accepted one job is appended and must read
- * back. */
+ * status, log and a checkpoint directory (whose manifest never verifies, so
+ * it is never reported), and every stage's state is read; jobs.tsv is read,
+ * and when accepted one job is appended and must read back. */
 #include "fuzz_util.h"
 #include "jobs/plan.h"
 #include "jobs/rundir.h"
