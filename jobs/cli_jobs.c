@@ -265,7 +265,8 @@ static int stage_stopped(const char *run, const runconfig *rc, const char *stage
                 "same command resumes it %s\n",
                 stage, code, from);
     else
-        fprintf(stderr, "kf jobs: %s: ended without finishing (%s); the same command resumes it %s\n",
+        fprintf(stderr,
+                "kf jobs: %s: ended without finishing (%s); the same command resumes it %s\n",
                 stage, why, from);
     return KF_EXIT_ERROR;
 }
@@ -284,8 +285,9 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
         if (i > 0 && rundir_stage_stale(run, rc, stage, stale, sizeof stale)) {
             if (rundir_stage_retire(run, stage, dest, sizeof dest, &err))
                 return kf_err_report("kf jobs", &err);
-            fprintf(stderr, "kf jobs: %s: stale: %s; training it again from step 0 (what it had "
-                            "is kept in %s)\n",
+            fprintf(stderr,
+                    "kf jobs: %s: stale: %s; training it again from step 0 (what it had "
+                    "is kept in %s)\n",
                     stage, stale, dest);
         }
         if (rundir_stage_complete(run, rc, stage, why, sizeof why)) {
@@ -316,8 +318,7 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
 /* stale[i] (why[i], cap bytes each) for every config stage: trained under
  * teacher weights that changed since, or under a teacher that is itself
  * stale (to be trained again). */
-static void stale_stages(const char *run, const runconfig *rc, bool *stale, char *why,
-                         size_t cap) {
+static void stale_stages(const char *run, const runconfig *rc, bool *stale, char *why, size_t cap) {
     for (int i = 0; i < rc->n_stages; i++) {
         const runconfig_stage *s = &rc->stages[i];
         char *w = why + (size_t)i * cap;
@@ -353,7 +354,8 @@ static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
         if (i > 0 && stale[i - 1]) {
             char dest[PATH_MAX];
             if (rundir_stage_retire(run, stage, dest, sizeof dest, err)) goto fail;
-            fprintf(stderr, "kf jobs: %s: stale: %s; training it again (what it had is kept in %s)\n",
+            fprintf(stderr,
+                    "kf jobs: %s: stale: %s; training it again (what it had is kept in %s)\n",
                     stage, stale_why + (size_t)(i - 1) * WHY, dest);
         }
         if (rundir_stage_complete(run, rc, stage, why, sizeof why)) continue;
@@ -651,7 +653,7 @@ static void fill_row(const char *run, const runconfig *rc, const rundir_job *job
     else if (alive) snprintf(r->state, sizeof r->state, "queued");
     else if (r->job && strcmp(r->sj.state, "UNKNOWN") && strcmp(r->sj.state, "COMPLETED"))
         lower(r->state, sizeof r->state, r->sj.state); /* failed, cancelled, timeout, ... */
-    else if (!strcmp(r->st.status, "running")) /* said so, and died without a word */
+    else if (!strcmp(r->st.status, "running"))         /* said so, and died without a word */
         snprintf(r->state, sizeof r->state, "interrupted");
     else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed") ||
              !strcmp(r->st.status, "interrupted") || !strcmp(r->st.status, "stale"))

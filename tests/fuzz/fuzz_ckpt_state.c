@@ -13,7 +13,7 @@
 #include "fuzz_util.h"
 #include "trainer/train/checkpoint.h"
 
-FUZZ_CHECKPOINT_WRITER_STUBS
+FUZZ_CHECKPOINT_WRITER_STUBS;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *dir = fuzz_dir();

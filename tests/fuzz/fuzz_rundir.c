@@ -17,7 +17,8 @@
 #include "jobs/rundir.h"
 #include "trainer/train/checkpoint.h"
 
-FUZZ_CHECKPOINT_WRITER_STUBS /* rundir.c verifies checkpoints (ckpt_verify) */
+/* rundir.c verifies checkpoints (ckpt_verify) */
+FUZZ_CHECKPOINT_WRITER_STUBS;
 
 enum { P_CONFIG, P_STATUS, P_LOG, P_JOBS, P_OVERRIDE, NPARTS };
 

@@ -68,8 +68,10 @@ int main(void) {
     T_EQ_INT(writer_lock_take(p, "again", &mine, &err), -1, "own job, this host: refused");
     T_CHECK(difftime(time(NULL), t0) < 30, "own job, this host: not waited for");
     char lost[256];
-    snprintf(lost, sizeof lost, "host: lost-node\npid: %d\nslurm_job: 4242\nwhat: test holder\n"
-             "since: %lld\n", (int)child, (long long)time(NULL));
+    snprintf(lost, sizeof lost,
+             "host: lost-node\npid: %d\nslurm_job: 4242\nwhat: test holder\n"
+             "since: %lld\n",
+             (int)child, (long long)time(NULL));
     FILE *lf = fopen(p, "w"); /* the text is advice: rewriting it leaves the lock held */
     KF_CHECK(lf && fputs(lost, lf) >= 0 && fclose(lf) == 0, "rewrite %s", p);
     setenv("KF_LOCK_WAIT_S", "1", 1);
