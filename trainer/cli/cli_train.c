@@ -32,7 +32,8 @@ static const char USAGE[] =
     "teacher passes' for the whole stage, `follow` runs them in the student's phase;\n"
     "a resume refuses a changed one.\n"
     "\n"
-    "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 75.\n"
+    "SIGUSR1, SIGTERM or SIGINT (Ctrl-C): checkpoint at the next step boundary and exit 75;\n"
+    "a second Ctrl-C aborts at once (no checkpoint).\n"
     "Exit codes: 0 done (final/ and its DONE marker written), 1 error, 2 usage,\n"
     "75 preempted (checkpoint written; rerun with --resume).\n";
 

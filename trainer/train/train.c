@@ -16,6 +16,7 @@
 #include "common/runconfig.h"
 #include "common/sha256.h"
 #include "common/stage_status.h"
+#include "common/writer_lock.h"
 #include "trainer/model/model.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/loader.h"
@@ -23,11 +24,10 @@
 #include "trainer/train/step.h"
 #include "trainer/train/supervision.h"
 
-static volatile sig_atomic_t g_preempt;
+static volatile sig_atomic_t g_preempt; /* the first signal that asked for a checkpoint */
 
 static void on_signal(int sig) {
-    (void)sig;
-    g_preempt = 1;
+    if (!g_preempt) g_preempt = sig;
 }
 
 void train_install_signals(void) {
@@ -38,6 +38,11 @@ void train_install_signals(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* Ctrl-C checkpoints like SIGTERM; the handler is then reset, so a second
+     * Ctrl-C aborts at once (`kf jobs run` forwards its SIGINT as SIGTERM:
+     * one Ctrl-C reaches the trainer once, from the terminal) */
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigaction(SIGINT, &sa, NULL);
 }
 
 typedef struct trainer {
@@ -60,12 +65,14 @@ typedef struct trainer {
     kf_jsonl *log;
     double t0, last_tps;
     int64_t last_ckpt_step;
+    writer_lock lock; /* rank 0: the stage's writer lock, held until teardown */
 } trainer;
 
-static void write_status(trainer *t, const char *state) {
+static void write_status(trainer *t, const char *state, const char *reason) {
     if (t->d->rank != 0) return;
     stage_status st = {.step = t->step, .steps = t->st->steps, .tokens_per_s = t->last_tps};
     snprintf(st.state, sizeof st.state, "%s", state);
+    snprintf(st.reason, sizeof st.reason, "%s", reason);
     if (t->last_ckpt_step >= 0)
         snprintf(st.checkpoint, sizeof st.checkpoint, "step-%" PRId64, t->last_ckpt_step);
     kf_err err = {{0}};
@@ -237,7 +244,16 @@ static int resolve_ref(trainer *t, const char *ref, int stage_idx, char *out, si
             return kf_err_set(err,
                               "stage '%s' needs stage '%s' to be finished first (%s is missing)",
                               t->st->name, ref, p);
-        return ckpt_resolve_teacher(p, out, cap, sha, err);
+        kf_err why = {{0}};
+        if (ckpt_resolve_teacher(p, out, cap, sha, &why) == 0) return 0;
+        /* running again cannot help: say which file is at fault and what mends it */
+        return kf_err_set(err,
+                          "the final weights of stage '%s', this stage's teacher, do not verify: "
+                          "%s. Remove them (rm -r %s) and run kf jobs run (or resume) again: "
+                          "stage '%s' is finished again from its newest checkpoint; weights it "
+                          "got from kf import are imported again with kf import WEIGHTS "
+                          "--run-dir %s --stage %s --force",
+                          ref, why.msg, p, ref, t->a->run_dir, ref);
     }
     if (ckpt_resolve_teacher(ref, out, cap, sha, err) == 0) return 0;
     char why[sizeof err->msg];
@@ -292,8 +308,20 @@ static int setup(trainer *t, kf_err *err) {
     fs_path_join(t->ckpt_dir, sizeof t->ckpt_dir, t->stage_dir, "ckpt");
     fs_path_join(t->final_dir, sizeof t->final_dir, t->stage_dir, "final");
     t->last_ckpt_step = -1;
-    if (t->d->rank == 0 && fs_mkdir_p(t->ckpt_dir, err)) return -1;
-    dist_barrier(t->d);
+    /* One writer per stage: rank 0 takes the stage's lock before it writes
+     * anything, and a refusal stops every rank. */
+    int bad = 0;
+    if (t->d->rank == 0) {
+        char lp[4200], what[160];
+        fs_path_join(lp, sizeof lp, t->stage_dir, "lock");
+        snprintf(what, sizeof what, "kf train --stage %s", t->st->name);
+        bad = fs_mkdir_p(t->stage_dir, err) || writer_lock_take(lp, what, &t->lock, err) ||
+              fs_mkdir_p(t->ckpt_dir, err);
+    }
+    if (dist_allreduce_max_int(t->d, bad)) {
+        if (!bad) kf_err_set(err, "rank 0 could not start the stage (its error says why)");
+        return -1;
+    }
     t->be = make_backend(t);
     if (dist_attach_backend(t->d, t->be, err)) return -1;
     return 0;
@@ -556,12 +584,13 @@ static void teardown(trainer *t) {
     if (t->be) t->be->destroy(t->be);
     kf_jsonl_close(t->log);
     runconfig_free(t->rc);
+    writer_lock_release(&t->lock); /* last: every write of the stage is done */
 }
 
 /* Ends the stage on an error: the message, status "failed", resources freed. */
 static int stage_failed(trainer *t, const kf_err *err) {
     int code = kf_err_report("kf", err);
-    write_status(t, "failed");
+    write_status(t, "failed", err->msg);
     teardown(t);
     return code;
 }
@@ -570,6 +599,7 @@ int train_run(const train_args *a, dist *d) {
     trainer tr, *t = &tr;
     memset(t, 0, sizeof *t);
     t->a = a, t->d = d;
+    t->lock.fd = -1;
     t->t0 = clock_now_s();
     kf_err err = {{0}};
     if (setup(t, &err)) {
@@ -587,7 +617,7 @@ int train_run(const train_args *a, dist *d) {
     if (t->st->kind == RC_KIND_IMPORT) {
         int rc = run_import(t, &err);
         if (rc) return stage_failed(t, &err);
-        write_status(t, "done");
+        write_status(t, "done", "");
         teardown(t);
         return KF_EXIT_OK;
     }
@@ -622,16 +652,25 @@ int train_run(const train_args *a, dist *d) {
                     (long long)t->accum, (long long)t->micro, t->be->name, dist_build_info(),
                     t->s->opt.zero1 ? ", ZeRO-1 (optimizer state sharded)" : "");
     }
-    write_status(t, "running");
+    write_status(t, "running", "");
 
     while (t->step < t->st->steps) {
         int stop = g_preempt || (a->stop_at > 0 && t->step >= a->stop_at);
         if (dist_allreduce_max_int(d, stop)) {
             checkpoint(t);
-            write_status(t, "preempted");
+            char why[64];
+            if (g_preempt)
+                snprintf(why, sizeof why, "%s",
+                         g_preempt == SIGINT    ? "SIGINT"
+                         : g_preempt == SIGTERM ? "SIGTERM"
+                                                : "SIGUSR1");
+            else if (a->stop_at > 0 && t->step >= a->stop_at)
+                snprintf(why, sizeof why, "--stop-at %lld", (long long)a->stop_at);
+            else snprintf(why, sizeof why, "another rank was signalled");
+            write_status(t, "preempted", why);
             if (d->rank == 0)
-                kf_log_info("%s: preempted at step %" PRId64 ": checkpoint written, exit %d",
-                            t->st->name, t->step, KF_EXIT_PREEMPTED);
+                kf_log_info("%s: preempted at step %" PRId64 " (%s): checkpoint written, exit %d",
+                            t->st->name, t->step, why, KF_EXIT_PREEMPTED);
             teardown(t);
             return KF_EXIT_PREEMPTED;
         }
@@ -643,7 +682,7 @@ int train_run(const train_args *a, dist *d) {
         if (t->o->checkpoint_every && t->step % t->o->checkpoint_every == 0 &&
             t->step < t->st->steps) {
             checkpoint(t);
-            write_status(t, "running");
+            write_status(t, "running", "");
         }
     }
     log_eval(t);
@@ -662,7 +701,7 @@ int train_run(const train_args *a, dist *d) {
         kf_log_info("%s: done: %s", t->st->name, t->final_dir);
     }
     state_done(t, ema);
-    write_status(t, "done");
+    write_status(t, "done", "");
     dist_barrier(d);
     teardown(t);
     return KF_EXIT_OK;
