@@ -25,7 +25,7 @@
 #include "common/stage_status.h"
 #include "common/writer_lock.h"
 #include "jobs/plan.h"
-#include "jobs/proc.h"
+#include "common/proc.h"
 #include "jobs/rundir.h"
 #include "jobs/sample.h"
 #include "jobs/slurm.h"

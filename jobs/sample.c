@@ -11,7 +11,7 @@
 
 #include "common/fsutil.h"
 #include "common/json.h"
-#include "jobs/proc.h"
+#include "common/proc.h"
 #include "pipeline/build_config.h"
 #include "tokenize/tokenizer.h"
 #include "trainer/infer/quality.h"

@@ -37,7 +37,7 @@
 #include "common/json.h"
 #include "common/runconfig.h"
 #include "common/strbuf.h"
-#include "jobs/proc.h"
+#include "common/proc.h"
 #include "kernels/kernels.h"
 #include "tokenize/tokenizer.h"
 #include "trainer/model/model.h"
