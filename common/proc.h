@@ -18,8 +18,8 @@
  * While it runs, SIGTERM and SIGUSR1 received by this process are forwarded
  * to the child (the trainer checkpoints on them), and SIGINT as SIGTERM (a
  * terminal's Ctrl-C reaches the child directly too; to the trainer a second
- * SIGINT means abort), so `kf jobs run` behaves like the trainer it wraps; and when this process dies (kill -9),
- * the child gets SIGTERM (prctl PR_SET_PDEATHSIG).
+ * SIGINT means abort), so `kf jobs run` behaves like the trainer it wraps; and when this process
+ * dies (kill -9), the child gets SIGTERM (prctl PR_SET_PDEATHSIG).
  * @return the exit status (0..255, 128+N for signal N), or -1 with err set
  * when the program could not be started. */
 int proc_run(char *const argv[], kf_err *err);

@@ -74,9 +74,9 @@ typedef struct rundir_state {
     time_t log_mtime;    /* when log.jsonl last changed (0: no log) */
     double steps_per_s;  /* recent throughput from log.jsonl, 0 if unknown */
     double tokens_per_s; /* last tokens/s logged, 0 if unknown */
-    char status[128]; /* state in the stage's status file (running, preempted, failed,
-                         interrupted, done), "" if none; for "shards": "stale" when data was
-                         built with other settings */
+    char status[128];    /* state in the stage's status file (running, preempted, failed,
+                            interrupted, done), "" if none; for "shards": "stale" when data was
+                            built with other settings */
 } rundir_state;
 
 /** Reads stage `stage` of run (a config stage or RUNDIR_SHARDS) from disk,

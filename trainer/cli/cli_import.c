@@ -255,6 +255,37 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     return 0;
 }
 
+/* Takes RUN's and the stage's writer locks (one writer per run and per
+ * stage: a `kf jobs run` driving the run, or a `kf train` of the stage,
+ * refuses this import), loads RUN/run.yaml when there is one (*rc, *st) and
+ * refuses a stage that has final weights unless force. Whatever it took is
+ * the caller's to release, on failure too. @return 0, or -1 with err. */
+static int import_prepare(const char *run, const char *stage, bool force, writer_lock *run_lock,
+                          writer_lock *stage_lock, runconfig **rc, const runconfig_stage **st,
+                          char *final_dir, size_t cap, kf_err *err) {
+    char p[4200];
+    snprintf(final_dir, cap, "%s/stages/%s/final", run, stage);
+    snprintf(p, sizeof p, "%s/lock", run);
+    if (fs_mkdir_p(run, err) || writer_lock_take(p, "kf import", run_lock, err)) return -1;
+    snprintf(p, sizeof p, "%s/run.yaml", run);
+    if (fs_exists(p)) {
+        if (runconfig_load(p, 0, NULL, rc, err)) return -1;
+        *st = runconfig_stage_find(*rc, stage);
+        if (!*st) return kf_err_set(err, "%s has no stage named '%s'", p, stage);
+    }
+    snprintf(p, sizeof p, "%s/stages/%s", run, stage);
+    if (fs_mkdir_p(p, err)) return -1;
+    snprintf(p, sizeof p, "%s/stages/%s/lock", run, stage);
+    if (writer_lock_take(p, "kf import", stage_lock, err)) return -1;
+    snprintf(p, sizeof p, "%s/DONE", final_dir);
+    if (fs_exists(p) && !force)
+        return kf_err_set(err,
+                          "stage '%s' of %s already has final weights (%s): pass --force "
+                          "to replace them",
+                          stage, run, final_dir);
+    return 0;
+}
+
 int import_main(int argc, char **argv) {
     const char *ckpt = NULL, *run = NULL, *stage = NULL, *probe = NULL, *out = NULL;
     double tol = 1e-4;
@@ -290,35 +321,11 @@ int import_main(int argc, char **argv) {
     /* one writer per run and per stage: a `kf jobs run` driving the run, or
      * a `kf train` of the stage, refuses this import */
     writer_lock run_lock = {-1}, stage_lock = {-1};
-    if (run) {
-        snprintf(final_dir, sizeof final_dir, "%s/stages/%s/final", run, stage);
-        snprintf(p, sizeof p, "%s/lock", run);
-        if (fs_mkdir_p(run, &err) || writer_lock_take(p, "kf import", &run_lock, &err))
-            return kf_err_report("kf import", &err);
-        snprintf(p, sizeof p, "%s/run.yaml", run);
-        if (fs_exists(p)) {
-            if (runconfig_load(p, 0, NULL, &rc, &err)) return kf_err_report("kf import", &err);
-            st = runconfig_stage_find(rc, stage);
-            if (!st) {
-                kf_err_set(&err, "%s has no stage named '%s'", p, stage);
-                runconfig_free(rc);
-                return kf_err_report("kf import", &err);
-            }
-        }
-        snprintf(p, sizeof p, "%s/stages/%s", run, stage);
-        if (fs_mkdir_p(p, &err)) return runconfig_free(rc), kf_err_report("kf import", &err);
-        snprintf(p, sizeof p, "%s/stages/%s/lock", run, stage);
-        if (writer_lock_take(p, "kf import", &stage_lock, &err))
-            return runconfig_free(rc), kf_err_report("kf import", &err);
-        snprintf(p, sizeof p, "%s/DONE", final_dir);
-        if (fs_exists(p) && !force) {
-            kf_err_set(&err,
-                       "stage '%s' of %s already has final weights (%s): pass --force to replace "
-                       "them",
-                       stage, run, final_dir);
-            runconfig_free(rc);
-            return kf_err_report("kf import", &err);
-        }
+    if (run && import_prepare(run, stage, force, &run_lock, &stage_lock, &rc, &st, final_dir,
+                              sizeof final_dir, &err)) {
+        runconfig_free(rc);
+        writer_lock_release(&stage_lock), writer_lock_release(&run_lock);
+        return kf_err_report("kf import", &err);
     }
     kf_backend *be = kernels_cpu_create();
     int hf = fs_is_dir(ckpt);
