@@ -98,16 +98,8 @@ ifeq ($(EMU),1)
 $(BUILD)/emu_selftest: $(BUILD)/$(EMU_DIR)/emu_selftest.o $(BUILD)/libkf.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
 
-# the emulated PTX instructions against the PTX ISA's layouts (cuda_mma.cuh)
-$(BUILD)/tests/test_cuda_mma: $(BUILD)/tests/unit/test_cuda_mma.o $(BUILD)/libkf.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
-
 # the harness's model of stream capture (CUDA graphs)
 $(BUILD)/tests/test_cuda_graph: $(BUILD)/tests/unit/test_cuda_graph.o $(BUILD)/libkf.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
-
-# attn_decode bitwise against the kernels it replaced (kept in the test alone)
-$(BUILD)/tests/test_cuda_decode_ref: $(BUILD)/tests/unit/test_cuda_decode_ref.o $(BUILD)/libkf.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
 
 $(BUILD)/%.cu.cc: %.cu $(EMU_DIR)/cu2cc.sh
@@ -125,6 +117,14 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 endif
+
+# The test programs written in CUDA, built by nvcc (CUDA=1: the hardware's
+# instructions) or as host C++ (EMU=1: the emulated ones): the PTX wrappers
+# (cuda_mma.cuh) against the PTX ISA's layouts, and attn_decode bitwise against
+# the kernels it replaced (kept in the test alone)
+CU_TESTS := tests/test_cuda_mma tests/test_cuda_decode_ref
+$(CU_TESTS:%=$(BUILD)/%): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkf.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 	@mkdir -p $(@D)
@@ -226,14 +226,16 @@ RUNS ?= 5
 test-loaded: test-build
 	tests/run_loaded.sh $(RUNS) $(T)
 
+# kf and the test programs that need a GPU, built by nvcc: compiled in CI,
+# run by make test-cuda (scripts/gpu_session.sh runs each under its own limit)
+GPU_TESTS := $(CU_TESTS) tests/test_cuda_ops tests/test_cuda_train tests/test_cuda_limits
 cuda-check:
-	$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf
+	$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf $(GPU_TESTS:%=build-cuda/%)
 
-test-cuda:
-	$(MAKE) CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf $(patsubst $(BUILD)/%,build-cuda/%,$(TEST_BIN))
+test-cuda: cuda-check
 	KF_TEST_CUDA=1 KF_BIN=build-cuda/kf KF_TEST_BUILD=build-cuda tests/run.sh cuda
 
 clean:
 	rm -rf build build-cuda build-emu build-emu-asan build-asan build-tsan build-fuzz bin
 
--include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d)
+-include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d) $(CU_TESTS:tests/%=$(BUILD)/tests/unit/%.d)

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# scripts/gpu_session.sh on this GPU-less machine, with a fake nvidia-smi on
+# PATH reporting an H200: --pack makes the carry within its size limit (the
+# total checked against du here) and refuses one over it; the session (an
+# absolute --deps path) reports the machine, picks the h200 roofline, reuses
+# every carried CUDA object (their sources' hashes match), and then every step
+# fails fast, each with its reason, none on the CPU; the summary and logs are
+# under $OUT (at most 8 files), the whole run inside its deadline. A step that
+# hangs (a carried llm.c trainer that sleeps) is cut at the deadline and the
+# rest skipped; SIGTERM packs the logs.
+# The build step reuses build-cuda (make cuda-check, part of make test): when
+# that is not up to date, or there is no nvcc, it is made to fail fast instead
+# (CUDA_HOME without nvcc) and the steps after it must say so.
+set -u
+cd "$(dirname "$0")/../.."
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+. tests/scripts/lib_check.sh
+S=scripts/gpu_session.sh
+
+mkdir -p "$T/bin" "$T/nocuda"
+cat >"$T/bin/nvidia-smi" <<'EOF'
+#!/bin/sh
+echo "NVIDIA H200, 580.159.04, 143771 MiB, 9.0, 1980 MHz"
+EOF
+chmod +x "$T/bin/nvidia-smi"
+export PATH=$T/bin:$PATH
+
+# ---- --pack ----
+t0=$SECONDS
+bash "$S" --pack "$T/carry" >"$T/pack.out" 2>&1; rc=$?
+check "pack: rc $rc: $(tail -n 3 "$T/pack.out")" eval "[ $rc -eq 0 ]"
+echo "pack: $((SECONDS - t0)) s"
+check "pack made deps.tar.xz and owt1024" eval "[ -f '$T/carry/deps.tar.xz' ] && [ -f '$T/carry/owt1024/manifest.yaml' ]"
+check "deps carry nccl.h and each library's glibc need" \
+  eval "tar tJf '$T/carry/deps.tar.xz' | grep -q '^include/nccl.h$' && tar xJOf '$T/carry/deps.tar.xz' glibc.txt | grep -q '^libarchive.so.13 GLIBC_2\.[0-9]*$'"
+nvcc_here=0
+[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] && nvcc_here=1
+if [ $nvcc_here = 1 ]; then
+  check "pack: the CUDA objects with their hashes" \
+    eval "tar xzOf '$T/carry/cuda-objs.tar.gz' ./manifest.txt | grep -q '^obj build-cuda/kernels/cuda/cuda_gemm.o [0-9a-f]\{64\}$'"
+fi
+# the size it reports, against the tree and the folder counted here
+tree=$(git ls-files -co --exclude-standard | while read -r f; do [ -f "$f" ] && stat -c %s "$f"; done | awk '{s += $1} END {print s}')
+dir=$(find "$T/carry" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
+got=$(sed -n 's/^carry: \([0-9]*\) MiB .*limit 56 MiB$/\1/p' "$T/pack.out")
+# the folder is not ignored by git here ($T is outside the tree): it is counted as a carry anyway
+check "pack reports the carry: got '$got', tree $tree + folder $dir bytes" \
+  eval "[ -n '$got' ] && [ $(((tree + dir) / 1048576)) -le '${got:-0}' ] && [ '${got:-99}' -le $(((tree + dir + 2 * 1048576) / 1048576)) ]"
+check "carry within 56 MiB ($got)" eval "[ '${got:-99}' -le 56 ]"
+KF_CARRY_MAX_MIB=1 bash "$S" --pack "$T/carry" >"$T/pack1.out" 2>&1; rc=$?
+check "pack over the limit: rc $rc, $(tail -n 1 "$T/pack1.out")" exits_saying $rc 1 "$T/pack1.out" 'the carry is over 1 MiB'
+
+# ---- the session ----
+steps=(env build ar-fp16 ar-bf16 llmc decode stages-fp16t stages-fp32t ar-fp32 roofline roofline-decode
+  test_cuda_mma test_cuda_ops test_cuda_train test_cuda_decode_ref test_cuda_limits attention attention-simt)
+built=0
+if [ $nvcc_here = 1 ] && make -q CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf \
+  $(printf 'build-cuda/tests/%s ' test_cuda_mma test_cuda_decode_ref test_cuda_ops test_cuda_train test_cuda_limits) 2>/dev/null; then
+  built=1
+  env_cuda=()
+else
+  env_cuda=(CUDA_HOME="$T/nocuda")
+fi
+echo "build-cuda up to date: $built"
+t0=$SECONDS
+env "${env_cuda[@]}" OUT="$T/out" timeout 400 bash "$S" --deps "$T/carry" --deadline 300 >"$T/run.out" 2>&1; rc=$?
+el=$((SECONDS - t0))
+L=$T/out/gpu_session.log
+check "session inside its deadline: $el s" eval "[ $el -lt 300 ]"
+nfail=$(grep -cE '^[a-z0-9_-]+ +(FAILED|SKIPPED|KILLED) ' "$L")
+check "exit status = steps failed ($rc vs $nfail)" eval "[ $rc -eq $nfail ] && [ $rc -gt 0 ]"
+check "at most 8 files under \$OUT: $(ls "$T/out" | tr '\n' ' ')" eval "[ $(find "$T/out" -type f | wc -l) -le 8 ]"
+check "no running.log left after a finished run" eval "[ ! -e '$T/out/running.log' ]"
+mkdir -p "$T/logs" && tar xzf "$T/out/logs.tar.gz" -C "$T/logs"
+check "the summary line" grep -q "^gpu_session: ${#steps[@]} steps, $rc failed or skipped" "$L"
+i=0
+for s in "${steps[@]}"; do
+  i=$((i + 1))
+  line=$(grep -E "^$s +(ok|FAILED|SKIPPED|KILLED) " "$L" | tail -n 1)
+  secs=$(awk '{print $3}' <<<"$line")
+  case $s in
+    env) if [ $built = 1 ]; then
+           check "env passes here: $line" eval "[[ '$line' == 'env '*' ok '* ]]"
+         else # CUDA_HOME without CUDA: its libraries are missing for the link
+           check "env names the CUDA runtime missing: $line" grep -q 'missing library for the link: -lcudart' "$T/logs/01-env.log"
+         fi ;;
+    build) if [ $built = 1 ]; then
+             check "build reuses build-cuda: $line" eval "[[ '$line' == 'build '*' ok '* ]]"
+           else
+             check "build fails fast without nvcc: $line" eval "[[ '$line' == *FAILED*'nvcc not found at'* ]]"
+           fi ;;
+    *) check "$s fails with a reason: $line" eval "[[ '$line' =~ ^$s\ +FAILED\ +[0-9-]+\ +[^\ ] ]]" ;;
+  esac
+  [ "$s" = env ] || [ "$s" = build ] ||
+    check "$s fails fast (${secs:-?} s)" eval "[ '${secs:-99}' = - ] || [ '${secs:-99}' -le 30 ]"
+  if [ $built = 1 ] || [ $s = env ] || [ $s = build ] || [ $s = llmc ]; then
+    check "$s has its log in logs.tar.gz" eval "[ -s '$T/logs/$(printf %02d $i)-$s.log' ]"
+  fi
+done
+check "env names the H200 and the machine's glibc" \
+  eval "grep -q '^GPU: NVIDIA H200, ' '$T/logs/01-env.log' && grep -q '^glibc: 2\.' '$T/logs/01-env.log'"
+check "llmc: no trainer carried, said so" grep -q "no $T/carry/llmc/train_gpt2cu carried" "$T/logs/05-llmc.log"
+if [ $built = 1 ]; then
+  check "build: every carried object reused" grep -qE '^carried objects: ([0-9]+) of \1 reused, 0 rebuilt$' "$T/logs/02-build.log"
+  for i in 03-ar-fp16 04-ar-bf16 06-decode 07-stages-fp16t 08-stages-fp32t 09-ar-fp32; do
+    check "$i: the CUDA backend refused, no CPU run" grep -q 'resources.backend is cuda, but' "$T/logs/$i.log"
+  done
+  check "roofline on the h200 (named by nvidia-smi), refused dry" \
+    eval "grep -q '^roofline: H200 SXM' '$T/logs/10-roofline.log' && grep -q 'ran dry: no CUDA device' '$T/logs/10-roofline.log'"
+  check "attention: needs the CUDA backend" grep -q 'needs the CUDA backend' "$T/logs/17-attention.log"
+else
+  check "a step after the failed build says so" grep -qE '^ar-fp16 +FAILED +0 +not run: the build failed' "$L"
+fi
+
+# ---- the deadline: a hanging step is cut, the rest skipped ----
+# a carried "llm.c trainer" that hangs
+mkdir -p "$T/carry2/llmc"
+printf '#!/bin/sh\nexec sleep 300\n' >"$T/carry2/llmc/train_gpt2cu"
+chmod +x "$T/carry2/llmc/train_gpt2cu"
+t0=$SECONDS
+env "${env_cuda[@]}" OUT="$T/out2" bash "$S" --deps "$T/carry2" --deadline 40 llmc attention >"$T/run2.out" 2>&1; rc=$?
+el=$((SECONDS - t0))
+L=$T/out2/gpu_session.log
+check "deadline 40 s kept: $el s" eval "[ $el -le 40 ]"
+check "the hanging step timed out: $(grep '^llmc ' "$L")" grep -qE '^llmc +FAILED +[0-9]+ +timed out after [0-9]+s' "$L"
+check "the step after it skipped: $(grep '^attention ' "$L")" grep -qE '^attention +SKIPPED +- +not started: -?[0-9]+s left before the deadline' "$L"
+check "rc counts both: $rc" eval "[ $rc -ge 2 ]"
+
+# ---- SIGTERM: the logs so far are packed ----
+OUT="$T/out3" bash "$S" --deps "$T/carry2" --deadline 200 llmc >"$T/run3.out" 2>&1 &
+pid=$!
+wait_until 60 grep -q '^== llmc' "$T/out3/gpu_session.log" 2>/dev/null
+t0=$SECONDS
+kill -TERM $pid
+wait $pid; rc=$?
+check "SIGTERM: rc $rc, ended in $((SECONDS - t0)) s" eval "[ $rc -eq 143 ] && [ $((SECONDS - t0)) -le 10 ]"
+check "SIGTERM: named in the summary" grep -qE '^llmc +KILLED .*SIGTERM' "$T/out3/gpu_session.log"
+check "SIGTERM: the step's log packed" eval "tar tzf '$T/out3/logs.tar.gz' | grep -q '02-llmc.log'"
+finish
