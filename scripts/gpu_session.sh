@@ -80,35 +80,39 @@ mib() { echo $((($1 + 1048575) / 1048576)); }
 
 # ---------------- build machine: --pack ----------------
 pack() {
-  local out=$1 llmc=$2 tmp lib so dep cuda_home=${CUDA_HOME:-/usr/local/cuda} rc=0
+  local out=$1 llmc=$2 tmp cuda_home=${CUDA_HOME:-/usr/local/cuda} rc=0
   mkdir -p "$out" && out=$(cd "$out" && pwd) || return 1
   tmp=$(mktemp -d) || return 1
-  trap 'rm -rf "$tmp"' EXIT
+  trap "rm -rf '$tmp'" EXIT
   cd "$root" || return 1
-  # headers and libraries the link line needs beyond the CUDA toolkit
-  mkdir -p "$tmp/d/include" "$tmp/d/lib" || return 1
-  for h in lmdb.h yaml.h zlib.h zconf.h archive.h archive_entry.h; do
-    cp -L "/usr/include/$h" "$tmp/d/include/" || return 1
-  done
-  cp -L /usr/include/x86_64-linux-gnu/{cblas.h,openblas_config.h} "$tmp/d/include/" || return 1
-  cp -L "$cuda_home/include/nccl.h" "$tmp/d/include/" || { echo "no $cuda_home/include/nccl.h" >&2; return 1; }
-  for a in liblmdb.a libyaml.a libz.a; do cp -L "/usr/lib/x86_64-linux-gnu/$a" "$tmp/d/lib/" || return 1; done
-  for lib in libarchive.so.13 libopenblas.so.0; do
-    so=/usr/lib/x86_64-linux-gnu/$lib
-    cp -L "$so" "$tmp/d/lib/" || return 1
-    ln -sf "$lib" "$tmp/d/lib/${lib%.so.*}.so"
-    for dep in $(ldd "$so" | awk '$3 ~ /^\// {print $3}'); do # less glibc and gcc's runtime
-      case $(basename "$dep") in
+  # headers and libraries the link line needs beyond the CUDA toolkit; the
+  # shared ones with what they load, less glibc and gcc's runtime
+  local lib=/usr/lib/x86_64-linux-gnu inc=() libs=() so f stamp
+  inc=(/usr/include/{lmdb.h,yaml.h,zlib.h,zconf.h,archive.h,archive_entry.h}
+    /usr/include/x86_64-linux-gnu/{cblas.h,openblas_config.h} "$cuda_home/include/nccl.h")
+  libs=("$lib"/{liblmdb.a,libyaml.a,libz.a,libarchive.so.13,libopenblas.so.0})
+  for so in libarchive.so.13 libopenblas.so.0; do
+    for f in $(ldd "$lib/$so" | awk '$3 ~ /^\// {print $3}'); do
+      case ${f##*/} in
         libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
-        *) cp -L "$dep" "$tmp/d/lib/" || return 1 ;;
+        *) libs+=("$f") ;;
       esac
     done
   done
-  (cd "$tmp/d/lib" && for f in *.so.*; do
-    echo "$f $(grep -ao 'GLIBC_2\.[0-9]*' "$f" | sort -uV | tail -n 1)"
-  done) >"$tmp/d/glibc.txt"
-  tar cJf "$out/deps.tar.xz.tmp" -C "$tmp/d" include lib glibc.txt && mv "$out/deps.tar.xz.tmp" "$out/deps.tar.xz" || return 1
-  echo "$out/deps.tar.xz: $(du -k "$out/deps.tar.xz" | cut -f1) KiB"
+  # remade only when a file or this function changed (xz takes a while)
+  stamp=$({ stat -L -c '%n %s %Y' "${inc[@]}" "${libs[@]}" && declare -f pack; } | sha256sum | cut -d' ' -f1) || return 1
+  if [ -f "$out/deps.tar.xz" ] && [ "$(cat "$out/deps.stamp" 2>/dev/null)" = "$stamp" ]; then
+    echo "$out/deps.tar.xz: kept"
+  else
+    mkdir -p "$tmp/d/include" "$tmp/d/lib" && cp -L "${inc[@]}" "$tmp/d/include/" && cp -L "${libs[@]}" "$tmp/d/lib/" || return 1
+    ln -s libarchive.so.13 "$tmp/d/lib/libarchive.so" && ln -s libopenblas.so.0 "$tmp/d/lib/libopenblas.so" || return 1
+    (cd "$tmp/d/lib" && for f in *.so.*; do
+      echo "$f $(grep -ao 'GLIBC_2\.[0-9]*' "$f" | sort -uV | tail -n 1)"
+    done) >"$tmp/d/glibc.txt"
+    tar cf "$tmp/deps.tar" -C "$tmp/d" include lib glibc.txt && xz -T0 -c "$tmp/deps.tar" >"$out/deps.tar.xz.tmp" &&
+      mv "$out/deps.tar.xz.tmp" "$out/deps.tar.xz" && echo "$stamp" >"$out/deps.stamp" || return 1
+    echo "$out/deps.tar.xz: $(du -k "$out/deps.tar.xz" | cut -f1) KiB"
+  fi
 
   # the CUDA objects (make cuda-check's, also make test's), each with its sources' hash
   if [ -x "$cuda_home/bin/nvcc" ]; then
@@ -163,8 +167,9 @@ pack() {
   local tree dir total max=${KF_CARRY_MAX_MIB:-56}
   tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)
   dir=$(du -sb "$out" | cut -f1)
-  if git check-ignore -q "$out/deps.tar.xz" 2>/dev/null; then total=$((tree + dir)); else
-    echo "warning: $out is not ignored by git: it travels with the tree, no carry needed"; total=$tree
+  total=$((tree + dir))
+  if [ -n "$(git ls-files -co --exclude-standard -- "$out" 2>/dev/null | head -n 1)" ]; then
+    echo "warning: $out is not ignored by git: it travels with the tree (counted once)"; total=$tree
   fi
   echo "carry: $(mib "$total") MiB (tree $(mib "$tree") MiB + $out $(mib "$dir") MiB), limit $max MiB"
   [ "$total" -le $((max * 1048576)) ] ||
@@ -189,10 +194,11 @@ bench_124m() {
 }
 
 step_env() {
-  local smi cc name glibc mine need lib ok=0 cuda_home=${CUDA_HOME:-/usr/local/cuda} e=$WORK/env.sh
+  local smi cc name glibc mine need lib probs=() cuda_home=${CUDA_HOME:-/usr/local/cuda} e=$WORK/env.sh
+  problem() { echo "$*"; probs+=("$*"); }
   : >"$e"
   smi=$(timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm \
-    --format=csv,noheader 2>&1) || ok=1
+    --format=csv,noheader 2>&1) || problem "nvidia-smi failed: $(head -n 1 <<<"$smi")"
   smi=$(head -n 1 <<<"$smi")
   echo "GPU: $smi"
   name=${smi%%,*}
@@ -206,7 +212,7 @@ step_env() {
   case $cc in
     90) echo "export CUDA_ARCH='-gencode arch=compute_90a,code=sm_90a' GPU_SM=sm_90a" >>"$e" ;;
     [0-9][0-9]|1[0-9][0-9]) echo "export CUDA_ARCH='-gencode arch=compute_$cc,code=sm_$cc' GPU_SM=sm_$cc" >>"$e" ;;
-    *) echo "no compute capability from nvidia-smi ('$cc')"; ok=1 ;;
+    *) problem "no compute capability from nvidia-smi ('$cc')" ;;
   esac
   echo "nvcc: $("$cuda_home/bin/nvcc" --version 2>&1 | grep -o 'release [0-9.]*' || echo "not at $cuda_home/bin/nvcc")"
   echo "gcc: $(gcc --version 2>&1 | head -n 1)"
@@ -215,11 +221,11 @@ step_env() {
 
   # the carried libraries, unpacked outside the carried folder
   if [ -f "$DEPS/deps.tar.xz" ]; then
-    mkdir -p "$WORK/deps" && tar xJf "$DEPS/deps.tar.xz" -C "$WORK/deps" || { echo "cannot unpack $DEPS/deps.tar.xz"; ok=1; }
+    mkdir -p "$WORK/deps" && tar xJf "$DEPS/deps.tar.xz" -C "$WORK/deps" || problem "cannot unpack $DEPS/deps.tar.xz"
     while read -r lib need; do
       [ -n "$need" ] || continue
       mine=$(printf '%s\n%s\n' "${need#GLIBC_}" "$glibc" | sort -V | tail -n 1)
-      [ "$mine" = "$glibc" ] || { echo "carried $lib needs $need, this machine has glibc $glibc: repack on an older system"; ok=1; }
+      [ "$mine" = "$glibc" ] || problem "carried $lib needs $need, this machine has glibc $glibc: repack on an older system"
     done <"$WORK/deps/glibc.txt"
     echo "export CPATH=$WORK/deps/include\${CPATH:+:\$CPATH} LIBRARY_PATH=$WORK/deps/lib\${LIBRARY_PATH:+:\$LIBRARY_PATH} LD_LIBRARY_PATH=$WORK/deps/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" >>"$e"
   else
@@ -235,14 +241,14 @@ step_env() {
   # NCCL from the Python packages (nvidia-nccl-cu13); nccl.h is carried
   local nccl dirs
   dirs=$(python3 -c 'import site; print(*site.getsitepackages())' 2>/dev/null)
-  nccl=$(timeout 20 find "$cuda_home/lib64" /usr/lib/x86_64-linux-gnu /usr/local/lib /opt $dirs \
+  nccl=$(timeout 20 find -H "$cuda_home/lib64" /usr/lib/x86_64-linux-gnu /usr/local/lib /opt $dirs \
     -name libnccl.so.2 2>/dev/null | head -n 1)
   if [ -n "$nccl" ]; then
     mkdir -p "$WORK/nccl" && ln -sf "$nccl" "$WORK/nccl/libnccl.so" # the link name pip omits
     echo "export LIBRARY_PATH=$WORK/nccl:\$LIBRARY_PATH LD_LIBRARY_PATH=$(dirname "$nccl"):\$LD_LIBRARY_PATH" >>"$e"
     echo "NCCL: $nccl"
   else
-    echo "NCCL: no libnccl.so.2 in CUDA's lib64, the system's or Python's packages: the build cannot link -lnccl"; ok=1
+    problem "NCCL: no libnccl.so.2 in CUDA's lib64, the system's or Python's packages: the build cannot link -lnccl"
   fi
   . "$e"
 
@@ -251,14 +257,14 @@ step_env() {
   cb=$(awk '/define CUBLAS_VER_(MAJOR|MINOR) /{printf "%s%s", s, $3; s="."}' "$cuda_home/include/cublas_api.h" 2>/dev/null)
   carried=$(tar xzOf "$DEPS/cuda-objs.tar.gz" ./manifest.txt 2>/dev/null | awk '$1 == "cublas" {print $2}')
   echo "cuBLAS: headers ${cb:-missing}${carried:+ (the carried objects: $carried)}, library $(ls "$cuda_home"/lib64/libcublas.so.* 2>/dev/null | head -n 1 | grep . || echo missing)"
-  [ -n "$cb" ] || ok=1
-  [ -z "$carried" ] || [ "${carried%%.*}" = "${cb%%.*}" ] || { echo "cuBLAS $cb here, $carried where the objects were built"; ok=1; }
+  [ -n "$cb" ] || problem "cuBLAS: no $cuda_home/include/cublas_api.h"
+  [ -z "$carried" ] || [ "${carried%%.*}" = "${cb%%.*}" ] || problem "cuBLAS $cb here, $carried where the objects were built"
   # each library the link line names, linked alone: a missing one is named here
   for lib in yaml lmdb archive z openblas cudart cublas cublasLt nccl; do
     echo 'int main(void) { return 0; }' | gcc -x c - -o "$WORK/probe" -L"$cuda_home/lib64" -l$lib 2>/dev/null ||
-      { echo "missing library for the link: -l$lib ($(lib_hint "lib$lib"))"; ok=1; }
+      problem "missing library for the link: -l$lib ($(lib_hint "lib$lib"))"
   done
-  return $ok
+  [ ${#probs[@]} -eq 0 ] || { echo "${#probs[@]} problem(s), the first: ${probs[0]}"; return 1; }
 }
 
 # build-cuda/kf and the GPU test programs; the carried objects whose sources
@@ -370,7 +376,7 @@ step() {
     ar-fp16|ar-bf16|ar-fp32) step_ar "${1#ar-}" ;;
     llmc) step_llmc ;;
     decode) step_decode ;;
-    stages-fp16t|stages-fp32t) step_stages "${1#stages-}" ;;
+    stages-fp16t|stages-fp32t) step_stages "${1:7:4}" ;;
     roofline) step_roofline train ;;
     roofline-decode) step_roofline decode ;;
     test_cuda_*) step_test "$1" ;;
