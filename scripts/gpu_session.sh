@@ -139,17 +139,23 @@ pack() {
     echo "no nvcc at $cuda_home/bin: no CUDA objects packed (the GPU machine compiles them, minutes)"
   fi
 
-  # 1024-token shards for the 124M steps (kept when there: they do not change)
-  if [ -f "$out/owt1024/manifest.yaml" ]; then
+  # 1024-token shards for the 124M steps, with a validation split of at least
+  # 128 samples (the decode step's largest batch takes its prefixes there);
+  # kept while made with the same arguments
+  local sh=(shards.owt-tiny.seq_len=1024 shards.owt-tiny.valid.last=600) nv
+  if [ -f "$out/owt1024/manifest.yaml" ] && [ "$(cat "$out/owt1024.args" 2>/dev/null)" = "${sh[*]}" ]; then
     echo "$out/owt1024: kept"
   elif [ -x bin/kf ] && [ -e data/text/owt-tiny/openwebtext.tar.xz ]; then
-    bin/kf shards build configs/tiny-gpt2.yaml --only owt-tiny shards.owt-tiny.seq_len=1024 \
-      shards.owt-tiny.out="$out/owt1024" shards.owt-tiny.valid.last=50 >"$tmp/shards.log" 2>&1 ||
-      { tail -n 20 "$tmp/shards.log" >&2; return 1; }
+    rm -rf "$out/owt1024" "$out/owt1024.args"
+    bin/kf shards build configs/tiny-gpt2.yaml --only owt-tiny "${sh[@]}" shards.owt-tiny.out="$out/owt1024" \
+      >"$tmp/shards.log" 2>&1 || { tail -n 20 "$tmp/shards.log" >&2; return 1; }
+    echo "${sh[*]}" >"$out/owt1024.args"
     echo "$out/owt1024: $(du -sk "$out/owt1024" | cut -f1) KiB"
   else
     echo "no bin/kf or data/text/owt-tiny: $out/owt1024 not made (the 124M steps will say so)"; rc=1
   fi
+  nv=$(awk '/^  valid:/ {v = 1} v && /^    samples:/ {print $2; exit}' "$out/owt1024/manifest.yaml" 2>/dev/null)
+  [ "${nv:-0}" -ge 128 ] || { echo "$out/owt1024: ${nv:-no} validation samples, the decode step needs 128" >&2; rc=1; }
 
   # llm.c's trainer, built by hand (docs/cuda.md)
   if [ -n "$llmc" ]; then
@@ -242,7 +248,7 @@ step_env() {
   local nccl dirs
   dirs=$(python3 -c 'import site; print(*site.getsitepackages())' 2>/dev/null)
   nccl=$(timeout 20 find -H "$cuda_home/lib64" /usr/lib/x86_64-linux-gnu /usr/local/lib /opt $dirs \
-    -name libnccl.so.2 2>/dev/null | head -n 1)
+    -name libnccl.so.2 -print -quit 2>/dev/null)
   if [ -n "$nccl" ]; then
     mkdir -p "$WORK/nccl" && ln -sf "$nccl" "$WORK/nccl/libnccl.so" # the link name pip omits
     echo "export LIBRARY_PATH=$WORK/nccl:\$LIBRARY_PATH LD_LIBRARY_PATH=$(dirname "$nccl"):\$LD_LIBRARY_PATH" >>"$e"

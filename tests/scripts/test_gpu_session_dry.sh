@@ -28,6 +28,7 @@ EOF
 chmod +x "$T/bin/nvidia-smi"
 export PATH=$T/bin:$PATH
 
+echo "[${SECONDS}s] --pack"
 # ---- --pack ----
 C=$PWD/build/gpu-session-carry
 t0=$SECONDS
@@ -53,6 +54,7 @@ check "carry within 56 MiB ($got)" eval "[ '${got:-99}' -le 56 ]"
 KF_CARRY_MAX_MIB=1 bash "$S" --pack "$C" >"$T/pack1.out" 2>&1; rc=$?
 check "pack over the limit: rc $rc, $(tail -n 1 "$T/pack1.out")" exits_saying $rc 1 "$T/pack1.out" 'the carry is over 1 MiB'
 
+echo "[${SECONDS}s] the session"
 # ---- the session ----
 steps=(env build ar-fp16 ar-bf16 llmc decode stages-fp16t stages-fp32t ar-fp32 roofline roofline-decode
   test_cuda_mma test_cuda_ops test_cuda_train test_cuda_decode_ref test_cuda_limits attention attention-simt)
@@ -115,20 +117,37 @@ else
   check "a step after the failed build says so" grep -qE '^ar-fp16 +FAILED +0 +not run: the build failed' "$L"
 fi
 
+echo "[${SECONDS}s] a carried object whose sources changed since --pack is not used"
+# ---- a carried object whose sources changed since --pack is not used ----
+if [ $built = 1 ]; then
+  mkdir -p "$T/carry3/o" && ln -s "$C/deps.tar.xz" "$T/carry3/" && ln -s "$C/owt1024" "$T/carry3/"
+  tar xzf "$C/cuda-objs.tar.gz" -C "$T/carry3/o"
+  sed -i 's|^\(obj build-cuda/kernels/cuda/cuda_gemm.o \).*|\10000|' "$T/carry3/o/manifest.txt"
+  tar czf "$T/carry3/cuda-objs.tar.gz" -C "$T/carry3/o" .
+  OUT="$T/out4" bash "$S" --deps "$T/carry3" --deadline 120 build >"$T/run4.out" 2>&1; rc=$?
+  mkdir -p "$T/logs4" && tar xzf "$T/out4/logs.tar.gz" -C "$T/logs4"
+  check "changed sources: that object not reused" \
+    grep -q '^carried build-cuda/kernels/cuda/cuda_gemm.o: its sources changed since --pack: rebuilt here$' "$T/logs4/02-build.log"
+  check "changed sources: the others reused" grep -qE '^carried objects: ([0-9]+) of [0-9]+ reused, 1 rebuilt$' "$T/logs4/02-build.log"
+  check "changed sources: the build passes (rc $rc)" eval "[ $rc -eq 0 ]"
+fi
+
+echo "[${SECONDS}s] the deadline: a hanging step is cut, the rest skipped"
 # ---- the deadline: a hanging step is cut, the rest skipped ----
 # a carried "llm.c trainer" that hangs
 mkdir -p "$T/carry2/llmc"
 printf '#!/bin/sh\nexec sleep 300\n' >"$T/carry2/llmc/train_gpt2cu"
 chmod +x "$T/carry2/llmc/train_gpt2cu"
 t0=$SECONDS
-env "${env_cuda[@]}" OUT="$T/out2" bash "$S" --deps "$T/carry2" --deadline 40 llmc attention >"$T/run2.out" 2>&1; rc=$?
+env "${env_cuda[@]}" OUT="$T/out2" bash "$S" --deps "$T/carry2" --deadline 30 llmc attention >"$T/run2.out" 2>&1; rc=$?
 el=$((SECONDS - t0))
 L=$T/out2/gpu_session.log
-check "deadline 40 s kept: $el s" eval "[ $el -le 40 ]"
+check "deadline 30 s kept: $el s" eval "[ $el -le 30 ]"
 check "the hanging step timed out: $(grep '^llmc ' "$L")" grep -qE '^llmc +FAILED +[0-9]+ +timed out after [0-9]+s' "$L"
 check "the step after it skipped: $(grep '^attention ' "$L")" grep -qE '^attention +SKIPPED +- +not started: -?[0-9]+s left before the deadline' "$L"
 check "rc counts both: $rc" eval "[ $rc -ge 2 ]"
 
+echo "[${SECONDS}s] SIGTERM: the logs so far are packed"
 # ---- SIGTERM: the logs so far are packed ----
 OUT="$T/out3" bash "$S" --deps "$T/carry2" --deadline 200 llmc >"$T/run3.out" 2>&1 &
 pid=$!
