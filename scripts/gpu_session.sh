@@ -13,7 +13,8 @@
 #   cuda-objs.tar.gz the CUDA objects `make cuda-check` builds (sm_90a and sm_80)
 #                   with the hash of each one's sources: the GPU machine reuses
 #                   those that still match, so its build compiles only the C
-#   owt1024/        1024-token GPT-2 shards (configs/tiny-gpt2.yaml's owt-tiny)
+#   owt1024/        1024-token GPT-2 shards (configs/tiny-gpt2.yaml's owt-tiny),
+#                   at least 128 validation samples (the decode step's prefixes)
 #   llmc/train_gpt2cu  llm.c's trainer, when given (--llmc) or already there;
 #                   built by hand, never committed (docs/cuda.md, Against llm.c)
 # and it fails when DIR and the tree that travels exceed KF_CARRY_MAX_MIB
@@ -47,7 +48,10 @@
 # skipped. Under $OUT: gpu_session.log (the summary and each step's last lines),
 # logs.tar.gz (every step's log and the decode table, packed after each step
 # and on SIGTERM) and running.log (the step in progress, if cut off). The exit
-# status is the number of steps that failed or were skipped.
+# status is the number of steps that failed or were skipped. Environment:
+# OUT, CUDA_HOME (/usr/local/cuda), KF_GPU_DEADLINE (570), BATCH (16), STEPS
+# (10 timed steps a benchmark), DECODE_RUNS (2), LLMC_STEPS (30). `--step NAME`
+# runs one step as the session's child does.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 self=$root/scripts/gpu_session.sh
@@ -402,16 +406,17 @@ BUILD_LIMIT=240 ENV_LIMIT=60
 session() {
   local deadline=$1; shift
   local out=${OUT:-/tmp/kf_gpu_session} want=("$@") plan=() p s n=0 fails=0 t0=$SECONDS
-  export WORK LOGS
-  WORK=$(mktemp -d /tmp/kf_gpu.XXXXXX) && LOGS=$WORK/logs && mkdir -p "$LOGS" "$out" || exit 1
   # the steps asked for, in the plan's order
   [ ${#want[@]} -gt 0 ] || want=(all)
   for w in "${want[@]}"; do
-    case $w in
-      all|tests|test_cuda_*|ar-*|stages-*|llmc|decode|roofline*|attention*|env|build) ;;
+    case " all tests env build ${PLAN[*]%%:*} " in
+      *" $w "*) ;;
       *) echo "unknown step '$w' (--help lists them)" >&2; exit 2 ;;
     esac
   done
+  # the session's files (unpacked libraries, checkpoints, logs), removed at the end
+  export WORK LOGS
+  WORK=$(mktemp -d /tmp/kf_gpu.XXXXXX) && LOGS=$WORK/logs && mkdir -p "$LOGS" "$out" || exit 1
   for p in "${PLAN[@]}"; do
     for w in "${want[@]}"; do
       if [ "$w" = all ] || [ "$w" = "${p%%:*}" ] || { [ "$w" = tests ] && [[ $p == test_cuda_* ]]; }; then
@@ -434,6 +439,7 @@ session() {
     for s in "${summary[@]}"; do note "$s"; done
     note "gpu_session: ${#summary[@]} steps, $fails failed or skipped, $((SECONDS - t0)) s of $deadline"
     pack_logs
+    rm -rf "$WORK"
   }
   on_term() {
     note "!! SIGTERM during step ${cur:-none}: its log so far is $out/running.log"

@@ -28,6 +28,12 @@ EOF
 chmod +x "$T/bin/nvidia-smi"
 export PATH=$T/bin:$PATH
 
+bash "$S" --help >"$T/help" 2>&1; rc=$?
+check "--help: rc $rc, documents --pack and --deadline" \
+  eval "[ $rc -eq 0 ] && grep -q -- '--pack DIR' '$T/help' && grep -q -- '--deadline S' '$T/help'"
+bash "$S" --deps "$T" no-such-step >"$T/bad" 2>&1; rc=$?
+check "an unknown step: rc $rc, $(cat "$T/bad")" exits_saying $rc 2 "$T/bad" "unknown step 'no-such-step'"
+
 echo "[${SECONDS}s] --pack"
 # ---- --pack ----
 C=$PWD/build/gpu-session-carry
