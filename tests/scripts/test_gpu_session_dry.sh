@@ -7,12 +7,14 @@
 # fails fast, each with its reason, none on the CPU; the summary and logs are
 # under $OUT (at most 8 files), the whole run inside its deadline. A step that
 # hangs (a carried llm.c trainer that sleeps) is cut at the deadline and the
-# rest skipped; SIGTERM packs the logs.
+# rest skipped; SIGTERM packs the logs; a carried object whose sources changed
+# is not used; a build that fails (no nvcc) is tried once, and the steps that
+# need it fail at once saying so.
 # The carry is packed into build/gpu-session-carry (kept: --pack remakes its
 # deps.tar.xz, a minute of xz, only when a library changed) and given by its
-# absolute path. The build step reuses build-cuda (make cuda-check, part of make test): when
-# that is not up to date, or there is no nvcc, it is made to fail fast instead
-# (CUDA_HOME without nvcc) and the steps after it must say so.
+# absolute path. The build step reuses build-cuda (make cuda-check, part of
+# make test): when that is not up to date, or there is no nvcc, the session
+# runs with CUDA_HOME without nvcc, so its build fails fast instead.
 set -u
 cd "$(dirname "$0")/../.."
 T=$(mktemp -d)
@@ -119,8 +121,6 @@ if [ $built = 1 ]; then
   check "roofline on the h200 (named by nvidia-smi), refused dry" \
     eval "grep -q '^roofline: H200 SXM' '$T/logs/10-roofline.log' && grep -q 'ran dry: no CUDA device' '$T/logs/10-roofline.log'"
   check "attention: needs the CUDA backend" grep -q 'needs the CUDA backend' "$T/logs/17-attention.log"
-else
-  check "a step after the failed build says so" grep -qE '^ar-fp16 +FAILED +0 +not run: the build failed' "$L"
 fi
 
 echo "[${SECONDS}s] a carried object whose sources changed since --pack is not used"
@@ -137,6 +137,15 @@ if [ $built = 1 ]; then
   check "changed sources: the others reused" grep -qE '^carried objects: ([0-9]+) of [0-9]+ reused, 1 rebuilt$' "$T/logs4/02-build.log"
   check "changed sources: the build passes (rc $rc)" eval "[ $rc -eq 0 ]"
 fi
+
+echo "[${SECONDS}s] a failed build is not retried: the steps after it fail at once"
+CUDA_HOME="$T/nocuda" OUT="$T/out5" bash "$S" --deps "$C" --deadline 120 ar-fp16 attention >"$T/run5.out" 2>&1; rc=$?
+L=$T/out5/gpu_session.log
+check "no nvcc: the build fails saying so" grep -qE "^build +FAILED +[0-9]+ +nvcc not found at $T/nocuda/bin/nvcc" "$L"
+check "no nvcc: ar-fp16 not run" grep -qE '^ar-fp16 +FAILED +0 +not run: the build failed' "$L"
+check "no nvcc: attention not run" grep -qE '^attention +FAILED +0 +not run: the build failed' "$L"
+check "no nvcc: one build attempt" eval "[ $(grep -c '^== build' "$L") -eq 1 ] && [ $(grep -c '^== ' "$L") -eq 2 ]"
+check "no nvcc: rc counts the failures ($rc)" eval "[ $rc -ge 3 ]"
 
 echo "[${SECONDS}s] the deadline: a hanging step is cut, the rest skipped"
 # ---- the deadline: a hanging step is cut, the rest skipped ----
