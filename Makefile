@@ -98,16 +98,8 @@ ifeq ($(EMU),1)
 $(BUILD)/emu_selftest: $(BUILD)/$(EMU_DIR)/emu_selftest.o $(BUILD)/libkf.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
 
-# the emulated PTX instructions against the PTX ISA's layouts (cuda_mma.cuh)
-$(BUILD)/tests/test_cuda_mma: $(BUILD)/tests/unit/test_cuda_mma.o $(BUILD)/libkf.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
-
 # the harness's model of stream capture (CUDA graphs)
 $(BUILD)/tests/test_cuda_graph: $(BUILD)/tests/unit/test_cuda_graph.o $(BUILD)/libkf.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
-
-# attn_decode bitwise against the kernels it replaced (kept in the test alone)
-$(BUILD)/tests/test_cuda_decode_ref: $(BUILD)/tests/unit/test_cuda_decode_ref.o $(BUILD)/libkf.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
 
 $(BUILD)/%.cu.cc: %.cu $(EMU_DIR)/cu2cc.sh
@@ -125,6 +117,14 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 endif
+
+# The test programs written in CUDA, built by nvcc (CUDA=1: the hardware's
+# instructions) or as host C++ (EMU=1: the emulated ones): the PTX wrappers
+# (cuda_mma.cuh) against the PTX ISA's layouts, and attn_decode bitwise against
+# the kernels it replaced (kept in the test alone)
+CU_TESTS := tests/test_cuda_mma tests/test_cuda_decode_ref
+$(CU_TESTS:%=$(BUILD)/%): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkf.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkf.a
 	@mkdir -p $(@D)
@@ -175,7 +175,8 @@ emu-tests:
 # ASan + UBSan (any report fails the test that triggered it; left out: the
 # three long convergence runs (20+ minutes each under ASan; the other trainer
 # tests run the same code); the emulated GPU tests, which
-# make emu-tests already runs under ASan; the build-system test), and the
+# make emu-tests already runs under ASan; the build-system test; the GPU
+# session's dry run, which runs build-cuda/kf, not the ASan build), and the
 # threaded parts (shard builder, data loader, overlapped all-reduce) under
 # TSan. tests/sanitizers/ holds the suppressions for third-party libraries.
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -190,7 +191,7 @@ SAN_ENV := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:check_initialization_ord
 TSAN_TESTS := test_pipeline test_trainer_loader test_trainer_mpi_overlap test_trainer_zero1
 test-asan:
 	$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/kf OPT=-O1 SAN="$(ASAN_FLAGS)" tests
-	$(SAN_ENV) KF_TEST_EXCLUDE="test_kforcing_joint test_trainer_learns test_convergence test_gpu_emu test_build_alternate" KF_BIN=build-asan/kf \
+	$(SAN_ENV) KF_TEST_EXCLUDE="test_kforcing_joint test_trainer_learns test_convergence test_gpu_emu test_build_alternate test_gpu_session_dry" KF_BIN=build-asan/kf \
 		KF_TEST_BUILD=build-asan tests/run.sh $(T)
 test-tsan:
 	$(MAKE) --no-print-directory BUILD=build-tsan BIN=build-tsan/kf OPT=-O1 SAN="$(TSAN_FLAGS)" tests
@@ -229,11 +230,13 @@ RUNS ?= 5
 test-loaded: test-build
 	tests/run_loaded.sh $(RUNS) $(T)
 
+# kf and the test programs that need a GPU, built by nvcc: compiled in CI,
+# run by make test-cuda (scripts/gpu_session.sh runs each under its own limit)
+GPU_TESTS := $(CU_TESTS) tests/test_cuda_ops tests/test_cuda_train tests/test_cuda_limits
 cuda-check:
-	$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf
+	$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf $(GPU_TESTS:%=build-cuda/%)
 
-test-cuda:
-	$(MAKE) CUDA=1 BUILD=build-cuda BIN=build-cuda/kf build-cuda/kf $(patsubst $(BUILD)/%,build-cuda/%,$(TEST_BIN))
+test-cuda: cuda-check
 	KF_TEST_CUDA=1 KF_BIN=build-cuda/kf KF_TEST_BUILD=build-cuda tests/run.sh cuda
 
 clean:
@@ -241,4 +244,5 @@ clean:
 
 # the test programs' own .d files (gcc -MMD next to each binary), so that
 # editing tests/test.h or a fixture header rebuilds the tests that include it
--include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d) $(TEST_BIN:=.d)
+-include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d) $(TEST_BIN:=.d) \
+  $(CU_TESTS:tests/%=$(BUILD)/tests/unit/%.d)
