@@ -27,7 +27,6 @@
 #include "kernels/cpu/cpu_internal.h"
 
 #define LP_PANEL 32    /* outputs per panel: two AVX-512 vectors, four AVX2 ones */
-#define LP_MAX_ROWS 64 /* more rows amortise cpu_gemm_fixed's packing: use it */
 /* Prefetch distance: the hardware prefetcher alone left a few-row product
  * waiting on memory between its FMAs (no overlap: 8 rows streamed at half
  * the read bandwidth); the panels are one contiguous stream, so this also
@@ -263,7 +262,7 @@ void cpu_linear_packed_fwd(kf_backend *b, float *y, void *y16, float *pre, const
     int64_t in = L->in, out = L->out;
     /* the packed values are the reference's operands only at the precision
      * they were packed in and with the fixed-order GEMM */
-    if (!b->batch_invariant || b->precision != L->prec || rows > LP_MAX_ROWS) {
+    if (!b->batch_invariant || b->precision != L->prec) {
         cpu_linear_act(b, y, y16, pre, x, x16, L->w, bias, rows, in, out, act, beta,
                        b->precision == L->prec ? L->w16 : NULL);
         return;

@@ -100,7 +100,7 @@ int main(void) {
     kf_backend *be = kernels_cpu_create();
     printf("  level %s\n", kernels_cpu_isa());
     /* outputs around the panel of 32; rows across the register blocks (1, 2,
-     * 3, 8, 9) and past the packed kernel's row limit (the GEMM's path) */
+     * 3, 8, 9) and a prefill's many */
     const int64_t shapes[][3] = {{1, 5, 1},   {2, 7, 31},   {3, 32, 32}, {8, 33, 33},
                                  {9, 64, 65}, {17, 300, 96}, {70, 40, 50}};
     const kf_precision precs[] = {KF_PREC_FP32, KF_PREC_BF16, KF_PREC_FP16};
