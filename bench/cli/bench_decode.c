@@ -29,6 +29,11 @@
  *               and every PFLM checkpoint at each requested k <= k_train
  *               (default 2, 3, 4); speedup = tokens/s over AR's at that batch
  *
+ * roofline    on the CPU backend: the read bandwidth and the GEMM's FLOP/s of
+ *               the benchmark's threads measured first, and each method's
+ *               tokens/s at its steps' roofline (decode_limits.h) and the
+ *               fraction reached, in the table and the JSON
+ *
  * Output: a table on stdout, the same as JSON (--json, default
  * bench-decode.json) and a grouped bar chart (--png, default bench-decode.png;
  * bench/plot/chart.h): one group per batch size, one bar per method.
@@ -85,7 +90,10 @@ static const char USAGE[] =
     "under the AR checkpoint, mean unigram entropy per completion (nats), distinct-2/3 and\n"
     "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
     "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
-    "smallest context.\n"
+    "smallest context. On the CPU backend the run first measures the read bandwidth\n"
+    "and the GEMM's FLOP/s of its threads (--clock), and prints each method's tokens/s\n"
+    "at the roofline of its steps (max of bytes / bandwidth, FLOPs / GEMM rate) and the\n"
+    "fraction reached (bench/cli/decode_limits.h).\n"
     "\n"
     "  --batch LIST   batch sizes (default 4,16,128)\n"
     "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
