@@ -5,7 +5,7 @@
 # in the caches; a mid-size one and the 124M GPT-2 shape, whose weights do
 # not) at batch 1, 2, 4 and 16, one thread, CPU-time clock. Each run measures
 # the machine's read bandwidth and one-thread GEMM peak and prints each
-# method's fraction of its roofline (bench/cli/decode_limits.h). Speed does
+# method's fraction of its roofline (bench/roofline/decode_limits.h). Speed does
 # not depend on the weights: each model is a 1-step AR stage and a 1-step
 # PFLM(4) initialised from it. Prints a table; writes sweep.jsonl and the
 # speed-up curve sweep.png (kf plot) to OUT_DIR. docs/decode_cpu.md has the

@@ -14,14 +14,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/runconfig.h"
+#include "common/stage_status.h"
+#include "common/writer_lock.h"
 #include "jobs/plan.h"
-#include "jobs/proc.h"
+#include "common/proc.h"
 #include "jobs/rundir.h"
 #include "jobs/sample.h"
 #include "jobs/slurm.h"
@@ -123,6 +127,22 @@ static int parse_args(int argc, char **argv, args *a, const char *allowed, int *
     return 0;
 }
 
+/* The usage error of a command given other than its want (n words, e.g.
+ * "CONFIG" or "RUN STAGE") positional arguments, or overrides it does not
+ * take: names the word at fault. */
+static int positional_error(const args *a, const char *cmd, const char *want, int n,
+                            bool overrides) {
+    char msg[256];
+    if (a->n_pos > n)
+        snprintf(msg, sizeof msg, "%s takes %s%s; unexpected argument '%%s'", cmd, want,
+                 overrides ? " then key.path=value overrides" : "");
+    else if (a->n_pos < n) snprintf(msg, sizeof msg, "%s needs %s%%s", cmd, want);
+    else snprintf(msg, sizeof msg, "%s takes no overrides: unexpected '%%s'", cmd);
+    int code = usage_error(msg, a->n_pos > n ? a->pos[n] : a->n_pos < n ? "" : a->over[0]);
+    free(a->over);
+    return code;
+}
+
 /* ---- shared steps ---- */
 
 static const char *default_run_dir(const runconfig *rc, char *buf, size_t cap) {
@@ -130,25 +150,36 @@ static const char *default_run_dir(const runconfig *rc, char *buf, size_t cap) {
     return buf;
 }
 
+static bool run_has_live_jobs(const char *run);
+
 /* Makes or reopens run for the config: a new run freezes it; an existing one
  * must have the same config up to compatible changes (resources.*), which are
- * written into its run.yaml. *out is loaded from RUN/run.yaml. */
+ * written into its run.yaml, unless no stage has trained yet (a first attempt
+ * that failed early): then nothing depends on run.yaml and the corrected
+ * config replaces it. *out is loaded from RUN/run.yaml. */
 static int open_run(const char *run, const runconfig *rc, runconfig **out, kf_err *err) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/run.yaml", run);
     if (fs_exists(p)) {
         runconfig *frozen;
         if (rundir_load(run, 0, NULL, &frozen, err)) return -1;
-        char what[512];
+        char what[512], why[256] = "jobs of the run are queued or running";
         int d = rundir_config_diff(frozen->canonical, rc->canonical, what, sizeof what);
+        bool untrained =
+            d == 2 && !run_has_live_jobs(run) && rundir_untrained(run, frozen, why, sizeof why);
         runconfig_free(frozen);
-        if (d == 2)
+        if (untrained) {
+            fprintf(stderr,
+                    "kf jobs: %s: no stage has trained yet: %s replaces its frozen run.yaml (%s)\n",
+                    run, rc->path, what);
+            if (rundir_freeze(run, rc, err)) return -1;
+        } else if (d == 2) {
             return kf_err_set(
                 err,
                 "%s differs from the run's frozen %s in %s; only resources.* may change "
-                "in a run in progress (use another --run-dir for a new run)",
-                rc->path, p, what);
-        if (d == 1) {
+                "in a run in progress (%s; use another --run-dir for a new run)",
+                rc->path, p, what, why);
+        } else if (d == 1) {
             fprintf(stderr, "kf jobs: %s: updating resources in %s (%s)\n", run, p, what);
             if (rundir_freeze(run, rc, err)) return -1;
         }
@@ -198,6 +229,77 @@ static const char *elapsed(double s, char *buf, size_t cap) {
     return buf;
 }
 
+/* A trainer that ended without a word (killed: SIGKILL, OOM, a crash) left
+ * `running` in its status: record that it is not, and why, under the stage's
+ * lock (free now, or another writer took the stage and says for itself). */
+static void record_end(const char *run, const char *stage, int code) {
+    char dir[PATH_MAX], p[PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s/stages/%s", run, stage);
+    snprintf(p, sizeof p, "%s/lock", dir);
+    stage_status ss;
+    kf_err err = {{0}};
+    writer_lock l;
+    if (!fs_exists(p) || writer_lock_take(p, "kf jobs run (recording a trainer's end)", &l, &err))
+        return;
+    if (stage_status_read(dir, &ss, &err) == 0 && !strcmp(ss.state, "running")) {
+        snprintf(ss.state, sizeof ss.state, "%s", code > 128 ? "interrupted" : "failed");
+        if (code > 128)
+            snprintf(ss.reason, sizeof ss.reason, "killed by signal %d (%s)", code - 128,
+                     strsignal(code - 128));
+        else snprintf(ss.reason, sizeof ss.reason, "exit %d", code);
+        if (stage_status_write(dir, &ss, &err)) fprintf(stderr, "kf jobs: %s\n", err.msg);
+    }
+    writer_lock_release(&l);
+}
+
+/* Says how a stage that did not complete stopped, and what brings it on, in
+ * words that are true: a stage refused for another writer is not resumed by
+ * running again while that writer lives. Returns the command's exit code. */
+static int stage_stopped(const char *run, const runconfig *rc, const char *stage, int code,
+                         const char *why) {
+    if (code == KF_EXIT_PREEMPTED) {
+        fprintf(stderr,
+                "kf jobs: %s: preempted with a checkpoint; run the same command again to resume\n",
+                stage);
+        return KF_EXIT_PREEMPTED;
+    }
+    if (!strcmp(stage, RUNDIR_SHARDS)) {
+        fprintf(stderr,
+                "kf jobs: shards: failed (exit %d); fix what the error above names, then run the "
+                "same command again\n",
+                code);
+        return KF_EXIT_ERROR;
+    }
+    record_end(run, stage, code);
+    rundir_state st;
+    rundir_stage_state(run, rc, stage, &st);
+    if (st.live) {
+        fprintf(stderr,
+                "kf jobs: %s: not run: it is being written by %s; wait for that to end (or stop "
+                "it), then run the same command again\n",
+                stage, st.holder);
+        return KF_EXIT_ERROR;
+    }
+    char from[96];
+    if (st.ckpt_step >= 0) snprintf(from, sizeof from, "from its checkpoint %s", st.ckpt);
+    else snprintf(from, sizeof from, "from step 0 (it has no checkpoint that verifies)");
+    if (code > 128)
+        fprintf(stderr,
+                "kf jobs: %s: interrupted: killed by signal %d (%s); run the same command again "
+                "to resume %s\n",
+                stage, code - 128, strsignal(code - 128), from);
+    else if (code)
+        fprintf(stderr,
+                "kf jobs: %s: failed (exit %d); once what the error above names is fixed, the "
+                "same command resumes it %s\n",
+                stage, code, from);
+    else
+        fprintf(stderr,
+                "kf jobs: %s: ended without finishing (%s); the same command resumes it %s\n",
+                stage, why, from);
+    return KF_EXIT_ERROR;
+}
+
 /* Every incomplete stage here, in order. */
 static int run_local(const char *run, const runconfig *rc, int np, int no_sample) {
     kf_err err;
@@ -206,6 +308,17 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
     int n = rc->n_stages + 1;
     for (int i = 0; i < n; i++) {
         const char *stage = i == 0 ? RUNDIR_SHARDS : rc->stages[i - 1].name;
+        /* its teacher ran before it: a teacher whose weights changed since
+         * this stage trained (re-imported, retrained) makes it stale */
+        char stale[PATH_MAX + 256], dest[PATH_MAX];
+        if (i > 0 && rundir_stage_stale(run, rc, stage, stale, sizeof stale)) {
+            if (rundir_stage_retire(run, stage, dest, sizeof dest, &err))
+                return kf_err_report("kf jobs", &err);
+            fprintf(stderr,
+                    "kf jobs: %s: stale: %s; training it again from step 0 (what it had "
+                    "is kept in %s)\n",
+                    stage, stale, dest);
+        }
         if (rundir_stage_complete(run, rc, stage, why, sizeof why)) {
             fprintf(stderr, "kf jobs: %s: complete, skipped\n", stage);
             continue;
@@ -213,23 +326,13 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
         double t0 = clock_now_s();
         int code = run_stage_local(run, rc, stage, np, &err);
         if (code < 0) return kf_err_report("kf jobs", &err);
-        if (code == KF_EXIT_PREEMPTED) {
-            fprintf(
-                stderr,
-                "kf jobs: %s: preempted with a checkpoint; run the same command again to resume\n",
-                stage);
-            return KF_EXIT_PREEMPTED;
+        if (code == 0 && rundir_stage_complete(run, rc, stage, why, sizeof why)) {
+            char took[32];
+            fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage,
+                    elapsed(clock_now_s() - t0, took, sizeof took));
+            continue;
         }
-        if (code != 0 || !rundir_stage_complete(run, rc, stage, why, sizeof why)) {
-            fprintf(stderr,
-                    "kf jobs: %s: failed (exit %d%s%s); run the same command again to resume from "
-                    "its last checkpoint\n",
-                    stage, code, code ? "" : ", ", code ? "" : why);
-            return KF_EXIT_ERROR;
-        }
-        char took[32];
-        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage,
-                elapsed(clock_now_s() - t0, took, sizeof took));
+        return stage_stopped(run, rc, stage, code, code ? "" : why);
     }
     char took[32];
     fprintf(stderr, "kf jobs: every stage of %s is complete (%s in this command)\n", run,
@@ -239,6 +342,24 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
     if (!no_sample && sample_run(run, rc, kf_bin(), &err))
         fprintf(stderr, "kf jobs: samples failed (the trained stages are complete): %s\n", err.msg);
     return KF_EXIT_OK;
+}
+
+/* stale[i] (why[i], cap bytes each) for every config stage: trained under
+ * teacher weights that changed since, or under a teacher that is itself
+ * stale (to be trained again). */
+static void stale_stages(const char *run, const runconfig *rc, bool *stale, char *why, size_t cap) {
+    for (int i = 0; i < rc->n_stages; i++) {
+        const runconfig_stage *s = &rc->stages[i];
+        char *w = why + (size_t)i * cap;
+        *w = 0;
+        stale[i] = rundir_stage_stale(run, rc, s->name, w, cap);
+        if (!stale[i] && s->teacher_stage >= 0 && stale[s->teacher_stage]) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s/stages/%s", run, s->name);
+            stale[i] = fs_exists(p); /* trained (or training) under it */
+            snprintf(w, cap, "its teacher %s is stale", rc->stages[s->teacher_stage].name);
+        }
+    }
 }
 
 /* Submits the incomplete stages as a chain. A job of the run still queued or
@@ -253,8 +374,19 @@ static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
     if (nj < 0) return -1;
     char prev[32] = "";
     int resubmitted = 0, submitted = 0;
+    enum { WHY = PATH_MAX + 256 };
+    bool *stale = kf_calloc((size_t)rc->n_stages + 1, sizeof *stale);
+    char *stale_why = kf_calloc((size_t)rc->n_stages + 1, WHY);
+    stale_stages(run, rc, stale, stale_why, WHY);
     for (int i = 0; i <= rc->n_stages; i++) {
         const char *stage = i == 0 ? RUNDIR_SHARDS : rc->stages[i - 1].name;
+        if (i > 0 && stale[i - 1]) {
+            char dest[PATH_MAX];
+            if (rundir_stage_retire(run, stage, dest, sizeof dest, err)) goto fail;
+            fprintf(stderr,
+                    "kf jobs: %s: stale: %s; training it again (what it had is kept in %s)\n",
+                    stage, stale_why + (size_t)(i - 1) * WHY, dest);
+        }
         if (rundir_stage_complete(run, rc, stage, why, sizeof why)) continue;
         const rundir_job *cur = rundir_jobs_current(jobs, nj, stage);
         slurm_job sj;
@@ -277,11 +409,11 @@ static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
         snprintf(prev, sizeof prev, "%s", id);
         resubmitted = 1, submitted++;
     }
-    free(jobs);
+    free(jobs), free(stale), free(stale_why);
     if (!*prev) fprintf(stderr, "kf jobs: %s: every stage is complete, nothing to submit\n", run);
     return 0;
 fail:
-    free(jobs);
+    free(jobs), free(stale), free(stale_why);
     return -1;
 }
 
@@ -291,7 +423,7 @@ static int cmd_plan(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "flops ", &code)) return code;
-    if (a.n_pos != 1) return usage_error("plan needs CONFIG%s", "");
+    if (a.n_pos != 1) return positional_error(&a, "plan", "CONFIG", 1, true);
     kf_err err;
     runconfig *rc;
     if (runconfig_load(a.pos[0], a.n_over, a.over, &rc, &err))
@@ -305,30 +437,72 @@ static int cmd_plan(int argc, char **argv) {
     return KF_EXIT_OK;
 }
 
-/* Loads CONFIG with overrides and opens (or makes) its run directory. */
-static int load_and_open(const args *a, char *run, size_t cap, runconfig **out, kf_err *err) {
+/* Takes RUN/lock (making RUN) for the command `what`: one command at a time
+ * drives a run (its run.yaml, jobs.tsv, samples and the stages it starts). */
+static int lock_run(const char *run, const char *what, writer_lock *l, kf_err *err) {
+    char p[PATH_MAX];
+    l->fd = -1;
+    if (fs_mkdir_p(run, err)) return -1;
+    fs_path_join(p, sizeof p, run, "lock");
+    return writer_lock_take(p, what, l, err);
+}
+
+/* Loads CONFIG with overrides, locks its run directory for `what` and opens
+ * (or makes) it. */
+static int load_and_open(const args *a, const char *what, char *run, size_t cap, writer_lock *l,
+                         runconfig **out, kf_err *err) {
     runconfig *rc;
     if (runconfig_load(a->pos[0], a->n_over, a->over, &rc, err)) return -1;
     if (a->run_dir) snprintf(run, cap, "%s", a->run_dir);
     else default_run_dir(rc, run, cap);
-    int rv = open_run(run, rc, out, err);
+    int rv = lock_run(run, what, l, err) || open_run(run, rc, out, err) ? -1 : 0;
     runconfig_free(rc);
     return rv;
+}
+
+/* Missing data that no `shards:` set can build fails here, naming the
+ * config the user gave (kf shards build RUN/run.yaml would blame run.yaml). */
+static int check_data_buildable(const char *run, const runconfig *rc, const char *config,
+                                kf_err *err) {
+    char why[PATH_MAX + 64];
+    if (rundir_stage_complete(run, rc, RUNDIR_SHARDS, why, sizeof why)) return 0;
+    cfg_node *root = cfg_load_string(rc->canonical, "run.yaml", err);
+    if (!root) return -1;
+    bool has = cfg_find(root, "shards") != NULL;
+    cfg_free(root);
+    if (has) return 0;
+    return kf_err_set(err,
+                      "%s: %s, and the config has no `shards:` section to build it: add one "
+                      "(pipeline/build_config.h documents it) or point data.train and data.valid "
+                      "at built shards",
+                      config, why);
 }
 
 static int cmd_run(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "run-dir np no-sample ", &code)) return code;
-    if (a.n_pos != 1) return usage_error("run needs CONFIG%s", "");
+    if (a.n_pos != 1) return positional_error(&a, "run", "CONFIG", 1, true);
     kf_err err;
     char run[PATH_MAX];
     runconfig *rc;
-    if (load_and_open(&a, run, sizeof run, &rc, &err)) return kf_err_report("kf jobs", &err);
+    writer_lock lock;
+    if (load_and_open(&a, "kf jobs run", run, sizeof run, &lock, &rc, &err)) {
+        writer_lock_release(&lock);
+        free(a.over);
+        return kf_err_report("kf jobs", &err);
+    }
+    if (check_data_buildable(run, rc, a.pos[0], &err)) {
+        runconfig_free(rc);
+        free(a.over);
+        writer_lock_release(&lock);
+        return kf_err_report("kf jobs", &err);
+    }
     fprintf(stderr, "kf jobs: run %s in %s (config sha256 %.16s)\n", rc->name, run, rc->hash);
     code = run_local(run, rc, (int)a.np, a.no_sample);
     runconfig_free(rc);
     free(a.over);
+    writer_lock_release(&lock);
     return code;
 }
 
@@ -350,7 +524,7 @@ static int cmd_submit(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "run-dir ", &code)) return code;
-    if (a.n_pos != 1) return usage_error("submit needs CONFIG%s", "");
+    if (a.n_pos != 1) return positional_error(&a, "submit", "CONFIG", 1, true);
     kf_err err;
     if (!slurm_available()) {
         fprintf(stderr, "kf jobs: error: Slurm's sbatch/scontrol/scancel are not in PATH; use kf "
@@ -359,9 +533,15 @@ static int cmd_submit(int argc, char **argv) {
     }
     char run[PATH_MAX], abs_run[PATH_MAX];
     runconfig *rc;
-    if (load_and_open(&a, run, sizeof run, &rc, &err)) return kf_err_report("kf jobs", &err);
+    writer_lock lock;
+    if (load_and_open(&a, "kf jobs submit", run, sizeof run, &lock, &rc, &err)) {
+        writer_lock_release(&lock);
+        return kf_err_report("kf jobs", &err);
+    }
     code = KF_EXIT_OK;
-    if (!realpath(run, abs_run)) {
+    if (check_data_buildable(run, rc, a.pos[0], &err)) {
+        code = kf_err_report("kf jobs", &err);
+    } else if (!realpath(run, abs_run)) {
         kf_err_set(&err, "%s: %s", run, strerror(errno));
         code = kf_err_report("kf jobs", &err);
     } else if (run_has_live_jobs(abs_run)) {
@@ -376,6 +556,7 @@ static int cmd_submit(int argc, char **argv) {
     }
     runconfig_free(rc);
     free(a.over);
+    writer_lock_release(&lock);
     return code;
 }
 
@@ -383,7 +564,7 @@ static int cmd_resume(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "config local np ", &code)) return code;
-    if (a.n_pos != 1) return usage_error("resume needs RUN%s", "");
+    if (a.n_pos != 1) return positional_error(&a, "resume", "RUN", 1, true);
     kf_err err;
     char run[PATH_MAX], yaml[PATH_MAX + 16];
     if (!realpath(a.pos[0], run)) {
@@ -398,9 +579,14 @@ static int cmd_resume(int argc, char **argv) {
     if (runconfig_load(a.config ? a.config : yaml, a.n_over, a.over, &rc, &err))
         return kf_err_report("kf jobs", &err);
     runconfig *cur;
-    int rv = open_run(run, rc, &cur, &err);
+    writer_lock lock;
+    int rv = lock_run(run, a.local ? "kf jobs resume --local" : "kf jobs resume", &lock, &err) ||
+             open_run(run, rc, &cur, &err);
     runconfig_free(rc);
-    if (rv) return kf_err_report("kf jobs", &err);
+    if (rv) {
+        writer_lock_release(&lock);
+        return kf_err_report("kf jobs", &err);
+    }
     code = KF_EXIT_OK;
     if (a.local) {
         code = run_local(run, cur, (int)a.np, 1);
@@ -427,6 +613,7 @@ static int cmd_resume(int argc, char **argv) {
     }
     runconfig_free(cur);
     free(a.over);
+    writer_lock_release(&lock);
     return code;
 }
 
@@ -434,7 +621,7 @@ static int cmd_cancel(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "", &code)) return code;
-    if (a.n_pos != 1 || a.n_over) return usage_error("cancel needs RUN%s", "");
+    if (a.n_pos != 1 || a.n_over) return positional_error(&a, "cancel", "RUN", 1, false);
     kf_err err;
     rundir_job *jobs;
     int n = rundir_jobs_read(a.pos[0], &jobs, &err);
@@ -462,7 +649,7 @@ static int cmd_check(int argc, char **argv) {
     int code;
     if (parse_args(argc, argv, &a, "", &code)) return code;
     free(a.over); /* check takes no overrides */
-    if (a.n_pos != 2 || a.n_over) return usage_error("check needs RUN STAGE%s", "");
+    if (a.n_pos != 2 || a.n_over) return positional_error(&a, "check", "RUN STAGE", 2, false);
     kf_err err;
     runconfig *rc;
     if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return kf_err_report("kf jobs", &err);
@@ -514,17 +701,18 @@ static void fill_row(const char *run, const runconfig *rc, const rundir_job *job
     r->ckpt_age_s = r->st.ckpt_step >= 0 ? difftime(now, r->st.ckpt_mtime) : -1;
     r->eta_s = -1;
     bool alive = r->job && slurm_state_alive(r->sj.state);
+    /* running: a live process holds the stage's lock, or its Slurm job runs */
     if (r->st.complete) snprintf(r->state, sizeof r->state, "complete");
+    else if (r->st.live) snprintf(r->state, sizeof r->state, "running");
     else if (alive && !strcmp(r->sj.state, "RUNNING"))
         snprintf(r->state, sizeof r->state, "running");
     else if (alive) snprintf(r->state, sizeof r->state, "queued");
     else if (r->job && strcmp(r->sj.state, "UNKNOWN") && strcmp(r->sj.state, "COMPLETED"))
         lower(r->state, sizeof r->state, r->sj.state); /* failed, cancelled, timeout, ... */
-    else if (!strcmp(r->st.status, "running") && r->st.log_mtime &&
-             difftime(now, r->st.log_mtime) < 120)
-        snprintf(r->state, sizeof r->state, "running");
+    else if (!strcmp(r->st.status, "running"))         /* said so, and died without a word */
+        snprintf(r->state, sizeof r->state, "interrupted");
     else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed") ||
-             !strcmp(r->st.status, "stale"))
+             !strcmp(r->st.status, "interrupted") || !strcmp(r->st.status, "stale"))
         snprintf(r->state, sizeof r->state, "%.*s", (int)sizeof r->state - 1, r->st.status);
     else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0)
         snprintf(r->state, sizeof r->state, "partial");
@@ -580,6 +768,11 @@ static void print_json(const char *run, const runconfig *rc, row *rows, int n,
         json_num_or_null(stdout, "eta_s", r->eta_s, r->eta_s >= 0);
         printf(",\"status\":");
         json_write_str(stdout, r->st.status, strlen(r->st.status));
+        printf(",\"reason\":");
+        json_write_str(stdout, r->st.reason, strlen(r->st.reason));
+        printf(",\"holder\":");
+        if (r->st.live) json_write_str(stdout, r->st.holder, strlen(r->st.holder));
+        else printf("null");
         printf("}");
     }
     printf("],\"down_nodes\":[");
@@ -621,6 +814,19 @@ static void print_table(const char *run, const runconfig *rc, row *rows, int n,
         printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", r->stage, r->kind,
                r->state, steps, ck, ag, r->job ? r->job->id : "-", sl, tps, eta);
     }
+    for (int i = 0; i < n; i++) { /* who runs it; why it stopped */
+        row *r = &rows[i];
+        if (r->st.live) printf("%s: written by %s\n", r->stage, r->st.holder);
+        else if (!strcmp(r->state, "stale") && strcmp(r->stage, RUNDIR_SHARDS))
+            printf("%s: stale: %s; kf jobs run (or resume) trains it again\n", r->stage,
+                   r->st.reason);
+        else if (!strcmp(r->state, "interrupted") || !strcmp(r->state, "failed") ||
+                 !strcmp(r->state, "preempted"))
+            printf("%s: %s at step %lld (%s); last good checkpoint %s\n", r->stage, r->state,
+                   (long long)(r->step < 0 ? 0 : r->step),
+                   *r->st.reason ? r->st.reason : "why is not known: killed without a word",
+                   r->st.ckpt_step >= 0 ? r->st.ckpt : "none (resumes from step 0)");
+    }
     for (int i = 0; i < nd; i++)
         printf("node %s out of service: %s%s%s\n", down[i].name, down[i].state,
                *down[i].reason ? ", " : "", down[i].reason);
@@ -630,7 +836,7 @@ static int cmd_status(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "json ", &code)) return code;
-    if (a.n_pos != 1 || a.n_over) return usage_error("status needs RUN%s", "");
+    if (a.n_pos != 1 || a.n_over) return positional_error(&a, "status", "RUN", 1, false);
     kf_err err;
     runconfig *rc;
     if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return kf_err_report("kf jobs", &err);
@@ -640,6 +846,16 @@ static int cmd_status(int argc, char **argv) {
     int n = rc->n_stages + 1;
     row *rows = kf_calloc((size_t)n, sizeof *rows);
     for (int i = 0; i < n; i++) fill_row(a.pos[0], rc, jobs, nj, i - 1, &rows[i]);
+    enum { WHY = sizeof rows[0].st.reason };
+    bool *stale = kf_calloc((size_t)n, sizeof *stale);
+    char *stale_why = kf_calloc((size_t)n, WHY);
+    stale_stages(a.pos[0], rc, stale, stale_why, WHY);
+    for (int i = 1; i < n; i++)
+        if (stale[i - 1] && !rows[i].st.live) { /* kf jobs run trains it again */
+            snprintf(rows[i].state, sizeof rows[i].state, "stale");
+            snprintf(rows[i].st.reason, WHY, "%s", stale_why + (size_t)(i - 1) * WHY);
+        }
+    free(stale), free(stale_why);
     /* a run with Slurm jobs: the nodes out of service, e.g. the one its job lost */
     slurm_node *down = NULL;
     int nd = nj > 0 ? slurm_down_nodes(&down) : 0;

@@ -1,5 +1,5 @@
-/* bench/cli/decode_limits.c — the CPU roofline of a decoding run (decode_limits.h). */
-#include "bench/cli/decode_limits.h"
+/* bench/roofline/decode_limits.c — the CPU roofline of a decoding run (decode_limits.h). */
+#include "bench/roofline/decode_limits.h"
 
 #include <omp.h>
 #include <stdlib.h>

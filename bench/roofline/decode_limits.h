@@ -1,9 +1,9 @@
-/* bench/cli/decode_limits.h — the CPU roofline of a decoding run: the
+/* bench/roofline/decode_limits.h — the CPU roofline of a decoding run: the
  * machine's limits measured in the benchmark's own process (read bandwidth,
  * the fixed GEMM's FLOP/s) and a run's time at those limits, step by step.
  * `kf bench decode` prints each method's tokens/s as a fraction of it. */
-#ifndef KF_BENCH_DECODE_LIMITS_H
-#define KF_BENCH_DECODE_LIMITS_H
+#ifndef KF_BENCH_ROOFLINE_DECODE_LIMITS_H
+#define KF_BENCH_ROOFLINE_DECODE_LIMITS_H
 
 #include <stdint.h>
 

@@ -1,21 +1,25 @@
-/* jobs/proc.h — running other programs (kf train, mpirun, sbatch, squeue).
+/* common/proc.h — running other programs (kf train, mpirun, sbatch, squeue,
+ * python3 for the tools/ scripts).
  *
  * The job system drives everything through processes: the stages are `kf
- * train` runs and Slurm is its command-line clients. These helpers fork and
+ * train` runs and Slurm is its command-line clients; `kf export` runs
+ * tools/release_ckpt.py. These helpers fork and
  * exec an argv (searched in PATH), wait, and report the exit status in the
  * shell's convention (128 + signal for a child killed by a signal).
  */
-#ifndef KF_JOBS_PROC_H
-#define KF_JOBS_PROC_H
+#ifndef KF_COMMON_PROC_H
+#define KF_COMMON_PROC_H
 
 #include <stdbool.h>
 
 #include "common/error.h"
 
 /** Runs argv (NULL-terminated) with stdin/stdout/stderr inherited and waits.
- * While it runs, SIGINT, SIGTERM and SIGUSR1 received by this process are
- * forwarded to the child (the trainer checkpoints on them), so `kf jobs run`
- * behaves like the trainer it wraps.
+ * While it runs, SIGTERM and SIGUSR1 received by this process are forwarded
+ * to the child (the trainer checkpoints on them), and SIGINT as SIGTERM (a
+ * terminal's Ctrl-C reaches the child directly too; to the trainer a second
+ * SIGINT means abort), so `kf jobs run` behaves like the trainer it wraps; and when this process dies (kill -9),
+ * the child gets SIGTERM (prctl PR_SET_PDEATHSIG).
  * @return the exit status (0..255, 128+N for signal N), or -1 with err set
  * when the program could not be started. */
 int proc_run(char *const argv[], kf_err *err);

@@ -1,5 +1,5 @@
-/* jobs/proc.c — fork/exec/wait with signal forwarding and output capture. */
-#include "jobs/proc.h"
+/* common/proc.c — fork/exec/wait with signal forwarding and output capture. */
+#include "common/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,14 +8,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t child_pid, pending_sig;
 
-/* A signal that comes before the child exists is kept and sent once it does. */
+/* A signal that comes before the child exists is kept and sent once it does.
+ * SIGINT goes on as SIGTERM: a Ctrl-C at the terminal also reaches the child
+ * itself (same process group), and a second SIGINT there means "abort". */
 static void forward(int sig) {
+    if (sig == SIGINT) sig = SIGTERM;
     if (child_pid > 0) kill((pid_t)child_pid, sig);
     else pending_sig = sig;
 }
@@ -30,9 +34,14 @@ static int status_code(int st) {
  * /dev/null when quiet. A child that cannot exec exits 127 after saying so. */
 static pid_t spawn(char *const argv[], int out_fd, bool quiet, kf_err *err) {
     fflush(stdout), fflush(stderr);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return kf_err_set(err, "fork: %s", strerror(errno)), -1;
     if (pid == 0) {
+        /* the child outlives no killed parent: a trainer gets SIGTERM (checkpoint,
+         * exit 75) rather than train on unwatched, holding its stage's lock */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(128 + SIGTERM);
         if (out_fd >= 0) dup2(out_fd, 1);
         if (quiet) {
             int dn = open("/dev/null", 1);
