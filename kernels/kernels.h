@@ -399,6 +399,24 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
        int64_t rows),                                                                              \
       (b, logits, ids, x, head, rows))                                                             \
                                                                                                    \
+    /* ---- decode-time linear layers ----                                                         \
+     * Decoding runs each [out, in] weight on a few rows per step, where a                         \
+     * GEMM packs all of W again on every call. linear_pack makes W's                              \
+     * backend-specific form once, from W and its 16-bit copy w16 (NULL: none;                     \
+     * as in linear_act) at the backend's precision; a backend may keep                            \
+     * pointers to them, so both stay allocated and unchanged while the form                       \
+     * is used. Free it with linear_pack_free. */                                                  \
+    X(void *, linear_pack, (kf_backend * b, const float *w, const void *w16, int64_t in,          \
+                            int64_t out),                                                          \
+      (b, w, w16, in, out))                                                                        \
+    X(void, linear_pack_free, (kf_backend * b, void *lin), (b, lin))                               \
+    /* linear_act through a packed W (lin): bitwise linear_act(b, y, y16, pre, x,                  \
+     * x16, W, bias, rows, in, out, act, beta, w16), whatever the rows. */                         \
+    X(void, linear_packed_fwd,                                                                     \
+      (kf_backend * b, float *y, void *y16, float *pre, const float *x, const void *x16,           \
+       const void *lin, const float *bias, int64_t rows, kf_act act, float beta),                  \
+      (b, y, y16, pre, x, x16, lin, bias, rows, act, beta))                                        \
+                                                                                                   \
     /* ---- reductions (results returned to the host; fixed order) ----                            \
      * sumsq is the sum, in order, of the sums of squares of consecutive                           \
      * KF_SUM_PART-element parts of x; sumsq_parts returns those parts                             \

@@ -557,6 +557,27 @@ kf_op_cost kernels_cost_head_fwd(kf_backend *b, float *logits, int32_t *ids, con
                 "rows=%lld V=%lld H=%lld", (long long)rows, (long long)s->V, (long long)s->H);
 }
 
+/* ---- decode-time linear layers */
+
+/* W read, the packed form written */
+kf_op_cost kernels_cost_linear_pack(kf_backend *b, const float *w, const void *w16, int64_t in,
+                                    int64_t out) {
+    return cost(b, KF_COST_SIMT, 0, F * 2 * (double)in * (double)out, "in=%lld out=%lld",
+                (long long)in, (long long)out);
+}
+kf_op_cost kernels_cost_linear_pack_free(kf_backend *b, void *lin) {
+    return cost(b, KF_COST_NONE, 0, 0, "-");
+}
+/* the linear_act it equals */
+kf_op_cost kernels_cost_linear_packed_fwd(kf_backend *b, float *y, void *y16, float *pre,
+                                          const float *x, const void *x16, const void *lin,
+                                          const float *bias, int64_t rows, kf_act act,
+                                          float beta) {
+    const kf_linear_shape *s = lin;
+    return kernels_cost_linear_act(b, y, y16, pre, x, x16, NULL, bias, rows, s->in, s->out, act,
+                                   beta, s->w16 ? lin : NULL);
+}
+
 /* ---- reductions: 1 (sum, count) or 2 (sum of squares) per element; the
  * host waits for the result */
 

@@ -63,6 +63,13 @@ typedef struct kf_head_shape {
     int64_t V, H;
 } kf_head_shape;
 
+/** Layout the recording backend's linear_pack handles start with, so
+ *  kernels_cost_linear_packed_fwd prices the linear_act it equals. */
+typedef struct kf_linear_shape {
+    int64_t in, out;
+    int w16; /* a 16-bit copy of W was given */
+} kf_linear_shape;
+
 /** (query, key) pairs a kf_mask scores per head over B samples: query rows
  *  [q_start, L), each against the keys kernels.h's mask lets it see
  *  (valid_len included). */

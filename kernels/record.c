@@ -37,6 +37,12 @@ typedef struct rec_impl {
 } rec_impl;
 #define REC_UPLOADS 8
 
+/* What a dry or forwarded linear_pack returns: its shape first (op_cost.h). */
+typedef struct rec_linear {
+    kf_linear_shape shape;
+    void *inner;
+} rec_linear;
+
 /* What a dry or forwarded head_pack returns: its shape first (op_cost.h). */
 typedef struct rec_head {
     kf_head_shape shape;
@@ -90,6 +96,9 @@ static void rec_end(kf_backend *b) {
 #define REC_OWN_head_pack ~, 1
 #define REC_OWN_head_free ~, 1
 #define REC_OWN_head_fwd ~, 1
+#define REC_OWN_linear_pack ~, 1
+#define REC_OWN_linear_pack_free ~, 1
+#define REC_OWN_linear_packed_fwd ~, 1
 #define REC_OWN_sum ~, 1
 #define REC_OWN_sumsq ~, 1
 #define REC_OWN_sumsq_parts ~, 1
@@ -250,6 +259,39 @@ static void rec_head_fwd(kf_backend *b, float *logits, int32_t *ids, const float
     rec_begin(b, "head_fwd", kernels_cost_head_fwd(b, logits, ids, x, head, rows));
     const rec_head *h = head;
     if (im->inner) im->inner->head_fwd(im->inner, logits, ids, x, h->inner, rows);
+    rec_end(b);
+}
+
+static void *rec_linear_pack(kf_backend *b, const float *w, const void *w16, int64_t in,
+                             int64_t out) {
+    rec_impl *im = impl(b);
+    rec_begin(b, "linear_pack", kernels_cost_linear_pack(b, w, w16, in, out));
+    rec_linear *l = kf_calloc(1, sizeof *l);
+    l->shape = (kf_linear_shape){in, out, w16 != NULL};
+    if (im->inner) l->inner = im->inner->linear_pack(im->inner, w, w16, in, out);
+    rec_end(b);
+    return l;
+}
+
+static void rec_linear_pack_free(kf_backend *b, void *lin) {
+    rec_impl *im = impl(b);
+    rec_begin(b, "linear_pack_free", kernels_cost_linear_pack_free(b, lin));
+    rec_linear *l = lin;
+    if (im->inner && l) im->inner->linear_pack_free(im->inner, l->inner);
+    free(l);
+    rec_end(b);
+}
+
+static void rec_linear_packed_fwd(kf_backend *b, float *y, void *y16, float *pre, const float *x,
+                                  const void *x16, const void *lin, const float *bias,
+                                  int64_t rows, kf_act act, float beta) {
+    rec_impl *im = impl(b);
+    rec_begin(b, "linear_packed_fwd",
+              kernels_cost_linear_packed_fwd(b, y, y16, pre, x, x16, lin, bias, rows, act, beta));
+    const rec_linear *l = lin;
+    if (im->inner)
+        im->inner->linear_packed_fwd(im->inner, y, y16, pre, x, x16, l->inner, bias, rows, act,
+                                     beta);
     rec_end(b);
 }
 

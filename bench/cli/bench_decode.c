@@ -29,6 +29,11 @@
  *               and every PFLM checkpoint at each requested k <= k_train
  *               (default 2, 3, 4); speedup = tokens/s over AR's at that batch
  *
+ * roofline    on the CPU backend: the read bandwidth and the GEMM's FLOP/s of
+ *               the benchmark's threads measured first, and each method's
+ *               tokens/s at its steps' roofline (decode_limits.h) and the
+ *               fraction reached, in the table and the JSON
+ *
  * Output: a table on stdout; asked for, the same as JSON (--json FILE) and a
  * grouped bar chart (--png FILE; bench/plot/chart.h): one group per batch
  * size, one bar per method.
@@ -43,6 +48,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/roofline/decode_limits.h"
 #include "bench/plot/chart.h"
 #include "bench/roofline/roofline.h"
 #include "commands.h"
@@ -85,7 +91,10 @@ static const char USAGE[] =
     "under the AR checkpoint, mean unigram entropy per completion (nats), distinct-2/3 and\n"
     "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
     "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
-    "smallest context.\n"
+    "smallest context. On the CPU backend the run first measures the read bandwidth\n"
+    "and the GEMM's FLOP/s of its threads (--clock), and prints each method's tokens/s\n"
+    "at the roofline of its steps (max of bytes / bandwidth, FLOPs / GEMM rate) and the\n"
+    "fraction reached (bench/roofline/decode_limits.h).\n"
     "\n"
     "  --batch LIST   batch sizes (default 4,16,128)\n"
     "  --k LIST       K-Forcing tokens per step (default 2,3,4)\n"
@@ -124,6 +133,7 @@ typedef struct method {
     const model_heads *heads; /* the model's output layer, packed once */
     int64_t k;
     double tps[MAX_LIST], sd[MAX_LIST]; /* per batch size */
+    double roof[MAX_LIST];              /* tokens/s at the CPU roofline (0: not measured) */
     quality_row q;                      /* of the largest batch's completions */
 } method;
 
@@ -200,6 +210,9 @@ static void write_json(FILE *f, const char *dev, const char *prec, const char *c
                     "\"tokens_per_s\": %.2f, \"stdev\": %.2f, ",
                     i || b ? "," : "", mt[i].label, (long long)mt[i].k, (long long)bs[b],
                     (long long)((N + mt[i].k - 1) / mt[i].k), mt[i].tps[b], mt[i].sd[b]);
+            if (mt[i].roof[b] > 0)
+                fprintf(f, "\"roofline_tokens_per_s\": %.2f, \"roofline_fraction\": %.3f, ",
+                        mt[i].roof[b], mt[i].tps[b] / mt[i].roof[b]);
             if (ar >= 0) fprintf(f, "\"speedup\": %.3f, ", mt[i].tps[b] / mt[ar].tps[b]);
             else fprintf(f, "\"speedup\": null, ");
             const quality_row *q = &mt[i].q;
@@ -245,6 +258,7 @@ typedef struct decode_plan {
     int32_t *pre, eos;
     int64_t P, N, bmax;
     int qb; /* the batch size whose completions are scored: the largest */
+    decode_limits lim; /* the CPU backend's, measured at the start (else zero) */
 } decode_plan;
 
 /* Parses the options into a; nonzero when the command ends here, with its
@@ -465,6 +479,11 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
             x->tps[b] = sum[i] / (double)a->runs;
             double var = sum2[i] / (double)a->runs - x->tps[b] * x->tps[b];
             x->sd[b] = var > 0 ? sqrt(var) : 0;
+            if (p->lim.read_bw > 0) {
+                int screen = x->m->cfg.kind == MODEL_PFLM && a->pen == 0;
+                x->roof[b] = (double)(B * N) / decode_roofline_s(x->m, B, P, N, x->k, a->prec,
+                                                                   screen, &p->lim);
+            }
             fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)B, x->label,
                     x->tps[b]);
         }
@@ -507,6 +526,30 @@ static void print_table(const decode_plan *p, const decode_args *a) {
     }
 }
 
+/* Each method's tokens/s as a fraction of its CPU roofline (decode_limits.h). */
+static void print_roofline(const decode_plan *p, const decode_args *a) {
+    if (p->lim.read_bw <= 0) return;
+    printf("\nroofline: read %.1f GB/s, GEMM %.1f GFLOP/s (measured here, %s clock); tokens/s "
+           "at the roofline and the fraction reached\n%-10s",
+           p->lim.read_bw / 1e9, p->lim.gemm_flops / 1e9, a->clock_name, "method");
+    for (int b = 0; b < a->nb; b++) {
+        char h[32];
+        snprintf(h, sizeof h, "BS=%lld roof (frac)", (long long)a->bs[b]);
+        printf("  %22s", h);
+    }
+    printf("\n");
+    for (int i = 0; i < p->nm; i++) {
+        printf("%-10s", p->mt[i].label);
+        for (int b = 0; b < a->nb; b++) {
+            char cell[48];
+            snprintf(cell, sizeof cell, "%.0f (%.2f)", p->mt[i].roof[b],
+                     p->mt[i].tps[b] / p->mt[i].roof[b]);
+            printf("  %22s", cell);
+        }
+        printf("\n");
+    }
+}
+
 /* The chart: groups = batch sizes, bars = methods (the first CHART_MAX_SERIES). */
 static int write_chart(const decode_plan *p, const decode_args *a, kf_err *err) {
     int nb = a->nb, ns = p->nm < CHART_MAX_SERIES ? p->nm : CHART_MAX_SERIES;
@@ -531,6 +574,7 @@ static int write_chart(const decode_plan *p, const decode_args *a, kf_err *err) 
 /* The table on stdout, the JSON and the chart where asked for. */
 static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
     print_table(p, a);
+    print_roofline(p, a);
     if (a->json_path) {
         char *jtext = NULL;
         size_t jlen = 0;
@@ -584,6 +628,11 @@ int bench_decode_main(int argc, char **argv) {
                "penalty %g\n",
                p.be->name, a.precision, (long long)p.P, a.data, (long long)p.N, (long long)a.runs,
                a.clock_name, a.tau, a.pen);
+        if (!strcmp(p.be->name, "cpu")) {
+            decode_limits_measure(p.be, a.cpu_clock ? clock_cpu_s : clock_now_s, &p.lim);
+            printf("CPU limits: read %.1f GB/s, GEMM %.1f GFLOP/s\n", p.lim.read_bw / 1e9,
+                   p.lim.gemm_flops / 1e9);
+        }
         run_batches(&p, &a, &err);
         if (report(&p, &a, &err) == 0) code = KF_EXIT_OK;
     }

@@ -217,3 +217,30 @@ void cu_linear_bwd(kf_backend *b, float *dx, float *dw, float *dbias, const floa
     cu_matmul_to16(b, c16, d16, w16, rows, in, out, 0, 0);
     if (dx) cu_from16(b, dx, c16, rows * in);
 }
+
+/* The decode-time form of a linear layer: the GEMMs here read W in place,
+ * so packing keeps the pointers (and the precision w16 belongs to). */
+typedef struct cu_linear {
+    int64_t in, out;
+    const float *w;
+    const void *w16;
+    kf_precision prec;
+} cu_linear;
+
+void *cu_linear_pack(kf_backend *b, const float *w, const void *w16, int64_t in, int64_t out) {
+    KF_CHECK(in >= 1 && out >= 1, "linear_pack: in = %lld, out = %lld", (long long)in,
+             (long long)out);
+    cu_linear *L = (cu_linear *)kf_calloc(1, sizeof *L);
+    *L = (cu_linear){in, out, w, w16, b->precision};
+    return L;
+}
+
+void cu_linear_pack_free(kf_backend *b, void *lin) { free(lin); }
+
+void cu_linear_packed_fwd(kf_backend *b, float *y, void *y16, float *pre, const float *x,
+                          const void *x16, const void *lin, const float *bias, int64_t rows,
+                          kf_act act, float beta) {
+    const cu_linear *L = (const cu_linear *)lin;
+    cu_linear_act(b, y, y16, pre, x, x16, L->w, bias, rows, L->in, L->out, act, beta,
+                  b->precision == L->prec ? L->w16 : NULL);
+}

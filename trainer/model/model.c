@@ -282,21 +282,28 @@ void *dbuf_upload(kf_backend *be, dbuf *d, const void *src, size_t n, size_t esz
 
 int gemm_in16(const model *m) { return m->be->precision != KF_PREC_FP32; }
 
-/* h = act(x W^T + b) with its pre-activation kept in pre for the backward;
- * x and h as gemm_in16 stores them (x16, h16: 16-bit copies). */
-static void linear_act_fwd(model *m, float *h, void *h16, float *pre, const float *x,
-                           const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
-                           int64_t out, kf_act act) {
-    m->be->linear_act(m->be, h, h16, pre, x, x16, m->params + w,
-                      bias >= 0 ? m->params + bias : NULL, rows, in, out, act, 0.0f,
-                      model_w16(m, w));
+/* y = act(x W^T + b) (+ beta y) with its pre-activation kept in pre for the
+ * backward; x and y as gemm_in16 stores them (x16, y16: 16-bit copies).
+ * Through W's decode-time form lin when given (NULL: none): the same bits. */
+static void linear_any_fwd(model *m, const void *lin, float *y, void *y16, float *pre,
+                           const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows,
+                           int64_t in, int64_t out, kf_act act, float beta) {
+    const float *bp = bias >= 0 ? m->params + bias : NULL;
+    if (lin) m->be->linear_packed_fwd(m->be, y, y16, pre, x, x16, lin, bp, rows, act, beta);
+    else
+        m->be->linear_act(m->be, y, y16, pre, x, x16, m->params + w, bp, rows, in, out, act, beta,
+                          model_w16(m, w));
 }
 
-void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,
-                int64_t rows, int64_t in, int64_t out, float beta) {
-    m->be->linear_act(m->be, y, NULL, NULL, x, x16, m->params + w,
-                      bias >= 0 ? m->params + bias : NULL, rows, in, out, KF_ACT_NONE, beta,
-                      model_w16(m, w));
+static void linear_act_fwd(model *m, const void *lin, float *h, void *h16, float *pre,
+                           const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows,
+                           int64_t in, int64_t out, kf_act act) {
+    linear_any_fwd(m, lin, h, h16, pre, x, x16, w, bias, rows, in, out, act, 0.0f);
+}
+
+void linear_fwd(model *m, const void *lin, float *y, const float *x, const void *x16, int64_t w,
+                int64_t bias, int64_t rows, int64_t in, int64_t out, float beta) {
+    linear_any_fwd(m, lin, y, NULL, NULL, x, x16, w, bias, rows, in, out, KF_ACT_NONE, beta);
 }
 
 /* The gradient through fc2 into fc1's pre-activation: dW2 and db2 from dy
@@ -320,7 +327,8 @@ void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void 
 }
 
 /* The noise encoder on nz rows whose features are ws->feats; result in out. */
-void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d) {
+void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d,
+                       void *const *lin) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     const noise_off *o = &p->noise;
@@ -337,12 +345,12 @@ void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, co
     /* zdim noise values per row, each with the row's tau: features of value
      * e land at columns [e*2H, (e+1)*2H) of row e / zdim. */
     be->noise_features(be, feats, z_d, tau_d, nz * p->zdim, H);
-    linear_fwd(m, c, feats, NULL, o->proj_w, o->proj_b, nz, ZD, H, 0.0f);
+    linear_fwd(m, lin ? lin[0] : NULL, c, feats, NULL, o->proj_w, o->proj_b, nz, ZD, H, 0.0f);
     be->layernorm_fwd(be, ln, NULL, mean, rstd, c, m->params + o->norm_w, m->params + o->norm_b, nz,
                       H, LN_EPS);
-    linear_act_fwd(m, h2, NULL, h1, ln, NULL, o->fc1_w, o->fc1_b, nz, H, 4 * H, KF_ACT_GELU_ERF);
+    linear_act_fwd(m, lin ? lin[1] : NULL, h2, NULL, h1, ln, NULL, o->fc1_w, o->fc1_b, nz, H, 4 * H, KF_ACT_GELU_ERF);
     be->copy(be, out, c, (size_t)(nz * H) * f);
-    linear_fwd(m, out, h2, NULL, o->fc2_w, o->fc2_b, nz, 4 * H, H, 1.0f);
+    linear_fwd(m, lin ? lin[2] : NULL, out, h2, NULL, o->fc2_w, o->fc2_b, nz, 4 * H, H, 1.0f);
 }
 
 /* Backward of noise_encoder_fwd given dout [nz, H] (no gradient to z). */
@@ -394,7 +402,8 @@ void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R)
 
 /* Runs the MLP half of block l on x in place: x += mlp(norm2(x)); ln2 and
  * h2 (fc1's GELU output) stored as gemm_in16 says. */
-void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R) {
+void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R,
+                   void *const *lin) {
     kf_backend *be = m->be;
     int64_t H = m->cfg.hidden;
     int s16 = gemm_in16(m);
@@ -402,9 +411,9 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
     float *h1 = dbuf_ensure(be, &a->h1, (size_t)(R * 4 * H) * f);
     void *h2 = dbuf_ensure(be, &a->h2, (size_t)(R * 4 * H) * (s16 ? 2 : f));
     void *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, o->norm2_b, R, s16);
-    linear_act_fwd(m, s16 ? NULL : h2, s16 ? h2 : NULL, h1, in32(s16, ln2), in16(s16, ln2),
-                   o->fc1_w, o->fc1_b, R, H, 4 * H, KF_ACT_GELU_TANH);
-    linear_fwd(m, x, in32(s16, h2), in16(s16, h2), o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
+    linear_act_fwd(m, lin ? lin[0] : NULL, s16 ? NULL : h2, s16 ? h2 : NULL, h1, in32(s16, ln2),
+                   in16(s16, ln2), o->fc1_w, o->fc1_b, R, H, 4 * H, KF_ACT_GELU_TANH);
+    linear_fwd(m, lin ? lin[1] : NULL, x, in32(s16, h2), in16(s16, h2), o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
 }
 
 /* Head h's final norm over the R rows of xf (buffers in a, fp32); returns it. */
@@ -623,7 +632,7 @@ static void embed_ops(model *m, model_ws *ws, const model_input *in, float *x) {
         be->embed_fwd(be, x, ws->tok_ids_d.p, ws->tok_rows_d.p, m->params + p->embed, ws->n_tok, H);
     if (!nz) return;
     const double *zdv = ws->z_d.p;
-    noise_encoder_fwd(m, &ws->nact, nz, zdv, zdv + nz * zd);
+    noise_encoder_fwd(m, &ws->nact, nz, zdv, zdv + nz * zd, NULL);
     be->scatter_rows(be, x, ws->nact.out.p, ws->noise_rows_d.p, nz, H);
 }
 
@@ -633,7 +642,7 @@ static void head_chunk(model *m, model_ws *ws, int h, int64_t c0, int64_t n, flo
     const head_off *o = &m->priv->head[h];
     int64_t H = m->cfg.hidden, V = m->cfg.vocab;
     const float *ln = ws->hact[h].ln.p;
-    linear_fwd(m, lg, ln + c0 * H, NULL, o->w, o->b, n, H, V, 0.0f);
+    linear_fwd(m, NULL, lg, ln + c0 * H, NULL, o->w, o->b, n, H, V, 0.0f);
     if (m->cfg.mask_id >= 0) m->be->fill_column(m->be, lg, n, V, m->cfg.mask_id, MASK_LOGIT);
 }
 
@@ -764,7 +773,7 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
             only16 ? NULL : dbuf_ensure(be, c16 ? &ws->qkv32 : &a->qkv, (size_t)(R * 3 * H) * f);
         void *qkv16 = c16 ? dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * 2) : NULL;
         void *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * (c16 ? 2 : f));
-        linear_act_fwd(m, qkv, rope && qkv ? NULL : qkv16, NULL, in32(s16, ln1), in16(s16, ln1),
+        linear_act_fwd(m, NULL, qkv, rope && qkv ? NULL : qkv16, NULL, in32(s16, ln1), in16(s16, ln1),
                        o->qkv, o->qkv_b, R, H, 3 * H, KF_ACT_NONE);
         if (rope) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE, qkv16);
         if (q0 > 0) {
@@ -786,14 +795,14 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
             }
         }
         if (xo != x) be->copy(be, xo, x, (size_t)(R * H) * f);
-        linear_fwd(m, xo, in32(c16, att), in16(c16, att), o->out, o->out_b, R, H, H, 1.0f);
+        linear_fwd(m, NULL, xo, in32(c16, att), in16(c16, att), o->out, o->out_b, R, H, H, 1.0f);
         /* training keeps x_mid (input of norm2) in ln2's partner: xs[l+1] holds
          * x_mid until the MLP adds to it, so save a copy for the backward. */
         if (train) {
             float *xmid = dbuf_ensure(be, &a->xmid, (size_t)(R * H) * f);
             be->copy(be, xmid, xo, (size_t)(R * H) * f);
         }
-        block_mlp_fwd(m, o, a, xo, R);
+        block_mlp_fwd(m, o, a, xo, R, NULL);
     }
 
     int64_t O = ws->n_out_rows;

@@ -323,9 +323,11 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
 
 /* ---- KV-cached decoding (decode.h drives it) ---- */
 
-/** The output layer(s) in the backend's decoding form (head_pack), made
- *  once from the weights as they are at the call and shared by any number
- *  of decoding runs: the weights must not change while it is in use. */
+/** The output layer(s) and the blocks' (and noise encoder's) linear
+ *  weights in the backend's decoding form (head_pack, linear_pack), made
+ *  once from the weights as they are at the call, at the backend's
+ *  precision then, and shared by any number of decoding runs: the weights
+ *  must not change while it is in use. */
 typedef struct model_heads model_heads;
 model_heads *model_heads_pack(model *m);
 void model_heads_free(model_heads *h);

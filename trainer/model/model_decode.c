@@ -6,26 +6,60 @@
 
 #include "trainer/model/model_internal.h"
 
+/* A block's linear weights in their decode-time form, in this order. */
+enum { LIN_QKV, LIN_OUT, LIN_FC1, LIN_FC2, LIN_PER_BLOCK };
+/* the noise encoder's: proj, fc1, fc2 */
+enum { LIN_NOISE = 3 };
+
 struct model_heads {
     model *m;
     void **head; /* [n_heads_out] */
+    void **lin;  /* [blocks * LIN_PER_BLOCK + LIN_NOISE]; the noise encoder's NULL in AR */
 };
 
 model_heads *model_heads_pack(model *m) {
     model_heads *h = kf_calloc(1, sizeof *h);
     model_priv *p = m->priv;
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden, nb = m->cfg.blocks;
     h->m = m;
     h->head = kf_calloc((size_t)m->n_heads_out, sizeof *h->head);
     for (int i = 0; i < m->n_heads_out; i++)
-        h->head[i] = m->be->head_pack(m->be, m->params + p->head[i].w,
-                                      p->head[i].b >= 0 ? m->params + p->head[i].b : NULL,
-                                      m->cfg.vocab, m->cfg.hidden, m->cfg.mask_id, MASK_LOGIT);
+        h->head[i] = be->head_pack(be, m->params + p->head[i].w,
+                                   p->head[i].b >= 0 ? m->params + p->head[i].b : NULL,
+                                   m->cfg.vocab, H, m->cfg.mask_id, MASK_LOGIT);
+    h->lin = kf_calloc((size_t)(nb * LIN_PER_BLOCK + LIN_NOISE), sizeof *h->lin);
+    /* (offset, in, out) of every packed weight */
+    int64_t (*w)[3] = kf_calloc((size_t)(nb * LIN_PER_BLOCK + LIN_NOISE), sizeof *w);
+    for (int64_t l = 0; l < nb; l++) {
+        const block_off *o = &p->blk[l];
+        int64_t *wl = w[l * LIN_PER_BLOCK];
+        memcpy(wl, (int64_t[LIN_PER_BLOCK * 3]){o->qkv, H, 3 * H, o->out, H, H, o->fc1_w, H,
+                                                 4 * H, o->fc2_w, 4 * H, H},
+               sizeof(int64_t[LIN_PER_BLOCK * 3]));
+    }
+    int64_t n = nb * LIN_PER_BLOCK;
+    if (m->cfg.kind == MODEL_PFLM) {
+        const noise_off *o = &p->noise;
+        memcpy(w[n], (int64_t[LIN_NOISE * 3]){o->proj_w, 2 * H * (p->zdim ? p->zdim : 1), H,
+                                               o->fc1_w, H, 4 * H, o->fc2_w, 4 * H, H},
+               sizeof(int64_t[LIN_NOISE * 3]));
+        n += LIN_NOISE;
+    }
+    for (int64_t i = 0; i < n; i++)
+        h->lin[i] = be->linear_pack(be, m->params + w[i][0], model_w16(m, w[i][0]), w[i][1],
+                                    w[i][2]);
+    free(w);
     return h;
 }
 
 void model_heads_free(model_heads *h) {
     if (!h) return;
-    for (int i = 0; i < h->m->n_heads_out; i++) h->m->be->head_free(h->m->be, h->head[i]);
+    kf_backend *be = h->m->be;
+    for (int i = 0; i < h->m->n_heads_out; i++) be->head_free(be, h->head[i]);
+    for (int64_t i = 0; i < h->m->cfg.blocks * LIN_PER_BLOCK + LIN_NOISE; i++)
+        if (h->lin[i]) be->linear_pack_free(be, h->lin[i]);
+    free(h->lin);
     free(h->head);
     free(h);
 }
@@ -181,7 +215,8 @@ static void block_pre(const step *s, int64_t l) {
     int64_t H = m->cfg.hidden, R = s->R, nh = m->cfg.heads;
     be->layernorm_fwd(be, s->ln1, NULL, s->mean, s->rstd, s->x, m->params + o->norm1,
                       o->norm1_b >= 0 ? m->params + o->norm1_b : NULL, R, H, LN_EPS);
-    linear_fwd(m, s->qkv, s->ln1, NULL, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
+    void *const *lin = c->heads->lin + l * LIN_PER_BLOCK;
+    linear_fwd(m, lin[LIN_QKV], s->qkv, s->ln1, NULL, o->qkv, o->qkv_b, R, H, 3 * H, 0.0f);
     if (m->cfg.pos == POS_ROPE)
         be->rope_fwd(be, s->qkv, c->pos_d.p, c->B, s->Q, nh, H / nh, ROPE_BASE, NULL);
     be->gather_rows(be, s->tmp, s->qkv, c->kidx_d.p, R, H);
@@ -210,7 +245,8 @@ static void step_ops(const step *s, int64_t bucket) {
     if (s->ntok) be->embed_fwd(be, s->x, c->ids_d.p, c->rows_d.p, m->params + p->embed, s->ntok, H);
     if (s->nz) {
         int64_t zd = p->zdim ? p->zdim : 1;
-        noise_encoder_fwd(m, &c->nact, s->nz, s->zd, s->zd + s->nz * zd);
+        noise_encoder_fwd(m, &c->nact, s->nz, s->zd, s->zd + s->nz * zd,
+                          c->heads->lin + m->cfg.blocks * LIN_PER_BLOCK);
         be->scatter_rows(be, s->x, c->nact.out.p, c->nrows_d.p, s->nz, H);
     }
     if (m->cfg.pos == POS_LEARNED) pos_embed_fwd(m, &c->tmp, s->x, c->posrow_d.p, R);
@@ -219,8 +255,9 @@ static void step_ops(const step *s, int64_t bucket) {
         block_pre(s, l);
         be->attn_decode(be, s->att, s->qkv, 3 * H, c->k[l], c->v[l], c->B, c->cap, bucket - s->Q,
                         c->pos_d.p, s->Q, nh, H / nh); /* pos_d[0]: the cache length */
-        linear_fwd(m, s->x, s->att, NULL, o->out, o->out_b, R, H, H, 1.0f);
-        block_mlp_fwd(m, o, &c->a, s->x, R);
+        void *const *lin = c->heads->lin + l * LIN_PER_BLOCK;
+        linear_fwd(m, lin[LIN_OUT], s->x, s->att, NULL, o->out, o->out_b, R, H, H, 1.0f);
+        block_mlp_fwd(m, o, &c->a, s->x, R, lin + LIN_FC1);
     }
     /* outputs ordered (out row, sample) */
     be->gather_rows(be, s->xf, s->x, c->oidx_d.p, s->O, H);

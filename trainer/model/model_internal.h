@@ -74,21 +74,26 @@ int gemm_in16(const model *m);
  * w16), made from params when they changed or the phase's format did;
  * NULL in fp32. */
 const void *model_w16(model *m, int64_t w);
-/* y = x W^T + bias + beta * y (x, or its 16-bit copy x16). */
-void linear_fwd(model *m, float *y, const float *x, const void *x16, int64_t w, int64_t bias,
-                int64_t rows, int64_t in, int64_t out, float beta);
+/* y = x W^T + bias + beta * y (x, or its 16-bit copy x16); through W's
+ * decode-time form lin (linear_pack) when not NULL, with the same bits. */
+void linear_fwd(model *m, const void *lin, float *y, const float *x, const void *x16, int64_t w,
+                int64_t bias, int64_t rows, int64_t in, int64_t out, float beta);
 /* dW += dy^T x, db += colsum dy (bias -1: none), and dx = dy W (+ dx when
  * dx_beta = 1; NULL: skipped); dy and x, or their 16-bit copies dy16, x16. */
 void linear_bwd(model *m, float *dx, float dx_beta, const float *dy, const void *dy16,
                 const float *x, const void *x16, int64_t w, int64_t bias, int64_t rows, int64_t in,
                 int64_t out);
-/* Noise encoder over nz rows (z_d: nz*zdim values, tau_d the same count); result in a->out. */
-void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d);
+/* Noise encoder over nz rows (z_d: nz*zdim values, tau_d the same count); result in a->out.
+ * lin: NULL, or its proj, fc1 and fc2 weights packed (linear_pack). */
+void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, const double *tau_d,
+                       void *const *lin);
 /* x[i] += pos_embed[pos[i]] for R rows (POS_LEARNED; pos device int32 [R],
  * every value < n_positions; tmp: scratch). */
 void pos_embed_fwd(model *m, dbuf *tmp, float *x, const int32_t *pos, int64_t R);
-/* x += mlp(norm2(x)) of one block over R rows (a: scratch/saved activations). */
-void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R);
+/* x += mlp(norm2(x)) of one block over R rows (a: scratch/saved activations).
+ * lin: NULL, or its fc1 and fc2 weights packed (linear_pack). */
+void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t R,
+                   void *const *lin);
 /* Head h's final norm over R rows of xf; returns the normalised rows (in a->ln). */
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R);
 

@@ -1,0 +1,88 @@
+/* bench/roofline/decode_limits.c — the CPU roofline of a decoding run (decode_limits.h). */
+#include "bench/roofline/decode_limits.h"
+
+#include <omp.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+
+#define READ_BYTES ((size_t)512 << 20)
+#define GEMM_N 512
+
+void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *out) {
+    size_t n = READ_BYTES / sizeof(float);
+    float *buf = aligned_alloc(64, READ_BYTES);
+    KF_CHECK(buf, "out of memory for the %zu MiB bandwidth test", READ_BYTES >> 20);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
+    double best = 0, sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now(), s = 0;
+        /* 16 partial sums: vectorised, so the adds never limit the read */
+#pragma omp parallel reduction(+ : s)
+        {
+            float acc[16] = {0};
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < n / 16; i++)
+                for (int j = 0; j < 16; j++) acc[j] += buf[i * 16 + j];
+            for (int j = 0; j < 16; j++) s += acc[j];
+        }
+        double dt = now() - t0;
+        sink += s;
+        if (dt > 0 && READ_BYTES / dt > best) best = READ_BYTES / dt;
+    }
+    free(buf);
+    out->read_bw = best + 0 * sink;
+
+    size_t m = (size_t)GEMM_N * GEMM_N * sizeof(float);
+    float *A = b->alloc(b, m), *B = b->alloc(b, m), *C = b->alloc(b, m);
+    float *h = kf_malloc(m);
+    for (size_t i = 0; i < (size_t)GEMM_N * GEMM_N; i++) h[i] = (float)((i * 7919) % 1000) / 1000;
+    b->upload(b, A, h, m);
+    b->upload(b, B, h, m);
+    free(h);
+    best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        b->matmul(b, C, A, B, GEMM_N, GEMM_N, GEMM_N, 0, 1, 1.0f, 0.0f);
+        b->sync(b);
+        double dt = now() - t0, f = 2.0 * GEMM_N * GEMM_N * GEMM_N;
+        if (dt > 0 && f / dt > best) best = f / dt;
+    }
+    b->free(b, A);
+    b->free(b, B);
+    b->free(b, C);
+    out->gemm_flops = best;
+}
+
+/* One step's time at the limits: R rows through the blocks (nz of them
+ * through the noise encoder), O through the output layer, each attending
+ * over its sample's len cache rows; B samples' caches read. */
+static double step_s(const model *m, int64_t R, int64_t nz, int64_t O, int64_t len, int64_t B,
+                     double wbytes, int screen, const decode_limits *l) {
+    double H = (double)m->cfg.hidden, V = (double)m->cfg.vocab, L = (double)m->cfg.blocks;
+    double blk = 12 * H * H * L, noise = 10 * H * H;
+    double bytes = wbytes * (blk + (nz ? noise : 0)) + (screen ? 1.0 : 4.0) * V * H +
+                   4.0 * 2 * H * L * (double)len * (double)B;
+    double flops = 2 * (double)R * blk + 2 * (double)nz * noise +
+                   2 * (double)O * V * H * (screen ? 0.25 : 1.0) +
+                   4 * (double)R * (double)len * H * L;
+    double tb = bytes / l->read_bw, tf = flops / l->gemm_flops;
+    return tb > tf ? tb : tf;
+}
+
+double decode_roofline_s(const model *m, int64_t B, int64_t P, int64_t N, int64_t k,
+                         kf_precision prec, int screen, const decode_limits *l) {
+    int ar = m->cfg.kind == MODEL_AR;
+    double wbytes = prec == KF_PREC_FP32 ? 4.0 : 2.0, t = 0;
+    int64_t n = 0, len = P;
+    for (int64_t s = 0; n < N; s++) {
+        int64_t emit = ar ? 1 : (N - n < k ? N - n : k);
+        int64_t nctx = s == 0 ? P : (ar ? 1 : k), nz = ar ? 0 : emit;
+        int64_t rows = (nctx + nz) * B, len_after = len + nctx + nz;
+        t += step_s(m, rows, nz * B, (ar ? 1 : emit) * B, len_after, B, wbytes, screen && !ar, l);
+        len += nctx;
+        n += emit;
+    }
+    return t;
+}

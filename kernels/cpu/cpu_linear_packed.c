@@ -1,0 +1,287 @@
+/* kernels/cpu/cpu_linear_packed.c — decode-time linear layers (linear_pack,
+ * linear_pack_free, linear_packed_fwd).
+ *
+ * A decoding step runs every weight on a few rows. Through cpu_gemm_fixed
+ * each call transposes all of W [out, in] into column panels first, which
+ * costs several times the product itself at one row (it reads W, writes the
+ * panels and reads them again). Here W is packed once, in panels of 32
+ * outputs by `in` ([panels][in][32], zero past out), and a kernel per SIMD
+ * level streams the panels with one register block per few rows (AVX-512: up
+ * to 8 rows x 32 outputs, AVX2 + FMA: 2 x 32, baseline: 4 x 32 through
+ * fmaf): at one row it reads each weight once, at its memory bandwidth.
+ *
+ * Every output is cpu_gemm_fixed's chain, fma over k = 0..in-1 in order from
+ * +0, then alpha*s (alpha 1) or fma(beta, C, alpha*s), so the results are
+ * bitwise linear_act's for any row count, row block, thread count and SIMD
+ * level. In bf16 mode the panels hold the bf16 weights (half the bytes),
+ * widened to fp32 exactly as they are read: the products equal the fp32
+ * chain over the rounded operands that cpu_gemm_fixed computes. (vdpbf16ps
+ * would read the same bytes but adds pairs of products before the
+ * accumulator, another order, which no AVX2 kernel could reproduce.)
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_internal.h"
+
+#define LP_PANEL 32    /* outputs per panel: two AVX-512 vectors, four AVX2 ones */
+/* Prefetch distance: the hardware prefetcher alone left a few-row product
+ * waiting on memory between its FMAs (no overlap: 8 rows streamed at half
+ * the read bandwidth); the panels are one contiguous stream, so this also
+ * runs into the next panel. */
+#define LP_PREFETCH_BYTES 4096
+
+typedef struct cpu_linear {
+    int64_t in, out, panels;
+    const float *w;      /* as given: the reference path's operands */
+    const void *w16;
+    kf_precision prec;   /* the backend's precision at packing */
+    float *p32;          /* [panels][in][PANEL]: fp32 and fp16 modes (values cpu_lowp'd) */
+    uint16_t *p16;       /* [panels][in][PANEL]: bf16 mode, the bf16 bits */
+} cpu_linear;
+
+void *cpu_linear_pack(kf_backend *b, const float *w, const void *w16, int64_t in, int64_t out) {
+    KF_CHECK(in >= 1 && out >= 1, "linear_pack: in = %lld, out = %lld", (long long)in,
+             (long long)out);
+    cpu_linear *L = kf_calloc(1, sizeof *L);
+    *L = (cpu_linear){.in = in,
+                      .out = out,
+                      .panels = (out + LP_PANEL - 1) / LP_PANEL,
+                      .w = w,
+                      .w16 = w16,
+                      .prec = b->precision};
+    size_t n = (size_t)(L->panels * in * LP_PANEL);
+    int bf = L->prec == KF_PREC_BF16;
+    if (bf) L->p16 = aligned_alloc(64, n * sizeof(uint16_t));
+    else L->p32 = aligned_alloc(64, n * sizeof(float));
+    KF_CHECK(L->p16 || L->p32, "out of memory packing a %lld x %lld linear layer", (long long)out,
+             (long long)in);
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < L->panels; p++)
+        for (int64_t j = 0; j < LP_PANEL; j++) {
+            int64_t o = p * LP_PANEL + j;
+            for (int64_t k = 0; k < in; k++) {
+                float v = o < out ? cpu_lowp(w[o * in + k], L->prec) : 0.0f;
+                size_t at = (size_t)((p * in + k) * LP_PANEL + j);
+                if (bf) {
+                    uint32_t u;
+                    memcpy(&u, &v, 4);
+                    L->p16[at] = (uint16_t)(u >> 16); /* exact: v is a bf16 value */
+                } else {
+                    L->p32[at] = v;
+                }
+            }
+        }
+    return L;
+}
+
+void cpu_linear_pack_free(kf_backend *b, void *lin) {
+    cpu_linear *L = lin;
+    if (!L) return;
+    free(L->p32);
+    free(L->p16);
+    free(L);
+}
+
+/* One block of R rows of x ([R][K], row stride K) against one panel (w or
+ * h: fp32 or bf16 [K][PANEL]) into c (row stride ldc), the GEMM's epilogue
+ * with alpha 1. */
+typedef void lp_fn(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+                   int64_t ldc, float beta);
+
+/* ------------------------------------------------------- AVX-512: 8 x 32 */
+#define LP512 __attribute__((target("avx512f,avx512bw,fma")))
+
+LP512 static inline __attribute__((always_inline)) __m512 lp512_load(const float *w,
+                                                                     const uint16_t *h,
+                                                                     int64_t at) {
+    if (!h) return _mm512_loadu_ps(w + at);
+    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + at)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+
+LP512 static inline __attribute__((always_inline)) void
+lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+           int64_t ldc, float beta) {
+    __m512 r[8][2];
+    for (int i = 0; i < R; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
+        _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
+        if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        __m512 b0 = lp512_load(w, h, k * LP_PANEL), b1 = lp512_load(w, h, k * LP_PANEL + 16);
+        for (int i = 0; i < R; i++) {
+            __m512 a = _mm512_set1_ps(x[i * K + k]);
+            r[i][0] = _mm512_fmadd_ps(a, b0, r[i][0]);
+            r[i][1] = _mm512_fmadd_ps(a, b1, r[i][1]);
+        }
+    }
+    __m512 va = _mm512_set1_ps(1.0f), vb = _mm512_set1_ps(beta);
+    for (int i = 0; i < R; i++)
+        for (int q = 0; q < 2; q++) {
+            float *ci = c + i * ldc + q * 16;
+            __m512 v = _mm512_mul_ps(va, r[i][q]);
+            if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci), v);
+            _mm512_storeu_ps(ci, v);
+        }
+}
+
+/* one copy per row count, so the register block is unrolled */
+#define LP_ROWS_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#define LP512_R(n)                                                                                 \
+    LP512 static void lp512_##n(const float *x, int64_t K, const float *w, const uint16_t *h,     \
+                                float *c, int64_t ldc, float beta) {                               \
+        if (h) lp512_body(n, x, K, NULL, h, c, ldc, beta);                                         \
+        else lp512_body(n, x, K, w, NULL, c, ldc, beta);                                           \
+    }
+LP_ROWS_CASES(LP512_R)
+
+static void lp_avx512(int R, const float *x, int64_t K, const float *w, const uint16_t *h,
+                      float *c, int64_t ldc, float beta) {
+    switch (R) {
+#define LP512_CASE(n)                                                                              \
+    case n: lp512_##n(x, K, w, h, c, ldc, beta); break;
+        LP_ROWS_CASES(LP512_CASE)
+    default: KF_FATAL("lp_avx512: %d rows", R);
+    }
+}
+
+/* ---------------------------------------------------------- AVX2: 2 x 32 */
+#define LP256 __attribute__((target("avx2,fma")))
+
+LP256 static inline __attribute__((always_inline)) __m256 lp256_load(const float *w,
+                                                                     const uint16_t *h,
+                                                                     int64_t at) {
+    if (!h) return _mm256_loadu_ps(w + at);
+    __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + at)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+
+/* 8 accumulators: Zen 4 and Intel's two FMA pipes of 4 cycles' latency */
+LP256 static inline __attribute__((always_inline)) void
+lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+           int64_t ldc, float beta) {
+    __m256 r0[4], r1[4];
+    for (int q = 0; q < 4; q++) r0[q] = r1[q] = _mm256_setzero_ps();
+    const float *x1 = x + (R > 1 ? K : 0);
+    for (int64_t k = 0; k < K; k++) {
+        const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
+        _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
+        if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        __m256 a0 = _mm256_broadcast_ss(x + k), a1 = _mm256_broadcast_ss(x1 + k);
+        for (int q = 0; q < 4; q++) {
+            __m256 bq = lp256_load(w, h, k * LP_PANEL + q * 8);
+            r0[q] = _mm256_fmadd_ps(a0, bq, r0[q]);
+            if (R > 1) r1[q] = _mm256_fmadd_ps(a1, bq, r1[q]);
+        }
+    }
+    __m256 va = _mm256_set1_ps(1.0f), vb = _mm256_set1_ps(beta);
+    for (int i = 0; i < R; i++)
+        for (int q = 0; q < 4; q++) {
+            float *ci = c + i * ldc + q * 8;
+            __m256 v = _mm256_mul_ps(va, i ? r1[q] : r0[q]);
+            if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v);
+            _mm256_storeu_ps(ci, v);
+        }
+}
+
+#define LP256_R(n)                                                                                 \
+    LP256 static void lp256_##n(const float *x, int64_t K, const float *w, const uint16_t *h,     \
+                                float *c, int64_t ldc, float beta) {                               \
+        if (h) lp256_body(n, x, K, NULL, h, c, ldc, beta);                                         \
+        else lp256_body(n, x, K, w, NULL, c, ldc, beta);                                           \
+    }
+LP256_R(1)
+LP256_R(2)
+
+static void lp_avx2(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+                    int64_t ldc, float beta) {
+    if (R == 1) lp256_1(x, K, w, h, c, ldc, beta);
+    else lp256_2(x, K, w, h, c, ldc, beta);
+}
+
+/* ------------------------------------------------------ baseline: 4 x 32 */
+/* CPUs without FMA: fmaf keeps the chain exact (cpu_gemm_fixed's ukr_base) */
+static void lp_base(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+                    int64_t ldc, float beta) {
+    float r[4][LP_PANEL] = {{0}};
+    for (int64_t k = 0; k < K; k++)
+        for (int j = 0; j < LP_PANEL; j++) {
+            float wj;
+            if (h) {
+                uint32_t u = (uint32_t)h[k * LP_PANEL + j] << 16;
+                memcpy(&wj, &u, 4);
+            } else {
+                wj = w[k * LP_PANEL + j];
+            }
+            for (int i = 0; i < R; i++) r[i][j] = fmaf(x[i * K + k], wj, r[i][j]);
+        }
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < LP_PANEL; j++) {
+            float v = 1.0f * r[i][j];
+            c[i * ldc + j] = beta != 0.0f ? fmaf(beta, c[i * ldc + j], v) : v;
+        }
+}
+
+/* c [rows, out] = x [rows, in] W^T (+ beta c): every panel, row block by row
+ * block while the panel is in cache; a thread owns whole panels. */
+static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t rows, float beta) {
+    int lvl = cpu_simd_level();
+    lp_fn *fn = lvl >= CPU_SIMD_AVX512 ? lp_avx512 : lvl == CPU_SIMD_AVX2 ? lp_avx2 : lp_base;
+    int mr = lvl >= CPU_SIMD_AVX512 ? 8 : lvl == CPU_SIMD_AVX2 ? 2 : 4;
+    int64_t K = L->in, N = L->out;
+#pragma omp parallel for schedule(static) if (rows * K * N >= 16 * KF_CPU_PAR_MIN)
+    for (int64_t p = 0; p < L->panels; p++) {
+        size_t off = (size_t)(p * K * LP_PANEL);
+        const float *w = L->p32 ? L->p32 + off : NULL;
+        const uint16_t *h = L->p16 ? L->p16 + off : NULL;
+        int64_t j0 = p * LP_PANEL, nj = N - j0 < LP_PANEL ? N - j0 : LP_PANEL;
+        for (int64_t i0 = 0; i0 < rows; i0 += mr) {
+            int R = rows - i0 < mr ? (int)(rows - i0) : mr;
+            if (nj == LP_PANEL) {
+                fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta);
+                continue;
+            }
+            /* the last, partial panel: the same combine on a copy */
+            float edge[8 * LP_PANEL] = {0};
+            for (int i = 0; i < R; i++)
+                memcpy(edge + i * LP_PANEL, c + (i0 + i) * N + j0, (size_t)nj * sizeof(float));
+            fn(R, x + i0 * K, K, w, h, edge, LP_PANEL, beta);
+            for (int i = 0; i < R; i++)
+                memcpy(c + (i0 + i) * N + j0, edge + i * LP_PANEL, (size_t)nj * sizeof(float));
+        }
+    }
+}
+
+void cpu_linear_packed_fwd(kf_backend *b, float *y, void *y16, float *pre, const float *x,
+                           const void *x16, const void *lin, const float *bias, int64_t rows,
+                           kf_act act, float beta) {
+    const cpu_linear *L = lin;
+    int64_t in = L->in, out = L->out;
+    /* the packed values are the reference's operands only at the precision
+     * they were packed in and with the fixed-order GEMM */
+    if (!b->batch_invariant || b->precision != L->prec) {
+        cpu_linear_act(b, y, y16, pre, x, x16, L->w, bias, rows, in, out, act, beta,
+                       b->precision == L->prec ? L->w16 : NULL);
+        return;
+    }
+    KF_CHECK(beta == 0.0f || (act == KF_ACT_NONE && y), "linear_act: beta needs y and no act");
+    KF_CHECK(!y16 || b->precision != KF_PREC_FP32, "linear_act: a 16-bit copy in fp32 mode");
+    if (rows <= 0) return;
+    x = cpu_input16(b, CPU_SCRATCH_X16, x, x16, rows * in);
+    if (L->prec != KF_PREC_FP32) { /* the GEMM's rounding of A as it packs it */
+        float *xr = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (size_t)(rows * in));
+        cpu_round_lowp_copy(xr, x, rows * in, L->prec);
+        x = xr;
+    }
+    if (!y) y = cpu_scratch(b, CPU_SCRATCH_Y16, (size_t)(rows * out));
+    float *t = act == KF_ACT_NONE ? y : pre;
+    lp_product(L, t, x, rows, beta);
+    if (L->prec != KF_PREC_FP32) cpu_round_lowp_copy(t, t, rows * out, L->prec);
+    if (bias) cpu_add_bias(b, t, bias, rows, out);
+    if (act != KF_ACT_NONE)
+        cpu_gelu_fwd(b, y, pre, rows * out, act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH);
+    if (y16) cpu_to16(y16, y, rows * out, b->precision);
+}
