@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/proc.h"
+#include "common/strbuf.h"
 #include "pipeline/build_config.h"
 #include "tokenize/tokenizer.h"
 #include "trainer/infer/quality.h"
@@ -228,6 +230,19 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
     return rv;
 }
 
+/* Prints a line of the sampling table and keeps it in *t, which is saved as
+ * RUN/samples/table.txt (kf export's model card quotes it). */
+static void table_line(strbuf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void table_line(strbuf *t, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fputs(line, stdout);
+    strbuf_puts(t, line);
+}
+
 int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err) {
     char *help[] = {(char *)kf, "sample", "--help", NULL}, *ignored;
     int code = proc_capture(help, &ignored, true, err);
@@ -277,17 +292,19 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     free(kind);
     if (rv) return free(vocab), -1;
 
-    printf(
-        "\nsamples: %d prompts x %d completions of up to %lld tokens at tau 1, batch %d (CPU, one "
-        "process), in %s/\n",
-        N_PROMPTS, PER_PROMPT, (long long)max_new, PER_PROMPT, dir);
-    printf(
-        "quality: Gen-PPL under %s; entropy: mean unigram entropy (nats) per completion; dist-n: "
-        "distinct n-grams; length: mean tokens before EOS.\nFLAG: Gen-PPL > %.1fx, entropy < %.1fx "
-        "or "
-        "length < %.1fx AR's\n\n",
-        ar->name, QUALITY_MAX_PPL_RATIO, QUALITY_MIN_ENTROPY_RATIO, QUALITY_MIN_LENGTH_RATIO);
-    printf("%-6s %3s %9s %6s %s\n", "model", "k", "tokens/s", "vs AR", quality_header());
+    strbuf table = {0};
+    table_line(&table,
+               "\nsamples: %d prompts x %d completions of up to %lld tokens at tau 1, batch %d "
+               "(CPU, one process), in %s/\n",
+               N_PROMPTS, PER_PROMPT, (long long)max_new, PER_PROMPT, dir);
+    table_line(&table,
+               "quality: Gen-PPL under %s; entropy: mean unigram entropy (nats) per completion; "
+               "dist-n: distinct n-grams; length: mean tokens before EOS.\n",
+               ar->name);
+    table_line(&table, "FLAG: Gen-PPL > %.1fx, entropy < %.1fx or length < %.1fx AR's\n\n",
+               QUALITY_MAX_PPL_RATIO, QUALITY_MIN_ENTROPY_RATIO, QUALITY_MIN_LENGTH_RATIO);
+    table_line(&table, "%-6s %3s %9s %6s %s\n", "model", "k", "tokens/s", "vs AR",
+               quality_header());
     enum { MAX_ROWS = 64 };
     result *rows = kf_calloc(MAX_ROWS, sizeof *rows);
     char names[MAX_ROWS][40];
@@ -313,7 +330,7 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
             char vs[16], q[256];
             snprintf(vs, sizeof vs, "%.2fx", r->tps / rows[0].tps);
             quality_format(&r->q, &rows[0].q, q, sizeof q);
-            printf("%-6s %3d %9.0f %6s %s\n", s->name, k, r->tps, vs, q);
+            table_line(&table, "%-6s %3d %9.0f %6s %s\n", s->name, k, r->tps, vs, q);
             fflush(stdout);
         }
     }
@@ -329,6 +346,12 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
         printf("  %-9s \"%s%s%s\"%s\n", names[i], shown[0], sep, rows[i].text,
                rows[i].text[0] ? "" : "  (EOS at once)");
     }
+    if (!rv && n) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/table.txt", dir);
+        rv = fs_write_atomic(path, table.s, table.len, err);
+    }
+    free(table.s);
     free(rows);
     free(vocab);
     return rv;

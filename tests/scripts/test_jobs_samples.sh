@@ -86,6 +86,13 @@ check "rerun: no kf sample run, the sample files unchanged" \
 check "rerun: says the 4 rows kept earlier completions ($(grep kept "$T/out64b"))" \
   grep -q "4 of 4 rows kept the completions of an earlier run" "$T/out64b"
 check "rerun: the same table" bash -c 'diff <(grep -E "^(ar|k1|k2) " "$1") <(grep -E "^(ar|k1|k2) " "$2")' _ "$T/out64" "$T/out64b"
+# the table is saved beside the completions, and kf export's model card quotes it
+check "samples/table.txt holds the printed table's rows" \
+  bash -c 'diff <(grep -E "^(model|ar|k1|k2) " "$1") <(grep -E "^(model|ar|k1|k2) " "$2")' _ "$T/out64b" "$R64/samples/table.txt"
+"$KF" export "$R64/stages/k2/final" --to hf --vocab data/vocab/gpt2 --out "$T/hf" > "$T/exp" 2>&1; rc=$?
+check "export --to hf of the run's k2: exit $rc ($(tail -n 1 "$T/exp"))" [ $rc -eq 0 ]
+check "the model card quotes the run's quality table (its k2 k=2 row)" \
+  bash -c 'grep -q "^## Sample quality" "$1" && grep -qF "$(grep -E "^k2 +2 " "$2")" "$1"' _ "$T/hf/README.md" "$R64/samples/table.txt"
 # weights that change (a retrained stage) are sampled again: a changed line's sha
 sed -i '1s/"model_sha256": "[0-9a-f]*"/"model_sha256": "0"/' "$R64/samples/k2-k2.jsonl"
 "$KF" jobs run "$T/cfg64.yaml" --run-dir "$R64" > "$T/out64c" 2> "$T/err64c"

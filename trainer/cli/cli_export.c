@@ -54,7 +54,8 @@ static const char USAGE[] =
     "           shapes of those classes, written by tools/release_ckpt.py (python3 with\n"
     "           torch; KF_PYTHON, default /usr/bin/python3); DIR/model.safetensors too\n"
     "  hf       DIR/model.safetensors, config.json, the tokenizer files and a README.md\n"
-    "           model card (data, stages, steps, precision, validation losses);\n"
+    "           model card (data, stages, steps, precision, validation losses, the\n"
+    "           run's sample-quality table when kf jobs run made one);\n"
     "           tools/hf_load.py loads it in PyTorch and samples from it\n"
     "CKPT: a .safetensors checkpoint, a stage's final/ directory or stage directory\n"
     "(RUN/stages/NAME: the EMA weights), or a step-N checkpoint directory.\n"
@@ -331,6 +332,19 @@ static int write_card(const char *path, const model *m, const source *s, const c
         }
         strbuf_puts(&b, "\nValidation loss: mean next-token cross-entropy (nats) of the stage's "
                         "own supervision on the validation split, from the stage's log.jsonl.\n");
+    }
+    /* the quality table `kf jobs run` saved beside its completions, as printed */
+    char tp[PATH_MAX + 32], *table = NULL;
+    size_t tlen;
+    kf_err ignored;
+    snprintf(tp, sizeof tp, "%s/samples/table.txt", s->run);
+    if (s->run[0] && fs_exists(tp) && !fs_read_file(tp, &table, &tlen, &ignored)) {
+        strbuf_puts(&b, "\n## Sample quality\n\nThe run's sampling table (`kf jobs run`: "
+                        "completions of the same prompts by every model at each k, scored under "
+                        "the run's AR stage):\n\n```\n");
+        strbuf_put(&b, table, tlen);
+        strbuf_puts(&b, "```\n");
+        free(table);
     }
     int rc = fs_write_atomic(path, b.s, b.len, err);
     free(b.s);
