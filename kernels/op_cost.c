@@ -571,8 +571,7 @@ kf_op_cost kernels_cost_linear_pack_free(kf_backend *b, void *lin) {
 /* the linear_act it equals */
 kf_op_cost kernels_cost_linear_packed_fwd(kf_backend *b, float *y, void *y16, float *pre,
                                           const float *x, const void *x16, const void *lin,
-                                          const float *bias, int64_t rows, kf_act act,
-                                          float beta) {
+                                          const float *bias, int64_t rows, kf_act act, float beta) {
     const kf_linear_shape *s = lin;
     return kernels_cost_linear_act(b, y, y16, pre, x, x16, NULL, bias, rows, s->in, s->out, act,
                                    beta, s->w16 ? lin : NULL);

@@ -283,8 +283,8 @@ static void rec_linear_pack_free(kf_backend *b, void *lin) {
 }
 
 static void rec_linear_packed_fwd(kf_backend *b, float *y, void *y16, float *pre, const float *x,
-                                  const void *x16, const void *lin, const float *bias,
-                                  int64_t rows, kf_act act, float beta) {
+                                  const void *x16, const void *lin, const float *bias, int64_t rows,
+                                  kf_act act, float beta) {
     rec_impl *im = impl(b);
     rec_begin(b, "linear_packed_fwd",
               kernels_cost_linear_packed_fwd(b, y, y16, pre, x, x16, lin, bias, rows, act, beta));

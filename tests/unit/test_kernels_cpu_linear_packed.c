@@ -31,18 +31,22 @@ static void ref(double *out, const float *x, const float *W, const float *bias, 
             }
             if (beta != 0) s += y0[r * n_out + o];
             if (bias) s += bias[o];
-            out[r * n_out + o] = act == KF_ACT_NONE ? s
-                                 : tu_gelu(s, act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH);
+            out[r * n_out + o] =
+                act == KF_ACT_NONE
+                    ? s
+                    : tu_gelu(s, act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH);
         }
 }
 
 /* One case: packed against linear_act on the same arguments, row by row,
  * at 1 and 2 threads, and against the double reference. */
-static void check_case(kf_backend *be, kf_precision prec, int64_t rows, int64_t in,
-                       int64_t n_out, kf_act act, float beta, int with_bias, int io16) {
+static void check_case(kf_backend *be, kf_precision prec, int64_t rows, int64_t in, int64_t n_out,
+                       kf_act act, float beta, int with_bias, int io16) {
     char what[128];
     snprintf(what, sizeof what, "%s rows=%lld in=%lld out=%lld act=%d beta=%g bias=%d io16=%d",
-             prec == KF_PREC_FP32 ? "fp32" : prec == KF_PREC_BF16 ? "bf16" : "fp16",
+             prec == KF_PREC_FP32   ? "fp32"
+             : prec == KF_PREC_BF16 ? "bf16"
+                                    : "fp16",
              (long long)rows, (long long)in, (long long)n_out, act, beta, with_bias, io16);
     be->set_precision(be, prec);
     int lowp = prec != KF_PREC_FP32;
@@ -65,14 +69,13 @@ static void check_case(kf_backend *be, kf_precision prec, int64_t rows, int64_t 
     T_CHECK(same_bits(ya, yb, rows * n_out), "%s: y differs from linear_act's", what);
     if (act != KF_ACT_NONE)
         T_CHECK(same_bits(pa, pb, rows * n_out), "%s: pre differs from linear_act's", what);
-    if (io16)
-        T_CHECK(memcmp(ha, hb, ny * 2) == 0, "%s: y16 differs from linear_act's", what);
+    if (io16) T_CHECK(memcmp(ha, hb, ny * 2) == 0, "%s: y16 differs from linear_act's", what);
     /* each row alone */
     int alone = 1;
     for (int64_t r = 0; r < rows; r++) {
         memcpy(y1, y0 + r * n_out, (size_t)n_out * 4);
-        be->linear_packed_fwd(be, y1, NULL, pb, xin ? x + r * in : NULL,
-                              x16 ? x16 + r * in : NULL, lin, bias, 1, act, beta);
+        be->linear_packed_fwd(be, y1, NULL, pb, xin ? x + r * in : NULL, x16 ? x16 + r * in : NULL,
+                              lin, bias, 1, act, beta);
         alone &= same_bits(y1, yb + r * n_out, n_out);
     }
     T_CHECK(alone, "%s: a row alone differs from the row in the batch", what);
@@ -101,7 +104,7 @@ int main(void) {
     printf("  level %s\n", kernels_cpu_isa());
     /* outputs around the panel of 32; rows across the register blocks (1, 2,
      * 3, 8, 9) and a prefill's many */
-    const int64_t shapes[][3] = {{1, 5, 1},   {2, 7, 31},   {3, 32, 32}, {8, 33, 33},
+    const int64_t shapes[][3] = {{1, 5, 1},   {2, 7, 31},    {3, 32, 32}, {8, 33, 33},
                                  {9, 64, 65}, {17, 300, 96}, {70, 40, 50}};
     const kf_precision precs[] = {KF_PREC_FP32, KF_PREC_BF16, KF_PREC_FP16};
     for (size_t p = 0; p < 3; p++)

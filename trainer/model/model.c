@@ -348,7 +348,8 @@ void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, co
     linear_fwd(m, lin ? lin[0] : NULL, c, feats, NULL, o->proj_w, o->proj_b, nz, ZD, H, 0.0f);
     be->layernorm_fwd(be, ln, NULL, mean, rstd, c, m->params + o->norm_w, m->params + o->norm_b, nz,
                       H, LN_EPS);
-    linear_act_fwd(m, lin ? lin[1] : NULL, h2, NULL, h1, ln, NULL, o->fc1_w, o->fc1_b, nz, H, 4 * H, KF_ACT_GELU_ERF);
+    linear_act_fwd(m, lin ? lin[1] : NULL, h2, NULL, h1, ln, NULL, o->fc1_w, o->fc1_b, nz, H, 4 * H,
+                   KF_ACT_GELU_ERF);
     be->copy(be, out, c, (size_t)(nz * H) * f);
     linear_fwd(m, lin ? lin[2] : NULL, out, h2, NULL, o->fc2_w, o->fc2_b, nz, 4 * H, H, 1.0f);
 }
@@ -413,7 +414,8 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
     void *ln2 = norm_fwd(m, &a->ln2, &a->mean2, &a->rstd2, x, o->norm2, o->norm2_b, R, s16);
     linear_act_fwd(m, lin ? lin[0] : NULL, s16 ? NULL : h2, s16 ? h2 : NULL, h1, in32(s16, ln2),
                    in16(s16, ln2), o->fc1_w, o->fc1_b, R, H, 4 * H, KF_ACT_GELU_TANH);
-    linear_fwd(m, lin ? lin[1] : NULL, x, in32(s16, h2), in16(s16, h2), o->fc2_w, o->fc2_b, R, 4 * H, H, 1.0f);
+    linear_fwd(m, lin ? lin[1] : NULL, x, in32(s16, h2), in16(s16, h2), o->fc2_w, o->fc2_b, R,
+               4 * H, H, 1.0f);
 }
 
 /* Head h's final norm over the R rows of xf (buffers in a, fp32); returns it. */
@@ -773,8 +775,8 @@ const float *model_forward_ops(model *m, model_ws *ws, const model_input *in,
             only16 ? NULL : dbuf_ensure(be, c16 ? &ws->qkv32 : &a->qkv, (size_t)(R * 3 * H) * f);
         void *qkv16 = c16 ? dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * 2) : NULL;
         void *att = dbuf_ensure(be, &a->att, (size_t)(R * H) * (c16 ? 2 : f));
-        linear_act_fwd(m, NULL, qkv, rope && qkv ? NULL : qkv16, NULL, in32(s16, ln1), in16(s16, ln1),
-                       o->qkv, o->qkv_b, R, H, 3 * H, KF_ACT_NONE);
+        linear_act_fwd(m, NULL, qkv, rope && qkv ? NULL : qkv16, NULL, in32(s16, ln1),
+                       in16(s16, ln1), o->qkv, o->qkv_b, R, H, 3 * H, KF_ACT_NONE);
         if (rope) be->rope_fwd(be, qkv, pos_d + q0, B, Lc, nh, hd, ROPE_BASE, qkv16);
         if (q0 > 0) {
             void *full = ws->qkv_full.p, *att_full = ws->att_full.p;

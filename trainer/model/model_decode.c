@@ -30,25 +30,27 @@ model_heads *model_heads_pack(model *m) {
                                    m->cfg.vocab, H, m->cfg.mask_id, MASK_LOGIT);
     h->lin = kf_calloc((size_t)(nb * LIN_PER_BLOCK + LIN_NOISE), sizeof *h->lin);
     /* (offset, in, out) of every packed weight */
-    int64_t (*w)[3] = kf_calloc((size_t)(nb * LIN_PER_BLOCK + LIN_NOISE), sizeof *w);
+    int64_t(*w)[3] = kf_calloc((size_t)(nb * LIN_PER_BLOCK + LIN_NOISE), sizeof *w);
     for (int64_t l = 0; l < nb; l++) {
         const block_off *o = &p->blk[l];
         int64_t *wl = w[l * LIN_PER_BLOCK];
-        memcpy(wl, (int64_t[LIN_PER_BLOCK * 3]){o->qkv, H, 3 * H, o->out, H, H, o->fc1_w, H,
-                                                 4 * H, o->fc2_w, 4 * H, H},
+        memcpy(wl,
+               (int64_t[LIN_PER_BLOCK * 3]){o->qkv, H, 3 * H, o->out, H, H, o->fc1_w, H, 4 * H,
+                                            o->fc2_w, 4 * H, H},
                sizeof(int64_t[LIN_PER_BLOCK * 3]));
     }
     int64_t n = nb * LIN_PER_BLOCK;
     if (m->cfg.kind == MODEL_PFLM) {
         const noise_off *o = &p->noise;
-        memcpy(w[n], (int64_t[LIN_NOISE * 3]){o->proj_w, 2 * H * (p->zdim ? p->zdim : 1), H,
-                                               o->fc1_w, H, 4 * H, o->fc2_w, 4 * H, H},
+        memcpy(w[n],
+               (int64_t[LIN_NOISE * 3]){o->proj_w, 2 * H * (p->zdim ? p->zdim : 1), H, o->fc1_w, H,
+                                        4 * H, o->fc2_w, 4 * H, H},
                sizeof(int64_t[LIN_NOISE * 3]));
         n += LIN_NOISE;
     }
     for (int64_t i = 0; i < n; i++)
-        h->lin[i] = be->linear_pack(be, m->params + w[i][0], model_w16(m, w[i][0]), w[i][1],
-                                    w[i][2]);
+        h->lin[i] =
+            be->linear_pack(be, m->params + w[i][0], model_w16(m, w[i][0]), w[i][1], w[i][2]);
     free(w);
     return h;
 }
