@@ -490,18 +490,19 @@ class Schedule:
         return p
 
     def fill(self, free):
+        """Takes every free byte of the tmpfs, then gives FREE back."""
         path = os.path.join(self.c.mnt, "fill")
-        with open(path, "ab") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-        size = os.path.getsize(path)
-        os.truncate(path, max(0, size - free))
         self.full = True
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 65536)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+        finally:
+            os.close(fd)
+        os.truncate(path, max(0, os.path.getsize(path) - free))
 
     def unfill(self):
         if self.full:
