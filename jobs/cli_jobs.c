@@ -20,6 +20,7 @@
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/runconfig.h"
+#include "common/writer_lock.h"
 #include "jobs/plan.h"
 #include "jobs/proc.h"
 #include "jobs/rundir.h"
@@ -305,13 +306,25 @@ static int cmd_plan(int argc, char **argv) {
     return KF_EXIT_OK;
 }
 
-/* Loads CONFIG with overrides and opens (or makes) its run directory. */
-static int load_and_open(const args *a, char *run, size_t cap, runconfig **out, kf_err *err) {
+/* Takes RUN/lock (making RUN) for the command `what`: one command at a time
+ * drives a run (its run.yaml, jobs.tsv, samples and the stages it starts). */
+static int lock_run(const char *run, const char *what, writer_lock *l, kf_err *err) {
+    char p[PATH_MAX];
+    l->fd = -1;
+    if (fs_mkdir_p(run, err)) return -1;
+    fs_path_join(p, sizeof p, run, "lock");
+    return writer_lock_take(p, what, l, err);
+}
+
+/* Loads CONFIG with overrides, locks its run directory for `what` and opens
+ * (or makes) it. */
+static int load_and_open(const args *a, const char *what, char *run, size_t cap, writer_lock *l,
+                         runconfig **out, kf_err *err) {
     runconfig *rc;
     if (runconfig_load(a->pos[0], a->n_over, a->over, &rc, err)) return -1;
     if (a->run_dir) snprintf(run, cap, "%s", a->run_dir);
     else default_run_dir(rc, run, cap);
-    int rv = open_run(run, rc, out, err);
+    int rv = lock_run(run, what, l, err) || open_run(run, rc, out, err) ? -1 : 0;
     runconfig_free(rc);
     return rv;
 }
@@ -324,11 +337,16 @@ static int cmd_run(int argc, char **argv) {
     kf_err err;
     char run[PATH_MAX];
     runconfig *rc;
-    if (load_and_open(&a, run, sizeof run, &rc, &err)) return kf_err_report("kf jobs", &err);
+    writer_lock lock;
+    if (load_and_open(&a, "kf jobs run", run, sizeof run, &lock, &rc, &err)) {
+        writer_lock_release(&lock);
+        return kf_err_report("kf jobs", &err);
+    }
     fprintf(stderr, "kf jobs: run %s in %s (config sha256 %.16s)\n", rc->name, run, rc->hash);
     code = run_local(run, rc, (int)a.np, a.no_sample);
     runconfig_free(rc);
     free(a.over);
+    writer_lock_release(&lock);
     return code;
 }
 
@@ -359,7 +377,11 @@ static int cmd_submit(int argc, char **argv) {
     }
     char run[PATH_MAX], abs_run[PATH_MAX];
     runconfig *rc;
-    if (load_and_open(&a, run, sizeof run, &rc, &err)) return kf_err_report("kf jobs", &err);
+    writer_lock lock;
+    if (load_and_open(&a, "kf jobs submit", run, sizeof run, &lock, &rc, &err)) {
+        writer_lock_release(&lock);
+        return kf_err_report("kf jobs", &err);
+    }
     code = KF_EXIT_OK;
     if (!realpath(run, abs_run)) {
         kf_err_set(&err, "%s: %s", run, strerror(errno));
@@ -376,6 +398,7 @@ static int cmd_submit(int argc, char **argv) {
     }
     runconfig_free(rc);
     free(a.over);
+    writer_lock_release(&lock);
     return code;
 }
 
@@ -398,9 +421,14 @@ static int cmd_resume(int argc, char **argv) {
     if (runconfig_load(a.config ? a.config : yaml, a.n_over, a.over, &rc, &err))
         return kf_err_report("kf jobs", &err);
     runconfig *cur;
-    int rv = open_run(run, rc, &cur, &err);
+    writer_lock lock;
+    int rv = lock_run(run, a.local ? "kf jobs resume --local" : "kf jobs resume", &lock, &err) ||
+             open_run(run, rc, &cur, &err);
     runconfig_free(rc);
-    if (rv) return kf_err_report("kf jobs", &err);
+    if (rv) {
+        writer_lock_release(&lock);
+        return kf_err_report("kf jobs", &err);
+    }
     code = KF_EXIT_OK;
     if (a.local) {
         code = run_local(run, cur, (int)a.np, 1);
@@ -427,6 +455,7 @@ static int cmd_resume(int argc, char **argv) {
     }
     runconfig_free(cur);
     free(a.over);
+    writer_lock_release(&lock);
     return code;
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,9 +31,14 @@ static int status_code(int st) {
  * /dev/null when quiet. A child that cannot exec exits 127 after saying so. */
 static pid_t spawn(char *const argv[], int out_fd, bool quiet, kf_err *err) {
     fflush(stdout), fflush(stderr);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return kf_err_set(err, "fork: %s", strerror(errno)), -1;
     if (pid == 0) {
+        /* the child outlives no killed parent: a trainer gets SIGTERM (checkpoint,
+         * exit 75) rather than train on unwatched, holding its stage's lock */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(128 + SIGTERM);
         if (out_fd >= 0) dup2(out_fd, 1);
         if (quiet) {
             int dn = open("/dev/null", 1);

@@ -15,7 +15,8 @@
 /** Runs argv (NULL-terminated) with stdin/stdout/stderr inherited and waits.
  * While it runs, SIGINT, SIGTERM and SIGUSR1 received by this process are
  * forwarded to the child (the trainer checkpoints on them), so `kf jobs run`
- * behaves like the trainer it wraps.
+ * behaves like the trainer it wraps; and when this process dies (kill -9),
+ * the child gets SIGTERM (prctl PR_SET_PDEATHSIG).
  * @return the exit status (0..255, 128+N for signal N), or -1 with err set
  * when the program could not be started. */
 int proc_run(char *const argv[], kf_err *err);

@@ -1,6 +1,7 @@
 /* Checkpoints: save -> find -> load round-trips bitwise; retention keeps the
- * newest K; corrupt, truncated and partial checkpoints are skipped for an
- * older valid one; incompatible resumes are refused; final weights and
+ * newest K that verify (a corrupt one moved to corrupt/, never counted, the
+ * last good one never removed); corrupt, truncated and partial checkpoints are
+ * moved aside for an older valid one; incompatible resumes are refused; final weights and
  * teacher verification. Single process (world 1). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,9 +155,14 @@ int main(void) {
     t_stderr_begin(); /* the skip warning is expected: checked, kept out of the log */
     T_EQ_INT(ckpt_find(ck, found, sizeof found, &got), 1, "corrupt newest skipped: %s", found);
     char *warned = t_stderr_end();
-    T_CHECK(strstr(warned, "skipping checkpoint"), "warning says it skips: %s", warned);
-    T_CHECK(strstr(warned, "step-9"), "warning names the corrupt step-9: %s", warned);
+    T_CHECK(strstr(warned, "does not verify"), "warning says why it skips: %s", warned);
+    T_CHECK(strstr(warned, "moved to") && strstr(warned, "corrupt/step-9"),
+            "warning names the corrupt step-9 and where it went: %s", warned);
     free(warned);
+    snprintf(path, sizeof path, "%s/corrupt/step-9/state.yaml", ck);
+    T_CHECK(fs_exists(path), "corrupt step-9 moved to corrupt/");
+    snprintf(path, sizeof path, "%s/step-9", ck);
+    T_CHECK(!fs_exists(path), "corrupt step-9 no longer among the checkpoints");
     T_CHECK(strstr(found, "step-6"), "corrupt newest skipped: %s", found);
     T_EQ_INT(got.step, 6, "corrupt newest skipped: %s", found);
     /* partial newer ones: a directory without state.yaml, a truncated file, a .tmp */
@@ -166,14 +172,18 @@ int main(void) {
     fs_mkdir_p(path, &err);
     snprintf(path, sizeof path, "%s/step-6/model.safetensors", ck);
     meta.step = 18;
+    t_stderr_begin(); /* retention verifies step-12 before counting it */
     ckpt_save(ck, &d, m, ema, am, av, &meta, &rng, 10);
+    warned = t_stderr_end();
+    T_CHECK(strstr(warned, "corrupt/step-12"), "retention moved the unfinished step-12: %s",
+            warned);
+    free(warned);
     snprintf(path, sizeof path, "%s/step-18/ema.safetensors", ck);
     T_CHECK(truncate(path, 100) == 0, "truncate");
     t_stderr_begin();
     T_EQ_INT(ckpt_find(ck, found, sizeof found, &got), 1, "partial/truncated skipped: %s", found);
     warned = t_stderr_end();
     T_CHECK(strstr(warned, "step-18"), "warning names the truncated step-18: %s", warned);
-    T_CHECK(strstr(warned, "step-12"), "warning names the unfinished step-12: %s", warned);
     free(warned);
     T_CHECK(strstr(found, "step-6"), "partial/truncated skipped: %s", found);
 
@@ -201,6 +211,48 @@ int main(void) {
     snprintf(path, sizeof path, "%s/step-6", ck);
     T_EQ_INT(ckpt_resolve_teacher(path, tf, sizeof tf, sha, &err), 0, "checkpoint dir as teacher");
     T_CHECK(strstr(tf, "ema.safetensors"), "checkpoint dir as teacher");
+
+    /* retention counts only checkpoints that verify: step-21 corrupted while the
+     * stage runs is moved aside when step-24 is written, and the good step-6
+     * stays (keep 2) */
+    meta.step = 21;
+    ckpt_save(ck, &d, m, ema, am, av, &meta, &rng, 2);
+    snprintf(path, sizeof path, "%s/step-21/model.safetensors", ck);
+    flip_byte(path, 400);
+    meta.step = 24;
+    t_stderr_begin();
+    ckpt_save(ck, &d, m, ema, am, av, &meta, &rng, 2);
+    warned = t_stderr_end();
+    T_CHECK(strstr(warned, "corrupt/step-21"), "retention moved the corrupt step-21: %s", warned);
+    free(warned);
+    const char *kept[] = {"step-24", "step-6", "corrupt/step-21"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s/state.yaml", ck, kept[i]);
+        T_CHECK(fs_exists(path), "after retention (keep 2): %s is there", kept[i]);
+    }
+    snprintf(path, sizeof path, "%s/step-21", ck);
+    T_CHECK(!fs_exists(path), "corrupt step-21 not counted among the kept");
+    /* keep 1: the one just written is the good one; older ones go, verified or not */
+    snprintf(path, sizeof path, "%s/step-24/adam_m.safetensors", ck);
+    flip_byte(path, 500);
+    meta.step = 27;
+    t_stderr_begin();
+    ckpt_save(ck, &d, m, ema, am, av, &meta, &rng, 1);
+    free(t_stderr_end());
+    snprintf(path, sizeof path, "%s/step-6", ck);
+    T_CHECK(!fs_exists(path), "keep 1: step-6 removed once step-27 was written");
+    snprintf(path, sizeof path, "%s/step-24", ck);
+    T_CHECK(!fs_exists(path), "keep 1: corrupt step-24 removed, not kept");
+    /* nothing verifies: `latest` goes rather than name a bad checkpoint */
+    snprintf(path, sizeof path, "%s/step-27/ema.safetensors", ck);
+    flip_byte(path, 600);
+    t_stderr_begin();
+    T_EQ_INT(ckpt_find(ck, found, sizeof found, &got), 0, "no checkpoint verifies");
+    free(t_stderr_end());
+    snprintf(path, sizeof path, "%s/latest", ck);
+    T_CHECK(!fs_exists(path), "latest removed when no checkpoint verifies");
+    snprintf(path, sizeof path, "%s/corrupt/step-27", ck);
+    T_CHECK(fs_exists(path), "step-27 moved aside");
 
     model_free(m), model_free(m2);
     b->free(b, ema), b->free(b, am), b->free(b, av), b->free(b, e2), b->free(b, am2),

@@ -42,6 +42,7 @@
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/stage_status.h"
+#include "common/writer_lock.h"
 #include "kernels/kernels.h"
 #include "trainer/model/layout.h"
 #include "trainer/model/model.h"
@@ -285,8 +286,14 @@ int import_main(int argc, char **argv) {
     runconfig *rc = NULL;
     const runconfig_stage *st = NULL;
     char final_dir[4096], p[4200];
+    /* one writer per run and per stage: a `kf jobs run` driving the run, or
+     * a `kf train` of the stage, refuses this import */
+    writer_lock run_lock = {-1}, stage_lock = {-1};
     if (run) {
         snprintf(final_dir, sizeof final_dir, "%s/stages/%s/final", run, stage);
+        snprintf(p, sizeof p, "%s/lock", run);
+        if (fs_mkdir_p(run, &err) || writer_lock_take(p, "kf import", &run_lock, &err))
+            return kf_err_report("kf import", &err);
         snprintf(p, sizeof p, "%s/run.yaml", run);
         if (fs_exists(p)) {
             if (runconfig_load(p, 0, NULL, &rc, &err)) return kf_err_report("kf import", &err);
@@ -297,6 +304,11 @@ int import_main(int argc, char **argv) {
                 return kf_err_report("kf import", &err);
             }
         }
+        snprintf(p, sizeof p, "%s/stages/%s", run, stage);
+        if (fs_mkdir_p(p, &err)) return runconfig_free(rc), kf_err_report("kf import", &err);
+        snprintf(p, sizeof p, "%s/stages/%s/lock", run, stage);
+        if (writer_lock_take(p, "kf import", &stage_lock, &err))
+            return runconfig_free(rc), kf_err_report("kf import", &err);
         snprintf(p, sizeof p, "%s/DONE", final_dir);
         if (fs_exists(p) && !force) {
             kf_err_set(&err,
@@ -348,5 +360,6 @@ done:
     if (m) model_free(m);
     be->destroy(be);
     runconfig_free(rc);
+    writer_lock_release(&stage_lock), writer_lock_release(&run_lock);
     return code;
 }

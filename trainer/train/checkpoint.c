@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/config.h"
 #include "common/fsutil.h"
@@ -91,10 +92,35 @@ static int list_steps(const char *dir, int64_t **steps, char ***tmps, int *nt) {
     return n;
 }
 
-/* Keeps the newest `keep` committed checkpoints; removes the rest and every
- * leftover *.tmp directory. An old checkpoint is first renamed to a .tmp name
- * so a crash mid-removal never leaves a partial step-N that looks committed. */
-static void retention(const char *dir, int keep) {
+/* Moves ckpt_dir/name (a checkpoint that does not verify) to
+ * ckpt_dir/corrupt/name (name.2, .3, ... when taken): out of every count and
+ * every resume, kept for a look. Warns saying why. */
+static void quarantine(const char *ckpt_dir, const char *name, const char *why) {
+    char cdir[4096], from[4096], to[4200];
+    kf_err err = {{0}};
+    fs_path_join(cdir, sizeof cdir, ckpt_dir, "corrupt");
+    fs_path_join(from, sizeof from, ckpt_dir, name);
+    if (fs_mkdir_p(cdir, &err)) {
+        kf_log_warn("checkpoint %s does not verify (%s), and cannot be moved aside: %s", from,
+                    why, err.msg);
+        return;
+    }
+    snprintf(to, sizeof to, "%s/%s", cdir, name);
+    for (int i = 2; fs_exists(to) && i < 1000; i++) snprintf(to, sizeof to, "%s/%s.%d", cdir, name, i);
+    if (fs_rename_atomic(from, to, &err))
+        kf_log_warn("checkpoint %s does not verify (%s), and cannot be moved aside: %s", from,
+                    why, err.msg);
+    else kf_log_warn("checkpoint %s does not verify (%s): moved to %s", from, why, to);
+}
+
+/* Keeps the newest `keep` committed checkpoints that verify, the one just
+ * written (step `newest`) first; moves the ones that do not verify to
+ * corrupt/ (never counted); removes the older rest and every leftover *.tmp
+ * directory. A checkpoint is removed only once `keep` newer ones verified,
+ * so the last good one never is. An old checkpoint is first renamed to a .tmp
+ * name so a crash mid-removal never leaves a partial step-N that looks
+ * committed. */
+static void retention(const char *dir, int keep, int64_t newest) {
     int64_t *steps;
     char **tmps = NULL;
     int nt = 0;
@@ -102,9 +128,17 @@ static void retention(const char *dir, int keep) {
     if (n < 0) return;
     char from[4096], to[4096], name[64];
     kf_err err = {{0}};
-    for (int i = keep; i < n; i++) {
+    int good = 1; /* the checkpoint just written: hashed into its manifest a moment ago */
+    for (int i = 0; i < n; i++) {
+        if (steps[i] == newest) continue;
         step_name(name, sizeof name, steps[i], "");
         fs_path_join(from, sizeof from, dir, name);
+        if (good < keep) {
+            kf_err why = {{0}};
+            if (ckpt_verify(from, NULL, &why) == 0) good++;
+            else quarantine(dir, name, why.msg);
+            continue;
+        }
         step_name(name, sizeof name, steps[i], ".del.tmp");
         fs_path_join(to, sizeof to, dir, name);
         if (fs_rename_atomic(from, to, &err) || fs_rm_rf(to, &err))
@@ -189,7 +223,7 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema, 
         if (fs_fsync_path(tmp, &err) || fs_rename_atomic(tmp, fin, &err))
             KF_FATAL("checkpoint: %s", err.msg);
         ckpt_set_latest(ckpt_dir, meta->step);
-        retention(ckpt_dir, keep);
+        retention(ckpt_dir, keep, meta->step);
     }
     dist_barrier(d);
 }
@@ -344,10 +378,15 @@ int ckpt_find(const char *ckpt_dir, char *out, size_t cap, ckpt_meta *meta) {
             strcpy(out, path);
             found = 1;
         } else {
-            kf_log_warn("skipping checkpoint %s: %s", path, err.msg);
+            quarantine(ckpt_dir, name, err.msg);
         }
     }
     free(steps);
+    if (!found) { /* `latest` must never name a checkpoint that is not there */
+        char path[4096];
+        fs_path_join(path, sizeof path, ckpt_dir, "latest");
+        if (fs_exists(path) && unlink(path)) kf_log_warn("cannot remove %s", path);
+    }
     return found;
 }
 

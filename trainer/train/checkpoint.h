@@ -22,17 +22,24 @@
  *   into step-N.tmp/ (each file atomically and fsynced; rank 0 writes the four
  *   tensor files); barrier; rank 0 hashes every file, writes state.yaml
  *   (fsync), renames step-N.tmp -> step-N, fsyncs CK, replaces CK/latest by
- *   rename, then applies retention (keep the newest K committed step-N
- *   directories; the one just written is always the newest) and removes stale
- *   *.tmp directories; barrier. A crash at any point leaves every committed
- *   checkpoint intact, and at worst a *.tmp directory that is ignored.
+ *   rename, then applies retention and removes stale *.tmp directories;
+ *   barrier. A crash at any point leaves every committed checkpoint intact,
+ *   and at worst a *.tmp directory that is ignored.
+ *
+ * Retention keeps the newest K checkpoints that verify: the one just written,
+ * then older ones newest first, each verified (sizes and sha256) before it is
+ * counted; one that does not verify is moved to CK/corrupt/ (never counted,
+ * never resumed from), and a checkpoint is removed only once K newer ones
+ * verified, so the last good checkpoint is never removed.
  *
  * Resume never trusts `latest` alone: ckpt_find scans every step-N directory
  * newest first and takes the first whose state.yaml parses and whose files
- * all have the recorded sizes and sha256, warning about each one it skips.
- * The resume then points `latest` at the checkpoint it loaded: a crash
- * between the rename and the `latest` update, at a stage's last step, would
- * otherwise leave `latest` one checkpoint behind for good.
+ * all have the recorded sizes and sha256, moving each newer one that does not
+ * to CK/corrupt/. The resume then points `latest` at the checkpoint it loaded
+ * (a crash between the rename and the `latest` update, at a stage's last
+ * step, would otherwise leave `latest` one checkpoint behind for good), and
+ * when none verifies, `latest` is removed: it names an existing checkpoint
+ * that verified, or is absent.
  *
  * Final weights (RUN/stages/NAME/final/): model.safetensors (the EMA weights:
  * the next stage's teacher), final.yaml (stage, step, config hash, model
@@ -92,8 +99,10 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema, 
  * @return 0, or -1 with err saying what is wrong. */
 int ckpt_verify(const char *path, ckpt_meta *meta, kf_err *err);
 
-/** Finds the newest checkpoint under ckpt_dir that verifies, warning (kf_log_warn)
- * about each newer one that does not (partial, corrupt).
+/** Finds the newest checkpoint under ckpt_dir that verifies, moving each newer
+ * one that does not (partial, corrupt) to ckpt_dir/corrupt/ with a warning
+ * (kf_log_warn), and removing ckpt_dir/latest when none verifies. Only the
+ * stage's writer (the holder of its lock, rank 0) may call it.
  * @return 1 with its path in out (cap bytes) and *meta filled, 0 when there is none. */
 int ckpt_find(const char *ckpt_dir, char *out, size_t cap, ckpt_meta *meta);
 

@@ -16,6 +16,7 @@
 #include "common/runconfig.h"
 #include "common/sha256.h"
 #include "common/stage_status.h"
+#include "common/writer_lock.h"
 #include "trainer/model/model.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/graph_cache.h"
@@ -99,6 +100,7 @@ typedef struct trainer {
     double t0, last_tps;
     int64_t last_ckpt_step;
     step_graphs g;
+    writer_lock lock; /* rank 0: the stage's writer lock, held until teardown */
 } trainer;
 
 static void write_status(trainer *t, const char *state) {
@@ -536,8 +538,20 @@ static int setup(trainer *t, kf_err *err) {
     fs_path_join(t->ckpt_dir, sizeof t->ckpt_dir, t->stage_dir, "ckpt");
     fs_path_join(t->final_dir, sizeof t->final_dir, t->stage_dir, "final");
     t->last_ckpt_step = -1;
-    if (t->d->rank == 0 && fs_mkdir_p(t->ckpt_dir, err)) return -1;
-    dist_barrier(t->d);
+    /* One writer per stage: rank 0 takes the stage's lock before it writes
+     * anything, and a refusal stops every rank. */
+    int bad = 0;
+    if (t->d->rank == 0) {
+        char lp[4200], what[160];
+        fs_path_join(lp, sizeof lp, t->stage_dir, "lock");
+        snprintf(what, sizeof what, "kf train --stage %s", t->st->name);
+        bad = fs_mkdir_p(t->stage_dir, err) || writer_lock_take(lp, what, &t->lock, err) ||
+              fs_mkdir_p(t->ckpt_dir, err);
+    }
+    if (dist_allreduce_max_int(t->d, bad)) {
+        if (!bad) kf_err_set(err, "rank 0 could not start the stage (its error says why)");
+        return -1;
+    }
     t->be = make_backend(t);
     if (dist_attach_backend(t->d, t->be, err)) return -1;
     return 0;
@@ -815,6 +829,7 @@ static void teardown(trainer *t) {
     if (t->be) t->be->destroy(t->be);
     kf_jsonl_close(t->log);
     runconfig_free(t->rc);
+    writer_lock_release(&t->lock); /* last: every write of the stage is done */
 }
 
 /* Ends the stage on an error: the message, status "failed", resources freed. */
@@ -829,6 +844,7 @@ int train_run(const train_args *a, dist *d) {
     trainer tr, *t = &tr;
     memset(t, 0, sizeof *t);
     t->a = a, t->d = d;
+    t->lock.fd = -1;
     t->t0 = clock_now_s();
     kf_err err = {{0}};
     if (setup(t, &err)) {
