@@ -568,6 +568,7 @@ class Schedule:
                          self.seed, "bitwise", "a rerun of the finished run exits %d or changes "
                          "final weights:\n%s" % (rc2, tail(out2)))
         else:
+            self.c.log("its output ends:\n" + tail(out, 4))
             bad = self.still_damaged()
             named = [r for r in bad if r in out or os.path.dirname(r) in out]
             self.c.check(bool(named), self.seed, "finish",
