@@ -18,7 +18,8 @@ The invariants are checked by this file alone, never by asking the trainer:
 a checkpoint is good when its bytes are those of the same step of a
 reference run made once per campaign (uninterrupted, every checkpoint kept),
 and a process is alive when /proc says so.
-  finish      the last run exits 0, or non-zero naming a damaged file
+  finish      the last run exits 0, or non-zero naming a damaged file; advice it
+              gives (run again, remove a damaged directory) leads to a finish
   bitwise     every stage's final weights are the reference run's bytes (the
               reference with the same teacher imported, when an import succeeded);
               a rerun of the finished run changes nothing
@@ -79,6 +80,10 @@ stages:
 resources: {{backend: cpu, ranks: 1, collective_timeout: 60}}
 """
 
+# advice in a refusal that an operator follows
+ADVICE_ROUNDS = 3
+REMOVE_RE = re.compile(r"remove (/\S+?)[,;:]? ")
+AGAIN_RE = re.compile(r"run the same command again|rerun|run it again", re.I)
 REFUSAL_RE = re.compile(r"lock|held by|holder|in use|busy", re.I)
 STEP_RE = re.compile(r"kf: (\w+): step (\d+)/(\d+) ")
 
@@ -559,22 +564,49 @@ class Schedule:
                 elif os.path.isdir(self.run):
                     self.damage(g)
             self.episode(e["during"], "run %d" % (i + 1))
-        rc, out = self.episode([], "last run")
-        if rc == 0:
-            self.check_finished()
-            before = {s: sha(self.final(s)) for s in STAGES}
-            rc2, out2 = self.episode([], "rerun")
-            self.c.check(rc2 == 0 and all(sha(self.final(s)) == before[s] for s in STAGES),
-                         self.seed, "bitwise", "a rerun of the finished run exits %d or changes "
-                         "final weights:\n%s" % (rc2, tail(out2)))
-        else:
-            self.c.log("its output ends:\n" + tail(out, 4))
-            bad = self.still_damaged()
-            named = [r for r in bad if r in out or os.path.dirname(r) in out]
-            self.c.check(bool(named), self.seed, "finish",
-                         "the last run exits %d naming no damaged file (damaged: %s):\n%s" %
-                         (rc, bad or "none", tail(out)))
+        self.finish()
         self.check_outside()
+
+    def finish(self):
+        """The last runs, without faults. An operator follows the advice of a
+        refusal (run the same command again; remove a damaged directory, or
+        import again what was imported) up to ADVICE_ROUNDS times: advice that
+        does not lead to a finished run is a violation, and a refusal without
+        advice must name a damaged file."""
+        for rnd in range(ADVICE_ROUNDS + 1):
+            rc, out = self.episode([], "last run" if rnd == 0 else "run after advice %d" % rnd)
+            if rc == 0:
+                self.check_finished()
+                before = {s: sha(self.final(s)) for s in STAGES}
+                rc2, out2 = self.episode([], "rerun")
+                self.c.check(rc2 == 0 and all(sha(self.final(s)) == before[s] for s in STAGES),
+                             self.seed, "bitwise", "a rerun of the finished run exits %d or "
+                             "changes final weights:\n%s" % (rc2, tail(out2)))
+                return
+            self.c.log("its output ends:\n" + tail(out, 4))
+            remove = REMOVE_RE.search(out)
+            if rnd == ADVICE_ROUNDS:
+                self.violate("finish", "the advice given did not finish the run in %d rounds; "
+                             "the last run exits %d:\n%s" % (ADVICE_ROUNDS, rc, tail(out)))
+            elif remove and os.path.abspath(remove.group(1)).startswith(self.run + "/"):
+                path = os.path.abspath(remove.group(1))
+                stage = os.path.relpath(path, self.run).split("/")
+                if stage[0] == "stages" and stage[1:] == [self.imported, "final"]:
+                    p = self.start_import(self.imported)
+                    p.communicate()
+                    self.c.log("advice: imported %s again (exit %d)" % (self.imported, p.returncode))
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+                    self.c.log("advice: removed %s" % path)
+            elif AGAIN_RE.search(out):
+                self.c.log("advice: run the same command again")
+            else:
+                bad = self.still_damaged()
+                named = [r for r in bad if r in out or os.path.dirname(r) in out]
+                self.c.check(bool(named), self.seed, "finish",
+                             "the last run exits %d naming no damaged file (damaged: %s):\n%s" %
+                             (rc, bad or "none", tail(out)))
+                return
 
     def final(self, stage):
         return os.path.join(self.run, "stages", stage, "final", "model.safetensors")
