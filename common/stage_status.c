@@ -12,13 +12,17 @@
 #include "common/fsutil.h"
 
 int stage_status_write(const char *stage_dir, const stage_status *s, kf_err *err) {
-    char p[PATH_MAX], buf[512];
+    char p[PATH_MAX], buf[768], reason[sizeof s->reason];
     fs_path_join(p, sizeof p, stage_dir, "status");
+    snprintf(reason, sizeof reason, "%s", s->reason);
+    for (char *c = reason; *c; c++)
+        if (*c == '"') *c = '\'';
+        else if (*c == '\n' || *c == '\r') *c = ' ';
     int n = snprintf(buf, sizeof buf,
                      "state: %s\nstep: %" PRId64 "\nsteps: %" PRId64 "\ncheckpoint: \"%s\"\n"
-                     "tokens_per_s: %.1f\nupdated: %lld\n",
+                     "tokens_per_s: %.1f\nupdated: %lld\nreason: \"%s\"\n",
                      s->state, s->step, s->steps, s->checkpoint, s->tokens_per_s,
-                     (long long)time(NULL));
+                     (long long)time(NULL), reason);
     KF_CHECK(n > 0 && (size_t)n < sizeof buf, "status of %s does not fit", stage_dir);
     return fs_write_atomic(p, buf, (size_t)n, err);
 }
@@ -38,6 +42,7 @@ static int parse_line(char *key, char *v, stage_status *s) {
     errno = 0;
     if (!strcmp(key, "state")) return copy_value(v, s->state, sizeof s->state);
     if (!strcmp(key, "checkpoint")) return copy_value(v, s->checkpoint, sizeof s->checkpoint);
+    if (!strcmp(key, "reason")) return copy_value(v, s->reason, sizeof s->reason);
     if (!strcmp(key, "tokens_per_s")) {
         s->tokens_per_s = strtod(v, &end);
         return errno || end == v || *end ? -1 : 0;

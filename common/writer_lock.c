@@ -39,7 +39,8 @@ static void copy_field(char *dst, size_t cap, const char *v) {
 /* Parses the holder text; a damaged or empty file leaves fields empty. */
 static void parse_holder(const char *text, writer_holder *h) {
     memset(h, 0, sizeof *h);
-    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    for (const char *line = text; line && *line;
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         if (!strncmp(line, "host: ", 6)) copy_field(h->host, sizeof h->host, line + 6);
         else if (!strncmp(line, "pid: ", 5)) h->pid = strtoll(line + 5, NULL, 10);
         else if (!strncmp(line, "slurm_job: ", 11))
@@ -79,8 +80,9 @@ static int record_holder(int fd, const char *what, kf_err *err) {
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = 0;
     const char *job = getenv("SLURM_JOB_ID");
-    int n = snprintf(text, sizeof text, "host: %s\npid: %lld\nslurm_job: %s\nwhat: %s\nsince: %lld\n",
-                     host, (long long)getpid(), job ? job : "", what, (long long)time(NULL));
+    int n =
+        snprintf(text, sizeof text, "host: %s\npid: %lld\nslurm_job: %s\nwhat: %s\nsince: %lld\n",
+                 host, (long long)getpid(), job ? job : "", what, (long long)time(NULL));
     if (n < 0 || (size_t)n >= sizeof text) n = (int)sizeof text - 1;
     if (ftruncate(fd, 0) || pwrite(fd, text, (size_t)n, 0) != n)
         return kf_err_set(err, "lock file: cannot record the holder: %s", strerror(errno));
@@ -93,6 +95,8 @@ int writer_lock_take(const char *path, const char *what, writer_lock *l, kf_err 
     if (fd < 0) return kf_err_set(err, "cannot open lock file %s: %s", path, strerror(errno));
     const char *w = getenv("KF_LOCK_WAIT_S"), *job = getenv("SLURM_JOB_ID");
     double wait_s = w && *w ? atof(w) : 150;
+    char host[128] = "";
+    gethostname(host, sizeof host - 1);
     time_t start = time(NULL);
     for (;;) {
         struct flock fl = whole_file(F_WRLCK);
@@ -107,7 +111,8 @@ int writer_lock_take(const char *path, const char *what, writer_lock *l, kf_err 
         }
         writer_holder h;
         read_holder(fd, &h);
-        if (job && *job && !strcmp(job, h.slurm_job) && difftime(time(NULL), start) < wait_s) {
+        if (job && *job && !strcmp(job, h.slurm_job) && strcmp(host, h.host) &&
+            difftime(time(NULL), start) < wait_s) {
             sleep(1); /* our own job's earlier start, on a node that lost it: wait it out */
             continue;
         }

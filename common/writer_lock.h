@@ -36,9 +36,9 @@ typedef struct writer_holder {
 
 /** Takes the lock on path (created if missing) for what (e.g. "kf jobs run"),
  * without waiting, and records this process as its holder. When the holder is
- * this process's own Slurm job (SLURM_JOB_ID), i.e. an earlier start of a
- * requeued job whose node lost it, waits up to KF_LOCK_WAIT_S seconds (default
- * 150: past an NFS v4 lease) for the lock to be released.
+ * this process's own Slurm job (SLURM_JOB_ID) on another host, i.e. an earlier
+ * start of a requeued job whose node lost it, waits up to KF_LOCK_WAIT_S
+ * seconds (default 150: past an NFS v4 lease) for the lock to be released.
  * @return 0 with *l held, or -1 with err naming the holder ("... is being
  * written by kf train (host H, pid P, Slurm job J) since T") or the failure. */
 int writer_lock_take(const char *path, const char *what, writer_lock *l, kf_err *err);

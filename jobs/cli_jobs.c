@@ -20,6 +20,7 @@
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/runconfig.h"
+#include "common/stage_status.h"
 #include "common/writer_lock.h"
 #include "jobs/plan.h"
 #include "jobs/proc.h"
@@ -199,6 +200,77 @@ static const char *elapsed(double s, char *buf, size_t cap) {
     return buf;
 }
 
+/* A trainer that ended without a word (killed: SIGKILL, OOM, a crash) left
+ * `running` in its status: record that it is not, and why, under the stage's
+ * lock (free now, or another writer took the stage and says for itself). */
+static void record_end(const char *run, const char *stage, int code) {
+    char dir[PATH_MAX], p[PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s/stages/%s", run, stage);
+    snprintf(p, sizeof p, "%s/lock", dir);
+    stage_status ss;
+    kf_err err = {{0}};
+    writer_lock l;
+    if (!fs_exists(p) || writer_lock_take(p, "kf jobs run (recording a trainer's end)", &l, &err))
+        return;
+    if (stage_status_read(dir, &ss, &err) == 0 && !strcmp(ss.state, "running")) {
+        snprintf(ss.state, sizeof ss.state, "%s", code > 128 ? "interrupted" : "failed");
+        if (code > 128)
+            snprintf(ss.reason, sizeof ss.reason, "killed by signal %d (%s)", code - 128,
+                     strsignal(code - 128));
+        else snprintf(ss.reason, sizeof ss.reason, "exit %d", code);
+        if (stage_status_write(dir, &ss, &err)) fprintf(stderr, "kf jobs: %s\n", err.msg);
+    }
+    writer_lock_release(&l);
+}
+
+/* Says how a stage that did not complete stopped, and what brings it on, in
+ * words that are true: a stage refused for another writer is not resumed by
+ * running again while that writer lives. Returns the command's exit code. */
+static int stage_stopped(const char *run, const runconfig *rc, const char *stage, int code,
+                         const char *why) {
+    if (code == KF_EXIT_PREEMPTED) {
+        fprintf(stderr,
+                "kf jobs: %s: preempted with a checkpoint; run the same command again to resume\n",
+                stage);
+        return KF_EXIT_PREEMPTED;
+    }
+    if (!strcmp(stage, RUNDIR_SHARDS)) {
+        fprintf(stderr,
+                "kf jobs: shards: failed (exit %d); fix what the error above names, then run the "
+                "same command again\n",
+                code);
+        return KF_EXIT_ERROR;
+    }
+    record_end(run, stage, code);
+    rundir_state st;
+    rundir_stage_state(run, rc, stage, &st);
+    if (st.live) {
+        fprintf(stderr,
+                "kf jobs: %s: not run: it is being written by %s; wait for that to end (or stop "
+                "it), then run the same command again\n",
+                stage, st.holder);
+        return KF_EXIT_ERROR;
+    }
+    char from[96];
+    if (st.ckpt_step >= 0) snprintf(from, sizeof from, "from its checkpoint %s", st.ckpt);
+    else snprintf(from, sizeof from, "from step 0 (it has no checkpoint that verifies)");
+    if (code > 128)
+        fprintf(stderr,
+                "kf jobs: %s: interrupted: killed by signal %d (%s); run the same command again "
+                "to resume %s\n",
+                stage, code - 128, strsignal(code - 128), from);
+    else if (code)
+        fprintf(stderr,
+                "kf jobs: %s: failed (exit %d); once what the error above names is fixed, the "
+                "same command resumes it %s\n",
+                stage, code, from);
+    else
+        fprintf(stderr,
+                "kf jobs: %s: ended without finishing (%s); the same command resumes it %s\n",
+                stage, why, from);
+    return KF_EXIT_ERROR;
+}
+
 /* Every incomplete stage here, in order. */
 static int run_local(const char *run, const runconfig *rc, int np, int no_sample) {
     kf_err err;
@@ -207,6 +279,17 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
     int n = rc->n_stages + 1;
     for (int i = 0; i < n; i++) {
         const char *stage = i == 0 ? RUNDIR_SHARDS : rc->stages[i - 1].name;
+        /* its teacher ran before it: a teacher whose weights changed since
+         * this stage trained (re-imported, retrained) makes it stale */
+        char stale[PATH_MAX + 256], dest[PATH_MAX];
+        if (i > 0 && rundir_stage_stale(run, rc, stage, stale, sizeof stale)) {
+            if (rundir_stage_retire(run, stage, dest, sizeof dest, &err))
+                return kf_err_report("kf jobs", &err);
+            fprintf(stderr,
+                    "kf jobs: %s: stale: %s; training it again from step 0 (what it had "
+                    "is kept in %s)\n",
+                    stage, stale, dest);
+        }
         if (rundir_stage_complete(run, rc, stage, why, sizeof why)) {
             fprintf(stderr, "kf jobs: %s: complete, skipped\n", stage);
             continue;
@@ -224,23 +307,13 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
         double t0 = clock_now_s();
         int code = run_stage_local(run, rc, stage, np, &err);
         if (code < 0) return kf_err_report("kf jobs", &err);
-        if (code == KF_EXIT_PREEMPTED) {
-            fprintf(
-                stderr,
-                "kf jobs: %s: preempted with a checkpoint; run the same command again to resume\n",
-                stage);
-            return KF_EXIT_PREEMPTED;
+        if (code == 0 && rundir_stage_complete(run, rc, stage, why, sizeof why)) {
+            char took[32];
+            fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage,
+                    elapsed(clock_now_s() - t0, took, sizeof took));
+            continue;
         }
-        if (code != 0 || !rundir_stage_complete(run, rc, stage, why, sizeof why)) {
-            fprintf(stderr,
-                    "kf jobs: %s: failed (exit %d%s%s); run the same command again to resume from "
-                    "its last checkpoint\n",
-                    stage, code, code ? "" : ", ", code ? "" : why);
-            return KF_EXIT_ERROR;
-        }
-        char took[32];
-        fprintf(stderr, "kf jobs: %s: complete (%s)\n", stage,
-                elapsed(clock_now_s() - t0, took, sizeof took));
+        return stage_stopped(run, rc, stage, code, code ? "" : why);
     }
     char took[32];
     fprintf(stderr, "kf jobs: every stage of %s is complete (%s in this command)\n", run,
@@ -250,6 +323,24 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
     if (!no_sample && sample_run(run, rc, kf_bin(), &err))
         fprintf(stderr, "kf jobs: samples failed (the trained stages are complete): %s\n", err.msg);
     return KF_EXIT_OK;
+}
+
+/* stale[i] (why[i], cap bytes each) for every config stage: trained under
+ * teacher weights that changed since, or under a teacher that is itself
+ * stale (to be trained again). */
+static void stale_stages(const char *run, const runconfig *rc, bool *stale, char *why, size_t cap) {
+    for (int i = 0; i < rc->n_stages; i++) {
+        const runconfig_stage *s = &rc->stages[i];
+        char *w = why + (size_t)i * cap;
+        *w = 0;
+        stale[i] = rundir_stage_stale(run, rc, s->name, w, cap);
+        if (!stale[i] && s->teacher_stage >= 0 && stale[s->teacher_stage]) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s/stages/%s", run, s->name);
+            stale[i] = fs_exists(p); /* trained (or training) under it */
+            snprintf(w, cap, "its teacher %s is stale", rc->stages[s->teacher_stage].name);
+        }
+    }
 }
 
 /* Submits the incomplete stages as a chain. A job of the run still queued or
@@ -264,8 +355,19 @@ static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
     if (nj < 0) return -1;
     char prev[32] = "";
     int resubmitted = 0, submitted = 0;
+    enum { WHY = PATH_MAX + 256 };
+    bool *stale = kf_calloc((size_t)rc->n_stages + 1, sizeof *stale);
+    char *stale_why = kf_calloc((size_t)rc->n_stages + 1, WHY);
+    stale_stages(run, rc, stale, stale_why, WHY);
     for (int i = 0; i <= rc->n_stages; i++) {
         const char *stage = i == 0 ? RUNDIR_SHARDS : rc->stages[i - 1].name;
+        if (i > 0 && stale[i - 1]) {
+            char dest[PATH_MAX];
+            if (rundir_stage_retire(run, stage, dest, sizeof dest, err)) goto fail;
+            fprintf(stderr,
+                    "kf jobs: %s: stale: %s; training it again (what it had is kept in %s)\n",
+                    stage, stale_why + (size_t)(i - 1) * WHY, dest);
+        }
         if (rundir_stage_complete(run, rc, stage, why, sizeof why)) continue;
         const rundir_job *cur = rundir_jobs_current(jobs, nj, stage);
         slurm_job sj;
@@ -288,11 +390,11 @@ static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
         snprintf(prev, sizeof prev, "%s", id);
         resubmitted = 1, submitted++;
     }
-    free(jobs);
+    free(jobs), free(stale), free(stale_why);
     if (!*prev) fprintf(stderr, "kf jobs: %s: every stage is complete, nothing to submit\n", run);
     return 0;
 fail:
-    free(jobs);
+    free(jobs), free(stale), free(stale_why);
     return -1;
 }
 
@@ -553,17 +655,18 @@ static void fill_row(const char *run, const runconfig *rc, const rundir_job *job
     r->ckpt_age_s = r->st.ckpt_step >= 0 ? difftime(now, r->st.ckpt_mtime) : -1;
     r->eta_s = -1;
     bool alive = r->job && slurm_state_alive(r->sj.state);
+    /* running: a live process holds the stage's lock, or its Slurm job runs */
     if (r->st.complete) snprintf(r->state, sizeof r->state, "complete");
+    else if (r->st.live) snprintf(r->state, sizeof r->state, "running");
     else if (alive && !strcmp(r->sj.state, "RUNNING"))
         snprintf(r->state, sizeof r->state, "running");
     else if (alive) snprintf(r->state, sizeof r->state, "queued");
     else if (r->job && strcmp(r->sj.state, "UNKNOWN") && strcmp(r->sj.state, "COMPLETED"))
         lower(r->state, sizeof r->state, r->sj.state); /* failed, cancelled, timeout, ... */
-    else if (!strcmp(r->st.status, "running") && r->st.log_mtime &&
-             difftime(now, r->st.log_mtime) < 120)
-        snprintf(r->state, sizeof r->state, "running");
+    else if (!strcmp(r->st.status, "running"))         /* said so, and died without a word */
+        snprintf(r->state, sizeof r->state, "interrupted");
     else if (!strcmp(r->st.status, "preempted") || !strcmp(r->st.status, "failed") ||
-             !strcmp(r->st.status, "stale"))
+             !strcmp(r->st.status, "interrupted") || !strcmp(r->st.status, "stale"))
         snprintf(r->state, sizeof r->state, "%.*s", (int)sizeof r->state - 1, r->st.status);
     else if (r->st.ckpt_step >= 0 || r->st.log_step >= 0)
         snprintf(r->state, sizeof r->state, "partial");
@@ -619,6 +722,11 @@ static void print_json(const char *run, const runconfig *rc, row *rows, int n,
         json_num_or_null(stdout, "eta_s", r->eta_s, r->eta_s >= 0);
         printf(",\"status\":");
         json_write_str(stdout, r->st.status, strlen(r->st.status));
+        printf(",\"reason\":");
+        json_write_str(stdout, r->st.reason, strlen(r->st.reason));
+        printf(",\"holder\":");
+        if (r->st.live) json_write_str(stdout, r->st.holder, strlen(r->st.holder));
+        else printf("null");
         printf("}");
     }
     printf("],\"down_nodes\":[");
@@ -660,6 +768,19 @@ static void print_table(const char *run, const runconfig *rc, row *rows, int n,
         printf("%-10s %-14s %-11s %-15s %-12s %6s %-10s %-22s %10s %8s\n", r->stage, r->kind,
                r->state, steps, ck, ag, r->job ? r->job->id : "-", sl, tps, eta);
     }
+    for (int i = 0; i < n; i++) { /* who runs it; why it stopped */
+        row *r = &rows[i];
+        if (r->st.live) printf("%s: written by %s\n", r->stage, r->st.holder);
+        else if (!strcmp(r->state, "stale") && strcmp(r->stage, RUNDIR_SHARDS))
+            printf("%s: stale: %s; kf jobs run (or resume) trains it again\n", r->stage,
+                   r->st.reason);
+        else if (!strcmp(r->state, "interrupted") || !strcmp(r->state, "failed") ||
+                 !strcmp(r->state, "preempted"))
+            printf("%s: %s at step %lld (%s); last good checkpoint %s\n", r->stage, r->state,
+                   (long long)(r->step < 0 ? 0 : r->step),
+                   *r->st.reason ? r->st.reason : "why is not known: killed without a word",
+                   r->st.ckpt_step >= 0 ? r->st.ckpt : "none (resumes from step 0)");
+    }
     for (int i = 0; i < nd; i++)
         printf("node %s out of service: %s%s%s\n", down[i].name, down[i].state,
                *down[i].reason ? ", " : "", down[i].reason);
@@ -679,6 +800,16 @@ static int cmd_status(int argc, char **argv) {
     int n = rc->n_stages + 1;
     row *rows = kf_calloc((size_t)n, sizeof *rows);
     for (int i = 0; i < n; i++) fill_row(a.pos[0], rc, jobs, nj, i - 1, &rows[i]);
+    enum { WHY = sizeof rows[0].st.reason };
+    bool *stale = kf_calloc((size_t)n, sizeof *stale);
+    char *stale_why = kf_calloc((size_t)n, WHY);
+    stale_stages(a.pos[0], rc, stale, stale_why, WHY);
+    for (int i = 1; i < n; i++)
+        if (stale[i - 1] && !rows[i].st.live) { /* kf jobs run trains it again */
+            snprintf(rows[i].state, sizeof rows[i].state, "stale");
+            snprintf(rows[i].st.reason, WHY, "%s", stale_why + (size_t)(i - 1) * WHY);
+        }
+    free(stale), free(stale_why);
     /* a run with Slurm jobs: the nodes out of service, e.g. the one its job lost */
     slurm_node *down = NULL;
     int nd = nj > 0 ? slurm_down_nodes(&down) : 0;

@@ -15,8 +15,11 @@
 
 static volatile sig_atomic_t child_pid, pending_sig;
 
-/* A signal that comes before the child exists is kept and sent once it does. */
+/* A signal that comes before the child exists is kept and sent once it does.
+ * SIGINT goes on as SIGTERM: a Ctrl-C at the terminal also reaches the child
+ * itself (same process group), and a second SIGINT there means "abort". */
 static void forward(int sig) {
+    if (sig == SIGINT) sig = SIGTERM;
     if (child_pid > 0) kill((pid_t)child_pid, sig);
     else pending_sig = sig;
 }

@@ -13,9 +13,10 @@
 #include "common/error.h"
 
 /** Runs argv (NULL-terminated) with stdin/stdout/stderr inherited and waits.
- * While it runs, SIGINT, SIGTERM and SIGUSR1 received by this process are
- * forwarded to the child (the trainer checkpoints on them), so `kf jobs run`
- * behaves like the trainer it wraps; and when this process dies (kill -9),
+ * While it runs, SIGTERM and SIGUSR1 received by this process are forwarded
+ * to the child (the trainer checkpoints on them), and SIGINT as SIGTERM (a
+ * terminal's Ctrl-C reaches the child directly too; to the trainer a second
+ * SIGINT means abort), so `kf jobs run` behaves like the trainer it wraps; and when this process dies (kill -9),
  * the child gets SIGTERM (prctl PR_SET_PDEATHSIG).
  * @return the exit status (0..255, 128+N for signal N), or -1 with err set
  * when the program could not be started. */

@@ -15,11 +15,11 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/stage_status.h"
+#include "common/writer_lock.h"
 #include "pipeline/build.h"
 #include "trainer/train/checkpoint.h"
 
-/* What `kf train` leaves in a stage directory (trainer's checkpoint layout). */
-#define CKPT_MANIFEST "state.yaml"
+/* What `kf train` leaves in a stage directory (trainer/train/checkpoint.h). */
 #define FINAL_MODEL "model.safetensors"
 #define FINAL_MARKER "DONE"
 #define HASH_LINE "# kf run config sha256: "
@@ -221,27 +221,39 @@ int rundir_final_verify(const char *run, const char *stage, char *why, size_t ca
     return 1;
 }
 
-/* Newest ckpt/step-N directory that has a manifest (partial ones, still
- * named step-N.tmp or lacking the manifest, do not count). */
+/* Newest ckpt/step-N directory that verifies (partial ones, still named
+ * step-N.tmp or lacking the manifest, and corrupt ones do not count). */
 static void newest_ckpt(const char *run, const char *stage, rundir_state *st) {
     char dir[PATH_MAX], p[PATH_MAX + 300];
     stage_path(dir, sizeof dir, run, stage, "ckpt");
     DIR *d = opendir(dir);
     if (!d) return;
+    int64_t *steps = NULL;
+    int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         int64_t step;
         int used = 0;
         if (sscanf(e->d_name, "step-%" SCNd64 "%n", &step, &used) != 1 || e->d_name[used]) continue;
-        if (step <= st->ckpt_step) continue;
-        snprintf(p, sizeof p, "%s/%s/" CKPT_MANIFEST, dir, e->d_name);
-        struct stat s;
-        if (stat(p, &s) || !S_ISREG(s.st_mode)) continue;
-        st->ckpt_step = step;
-        snprintf(st->ckpt, sizeof st->ckpt, "%.63s", e->d_name);
-        st->ckpt_mtime = s.st_mtime;
+        steps = kf_realloc(steps, (size_t)(n + 1) * sizeof *steps);
+        steps[n++] = step;
     }
     closedir(d);
+    for (int64_t best = INT64_MAX; st->ckpt_step < 0;) { /* newest first, until one verifies */
+        int64_t next = -1;
+        for (int i = 0; i < n; i++)
+            if (steps[i] < best && steps[i] > next) next = steps[i];
+        if (next < 0) break;
+        best = next;
+        snprintf(p, sizeof p, "%s/step-%" PRId64, dir, next);
+        kf_err err = {{0}};
+        struct stat s;
+        if (ckpt_verify(p, NULL, &err) || stat(p, &s)) continue;
+        st->ckpt_step = next;
+        snprintf(st->ckpt, sizeof st->ckpt, "step-%" PRId64, next);
+        st->ckpt_mtime = s.st_mtime;
+    }
+    free(steps);
 }
 
 /* The last step and throughput in log.jsonl (its last 64 KiB): steps/s from
@@ -294,15 +306,109 @@ void rundir_stage_state(const char *run, const runconfig *rc, const char *stage,
         return;
     }
     st->complete = rundir_stage_complete(run, rc, stage, why, sizeof why);
+    char p[PATH_MAX];
+    stage_path(p, sizeof p, run, stage, "lock");
+    writer_holder h;
+    int held = writer_lock_probe(p, &h);
+    if (held < 0) kf_log_warn("%s", h.what);
+    st->live = held == 1;
+    if (st->live) writer_holder_text(&h, st->holder, sizeof st->holder);
     newest_ckpt(run, stage, st);
     read_log(run, stage, st);
-    char p[PATH_MAX];
     stage_path(p, sizeof p, run, stage, "");
     stage_status ss;
     kf_err err = {{0}};
     int got = stage_status_read(p, &ss, &err);
     if (got < 0) kf_log_warn("%s", err.msg);
-    if (got == 0) snprintf(st->status, sizeof st->status, "%s", ss.state);
+    if (got == 0) {
+        snprintf(st->status, sizeof st->status, "%s", ss.state);
+        snprintf(st->reason, sizeof st->reason, "%s", ss.reason);
+    }
+}
+
+/* ---- the teacher chain ---- */
+
+/* The sha256 under key in a YAML file (key "files": that of the first entry
+ * of its `files` list), "" when there is none. */
+static void recorded_sha(const char *path, const char *key, char out[65]) {
+    *out = 0;
+    if (!is_file(path)) return;
+    kf_err err;
+    cfg_node *r = cfg_load_file(path, &err), *files;
+    if (!r) return;
+    const char *v = NULL;
+    if (!strcmp(key, "files")) {
+        if (cfg_get_node(r, "files", CFG_SEQ, &files, &err) == 0 && files->n >= 1)
+            cfg_get_str(files->items[0], "sha256", &v, &err);
+    } else {
+        cfg_get_str(r, key, &v, &err);
+    }
+    if (v && strlen(v) == 64) memcpy(out, v, 65);
+    cfg_free(r);
+}
+
+/* The newest ckpt/step-N/state.yaml of stage that exists, into p. */
+static bool newest_manifest(const char *run, const char *stage, char *p, size_t cap) {
+    char dir[PATH_MAX], m[PATH_MAX + 300];
+    stage_path(dir, sizeof dir, run, stage, "ckpt");
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    int64_t best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t step;
+        int used = 0;
+        if (sscanf(e->d_name, "step-%" SCNd64 "%n", &step, &used) == 1 && !e->d_name[used] &&
+            step > best) {
+            snprintf(m, sizeof m, "%s/%s/state.yaml", dir, e->d_name);
+            if (is_file(m) && strlen(m) < cap) best = step, strcpy(p, m);
+        }
+    }
+    closedir(d);
+    return best >= 0;
+}
+
+bool rundir_stage_stale(const char *run, const runconfig *rc, const char *stage, char *why,
+                        size_t cap) {
+    const runconfig_stage *s = runconfig_stage_find(rc, stage);
+    if (!s || s->teacher_stage < 0) return false;
+    const char *teacher = rc->stages[s->teacher_stage].name;
+    char p[PATH_MAX], trained[65], now[65];
+    stage_path(p, sizeof p, run, stage, "final/final.yaml");
+    if (!is_file(p) && !newest_manifest(run, stage, p, sizeof p)) return false;
+    recorded_sha(p, "teacher_sha256", trained);
+    if (!*trained) return false; /* imported weights: trained under no teacher of this run */
+    char tp[PATH_MAX];
+    stage_path(tp, sizeof tp, run, teacher, "final/final.yaml");
+    recorded_sha(tp, "files", now);
+    if (!*now || !strcmp(trained, now)) return false;
+    snprintf(why, cap,
+             "teacher %s's weights changed: %s records teacher sha256 %.12s..., %s's final "
+             "weights are now %.12s...",
+             teacher, p, trained, teacher, now);
+    return true;
+}
+
+int rundir_stage_retire(const char *run, const char *stage, char *dest, size_t cap, kf_err *err) {
+    char p[PATH_MAX], from[PATH_MAX], to[PATH_MAX + 64];
+    stage_path(p, sizeof p, run, stage, "lock");
+    writer_lock l;
+    if (writer_lock_take(p, "kf jobs run (retiring a stale stage)", &l, err)) return -1;
+    int rv = 0;
+    for (int n = 1;; n++) {
+        snprintf(p, sizeof p, "stale/%d", n);
+        stage_path(dest, cap, run, stage, p);
+        if (!fs_exists(dest)) break;
+    }
+    if (fs_mkdir_p(dest, err)) rv = -1;
+    const char *parts[] = {"final", "ckpt", "log.jsonl", "status"};
+    for (int i = 0; i < 4 && !rv; i++) {
+        stage_path(from, sizeof from, run, stage, parts[i]);
+        snprintf(to, sizeof to, "%s/%s", dest, parts[i]);
+        if (fs_exists(from) && fs_rename_atomic(from, to, err)) rv = -1;
+    }
+    writer_lock_release(&l);
+    return rv;
 }
 
 /* ---- job records ---- */

@@ -15,9 +15,13 @@
  *                           header "# kf jobs v1".
  *   RUN/slurm/STAGE.sbatch * the batch script of a stage (slurm/stage.sbatch
  *                           with the stage's #SBATCH lines)
- *   RUN/stages/STAGE/       ckpt/step-N/ (+ `latest`), final/, log.jsonl,
- *                           status, slurm.out * (the job's output, appended
- *                           across requeues)
+ *   RUN/lock *              the run's writer lock (common/writer_lock.h):
+ *                           held by the kf jobs run/submit/resume or kf
+ *                           import that drives the run
+ *   RUN/stages/STAGE/       ckpt/step-N/ (+ `latest`, corrupt/), final/,
+ *                           log.jsonl, status, lock (held by the stage's
+ *                           writer: kf train rank 0, kf import), slurm.out *
+ *                           (the job's output, appended across requeues)
  *
  * The pseudo-stage "shards" stands for `kf shards build`: it is complete when
  * the manifests of data.train and data.valid exist and each one that a set of
@@ -59,19 +63,25 @@ int rundir_config_diff(const char *old_canonical, const char *new_canonical, cha
 /** What the files of one stage say. */
 typedef struct rundir_state {
     bool complete;       /* completion marker and final weights present */
-    int64_t ckpt_step;   /* step of the newest checkpoint with a manifest, -1 if none */
+    bool live;           /* a live process holds the stage's lock (it is being written) */
+    char holder[320];    /* who holds it (writer_holder_text), "" when nobody */
+    char reason[200];    /* why it stopped, from the status file ("" if not known) */
+    int64_t ckpt_step;   /* step of the newest checkpoint that verifies, -1 if none */
     char ckpt[64];       /* its directory name under ckpt/, "" if none */
     time_t ckpt_mtime;   /* when it was written */
     int64_t log_step;    /* last step logged in log.jsonl, -1 if none */
     time_t log_mtime;    /* when log.jsonl last changed (0: no log) */
     double steps_per_s;  /* recent throughput from log.jsonl, 0 if unknown */
     double tokens_per_s; /* last tokens/s logged, 0 if unknown */
-    char status[128]; /* state in the trainer's status file (running, preempted, done, failed), ""
-                         if none; for "shards": "stale" when data was built with other settings */
+    char status[128]; /* state in the stage's status file (running, preempted, failed,
+                         interrupted, done), "" if none; for "shards": "stale" when data was
+                         built with other settings */
 } rundir_state;
 
-/** Reads stage `stage` of run (a config stage or RUNDIR_SHARDS) from disk.
- * rc gives the data paths for the shards pseudo-stage. */
+/** Reads stage `stage` of run (a config stage or RUNDIR_SHARDS) from disk,
+ * probing its lock and verifying its checkpoints newest first (sizes and
+ * sha256) until one verifies; reads only. rc gives the data paths for the
+ * shards pseudo-stage. */
 void rundir_stage_state(const char *run, const runconfig *rc, const char *stage, rundir_state *st);
 
 /** True when the stage's completion marker and final checkpoint exist and
@@ -87,6 +97,25 @@ bool rundir_stage_complete(const char *run, const runconfig *rc, const char *sta
  * something in final/ no longer verifies (damaged); why (cap bytes) names
  * the file and the fault for 0 and -1. */
 int rundir_final_verify(const char *run, const char *stage, char *why, size_t cap);
+
+/** Whether stage (complete, or with checkpoints) was trained under teacher
+ * weights that have since changed: the teacher_sha256 its final/final.yaml
+ * (or, before it finished, its newest checkpoint's state.yaml) records
+ * differs from the sha256 of the weights its teacher stage's final/final.yaml
+ * records now (e.g. after `kf import ... --force`, or a teacher retrained).
+ * Reads recorded hashes only. A teacher given as a file path, a teacher
+ * stage without final weights, or imported weights (no teacher recorded) are
+ * not judged (false). why (cap bytes) says
+ * which teacher changed and both hashes. The caller propagates: a stage whose
+ * teacher is stale is stale too. */
+bool rundir_stage_stale(const char *run, const runconfig *rc, const char *stage, char *why,
+                        size_t cap);
+
+/** Moves what stage was trained (final/, ckpt/, log.jsonl, status) into
+ * RUN/stages/STAGE/stale/N/ (N = 1, 2, ...: nothing is deleted), so that it
+ * trains again from step 0; taken under the stage's lock, which must be free.
+ * dest (cap bytes) receives the directory. @return 0, or -1 with err. */
+int rundir_stage_retire(const char *run, const char *stage, char *dest, size_t cap, kf_err *err);
 
 /** One submitted Slurm job. */
 typedef struct rundir_job {

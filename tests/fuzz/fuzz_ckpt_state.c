@@ -13,9 +13,7 @@
 #include "fuzz_util.h"
 #include "trainer/train/checkpoint.h"
 
-void dist_barrier(dist *d) { abort(); }
-int model_save(const model *m, const char *path, const float *buf, kf_err *err) { abort(); }
-int model_load_into(model *m, const char *path, float *buf, kf_err *err) { abort(); }
+FUZZ_CHECKPOINT_WRITER_STUBS;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *dir = fuzz_dir();

@@ -19,6 +19,17 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 
+/* Stubs for checkpoint.c's writers (its model and dist calls): the fuzzing
+ * library has no kernels (see Makefile), and a harness that reaches
+ * checkpoint.c's readers (ckpt_verify: directly, or through jobs/rundir.c)
+ * defines them once with `FUZZ_CHECKPOINT_WRITER_STUBS;`; they abort if ever
+ * called. */
+#define FUZZ_CHECKPOINT_WRITER_STUBS                                                               \
+    void dist_barrier(dist *d) { abort(); }                                                        \
+    int model_save(const model *m, const char *path, const float *buf, kf_err *err) { abort(); }   \
+    int model_load_into(model *m, const char *path, float *buf, kf_err *err) { abort(); }          \
+    extern int fuzz_checkpoint_stubs /* so that a use ends with ';' */
+
 /* An invariant the code under test promises; a violation aborts, which
  * libFuzzer records as a crash with the input. */
 #define fuzz_check(cond)                                                                           \

@@ -47,8 +47,9 @@ printf 'garbage' | dd of="$ck/step-9/ema.safetensors" bs=1 seek=100 conv=notrunc
 mkdir -p "$ck/step-10.tmp" "$ck/step-11"
 "$KF" train "$C" --stage ar --run-dir "$T/c" --resume 2>"$T/c.err"; rc=$?
 check "resume past corrupt checkpoints (rc $rc)" [ $rc -eq 0 ]
-check "warning names the corrupt one" grep -q 'skipping checkpoint .*step-9.*sha256' "$T/c.err"
-check "warning names the partial one" grep -q 'skipping checkpoint .*step-11' "$T/c.err"
+check "warning names the corrupt one" grep -q 'checkpoint .*step-9 does not verify (.*sha256.*): moved to .*ckpt/corrupt/step-9' "$T/c.err"
+check "warning names the partial one" grep -q 'checkpoint .*step-11 does not verify (.*): moved to .*ckpt/corrupt/step-11' "$T/c.err"
+check "corrupt and partial moved aside" eval "[ -d $ck/corrupt/step-9 ] && [ -d $ck/corrupt/step-11 ] && [ ! -e $ck/step-9 ] && [ ! -e $ck/step-11 ]"
 check "resumed from step-8" grep -q 'resumed from .*step-8' "$T/c.err"
 check "corrupt-skip resume is bitwise identical" same_weights "$T/a/stages/ar" "$T/c/stages/ar"
 check "log trimmed to the resumed step: 12 step records" [ "$(grep -c '"loss"' "$T/c/stages/ar/log.jsonl")" -eq 12 ]

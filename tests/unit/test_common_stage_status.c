@@ -39,6 +39,13 @@ int main(void) {
     T_EQ_STR(got.checkpoint, "step-10", "checkpoint");
     T_NEAR(got.tokens_per_s, 1234.6, 1e-9, "tokens_per_s");
     T_CHECK(got.updated > 0, "updated %lld", (long long)got.updated);
+    T_EQ_STR(got.reason, "", "no reason while running");
+
+    stage_status dead = {.state = "failed", .step = 7, .steps = 9};
+    snprintf(dead.reason, sizeof dead.reason, "cannot open \"x\":\nno space");
+    T_EQ_INT(stage_status_write(dir, &dead, &err), 0, "write: %s", err.msg);
+    T_EQ_INT(stage_status_read(dir, &got, &err), 0, "read: %s", err.msg);
+    T_EQ_STR(got.reason, "cannot open 'x': no space", "reason: quotes and line breaks made safe");
 
     const char *later = "state: done\nstep: 3\nsteps: 3\ncheckpoint: \"\"\nnew_key: 7\n";
     T_EQ_INT(fs_write_atomic(p, later, strlen(later), &err), 0, "write: %s", err.msg);

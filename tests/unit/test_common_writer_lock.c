@@ -59,12 +59,26 @@ int main(void) {
             "refusal names holder, host, pid and job: %s", err.msg);
     T_EQ_INT(mine.fd, -1, "a refused take holds nothing");
 
-    /* the same Slurm job (a requeue) waits up to KF_LOCK_WAIT_S, then is refused */
+    /* the same Slurm job on this host is a live second writer: refused without
+     * waiting; on another host it is an earlier start of a requeued job whose
+     * node lost it: waited for (KF_LOCK_WAIT_S), then refused */
     setenv("SLURM_JOB_ID", "4242", 1);
-    setenv("KF_LOCK_WAIT_S", "1", 1);
+    setenv("KF_LOCK_WAIT_S", "30", 1);
     time_t t0 = time(NULL);
-    T_EQ_INT(writer_lock_take(p, "requeued", &mine, &err), -1, "own job's live holder: refused");
-    T_CHECK(difftime(time(NULL), t0) >= 1, "own job's holder was waited for");
+    T_EQ_INT(writer_lock_take(p, "again", &mine, &err), -1, "own job, this host: refused");
+    T_CHECK(difftime(time(NULL), t0) < 30, "own job, this host: not waited for");
+    char lost[256];
+    snprintf(lost, sizeof lost,
+             "host: lost-node\npid: %d\nslurm_job: 4242\nwhat: test holder\n"
+             "since: %lld\n",
+             (int)child, (long long)time(NULL));
+    FILE *lf = fopen(p, "w"); /* the text is advice: rewriting it leaves the lock held */
+    KF_CHECK(lf && fputs(lost, lf) >= 0 && fclose(lf) == 0, "rewrite %s", p);
+    setenv("KF_LOCK_WAIT_S", "1", 1);
+    t0 = time(NULL);
+    T_EQ_INT(writer_lock_take(p, "requeued", &mine, &err), -1, "own job, lost node: refused");
+    T_CHECK(difftime(time(NULL), t0) >= 1, "own job on a lost node: waited for");
+    T_CHECK(strstr(err.msg, "host lost-node"), "refusal names the lost node: %s", err.msg);
 
     /* kill -9: the kernel drops the lock; nothing stale is left */
     kill(child, SIGKILL);

@@ -156,12 +156,38 @@ static void test_state(const char *dir) {
     T_EQ_INT(st.ckpt_step, -1, "nothing yet");
     T_EQ_INT(st.log_step, -1, "nothing yet");
     T_CHECK(!*st.status, "nothing yet");
-    const char *files[] = {
-        "ckpt/step-2/state.yaml", "ckpt/step-10/model.safetensors", /* no manifest: partial */
-        "ckpt/step-12.tmp/state.yaml", "ckpt/step-3/state.yaml", "ckpt/step-x/state.yaml"};
-    for (int i = 0; i < 5; i++) {
+    /* step-3 verifies (every listed file "x", its size and sha256); step-4's
+     * manifest lists a file that is not "x" (corrupt); the rest are partial */
+    const char *files[] = {"ckpt/step-2/state.yaml", "ckpt/step-10/model.safetensors",
+                           "ckpt/step-12.tmp/state.yaml", "ckpt/step-x/state.yaml"};
+    for (int i = 0; i < 4; i++) {
         snprintf(p, sizeof p, "%s/stages/ar/%s", run, files[i]);
         put(p, "x");
+    }
+    const char *listed[] = {"model.safetensors", "ema.safetensors", "adam_m.safetensors",
+                            "adam_v.safetensors", "rank-00000.yaml"};
+    for (int step = 3; step <= 4; step++) {
+        char manifest[2048], hex[65];
+        size_t n = (size_t)snprintf(
+            manifest, sizeof manifest,
+            "format: kforcing-checkpoint\nversion: 1\nstage: \"ar\"\nkind: \"ar\"\nstep: %d\n"
+            "cursor: %d\nglobal_batch: 1\nworld: 1\nconfig_hash: \"%064d\"\nphase: fp32\n"
+            "optim: {adam_t: 3, scale: 1, good_steps: 0, skipped: 0}\n"
+            "model: {hidden: 8, heads: 2, blocks: 1, vocab: 9, mask_id: -1, seq_len: 4, kind: 0, "
+            "head: 0, k_train: 1}\ndata_manifest: \"\"\ntokenizer: \"gpt2\"\n"
+            "vocab_sha256: \"\"\nteacher_sha256: \"\"\nteacher_precision: \"fp32\"\nfiles:\n",
+            step, step, 0);
+        memset(hex, step == 3 ? 'a' : 'b', 64), hex[64] = 0;
+        if (step == 3) /* sha256("x") */
+            memcpy(hex, "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881", 64);
+        for (int f = 0; f < 5; f++) {
+            n += (size_t)snprintf(manifest + n, sizeof manifest - n,
+                                  "  - {name: \"%s\", bytes: 1, sha256: \"%s\"}\n", listed[f], hex);
+            snprintf(p, sizeof p, "%s/stages/ar/ckpt/step-%d/%s", run, step, listed[f]);
+            put(p, "x");
+        }
+        snprintf(p, sizeof p, "%s/stages/ar/ckpt/step-%d/state.yaml", run, step);
+        put(p, manifest);
     }
     snprintf(p, sizeof p, "%s/stages/ar/log.jsonl", run);
     put(p, "{\"step\":1,\"loss\":2.5,\"tokens_per_s\":100,\"ms_step\":500,\"time\":0.5}\n"
@@ -171,8 +197,9 @@ static void test_state(const char *dir) {
     snprintf(p, sizeof p, "%s/stages/ar/status", run);
     put(p, "state: preempted\nstep: 3\nsteps: 4\n");
     rundir_stage_state(run, rc, "ar", &st);
-    T_EQ_INT(st.ckpt_step, 3, "newest committed checkpoint: %s", st.ckpt);
-    T_EQ_STR(st.ckpt, "step-3", "newest committed checkpoint: %s", st.ckpt);
+    T_EQ_INT(st.ckpt_step, 3, "newest checkpoint that verifies: %s", st.ckpt);
+    T_EQ_STR(st.ckpt, "step-3", "newest checkpoint that verifies: %s", st.ckpt);
+    T_CHECK(!st.live, "no writer holds the stage");
     T_EQ_INT(st.log_step, 2, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step,
              st.steps_per_s, st.tokens_per_s);
     T_NEAR(st.steps_per_s, 4.0, 0, "log: step %lld, %g steps/s, %g tok/s", (long long)st.log_step,

@@ -30,7 +30,8 @@ static const char USAGE[] =
     "(fp32, fp16, bf16); `teacher_precision: fp32|bf16|fp16` (default fp32) sets the\n"
     "teacher passes' for the whole stage; a resume refuses a changed one.\n"
     "\n"
-    "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 75.\n"
+    "SIGUSR1, SIGTERM or SIGINT (Ctrl-C): checkpoint at the next step boundary and exit 75;\n"
+    "a second Ctrl-C aborts at once (no checkpoint).\n"
     "Exit codes: 0 done (final/ and its DONE marker written), 1 error, 2 usage,\n"
     "75 preempted (checkpoint written; rerun with --resume).\n";
 

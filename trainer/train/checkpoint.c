@@ -101,15 +101,16 @@ static void quarantine(const char *ckpt_dir, const char *name, const char *why) 
     fs_path_join(cdir, sizeof cdir, ckpt_dir, "corrupt");
     fs_path_join(from, sizeof from, ckpt_dir, name);
     if (fs_mkdir_p(cdir, &err)) {
-        kf_log_warn("checkpoint %s does not verify (%s), and cannot be moved aside: %s", from,
-                    why, err.msg);
+        kf_log_warn("checkpoint %s does not verify (%s), and cannot be moved aside: %s", from, why,
+                    err.msg);
         return;
     }
     snprintf(to, sizeof to, "%s/%s", cdir, name);
-    for (int i = 2; fs_exists(to) && i < 1000; i++) snprintf(to, sizeof to, "%s/%s.%d", cdir, name, i);
+    for (int i = 2; fs_exists(to) && i < 1000; i++)
+        snprintf(to, sizeof to, "%s/%s.%d", cdir, name, i);
     if (fs_rename_atomic(from, to, &err))
-        kf_log_warn("checkpoint %s does not verify (%s), and cannot be moved aside: %s", from,
-                    why, err.msg);
+        kf_log_warn("checkpoint %s does not verify (%s), and cannot be moved aside: %s", from, why,
+                    err.msg);
     else kf_log_warn("checkpoint %s does not verify (%s): moved to %s", from, why, to);
 }
 

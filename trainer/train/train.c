@@ -24,11 +24,10 @@
 #include "trainer/train/optim.h"
 #include "trainer/train/supervision.h"
 
-static volatile sig_atomic_t g_preempt;
+static volatile sig_atomic_t g_preempt; /* the first signal that asked for a checkpoint */
 
 static void on_signal(int sig) {
-    (void)sig;
-    g_preempt = 1;
+    if (!g_preempt) g_preempt = sig;
 }
 
 void train_install_signals(void) {
@@ -39,6 +38,11 @@ void train_install_signals(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* Ctrl-C checkpoints like SIGTERM; the handler is then reset, so a second
+     * Ctrl-C aborts at once (`kf jobs run` forwards its SIGINT as SIGTERM:
+     * one Ctrl-C reaches the trainer once, from the terminal) */
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigaction(SIGINT, &sa, NULL);
 }
 
 /* A micro-batch's student input and targets, copied out of the sup_ctx so
@@ -103,10 +107,11 @@ typedef struct trainer {
     writer_lock lock; /* rank 0: the stage's writer lock, held until teardown */
 } trainer;
 
-static void write_status(trainer *t, const char *state) {
+static void write_status(trainer *t, const char *state, const char *reason) {
     if (t->d->rank != 0) return;
     stage_status st = {.step = t->step, .steps = t->st->steps, .tokens_per_s = t->last_tps};
     snprintf(st.state, sizeof st.state, "%s", state);
+    snprintf(st.reason, sizeof st.reason, "%s", reason);
     if (t->last_ckpt_step >= 0)
         snprintf(st.checkpoint, sizeof st.checkpoint, "step-%" PRId64, t->last_ckpt_step);
     kf_err err = {{0}};
@@ -488,7 +493,16 @@ static int resolve_ref(trainer *t, const char *ref, int stage_idx, char *out, si
             return kf_err_set(err,
                               "stage '%s' needs stage '%s' to be finished first (%s is missing)",
                               t->st->name, ref, p);
-        return ckpt_resolve_teacher(p, out, cap, sha, err);
+        kf_err why = {{0}};
+        if (ckpt_resolve_teacher(p, out, cap, sha, &why) == 0) return 0;
+        /* running again cannot help: say which file is at fault and what mends it */
+        return kf_err_set(err,
+                          "the final weights of stage '%s', this stage's teacher, do not verify: "
+                          "%s. Remove them (rm -r %s) and run kf jobs run (or resume) again: "
+                          "stage '%s' is finished again from its newest checkpoint; weights it "
+                          "got from kf import are imported again with kf import WEIGHTS "
+                          "--run-dir %s --stage %s --force",
+                          ref, why.msg, p, ref, t->a->run_dir, ref);
     }
     return ckpt_resolve_teacher(ref, out, cap, sha, err);
 }
@@ -835,7 +849,7 @@ static void teardown(trainer *t) {
 /* Ends the stage on an error: the message, status "failed", resources freed. */
 static int stage_failed(trainer *t, const kf_err *err) {
     int code = kf_err_report("kf", err);
-    write_status(t, "failed");
+    write_status(t, "failed", err->msg);
     teardown(t);
     return code;
 }
@@ -862,7 +876,7 @@ int train_run(const train_args *a, dist *d) {
     if (t->st->kind == RC_KIND_IMPORT) {
         int rc = run_import(t, &err);
         if (rc) return stage_failed(t, &err);
-        write_status(t, "done");
+        write_status(t, "done", "");
         teardown(t);
         return KF_EXIT_OK;
     }
@@ -897,16 +911,25 @@ int train_run(const train_args *a, dist *d) {
                     (long long)t->accum, (long long)t->micro, t->be->name, dist_build_info(),
                     t->zero1 ? ", ZeRO-1 (optimizer state sharded)" : "");
     }
-    write_status(t, "running");
+    write_status(t, "running", "");
 
     while (t->step < t->st->steps) {
         int stop = g_preempt || (a->stop_at > 0 && t->step >= a->stop_at);
         if (dist_allreduce_max_int(d, stop)) {
             checkpoint(t);
-            write_status(t, "preempted");
+            char why[64];
+            if (g_preempt)
+                snprintf(why, sizeof why, "%s",
+                         g_preempt == SIGINT    ? "SIGINT"
+                         : g_preempt == SIGTERM ? "SIGTERM"
+                                                : "SIGUSR1");
+            else if (a->stop_at > 0 && t->step >= a->stop_at)
+                snprintf(why, sizeof why, "--stop-at %lld", (long long)a->stop_at);
+            else snprintf(why, sizeof why, "another rank was signalled");
+            write_status(t, "preempted", why);
             if (d->rank == 0)
-                kf_log_info("%s: preempted at step %" PRId64 ": checkpoint written, exit %d",
-                            t->st->name, t->step, KF_EXIT_PREEMPTED);
+                kf_log_info("%s: preempted at step %" PRId64 " (%s): checkpoint written, exit %d",
+                            t->st->name, t->step, why, KF_EXIT_PREEMPTED);
             teardown(t);
             return KF_EXIT_PREEMPTED;
         }
@@ -916,7 +939,7 @@ int train_run(const train_args *a, dist *d) {
         if (t->o->checkpoint_every && t->step % t->o->checkpoint_every == 0 &&
             t->step < t->st->steps) {
             checkpoint(t);
-            write_status(t, "running");
+            write_status(t, "running", "");
         }
     }
     log_eval(t);
@@ -935,7 +958,7 @@ int train_run(const train_args *a, dist *d) {
         kf_log_info("%s: done: %s", t->st->name, t->final_dir);
     }
     state_done(t, ema);
-    write_status(t, "done");
+    write_status(t, "done", "");
     dist_barrier(d);
     teardown(t);
     return KF_EXIT_OK;
