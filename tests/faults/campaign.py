@@ -93,14 +93,25 @@ def sha(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def file_norm_sha(path):
-    """sha256 of a checkpoint file; state.yaml without its config_hash line
-    (the references' checkpoint_every and keep_checkpoints are in the hash)."""
+def file_norm_sha(path, config_hash):
+    """sha256 of a checkpoint file; in state.yaml the run's own config_hash
+    is blanked (the references' checkpoint_every and keep_checkpoints are in
+    the hash), so a damaged hash still differs."""
     with open(path, "rb") as f:
         data = f.read()
     if os.path.basename(path) == "state.yaml":
-        data = b"".join(l for l in data.splitlines(True) if not l.startswith(b"config_hash:"))
+        data = data.replace(b'config_hash: "%s"' % config_hash.encode(), b'config_hash: ""')
     return hashlib.sha256(data).hexdigest()
+
+
+def run_hash(run):
+    """The config sha256 on run.yaml's first line ("" when unreadable)."""
+    try:
+        with open(os.path.join(run, "run.yaml"), errors="replace") as f:
+            m = re.match(r"# kf run config sha256: ([0-9a-f]{64})$", f.readline().strip())
+    except OSError:
+        return ""
+    return m.group(1) if m else ""
 
 
 def tree_sums(root):
@@ -293,14 +304,14 @@ class Campaign:
     @staticmethod
     def index(run):
         """stage -> {"final": sha, step: {file: normalized sha}}"""
-        out = {}
+        out, h = {}, run_hash(run)
         for s in STAGES:
             d = os.path.join(run, "stages", s)
             out[s] = {"final": sha(os.path.join(d, "final", "model.safetensors"))}
             ck = os.path.join(d, "ckpt")
             for n in os.listdir(ck) if os.path.isdir(ck) else []:
                 if re.fullmatch(r"step-\d+", n):
-                    out[s][int(n[5:])] = {f: file_norm_sha(os.path.join(ck, n, f))
+                    out[s][int(n[5:])] = {f: file_norm_sha(os.path.join(ck, n, f), h)
                                           for f in os.listdir(os.path.join(ck, n))}
         return out
 
@@ -396,6 +407,7 @@ class Schedule:
         self.extra = []  # second writers, imports started during an episode
         self.full = False
         self.closed = False
+        self.config_hash = ""
 
     def violate(self, invariant, detail):
         self.c.check(False, self.seed, invariant, detail)
@@ -425,11 +437,25 @@ class Schedule:
             step = int(n[5:])
             refs = [self.c.refs["none"]] + ([self.c.refs[self.imported]] if self.imported else [])
             try:
-                have = {f: file_norm_sha(os.path.join(d, n, f)) for f in os.listdir(os.path.join(d, n))}
+                have = {f: file_norm_sha(os.path.join(d, n, f), self.hash())
+                        for f in os.listdir(os.path.join(d, n))}
             except OSError:
                 have = None
             out[step] = any(have == r[stage].get(step) for r in refs)
         return out
+
+    def retired(self, stage, step):
+        """Whether ckpt/step-N was kept in stages/STAGE/stale/*/ (a stage
+        trained again after its teacher changed keeps what it had there)."""
+        d = os.path.join(self.run, "stages", stage, "stale")
+        return any(os.path.isdir(os.path.join(d, n, "ckpt", "step-%d" % step))
+                   for n in (os.listdir(d) if os.path.isdir(d) else []))
+
+    def hash(self):
+        """The run's config sha256, read from run.yaml before any damage."""
+        if not self.config_hash and "run.yaml" not in self.damaged:
+            self.config_hash = run_hash(self.run)
+        return self.config_hash
 
     def newest_good(self, stage):
         good = [k for k, v in self.ckpts(stage).items() if v]
@@ -720,13 +746,14 @@ class Schedule:
             rel = "stages/%s/ckpt" % s
             # retention
             corrupt = sorted(k for k, v in now.items() if not v)
-            lost = sorted(k for k, v in old.items() if v and k not in now)
+            lost = sorted(k for k, v in old.items() if v and k not in now and
+                          not self.retired(s, k))
             touched = s in reached
             if touched:
                 self.c.check(not (corrupt and lost), seed, "retention",
                              "%s: good checkpoint(s) %s deleted while corrupt %s kept" %
                              (s, lost, corrupt))
-                self.c.check(not (any(old.values()) and not any(now.values())), seed,
+                self.c.check(not (lost and not any(now.values())), seed,
                              "retention", "%s: every good checkpoint deleted (had %s)" %
                              (s, sorted(k for k, v in old.items() if v)))
                 latest = os.path.join(self.run, rel, "latest")
