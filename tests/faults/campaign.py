@@ -94,12 +94,19 @@ def sha(path):
 
 
 def file_norm_sha(path, config_hash):
-    """sha256 of a checkpoint file; in state.yaml the run's own config_hash
-    is blanked (the references' checkpoint_every and keep_checkpoints are in
-    the hash), so a damaged hash still differs."""
+    """sha256 of a checkpoint file. In state.yaml the run's own config_hash is
+    blanked (the references' checkpoint_every and keep_checkpoints are in the
+    hash), so a damaged hash still differs, and its last line, the sha256 of
+    the bytes before it, is checked here and dropped."""
     with open(path, "rb") as f:
         data = f.read()
     if os.path.basename(path) == "state.yaml":
+        m = re.search(rb'\nstate_sha256: "([0-9a-f]{64})"\n$', data)
+        if m:
+            body = data[:m.start() + 1]
+            if hashlib.sha256(body).hexdigest() != m.group(1).decode():
+                return "state.yaml does not match its state_sha256"
+            data = body
         data = data.replace(b'config_hash: "%s"' % config_hash.encode(), b'config_hash: ""')
     return hashlib.sha256(data).hexdigest()
 
