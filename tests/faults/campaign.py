@@ -29,8 +29,8 @@ and a process is alive when /proc says so.
   status      `kf jobs status` never says running when no process holds the run
   retention   no good checkpoint is deleted while a corrupt one is kept, the
               last good one never, and ckpt/latest names a good checkpoint
-  one-writer  two trainers never train one stage at once; a refused second
-              writer names the holder's pid
+  one-writer  two runners' trainers never print steps of one stage in
+              overlapping spans; a refused second writer names the holder's pid
   log         a finished stage's log.jsonl parses and holds every step
   outside     nothing is written outside the run directory (cwd, TMPDIR, HOME,
               the shards and the config keep their bytes)
@@ -357,6 +357,7 @@ class Runner:
     def __init__(self, sched, faults, name):
         self.sched, self.name = sched, name
         self.lines, self.first, self.reached = [], {}, {}
+        self.span = {}  # stage -> [first, last] time one of its step lines was read
         self.faults = list(faults)
         self.proc = subprocess.Popen(sched.runner_argv(), cwd=sched.c.cwd, env=sched.c.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -377,6 +378,8 @@ class Runner:
             if not m or m.group(1) not in STAGES:
                 continue
             stage, step = m.group(1), int(m.group(2))
+            now = time.monotonic()
+            self.span.setdefault(stage, [now, now])[1] = now
             self.first.setdefault(stage, step)
             self.reached[stage] = max(self.reached.get(stage, 0), step)
             pos = STAGES.index(stage) * STEPS + step - 1
@@ -666,9 +669,8 @@ class Schedule:
         self.extra, self.pids_seen, self.closed = [], set(), False
         runner = Runner(self, faults, name)
         self.pids_seen.add(runner.proc.pid)
-        overlap = threading.Event()
         stop = threading.Event()
-        watcher = threading.Thread(target=self.watch_writers, args=(stop, overlap), daemon=True)
+        watcher = threading.Thread(target=self.watch_writers, args=(stop,), daemon=True)
         watcher.start()
         rc = runner.wait()
         with self.lock:
@@ -696,8 +698,13 @@ class Schedule:
                     self.check_holder("the second kf jobs run", o2)
             else:
                 self.after_import(x, x.stdout.read().decode(errors="replace"))
-        self.c.check(not overlap.is_set(), self.seed, "one-writer",
-                     "two trainers trained stage %s at once" % overlap.__dict__.get("stage"))
+        # two runners' trainers printing steps of one stage in overlapping spans
+        for x in self.extra:
+            if isinstance(x, Runner):
+                for st in set(x.span) & set(runner.span):
+                    a, b = runner.span[st], x.span[st]
+                    self.c.check(a[1] < b[0] or b[1] < a[0], self.seed, "one-writer",
+                                 "two trainers trained stage %s at once" % st)
         self.check_quiescent(before, runner, faults, rc)
         return rc, out
 
@@ -708,20 +715,10 @@ class Schedule:
                          "%s refused naming no holder pid (%s):\n%s" %
                          (who, sorted(self.pids_seen), tail(out)))
 
-    def watch_writers(self, stop, overlap):
-        """Records every pid that names the run (a refusal must name one) and
-        whether two trainers of one stage were alive at once."""
+    def watch_writers(self, stop):
+        """Records every pid that names the run: a refusal must name one."""
         while not stop.is_set():
-            by_stage = {}
-            for pid, argv in procs_with(self.run).items():
-                self.pids_seen.add(pid)
-                st = stage_of(argv)
-                if st:
-                    by_stage.setdefault(st, []).append(pid)
-            for st, pids in by_stage.items():
-                if len(pids) > 1:
-                    overlap.stage = st
-                    overlap.set()
+            self.pids_seen.update(procs_with(self.run))
             stop.wait(0.02 if self.extra else 0.05)
 
     # ---- invariants at rest
@@ -851,6 +848,8 @@ def main():
     else:
         first = a.first if a.first is not None else int(time.time()) % 1000000 * 1000
         seeds = list(range(first, first + a.schedules))
+    # SIGTERM ends the campaign like Ctrl-C: its tmpfs is unmounted
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     work = a.work or tempfile.mkdtemp(prefix="kf-faults-")
     os.makedirs(work, exist_ok=True)
     t0 = time.monotonic()
