@@ -43,7 +43,7 @@ endif
 
 # trainer/ and bench/ by concern (docs/architecture.md "Components"); bench/cli/
 # holds the `kf bench` and `kf plot` commands, linked into kf like every command
-SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c kernels/*.c kernels/cpu/*.c trainer/*/*.c jobs/*.c bench/cli/*.c bench/plot/*.c)
+SRC := $(wildcard common/*.c tokenize/*.c pipeline/*.c kernels/*.c kernels/cpu/*.c trainer/*/*.c jobs/*.c bench/cli/*.c bench/plot/*.c bench/roofline/*.c)
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 
 CU_SRC   := $(wildcard kernels/cuda/*.cu bench/cli/*.cu)
@@ -136,11 +136,14 @@ tests: $(BIN) $(TEST_BIN)
 # the programs bench/*.c are built against libkf.a (the `kf bench` commands
 # in bench/cli/ are in libkf.a itself), then each benchmark in BENCHES runs
 # in turn (make bench BENCHES="kernels train" for a subset).
-BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+# (bench_libs is built on request only: it links libraries nothing else uses)
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench_libs.c,$(wildcard bench/*.c)))
 BENCHES ?= kernels train tokenize shards
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libkf.a
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libkf.a $(LDLIBS)
+# the libraries bench_libs measures kforcing's own code against
+$(BUILD)/bench/bench_libs: LDLIBS += -ljansson -lcrypto -lgd
 
 bench: $(BIN) $(BENCH_BIN)
 	$(if $(filter kernels,$(BENCHES)),$(BUILD)/bench/bench_kernels_cpu)
@@ -237,4 +240,6 @@ test-cuda:
 clean:
 	rm -rf build build-cuda build-emu build-emu-asan build-asan build-tsan build-fuzz bin
 
--include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d)
+# the test programs' own .d files (gcc -MMD next to each binary), so that
+# editing tests/test.h or a fixture header rebuilds the tests that include it
+-include $(OBJ:.o=.d) $(BUILD)/kf.d $(wildcard $(BUILD)/fuzz/*.d) $(TEST_BIN:=.d)

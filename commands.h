@@ -15,6 +15,7 @@ int train_main(int argc, char **argv);          /* trainer/cli/cli_train.c */
 int eval_main(int argc, char **argv);           /* trainer/cli/cli_eval.c */
 int sample_main(int argc, char **argv);         /* trainer/cli/cli_sample.c */
 int import_main(int argc, char **argv);         /* trainer/cli/cli_import.c */
+int export_main(int argc, char **argv);         /* trainer/cli/cli_export.c */
 int jobs_main(int argc, char **argv);           /* jobs/cli_jobs.c */
 int plot_main(int argc, char **argv);           /* bench/cli/cli_plot.c */
 int bench_train_main(int argc, char **argv);    /* bench/cli/bench_train.c */

@@ -56,14 +56,22 @@ static const struct {
 } cmds[] = {
     {"tokenize", tokenize_main,
      "gpt2|bert --vocab DIR [--decode] [--allow-special]   stdin -> ids"},
-    {"shards", shards_main, "build CONFIG [--jobs N] | verify DIR | inspect DIR | stats DIR"},
+    {"shards", shards_main,
+     "build CONFIG [--jobs N] [--only SET] [--force] | verify|inspect|stats DIR"},
     {"train", train_main, "CONFIG --stage NAME --run-dir RUN [--resume] [key=value...]"},
-    {"eval", eval_main, "CKPT --data DIR [--k K]   validation NLL / per-position NLL"},
+    {"eval", eval_main,
+     "CKPT --data DIR [--k K] [--teacher TCKPT]   validation NLL / per-position NLL\n"
+     "            --completions F.jsonl --evaluator CKPT   Gen-PPL, entropy, distinct-n, length\n"
+     "            genppl F.jsonl --evaluator GPT2_DIR --vocab DIR   the paper's Gen-PPL"},
     {"sample", sample_main, "CKPT [--k K] [--tau T] [--freq-penalty P] --prefix-file F.jsonl"},
     {"bench", bench_dispatch,
      "train|attention|decode|ablation ...   (tokenizer, shards: bench/*.sh)"},
-    {"jobs", jobs_main, "plan|run|submit CONFIG | status|resume|cancel RUN"},
-    {"import", import_main, "CKPT.safetensors --run-dir RUN --stage NAME   register a checkpoint"},
+    {"jobs", jobs_main, "plan|run|submit CONFIG | status|resume|cancel RUN | check RUN STAGE"},
+    {"import", import_main,
+     "CKPT.safetensors --run-dir RUN --stage NAME   register a checkpoint\n"
+     "            GPT2_DIR --out CKPT.safetensors   a Hugging Face GPT-2 as a checkpoint"},
+    {"export", export_main,
+     "CKPT --to release|hf --out DIR   released .ckpt / Hugging Face folder"},
     {"plot", plot_main, "LOG.jsonl [-o OUT.png]   loss curve"},
 };
 

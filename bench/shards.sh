@@ -11,7 +11,7 @@
 # best-of (best / best), median / median, and the median of each round's own
 # ratio: the two runs of a round are seconds apart, so that one is the least
 # disturbed by a VM whose speed drifts (seen here: the same binary 20% apart
-# a minute later). Goal (issue 2): speedup >= 1.8 for --jobs 2 on a 2-core
+# a minute later). Goal: speedup >= 1.8 for --jobs 2 on a 2-core
 # machine.
 # Usage: bench/shards.sh [J] [ROUNDS] [REPEAT]
 set -euo pipefail

@@ -132,6 +132,10 @@ int cli_parse(const cli_spec *s, int argc, char **argv, int *exit_code) {
                 continue;
             }
             if (i + 1 >= argc) return usage_error(s, exit_code, "%s needs a value", a);
+            /* `--stage --run-dir X`: the value forgotten, not a stage named --run-dir */
+            if (find(s, argv[i + 1]))
+                return usage_error(s, exit_code, "%s needs a value (got the option %s)", a,
+                                   argv[i + 1]);
             if (take_value(s, o, argv[++i], exit_code)) return -1;
         } else if (s->over && strchr(a, '=')) {
             s->over[(*s->n_over)++] = argv[i];

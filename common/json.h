@@ -1,6 +1,13 @@
 /* common/json.h — a small, fast JSON (RFC 8259) parser into a read-only tree,
  * and string escaping for writers.
  *
+ * Kept rather than jansson because it is faster on what kforcing parses
+ * (log.jsonl lines, completion files, vocabularies): bench/bench_libs.c,
+ * both in one run on a loaded 2-core Xeon, median of 7 alternating rounds:
+ * 100,000 log.jsonl lines parsed and their "loss" read take 3.5x as long
+ * with jansson's json_loadb (one allocation per node and a hash table per
+ * object, against one arena per document here).
+ *
  * The parser is strict (no comments, no trailing commas, no NaN, no leading
  * zeros, UTF-8 input; lone surrogates in \u escapes become U+FFFD) and
  * reports the first error as "NAME:LINE:COL: what" (1-based). Every node

@@ -5,6 +5,8 @@
  * `kf shards build`). */
 #include "common/runconfig.h"
 
+#include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,13 +164,16 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
     cfg_node *p = cfg_find(n, "precision");
     if (p && parse_precision(p, o, err)) return -1;
     const char *tp;
-    if (cfg_opt_str(n, "teacher_precision", runconfig_prec_name(o->teacher_precision), &tp, err))
+    if (cfg_opt_str(n, "teacher_precision",
+                    o->teacher_follow ? "follow" : runconfig_prec_name(o->teacher_precision), &tp,
+                    err))
         return -1;
     int tprec = runconfig_prec_parse(tp);
-    if (tprec < 0)
+    o->teacher_follow = !strcmp(tp, "follow");
+    if (tprec < 0 && !o->teacher_follow)
         return cfg_err_at(cfg_find(n, "teacher_precision"), err,
-                          "expected fp32, bf16 or fp16, got '%s'", tp);
-    o->teacher_precision = (runconfig_prec)tprec;
+                          "expected fp32, bf16, fp16 or follow, got '%s'", tp);
+    o->teacher_precision = o->teacher_follow ? RC_PREC_FP32 : (runconfig_prec)tprec;
     cfg_node *ls = cfg_find(n, "loss_scale");
     if (ls) {
         if (ls->kind != CFG_MAP)
@@ -404,11 +409,25 @@ static int parse_resources(runconfig *rc, cfg_node *root, kf_err *err) {
     return 0;
 }
 
+/* A name usable as one path component (and a Slurm job name). */
+static bool name_is_component(const char *s) {
+    if (!*s || *s == '.' || *s == '-' || strlen(s) > 128) return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("._-", *s)) return false;
+    return true;
+}
+
 static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
     const char *name, *train, *valid;
     if (cfg_get_str(root, "name", &name, err) || cfg_get_str(root, "data.train", &train, err) ||
         cfg_get_str(root, "data.valid", &valid, err))
         return -1;
+    /* runs/NAME: one path component, so a run cannot write outside runs/ */
+    if (!name_is_component(name))
+        return cfg_err_at(cfg_find(root, "name"), err,
+                          "'%s' is not a run name: letters, digits, '.', '_' and '-' only, not "
+                          "starting with '.' or '-' (it names the directory runs/NAME)",
+                          name);
     rc->name = kf_strdup(name);
     rc->data_train = kf_strdup(train);
     rc->data_valid = kf_strdup(valid);
@@ -423,9 +442,14 @@ static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
         cfg_get_int(root, "model.seq_len", &m->seq_len, err) ||
         cfg_opt_int(root, "model.mask_id", -1, &m->mask_id, err))
         return -1;
-    if (m->heads < 1 || m->hidden < 2 || m->hidden % m->heads || (m->hidden / m->heads) % 2)
-        return cfg_err_at(cfg_find(root, "model.hidden"), err,
-                          "hidden must be a positive multiple of heads with an even head size");
+    if (m->heads < 1 || m->hidden < 2 || m->hidden % m->heads || (m->hidden / m->heads) % 2) {
+        /* two keys at fault: blame the one an override set, if one did */
+        cfg_node *hidden = cfg_find(root, "model.hidden"), *heads = cfg_find(root, "model.heads");
+        return cfg_err_at(heads->file ? hidden : heads, err,
+                          "hidden (%lld) must be a positive multiple of heads (%lld) with an even "
+                          "head size",
+                          (long long)m->hidden, (long long)m->heads);
+    }
     if (m->blocks < 1) return cfg_err_at(cfg_find(root, "model.blocks"), err, "must be >= 1");
     if (m->vocab < 2 || m->vocab > (1 << 30))
         return cfg_err_at(cfg_find(root, "model.vocab"), err, "must be in [2, 2^30]");
@@ -462,6 +486,15 @@ int runconfig_load(const char *path, int n_over, char *const *over, runconfig **
     runconfig *rc = kf_calloc(1, sizeof *rc);
     rc->path = kf_strdup(path);
     if (parse_root(rc, root, err)) {
+        /* a rule between keys blamed on the file's key may be broken by an
+         * override of another: name the overrides too */
+        if (n_over > 0 && strncmp(err->msg, "override '", 10)) {
+            char msg[sizeof err->msg], list[512] = "";
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            for (int i = 0, u = 0; i < n_over && u < (int)sizeof list - 1; i++)
+                u += snprintf(list + u, sizeof list - (size_t)u, "%s'%s'", i ? ", " : "", over[i]);
+            kf_err_set(err, "%s (with the override%s %s)", msg, n_over > 1 ? "s" : "", list);
+        }
         cfg_free(root);
         runconfig_free(rc);
         return -1;

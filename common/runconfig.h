@@ -32,7 +32,10 @@
  *                          # for the whole stage whatever the student's phase (the
  *                          # noise -> token map must not change mid-stage); 16 bits
  *                          # is faster on a GPU but moves some targets off the fp32
- *                          # teacher's (docs/cuda.md); a resume must keep it
+ *                          # teacher's (docs/cuda.md); follow: the student's phase
+ *                          # at each step, as the release's self-forcing and noise
+ *                          # inversion teachers run (docs/fidelity.md); a resume
+ *                          # must keep it
  *     output_bias: zero    # zero (the reference) | unigram: a student that starts
  *                          # from scratch (no `init:`) gets output_layer.linear.bias =
  *                          # log of the training split's smoothed token frequencies
@@ -133,6 +136,7 @@ typedef struct runconfig_opts {
     double new_weight;                /* self_forcing: loss weight of the k/2 new positions */
     int64_t tau_curriculum;           /* steps over which the tau range opens up (0: off) */
     runconfig_prec teacher_precision; /* the teacher passes' precision, the whole stage */
+    int teacher_follow;               /* teacher_precision: follow: the student's phase instead */
 } runconfig_opts;
 
 typedef struct runconfig_stage {

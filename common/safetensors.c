@@ -23,11 +23,6 @@ static const size_t DT_SIZE[NDTYPES] = {8, 4, 2, 2, 8, 4, 1};
 /* The reference implementation refuses headers above 100 MB; so do we. */
 #define MAX_HEADER (100u << 20)
 
-size_t safetensors_dtype_size(safetensors_dtype dt) {
-    KF_CHECK((unsigned)dt < NDTYPES, "bad dtype %d", (int)dt);
-    return DT_SIZE[dt];
-}
-
 const char *safetensors_dtype_name(safetensors_dtype dt) {
     KF_CHECK((unsigned)dt < NDTYPES, "bad dtype %d", (int)dt);
     return DT_NAME[dt];

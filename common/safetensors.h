@@ -57,9 +57,6 @@ typedef enum safetensors_dtype {
 /** Most dimensions a tensor may have. */
 #define ST_MAX_DIMS 8
 
-/** Bytes per element of dt. */
-size_t safetensors_dtype_size(safetensors_dtype dt);
-
 /** The spec's name of dt, e.g. "F32". */
 const char *safetensors_dtype_name(safetensors_dtype dt);
 

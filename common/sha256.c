@@ -1,5 +1,13 @@
 /* common/sha256.c — SHA-256 per FIPS 180-4: padding and streaming here, the
- * block function portable (below) or on the SHA extensions (sha256_shani.c). */
+ * block function portable (below) or on the SHA extensions (sha256_shani.c).
+ *
+ * Kept rather than OpenSSL's libcrypto because of the short messages the
+ * shards hash (a sample's ids, a few hundred bytes, at every write and
+ * verify): bench/bench_libs.c, both sides in one run on a loaded 2-core Xeon
+ * with SHA-NI, median of 7 alternating rounds: 200,000 messages of 256 bytes
+ * take 2.6x as long through libcrypto's EVP digest (one context reused; its
+ * per-message init is the cost) as here; one 64 MiB buffer takes the same
+ * time on both (1.00x: both run SHA-NI). */
 #include "common/sha256.h"
 
 #include <errno.h>

@@ -14,8 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -23,7 +25,7 @@
 #include "common/stage_status.h"
 #include "common/writer_lock.h"
 #include "jobs/plan.h"
-#include "jobs/proc.h"
+#include "common/proc.h"
 #include "jobs/rundir.h"
 #include "jobs/sample.h"
 #include "jobs/slurm.h"
@@ -125,6 +127,22 @@ static int parse_args(int argc, char **argv, args *a, const char *allowed, int *
     return 0;
 }
 
+/* The usage error of a command given other than its want (n words, e.g.
+ * "CONFIG" or "RUN STAGE") positional arguments, or overrides it does not
+ * take: names the word at fault. */
+static int positional_error(const args *a, const char *cmd, const char *want, int n,
+                            bool overrides) {
+    char msg[256];
+    if (a->n_pos > n)
+        snprintf(msg, sizeof msg, "%s takes %s%s; unexpected argument '%%s'", cmd, want,
+                 overrides ? " then key.path=value overrides" : "");
+    else if (a->n_pos < n) snprintf(msg, sizeof msg, "%s needs %s%%s", cmd, want);
+    else snprintf(msg, sizeof msg, "%s takes no overrides: unexpected '%%s'", cmd);
+    int code = usage_error(msg, a->n_pos > n ? a->pos[n] : a->n_pos < n ? "" : a->over[0]);
+    free(a->over);
+    return code;
+}
+
 /* ---- shared steps ---- */
 
 static const char *default_run_dir(const runconfig *rc, char *buf, size_t cap) {
@@ -132,25 +150,36 @@ static const char *default_run_dir(const runconfig *rc, char *buf, size_t cap) {
     return buf;
 }
 
+static bool run_has_live_jobs(const char *run);
+
 /* Makes or reopens run for the config: a new run freezes it; an existing one
  * must have the same config up to compatible changes (resources.*), which are
- * written into its run.yaml. *out is loaded from RUN/run.yaml. */
+ * written into its run.yaml, unless no stage has trained yet (a first attempt
+ * that failed early): then nothing depends on run.yaml and the corrected
+ * config replaces it. *out is loaded from RUN/run.yaml. */
 static int open_run(const char *run, const runconfig *rc, runconfig **out, kf_err *err) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/run.yaml", run);
     if (fs_exists(p)) {
         runconfig *frozen;
         if (rundir_load(run, 0, NULL, &frozen, err)) return -1;
-        char what[512];
+        char what[512], why[256] = "jobs of the run are queued or running";
         int d = rundir_config_diff(frozen->canonical, rc->canonical, what, sizeof what);
+        bool untrained =
+            d == 2 && !run_has_live_jobs(run) && rundir_untrained(run, frozen, why, sizeof why);
         runconfig_free(frozen);
-        if (d == 2)
+        if (untrained) {
+            fprintf(stderr,
+                    "kf jobs: %s: no stage has trained yet: %s replaces its frozen run.yaml (%s)\n",
+                    run, rc->path, what);
+            if (rundir_freeze(run, rc, err)) return -1;
+        } else if (d == 2) {
             return kf_err_set(
                 err,
                 "%s differs from the run's frozen %s in %s; only resources.* may change "
-                "in a run in progress (use another --run-dir for a new run)",
-                rc->path, p, what);
-        if (d == 1) {
+                "in a run in progress (%s; use another --run-dir for a new run)",
+                rc->path, p, what, why);
+        } else if (d == 1) {
             fprintf(stderr, "kf jobs: %s: updating resources in %s (%s)\n", run, p, what);
             if (rundir_freeze(run, rc, err)) return -1;
         }
@@ -404,7 +433,7 @@ static int cmd_plan(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "flops ", &code)) return code;
-    if (a.n_pos != 1) return usage_error("plan needs CONFIG%s", "");
+    if (a.n_pos != 1) return positional_error(&a, "plan", "CONFIG", 1, true);
     kf_err err;
     runconfig *rc;
     if (runconfig_load(a.pos[0], a.n_over, a.over, &rc, &err))
@@ -441,16 +470,41 @@ static int load_and_open(const args *a, const char *what, char *run, size_t cap,
     return rv;
 }
 
+/* Missing data that no `shards:` set can build fails here, naming the
+ * config the user gave (kf shards build RUN/run.yaml would blame run.yaml). */
+static int check_data_buildable(const char *run, const runconfig *rc, const char *config,
+                                kf_err *err) {
+    char why[PATH_MAX + 64];
+    if (rundir_stage_complete(run, rc, RUNDIR_SHARDS, why, sizeof why)) return 0;
+    cfg_node *root = cfg_load_string(rc->canonical, "run.yaml", err);
+    if (!root) return -1;
+    bool has = cfg_find(root, "shards") != NULL;
+    cfg_free(root);
+    if (has) return 0;
+    return kf_err_set(err,
+                      "%s: %s, and the config has no `shards:` section to build it: add one "
+                      "(pipeline/build_config.h documents it) or point data.train and data.valid "
+                      "at built shards",
+                      config, why);
+}
+
 static int cmd_run(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "run-dir np no-sample ", &code)) return code;
-    if (a.n_pos != 1) return usage_error("run needs CONFIG%s", "");
+    if (a.n_pos != 1) return positional_error(&a, "run", "CONFIG", 1, true);
     kf_err err;
     char run[PATH_MAX];
     runconfig *rc;
     writer_lock lock;
     if (load_and_open(&a, "kf jobs run", run, sizeof run, &lock, &rc, &err)) {
+        writer_lock_release(&lock);
+        free(a.over);
+        return kf_err_report("kf jobs", &err);
+    }
+    if (check_data_buildable(run, rc, a.pos[0], &err)) {
+        runconfig_free(rc);
+        free(a.over);
         writer_lock_release(&lock);
         return kf_err_report("kf jobs", &err);
     }
@@ -480,7 +534,7 @@ static int cmd_submit(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "run-dir ", &code)) return code;
-    if (a.n_pos != 1) return usage_error("submit needs CONFIG%s", "");
+    if (a.n_pos != 1) return positional_error(&a, "submit", "CONFIG", 1, true);
     kf_err err;
     if (!slurm_available()) {
         fprintf(stderr, "kf jobs: error: Slurm's sbatch/scontrol/scancel are not in PATH; use kf "
@@ -495,7 +549,9 @@ static int cmd_submit(int argc, char **argv) {
         return kf_err_report("kf jobs", &err);
     }
     code = KF_EXIT_OK;
-    if (!realpath(run, abs_run)) {
+    if (check_data_buildable(run, rc, a.pos[0], &err)) {
+        code = kf_err_report("kf jobs", &err);
+    } else if (!realpath(run, abs_run)) {
         kf_err_set(&err, "%s: %s", run, strerror(errno));
         code = kf_err_report("kf jobs", &err);
     } else if (run_has_live_jobs(abs_run)) {
@@ -518,7 +574,7 @@ static int cmd_resume(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "config local np ", &code)) return code;
-    if (a.n_pos != 1) return usage_error("resume needs RUN%s", "");
+    if (a.n_pos != 1) return positional_error(&a, "resume", "RUN", 1, true);
     kf_err err;
     char run[PATH_MAX], yaml[PATH_MAX + 16];
     if (!realpath(a.pos[0], run)) {
@@ -575,7 +631,7 @@ static int cmd_cancel(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "", &code)) return code;
-    if (a.n_pos != 1 || a.n_over) return usage_error("cancel needs RUN%s", "");
+    if (a.n_pos != 1 || a.n_over) return positional_error(&a, "cancel", "RUN", 1, false);
     kf_err err;
     rundir_job *jobs;
     int n = rundir_jobs_read(a.pos[0], &jobs, &err);
@@ -603,7 +659,7 @@ static int cmd_check(int argc, char **argv) {
     int code;
     if (parse_args(argc, argv, &a, "", &code)) return code;
     free(a.over); /* check takes no overrides */
-    if (a.n_pos != 2 || a.n_over) return usage_error("check needs RUN STAGE%s", "");
+    if (a.n_pos != 2 || a.n_over) return positional_error(&a, "check", "RUN STAGE", 2, false);
     kf_err err;
     runconfig *rc;
     if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return kf_err_report("kf jobs", &err);
@@ -790,7 +846,7 @@ static int cmd_status(int argc, char **argv) {
     args a;
     int code;
     if (parse_args(argc, argv, &a, "json ", &code)) return code;
-    if (a.n_pos != 1 || a.n_over) return usage_error("status needs RUN%s", "");
+    if (a.n_pos != 1 || a.n_over) return positional_error(&a, "status", "RUN", 1, false);
     kf_err err;
     runconfig *rc;
     if (rundir_load(a.pos[0], 0, NULL, &rc, &err)) return kf_err_report("kf jobs", &err);

@@ -411,6 +411,23 @@ int rundir_stage_retire(const char *run, const char *stage, char *dest, size_t c
     return rv;
 }
 
+bool rundir_untrained(const char *run, const runconfig *rc, char *why, size_t cap) {
+    for (int i = 0; i < rc->n_stages; i++) {
+        rundir_state st;
+        rundir_stage_state(run, rc, rc->stages[i].name, &st);
+        const char *what = st.complete                     ? "final weights"
+                           : st.ckpt_step >= 0             ? "a checkpoint"
+                           : st.log_step >= 0              ? "logged steps"
+                           : !strcmp(st.status, "running") ? "status running"
+                                                           : NULL;
+        if (what) {
+            snprintf(why, cap, "stage %s has %s", rc->stages[i].name, what);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* ---- job records ---- */
 
 int rundir_jobs_read(const char *run, rundir_job **jobs, kf_err *err) {

@@ -8,7 +8,8 @@
  *                           canonical YAML (cfg_emit) whose sha256 is HASH.
  *                           Every stage reads this file, never the original,
  *                           so editing the original after submit changes
- *                           nothing.
+ *                           nothing (until a stage trains, a corrected config
+ *                           may replace it: rundir_untrained).
  *   RUN/jobs.tsv *          Slurm jobs submitted for the run, one line each:
  *                           "STAGE<TAB>JOBID<TAB>UNIX-TIME" (the last line
  *                           of a stage is its current job). Line 1 is the
@@ -97,6 +98,12 @@ bool rundir_stage_complete(const char *run, const runconfig *rc, const char *sta
  * something in final/ no longer verifies (damaged); why (cap bytes) names
  * the file and the fault for 0 and -1. */
 int rundir_final_verify(const char *run, const char *stage, char *why, size_t cap);
+
+/** True when no stage of rc has trained anything: no final weights, no
+ * checkpoint, no logged step, and no status `running` (a trainer starting).
+ * Then nothing depends on RUN/run.yaml yet and a corrected config may
+ * replace it. Otherwise why (cap bytes) names the first stage that has. */
+bool rundir_untrained(const char *run, const runconfig *rc, char *why, size_t cap);
 
 /** Whether stage (complete, or with checkpoints) was trained under teacher
  * weights that have since changed: the teacher_sha256 its final/final.yaml

@@ -4,16 +4,18 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/config.h"
 #include "common/fsutil.h"
 #include "common/json.h"
-#include "jobs/proc.h"
+#include "common/proc.h"
+#include "pipeline/build_config.h"
 #include "tokenize/tokenizer.h"
 #include "trainer/infer/quality.h"
+#include "trainer/train/checkpoint.h"
 
 /* 8 x 16 completions: enough that the quality ratios to AR move by a few
  * percent between seeds, not tens */
@@ -29,35 +31,13 @@ static const char *const prompts[] = {"The city council voted on Tuesday to",
 #define PER_PROMPT 16 /* one decoding batch of 16 per prompt: tokens/s at batch 16 */
 #define MAX_NEW 64
 
-/* The `vocab:` and `tokenizer:` of the shards set whose `out:` is data.train. */
-static int find_vocab(const char *run, const runconfig *rc, char **vocab, char **kind,
-                      kf_err *err) {
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/run.yaml", run);
-    cfg_node *root = cfg_load_file(p, err);
-    if (!root) return -1;
-    *vocab = *kind = NULL;
-    cfg_node *sets = cfg_find(root, "shards");
-    for (size_t i = 0; sets && sets->kind == CFG_MAP && i < sets->n && !*vocab; i++) {
-        cfg_node *out = cfg_find(sets->items[i], "out"), *v = cfg_find(sets->items[i], "vocab");
-        cfg_node *t = cfg_find(sets->items[i], "tokenizer");
-        if (out && v && out->kind == CFG_SCALAR && v->kind == CFG_SCALAR &&
-            !strcmp(out->value, rc->data_train)) {
-            *vocab = kf_strdup(v->value);
-            *kind = kf_strdup(t && t->kind == CFG_SCALAR ? t->value : "gpt2");
-        }
-    }
-    cfg_free(root);
-    return 0;
-}
-
 /* The prompts as ids, each after the BOS token (CLS for BERT) that starts
  * every training sample of either packing, and cut to half the context so
  * that completions keep the other half; *max_new is then what every model's
  * context holds, a multiple of kmax (a K-Forcing step emits k tokens).
  * Writes them to path; shown[i] is the text of prompt i as kept. */
 static int write_prefixes(tok *tk, int64_t seq_len, int64_t kmax, const char *path,
-                          char shown[][160], int64_t *max_new, kf_err *err) {
+                          char shown[][160], int64_t *max_new, bool *unchanged, kf_err *err) {
     int64_t cap = seq_len / 2, longest = 0;
     int32_t bos =
         tok_special_id(tk, "bos") >= 0 ? tok_special_id(tk, "bos") : tok_special_id(tk, "cls");
@@ -91,7 +71,13 @@ static int write_prefixes(tok *tk, int64_t seq_len, int64_t kmax, const char *pa
                         "a context of %lld tokens leaves no room for %lld new tokens after a "
                         "%lld-token prompt",
                         (long long)seq_len, (long long)kmax, (long long)longest);
-    if (!rc) rc = fs_write_atomic(path, text, len, err);
+    char *old = NULL;
+    size_t old_len = 0;
+    kf_err ignored;
+    *unchanged = !rc && fs_read_file(path, &old, &old_len, &ignored) == 0 && old_len == len &&
+                 !memcmp(old, text, len);
+    free(old);
+    if (!rc && !*unchanged) rc = fs_write_atomic(path, text, len, err);
     free(text);
     return rc;
 }
@@ -121,17 +107,91 @@ static void first_text(const json *tx, result *r) {
     }
 }
 
-/* Runs kf sample, keeps its JSONL in out_path, reads tokens/s and the first
- * completion, then scores the file with kf eval --completions under the AR
- * checkpoint eval_ckpt. */
+/* Reads kf sample's JSONL (text, from name): the mean tokens/s and the first
+ * completion into r. With sha, fails unless every line is one of the
+ * N_PROMPTS x PER_PROMPT completions this step asks for (weights sha,
+ * k, max_new and seed): the test that a rerun may keep the file. */
+static int read_samples(char *text, const char *name, const char *sha, int k, int64_t max_new,
+                        result *r, kf_err *err) {
+    int rv = 0, lines = 0;
+    memset(r, 0, sizeof *r);
+    for (char *line = text; *line && !rv;) {
+        char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) : strlen(line);
+        json_doc *d = json_parse(line, n, name, err);
+        if (!d) {
+            rv = -1;
+            break;
+        }
+        const json *o = json_root(d), *tx = json_get(o, "text"), *ms = json_get(o, "model_sha256");
+        const json *c = json_get(o, "completion");
+        if (sha &&
+            (!ms || ms->type != JSON_STRING || strcmp(ms->str.s, sha) || number(o, "k") != k ||
+             number(o, "seed") != 1 || !c || c->type != JSON_ARRAY || (int64_t)c->n != max_new))
+            rv = kf_err_set(err, "%s: line %d is not from these weights and settings", name,
+                            lines + 1);
+        r->tps += number(o, "tokens_per_s");
+        if (!lines && tx && tx->type == JSON_STRING) first_text(tx, r);
+        lines++;
+        json_free(d);
+        line = end ? end + 1 : line + n;
+    }
+    if (!rv && lines == 0) rv = kf_err_set(err, "%s: no completions", name);
+    if (!rv && sha && lines != N_PROMPTS * PER_PROMPT)
+        rv = kf_err_set(err, "%s: %d completions, not %d", name, lines, N_PROMPTS * PER_PROMPT);
+    if (!rv) r->tps /= lines;
+    return rv;
+}
+
+/* True when out_path holds this step's completions from the weights whose
+ * sha256 is sha (a rerun of a complete run keeps them), read into r. */
+static bool samples_current(const char *out_path, const char *sha, int k, int64_t max_new,
+                            result *r) {
+    char *text;
+    size_t len;
+    kf_err ignored;
+    if (fs_read_file(out_path, &text, &len, &ignored)) return false;
+    bool ok = read_samples(text, out_path, sha, k, max_new, r, &ignored) == 0;
+    free(text);
+    return ok;
+}
+
+/* Scores out_path with kf eval --completions under the AR checkpoint
+ * eval_ckpt into r->q. */
+static int score_samples(const char *kf, const char *out_path, const char *eval_ckpt, int32_t eos,
+                         result *r, kf_err *err) {
+    char ebuf[16];
+    snprintf(ebuf, sizeof ebuf, "%d", eos);
+    char *ev[] = {(char *)kf,       "eval",        "--completions",
+                  (char *)out_path, "--evaluator", (char *)eval_ckpt,
+                  "--eos",          ebuf,          NULL};
+    char *out;
+    int code = proc_capture(ev, &out, false, err);
+    if (code < 0) return -1;
+    json_doc *d = code ? NULL : json_parse(out, strlen(out), "kf eval output", err);
+    free(out);
+    if (code) return kf_err_set(err, "kf eval --completions %s failed (exit %d)", out_path, code);
+    if (!d) return -1;
+    const json *o = json_root(d);
+    r->q = (quality_row){.gen_ppl = number(o, "gen_ppl"),
+                         .st = {.samples = N_PROMPTS * PER_PROMPT,
+                                .distinct = {number(o, "distinct_1"), number(o, "distinct_2"),
+                                             number(o, "distinct_3")},
+                                .entropy = number(o, "entropy"),
+                                .mean_len = number(o, "mean_len")}};
+    json_free(d);
+    return 0;
+}
+
+/* Runs kf sample, keeps its JSONL in out_path and reads tokens/s and the
+ * first completion into r. */
 static int sample_one(const char *kf, const char *ckpt, int k, const char *prefixes,
-                      const char *vocab, int64_t max_new, const char *eval_ckpt, int32_t eos,
-                      const char *out_path, result *r, kf_err *err) {
-    char kbuf[16], nbuf[24], pbuf[16], ebuf[16];
+                      const char *vocab, int64_t max_new, const char *out_path, result *r,
+                      kf_err *err) {
+    char kbuf[16], nbuf[24], pbuf[16];
     snprintf(kbuf, sizeof kbuf, "%d", k);
     snprintf(nbuf, sizeof nbuf, "%lld", (long long)max_new);
     snprintf(pbuf, sizeof pbuf, "%d", PER_PROMPT);
-    snprintf(ebuf, sizeof ebuf, "%d", eos);
     /* plain sampling at tau 1 (no penalty): the distribution the paper compares */
     char *argv[] = {(char *)kf,
                     "sample",
@@ -163,47 +223,9 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
         return kf_err_set(err, "kf sample %s --k %d failed (exit %d)", ckpt, k, code);
     }
     int rv = fs_write_atomic(out_path, out, strlen(out), err);
-    memset(r, 0, sizeof *r);
-    int lines = 0;
-    for (char *line = out; *line && !rv;) {
-        char *end = strchr(line, '\n');
-        size_t n = end ? (size_t)(end - line) : strlen(line);
-        json_doc *d = json_parse(line, n, out_path, err);
-        if (!d) {
-            rv = -1;
-            break;
-        }
-        const json *tx = json_get(json_root(d), "text");
-        r->tps += number(json_root(d), "tokens_per_s");
-        if (!lines && tx && tx->type == JSON_STRING) first_text(tx, r);
-        lines++;
-        json_free(d);
-        line = end ? end + 1 : line + n;
-    }
+    if (!rv) rv = read_samples(out, out_path, NULL, k, max_new, r, err);
     free(out);
-    if (!rv && lines == 0)
-        rv = kf_err_set(err, "kf sample %s --k %d printed no completions", ckpt, k);
-    if (rv) return rv;
-    r->tps /= lines;
-
-    char *ev[] = {(char *)kf,       "eval",        "--completions",
-                  (char *)out_path, "--evaluator", (char *)eval_ckpt,
-                  "--eos",          ebuf,          NULL};
-    code = proc_capture(ev, &out, false, err);
-    if (code < 0) return -1;
-    json_doc *d = code ? NULL : json_parse(out, strlen(out), "kf eval output", err);
-    free(out);
-    if (code) return kf_err_set(err, "kf eval --completions %s failed (exit %d)", out_path, code);
-    if (!d) return -1;
-    const json *o = json_root(d);
-    r->q = (quality_row){.gen_ppl = number(o, "gen_ppl"),
-                         .st = {.samples = lines,
-                                .distinct = {number(o, "distinct_1"), number(o, "distinct_2"),
-                                             number(o, "distinct_3")},
-                                .entropy = number(o, "entropy"),
-                                .mean_len = number(o, "mean_len")}};
-    json_free(d);
-    return 0;
+    return rv;
 }
 
 int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err) {
@@ -215,7 +237,7 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
         return 0;
     }
     char *vocab, *kind;
-    if (find_vocab(run, rc, &vocab, &kind, err)) return -1;
+    if (build_config_train_vocab(rc, &vocab, &kind, err)) return -1;
     if (!vocab) {
         fprintf(stderr,
                 "kf jobs: samples skipped: no `shards:` set of the config has out: %s "
@@ -243,11 +265,14 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     snprintf(eval_ckpt, sizeof eval_ckpt, "%s/stages/%s/final/model.safetensors", run, ar->name);
     tok *tk = tok_load(kind, vocab, err);
     int64_t max_new = 0;
+    bool same_prefixes = false;
     int rv = tk ? 0 : -1;
     int32_t eos = tk ? tok_special_id(tk, "eos") : -1;
     if (tk && eos < 0) eos = tok_special_id(tk, "sep");
     if (!rv) rv = fs_mkdir_p(dir, err);
-    if (!rv) rv = write_prefixes(tk, rc->model.seq_len, kmax, prefixes, shown, &max_new, err);
+    if (!rv)
+        rv = write_prefixes(tk, rc->model.seq_len, kmax, prefixes, shown, &max_new, &same_prefixes,
+                            err);
     tok_free(tk);
     free(kind);
     if (rv) return free(vocab), -1;
@@ -266,7 +291,7 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     enum { MAX_ROWS = 64 };
     result *rows = kf_calloc(MAX_ROWS, sizeof *rows);
     char names[MAX_ROWS][40];
-    int n = 0;
+    int n = 0, kept = 0;
     /* AR first (the baseline of every ratio), then every PFLM stage at each k */
     for (int i = -1; i < rc->n_stages && !rv; i++) {
         const runconfig_stage *s = i < 0 ? ar : &rc->stages[i];
@@ -277,7 +302,12 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
             snprintf(ckpt, sizeof ckpt, "%s/stages/%s/final", run, s->name);
             snprintf(out, sizeof out, "%s/%s-k%d.jsonl", dir, s->name, k);
             result *r = &rows[n];
-            rv = sample_one(kf, ckpt, k, prefixes, vocab, max_new, eval_ckpt, eos, out, r, err);
+            /* a rerun keeps completions made from the same weights and prompts */
+            char wf[PATH_MAX + 96], sha[65];
+            rv = ckpt_resolve_teacher(ckpt, wf, sizeof wf, sha, err);
+            if (!rv && same_prefixes && samples_current(out, sha, k, max_new, r)) kept++;
+            else if (!rv) rv = sample_one(kf, ckpt, k, prefixes, vocab, max_new, out, r, err);
+            if (!rv) rv = score_samples(kf, out, eval_ckpt, eos, r, err);
             if (rv) break;
             snprintf(names[n++], sizeof names[0], "%s k=%d", s->name, k);
             char vs[16], q[256];
@@ -287,6 +317,10 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
             fflush(stdout);
         }
     }
+    if (kept)
+        printf("\n%d of %d rows kept the completions of an earlier run from the same weights "
+               "(their tokens/s as measured then; remove %s to sample again)\n",
+               kept, n, dir);
     if (n) printf("\nfirst completion of each (prompt: \"%s\"):\n", shown[0]);
     for (int i = 0; i < n; i++) {
         /* GPT-2 pieces carry their leading space; WordPiece text does not */

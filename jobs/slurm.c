@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/fsutil.h"
-#include "jobs/proc.h"
+#include "common/proc.h"
 #include "jobs/rundir.h"
 
 bool slurm_available(void) {

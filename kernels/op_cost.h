@@ -4,7 +4,7 @@
  * (KF_BACKEND_OPS) with the op's own parameters, so an op added there is a
  * link error until its cost is written here. The recording backend
  * (kernels/record.h) calls it on every op it sees; `kf bench train
- * --roofline` turns the counts into a time on a named GPU (trainer/train/roofline.h).
+ * --roofline` turns the counts into a time on a named GPU (bench/roofline/roofline.h).
  *
  * Conventions (each function in op_cost.c documents its own formula):
  *  - flops: floating-point operations of the op's arithmetic, a multiply-add

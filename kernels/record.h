@@ -19,7 +19,7 @@
  * So the model's real code (trainer/model/model.c, the optimizer, the teacher
  * passes) runs through it unchanged: `kf bench train --roofline` records the
  * op shapes one training step issues and prices them on a named GPU
- * (trainer/train/roofline.h). Wrapping a real backend gives the same op sequence
+ * (bench/roofline/roofline.h). Wrapping a real backend gives the same op sequence
  * with real results (tests compare the two), and `timed` brackets each
  * forwarded op with the inner backend's sync and the host clock, so on a GPU
  * each op has a measured time beside its estimate.

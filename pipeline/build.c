@@ -1,17 +1,15 @@
 /* pipeline/build.c — one shard set: reader thread -> unit queue -> workers ->
- * shards -> manifest (design and resume rules: build.h). */
+ * committers -> shards -> manifest (design and resume rules: build.h; CPU
+ * slots: build_slots.c; queues: build_queues.c; the output directory:
+ * build_outdir.c). */
 #include "pipeline/build.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -19,6 +17,8 @@
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/sha256.h"
+#include "pipeline/build_outdir.h"
+#include "pipeline/build_state.h"
 #include "pipeline/doc_reader.h"
 #include "pipeline/manifest.h"
 #include "pipeline/packer.h"
@@ -28,334 +28,6 @@
 enum { TRAIN = 0, VALID = 1 };
 enum { READ_AHEAD = 64 << 20 }; /* bytes of units the reader may queue before setup ends */
 static const char *const split_names[2] = {"train", "valid"};
-
-/* Documents back to back: doc i = text[off[i] .. off[i+1]). */
-typedef struct doclist {
-    char *text;
-    size_t len, cap;
-    size_t *off;
-    int64_t n, capn;
-} doclist;
-
-/* A shard unit: its documents, then its packed shard waiting for the commit,
- * then its shard's record. */
-typedef struct unit {
-    int split;
-    int64_t index;
-    doclist docs;
-    int64_t empties;
-    shard_writer *w; /* packed, not committed yet */
-    shard_meta stats;
-    shard_meta meta;
-    int reused, synced;
-    struct unit *next;
-} unit;
-
-/* A FIFO of units. */
-typedef struct ufifo {
-    unit *head, *tail;
-    int len;
-} ufifo;
-
-/* A nested archive (OpenWebText's urlsf_subset*.xz, doc_sink.member) that a
- * worker decodes into documents (empty ones included) while the reader goes
- * on; the reader then takes them in input order, as if it had read them. */
-typedef struct batch {
-    const build_input *in;
-    char *name;
-    void *data; /* the archive's bytes, until decoded */
-    size_t size;
-    doclist docs;
-    int done, rc;
-    kf_err err;
-    struct batch *next;  /* in the work queue */
-    struct batch *later; /* in the reader's list, input order */
-} batch;
-
-/* A document held back while it may still belong to the valid split. */
-typedef struct held {
-    char *text;
-    size_t len;
-    int64_t empties; /* empty documents just before it */
-} held;
-
-typedef struct builder {
-    const build_config *c;
-    int force;
-    manifest m;
-    /* work queue (bounded, so reading never runs far ahead of the workers);
-     * batches go first: the reader waits for them */
-    pthread_mutex_t mu;
-    pthread_cond_t has_item, has_space, batch_done;
-    ufifo work;
-    int qcap, closed;
-    /* setup (loading the tokenizer, preparing the output directory) runs on
-     * its own thread while the reader starts; units wait for `ready` (set
-     * when setup ends, failed or not), and until then the reader may queue
-     * up to READ_AHEAD bytes of units (when jobs > 1: a slot is free for it) */
-    int ready;
-    int64_t queued_bytes, read_ahead;
-    int lock_fd; /* OUT/.build.lock, taken by setup */
-    batch *bhead, *btail;
-    /* packed shards waiting for their commit, which `jobs` committer
-     * threads do, so a worker never waits for the disk; then waiting for
-     * their fsync, which the committers do when idle, a few shards behind
-     * (by then the write-back started at commit is mostly done, and the
-     * fsync finds little to wait for) */
-    pthread_cond_t has_commit, commit_space;
-    ufifo commits, unsynced;
-    int ccap, sync_lag, commits_closed;
-    int failed;
-    kf_err err; /* the first worker error */
-    /* CPU slots: at most `jobs` threads (the reader included) compute at any
-     * moment, so --jobs N means N cores and --jobs 1 is a sequential build.
-     * Slot i owns tokenizer toks[i] and a packer, so an encoder's cache stays
-     * with the slot, not with whichever worker thread holds it. There are
-     * `jobs` workers: while the reader holds a slot, one of them waits. */
-    int jobs;
-    tok **toks;
-    packer **packers;
-    char *slot_busy;
-    /* A freed slot wakes one thread (not all: each wake-up costs an idle
-     * CPU a while): the reader if it waits (reader_freed; it is the serial
-     * part, so it gets the next free slot), else one worker (token_freed). */
-    pthread_cond_t token_freed, reader_freed;
-    int reader_slot;
-    int reader_waiting;
-    /* the batch the reader waits for, and the slot its worker handed over */
-    batch *reader_awaits;
-    int handed_slot;
-    /* every unit, per split, in order */
-    unit **units[2];
-    int64_t nunits[2], capunits[2];
-    /* reader state */
-    batch *pend_head, *pend_tail; /* handed to workers, not yet taken */
-    int npend, max_pend;
-    unit *cur[2];
-    int phase;  /* 0: main inputs, 1: separate validation inputs */
-    held *fifo; /* valid.last: the newest documents (ring) */
-    int64_t fifo_cap, fifo_head, fifo_n, pending_empties, train_docs;
-    /* counters for progress */
-    int64_t docs_read, tokens_done, disk_bytes;
-    int64_t raw_bytes;
-    /* the threads builder_start started (builder_stop joins them) */
-    struct worker_arg *ws;
-    pthread_t *cs, setup_th;
-    int started, cstarted, setting_up, reading;
-    tok **own; /* the tokenizers when the caller passed none */
-    double t0;
-} builder;
-
-/* ---- CPU slots ---- */
-
-static int slot_free(const builder *b) {
-    for (int s = 0; s < b->jobs; s++)
-        if (!b->slot_busy[s]) return s;
-    return -1;
-}
-
-/* Wakes whoever should take a free slot (under b->mu). */
-static void token_wake(builder *b) {
-    if (slot_free(b) < 0) return;
-    if (b->reader_waiting) pthread_cond_signal(&b->reader_freed);
-    else pthread_cond_signal(&b->token_freed);
-}
-
-/* Takes a slot under b->mu; see token_take. */
-static int token_take_locked(builder *b, int reader) {
-    int s;
-    if (reader) b->reader_waiting = 1;
-    while ((!reader && b->reader_waiting) || (s = slot_free(b)) < 0)
-        pthread_cond_wait(reader ? &b->reader_freed : &b->token_freed, &b->mu);
-    b->slot_busy[s] = 1;
-    if (reader) {
-        b->reader_waiting = 0;
-        token_wake(b); /* workers held back by the reader may take what is left */
-    }
-    return s;
-}
-
-/* Takes a free slot; returns its index. reader: take precedence over
- * waiting workers. */
-static int token_take(builder *b, int reader) {
-    pthread_mutex_lock(&b->mu);
-    int s = token_take_locked(b, reader);
-    pthread_mutex_unlock(&b->mu);
-    return s;
-}
-
-static void token_give_locked(builder *b, int s) {
-    b->slot_busy[s] = 0;
-    token_wake(b);
-}
-
-static void token_give(builder *b, int s) {
-    pthread_mutex_lock(&b->mu);
-    token_give_locked(b, s);
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* The reader never blocks holding a slot: it gives its slot back for a wait
- * (under b->mu) and then takes one back before any waiting worker. */
-static void reader_pause_locked(builder *b) {
-    b->slot_busy[b->reader_slot] = 0;
-    token_wake(b);
-}
-
-static void reader_resume_locked(builder *b) { b->reader_slot = token_take_locked(b, 1); }
-
-/* ---- the queues ---- */
-
-static void ufifo_push(ufifo *q, unit *u) {
-    u->next = NULL;
-    if (q->tail) q->tail->next = u;
-    else q->head = u;
-    q->tail = u;
-    q->len++;
-}
-
-static unit *ufifo_pop(ufifo *q) {
-    unit *u = q->head;
-    if (u) {
-        q->head = u->next;
-        if (!q->head) q->tail = NULL;
-        q->len--;
-    }
-    return u;
-}
-
-/* More than cap units queued (before setup ends: and READ_AHEAD bytes). */
-static int queue_over(const builder *b, int cap) {
-    return b->work.len > cap && (b->ready || b->queued_bytes >= b->read_ahead);
-}
-
-/* Appends u. A full queue is waited on until half of it is done, so the
- * reader refills it in bursts (fewer hand-offs of its slot).
- * reader_holds_slot: the reader gives its slot back for that wait. */
-static void enqueue(builder *b, unit *u, int reader_holds_slot) {
-    pthread_mutex_lock(&b->mu);
-    if (queue_over(b, b->qcap - 1)) {
-        if (reader_holds_slot) reader_pause_locked(b);
-        while (queue_over(b, b->qcap / 2)) pthread_cond_wait(&b->has_space, &b->mu);
-        if (reader_holds_slot) reader_resume_locked(b);
-    }
-    b->queued_bytes += (int64_t)u->docs.len;
-    ufifo_push(&b->work, u);
-    pthread_cond_signal(&b->has_item);
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* Appends a batch (never waits: the reader bounds their number). */
-static void enqueue_batch(builder *b, batch *bt) {
-    pthread_mutex_lock(&b->mu);
-    bt->next = NULL;
-    if (b->btail) b->btail->next = bt;
-    else b->bhead = bt;
-    b->btail = bt;
-    pthread_cond_signal(&b->has_item);
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* The next batch (*bt) or else unit (*u), with a CPU slot in *slot; returns
- * 0 once the queue is closed and empty (*slot given back). A worker keeps
- * its slot from one item to the next (a slot handed from thread to thread
- * stays idle while the next one wakes up: 0.1-0.5 ms here, hundreds of
- * times per build); it gives it back only to wait for work, or to the
- * reader when the reader waits for one. */
-static int dequeue(builder *b, int *slot, batch **bt, unit **u) {
-    pthread_mutex_lock(&b->mu);
-    while (!b->bhead && !(b->ready && b->work.head) && !(b->ready && b->closed)) {
-        if (*slot >= 0) token_give_locked(b, *slot), *slot = -1;
-        pthread_cond_wait(&b->has_item, &b->mu);
-    }
-    *bt = b->bhead;
-    *u = NULL;
-    if (*bt) {
-        b->bhead = (*bt)->next;
-        if (!b->bhead) b->btail = NULL;
-    } else if ((*u = ufifo_pop(&b->work)) != NULL) {
-        b->queued_bytes -= (int64_t)(*u)->docs.len;
-        if (!queue_over(b, b->qcap / 2)) pthread_cond_signal(&b->has_space);
-    }
-    int got = *bt || *u;
-    if (*slot >= 0 && (!got || b->reader_waiting)) token_give_locked(b, *slot), *slot = -1;
-    if (got && *slot < 0) *slot = token_take_locked(b, 0);
-    pthread_mutex_unlock(&b->mu);
-    return got;
-}
-
-static void queue_close(builder *b) {
-    pthread_mutex_lock(&b->mu);
-    b->closed = 1;
-    pthread_cond_broadcast(&b->has_item);
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* Hands a packed shard to the committers, waiting while ccap are queued
- * (and giving the worker's slot back for that wait). */
-static void commit_enqueue(builder *b, unit *u, int *slot) {
-    pthread_mutex_lock(&b->mu);
-    if (b->commits.len >= b->ccap && *slot >= 0) token_give_locked(b, *slot), *slot = -1;
-    while (b->commits.len >= b->ccap) pthread_cond_wait(&b->commit_space, &b->mu);
-    ufifo_push(&b->commits, u);
-    pthread_cond_signal(&b->has_commit);
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* The next shard to commit (*sync = 0) or else to fsync (*sync = 1);
- * NULL once closed and both are done. */
-static unit *commit_dequeue(builder *b, int *sync) {
-    pthread_mutex_lock(&b->mu);
-    for (;;) {
-        unit *u = ufifo_pop(&b->commits);
-        if (u) {
-            pthread_cond_signal(&b->commit_space);
-            *sync = 0;
-            pthread_mutex_unlock(&b->mu);
-            return u;
-        }
-        if (b->unsynced.len > (b->commits_closed ? 0 : b->sync_lag)) {
-            *sync = 1;
-            u = ufifo_pop(&b->unsynced);
-            pthread_mutex_unlock(&b->mu);
-            return u;
-        }
-        if (b->commits_closed) break;
-        pthread_cond_wait(&b->has_commit, &b->mu);
-    }
-    pthread_mutex_unlock(&b->mu);
-    return NULL;
-}
-
-/* A committed shard waits for its fsync. */
-static void sync_enqueue(builder *b, unit *u) {
-    pthread_mutex_lock(&b->mu);
-    ufifo_push(&b->unsynced, u);
-    if (b->unsynced.len > b->sync_lag) pthread_cond_signal(&b->has_commit);
-    pthread_mutex_unlock(&b->mu);
-}
-
-static void commits_close(builder *b) {
-    pthread_mutex_lock(&b->mu);
-    b->commits_closed = 1;
-    pthread_cond_broadcast(&b->has_commit);
-    pthread_mutex_unlock(&b->mu);
-}
-
-static int worker_failed(builder *b) {
-    pthread_mutex_lock(&b->mu);
-    int f = b->failed;
-    pthread_mutex_unlock(&b->mu);
-    return f;
-}
-
-/* Records a worker's error (the first one is reported). */
-static void worker_fail(builder *b, const kf_err *err) {
-    pthread_mutex_lock(&b->mu);
-    if (!b->failed) b->err = *err;
-    b->failed = 1;
-    pthread_mutex_unlock(&b->mu);
-}
 
 /* ---- document lists ---- */
 
@@ -467,7 +139,7 @@ static int pack_unit(builder *b, int slot, unit *u, shard_writer **wp, shard_met
  * may wait for the disk. */
 static int process_unit(builder *b, int *slot, unit *u, kf_err *err) {
     int rc = pack_unit(b, *slot, u, &u->w, &u->stats, err);
-    if (!rc && u->w) commit_enqueue(b, u, slot);
+    if (!rc && u->w) build_commit_enqueue(b, u, slot);
     return rc;
 }
 
@@ -484,7 +156,7 @@ static int batch_empty(void *ctx, kf_err *err) { return batch_doc(ctx, NULL, 0, 
 static void decode_batch(builder *b, int *slot, batch *bt) {
     kf_err err;
     int rc;
-    if (worker_failed(b)) {
+    if (build_failed(b)) {
         rc = kf_err_set(&err, "a worker failed");
     } else {
         doc_sink sink = {batch_doc, batch_empty, NULL, NULL, &bt->docs};
@@ -516,20 +188,20 @@ static void *committer(void *arg) {
     kf_err err;
     unit *u;
     int sync;
-    while ((u = commit_dequeue(b, &sync)) != NULL) {
+    while ((u = build_commit_dequeue(b, &sync)) != NULL) {
         if (sync) {
-            if (worker_failed(b)) continue;
+            if (build_failed(b)) continue;
             char path[4096];
             shard_path(b, u->split, u->index, path, sizeof path);
-            if (fs_fsync_path(path, &err)) worker_fail(b, &err);
+            if (fs_fsync_path(path, &err)) build_fail(b, &err);
             else u->synced = 1;
             continue;
         }
         shard_writer *w = u->w;
         u->w = NULL;
-        if (worker_failed(b)) shard_writer_abort(w);
-        else if (shard_writer_commit(w, &u->stats, &u->meta, &err)) worker_fail(b, &err);
-        else sync_enqueue(b, u);
+        if (build_failed(b)) shard_writer_abort(w);
+        else if (shard_writer_commit(w, &u->stats, &u->meta, &err)) build_fail(b, &err);
+        else build_sync_enqueue(b, u);
     }
     return NULL;
 }
@@ -546,12 +218,12 @@ static void *worker(void *arg) {
     batch *bt;
     unit *u;
     int slot = -1;
-    while (dequeue(b, &slot, &bt, &u)) {
+    while (build_dequeue(b, &slot, &bt, &u)) {
         if (bt) {
             decode_batch(b, &slot, bt);
             continue;
         }
-        if (!worker_failed(b) && process_unit(b, &slot, u, &err)) worker_fail(b, &err);
+        if (!build_failed(b) && process_unit(b, &slot, u, &err)) build_fail(b, &err);
         doclist_free(&u->docs); /* its record stays for the manifest */
     }
     return NULL;
@@ -581,8 +253,8 @@ static int add_doc(builder *b, int split, const char *text, size_t len, int64_t 
     doclist_add(&u->docs, text, len);
     if (u->docs.n == b->c->docs_per_shard) {
         b->cur[split] = NULL;
-        enqueue(b, u, 1);
-        if (worker_failed(b)) return kf_err_set(err, "a worker failed");
+        build_unit_enqueue(b, u, 1);
+        if (build_failed(b)) return kf_err_set(err, "a worker failed");
     }
     return 0;
 }
@@ -631,12 +303,12 @@ static int take_batches(builder *b, int keep, kf_err *err) {
         batch *bt = b->pend_head;
         pthread_mutex_lock(&b->mu);
         if (!bt->done && b->npend > keep) {
-            reader_pause_locked(b);
+            build_reader_pause_locked(b);
             b->reader_awaits = bt;
             while (!bt->done) pthread_cond_wait(&b->batch_done, &b->mu);
             b->reader_awaits = NULL;
             if (b->handed_slot >= 0) b->reader_slot = b->handed_slot, b->handed_slot = -1;
-            else reader_resume_locked(b);
+            else build_reader_resume_locked(b);
         }
         int done = bt->done;
         pthread_mutex_unlock(&b->mu);
@@ -700,7 +372,7 @@ static int sink_member(void *ctx, const build_input *in, const char *name, void 
     else b->pend_head = bt;
     b->pend_tail = bt;
     b->npend++;
-    enqueue_batch(b, bt);
+    build_batch_enqueue(b, bt);
     return take_batches(b, b->max_pend, err);
 }
 
@@ -731,64 +403,6 @@ static void sink_progress(void *ctx, int64_t disk_bytes) {
     progress_update((double)disk_bytes, extra);
 }
 
-/* ---- the output directory ---- */
-
-/* Takes OUT/.build.lock (flock: released by the kernel even on kill -9), so
- * concurrent builds of one set run one after the other (the second then
- * reuses every shard). Returns the lock's fd, or -1. */
-static int lock_out(const build_config *c, kf_err *err) {
-    char path[4096];
-    if (fs_mkdir_p(c->out, err)) return -1;
-    snprintf(path, sizeof path, "%s/.build.lock", c->out);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return kf_err_set(err, "%s: %s", path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        kf_log_info("shards %s: waiting for another build of %s", c->name, c->out);
-        if (flock(fd, LOCK_EX) != 0) {
-            close(fd);
-            return kf_err_set(err, "%s: cannot lock: %s", path, strerror(errno));
-        }
-    }
-    return fd;
-}
-
-/* Removes the old manifest first (so a half-rebuilt set is never readable),
- * then temp files of a killed build. */
-static int prepare_out(const build_config *c, kf_err *err) {
-    char path[4096];
-    for (int s = 0; s < 2; s++) {
-        snprintf(path, sizeof path, "%s/%s", c->out, split_names[s]);
-        if (fs_mkdir_p(path, err)) return -1;
-    }
-    snprintf(path, sizeof path, "%s/%s", c->out, MANIFEST_FILE);
-    if (unlink(path) != 0 && errno != ENOENT)
-        return kf_err_set(err, "%s: cannot remove: %s", path, strerror(errno));
-    if (fs_fsync_dir(c->out, err)) return -1;
-    const char *dirs[3] = {c->out, NULL, NULL};
-    char d1[4096], d2[4096];
-    snprintf(d1, sizeof d1, "%s/train", c->out);
-    snprintf(d2, sizeof d2, "%s/valid", c->out);
-    dirs[1] = d1;
-    dirs[2] = d2;
-    for (int i = 0; i < 3; i++) {
-        DIR *d = opendir(dirs[i]);
-        if (!d) return kf_err_set(err, "%s: %s", dirs[i], strerror(errno));
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            size_t n = strlen(e->d_name);
-            int stale =
-                i == 0 ? !strncmp(e->d_name, "." MANIFEST_FILE ".tmp", strlen(MANIFEST_FILE) + 5)
-                       : (!strncmp(e->d_name, "shard-", 6) && n > 9 &&
-                          !strcmp(e->d_name + n - 9, ".lmdb.tmp"));
-            if (!stale) continue;
-            snprintf(path, sizeof path, "%s/%s", dirs[i], e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    return 0;
-}
-
 /* Makes every shard of the set durable before the manifest lists it
  * (shard_writer_commit leaves that to its caller): the committers synced
  * those they wrote; this syncs reused ones (the build that wrote them may
@@ -803,27 +417,6 @@ static int sync_shards(const builder *b, kf_err *err) {
         }
     }
     return 0;
-}
-
-/* Removes shard files numbered >= n in a split directory, then fsyncs it:
- * this makes the shards' names durable before the manifest lists them. */
-static int remove_orphans(const build_config *c, int split, int64_t n, kf_err *err) {
-    char dir[4096], path[4096 + 260];
-    snprintf(dir, sizeof dir, "%s/%s", c->out, split_names[split]);
-    DIR *d = opendir(dir);
-    if (!d) return kf_err_set(err, "%s: %s", dir, strerror(errno));
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        long long k;
-        char tail[16];
-        if (sscanf(e->d_name, "shard-%lld%15s", &k, tail) == 2 && !strcmp(tail, ".lmdb") &&
-            k >= n) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    }
-    closedir(d);
-    return fs_fsync_dir(dir, err);
 }
 
 /* ---- the build ---- */
@@ -896,11 +489,12 @@ static void *setup_main(void *arg) {
     pthread_setname_np(pthread_self(), "kf-setup"); /* for top -H, perf */
     builder *b = arg;
     kf_err err;
-    int slot = token_take(b, 0);
+    int slot = build_slot_take(b, 0);
     int rc = setup(b, b->c, b->toks, &err);
-    token_give(b, slot);
-    if (!rc && ((b->lock_fd = lock_out(b->c, &err)) < 0 || prepare_out(b->c, &err))) rc = -1;
-    if (rc) worker_fail(b, &err);
+    build_slot_give(b, slot);
+    if (!rc && ((b->lock_fd = build_out_lock(b->c, &err)) < 0 || build_out_prepare(b->c, &err)))
+        rc = -1;
+    if (rc) build_fail(b, &err);
     pthread_mutex_lock(&b->mu);
     b->ready = 1;
     pthread_cond_broadcast(&b->has_item);
@@ -963,23 +557,23 @@ static int builder_start(builder *b, kf_err *err) {
 /* The main inputs; with `valid: {last: N}` the FIFO becomes the valid split
  * at their end. The reader holds a CPU slot while it reads. */
 static int read_main(builder *b, const doc_sink *sink, kf_err *err) {
-    b->reader_slot = token_take(b, 1); /* the reader computes too */
+    b->reader_slot = build_slot_take(b, 1); /* the reader computes too */
     int rc = docs_read(&b->c->inputs, sink, err);
     if (!rc) rc = take_batches(b, 0, err);
     if (!rc && b->c->valid_last > 0) rc = flush_fifo(b, err);
-    token_give(b, b->reader_slot);
+    build_slot_give(b, b->reader_slot);
     return rc;
 }
 
 /* The separate validation inputs, after the main inputs' last units. */
 static int read_valid(builder *b, const doc_sink *sink, kf_err *err) {
     for (int s = 0; s < 2; s++) /* the main inputs' last units are complete */
-        if (b->cur[s]) enqueue(b, b->cur[s], 0), b->cur[s] = NULL;
+        if (b->cur[s]) build_unit_enqueue(b, b->cur[s], 0), b->cur[s] = NULL;
     b->phase = 1;
-    b->reader_slot = token_take(b, 1);
+    b->reader_slot = build_slot_take(b, 1);
     int rc = docs_read(&b->c->valid_inputs, sink, err);
     if (!rc) rc = take_batches(b, 0, err);
-    token_give(b, b->reader_slot);
+    build_slot_give(b, b->reader_slot);
     return rc;
 }
 
@@ -1015,17 +609,46 @@ static void builder_stop(builder *b, int read_failed) {
     for (int s = 0; s < 2; s++) {
         if (!b->cur[s]) continue;
         if (read_failed) doclist_free(&b->cur[s]->docs); /* never handed to a worker */
-        else enqueue(b, b->cur[s], 0);
+        else build_unit_enqueue(b, b->cur[s], 0);
         b->cur[s] = NULL;
     }
-    queue_close(b);
+    build_queue_close(b);
     for (int i = 0; i < b->started; i++) pthread_join(b->ws[i].th, NULL);
-    commits_close(b);
+    build_commits_close(b);
     for (int i = 0; i < b->cstarted; i++) pthread_join(b->cs[i], NULL);
     if (b->reading) {
         sink_progress(b, b->disk_bytes); /* the final token count */
         progress_end();
     }
+}
+
+/* Input that is mostly not text (binary garbage, another encoding) still
+ * tokenizes, as U+FFFD: above this fraction of invalid UTF-8 the build warns. */
+#define REPLACED_WARN 0.01
+
+/* A split that training reads (train always, valid when the set has a
+ * validation rule) must hold samples: the build fails rather than leave a
+ * set that can never train. Warns about a split that is mostly replaced
+ * bytes, naming its inputs. */
+static int check_split(const builder *b, int s, const manifest_split *sp, kf_err *err) {
+    const build_config *c = b->c;
+    const build_inputs *in = s && c->valid_inputs.n ? &c->valid_inputs : &c->inputs;
+    char names[1024] = "";
+    for (int i = 0, u = 0; i < in->n && u < (int)sizeof names - 1; i++)
+        u += snprintf(names + u, sizeof names - (size_t)u, "%s%s", i ? ", " : "", in->v[i].path);
+    if (sp->samples == 0 && (s == 0 || c->valid_last > 0 || c->valid_inputs.n))
+        return kf_err_set(err,
+                          "shards.%s: the %s split has 0 samples (%" PRId64 " documents, %" PRId64
+                          " tokens from %s): nothing to %s; give it more text%s",
+                          c->name, split_names[s], sp->docs, sp->tokens, names,
+                          s ? "validate on" : "train on",
+                          s ? " (valid: last: N documents, or valid: inputs:)" : "");
+    if (sp->raw_bytes > 0 && (double)sp->replaced > REPLACED_WARN * (double)sp->raw_bytes)
+        kf_log_warn("shards.%s %s: %.0f%% of the input bytes are invalid UTF-8 (%" PRId64
+                    " replacements by U+FFFD in %" PRId64 " bytes) from %s: is it text?",
+                    c->name, split_names[s], 100.0 * (double)sp->replaced / (double)sp->raw_bytes,
+                    sp->replaced, sp->raw_bytes, names);
+    return 0;
 }
 
 /* After a clean build: every shard durable, the manifest filled from the
@@ -1043,8 +666,9 @@ static int builder_commit(builder *b, build_result *res, kf_err *err) {
             else r.shards_built++;
         }
         manifest_split_sum(sp);
+        if (check_split(b, s, sp, err)) return -1;
         r.raw_bytes += sp->raw_bytes;
-        if (remove_orphans(b->c, s, b->nunits[s], err)) return -1;
+        if (build_out_remove_orphans(b->c, split_names[s], b->nunits[s], err)) return -1;
     }
     if (manifest_write(b->c->out, &b->m, err)) return -1;
     r.seconds = clock_now_s() - b->t0;

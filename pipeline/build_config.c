@@ -114,7 +114,10 @@ static int read_set(cfg_node *set, build_config *c, kf_err *err) {
             return cfg_err_at(valid, err, "give exactly one of 'last' and 'inputs'");
         if (last) {
             if (cfg_as_int(last, &c->valid_last, err)) return -1;
-            if (c->valid_last < 0) return cfg_err_at(last, err, "must be >= 0");
+            if (c->valid_last < 1)
+                return cfg_err_at(last, err,
+                                  "must be >= 1 (an empty validation split cannot validate; "
+                                  "leave out `valid:` for a set without one)");
         } else if (read_inputs(valid, "inputs", &c->valid_inputs, err)) {
             return -1;
         }
@@ -181,4 +184,20 @@ void build_config_hash(const build_config *c, const char *vocab_sha256, char out
     uint8_t d[32];
     sha256_final(&h, d);
     sha256_to_hex(d, out);
+}
+
+int build_config_train_vocab(const runconfig *rc, char **vocab, char **kind, kf_err *err) {
+    *vocab = *kind = NULL;
+    cfg_node *root = cfg_load_string(rc->canonical, "run config", err);
+    if (!root) return -1;
+    build_config *sets = NULL;
+    int n = cfg_find(root, "shards") ? build_config_read(root, &sets, err) : 0;
+    for (int i = 0; i < n && !*vocab; i++)
+        if (!strcmp(sets[i].out, rc->data_train)) {
+            *vocab = kf_strdup(sets[i].vocab);
+            *kind = kf_strdup(sets[i].tokenizer);
+        }
+    build_config_free(sets, n);
+    cfg_free(root);
+    return n < 0 ? -1 : 0;
 }

@@ -13,8 +13,13 @@
  *       docs_per_shard: 4096             # documents per shard unit (default 8192)
  *       inputs:                          # required, non-empty, read in order
  *         - {path: data/text/owt.jsonl, format: jsonl, text_field: text}
- *       valid: {last: 1000}              # last N documents of inputs (default 0), or
- *       # valid: {inputs: [...]}         # separate inputs (same shape as above)
+ *       valid: {last: 1000}              # last N >= 1 documents of inputs, or
+ *       # valid: {inputs: [...]}         # separate inputs (same shape as above);
+ *                                        # without `valid:` the set has no valid split
+ *
+ * A build fails when a split that training reads (train; valid when `valid:`
+ * is given) holds 0 samples, and warns when more than 1% of a split's input
+ * bytes are invalid UTF-8 (replaced by U+FFFD).
  *
  * Paths (out, vocab, inputs) are relative to the current directory, like
  * every path on kf's command line.
@@ -48,6 +53,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/runconfig.h"
 
 typedef enum { FMT_LINES, FMT_TEXT, FMT_JSONL } input_format;
 typedef enum { DETOK_NONE, DETOK_LM1B, DETOK_WIKITEXT } detok_kind;
@@ -90,5 +96,12 @@ void build_config_free(build_config *sets, int n);
  * (tokenizer, vocabulary hash, packing, seq_len, detok, allow_special,
  * docs_per_shard, input formats and the validation rule; not paths). */
 void build_config_hash(const build_config *c, const char *vocab_sha256, char out[65]);
+
+/** The `vocab:` and `tokenizer:` of the `shards:` set in rc's canonical
+ * config whose `out:` is data.train: the vocabulary the run's token ids come
+ * from. Both NULL when no set builds data.train.
+ * @return 0, or -1 when the `shards:` section does not read (err says why).
+ * Free both strings with free(). */
+int build_config_train_vocab(const runconfig *rc, char **vocab, char **kind, kf_err *err);
 
 #endif

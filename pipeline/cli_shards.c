@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "common/blas_threads.h"
 #include "common/cli.h"
 #include "common/config.h"
@@ -185,6 +186,7 @@ static int parse_view(int argc, char **argv, int is_stats, view_opts *o) {
 static tok *load_decoder(const shard_set *s, const char *vocab, kf_err *err) {
     const char *name = shard_set_tokenizer(s);
     const char *kind = !strcmp(name, "gpt2") ? "gpt2" : "bert";
+    bool given = vocab;
     if (!vocab) {
         if (strcmp(kind, "gpt2")) {
             kf_err_set(err, "decoding a %s set needs --vocab DIR", name);
@@ -194,8 +196,11 @@ static tok *load_decoder(const shard_set *s, const char *vocab, kf_err *err) {
     }
     tok *t = tok_load(kind, vocab, err);
     if (t && strcmp(tok_vocab_sha256(t), shard_set_vocab_sha256(s))) {
-        kf_err_set(err, "%s: vocabulary sha256 %s differs from the set's %s", vocab,
-                   tok_vocab_sha256(t), shard_set_vocab_sha256(s));
+        kf_err_set(err,
+                   "%s%s: vocabulary sha256 %s differs from the set's %s: give --vocab DIR, the "
+                   "`vocab:` the set was built with (its config's shards: section)",
+                   vocab, given ? "" : " (the default)", tok_vocab_sha256(t),
+                   shard_set_vocab_sha256(s));
         tok_free(t);
         return NULL;
     }

@@ -255,14 +255,6 @@ void shard_writer_abort(shard_writer *w) {
     free(w);
 }
 
-int shard_meta_read(const char *path, shard_meta *m, kf_err *err) {
-    MDB_env *env;
-    if (shard_env_open_ro(path, &env, err)) return -1;
-    int rc = shard_meta_get(env, path, m, err);
-    mdb_env_close(env);
-    return rc;
-}
-
 int shard_verify(const char *path, shard_meta *out, kf_err *err) {
     MDB_env *env;
     shard_meta m;

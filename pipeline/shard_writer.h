@@ -98,10 +98,6 @@ int shard_writer_commit(shard_writer *w, const shard_meta *stats, shard_meta *fi
 /** Abandons the shard: closes and removes path.tmp, frees w (NULL allowed). */
 void shard_writer_abort(shard_writer *w);
 
-/** Reads a committed shard's meta db into m, checking magic and version.
- * @return 0, or -1 with err set naming the file. */
-int shard_meta_read(const char *path, shard_meta *m, kf_err *err);
-
 /** Recomputes a shard's samples_sha256 and checks every value's size, every
  * key (0..count-1, no gaps, no extras) and every id against vocab_size.
  * @param m receives the stored record (may be NULL).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the C test programs build/tests/test_* and the scripts
 # tests/scripts/test_*.sh. Each prints "N passed, N failed" as its last such
-# line; a program that crashes or prints no such line counts as one failure.
+# line; a program that crashes, prints no such line or ran no check at all
+# ("0 passed, 0 failed": it tested nothing) counts as one failure.
 # Usage: tests/run.sh [NAME-FILTER...]   (a test runs when its name contains any filter)
 set -u
 cd "$(dirname "$0")/.."
@@ -24,10 +25,14 @@ run_one() {
     p=$(sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed, ([0-9]+) failed.*/\2/' <<<"$line")
     f=$(sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed, ([0-9]+) failed.*/\3/' <<<"$line")
   fi
-  if [ -z "$line" ] || { [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; }; then f=$((f + 1)); fi
+  local why=""
+  if [ -z "$line" ]; then why="no \"N passed, N failed\" line"
+  elif [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then why="it ran no check"
+  elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then why="exit status $rc with no failed check"; fi
+  [ -n "$why" ] && f=$((f + 1))
   total_p=$((total_p + p)); total_f=$((total_f + f))
   if [ "$f" -ne 0 ]; then
-    failed_names+=("$name"); echo "---- $name FAILED (rc=$rc, $((SECONDS - t0))s) ----"; tail -n 40 "$log"
+    failed_names+=("$name"); echo "---- $name FAILED (rc=$rc, $((SECONDS - t0))s${why:+: $why}) ----"; tail -n 40 "$log"
   else
     echo "ok   $name: $p checks ($((SECONDS - t0))s)"
   fi

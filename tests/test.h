@@ -4,6 +4,8 @@
  * it does not; T_DONE() prints the program's "N passed, N failed" line, which
  * tests/run.sh adds up, and returns the exit status.
  *
+ * Setup steps (T_REQUIRE) are not checks and count no pass.
+ *
  * One condition per check: a comparison goes through T_EQ_INT, T_EQ_STR,
  * T_NEAR or T_CLOSE, which print what they got and what they wanted, so a
  * failure says which value changed. Where the same call repeats with other
@@ -36,6 +38,22 @@ static int t_passed, t_failed;
             fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
             fprintf(stderr, __VA_ARGS__);                                                          \
             fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* A setup step the checks rely on (a temporary directory, a pipe, a
+ * fixture), not a check: it counts nothing when it holds; when it does not,
+ * it prints "FAIL file:line: setup: " and the message, counts one failure,
+ * prints the summary line and exits, since the checks after it would only
+ * report its consequences. */
+#define T_REQUIRE(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            t_failed++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: setup: ", __FILE__, __LINE__);                            \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            exit(T_DONE());                                                                        \
         }                                                                                          \
     } while (0)
 

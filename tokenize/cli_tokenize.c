@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "common/blas_threads.h"
 #include "common/cli.h"
 #include "tokenize/tokenizer.h"

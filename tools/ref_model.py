@@ -31,8 +31,10 @@ j of group t sits at RoPE position t+1+j and sees context 0..t and its own
 group's earlier rows).
 
 Used by tests/scripts/test_convert.sh (random model -> Lightning-style
-checkpoint -> tools/convert_ckpt.py -> `kf import --probe`) and by
-tools/convert_ckpt.py --probe. Needs torch (and nothing else).
+checkpoint -> tools/convert_ckpt.py -> `kf import --probe`), by
+tools/convert_ckpt.py --probe, and the other way by tools/release_ckpt.py and
+tools/hf_load.py (`kf export`; read_safetensors, load_kf). Needs torch (and
+nothing else).
 """
 import json
 import math
@@ -209,6 +211,41 @@ def write_safetensors(path, tensors, metadata=None):
         f.write(h)
         for b in blobs:
             f.write(b)
+
+
+def read_safetensors(path):
+    """Reads a safetensors file: ({name: tensor} in file order, metadata dict).
+    The tensors are copies of the stored bytes (bitwise; F32 F64 I32 U8)."""
+    dtypes = {"F32": torch.float32, "F64": torch.float64, "I32": torch.int32, "U8": torch.uint8}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        if h["dtype"] not in dtypes:
+            raise ValueError(f"{path}: tensor {name} has dtype {h['dtype']}, not one of {sorted(dtypes)}")
+        a, b = h["data_offsets"]
+        t = torch.frombuffer(bytearray(data[a:b]), dtype=dtypes[h["dtype"]]) if b > a else \
+            torch.empty(0, dtype=dtypes[h["dtype"]])
+        out[name] = t.reshape(h["shape"])
+    return out, meta
+
+
+def load_kf(path):
+    """A kforcing checkpoint (trainer/model/model_io.c) as a float32 DDiT with
+    its config: (model, meta). Only the default architecture (what
+    tools/ref_model.py implements: RoPE, no biases, untied, shared head)."""
+    tensors, meta = read_safetensors(path)
+    for key, want in (("kf.pos", "rope"), ("kf.head", "shared"), ("kf.tied_head", "0"),
+                      ("kf.norm_bias", "0"), ("kf.attn_bias", "0")):
+        if meta.get(key, want) != want:
+            raise ValueError(f"{path}: {key} = {meta[key]}: the reference model holds only {key} = {want}")
+    model = DDiT(int(meta["kf.hidden"]), int(meta["kf.heads"]), int(meta["kf.blocks"]), int(meta["kf.vocab"]),
+                 int(meta["kf.mask_id"]), meta["kf.kind"] == "pflm")
+    model.load_state_dict({**tensors, "rotary_emb.inv_freq": model.rotary_emb.inv_freq}, strict=True)
+    return model, meta
 
 
 @torch.no_grad()

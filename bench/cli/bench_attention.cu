@@ -9,9 +9,15 @@
  * Timed with CUDA events on the backend's stream after warm-up; the median of
  * the timed repetitions is reported.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+extern "C" {
+#include "commands.h"
+#include "common/cli.h"
+}
 
 #include "kernels/cuda/cuda_attention_tc.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -79,56 +85,50 @@ static timing time_case(kf_backend *b, const kf_mask *m, int64_t B, int64_t nh, 
     return t;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: kf bench attention [--n N] [--batch B] [--heads H] [--head-dim D]\n"
-               "                          [--iters I] [--fp32 | --bf16] [--simt] [--max-k K]\n"
-               "Times the CUDA attention kernels (forward and backward) for causal attention\n"
-               "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
-               "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
-               "the time of SingleForward(k) relative to causal attention.\n"
-               "The fp16 and bf16 phases run on the tensor-core kernels; --simt runs them on\n"
-               "the SIMT kernels (as KF_CUDA_TC=0).\n"
-               "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n");
+static const char usage[] =
+    "usage: kf bench attention [--n N] [--batch B] [--heads H] [--head-dim D]\n"
+    "                          [--iters I] [--fp32 | --bf16] [--simt] [--max-k K]\n"
+    "Times the CUDA attention kernels (forward and backward) for causal attention\n"
+    "over N tokens and for SingleForward(k), k = 1, 2, 4 ... max-k (N context +\n"
+    "N*k noise tokens), and prints TFLOP/s over the visible (query, key) pairs and\n"
+    "the time of SingleForward(k) relative to causal attention.\n"
+    "The fp16 and bf16 phases run on the tensor-core kernels; --simt runs them on\n"
+    "the SIMT kernels (as KF_CUDA_TC=0).\n"
+    "Defaults: N=1024, B=8, H=12, D=64, I=10, fp16 phase, max-k 4.\n";
+
+/* An option table entry (this file is C++: no designated initialisers). */
+static cli_opt cli_option(const char *name, cli_kind kind, void *out, double lo = 0,
+                          double hi = 0) {
+    cli_opt o = {};
+    o.name = name, o.kind = kind, o.out = out, o.lo = lo, o.hi = hi;
+    return o;
 }
 
 extern "C" int bench_attention_main(int argc, char **argv) {
-    int64_t N = 1024, B = 8, nh = 12, D = 64, max_k = 4;
-    int iters = 10, simt = 0;
-    kf_precision prec = KF_PREC_FP16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--fp32")) {
-            prec = KF_PREC_FP32;
-        } else if (!strcmp(a, "--bf16")) {
-            prec = KF_PREC_BF16;
-        } else if (!strcmp(a, "--simt")) {
-            simt = 1;
-        } else if (has && !strcmp(a, "--n")) {
-            N = atoll(argv[++i]);
-        } else if (has && !strcmp(a, "--batch")) {
-            B = atoll(argv[++i]);
-        } else if (has && !strcmp(a, "--heads")) {
-            nh = atoll(argv[++i]);
-        } else if (has && !strcmp(a, "--head-dim")) {
-            D = atoll(argv[++i]);
-        } else if (has && !strcmp(a, "--iters")) {
-            iters = atoi(argv[++i]);
-        } else if (has && !strcmp(a, "--max-k")) {
-            max_k = atoll(argv[++i]);
-        } else {
-            fprintf(stderr, "kf bench attention: unknown or incomplete argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+    int64_t N = 1024, B = 8, nh = 12, D = 64, max_k = 4, iters = 10;
+    bool fp32 = false, bf16 = false, simt_flag = false;
+    const cli_opt opts[] = {cli_option("--n", CLI_INT, &N, 1, INFINITY),
+                            cli_option("--batch", CLI_INT, &B, 1, INFINITY),
+                            cli_option("--heads", CLI_INT, &nh, 1, INFINITY),
+                            cli_option("--head-dim", CLI_INT, &D, 1, INFINITY),
+                            cli_option("--iters", CLI_INT, &iters, 1, 1e6),
+                            cli_option("--max-k", CLI_INT, &max_k, 1, INFINITY),
+                            cli_option("--fp32", CLI_FLAG, &fp32),
+                            cli_option("--bf16", CLI_FLAG, &bf16),
+                            cli_option("--simt", CLI_FLAG, &simt_flag),
+                            cli_option(NULL, CLI_FLAG, NULL)};
+    cli_spec spec = {};
+    spec.cmd = "kf bench attention";
+    spec.usage = usage;
+    spec.opts = opts;
+    int code;
+    if (cli_parse(&spec, argc, argv, &code)) return code;
+    if (fp32 && bf16) {
+        fprintf(stderr, "kf bench attention: --fp32 and --bf16 exclude each other\n");
+        return KF_EXIT_USAGE;
     }
-    if (N < 1 || B < 1 || nh < 1 || iters < 1 || max_k < 1) {
-        usage(stderr);
-        return 2;
-    }
+    kf_precision prec = fp32 ? KF_PREC_FP32 : bf16 ? KF_PREC_BF16 : KF_PREC_FP16;
+    int simt = simt_flag;
     char msg[256] = "";
     kf_backend *b = kernels_cuda_create(0, msg, sizeof msg);
     if (!b) {
@@ -142,13 +142,13 @@ extern "C" int bench_attention_main(int argc, char **argv) {
     printf("attention on %s: B=%lld heads=%lld head_dim=%lld N=%lld, %s phase%s, median of %d\n",
            prop.name, (long long)B, (long long)nh, (long long)D, (long long)N,
            kernels_precision_name(prec),
-           attn_tc_supported(b, D) ? " (tensor cores)" : " (fp32 SIMT kernels)", iters);
+           attn_tc_supported(b, D) ? " (tensor cores)" : " (fp32 SIMT kernels)", (int)iters);
     printf("%-22s %8s %9s %9s %9s %9s %9s %10s\n", "structure", "tokens", "fwd ms", "bwd ms",
            "fwd TF/s", "bwd TF/s", "all TF/s", "time/causal");
     double causal_ms = 0;
     for (int64_t k = 0; k <= max_k; k = k ? 2 * k : 1) {
         kf_mask m = {N, k, k ? N : 0, 0, NULL, NULL};
-        timing t = time_case(b, &m, B, nh, D, iters);
+        timing t = time_case(b, &m, B, nh, D, (int)iters);
         double pairs = visible_pairs(N, k) * (double)(B * nh);
         double ff = 4.0 * D * pairs, fb = 10.0 * D * pairs;
         double all = t.fwd_ms + t.bwd_ms;

@@ -29,11 +29,11 @@
  *               and every PFLM checkpoint at each requested k <= k_train
  *               (default 2, 3, 4); speedup = tokens/s over AR's at that batch
  *
- * Output: a table on stdout, the same as JSON (--json, default
- * bench-decode.json) and a grouped bar chart (--png, default bench-decode.png;
- * bench/plot/chart.h): one group per batch size, one bar per method.
+ * Output: a table on stdout; asked for, the same as JSON (--json FILE) and a
+ * grouped bar chart (--png FILE; bench/plot/chart.h): one group per batch
+ * size, one bar per method.
  *
- * With --roofline DEVICE it decodes nothing for real: trainer/train/roofline.h
+ * With --roofline DEVICE it decodes nothing for real: bench/roofline/roofline.h
  * prices one decode step of a run config's model shape on the named GPU.
  */
 #include <math.h>
@@ -44,6 +44,8 @@
 #include <time.h>
 
 #include "bench/plot/chart.h"
+#include "bench/roofline/roofline.h"
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -56,7 +58,6 @@
 #include "trainer/infer/quality.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
-#include "trainer/train/roofline.h"
 
 #define MAX_LIST 16
 #define MAX_METHODS 32
@@ -98,7 +99,8 @@ static const char USAGE[] =
     "                 throughput runs), fp32 accumulation; Gen-PPL is scored in fp32\n"
     "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
     "                 0: the fused argmax path; AR samples without one, as the release)\n"
-    "  --json, --png  where the table and the bar chart go (default bench-decode.json/.png)\n"
+    "  --json F, --png F  also write the table as JSON to F, the bar chart as a PNG to F\n"
+    "                 (default: neither, only the table on stdout)\n"
     "\n"
     "--roofline DEVICE (h100, h200, a100) decodes nothing: for the model shape of the run\n"
     "config CONFIG (default configs/tiny.yaml; no checkpoint, no shards: random or no\n"
@@ -249,8 +251,6 @@ typedef struct decode_plan {
  * exit status in *code. */
 static int parse_args(int argc, char **argv, decode_args *a, int *code) {
     *a = (decode_args){.backend = "auto",
-                       .json_path = "bench-decode.json",
-                       .png_path = "bench-decode.png",
                        .clock_name = "wall",
                        .precision = "fp32",
                        .nb = 3,
@@ -528,19 +528,25 @@ static int write_chart(const decode_plan *p, const decode_args *a, kf_err *err) 
     return rc;
 }
 
-/* The table on stdout, the JSON and the chart. */
+/* The table on stdout, the JSON and the chart where asked for. */
 static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
     print_table(p, a);
-    char *jtext = NULL;
-    size_t jlen = 0;
-    FILE *jf = open_memstream(&jtext, &jlen);
-    write_json(jf, p->be->name, a->precision, a->clock_name, a->data, p->P, p->N, (int)a->runs,
-               a->bs, a->nb, p->mt, p->nm, p->ar);
-    fclose(jf);
-    int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
-    free(jtext);
-    if (rc || write_chart(p, a, err)) return -1;
-    printf("wrote %s and %s\n", a->json_path, a->png_path);
+    if (a->json_path) {
+        char *jtext = NULL;
+        size_t jlen = 0;
+        FILE *jf = open_memstream(&jtext, &jlen);
+        write_json(jf, p->be->name, a->precision, a->clock_name, a->data, p->P, p->N, (int)a->runs,
+                   a->bs, a->nb, p->mt, p->nm, p->ar);
+        fclose(jf);
+        int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
+        free(jtext);
+        if (rc) return -1;
+        printf("wrote %s\n", a->json_path);
+    }
+    if (a->png_path) {
+        if (write_chart(p, a, err)) return -1;
+        printf("wrote %s\n", a->png_path);
+    }
     return 0;
 }
 

@@ -14,7 +14,7 @@
  * after each stage), alongside the device's nominal dense peak when the
  * device is known.
  *
- * With --roofline DEVICE it runs nothing for real: trainer/train/roofline.h
+ * With --roofline DEVICE it runs nothing for real: bench/roofline/roofline.h
  * prices one step of each selected stage on the named GPU from the ops the
  * step issues.
  */
@@ -25,6 +25,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/roofline/roofline.h"
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/fsutil.h"
@@ -37,7 +39,6 @@
 #include "trainer/model/model.h"
 #include "trainer/train/dist.h"
 #include "trainer/train/optim.h"
-#include "trainer/train/roofline.h"
 #include "trainer/train/supervision.h"
 #include "trainer/train/train.h"
 

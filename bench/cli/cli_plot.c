@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench/plot/chart.h"
+#include "commands.h"
 #include "common/cli.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -30,7 +31,26 @@ static const char USAGE[] =
     "  --key NAME     a series to draw; repeat for up to 6 series\n"
     "  --x NAME       the x-axis field (default: step)\n"
     "  --logy         logarithmic y axis (values <= 0 are skipped)\n"
-    "  --title TEXT   chart title (default: the log's file name)\n";
+    "  --title TEXT   chart title (default: \"RUN: STAGE\" for a run's\n"
+    "                 RUN/stages/STAGE/log.jsonl, else the log's file name)\n";
+
+/* The default title: "RUN: STAGE" for RUN/stages/STAGE/log.jsonl (every
+ * stage's log has the same file name), else the log's file name. */
+static void default_title(const char *log, char *out, size_t cap) {
+    const char *c[4] = {0}; /* the last path components, c[0] the file name */
+    size_t len[4] = {0};
+    const char *end = log + strlen(log);
+    int n = 0;
+    while (n < 4 && end > log) {
+        const char *b = end;
+        while (b > log && b[-1] != '/') b--;
+        c[n] = b, len[n++] = (size_t)(end - b);
+        end = b > log ? b - 1 : log;
+    }
+    if (n == 4 && len[2] == 6 && !strncmp(c[2], "stages", 6))
+        snprintf(out, cap, "%.*s: %.*s", (int)len[3], c[3], (int)len[1], c[1]);
+    else snprintf(out, cap, "%.*s", (int)len[0], c[0]);
+}
 
 static void push(series *s, double x, double y) {
     if (s->n == s->cap) {
@@ -126,8 +146,9 @@ int plot_main(int argc, char **argv) {
         chart_series cs[MAX_SERIES];
         for (int s = 0; s < nser; s++)
             cs[s] = (chart_series){ser[s].key, ser[s].x, ser[s].y, ser[s].n};
-        const char *base = strrchr(log, '/') ? strrchr(log, '/') + 1 : log;
-        rc = chart_lines(out, title ? title : base, xkey, cs, nser, logy, &err);
+        char deft[256];
+        default_title(log, deft, sizeof deft);
+        rc = chart_lines(out, title ? title : deft, xkey, cs, nser, logy, &err);
     }
     if (rc) fprintf(stderr, "kf plot: error: %s\n", err.msg);
     else kf_log_info("plot: %zu points -> %s", total, out);

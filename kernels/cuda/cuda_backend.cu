@@ -208,7 +208,7 @@ extern "C" kf_backend *kernels_cuda_create(int device, char *err_msg, size_t err
     CUDA_OK(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
     CUBLAS_OK(cublasCreate(&im->blas));
     CUBLAS_OK(cublasSetStream(im->blas, im->stream));
-    /* fp32 means fp32 (no TF32; issue 7, the fp32 phase): asked per call with
+    /* fp32 means fp32 (no TF32: the fp32 phase): asked per call with
      * CUBLAS_COMPUTE_32F_PEDANTIC (cuda_gemm.cu). Pedantic math on the whole
      * handle would also hold the fp16 GEMMs to it, off the tensor cores. */
     CUBLAS_OK(cublasSetMathMode(im->blas, CUBLAS_DEFAULT_MATH));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The build in one tree, without `make clean` (issue 15): `make`, `make
+# The build in one tree, without `make clean`: `make`, `make
 # CUDA=1`, `make` again each succeed, bin/kf follows the last one (linked
 # against the CUDA runtime or not) and the last step compiles nothing; editing
 # kernels/kernels.h rebuilds the .cu objects (nvcc dependency files). Runs in

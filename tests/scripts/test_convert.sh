@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Released-checkpoint conversion (issue 8 item 4): randomly initialised PyTorch
+# Released-checkpoint conversion: randomly initialised PyTorch
 # models with the reference key names and architecture (tools/ref_model.py),
 # written as PyTorch Lightning-style checkpoints (state_dict with "backbone."
 # keys, MDLM-style EMA shadow_params), converted by tools/convert_ckpt.py, then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Full disks (issue 13 item 4): on a small tmpfs mounted by the test, a shard
+# Full disks: on a small tmpfs mounted by the test, a shard
 # build, a checkpoint write (a training stage) and `kf sample > FILE` each
 # fail with an error naming the path and "No space left on device" and exit
 # non-zero; the shards and the checkpoint already there keep their sha256;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gen-PPL under a Hugging Face GPT-2 (issue 16, "the paper's quality metric"):
+# Gen-PPL under a Hugging Face GPT-2 ("the paper's quality metric"):
 # tools/ref_gpt2.py builds a random-initialised GPT-2 in HF's layout
 # (config.json, model.safetensors with HF key names and Conv1D weights) and is
 # the reference: its own PyTorch forward, decoding, and HF tokenizers' GPT-2

@@ -75,6 +75,38 @@ for ctx in 64 16; do
     check "context $ctx: $f.jsonl: 128 completions, longest prefix + completion: got $worst want <= $ctx" [ $frc -eq 0 ]
   done
 done
+# a rerun of the complete run keeps the completions (same weights, same
+# prompts) and prints the same table without sampling again
+R64=$T/run64
+sums=$(sha256sum "$R64"/samples/*.jsonl)
+"$KF" jobs run "$T/cfg64.yaml" --run-dir "$R64" > "$T/out64b" 2> "$T/err64b"; rc=$?
+check "rerun: exit status got $rc want 0" [ $rc -eq 0 ]
+check "rerun: no kf sample run, the sample files unchanged" \
+  bash -c '[ "$(sha256sum "$1"/samples/*.jsonl)" = "$2" ]' _ "$R64" "$sums"
+check "rerun: says the 4 rows kept earlier completions ($(grep kept "$T/out64b"))" \
+  grep -q "4 of 4 rows kept the completions of an earlier run" "$T/out64b"
+check "rerun: the same table" bash -c 'diff <(grep -E "^(ar|k1|k2) " "$1") <(grep -E "^(ar|k1|k2) " "$2")' _ "$T/out64" "$T/out64b"
+# weights that change (a retrained stage) are sampled again: a changed line's sha
+sed -i '1s/"model_sha256": "[0-9a-f]*"/"model_sha256": "0"/' "$R64/samples/k2-k2.jsonl"
+"$KF" jobs run "$T/cfg64.yaml" --run-dir "$R64" > "$T/out64c" 2> "$T/err64c"
+check "a sample file from other weights is sampled again ($(grep kept "$T/out64c"))" \
+  grep -q "3 of 4 rows kept" "$T/out64c"
+# kf eval --completions on a sample file with the AR stage's final/ reproduces
+# the table's figures: truncated at the eos the file records, like the table
+js=$("$KF" eval --completions "$R64/samples/k2-k2.jsonl" --evaluator "$R64/stages/ar/final" 2>&1); rc=$?
+row=$(grep -E "^k2 +2 " "$T/out64c")
+got=$(node -e 'const o = JSON.parse(process.argv[1]);
+  console.log(o.eos, o.gen_ppl.toFixed(o.gen_ppl < 1000 ? 1 : 0), o.entropy.toFixed(2), o.mean_len.toFixed(1))' "$js" 2>/dev/null)
+want=$(awk '{print 50256, $5, $6, $9}' <<<"$row")
+check "eval --completions k2-k2.jsonl --evaluator ar/final: exit $rc, eos/Gen-PPL/entropy/length got '$got' want '$want' (row '$row')" \
+  bash -c '[ $1 -eq 0 ] && [ "$2" = "$3" ]' _ $rc "$got" "$want"
+# a file without the eos field (older kf sample): the run's vocabulary gives it
+sed 's/, "eos": [0-9]*//' "$R64/samples/k2-k2.jsonl" > "$T/noeos.jsonl"
+js=$("$KF" eval --completions "$T/noeos.jsonl" --evaluator "$R64/stages/ar/final" 2>&1); rc=$?
+got=$(node -e 'const o = JSON.parse(process.argv[1]);
+  console.log(o.eos, o.gen_ppl.toFixed(o.gen_ppl < 1000 ? 1 : 0), o.entropy.toFixed(2), o.mean_len.toFixed(1))' "$js" 2>/dev/null)
+check "eval --completions without eos in the file: exit $rc, the run's eos, got '$got' want '$want'" \
+  bash -c '[ $1 -eq 0 ] && [ "$2" = "$3" ] && ! grep -q "\"eos\"" "$4"' _ $rc "$got" "$want" "$T/noeos.jsonl"
 p16=$(node -e 'const l = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n");
   console.log(Math.max(...l.map(x => JSON.parse(x).prefix.length)))' "$R/samples/prefixes.jsonl" 2>/dev/null)
 check "context 16: the longest prompt is cut to half the context: got $p16 tokens want 8" [ "$p16" = 8 ]

@@ -207,4 +207,45 @@ for j in 1 2; do
   check "--jobs $j: the old manifest is intact" cmp -s "$T/bad.manifest" "$T/out/bad/manifest.yaml"
 done
 
+# Inputs that can never train fail the build naming the split; mostly-binary
+# input warns with the fraction and the file. (byte vocabulary: quick)
+bset() {  # NAME INPUT PACKING [EXTRA]
+  printf 'shards:\n  %s: {out: %s, tokenizer: gpt2, vocab: data/vocab/bytes, packing: %s, seq_len: 16, inputs: [{path: %s, format: lines}]%s}\n' \
+    "$1" "$T/out/$1" "$3" "$2" "${4:-}" > "$T/$1.yaml"
+}
+: > "$T/in/empty.txt"
+bset empty "$T/in/empty.txt" pad
+"$KF" shards build "$T/empty.yaml" > /dev/null 2> "$T/err.txt"; rc=$?
+check "empty corpus: exit 1 naming the train split ($(cat "$T/err.txt"))" \
+  exits_saying $rc 1 "$T/err.txt" "shards.empty: the train split has 0 samples"
+check "empty corpus: no manifest" test ! -e "$T/out/empty/manifest.yaml"
+bset novalid "$T/in/lines.txt" pad ", valid: {last: 0}"
+"$KF" shards build "$T/novalid.yaml" > /dev/null 2> "$T/err.txt"; rc=$?
+check "valid: {last: 0}: exit 1 naming the key ($(cat "$T/err.txt"))" \
+  exits_saying $rc 1 "$T/err.txt" "novalid.yaml:2:[0-9]+: key 'shards.novalid.valid.last': must be >= 1"
+: > "$T/in/nothing.txt"
+bset emptyvalid "$T/in/lines.txt" pad ", valid: {inputs: [{path: $T/in/nothing.txt, format: lines}]}"
+"$KF" shards build "$T/emptyvalid.yaml" > /dev/null 2> "$T/err.txt"; rc=$?
+check "an empty validation input: exit 1 naming the valid split ($(cat "$T/err.txt"))" \
+  exits_saying $rc 1 "$T/err.txt" "shards.emptyvalid: the valid split has 0 samples"
+head -c 2000000 /dev/zero | tr '\0' 'a' > "$T/in/long.txt"; echo >> "$T/in/long.txt"
+bset long "$T/in/long.txt" pad ", valid: {last: 1}"
+"$KF" shards build "$T/long.yaml" > /dev/null 2> "$T/err.txt"; rc=$?
+check "one long line and valid: {last: 1}: exit 1, the train split empty ($(cat "$T/err.txt"))" \
+  exits_saying $rc 1 "$T/err.txt" "training split would be empty"
+# binary: bytes 0x80-0xff (most not valid UTF-8), one newline in 10
+node -e 'const b = Buffer.alloc(20000); for (let i = 0; i < b.length; i++) b[i] = i % 10 ? 0x80 + (i * 37) % 128 : 10;
+  require("fs").writeFileSync(process.argv[1], b)' "$T/in/garbage.bin"
+bset garbage "$T/in/garbage.bin" wrap
+"$KF" shards build "$T/garbage.yaml" > /dev/null 2> "$T/err.txt"; rc=$?
+check "binary input: builds (exit $rc)" test $rc -eq 0
+check "binary input: warns with the fraction and the file ($(grep -i warn "$T/err.txt"))" \
+  grep -qE "warning: shards.garbage train: [3-9][0-9]% of the input bytes are invalid UTF-8 .* from $T/in/garbage.bin" "$T/err.txt"
+"$KF" shards build "$T/cfg.yaml" --only lines --force > /dev/null 2> "$T/err.txt"
+check "text input: no UTF-8 warning ($(grep -i warn "$T/err.txt"))" bash -c '! grep -qi "invalid UTF-8 (" "$1"' _ "$T/err.txt"
+# decoding with another vocabulary than the set's says to give --vocab
+"$KF" shards inspect "$T/out/garbage" --index 0 --decode > /dev/null 2> "$T/err.txt"; rc=$?
+check "inspect --decode with the wrong default vocabulary: exit 1 suggesting --vocab ($(cat "$T/err.txt"))" \
+  exits_saying $rc 1 "$T/err.txt" "data/vocab/gpt2 \(the default\): vocabulary sha256 .* give --vocab DIR"
+
 finish

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kf on two real Slurm nodes (issue 13 item 1): slurm/local-up.sh --netns 2
+# kf on two real Slurm nodes: slurm/local-up.sh --netns 2
 # starts slurmctld and munged plus one slurmd per node, each node in its own
 # network namespace (kfsn-n1, kfsn-n2: a veth to a bridge in kfsn-ctl, where
 # slurmctld and the clients run). A stage runs one rank per node, started by

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kf jobs on a real Slurm cluster (slurmctld + slurmd + munge started here, on
-# this machine, and stopped by PID at exit), issue 6 item 6:
+# this machine, and stopped by PID at exit):
 #  (a) configs/tiny-gpt2.yaml (tiny overrides) end to end through kf jobs submit:
 #      every stage starts after its teacher's job ended and trains from the
 #      teacher's final weights (sha256 recorded in its checkpoint);

@@ -99,7 +99,7 @@ static int run(int argc, char **argv) { return plot_main(argc, argv); }
 
 int main(void) {
     char dir[] = "/tmp/kf_test_plot_XXXXXX";
-    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     char log[600], png[600], text[64 * 200 + 64];
     snprintf(log, sizeof log, "%s/log.jsonl", dir);
     snprintf(png, sizeof png, "%s/log.png", dir);
@@ -113,7 +113,7 @@ int main(void) {
     fs_write_atomic(log, text, n, &err);
 
     char *a1[] = {"plot", log};
-    T_CHECK(run(2, a1) == 0, "plot failed");
+    T_EQ_INT(run(2, a1), 0, "plot failed");
     int w = 0, h = 0;
     unsigned char *pix = decode(png, &w, &h);
     T_CHECK(pix, "default output %s is not a valid %dx%d PNG", png, w, h);
@@ -136,7 +136,7 @@ int main(void) {
     /* A second series, explicit output, log scale. */
     snprintf(png, sizeof png, "%s/two.png", dir);
     char *a2[] = {"plot", log, "-o", png, "--key", "loss", "--key", "lr", "--logy", "--title", "t"};
-    T_CHECK(run(11, a2) == 0, "two series failed");
+    T_EQ_INT(run(11, a2), 0, "two series failed");
     pix = decode(png, &w, &h);
     T_CHECK(pix, "second series colour missing");
     if (pix) {
@@ -144,25 +144,50 @@ int main(void) {
     }
     free(pix);
 
+    /* A stage's log is titled "RUN: STAGE", not by its file name (every
+     * stage's is log.jsonl): the default draws the same pixels as that title. */
+    char slog[700], pa[700], pb[700], pc[700], sdir[600];
+    snprintf(sdir, sizeof sdir, "%s/run1/stages/ar", dir);
+    T_CHECK(fs_mkdir_p(sdir, &err) == 0, "mkdir %s: %s", sdir, err.msg);
+    snprintf(slog, sizeof slog, "%s/log.jsonl", sdir);
+    fs_write_atomic(slog, text, n, &err);
+    snprintf(pa, sizeof pa, "%s/title_default.png", dir);
+    snprintf(pb, sizeof pb, "%s/title_stage.png", dir);
+    snprintf(pc, sizeof pc, "%s/title_file.png", dir);
+    char *t1[] = {"plot", slog, "-o", pa};
+    char *t2[] = {"plot", slog, "-o", pb, "--title", "run1: ar"};
+    char *t3[] = {"plot", slog, "-o", pc, "--title", "log.jsonl"};
+    T_CHECK(run(4, t1) == 0 && run(6, t2) == 0 && run(6, t3) == 0, "stage log plots failed");
+    char *ta, *tb, *tc;
+    size_t la, lb, lc;
+    if (fs_read_file(pa, &ta, &la, &err) == 0 && fs_read_file(pb, &tb, &lb, &err) == 0 &&
+        fs_read_file(pc, &tc, &lc, &err) == 0) {
+        T_CHECK(la == lb && !memcmp(ta, tb, la), "stage log's default title is not 'run1: ar'");
+        T_CHECK(la != lc || memcmp(ta, tc, la), "stage log titled by its file name");
+        free(ta), free(tb), free(tc);
+    } else {
+        T_CHECK(0, "stage log plots: %s", err.msg);
+    }
+
     /* Errors. */
     char *a3[] = {"plot", log, "--key", "nope", "-o", png};
-    T_CHECK(run(6, a3) == 1, "missing key is not an error");
+    T_EQ_INT(run(6, a3), 1, "missing key is not an error");
     char *a4[] = {"plot"};
-    T_CHECK(run(1, a4) == 2, "no argument is not a usage error");
+    T_EQ_INT(run(1, a4), 2, "no argument is not a usage error");
     char *a5[] = {"plot", log, "--bogus"};
-    T_CHECK(run(3, a5) == 2, "unknown option is not a usage error");
+    T_EQ_INT(run(3, a5), 2, "unknown option is not a usage error");
     char *a6[] = {"plot", "--help"};
-    T_CHECK(run(2, a6) == 0, "--help fails");
+    T_EQ_INT(run(2, a6), 0, "--help fails");
     fs_write_atomic(log, "{\"step\":1,\"loss\":2}\n{bad\n", 25, &err);
-    T_CHECK(run(2, a1) == 1, "malformed line accepted");
+    T_EQ_INT(run(2, a1), 1, "malformed line accepted");
     char *a7[] = {"plot", "/nonexistent/log.jsonl"};
-    T_CHECK(run(2, a7) == 1, "missing file accepted");
+    T_EQ_INT(run(2, a7), 1, "missing file accepted");
     /* Bars: 2 groups x 2 series; the tallest bar spans its value's share of the axis. */
     snprintf(png, sizeof png, "%s/bars.png", dir);
     const char *groups[] = {"batch 4", "batch 16"}, *names[] = {"AR", "k=4"};
     double vals[] = {100, 300, 200, 400};
-    T_CHECK(chart_bars(png, "decode", "tokens/s", groups, 2, names, 2, vals, &err) == 0, "bars: %s",
-            err.msg);
+    T_EQ_INT(chart_bars(png, "decode", "tokens/s", groups, 2, names, 2, vals, &err), 0, "bars: %s",
+             err.msg);
     pix = decode(png, &w, &h);
     if (pix) {
         int hmax[2][2] = {{0}};

@@ -100,6 +100,7 @@ int main(void) {
         {"--batch 4,1.5", "--batch: expected a comma-separated list of integers"},
         {"--bogus", "kf test: unknown option '--bogus'"},
         {"--steps", "kf test: --steps needs a value"},
+        {"--name --steps 3", "kf test: --name needs a value (got the option --steps)"},
         {"a b c", "kf test: unexpected argument 'c'"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {

@@ -125,7 +125,7 @@ static void test_getters(void) {
     cfg_find(r, "stages[0].kind");
     T_ERR(cfg_check_unused(r, &err), "t.yaml:13:5: unknown key 'stages[1].extra'");
     cfg_mark_used(cfg_find(r, "stages[1].extra"), false);
-    T_CHECK(cfg_check_unused(r, &err) == 0, "all used: %s", err.msg);
+    T_EQ_INT(cfg_check_unused(r, &err), 0, "all used: %s", err.msg);
     cfg_free(r);
 }
 
@@ -201,7 +201,7 @@ static void test_load_errors(void) {
         T_EQ_INT(r->n, 0, "empty text is an empty mapping");
     }
     cfg_free(r);
-    T_CHECK(cfg_load_file("/nonexistent/x.yaml", &err) == NULL, "missing file: %s", err.msg);
+    T_EQ_INT(cfg_load_file("/nonexistent/x.yaml", &err), NULL, "missing file: %s", err.msg);
     T_CHECK(strstr(err.msg, "/nonexistent/x.yaml"), "missing file: %s", err.msg);
 }
 
@@ -210,10 +210,10 @@ static void test_overrides(void) {
     int64_t i;
     double d;
     const char *s;
-    T_CHECK(cfg_override(r, "model.hidden=256", &err) == 0, "override: %s", err.msg);
+    T_EQ_INT(cfg_override(r, "model.hidden=256", &err), 0, "override: %s", err.msg);
     T_EQ_INT(cfg_get_int(r, "model.hidden", &i, &err), 0, "override value");
     T_EQ_INT(i, 256, "override value");
-    T_CHECK(cfg_override(r, "stages.1.tau=[0.1, 0.5]", &err) == 0, "flow seq: %s", err.msg);
+    T_EQ_INT(cfg_override(r, "stages.1.tau=[0.1, 0.5]", &err), 0, "flow seq: %s", err.msg);
     cfg_node *tau = cfg_find(r, "stages[1].tau");
     T_CHECK(tau, "flow seq value");
     if (tau) {
@@ -222,17 +222,17 @@ static void test_overrides(void) {
         T_EQ_INT(cfg_as_double(tau->items[0], &d, &err), 0, "flow seq value");
         T_NEAR(d, 0.1, 0, "flow seq value");
     }
-    T_CHECK(cfg_override(r, "stages[0]={name: x, steps: 3}", &err) == 0, "flow map: %s", err.msg);
+    T_EQ_INT(cfg_override(r, "stages[0]={name: x, steps: 3}", &err), 0, "flow map: %s", err.msg);
     T_EQ_INT(cfg_get_int(r, "stages[0].steps", &i, &err), 0, "stages[0].steps after override");
     T_EQ_INT(i, 3, "stages[0].steps after override");
-    T_CHECK(cfg_override(r, "data.train=a b/c", &err) == 0, "new nested key: %s", err.msg);
+    T_EQ_INT(cfg_override(r, "data.train=a b/c", &err), 0, "new nested key: %s", err.msg);
     T_EQ_INT(cfg_get_str(r, "data.train", &s, &err), 0, "created value '%s'", s);
     T_EQ_STR(s, "a b/c", "created value '%s'", s);
     T_EQ_INT(cfg_override(r, "model.lr=", &err), 0, "empty value: %s", err.msg);
     T_CHECK(cfg_is_null(cfg_find(r, "model.lr")), "empty value: %s", err.msg);
     T_ERR(cfg_get_int(r, "model.hidden=x", &i, &err),
           "t.yaml:4:3: missing required key 'model.hidden=x'");
-    T_CHECK(cfg_override(r, "model.heads=abc", &err) == 0, "override heads");
+    T_EQ_INT(cfg_override(r, "model.heads=abc", &err), 0, "override heads");
     T_ERR(cfg_get_int(r, "model.heads", &i, &err),
           "override 'model.heads=abc': key 'model.heads': expected an integer, got 'abc'");
     /* The replaced key keeps its place in file order. */
@@ -286,13 +286,13 @@ static void test_overrides(void) {
 
     /* Read everything legitimate; the unknown override is reported as such. */
     cfg_mark_used(r, true);
-    T_CHECK(cfg_override(r, "model.hiden=1", &err) == 0, "typo override accepted for now");
+    T_EQ_INT(cfg_override(r, "model.hiden=1", &err), 0, "typo override accepted for now");
     T_ERR(cfg_check_unused(r, &err), "override 'model.hiden=1': unknown key 'model.hiden'");
     cfg_free(r);
 
     r = load("a: 1\n");
     cfg_find(r, "a");
-    T_CHECK(cfg_override(r, "b.c.d=2", &err) == 0, "deep create: %s", err.msg);
+    T_EQ_INT(cfg_override(r, "b.c.d=2", &err), 0, "deep create: %s", err.msg);
     T_ERR(cfg_check_unused(r, &err), "override 'b.c.d=2': unknown key 'b'");
     cfg_free(r);
 }

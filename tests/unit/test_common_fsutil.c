@@ -36,7 +36,7 @@ static int file_is(const char *path, const char *want) {
 
 int main(void) {
     char root[] = "/tmp/kf_test_fsutil_XXXXXX";
-    T_CHECK(mkdtemp(root) != NULL, "mkdtemp");
+    T_REQUIRE(mkdtemp(root) != NULL, "mkdtemp");
     char p[512], q[512], dir[512];
     kf_err err = {{0}};
 
@@ -54,7 +54,7 @@ int main(void) {
     snprintf(p, sizeof p, "%s/x/y/z", root);
     T_EQ_INT(fs_mkdir_p(p, &err), 0, "mkdir_p: %s", err.msg);
     T_CHECK(fs_is_dir(p), "mkdir_p: %s", err.msg);
-    T_CHECK(fs_mkdir_p(p, &err) == 0, "mkdir_p existing: %s", err.msg);
+    T_EQ_INT(fs_mkdir_p(p, &err), 0, "mkdir_p existing: %s", err.msg);
 
     /* Atomic write, replace, read back with the terminating NUL. */
     snprintf(p, sizeof p, "%s/x/f.txt", root);
@@ -65,8 +65,8 @@ int main(void) {
     T_EQ_INT(fs_write_atomic(p, "", 0, &err), 0, "empty: %s", err.msg);
     T_CHECK(file_is(p, ""), "empty: %s", err.msg);
     snprintf(dir, sizeof dir, "%s/x", root);
-    T_CHECK(count_entries(dir) == 2, "temporary files left in %s (%d entries)", dir,
-            count_entries(dir));
+    T_EQ_INT(count_entries(dir), 2, "temporary files left in %s (%d entries)", dir,
+             count_entries(dir));
 
     snprintf(q, sizeof q, "%s/x/f.txt/sub", root);
     T_EQ_INT(fs_mkdir_p(q, &err), -1, "mkdir_p through a file: %s", err.msg);
@@ -75,12 +75,12 @@ int main(void) {
     /* A bigger file, streamed. */
     snprintf(q, sizeof q, "%s/x/big.bin", root);
     fs_atomic a;
-    T_CHECK(fs_atomic_begin(&a, q, &err) == 0, "begin: %s", err.msg);
+    T_EQ_INT(fs_atomic_begin(&a, q, &err), 0, "begin: %s", err.msg);
     char block[4096];
     for (int i = 0; i < 4096; i++) block[i] = (char)i;
     for (int i = 0; i < 100; i++) fs_atomic_write(&a, block, sizeof block, &err);
     T_CHECK(!fs_exists(q), "target visible before commit");
-    T_CHECK(fs_atomic_commit(&a, &err) == 0, "commit: %s", err.msg);
+    T_EQ_INT(fs_atomic_commit(&a, &err), 0, "commit: %s", err.msg);
     char *buf;
     size_t len;
     T_EQ_INT(fs_read_file(q, &buf, &len, &err), 0, "streamed content: %zu bytes", len);
@@ -89,7 +89,7 @@ int main(void) {
     free(buf);
 
     /* Abort keeps the old target and removes the temporary. */
-    T_CHECK(fs_atomic_begin(&a, p, &err) == 0, "begin: %s", err.msg);
+    T_EQ_INT(fs_atomic_begin(&a, p, &err), 0, "begin: %s", err.msg);
     fs_atomic_write(&a, "partial", 7, &err);
     fs_atomic_abort(&a);
     T_CHECK(file_is(p, ""), "abort changed the directory");
@@ -143,12 +143,12 @@ int main(void) {
     snprintf(p, sizeof p, "%s/keep/precious", root);
     fs_write_atomic(p, "1", 1, &err);
     snprintf(link, sizeof link, "%s/x/step-1/z/link", root);
-    T_CHECK(symlink(outside, link) == 0, "symlink");
+    T_EQ_INT(symlink(outside, link), 0, "symlink");
     snprintf(q, sizeof q, "%s/x", root);
     T_EQ_INT(fs_rm_rf(q, &err), 0, "rm_rf: %s", err.msg);
     T_CHECK(!fs_exists(q), "rm_rf: %s", err.msg);
     T_CHECK(file_is(p, "1"), "rm_rf followed a symbolic link");
-    T_CHECK(fs_rm_rf(q, &err) == 0, "rm_rf of a missing path: %s", err.msg);
+    T_EQ_INT(fs_rm_rf(q, &err), 0, "rm_rf of a missing path: %s", err.msg);
     T_EQ_INT(fs_fsync_dir(root, &err), 0, "fsync: %s", err.msg);
     T_EQ_INT(fs_fsync_path(p, &err), 0, "fsync: %s", err.msg);
     T_EQ_INT(fs_rm_rf(root, &err), 0, "cleanup: %s", err.msg);
@@ -159,7 +159,7 @@ int main(void) {
     fflush(stdout);
     int saved = dup(1), full = open("/dev/full", O_WRONLY);
     T_CHECK(saved >= 0, "dup stdout");
-    T_CHECK(full >= 0, "open /dev/full");
+    T_REQUIRE(full >= 0, "open /dev/full");
     T_EQ_INT(dup2(full, 1), 1, "redirect stdout to /dev/full");
     close(full);
     printf("lost\n");

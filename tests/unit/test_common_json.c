@@ -33,7 +33,7 @@ static void test_values(void) {
     T_EQ_INT(a->kids[2].b, 1, "true");
     T_EQ_INT(a->kids[3].type, JSON_BOOL, "false");
     T_EQ_INT(a->kids[3].b, 0, "false");
-    T_CHECK(a->kids[4].type == JSON_NULL, "null");
+    T_EQ_INT(a->kids[4].type, JSON_NULL, "null");
     const json *s = json_get(r, "s");
     const char want[] = "x\n\xc3\xa9\xf0\x9f\x98\x80\xef\xbf\xbd";
     T_CHECK(s, "string escapes");
@@ -58,7 +58,7 @@ static void test_values(void) {
     T_EQ_INT(json_get(r, "a")->i, 7, "duplicate key: last wins");
     T_EQ_INT(json_get(r, "o")->type, JSON_OBJECT, "empty object");
     T_EQ_INT(json_get(r, "o")->n, 0, "empty object");
-    T_CHECK(json_get(r, "missing") == NULL, "missing key");
+    T_EQ_INT(json_get(r, "missing"), NULL, "missing key");
     json_free(d);
 }
 
@@ -79,7 +79,7 @@ static void test_errors(void) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kf_err err = {{0}};
         json_doc *d = parse(cases[i].src, &err);
-        T_CHECK(d == NULL, "case %zu: want %s got '%s'", i, cases[i].msg, err.msg);
+        T_EQ_INT(d, NULL, "case %zu: want %s got '%s'", i, cases[i].msg, err.msg);
         T_EQ_INT(strstr(err.msg, cases[i].msg), err.msg, "case %zu: want %s got '%s'", i,
                  cases[i].msg, err.msg);
         json_free(d);
@@ -88,7 +88,7 @@ static void test_errors(void) {
     memset(deep, '[', sizeof deep - 1);
     deep[sizeof deep - 1] = 0;
     kf_err err = {{0}};
-    T_CHECK(parse(deep, &err) == NULL, "depth limit: %s", err.msg);
+    T_EQ_INT(parse(deep, &err), NULL, "depth limit: %s", err.msg);
     T_CHECK(strstr(err.msg, "deep"), "depth limit: %s", err.msg);
 }
 
@@ -109,7 +109,7 @@ static void test_escape_roundtrip(void) {
         T_CHECK(!memcmp(json_root(d)->str.s, src, n), "escape round trip: %s", err.msg);
     }
     json_free(d);
-    T_CHECK(json_escape(out, 2, "abc", 3) == 5, "escape reports the needed size when truncated");
+    T_EQ_INT(json_escape(out, 2, "abc", 3), 5, "escape reports the needed size when truncated");
 }
 
 /* Output is valid UTF-8 whatever the bytes: ill-formed subparts become
@@ -148,7 +148,7 @@ static void test_escape_utf8(void) {
     json_write_str(f, big, sizeof big);
     long len = ftell(f);
     fclose(f);
-    T_CHECK(len == (long)sizeof big + 2 + 2, "long string with one bad byte: %ld bytes", len);
+    T_EQ_INT(len, (long)sizeof big + 2 + 2, "long string with one bad byte: %ld bytes", len);
 }
 
 int main(void) {

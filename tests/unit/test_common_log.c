@@ -59,13 +59,13 @@ int main(void) {
         kf_rec_reset(&r);
         kf_rec_int(&r, "step", i);
         kf_rec_double(&r, "loss", 1.0 / (i + 1));
-        T_CHECK(kf_jsonl_append(l, &r, &err) == 0, "append: %s", err.msg);
+        T_EQ_INT(kf_jsonl_append(l, &r, &err), 0, "append: %s", err.msg);
     }
     T_CHECK(!strcmp(kf_rec_text(&r), "{\"step\":2,\"loss\":0.333333333}"),
             "record after append: %s", kf_rec_text(&r));
     kf_jsonl_close(l);
     int fd = open(path, O_WRONLY | O_APPEND);
-    T_CHECK(write(fd, "{\"step\":3,\"lo", 13) == 13, "write partial");
+    T_EQ_INT(write(fd, "{\"step\":3,\"lo", 13), 13, "write partial");
     close(fd);
     l = kf_jsonl_open(path, &err);
     kf_rec_reset(&r);
@@ -84,10 +84,10 @@ int main(void) {
     fs_write_atomic(path, "{\"x", 3, &err);
     kf_jsonl_close(kf_jsonl_open(path, &err));
     fs_read_file(path, &text, &n, &err);
-    T_CHECK(n == 0, "partial-only file kept %zu bytes", n);
+    T_EQ_INT(n, 0, "partial-only file kept %zu bytes", n);
     free(text);
     unlink(path);
-    T_CHECK(kf_jsonl_open("/nonexistent-dir/x.jsonl", &err) == NULL, "open error: %s", err.msg);
+    T_EQ_INT(kf_jsonl_open("/nonexistent-dir/x.jsonl", &err), NULL, "open error: %s", err.msg);
     T_CHECK(strstr(err.msg, "/nonexistent-dir/x.jsonl"), "open error: %s", err.msg);
     kf_rec_free(&r);
 

@@ -76,7 +76,7 @@ static void expect_error(const char *header, size_t ndata, const char *want) {
     err.msg[0] = 0;
     int rc = safetensors_open(path, &f, &err);
     T_EQ_INT(rc, -1, "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
-    T_CHECK(f == NULL, "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
+    T_EQ_INT(f, NULL, "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg, want);
     T_CHECK(strstr(err.msg, want), "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg,
             want);
     T_CHECK(strstr(err.msg, path), "header %s\n  got  '%s'\n  want '...%s...'", header, err.msg,
@@ -84,7 +84,7 @@ static void expect_error(const char *header, size_t ndata, const char *want) {
 }
 
 int main(void) {
-    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
 
     /* A small file, byte for byte. */
@@ -93,7 +93,7 @@ int main(void) {
     safetensors_writer *wr = safetensors_writer_new();
     safetensors_add(wr, "w", ST_F32, 2, shape, w);
     safetensors_set_meta(wr, "format", "pt");
-    T_CHECK(safetensors_write(wr, path, &err) == 0, "write: %s", err.msg);
+    T_EQ_INT(safetensors_write(wr, path, &err), 0, "write: %s", err.msg);
     safetensors_writer_free(wr);
     const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2,"
                       "3],\"data_offsets\":[0,24]}}";
@@ -101,7 +101,7 @@ int main(void) {
     char *buf;
     size_t len;
     fs_read_file(path, &buf, &len, &err);
-    T_CHECK(len == 8 + hn + 24, "file size %zu want %zu", len, 8 + hn + 24);
+    T_EQ_INT(len, 8 + hn + 24, "file size %zu want %zu", len, 8 + hn + 24);
     uint64_t got_hn = 0;
     for (int i = 0; i < 8; i++) got_hn |= (uint64_t)(unsigned char)buf[i] << (8 * i);
     T_EQ_INT(got_hn, hn, "header bytes: %.*s", (int)hn, buf + 8);
@@ -130,10 +130,10 @@ int main(void) {
     safetensors_add(wr, "g.u8", ST_U8, 3, s5, u8);
     safetensors_set_meta(wr, "k", "v1");
     safetensors_set_meta(wr, "k", "v\n2\\");
-    T_CHECK(safetensors_write(wr, path, &err) == 0, "write: %s", err.msg);
+    T_EQ_INT(safetensors_write(wr, path, &err), 0, "write: %s", err.msg);
     safetensors_writer_free(wr);
     safetensors_file *f;
-    T_CHECK(safetensors_open(path, &f, &err) == 0, "open: %s", err.msg);
+    T_EQ_INT(safetensors_open(path, &f, &err), 0, "open: %s", err.msg);
     if (f) {
         T_EQ_INT(f->n, 7, "counts / meta");
         T_EQ_INT(f->nmeta, 1, "counts / meta");
@@ -206,7 +206,7 @@ int main(void) {
           "\"a\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]}, \"__metadata__\": "
           "{\"foo\": \"bar\"}}   ",
           20);
-    T_CHECK(safetensors_open(path, &f, &err) == 0, "reference style: %s", err.msg);
+    T_EQ_INT(safetensors_open(path, &f, &err), 0, "reference style: %s", err.msg);
     if (f) {
         T_EQ_INT(f->n, 2, "reference style content");
         T_EQ_STR(f->tensors[0].name, "a", "reference style content");
@@ -218,7 +218,7 @@ int main(void) {
 
     /* The reference implementation's file. */
     fs_write_atomic(path, HF_FILE, sizeof HF_FILE, &err);
-    T_CHECK(safetensors_open(path, &f, &err) == 0, "reference file: %s", err.msg);
+    T_EQ_INT(safetensors_open(path, &f, &err), 0, "reference file: %s", err.msg);
     if (f) {
         float m[12], z[3], a[4], sc;
         const safetensors_tensor *ti = safetensors_find(f, "i.i64"),
@@ -302,11 +302,11 @@ int main(void) {
     int64_t n16 = 65536;
     wr = safetensors_writer_new();
     safetensors_add(wr, "h", ST_F16, 1, &n16, all16);
-    T_CHECK(safetensors_write(wr, path, &err) == 0, "write f16: %s", err.msg);
+    T_EQ_INT(safetensors_write(wr, path, &err), 0, "write f16: %s", err.msg);
     safetensors_writer_free(wr);
-    T_CHECK(safetensors_open(path, &f, &err) == 0, "open f16: %s", err.msg);
+    T_EQ_INT(safetensors_open(path, &f, &err), 0, "open f16: %s", err.msg);
     if (f) {
-        T_CHECK(safetensors_read_f32(&f->tensors[0], all32, &err) == 0, "read f16: %s", err.msg);
+        T_EQ_INT(safetensors_read_f32(&f->tensors[0], all32, &err), 0, "read f16: %s", err.msg);
         uint32_t first_bad = 65536, got_bits = 0, want_bits = 0;
         for (uint32_t i = 0; i < 65536 && first_bad == 65536; i++) {
             _Float16 h;
@@ -318,8 +318,8 @@ int main(void) {
                 memcpy(&want_bits, &want, 4);
             }
         }
-        T_CHECK(first_bad == 65536, "f16 0x%04x reads as float bits 0x%08x, want 0x%08x", first_bad,
-                got_bits, want_bits);
+        T_EQ_INT(first_bad, 65536, "f16 0x%04x reads as float bits 0x%08x, want 0x%08x", first_bad,
+                 got_bits, want_bits);
         safetensors_close(f);
     }
     fs_rm_rf(dir, &err);

@@ -57,16 +57,16 @@ int main(void) {
     /* A file with pseudo-random bytes vs sha256sum. */
     char path[] = "/tmp/kf_test_sha256_XXXXXX";
     int fd = mkstemp(path);
-    T_CHECK(fd >= 0, "mkstemp");
+    T_REQUIRE(fd >= 0, "mkstemp");
     uint32_t x = 12345;
     for (size_t i = 0; i < 300000; i++) {
         x = x * 1664525u + 1013904223u;
         a[i] = (char)(x >> 24);
     }
-    T_CHECK(write(fd, a, 300000) == 300000, "write");
+    T_EQ_INT(write(fd, a, 300000), 300000, "write");
     close(fd);
     kf_err err = {{0}};
-    T_CHECK(sha256_file_hex(path, hex, &err) == 0, "sha256_file_hex: %s", err.msg);
+    T_EQ_INT(sha256_file_hex(path, hex, &err), 0, "sha256_file_hex: %s", err.msg);
     char cmd[256], want[65] = {0};
     snprintf(cmd, sizeof cmd, "sha256sum %s", path);
     FILE *p = popen(cmd, "r");

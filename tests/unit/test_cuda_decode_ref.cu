@@ -1,5 +1,5 @@
 /* tests/unit/test_cuda_decode_ref.cu — attn_decode against the kernels it
- * replaced (commit 16dac89: one block per query and key part, which read a
+ * replaced (one block per query and key part, which read a
  * sample's cache once per query), kept here alone as the reference: the
  * kernel that reads each cache row once for all Q queries of a part must give
  * bitwise their outputs, across query counts, head sizes, cache lengths that
@@ -16,7 +16,7 @@
 
 __device__ __forceinline__ float ref_ld(const float *p, int lowp) { return cu_lowp(*p, lowp); }
 
-/* ---- the reference: 16dac89's kernels, unchanged but for their names ---- */
+/* ---- the reference: the replaced kernels, unchanged but for their names ---- */
 
 /* Query i's visible rows T, or -1 when the length exceeds the bound. */
 __device__ __forceinline__ int64_t ref_rows(const int32_t *len, int64_t bound, int64_t i) {

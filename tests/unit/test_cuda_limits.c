@@ -45,11 +45,11 @@ static void decode_many_samples(kf_backend *cpu, kf_backend *gpu) {
         if (memcmp(&out[0][i], &out[1][i], sizeof(float))) bad++, first = first < 0 ? i : first;
     printf("attn_decode, %lld samples: %lld of %lld outputs differ from the cpu\n", (long long)B,
            (long long)bad, (long long)(B * H));
-    T_CHECK(bad == 0,
-            "attn_decode, %lld samples: got %lld outputs unlike the cpu's (first %lld: "
-            "%.9g vs %.9g), want 0",
-            (long long)B, (long long)bad, (long long)first, first < 0 ? 0.0 : out[1][first],
-            first < 0 ? 0.0 : out[0][first]);
+    T_EQ_INT(bad, 0,
+             "attn_decode, %lld samples: got %lld outputs unlike the cpu's (first %lld: "
+             "%.9g vs %.9g), want 0",
+             (long long)B, (long long)bad, (long long)first, first < 0 ? 0.0 : out[1][first],
+             first < 0 ? 0.0 : out[0][first]);
     free(h), free(out[0]), free(out[1]);
 }
 
@@ -58,7 +58,7 @@ static void decode_many_samples(kf_backend *cpu, kf_backend *gpu) {
  * stderr in out. */
 static int in_child(void (*body)(kf_backend *), char *out, size_t cap) {
     int fd[2];
-    T_CHECK(pipe(fd) == 0, "pipe");
+    T_REQUIRE(pipe(fd) == 0, "pipe");
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {

@@ -144,9 +144,9 @@ static void check_representable(const char *what, const buf2 *x, int64_t from, i
             bad++;
         }
     }
-    T_CHECK(bad == 0, "%s: got %lld values not representable in %s (first at %lld: %.9g), want 0",
-            what, (long long)bad, kernels_precision_name(prec), (long long)first,
-            first >= 0 ? g[first] : 0.0f);
+    T_EQ_INT(bad, 0, "%s: got %lld values not representable in %s (first at %lld: %.9g), want 0",
+             what, (long long)bad, kernels_precision_name(prec), (long long)first,
+             first >= 0 ? g[first] : 0.0f);
     free(g);
 }
 
@@ -300,11 +300,11 @@ static void test_matmul_tc_invariance(kf_precision prec) {
         for (int i = 0; i < 5; i++) {
             float *part = inv_rows(a, bh, c0, ms[i], N, K, ta, tb);
             int64_t bad = n_differ(part, all, ms[i] * N);
-            T_CHECK(bad == 0,
-                    "batch-invariant matmul %s ta=%d tb=%d: got %lld of %lld elements of %lld "
-                    "rows alone differing from a batch of %lld rows, want 0",
-                    pn, ta, tb, (long long)bad, (long long)(ms[i] * N), (long long)ms[i],
-                    (long long)R);
+            T_EQ_INT(bad, 0,
+                     "batch-invariant matmul %s ta=%d tb=%d: got %lld of %lld elements of %lld "
+                     "rows alone differing from a batch of %lld rows, want 0",
+                     pn, ta, tb, (long long)bad, (long long)(ms[i] * N), (long long)ms[i],
+                     (long long)R);
             free(part);
         }
         free(all);
@@ -328,10 +328,10 @@ static void test_matmul_tc_invariance(kf_precision prec) {
     for (int64_t z = 0; z < nb; z++) {
         float *one = inv_rows(ab + z * R * K, bh, hc + z * scs, 5, N, K, 0, 1);
         int64_t bad = n_differ(got + z * scs, one, 5 * N);
-        T_CHECK(bad == 0,
-                "batch-invariant matmul_batched %s: matrix %lld of %lld: got %lld elements of "
-                "its first 5 rows differing from the product alone, want 0",
-                pn, (long long)z, (long long)nb, (long long)bad);
+        T_EQ_INT(bad, 0,
+                 "batch-invariant matmul_batched %s: matrix %lld of %lld: got %lld elements of "
+                 "its first 5 rows differing from the product alone, want 0",
+                 pn, (long long)z, (long long)nb, (long long)bad);
         free(one);
     }
     printf("  batch-invariant matmul %s digest %016llx\n", pn, (unsigned long long)h);
@@ -431,10 +431,10 @@ static void gemm_paths(kf_backend *x, kf_backend *ref, const int64_t want[3], in
                "KF_CUDA_TC=0's\n",
                what, step[i], (long long)bad, (long long)(M * N));
         if (emulated() || !tc)
-            T_CHECK(bad == 0,
-                    "batch-invariant matmul %s, %s: got %lld elements differing from "
-                    "KF_CUDA_TC=0's, want 0",
-                    what, step[i], (long long)bad);
+            T_EQ_INT(bad, 0,
+                     "batch-invariant matmul %s, %s: got %lld elements differing from "
+                     "KF_CUDA_TC=0's, want 0",
+                     what, step[i], (long long)bad);
         free(c[0][i]), free(c[1][i]);
     }
     free(ha), free(hb);
@@ -459,11 +459,11 @@ static void check_gpu_same(const char *what, const buf2 *x, const buf2 *y, int64
             if (first < 0) first = i;
             bad++;
         }
-    T_CHECK(bad == 0,
-            "%s: got %lld elements differing from the separate ops (first at %lld: %.9g "
-            "vs %.9g), want 0",
-            what, (long long)bad, (long long)first, first >= 0 ? a[first] : 0.0f,
-            first >= 0 ? c[first] : 0.0f);
+    T_EQ_INT(bad, 0,
+             "%s: got %lld elements differing from the separate ops (first at %lld: %.9g "
+             "vs %.9g), want 0",
+             what, (long long)bad, (long long)first, first >= 0 ? a[first] : 0.0f,
+             first >= 0 ? c[first] : 0.0f);
     free(a), free(c);
 }
 
@@ -589,11 +589,11 @@ static void check_copy16(const char *what, const buf2 *c, int side, const buf2 *
             if (first < 0) first = i;
             bad++;
         }
-    T_CHECK(bad == 0,
-            "%s: got %lld values differing from the rounded fp32 output (first at %lld: "
-            "0x%04x, want 0x%04x), want 0",
-            what, (long long)bad, (long long)first, first >= 0 ? got[first] : 0,
-            first >= 0 ? want[first] : 0);
+    T_EQ_INT(bad, 0,
+             "%s: got %lld values differing from the rounded fp32 output (first at %lld: "
+             "0x%04x, want 0x%04x), want 0",
+             what, (long long)bad, (long long)first, first >= 0 ? got[first] : 0,
+             first >= 0 ? want[first] : 0);
     printf("  %-44s %s\n", what, bad ? "DIFFERENT" : "identical");
     free(xf), free(want), free(got);
 }
@@ -847,8 +847,8 @@ static void check_dev_same(kf_backend *g, const char *who, const char *what, con
     g->download(g, ha, a, (size_t)n * 4);
     g->download(g, hb, b, (size_t)n * 4);
     int64_t bad = n_differ(ha, hb, n);
-    T_CHECK(bad == 0, "%s: %s: got %lld of %lld elements differing, want 0", who, what,
-            (long long)bad, (long long)n);
+    T_EQ_INT(bad, 0, "%s: %s: got %lld of %lld elements differing, want 0", who, what,
+             (long long)bad, (long long)n);
     free(ha), free(hb);
 }
 
@@ -1060,17 +1060,17 @@ static void attn_copies16(const char *name, const kf_mask *m, int64_t B, int64_t
             bad += c16[i] != want[i], bad_b += c16b[i] != want[i];
     }
     printf("  %-44s %lld, %lld of out16 differ\n", w, (long long)bad, (long long)bad_b);
-    T_CHECK(bad == 0, "%s: got %lld values of out16 differing from out rounded, want 0", w,
-            (long long)bad);
-    T_CHECK(bad_b == 0, "%s (without out): got %lld values differing, want 0", w, (long long)bad_b);
+    T_EQ_INT(bad, 0, "%s: got %lld values of out16 differing from out rounded, want 0", w,
+             (long long)bad);
+    T_EQ_INT(bad_b, 0, "%s (without out): got %lld values differing, want 0", w, (long long)bad_b);
     float *a = down(&o1, 1);
     int64_t badf = 0;
     for (int64_t b = 0; b < B; b++) {
         int64_t r0 = (b * L + m->q_start) * H;
         badf += memcmp(a + r0, f + r0, (size_t)nq * 4) != 0;
     }
-    T_CHECK(badf == 0, "%s: out of qkv16 differs from out of qkv in %lld samples, want 0", w,
-            (long long)badf);
+    T_EQ_INT(badf, 0, "%s: out of qkv16 differs from out of qkv in %lld samples, want 0", w,
+             (long long)badf);
     check_gpu_same(w, &l1, &l2, B * nh * L);
     free(a), free(f), free(c16), free(c16b);
     /* the backward on the copies, out16 the forward's */
@@ -1251,10 +1251,10 @@ static void test_attention(void) {
 static void check_alone(const char *what, const char *name, int64_t s, const float *got,
                         const float *want, int64_t n) {
     int64_t bad = n_differ(got, want, n);
-    T_CHECK(bad == 0,
-            "batch-invariant attn %s %s: sample %lld alone: got %lld of %lld values differing "
-            "from inside the batch, want 0",
-            name, what, (long long)s, (long long)bad, (long long)n);
+    T_EQ_INT(bad, 0,
+             "batch-invariant attn %s %s: sample %lld alone: got %lld of %lld values differing "
+             "from inside the batch, want 0",
+             name, what, (long long)s, (long long)bad, (long long)n);
 }
 
 /* The 16-bit attention in batch-invariant mode (the teacher's passes) on the
@@ -1600,9 +1600,9 @@ static void test_linear_fused(kf_precision prec) {
         g->set_precision(g, KF_PREC_FP32);
     }
     if (emulated())
-        T_CHECK(n_differ(row[1], row[0], R * out) == 0,
-                "fused %s: linear_act tc vs simt: got %lld of %lld elements differing, want 0", pn,
-                (long long)n_differ(row[1], row[0], R * out), (long long)(R * out));
+        T_EQ_INT(n_differ(row[1], row[0], R * out), 0,
+                 "fused %s: linear_act tc vs simt: got %lld of %lld elements differing, want 0", pn,
+                 (long long)n_differ(row[1], row[0], R * out), (long long)(R * out));
     free(row[0]), free(row[1]);
     buf2 *all[] = {&f.x,    &f.x16,    &f.w,   &f.w16, &f.bias, &f.dy,   &f.dy16,
                    &f.xpre, &f.y,      &f.y16, &f.pre, &f.yr,   &f.prer, &f.y0,
@@ -1671,21 +1671,21 @@ static void test_attn_decode_len(void) {
         be[1]->attn_decode(be[1], PF1(out), PF1(q), qs, PF1(kc), PF1(vc), B, cap, P, NULL, Q, nh,
                            D);
         int64_t d = dev_differ(&out, dev, n);
-        T_CHECK(d == 0, "%s: got %lld of %lld values unlike the host length's, want 0", w,
-                (long long)d, (long long)n);
+        T_EQ_INT(d, 0, "%s: got %lld of %lld values unlike the host length's, want 0", w,
+                 (long long)d, (long long)n);
         /* sample 1 alone: its q rows, its cache */
         be[1]->attn_decode(be[1], PF1(out), PF1(q) + Q * qs, qs, PF1(kc) + cap * H,
                            PF1(vc) + cap * H, 1, cap, bound, PI1(len), Q, nh, D);
         d = dev_differ(&out, dev + Q * H, Q * H);
-        T_CHECK(d == 0, "%s: sample 1 alone: got %lld of %lld values unlike the batch's, want 0", w,
-                (long long)d, (long long)(Q * H));
+        T_EQ_INT(d, 0, "%s: sample 1 alone: got %lld of %lld values unlike the batch's, want 0", w,
+                 (long long)d, (long long)(Q * H));
         if (graph && graph_bucket == bound) { /* recorded at an earlier length */
             be[1]->graph_launch(be[1], graph);
             d = dev_differ(&out, dev, n);
-            T_CHECK(d == 0,
-                    "%s: graph recorded at a shorter length: got %lld of %lld values unlike the "
-                    "direct call's, want 0",
-                    w, (long long)d, (long long)n);
+            T_EQ_INT(d, 0,
+                     "%s: graph recorded at a shorter length: got %lld of %lld values unlike the "
+                     "direct call's, want 0",
+                     w, (long long)d, (long long)n);
         } else {
             be[1]->graph_free(be[1], graph);
             be[1]->graph_begin(be[1]);
@@ -1706,8 +1706,8 @@ static void test_attn_decode_len(void) {
     int64_t nan = 0;
     for (int64_t i = 0; i < n; i++) nan += isnan(g[i]);
     free(g);
-    T_CHECK(nan == n, "attn_decode len 9 past the bound 8: got %lld NaN of %lld, want all",
-            (long long)nan, (long long)n);
+    T_EQ_INT(nan, n, "attn_decode len 9 past the bound 8: got %lld NaN of %lld, want all",
+             (long long)nan, (long long)n);
     be[1]->graph_free(be[1], graph);
     drop(&q), drop(&kc), drop(&vc), drop(&out), drop(&len);
 }
@@ -1778,12 +1778,12 @@ static void test_rows16(void) {
             gbad += memcmp(gg + i * 2 * DIM, h + idx[i] * 2 * DIM, 2 * DIM * 2) != 0;
             sbad += memcmp(ss + idx[i] * 2 * DIM, h + i * 2 * DIM, 2 * DIM * 2) != 0;
         }
-        T_CHECK(gbad == 0,
-                "gather_rows of 16-bit rows on side %d: %d of %d rows not bitwise, want 0", side,
-                gbad, N);
-        T_CHECK(sbad == 0,
-                "scatter_rows of 16-bit rows on side %d: %d of %d rows not bitwise, want 0", side,
-                sbad, N);
+        T_EQ_INT(gbad, 0,
+                 "gather_rows of 16-bit rows on side %d: %d of %d rows not bitwise, want 0", side,
+                 gbad, N);
+        T_EQ_INT(sbad, 0,
+                 "scatter_rows of 16-bit rows on side %d: %d of %d rows not bitwise, want 0", side,
+                 sbad, N);
         free(gg), free(ss);
     }
     drop(&src), drop(&bidx), drop(&g), drop(&sc);
@@ -1975,11 +1975,11 @@ static void test_logits(void) {
                 if (hi_h[t] != lo_h[t + 1]) gaps++, first = first < 0 ? t : first;
             printf("  %-44s %lld bin edges differ\n",
                    side ? "icdf_bin tiling (cuda)" : "icdf_bin tiling (cpu)", (long long)gaps);
-            T_CHECK(gaps == 0,
-                    "icdf_bin tiling (%s): got %lld bins whose hi != the next lo (first at "
-                    "t = %lld: %.17g vs %.17g), want 0",
-                    side ? "cuda" : "cpu", (long long)gaps, (long long)first,
-                    first < 0 ? 0.0 : hi_h[first], first < 0 ? 0.0 : lo_h[first + 1]);
+            T_EQ_INT(gaps, 0,
+                     "icdf_bin tiling (%s): got %lld bins whose hi != the next lo (first at "
+                     "t = %lld: %.17g vs %.17g), want 0",
+                     side ? "cuda" : "cpu", (long long)gaps, (long long)first,
+                     first < 0 ? 0.0 : hi_h[first], first < 0 ? 0.0 : lo_h[first + 1]);
             free(lo_h), free(hi_h);
         }
         free(h1), free(hb), free(tb), free(taub);
@@ -2069,9 +2069,9 @@ static void test_head_contract(void) {
     for (int64_t v = 0; v < V; v++) diff += memcmp(&lb[v], &l1[v], sizeof(float)) != 0;
     printf("  %-44s %lld of %lld logits differ\n", "head_fwd row alone vs in a batch",
            (long long)diff, (long long)V);
-    T_CHECK(diff == 0,
-            "head_fwd: got %lld logits of row 0 that differ alone vs in a batch of %lld, want 0",
-            (long long)diff, (long long)rows);
+    T_EQ_INT(diff, 0,
+             "head_fwd: got %lld logits of row 0 that differ alone vs in a batch of %lld, want 0",
+             (long long)diff, (long long)rows);
     free(lb), free(l1);
     BOTH(BE->head_free(BE, hd[side_]));
     drop(&w), drop(&x), drop(&logits), drop(&one);
@@ -2108,8 +2108,8 @@ static void test_optim(void) {
     h[5] = INFINITY, h[77777] = NAN, h[n - 1] = -INFINITY;
     BOTH(BE->upload(BE, P(x), h, x.bytes));
     free(h);
-    T_CHECK(be[1]->count_nonfinite(be[1], x.p[1], n) == 3, "count_nonfinite: want 3");
-    T_CHECK(be[0]->count_nonfinite(be[0], x.p[0], n) == 3, "count_nonfinite (cpu): want 3");
+    T_EQ_INT(be[1]->count_nonfinite(be[1], x.p[1], n), 3, "count_nonfinite: want 3");
+    T_EQ_INT(be[0]->count_nonfinite(be[0], x.p[0], n), 3, "count_nonfinite (cpu): want 3");
 
     int64_t np = 100003;
     buf2 p = mk_rand(np, 1), g = mk_rand(np, 1), m = mk_rand(np, 0.1f), e = mk_rand(np, 1);

@@ -1,6 +1,6 @@
 /* tests/unit/test_cuda_train.c — whole training steps on the CUDA backend
  * against the CPU reference, for each stage kind, and the batch invariance of
- * teacher targets on the GPU (issue 7 items 3 and 4).
+ * teacher targets on the GPU.
  *
  * For each kind (ar, distill_ar from an AR teacher, self_forcing from a
  * PFLM(1) teacher to PFLM(2); ar and self_forcing also with the GPT-2
@@ -309,7 +309,7 @@ static void save_load_continue(void) {
     size_t bytes = 0;
     float *final[2];
     char dir[] = "/tmp/kf_cuda_ckpt_XXXXXX";
-    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     char pw[256], pm[256], pv[256];
     snprintf(pw, sizeof pw, "%s/model.safetensors", dir);
     snprintf(pm, sizeof pm, "%s/adam_m.safetensors", dir);
@@ -323,9 +323,9 @@ static void save_load_continue(void) {
         int64_t step = 1;
         for (; step <= 2; step++) ar_step(m, ws, &sb, mom, vel, step);
         if (run == 1) { /* stop here: checkpoint, drop everything, reload */
-            T_CHECK(model_save(m, pw, NULL, &err) == 0, "save: %s", err.msg);
-            T_CHECK(model_save(m, pm, mom, &err) == 0, "save m: %s", err.msg);
-            T_CHECK(model_save(m, pv, vel, &err) == 0, "save v: %s", err.msg);
+            T_EQ_INT(model_save(m, pw, NULL, &err), 0, "save: %s", err.msg);
+            T_EQ_INT(model_save(m, pm, mom, &err), 0, "save m: %s", err.msg);
+            T_EQ_INT(model_save(m, pv, vel, &err), 0, "save v: %s", err.msg);
             model_ws_free(ws);
             b->free(b, mom), b->free(b, vel);
             model_free(m);
@@ -333,8 +333,8 @@ static void save_load_continue(void) {
             T_CHECK(m != NULL, "load: %s", err.msg);
             if (!m) return;
             mom = b->alloc(b, bytes), vel = b->alloc(b, bytes);
-            T_CHECK(model_load_into(m, pm, mom, &err) == 0, "load m: %s", err.msg);
-            T_CHECK(model_load_into(m, pv, vel, &err) == 0, "load v: %s", err.msg);
+            T_EQ_INT(model_load_into(m, pm, mom, &err), 0, "load m: %s", err.msg);
+            T_EQ_INT(model_load_into(m, pv, vel, &err), 0, "load v: %s", err.msg);
             ws = model_ws_create(m);
         }
         ar_step(m, ws, &sb, mom, vel, step);
@@ -419,18 +419,18 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
            "optimizer %lld\n",
            name, (long long)n[0], (long long)n[1], (long long)n[2], (long long)n[3],
            (long long)n[4]);
-    T_CHECK(n[0] == 0,
-            "%s: two teacher passes: got %lld host waits, want 0 (their picks feed the next pass "
-            "and the student's targets on the device)",
-            name, (long long)n[0]);
-    T_CHECK(n[1] == 0, "%s: forward: got %lld host waits, want 0", name, (long long)n[1]);
-    T_CHECK(n[2] == 0, "%s: loss: got %lld host waits, want 0 (the sum stays on the device)", name,
-            (long long)n[2]);
-    T_CHECK(n[3] == 0, "%s: backward: got %lld host waits, want 0", name, (long long)n[3]);
-    T_CHECK(n[4] == 0,
-            "%s: optimizer (gradient check, AdamW, EMA): got %lld host waits, want 0 (the "
-            "decision stays on the device)",
-            name, (long long)n[4]);
+    T_EQ_INT(n[0], 0,
+             "%s: two teacher passes: got %lld host waits, want 0 (their picks feed the next pass "
+             "and the student's targets on the device)",
+             name, (long long)n[0]);
+    T_EQ_INT(n[1], 0, "%s: forward: got %lld host waits, want 0", name, (long long)n[1]);
+    T_EQ_INT(n[2], 0, "%s: loss: got %lld host waits, want 0 (the sum stays on the device)", name,
+             (long long)n[2]);
+    T_EQ_INT(n[3], 0, "%s: backward: got %lld host waits, want 0", name, (long long)n[3]);
+    T_EQ_INT(n[4], 0,
+             "%s: optimizer (gradient check, AdamW, EMA): got %lld host waits, want 0 (the "
+             "decision stays on the device)",
+             name, (long long)n[4]);
     b->free(b, mom), b->free(b, vel), b->free(b, ema), b->free(b, sum_d), b->free(b, ctl);
     model_ws_free(ws);
     model_free(m);
@@ -612,8 +612,8 @@ static void padded_pass_graph(void) {
         T_CHECK(!memcmp(&sum[0], &sum[1], sizeof(double)),
                 "padded pass %d (%s): loss sum %.17g, without graphs %.17g", it, how, sum[0],
                 sum[1]);
-        T_CHECK(differ == 0, "padded pass %d (%s): %lld of %lld gradients differ from no graphs",
-                it, how, (long long)differ, (long long)m[0]->n_params);
+        T_EQ_INT(differ, 0, "padded pass %d (%s): %lld of %lld gradients differ from no graphs", it,
+                 how, (long long)differ, (long long)m[0]->n_params);
         free(tg);
     }
     T_EQ_INT(graph_launches(be[1]) - l0, 3, "padded passes: graph launches (graph_end's and 2)");
@@ -676,7 +676,7 @@ int main(void) {
     teacher_prec = KF_PREC_FP32;
     batch_invariance("distill_ar k=1", SUP_DISTILL_AR, 1, &ar, KF_PREC_FP32);
     batch_invariance("self_forcing 1->2", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP32);
-    /* a 16-bit teacher (issue 18's teacher_precision) stays batch-invariant */
+    /* a 16-bit teacher (teacher_precision) stays batch-invariant */
     batch_invariance("distill_ar k=1, bf16 teacher", SUP_DISTILL_AR, 1, &ar, KF_PREC_BF16);
     batch_invariance("self_forcing 1->2, fp16 teacher", SUP_SELF_FORCING, 2, &pf1, KF_PREC_FP16);
     /* ... with its attention on the tensor cores (head_dim 64) */

@@ -39,14 +39,14 @@ static char *edit(const char *from, const char *to) {
 
 static void test_diff(void) {
     char what[512];
-    T_CHECK(rundir_config_diff(base, base, what, sizeof what) == 0, "same config: no change (%s)",
-            what);
+    T_EQ_INT(rundir_config_diff(base, base, what, sizeof what), 0, "same config: no change (%s)",
+             what);
     char *c = edit("time_limit: \"00:10:00\"", "time_limit: \"00:20:00\"");
-    T_CHECK(rundir_config_diff(base, c, what, sizeof what) == 1, "time limit: compatible");
+    T_EQ_INT(rundir_config_diff(base, c, what, sizeof what), 1, "time limit: compatible");
     T_CHECK(!strcmp(what, "resources.time_limit: 00:10:00 -> 00:20:00"), "named: %s", what);
     free(c);
     c = edit("hidden: 32", "hidden: 64");
-    T_CHECK(rundir_config_diff(base, c, what, sizeof what) == 2, "model change: incompatible");
+    T_EQ_INT(rundir_config_diff(base, c, what, sizeof what), 2, "model change: incompatible");
     T_CHECK(!strcmp(what, "model.hidden: 32 -> 64"), "named: %s", what);
     free(c);
     /* an incompatible change is reported even after a compatible one */
@@ -55,15 +55,15 @@ static void test_diff(void) {
     strcpy(c2, c);
     char *t = strstr(c2, "00:10:00");
     memcpy(t, "00:30:00", 8);
-    T_CHECK(rundir_config_diff(base, c2, what, sizeof what) == 2, "steps + time: incompatible");
+    T_EQ_INT(rundir_config_diff(base, c2, what, sizeof what), 2, "steps + time: incompatible");
     T_CHECK(!strcmp(what, "stages[0].steps: 4 -> 5"), "named: %s", what);
     free(c), free(c2);
     c = edit("name: t\n", "name: t\nshards: {x: {out: D}}\n");
-    T_CHECK(rundir_config_diff(base, c, what, sizeof what) == 2, "added section: incompatible");
+    T_EQ_INT(rundir_config_diff(base, c, what, sizeof what), 2, "added section: incompatible");
     T_CHECK(!strcmp(what, "shards: (absent) -> {1 keys}"), "named: %s", what);
     free(c);
     c = edit("  - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 4}\n", "");
-    T_CHECK(rundir_config_diff(base, c, what, sizeof what) == 2, "removed stage: incompatible");
+    T_EQ_INT(rundir_config_diff(base, c, what, sizeof what), 2, "removed stage: incompatible");
     T_CHECK(!strcmp(what, "stages: [2 items] -> [1 items]"), "named: %s", what);
     free(c);
 }
@@ -75,9 +75,9 @@ static void test_freeze(const char *dir) {
     snprintf(run, sizeof run, "%s/run", dir);
     put(cfg, base);
     runconfig *rc, *back;
-    T_CHECK(runconfig_load(cfg, 0, NULL, &rc, &err) == 0, "load: %s", err.msg);
-    T_CHECK(rundir_freeze(run, rc, &err) == 0, "freeze: %s", err.msg);
-    T_CHECK(rundir_load(run, 0, NULL, &back, &err) == 0, "load frozen: %s", err.msg);
+    T_EQ_INT(runconfig_load(cfg, 0, NULL, &rc, &err), 0, "load: %s", err.msg);
+    T_EQ_INT(rundir_freeze(run, rc, &err), 0, "freeze: %s", err.msg);
+    T_EQ_INT(rundir_load(run, 0, NULL, &back, &err), 0, "load frozen: %s", err.msg);
     T_EQ_STR(back->hash, rc->hash, "frozen = original");
     T_EQ_STR(back->canonical, rc->canonical, "frozen = original");
     runconfig_free(back);
@@ -88,7 +88,7 @@ static void test_freeze(const char *dir) {
     snprintf(p, sizeof p, "%s/run.yaml", run);
     char *text;
     size_t len;
-    T_CHECK(fs_read_file(p, &text, &len, &err) == 0, "read run.yaml");
+    T_EQ_INT(fs_read_file(p, &text, &len, &err), 0, "read run.yaml");
     char *s = strstr(text, "steps: 4");
     s[7] = '9';
     put(p, text);
@@ -102,7 +102,7 @@ static void test_freeze(const char *dir) {
              err.msg);
     T_CHECK(strstr(err.msg, "not a frozen run config"), "run.yaml without hash refused: %s",
             err.msg);
-    T_CHECK(rundir_freeze(run, rc, &err) == 0, "refreeze: %s", err.msg);
+    T_EQ_INT(rundir_freeze(run, rc, &err), 0, "refreeze: %s", err.msg);
     runconfig_free(rc);
 }
 
@@ -110,20 +110,20 @@ static void test_jobs(const char *dir) {
     kf_err err;
     char run[4096], p[4200];
     snprintf(run, sizeof run, "%s/jobs", dir);
-    T_CHECK(fs_mkdir_p(run, &err) == 0, "mkdir");
+    T_REQUIRE(fs_mkdir_p(run, &err) == 0, "mkdir");
     rundir_job *j;
-    T_CHECK(rundir_jobs_read(run, &j, &err) == 0, "no jobs.tsv: empty list");
+    T_EQ_INT(rundir_jobs_read(run, &j, &err), 0, "no jobs.tsv: empty list");
     T_EQ_INT(rundir_jobs_add(run, "ar", "11", &err), 0, "add: %s", err.msg);
     T_EQ_INT(rundir_jobs_add(run, "k1", "12", &err), 0, "add: %s", err.msg);
     T_EQ_INT(rundir_jobs_add(run, "ar", "15", &err), 0, "add: %s", err.msg);
     int n = rundir_jobs_read(run, &j, &err);
-    T_CHECK(n == 3, "3 jobs, got %d (%s)", n, err.msg);
+    T_EQ_INT(n, 3, "3 jobs, got %d (%s)", n, err.msg);
     const rundir_job *cur = rundir_jobs_current(j, n, "ar");
     T_CHECK(cur, "current job of ar is the last one");
     if (cur) {
         T_EQ_STR(cur->id, "15", "current job of ar is the last one");
     }
-    T_CHECK(rundir_jobs_current(j, n, "k2") == NULL, "no job for k2");
+    T_EQ_INT(rundir_jobs_current(j, n, "k2"), NULL, "no job for k2");
     free(j);
     snprintf(p, sizeof p, "%s/jobs.tsv", run);
     put(p, "# kf jobs v1\nar 11\n");
@@ -149,7 +149,7 @@ static void test_state(const char *dir) {
     snprintf(cfg, sizeof cfg, "%s/cfg.yaml", dir);
     snprintf(run, sizeof run, "%s/run", dir);
     runconfig *rc;
-    T_CHECK(runconfig_load(cfg, 0, NULL, &rc, &err) == 0, "load: %s", err.msg);
+    T_EQ_INT(runconfig_load(cfg, 0, NULL, &rc, &err), 0, "load: %s", err.msg);
     rundir_state st;
     rundir_stage_state(run, rc, "ar", &st);
     T_CHECK(!st.complete, "nothing yet");

@@ -186,7 +186,7 @@ static void check_gemm_exact(kf_backend *be) {
                 free(want);
             }
     }
-    T_CHECK(kernels_cpu_set_isa(native) == 0, "cannot return to the native level %s", native);
+    T_EQ_INT(kernels_cpu_set_isa(native), 0, "cannot return to the native level %s", native);
     T_CHECK(n_levels >= 2,
             "gemm checked at %d SIMD levels, want at least base and one vector level", n_levels);
     printf("  gemm fma-chain contract checked at %d SIMD levels (native %s)\n", n_levels, native);
@@ -260,7 +260,7 @@ static void check_bf16_known(kf_backend *be) {
     for (int i = 0; i < 6; i++) {
         uint32_t got;
         memcpy(&got, &x[i], 4);
-        T_CHECK(got == want[i], "round_lowp bf16 [%d]: got 0x%08x, want 0x%08x", i, got, want[i]);
+        T_EQ_INT(got, want[i], "round_lowp bf16 [%d]: got 0x%08x, want 0x%08x", i, got, want[i]);
         T_CHECK(tu_bf16(x[i]) == x[i], "tu_bf16 does not fix the bf16 value 0x%08x", want[i]);
     }
 }
@@ -584,10 +584,10 @@ static void check_attn_copies16(kf_backend *be) {
                     bad += o16[i] != want[i];
                     bad_b += o16b[i] != want[i];
                 }
-            T_CHECK(bad == 0, "attn_fwd %s %s: %lld values of out16 are not out rounded", pn,
-                    mname[mi], (long long)bad);
-            T_CHECK(bad_b == 0, "attn_fwd %s %s: out16 without out: %lld values differ", pn,
-                    mname[mi], (long long)bad_b);
+            T_EQ_INT(bad, 0, "attn_fwd %s %s: %lld values of out16 are not out rounded", pn,
+                     mname[mi], (long long)bad);
+            T_EQ_INT(bad_b, 0, "attn_fwd %s %s: out16 without out: %lld values differ", pn,
+                     mname[mi], (long long)bad_b);
             uint16_t *d16 = tu_to16(dout, no, (kf_precision)prec);
             uint16_t *gc = kf_malloc(n * 2), *gcb = kf_malloc(n * 2);
             be->attn_bwd(be, g1, NULL, NULL, lse2, NULL, m, B, nh, D, d16, want, q16, gc);
@@ -726,8 +726,8 @@ static void rows16_check(kf_backend *be) {
         gbad += memcmp(g + i * 2 * DIM, h + idx[i] * 2 * DIM, 2 * DIM * 2) != 0;
         sbad += memcmp(sc + idx[i] * 2 * DIM, h + i * 2 * DIM, 2 * DIM * 2) != 0;
     }
-    T_CHECK(gbad == 0, "gather_rows of 16-bit rows: %d of %d rows not bitwise, want 0", gbad, N);
-    T_CHECK(sbad == 0, "scatter_rows of 16-bit rows: %d of %d rows not bitwise, want 0", sbad, N);
+    T_EQ_INT(gbad, 0, "gather_rows of 16-bit rows: %d of %d rows not bitwise, want 0", gbad, N);
+    T_EQ_INT(sbad, 0, "scatter_rows of 16-bit rows: %d of %d rows not bitwise, want 0", sbad, N);
 }
 
 static void check_pointwise(kf_backend *be) {
@@ -927,11 +927,11 @@ static void check_reductions(kf_backend *be) {
     for (int64_t i = 0; i < n; i++) s += x[i], ss += (double)x[i] * x[i];
     T_CLOSE(be->sum(be, x, n), s, 1e-12, "sum");
     T_CLOSE(be->sumsq(be, x, n), ss, 1e-12, "sumsq");
-    T_CHECK(be->count_nonfinite(be, x, n) == 0, "count_nonfinite (finite)");
+    T_EQ_INT(be->count_nonfinite(be, x, n), 0, "count_nonfinite (finite)");
     x[7] = NAN;
     x[5000] = INFINITY;
     x[n - 1] = -INFINITY;
-    T_CHECK(be->count_nonfinite(be, x, n) == 3, "count_nonfinite (3 non-finite)");
+    T_EQ_INT(be->count_nonfinite(be, x, n), 3, "count_nonfinite (3 non-finite)");
     T_CHECK(be->sum(be, x, 0) == 0.0, "sum of nothing");
     free(x);
 }
@@ -952,7 +952,7 @@ static void check_optim(kf_backend *be) {
     T_CLOSE(p[0], 0.8544664287, 1e-6, "adamw step 2 param");
     T_CLOSE(m[0], 0.04, 1e-6, "adamw step 2 m");
     T_CLOSE(v[0], 0.001249, 1e-6, "adamw step 2 v");
-    T_CHECK(p[0] == p[1], "adamw elements independent");
+    T_NEAR(p[0], p[1], 0, "adamw elements independent");
     float e[3] = {1.0f, 2.0f, -1.0f}, q[3] = {3.0f, 2.0f, 1.0f};
     be->ema(be, e, q, 3, 0.75f, NULL);
     T_NEAR(e[0], 1.5f, 0, "ema = decay*ema + (1-decay)*params");
@@ -1179,17 +1179,17 @@ static void check_create(void) {
     b->destroy(b);
 #ifndef KF_CUDA
     char msg[256] = "";
-    T_CHECK(kernels_cuda_create(0, msg, sizeof msg) == NULL,
-            "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
+    T_EQ_INT(kernels_cuda_create(0, msg, sizeof msg), NULL,
+             "kernels_cuda_create without CUDA says how to get it: \"%s\"", msg);
     T_CHECK(strstr(msg, "CUDA=1"), "kernels_cuda_create without CUDA says how to get it: \"%s\"",
             msg);
     kf_err err = {{0}};
-    T_CHECK(kernels_create("cuda", &err) == NULL,
-            "kernels_create(\"cuda\") without CUDA returns NULL");
+    T_EQ_INT(kernels_create("cuda", &err), NULL,
+             "kernels_create(\"cuda\") without CUDA returns NULL");
     T_CHECK(strstr(err.msg, "CUDA=1"), "kernels_create(\"cuda\") says why: \"%s\"", err.msg);
 #endif
     kf_err bad = {{0}};
-    T_CHECK(kernels_create("tpu", &bad) == NULL, "an unknown backend is refused");
+    T_EQ_INT(kernels_create("tpu", &bad), NULL, "an unknown backend is refused");
     T_CHECK(strstr(bad.msg, "\"tpu\""), "the error names it: \"%s\"", bad.msg);
 }
 

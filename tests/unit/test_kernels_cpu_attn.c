@@ -169,10 +169,10 @@ static void check_pairs(kf_backend *be) {
         int64_t p2 = kernels_cpu_attn_pairs(be);
         /* paper: N(N+1)/2 context + kN(N+1)/2 staircase + N k(k+1)/2 within groups */
         int64_t want = N * (N + 1) / 2 + k * N * (N + 1) / 2 + N * k * (k + 1) / 2;
-        T_CHECK(p1 - p0 == B * nh * want, "SingleForward k=%lld: fwd visited %lld pairs, want %lld",
-                (long long)k, (long long)(p1 - p0), (long long)(B * nh * want));
-        T_CHECK(p2 - p1 == B * nh * want, "SingleForward k=%lld: bwd visited %lld pairs, want %lld",
-                (long long)k, (long long)(p2 - p1), (long long)(B * nh * want));
+        T_EQ_INT(p1 - p0, B * nh * want, "SingleForward k=%lld: fwd visited %lld pairs, want %lld",
+                 (long long)k, (long long)(p1 - p0), (long long)(B * nh * want));
+        T_EQ_INT(p2 - p1, B * nh * want, "SingleForward k=%lld: bwd visited %lld pairs, want %lld",
+                 (long long)k, (long long)(p2 - p1), (long long)(B * nh * want));
         printf("  SingleForward k=%lld N=%lld: %lld pairs per head (dense mask: %lld)\n",
                (long long)k, (long long)N, (long long)want, (long long)(L * L));
         /* DoubleForward (group 2k, only the noise rows) and padded causal, by brute force */
@@ -190,9 +190,9 @@ static void check_pairs(kf_backend *be) {
             int64_t got = kernels_cpu_attn_pairs(be) - a, exp_ = 0;
             for (int64_t b = 0; b < B; b++)
                 exp_ += nh * ref_pairs(cases[c], cases[c]->valid_len ? vl[b] : N);
-            T_CHECK(got == exp_, "%s k=%lld: visited %lld pairs, structure has %lld",
-                    c ? "padded causal" : "DoubleForward", (long long)k, (long long)got,
-                    (long long)exp_);
+            T_EQ_INT(got, exp_, "%s k=%lld: visited %lld pairs, structure has %lld",
+                     c ? "padded causal" : "DoubleForward", (long long)k, (long long)got,
+                     (long long)exp_);
             free(q2);
             free(o2);
             free(l2);

@@ -146,12 +146,12 @@ static void check_levels(kf_backend *be) {
         T_CHECK(bad < 0, "level %s: logit %lld = %.9g, want %.9g (level %s)", levels[i],
                 (long long)bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad], levels[ref]);
         for (int64_t r = 0; r < rows; r++)
-            T_CHECK(gid[r] == wid[r], "level %s: row %lld id %d, want %d (level %s)", levels[i],
-                    (long long)r, gid[r], wid[r], levels[ref]);
+            T_EQ_INT(gid[r], wid[r], "level %s: row %lld id %d, want %d (level %s)", levels[i],
+                     (long long)r, gid[r], wid[r], levels[ref]);
         be->head_fwd(be, NULL, gid, x, hd, rows); /* ids alone: the screen where the level has it */
         for (int64_t r = 0; r < rows; r++)
-            T_CHECK(gid[r] == wid[r], "level %s, ids alone: row %lld id %d, want %d", levels[i],
-                    (long long)r, gid[r], wid[r]);
+            T_EQ_INT(gid[r], wid[r], "level %s, ids alone: row %lld id %d, want %d", levels[i],
+                     (long long)r, gid[r], wid[r]);
         be->head_free(be, hd);
     }
     T_CHECK(ref >= 0, "this CPU has no SIMD level with FMA: cross-level check not run");
@@ -205,8 +205,8 @@ int main(void) {
         int32_t id;
         void *hd = be->head_pack(be, l.W, l.bias, l.V, l.H, l.mask, MASK_VALUE);
         be->head_fwd(be, NULL, &id, x, hd, 1);
-        T_CHECK(id == 5, "int8 rounding reverses the order: got id %d, want 5 (%s)", id,
-                kernels_cpu_head_screened(hd) ? "screened" : "exact");
+        T_EQ_INT(id, 5, "int8 rounding reverses the order: got id %d, want 5 (%s)", id,
+                 kernels_cpu_head_screened(hd) ? "screened" : "exact");
         be->head_free(be, hd);
         free_layer(&l);
     }
@@ -225,7 +225,7 @@ int main(void) {
         int32_t id;
         void *hd = be->head_pack(be, l.W, l.bias, l.V, l.H, l.mask, MASK_VALUE);
         be->head_fwd(be, NULL, &id, x, hd, 1);
-        T_CHECK(id == 5, "exact ties: got id %d, want the first maximum 5", id);
+        T_EQ_INT(id, 5, "exact ties: got id %d, want the first maximum 5", id);
         be->head_free(be, hd);
         /* raise entry 900's bias ulp by ulp until its logit first exceeds the
          * tied maximum: it is then the smallest float above it */
@@ -245,7 +245,7 @@ int main(void) {
         T_CHECK(lg[900] == nextafterf(lg[5], INFINITY),
                 "near tie: logit %.9g is not one ulp above %.9g", lg[900], lg[5]);
         be->head_fwd(be, NULL, &id, x, hd, 1);
-        T_CHECK(id == 900, "one-ulp near tie: got id %d, want 900", id);
+        T_EQ_INT(id, 900, "one-ulp near tie: got id %d, want 900", id);
         free(lg);
         check_layer(be, "one-ulp near tie", &l, x, 8, screen);
         be->head_free(be, hd);

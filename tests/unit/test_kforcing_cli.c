@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include "tests/unit/trainer_fixture.h"
+#include "trainer/infer/decode.h"
 #include "trainer/model/model.h"
 
 static char dir[] = "/tmp/kf-cli-XXXXXX";
@@ -58,7 +59,7 @@ static char *sample_completions(const char *ckpt, const char *opts) {
     char a[8192];
     snprintf(a, sizeof a, "sample %s/%s --prefix-file %s/prefixes.jsonl --max-new 20 %s", dir, ckpt,
              dir, opts);
-    T_CHECK(run(a) == 0, "sample %s %s: %s", ckpt, opts, slurp("err"));
+    T_EQ_INT(run(a), 0, "sample %s %s: %s", ckpt, opts, slurp("err"));
     char *out = slurp("out");
     T_EQ_INT(count(out, "\"completion\": ["), 2, "sample %s %s: completions, output:\n%s", ckpt,
              opts, out);
@@ -88,13 +89,13 @@ static void save_model(kf_backend *be, model_config c, const char *name) {
     char p[4096];
     kf_err err;
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    T_CHECK(model_save(m, p, NULL, &err) == 0, "save %s: %s", name, err.msg);
+    T_EQ_INT(model_save(m, p, NULL, &err), 0, "save %s: %s", name, err.msg);
     model_free(m);
 }
 
 int main(void) {
     kf = getenv("KF_BIN") ? getenv("KF_BIN") : "bin/kf";
-    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     kf_backend *be = kernels_cpu_create();
     model_config ar = {.hidden = 16,
                        .heads = 2,
@@ -125,11 +126,11 @@ int main(void) {
              "sample %s/ar.safetensors --prefix-file %s/prefixes.jsonl --n-per-prefix 3 --max-new "
              "5 --seed 9",
              dir, dir);
-    T_CHECK(run(a) == 0, "AR sample: %s", slurp("err"));
+    T_EQ_INT(run(a), 0, "AR sample: %s", slurp("err"));
     char *o1 = slurp("out");
     T_EQ_INT(count(o1, "\"completion\": ["), 6, "AR sample: 6 completions expected, got:\n%s", o1);
     T_EQ_INT(count(o1, "\"tokens_per_s\""), 6, "AR sample: 6 completions expected, got:\n%s", o1);
-    T_CHECK(run(a) == 0, "AR sample again");
+    T_EQ_INT(run(a), 0, "AR sample again");
     char *o2 = slurp("out");
     /* same seed, same completions (tokens/s may differ: compare up to it) */
     int same = 1;
@@ -143,9 +144,9 @@ int main(void) {
              "sample %s/pf.safetensors --prefix-file %s/prefixes.jsonl --k 2 --max-new 6 --tau 0.5 "
              "--freq-penalty 0.3",
              dir, dir);
-    T_CHECK(run(a) == 0, "PFLM sample: %s", slurp("err"));
+    T_EQ_INT(run(a), 0, "PFLM sample: %s", slurp("err"));
     o1 = slurp("out");
-    T_CHECK(count(o1, "\"k\": 2") == 2, "PFLM sample output:\n%s", o1);
+    T_EQ_INT(count(o1, "\"k\": 2"), 2, "PFLM sample output:\n%s", o1);
     free(o1);
     /* the frequency penalty defaults to the released sampler's 0.5 for a PFLM, 0 for AR */
     char *pen[3];
@@ -154,6 +155,23 @@ int main(void) {
     T_CHECK(!strcmp(pen[0], pen[1]), "PFLM default penalty: got %s want (0.5) %s", pen[0], pen[1]);
     T_CHECK(strcmp(pen[0], pen[2]), "PFLM default penalty is not 0: both gave %s", pen[0]);
     for (int i = 0; i < 3; i++) free(pen[i]);
+    /* the release scripts' per-k table: at k 2, lm1b's 0.2 and owt's 0.3 */
+    const char *table_args[4] = {"--k 2 --freq-penalty-table lm1b", "--k 2 --freq-penalty 0.2",
+                                 "--k 2 --freq-penalty-table owt", "--k 2 --freq-penalty 0.3"};
+    char *tab[4];
+    for (int i = 0; i < 4; i++) tab[i] = sample_completions("pf.safetensors", table_args[i]);
+    T_EQ_STR(tab[0], tab[1], "--freq-penalty-table lm1b at k 2 against --freq-penalty 0.2");
+    T_EQ_STR(tab[2], tab[3], "--freq-penalty-table owt at k 2 against --freq-penalty 0.3");
+    for (int i = 0; i < 4; i++) free(tab[i]);
+    struct {
+        const char *table;
+        int64_t k;
+        double want;
+    } rel[] = {{"lm1b", 2, 0.2}, {"lm1b", 3, 0.4}, {"lm1b", 4, 0.5}, {"owt", 2, 0.3},
+               {"owt", 3, 0.5},  {"owt", 4, 0.5},  {"owt", 8, 0.5},  {"c4", 2, -1}};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++)
+        T_NEAR(decode_release_penalty(rel[i].table, rel[i].k), rel[i].want, 0,
+               "decode_release_penalty(%s, %lld)", rel[i].table, (long long)rel[i].k);
     for (int i = 0; i < 2; i++)
         pen[i] = sample_completions("ar.safetensors", i ? "--freq-penalty 0" : "");
     T_CHECK(!strcmp(pen[0], pen[1]), "AR default penalty: got %s want (0) %s", pen[0], pen[1]);
@@ -168,7 +186,7 @@ int main(void) {
             by_prec[1], by_prec[0]);
     for (int i = 0; i < 4; i++) free(by_prec[i]);
     snprintf(a, sizeof a, "eval %s/ar.safetensors --data %s --samples 8", dir, data);
-    T_CHECK(run(a) == 0, "AR eval: %s", slurp("err"));
+    T_EQ_INT(run(a), 0, "AR eval: %s", slurp("err"));
     o1 = slurp("out");
     T_CHECK(strstr(o1, "\"nll\": "), "AR eval output: %s", o1);
     T_CHECK(strstr(o1, "\"ppl\": "), "AR eval output: %s", o1);
@@ -176,7 +194,7 @@ int main(void) {
     snprintf(a, sizeof a,
              "eval %s/pf.safetensors --data %s --teacher %s/ar.safetensors --samples 4", dir, data,
              dir);
-    T_CHECK(run(a) == 0, "PFLM eval: %s", slurp("err"));
+    T_EQ_INT(run(a), 0, "PFLM eval: %s", slurp("err"));
     o1 = slurp("out");
     T_CHECK(strstr(o1, "\"supervision\": \"distill_ar\""), "PFLM eval output: %s", o1);
     T_CHECK(strstr(o1, "\"nll_pos\": ["), "PFLM eval output: %s", o1);
@@ -185,7 +203,7 @@ int main(void) {
     snprintf(a, sizeof a,
              "eval %s/pf.safetensors --data %s --teacher %s/ar.safetensors --k 1 --samples 4", dir,
              data, dir);
-    T_CHECK(run(a) == 0, "PFLM eval --k 1: %s", slurp("err"));
+    T_EQ_INT(run(a), 0, "PFLM eval --k 1: %s", slurp("err"));
 
     /* errors: exit code and a message naming the problem */
     struct {

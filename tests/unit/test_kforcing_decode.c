@@ -1,4 +1,4 @@
-/* Decoding tests (issue 4 item 7c and 8):
+/* Decoding tests:
  * (c) KV-cached decoding (decode_run) equals uncached decoding — a full
  *     forward over the whole sequence so far plus the step's noise rows at
  *     every step — for AR and PFLM models, k = 1..k_train, with and without
@@ -128,8 +128,8 @@ static int compare(model *m, int64_t k, double tau, float pen, const double *pt,
     for (int i = 0; i < BATCH * NEW; i++) differ += a[i] != b[i];
     /* the first step's position 0 is an argmax of the same context and noise */
     for (int i = 0; i < BATCH; i++)
-        T_CHECK(a[i * NEW] == b[i * NEW], "(c) %s: sequence %d's first token is not the argmax's",
-                what, i);
+        T_EQ_INT(a[i * NEW], b[i * NEW], "(c) %s: sequence %d's first token is not the argmax's",
+                 what, i);
     return differ;
 }
 
@@ -190,7 +190,7 @@ int main(void) {
     printf("(f) tokens differing from the argmax decoding: temperatures 0,0,0 -> %d, 0,3,3 -> %d "
            "of %d\n",
            d0, d1, BATCH * NEW);
-    T_CHECK(d0 == 0, "(f) zero position temperatures changed %d tokens", d0);
+    T_EQ_INT(d0, 0, "(f) zero position temperatures changed %d tokens", d0);
     T_CHECK(d1 > 0, "(f) position temperatures 0,3,3 changed no token");
     decode_opts bad = {.k = 3, .tau = 1, .max_new = 3, .position_temp = hot, .n_position_temp = 2};
     kf_err err;
@@ -221,8 +221,8 @@ int main(void) {
         decode_opts o = {.k = k, .tau = 1.0, .freq_penalty = 0.5f, .max_new = LNEW, .seed = 8};
         int ok = decode_check(m, &o, LP, &err) == 0;
         T_CHECK(ok, "(g) k=%lld: 6 -> 128 refused: %s", (long long)k, ok ? "" : err.msg);
-        T_CHECK(decode_cache_rows(m, &o, LP) == 128, "(g) k=%lld: cache rows got %lld want 128",
-                (long long)k, (long long)decode_cache_rows(m, &o, LP));
+        T_EQ_INT(decode_cache_rows(m, &o, LP), 128, "(g) k=%lld: cache rows got %lld want 128",
+                 (long long)k, (long long)decode_cache_rows(m, &o, LP));
         if (!ok) continue;
         decode_run(m, NULL, lpre, BATCH, LP, &o, lkeys, la);
         decode_run(wide, NULL, lpre, BATCH, LP, &o, lkeys, lb);
@@ -231,8 +231,8 @@ int main(void) {
         printf("(g) k=%lld: 6 -> 128 in a 128-token model, %d of %d tokens differ from a full last "
                "window\n",
                (long long)k, differ, BATCH * LNEW);
-        T_CHECK(differ == 0, "(g) k=%lld: %d tokens differ from the full-window decoding",
-                (long long)k, differ);
+        T_EQ_INT(differ, 0, "(g) k=%lld: %d tokens differ from the full-window decoding",
+                 (long long)k, differ);
     }
     decode_opts over = {.k = 4, .tau = 1.0, .max_new = LNEW + 1, .seed = 8};
     T_CHECK(decode_check(m, &over, LP, &err) != 0,

@@ -1,4 +1,4 @@
-/* K-Forcing forward structures against their definitions (issue 4 item 7):
+/* K-Forcing forward structures against their definitions:
  * (a) SingleForward: the logits of noise group t equal a plain causal forward
  *     over context[0..t] followed by that group's noise tokens;
  * (b) DoubleForward (context K/V reused from round 1, q_start = n) equals the
@@ -110,9 +110,9 @@ int main(void) {
     int64_t pairs = kernels_cpu_attn_pairs(be) - p0;
     int64_t want = 0;
     for (int t = 0; t < N; t++) want += (t + 1) + (int64_t)K * (t + 1) + K * (K + 1) / 2;
-    T_CHECK(pairs == want * B * cfg.heads * cfg.blocks,
-            "SingleForward scored %lld pairs, its structure has %lld", (long long)pairs,
-            (long long)(want * B * cfg.heads * cfg.blocks));
+    T_EQ_INT(pairs, want * B * cfg.heads * cfg.blocks,
+             "SingleForward scored %lld pairs, its structure has %lld", (long long)pairs,
+             (long long)(want * B * cfg.heads * cfg.blocks));
     printf(
         "SingleForward N=%d k=%d: %lld pairs = N(N+1)/2*(1+k) + N*k(k+1)/2 (dense would be %lld)\n",
         N, K, (long long)pairs, (long long)(L * L * B * cfg.heads * cfg.blocks));
@@ -155,9 +155,9 @@ int main(void) {
     for (int t = 0; t < N; t++)
         want +=
             (int64_t)K * (t + 1) + K * (K + 1) / 2 + (int64_t)K * (t + 1) + K * K + K * (K + 1) / 2;
-    T_CHECK(pairs == want * B * cfg.heads * cfg.blocks,
-            "DoubleForward scored %lld pairs, its structure has %lld", (long long)pairs,
-            (long long)(want * B * cfg.heads * cfg.blocks));
+    T_EQ_INT(pairs, want * B * cfg.heads * cfg.blocks,
+             "DoubleForward scored %lld pairs, its structure has %lld", (long long)pairs,
+             (long long)(want * B * cfg.heads * cfg.blocks));
     printf("DoubleForward N=%d k=%d: %lld pairs (F1 and F2 queries only; context reused)\n", N, K,
            (long long)pairs);
     float *dbl = malloc((size_t)(B * N * K * V) * sizeof(float));

@@ -1,4 +1,4 @@
-/* Joint, not marginal (issue 4 item 7d; the paper's Theorem 1 example).
+/* Joint, not marginal (the paper's Theorem 1 example).
  *
  * Language: blocks "SEP a b c d" where (a b c d) is a uniformly random
  * permutation of 4 symbols (24 valid blocks). An AR teacher is trained to
@@ -150,7 +150,7 @@ int main(void) {
     }
     decode_opts o = {.k = 4, .tau = 1.0, .max_new = 4, .seed = 2024};
     kf_err err;
-    T_CHECK(decode_check(k4, &o, P, &err) == 0, "%s", err.msg);
+    T_EQ_INT(decode_check(k4, &o, P, &err), 0, "%s", err.msg);
     decode_run(k4, NULL, pre, DRAWS, P, &o, keys, out);
     double emp[NC] = {0}, other = 0;
     int valid = 0;

@@ -1,11 +1,9 @@
 /* Teacher passes run in the stage's teacher precision (sup_config
- * teacher_precision; fp32 by default, as the released teacher always does,
- * issue 16 item 2) whatever the student's precision phase: a student step in
- * the fp16 phase gets exactly the targets of the fp32 phase, and the backend
- * is back in fp16 afterwards. The precondition check shows the test has
- * teeth: the same teacher run in fp16 changes some inverse-CDF targets (a
- * sample lands in the neighbouring bin when the CDF moves by fp16 rounding).
- * A 16-bit teacher (issue 18) is fixed the same way: its targets are those of
+ * teacher_precision; fp32 by default, as the release's stage-1 teacher) whatever the student's
+ * precision phase: a student step in the fp16 phase gets exactly the targets of the fp32 phase, and
+ * the backend is back in fp16 afterwards. The precondition check shows the test has teeth: the same
+ * teacher run in fp16 changes some inverse-CDF targets (a sample lands in the neighbouring bin when
+ * the CDF moves by fp16 rounding). A 16-bit teacher is fixed the same way: its targets are those of
  * a 16-bit pass in either student phase, and a sample's targets are the same
  * built alone as inside the batch. */
 #include <stdio.h>
@@ -35,9 +33,9 @@ static void targets_at(sup_ctx *s, kf_backend *be, kf_precision p, const int32_t
     be->set_precision(be, p);
     sup_batch sb;
     sup_build(s, &sb, tok, B, N, NULL, keys);
-    T_CHECK(be->precision == p,
-            "sup_build leaves the backend in the caller's precision: got %d want %d",
-            (int)be->precision, (int)p);
+    T_EQ_INT(be->precision, p,
+             "sup_build leaves the backend in the caller's precision: got %d want %d",
+             (int)be->precision, (int)p);
     memcpy(out, sup_host_targets(s, &sb), (size_t)sb.rows * sizeof(int32_t));
     *rows = sb.rows;
 }
@@ -112,9 +110,9 @@ int main(void) {
     T_EQ_INT(r16, rows, "rows got %lld / %lld want %lld", (long long)r32, (long long)r16,
              (long long)rows);
     int64_t diff = n_differ(t32, t16, rows);
-    T_CHECK(diff == 0,
-            "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",
-            (long long)diff, (long long)rows);
+    T_EQ_INT(diff, 0,
+             "targets built in the fp16 phase differ from the fp32 phase's in %lld of %lld rows",
+             (long long)diff, (long long)rows);
 
     sup_free(s);
 
@@ -131,11 +129,31 @@ int main(void) {
     targets_at(s, be, KF_PREC_FP32, tok, keys, t32, &r32);
     targets_at(s, be, KF_PREC_FP16, tok, keys, t16, &r16);
     int64_t off32 = n_differ(t32, tb, rows), off16 = n_differ(t16, tb, rows);
-    T_CHECK(off32 == 0, "bf16 teacher, fp32 phase: %lld of %lld targets differ from a bf16 pass",
-            (long long)off32, (long long)rows);
-    T_CHECK(off16 == 0, "bf16 teacher, fp16 phase: %lld of %lld targets differ from a bf16 pass",
-            (long long)off16, (long long)rows);
+    T_EQ_INT(off32, 0, "bf16 teacher, fp32 phase: %lld of %lld targets differ from a bf16 pass",
+             (long long)off32, (long long)rows);
+    T_EQ_INT(off16, 0, "bf16 teacher, fp16 phase: %lld of %lld targets differ from a bf16 pass",
+             (long long)off16, (long long)rows);
     sup_free(s);
+
+    /* teacher_follow: the teacher passes in the student's phase (the release's
+     * self-forcing and noise-inversion teachers): an fp16 phase gives the
+     * fp16 pass's targets, an fp32 phase the fp32 pass's */
+    sc.teacher_precision = KF_PREC_FP32;
+    sc.teacher_follow = 1;
+    s = sup_create(&sc, ar, &err);
+    int32_t *f32 = malloc((size_t)rows * sizeof(int32_t)),
+            *f16 = malloc((size_t)rows * sizeof(int32_t));
+    int32_t *d32 = malloc((size_t)rows * sizeof(int32_t)),
+            *d16 = malloc((size_t)rows * sizeof(int32_t));
+    direct_pass(ar, ws, KF_PREC_FP32, ctx, n, z, tau, d32);
+    direct_pass(ar, ws, KF_PREC_FP16, ctx, n, z, tau, d16);
+    targets_at(s, be, KF_PREC_FP32, tok, keys, f32, &r32);
+    targets_at(s, be, KF_PREC_FP16, tok, keys, f16, &r16);
+    T_EQ_INT(n_differ(f32, d32, rows), 0, "follow, fp32 phase: targets off an fp32 pass");
+    T_EQ_INT(n_differ(f16, d16, rows), 0, "follow, fp16 phase: targets off an fp16 pass");
+    free(f32), free(f16), free(d32), free(d16);
+    sup_free(s);
+    sc.teacher_follow = 0;
 
     /* batch invariance with 16-bit teachers: each sample alone == in the batch */
     for (int p = KF_PREC_FP16; p <= KF_PREC_BF16; p++) {
@@ -151,10 +169,10 @@ int main(void) {
             const int32_t *tb = sup_host_targets(s, &sb);
             for (int64_t t = 0; t < n; t++) off += tb[t] != t32[b * n + t];
         }
-        T_CHECK(off == 0,
-                "%s teacher: %lld of %lld targets differ built one sample at a time vs in a "
-                "batch of %d",
-                kernels_precision_name((kf_precision)p), (long long)off, (long long)rows, B);
+        T_EQ_INT(off, 0,
+                 "%s teacher: %lld of %lld targets differ built one sample at a time vs in a "
+                 "batch of %d",
+                 kernels_precision_name((kf_precision)p), (long long)off, (long long)rows, B);
         sup_free(s);
     }
 

@@ -150,10 +150,10 @@ int main(void) {
     T_REFUSED(model_config_check(&c, &err), err.msg, "0 or 1", "norm_bias 2");
     c = gpt2();
     c.heads = 16; /* head dim 1: odd, fine without RoPE */
-    T_CHECK(model_config_check(&c, &err) == 0, "an odd head dim refused with learned positions: %s",
-            err.msg);
+    T_EQ_INT(model_config_check(&c, &err), 0, "an odd head dim refused with learned positions: %s",
+             err.msg);
     c = gpt2();
-    T_CHECK(model_config_check(&c, &err) == 0, "the GPT-2 options refused: %s", err.msg);
+    T_EQ_INT(model_config_check(&c, &err), 0, "the GPT-2 options refused: %s", err.msg);
 
     /* the tensors the options add and remove */
     c = gpt2();
@@ -176,20 +176,19 @@ int main(void) {
     for (int i = 0; i < 4; i++) T_CHECK(model_find(g, biases[i]) != NULL, "%s exists", biases[i]);
     const char *untied[] = {"output_layer.linear.weight", "output_layer.linear.bias"};
     for (int i = 0; i < 2; i++)
-        T_CHECK(model_find(g, untied[i]) == NULL, "a tied head has no %s", untied[i]);
-    T_CHECK(g->n_tensors == 28, "GPT-2 options: %d tensors, want 28", g->n_tensors);
+        T_EQ_INT(model_find(g, untied[i]), NULL, "a tied head has no %s", untied[i]);
+    T_EQ_INT(g->n_tensors, 28, "GPT-2 options: %d tensors, want 28", g->n_tensors);
     c = base();
     model *r = model_create(be, &c);
-    T_CHECK(r->n_tensors == 20, "default: %d tensors, want 20", r->n_tensors);
+    T_EQ_INT(r->n_tensors, 20, "default: %d tensors, want 20", r->n_tensors);
     const char *options[] = {"pos_embed.embedding", "blocks.0.norm1.bias"};
     for (int i = 0; i < 2; i++)
-        T_CHECK(model_find(r, options[i]) == NULL, "the default architecture has no %s",
-                options[i]);
+        T_EQ_INT(model_find(r, options[i]), NULL, "the default architecture has no %s", options[i]);
 
     /* version 2 round trip */
     randomize(g, 3);
     snprintf(path, sizeof path, "%s/g.safetensors", dir);
-    T_CHECK(model_save(g, path, NULL, &err) == 0, "save: %s", err.msg);
+    T_EQ_INT(model_save(g, path, NULL, &err), 0, "save: %s", err.msg);
     model_config rc;
     T_EQ_INT(model_read_config(path, &rc, &err), 0, "model_read_config (%s)", err.msg);
     T_CHECK(

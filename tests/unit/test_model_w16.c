@@ -69,8 +69,8 @@ static void check_fresh(model *m, const model_input *in, const int32_t *tg, cons
             lf);
     int64_t bad = 0;
     for (int64_t i = 0; i < m->n_params; i++) bad += memcmp(&g[i], &gf[i], sizeof(float)) != 0;
-    T_CHECK(bad == 0, "%s: %lld gradients differ from a fresh model's, want 0", what,
-            (long long)bad);
+    T_EQ_INT(bad, 0, "%s: %lld gradients differ from a fresh model's, want 0", what,
+             (long long)bad);
     printf("%s: loss %.7f, %s a fresh model's\n", what, loss,
            bad || loss != lf ? "DIFFERENT from" : "bitwise");
     model_free(f);
@@ -140,16 +140,16 @@ int main(void) {
     /* the loaders renew the copy: weights saved, then loaded into m (whose
      * copy is of other weights) and copied into a model used in fp16 */
     char dir[] = "/tmp/kf_w16_XXXXXX", path[256];
-    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     kf_err err = {{0}};
     be->set_precision(be, KF_PREC_FP16);
-    T_CHECK(model_save(m, path, NULL, &err) == 0, "model_save: %s", err.msg);
+    T_EQ_INT(model_save(m, path, NULL, &err), 0, "model_save: %s", err.msg);
     model *other = model_create(be, &cfg);
     randomize(other, 5);
     float *g = malloc(bytes);
     pass(other, &in, tg, g); /* other's copy made from its own weights */
-    T_CHECK(model_load_into(other, path, NULL, &err) == 0, "model_load_into: %s", err.msg);
+    T_EQ_INT(model_load_into(other, path, NULL, &err), 0, "model_load_into: %s", err.msg);
     check_fresh(other, &in, tg, "after model_load_into");
     randomize(other, 6);
     model_params_changed(other);

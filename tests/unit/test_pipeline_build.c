@@ -92,8 +92,8 @@ static void test_pad(tok *t) {
                  c3 = make_config(out3, "pad", 48, 37, 40);
     kf_err err;
     build_result r;
-    T_CHECK(shards_build(&c1, 1, 0, NULL, &r, &err) == 0, "pad build jobs=1: %s", err.msg);
-    T_CHECK(shards_build(&c3, 3, 0, NULL, NULL, &err) == 0, "pad build jobs=3: %s", err.msg);
+    T_EQ_INT(shards_build(&c1, 1, 0, NULL, &r, &err), 0, "pad build jobs=1: %s", err.msg);
+    T_EQ_INT(shards_build(&c3, 3, 0, NULL, NULL, &err), 0, "pad build jobs=3: %s", err.msg);
     char p1[160], p3[160];
     snprintf(p1, sizeof p1, "%s/manifest.yaml", out1);
     snprintf(p3, sizeof p3, "%s/manifest.yaml", out3);
@@ -125,7 +125,7 @@ static void test_pad(tok *t) {
     free(m3);
 
     manifest m;
-    T_CHECK(manifest_read(out1, &m, NULL, &err) == 0, "manifest_read: %s", err.msg);
+    T_EQ_INT(manifest_read(out1, &m, NULL, &err), 0, "manifest_read: %s", err.msg);
     int64_t empties = NDOCS / 50, truncated = 0, tokens = 0;
     int ok_all = 1, seen = 0;
     for (int s = 0; s < 2; s++) {
@@ -168,16 +168,16 @@ static void test_pad(tok *t) {
     T_CHECK(ok_all, "every document exactly once, in order (%d of %d)", seen, ndocs_nonempty);
     T_EQ_INT(seen, ndocs_nonempty, "every document exactly once, in order (%d of %d)", seen,
              ndocs_nonempty);
-    T_CHECK(m.train.empty_docs + m.valid.empty_docs == empties, "empty lines %lld, want %lld",
-            (long long)(m.train.empty_docs + m.valid.empty_docs), (long long)empties);
-    T_CHECK(m.train.replaced + m.valid.replaced == 2, "invalid UTF-8 replacements %lld, want 2",
-            (long long)(m.train.replaced + m.valid.replaced));
+    T_EQ_INT(m.train.empty_docs + m.valid.empty_docs, empties, "empty lines %lld, want %lld",
+             (long long)(m.train.empty_docs + m.valid.empty_docs), (long long)empties);
+    T_EQ_INT(m.train.replaced + m.valid.replaced, 2, "invalid UTF-8 replacements %lld, want 2",
+             (long long)(m.train.replaced + m.valid.replaced));
     T_EQ_INT(m.train.truncated + m.valid.truncated, truncated, "truncated %lld, want %lld",
              (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
     T_CHECK(truncated > 0, "truncated %lld, want %lld",
             (long long)(m.train.truncated + m.valid.truncated), (long long)truncated);
-    T_CHECK(m.train.tokens + m.valid.tokens == tokens, "tokens %lld want %lld",
-            (long long)(m.train.tokens + m.valid.tokens), (long long)tokens);
+    T_EQ_INT(m.train.tokens + m.valid.tokens, tokens, "tokens %lld want %lld",
+             (long long)(m.train.tokens + m.valid.tokens), (long long)tokens);
     manifest_free(&m);
 }
 
@@ -188,7 +188,7 @@ static void test_wrap(tok *t) {
     const int L = 32, per = 17, body = L - 2;
     build_config c = make_config(out, "wrap", L, per, 0);
     kf_err err;
-    T_CHECK(shards_build(&c, 2, 0, NULL, NULL, &err) == 0, "wrap build: %s", err.msg);
+    T_EQ_INT(shards_build(&c, 2, 0, NULL, NULL, &err), 0, "wrap build: %s", err.msg);
     manifest m;
     shard_set *set;
     if (manifest_read(out, &m, NULL, &err) || shard_set_open(out, "train", &set, &err)) {
@@ -221,8 +221,8 @@ static void test_wrap(tok *t) {
         tok_ids_free(&stream);
     }
     T_CHECK(ok_all, "wrap shards are their units' streams cut into [BOS] block [EOS]");
-    T_CHECK(m.train.dropped_tokens == dropped, "dropped tokens %lld want %lld",
-            (long long)m.train.dropped_tokens, (long long)dropped);
+    T_EQ_INT(m.train.dropped_tokens, dropped, "dropped tokens %lld want %lld",
+             (long long)m.train.dropped_tokens, (long long)dropped);
     shard_set_close(set);
     manifest_free(&m);
 }
@@ -251,7 +251,7 @@ static void test_writer_reader(void) {
     strcpy(fmt.packing, "pad");
     snprintf(path, sizeof path, "%s/train/shard-00000.lmdb", dir);
     shard_writer *w;
-    T_CHECK(shard_writer_open(path, &fmt, &w, &err) == 0, "writer open: %s", err.msg);
+    T_EQ_INT(shard_writer_open(path, &fmt, &w, &err), 0, "writer open: %s", err.msg);
     int32_t ids[1024];
     const int n = 700; /* 700 x 4100 bytes: several map doublings */
     for (int i = 0; i < n; i++) {
@@ -259,8 +259,8 @@ static void test_writer_reader(void) {
         if (shard_writer_append(w, ids, 1 + i % 1024, &err)) break;
     }
     shard_meta stats = {0}, rec;
-    T_CHECK(shard_writer_count(w) == n, "count");
-    T_CHECK(shard_writer_commit(w, &stats, &rec, &err) == 0, "commit: %s", err.msg);
+    T_EQ_INT(shard_writer_count(w), n, "count");
+    T_EQ_INT(shard_writer_commit(w, &stats, &rec, &err), 0, "commit: %s", err.msg);
     T_EQ_INT(rec.id_bytes, 4, "uint32 ids for vocab 70000 (id_bytes %d)", rec.id_bytes);
     T_EQ_INT(rec.count, n, "uint32 ids for vocab 70000 (id_bytes %d)", rec.id_bytes);
     char tmpname[200];
@@ -282,7 +282,7 @@ static void test_writer_reader(void) {
     m.train.shards = &rec;
     manifest_split_sum(&m.train);
     manifest_split_sum(&m.valid);
-    T_CHECK(manifest_write(dir, &m, &err) == 0, "manifest_write: %s", err.msg);
+    T_EQ_INT(manifest_write(dir, &m, &err), 0, "manifest_write: %s", err.msg);
     /* the name reads back as written (fuzz_manifest, regress-name-with-quote);
      * a name with nothing to escape keeps the line it always had */
     manifest back;
@@ -301,7 +301,7 @@ static void test_writer_reader(void) {
         free(mtext);
     }
     strcpy(m.name, "raw");
-    T_CHECK(manifest_write(dir, &m, &err) == 0, "manifest_write: %s", err.msg);
+    T_EQ_INT(manifest_write(dir, &m, &err), 0, "manifest_write: %s", err.msg);
     if (fs_read_file(mfile, &mtext, &mlen, &err) == 0) {
         T_CHECK(strstr(mtext, "\nname: \"raw\"\n"), "plain name line, got:\n%s", mtext);
         /* the tokenizer is written plain, so only a kind name is accepted
@@ -332,7 +332,7 @@ static void test_writer_reader(void) {
         T_CHECK(good, "uint32 round trip");
         shard_set_close(s);
     }
-    T_CHECK(shard_verify(path, NULL, &err) == 0, "verify intact: %s", err.msg);
+    T_EQ_INT(shard_verify(path, NULL, &err), 0, "verify intact: %s", err.msg);
 
     /* Flip one id of sample 345 wherever its bytes occur (LMDB may keep an
      * older copy of a page): verify must name that sample. */
@@ -393,7 +393,7 @@ static void test_ids_codec(void) {
     shard_ids_put(v, ids, 5, 2);
     shard_put_le(v + 10, 4, 4);
     int32_t len;
-    T_CHECK(shard_value_decode(v, &m, got, &len) == NULL, "a pad value decodes (length 4)");
+    T_EQ_INT(shard_value_decode(v, &m, got, &len), NULL, "a pad value decodes (length 4)");
     T_EQ_INT(len, 4, "a pad value decodes (length 4)");
     m.vocab_size = 50257;
     T_CHECK(shard_value_decode(v, &m, got, &len) != NULL,
@@ -411,7 +411,7 @@ int main(void) {
     T_CHECK(t != NULL, "GPT-2 vocabulary (run scripts/setup.sh): %s", err.msg);
     if (!t) return T_DONE();
     strcpy(tmp, "/tmp/kf_test_pipeline_XXXXXX");
-    T_CHECK(mkdtemp(tmp) != NULL, "mkdtemp");
+    T_REQUIRE(mkdtemp(tmp) != NULL, "mkdtemp");
     char path[128];
     snprintf(path, sizeof path, "%s/docs.txt", tmp);
     write_corpus(path);

@@ -1,4 +1,4 @@
-/* Sampling determinism and the k = 1 correspondence (issue 8 item 5):
+/* Sampling determinism and the k = 1 correspondence:
  *  (a) a fixed seed gives identical completions: the same call twice, and a
  *      sequence decoded alone equals the same sequence inside a batch
  *      (per-sequence keys); another seed gives other completions;

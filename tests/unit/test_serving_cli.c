@@ -16,9 +16,11 @@
  *    usage) and a good run.
  * (`kf sample`'s own bad-input exits and seed repeat are tested in
  * test_kforcing_cli.c.) */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -133,7 +135,7 @@ static void bench_tests(void) {
              "--runs 2 --prefix-len 6 --json %s/b.json --png %s/b.png --backend cpu",
              T, T, T, T, T);
     int rc = run(bench_decode_main, cmd);
-    T_CHECK(rc == 0, "bench decode: rc %d", rc);
+    T_EQ_INT(rc, 0, "bench decode: rc %d", rc);
     snprintf(p, sizeof p, "%s/b.json", T);
     char *text;
     size_t len;
@@ -243,7 +245,7 @@ static void bench_tests(void) {
              "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --clock cpu "
              "--precision bf16 --json %s/x.json --png %s/x.png",
              T, T, T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 0, "default OWT prefix (64) with a context of 32 runs");
+    T_EQ_INT(run(bench_decode_main, cmd), 0, "default OWT prefix (64) with a context of 32 runs");
     snprintf(p, sizeof p, "%s/x.json", T);
     if (fs_read_file(p, &text, &len, &err) == 0) {
         json_doc *x = json_parse(text, len, p, &err);
@@ -269,25 +271,25 @@ static void bench_tests(void) {
              "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --prefix-len 40 "
              "--json %s/x.json --png %s/x.png",
              T, T, T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 1, "--prefix-len 40 longer than the data (32) exits 1");
+    T_EQ_INT(run(bench_decode_main, cmd), 1, "--prefix-len 40 longer than the data (32) exits 1");
     snprintf(cmd, sizeof cmd,
              "decode %s/pf4.safetensors --data %s/data --batch 2 --k 5,6 --prefix-len 4 --json "
              "%s/x.json "
              "--png %s/x.png",
              T, T, T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 1, "k > k_train for every --k exits 1");
+    T_EQ_INT(run(bench_decode_main, cmd), 1, "k > k_train for every --k exits 1");
     snprintf(cmd, sizeof cmd, "decode %s/none.safetensors --data %s/data --batch 2 --prefix-len 4",
              T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 1, "missing checkpoint exits 1");
+    T_EQ_INT(run(bench_decode_main, cmd), 1, "missing checkpoint exits 1");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --batch 0", T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 2, "--batch 0 is a usage error");
+    T_EQ_INT(run(bench_decode_main, cmd), 2, "--batch 0 is a usage error");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --freq-penalty -0.5", T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 2, "a negative --freq-penalty is a usage error");
+    T_EQ_INT(run(bench_decode_main, cmd), 2, "a negative --freq-penalty is a usage error");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --clock gpu", T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 2, "--clock gpu is a usage error");
+    T_EQ_INT(run(bench_decode_main, cmd), 2, "--clock gpu is a usage error");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --precision fp8", T, T);
-    T_CHECK(run(bench_decode_main, cmd) == 2, "--precision fp8 is a usage error");
-    T_CHECK(run(bench_decode_main, "decode --data x") == 2, "no checkpoint is a usage error");
+    T_EQ_INT(run(bench_decode_main, cmd), 2, "--precision fp8 is a usage error");
+    T_EQ_INT(run(bench_decode_main, "decode --data x"), 2, "no checkpoint is a usage error");
 }
 
 static void import_tests(model *ar, model *pf) {
@@ -305,16 +307,16 @@ static void import_tests(model *ar, model *pf) {
     layout_free(&l);
 
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_probe.safetensors", T, T);
-    T_CHECK(run(import_main, cmd) == 0, "AR probe from the same model passes");
+    T_EQ_INT(run(import_main, cmd), 0, "AR probe from the same model passes");
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_bad.safetensors", T, T);
-    T_CHECK(run(import_main, cmd) == 1, "a logit off by 1e-3 fails the probe");
+    T_EQ_INT(run(import_main, cmd), 1, "a logit off by 1e-3 fails the probe");
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --probe %s/ar_bad.safetensors --tol 2e-3",
              T, T);
-    T_CHECK(run(import_main, cmd) == 0, "... and passes with --tol 2e-3");
+    T_EQ_INT(run(import_main, cmd), 0, "... and passes with --tol 2e-3");
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --probe %s/pf_probe.safetensors", T, T);
-    T_CHECK(run(import_main, cmd) == 0, "PFLM SingleForward probe passes (k = 3 < k_train)");
+    T_EQ_INT(run(import_main, cmd), 0, "PFLM SingleForward probe passes (k = 3 < k_train)");
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --probe %s/ar_probe.safetensors", T, T);
-    T_CHECK(run(import_main, cmd) == 1, "AR probe on a PFLM checkpoint fails");
+    T_EQ_INT(run(import_main, cmd), 1, "AR probe on a PFLM checkpoint fails");
 
     /* registration into a run whose run.yaml names the stages */
     char yaml[1024];
@@ -326,7 +328,7 @@ static void import_tests(model *ar, model *pf) {
              T, T, V, SEQ);
     write_text("run/run.yaml", yaml);
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --run-dir %s/run --stage ar", T, T);
-    T_CHECK(run(import_main, cmd) == 0, "import AR as stage ar");
+    T_EQ_INT(run(import_main, cmd), 0, "import AR as stage ar");
     snprintf(p, sizeof p, "%s/run/stages/ar/final/DONE", T);
     T_CHECK(fs_exists(p), "final/DONE written");
     snprintf(p, sizeof p, "%s/run/stages/ar/final/model.safetensors", T);
@@ -334,20 +336,20 @@ static void import_tests(model *ar, model *pf) {
     model_config c;
     T_EQ_INT(model_read_config(p, &c, &err), 0, "final/model.safetensors loads");
     T_EQ_INT(c.kind, MODEL_AR, "final/model.safetensors loads");
-    T_CHECK(run(import_main, cmd) == 1, "a second import without --force is refused");
+    T_EQ_INT(run(import_main, cmd), 1, "a second import without --force is refused");
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --run-dir %s/run --stage ar --force", T, T);
-    T_CHECK(run(import_main, cmd) == 0, "--force replaces");
+    T_EQ_INT(run(import_main, cmd), 0, "--force replaces");
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --run-dir %s/run --stage k4", T, T);
-    T_CHECK(run(import_main, cmd) == 1, "an AR checkpoint does not fit a distill_ar stage");
+    T_EQ_INT(run(import_main, cmd), 1, "an AR checkpoint does not fit a distill_ar stage");
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --run-dir %s/run --stage k4", T, T);
-    T_CHECK(run(import_main, cmd) == 0, "PFLM(4) fits stage k4");
+    T_EQ_INT(run(import_main, cmd), 0, "PFLM(4) fits stage k4");
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --run-dir %s/run --stage nope", T, T);
-    T_CHECK(run(import_main, cmd) == 1, "unknown stage is refused");
+    T_EQ_INT(run(import_main, cmd), 1, "unknown stage is refused");
     snprintf(cmd, sizeof cmd, "import %s/none.safetensors --run-dir %s/run --stage ar --force", T,
              T);
-    T_CHECK(run(import_main, cmd) == 1, "missing checkpoint exits 1");
+    T_EQ_INT(run(import_main, cmd), 1, "missing checkpoint exits 1");
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --stage ar", T);
-    T_CHECK(run(import_main, cmd) == 2, "--stage without --run-dir is a usage error");
+    T_EQ_INT(run(import_main, cmd), 2, "--stage without --run-dir is a usage error");
 }
 
 static void eval_tests(void) {
@@ -359,20 +361,53 @@ static void eval_tests(void) {
     snprintf(cmd, sizeof cmd,
              "eval --completions %s/c.jsonl --evaluator %s/ar.safetensors --eos 0 --backend cpu", T,
              T);
-    T_CHECK(run(quality_eval_main, cmd) == 0, "kf eval --completions: good run");
+    T_EQ_INT(run(quality_eval_main, cmd), 0, "kf eval --completions: good run");
     snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/pf4.safetensors", T, T);
-    T_CHECK(run(quality_eval_main, cmd) == 1, "a PFLM evaluator exits 1");
+    T_EQ_INT(run(quality_eval_main, cmd), 1, "a PFLM evaluator exits 1");
     snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl --evaluator %s/none.safetensors", T,
              T);
-    T_CHECK(run(quality_eval_main, cmd) == 1, "missing evaluator exits 1");
+    T_EQ_INT(run(quality_eval_main, cmd), 1, "missing evaluator exits 1");
     snprintf(cmd, sizeof cmd, "eval --completions %s/empty.jsonl --evaluator %s/ar.safetensors", T,
              T);
-    T_CHECK(run(quality_eval_main, cmd) == 1, "empty completions file exits 1");
+    T_EQ_INT(run(quality_eval_main, cmd), 1, "empty completions file exits 1");
     snprintf(cmd, sizeof cmd, "eval --completions %s/bad.jsonl --evaluator %s/ar.safetensors", T,
              T);
-    T_CHECK(run(quality_eval_main, cmd) == 1, "a malformed line exits 1");
+    T_EQ_INT(run(quality_eval_main, cmd), 1, "a malformed line exits 1");
     snprintf(cmd, sizeof cmd, "eval --completions %s/c.jsonl", T);
-    T_CHECK(run(quality_eval_main, cmd) == 2, "no --evaluator is a usage error");
+    T_EQ_INT(run(quality_eval_main, cmd), 2, "no --evaluator is a usage error");
+    /* the evaluator as a stage's final/ directory, as every other command takes it */
+    snprintf(cmd, sizeof cmd,
+             "eval --completions %s/c.jsonl --evaluator %s/run/stages/ar/final --backend cpu", T,
+             T);
+    T_EQ_INT(run(quality_eval_main, cmd), 0, "a final/ directory as the evaluator");
+    /* the "eos" kf sample records is the default; lines that disagree are refused */
+    write_text("eos.jsonl", "{\"prefix\": [1], \"completion\": [3, 4], \"eos\": 4}\n"
+                            "{\"prefix\": [1], \"completion\": [3, 5], \"eos\": 5}\n");
+    snprintf(cmd, sizeof cmd,
+             "eval --completions %s/eos.jsonl --evaluator %s/ar.safetensors --backend cpu", T, T);
+    T_EQ_INT(run(quality_eval_main, cmd), 1, "lines recording different eos ids");
+
+    /* without --json / --png nothing is written into the working directory */
+    kf_err err;
+    char cwd[4096], here[600];
+    snprintf(here, sizeof here, "%s/cwd", T);
+    T_CHECK(getcwd(cwd, sizeof cwd) && fs_mkdir_p(here, &err) == 0 && chdir(here) == 0, "chdir %s",
+            here);
+    snprintf(cmd, sizeof cmd,
+             "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 2 --k 2 "
+             "--runs 1 --prefix-len 6 --backend cpu",
+             T, T, T);
+    T_EQ_INT(run(bench_decode_main, cmd), 0, "bench decode without --json/--png");
+    DIR *d = opendir(".");
+    int files = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            T_CHECK(0, "bench decode wrote %s into the working directory unasked", e->d_name);
+            files++;
+        }
+    if (d) closedir(d);
+    T_EQ_INT(files, 0, "files written into the working directory unasked");
+    T_CHECK(chdir(cwd) == 0, "chdir back to %s", cwd);
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* Quality metrics (trainer/infer/quality.h, issue 8 item 3):
+/* Quality metrics (trainer/infer/quality.h):
  *  - truncation at the first EOS and mask stripping;
  *  - distinct-1/2/3 against counts worked out by hand;
  *  - unigram entropy and mean length per completion (an empty completion
@@ -70,7 +70,7 @@ int main(void) {
     T_EQ_INT(n0, 2, "clean: got %lld ids", (long long)n0);
     T_EQ_INT(o[0], 5, "clean: got %lld ids", (long long)n0);
     T_EQ_INT(o[1], 6, "clean: got %lld ids", (long long)n0);
-    T_CHECK(quality_clean(c0, 5, -1, -1, o) == 5, "clean without eos/strip keeps everything");
+    T_EQ_INT(quality_clean(c0, 5, -1, -1, o), 5, "clean without eos/strip keeps everything");
 
     /* distinct-n: [1 2 1 2], [1 2 3], [4 EOS 9 9] -> cleaned [1 2 1 2] [1 2 3] [4] */
     int32_t a[] = {1, 2, 1, 2}, b[] = {1, 2, 3}, c[] = {4, EOS, 9, 9}, none[1] = {0};
@@ -94,7 +94,7 @@ int main(void) {
             "mean unigram entropy (nats), empty completion = 0");
     T_CLOSE(st.mean_len, 8.0 / 4, 1e-12, "mean length before EOS");
     T_CLOSE(st.distinct[1], 3.0 / 5.0, 1e-12, "stats carry distinct-2");
-    T_CHECK(st.samples == 4, "stats: samples got %lld want 4", (long long)st.samples);
+    T_EQ_INT(st.samples, 4, "stats: samples got %lld want 4", (long long)st.samples);
 
     /* flags: AR {Gen-PPL 100, entropy 3, length 50}; the bounds themselves pass */
     quality_row ar = {.gen_ppl = 100, .st = {.entropy = 3.0, .mean_len = 50}};
@@ -106,13 +106,13 @@ int main(void) {
     T_EQ_INT(nf, 0, "flag at the bounds: got %d reasons \"%s\", want 0 \"\"", nf, why);
     T_CHECK(!why[0], "flag at the bounds: got %d reasons \"%s\", want 0 \"\"", nf, why);
     nf = quality_flag(&bad, &ar, why, sizeof why);
-    T_CHECK(nf == 3, "flag past every bound: got %d reasons (%s), want 3", nf, why);
+    T_EQ_INT(nf, 3, "flag past every bound: got %d reasons (%s), want 3", nf, why);
     T_CHECK(!strcmp(why, "Gen-PPL 1.31x AR > 1.3; entropy 0.90x AR < 0.9; length 0.90x AR < 0.9"),
             "flag text: got \"%s\" want \"Gen-PPL 1.31x AR > 1.3; entropy 0.90x AR < 0.9; length "
             "0.90x AR < 0.9\"",
             why);
     nf = quality_flag(&nan_ppl, &ar, why, sizeof why);
-    T_CHECK(nf == 0, "a Gen-PPL not measured is not flagged: got %d reasons (%s), want 0", nf, why);
+    T_EQ_INT(nf, 0, "a Gen-PPL not measured is not flagged: got %d reasons (%s), want 0", nf, why);
     quality_format(&bad, &ar, row, sizeof row);
     T_CHECK(strstr(row, "  FLAG: Gen-PPL 1.31x AR") != NULL,
             "formatted flagged row: got \"%s\" want a FLAG column", row);
@@ -154,12 +154,12 @@ int main(void) {
     }
     kf_err err;
     quality_ppl q;
-    T_CHECK(quality_genppl(m, s, NS, EOS, 4, &q, &err) == 0, "genppl: %s", err.msg);
+    T_EQ_INT(quality_genppl(m, s, NS, EOS, 4, &q, &err), 0, "genppl: %s", err.msg);
     printf("uniform evaluator: Gen-PPL %.6f over %lld tokens (V - 1 = %d)\n", q.ppl,
            (long long)q.tokens, V - 1);
     T_CLOSE(q.ppl, V - 1, 1e-4 * (V - 1), "uniform evaluator's Gen-PPL is V - 1");
-    T_CHECK(q.tokens == want_tokens, "scored %lld tokens, want %lld", (long long)q.tokens,
-            (long long)want_tokens);
+    T_EQ_INT(q.tokens, want_tokens, "scored %lld tokens, want %lld", (long long)q.tokens,
+             (long long)want_tokens);
 
     /* random evaluator: against full forward passes, for several batch sizes */
     randomize(m);
@@ -171,7 +171,7 @@ int main(void) {
         want += window_nll(m, seq, 0, n, PL);
     }
     for (int64_t bs = 1; bs <= 7; bs += 3) {
-        T_CHECK(quality_genppl(m, s, NS, EOS, bs, &q, &err) == 0, "genppl: %s", err.msg);
+        T_EQ_INT(quality_genppl(m, s, NS, EOS, bs, &q, &err), 0, "genppl: %s", err.msg);
         printf("random evaluator, batch %lld: NLL sum %.9f (direct %.9f), Gen-PPL %.4f\n",
                (long long)bs, q.nll_sum, want, q.ppl);
         T_CLOSE(q.nll_sum, want, 1e-6 * fabs(want), "NLL sum vs direct computation");
@@ -189,12 +189,12 @@ int main(void) {
         for (int64_t st = 0; st < n - 1; st += 7)
             want += window_nll(m, seq, st, st + 8 < n ? st + 8 : n, PL);
     }
-    T_CHECK(quality_genppl(m, s, NS, EOS, 3, &q, &err) == 0, "genppl: %s", err.msg);
+    T_EQ_INT(quality_genppl(m, s, NS, EOS, 3, &q, &err), 0, "genppl: %s", err.msg);
     printf("context 8: NLL sum %.9f (windows computed directly %.9f), %lld tokens\n", q.nll_sum,
            want, (long long)q.tokens);
     T_CLOSE(q.nll_sum, want, 1e-6 * fabs(want), "windowed NLL vs direct computation");
-    T_CHECK(q.tokens == want_tokens, "windowed: every completion token scored once (%lld vs %lld)",
-            (long long)q.tokens, (long long)want_tokens);
+    T_EQ_INT(q.tokens, want_tokens, "windowed: every completion token scored once (%lld vs %lld)",
+             (long long)q.tokens, (long long)want_tokens);
 
     /* errors */
     comp[2][0] = V + 5;

@@ -43,10 +43,10 @@ static void test_gpt2(void) {
     T_CHECK(t != NULL, "load gpt2: %s", err.msg);
     if (!t) return;
     T_CHECK(!strcmp(tok_name(t), "gpt2"), "name %s", tok_name(t));
-    T_CHECK(tok_vocab_size(t) == 50257, "vocab size %lld", (long long)tok_vocab_size(t));
+    T_EQ_INT(tok_vocab_size(t), 50257, "vocab size %lld", (long long)tok_vocab_size(t));
     T_EQ_INT(tok_special_id(t, "eos"), 50256, "eos/bos");
     T_EQ_INT(tok_special_id(t, "bos"), 50256, "eos/bos");
-    T_CHECK(tok_special_id(t, "cls") == -1, "gpt2 has no cls");
+    T_EQ_INT(tok_special_id(t, "cls"), -1, "gpt2 has no cls");
 
     /* sha256 over vocab.json then merges.txt */
     char *a, *b;

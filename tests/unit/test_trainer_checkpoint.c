@@ -122,12 +122,12 @@ int main(void) {
     T_CHECK(same(b, ema, e2, n), "weights, EMA and moments restored bitwise");
     T_CHECK(same(b, am, am2, n), "weights, EMA and moments restored bitwise");
     T_CHECK(same(b, av, av2, n), "weights, EMA and moments restored bitwise");
-    T_CHECK(ckpt_load(found, 3, m2, e2, am2, av2, &r2) == 0,
-            "no file for a rank beyond the writer's world");
+    T_EQ_INT(ckpt_load(found, 3, m2, e2, am2, av2, &r2), 0,
+             "no file for a rank beyond the writer's world");
 
     /* compatibility */
     ckpt_identity id = meta.id;
-    T_CHECK(ckpt_check_compatible(&got, &id, 4, &err) == 0, "same identity resumes");
+    T_EQ_INT(ckpt_check_compatible(&got, &id, 4, &err), 0, "same identity resumes");
     id.model.hidden = 32;
     T_EQ_INT(ckpt_check_compatible(&got, &id, 4, &err), -1, "shape refused: %s", err.msg);
     T_CHECK(strstr(err.msg, "model shape"), "shape refused: %s", err.msg);
@@ -179,7 +179,7 @@ int main(void) {
             warned);
     free(warned);
     snprintf(path, sizeof path, "%s/step-18/ema.safetensors", ck);
-    T_CHECK(truncate(path, 100) == 0, "truncate");
+    T_EQ_INT(truncate(path, 100), 0, "truncate");
     t_stderr_begin();
     T_EQ_INT(ckpt_find(ck, found, sizeof found, &got), 1, "partial/truncated skipped: %s", found);
     warned = t_stderr_end();
@@ -191,8 +191,7 @@ int main(void) {
     char fin[64], tf[4096], sha[65], want[65];
     snprintf(fin, sizeof fin, "%s/final", dir);
     ckpt_write_final(fin, m, ema, &meta);
-    T_CHECK(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err) == 0, "final verifies: %s",
-            err.msg);
+    T_EQ_INT(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err), 0, "final verifies: %s", err.msg);
     sha256_file_hex(tf, want, &err);
     T_EQ_STR(sha, want, "teacher file and sha");
     T_CHECK(strstr(tf, "final/model.safetensors"), "teacher file and sha");
@@ -203,7 +202,7 @@ int main(void) {
     }
     model_free(t);
     flip_byte(tf, 300);
-    T_CHECK(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err) == -1, "modified teacher refused");
+    T_EQ_INT(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err), -1, "modified teacher refused");
     snprintf(path, sizeof path, "%s/DONE", fin);
     unlink(path);
     T_EQ_INT(ckpt_resolve_teacher(fin, tf, sizeof tf, sha, &err), -1, "unfinished stage refused");

@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
     kf_backend *b = kernels_cpu_create();
     dist d;
     kf_err err = {{0}};
-    T_CHECK(dist_init(&d, &argc, &argv, 60, &err) == 0, "dist_init: %s", err.msg);
+    T_EQ_INT(dist_init(&d, &argc, &argv, 60, &err), 0, "dist_init: %s", err.msg);
     if (d.rank == 0) {
         shard_layout();
         parts(b);

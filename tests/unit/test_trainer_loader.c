@@ -55,10 +55,10 @@ static void read_world(const char *dir, int world, int64_t micro, int64_t from_s
                     out[s * G + j++] = b->sample[i];
                 }
             }
-        T_CHECK(j == G, "a step holds G samples");
+        T_EQ_INT(j, G, "a step holds G samples");
     }
     for (int r = 0; r < world; r++) {
-        T_CHECK(loader_cursor(l[r]) == (from_step + steps) * G, "cursor after reading");
+        T_EQ_INT(loader_cursor(l[r]), (from_step + steps) * G, "cursor after reading");
         loader_close(l[r]);
     }
 }
@@ -101,7 +101,7 @@ int main(void) {
     T_CHECK(same < N / 4, "epochs are shuffled differently (%d same, %d fixed)", same, identity);
     T_CHECK(identity < N / 4, "epochs are shuffled differently (%d same, %d fixed)", same,
             identity);
-    T_CHECK(loader_sample_at(l, 5) == a[5], "sample_at agrees with the stream");
+    T_EQ_INT(loader_sample_at(l, 5), a[5], "sample_at agrees with the stream");
     loader_close(l);
 
     /* a different seed gives a different order */
@@ -115,7 +115,7 @@ int main(void) {
                      .world = 1,
                      .depth = 1};
     kf_err err = {{0}};
-    T_CHECK(loader_open(&o, &l, &err) == 0, "open: %s", err.msg);
+    T_EQ_INT(loader_open(&o, &l, &err), 0, "open: %s", err.msg);
     int diff = 0;
     for (int p = 0; p < G; p++) diff += loader_sample_at(l, p) != a[p];
     T_CHECK(diff > G / 2, "seed changes the order");

@@ -11,19 +11,19 @@ static runconfig *load(const char *path) {
     runconfig *rc = NULL;
     kf_err err;
     int r = runconfig_load(path, 0, NULL, &rc, &err);
-    T_CHECK(r == 0, "%s loads: %s", path, r ? err.msg : "");
+    T_EQ_INT(r, 0, "%s loads: %s", path, r ? err.msg : "");
     return r ? NULL : rc;
 }
 
 /* Every row the paper's training table fixes, for one trained stage. */
 static void check_stage(const char *cfg, const runconfig_stage *s) {
     const runconfig_opts *o = &s->opt;
-    T_CHECK(s->steps == 500000, "%s %s: steps got %lld want 500000", cfg, s->name,
-            (long long)s->steps);
-    T_CHECK(o->batch == 512, "%s %s: batch got %lld want 512", cfg, s->name, (long long)o->batch);
+    T_EQ_INT(s->steps, 500000, "%s %s: steps got %lld want 500000", cfg, s->name,
+             (long long)s->steps);
+    T_EQ_INT(o->batch, 512, "%s %s: batch got %lld want 512", cfg, s->name, (long long)o->batch);
     T_CLOSE(o->lr, 1e-4, 0, "lr");
-    T_CHECK(o->warmup == 0, "%s %s: constant lr, warmup got %lld", cfg, s->name,
-            (long long)o->warmup);
+    T_EQ_INT(o->warmup, 0, "%s %s: constant lr, warmup got %lld", cfg, s->name,
+             (long long)o->warmup);
     T_CLOSE(o->beta1, 0.9, 0, "beta1");
     T_CLOSE(o->beta2, 0.999, 0, "beta2");
     T_CLOSE(o->eps, 1e-6, 0, "eps");
@@ -36,11 +36,11 @@ static void check_stage(const char *cfg, const runconfig_stage *s) {
 /* Stages 1-3: fp16 for the first 400K steps, then fp32 (paper, "Precision schedule"). */
 static void check_kf_precision(const char *cfg, const runconfig_stage *s) {
     const runconfig_opts *o = &s->opt;
-    T_CHECK(runconfig_precision_at(o, 399999) == RC_PREC_FP16, "%s %s: step 399999 in fp16", cfg,
-            s->name);
-    T_CHECK(runconfig_precision_at(o, 400000) == RC_PREC_FP32, "%s %s: step 400000 in fp32", cfg,
-            s->name);
-    T_CHECK(runconfig_precision_at(o, 0) == RC_PREC_FP16, "%s %s: step 0 in fp16", cfg, s->name);
+    T_EQ_INT(runconfig_precision_at(o, 399999), RC_PREC_FP16, "%s %s: step 399999 in fp16", cfg,
+             s->name);
+    T_EQ_INT(runconfig_precision_at(o, 400000), RC_PREC_FP32, "%s %s: step 400000 in fp32", cfg,
+             s->name);
+    T_EQ_INT(runconfig_precision_at(o, 0), RC_PREC_FP16, "%s %s: step 0 in fp16", cfg, s->name);
 }
 
 static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_trained,
@@ -54,22 +54,22 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
              (long long)m->blocks, (long long)m->hidden, (long long)m->heads);
     T_EQ_INT(m->blocks, 12, "%s: 12 x 768, 12 heads; got %lld x %lld, %lld heads", path,
              (long long)m->blocks, (long long)m->hidden, (long long)m->heads);
-    T_CHECK(m->vocab == vocab, "%s: vocab got %lld want %lld", path, (long long)m->vocab,
-            (long long)vocab);
-    T_CHECK(m->seq_len == seq_len, "%s: seq_len got %lld want %lld", path, (long long)m->seq_len,
-            (long long)seq_len);
-    T_CHECK(runconfig_mask_id(m, data_vocab) == mask_id,
-            "%s: mask token got %lld want %lld (MDLM's)", path,
-            (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
-    T_CHECK(rc->n_stages == 4, "%s: ar, k1, k2, k4; got %d stages", path, rc->n_stages);
+    T_EQ_INT(m->vocab, vocab, "%s: vocab got %lld want %lld", path, (long long)m->vocab,
+             (long long)vocab);
+    T_EQ_INT(m->seq_len, seq_len, "%s: seq_len got %lld want %lld", path, (long long)m->seq_len,
+             (long long)seq_len);
+    T_EQ_INT(runconfig_mask_id(m, data_vocab), mask_id,
+             "%s: mask token got %lld want %lld (MDLM's)", path,
+             (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
+    T_EQ_INT(rc->n_stages, 4, "%s: ar, k1, k2, k4; got %d stages", path, rc->n_stages);
     if (rc->n_stages != 4) goto out;
     const int64_t ks[4] = {1, 1, 2, 4};
     const runconfig_kind kinds[4] = {ar_trained ? RC_KIND_AR : RC_KIND_IMPORT, RC_KIND_DISTILL_AR,
                                      RC_KIND_SELF_FORCING, RC_KIND_SELF_FORCING};
     for (int i = 0; i < 4; i++) {
         const runconfig_stage *s = &rc->stages[i];
-        T_CHECK(s->kind == kinds[i], "%s stage %d: kind got %s want %s", path, i,
-                runconfig_kind_name(s->kind), runconfig_kind_name(kinds[i]));
+        T_EQ_INT(s->kind, kinds[i], "%s stage %d: kind got %s want %s", path, i,
+                 runconfig_kind_name(s->kind), runconfig_kind_name(kinds[i]));
         if (i == 0 && !ar_trained) continue;
         check_stage(path, s);
         if (i == 0) {
@@ -80,15 +80,14 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
                      "%s ar: bf16 throughout", path);
             continue;
         }
-        T_CHECK(s->k == ks[i], "%s %s: k got %lld want %lld", path, s->name, (long long)s->k,
-                (long long)ks[i]);
+        T_EQ_INT(s->k, ks[i], "%s %s: k got %lld want %lld", path, s->name, (long long)s->k,
+                 (long long)ks[i]);
         T_NEAR(s->tau_min, 1.0, 0, "%s %s: tau got [%g, %g] want 1 (main models)", path, s->name,
                s->tau_min, s->tau_max);
         T_NEAR(s->tau_max, 1.0, 0, "%s %s: tau got [%g, %g] want 1 (main models)", path, s->name,
                s->tau_min, s->tau_max);
-        T_CHECK(s->teacher_stage == i - 1, "%s %s: taught by the previous stage", path, s->name);
-        T_CHECK(s->init_stage == i - 1, "%s %s: initialised from the previous stage", path,
-                s->name);
+        T_EQ_INT(s->teacher_stage, i - 1, "%s %s: taught by the previous stage", path, s->name);
+        T_EQ_INT(s->init_stage, i - 1, "%s %s: initialised from the previous stage", path, s->name);
         check_kf_precision(path, s);
     }
 out:

@@ -62,7 +62,7 @@ int main(void) {
     close(fd);
     runconfig *rc;
     kf_err err;
-    T_CHECK(load_with(NULL, NULL, 0, NULL, &rc, &err) == 0, "valid config: %s", err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 0, NULL, &rc, &err), 0, "valid config: %s", err.msg);
     if (rc) {
         T_EQ_INT(rc->n_stages, 3, "stages");
         T_EQ_STR(rc->name, "t", "stages");
@@ -70,7 +70,7 @@ int main(void) {
         T_CLOSE(rc->stages[1].opt.lr, 1e-3, 0, "defaults lr");
         T_EQ_INT(rc->stages[1].teacher_stage, 0, "teachers");
         T_EQ_INT(rc->stages[2].teacher_stage, 1, "teachers");
-        T_CHECK(rc->stages[2].init_stage == 1, "self_forcing initialises from its teacher");
+        T_EQ_INT(rc->stages[2].init_stage, 1, "self_forcing initialises from its teacher");
         T_NEAR(rc->stages[2].tau_min, 0.5, 0,
                "self_forcing keeps its teacher's tau range: [%g, %g]", rc->stages[2].tau_min,
                rc->stages[2].tau_max);
@@ -82,10 +82,10 @@ int main(void) {
         T_EQ_INT(runconfig_precision_at(&rc->stages[0].opt, 4), RC_PREC_FP16, "phases");
         T_EQ_INT(runconfig_precision_at(&rc->stages[0].opt, 5), RC_PREC_FP32, "phases");
         T_CLOSE(rc->stages[0].opt.scale_init, 1024, 0, "loss scale init");
-        T_CHECK(rc->stages[0].opt.scale_growth_interval == 3, "growth interval");
+        T_EQ_INT(rc->stages[0].opt.scale_growth_interval, 3, "growth interval");
         T_EQ_INT(rc->res.time_limit_s, 3723, "time limit %lld", (long long)rc->res.time_limit_s);
         T_EQ_INT(rc->res.ranks, 2, "time limit %lld", (long long)rc->res.time_limit_s);
-        T_CHECK(strlen(rc->hash) == 64, "hash");
+        T_EQ_INT(strlen(rc->hash), 64, "hash");
         T_CHECK(!rc->stages[0].opt.ema_warmup, "ema_warmup defaults to off (the paper)");
         T_EQ_INT(rc->res.zero1, 0, "resources.zero1 defaults to off (the all-reduce)");
         runconfig_opts d = runconfig_opts_default();
@@ -94,45 +94,44 @@ int main(void) {
         T_EQ_INT(rc->stages[1].opt.seed, d.seed, "unset seed is runconfig_opts_default's");
         T_EQ_INT(rc->stages[1].opt.checkpoint_every, d.checkpoint_every,
                  "unset checkpoint_every is runconfig_opts_default's");
-        T_CHECK(rc->model.mask_id == -1, "model.mask_id defaults to automatic");
-        T_CHECK(runconfig_mask_id(&rc->model, 99) == 99,
-                "automatic mask: the id past the data's 99");
-        T_CHECK(runconfig_mask_id(&rc->model, 100) == -1,
-                "automatic mask: none when vocab = data's");
+        T_EQ_INT(rc->model.mask_id, -1, "model.mask_id defaults to automatic");
+        T_EQ_INT(runconfig_mask_id(&rc->model, 99), 99,
+                 "automatic mask: the id past the data's 99");
+        T_EQ_INT(runconfig_mask_id(&rc->model, 100), -1,
+                 "automatic mask: none when vocab = data's");
         runconfig_free(rc);
     }
     char *over[] = {"defaults.batch=16", "stages.0.steps=3"};
-    T_CHECK(load_with(NULL, NULL, 2, over, &rc, &err) == 0, "overrides: %s", err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 2, over, &rc, &err), 0, "overrides: %s", err.msg);
     if (rc) {
         T_EQ_INT(rc->stages[1].opt.batch, 16, "override values");
         T_EQ_INT(rc->stages[0].steps, 3, "override values");
         runconfig_free(rc);
     }
     char *ema_over[] = {"defaults.ema_warmup=true", "stages.1.ema_warmup=false"};
-    T_CHECK(load_with(NULL, NULL, 2, ema_over, &rc, &err) == 0, "ema_warmup overrides: %s",
-            err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 2, ema_over, &rc, &err), 0, "ema_warmup overrides: %s", err.msg);
     if (rc) {
-        T_CHECK(rc->stages[0].opt.ema_warmup == 1, "ema_warmup: true from defaults");
-        T_CHECK(rc->stages[1].opt.ema_warmup == 0, "ema_warmup: a stage turns it off");
+        T_EQ_INT(rc->stages[0].opt.ema_warmup, 1, "ema_warmup: true from defaults");
+        T_EQ_INT(rc->stages[1].opt.ema_warmup, 0, "ema_warmup: a stage turns it off");
         runconfig_free(rc);
     }
     expect_error("batch: 8", "batch: 8\n  ema_warmup: sometimes", "defaults.ema_warmup");
     char *zero_over[] = {"resources.zero1=true"};
-    T_CHECK(load_with(NULL, NULL, 1, zero_over, &rc, &err) == 0, "zero1 override: %s", err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 1, zero_over, &rc, &err), 0, "zero1 override: %s", err.msg);
     if (rc) {
         T_EQ_INT(rc->res.zero1, 1, "resources.zero1=true");
         runconfig_free(rc);
     }
     char *mask_over[] = {"model.mask_id=7"};
-    T_CHECK(load_with(NULL, NULL, 1, mask_over, &rc, &err) == 0, "model.mask_id: %s", err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 1, mask_over, &rc, &err), 0, "model.mask_id: %s", err.msg);
     if (rc) {
-        T_CHECK(runconfig_mask_id(&rc->model, 100) == 7, "explicit mask id: got %lld want 7",
-                (long long)runconfig_mask_id(&rc->model, 100));
+        T_EQ_INT(runconfig_mask_id(&rc->model, 100), 7, "explicit mask id: got %lld want 7",
+                 (long long)runconfig_mask_id(&rc->model, 100));
         runconfig_free(rc);
     }
     expect_error("seq_len: 32}", "seq_len: 32, mask_id: 100}", "model.mask_id");
     char *cos_over[] = {"stages.1.lr_decay=cosine", "stages.1.lr_min=1.0e-4"};
-    T_CHECK(load_with(NULL, NULL, 2, cos_over, &rc, &err) == 0, "lr_decay override: %s", err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 2, cos_over, &rc, &err), 0, "lr_decay override: %s", err.msg);
     if (rc) {
         const runconfig_opts *o = &rc->stages[1].opt;
         T_EQ_INT(o->lr_cosine, 1,
@@ -144,13 +143,13 @@ int main(void) {
                 "want 1, 0",
                 o->lr_cosine, rc->stages[0].opt.lr_cosine);
         T_CLOSE(o->lr_min, 1e-4, 0, "lr_min");
-        T_CHECK(o->decay_steps == 4, "decay_steps: got %lld want the stage's 4 steps",
-                (long long)o->decay_steps);
+        T_EQ_INT(o->decay_steps, 4, "decay_steps: got %lld want the stage's 4 steps",
+                 (long long)o->decay_steps);
         runconfig_free(rc);
     }
     char *recipe_over[] = {"stages.2.new_weight=2.5", "stages.2.tau_curriculum=40",
                            "stages.2.teacher_precision=bf16"};
-    T_CHECK(load_with(NULL, NULL, 3, recipe_over, &rc, &err) == 0, "recipe overrides: %s", err.msg);
+    T_EQ_INT(load_with(NULL, NULL, 3, recipe_over, &rc, &err), 0, "recipe overrides: %s", err.msg);
     if (rc) {
         const runconfig_opts *o = &rc->stages[2].opt;
         T_CLOSE(o->new_weight, 2.5, 0, "new_weight of stage 2");
@@ -160,12 +159,22 @@ int main(void) {
         T_EQ_INT(o->teacher_precision, RC_PREC_BF16, "teacher_precision of stage 2");
         T_EQ_INT(rc->stages[1].opt.teacher_precision, RC_PREC_FP32,
                  "teacher_precision defaults to fp32");
+        T_EQ_INT(rc->stages[1].opt.teacher_follow, 0,
+                 "teacher_precision: follow is not the default");
+        runconfig_free(rc);
+    }
+    char *follow_over[] = {"defaults.teacher_precision=follow", "stages.2.teacher_precision=bf16"};
+    T_EQ_INT(load_with(NULL, NULL, 2, follow_over, &rc, &err), 0, "follow: %s", err.msg);
+    if (rc) {
+        T_EQ_INT(rc->stages[1].opt.teacher_follow, 1, "follow under defaults reaches stage 1");
+        T_EQ_INT(rc->stages[2].opt.teacher_follow, 0, "stage 2's own bf16 replaces follow");
+        T_EQ_INT(rc->stages[2].opt.teacher_precision, RC_PREC_BF16, "stage 2's teacher_precision");
         runconfig_free(rc);
     }
     expect_error("batch: 8\n", "batch: 8\n  new_weight: 0\n", "defaults.new_weight");
     expect_error("batch: 8\n", "batch: 8\n  tau_curriculum: -1\n", "defaults.tau_curriculum");
     expect_error("batch: 8\n", "batch: 8\n  teacher_precision: fp8\n",
-                 "'defaults.teacher_precision': expected fp32, bf16 or fp16, got 'fp8'");
+                 "'defaults.teacher_precision': expected fp32, bf16, fp16 or follow, got 'fp8'");
     char *bad_over[] = {"defaults.bach=16"};
     T_EQ_INT(load_with(NULL, NULL, 1, bad_over, &rc, &err), -1, "unknown override key: %s",
              err.msg);
@@ -232,5 +241,15 @@ int main(void) {
         runconfig_free(rc);
     }
     expect_error("name: t\n", "", "name");
+    /* runs/NAME: one path component of safe characters */
+    const char *bad_names[] = {"../../esc", "..", ".", "a/b", "\"\"", "-x", ".hidden", "a b"};
+    for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++) {
+        char repl[64];
+        snprintf(repl, sizeof repl, "name: %s\n", bad_names[i]);
+        expect_error("name: t\n", repl, "is not a run name");
+    }
+    T_EQ_INT(load_with("name: t\n", "name: run_2.b-C\n", 0, NULL, &rc, &err), 0,
+             "name run_2.b-C: %s", err.msg);
+    runconfig_free(rc);
     return T_DONE();
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "kernels/kernels.h"
 #include "pipeline/shard_reader.h"
@@ -46,8 +47,9 @@ static const char USAGE[] =
     "\n"
     "Prints one JSON object on stdout.\n";
 
-static int load_ckpt(kf_backend *be, const char *ref, model **out, kf_err *err) {
-    char path[4096], sha[65];
+/* sha receives the sha256 of the weights file. */
+static int load_ckpt(kf_backend *be, const char *ref, model **out, char sha[65], kf_err *err) {
+    char path[4096];
     if (ckpt_resolve_teacher(ref, path, sizeof path, sha, err)) return -1;
     *out = model_load(be, path, err);
     return *out ? 0 : -1;
@@ -88,7 +90,8 @@ int eval_main(int argc, char **argv) {
     model *m = NULL, *teacher = NULL;
     shard_set *ss = NULL;
     int rc = KF_EXIT_ERROR;
-    if (!be || load_ckpt(be, ckpt, &m, &err)) goto fail;
+    char sha[65], teacher_sha[65];
+    if (!be || load_ckpt(be, ckpt, &m, sha, &err)) goto fail;
     if (shard_set_open(data, split, &ss, &err)) goto fail;
     if (shard_set_vocab_size(ss) > m->cfg.vocab) {
         kf_err_set(&err, "%s: the data's vocabulary (%lld ids) exceeds the model's (%lld)", data,
@@ -111,7 +114,13 @@ int eval_main(int argc, char **argv) {
                        "--teacher TCKPT (the AR or PFLM(k/2) checkpoint it was trained from)");
             goto fail;
         }
-        if (load_ckpt(be, teacher_ref, &teacher, &err)) goto fail;
+        if (load_ckpt(be, teacher_ref, &teacher, teacher_sha, &err)) goto fail;
+        /* a model scored against its own targets: every accuracy is 1 by construction */
+        if (!strcmp(sha, teacher_sha))
+            fprintf(stderr,
+                    "kf eval: warning: --teacher %s has the same weights as %s (sha256 %.12s...): "
+                    "a model is not its own teacher; give the checkpoint it was trained from\n",
+                    teacher_ref, ckpt, sha);
     }
     eval_result r;
     if (eval_run(m, teacher, ss, &o, &r, &err)) goto fail;

@@ -10,9 +10,13 @@
 #include "common/cli.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/runconfig.h"
 #include "kernels/kernels.h"
+#include "pipeline/build_config.h"
+#include "tokenize/tokenizer.h"
 #include "trainer/cli/cli_eval.h"
 #include "trainer/infer/quality.h"
+#include "trainer/train/checkpoint.h"
 
 static const char USAGE[] =
     "usage: kf eval --completions FILE.jsonl --evaluator CKPT [--eos ID] [--batch B]\n"
@@ -23,10 +27,13 @@ static const char USAGE[] =
     "completion truncated at its first EOS and stripped of the mask token, scored with its\n"
     "prefix as context; corpus-level exp of the token-weighted mean NLL) and distinct-1/2/3\n"
     "(distinct n-grams / n-grams over all truncated completions). CKPT must use the\n"
-    "completions' tokenizer. Prints one JSON object on stdout.\n"
+    "completions' tokenizer: a .safetensors file, a stage's final/ directory or a step-N\n"
+    "checkpoint directory. Prints one JSON object on stdout.\n"
     "\n"
-    "  --eos ID      end-of-sequence id (default: 50256 for a GPT-2 vocabulary, 102 [SEP]\n"
-    "                for bert-base-uncased; -1: no truncation)\n"
+    "  --eos ID      end-of-sequence id (default: the \"eos\" that `kf sample` records in\n"
+    "                each line, else that of the run CKPT is in (RUN/stages/...: the\n"
+    "                vocabulary of its data.train's shards), else 50256 for a GPT-2\n"
+    "                vocabulary, 102 [SEP] for bert-base-uncased; -1: no truncation)\n"
     "  --batch B     scoring windows per forward pass (default 16)\n"
     "  --backend     cpu, cuda or auto (default auto)\n";
 
@@ -51,14 +58,17 @@ static int read_ids(const json *a, const char *what, const char *path, int64_t l
     return 0;
 }
 
-/* Loads every line of a completions file. */
-static int load_completions(const char *path, quality_sample **out, int64_t *n, kf_err *err) {
+/* Loads every line of a completions file; *eos receives the "eos" its lines
+ * record (-2: none does). */
+static int load_completions(const char *path, quality_sample **out, int64_t *n, int64_t *eos,
+                            kf_err *err) {
     char *text;
     size_t len;
     if (fs_read_file(path, &text, &len, err)) return -1;
     quality_sample *s = NULL;
     int64_t cnt = 0, cap = 0, line = 0;
     int rc = 0;
+    *eos = -2;
     for (char *p = text; p < text + len && !rc;) {
         char *e = memchr(p, '\n', (size_t)(text + len - p));
         size_t l = e ? (size_t)(e - p) : (size_t)(text + len - p);
@@ -75,6 +85,17 @@ static int load_completions(const char *path, quality_sample **out, int64_t *n, 
             const json *c = json_get(r, "completion");
             if (!c || c->type != JSON_ARRAY) c = json_get(r, "completion_ids");
             const json *pr = json_get(r, "prefix");
+            const json *e = json_get(r, "eos");
+            if (e && (e->type != JSON_NUMBER || !e->is_int || e->i < -1 || e->i > INT32_MAX ||
+                      (*eos != -2 && e->i != *eos))) {
+                rc = kf_err_set(err,
+                                "%s:%lld: \"eos\" is not the id the earlier lines record "
+                                "(pass --eos ID)",
+                                path, (long long)line);
+                json_free(d);
+                break;
+            }
+            if (e) *eos = e->i;
             if (cnt == cap) s = kf_realloc(s, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *s);
             quality_sample *q = &s[cnt];
             int32_t *pi = NULL, *ci = NULL;
@@ -103,6 +124,37 @@ static int load_completions(const char *path, quality_sample **out, int64_t *n, 
     return 0;
 }
 
+/* The EOS id of the run an evaluator inside RUN/stages/ belongs to: the
+ * tokenizer of the shards its data.train was built with; -2 when it is not
+ * in a run or the run's vocabulary is unknown. */
+static int64_t run_eos(const char *evp) {
+    char run[4096];
+    const char *at = NULL;
+    for (const char *p = strstr(evp, "/stages/"); p; p = strstr(p + 1, "/stages/")) at = p;
+    if (at) snprintf(run, sizeof run, "%.*s", (int)(at - evp), evp);
+    else if (!strncmp(evp, "stages/", 7)) snprintf(run, sizeof run, ".");
+    else return -2;
+    char yaml[4200];
+    snprintf(yaml, sizeof yaml, "%s/run.yaml", run);
+    runconfig *rc;
+    kf_err err;
+    if (!fs_exists(yaml) || runconfig_load(yaml, 0, NULL, &rc, &err)) return -2;
+    char *vocab, *kind;
+    kf_err ignored; /* a shards: section that no longer reads: the defaults below */
+    build_config_train_vocab(rc, &vocab, &kind, &ignored);
+    runconfig_free(rc);
+    tok *tk = vocab ? tok_load(kind, vocab, &err) : NULL;
+    int64_t eos = -2;
+    if (tk) {
+        eos =
+            tok_special_id(tk, "eos") >= 0 ? tok_special_id(tk, "eos") : tok_special_id(tk, "sep");
+        if (eos < 0) eos = -2;
+        tok_free(tk);
+    }
+    free(vocab), free(kind);
+    return eos;
+}
+
 /* ", KEY: value" with null for a value that is not finite (no NaN in JSON). */
 static void json_number(const char *key, double v) {
     if (isfinite(v)) printf(", \"%s\": %.6g", key, v);
@@ -111,7 +163,7 @@ static void json_number(const char *key, double v) {
 
 int quality_eval_main(int argc, char **argv) {
     const char *file = NULL, *evp = NULL, *backend = "auto";
-    int64_t batch = 16, eos = -2; /* -2: from the vocabulary */
+    int64_t batch = 16, eos = -2; /* -2: from the file, else from the vocabulary */
     const cli_opt opts[] = {
         {"--completions", CLI_STR, .out = &file},
         {"--evaluator", CLI_STR, .out = &evp},
@@ -136,16 +188,20 @@ int quality_eval_main(int argc, char **argv) {
     kf_err err = {{0}};
     quality_sample *s = NULL;
     int64_t n = 0;
-    if (!fs_exists(evp)) {
-        fprintf(stderr, "kf eval: error: evaluator %s: no such file\n", evp);
+    char evf[4096], sha[65];
+    int64_t file_eos;
+    if (ckpt_resolve_teacher(evp, evf, sizeof evf, sha, &err)) {
+        fprintf(stderr, "kf eval: error: evaluator %s\n", err.msg);
         return KF_EXIT_ERROR;
     }
-    if (load_completions(file, &s, &n, &err)) {
+    if (load_completions(file, &s, &n, &file_eos, &err)) {
         fprintf(stderr, "kf eval: error: %s\n", err.msg);
         return KF_EXIT_ERROR;
     }
+    if (eos == -2) eos = file_eos;
+    if (eos == -2) eos = run_eos(evp);
     kf_backend *be = kernels_create(backend, &err);
-    model *ev = be ? model_load(be, evp, &err) : NULL;
+    model *ev = be ? model_load(be, evf, &err) : NULL;
     code = KF_EXIT_ERROR;
     quality_ppl ppl;
     if (ev && eos == -2) {

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/fsutil.h"

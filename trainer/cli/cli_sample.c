@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/fsutil.h"
@@ -44,6 +45,9 @@ static const char USAGE[] =
     "                   generated so far; default 0.5 for a PFLM checkpoint (the released\n"
     "                   sampler's default; its scripts suggest 0.2-0.5 by k and dataset),\n"
     "                   0 for AR (the release samples AR without it)\n"
+    "  --freq-penalty-table lm1b|owt  PFLM: the penalty the release's scripts use at the\n"
+    "                   decoding k (lm1b 0.2/0.4/0.5, owt 0.3/0.5/0.5 for k = 2/3/4; 0.5\n"
+    "                   at other k) instead of one value\n"
     "  --seed S         completion j of prefix i uses draws keyed (S, i*M + j)\n"
     "  --position-temp LIST  PFLM: one temperature per output position of a step; 0 =\n"
     "                   the argmax (push-forward decoding, the default), T > 0 = sampling\n"
@@ -55,8 +59,9 @@ static const char USAGE[] =
     "                   fp32 accumulation (the paper decodes in bf16); logits stay fp32\n"
     "\n"
     "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
-    "text (detokenised, truncated at the first EOS; with --vocab), tokens_per_s (the\n"
-    "batch's generated tokens / wall-clock seconds).\n";
+    "text (detokenised, truncated at the first EOS; with --vocab), k, tau, seed, eos (the\n"
+    "EOS id, when known), model_sha256 (of the weights file), tokens_per_s (the batch's\n"
+    "generated tokens / wall-clock seconds).\n";
 
 typedef struct job {
     int32_t *prefix;
@@ -77,12 +82,14 @@ typedef struct sample_args {
     int64_t k, batch, per, max_new, seed, eos, bos;
     int prec; /* --precision as a kf_precision */
     double tau, pen, ptemp[64];
+    const char *pen_table; /* --freq-penalty-table, or NULL */
     int nptemp;
 } sample_args;
 
 /* What the run needs: the tokenizer, the prefixes, the model and its decoding options. */
 typedef struct sample_plan {
     char path[4096]; /* the checkpoint's weights */
+    char sha[65];    /* their sha256: which weights made the completions */
     tok *tk;
     int32_t **pre;
     int64_t *plen, npre, eos;
@@ -107,6 +114,7 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
         {"--k", CLI_INT, .out = &a->k, .lo = 1, .hi = INFINITY},
         {"--tau", CLI_FLOAT, .out = &a->tau, .lo = 0, .hi = INFINITY, .above = true},
         {"--freq-penalty", CLI_FLOAT, .out = &a->pen},
+        {"--freq-penalty-table", CLI_STR, .out = &a->pen_table},
         {"--position-temp", CLI_FLOAT_LIST, .out = a->ptemp, .n = &a->nptemp, .cap = 64},
         {"--prefix-file", CLI_STR, .out = &a->prefix_file},
         {"--batch", CLI_INT, .out = &a->batch, .lo = 1, .hi = INFINITY},
@@ -124,6 +132,14 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
     if (cli_parse(&spec, argc, argv, code)) return 1;
     if (!a->ckpt) {
         fputs(USAGE, stderr);
+        *code = KF_EXIT_USAGE;
+        return 1;
+    }
+    if (a->pen_table && (decode_release_penalty(a->pen_table, 2) < 0 || !isnan(a->pen))) {
+        fprintf(stderr,
+                "kf sample: --freq-penalty-table: expected lm1b or owt, without "
+                "--freq-penalty (got '%s')\n",
+                a->pen_table);
         *code = KF_EXIT_USAGE;
         return 1;
     }
@@ -178,6 +194,7 @@ static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
     int64_t k = a->k ? a->k : m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
     double pen = !isnan(a->pen)            ? a->pen
                  : m->cfg.kind == MODEL_AR ? 0.0
+                 : a->pen_table            ? decode_release_penalty(a->pen_table, k)
                                            : DECODE_FREQ_PENALTY_DEFAULT;
     p->o = (decode_opts){.k = k,
                          .tau = a->tau,
@@ -241,7 +258,11 @@ static void print_completion(const sample_plan *p, const sample_args *a, const i
         free(keep);
         tok_bytes_free(&txt);
     }
-    printf(", \"k\": %lld, \"tau\": %g, \"tokens_per_s\": %.1f}\n", (long long)p->o.k, a->tau, tps);
+    printf(", \"k\": %lld, \"tau\": %g, \"seed\": %lld", (long long)p->o.k, a->tau,
+           (long long)a->seed);
+    /* where kf eval --completions truncates by default (when known) */
+    if (p->eos >= 0) printf(", \"eos\": %lld", (long long)p->eos);
+    printf(", \"model_sha256\": \"%s\", \"tokens_per_s\": %.1f}\n", p->sha, tps);
 }
 
 /* Decodes every (prefix, copy) in batches of prefixes of one length and
@@ -290,8 +311,7 @@ int sample_main(int argc, char **argv) {
     omp_env_passive();
     kf_err err = {{0}};
     sample_plan p = {0};
-    char sha[65];
-    if (ckpt_resolve_teacher(a.ckpt, p.path, sizeof p.path, sha, &err)) rc = KF_EXIT_ERROR;
+    if (ckpt_resolve_teacher(a.ckpt, p.path, sizeof p.path, p.sha, &err)) rc = KF_EXIT_ERROR;
     else if (!(rc = plan_prefixes(&p, &a, &err)) && !(rc = plan_model(&p, &a, &err)))
         rc = run_batches(&p, &a, &err);
     if (rc) fprintf(stderr, "kf sample: %s\n", err.msg);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/runconfig.h"
@@ -28,7 +29,8 @@ static const char USAGE[] =
     "\n"
     "Precision (per stage or under defaults): `precision:` phases set the student's\n"
     "(fp32, fp16, bf16); `teacher_precision: fp32|bf16|fp16` (default fp32) sets the\n"
-    "teacher passes' for the whole stage; a resume refuses a changed one.\n"
+    "teacher passes' for the whole stage, `follow` runs them in the student's phase;\n"
+    "a resume refuses a changed one.\n"
     "\n"
     "SIGUSR1, SIGTERM or SIGINT (Ctrl-C): checkpoint at the next step boundary and exit 75;\n"
     "a second Ctrl-C aborts at once (no checkpoint).\n"

@@ -18,6 +18,17 @@ int64_t decode_cache_rows(const model *m, const decode_opts *o, int64_t P) {
     return P + before + (m->cfg.head == HEAD_MTP ? 1 : o->max_new - before);
 }
 
+double decode_release_penalty(const char *table, int64_t k) {
+    static const struct {
+        const char *name;
+        double by_k[3]; /* k = 2, 3, 4 */
+    } tables[] = {{"lm1b", {0.2, 0.4, 0.5}}, {"owt", {0.3, 0.5, 0.5}}};
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++)
+        if (!strcmp(table, tables[i].name))
+            return k >= 2 && k <= 4 ? tables[i].by_k[k - 2] : DECODE_FREQ_PENALTY_DEFAULT;
+    return -1;
+}
+
 int decode_check(const model *m, const decode_opts *o, int64_t P, kf_err *err) {
     if (m->cfg.kind == MODEL_AR && o->k != 1)
         return kf_err_set(err, "--k %lld: an AR checkpoint decodes one token per step (k = 1)",

@@ -52,6 +52,12 @@
  *  and `kf bench decode`. */
 #define DECODE_FREQ_PENALTY_DEFAULT 0.5
 
+/** The frequency penalty the release's sampling scripts use for a PFLM
+ *  emitting k tokens a step on dataset `table` ("lm1b": 0.2, 0.4, 0.5 and
+ *  "owt": 0.3, 0.5, 0.5 for k = 2, 3, 4; DECODE_FREQ_PENALTY_DEFAULT at any
+ *  other k), `kf sample --freq-penalty-table`. -1 when table is neither. */
+double decode_release_penalty(const char *table, int64_t k);
+
 /** First RNG counter of the position-temperature draws (see above). */
 #define DECODE_POSITION_DRAWS ((uint64_t)1 << 62)
 

@@ -1,5 +1,5 @@
 /* trainer/infer/quality.h — sample-quality metrics of generated completions
- * (issue 8 item 3; the paper's appendix "Evaluation Protocol"):
+ * (the paper's appendix "Evaluation Protocol"):
  *
  *   Gen-PPL    completions scored by an evaluator AR checkpoint the user
  *              chooses: each completion is truncated at its first EOS (the
@@ -83,7 +83,7 @@ void quality_stats_compute(const quality_sample *s, int64_t n, int32_t eos, int3
                            quality_stats *out);
 
 /* The margins of AR's quality within which a K-Forcing row reads as matching
- * its teacher (issue 14): Gen-PPL at most 1.3x AR's, entropy and mean length
+ * its teacher: Gen-PPL at most 1.3x AR's, entropy and mean length
  * at least 0.9x AR's. Outside them the row is flagged. */
 #define QUALITY_MAX_PPL_RATIO 1.3
 #define QUALITY_MIN_ENTROPY_RATIO 0.9

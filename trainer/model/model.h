@@ -337,8 +337,6 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
 void model_cache_free(model_cache *c);
 /** Rows currently kept. */
 int64_t model_cache_len(const model_cache *c);
-/** Forgets every row (reuse for a new batch). */
-void model_cache_reset(model_cache *c);
 
 /** Feeds Q new rows per sample, which take cache rows and positions
  *  [P, P+Q) (P = model_cache_len; POS_LEARNED: P+Q <= n_positions) and see every earlier row

@@ -153,8 +153,6 @@ void model_cache_free(model_cache *c) {
 
 int64_t model_cache_len(const model_cache *c) { return c->len; }
 
-void model_cache_reset(model_cache *c) { c->len = 0; }
-
 static int32_t *h32(model_cache *c, size_t n) {
     if (n > c->h32_cap) {
         c->h32 = kf_realloc(c->h32, n * sizeof(int32_t));

@@ -270,8 +270,9 @@ static int parse_identity(cfg_node *r, ckpt_identity *id, kf_err *err) {
         return -1;
     const char *tp;
     if (cfg_opt_str(r, "teacher_precision", "fp32", &tp, err)) return -1;
-    if (runconfig_prec_parse(tp) < 0)
-        return cfg_err_at(cfg_find(r, "teacher_precision"), err, "expected fp32, bf16 or fp16");
+    if (runconfig_prec_parse(tp) < 0 && strcmp(tp, "follow"))
+        return cfg_err_at(cfg_find(r, "teacher_precision"), err,
+                          "expected fp32, bf16, fp16 or follow");
     snprintf(id->teacher_precision, sizeof id->teacher_precision, "%s", tp);
     c->kind = (model_kind)kind;
     c->head = (model_head)head;
@@ -545,17 +546,17 @@ int ckpt_resolve_teacher(const char *ref, char *out, size_t cap, char sha[65], k
         if (fs_exists(p)) {
             kf_err e2 = {{0}};
             if (ckpt_verify(ref, NULL, &e2))
-                return kf_err_set(err, "teacher checkpoint %s does not verify: %s", ref, e2.msg);
+                return kf_err_set(err, "checkpoint %s does not verify: %s", ref, e2.msg);
             fs_path_join(out, cap, ref, "ema.safetensors");
             return sha256_file_hex(out, sha, err);
         }
         return kf_err_set(err,
-                          "teacher %s: neither a final/ directory (final.yaml) nor a checkpoint "
+                          "%s: neither a final/ directory (final.yaml) nor a checkpoint "
                           "(state.yaml)",
                           ref);
     }
-    if (!fs_exists(ref)) return kf_err_set(err, "teacher %s: no such file or directory", ref);
-    KF_CHECK(strlen(ref) < cap, "teacher path too long");
+    if (!fs_exists(ref)) return kf_err_set(err, "%s: no such file or directory", ref);
+    KF_CHECK(strlen(ref) < cap, "checkpoint path too long");
     strcpy(out, ref);
     return sha256_file_hex(ref, sha, err);
 }

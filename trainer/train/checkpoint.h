@@ -17,7 +17,7 @@
  * tokenizer + vocab sha256, teacher sha256, teacher precision), and every other file's size and
  * sha256.
  *
- * Commit protocol (issue 5 item 5), collective over all ranks:
+ * Commit protocol, collective over all ranks:
  *   rank 0 clears a leftover step-N.tmp/; barrier; every rank writes its files
  *   into step-N.tmp/ (each file atomically and fsynced; rank 0 writes the four
  *   tensor files); barrier; rank 0 hashes every file, writes state.yaml
@@ -133,7 +133,8 @@ int ckpt_load(const char *path, int rank, model *m, float *ema, float *adam_m, f
 void ckpt_write_final(const char *final_dir, const model *m, const float *ema,
                       const ckpt_meta *meta);
 
-/** Resolves and verifies a teacher: a final/ directory (its DONE marker and
+/** Resolves and verifies a model reference (a teacher, or the CKPT of kf
+ * eval / kf sample): a final/ directory (its DONE marker and
  * recorded sha256 of model.safetensors are checked), a step-N checkpoint
  * directory (verified; its ema.safetensors is used) or a .safetensors file.
  * out receives the weights file, sha the file's sha256.

@@ -639,15 +639,16 @@ void sup_build_slot(sup_ctx *s, int64_t slot, sup_batch *out, const int32_t *tok
     /* Teacher passes run batch-invariant: a sample's targets must not depend on
      * the batch it is in, or the student sees contradictory supervision. They
      * run in the stage's fixed teacher precision (fp32 by default, as the
-     * released teacher does), never the student's phase: 16-bit rounding moves
-     * inverse-CDF samples into neighbouring bins, so the noise -> token map
-     * would change at every phase switch. */
+     * release's stage-1 teacher does), not the student's phase: 16-bit
+     * rounding moves inverse-CDF samples into neighbouring bins, so the noise
+     * -> token map would change at every phase switch. teacher_follow keeps
+     * the student's phase, as the release's later teachers run. */
     kf_backend *tbe = s->teacher ? s->teacher->be : NULL;
     int saved_invariant = tbe ? tbe->batch_invariant : 0;
     kf_precision saved_precision = tbe ? tbe->precision : KF_PREC_FP32;
     if (tbe) {
         tbe->batch_invariant = 1;
-        tbe->set_precision(tbe, s->cfg.teacher_precision);
+        if (!s->cfg.teacher_follow) tbe->set_precision(tbe, s->cfg.teacher_precision);
     }
     sup_build_targets(s, out, tokens, B, n, valid_len, keys, slot);
     if (tbe) {

@@ -53,6 +53,8 @@ typedef struct sup_config {
     uint64_t seed;
     kf_precision teacher_precision; /* the teacher passes' precision (0: fp32), whatever
                                        the student's phase */
+    int teacher_follow;             /* 1: the teacher passes run in the backend's precision
+                                       as the caller left it (the student's phase) */
 } sup_config;
 
 /** Parses a stage kind name ("ar", "distill_ar", "self_forcing",

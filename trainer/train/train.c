@@ -19,9 +19,9 @@
 #include "common/writer_lock.h"
 #include "trainer/model/model.h"
 #include "trainer/train/checkpoint.h"
-#include "trainer/train/graph_cache.h"
 #include "trainer/train/loader.h"
 #include "trainer/train/optim.h"
+#include "trainer/train/step.h"
 #include "trainer/train/supervision.h"
 
 static volatile sig_atomic_t g_preempt; /* the first signal that asked for a checkpoint */
@@ -45,35 +45,6 @@ void train_install_signals(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-/* A micro-batch's student input and targets, copied out of the sup_ctx so
- * that all of a step's micro-batches can be built (and their targets
- * counted) before the first backward. All share the sup_ctx's layout. The
- * targets are on the device (a teacher's stay there), so that the step
- * waits for it only at its end. */
-typedef struct mb_store {
-    int64_t B, L, zdim, rows, n_targets;
-    int32_t *ids, *len;
-    int32_t *targets_d; /* device [rows] */
-    size_t targets_cap;
-    double *z, *tau;
-    int has_len, has_z;
-} mb_store;
-
-/* The step's device work recorded as graphs (kernels.h graph_begin): one
- * per micro-batch (its forward, loss and backward, after its uploads) and
- * one for the gradient check and the update, recorded and launched by
- * graph_cache's rule with the step's key (graphs_key). The step's changing
- * scalars (loss scale, learning rate, ...) are read from the device ctl.
- * With several ranks the last micro-batch runs eagerly: its backward hands
- * parts of the gradient to the all-reduce, which the host drives. */
-typedef struct step_graphs {
-    graph_cache cache;
-    int64_t *key;            /* [GKEY_N + accum * MKEY_N]: this step's */
-    void **mb, *opt;         /* [accum] the micro-batches', the optimizer's */
-    int64_t steps, launches; /* steps run as graphs, graph launches */
-} step_graphs;
-enum { GKEY_N = 1, MKEY_N = 7 };
-
 typedef struct trainer {
     const train_args *a;
     dist *d;
@@ -83,27 +54,17 @@ typedef struct trainer {
     kf_backend *be;
     model *m;
     model_ws *ws;
-    sup_ctx *sup;                       /* builds inputs + targets per micro-batch */
-    sup_batch *sb;                      /* its latest batch (owned by sup) */
-    float *ema, *adam_m, *adam_v, *acc; /* ema, adam_*: [shard.count] */
-    optim_dev *dev;                     /* a step's device scalars (evaluation: its loss) */
-    int zero1;                          /* ZeRO-1: the optimizer state of this rank's shard */
-    dist_range shard;                   /* the range of the flat buffer it updates */
+    sup_ctx *sup; /* builds inputs + targets per micro-batch */
+    step *s;      /* the step: the optimizer state, the micro-batches */
     loader *ld, *vld;
     int64_t accum, micro, seq_len;
-    int64_t bucket; /* all-reduce bucket (floats), see dist_grads_begin */
-    int pad;        /* `pad` data: pass valid lengths */
     model *teacher;
-    mb_store *mbs;  /* [accum] prepared micro-batches of the current step */
-    uint64_t *keys; /* [micro] noise keys of a micro-batch */
-    optim_state os;
     ckpt_identity id;
     int64_t step;
     char stage_dir[4096], ckpt_dir[4096], final_dir[4096];
     kf_jsonl *log;
     double t0, last_tps;
     int64_t last_ckpt_step;
-    step_graphs g;
     writer_lock lock; /* rank 0: the stage's writer lock, held until teardown */
 } trainer;
 
@@ -127,7 +88,7 @@ static void fill_meta(trainer *t, ckpt_meta *m) {
     m->global_batch = t->o->batch;
     m->world = t->d->world;
     memcpy(m->config_hash, t->rc->hash, 65);
-    m->opt = t->os;
+    m->opt = t->s->os;
     snprintf(m->phase, sizeof m->phase, "%s",
              runconfig_prec_name(runconfig_precision_at(t->o, t->step)));
     m->id = t->id;
@@ -146,7 +107,7 @@ static rng_state rank_rng(const trainer *t) {
  * is gathered into, elsewhere NULL (only rank 0 writes the files, in the
  * format of the all-reduce runs). Free it with state_done. */
 static float *state_full(trainer *t, const float *x) {
-    if (!t->zero1) return (float *)x;
+    if (!t->s->opt.zero1) return (float *)x;
     float *full =
         t->d->rank == 0 ? t->be->alloc(t->be, (size_t)t->m->n_params * sizeof(float)) : NULL;
     dist_gather_root(t->d, t->be, full, x, t->m->n_params);
@@ -154,7 +115,7 @@ static float *state_full(trainer *t, const float *x) {
 }
 
 static void state_done(trainer *t, float *full) {
-    if (t->zero1 && full) t->be->free(t->be, full);
+    if (t->s->opt.zero1 && full) t->be->free(t->be, full);
 }
 
 static void checkpoint(trainer *t) {
@@ -162,75 +123,12 @@ static void checkpoint(trainer *t) {
     ckpt_meta meta;
     fill_meta(t, &meta);
     rng_state r = rank_rng(t);
-    float *ema = state_full(t, t->ema), *am = state_full(t, t->adam_m),
-          *av = state_full(t, t->adam_v);
+    float *ema = state_full(t, t->s->ema), *am = state_full(t, t->s->adam_m),
+          *av = state_full(t, t->s->adam_v);
     ckpt_save(t->ckpt_dir, t->d, t->m, ema, am, av, &meta, &r, (int)t->o->keep_checkpoints);
     state_done(t, ema), state_done(t, am), state_done(t, av);
     t->last_ckpt_step = t->step;
     if (t->d->rank == 0) kf_log_info("%s: checkpoint step-%" PRId64, t->st->name, t->step);
-}
-
-/* Runs the supervision (teacher passes) for a loader micro-batch into t->sb,
- * as micro-batch slot's graph when they can be (sup_build_slot; -1: never).
- * Noise keys are the samples' stream positions: unique per (epoch, sample)
- * and independent of how the stream is split. */
-static void build(trainer *t, const loader_batch *lb, int64_t slot) {
-    for (int64_t i = 0; i < lb->n; i++) t->keys[i] = (uint64_t)lb->pos[i];
-    sup_build_slot(t->sup, slot, t->sb, lb->ids, lb->n, lb->seq_len, t->pad ? lb->len : NULL,
-                   t->keys);
-}
-
-static void *dup_or_grow(void *dst, const void *src, size_t bytes) {
-    dst = kf_realloc(dst, bytes ? bytes : 1);
-    if (bytes) memcpy(dst, src, bytes);
-    return dst;
-}
-
-/* Copies the latest batch's targets to s's device buffer (from the device,
- * or uploaded from the host) and returns it. */
-static const int32_t *store_targets(trainer *t, mb_store *s) {
-    const sup_batch *sb = t->sb;
-    size_t bytes = (size_t)sb->rows * sizeof(int32_t);
-    if (bytes > s->targets_cap) {
-        if (s->targets_d) t->be->free(t->be, s->targets_d);
-        s->targets_d = t->be->alloc(t->be, bytes);
-        s->targets_cap = bytes;
-    }
-    if (sb->targets_d) t->be->copy(t->be, s->targets_d, sb->targets_d, bytes);
-    else t->be->upload(t->be, s->targets_d, sb->targets, bytes);
-    s->n_targets = sb->n_targets;
-    return s->targets_d;
-}
-
-static void store(trainer *t, mb_store *s) {
-    const sup_batch *sb = t->sb;
-    s->B = sb->in.B;
-    s->L = sb->lay->L;
-    s->zdim = t->m->cfg.head == HEAD_MTP ? t->m->cfg.k_train : 1;
-    s->rows = sb->rows;
-    s->ids = dup_or_grow(s->ids, sb->in.ids, (size_t)(s->B * s->L) * sizeof(int32_t));
-    s->has_len = sb->in.valid_len != NULL;
-    if (s->has_len) s->len = dup_or_grow(s->len, sb->in.valid_len, (size_t)s->B * sizeof(int32_t));
-    s->has_z = sb->in.z != NULL;
-    if (s->has_z) {
-        s->z = dup_or_grow(s->z, sb->in.z, (size_t)(s->B * s->L * s->zdim) * sizeof(double));
-        s->tau = dup_or_grow(s->tau, sb->in.tau, (size_t)s->B * sizeof(double));
-    }
-    store_targets(t, s);
-}
-
-static model_input stored_input(trainer *t, const mb_store *s) {
-    return (model_input){.lay = t->sb->lay,
-                         .B = s->B,
-                         .ids = s->ids,
-                         .z = s->has_z ? s->z : NULL,
-                         .tau = s->has_z ? s->tau : NULL,
-                         .valid_len = s->has_len ? s->len : NULL};
-}
-
-static void mb_store_free(trainer *t, mb_store *s) {
-    if (s->targets_d) t->be->free(t->be, s->targets_d);
-    free(s->ids), free(s->len), free(s->z), free(s->tau);
 }
 
 /* Validation loss of the current params over the first eval_batches global
@@ -239,16 +137,16 @@ static void mb_store_free(trainer *t, mb_store *s) {
 static double evaluate(trainer *t) {
     loader_seek(t->vld, 0);
     double acc[2] = {0, 0};
-    t->be->zero(t->be, &t->dev->loss, sizeof(double));
+    step *s = t->s;
+    t->be->zero(t->be, &s->dev->loss, sizeof(double));
     for (int64_t i = 0; i < t->o->eval_batches * t->accum; i++) {
-        const loader_batch *lb = loader_next(t->vld);
-        build(t, lb, -1);
-        model_forward(t->m, t->ws, &t->sb->in, MODEL_NO_LOGITS, NULL);
+        step_build(s, loader_next(t->vld), -1);
+        model_forward(t->m, t->ws, &s->sb->in, MODEL_NO_LOGITS, NULL);
         /* the step's micro-batches are done: the first one's buffer holds the targets */
-        model_loss_acc(t->m, t->ws, store_targets(t, &t->mbs[0]), NULL, &t->dev->loss);
-        acc[1] += (double)t->sb->n_targets;
+        model_loss_acc(t->m, t->ws, step_targets(s, &s->mbs[0]), NULL, &s->dev->loss);
+        acc[1] += (double)s->sb->n_targets;
     }
-    t->be->download(t->be, &acc[0], &t->dev->loss, sizeof(double));
+    t->be->download(t->be, &acc[0], &s->dev->loss, sizeof(double));
     dist_allreduce_sum_f64(t->d, acc, 2);
     return acc[1] > 0 ? acc[0] / acc[1] : 0;
 }
@@ -258,180 +156,33 @@ static double evaluate(trainer *t) {
 static void evaluate_both(trainer *t, double *val, double *val_ema) {
     size_t bytes = (size_t)t->m->n_params * sizeof(float);
     *val = evaluate(t);
-    t->be->copy(t->be, t->acc, t->m->params, bytes);
-    t->be->copy(t->be, t->m->params + t->shard.off, t->ema, (size_t)t->shard.count * sizeof(float));
-    if (t->zero1) dist_allgather(t->d, t->be, t->m->params, t->m->n_params);
+    step *s = t->s;
+    const dist_range *sh = &s->opt.shard;
+    t->be->copy(t->be, s->acc, t->m->params, bytes);
+    t->be->copy(t->be, t->m->params + sh->off, s->ema, (size_t)sh->count * sizeof(float));
+    if (s->opt.zero1) dist_allgather(t->d, t->be, t->m->params, t->m->n_params);
     model_params_changed(t->m);
     *val_ema = evaluate(t);
-    t->be->copy(t->be, t->m->params, t->acc, bytes);
+    t->be->copy(t->be, t->m->params, s->acc, bytes);
     model_params_changed(t->m);
-}
-
-/* The last micro-batch's backward reports a final range of m->grads: add it
- * to the accumulator (acc += g, as the earlier micro-batches) and let the
- * all-reduce of its bucket start. */
-static void grads_ready(void *ctx, int64_t off, int64_t count) {
-    trainer *t = ctx;
-    if (t->accum > 1) t->be->add_inplace(t->be, t->acc + off, t->m->grads + off, count);
-    dist_grads_ready(t->d, off, count);
-}
-
-static size_t graphs_key_len(const trainer *t) { return (size_t)(GKEY_N + t->accum * MKEY_N); }
-
-/* What the step's recorded ops depend on besides the ctl's scalars and the
- * model's buffers: the precision, and each micro-batch's shape, its
- * inputs' presence and its targets' buffer. */
-static void graphs_key(const trainer *t, runconfig_prec prec, int64_t *key) {
-    key[0] = prec;
-    for (int64_t a = 0; a < t->accum; a++) {
-        const mb_store *s = &t->mbs[a];
-        int64_t *k = key + GKEY_N + a * MKEY_N;
-        k[0] = s->B, k[1] = s->L, k[2] = s->rows, k[3] = s->has_len, k[4] = s->has_z;
-        k[5] = (int64_t)(intptr_t)s->targets_d, k[6] = (int64_t)(intptr_t)t->sb->lay;
-    }
-}
-
-static void graphs_free(trainer *t) {
-    step_graphs *g = &t->g;
-    if (g->mb)
-        for (int64_t a = 0; a < t->accum; a++) t->be->graph_free(t->be, g->mb[a]), g->mb[a] = NULL;
-    t->be->graph_free(t->be, g->opt);
-    g->opt = NULL;
-}
-
-/* The mode of a step whose micro-batches are stored (graph_cache_mode). */
-static graph_mode graphs_mode(trainer *t, runconfig_prec prec) {
-    graphs_key(t, prec, t->g.key);
-    graph_mode mode = graph_cache_mode(&t->g.cache, t->g.key);
-    if (mode != GRAPH_LAUNCH) graphs_free(t);
-    return mode;
-}
-
-/* Runs ops(t, ctx) as mode says: as it is called, recorded into *graph
- * (which runs it once), or by launching *graph. */
-static void graph_run(trainer *t, graph_mode mode, void **graph, void (*ops)(trainer *, void *),
-                      void *ctx) {
-    kf_backend *be = t->be;
-    if (mode == GRAPH_LAUNCH) {
-        be->graph_launch(be, *graph);
-        t->g.launches++;
-        return;
-    }
-    if (mode == GRAPH_RECORD) be->graph_begin(be);
-    ops(t, ctx);
-    if (mode == GRAPH_RECORD) *graph = be->graph_end(be);
-}
-
-/* After a step: recorded graphs are ready (a backend that gave none records
- * nothing: eager from now on); launched ones counted. */
-static void graphs_done(trainer *t, graph_mode mode) {
-    step_graphs *g = &t->g;
-    if (mode == GRAPH_LAUNCH) g->steps++;
-    if (mode == GRAPH_RECORD) graph_cache_recorded(&g->cache, g->opt != NULL);
-}
-
-/* A micro-batch's device ops after its uploads (model_forward_inputs). */
-typedef struct micro_run {
-    const model_input *in;
-    int64_t a;
-    float *g; /* the step's gradient: m->grads, or the accumulator */
-} micro_run;
-
-static void micro_ops(trainer *t, void *ctx) {
-    const micro_run *r = ctx;
-    kf_backend *be = t->be;
-    model *m = t->m;
-    model_zero_grads(m);
-    model_forward_ops(m, t->ws, r->in, NULL);
-    if (t->st->kind == RC_KIND_SELF_FORCING && t->o->new_weight != 1.0)
-        model_weight_dlogits(m, t->ws, t->st->k, t->st->k / 2, t->st->k / 2,
-                             (float)t->o->new_weight);
-    model_loss_acc(m, t->ws, t->mbs[r->a].targets_d, &t->dev->ctl.xent_scale, &t->dev->loss);
-    /* micro-batch gradients are summed in order: acc = g0, acc += g1, ...;
-     * the last one's parts are added (grads_ready) and all-reduced as the
-     * backward finishes them */
-    if (r->a == t->accum - 1) {
-        dist_grads_begin(t->d, be, r->g, m->n_params, t->bucket, t->zero1);
-        model_backward_notify(m, t->ws, grads_ready, t);
-    } else {
-        model_backward(m, t->ws);
-        if (r->a == 0) be->copy(be, t->acc, m->grads, (size_t)m->n_params * sizeof(float));
-        else be->add_inplace(be, t->acc, m->grads, m->n_params);
-    }
-}
-
-/* The gradient check (of grads; NULL: of ctl->sumsq as uploaded) and the
- * update of this rank's shard. */
-static void update_ops(trainer *t, void *grads) {
-    model *m = t->m;
-    const dist_range *sh = &t->shard;
-    float *g = t->accum > 1 ? t->acc : m->grads;
-    optim_check(t->be, t->o, &t->dev->ctl, grads, grads ? m->n_params : 0);
-    optim_apply(t->be, t->o, &t->os, t->step, &t->dev->ctl, m->params + sh->off, g + sh->off,
-                t->adam_m, t->adam_v, t->ema, sh->count);
 }
 
 /* One optimizer step (train.h describes the sequence), then its log record. */
-static void train_step(trainer *t) {
-    kf_backend *be = t->be;
-    model *m = t->m;
-    double t_start = clock_now_s();
-    runconfig_prec prec = runconfig_precision_at(t->o, t->step);
-    be->set_precision(be, optim_precision(prec));
+/* The loader's micro-batch a of the current step. */
+static const loader_batch *next_batch(void *ctx, int64_t a) {
+    trainer *t = ctx;
+    const loader_batch *lb = loader_next(t->ld);
+    KF_CHECK(lb->step == t->step && lb->micro == a, "loader out of step (%lld.%lld vs %lld.%lld)",
+             (long long)lb->step, (long long)lb->micro, (long long)t->step, (long long)a);
+    return lb;
+}
 
-    /* tau curriculum: the range's upper end opens up over the first steps
-     * (a function of the step alone, so resumes draw the same tau) */
-    int64_t tc = t->o->tau_curriculum;
-    if (tc && t->st->kind != RC_KIND_AR) {
-        double f = t->step >= tc ? 1.0 : (double)(t->step + 1) / (double)tc;
-        sup_set_tau(t->sup, t->st->tau_min, t->st->tau_min + f * (t->st->tau_max - t->st->tau_min));
-    }
-    double count = 0, loss = 0; /* targets over the global batch, their summed loss */
-    for (int64_t a = 0; a < t->accum; a++) {
-        const loader_batch *lb = loader_next(t->ld);
-        KF_CHECK(lb->step == t->step && lb->micro == a,
-                 "loader out of step (%lld.%lld vs %lld.%lld)", (long long)lb->step,
-                 (long long)lb->micro, (long long)t->step, (long long)a);
-        build(t, lb, a);
-        store(t, &t->mbs[a]);
-        count += (double)t->mbs[a].n_targets;
-    }
-    dist_allreduce_sum_f64(t->d, &count, 1);
-    double norm = count > 0 ? count : 1.0;
-    float *g = t->accum > 1 ? t->acc : m->grads;
-    graph_mode mode = graphs_mode(t, prec);
-    /* the step's factors (the loss's included), read by its ops on the device */
-    optim_factors(be, t->o, &t->os, t->step, norm, &t->dev->ctl);
-    be->zero(be, &t->dev->loss, sizeof(double));
-    for (int64_t a = 0; a < t->accum; a++) {
-        model_input in = stored_input(t, &t->mbs[a]);
-        model_forward_inputs(m, t->ws, &in, MODEL_TRAIN, NULL);
-        micro_run r = {&in, a, g};
-        int eager = a == t->accum - 1 && t->d->world > 1;
-        graph_run(t, eager ? GRAPH_EAGER : mode, &t->g.mb[a], micro_ops, &r);
-    }
-    double exposed = dist_grads_wait(t->d);
-    /* The gradient check, then the update, both on the device. ZeRO-1: the
-     * norm from every rank's shard (a host reduction, so the host knows the
-     * skip), the update of this rank's shard, then the updated weights
-     * gathered (a skipped step changed none) */
-    int gather = t->zero1;
-    if (t->zero1) {
-        double ss = dist_sumsq(t->d, be, g, m->n_params);
-        be->upload(be, &t->dev->ctl.sumsq, &ss, sizeof ss);
-        gather = isfinite(ss);
-    }
-    graph_run(t, mode, &t->g.opt, update_ops, t->zero1 ? NULL : g);
-    graphs_done(t, mode);
-    if (gather) dist_allgather(t->d, be, m->params, m->n_params);
-    model_params_changed(m);
-    /* the step's one read of its scalars (loss, gradient check), which also
-     * waits for the step */
-    optim_dev got;
-    be->download(be, &got, t->dev, sizeof got);
-    optim_result r = optim_settle(t->o, &t->os, t->step, &got.ctl);
-    loss = got.loss;
-    dist_allreduce_sum_f64(t->d, &loss, 1);
+static void train_step(trainer *t) {
+    double t_start = clock_now_s();
+    step_result sr = step_run(t->s, t->step, next_batch, t);
+    const optim_result r = sr.r;
+    double loss = sr.loss, norm = sr.count, exposed = sr.exposed;
+    runconfig_prec prec = sr.prec;
     t->step++;
     double dt = clock_now_s() - t_start;
     double tokens = (double)t->o->batch * (double)t->seq_len;
@@ -445,7 +196,7 @@ static void train_step(trainer *t) {
     kf_rec_double(&rec, "grad_norm", r.grad_norm);
     kf_rec_double(&rec, "loss_scale", r.scale_used);
     kf_rec_int(&rec, "skipped", r.skipped);
-    kf_rec_int(&rec, "skipped_total", t->os.skipped);
+    kf_rec_int(&rec, "skipped_total", t->s->os.skipped);
     kf_rec_str(&rec, "phase", runconfig_prec_name(prec));
     kf_rec_int(&rec, "tokens", (int64_t)tokens);
     kf_rec_double(&rec, "tokens_per_s", t->last_tps);
@@ -457,7 +208,7 @@ static void train_step(trainer *t) {
     kf_rec_free(&rec);
     if (r.skipped)
         kf_log_warn("%s: step %" PRId64 " skipped (non-finite gradients); loss scale now %g",
-                    t->st->name, t->step, t->os.scale);
+                    t->st->name, t->step, t->s->os.scale);
     if (t->step % t->o->log_every == 0 || t->step == t->st->steps)
         kf_log_info("%s: step %" PRId64 "/%" PRId64 " loss %.4f lr %.3g |g| %.3g scale %g %s "
                     "%.0f tok/s %.0f ms/step",
@@ -504,18 +255,23 @@ static int resolve_ref(trainer *t, const char *ref, int stage_idx, char *out, si
                           "--run-dir %s --stage %s --force",
                           ref, why.msg, p, ref, t->a->run_dir, ref);
     }
-    return ckpt_resolve_teacher(ref, out, cap, sha, err);
+    if (ckpt_resolve_teacher(ref, out, cap, sha, err) == 0) return 0;
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return kf_err_set(err, "stage '%s', %s: %s", t->st->name,
+                      ref == t->st->teacher ? "teacher" : "init", why);
 }
 
 static kf_backend *make_backend(trainer *t) {
     const char *want = t->rc->res.backend;
+    kf_backend *b = NULL;
     if (strcmp(want, "cpu")) {
         char msg[512] = "";
-        kf_backend *b = kernels_cuda_create(t->d->local_rank, msg, sizeof msg);
-        if (b) return b;
-        KF_CHECK(!strcmp(want, "auto"), "resources.backend is cuda, but: %s", msg);
+        b = kernels_cuda_create(t->d->local_rank, msg, sizeof msg);
+        KF_CHECK(b || !strcmp(want, "auto"), "resources.backend is cuda, but: %s", msg);
     }
-    return kernels_cpu_create();
+    if (!b) b = kernels_cpu_create();
+    return t->a->wrap_backend ? t->a->wrap_backend(b, t->a->hook_ctx) : b;
 }
 
 /* Imports a checkpoint file as this stage's final weights. */
@@ -632,7 +388,9 @@ static int setup_training(trainer *t, kf_err *err) {
     t->accum = loader_accum(t->ld);
     /* bucket_mb 0: one bucket larger than any model, launched after the backward */
     double bucket = t->rc->res.bucket_mb * (1 << 20) / sizeof(float);
-    t->bucket = t->rc->res.bucket_mb == 0 ? INT64_MAX : bucket >= 1 ? (int64_t)bucket : 1;
+    int64_t bucket_floats = t->rc->res.bucket_mb == 0 ? INT64_MAX
+                            : bucket >= 1             ? (int64_t)bucket
+                                                      : 1;
     const shard_set *ss = loader_shards(t->ld);
     t->seq_len = shard_set_seq_len(ss);
     const runconfig_model *rm = &t->rc->model;
@@ -646,13 +404,13 @@ static int setup_training(trainer *t, kf_err *err) {
                           t->rc->path, (long long)rm->vocab, (long long)dv);
 
     /* identity */
-    t->pad = !strcmp(shard_set_packing(ss), "pad");
     sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
                      .k = st->kind == RC_KIND_AR ? 1 : st->k,
                      .tau_min = st->tau_min,
                      .tau_max = st->tau_max,
                      .seed = t->o->seed,
-                     .teacher_precision = optim_precision(t->o->teacher_precision)};
+                     .teacher_precision = optim_precision(t->o->teacher_precision),
+                     .teacher_follow = t->o->teacher_follow};
     model_config base = {.hidden = rm->hidden,
                          .heads = rm->heads,
                          .blocks = rm->blocks,
@@ -669,7 +427,7 @@ static int setup_training(trainer *t, kf_err *err) {
     snprintf(t->id.tokenizer, sizeof t->id.tokenizer, "%s", shard_set_tokenizer(ss));
     snprintf(t->id.vocab_sha256, sizeof t->id.vocab_sha256, "%s", shard_set_vocab_sha256(ss));
     snprintf(t->id.teacher_precision, sizeof t->id.teacher_precision, "%s",
-             runconfig_prec_name(t->o->teacher_precision));
+             t->o->teacher_follow ? "follow" : runconfig_prec_name(t->o->teacher_precision));
 
     t->m = model_create(t->be, mc);
     model_init(t->m, t->o->seed);
@@ -701,25 +459,22 @@ static int setup_training(trainer *t, kf_err *err) {
     t->sup = sup_create(&sc, teacher, err);
     if (!t->sup) return -1;
     sup_set_graphs(t->sup, t->accum);
-    t->sb = kf_calloc(1, sizeof *t->sb);
-    t->mbs = kf_calloc((size_t)t->accum, sizeof *t->mbs);
-    t->keys = kf_calloc((size_t)t->micro, sizeof *t->keys);
-
-    size_t bytes = (size_t)t->m->n_params * sizeof(float);
-    t->zero1 = t->rc->res.zero1;
-    t->shard =
-        t->zero1 ? dist_shard(t->d, t->m->n_params, t->d->rank) : (dist_range){0, t->m->n_params};
-    size_t sbytes = (size_t)t->shard.count * sizeof(float);
-    t->ema = t->be->alloc(t->be, sbytes);
-    t->adam_m = t->be->alloc(t->be, sbytes);
-    t->adam_v = t->be->alloc(t->be, sbytes);
-    t->acc = t->be->alloc(t->be, bytes);
-    t->dev = t->be->alloc(t->be, sizeof *t->dev);
-    t->be->copy(t->be, t->ema, t->m->params + t->shard.off, sbytes);
-    t->os = optim_init(t->o);
-    graph_cache_init(&t->g.cache, graphs_key_len(t));
-    t->g.key = kf_calloc(graphs_key_len(t), sizeof *t->g.key);
-    t->g.mb = kf_calloc((size_t)t->accum, sizeof *t->g.mb);
+    int zero1 = t->rc->res.zero1;
+    step_opts so = {.be = t->be,
+                    .m = t->m,
+                    .ws = t->ws,
+                    .sup = t->sup,
+                    .st = st,
+                    .o = t->o,
+                    .d = t->d,
+                    .accum = t->accum,
+                    .bucket = bucket_floats,
+                    .pad = !strcmp(shard_set_packing(ss), "pad"),
+                    .zero1 = zero1,
+                    .shard = zero1 ? dist_shard(t->d, t->m->n_params, t->d->rank)
+                                   : (dist_range){0, t->m->n_params},
+                    .graphs = 1};
+    t->s = step_create(&so);
     return 0;
 }
 
@@ -775,21 +530,22 @@ static int resume(trainer *t, kf_err *err) {
                     t->st->name, path, meta.config_hash, t->rc->hash);
     rng_state r;
     /* the checkpoint holds whole buffers, whoever wrote it: ZeRO-1 keeps its shard */
-    float *full[3] = {t->ema, t->adam_m, t->adam_v};
-    if (t->zero1)
+    step *s = t->s;
+    float *full[3] = {s->ema, s->adam_m, s->adam_v};
+    if (s->opt.zero1)
         for (int i = 0; i < 3; i++)
             full[i] = t->be->alloc(t->be, (size_t)t->m->n_params * sizeof(float));
     int have_rng = ckpt_load(path, t->d->rank, t->m, full[0], full[1], full[2], &r);
-    if (t->zero1) {
-        float *mine[3] = {t->ema, t->adam_m, t->adam_v};
+    if (s->opt.zero1) {
+        float *mine[3] = {s->ema, s->adam_m, s->adam_v};
         for (int i = 0; i < 3; i++) {
-            t->be->copy(t->be, mine[i], full[i] + t->shard.off,
-                        (size_t)t->shard.count * sizeof(float));
+            t->be->copy(t->be, mine[i], full[i] + s->opt.shard.off,
+                        (size_t)s->opt.shard.count * sizeof(float));
             t->be->free(t->be, full[i]);
         }
     }
     t->step = meta.step;
-    t->os = meta.opt;
+    s->os = meta.opt;
     t->last_ckpt_step = meta.step;
     if (t->step > t->st->steps)
         return kf_err_set(err, "%s is at step %lld, past this stage's %lld steps", path,
@@ -809,33 +565,18 @@ static int resume(trainer *t, kf_err *err) {
         trim_log(t, t->step);
         ckpt_set_latest(t->ckpt_dir, t->step);
         kf_log_info("%s: resumed from %s (step %lld, %s, loss scale %g, written by %d rank%s)",
-                    t->st->name, path, (long long)t->step, meta.phase, t->os.scale, meta.world,
+                    t->st->name, path, (long long)t->step, meta.phase, s->os.scale, meta.world,
                     meta.world == 1 ? "" : "s");
     }
     return 0;
 }
 
 static void teardown(trainer *t) {
-    if (t->be) graphs_free(t);
-    graph_cache_free(&t->g.cache);
-    free(t->g.key);
-    free(t->g.mb);
-    if (t->mbs)
-        for (int64_t a = 0; a < t->accum; a++) mb_store_free(t, &t->mbs[a]);
-    free(t->mbs);
-    free(t->keys);
-    free(t->sb);
+    step_free(t->s);
     sup_free(t->sup);
     model_free(t->teacher);
     loader_close(t->ld);
     loader_close(t->vld);
-    if (t->be) {
-        if (t->ema) t->be->free(t->be, t->ema);
-        if (t->adam_m) t->be->free(t->be, t->adam_m);
-        if (t->adam_v) t->be->free(t->be, t->adam_v);
-        if (t->acc) t->be->free(t->be, t->acc);
-        if (t->dev) t->be->free(t->be, t->dev);
-    }
     model_ws_free(t->ws);
     model_free(t->m);
     /* last: everything above frees through it (NCCL's communicator, which
@@ -909,7 +650,7 @@ int train_run(const train_args *a, dist *d) {
                     t->st->name, runconfig_kind_name(t->st->kind), (long long)t->st->steps,
                     (long long)t->m->n_params, (long long)t->o->batch, d->world,
                     (long long)t->accum, (long long)t->micro, t->be->name, dist_build_info(),
-                    t->zero1 ? ", ZeRO-1 (optimizer state sharded)" : "");
+                    t->s->opt.zero1 ? ", ZeRO-1 (optimizer state sharded)" : "");
     }
     write_status(t, "running", "");
 
@@ -933,7 +674,9 @@ int train_run(const train_args *a, dist *d) {
             teardown(t);
             return KF_EXIT_PREEMPTED;
         }
+        if (a->on_step) a->on_step(a->hook_ctx, t->be, 1);
         train_step(t);
+        if (a->on_step) a->on_step(a->hook_ctx, t->be, 0);
         if (t->o->eval_every && t->step % t->o->eval_every == 0 && t->step < t->st->steps)
             log_eval(t);
         if (t->o->checkpoint_every && t->step % t->o->checkpoint_every == 0 &&
@@ -944,13 +687,13 @@ int train_run(const train_args *a, dist *d) {
     }
     log_eval(t);
     checkpoint(t);
-    if (d->rank == 0 && t->g.steps)
+    if (d->rank == 0 && t->s->graph_steps)
         kf_log_info("%s: %lld steps ran as graphs (%lld graph launches)", t->st->name,
-                    (long long)t->g.steps, (long long)t->g.launches);
+                    (long long)t->s->graph_steps, (long long)t->s->graph_launches);
     if (d->rank == 0 && sup_graph_launches(t->sup))
         kf_log_info("%s: the teacher's passes ran as graphs (%lld graph launches)", t->st->name,
                     (long long)sup_graph_launches(t->sup));
-    float *ema = state_full(t, t->ema);
+    float *ema = state_full(t, t->s->ema);
     if (d->rank == 0) {
         ckpt_meta meta;
         fill_meta(t, &meta);

@@ -57,6 +57,7 @@
 
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "trainer/train/dist.h"
 
 #define TRAIN_NOISE_STREAM (0x4E4F495345ull << 24) /* "NOISE" */
@@ -69,6 +70,12 @@ typedef struct train_args {
     int n_over;          /* key.path=value overrides */
     char **over;
     int64_t stop_at; /* > 0: act as if preempted when this step is reached (tests, drills) */
+    /* tests: wraps the stage's backend (e.g. in a recorder, kernels/record.h),
+     * which then owns it; and is told before (begin 1) and after (0) each
+     * optimizer step. NULL: none. */
+    kf_backend *(*wrap_backend)(kf_backend *be, void *ctx);
+    void (*on_step)(void *ctx, kf_backend *be, int begin);
+    void *hook_ctx;
 } train_args;
 
 /** Runs one stage on this rank; collective over d.

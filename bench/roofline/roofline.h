@@ -1,19 +1,21 @@
-/* trainer/train/roofline.h — what one training step costs on a named GPU, from the
+/* bench/roofline/roofline.h — what one training step costs on a named GPU, from the
  * ops the step actually issues (`kf bench train --roofline DEVICE`).
  *
- * The step runs the real code (supervision with its teacher passes, the
- * model's forward and backward, the optimizer) on a recording backend
+ * The step is the trainer's own (step_run, trainer/train/step.h: supervision
+ * with its teacher passes, the model's forward and backward, the optimizer),
+ * run on a recording backend
  * (kernels/record.h): dry, it computes nothing and needs no GPU and almost
  * no memory; over the CUDA backend it also times each op. Each recorded op
  * costs its roofline time on the device,
  *     max(flops / peak of its unit and precision, bytes / bandwidth)
  * (kernels/op_cost.h has the counts), and the step's estimate is their sum:
  * ops run one after another on one stream, so nothing overlaps. It is a
- * bound for the ops as they are today (unfused, fp32 storage, fp32 logits):
- * real kernels reach a fraction of either peak.
+ * bound for the ops as the model issues them (linear layers with their
+ * epilogues, 16-bit copies in the 16-bit modes, the output layer in chunks:
+ * kernels.h): real kernels reach a fraction of either peak.
  */
-#ifndef KF_TRAINER_TRAIN_ROOFLINE_H
-#define KF_TRAINER_TRAIN_ROOFLINE_H
+#ifndef KF_BENCH_ROOFLINE_ROOFLINE_H
+#define KF_BENCH_ROOFLINE_ROOFLINE_H
 
 #include <stdint.h>
 
@@ -85,12 +87,12 @@ typedef struct roofline_marks {
     int64_t begin, teacher, student, end;
 } roofline_marks;
 
-/** One training step as trainer/train/train.c runs it on one rank with one
- *  micro-batch (train.h steps 2, 3 and 5): set the precision of the stage's
- *  first phase, the supervision of B synthetic samples of n tokens (teacher
- *  passes), zeroed gradients, forward, loss at the phase's loss scale,
- *  self-forcing's loss weights, backward, the optimizer step, a sync. When
- *  the stage's backend is a recorder, mk receives the parts (else zeros). */
+/** The trainer's first optimizer step (step_run, trainer/train/step.h) on
+ *  one rank with one micro-batch of B synthetic samples of n tokens, every
+ *  op as called (no graphs); the collectives are not backend ops and are not
+ *  priced. Under ZeRO-1 the update is the first rank's shard's, but the
+ *  gradient norm is the whole buffer's (one rank computes a 1/ranks part).
+ *  When the stage's backend is a recorder, mk receives the parts (else zeros). */
 void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks *mk);
 
 /** Estimates one training step of each selected stage of the config (every
@@ -105,8 +107,8 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
                    const char *device);
 
 /** Prints, under `title`, each stage's step time step_s[i] (seconds; 0:
- *  not run, left out) against the first AR stage's, with the issue-18 goal
- *  (at most 1.5 (k + 1) times) beside each self-forcing stage. Prints
+ *  not run, left out) against the first AR stage's, with the goal (at most
+ *  1.5 (k + 1) times) beside each self-forcing stage. Prints
  *  nothing when no AR stage has a time. Shared by the roofline's estimates
  *  and `kf bench train`'s measurements. */
 void roofline_print_vs_ar(const runconfig *rc, const double *step_s, const char *title);

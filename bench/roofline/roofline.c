@@ -1,6 +1,7 @@
-/* trainer/train/roofline.c — one training step priced on a named GPU (see roofline.h). */
-#include "trainer/train/roofline.h"
+/* bench/roofline/roofline.c — one training step priced on a named GPU (see roofline.h). */
+#include "bench/roofline/roofline.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "trainer/infer/decode.h"
 #include "trainer/train/dist.h"
 #include "trainer/train/optim.h"
+#include "trainer/train/step.h"
 #include "trainer/train/supervision.h"
 
 /* Dense (no sparsity) peaks from NVIDIA's data sheets; the bus is PCIe, one
@@ -76,8 +78,11 @@ struct roofline_stage {
     model *m, *teacher;
     model_ws *ws;
     sup_ctx *sup;
-    float *adam_m, *adam_v, *ema; /* [shard]: the first rank's under ZeRO-1 */
-    int64_t shard;
+    dist d;  /* one rank: the collectives are not backend ops, and not priced */
+    step *s; /* the trainer's step (trainer/train/step.h) */
+    /* the synthetic micro-batch */
+    loader_batch lb;
+    roofline_marks *mk;
 };
 
 roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
@@ -93,7 +98,8 @@ roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
                      .tau_min = st->tau_min,
                      .tau_max = st->tau_max,
                      .seed = st->opt.seed,
-                     .teacher_precision = optim_precision(st->opt.teacher_precision)};
+                     .teacher_precision = optim_precision(st->opt.teacher_precision),
+                     .teacher_follow = st->opt.teacher_follow};
     roofline_stage *s = kf_calloc(1, sizeof *s);
     s->st = st;
     model_config mc = sup_student_config(&sc, base);
@@ -116,24 +122,33 @@ roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
         roofline_stage_free(s);
         return NULL;
     }
-    dist d = {.world = zero1_ranks > 1 ? zero1_ranks : 1};
-    s->shard = dist_shard(&d, s->m->n_params, 0).count; /* rank 0's: the largest */
-    size_t bytes = (size_t)s->shard * sizeof(float);
-    s->adam_m = be->alloc(be, bytes);
-    s->adam_v = be->alloc(be, bytes);
-    s->ema = be->alloc(be, bytes);
-    be->copy(be, s->ema, s->m->params, bytes);
+    s->d = (dist){.world = 1, .local_world = 1};
+    /* ZeRO-1: the first rank's shard (the largest) of the optimizer state */
+    dist zd = {.world = zero1_ranks > 1 ? zero1_ranks : 1};
+    step_opts so = {.be = be,
+                    .m = s->m,
+                    .ws = s->ws,
+                    .sup = s->sup,
+                    .st = st,
+                    .o = &st->opt,
+                    .d = &s->d,
+                    .accum = 1,
+                    .bucket = INT64_MAX,
+                    .zero1 = zero1_ranks > 1,
+                    .shard = dist_shard(&zd, s->m->n_params, 0),
+                    .graphs = 0}; /* each op as called: a timed recorder times each */
+    s->s = step_create(&so);
     return s;
 }
 
 void roofline_stage_free(roofline_stage *s) {
     if (!s) return;
-    kf_backend *be = s->m->be;
-    if (s->ema) be->free(be, s->ema), be->free(be, s->adam_m), be->free(be, s->adam_v);
+    step_free(s->s);
     sup_free(s->sup);
     model_ws_free(s->ws);
     model_free(s->teacher);
     model_free(s->m);
+    free(s->lb.ids), free(s->lb.len), free(s->lb.pos);
     free(s);
 }
 
@@ -146,58 +161,34 @@ static int64_t n_recorded(const kf_backend *be) {
     return n;
 }
 
+static const loader_batch *synthetic_batch(void *ctx, int64_t a) {
+    return &((roofline_stage *)ctx)->lb;
+}
+
+static void mark_part(void *ctx, step_part part) {
+    roofline_stage *s = ctx;
+    int64_t n = n_recorded(s->m->be);
+    switch (part) {
+    case STEP_SUPERVISION: s->mk->begin = n; break;
+    case STEP_STUDENT: s->mk->teacher = n; break;
+    case STEP_OPTIMIZER: s->mk->student = n; break;
+    case STEP_END: s->mk->end = n; break;
+    }
+}
+
 void roofline_stage_step(roofline_stage *s, int64_t B, int64_t n, roofline_marks *mk) {
-    model *m = s->m;
-    kf_backend *be = m->be;
-    const runconfig_stage *st = s->st;
-    const runconfig_opts *o = &st->opt;
-    be->set_precision(be, optim_precision(runconfig_precision_at(o, 0)));
-    mk->begin = n_recorded(be);
-    int32_t *tokens = kf_malloc((size_t)(B * n) * sizeof *tokens);
-    uint64_t *keys = kf_malloc((size_t)B * sizeof *keys);
+    loader_batch *lb = &s->lb;
+    lb->ids = kf_realloc(lb->ids, (size_t)(B * n) * sizeof *lb->ids);
+    lb->len = kf_realloc(lb->len, (size_t)B * sizeof *lb->len);
+    lb->pos = kf_realloc(lb->pos, (size_t)B * sizeof *lb->pos);
     /* any ids of the model's vocabulary: the costs do not depend on them */
-    for (int64_t i = 0; i < B * n; i++) tokens[i] = (int32_t)((i * 7919) % (m->cfg.vocab - 1));
-    for (int64_t b = 0; b < B; b++) keys[b] = (uint64_t)b;
-    sup_batch sb;
-    sup_build(s->sup, &sb, tokens, B, n, NULL, keys);
-    mk->teacher = n_recorded(be);
-    optim_state os = optim_init(o);
-    model_zero_grads(m);
-    model_forward(m, s->ws, &sb.in, MODEL_TRAIN, NULL);
-    if (st->kind == RC_KIND_SELF_FORCING && o->new_weight != 1.0)
-        model_weight_dlogits(m, s->ws, st->k, st->k / 2, st->k / 2, (float)o->new_weight);
-    optim_dev *dev = be->alloc(be, sizeof *dev), got;
-    /* as train_step, before its first op */
-    optim_factors(be, o, &os, 0, sb.n_targets > 0 ? (double)sb.n_targets : 1.0, &dev->ctl);
-    /* train.c's device copy of the micro-batch's targets */
-    size_t tbytes = (size_t)sb.rows * sizeof(int32_t);
-    int32_t *tg = be->alloc(be, tbytes);
-    if (sb.targets_d) be->copy(be, tg, sb.targets_d, tbytes);
-    else be->upload(be, tg, sb.targets, tbytes);
-    model_loss_acc(m, s->ws, tg, &dev->ctl.xent_scale, &dev->loss);
-    model_backward(m, s->ws);
-    mk->student = n_recorded(be);
-    /* train_step's optimizer. ZeRO-1: the norm's parts, uploaded, and the
-     * update of the shard (the collectives are not backend ops, and not
-     * priced) */
-    if (s->shard < m->n_params) {
-        int64_t np = (s->shard + KF_SUM_PART - 1) / KF_SUM_PART;
-        double *parts = kf_malloc((size_t)np * sizeof *parts), ss = 0;
-        be->sumsq_parts(be, parts, m->grads, s->shard);
-        for (int64_t i = 0; i < np; i++) ss += parts[i];
-        free(parts);
-        be->upload(be, &dev->ctl.sumsq, &ss, sizeof ss);
-        optim_check(be, o, &dev->ctl, NULL, 0);
-    } else optim_check(be, o, &dev->ctl, m->grads, m->n_params);
-    optim_apply(be, o, &os, 0, &dev->ctl, m->params, m->grads, s->adam_m, s->adam_v, s->ema,
-                s->shard);
-    model_params_changed(m);
-    be->download(be, &got, dev, sizeof got); /* train_step's one read of its scalars */
-    be->free(be, dev);
-    be->free(be, tg);
-    mk->end = n_recorded(be);
-    free(tokens);
-    free(keys);
+    for (int64_t i = 0; i < B * n; i++) lb->ids[i] = (int32_t)((i * 7919) % (s->m->cfg.vocab - 1));
+    for (int64_t b = 0; b < B; b++) lb->len[b] = (int32_t)n, lb->pos[b] = b;
+    lb->n = B, lb->seq_len = n;
+    s->mk = mk;
+    s->s->mark = mark_part;
+    s->s->mark_ctx = s;
+    step_run(s->s, 0, synthetic_batch, s);
 }
 
 /* ---------------------------------------------------------------- report */
@@ -367,7 +358,8 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
         "\npeak device memory: %.2f GB (parameters, gradients, optimizer, teacher, activations)\n",
         (double)kernels_record_peak_bytes(be) / 1e9);
     /* AdamW's two moments and the EMA, 3 floats per element updated */
-    printf("optimizer state (AdamW moments, EMA): %.2f GB per rank", 12.0 * (double)s->shard / 1e9);
+    printf("optimizer state (AdamW moments, EMA): %.2f GB per rank",
+           12.0 * (double)s->s->opt.shard.count / 1e9);
     if (zero1_ranks > 1)
         printf(" (ZeRO-1 over %d ranks; %.2f GB with the all-reduce)", zero1_ranks,
                12.0 * (double)s->m->n_params / 1e9);
@@ -418,7 +410,7 @@ void roofline_print_vs_ar(const runconfig *rc, const double *step_s, const char 
         if (step_s[i] <= 0) continue;
         printf("  %-8s %-14s %10.2f ms %7.2fx", st->name, runconfig_kind_name(st->kind),
                step_s[i] * 1e3, step_s[i] / ar);
-        /* the issue-18 goal: a self-forcing step at most 1.5 (k + 1) AR steps */
+        /* the goal: a self-forcing step at most 1.5 (k + 1) AR steps */
         if (st->kind == RC_KIND_SELF_FORCING)
             printf("  (goal <= %.1fx)", 1.5 * (double)(st->k + 1));
         printf("\n");

@@ -1,12 +1,14 @@
-/* jobs/proc.h — running other programs (kf train, mpirun, sbatch, squeue).
+/* common/proc.h — running other programs (kf train, mpirun, sbatch, squeue,
+ * python3 for the tools/ scripts).
  *
  * The job system drives everything through processes: the stages are `kf
- * train` runs and Slurm is its command-line clients. These helpers fork and
+ * train` runs and Slurm is its command-line clients; `kf export` runs
+ * tools/release_ckpt.py. These helpers fork and
  * exec an argv (searched in PATH), wait, and report the exit status in the
  * shell's convention (128 + signal for a child killed by a signal).
  */
-#ifndef KF_JOBS_PROC_H
-#define KF_JOBS_PROC_H
+#ifndef KF_COMMON_PROC_H
+#define KF_COMMON_PROC_H
 
 #include <stdbool.h>
 

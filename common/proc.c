@@ -1,5 +1,5 @@
-/* jobs/proc.c — fork/exec/wait with signal forwarding and output capture. */
-#include "jobs/proc.h"
+/* common/proc.c — fork/exec/wait with signal forwarding and output capture. */
+#include "common/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
