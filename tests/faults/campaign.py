@@ -861,16 +861,17 @@ def main():
     try:
         for seed in seeds:
             c.run_schedule(seed)
-    finally:
+    finally:  # also when stopped (Ctrl-C, SIGTERM): the summary of what ran
         c.close()
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print("schedules run: %d in %.0f s" % (c.schedules, time.monotonic() - t0))
-    print("faults injected: %s" % (", ".join("%s %d" % kv for kv in sorted(c.faults.items()))
-                                   or "none"))
-    print("violations: %s" % (", ".join("%s %d (seeds %s)" % (k, len(v), ",".join(
-        str(x) for x in sorted(set(v))[:20])) for k, v in sorted(c.violations.items())) or "0"))
-    print("%d passed, %d failed" % (c.checks - c.failed, c.failed))
+        print("schedules run: %d in %.0f s" % (c.schedules, time.monotonic() - t0))
+        print("faults injected: %s" % (", ".join("%s %d" % kv for kv in sorted(c.faults.items()))
+                                       or "none"))
+        print("violations: %s" % (", ".join("%s %d (seeds %s)" % (k, len(v), ",".join(
+            str(x) for x in sorted(set(v))[:20])) for k, v in sorted(c.violations.items()))
+            or "0"))
+        print("%d passed, %d failed" % (c.checks - c.failed, c.failed), flush=True)
     return 1 if c.failed else 0
 
 
