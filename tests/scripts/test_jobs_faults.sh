@@ -3,14 +3,15 @@
 # random schedules of kill -9, SIGTERM/SIGINT/SIGUSR1, a second writer, a
 # full disk, damaged files and a replaced teacher on a tiny ar -> k1 -> k2
 # chain, each followed by invariants checked independently of the trainer.
-# Seeds 1-50, then regressions, each of which found a bug on the main of the
-# day the campaign was written: 101, 118, 139 (status running after a kill,
-# SIGINT lost progress, latest naming a deleted checkpoint, retention keeping
-# a corrupt one), 111 (keep 1: the new checkpoint deleted, the corrupt kept),
-# 1035 (a replaced teacher: "run again" failed forever), 1001 and 1071 (a
-# damaged final/ of a finished stage called complete), 5015 (a stale stage's
-# checkpoints), 5037 (a damaged state.yaml resumed from). Timing moves a
-# fault by a step or so, so a seed is a likely, not a certain, replay.
+# Seeds 1-50, then regressions, each of which found a bug when the campaign
+# was written: 101, 118, 139 (status running after a kill, SIGINT lost
+# progress, latest naming a deleted checkpoint, retention keeping a corrupt
+# one), 111 (keep 1: the new checkpoint deleted, the corrupt one kept), 1035
+# (a replaced teacher: "run again" failed forever), 1001 and 1071 (a damaged
+# final/ of a finished stage called complete), 5037 (a damaged state.yaml
+# resumed from), 5015 (a false alarm of the campaign itself: checkpoints a
+# stale stage retired to stale/ counted as deleted). Timing moves a fault by
+# a step or so, so a seed is a likely, not a certain, replay.
 # bench/faults.sh runs thousands of new seeds.
 # Needs root for the full-disk tmpfs (CI runs as root); without it the
 # campaign counts one failure, it never skips.
