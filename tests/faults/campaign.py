@@ -418,6 +418,7 @@ class Schedule:
         self.full = False
         self.closed = False
         self.config_hash = ""
+        self.pids_seen = set()
 
     def violate(self, invariant, detail):
         self.c.check(False, self.seed, invariant, detail)
@@ -528,6 +529,7 @@ class Schedule:
                               self.run, "--stage", stage, "--force"], cwd=self.c.cwd,
                              env=self.c.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         p.stage = stage
+        self.pids_seen.add(p.pid)  # a holder named by a refusal may be this short-lived one
         return p
 
     def fill(self, free):
