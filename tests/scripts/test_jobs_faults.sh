@@ -12,8 +12,8 @@
 # resumed from), 5015 (a false alarm of the campaign itself: checkpoints a
 # stale stage retired to stale/ counted as deleted), 21419 (another: the
 # holder a refusal named was a kf import too short-lived for /proc polling).
-# Timing moves a fault by
-# a step or so, so a seed is a likely, not a certain, replay.
+# Timing moves a fault by a step or so, so a seed is a likely, not a certain,
+# replay.
 # bench/faults.sh runs thousands of new seeds.
 # Needs root for the full-disk tmpfs (CI runs as root); without it the
 # campaign counts one failure, it never skips.
