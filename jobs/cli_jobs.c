@@ -323,6 +323,16 @@ static int run_local(const char *run, const runconfig *rc, int np, int no_sample
             fprintf(stderr, "kf jobs: %s: complete, skipped\n", stage);
             continue;
         }
+        /* a finished stage whose final/ no longer verifies: its students may
+         * have learned from the weights it had, so nothing here replaces them */
+        if (i > 0 && rundir_final_verify(run, stage, why, sizeof why) < 0) {
+            fprintf(stderr,
+                    "kf jobs: %s: its final weights are damaged: %s\n"
+                    "kf jobs: remove %s/stages/%s/final to retrain the stage from its last "
+                    "checkpoint, or `kf import --force` its weights again\n",
+                    stage, why, run, stage);
+            return KF_EXIT_ERROR;
+        }
         double t0 = clock_now_s();
         int code = run_stage_local(run, rc, stage, np, &err);
         if (code < 0) return kf_err_report("kf jobs", &err);

@@ -207,7 +207,18 @@ bool rundir_stage_complete(const char *run, const runconfig *rc, const char *sta
         stage_path(p, sizeof p, run, stage, need[i]);
         if (!is_file(p)) return snprintf(why, cap, "no %s", p), false;
     }
-    return true;
+    return rundir_final_verify(run, stage, why, cap) == 1;
+}
+
+int rundir_final_verify(const char *run, const char *stage, char *why, size_t cap) {
+    char dir[PATH_MAX], p[PATH_MAX], weights[PATH_MAX], sha[65];
+    kf_err err = {{0}};
+    stage_path(p, sizeof p, run, stage, "final/" FINAL_MARKER);
+    if (!is_file(p)) return snprintf(why, cap, "no %s", p), 0;
+    stage_path(dir, sizeof dir, run, stage, "final");
+    if (ckpt_resolve_teacher(dir, weights, sizeof weights, sha, &err))
+        return snprintf(why, cap, "%s", err.msg), -1;
+    return 1;
 }
 
 /* Newest ckpt/step-N directory that verifies (partial ones, still named

@@ -85,11 +85,19 @@ typedef struct rundir_state {
  * shards pseudo-stage. */
 void rundir_stage_state(const char *run, const runconfig *rc, const char *stage, rundir_state *st);
 
-/** True when the stage's completion marker and final checkpoint exist
- * (for "shards": both data manifests, built with the current settings; see
- * above); why (cap bytes) says what is missing or stale. */
+/** True when the stage's completion marker and final checkpoint exist and
+ * the weights have the sha256 that final.yaml records (for "shards": both
+ * data manifests, built with the current settings; see above); why (cap
+ * bytes) says what is missing, stale or damaged. */
 bool rundir_stage_complete(const char *run, const runconfig *rc, const char *stage, char *why,
                            size_t cap);
+
+/** A stage's final/: 1 when its weights verify (DONE, final.yaml, and the
+ * size and sha256 final.yaml records), 0 when the stage has not finished (no
+ * DONE: a write cut short is redone by resuming), -1 when it finished and
+ * something in final/ no longer verifies (damaged); why (cap bytes) names
+ * the file and the fault for 0 and -1. */
+int rundir_final_verify(const char *run, const char *stage, char *why, size_t cap);
 
 /** True when no stage of rc has trained anything: no final weights, no
  * checkpoint, no logged step, and no status `running` (a trainer starting).

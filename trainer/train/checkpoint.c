@@ -218,6 +218,9 @@ void ckpt_save(const char *ckpt_dir, dist *d, const model *m, const float *ema, 
             snprintf(name, sizeof name, "rank-%05d.yaml", r);
             file_entry(&b, tmp, name);
         }
+        char self[65];
+        sha256_hex(b.s, b.len, self);
+        strbuf_printf(&b, CKPT_SELF_SHA "%s\"\n", self);
         fs_path_join(path, sizeof path, tmp, "state.yaml");
         write_text(path, &b);
         free(b.s);
@@ -299,6 +302,31 @@ static int check_file(const char *dir, cfg_node *e, const char **name_out, kf_er
     return 0;
 }
 
+/* state.yaml (version 2) at sp: its last line records the sha256 of the
+ * bytes before it. */
+static int verify_self_sha(cfg_node *r, const char *sp, kf_err *err) {
+    char want[65], have[65];
+    if (get_hex(r, "state_sha256", want, 0, err)) return -1;
+    char *buf;
+    size_t len;
+    if (fs_read_file(sp, &buf, &len, err)) return -1;
+    size_t at = len;
+    const size_t key = strlen(CKPT_SELF_SHA);
+    while (at > 0 && !(buf[at - 1] == '\n' && len - at > key && !memcmp(buf + at, CKPT_SELF_SHA, key)))
+        at--;
+    int rc = 0;
+    if (at == 0) rc = kf_err_set(err, "%s: no state_sha256 line", sp);
+    else {
+        sha256_hex(buf, at, have);
+        if (strcmp(have, want))
+            rc = kf_err_set(err, "%s: sha256 %.16s... of its bytes differs from its state_sha256 "
+                                 "%.16s... (corrupt)",
+                            sp, have, want);
+    }
+    free(buf);
+    return rc;
+}
+
 int ckpt_verify(const char *path, ckpt_meta *meta, kf_err *err) {
     char sp[4096];
     fs_path_join(sp, sizeof sp, path, "state.yaml");
@@ -311,11 +339,12 @@ int ckpt_verify(const char *path, ckpt_meta *meta, kf_err *err) {
     int64_t version, world;
     int rc = -1;
     if (cfg_get_str(r, "format", &fmt, err) || cfg_get_int(r, "version", &version, err)) goto out;
-    if (strcmp(fmt, CKPT_FORMAT) || version != CKPT_VERSION) {
-        kf_err_set(err, "%s: format %s version %lld (expected %s %d)", sp, fmt, (long long)version,
-                   CKPT_FORMAT, CKPT_VERSION);
+    if (strcmp(fmt, CKPT_FORMAT) || version < 1 || version > CKPT_VERSION) {
+        kf_err_set(err, "%s: format %s version %lld (expected %s 1 to %d)", sp, fmt,
+                   (long long)version, CKPT_FORMAT, CKPT_VERSION);
         goto out;
     }
+    if (version >= 2 && verify_self_sha(r, sp, err)) goto out;
     const char *phase;
     if (get_str_buf(r, "stage", m.stage, sizeof m.stage, err) ||
         get_str_buf(r, "kind", m.kind, sizeof m.kind, err) ||

@@ -59,7 +59,11 @@
 #include "trainer/train/optim.h"
 
 #define CKPT_FORMAT "kforcing-checkpoint"
-#define CKPT_VERSION 1
+/* version 2 ends state.yaml with `state_sha256: "HEX"`, the sha256 of every
+ * byte before that line (the manifest's own bytes: a damaged hash or counter
+ * in it is caught, not resumed from); version 1 (without it) is still read */
+#define CKPT_VERSION 2
+#define CKPT_SELF_SHA "state_sha256: \""
 
 /** What must match for a resume to be allowed (and is recorded). */
 typedef struct ckpt_identity {
