@@ -406,8 +406,8 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
      * as in linear_act) at the backend's precision; a backend may keep                            \
      * pointers to them, so both stay allocated and unchanged while the form                       \
      * is used. Free it with linear_pack_free. */                                                  \
-    X(void *, linear_pack, (kf_backend * b, const float *w, const void *w16, int64_t in,          \
-                            int64_t out),                                                          \
+    X(void *, linear_pack,                                                                         \
+      (kf_backend * b, const float *w, const void *w16, int64_t in, int64_t out),                  \
       (b, w, w16, in, out))                                                                        \
     X(void, linear_pack_free, (kf_backend * b, void *lin), (b, lin))                               \
     /* linear_act through a packed W (lin): bitwise linear_act(b, y, y16, pre, x,                  \

@@ -48,8 +48,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench/roofline/decode_limits.h"
 #include "bench/plot/chart.h"
+#include "bench/roofline/decode_limits.h"
 #include "bench/roofline/roofline.h"
 #include "commands.h"
 #include "common/cli.h"
@@ -257,7 +257,7 @@ typedef struct decode_plan {
     int nm, ar; /* ar: the AR method's index, -1 without one */
     int32_t *pre, eos;
     int64_t P, N, bmax;
-    int qb; /* the batch size whose completions are scored: the largest */
+    int qb;            /* the batch size whose completions are scored: the largest */
     decode_limits lim; /* the CPU backend's, measured at the start (else zero) */
 } decode_plan;
 
@@ -481,8 +481,8 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
             x->sd[b] = var > 0 ? sqrt(var) : 0;
             if (p->lim.read_bw > 0) {
                 int screen = x->m->cfg.kind == MODEL_PFLM && a->pen == 0;
-                x->roof[b] = (double)(B * N) / decode_roofline_s(x->m, B, P, N, x->k, a->prec,
-                                                                   screen, &p->lim);
+                x->roof[b] = (double)(B * N) /
+                             decode_roofline_s(x->m, B, P, N, x->k, a->prec, screen, &p->lim);
             }
             fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)B, x->label,
                     x->tps[b]);

@@ -26,7 +26,7 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
-#define LP_PANEL 32    /* outputs per panel: two AVX-512 vectors, four AVX2 ones */
+#define LP_PANEL 32 /* outputs per panel: two AVX-512 vectors, four AVX2 ones */
 /* Prefetch distance: the hardware prefetcher alone left a few-row product
  * waiting on memory between its FMAs (no overlap: 8 rows streamed at half
  * the read bandwidth); the panels are one contiguous stream, so this also
@@ -35,11 +35,11 @@
 
 typedef struct cpu_linear {
     int64_t in, out, panels;
-    const float *w;      /* as given: the reference path's operands */
+    const float *w; /* as given: the reference path's operands */
     const void *w16;
-    kf_precision prec;   /* the backend's precision at packing */
-    float *p32;          /* [panels][in][PANEL]: fp32 and fp16 modes (values cpu_lowp'd) */
-    uint16_t *p16;       /* [panels][in][PANEL]: bf16 mode, the bf16 bits */
+    kf_precision prec; /* the backend's precision at packing */
+    float *p32;        /* [panels][in][PANEL]: fp32 and fp16 modes (values cpu_lowp'd) */
+    uint16_t *p16;     /* [panels][in][PANEL]: bf16 mode, the bf16 bits */
 } cpu_linear;
 
 void *cpu_linear_pack(kf_backend *b, const float *w, const void *w16, int64_t in, int64_t out) {
@@ -94,17 +94,17 @@ typedef void lp_fn(int R, const float *x, int64_t K, const float *w, const uint1
 /* ------------------------------------------------------- AVX-512: 8 x 32 */
 #define LP512 __attribute__((target("avx512f,avx512bw,fma")))
 
-LP512 static inline __attribute__((always_inline)) __m512 lp512_load(const float *w,
-                                                                     const uint16_t *h,
-                                                                     int64_t at) {
+LP512 static inline __attribute__((always_inline)) __m512
+lp512_load(const float *w, const uint16_t *h, int64_t at) {
     if (!h) return _mm512_loadu_ps(w + at);
     __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + at)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
 }
 
-LP512 static inline __attribute__((always_inline)) void
-lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-           int64_t ldc, float beta) {
+LP512 static inline __attribute__((always_inline)) void lp512_body(int R, const float *x, int64_t K,
+                                                                   const float *w,
+                                                                   const uint16_t *h, float *c,
+                                                                   int64_t ldc, float beta) {
     __m512 r[8][2];
     for (int i = 0; i < R; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
@@ -131,15 +131,15 @@ lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
 /* one copy per row count, so the register block is unrolled */
 #define LP_ROWS_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 #define LP512_R(n)                                                                                 \
-    LP512 static void lp512_##n(const float *x, int64_t K, const float *w, const uint16_t *h,     \
+    LP512 static void lp512_##n(const float *x, int64_t K, const float *w, const uint16_t *h,      \
                                 float *c, int64_t ldc, float beta) {                               \
         if (h) lp512_body(n, x, K, NULL, h, c, ldc, beta);                                         \
         else lp512_body(n, x, K, w, NULL, c, ldc, beta);                                           \
     }
 LP_ROWS_CASES(LP512_R)
 
-static void lp_avx512(int R, const float *x, int64_t K, const float *w, const uint16_t *h,
-                      float *c, int64_t ldc, float beta) {
+static void lp_avx512(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+                      int64_t ldc, float beta) {
     switch (R) {
 #define LP512_CASE(n)                                                                              \
     case n: lp512_##n(x, K, w, h, c, ldc, beta); break;
@@ -151,18 +151,18 @@ static void lp_avx512(int R, const float *x, int64_t K, const float *w, const ui
 /* ---------------------------------------------------------- AVX2: 2 x 32 */
 #define LP256 __attribute__((target("avx2,fma")))
 
-LP256 static inline __attribute__((always_inline)) __m256 lp256_load(const float *w,
-                                                                     const uint16_t *h,
-                                                                     int64_t at) {
+LP256 static inline __attribute__((always_inline)) __m256
+lp256_load(const float *w, const uint16_t *h, int64_t at) {
     if (!h) return _mm256_loadu_ps(w + at);
     __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + at)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
 }
 
 /* 8 accumulators: Zen 4 and Intel's two FMA pipes of 4 cycles' latency */
-LP256 static inline __attribute__((always_inline)) void
-lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-           int64_t ldc, float beta) {
+LP256 static inline __attribute__((always_inline)) void lp256_body(int R, const float *x, int64_t K,
+                                                                   const float *w,
+                                                                   const uint16_t *h, float *c,
+                                                                   int64_t ldc, float beta) {
     __m256 r0[4], r1[4];
     for (int q = 0; q < 4; q++) r0[q] = r1[q] = _mm256_setzero_ps();
     const float *x1 = x + (R > 1 ? K : 0);
@@ -188,7 +188,7 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
 }
 
 #define LP256_R(n)                                                                                 \
-    LP256 static void lp256_##n(const float *x, int64_t K, const float *w, const uint16_t *h,     \
+    LP256 static void lp256_##n(const float *x, int64_t K, const float *w, const uint16_t *h,      \
                                 float *c, int64_t ldc, float beta) {                               \
         if (h) lp256_body(n, x, K, NULL, h, c, ldc, beta);                                         \
         else lp256_body(n, x, K, w, NULL, c, ldc, beta);                                           \

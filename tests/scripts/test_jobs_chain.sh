@@ -51,8 +51,8 @@ f=$R/stages/ar/final/model.safetensors
 printf 'U' | dd of="$f" bs=1 seek=300 conv=notrunc status=none
 "$KF" jobs run "$T/cfg.yaml" --run-dir "$R" --no-sample > "$T/run4.log" 2>&1; rc=$?
 check "corrupt teacher: exit 1 (got $rc)" [ $rc -eq 1 ]
-check "corrupt teacher: the error names the file" grep -q "stage 'ar', this stage's teacher, do not verify: $f: sha256" "$T/run4.log"
-check "corrupt teacher: the error names the command" grep -q "rm -r $R/stages/ar/final" "$T/run4.log"
+check "corrupt teacher: the error names the file" grep -q "ar: its final weights are damaged: .*$f" "$T/run4.log"
+check "corrupt teacher: the error names the fix" grep -q "remove $R/stages/ar/final to retrain" "$T/run4.log"
 check "corrupt teacher: no 'run again' promise without the fix" bash -c '! grep -q "run the same command again to resume" "$1"' _ "$T/run4.log"
 rm -r "$R/stages/ar/final"
 "$KF" jobs run "$T/cfg.yaml" --run-dir "$R" --no-sample > "$T/run5.log" 2>&1; rc=$?

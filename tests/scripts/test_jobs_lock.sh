@@ -66,12 +66,15 @@ start_run "$T/run3.log"
 wait_until 300 grep -q "resumed from" "$T/run3.log" || bad "third run resumed"
 kill -INT -- -"$run_pid"; wait $run_pid; rc=$?
 check "Ctrl-C: exit 75 (got $rc)" [ $rc -eq 75 ]
-check "Ctrl-C: checkpoint written at the step boundary" grep -Eq "preempted at step [0-9]+ \(SIGINT\): checkpoint written" "$T/run3.log"
+# the trainer gets the group's SIGINT and the runner's forwarded SIGTERM at
+# about the same time: it records whichever it sees first (a loaded machine
+# can deliver either first); both checkpoint at the step boundary
+check "Ctrl-C: checkpoint written at the step boundary" grep -Eq "preempted at step [0-9]+ \((SIGINT|SIGTERM)\): checkpoint written" "$T/run3.log"
 check "Ctrl-C: rerun advice" grep -q "ar: preempted with a checkpoint; run the same command again to resume" "$T/run3.log"
 last=$(grep -Eo "preempted at step [0-9]+" "$T/run3.log" | grep -Eo "[0-9]+$")
 check "Ctrl-C: no progress lost (checkpoint step-$last)" test -f "$S/ckpt/step-$last/state.yaml"
 st=$(json_state)
-check "status after Ctrl-C: preempted, SIGINT ($st)" bash -c '[[ "$1" == preempted\|step-$2\|SIGINT\| ]]' _ "$st" "$last"
+check "status after Ctrl-C: preempted, SIGINT or SIGTERM ($st)" bash -c '[[ "$1" == preempted\|step-$2\|SIGINT\| || "$1" == preempted\|step-$2\|SIGTERM\| ]]' _ "$st" "$last"
 
 # --- a second Ctrl-C aborts at once: slow steps (batch 64), two SIGINTs 0.6 s apart
 "$KF" train "$T/cfg.yaml" --stage ar --run-dir "$T/slow" defaults.batch=64 > "$T/slow.log" 2>&1 &

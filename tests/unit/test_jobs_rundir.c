@@ -220,7 +220,8 @@ static void test_state(const char *dir) {
     T_CHECK(!rundir_stage_complete(run, rc, "ar", why, sizeof why), "no final.yaml: %s", why);
     T_EQ_INT(rundir_final_verify(run, "ar", why, sizeof why), -1, "no final.yaml: %s", why);
     snprintf(p, sizeof p, "%s/stages/ar/final/final.yaml", run);
-    put(p, "files:\n  - {name: \"model.safetensors\", bytes: 1, sha256: \"50e721e49c013f00c62cf59f2163542a9d8df02464efeb615d31051b0fddc326\"}\n");
+    put(p, "files:\n  - {name: \"model.safetensors\", bytes: 1, sha256: "
+           "\"50e721e49c013f00c62cf59f2163542a9d8df02464efeb615d31051b0fddc326\"}\n");
     T_CHECK(rundir_stage_complete(run, rc, "ar", why, sizeof why), "complete: %s", why);
     T_EQ_INT(rundir_final_verify(run, "ar", why, sizeof why), 1, "verifies: %s", why);
     snprintf(p, sizeof p, "%s/stages/ar/final/model.safetensors", run);

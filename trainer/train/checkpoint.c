@@ -312,15 +312,17 @@ static int verify_self_sha(cfg_node *r, const char *sp, kf_err *err) {
     if (fs_read_file(sp, &buf, &len, err)) return -1;
     size_t at = len;
     const size_t key = strlen(CKPT_SELF_SHA);
-    while (at > 0 && !(buf[at - 1] == '\n' && len - at > key && !memcmp(buf + at, CKPT_SELF_SHA, key)))
+    while (at > 0 &&
+           !(buf[at - 1] == '\n' && len - at > key && !memcmp(buf + at, CKPT_SELF_SHA, key)))
         at--;
     int rc = 0;
     if (at == 0) rc = kf_err_set(err, "%s: no state_sha256 line", sp);
     else {
         sha256_hex(buf, at, have);
         if (strcmp(have, want))
-            rc = kf_err_set(err, "%s: sha256 %.16s... of its bytes differs from its state_sha256 "
-                                 "%.16s... (corrupt)",
+            rc = kf_err_set(err,
+                            "%s: sha256 %.16s... of its bytes differs from its state_sha256 "
+                            "%.16s... (corrupt)",
                             sp, have, want);
     }
     free(buf);
