@@ -234,13 +234,17 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
  * RUN/samples/table.txt (kf export's model card quotes it). */
 static void table_line(strbuf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void table_line(strbuf *t, const char *fmt, ...) {
-    char line[1024];
-    va_list ap;
+    va_list ap, ap2;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap); /* whole lines: the header names a path */
     va_end(ap);
+    char *line = kf_malloc((size_t)n + 1);
+    vsnprintf(line, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
     fputs(line, stdout);
     strbuf_puts(t, line);
+    free(line);
 }
 
 int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err) {
