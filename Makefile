@@ -158,8 +158,10 @@ bench: $(BIN) $(BENCH_BIN)
 test-build: tests
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory cuda-check; else echo "nvcc not found: CUDA backend not compiled"; fi
 	$(MAKE) --no-print-directory emu-tests
+# make's -j (CI: make -j2): how many tests, and fuzzers, run side by side
+JOBS = $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),1)
 test: test-build
-	tests/run.sh $(T)
+	KF_TEST_JOBS=$(JOBS) tests/run.sh $(T)
 
 # The GPU test programs under the emulation harness, plain and with ASan.
 # (ASan at -O2: the emulated kernels, the batch-invariant GEMM above all, ran
@@ -194,10 +196,10 @@ TSAN_TESTS := test_pipeline test_trainer_loader test_trainer_mpi_overlap test_tr
 test-asan:
 	$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/kf OPT=-O1 SAN="$(ASAN_FLAGS)" tests
 	$(SAN_ENV) KF_TEST_EXCLUDE="test_kforcing_joint test_trainer_learns test_convergence test_jobs_faults test_gpu_emu test_build_alternate test_gpu_session_dry" KF_BIN=build-asan/kf \
-		KF_TEST_BUILD=build-asan tests/run.sh $(T)
+		KF_TEST_BUILD=build-asan KF_TEST_JOBS=$(JOBS) tests/run.sh $(T)
 test-tsan:
 	$(MAKE) --no-print-directory BUILD=build-tsan BIN=build-tsan/kf OPT=-O1 SAN="$(TSAN_FLAGS)" tests
-	$(SAN_ENV) KF_BIN=build-tsan/kf KF_TEST_BUILD=build-tsan tests/run.sh $(or $(T),$(TSAN_TESTS))
+	$(SAN_ENV) KF_BIN=build-tsan/kf KF_TEST_BUILD=build-tsan KF_TEST_JOBS=$(JOBS) tests/run.sh $(or $(T),$(TSAN_TESTS))
 
 # libFuzzer harnesses (tests/fuzz/, docs/fuzzing.md): the library built by
 # clang with ASan + UBSan and libFuzzer's coverage into build-fuzz/ (never
@@ -212,7 +214,7 @@ fuzz:
 	$(MAKE) --no-print-directory CC=clang MPI=0 BUILD=build-fuzz OPT=-O1 SAN="$(FUZZ_FLAGS)" \
 		$(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/fuzz/%)
 test-fuzz: fuzz
-	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(T)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(JOBS) tests/fuzz/run.sh $(T)
 
 $(BUILD)/libkf-fuzz.a: $(FUZZ_LIB_SRC:%.c=$(BUILD)/%.o)
 	rm -f $@ && ar rcs $@ $^
@@ -224,7 +226,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h $(BUILD)/libkf-fuzz.a
 # The whole CPU suite with the kernels forced to one SIMD level (base, avx2,
 # avx512, vnni: at most what this CPU has), e.g. make test-isa ISA=avx2.
 test-isa: test-build
-	KF_CPU_ISA=$(ISA) tests/run.sh $(T)
+	KF_CPU_ISA=$(ISA) KF_TEST_JOBS=$(JOBS) tests/run.sh $(T)
 
 # The suite RUNS times with every core busy beside it (stress-ng): a test
 # that fails there depends on timing. make test-loaded RUNS=5 [T=filter]

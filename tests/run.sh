@@ -79,19 +79,21 @@ skip_excluded() {
   return 1
 }
 skip_gpu() { [[ "$1" == *cuda* && "${KF_TEST_CUDA:-0}" != 1 ]] && { echo "--   $1: needs a GPU (make test-cuda), not run"; return 0; }; return 1; }
-for t in "${KF_TEST_BUILD:-build}"/tests/test_*; do
-  [ -x "$t" ] || continue
-  n=$(basename "$t"); skip_name "$n" && continue
-  skip_gpu "$n" && continue
-  skip_excluded "$n" && continue
-  run_one "$n" "$t"
-done
+# the scripts first: most of the long tests are scripts, and started early they
+# do not end last, alone on one core, when tests run side by side
 for t in tests/scripts/test_*.sh; do
   [ -f "$t" ] || continue
   n=$(basename "$t" .sh); skip_name "$n" && continue
   skip_gpu "$n" && continue
   skip_excluded "$n" && continue
   run_one "$n" bash "$t"
+done
+for t in "${KF_TEST_BUILD:-build}"/tests/test_*; do
+  [ -x "$t" ] || continue
+  n=$(basename "$t"); skip_name "$n" && continue
+  skip_gpu "$n" && continue
+  skip_excluded "$n" && continue
+  run_one "$n" "$t"
 done
 # CI machines differ (Zen 3: AVX2 + FMA; Zen 4: AVX-512 VNNI): on a CPU above
 # AVX2 the kernel, model and decoding programs run again with the CPU kernels

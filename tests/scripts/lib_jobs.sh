@@ -26,8 +26,12 @@ YAML
   } > "$1"
 }
 DATA=$(pwd)/data/shards/owt-tiny
-need_data() {
-  [ -f "$DATA/manifest.yaml" ] || "$KF" shards build configs/tiny-gpt2.yaml >/dev/null 2>&1
+need_data() {  # one build at a time: tests run side by side (make -j2 test)
+  [ -f "$DATA/manifest.yaml" ] || {
+    mkdir -p "$(dirname "$DATA")"
+    flock "$DATA.lock" bash -c '[ -f "$1/manifest.yaml" ] || "$2" shards build configs/tiny-gpt2.yaml' \
+      _ "$DATA" "$KF" >/dev/null 2>&1
+  }
   [ -f "$DATA/manifest.yaml" ] || { bad "shards $DATA (kf shards build configs/tiny-gpt2.yaml) available"; finish; exit 1; }
 }
 file_sha() { sha256sum "$1" | cut -d' ' -f1; }
