@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The embedded default configs validate (`kf jobs plan`), and the closing
 # samples of `kf jobs run` (jobs/sample.c): on a chain whose model
-# context is 64 tokens (and 16: the prompts are cut to half of it) the run
+# context is 32 tokens (and 16: the prompts are cut to half of it) the run
 # exits 0 with a quality table (tokens/s and x AR, Gen-PPL under the AR stage,
 # entropy, distinct-2/3, length) for AR and every PFLM stage at each k, every
 # completion fitting the context; a failure of the samples after complete
@@ -56,7 +56,7 @@ fits() {  # FILE CTX
     console.log(worst); process.exit(lines.length === 128 && worst <= +process.argv[2] ? 0 : 1);' "$1" "$2"
 }
 
-for ctx in 64 16; do
+for ctx in 32 16; do
   R=$T/run$ctx
   config $ctx
   "$KF" jobs run "$T/cfg$ctx.yaml" --run-dir "$R" > "$T/out$ctx" 2> "$T/err$ctx"; rc=$?
@@ -77,39 +77,39 @@ for ctx in 64 16; do
 done
 # a rerun of the complete run keeps the completions (same weights, same
 # prompts) and prints the same table without sampling again
-R64=$T/run64
-sums=$(sha256sum "$R64"/samples/*.jsonl)
-"$KF" jobs run "$T/cfg64.yaml" --run-dir "$R64" > "$T/out64b" 2> "$T/err64b"; rc=$?
+R32=$T/run32
+sums=$(sha256sum "$R32"/samples/*.jsonl)
+"$KF" jobs run "$T/cfg32.yaml" --run-dir "$R32" > "$T/out32b" 2> "$T/err32b"; rc=$?
 check "rerun: exit status got $rc want 0" [ $rc -eq 0 ]
 check "rerun: no kf sample run, the sample files unchanged" \
-  bash -c '[ "$(sha256sum "$1"/samples/*.jsonl)" = "$2" ]' _ "$R64" "$sums"
-check "rerun: says the 4 rows kept earlier completions ($(grep kept "$T/out64b"))" \
-  grep -q "4 of 4 rows kept the completions of an earlier run" "$T/out64b"
-check "rerun: the same table" bash -c 'diff <(grep -E "^(ar|k1|k2) " "$1") <(grep -E "^(ar|k1|k2) " "$2")' _ "$T/out64" "$T/out64b"
+  bash -c '[ "$(sha256sum "$1"/samples/*.jsonl)" = "$2" ]' _ "$R32" "$sums"
+check "rerun: says the 4 rows kept earlier completions ($(grep kept "$T/out32b"))" \
+  grep -q "4 of 4 rows kept the completions of an earlier run" "$T/out32b"
+check "rerun: the same table" bash -c 'diff <(grep -E "^(ar|k1|k2) " "$1") <(grep -E "^(ar|k1|k2) " "$2")' _ "$T/out32" "$T/out32b"
 # the table is saved beside the completions, and kf export's model card quotes it
 check "samples/table.txt holds the printed table's rows" \
-  bash -c 'diff <(grep -E "^(model|ar|k1|k2) " "$1") <(grep -E "^(model|ar|k1|k2) " "$2")' _ "$T/out64b" "$R64/samples/table.txt"
-"$KF" export "$R64/stages/k2/final" --to hf --vocab data/vocab/gpt2 --out "$T/hf" > "$T/exp" 2>&1; rc=$?
+  bash -c 'diff <(grep -E "^(model|ar|k1|k2) " "$1") <(grep -E "^(model|ar|k1|k2) " "$2")' _ "$T/out32b" "$R32/samples/table.txt"
+"$KF" export "$R32/stages/k2/final" --to hf --vocab data/vocab/gpt2 --out "$T/hf" > "$T/exp" 2>&1; rc=$?
 check "export --to hf of the run's k2: exit $rc ($(tail -n 1 "$T/exp"))" [ $rc -eq 0 ]
 check "the model card quotes the run's quality table (its k2 k=2 row)" \
-  bash -c 'grep -q "^## Sample quality" "$1" && grep -qF "$(grep -E "^k2 +2 " "$2")" "$1"' _ "$T/hf/README.md" "$R64/samples/table.txt"
+  bash -c 'grep -q "^## Sample quality" "$1" && grep -qF "$(grep -E "^k2 +2 " "$2")" "$1"' _ "$T/hf/README.md" "$R32/samples/table.txt"
 # weights that change (a retrained stage) are sampled again: a changed line's sha
-sed -i '1s/"model_sha256": "[0-9a-f]*"/"model_sha256": "0"/' "$R64/samples/k2-k2.jsonl"
-"$KF" jobs run "$T/cfg64.yaml" --run-dir "$R64" > "$T/out64c" 2> "$T/err64c"
-check "a sample file from other weights is sampled again ($(grep kept "$T/out64c"))" \
-  grep -q "3 of 4 rows kept" "$T/out64c"
+sed -i '1s/"model_sha256": "[0-9a-f]*"/"model_sha256": "0"/' "$R32/samples/k2-k2.jsonl"
+"$KF" jobs run "$T/cfg32.yaml" --run-dir "$R32" > "$T/out32c" 2> "$T/err32c"
+check "a sample file from other weights is sampled again ($(grep kept "$T/out32c"))" \
+  grep -q "3 of 4 rows kept" "$T/out32c"
 # kf eval --completions on a sample file with the AR stage's final/ reproduces
 # the table's figures: truncated at the eos the file records, like the table
-js=$("$KF" eval --completions "$R64/samples/k2-k2.jsonl" --evaluator "$R64/stages/ar/final" 2>&1); rc=$?
-row=$(grep -E "^k2 +2 " "$T/out64c")
+js=$("$KF" eval --completions "$R32/samples/k2-k2.jsonl" --evaluator "$R32/stages/ar/final" 2>&1); rc=$?
+row=$(grep -E "^k2 +2 " "$T/out32c")
 got=$(node -e 'const o = JSON.parse(process.argv[1]);
   console.log(o.eos, o.gen_ppl.toFixed(o.gen_ppl < 1000 ? 1 : 0), o.entropy.toFixed(2), o.mean_len.toFixed(1))' "$js" 2>/dev/null)
 want=$(awk '{print 50256, $5, $6, $9}' <<<"$row")
 check "eval --completions k2-k2.jsonl --evaluator ar/final: exit $rc, eos/Gen-PPL/entropy/length got '$got' want '$want' (row '$row')" \
   bash -c '[ $1 -eq 0 ] && [ "$2" = "$3" ]' _ $rc "$got" "$want"
 # a file without the eos field (older kf sample): the run's vocabulary gives it
-sed 's/, "eos": [0-9]*//' "$R64/samples/k2-k2.jsonl" > "$T/noeos.jsonl"
-js=$("$KF" eval --completions "$T/noeos.jsonl" --evaluator "$R64/stages/ar/final" 2>&1); rc=$?
+sed 's/, "eos": [0-9]*//' "$R32/samples/k2-k2.jsonl" > "$T/noeos.jsonl"
+js=$("$KF" eval --completions "$T/noeos.jsonl" --evaluator "$R32/stages/ar/final" 2>&1); rc=$?
 got=$(node -e 'const o = JSON.parse(process.argv[1]);
   console.log(o.eos, o.gen_ppl.toFixed(o.gen_ppl < 1000 ? 1 : 0), o.entropy.toFixed(2), o.mean_len.toFixed(1))' "$js" 2>/dev/null)
 check "eval --completions without eos in the file: exit $rc, the run's eos, got '$got' want '$want'" \
@@ -119,9 +119,9 @@ p16=$(node -e 'const l = require("fs").readFileSync(process.argv[1], "utf8").tri
 check "context 16: the longest prompt is cut to half the context: got $p16 tokens want 8" [ "$p16" = 8 ]
 
 # a failure in the samples step: RUN/samples is a file, so nothing can be written there
-R=$T/run64
+R=$T/run32
 rm -rf "$R/samples" && : > "$R/samples"
-"$KF" jobs run "$T/cfg64.yaml" --run-dir "$R" > "$T/outf" 2> "$T/errf"; rc=$?
+"$KF" jobs run "$T/cfg32.yaml" --run-dir "$R" > "$T/outf" 2> "$T/errf"; rc=$?
 check "samples failing after complete stages: exit status got $rc want 0" [ $rc -eq 0 ]
 msg=$(grep 'samples failed' "$T/errf")
 check "samples failing: reported on stderr: got '$msg' want 'kf jobs: samples failed (the trained stages are complete): ...'" \
