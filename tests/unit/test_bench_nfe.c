@@ -1,0 +1,279 @@
+/* `kf bench nfe RUN` (bench/cli/bench_nfe.c, trainer/infer/paradigms.h) in
+ * process, on a run directory of small random models and a synthetic shard
+ * set:
+ *  - NFE accounting against hand-counted values: AR one pass per token
+ *    (10 for 10 tokens), K-Forcing ceil(10 / k) (5, 4, 3 at k = 2, 3, 4:
+ *    the last step emits the tokens left), a speculative iteration 2
+ *    passes (paradigm_nfe);
+ *  - the JSON: one row per paradigm and k with the schema's keys and types
+ *    (method among the paper's names, accepted_per_iter null for the
+ *    non-speculative methods), quality figures in range, and every figure
+ *    equal to the printed table's (to the table's rounding);
+ *  - paradigms the run lacks (no such stage, a stage not trained) are
+ *    listed as absent with the reason, in the table and the JSON, and get
+ *    no row; the PNG is written;
+ *  - errors: no RUN (usage, 2), a directory without run.yaml, a run whose
+ *    AR stage has no final weights, a bad --clock, --help.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "common/rng.h"
+#include "kernels/kernels.h"
+#include "tests/test.h"
+#include "tests/unit/trainer_fixture.h"
+#include "trainer/cli/omp_env.h"
+#include "trainer/infer/paradigms.h"
+#include "trainer/model/model.h"
+#include "trainer/train/checkpoint.h"
+
+int bench_nfe_main(int argc, char **argv);
+
+enum { V = 50, SEQ = 32, N_NEW = 10 };
+
+static char T[256];
+
+/* Runs bench_nfe_main on the words of line with stdout and stderr sent to
+ * files T/out and T/err. */
+static int run(const char *line) {
+    char buf[2048], *argv[64], p[512];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", line);
+    for (char *s = strtok(buf, " "); s && argc < 63; s = strtok(NULL, " ")) argv[argc++] = s;
+    argv[argc] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    snprintf(p, sizeof p, "%s/out", T);
+    int fo = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    snprintf(p, sizeof p, "%s/err", T);
+    int fe = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fo, 1), dup2(fe, 2);
+    int rc = bench_nfe_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1), dup2(se, 2);
+    close(so), close(se), close(fo), close(fe);
+    return rc;
+}
+
+static char *slurp(const char *name) {
+    char p[512], *text = NULL;
+    size_t len;
+    kf_err err;
+    snprintf(p, sizeof p, "%s/%s", T, name);
+    if (fs_read_file(p, &text, &len, &err)) return strdup("");
+    return text;
+}
+
+/* Random weights (norm weights near 1), saved as stage `stage`'s final/. */
+static void stage_final(kf_backend *be, const char *stage, model_kind kind, int64_t k) {
+    model_config c = {.hidden = 16, .heads = 2, .blocks = 1, .vocab = V, .mask_id = V - 1,
+                      .seq_len = SEQ, .kind = kind, .head = HEAD_SHARED, .k_train = k};
+    model *m = model_create(be, &c);
+    float *h = malloc((size_t)m->n_params * sizeof(float));
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(rng_uniform01((uint64_t)k + 7, 1, (uint64_t)i) - 0.5);
+    for (int t = 0; t < m->n_tensors; t++)
+        if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
+            for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
+    be->upload(be, m->params, h, (size_t)m->n_params * sizeof(float));
+    free(h);
+    ckpt_meta meta = {.step = 1};
+    snprintf(meta.stage, sizeof meta.stage, "%s", stage);
+    snprintf(meta.kind, sizeof meta.kind, "%s", kind == MODEL_AR ? "ar" : "distill_ar");
+    snprintf(meta.config_hash, sizeof meta.config_hash, "test");
+    meta.id.model = c;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/run/stages/%s/final", T, stage);
+    ckpt_write_final(dir, m, m->params, &meta);
+    model_free(m);
+}
+
+static void write_run_yaml(const char *run, const char *stages) {
+    char p[512], text[2048];
+    snprintf(p, sizeof p, "%s/%s", T, run);
+    kf_err err;
+    T_REQUIRE(fs_mkdir_p(p, &err) == 0, "%s", err.msg);
+    snprintf(text, sizeof text,
+             "name: t\ndata: {train: %s/data, valid: %s/data}\n"
+             "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\nstages:\n%s",
+             T, T, V, SEQ, stages);
+    snprintf(p, sizeof p, "%s/%s/run.yaml", T, run);
+    T_REQUIRE(fs_write_atomic(p, text, strlen(text), &err) == 0, "%s", err.msg);
+}
+
+/* The printed table's line for method at k (the first word(s) and k), or NULL. */
+static const char *table_line(const char *out, const char *method, long long k) {
+    char head[64];
+    snprintf(head, sizeof head, "%-10s %3lld ", method, k);
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, head, strlen(head))) return l;
+    return NULL;
+}
+
+static double num(const json *row, const char *key) {
+    const json *v = json_get(row, key);
+    return v && v->type == JSON_NUMBER ? v->num : NAN;
+}
+
+static void accounting_tests(void) {
+    /* a speculative iteration is a draft pass and a verify pass */
+    T_NEAR(paradigm_nfe(PARADIGM_PTP, 3.5), 7.0, 0, "PTP: 3.5 iterations");
+    T_NEAR(paradigm_nfe(PARADIGM_MEDUSA, 539.3), 1078.6, 1e-9, "Medusa: the paper's 539.3");
+    T_NEAR(paradigm_nfe(PARADIGM_KF, 240), 240.0, 0, "K-Forcing: steps are passes");
+    T_NEAR(paradigm_nfe(PARADIGM_AR, 960), 960.0, 0, "AR: steps are passes");
+    T_CHECK(paradigm_speculative(PARADIGM_PTP) && paradigm_speculative(PARADIGM_MEDUSA),
+            "PTP and Medusa are speculative");
+    T_CHECK(!paradigm_speculative(PARADIGM_AR) && !paradigm_speculative(PARADIGM_KF) &&
+                !paradigm_speculative(PARADIGM_MDLM),
+            "AR, K-Forcing, MDLM are not");
+}
+
+static void bench_tests(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "nfe %s/run --samples 6 --batch 4 --prefix-len 6 --max-new %d --kf-k 2,3,4 "
+             "--backend cpu --json %s/nfe.json --png %s/nfe.png",
+             T, N_NEW, T, T);
+    int rc = run(cmd);
+    char *out = slurp("out"), *errs = slurp("err");
+    T_EQ_INT(rc, 0, "bench nfe: rc (stderr: %s)", errs);
+    char *text = slurp("nfe.json");
+    kf_err err;
+    json_doc *d = json_parse(text, strlen(text), "nfe.json", &err);
+    T_CHECK(d != NULL, "nfe.json parses: %s", d ? "" : err.msg);
+    const json *rows = d ? json_get(json_root(d), "rows") : NULL;
+    const json *abs = d ? json_get(json_root(d), "absent") : NULL;
+    T_CHECK(rows && rows->type == JSON_ARRAY, "rows is an array");
+    T_CHECK(abs && abs->type == JSON_ARRAY, "absent is an array");
+    /* AR once, K-Forcing at 2, 3, 4 (the stage's k is 4) */
+    static const struct {
+        const char *method;
+        long long k;
+        double nfe;
+    } want[] = {{"AR", 1, N_NEW}, {"K-Forcing", 2, 5}, {"K-Forcing", 3, 4}, {"K-Forcing", 4, 3}};
+    size_t nw = sizeof want / sizeof want[0];
+    T_EQ_INT(rows ? rows->n : 0, nw, "rows: AR + K-Forcing k = 2, 3, 4");
+    for (size_t i = 0; rows && i < rows->n && i < nw; i++) {
+        const json *r = &rows->kids[i], *m = json_get(r, "method"), *k = json_get(r, "k");
+        const json *acc = json_get(r, "accepted_per_iter");
+        T_EQ_STR(m && m->type == JSON_STRING ? m->str.s : NULL, want[i].method, "row %zu method",
+                 i);
+        T_EQ_INT(k && k->type == JSON_NUMBER ? k->i : -1, want[i].k, "row %zu k", i);
+        T_NEAR(num(r, "nfe"), want[i].nfe, 0, "row %zu (%s k=%lld): NFE per completion", i,
+               want[i].method, want[i].k);
+        T_CHECK(acc && acc->type == JSON_NULL, "row %zu: accepted_per_iter null (not speculative)",
+                i);
+        double ppl = num(r, "gen_ppl"), ent = num(r, "entropy"), len = num(r, "length");
+        double tps = num(r, "tokens_per_s");
+        T_CHECK(ppl >= 1, "row %zu: gen_ppl %g >= 1", i, ppl);
+        T_CHECK(ent >= 0 && ent <= log(N_NEW) + 1e-9, "row %zu: entropy %g in [0, ln %d]", i, ent,
+                N_NEW);
+        T_CHECK(len >= 0 && len <= N_NEW, "row %zu: length %g in [0, %d]", i, len, N_NEW);
+        T_CHECK(tps > 0, "row %zu: tokens_per_s %g > 0", i, tps);
+        /* the printed row shows the same figures, to its rounding */
+        const char *line = table_line(out, want[i].method, want[i].k);
+        T_CHECK(line != NULL, "table has a %s k=%lld line", want[i].method, want[i].k);
+        if (!line) continue;
+        double t_nfe, t_tps, t_ppl, t_ent, t_d2, t_d3, t_len;
+        char acc_s[16];
+        int got = sscanf(line + 15, "%lf %15s %lf %lf %lf %lf %lf %lf", &t_nfe, acc_s, &t_tps,
+                         &t_ppl, &t_ent, &t_d2, &t_d3, &t_len);
+        T_EQ_INT(got, 8, "table line parses: %.80s", line);
+        T_NEAR(t_nfe, num(r, "nfe"), 0.05, "row %zu: table NFE vs JSON", i);
+        T_EQ_STR(acc_s, "-", "row %zu: table acc/iter", i);
+        T_NEAR(t_tps, tps, 0.5 + 1e-6 * tps, "row %zu: table tokens/s vs JSON", i);
+        T_NEAR(t_ppl, ppl, ppl < 1000 ? 0.05 : 0.5, "row %zu: table Gen-PPL vs JSON", i);
+        T_NEAR(t_ent, ent, 0.005, "row %zu: table entropy vs JSON", i);
+        T_NEAR(t_d2, num(r, "distinct_2"), 0.005, "row %zu: table distinct-2 vs JSON", i);
+        T_NEAR(t_d3, num(r, "distinct_3"), 0.005, "row %zu: table distinct-3 vs JSON", i);
+        T_NEAR(t_len, len, 0.05, "row %zu: table length vs JSON", i);
+    }
+    /* absent: MDLM, Medusa and PTP, each with a reason, in both outputs */
+    const char *missing[] = {"MDLM", "Medusa", "PTP"};
+    for (size_t j = 0; j < 3; j++) {
+        const json *hit = NULL;
+        for (size_t i = 0; abs && i < abs->n; i++) {
+            const json *m = json_get(&abs->kids[i], "method");
+            if (m && m->type == JSON_STRING && !strcmp(m->str.s, missing[j])) hit = &abs->kids[i];
+        }
+        const json *why = hit ? json_get(hit, "reason") : NULL;
+        T_CHECK(why && why->type == JSON_STRING && why->str.len > 0, "%s absent with a reason",
+                missing[j]);
+        char head[64];
+        snprintf(head, sizeof head, "%-10s absent: ", missing[j]);
+        T_CHECK(strstr(out, head), "table lists %s as absent", missing[j]);
+        for (size_t i = 0; rows && i < rows->n; i++) {
+            const json *m = json_get(&rows->kids[i], "method");
+            T_CHECK(!(m && m->type == JSON_STRING && !strcmp(m->str.s, missing[j])),
+                    "no row for absent %s", missing[j]);
+        }
+    }
+    char p[512];
+    snprintf(p, sizeof p, "%s/nfe.png", T);
+    T_CHECK(fs_exists(p), "the PNG is written");
+    json_free(d);
+    free(text);
+    free(out);
+    free(errs);
+}
+
+static void error_tests(void) {
+    static const struct {
+        const char *args;
+        int code;
+        const char *word; /* in stderr */
+    } cases[] = {
+        {"nfe", 2, "RUN"},
+        {"nfe %s/nowhere", 1, "run.yaml"},
+        {"nfe %s/untrained", 1, "AR stage"},
+        {"nfe %s/run --clock gpu", 2, "--clock"},
+        {"nfe %s/run --samples 0", 2, "--samples"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, cases[i].args, T);
+        int rc = run(cmd);
+        char *e = slurp("err");
+        T_EQ_INT(rc, cases[i].code, "%s: exit status", cases[i].args);
+        T_CHECK(strstr(e, cases[i].word), "%s: stderr \"%s\" names %s", cases[i].args, e,
+                cases[i].word);
+        free(e);
+    }
+    int rc = run("nfe --help");
+    char *o = slurp("out");
+    T_EQ_INT(rc, 0, "--help: exit status");
+    T_CHECK(strstr(o, "usage: kf bench nfe RUN"), "--help prints the usage");
+    free(o);
+}
+
+int main(void) {
+    /* the command re-executes once for passive OpenMP workers
+     * (trainer/cli/omp_env.h): set, it runs in process */
+    omp_env_passive();
+    snprintf(T, sizeof T, "/tmp/kf_test_nfe_XXXXXX");
+    T_REQUIRE(mkdtemp(T), "mkdtemp");
+    char p[512];
+    snprintf(p, sizeof p, "%s/data", T);
+    fixture_shards(p, 8, 40, SEQ, V);
+    write_run_yaml("run", "  - {name: ar, kind: ar, steps: 1}\n"
+                          "  - {name: k4, kind: distill_ar, teacher: ar, k: 4, steps: 1}\n");
+    write_run_yaml("untrained", "  - {name: ar, kind: ar, steps: 1}\n");
+    kf_err err;
+    kf_backend *be = kernels_create("cpu", &err);
+    T_REQUIRE(be, "cpu backend: %s", err.msg);
+    stage_final(be, "ar", MODEL_AR, 1);
+    stage_final(be, "k4", MODEL_PFLM, 4);
+    be->destroy(be);
+    accounting_tests();
+    bench_tests();
+    error_tests();
+    if (!getenv("KF_TEST_KEEP")) fs_rm_rf(T, &err);
+    return T_DONE();
+}
