@@ -9,7 +9,7 @@ double plan_params(const runconfig_model *m, runconfig_kind kind, int64_t k) {
     double p = V * H                                      /* vocab_embed */
                + (double)m->blocks * (12 * H * H + 7 * H) /* norms, qkv, out, mlp with biases */
                + H + H * V + V;                           /* output layer */
-    if (kind == RC_KIND_AR || kind == RC_KIND_IMPORT) return p;
+    if (kind == RC_KIND_AR || kind == RC_KIND_IMPORT || kind == RC_KIND_MDLM) return p;
     p += 10 * H * H + 8 * H; /* noise encoder: proj 2H->H, LN, MLP */
     if (kind == RC_KIND_NI_MTP) p += (double)(k - 1) * (2 * H + H * V + V); /* extra heads */
     return p;
@@ -31,6 +31,7 @@ void plan_estimate(const runconfig *rc, int i, double flops_per_s, plan_stage *o
     switch (s->kind) {
     case RC_KIND_IMPORT: break;
     case RC_KIND_AR: per_sample = 6 * o->params * L + 3 * attn_fwd(m, L, L / 2); break;
+    case RC_KIND_MDLM: per_sample = 6 * o->params * L + 3 * attn_fwd(m, L, L); break;
     case RC_KIND_DISTILL_AR:
     case RC_KIND_NI_MTP:
     case RC_KIND_NI_CAUSAL: {

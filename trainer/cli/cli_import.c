@@ -230,7 +230,10 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     const char *want = NULL;
     switch (st->kind) {
     case RC_KIND_AR:
-        if (c->kind != MODEL_AR) want = "an AR checkpoint";
+        if (c->kind != MODEL_AR || c->bidir) want = "an AR checkpoint";
+        break;
+    case RC_KIND_MDLM:
+        if (c->kind != MODEL_AR || !c->bidir) want = "a masked-diffusion (bidirectional)";
         break;
     case RC_KIND_DISTILL_AR:
     case RC_KIND_SELF_FORCING:

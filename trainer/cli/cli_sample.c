@@ -190,6 +190,13 @@ static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
     p->be = kernels_create(a->backend, err);
     model *m = p->m = p->be ? model_load(p->be, p->path, err) : NULL;
     if (!m) return KF_EXIT_ERROR;
+    if (m->cfg.bidir) {
+        kf_err_set(err,
+                   "%s: a masked-diffusion model (bidirectional attention); kf sample decodes "
+                   "causal models left to right",
+                   p->path);
+        return KF_EXIT_ERROR;
+    }
     p->be->set_precision(p->be, (kf_precision)a->prec);
     int64_t k = a->k ? a->k : m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
     double pen = !isnan(a->pen)            ? a->pen

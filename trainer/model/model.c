@@ -47,6 +47,9 @@ int model_config_check(const model_config *c, kf_err *err) {
         return kf_err_set(err,
                           "model: tied_head, norm_bias and attn_bias are 0 or 1 (got %d, %d, %d)",
                           c->tied_head, c->norm_bias, c->attn_bias);
+    if (c->bidir & ~1) return kf_err_set(err, "model: bidir is 0 or 1 (got %d)", c->bidir);
+    if (c->bidir && c->kind != MODEL_AR)
+        return kf_err_set(err, "model: bidirectional attention needs the AR kind (no noise rows)");
     if (c->tied_head && c->head != HEAD_SHARED)
         return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP)");
     return 0;
@@ -450,8 +453,7 @@ struct model_ws {
     head_act *hact;
     dbuf xf, logits, targets_d, losses_d, valid_d, gscale_d;
     dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
-    int64_t row_w_key[4];    /* row_w_d's rows, period, first, count (0 rows: none) */
-    float row_w_value;
+    int64_t row_w_rows;      /* row_w_d's rows (0: none) */
     dbuf pick_at_d;      /* model_input's picks */
     ws_slot *slots, *sl; /* [n_slots], the one in use (model_ws_set_slot) */
     int64_t n_slots;
@@ -466,6 +468,9 @@ struct model_ws {
     int64_t logit_chunk; /* model_ws_set_logit_chunk; 0: automatic */
     int64_t w_period, w_first, w_count; /* model_weight_dlogits for the next loss */
     float w_value;
+    float *loss_w;    /* model_input.loss_w of the pass (host copy) */
+    int64_t n_loss_w; /* its samples; 0: none */
+    float *row_w_h;   /* row_weights' last upload (host copy) */
 };
 
 model_ws *model_ws_create(model *m) {
@@ -539,6 +544,8 @@ void model_ws_free(model_ws *ws) {
     free(ws->ctxkv);
     free(ws->hact);
     free(ws->valid);
+    free(ws->loss_w);
+    free(ws->row_w_h);
     free(ws->h_i32);
     free(ws->h_f64);
     free(ws);
@@ -677,6 +684,13 @@ void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int fla
     ws->have_dlogits = 0;
     ws->w_period = 0;
     ws->mask = lay->mask;
+    ws->mask.bidir = c->bidir;
+    ws->n_loss_w = 0;
+    if (in->loss_w) {
+        ws->loss_w = kf_realloc(ws->loss_w, (size_t)B * sizeof(float));
+        memcpy(ws->loss_w, in->loss_w, (size_t)B * sizeof(float));
+        ws->n_loss_w = B;
+    }
     if (in->valid_len) {
         ws->valid = kf_realloc(ws->valid, (size_t)B * sizeof(int32_t));
         memcpy(ws->valid, in->valid_len, (size_t)B * sizeof(int32_t));
@@ -837,35 +851,45 @@ static int64_t logit_chunk(const model_ws *ws, int64_t rows, int64_t V) {
     return c < rows ? c : rows;
 }
 
-/* model_weight_dlogits's weight on the logit rows [r0, r0 + n), whose
- * dlogits are at d. */
-static void weight_rows(model *m, model_ws *ws, float *d, int64_t r0, int64_t n) {
-    int64_t P = ws->w_period, V = m->cfg.vocab;
-    for (int64_t q = r0 / P; q * P < r0 + n; q++) {
-        int64_t a = q * P + ws->w_first, e = a + ws->w_count;
-        if (a < r0) a = r0;
-        if (e > r0 + n) e = r0 + n;
-        if (e > a) m->be->scale(m->be, d + (a - r0) * V, ws->w_value, (e - a) * V);
+/* The weight of logit row r's dlogits: model_weight_dlogits's (periodic,
+ * unless samples_only) times its sample's model_input.loss_w; 1 when neither
+ * is set. */
+static float row_weight(const model_ws *ws, int64_t r, int samples_only) {
+    float w = 1.0f;
+    if (ws->w_period && !samples_only) {
+        int64_t j = r % ws->w_period;
+        if (j >= ws->w_first && j < ws->w_first + ws->w_count) w = ws->w_value;
+    }
+    if (ws->n_loss_w) w *= ws->loss_w[r % ws->n_out_rows / (ws->n_out_rows / ws->B)];
+    return w;
+}
+
+/* The row weights on the logit rows [r0, r0 + n), whose values (width
+ * values a row) are at d: one scale per run of rows of equal weight. */
+static void weight_rows(model *m, model_ws *ws, float *d, int64_t width, int64_t r0, int64_t n,
+                        int samples_only) {
+    for (int64_t a = r0, e; a < r0 + n; a = e) {
+        float w = row_weight(ws, a, samples_only);
+        for (e = a + 1; e < r0 + n && row_weight(ws, e, samples_only) == w;) e++;
+        if (w != 1.0f) m->be->scale(m->be, d + (a - r0) * width, w, (e - a) * width);
     }
 }
 
-/* model_weight_dlogits's weights of all rows (1 where none is set) on the
- * device, for xent16; uploaded only when they differ from the last ones, so
- * that a pass recorded as a graph after its first run uploads nothing. */
+/* The weights of all rows on the device, for xent16; uploaded only when
+ * they differ from the last ones, so that a pass recorded as a graph after
+ * its first run uploads nothing. */
 static const float *row_weights(model *m, model_ws *ws, int64_t rows) {
-    int64_t key[4] = {rows, ws->w_period, ws->w_first, ws->w_count};
-    if (!memcmp(key, ws->row_w_key, sizeof key) && ws->row_w_value == ws->w_value)
-        return ws->row_w_d.p;
-    memcpy(ws->row_w_key, key, sizeof key);
-    ws->row_w_value = ws->w_value;
     float *h = kf_malloc((size_t)rows * sizeof(float));
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t j = r % ws->w_period;
-        h[r] = j >= ws->w_first && j < ws->w_first + ws->w_count ? ws->w_value : 1.0f;
+    for (int64_t r = 0; r < rows; r++) h[r] = row_weight(ws, r, 0);
+    size_t bytes = (size_t)rows * sizeof(float);
+    if (ws->row_w_d.p && ws->row_w_rows == rows && !memcmp(h, ws->row_w_h, bytes)) {
+        free(h);
+        return ws->row_w_d.p;
     }
-    const float *d = dbuf_upload(m->be, &ws->row_w_d, h, (size_t)rows, sizeof(float));
-    free(h);
-    return d;
+    ws->row_w_rows = rows;
+    free(ws->row_w_h);
+    ws->row_w_h = h;
+    return dbuf_upload(m->be, &ws->row_w_d, h, (size_t)rows, sizeof(float));
 }
 
 /* The head of a MODEL_NO_LOGITS pass, a chunk of rows at a time: logits,
@@ -886,7 +910,8 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
     float *lg = dbuf_ensure(be, &ws->logits, (size_t)(chunk * V) * f);
     int d16 = ws->train && ws->s16;
     void *dl16 = d16 ? dbuf_ensure(be, &ws->dlogits16, (size_t)(chunk * V) * 2) : NULL;
-    const float *row_w = d16 && ws->w_period ? row_weights(m, ws, model_ws_rows(ws)) : NULL;
+    const float *row_w =
+        d16 && (ws->w_period || ws->n_loss_w) ? row_weights(m, ws, model_ws_rows(ws)) : NULL;
     float *dxf = NULL, *dln = NULL;
     if (ws->train) {
         dxf = dbuf_ensure(be, &ws->dxf, (size_t)(O * H) * f);
@@ -908,7 +933,7 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
             }
             be->xent(be, losses + r0, ws->train ? lg : NULL, lg, t_d + r0, n, V, gscale);
             if (!ws->train) continue;
-            if (ws->w_period) weight_rows(m, ws, lg, r0, n);
+            if (ws->w_period || ws->n_loss_w) weight_rows(m, ws, lg, V, r0, n, 0);
             if (mask >= 0) be->fill_column(be, lg, n, V, mask, 0.0f);
             linear_bwd(m, dln + c0 * H, 0.0f, lg, NULL, ln + c0 * H, NULL, o->w, o->b, n, H, V);
         }
@@ -927,6 +952,7 @@ static void loss_rows(model *m, model_ws *ws, const int32_t *t_d, const float *g
     float *losses = dbuf_ensure(be, &ws->losses_d, (size_t)rows * sizeof(float));
     if (ws->no_logits) head_loss(m, ws, t_d, losses, gscale);
     else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, NULL);
+    if (ws->n_loss_w) weight_rows(m, ws, losses, 1, 0, rows, 1);
     ws->have_dlogits = ws->train;
 }
 

@@ -89,6 +89,9 @@ typedef struct model_config {
     int norm_bias;       /* 1: LayerNorms norm1, norm2, norm_final have a bias */
     int attn_bias;       /* 1: attn_qkv and attn_out have a bias */
     int64_t n_positions; /* POS_LEARNED: rows of pos_embed (positions < it), >= seq_len; else 0 */
+    int bidir;           /* 1: bidirectional attention over the context (a masked-diffusion
+                            model, MDLM: row t's logits predict token t itself); MODEL_AR
+                            kind only, never KV-cached (mdlm_sample.h decodes it) */
 } model_config;
 
 /** Checks a config (sizes positive, H divisible by heads (into an even head
@@ -152,7 +155,8 @@ void model_zero_grads(model *m);
  * kf.blocks, kf.vocab, kf.mask_id, kf.seq_len, kf.k_train (integers),
  * kf.kind (ar|pflm), kf.head (shared|mtp), and the options kf.pos
  * (rope|learned), kf.n_positions, kf.tied_head, kf.norm_bias, kf.attn_bias
- * (0|1). A file without kf.version is version 1 (no option keys: the
+ * (0|1), kf.attn (causal|bidirectional; optional on read: absent is
+ * causal). A file without kf.version is version 1 (no option keys: the
  * default architecture); other versions are refused. Loading checks the
  * config (model_config_check) and that the file holds exactly the model's
  * tensors (names above) with their shapes. */
@@ -188,6 +192,11 @@ typedef struct model_input {
                                  for HEAD_MTP, else 1); NULL when there are none */
     const double *tau;        /* [B] temperature per sample (noise rows) */
     const int32_t *valid_len; /* [B] context length per sample, or NULL */
+    const float *loss_w;      /* [B] each sample's rows' losses (and, MODEL_TRAIN, their
+                                 dlogits) are multiplied by loss_w[b] in model_loss: a
+                                 weighted objective (a masked-diffusion sample's time
+                                 weight); NULL: 1. With it a pass's loss ops depend on
+                                 host values: not for graphs */
 } model_input;
 
 /** Activations of one pass (sized on first use, grown when needed). A model

@@ -110,6 +110,7 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
              !h          ? "missing"
              : h->m != m ? "of another model"
                          : "ok");
+    KF_CHECK(!m->cfg.bidir, "model_cache_create: a bidirectional model has no KV cache");
     model_cache *c = kf_calloc(1, sizeof *c);
     c->m = m;
     c->heads = h;

@@ -44,6 +44,7 @@ int model_save(const model *m, const char *path, const float *buf, kf_err *err) 
     safetensors_set_meta(w, "kf.pos", c->pos == POS_LEARNED ? "learned" : "rope");
     safetensors_set_meta(w, "kf.kind", c->kind == MODEL_PFLM ? "pflm" : "ar");
     safetensors_set_meta(w, "kf.head", c->head == HEAD_MTP ? "mtp" : "shared");
+    safetensors_set_meta(w, "kf.attn", c->bidir ? "bidirectional" : "causal");
     safetensors_set_meta(w, "format", "pt");
     int rc = safetensors_write(w, path, err);
     safetensors_writer_free(w);
@@ -104,6 +105,11 @@ static int config_from_file(const safetensors_file *f, model_config *c, kf_err *
         c->tied_head = (int)tied;
         c->norm_bias = (int)nbias;
         c->attn_bias = (int)abias;
+        const char *attn = safetensors_meta(f, "kf.attn"); /* added later: optional */
+        if (attn && strcmp(attn, "causal") && strcmp(attn, "bidirectional"))
+            return kf_err_set(err, "%s: metadata \"kf.attn\" must be causal or bidirectional",
+                              f->path);
+        c->bidir = attn && strcmp(attn, "bidirectional") == 0;
     }
     kf_err e2;
     if (model_config_check(c, &e2)) return kf_err_set(err, "%s: %s", f->path, e2.msg);

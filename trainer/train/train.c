@@ -410,7 +410,9 @@ static int setup_training(trainer *t, kf_err *err) {
                      .tau_max = st->tau_max,
                      .seed = t->o->seed,
                      .teacher_precision = optim_precision(t->o->teacher_precision),
-                     .teacher_follow = t->o->teacher_follow};
+                     .teacher_follow = t->o->teacher_follow,
+                     .mask_id = runconfig_mask_id(rm, dv),
+                     .strata = t->o->batch};
     model_config base = {.hidden = rm->hidden,
                          .heads = rm->heads,
                          .blocks = rm->blocks,
