@@ -87,8 +87,9 @@ static const runconfig_stage *find_ar(const char *run, const runconfig *rc, char
             continue; /* an import not registered yet: not known to be AR */
         }
         model_config c;
-        if (st->kind == RC_KIND_IMPORT && (model_read_config(file, &c, &e2) || c.kind != MODEL_AR))
-            continue;
+        if (st->kind == RC_KIND_IMPORT &&
+            (model_read_config(file, &c, &e2) || c.kind != MODEL_AR || c.bidir))
+            continue; /* a PFLM, or MDLM's bidirectional denoiser */
         return st;
     }
     kf_err_set(err, "no AR stage with final weights (kind ar, or an import of an AR model): it "
