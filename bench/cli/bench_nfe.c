@@ -44,7 +44,7 @@ static const char USAGE[] =
     "usage: kf bench nfe RUN [--samples S] [--batch B] [--prefix-len P] [--max-new N]\n"
     "                    [--kf-k 2,3,4] [--mdlm-k 1,2] [--tau T] [--freq-penalty F]\n"
     "                    [--seed S] [--backend cpu|cuda|auto] [--clock wall|cpu]\n"
-    "                    [--json OUT.json] [--png OUT.png]\n"
+    "                    [--json OUT.json] [--png OUT.png] [--completions DIR]\n"
     "\n"
     "The paper's quality-NFE comparison (Table 3) on the run directory RUN (made by\n"
     "kf jobs run): the same S held-out prefixes (the validation split of the run's\n"
@@ -63,8 +63,9 @@ static const char USAGE[] =
     "\n"
     "Per paradigm and k: NFE per completion (one per forward pass; a speculative\n"
     "iteration counts 2, its draft and its verifying pass, as the paper counts),\n"
-    "acc/iter (speculative: tokens emitted per iteration, the verifier's own token\n"
-    "included), Gen-PPL under the AR stage, mean unigram entropy (nats), distinct-2/3,\n"
+    "acc/iter and tok/iter (speculative: drafts accepted and tokens emitted per\n"
+    "iteration, the latter counting the verifier's own token), Gen-PPL under the AR\n"
+    "stage (the run's own scorer), mean unigram entropy (nats), distinct-2/3,\n"
     "mean length before EOS, and tokens/s (generated tokens / seconds generating them,\n"
     "--clock); FLAG marks Gen-PPL > 1.3x, entropy or length < 0.9x AR's.\n"
     "\n"
@@ -78,12 +79,16 @@ static const char USAGE[] =
     "  --clock C        wall (default) or cpu: the process's CPU time, every thread's\n"
     "                   (a loaded machine; CPU backend only)\n"
     "  --json F         also write the rows as JSON to F: per row method, k, stage, nfe,\n"
-    "                   accepted_per_iter (null unless speculative), gen_ppl, entropy,\n"
+    "                   accepted_per_iter and tokens_per_iter (null unless speculative),\n"
+    "                   gen_ppl, entropy,\n"
     "                   distinct_2, distinct_3, length, tokens_per_s, flag; and `absent`\n"
-    "  --png F          also draw Gen-PPL against NFE, one line per paradigm, to F\n";
+    "  --png F          also draw Gen-PPL against NFE, one line per paradigm, to F\n"
+    "  --completions D  also write each row's completions to D/METHOD-kK.jsonl (prefix,\n"
+    "                   completion, eos: `kf eval genppl` scores them with GPT-2-large,\n"
+    "                   the paper's evaluator, docs/eval.md)\n";
 
 typedef struct nfe_args {
-    const char *run, *backend, *clock_name, *json_path, *png_path;
+    const char *run, *backend, *clock_name, *json_path, *png_path, *completions;
     int64_t samples, batch, P, N, seed, kf_k[MAX_K], mdlm_k[MAX_K];
     int n_kf_k, n_mdlm_k;
     double tau, pen;
@@ -94,9 +99,10 @@ typedef struct nfe_row {
     const paradigm *p;
     int64_t k;
     double nfe;       /* mean per completion */
-    double acc;       /* speculative: tokens per iteration; else NaN */
+    double acc, tpi;  /* speculative: drafts accepted, tokens emitted per iteration; else NaN */
     double tps, secs; /* tokens/s, seconds generating */
     quality_row q;
+    int32_t *out; /* the completions [S*N] */
 } nfe_row;
 
 static int parse_args(int argc, char **argv, nfe_args *a, int *code) {
@@ -125,6 +131,7 @@ static int parse_args(int argc, char **argv, nfe_args *a, int *code) {
         {"--clock", CLI_STR, .out = &a->clock_name},
         {"--json", CLI_STR, .out = &a->json_path},
         {"--png", CLI_STR, .out = &a->png_path},
+        {"--completions", CLI_STR, .out = &a->completions},
         CLI_OPT_END,
     };
     const cli_spec spec = {"kf bench nfe", USAGE, opts, .pos = &a->run, .max_pos = 1};
@@ -157,15 +164,18 @@ static int plan_rows(const paradigm_set *s, const nfe_args *a, nfe_row *rows) {
         if (id == PARADIGM_KF) ks = a->kf_k, nk = a->n_kf_k;
         if (id == PARADIGM_MDLM) ks = a->mdlm_k, nk = a->n_mdlm_k;
         for (int j = 0; j < nk && n < MAX_ROWS; j++)
-            if (ks[j] <= p->k_max) rows[n++] = (nfe_row){.p = p, .k = ks[j], .acc = NAN};
+            if (ks[j] <= p->k_max)
+                rows[n++] = (nfe_row){.p = p, .k = ks[j], .acc = NAN, .tpi = NAN};
     }
     return n;
 }
 
 static paradigm_opts opts_of(const nfe_args *a, const nfe_row *r, int64_t N) {
-    return (paradigm_opts){
-        .k = r->k, .tau = a->tau, .freq_penalty = (float)a->pen, .max_new = N,
-        .seed = (uint64_t)a->seed};
+    return (paradigm_opts){.k = r->k,
+                           .tau = a->tau,
+                           .freq_penalty = (float)a->pen,
+                           .max_new = N,
+                           .seed = (uint64_t)a->seed};
 }
 
 /* The completion length: --max-new, or the data's length minus P, cut until
@@ -190,36 +200,68 @@ static int plan_length(const nfe_args *a, const nfe_row *rows, int n, int64_t P,
     return 0;
 }
 
-/* Generates row r's S completions (batch at a time) into out [S*N], timing
- * the generation alone, then scores them. */
-static void measure(nfe_row *r, const paradigm_set *s, const nfe_args *a, const int32_t *pre,
-                    int64_t S, int64_t P, int64_t N, int32_t eos, int32_t *out, kf_err *err) {
+/* Writes row r's completions as JSONL (kf sample's keys: prefix, completion,
+ * eos), so that `kf eval genppl` can score them with GPT-2-large. */
+static int write_completions(const char *dir, const nfe_row *r, const int32_t *pre, int64_t S,
+                             int64_t P, int64_t N, int32_t eos, kf_err *err) {
+    char path[4200], name[32];
+    snprintf(name, sizeof name, "%s", paradigm_name(r->p->id));
+    for (char *c = name; *c; c++) *c = *c == '-' ? '_' : (char)(*c | 0x20); /* k_forcing */
+    snprintf(path, sizeof path, "%s/%s-k%lld.jsonl", dir, name, (long long)r->k);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    for (int64_t b = 0; b < S; b++) {
+        fprintf(f, "{\"prefix\": [");
+        for (int64_t i = 0; i < P; i++) fprintf(f, i ? ", %d" : "%d", pre[b * P + i]);
+        fprintf(f, "], \"completion\": [");
+        for (int64_t i = 0; i < N; i++) fprintf(f, i ? ", %d" : "%d", r->out[b * N + i]);
+        fprintf(f, "], \"eos\": %d}\n", eos);
+    }
+    fclose(f);
+    int rc = fs_mkdir_p(dir, err) ? -1 : fs_write_atomic(path, text, len, err);
+    free(text);
+    return rc;
+}
+
+/* Generates row r's S completions (batch at a time) into r->out [S*N],
+ * timing the generation alone, then scores them. */
+static int measure(nfe_row *r, const paradigm_set *s, const nfe_args *a, const int32_t *pre,
+                   int64_t S, int64_t P, int64_t N, int32_t eos, kf_err *err) {
     double (*now)(void) = strcmp(a->clock_name, "cpu") ? clock_now_s : clock_cpu_s;
     paradigm_opts o = opts_of(a, r, N);
     uint64_t *keys = kf_malloc((size_t)S * sizeof *keys);
-    int64_t *rounds = kf_malloc((size_t)S * sizeof *rounds);
+    int64_t *rounds = kf_malloc((size_t)S * sizeof *rounds),
+            *accepted = kf_malloc((size_t)S * sizeof *accepted);
+    r->out = kf_malloc((size_t)(S * N) * sizeof *r->out);
     for (int64_t b = 0; b < S; b++) keys[b] = (uint64_t)b;
     char label[64];
     snprintf(label, sizeof label, "%s k=%lld", paradigm_name(r->p->id), (long long)r->k);
     progress_begin(label, (double)(S * N), "tok");
     double secs = 0;
-    for (int64_t b0 = 0; b0 < S; b0 += a->batch) {
+    int rc = 0;
+    for (int64_t b0 = 0; b0 < S && !rc; b0 += a->batch) {
         int64_t B = S - b0 < a->batch ? S - b0 : a->batch;
         double t0 = now();
-        paradigm_generate(r->p, pre + b0 * P, B, P, &o, keys + b0, out + b0 * N, rounds + b0);
+        rc = paradigm_generate(r->p, pre + b0 * P, B, P, &o, keys + b0, r->out + b0 * N,
+                               rounds + b0, accepted + b0, err);
         secs += now() - t0;
         progress_update((double)((b0 + B) * N), NULL);
     }
     progress_end();
-    double sum = 0;
-    for (int64_t b = 0; b < S; b++) sum += (double)rounds[b];
-    r->nfe = paradigm_nfe(r->p->id, sum / (double)S);
-    if (paradigm_speculative(r->p->id)) r->acc = (double)(S * N) / sum;
+    double iters = 0, acc = 0;
+    for (int64_t b = 0; !rc && b < S; b++) iters += (double)rounds[b], acc += (double)accepted[b];
+    free(keys);
+    free(rounds);
+    free(accepted);
+    if (rc) return -1;
+    r->nfe = paradigm_nfe(r->p->id, iters / (double)S);
+    if (paradigm_speculative(r->p->id)) r->acc = acc / iters, r->tpi = (double)(S * N) / iters;
     r->secs = secs;
     r->tps = (double)(S * N) / secs;
 
     quality_sample *qs = kf_malloc((size_t)S * sizeof *qs);
-    for (int64_t b = 0; b < S; b++) qs[b] = (quality_sample){pre + b * P, P, out + b * N, N};
+    for (int64_t b = 0; b < S; b++) qs[b] = (quality_sample){pre + b * P, P, r->out + b * N, N};
     quality_stats_compute(qs, S, eos, (int32_t)r->p->m->cfg.mask_id, &r->q.st);
     quality_ppl ppl = {.ppl = NAN};
     if (quality_genppl(s->p[PARADIGM_AR].m, qs, S, eos, 16, &ppl, err)) {
@@ -228,8 +270,7 @@ static void measure(nfe_row *r, const paradigm_set *s, const nfe_args *a, const 
     }
     r->q.gen_ppl = ppl.ppl;
     free(qs);
-    free(keys);
-    free(rounds);
+    return a->completions ? write_completions(a->completions, r, pre, S, P, N, eos, err) : 0;
 }
 
 /* A number for the table ("-" when not measured). */
@@ -246,28 +287,28 @@ static void print_table(FILE *f, const paradigm_set *s, const nfe_row *rows, int
     fprintf(f,
             "\nquality-NFE: %lld prefixes of %lld tokens from %s (valid), %lld new tokens each, "
             "tau %g, batch %lld, %s clock\n"
-            "NFE per completion (speculative: 2 x iterations); acc/iter: tokens per "
-            "speculative iteration; Gen-PPL under stage %s\n\n",
+            "NFE per completion (speculative: 2 x iterations); acc/iter, tok/iter: drafts "
+            "accepted and tokens emitted per speculative iteration; Gen-PPL under stage %s\n\n",
             (long long)S, (long long)P, s->rc->data_valid, (long long)N, a->tau,
             (long long)a->batch, a->clock_name, s->p[PARADIGM_AR].stage);
-    fprintf(f, "%-10s %3s %8s %8s %9s%s\n", "method", "k", "NFE", "acc/iter", "tokens/s",
-            quality_header());
+    fprintf(f, "%-10s %3s %8s %8s %8s %9s%s\n", "method", "k", "NFE", "acc/iter", "tok/iter",
+            "tokens/s", quality_header());
     for (int i = 0; i < n; i++) {
         const nfe_row *r = &rows[i];
-        char nfe[32], acc[32], tps[32], q[256];
+        char nfe[32], acc[32], tpi[32], tps[32], q[256];
         cell(nfe, sizeof nfe, 8, 1, r->nfe);
         cell(acc, sizeof acc, 8, 2, r->acc);
+        cell(tpi, sizeof tpi, 8, 2, r->tpi);
         cell(tps, sizeof tps, 9, 0, r->tps);
         quality_format(&r->q, ar && ar != r ? &ar->q : NULL, q, sizeof q);
-        fprintf(f, "%-10s %3lld %s %s %s%s\n", paradigm_name(r->p->id), (long long)r->k, nfe, acc,
-                tps, q);
+        fprintf(f, "%-10s %3lld %s %s %s %s%s\n", paradigm_name(r->p->id), (long long)r->k, nfe,
+                acc, tpi, tps, q);
     }
     fprintf(f, "\nstages:");
     for (int id = 0; id < PARADIGM_COUNT; id++)
         if (s->p[id].present)
             fprintf(f, " %s %s%s%s%s;", paradigm_name((paradigm_id)id), s->p[id].stage,
-                    s->p[id].ver[0] ? " (verifier " : "", s->p[id].ver,
-                    s->p[id].ver[0] ? ")" : "");
+                    s->p[id].ver[0] ? " (verifier " : "", s->p[id].ver, s->p[id].ver[0] ? ")" : "");
     fprintf(f, "\n");
     for (int id = 0; id < PARADIGM_COUNT; id++)
         if (!s->p[id].present)
@@ -305,6 +346,7 @@ static void write_json(FILE *f, const char *dev, const paradigm_set *s, const nf
         }
         json_num(f, "nfe", r->nfe, "%.4g");
         json_num(f, "accepted_per_iter", r->acc, "%.4g");
+        json_num(f, "tokens_per_iter", r->tpi, "%.4g");
         json_num(f, "gen_ppl", r->q.gen_ppl, "%.6g");
         json_num(f, "entropy", r->q.st.entropy, "%.6g");
         json_num(f, "distinct_2", r->q.st.distinct[1], "%.6g");
@@ -391,7 +433,7 @@ int bench_nfe_main(int argc, char **argv) {
     kf_err err = {{0}};
     kf_backend *be = kernels_create(a.backend, &err);
     paradigm_set s = {0};
-    int32_t *pre = NULL, *out = NULL, eos = -1;
+    int32_t *pre = NULL, eos = -1;
     nfe_row rows[MAX_ROWS];
     int n = 0, rv = -1;
     int64_t P = a.P, N = 0, data_len = 0, ctx = INT64_MAX;
@@ -404,15 +446,15 @@ int bench_nfe_main(int argc, char **argv) {
         if (prefixes_from_shards(s.rc->data_valid, &P, ctx, a.samples, &pre, &data_len, &eos,
                                  &err) == 0 &&
             plan_length(&a, rows, n, P, data_len, &N, &err) == 0) {
-            out = kf_malloc((size_t)(a.samples * N) * sizeof *out);
-            for (int i = 0; i < n; i++)
-                measure(&rows[i], &s, &a, pre, a.samples, P, N, eos, out, &err);
-            rv = report(&s, be->name, rows, n, a.samples, P, N, &a, &err);
+            rv = 0;
+            for (int i = 0; i < n && !rv; i++)
+                rv = measure(&rows[i], &s, &a, pre, a.samples, P, N, eos, &err);
+            if (!rv) rv = report(&s, be->name, rows, n, a.samples, P, N, &a, &err);
         }
     }
     if (rv) fprintf(stderr, "kf bench nfe: error: %s\n", err.msg);
     free(pre);
-    free(out);
+    for (int i = 0; i < n; i++) free(rows[i].out);
     paradigm_set_close(&s);
     if (be) be->destroy(be);
     return rv ? KF_EXIT_ERROR : KF_EXIT_OK;

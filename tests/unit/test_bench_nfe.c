@@ -72,9 +72,17 @@ static char *slurp(const char *name) {
 }
 
 /* Random weights (norm weights near 1), saved as stage `stage`'s final/. */
-static void stage_final(kf_backend *be, const char *stage, model_kind kind, int64_t k) {
-    model_config c = {.hidden = 16, .heads = 2, .blocks = 1, .vocab = V, .mask_id = V - 1,
-                      .seq_len = SEQ, .kind = kind, .head = HEAD_SHARED, .k_train = k};
+static void stage_final(kf_backend *be, const char *stage, model_kind kind, int64_t k, int bidir) {
+    model_config c = {.hidden = 16,
+                      .heads = 2,
+                      .blocks = 1,
+                      .vocab = V,
+                      .mask_id = V - 1,
+                      .seq_len = SEQ,
+                      .kind = kind,
+                      .head = HEAD_SHARED,
+                      .k_train = k,
+                      .bidir = bidir};
     model *m = model_create(be, &c);
     float *h = malloc((size_t)m->n_params * sizeof(float));
     for (int64_t i = 0; i < m->n_params; i++)
@@ -86,7 +94,10 @@ static void stage_final(kf_backend *be, const char *stage, model_kind kind, int6
     free(h);
     ckpt_meta meta = {.step = 1};
     snprintf(meta.stage, sizeof meta.stage, "%s", stage);
-    snprintf(meta.kind, sizeof meta.kind, "%s", kind == MODEL_AR ? "ar" : "distill_ar");
+    snprintf(meta.kind, sizeof meta.kind, "%s",
+             bidir              ? "mdlm"
+             : kind == MODEL_AR ? "ar"
+                                : "distill_ar");
     snprintf(meta.config_hash, sizeof meta.config_hash, "test");
     meta.id.model = c;
     char dir[512];
@@ -137,10 +148,11 @@ static void accounting_tests(void) {
 
 static void bench_tests(void) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "nfe %s/run --samples 6 --batch 4 --prefix-len 6 --max-new %d --kf-k 2,3,4 "
-             "--backend cpu --json %s/nfe.json --png %s/nfe.png",
-             T, N_NEW, T, T);
+    snprintf(
+        cmd, sizeof cmd,
+        "nfe %s/run --samples 6 --batch 4 --prefix-len 6 --max-new %d --kf-k 2,3,4 --mdlm-k 1,3 "
+        "--backend cpu --json %s/nfe.json --png %s/nfe.png",
+        T, N_NEW, T, T);
     int rc = run(cmd);
     char *out = slurp("out"), *errs = slurp("err");
     T_EQ_INT(rc, 0, "bench nfe: rc (stderr: %s)", errs);
@@ -152,23 +164,27 @@ static void bench_tests(void) {
     const json *abs = d ? json_get(json_root(d), "absent") : NULL;
     T_CHECK(rows && rows->type == JSON_ARRAY, "rows is an array");
     T_CHECK(abs && abs->type == JSON_ARRAY, "absent is an array");
-    /* AR once, K-Forcing at 2, 3, 4 (the stage's k is 4) */
+    /* AR once, MDLM at 1 and 3 (ceil(10 / 3) = 4 passes, the last unmasking
+     * one token), K-Forcing at 2, 3, 4 (the stage's k is 4) */
     static const struct {
         const char *method;
         long long k;
         double nfe;
-    } want[] = {{"AR", 1, N_NEW}, {"K-Forcing", 2, 5}, {"K-Forcing", 3, 4}, {"K-Forcing", 4, 3}};
+    } want[] = {{"AR", 1, N_NEW},    {"MDLM", 1, N_NEW},  {"MDLM", 3, 4},
+                {"K-Forcing", 2, 5}, {"K-Forcing", 3, 4}, {"K-Forcing", 4, 3}};
     size_t nw = sizeof want / sizeof want[0];
-    T_EQ_INT(rows ? rows->n : 0, nw, "rows: AR + K-Forcing k = 2, 3, 4");
+    T_EQ_INT(rows ? rows->n : 0, nw, "rows: AR, MDLM k = 1, 3, K-Forcing k = 2, 3, 4");
     for (size_t i = 0; rows && i < rows->n && i < nw; i++) {
         const json *r = &rows->kids[i], *m = json_get(r, "method"), *k = json_get(r, "k");
-        const json *acc = json_get(r, "accepted_per_iter");
+        const json *acc = json_get(r, "accepted_per_iter"), *tpi = json_get(r, "tokens_per_iter");
         T_EQ_STR(m && m->type == JSON_STRING ? m->str.s : NULL, want[i].method, "row %zu method",
                  i);
         T_EQ_INT(k && k->type == JSON_NUMBER ? k->i : -1, want[i].k, "row %zu k", i);
         T_NEAR(num(r, "nfe"), want[i].nfe, 0, "row %zu (%s k=%lld): NFE per completion", i,
                want[i].method, want[i].k);
         T_CHECK(acc && acc->type == JSON_NULL, "row %zu: accepted_per_iter null (not speculative)",
+                i);
+        T_CHECK(tpi && tpi->type == JSON_NULL, "row %zu: tokens_per_iter null (not speculative)",
                 i);
         double ppl = num(r, "gen_ppl"), ent = num(r, "entropy"), len = num(r, "length");
         double tps = num(r, "tokens_per_s");
@@ -182,12 +198,13 @@ static void bench_tests(void) {
         T_CHECK(line != NULL, "table has a %s k=%lld line", want[i].method, want[i].k);
         if (!line) continue;
         double t_nfe, t_tps, t_ppl, t_ent, t_d2, t_d3, t_len;
-        char acc_s[16];
-        int got = sscanf(line + 15, "%lf %15s %lf %lf %lf %lf %lf %lf", &t_nfe, acc_s, &t_tps,
-                         &t_ppl, &t_ent, &t_d2, &t_d3, &t_len);
-        T_EQ_INT(got, 8, "table line parses: %.80s", line);
+        char acc_s[16], tpi_s[16];
+        int got = sscanf(line + 15, "%lf %15s %15s %lf %lf %lf %lf %lf %lf", &t_nfe, acc_s, tpi_s,
+                         &t_tps, &t_ppl, &t_ent, &t_d2, &t_d3, &t_len);
+        T_EQ_INT(got, 9, "table line parses: %.80s", line);
         T_NEAR(t_nfe, num(r, "nfe"), 0.05, "row %zu: table NFE vs JSON", i);
         T_EQ_STR(acc_s, "-", "row %zu: table acc/iter", i);
+        T_EQ_STR(tpi_s, "-", "row %zu: table tok/iter", i);
         T_NEAR(t_tps, tps, 0.5 + 1e-6 * tps, "row %zu: table tokens/s vs JSON", i);
         T_NEAR(t_ppl, ppl, ppl < 1000 ? 0.05 : 0.5, "row %zu: table Gen-PPL vs JSON", i);
         T_NEAR(t_ent, ent, 0.005, "row %zu: table entropy vs JSON", i);
@@ -195,9 +212,9 @@ static void bench_tests(void) {
         T_NEAR(t_d3, num(r, "distinct_3"), 0.005, "row %zu: table distinct-3 vs JSON", i);
         T_NEAR(t_len, len, 0.05, "row %zu: table length vs JSON", i);
     }
-    /* absent: MDLM, Medusa and PTP, each with a reason, in both outputs */
-    const char *missing[] = {"MDLM", "Medusa", "PTP"};
-    for (size_t j = 0; j < 3; j++) {
+    /* absent: Medusa and PTP, each with a reason, in both outputs */
+    const char *missing[] = {"Medusa", "PTP"};
+    for (size_t j = 0; j < sizeof missing / sizeof missing[0]; j++) {
         const json *hit = NULL;
         for (size_t i = 0; abs && i < abs->n; i++) {
             const json *m = json_get(&abs->kids[i], "method");
@@ -263,13 +280,15 @@ int main(void) {
     snprintf(p, sizeof p, "%s/data", T);
     fixture_shards(p, 8, 40, SEQ, V);
     write_run_yaml("run", "  - {name: ar, kind: ar, steps: 1}\n"
-                          "  - {name: k4, kind: distill_ar, teacher: ar, k: 4, steps: 1}\n");
+                          "  - {name: k4, kind: distill_ar, teacher: ar, k: 4, steps: 1}\n"
+                          "  - {name: mdlm, kind: mdlm, steps: 1}\n");
     write_run_yaml("untrained", "  - {name: ar, kind: ar, steps: 1}\n");
     kf_err err;
     kf_backend *be = kernels_create("cpu", &err);
     T_REQUIRE(be, "cpu backend: %s", err.msg);
-    stage_final(be, "ar", MODEL_AR, 1);
-    stage_final(be, "k4", MODEL_PFLM, 4);
+    stage_final(be, "ar", MODEL_AR, 1, 0);
+    stage_final(be, "k4", MODEL_PFLM, 4, 0);
+    stage_final(be, "mdlm", MODEL_AR, 1, 1);
     be->destroy(be);
     accounting_tests();
     bench_tests();

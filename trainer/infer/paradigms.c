@@ -11,6 +11,7 @@
 
 #include "common/fsutil.h"
 #include "trainer/infer/decode.h"
+#include "trainer/infer/mdlm_sample.h"
 #include "trainer/train/checkpoint.h"
 
 const char *paradigm_name(paradigm_id id) {
@@ -97,6 +98,72 @@ static const runconfig_stage *find_ar(const char *run, const runconfig *rc, char
     return NULL;
 }
 
+/* The stage paradigm id decodes (see paradigms.h), or NULL; what the
+ * config would need goes to want. */
+static const runconfig_stage *pick(const char *run, const runconfig *rc, paradigm_id id,
+                                   const char **want) {
+    switch (id) {
+    case PARADIGM_KF:
+        *want = "distill_ar or self_forcing";
+        return largest_k(rc, RC_KIND_DISTILL_AR, RC_KIND_SELF_FORCING);
+    case PARADIGM_PTP:
+        *want = "noise_inversion_causal (ablation variant B)";
+        return largest_k(rc, RC_KIND_NI_CAUSAL, RC_KIND_NI_CAUSAL);
+    case PARADIGM_MDLM: {
+        *want = "mdlm (or an import of an MDLM model)";
+        const runconfig_stage *st = largest_k(rc, RC_KIND_MDLM, RC_KIND_MDLM);
+        for (int i = 0; i < rc->n_stages && !st; i++) {
+            char file[PATH_MAX + 96];
+            model_config c;
+            kf_err e2;
+            if (rc->stages[i].kind == RC_KIND_IMPORT &&
+                !stage_weights(run, rc->stages[i].name, file, sizeof file, &e2) &&
+                !model_read_config(file, &c, &e2) && c.bidir)
+                st = &rc->stages[i];
+        }
+        return st;
+    }
+    default: *want = "medusa"; return NULL;
+    }
+}
+
+/* Finds and loads paradigm id (not AR, which s->p[PARADIGM_AR] holds). A
+ * paradigm the run lacks is marked absent; -1 only on a load failure. */
+static int find_other(paradigm_set *s, const char *run, const char *path, kf_backend *be,
+                      paradigm_id id, kf_err *err) {
+    paradigm *p = &s->p[id];
+    const paradigm *ar = &s->p[PARADIGM_AR];
+    const char *want = "";
+    const runconfig_stage *st = pick(run, s->rc, id, &want);
+    char file[PATH_MAX + 96];
+    kf_err e2;
+    if (id == PARADIGM_MEDUSA || id == PARADIGM_PTP) {
+        absent(p, "this build has no speculative decoder");
+        return 0;
+    }
+    if (!st) {
+        absent(p, "no %s stage in %s", want, path);
+        return 0;
+    }
+    if (stage_weights(run, st->name, file, sizeof file, &e2)) {
+        absent(p, "%s", e2.msg);
+        return 0;
+    }
+    int i = load_stage(s, be, st->name, file, err);
+    if (i < 0) return -1;
+    p->present = true;
+    p->m = s->models[i];
+    p->heads = s->heads[i];
+    p->k_max = id == PARADIGM_MDLM ? INT64_MAX : st->k; /* MDLM unmasks any k a pass */
+    snprintf(p->stage, sizeof p->stage, "%s", st->name);
+    if (paradigm_speculative(id)) {
+        p->verm = ar->m;
+        p->ver_heads = ar->heads;
+        snprintf(p->ver, sizeof p->ver, "%s", ar->stage);
+    }
+    return 0;
+}
+
 int paradigm_set_open(paradigm_set *s, const char *run, kf_backend *be, kf_err *err) {
     memset(s, 0, sizeof *s);
     for (int i = 0; i < PARADIGM_COUNT; i++) s->p[i].id = (paradigm_id)i;
@@ -111,52 +178,12 @@ int paradigm_set_open(paradigm_set *s, const char *run, kf_backend *be, kf_err *
     const runconfig_stage *ars = find_ar(run, rc, file, sizeof file, err);
     int ai = ars ? load_stage(s, be, ars->name, file, err) : -1;
     if (ai < 0) return -1;
-    *ar = (paradigm){.id = PARADIGM_AR, .present = true, .k_max = 1, .m = s->models[ai],
-                     .heads = s->heads[ai]};
+    *ar = (paradigm){
+        .id = PARADIGM_AR, .present = true, .k_max = 1, .m = s->models[ai], .heads = s->heads[ai]};
     snprintf(ar->stage, sizeof ar->stage, "%s", ars->name);
 
-    /* the stage-backed paradigms this build decodes */
-    const struct {
-        paradigm_id id;
-        const runconfig_stage *st;
-        const char *kinds;
-    } found[] = {
-        {PARADIGM_KF, largest_k(rc, RC_KIND_DISTILL_AR, RC_KIND_SELF_FORCING),
-         "distill_ar or self_forcing"},
-    };
-    for (size_t f = 0; f < sizeof found / sizeof found[0] && !rv; f++) {
-        paradigm *p = &s->p[found[f].id];
-        const runconfig_stage *st = found[f].st;
-        kf_err e2;
-        if (!st) {
-            absent(p, "no %s stage in %s", found[f].kinds, path);
-            continue;
-        }
-        if (stage_weights(run, st->name, file, sizeof file, &e2)) {
-            absent(p, "%s", e2.msg);
-            continue;
-        }
-        int i = load_stage(s, be, st->name, file, err);
-        if (i < 0) {
-            rv = -1;
-            break;
-        }
-        p->present = true;
-        p->m = s->models[i];
-        p->heads = s->heads[i];
-        p->k_max = st->k;
-        snprintf(p->stage, sizeof p->stage, "%s", st->name);
-        if (paradigm_speculative(p->id)) {
-            p->verm = ar->m;
-            p->ver_heads = ar->heads;
-            snprintf(p->ver, sizeof p->ver, "%s", ar->stage);
-        }
-    }
-    /* not in this build yet: said, never stood in for */
-    absent(&s->p[PARADIGM_MDLM], "this build has no MDLM stage kind or sampler");
-    absent(&s->p[PARADIGM_MEDUSA], "this build has no Medusa stage kind or speculative decoder");
-    absent(&s->p[PARADIGM_PTP], "this build has no speculative decoder (PTP drafts with the "
-                                "noise_inversion_causal stage)");
+    for (int id = PARADIGM_MDLM; id < PARADIGM_COUNT && !rv; id++)
+        rv = find_other(s, run, path, be, (paradigm_id)id, err);
     return rv;
 }
 
@@ -184,6 +211,16 @@ int paradigm_check(const paradigm *p, const paradigm_opts *o, int64_t P, kf_err 
     if (o->k < 1 || o->k > p->k_max)
         return kf_err_set(err, "%s: k %lld outside 1..%lld (stage %s)", paradigm_name(p->id),
                           (long long)o->k, (long long)p->k_max, p->stage);
+    if (p->id == PARADIGM_MDLM) {
+        const model_config *c = &p->m->cfg;
+        if (!c->bidir || c->mask_id < 0)
+            return kf_err_set(err, "MDLM: stage %s's model is not bidirectional with a mask token",
+                              p->stage);
+        if (P + o->max_new > c->seq_len)
+            return kf_err_set(err, "MDLM: prefix %lld + %lld new tokens exceed the context of %lld",
+                              (long long)P, (long long)o->max_new, (long long)c->seq_len);
+        return 0;
+    }
     decode_opts d = decode_opts_of(p, o);
     return decode_check(p->m, &d, P, err);
 }
@@ -193,14 +230,20 @@ static void count_step(void *ctx, int64_t step, int64_t cache_len) {
     ++*(int64_t *)ctx;
 }
 
-void paradigm_generate(const paradigm *p, const int32_t *prefix, int64_t B, int64_t P,
-                       const paradigm_opts *o, const uint64_t *keys, int32_t *out,
-                       int64_t *rounds) {
+int paradigm_generate(const paradigm *p, const int32_t *prefix, int64_t B, int64_t P,
+                      const paradigm_opts *o, const uint64_t *keys, int32_t *out, int64_t *rounds,
+                      int64_t *accepted, kf_err *err) {
     KF_CHECK(p->present, "paradigm_generate: %s is absent", paradigm_name(p->id));
+    for (int64_t b = 0; b < B; b++) accepted[b] = 0;
+    if (p->id == PARADIGM_MDLM) {
+        mdlm_sample_opts mo = {.n_new = o->max_new, .k = o->k, .seed = o->seed, .tau = o->tau};
+        return mdlm_sample_run(p->m, prefix, B, P, &mo, keys, out, rounds, err);
+    }
     int64_t steps = 0;
     decode_opts d = decode_opts_of(p, o);
     d.on_step = count_step;
     d.on_step_ctx = &steps;
     decode_run(p->m, p->heads, prefix, B, P, &d, keys, out);
     for (int64_t b = 0; b < B; b++) rounds[b] = steps; /* fixed stride: every sequence alike */
+    return 0;
 }

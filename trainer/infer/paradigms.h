@@ -15,7 +15,9 @@
  *   PTP        the `noise_inversion_causal` stage (ablation variant B) with
  *              the largest k as the draft model, the AR stage as verifier
  *   Medusa     a `medusa` stage (k MTP heads on the frozen AR backbone)
- *   MDLM       an `mdlm` stage, or an `import` holding an MDLM model
+ *   MDLM       an `mdlm` stage, or an `import` holding an MDLM model (a
+ *              bidirectional one, model_config.bidir), at any k
+ * The speculative methods are verified by the AR stage (speculative.h).
  * A paradigm is absent when the config has no such stage, when its final
  * weights are missing or do not verify, or when this build cannot decode it;
  * paradigm_set says why, and nothing is decoded in its place.
@@ -24,8 +26,9 @@
  * full-size model counts one. decode_run's passes are counted as they run
  * (one per step: AR spends one per token, its prefill pass emitting the
  * first; K-Forcing ceil(n / k) for n tokens, the last step emitting the
- * tokens left); a speculative method spends 2 per iteration (one draft pass,
- * one verifying AR pass), however many of its drafts the iteration accepted.
+ * tokens left); MDLM one per pass of its sampler (ceil(n / k),
+ * mdlm_sample.h); a speculative method 2 per iteration (one draft pass, one
+ * verifying AR pass), however many of its drafts the iteration accepted.
  */
 #ifndef KF_TRAINER_INFER_PARADIGMS_H
 #define KF_TRAINER_INFER_PARADIGMS_H
@@ -107,11 +110,13 @@ typedef struct paradigm_opts {
 int paradigm_check(const paradigm *p, const paradigm_opts *o, int64_t P, kf_err *err);
 
 /** Completes B prefixes [B*P] into out [B*max_new] (keys [B] seed each
- *  sequence's draws as in decode.h) and stores in rounds [B] the rounds each
- *  sequence took (decoding steps, or speculative iterations; paradigm_nfe
- *  turns them into NFE). Dies on invalid arguments (paradigm_check first). */
-void paradigm_generate(const paradigm *p, const int32_t *prefix, int64_t B, int64_t P,
-                       const paradigm_opts *o, const uint64_t *keys, int32_t *out,
-                       int64_t *rounds);
+ *  sequence's draws: decode.h, speculative.h, mdlm_sample.h) and stores in
+ *  rounds [B] the rounds each sequence took (decoding steps, or speculative
+ *  iterations; paradigm_nfe turns them into NFE) and in accepted [B] the
+ *  drafts each accepted (0 unless speculative). Call paradigm_check first.
+ *  @return 0, or -1 with err (what the MDLM sampler refuses). */
+int paradigm_generate(const paradigm *p, const int32_t *prefix, int64_t B, int64_t P,
+                      const paradigm_opts *o, const uint64_t *keys, int32_t *out, int64_t *rounds,
+                      int64_t *accepted, kf_err *err);
 
 #endif
