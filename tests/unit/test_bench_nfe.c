@@ -26,6 +26,7 @@
 #include "common/rng.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
+#include "tests/unit/model_fit.h"
 #include "tests/unit/trainer_fixture.h"
 #include "trainer/cli/omp_env.h"
 #include "trainer/infer/paradigms.h"
@@ -71,7 +72,7 @@ static char *slurp(const char *name) {
     return text;
 }
 
-/* Random weights (norm weights near 1), saved as stage `stage`'s final/. */
+/* Random weights (fit_randomize), saved as stage `stage`'s final/. */
 static void stage_final(kf_backend *be, const char *stage, model_kind kind, int64_t k, int bidir) {
     model_config c = {.hidden = 16,
                       .heads = 2,
@@ -84,14 +85,7 @@ static void stage_final(kf_backend *be, const char *stage, model_kind kind, int6
                       .k_train = k,
                       .bidir = bidir};
     model *m = model_create(be, &c);
-    float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++)
-        h[i] = (float)(rng_uniform01((uint64_t)k + 7, 1, (uint64_t)i) - 0.5);
-    for (int t = 0; t < m->n_tensors; t++)
-        if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
-            for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
-    be->upload(be, m->params, h, (size_t)m->n_params * sizeof(float));
-    free(h);
+    fit_randomize(m, (uint64_t)(k + 7 + 100 * bidir));
     ckpt_meta meta = {.step = 1};
     snprintf(meta.stage, sizeof meta.stage, "%s", stage);
     snprintf(meta.kind, sizeof meta.kind, "%s",
