@@ -69,7 +69,7 @@ static const char USAGE[] =
     "mean length before EOS, and tokens/s (generated tokens / seconds generating them,\n"
     "--clock); FLAG marks Gen-PPL > 1.3x, entropy or length < 0.9x AR's.\n"
     "\n"
-    "  --samples S      prefixes completed by every paradigm (default 64)\n"
+    "  --samples S      prefixes completed by every paradigm (default 128)\n"
     "  --batch B        sequences decoded together (default 16)\n"
     "  --kf-k LIST      K-Forcing tokens per pass (default 2,3,4)\n"
     "  --mdlm-k LIST    MDLM tokens unmasked per pass (default 1,2)\n"
@@ -108,7 +108,7 @@ typedef struct nfe_row {
 static int parse_args(int argc, char **argv, nfe_args *a, int *code) {
     *a = (nfe_args){.backend = "auto",
                     .clock_name = "wall",
-                    .samples = 64,
+                    .samples = 128,
                     .batch = 16,
                     .seed = 1,
                     .kf_k = {2, 3, 4},
