@@ -348,6 +348,10 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
 void model_cache_free(model_cache *c);
 /** Rows currently kept. */
 int64_t model_cache_len(const model_cache *c);
+/** Forgets the rows at and after len (0 <= len <= model_cache_len): the
+ *  next step writes from there (speculative decoding drops the K/V of the
+ *  drafts it rejected). */
+void model_cache_rewind(model_cache *c, int64_t len);
 
 /** Feeds Q new rows per sample, which take cache rows and positions
  *  [P, P+Q) (P = model_cache_len; POS_LEARNED: P+Q <= n_positions) and see every earlier row

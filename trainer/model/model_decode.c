@@ -190,6 +190,12 @@ void model_cache_free(model_cache *c) {
 
 int64_t model_cache_len(const model_cache *c) { return c->len; }
 
+void model_cache_rewind(model_cache *c, int64_t len) {
+    KF_CHECK(len >= 0 && len <= c->len, "model_cache_rewind: %lld rows of %lld", (long long)len,
+             (long long)c->len);
+    c->len = len;
+}
+
 static int32_t *h32(model_cache *c, size_t n) {
     if (n > c->h32_cap) {
         c->h32 = kf_realloc(c->h32, n * sizeof(int32_t));
