@@ -12,6 +12,7 @@
 #include "common/fsutil.h"
 #include "trainer/infer/decode.h"
 #include "trainer/infer/mdlm_sample.h"
+#include "trainer/infer/speculative.h"
 #include "trainer/train/checkpoint.h"
 
 const char *paradigm_name(paradigm_id id) {
@@ -137,8 +138,8 @@ static int find_other(paradigm_set *s, const char *run, const char *path, kf_bac
     const runconfig_stage *st = pick(run, s->rc, id, &want);
     char file[PATH_MAX + 96];
     kf_err e2;
-    if (id == PARADIGM_MEDUSA || id == PARADIGM_PTP) {
-        absent(p, "this build has no speculative decoder");
+    if (id == PARADIGM_MEDUSA) {
+        absent(p, "this build has no `medusa` stage kind (Medusa heads and their decoding)");
         return 0;
     }
     if (!st) {
@@ -157,6 +158,10 @@ static int find_other(paradigm_set *s, const char *run, const char *path, kf_bac
     p->k_max = id == PARADIGM_MDLM ? INT64_MAX : st->k; /* MDLM unmasks any k a pass */
     snprintf(p->stage, sizeof p->stage, "%s", st->name);
     if (paradigm_speculative(id)) {
+        if (spec_draft_of(p->m) == SPEC_NONE) {
+            absent(p, "stage %s's model is not a draft model this build verifies", st->name);
+            return 0;
+        }
         p->verm = ar->m;
         p->ver_heads = ar->heads;
         snprintf(p->ver, sizeof p->ver, "%s", ar->stage);
@@ -206,11 +211,20 @@ static decode_opts decode_opts_of(const paradigm *p, const paradigm_opts *o) {
                          .freq_penalty = p->id == PARADIGM_KF ? o->freq_penalty : 0.0f};
 }
 
+/* speculative.h's options: sampling at tau (the paper's lossless setting). */
+static spec_opts spec_opts_of(const paradigm_opts *o) {
+    return (spec_opts){.k = o->k, .tau = o->tau, .max_new = o->max_new, .seed = o->seed};
+}
+
 int paradigm_check(const paradigm *p, const paradigm_opts *o, int64_t P, kf_err *err) {
     if (!p->present) return kf_err_set(err, "%s is absent: %s", paradigm_name(p->id), p->why);
     if (o->k < 1 || o->k > p->k_max)
         return kf_err_set(err, "%s: k %lld outside 1..%lld (stage %s)", paradigm_name(p->id),
                           (long long)o->k, (long long)p->k_max, p->stage);
+    if (paradigm_speculative(p->id)) {
+        spec_opts so = spec_opts_of(o);
+        return spec_check(p->verm, p->m, &so, P, err);
+    }
     if (p->id == PARADIGM_MDLM) {
         const model_config *c = &p->m->cfg;
         if (!c->bidir || c->mask_id < 0)
@@ -235,6 +249,14 @@ int paradigm_generate(const paradigm *p, const int32_t *prefix, int64_t B, int64
                       int64_t *accepted, kf_err *err) {
     KF_CHECK(p->present, "paradigm_generate: %s is absent", paradigm_name(p->id));
     for (int64_t b = 0; b < B; b++) accepted[b] = 0;
+    if (paradigm_speculative(p->id)) {
+        spec_opts so = spec_opts_of(o);
+        spec_stats *st = kf_malloc((size_t)B * sizeof *st);
+        spec_run(p->verm, p->ver_heads, p->m, p->heads, prefix, B, P, &so, keys, out, st);
+        for (int64_t b = 0; b < B; b++) rounds[b] = st[b].iters, accepted[b] = st[b].accepted;
+        free(st);
+        return 0;
+    }
     if (p->id == PARADIGM_MDLM) {
         mdlm_sample_opts mo = {.n_new = o->max_new, .k = o->k, .seed = o->seed, .tau = o->tau};
         return mdlm_sample_run(p->m, prefix, B, P, &mo, keys, out, rounds, err);
