@@ -194,7 +194,7 @@ static void partial_tests(void) {
     T_EQ_INT(rows ? rows->n : 0, 1, "partial run: the AR row alone");
     check_absent(out, abs, rows, "K-Forcing", "not trained");
     check_absent(out, abs, rows, "PTP", "not trained");
-    check_absent(out, abs, rows, "MDLM", "no mdlm");
+    check_absent(out, abs, rows, "MDLM", "no `mdlm` stage");
     json_free(d);
     free(text);
     free(out);

@@ -105,13 +105,13 @@ static const runconfig_stage *pick(const char *run, const runconfig *rc, paradig
                                    const char **want) {
     switch (id) {
     case PARADIGM_KF:
-        *want = "distill_ar or self_forcing";
+        *want = "`distill_ar` or `self_forcing` stage";
         return largest_k(rc, RC_KIND_DISTILL_AR, RC_KIND_SELF_FORCING);
     case PARADIGM_PTP:
-        *want = "noise_inversion_causal (ablation variant B)";
+        *want = "`noise_inversion_causal` stage (ablation variant B)";
         return largest_k(rc, RC_KIND_NI_CAUSAL, RC_KIND_NI_CAUSAL);
     case PARADIGM_MDLM: {
-        *want = "mdlm (or an import of an MDLM model)";
+        *want = "`mdlm` stage, nor an `import` of an MDLM model,";
         const runconfig_stage *st = largest_k(rc, RC_KIND_MDLM, RC_KIND_MDLM);
         for (int i = 0; i < rc->n_stages && !st; i++) {
             char file[PATH_MAX + 96];
@@ -124,7 +124,7 @@ static const runconfig_stage *pick(const char *run, const runconfig *rc, paradig
         }
         return st;
     }
-    default: *want = "medusa"; return NULL;
+    default: *want = "`medusa` stage"; return NULL;
     }
 }
 
@@ -143,7 +143,7 @@ static int find_other(paradigm_set *s, const char *run, const char *path, kf_bac
         return 0;
     }
     if (!st) {
-        absent(p, "no %s stage in %s", want, path);
+        absent(p, "no %s in %s", want, path);
         return 0;
     }
     if (stage_weights(run, st->name, file, sizeof file, &e2)) {
