@@ -26,6 +26,12 @@
  *   SUP_NI_MTP        the same supervision for the standard-MTP model
  *                     (variant A): one noise token per position carrying
  *                     z_1..z_k; targets head-major.
+ *   SUP_MEDUSA        k Medusa heads on a frozen AR model (model.h
+ *                     HEAD_MEDUSA; Medusa-1): context x[0..n-1) as SUP_AR;
+ *                     head J (1..k) of row t learns the real token x[t+1+J]
+ *                     (-1 past the sample), head 0 (the AR's own) nothing;
+ *                     targets head-major. No teacher passes: the teacher is
+ *                     the model (train.c loads it as the student's weights).
  *
  * Randomness: every z, tau and inversion draw is common/rng.h Philox keyed by
  * (seed, keys[b], index) with index = purpose << 56 | t << 16 | j, where
@@ -44,7 +50,14 @@
 #include "trainer/model/layout.h"
 #include "trainer/model/model.h"
 
-typedef enum { SUP_AR = 0, SUP_DISTILL_AR, SUP_SELF_FORCING, SUP_NI_CAUSAL, SUP_NI_MTP } sup_kind;
+typedef enum {
+    SUP_AR = 0,
+    SUP_DISTILL_AR,
+    SUP_SELF_FORCING,
+    SUP_NI_CAUSAL,
+    SUP_NI_MTP,
+    SUP_MEDUSA
+} sup_kind;
 
 typedef struct sup_config {
     sup_kind kind;
@@ -58,7 +71,8 @@ typedef struct sup_config {
 } sup_config;
 
 /** Parses a stage kind name ("ar", "distill_ar", "self_forcing",
- *  "noise_inversion_causal", "noise_inversion_mtp"); -1 when unknown. */
+ *  "noise_inversion_causal", "noise_inversion_mtp", "medusa"); -1 when
+ *  unknown. */
 int sup_kind_from_name(const char *name);
 
 /** One student batch. Arrays are owned by the sup_ctx and valid until its
