@@ -21,6 +21,7 @@ static const char *const kind_names[] = {
     [RC_KIND_NI_MTP] = "noise_inversion_mtp",
     [RC_KIND_NI_CAUSAL] = "noise_inversion_causal",
     [RC_KIND_MDLM] = "mdlm",
+    [RC_KIND_MEDUSA] = "medusa",
 };
 
 const char *runconfig_kind_name(runconfig_kind k) { return kind_names[k]; }
@@ -284,9 +285,21 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
         if (!trains) return cfg_err_at(cfg_find(st, "init"), err, "an import stage does not train");
         if (resolve_ref(rc, i, all, cfg_find(st, "init"), init, &s->init_stage, err)) return -1;
         s->init = kf_strdup(init);
-    } else if (s->kind == RC_KIND_SELF_FORCING) {
+    } else if (s->kind == RC_KIND_SELF_FORCING || s->kind == RC_KIND_MEDUSA) {
         s->init = kf_strdup(teacher);
         s->init_stage = s->teacher_stage;
+    }
+    if (s->kind == RC_KIND_MEDUSA) {
+        if (init)
+            return cfg_err_at(cfg_find(st, "init"), err,
+                              "a medusa stage's model is its teacher's (no init)");
+        if (s->opt.weight_decay != 0)
+            return cfg_err_at(cfg_find(st, "weight_decay") ? cfg_find(st, "weight_decay") : st, err,
+                              "a medusa stage keeps its AR backbone frozen: weight_decay 0");
+        if (s->teacher_stage >= 0 && rc->stages[s->teacher_stage].kind != RC_KIND_AR &&
+            rc->stages[s->teacher_stage].kind != RC_KIND_IMPORT)
+            return cfg_err_at(cfg_find(st, "teacher"), err,
+                              "a medusa stage's teacher is an ar (or import) stage");
     }
 
     if (cfg_opt_int(st, "k", from_data, &s->k, err)) return -1;

@@ -4,22 +4,26 @@
  * tools/synth_lang.py builds its own (2 or 3 successors per context with
  * Dirichlet(1) weights, plus `noise` spread uniformly): every continuation is
  * possible and the next tokens are genuinely random. A small AR model is
- * trained on it and a PTP draft (noise inversion, fully causal: the ablation
- * variant B) is trained from it, both briefly, so the draft is imperfect.
+ * trained on it, then from it a PTP draft (noise inversion, fully causal:
+ * the ablation variant B) and Medusa heads on the frozen AR, all briefly, so
+ * the drafts are imperfect.
  *
- * (a) greedy: the tokens equal the AR's greedy tokens (a step-by-step argmax
- *     decode through model_decode_step's own argmax) at every k;
- * (b) tau = 1: the tokens equal the AR's inverse-CDF sample path of the same
- *     uniforms, the CDF over ids sorted by descending probability, computed
- *     here by a full sort of every step's logits (independent of
+ * (a) greedy, both drafts: the tokens equal the AR's greedy tokens (a
+ *     step-by-step argmax decode through model_decode_step's own argmax) at
+ *     every k;
+ * (b) tau = 1, PTP: the tokens equal the AR's inverse-CDF sample path of the
+ *     same uniforms, the CDF over ids sorted by descending probability,
+ *     computed here by a full sort of every step's logits (independent of
  *     spec_icdf_sorted's heap), at every k;
- * (c) tau = 1: over N draws the empirical joint of the first two new tokens is
- *     within sampling noise of the AR's exact joint (enumerated), as AR
- *     samples from decode_run are; the draft's own samples are not (so the
- *     check has power);
- * (d) the NFE and acceptance counts of a hand-checked case: constant models
+ * (c) tau = 1, both drafts: over N draws the empirical joint of the first two
+ *     new tokens is within sampling noise of the AR's exact joint
+ *     (enumerated), as AR samples from decode_run are; the PTP draft's own
+ *     samples are not (so the check has power);
+ * (d) the NFE and acceptance counts of hand-checked cases: constant models
  *     whose drafts are all accepted, or all rejected;
- * (e) spec_check refuses what it must. */
+ * (e) Medusa training left the backbone frozen, and a Medusa model saves and
+ *     loads (checkpoint format version 3);
+ * (f) spec_check refuses what it must. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +97,10 @@ static model *train(kf_backend *be, model *teacher, const model_config *base, su
     sup_ctx *sup = sup_create(&sc, teacher, &err);
     T_REQUIRE(sup != NULL, "sup_create: %s", err.msg);
     double loss = fit_run(m, sup, lang_data, BATCH, NTOK, steps, 3e-3f, (uint64_t)kind << 40);
-    printf("%s: %lld steps, final loss %.4f\n", kind == SUP_AR ? "AR" : "PTP draft (variant B)",
+    printf("%s: %lld steps, final loss %.4f\n",
+           kind == SUP_AR       ? "AR"
+           : kind == SUP_MEDUSA ? "Medusa heads"
+                                : "PTP draft (variant B)",
            (long long)steps, loss);
     sup_free(sup);
     return m;
@@ -193,6 +200,45 @@ int main(void) {
                          .k_train = 1};
     model *ar = train(be, NULL, &base, SUP_AR, 1, 300);
     model *ptp = train(be, ar, &base, SUP_NI_CAUSAL, KMAX, 60);
+    model *md = train(be, ar, &base, SUP_MEDUSA, KMAX, 150);
+
+    /* (e) the AR's tensors in the Medusa model moved by the EMA's rounding
+     * at most (fit_run ends on the EMA); then they are the AR's exactly */
+    kf_err err;
+    {
+        double worst = 0;
+        for (int i = 0; i < ar->n_tensors; i++) {
+            const model_tensor *t = &ar->tensors[i], *u = model_find(md, t->name);
+            T_REQUIRE(u != NULL, "%s missing from the Medusa model", t->name);
+            float *a = malloc(sizeof(float) * (size_t)t->numel),
+                  *b = malloc(sizeof(float) * (size_t)t->numel);
+            be->download(be, a, ar->params + t->offset, sizeof(float) * (size_t)t->numel);
+            be->download(be, b, md->params + u->offset, sizeof(float) * (size_t)t->numel);
+            for (int64_t e = 0; e < t->numel; e++)
+                worst = fmax(worst, fabs(a[e] - b[e]) / fmax(1e-6, fabs(a[e])));
+            free(a);
+            free(b);
+        }
+        T_CHECK(worst < 1e-5, "(e) Medusa training moved the frozen backbone by %g (relative)",
+                worst);
+        spec_opts o = {.k = 1, .tau = 1.0, .max_new = 4, .seed = 1};
+        spec_medusa_attach(md, ar);
+        T_EQ_INT(spec_check(ar, md, &o, P, &err), 0, "(e) the attached Medusa model");
+        char path[] = "/tmp/kf_test_spec_XXXXXX";
+        int fd = mkstemp(path);
+        T_REQUIRE(fd >= 0, "mkstemp");
+        close(fd);
+        T_EQ_INT(model_save(md, path, NULL, &err), 0, "(e) model_save of a Medusa model");
+        model *back = model_load(be, path, &err);
+        T_CHECK(back != NULL, "(e) model_load of a Medusa model: %s", err.msg);
+        if (back) {
+            T_EQ_INT(back->cfg.head, HEAD_MEDUSA, "(e) loaded head kind");
+            T_EQ_INT(back->cfg.k_train, KMAX, "(e) loaded Medusa heads");
+            T_EQ_INT(spec_check(ar, back, &o, P, &err), 0, "(e) the loaded Medusa model");
+            model_free(back);
+        }
+        unlink(path);
+    }
 
     int32_t prefix[ROWS * P], want[ROWS * NEW], got[ROWS * NEW];
     uint64_t keys[ROWS];
@@ -201,40 +247,46 @@ int main(void) {
         keys[b] = 77 + (uint64_t)b;
     }
     spec_stats st[ROWS];
-    kf_err err;
-    int64_t accepted = 0, drafted = 0;
+    int64_t accepted[2] = {0}, drafted[2] = {0};
+    model *drafts[2] = {ptp, md};
     for (int greedy = 1; greedy >= 0; greedy--) {
         ar_reference(ar, prefix, ROWS, 9, keys, !greedy, want);
-        for (int64_t k = 1; k <= KMAX; k++) {
-            spec_opts o = {.k = k, .tau = 1.0, .greedy = greedy, .max_new = NEW, .seed = 9};
-            T_EQ_INT(spec_check(ar, ptp, &o, P, &err), 0, "spec_check k=%lld", (long long)k);
-            spec_run(ar, NULL, ptp, NULL, prefix, ROWS, P, &o, keys, got, st);
-            int diff = 0;
-            for (int i = 0; i < ROWS * NEW; i++) diff += got[i] != want[i];
-            T_EQ_INT(diff, 0, "(%s) k=%lld: tokens differing from the AR's", greedy ? "a" : "b",
-                     (long long)k);
-            int64_t it = 0, acc = 0, bad = 0;
-            for (int b = 0; b < ROWS; b++) {
-                it += st[b].iters;
-                acc += st[b].accepted;
-                bad += st[b].nfe != 2 * st[b].iters || st[b].accepted > st[b].drafted ||
-                       st[b].iters * (k + 1) < NEW;
-                drafted += st[b].drafted;
+        for (int di = 0; di < 2 - !greedy; di++) /* (b) is PTP's */
+            for (int64_t k = 1; k <= KMAX; k++) {
+                const char *name = spec_draft_name(spec_draft_of(drafts[di]));
+                spec_opts o = {.k = k, .tau = 1.0, .greedy = greedy, .max_new = NEW, .seed = 9};
+                T_EQ_INT(spec_check(ar, drafts[di], &o, P, &err), 0, "spec_check %s k=%lld", name,
+                         (long long)k);
+                spec_run(ar, NULL, drafts[di], NULL, prefix, ROWS, P, &o, keys, got, st);
+                int diff = 0;
+                for (int i = 0; i < ROWS * NEW; i++) diff += got[i] != want[i];
+                T_EQ_INT(diff, 0, "(%s) %s k=%lld: tokens differing from the AR's",
+                         greedy ? "a" : "b", name, (long long)k);
+                int64_t it = 0, acc = 0, bad = 0;
+                for (int b = 0; b < ROWS; b++) {
+                    it += st[b].iters;
+                    acc += st[b].accepted;
+                    bad += st[b].nfe != 2 * st[b].iters || st[b].accepted > st[b].drafted ||
+                           st[b].iters * (k + 1) < NEW ||
+                           st[b].passes != (di ? 1 : 2) * st[b].iters;
+                    drafted[di] += st[b].drafted;
+                }
+                accepted[di] += acc;
+                T_EQ_INT(bad, 0,
+                         "(d) %s k=%lld: rows whose counts break nfe = 2 iters, accepted <= "
+                         "drafted, iters >= max_new / (k+1), passes",
+                         name, (long long)k);
+                printf("%s %-6s k=%lld: %.2f accepted drafts/iteration, %.2f tokens/iteration\n",
+                       greedy ? "greedy" : "tau=1 ", name, (long long)k, (double)acc / (double)it,
+                       (double)(ROWS * NEW) / (double)it);
             }
-            accepted += acc;
-            T_EQ_INT(bad, 0,
-                     "(d) k=%lld: rows whose counts break nfe = 2 iters, accepted <= "
-                     "drafted, iters >= max_new / (k+1)",
-                     (long long)k);
-            printf("%s k=%lld: %.2f accepted drafts/iteration, %.2f tokens/iteration\n",
-                   greedy ? "greedy" : "tau=1 ", (long long)k, (double)acc / (double)it,
-                   (double)(ROWS * NEW) / (double)it);
-        }
     }
-    T_CHECK(accepted > 0 && accepted < drafted,
-            "the draft must be partly right for (a) and (b) to test both paths: %lld of %lld "
-            "accepted",
-            (long long)accepted, (long long)drafted);
+    for (int di = 0; di < 2; di++)
+        T_CHECK(accepted[di] > 0 && accepted[di] < drafted[di],
+                "%s: the draft must be partly right for (a) and (b) to test both paths: %lld of "
+                "%lld accepted",
+                spec_draft_name(spec_draft_of(drafts[di])), (long long)accepted[di],
+                (long long)drafted[di]);
 
     /* (c) the joint of the first two tokens after one prefix, N draws */
     int32_t one[P] = {prefix[0], prefix[1], prefix[2], prefix[3]};
@@ -281,6 +333,9 @@ int main(void) {
     spec_run(ar, NULL, ptp, NULL, pre, DRAWS, P, &so, dk, out, NULL);
     histogram(out, 2, emp);
     double tv_spec = tv_two(emp, joint);
+    spec_run(ar, NULL, md, NULL, pre, DRAWS, P, &so, dk, out, NULL);
+    histogram(out, 2, emp);
+    double tv_medusa = tv_two(emp, joint);
     decode_opts ao = {.k = 1, .tau = 1.0, .max_new = 2, .seed = 31};
     decode_run(ar, NULL, pre, DRAWS, P, &ao, dk, out);
     histogram(out, 2, emp);
@@ -289,11 +344,14 @@ int main(void) {
     decode_run(ptp, NULL, pre, DRAWS, P, &po, dk, out);
     histogram(out, 2, emp);
     double tv_draft = tv_two(emp, joint);
-    printf("TV to the AR's exact joint of 2 tokens over %d draws: speculative %.4f, AR %.4f, "
-           "draft alone %.4f (sampling-noise bound %.4f)\n",
-           DRAWS, tv_spec, tv_ar, tv_draft, bound);
-    T_CHECK(tv_spec <= bound, "(c) speculative samples are %.4f from the AR joint (bound %.4f)",
+    printf("TV to the AR's exact joint of 2 tokens over %d draws: PTP speculative %.4f, Medusa "
+           "speculative %.4f, AR %.4f, PTP draft alone %.4f (sampling-noise bound %.4f)\n",
+           DRAWS, tv_spec, tv_medusa, tv_ar, tv_draft, bound);
+    T_CHECK(tv_spec <= bound, "(c) PTP speculative samples are %.4f from the AR joint (bound %.4f)",
             tv_spec, bound);
+    T_CHECK(tv_medusa <= bound,
+            "(c) Medusa speculative samples are %.4f from the AR joint (bound %.4f)", tv_medusa,
+            bound);
     T_CHECK(tv_ar <= bound, "(c) AR samples are %.4f from the AR joint (bound %.4f)", tv_ar, bound);
     T_CHECK(tv_draft > bound,
             "(c) the draft alone is only %.4f from the AR joint (bound %.4f): "
@@ -329,12 +387,39 @@ int main(void) {
         T_EQ_INT(s.accepted, cases[i].accepted, "(d) case %zu: accepted", i);
     }
 
-    /* (e) refusals */
+    /* Medusa's: its first iteration (the prefill) has no drafts yet, then
+     * every draft is rejected: one token an iteration, drafting min(3,
+     * missing) */
+    {
+        model_config mc = cv->cfg;
+        mc.head = HEAD_MEDUSA;
+        mc.k_train = 3;
+        model *cm = model_create(be, &mc);
+        model_init(cm, 4); /* its heads' output weights are zero: they draft id 0 */
+        spec_medusa_attach(cm, cv);
+        spec_opts o = {.k = 3, .tau = 1.0, .greedy = 1, .max_new = 10, .seed = 1};
+        int32_t toks[10];
+        spec_stats s;
+        spec_run(cv, NULL, cm, NULL, one, 1, P, &o, keys, toks, &s);
+        int not2 = 0;
+        for (int j = 0; j < 10; j++) not2 += toks[j] != 2;
+        T_EQ_INT(not2, 0, "(d) Medusa: tokens other than the verifier's");
+        T_EQ_INT(s.iters, 10, "(d) Medusa: iterations");
+        T_EQ_INT(s.nfe, 20, "(d) Medusa: NFE");
+        T_EQ_INT(s.passes, 10, "(d) Medusa: passes");
+        T_EQ_INT(s.drafted, 3 * 7 + 2 + 1, "(d) Medusa: drafted");
+        T_EQ_INT(s.accepted, 0, "(d) Medusa: accepted");
+        model_free(cm);
+    }
+
+    /* (f) refusals */
     spec_opts o = {.k = KMAX + 1, .tau = 1.0, .max_new = NEW, .seed = 1};
     T_REFUSED(spec_check(ar, ptp, &o, P, &err), err.msg, "k_train", "k past the draft's k_train");
     o.k = 1;
     T_REFUSED(spec_check(ar, ar, &o, P, &err), err.msg, "draft", "an AR draft");
     T_REFUSED(spec_check(ptp, ptp, &o, P, &err), err.msg, "verifier", "a PFLM verifier");
+    force_token(md, 1); /* head 0 no longer the verifier's */
+    T_REFUSED(spec_check(ar, md, &o, P, &err), err.msg, "backbone", "a Medusa of another AR");
     o.max_new = NTOK;
     T_REFUSED(spec_check(ar, ptp, &o, P, &err), err.msg, "context", "past the context");
 
@@ -362,6 +447,7 @@ int main(void) {
     model_free(cd);
     model_free(ar);
     model_free(ptp);
+    model_free(md);
     be->destroy(be);
     return T_DONE();
 }

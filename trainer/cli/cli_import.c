@@ -244,6 +244,9 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     case RC_KIND_NI_MTP:
         if (c->head != HEAD_MTP || c->k_train != st->k) want = "an MTP(k)";
         break;
+    case RC_KIND_MEDUSA:
+        if (c->head != HEAD_MEDUSA || c->k_train != st->k) want = "a Medusa(k)";
+        break;
     case RC_KIND_IMPORT: break;
     }
     if (want)

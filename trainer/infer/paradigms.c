@@ -89,9 +89,9 @@ static const runconfig_stage *find_ar(const char *run, const runconfig *rc, char
             continue; /* an import not registered yet: not known to be AR */
         }
         model_config c;
-        if (st->kind == RC_KIND_IMPORT &&
-            (model_read_config(file, &c, &e2) || c.kind != MODEL_AR || c.bidir))
-            continue; /* a PFLM, or MDLM's bidirectional denoiser */
+        if (st->kind == RC_KIND_IMPORT && (model_read_config(file, &c, &e2) || c.kind != MODEL_AR ||
+                                           c.bidir || c.head != HEAD_SHARED))
+            continue; /* a PFLM, MDLM's bidirectional denoiser, or Medusa heads */
         return st;
     }
     kf_err_set(err, "no AR stage with final weights (kind ar, or an import of an AR model): it "
@@ -124,7 +124,10 @@ static const runconfig_stage *pick(const char *run, const runconfig *rc, paradig
         }
         return st;
     }
-    default: *want = "`medusa` stage"; return NULL;
+    case PARADIGM_MEDUSA:
+        *want = "`medusa` stage";
+        return largest_k(rc, RC_KIND_MEDUSA, RC_KIND_MEDUSA);
+    default: return NULL; /* AR: find_ar */
     }
 }
 
@@ -138,10 +141,6 @@ static int find_other(paradigm_set *s, const char *run, const char *path, kf_bac
     const runconfig_stage *st = pick(run, s->rc, id, &want);
     char file[PATH_MAX + 96];
     kf_err e2;
-    if (id == PARADIGM_MEDUSA) {
-        absent(p, "this build has no `medusa` stage kind (Medusa heads and their decoding)");
-        return 0;
-    }
     if (!st) {
         absent(p, "no %s in %s", want, path);
         return 0;

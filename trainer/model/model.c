@@ -34,9 +34,13 @@ int model_config_check(const model_config *c, kf_err *err) {
     if (c->kind != MODEL_AR && c->kind != MODEL_PFLM) return kf_err_set(err, "model: bad kind");
     if (c->k_train < 1 || c->k_train > 64)
         return kf_err_set(err, "model: k must be in [1, 64] (got %lld)", (long long)c->k_train);
-    if (c->kind == MODEL_AR && (c->k_train != 1 || c->head != HEAD_SHARED))
+    if (c->kind == MODEL_AR && c->head != HEAD_MEDUSA &&
+        (c->k_train != 1 || c->head != HEAD_SHARED))
         return kf_err_set(err, "model: an AR model has k = 1 and the shared head");
-    if (c->head != HEAD_SHARED && c->head != HEAD_MTP) return kf_err_set(err, "model: bad head");
+    if (c->head != HEAD_SHARED && c->head != HEAD_MTP && c->head != HEAD_MEDUSA)
+        return kf_err_set(err, "model: bad head");
+    if (c->head == HEAD_MEDUSA && c->kind != MODEL_AR)
+        return kf_err_set(err, "model: Medusa heads sit on an AR model");
     if (c->pos != POS_ROPE && c->pos != POS_LEARNED) return kf_err_set(err, "model: bad pos");
     if (c->pos == POS_LEARNED ? c->n_positions < c->seq_len : c->n_positions != 0)
         return kf_err_set(err,
@@ -51,7 +55,8 @@ int model_config_check(const model_config *c, kf_err *err) {
     if (c->bidir && c->kind != MODEL_AR)
         return kf_err_set(err, "model: bidirectional attention needs the AR kind (no noise rows)");
     if (c->tied_head && c->head != HEAD_SHARED)
-        return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP)");
+        return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP or "
+                               "Medusa)");
     return 0;
 }
 
@@ -82,7 +87,9 @@ model *model_create(kf_backend *be, const model_config *cfg) {
     m->be = be;
     m->cfg = *cfg;
     int64_t H = cfg->hidden, V = cfg->vocab, nb = cfg->blocks;
-    int heads = cfg->head == HEAD_MTP ? (int)cfg->k_train : 1;
+    int heads = cfg->head == HEAD_MTP      ? (int)cfg->k_train
+                : cfg->head == HEAD_MEDUSA ? 1 + (int)cfg->k_train
+                                           : 1;
     int nbias = cfg->norm_bias, abias = cfg->attn_bias;
     m->n_heads_out = heads;
     int cap = (int)(2 + 12 * nb + 4 * heads + 8);
@@ -116,6 +123,21 @@ model *model_create(kf_backend *be, const model_config *cfg) {
     p->heads_begin = m->n_params;
     for (int h = 0; h < heads; h++) {
         head_off *o = &p->head[h];
+        o->res_w = o->res_b = -1;
+        if (h > 0 && cfg->head == HEAD_MEDUSA) {
+            /* the AR head's final norm, then a residual block and a linear
+             * layer without bias */
+            o->norm = p->head[0].norm;
+            o->norm_b = p->head[0].norm_b;
+            snprintf(nm, sizeof nm, "medusa_heads.%d.res.weight", h);
+            o->res_w = add_tensor(m, cap, nm, H, H);
+            snprintf(nm, sizeof nm, "medusa_heads.%d.res.bias", h);
+            o->res_b = add_tensor(m, cap, nm, H, 0);
+            snprintf(nm, sizeof nm, "medusa_heads.%d.linear.weight", h);
+            o->w = add_tensor(m, cap, nm, V, H);
+            o->b = -1;
+            continue;
+        }
         const char *pre = "output_layer";
         char pb[32];
         if (h > 0) {
@@ -180,7 +202,9 @@ void model_init(model *m, uint64_t seed) {
         const model_tensor *t = &m->tensors[i];
         float *dst = host + t->offset;
         int is_norm = strstr(t->name, "norm") != NULL;
-        int is_out = strstr(t->name, ".linear.") != NULL; /* output_layer, mtp heads */
+        /* output_layer, mtp and Medusa heads; a Medusa residual block starts
+         * as the identity, as Medusa's */
+        int is_out = strstr(t->name, ".linear.") != NULL || ends_with(t->name, ".res.weight");
         if (is_out) {
             memset(dst, 0, (size_t)t->numel * sizeof(float));
         } else if (is_norm) {
@@ -230,8 +254,11 @@ int model_copy_matching(model *m, const model *src) {
     for (int i = 0; i < m->n_tensors; i++) {
         const model_tensor *t = &m->tensors[i];
         const model_tensor *s = model_find(src, t->name);
-        if (!s && strncmp(t->name, "mtp_heads.", 10) == 0) {
-            const char *rest = strchr(t->name + 10, '.');
+        int mtp = strncmp(t->name, "mtp_heads.", 10) == 0,
+            medusa = strncmp(t->name, "medusa_heads.", 13) == 0;
+        if (!s && (mtp || (medusa && ends_with(t->name, ".linear.weight")))) {
+            /* Medusa's heads start from the AR's output layer, as Medusa's */
+            const char *rest = strchr(t->name + (mtp ? 10 : 13), '.');
             char alt[64];
             snprintf(alt, sizeof alt, "output_layer%s", rest);
             s = model_find(src, alt);
@@ -424,7 +451,21 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
 /* Head h's final norm over the R rows of xf (buffers in a, fp32); returns it. */
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
     const head_off *o = &m->priv->head[h];
-    return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R, 0);
+    float *ln = norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R, 0);
+    if (o->res_w < 0) return ln;
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden;
+    size_t bytes = (size_t)(R * H) * sizeof(float);
+    float *pre = dbuf_ensure(be, &a->pre, bytes), *g = dbuf_ensure(be, &a->g, bytes),
+          *u = dbuf_ensure(be, &a->u, bytes);
+    linear_act_fwd(m, NULL, g, NULL, pre, ln, NULL, o->res_w, o->res_b, R, H, H, KF_ACT_GELU_TANH);
+    be->copy(be, u, ln, bytes);
+    be->add_inplace(be, u, g, R * H);
+    return u;
+}
+
+const float *head_input(const model *m, const head_act *a, int h) {
+    return m->priv->head[h].res_w >= 0 ? a->u.p : a->ln.p;
 }
 
 /* ---------------------------------------------------------------- workspace */
@@ -515,6 +556,9 @@ void model_ws_free(model_ws *ws) {
         dbuf_release(be, &ws->hact[h].ln);
         dbuf_release(be, &ws->hact[h].mean);
         dbuf_release(be, &ws->hact[h].rstd);
+        dbuf_release(be, &ws->hact[h].pre);
+        dbuf_release(be, &ws->hact[h].g);
+        dbuf_release(be, &ws->hact[h].u);
     }
     noise_act *n = &ws->nact;
     dbuf *d[] = {&ws->qkv_full,  &ws->att_full,   &ws->lse_full,     &ws->pos_d,
@@ -650,7 +694,7 @@ static void embed_ops(model *m, model_ws *ws, const model_input *in, float *x) {
 static void head_chunk(model *m, model_ws *ws, int h, int64_t c0, int64_t n, float *lg) {
     const head_off *o = &m->priv->head[h];
     int64_t H = m->cfg.hidden, V = m->cfg.vocab;
-    const float *ln = ws->hact[h].ln.p;
+    const float *ln = head_input(m, &ws->hact[h], h);
     linear_fwd(m, NULL, lg, ln + c0 * H, NULL, o->w, o->b, n, H, V, 0.0f);
     if (m->cfg.mask_id >= 0) m->be->fill_column(m->be, lg, n, V, m->cfg.mask_id, MASK_LOGIT);
 }
@@ -921,7 +965,7 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
     }
     for (int h = 0; h < m->n_heads_out; h++) {
         const head_off *o = &p->head[h];
-        const float *ln = ws->hact[h].ln.p;
+        const float *ln = head_input(m, &ws->hact[h], h);
         for (int64_t c0 = 0; c0 < O; c0 += chunk) {
             int64_t n = O - c0 < chunk ? O - c0 : chunk, r0 = h * O + c0;
             head_chunk(m, ws, h, c0, n, lg);
@@ -937,7 +981,15 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
             if (mask >= 0) be->fill_column(be, lg, n, V, mask, 0.0f);
             linear_bwd(m, dln + c0 * H, 0.0f, lg, NULL, ln + c0 * H, NULL, o->w, o->b, n, H, V);
         }
-        if (ws->train)
+        if (ws->train && m->cfg.head == HEAD_MEDUSA) {
+            /* the backbone and its final norm are frozen: a Medusa head's
+             * residual block is the last thing with a gradient */
+            if (o->res_w >= 0) {
+                head_act *a = &ws->hact[h];
+                be->gelu_bwd(be, dln, dln, a->pre.p, O * H, KF_GELU_TANH);
+                linear_bwd(m, NULL, 0.0f, dln, NULL, a->ln.p, NULL, o->res_w, o->res_b, O, H, H);
+            }
+        } else if (ws->train)
             be->layernorm_bwd(
                 be, dxf, m->grads + o->norm, o->norm_b >= 0 ? m->grads + o->norm_b : NULL, dln,
                 ws->xf.p, m->params + o->norm, ws->hact[h].mean.p, ws->hact[h].rstd.p, O, H, NULL);
@@ -1050,6 +1102,11 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     float *dln = ws->dln.p; /* [max(R, O), H], from model_loss */
     /* the heads' own tensors (a tied head's weight is vocab_embed, reported with it) */
     if (ready) ready(ctx, p->heads_begin, p->heads_end - p->heads_begin);
+    if (c->head == HEAD_MEDUSA) { /* frozen backbone: its gradients stay zero */
+        if (ready) ready(ctx, 0, p->heads_begin);
+        ws->have_dlogits = 0;
+        return;
+    }
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
     void *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * (s16 ? 2 : f));
     /* in a 16-bit mode the attention's inputs and output are 16-bit copies

@@ -36,7 +36,8 @@ struct sup_ctx {
 };
 
 static const char *const kind_names[] = {
-    "ar", "distill_ar", "self_forcing", "noise_inversion_causal", "noise_inversion_mtp", "mdlm"};
+    "ar", "distill_ar", "self_forcing", "noise_inversion_causal", "noise_inversion_mtp", "mdlm",
+    "medusa"};
 
 int sup_kind_from_name(const char *name) {
     for (int i = 0; i < (int)(sizeof kind_names / sizeof *kind_names); i++)
@@ -52,8 +53,10 @@ double sup_uniform(uint64_t seed, uint64_t key, int purpose, int64_t t, int64_t 
 model_config sup_student_config(const sup_config *cfg, const model_config *base) {
     model_config c = *base;
     int plain = cfg->kind == SUP_AR || cfg->kind == SUP_MDLM;
-    c.kind = plain ? MODEL_AR : MODEL_PFLM;
-    c.head = cfg->kind == SUP_NI_MTP ? HEAD_MTP : HEAD_SHARED;
+    c.kind = plain || cfg->kind == SUP_MEDUSA ? MODEL_AR : MODEL_PFLM;
+    c.head = cfg->kind == SUP_NI_MTP   ? HEAD_MTP
+             : cfg->kind == SUP_MEDUSA ? HEAD_MEDUSA
+                                       : HEAD_SHARED;
     c.k_train = plain ? 1 : cfg->k;
     c.bidir = cfg->kind == SUP_MDLM;
     return c;
@@ -77,6 +80,7 @@ sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err) {
                               "model.vocab past the data's) and strata >= 0"),
                    NULL;
         break;
+    case SUP_MEDUSA: teacher = NULL; break; /* the model itself is the teacher */
     case SUP_DISTILL_AR:
     case SUP_NI_CAUSAL:
     case SUP_NI_MTP:
@@ -503,6 +507,18 @@ static void targets_mdlm(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n
     }
 }
 
+/* SUP_MEDUSA: head h of row (b, t) learns x[t+1+h]; head 0 (the frozen AR
+ * head) nothing. Head-major, as the model's logit rows. */
+static void targets_medusa(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n, int64_t np,
+                           const int32_t *valid_len) {
+    for (int64_t h = 0; h <= s->cfg.k; h++)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < np; t++)
+                s->targets[(h * B + b) * np + t] = h > 0 && t + 1 + h < valid_upto(valid_len, b, n)
+                                                       ? tokens[b * n + t + 1 + h]
+                                                       : -1;
+}
+
 /* A device buffer of n ids for the teacher's picks. */
 static int32_t *picks_buf(sup_ctx *s, int64_t n) {
     kf_backend *be = s->teacher->be;
@@ -637,14 +653,15 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
         out->n_ctx = n;
         return;
     }
-    int64_t k = c->k, np = c->kind == SUP_AR ? n - 1 : n - k;
+    int ar = c->kind == SUP_AR || c->kind == SUP_MEDUSA; /* the AR's rows */
+    int64_t k = c->k, np = ar ? n - 1 : n - k;
     KF_CHECK(np >= 1, "supervision: samples of %lld tokens are too short for k = %lld",
              (long long)n, (long long)k);
     int mtp = c->kind == SUP_NI_MTP;
     int64_t g = mtp ? 1 : k; /* noise rows per position */
     if (s->lay_n != np) {
         if (s->lay_n) layout_free(&s->lay);
-        if (c->kind == SUP_AR) layout_ar(&s->lay, np);
+        if (ar) layout_ar(&s->lay, np);
         else layout_single(&s->lay, np, g);
         s->lay_n = np;
     }
@@ -657,18 +674,19 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
         s->tau[b] = c->tau_min +
                     (c->tau_max - c->tau_min) * sup_uniform(c->seed, keys[b], SUP_RNG_TAU, 0, 0);
     }
-    out->rows = B * np * k;
+    out->rows = B * np * (c->kind == SUP_MEDUSA ? 1 + k : k);
     out->targets = NULL, out->targets_d = NULL, out->n_targets = 0;
     if (c->kind == SUP_DISTILL_AR || c->kind == SUP_SELF_FORCING) {
         targets_teacher(s, out, B, n, np, valid_len, keys, slot);
     } else {
         if (c->kind == SUP_AR) targets_ar(s, tokens, B, n, np, valid_len);
+        else if (c->kind == SUP_MEDUSA) targets_medusa(s, tokens, B, n, np, valid_len);
         else targets_noise_inversion(s, tokens, B, n, np, valid_len, keys);
         out->targets = s->targets;
         for (int64_t r = 0; r < out->rows; r++) out->n_targets += s->targets[r] >= 0;
     }
     /* student noise rows: (t, j) -> row n + t*g + j holding g (or k for MTP) values */
-    if (c->kind != SUP_AR) {
+    if (!ar) {
         memset(s->z1, 0, (size_t)(B * L * (mtp ? k : 1)) * sizeof(double));
         for (int64_t b = 0; b < B; b++)
             for (int64_t t = 0; t < np; t++)
@@ -679,11 +697,8 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
                 }
     }
     out->lay = &s->lay;
-    out->in = (model_input){.lay = &s->lay,
-                            .B = B,
-                            .ids = s->ids,
-                            .z = c->kind == SUP_AR ? NULL : s->z1,
-                            .tau = s->tau};
+    out->in =
+        (model_input){.lay = &s->lay, .B = B, .ids = s->ids, .z = ar ? NULL : s->z1, .tau = s->tau};
     out->n_ctx = np;
 }
 

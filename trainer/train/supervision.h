@@ -38,6 +38,12 @@
  *                     by SUBS: loss 0, target -1. The loss is averaged over
  *                     every valid position, masked or not (n_targets), as
  *                     MDLM's token NELBO; pads are attended as MDLM does.
+ *   SUP_MEDUSA        k Medusa heads on a frozen AR model (model.h
+ *                     HEAD_MEDUSA; Medusa-1): context x[0..n-1) as SUP_AR;
+ *                     head J (1..k) of row t learns the real token x[t+1+J]
+ *                     (-1 past the sample), head 0 (the AR's own) nothing;
+ *                     targets head-major. No teacher passes: the teacher is
+ *                     the model (train.c loads it as the student's weights).
  *
  * Randomness: every z, tau and inversion draw is common/rng.h Philox keyed by
  * (seed, keys[b], index) with index = purpose << 56 | t << 16 | j, where
@@ -62,7 +68,8 @@ typedef enum {
     SUP_SELF_FORCING,
     SUP_NI_CAUSAL,
     SUP_NI_MTP,
-    SUP_MDLM
+    SUP_MDLM,
+    SUP_MEDUSA
 } sup_kind;
 
 typedef struct sup_config {
@@ -80,7 +87,8 @@ typedef struct sup_config {
 } sup_config;
 
 /** Parses a stage kind name ("ar", "distill_ar", "self_forcing",
- *  "noise_inversion_causal", "noise_inversion_mtp", "mdlm"); -1 when unknown. */
+ *  "noise_inversion_causal", "noise_inversion_mtp", "mdlm", "medusa"); -1
+ *  when unknown. */
 int sup_kind_from_name(const char *name);
 
 /** One student batch. Arrays are owned by the sup_ctx and valid until its
