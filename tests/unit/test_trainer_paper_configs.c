@@ -44,11 +44,21 @@ static void check_kf_precision(const char *cfg, const runconfig_stage *s) {
 }
 
 /* OWT's baselines of the quality-NFE comparison (paper, "Comparison with
- * Existing Inference Paradigms"): PTP's draft is the ablation's variant B
+ * Existing Inference Paradigms"): Medusa is k = 4 heads on the AR backbone,
+ * 500K steps at batch 512; PTP's draft is the ablation's variant B
  * (noise inversion + fully causal, k = 4, from the AR weights, tau 1, 200K
  * steps at the main runs' batch and optimizer); MDLM is the released
  * checkpoint, imported. */
 static void check_baselines(const char *path, const runconfig *rc) {
+    const runconfig_stage *md = runconfig_stage_find(rc, "medusa");
+    T_CHECK(md != NULL, "%s: has the medusa stage", path);
+    if (md) {
+        T_EQ_INT(md->kind, RC_KIND_MEDUSA, "%s medusa: kind", path);
+        T_EQ_INT(md->k, 4, "%s medusa: k (heads)", path);
+        T_EQ_INT(md->steps, 500000, "%s medusa: steps", path);
+        T_EQ_INT(md->opt.batch, 512, "%s medusa: batch", path);
+        T_EQ_INT(md->teacher_stage, 0, "%s medusa: heads on the AR stage", path);
+    }
     const runconfig_stage *b = runconfig_stage_find(rc, "ablation_b");
     T_CHECK(b != NULL, "%s: has the ablation_b stage (PTP's draft)", path);
     if (b) {
@@ -123,7 +133,7 @@ out:
 int main(void) {
     /* LM1B: bert-base-uncased's [MASK] = 103; OWT: the id MDLM adds past GPT-2's 50257 */
     check_main("configs/lm1b.yaml", 30522, 128, 1, 30522, 103, 4);
-    check_main("configs/owt.yaml", 50258, 1024, 0, 50257, 50257, 6);
+    check_main("configs/owt.yaml", 50258, 1024, 0, 50257, 50257, 7);
 
     /* the temperature appendix: LM1B, k = 1 from the AR teacher, tau ~ U[0.01, 1] */
     runconfig *rc = load("configs/lm1b-temperature.yaml");
