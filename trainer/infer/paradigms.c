@@ -161,6 +161,13 @@ static int find_other(paradigm_set *s, const char *run, const char *path, kf_bac
             absent(p, "stage %s's model is not a draft model this build verifies", st->name);
             return 0;
         }
+        if (spec_draft_of(p->m) == SPEC_MEDUSA) {
+            /* the heads sit on the verifier itself (the stage's EMA may have
+             * rounded the frozen backbone): its weights, then repacked */
+            spec_medusa_attach(p->m, ar->m);
+            model_heads_free(s->heads[i]);
+            p->heads = s->heads[i] = model_heads_pack(p->m);
+        }
         p->verm = ar->m;
         p->ver_heads = ar->heads;
         snprintf(p->ver, sizeof p->ver, "%s", ar->stage);
