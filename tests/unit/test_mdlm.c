@@ -33,8 +33,15 @@
 enum { V = 19, MASK = 18, H = 32, NB = 4, N = 12 };
 
 static model *tiny(kf_backend *be, int bidir) {
-    model_config c = {.hidden = H, .heads = 2, .blocks = 2, .vocab = V, .mask_id = MASK,
-                      .seq_len = 32, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1,
+    model_config c = {.hidden = H,
+                      .heads = 2,
+                      .blocks = 2,
+                      .vocab = V,
+                      .mask_id = MASK,
+                      .seq_len = 32,
+                      .kind = MODEL_AR,
+                      .head = HEAD_SHARED,
+                      .k_train = 1,
                       .bidir = bidir};
     model *m = model_create(be, &c);
     model_init(m, 7);
@@ -53,8 +60,13 @@ static model *tiny(kf_backend *be, int bidir) {
 /* (a) */
 static void test_supervision(void) {
     const int64_t B = 6, S = 6;
-    sup_config sc = {.kind = SUP_MDLM, .k = 1, .tau_min = 1, .tau_max = 1, .seed = 11,
-                     .mask_id = MASK, .strata = S};
+    sup_config sc = {.kind = SUP_MDLM,
+                     .k = 1,
+                     .tau_min = 1,
+                     .tau_max = 1,
+                     .seed = 11,
+                     .mask_id = MASK,
+                     .strata = S};
     kf_err err;
     sup_ctx *s = sup_create(&sc, NULL, &err);
     T_REQUIRE(s != NULL, "sup_create: %s", err.msg);
@@ -131,8 +143,13 @@ static void test_bidirectional(kf_backend *be) {
 static void test_loss(kf_backend *be) {
     const int64_t B = NB;
     model *m = tiny(be, 1);
-    sup_config sc = {.kind = SUP_MDLM, .k = 1, .tau_min = 1, .tau_max = 1, .seed = 5,
-                     .mask_id = MASK, .strata = B};
+    sup_config sc = {.kind = SUP_MDLM,
+                     .k = 1,
+                     .tau_min = 1,
+                     .tau_max = 1,
+                     .seed = 5,
+                     .mask_id = MASK,
+                     .strata = B};
     kf_err err;
     sup_ctx *s = sup_create(&sc, NULL, &err);
     int32_t tok[NB * N], vl[NB] = {N, 9, N, N};
@@ -255,8 +272,7 @@ static void test_sampler(kf_backend *be) {
         int64_t nfe[B];
         mdlm_sample_opts o = {.n_new = NN, .k = k, .seed = 3, .tau = 1.0, .trace = trace};
         kf_err err;
-        T_REQUIRE(mdlm_sample_run(m, pre, B, P, &o, NULL, out, nfe, &err) == 0, "run: %s",
-                  err.msg);
+        T_REQUIRE(mdlm_sample_run(m, pre, B, P, &o, NULL, out, nfe, &err) == 0, "run: %s", err.msg);
         int bad_count = 0, bad_keep = 0, bad_prefix = 0, bad_final = 0, bad_nfe = 0;
         for (int64_t b = 0; b < B; b++) {
             bad_nfe += nfe[b] != passes;

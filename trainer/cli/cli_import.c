@@ -23,8 +23,10 @@
  *   z       F64 [B, L]     noise value of every row (token rows: ignored)
  *   tau     F64 [B]        temperature per sample
  *   logits  F32 [B, n_out, V]  the reference's logits of the output rows
- *   metadata "probe.layout" = "ar" (layout_ar(L)) or "single" with
- *   "probe.n" and "probe.k" (layout_single(n, k): SingleForward, L = n + n*k).
+ *   metadata "probe.layout" = "ar" (layout_ar(L)), "bidir" (layout_ar(L) of a
+ *   bidirectional, masked-diffusion model: every row sees every row) or
+ *   "single" with "probe.n" and "probe.k" (layout_single(n, k): SingleForward,
+ *   L = n + n*k).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -131,7 +133,8 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
         goto out;
     }
     int64_t B = ids_t->shape[0], L = ids_t->shape[1], V = m->cfg.vocab;
-    if (!strcmp(kind, "ar")) {
+    int bidir = !strcmp(kind, "bidir");
+    if (!strcmp(kind, "ar") || bidir) {
         layout_ar(&l, L);
     } else if (!strcmp(kind, "single")) {
         int64_t n = 0, k = 0;
@@ -139,7 +142,7 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
             goto out;
         layout_single(&l, n, k);
     } else {
-        kf_err_set(err, "%s: probe.layout \"%s\" is not ar or single", path, kind);
+        kf_err_set(err, "%s: probe.layout \"%s\" is not ar, bidir or single", path, kind);
         goto out;
     }
     have_layout = 1;
@@ -153,9 +156,12 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
                    (long long)l.n_out, (long long)V);
         goto out;
     }
-    if (pflm != (m->cfg.kind == MODEL_PFLM) || (pflm && m->cfg.head != HEAD_SHARED)) {
+    if (pflm != (m->cfg.kind == MODEL_PFLM) || (pflm && m->cfg.head != HEAD_SHARED) ||
+        bidir != m->cfg.bidir) {
         kf_err_set(err, "%s: a \"%s\" probe does not fit this %s checkpoint", path, kind,
-                   m->cfg.kind == MODEL_PFLM ? "PFLM" : "AR");
+                   m->cfg.kind == MODEL_PFLM ? "PFLM"
+                   : m->cfg.bidir            ? "masked-diffusion"
+                                             : "AR");
         goto out;
     }
     if (probe_i32(f, "ids", B * L, &ids, err)) goto out;

@@ -24,14 +24,22 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
         return kf_err_set(err, "--k %lld: the MTP baseline has exactly k_train = %lld heads",
                           (long long)k, (long long)c->k_train);
     int kind = o->kind;
-    if (c->kind == MODEL_AR) kind = SUP_AR;
+    if (c->bidir) kind = SUP_MDLM;
+    else if (c->kind == MODEL_AR) kind = SUP_AR;
     else if (kind < 0)
         kind = teacher->cfg.kind == MODEL_AR ? (c->head == HEAD_MTP ? SUP_NI_MTP : SUP_DISTILL_AR)
                                              : SUP_SELF_FORCING;
     if ((kind == SUP_NI_MTP) != (c->head == HEAD_MTP))
         return kf_err_set(err, "supervision %s does not fit this checkpoint's %s head",
                           kind_names[kind], c->head == HEAD_MTP ? "MTP" : "shared");
-    sup_config sc = {.kind = kind, .k = k, .tau_min = o->tau, .tau_max = o->tau, .seed = o->seed};
+    /* MDLM: its NELBO bound per token, the time stratified over each batch */
+    sup_config sc = {.kind = kind,
+                     .k = k,
+                     .tau_min = o->tau,
+                     .tau_max = o->tau,
+                     .seed = o->seed,
+                     .mask_id = c->mask_id,
+                     .strata = o->batch};
     sup_ctx *sup = sup_create(&sc, teacher, err);
     if (!sup) return -1;
     int64_t total = shard_set_count(ss), n_data = shard_set_seq_len(ss);
@@ -82,7 +90,7 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
         int64_t count;
         const int32_t *tg = sup_host_targets(sup, &sb);
         sum += model_loss(m, ws, tg, 0, 1.0f, &count, rl);
-        sum_n += count;
+        sum_n += kind == SUP_MDLM ? sb.n_targets : count;
         /* rows: (b, t, j) for the shared head; head-major (j, b, t) for MTP */
         int64_t blocks = rows / k;
         for (int64_t blk = 0; blk < blocks; blk++) {

@@ -72,9 +72,8 @@ sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err) {
     case SUP_MDLM:
         if (cfg->k != 1) return kf_err_set(err, "supervision: an mdlm stage has k = 1"), NULL;
         if (cfg->mask_id < 0 || cfg->strata < 0)
-            return kf_err_set(err,
-                              "supervision: mdlm needs a mask token (model.mask_id, or a "
-                              "model.vocab past the data's) and strata >= 0"),
+            return kf_err_set(err, "supervision: mdlm needs a mask token (model.mask_id, or a "
+                                   "model.vocab past the data's) and strata >= 0"),
                    NULL;
         break;
     case SUP_DISTILL_AR:
