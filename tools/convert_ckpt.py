@@ -103,6 +103,13 @@ class _PermissivePickle:
 
 
 def load_checkpoint(path):
+    """A Lightning .ckpt, a torch state_dict file, or a safetensors state_dict
+    (a Hugging Face snapshot directory holding model.safetensors, as
+    PyTorchModelHubMixin saves kuleshov-group/mdlm-owt)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.safetensors")
+    if path.endswith(".safetensors"):
+        return {"state_dict": ref_model.read_safetensors(path)[0]}
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except (ImportError, AttributeError, ModuleNotFoundError):
@@ -219,7 +226,8 @@ def apply_ema(state, ema):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("ckpt", help="Lightning .ckpt (or a torch state_dict file)")
+    ap.add_argument("ckpt", help="Lightning .ckpt, a torch state_dict file, a .safetensors "
+                    "state_dict or a Hugging Face snapshot directory (model.safetensors)")
     ap.add_argument("out", help="output .safetensors")
     ap.add_argument("--no-ema", action="store_true", help="use the raw weights even when an EMA exists")
     ap.add_argument("--heads", type=int)
