@@ -7,9 +7,6 @@
 
 #include "trainer/train/supervision.h"
 
-static const char *const kind_names[] = {"ar", "distill_ar", "self_forcing",
-                                         "noise_inversion_causal", "noise_inversion_mtp"};
-
 int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_result *r,
              kf_err *err) {
     memset(r, 0, sizeof *r);
@@ -31,7 +28,7 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
                                              : SUP_SELF_FORCING;
     if ((kind == SUP_NI_MTP) != (c->head == HEAD_MTP))
         return kf_err_set(err, "supervision %s does not fit this checkpoint's %s head",
-                          kind_names[kind], c->head == HEAD_MTP ? "MTP" : "shared");
+                          sup_kind_name((sup_kind)kind), c->head == HEAD_MTP ? "MTP" : "shared");
     /* MDLM: its NELBO bound per token, the time stratified over each batch */
     sup_config sc = {.kind = kind,
                      .k = k,
@@ -140,11 +137,12 @@ void eval_print_json(FILE *f, const model *m, const eval_opts *o, const eval_res
     fprintf(f,
             "{\"model\": \"%s\", \"supervision\": \"%s\", \"k\": %lld, \"samples\": %lld, "
             "\"targets\": %lld, \"nll\": %.6f, \"ppl\": %.4f",
-            m->cfg.kind == MODEL_AR   ? "ar"
+            m->cfg.bidir              ? "mdlm"
+            : m->cfg.kind == MODEL_AR ? "ar"
             : m->cfg.head == HEAD_MTP ? "pflm-mtp"
                                       : "pflm",
-            kind_names[r->kind], (long long)r->k, (long long)r->samples, (long long)r->targets,
-            r->nll, r->ppl);
+            sup_kind_name((sup_kind)r->kind), (long long)r->k, (long long)r->samples,
+            (long long)r->targets, r->nll, r->ppl);
     if (m->cfg.kind == MODEL_PFLM) {
         fprintf(f, ", \"tau\": %g, \"nll_pos\": [", o->tau);
         for (int64_t j = 0; j < r->k; j++) fprintf(f, j ? ", %.6f" : "%.6f", r->nll_pos[j]);

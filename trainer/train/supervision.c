@@ -44,6 +44,8 @@ int sup_kind_from_name(const char *name) {
     return -1;
 }
 
+const char *sup_kind_name(sup_kind kind) { return kind_names[kind]; }
+
 double sup_uniform(uint64_t seed, uint64_t key, int purpose, int64_t t, int64_t j) {
     uint64_t idx = ((uint64_t)purpose << 56) | ((uint64_t)t << 16) | (uint64_t)j;
     return rng_uniform01(seed, key, idx);
