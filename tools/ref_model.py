@@ -363,6 +363,19 @@ def write_probe(path, model, layout, ids, z=None, tau=None):
                              "tau": tau.to(torch.float64), "logits": logits.to(torch.float32)}, meta)
 
 
+def randomize(model, seed):
+    """Random weights for a conversion test (seeded): LayerNorm weights near 1,
+    embeddings N(0, 1), everything else 0.1 N(0, 1), adaLN and output layers
+    included, so no part of the model is left at its zero initialisation."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=p.dtype)
+            p.copy_(1 + 0.1 * r if n.endswith("norm1.weight") or n.endswith("norm2.weight")
+                    or n.endswith("norm_final.weight") or n.endswith("norm.weight") else
+                    (r if "embedding" in n else 0.1 * r))
+
+
 def lightning_checkpoint(model, ema_model=None, hparams=None):
     """A PyTorch Lightning-style checkpoint dict as MDLM / K-Forcing save them:
     state_dict with a "backbone." prefix (buffers included), and the EMA as

@@ -28,20 +28,12 @@ PYTHONPATH=tools "$PY" - "$T" <<'EOF' || { echo "FAIL: building the PyTorch mode
 import sys, copy, torch, ref_model
 T = sys.argv[1]
 torch.manual_seed(0)
-def randomize(m, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            r = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            p.copy_(1 + 0.1 * r if n.endswith("norm1.weight") or n.endswith("norm2.weight")
-                    or n.endswith("norm_final.weight") or n.endswith("norm.weight") else
-                    (r if "embedding" in n else 0.1 * r))
 for kind in ("ar", "pflm"):
     pflm = kind == "pflm"
     raw = ref_model.DDiT(64, 2, 2, 97, mask_id=96, pflm=pflm)
-    randomize(raw, 1)
+    ref_model.randomize(raw, 1)
     ema = copy.deepcopy(raw)
-    randomize(ema, 2)
+    ref_model.randomize(ema, 2)
     name = "pflm_toy_k3.ckpt" if pflm else "ar_toy.ckpt"
     torch.save(ref_model.lightning_checkpoint(raw, ema), f"{T}/{name}")
     g = torch.Generator().manual_seed(5)
@@ -94,17 +86,10 @@ check "PFLM probe on AR checkpoint (rc $rc): $(cat "$T/out")" eval "[ $rc -eq 1 
 PYTHONPATH=tools "$PY" - "$T" <<'EOF' || { echo "FAIL: building the MDLM model"; echo "0 passed, 1 failed"; exit 1; }
 import sys, copy, torch, ref_model
 T = sys.argv[1]
-def randomize(m, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            r = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            p.copy_(1 + 0.1 * r if n.endswith("norm1.weight") or n.endswith("norm2.weight")
-                    or n.endswith("norm_final.weight") else (r if "embedding" in n else 0.1 * r))
 raw = ref_model.MDLMDiT(64, 2, 2, 97, 32, mask_id=96)
-randomize(raw, 3)
+ref_model.randomize(raw, 3)
 ema = copy.deepcopy(raw)
-randomize(ema, 4)
+ref_model.randomize(ema, 4)
 torch.save(ref_model.lightning_checkpoint(raw, ema), f"{T}/mdlm_toy.ckpt")
 ids = torch.randint(0, 97, (3, 20), generator=torch.Generator().manual_seed(6))
 ref_model.write_probe(f"{T}/mdlm_probe.safetensors", copy.deepcopy(ema), ("bidir", 20), ids)
