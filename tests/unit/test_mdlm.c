@@ -7,7 +7,8 @@
  * (c) the loss: model_loss of a training pass equals MDLM's token NELBO
  *     sum_b w_b sum_{masked t} -log p(x_t) / (valid positions), computed in
  *     double from the pass's logits, and its gradient equals the w_b-weighted
- *     sum of per-sample unweighted gradients;
+ *     sum of per-sample unweighted gradients (fp32, and bf16 where the weights
+ *     reach the 16-bit cross-entropy as row weights);
  * (d) the checkpoint records the attention (kf.attn) and reads it back;
  * (e) the sampler: every pass unmasks exactly min(k, left) positions and
  *     never changes an unmasked one or the prefix; NFE = ceil(n_new / k)
@@ -139,10 +140,11 @@ static void test_bidirectional(kf_backend *be) {
     }
 }
 
-/* (c) */
-static void test_loss(kf_backend *be) {
+/* (c), in precision prec (bf16: the weights reach xent16 as row weights) */
+static void test_loss(kf_backend *be, kf_precision prec, double tol) {
     const int64_t B = NB;
     model *m = tiny(be, 1);
+    be->set_precision(be, prec);
     sup_config sc = {.kind = SUP_MDLM,
                      .k = 1,
                      .tau_min = 1,
@@ -178,7 +180,8 @@ static void test_loss(kf_backend *be) {
     double got = model_loss(m, ws, sb.targets, (double)sb.n_targets, 1.0f, NULL, NULL) /
                  (double)sb.n_targets;
     model_backward(m, ws);
-    T_NEAR(got, ref, 1e-5 * fabs(ref), "NELBO %.9g vs the reference %.9g", got, ref);
+    T_NEAR(got, ref, tol * fabs(ref), "prec %d: NELBO %.9g vs the reference %.9g", (int)prec, got,
+           ref);
     float *g = malloc((size_t)m->n_params * sizeof(float)),
           *gs = calloc((size_t)m->n_params, sizeof(float)),
           *g1 = malloc((size_t)m->n_params * sizeof(float));
@@ -198,11 +201,13 @@ static void test_loss(kf_backend *be) {
         md = fmax(md, fabs(g[i] - gs[i]));
         mx = fmax(mx, fabs(gs[i]));
     }
-    T_CHECK(mx > 0 && md <= 1e-5 * mx, "weighted gradient: max |diff| %g (max |g| %g)", md, mx);
+    T_CHECK(mx > 0 && md <= tol * mx, "prec %d: weighted gradient: max |diff| %g (max |g| %g)",
+            (int)prec, md, mx);
     free(lg), free(g), free(gs), free(g1);
     model_ws_free(ws);
     sup_free(s);
     model_free(m);
+    be->set_precision(be, KF_PREC_FP32);
 }
 
 /* (d) */
@@ -346,7 +351,8 @@ int main(void) {
     kf_backend *be = kernels_cpu_create();
     test_supervision();
     test_bidirectional(be);
-    test_loss(be);
+    test_loss(be, KF_PREC_FP32, 1e-5);
+    test_loss(be, KF_PREC_BF16, 2e-2);
     test_checkpoint(be);
     test_sampler(be);
     be->destroy(be);
