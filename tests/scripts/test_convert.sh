@@ -109,6 +109,14 @@ check "mdlm: raw weights pass the EMA probe (rc $rc)" eval "[ $rc -eq 1 ] && gre
 check "causal probe on the MDLM checkpoint (rc $rc): $(cat "$T/out")" eval "[ $rc -eq 1 ] && grep -q 'does not fit' '$T/out'"
 "$KF" import "$T/ar.safetensors" --probe "$T/mdlm_probe.safetensors" >"$T/out" 2>&1; rc=$?
 check "bidirectional probe on the AR checkpoint (rc $rc): $(cat "$T/out")" eval "[ $rc -eq 1 ] && grep -q 'does not fit' '$T/out'"
+# a run's mdlm stage takes it (norm biases and all); its ar stage does not
+mkdir -p "$T/mrun"
+printf '%s\n' "name: m" "data: {train: d, valid: d}" "model: {hidden: 64, heads: 2, blocks: 2, vocab: 97, seq_len: 64}" \
+  "stages:" "  - {name: mdlm, kind: mdlm, steps: 10}" "  - {name: ar, kind: ar, steps: 10}" >"$T/mrun/run.yaml"
+"$KF" import "$T/mdlm.safetensors" --run-dir "$T/mrun" --stage mdlm >"$T/out" 2>&1; rc=$?
+check "mdlm: import as a run's mdlm stage (rc $rc): $(cat "$T/out")" eval "[ $rc -eq 0 ] && [ -f '$T/mrun/stages/mdlm/final/DONE' ]"
+"$KF" import "$T/mdlm.safetensors" --run-dir "$T/mrun" --stage ar >"$T/out" 2>&1; rc=$?
+check "mdlm: import as a run's ar stage (rc $rc): $(cat "$T/out")" eval "[ $rc -eq 1 ] && grep -q 'masked-diffusion' '$T/out'"
 
 # register the converted AR checkpoint as a stage's final weights
 "$KF" import "$T/ar.safetensors" --run-dir "$T/run" --stage ar --probe "$T/ar_probe.safetensors" >"$T/out" 2>&1; rc=$?

@@ -217,8 +217,11 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
                       kf_err *err) {
     const runconfig_model *rm = &rc->model;
     /* run configs describe the default architecture; a stage's weights are
-     * copied by name into later stages, which would misread GPT-2's */
-    if (c->pos != POS_ROPE || c->tied_head || c->norm_bias || c->attn_bias)
+     * copied by name into later stages, which would misread GPT-2's (train.c
+     * refuses an init: from weights with other options). MDLM's released
+     * checkpoint has norm biases (its folded adaLN): a masked-diffusion stage
+     * may. */
+    if (c->pos != POS_ROPE || c->tied_head || (c->norm_bias && !c->bidir) || c->attn_bias)
         return kf_err_set(err,
                           "the checkpoint has architecture options (learned positions, biases or a "
                           "tied head: a GPT-2) that %s's model does not; it can be an evaluator "
@@ -236,7 +239,7 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     const char *want = NULL;
     switch (st->kind) {
     case RC_KIND_AR:
-        if (c->kind != MODEL_AR || c->bidir) want = "an AR checkpoint";
+        if (c->kind != MODEL_AR || c->bidir) want = "an AR";
         break;
     case RC_KIND_MDLM:
         if (c->kind != MODEL_AR || !c->bidir) want = "a masked-diffusion (bidirectional)";
@@ -257,7 +260,8 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
                           "stage '%s' is %s (k = %lld) and needs %s checkpoint; this one is %s "
                           "with k_train = %lld",
                           st->name, runconfig_kind_name(st->kind), (long long)st->k, want,
-                          c->kind == MODEL_AR   ? "AR"
+                          c->bidir              ? "masked-diffusion"
+                          : c->kind == MODEL_AR ? "AR"
                           : c->head == HEAD_MTP ? "MTP"
                                                 : "PFLM",
                           (long long)c->k_train);
@@ -367,8 +371,12 @@ int import_main(int argc, char **argv) {
         stage_status st = {.state = "done"};
         if (stage_status_write(p, &st, &err)) goto done;
         printf("imported %s (sha256 %.12s..., %s%s, k_train %lld, %lld parameters) as %s\n", ckpt,
-               sha, m->cfg.kind == MODEL_AR ? "AR" : "PFLM", m->cfg.head == HEAD_MTP ? " MTP" : "",
-               (long long)m->cfg.k_train, (long long)m->n_params, final_dir);
+               sha,
+               m->cfg.bidir              ? "masked-diffusion"
+               : m->cfg.kind == MODEL_AR ? "AR"
+                                         : "PFLM",
+               m->cfg.head == HEAD_MTP ? " MTP" : "", (long long)m->cfg.k_train,
+               (long long)m->n_params, final_dir);
         if (!rc) printf("note: %s has no run.yaml yet: the stage name was not checked\n", run);
     }
     code = KF_EXIT_OK;
