@@ -58,18 +58,23 @@ static model *tiny(kf_backend *be, int bidir) {
     return m;
 }
 
-/* (a) */
-static void test_supervision(void) {
-    const int64_t B = 6, S = 6;
+/* MDLM's supervision with this test's mask token (mask_id -1: none). */
+static sup_ctx *mdlm_sup(uint64_t seed, int64_t strata, int64_t mask_id, kf_err *err) {
     sup_config sc = {.kind = SUP_MDLM,
                      .k = 1,
                      .tau_min = 1,
                      .tau_max = 1,
-                     .seed = 11,
-                     .mask_id = MASK,
-                     .strata = S};
+                     .seed = seed,
+                     .mask_id = mask_id,
+                     .strata = strata};
+    return sup_create(&sc, NULL, err);
+}
+
+/* (a) */
+static void test_supervision(void) {
+    const int64_t B = 6, S = 6;
     kf_err err;
-    sup_ctx *s = sup_create(&sc, NULL, &err);
+    sup_ctx *s = mdlm_sup(11, S, MASK, &err);
     T_REQUIRE(s != NULL, "sup_create: %s", err.msg);
     int32_t tok[6 * N], vl[6] = {N, N, N, 5, N, N};
     uint64_t keys[6];
@@ -104,9 +109,7 @@ static void test_supervision(void) {
     double move, w = sup_mdlm_schedule(0.3, &move);
     T_NEAR(move, 0.999 * 0.3, 1e-15, "mask rate at t = 0.3");
     T_NEAR(w, 1 / 0.3, 1e-12, "dsigma / expm1(sigma) at t = 0.3");
-    sup_config bad_cfg = sc;
-    bad_cfg.mask_id = -1;
-    T_CHECK(sup_create(&bad_cfg, NULL, &err) == NULL, "mdlm without a mask token is refused");
+    T_CHECK(mdlm_sup(11, S, -1, &err) == NULL, "mdlm without a mask token is refused");
     sup_free(s);
 }
 
@@ -145,15 +148,8 @@ static void test_loss(kf_backend *be, kf_precision prec, double tol) {
     const int64_t B = NB;
     model *m = tiny(be, 1);
     be->set_precision(be, prec);
-    sup_config sc = {.kind = SUP_MDLM,
-                     .k = 1,
-                     .tau_min = 1,
-                     .tau_max = 1,
-                     .seed = 5,
-                     .mask_id = MASK,
-                     .strata = B};
     kf_err err;
-    sup_ctx *s = sup_create(&sc, NULL, &err);
+    sup_ctx *s = mdlm_sup(5, B, MASK, &err);
     int32_t tok[NB * N], vl[NB] = {N, 9, N, N};
     uint64_t keys[NB] = {0, 1, 2, 3};
     for (int64_t i = 0; i < B * N; i++) tok[i] = (int32_t)((i * 5 + 3) % MASK);
