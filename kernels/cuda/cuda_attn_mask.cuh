@@ -37,7 +37,8 @@ __device__ __forceinline__ row_mask mask_row(const mask_dev &m, int64_t vl, int6
         q.grp = 0x7fffffff;
     } else {
         int64_t ctx, grp;
-        q.grp = kf_mask_row_keys(m.n_ctx, m.group, m.bidir, vl, r, &ctx, &grp) ? (int)grp : 0x7fffffff;
+        q.grp =
+            kf_mask_row_keys(m.n_ctx, m.group, m.bidir, vl, r, &ctx, &grp) ? (int)grp : 0x7fffffff;
         q.ctx = (int)ctx;
     }
     return q;

@@ -192,9 +192,8 @@ static void check_pairs(kf_backend *be) {
             int64_t got = kernels_cpu_attn_pairs(be) - a, exp_ = 0;
             for (int64_t b = 0; b < B; b++)
                 exp_ += nh * ref_pairs(cases[c], cases[c]->valid_len ? vl[b] : N);
-            T_EQ_INT(got, exp_, "%s k=%lld: visited %lld pairs, structure has %lld",
-                     what[c], (long long)k, (long long)got,
-                     (long long)exp_);
+            T_EQ_INT(got, exp_, "%s k=%lld: visited %lld pairs, structure has %lld", what[c],
+                     (long long)k, (long long)got, (long long)exp_);
             free(q2);
             free(o2);
             free(l2);

@@ -7,7 +7,8 @@
  * (c) the loss: model_loss of a training pass equals MDLM's token NELBO
  *     sum_b w_b sum_{masked t} -log p(x_t) / (valid positions), computed in
  *     double from the pass's logits, and its gradient equals the w_b-weighted
- *     sum of per-sample unweighted gradients;
+ *     sum of per-sample unweighted gradients (fp32, and bf16 where the weights
+ *     reach the 16-bit cross-entropy as row weights);
  * (d) the checkpoint records the attention (kf.attn) and reads it back;
  * (e) the sampler: every pass unmasks exactly min(k, left) positions and
  *     never changes an unmasked one or the prefix; NFE = ceil(n_new / k)
@@ -33,8 +34,15 @@
 enum { V = 19, MASK = 18, H = 32, NB = 4, N = 12 };
 
 static model *tiny(kf_backend *be, int bidir) {
-    model_config c = {.hidden = H, .heads = 2, .blocks = 2, .vocab = V, .mask_id = MASK,
-                      .seq_len = 32, .kind = MODEL_AR, .head = HEAD_SHARED, .k_train = 1,
+    model_config c = {.hidden = H,
+                      .heads = 2,
+                      .blocks = 2,
+                      .vocab = V,
+                      .mask_id = MASK,
+                      .seq_len = 32,
+                      .kind = MODEL_AR,
+                      .head = HEAD_SHARED,
+                      .k_train = 1,
                       .bidir = bidir};
     model *m = model_create(be, &c);
     model_init(m, 7);
@@ -50,13 +58,23 @@ static model *tiny(kf_backend *be, int bidir) {
     return m;
 }
 
+/* MDLM's supervision with this test's mask token (mask_id -1: none). */
+static sup_ctx *mdlm_sup(uint64_t seed, int64_t strata, int64_t mask_id, kf_err *err) {
+    sup_config sc = {.kind = SUP_MDLM,
+                     .k = 1,
+                     .tau_min = 1,
+                     .tau_max = 1,
+                     .seed = seed,
+                     .mask_id = mask_id,
+                     .strata = strata};
+    return sup_create(&sc, NULL, err);
+}
+
 /* (a) */
 static void test_supervision(void) {
     const int64_t B = 6, S = 6;
-    sup_config sc = {.kind = SUP_MDLM, .k = 1, .tau_min = 1, .tau_max = 1, .seed = 11,
-                     .mask_id = MASK, .strata = S};
     kf_err err;
-    sup_ctx *s = sup_create(&sc, NULL, &err);
+    sup_ctx *s = mdlm_sup(11, S, MASK, &err);
     T_REQUIRE(s != NULL, "sup_create: %s", err.msg);
     int32_t tok[6 * N], vl[6] = {N, N, N, 5, N, N};
     uint64_t keys[6];
@@ -91,9 +109,7 @@ static void test_supervision(void) {
     double move, w = sup_mdlm_schedule(0.3, &move);
     T_NEAR(move, 0.999 * 0.3, 1e-15, "mask rate at t = 0.3");
     T_NEAR(w, 1 / 0.3, 1e-12, "dsigma / expm1(sigma) at t = 0.3");
-    sup_config bad_cfg = sc;
-    bad_cfg.mask_id = -1;
-    T_CHECK(sup_create(&bad_cfg, NULL, &err) == NULL, "mdlm without a mask token is refused");
+    T_CHECK(mdlm_sup(11, S, -1, &err) == NULL, "mdlm without a mask token is refused");
     sup_free(s);
 }
 
@@ -127,14 +143,13 @@ static void test_bidirectional(kf_backend *be) {
     }
 }
 
-/* (c) */
-static void test_loss(kf_backend *be) {
+/* (c), in precision prec (bf16: the weights reach xent16 as row weights) */
+static void test_loss(kf_backend *be, kf_precision prec, double tol) {
     const int64_t B = NB;
     model *m = tiny(be, 1);
-    sup_config sc = {.kind = SUP_MDLM, .k = 1, .tau_min = 1, .tau_max = 1, .seed = 5,
-                     .mask_id = MASK, .strata = B};
+    be->set_precision(be, prec);
     kf_err err;
-    sup_ctx *s = sup_create(&sc, NULL, &err);
+    sup_ctx *s = mdlm_sup(5, B, MASK, &err);
     int32_t tok[NB * N], vl[NB] = {N, 9, N, N};
     uint64_t keys[NB] = {0, 1, 2, 3};
     for (int64_t i = 0; i < B * N; i++) tok[i] = (int32_t)((i * 5 + 3) % MASK);
@@ -161,7 +176,8 @@ static void test_loss(kf_backend *be) {
     double got = model_loss(m, ws, sb.targets, (double)sb.n_targets, 1.0f, NULL, NULL) /
                  (double)sb.n_targets;
     model_backward(m, ws);
-    T_NEAR(got, ref, 1e-5 * fabs(ref), "NELBO %.9g vs the reference %.9g", got, ref);
+    T_NEAR(got, ref, tol * fabs(ref), "prec %d: NELBO %.9g vs the reference %.9g", (int)prec, got,
+           ref);
     float *g = malloc((size_t)m->n_params * sizeof(float)),
           *gs = calloc((size_t)m->n_params, sizeof(float)),
           *g1 = malloc((size_t)m->n_params * sizeof(float));
@@ -181,11 +197,13 @@ static void test_loss(kf_backend *be) {
         md = fmax(md, fabs(g[i] - gs[i]));
         mx = fmax(mx, fabs(gs[i]));
     }
-    T_CHECK(mx > 0 && md <= 1e-5 * mx, "weighted gradient: max |diff| %g (max |g| %g)", md, mx);
+    T_CHECK(mx > 0 && md <= tol * mx, "prec %d: weighted gradient: max |diff| %g (max |g| %g)",
+            (int)prec, md, mx);
     free(lg), free(g), free(gs), free(g1);
     model_ws_free(ws);
     sup_free(s);
     model_free(m);
+    be->set_precision(be, KF_PREC_FP32);
 }
 
 /* (d) */
@@ -255,8 +273,7 @@ static void test_sampler(kf_backend *be) {
         int64_t nfe[B];
         mdlm_sample_opts o = {.n_new = NN, .k = k, .seed = 3, .tau = 1.0, .trace = trace};
         kf_err err;
-        T_REQUIRE(mdlm_sample_run(m, pre, B, P, &o, NULL, out, nfe, &err) == 0, "run: %s",
-                  err.msg);
+        T_REQUIRE(mdlm_sample_run(m, pre, B, P, &o, NULL, out, nfe, &err) == 0, "run: %s", err.msg);
         int bad_count = 0, bad_keep = 0, bad_prefix = 0, bad_final = 0, bad_nfe = 0;
         for (int64_t b = 0; b < B; b++) {
             bad_nfe += nfe[b] != passes;
@@ -330,7 +347,8 @@ int main(void) {
     kf_backend *be = kernels_cpu_create();
     test_supervision();
     test_bidirectional(be);
-    test_loss(be);
+    test_loss(be, KF_PREC_FP32, 1e-5);
+    test_loss(be, KF_PREC_BF16, 2e-2);
     test_checkpoint(be);
     test_sampler(be);
     be->destroy(be);

@@ -181,6 +181,26 @@ int main(void) {
     T_CHECK(strstr(err.msg, "defaults.bach"), "unknown override key: %s", err.msg);
 
     expect_error("steps: 10, lr", "steps: 10, tau: [0.5, 1.0], lr", "do not sample with tau");
+    /* mdlm: trains from the data alone, k 1, no tau, and teaches no PFLM */
+    T_EQ_INT(load_with("kind: ar,", "kind: mdlm,", 0, NULL, &rc, &err), -1,
+             "a distill_ar stage with an mdlm teacher must fail: %s", err.msg);
+    T_CHECK(strstr(err.msg, "needs an AR teacher"), "mdlm teacher refused: %s", err.msg);
+    runconfig_free(rc);
+    expect_error("  - {name: k1", "  - {name: d, kind: mdlm, teacher: ar, steps: 4}\n  - {name: k1",
+                 "kind mdlm takes no teacher");
+    expect_error("  - {name: k1", "  - {name: d, kind: mdlm, k: 2, steps: 4}\n  - {name: k1",
+                 "an mdlm stage has k: 1");
+    expect_error("  - {name: k1",
+                 "  - {name: d, kind: mdlm, tau: [0.5, 1.0], steps: 4}\n  - {name: k1",
+                 "do not sample with tau");
+    T_EQ_INT(load_with("  - {name: k1", "  - {name: d, kind: mdlm, steps: 4}\n  - {name: k1", 0,
+                       NULL, &rc, &err),
+             0, "an mdlm stage: %s", err.msg);
+    if (rc) {
+        T_EQ_STR(runconfig_kind_name(rc->stages[1].kind), "mdlm", "mdlm kind name");
+        T_EQ_INT(rc->stages[1].k, 1, "mdlm k");
+    }
+    runconfig_free(rc);
     expect_error("seq_len: 32}", "seq_len: 32, hiden: 3}", "model.hiden");
     expect_error("batch: 8", "batch: eight", "defaults.batch");
     expect_error("batch: 8", "batch: 0", "defaults.batch");

@@ -30,8 +30,7 @@ static int check_args(const model *m, const int32_t *prefixes, int64_t B, int64_
     if (c->mask_id < 0) return kf_err_set(err, "mdlm_sample: the model has no mask token");
     if (B < 1 || P < 0 || o->n_new < 1 || o->k < 1 || o->tau < 0)
         return kf_err_set(err, "mdlm_sample: B %lld, P %lld, n_new %lld, k %lld, tau %g",
-                          (long long)B, (long long)P, (long long)o->n_new, (long long)o->k,
-                          o->tau);
+                          (long long)B, (long long)P, (long long)o->n_new, (long long)o->k, o->tau);
     for (int64_t r = 0; r < B * P; r++)
         if (prefixes[r] < 0 || prefixes[r] >= c->vocab || prefixes[r] == c->mask_id)
             return kf_err_set(err,
@@ -43,8 +42,8 @@ static int check_args(const model *m, const int32_t *prefixes, int64_t B, int64_
 }
 
 int mdlm_sample_run(model *m, const int32_t *prefixes, int64_t B, int64_t P,
-                    const mdlm_sample_opts *o, const uint64_t *keys, int32_t *tokens,
-                    int64_t *nfe, kf_err *err) {
+                    const mdlm_sample_opts *o, const uint64_t *keys, int32_t *tokens, int64_t *nfe,
+                    kf_err *err) {
     if (check_args(m, prefixes, B, P, o, err)) return -1;
     kf_backend *be = m->be;
     int64_t N = o->n_new, L = P + N, V = m->cfg.vocab, rows = B * N;
@@ -59,7 +58,8 @@ int mdlm_sample_run(model *m, const int32_t *prefixes, int64_t B, int64_t P,
         memcpy(ids + b * L, prefixes + b * P, (size_t)P * sizeof(int32_t));
         for (int64_t i = 0; i < N; i++) ids[b * L + P + i] = (int32_t)m->cfg.mask_id;
     }
-    double *z = kf_malloc((size_t)rows * sizeof(double)), *taus = kf_malloc((size_t)rows * sizeof(double));
+    double *z = kf_malloc((size_t)rows * sizeof(double)),
+           *taus = kf_malloc((size_t)rows * sizeof(double));
     for (int64_t r = 0; r < rows; r++) taus[r] = tau;
     int32_t *pick = kf_malloc((size_t)rows * sizeof(int32_t));
     float *nll = kf_malloc((size_t)rows * sizeof(float));

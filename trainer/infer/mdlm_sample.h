@@ -48,8 +48,8 @@ typedef struct mdlm_sample_opts {
  *  mask token, a prefix holding it or an id outside the vocabulary, bad
  *  options). */
 int mdlm_sample_run(model *m, const int32_t *prefixes, int64_t B, int64_t P,
-                    const mdlm_sample_opts *o, const uint64_t *keys, int32_t *tokens,
-                    int64_t *nfe, kf_err *err);
+                    const mdlm_sample_opts *o, const uint64_t *keys, int32_t *tokens, int64_t *nfe,
+                    kf_err *err);
 
 /** Forward passes mdlm_sample_run takes for n_new tokens at k per pass:
  *  ceil(n_new / k). */

@@ -495,8 +495,8 @@ struct model_ws {
     dbuf xf, logits, targets_d, losses_d, valid_d, gscale_d;
     dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
     int64_t row_w_rows;      /* row_w_d's rows (0: none) */
-    dbuf pick_at_d;      /* model_input's picks */
-    ws_slot *slots, *sl; /* [n_slots], the one in use (model_ws_set_slot) */
+    dbuf pick_at_d;          /* model_input's picks */
+    ws_slot *slots, *sl;     /* [n_slots], the one in use (model_ws_set_slot) */
     int64_t n_slots;
     dbuf dx, dxf, dln, dqkv, dh, datt, dx16; /* dx16: dx's copy (model_backward) */
     dbuf qkv32, dqkv16; /* qkv in fp32 when its layer keeps the 16-bit copy; dqkv's copy */

@@ -45,6 +45,8 @@ int sup_kind_from_name(const char *name) {
     return -1;
 }
 
+const char *sup_kind_name(sup_kind kind) { return kind_names[kind]; }
+
 double sup_uniform(uint64_t seed, uint64_t key, int purpose, int64_t t, int64_t j) {
     uint64_t idx = ((uint64_t)purpose << 56) | ((uint64_t)t << 16) | (uint64_t)j;
     return rng_uniform01(seed, key, idx);
@@ -75,9 +77,8 @@ sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err) {
     case SUP_MDLM:
         if (cfg->k != 1) return kf_err_set(err, "supervision: an mdlm stage has k = 1"), NULL;
         if (cfg->mask_id < 0 || cfg->strata < 0)
-            return kf_err_set(err,
-                              "supervision: mdlm needs a mask token (model.mask_id, or a "
-                              "model.vocab past the data's) and strata >= 0"),
+            return kf_err_set(err, "supervision: mdlm needs a mask token (model.mask_id, or a "
+                                   "model.vocab past the data's) and strata >= 0"),
                    NULL;
         break;
     case SUP_MEDUSA: teacher = NULL; break; /* the model itself is the teacher */

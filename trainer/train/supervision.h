@@ -91,6 +91,9 @@ typedef struct sup_config {
  *  when unknown. */
 int sup_kind_from_name(const char *name);
 
+/** The name of a kind (sup_kind_from_name's inverse). */
+const char *sup_kind_name(sup_kind kind);
+
 /** One student batch. Arrays are owned by the sup_ctx and valid until its
  *  next sup_build. The targets, one per student logit row (model.h order,
  *  -1: not counted), are host data (SUP_AR, SUP_NI_*: targets) or, made by
