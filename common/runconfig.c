@@ -334,8 +334,9 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
     }
     cfg_node *tau = cfg_find(st, "tau");
     if (tau) {
-        if (from_data || s->kind == RC_KIND_IMPORT)
-            return cfg_err_at(tau, err, "ar, mdlm and import stages do not sample with tau");
+        if (from_data || s->kind == RC_KIND_IMPORT || s->kind == RC_KIND_MEDUSA)
+            return cfg_err_at(tau, err,
+                              "ar, mdlm, import and medusa stages do not sample with tau");
         if (tau->kind != CFG_SEQ || tau->n != 2)
             return cfg_err_at(tau, err, "expected [tau_min, tau_max]");
         if (cfg_as_double(tau->items[0], &s->tau_min, err) ||

@@ -146,6 +146,9 @@ typedef struct row_ctx {
     float *logits; /* the verify pass's logits (Medusa: every head's) */
     float *q;      /* Medusa: the drafts' logits, [k, V] */
     int32_t *dev_ids;
+    /* the caches (B = 1), rewound for each row: a step shape's graphs
+     * (model_decode_step) then serve every row, not one */
+    model_cache *vc, *dc;
 } row_ctx;
 
 /* The verifier's token at position pos from its logits lg there. */
@@ -161,8 +164,9 @@ static void run_row_ptp(row_ctx *r, const int32_t *prefix, uint64_t key, int32_t
     model *v = r->v, *d = r->d;
     kf_backend *vbe = v->be, *dbe = d->be;
     int64_t P = r->P, end = P + o->max_new, V = v->cfg.vocab;
-    model_cache *vc = model_cache_create(v, r->vh, 1, end);
-    model_cache *dc = model_cache_create(d, r->dh, 1, end);
+    model_cache *vc = r->vc, *dc = r->dc;
+    model_cache_rewind(vc, 0);
+    model_cache_rewind(dc, 0);
     int32_t *seq = r->seq;
     memcpy(seq, prefix, (size_t)P * sizeof *seq);
     double tau = o->tau;
@@ -218,8 +222,6 @@ static void run_row_ptp(row_ctx *r, const int32_t *prefix, uint64_t key, int32_t
     st->nfe = 2 * st->iters;
     st->passes = 2 * st->iters;
     memcpy(out, seq + P, (size_t)o->max_new * sizeof *out);
-    model_cache_free(vc);
-    model_cache_free(dc);
 }
 
 /* softmax(l / tau) into p (V values, float64). */
@@ -259,7 +261,8 @@ static void run_row_medusa(row_ctx *r, const int32_t *prefix, uint64_t key, int3
     model *d = r->d;
     kf_backend *be = d->be;
     int64_t P = r->P, end = P + o->max_new, V = d->cfg.vocab, NH = d->n_heads_out;
-    model_cache *c = model_cache_create(d, r->dh, 1, end);
+    model_cache *c = r->dc;
+    model_cache_rewind(c, 0);
     int32_t *seq = r->seq;
     memcpy(seq, prefix, (size_t)P * sizeof *seq);
     double *p = kf_malloc((size_t)V * sizeof *p), *q = kf_malloc((size_t)V * sizeof *q);
@@ -330,7 +333,6 @@ static void run_row_medusa(row_ctx *r, const int32_t *prefix, uint64_t key, int3
     memcpy(out, seq + P, (size_t)o->max_new * sizeof *out);
     free(p);
     free(q);
-    model_cache_free(c);
 }
 
 void spec_run(model *v, const model_heads *vheads, model *d, const model_heads *dheads,
@@ -357,6 +359,8 @@ void spec_run(model *v, const model_heads *vheads, model *d, const model_heads *
                  .logits = kf_malloc((size_t)(d->n_heads_out * (o->k + 1) * V) * sizeof(float)),
                  .q = kf_malloc((size_t)(o->k * V) * sizeof(float)),
                  .dev_ids = d->be->alloc(d->be, (size_t)o->k * sizeof(int32_t))};
+    r.dc = model_cache_create(d, r.dh, 1, end);
+    r.vc = medusa ? NULL : model_cache_create(v, r.vh, 1, end);
     for (int64_t b = 0; b < B; b++) {
         spec_stats st;
         if (spec_draft_of(d) == SPEC_MEDUSA)
@@ -365,6 +369,8 @@ void spec_run(model *v, const model_heads *vheads, model *d, const model_heads *
         if (stats) stats[b] = st;
     }
     d->be->free(d->be, r.dev_ids);
+    model_cache_free(r.dc);
+    model_cache_free(r.vc);
     free(r.ids);
     free(r.outrows);
     free(r.seq);

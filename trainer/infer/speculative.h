@@ -64,11 +64,13 @@
  * generated past max_new.
  *
  * Ragged acceptance: rows accept different numbers of drafts, so their
- * caches grow at different rates. Each row is decoded with its own caches (B
- * = 1 per pass; rows one after another): per-row cache lengths with no
- * padding, no masking and no wasted rows, at the price of batching — a pass
- * reads every weight for one sequence instead of B (bench/spec_cost.sh
- * measures it against batched AR decoding).
+ * caches grow at different rates. Rows are decoded one after another, each
+ * over caches of one sequence (B = 1, rewound for the next row, so their
+ * step graphs serve every row): per-row cache lengths with no padding, no
+ * masking and no wasted rows, and a row's tokens and counts do not depend on
+ * the batch, at the price of batching — a pass reads every weight for one
+ * sequence instead of B (bench/spec_cost.sh measures it against batched AR
+ * decoding).
  */
 #ifndef KF_TRAINER_INFER_SPECULATIVE_H
 #define KF_TRAINER_INFER_SPECULATIVE_H

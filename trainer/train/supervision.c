@@ -36,8 +36,8 @@ struct sup_ctx {
 };
 
 static const char *const kind_names[] = {
-    "ar", "distill_ar", "self_forcing", "noise_inversion_causal", "noise_inversion_mtp", "mdlm",
-    "medusa"};
+    "ar",   "distill_ar", "self_forcing", "noise_inversion_causal", "noise_inversion_mtp",
+    "mdlm", "medusa"};
 
 int sup_kind_from_name(const char *name) {
     for (int i = 0; i < (int)(sizeof kind_names / sizeof *kind_names); i++)
