@@ -21,6 +21,7 @@ int plot_main(int argc, char **argv);           /* bench/cli/cli_plot.c */
 int bench_train_main(int argc, char **argv);    /* bench/cli/bench_train.c */
 int bench_decode_main(int argc, char **argv);   /* bench/cli/bench_decode.c */
 int bench_ablation_main(int argc, char **argv); /* bench/cli/bench_ablation.c */
+int bench_nfe_main(int argc, char **argv);      /* bench/cli/bench_nfe.c */
 #ifdef KF_CUDA
 int bench_attention_main(int argc, char **argv); /* bench/cli/bench_attention.cu */
 #endif

@@ -22,6 +22,7 @@ static const struct {
 #endif
     {"decode", bench_decode_main, "AR vs K-Forcing decoding throughput"},
     {"ablation", bench_ablation_main, "noise-inversion variants A/B vs K-Forcing (paper Table 2)"},
+    {"nfe", bench_nfe_main, "AR, MDLM, Medusa, PTP, K-Forcing: quality vs NFE (paper Table 3)"},
 };
 
 /* `kf bench NAME ...`: the benchmarks are bench/cli/bench_*.{c,cu}. */
@@ -65,7 +66,7 @@ static const struct {
      "            genppl F.jsonl --evaluator GPT2_DIR --vocab DIR   the paper's Gen-PPL"},
     {"sample", sample_main, "CKPT [--k K] [--tau T] [--freq-penalty P] --prefix-file F.jsonl"},
     {"bench", bench_dispatch,
-     "train|attention|decode|ablation ...   (tokenizer, shards: bench/*.sh)"},
+     "train|attention|decode|ablation|nfe ...   (tokenizer, shards: bench/*.sh)"},
     {"jobs", jobs_main, "plan|run|submit CONFIG | status|resume|cancel RUN | check RUN STAGE"},
     {"import", import_main,
      "CKPT.safetensors --run-dir RUN --stage NAME   register a checkpoint\n"

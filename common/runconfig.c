@@ -20,6 +20,8 @@ static const char *const kind_names[] = {
     [RC_KIND_SELF_FORCING] = "self_forcing",
     [RC_KIND_NI_MTP] = "noise_inversion_mtp",
     [RC_KIND_NI_CAUSAL] = "noise_inversion_causal",
+    [RC_KIND_MDLM] = "mdlm",
+    [RC_KIND_MEDUSA] = "medusa",
 };
 
 const char *runconfig_kind_name(runconfig_kind k) { return kind_names[k]; }
@@ -194,7 +196,7 @@ static int parse_kind(cfg_node *st, runconfig_kind *k, kf_err *err) {
         if (!strcmp(s, kind_names[i])) return *k = (runconfig_kind)i, 0;
     return cfg_err_at(cfg_find(st, "kind"), err,
                       "unknown kind '%s' (ar, import, distill_ar, self_forcing, "
-                      "noise_inversion_mtp, noise_inversion_causal)",
+                      "noise_inversion_mtp, noise_inversion_causal, mdlm)",
                       s);
 }
 
@@ -248,7 +250,8 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
     if (parse_opts(st, &s->opt, err)) return -1;
 
     int trains = s->kind != RC_KIND_IMPORT;
-    int needs_teacher = s->kind != RC_KIND_AR && s->kind != RC_KIND_IMPORT;
+    int from_data = s->kind == RC_KIND_AR || s->kind == RC_KIND_MDLM; /* no teacher, k 1 */
+    int needs_teacher = !from_data && s->kind != RC_KIND_IMPORT;
     if (cfg_opt_str(st, "teacher", NULL, &teacher, err) ||
         cfg_opt_str(st, "init", NULL, &init, err) || cfg_opt_str(st, "path", NULL, &path, err))
         return -1;
@@ -282,20 +285,31 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
         if (!trains) return cfg_err_at(cfg_find(st, "init"), err, "an import stage does not train");
         if (resolve_ref(rc, i, all, cfg_find(st, "init"), init, &s->init_stage, err)) return -1;
         s->init = kf_strdup(init);
-    } else if (s->kind == RC_KIND_SELF_FORCING) {
+    } else if (s->kind == RC_KIND_SELF_FORCING || s->kind == RC_KIND_MEDUSA) {
         s->init = kf_strdup(teacher);
         s->init_stage = s->teacher_stage;
     }
+    if (s->kind == RC_KIND_MEDUSA) {
+        if (init)
+            return cfg_err_at(cfg_find(st, "init"), err,
+                              "a medusa stage's model is its teacher's (no init)");
+        if (s->opt.weight_decay != 0)
+            return cfg_err_at(cfg_find(st, "weight_decay") ? cfg_find(st, "weight_decay") : st, err,
+                              "a medusa stage keeps its AR backbone frozen: weight_decay 0");
+        if (s->teacher_stage >= 0 && rc->stages[s->teacher_stage].kind != RC_KIND_AR &&
+            rc->stages[s->teacher_stage].kind != RC_KIND_IMPORT)
+            return cfg_err_at(cfg_find(st, "teacher"), err,
+                              "a medusa stage's teacher is an ar (or import) stage");
+    }
 
-    int64_t kdef = s->kind == RC_KIND_AR ? 1 : 0;
-    if (cfg_opt_int(st, "k", kdef, &s->k, err)) return -1;
-    if (s->kind == RC_KIND_AR && s->k != 1)
-        return cfg_err_at(cfg_find(st, "k"), err, "an ar stage predicts one token (k: 1)");
+    if (cfg_opt_int(st, "k", from_data, &s->k, err)) return -1;
+    if (from_data && s->k != 1)
+        return cfg_err_at(cfg_find(st, "k"), err, "an %s stage has k: 1", kind_names[s->kind]);
     if (needs_teacher && (s->k < 1 || s->k > 64))
         return cfg_err_at(cfg_find(st, "k") ? cfg_find(st, "k") : st, err, "k is required, 1..64");
     if (s->kind == RC_KIND_SELF_FORCING && s->teacher_stage >= 0) {
         const runconfig_stage *t = &rc->stages[s->teacher_stage];
-        if (t->kind == RC_KIND_AR || t->kind == RC_KIND_IMPORT)
+        if (t->kind == RC_KIND_AR || t->kind == RC_KIND_IMPORT || t->kind == RC_KIND_MDLM)
             return cfg_err_at(
                 cfg_find(st, "teacher"), err,
                 "self_forcing needs a PFLM teacher (distill_ar or self_forcing stage)");
@@ -320,8 +334,9 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
     }
     cfg_node *tau = cfg_find(st, "tau");
     if (tau) {
-        if (s->kind == RC_KIND_AR || s->kind == RC_KIND_IMPORT)
-            return cfg_err_at(tau, err, "ar and import stages do not sample with tau");
+        if (from_data || s->kind == RC_KIND_IMPORT || s->kind == RC_KIND_MEDUSA)
+            return cfg_err_at(tau, err,
+                              "ar, mdlm, import and medusa stages do not sample with tau");
         if (tau->kind != CFG_SEQ || tau->n != 2)
             return cfg_err_at(tau, err, "expected [tau_min, tau_max]");
         if (cfg_as_double(tau->items[0], &s->tau_min, err) ||

@@ -67,6 +67,12 @@
  *                           the teacher (`init` defaults to the teacher)
  *   noise_inversion_mtp     ablation variant A: noise inversion, MTP head
  *   noise_inversion_causal  ablation variant B: noise inversion, causal layout
+ *   mdlm                    masked diffusion (MDLM) on the same backbone with
+ *                           bidirectional attention; no teacher, k 1
+ *   medusa                  k Medusa heads on the frozen AR `teacher:` (its
+ *                           weights are the model's; only the heads train;
+ *                           no `init:`; weight_decay 0, so the backbone stays
+ *                           the teacher's)
  * `teacher:` is an EARLIER stage's name (its final/ weights) or a checkpoint
  * path (anything containing '/' or ending in ".safetensors"). `init:` (same
  * forms) initialises the student's weights from those weights.
@@ -93,7 +99,9 @@ typedef enum {
     RC_KIND_DISTILL_AR,
     RC_KIND_SELF_FORCING,
     RC_KIND_NI_MTP,
-    RC_KIND_NI_CAUSAL
+    RC_KIND_NI_CAUSAL,
+    RC_KIND_MDLM,
+    RC_KIND_MEDUSA
 } runconfig_kind;
 
 /* fp16 trains with the dynamic loss scaler; bf16 has fp32's exponent range

@@ -9,7 +9,8 @@ double plan_params(const runconfig_model *m, runconfig_kind kind, int64_t k) {
     double p = V * H                                      /* vocab_embed */
                + (double)m->blocks * (12 * H * H + 7 * H) /* norms, qkv, out, mlp with biases */
                + H + H * V + V;                           /* output layer */
-    if (kind == RC_KIND_AR || kind == RC_KIND_IMPORT) return p;
+    if (kind == RC_KIND_AR || kind == RC_KIND_IMPORT || kind == RC_KIND_MDLM) return p;
+    if (kind == RC_KIND_MEDUSA) return p + (double)k * (H * H + H + H * V); /* residual + linear */
     p += 10 * H * H + 8 * H; /* noise encoder: proj 2H->H, LN, MLP */
     if (kind == RC_KIND_NI_MTP) p += (double)(k - 1) * (2 * H + H * V + V); /* extra heads */
     return p;
@@ -31,6 +32,7 @@ void plan_estimate(const runconfig *rc, int i, double flops_per_s, plan_stage *o
     switch (s->kind) {
     case RC_KIND_IMPORT: break;
     case RC_KIND_AR: per_sample = 6 * o->params * L + 3 * attn_fwd(m, L, L / 2); break;
+    case RC_KIND_MDLM: per_sample = 6 * o->params * L + 3 * attn_fwd(m, L, L); break;
     case RC_KIND_DISTILL_AR:
     case RC_KIND_NI_MTP:
     case RC_KIND_NI_CAUSAL: {
@@ -40,6 +42,11 @@ void plan_estimate(const runconfig *rc, int i, double flops_per_s, plan_stage *o
         per_sample = 2 * o->teacher_params * L +
                      2 * attn_fwd(m, L, L / 2) /* teacher (k-token CDFs) */
                      + 6 * o->params * rows + 3 * attn_fwd(m, rows, L / 2 + k);
+        break;
+    }
+    case RC_KIND_MEDUSA: { /* the frozen backbone's forward, the heads' forward and backward */
+        double heads = o->params - plan_params(m, RC_KIND_AR, 1);
+        per_sample = 2 * (o->params - heads) * L + attn_fwd(m, L, L / 2) + 6 * heads * L;
         break;
     }
     case RC_KIND_SELF_FORCING: {

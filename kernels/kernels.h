@@ -106,6 +106,9 @@ typedef enum { KF_ACT_NONE = 0, KF_ACT_GELU_TANH = 1, KF_ACT_GELU_ERF = 2 } kf_a
  * the same B ints in the backend's memory, uploaded by the caller with its
  * other inputs: a GPU backend reads it in place of uploading valid_len
  * itself, so the attention can be recorded in a graph (graph_begin).
+ * bidir (a masked-diffusion model's attention) makes every context row r <
+ * valid_len see all the valid context keys [0, valid_len), not [0, r];
+ * only without groups (n_groups == 0).
  */
 typedef struct kf_mask {
     int64_t n_ctx;
@@ -114,6 +117,7 @@ typedef struct kf_mask {
     int64_t q_start;
     const int32_t *valid_len;
     const int32_t *valid_len_d;
+    int bidir;
 } kf_mask;
 
 /** Number of tokens per sample described by a mask: n_ctx + n_groups*group. */

@@ -299,7 +299,7 @@ double kernels_mask_pairs(const kf_mask *m, int64_t B) {
         int64_t vl = kf_mask_valid_ctx(m->valid_len, m->n_ctx, s);
         for (int64_t r = m->q_start; r < kf_mask_len(m); r++) {
             int64_t ctx, grp = 0;
-            int in_group = kf_mask_row_keys(m->n_ctx, m->group, vl, r, &ctx, &grp);
+            int in_group = kf_mask_row_keys(m->n_ctx, m->group, m->bidir, vl, r, &ctx, &grp);
             pairs += (double)ctx + (in_group ? (double)(r - grp + 1) : 0);
         }
     }

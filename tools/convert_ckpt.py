@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/convert_ckpt.py — released PyTorch Lightning checkpoints -> kforcing safetensors.
 
-Converts MDLM's AR OpenWebText checkpoint and K-Forcing's ar_openwebtxt.ckpt,
+Converts MDLM's AR OpenWebText checkpoint, MDLM's masked-diffusion
+checkpoint (kuleshov-group/mdlm-owt) and K-Forcing's ar_openwebtxt.ckpt,
 ar_best_lm1b.ckpt, pflm_owt_k4.ckpt, pflm_lm1b_k4.ckpt (or any checkpoint of
 the same architecture) into the checkpoint `kf` loads (trainer/model/model.h,
 trainer/model/model_io.c): float32 tensors with the reference names and the model
@@ -33,6 +34,18 @@ seq_len 1024 for a GPT-2 vocabulary and 128 otherwise, k_train from a "_k<N>"
 in the file name.
 mask_id: the reference appends a mask token to GPT-2 (V = 50258, mask 50257);
 bert-base-uncased has [MASK] = 103; --mask-id overrides (-1: none).
+
+MDLM's diffusion DiT (a checkpoint with sigma_map.* and adaLN_modulation.*;
+tools/ref_model.py MDLMDiT) is trained with time_conditioning off: MDLM
+replaces sigma by zeros before the backbone, so its conditioning vector
+c = silu(sigma_map(0)) and every adaLN output are constants of the weights.
+They are folded, in float64, into the one model with biased LayerNorms
+(kf.norm_bias 1) and bidirectional attention (kf.attn bidirectional):
+norm1 weight * (1 + scale_msa), bias shift_msa; attn_out rows * gate_msa;
+norm2 weight * (1 + scale_mlp), bias shift_mlp; mlp.2 rows and bias *
+gate_mlp; norm_final weight * (1 + scale), bias shift. The mask logit, which
+MDLM's SUBS parameterisation sets to -inf, is kf's -1000 (probability 0
+either way).
 
 --probe P.safetensors also runs tools/ref_model.py's PyTorch model on the
 converted weights over a fixed input and writes its logits, so that
@@ -90,6 +103,13 @@ class _PermissivePickle:
 
 
 def load_checkpoint(path):
+    """A Lightning .ckpt, a torch state_dict file, or a safetensors state_dict
+    (a Hugging Face snapshot directory holding model.safetensors, as
+    PyTorchModelHubMixin saves kuleshov-group/mdlm-owt)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.safetensors")
+    if path.endswith(".safetensors"):
+        return {"state_dict": ref_model.read_safetensors(path)[0]}
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except (ImportError, AttributeError, ModuleNotFoundError):
@@ -134,6 +154,38 @@ def expected_names(H, blocks, pflm):
     return names
 
 
+def fold_mdlm(state, blocks):
+    """MDLM's diffusion DiT with its constant adaLN folded in: (tensors in
+    kf's order with norm biases, description)."""
+    d = {k: v.detach().to(torch.float64) for k, v in state.items() if torch.is_tensor(v)}
+    freq_dim = d["sigma_map.mlp.0.weight"].shape[1]
+    t_freq = torch.cat([torch.ones(freq_dim // 2), torch.zeros(freq_dim // 2)]).double()  # t = 0
+    h = d["sigma_map.mlp.0.weight"] @ t_freq + d["sigma_map.mlp.0.bias"]
+    h = torch.nn.functional.silu(h)
+    c = torch.nn.functional.silu(d["sigma_map.mlp.2.weight"] @ h + d["sigma_map.mlp.2.bias"])
+    out = {"vocab_embed.embedding": d["vocab_embed.embedding"]}
+    for b in range(blocks):
+        p = f"blocks.{b}."
+        sh1, sc1, g1, sh2, sc2, g2 = (d[p + "adaLN_modulation.weight"] @ c + d[p + "adaLN_modulation.bias"]).chunk(6)
+        out[p + "norm1.weight"] = d[p + "norm1.weight"] * (1 + sc1)
+        out[p + "norm1.bias"] = sh1
+        out[p + "attn_qkv.weight"] = d[p + "attn_qkv.weight"]
+        out[p + "attn_out.weight"] = g1[:, None] * d[p + "attn_out.weight"]
+        out[p + "norm2.weight"] = d[p + "norm2.weight"] * (1 + sc2)
+        out[p + "norm2.bias"] = sh2
+        out[p + "mlp.0.weight"] = d[p + "mlp.0.weight"]
+        out[p + "mlp.0.bias"] = d[p + "mlp.0.bias"]
+        out[p + "mlp.2.weight"] = g2[:, None] * d[p + "mlp.2.weight"]
+        out[p + "mlp.2.bias"] = g2 * d[p + "mlp.2.bias"]
+    shift, scale = (d["output_layer.adaLN_modulation.weight"] @ c + d["output_layer.adaLN_modulation.bias"]).chunk(2)
+    out["output_layer.norm_final.weight"] = d["output_layer.norm_final.weight"] * (1 + scale)
+    out["output_layer.norm_final.bias"] = shift
+    out["output_layer.linear.weight"] = d["output_layer.linear.weight"]
+    out["output_layer.linear.bias"] = d["output_layer.linear.bias"]
+    return {k: v.to(torch.float32).contiguous() for k, v in out.items()}, \
+        "adaLN folded at sigma = 0 (time conditioning off)"
+
+
 def backbone_state(ck):
     """The backbone's state_dict (prefix stripped), in its original order."""
     sd = ck.get("state_dict", ck) if isinstance(ck, dict) else None
@@ -174,7 +226,8 @@ def apply_ema(state, ema):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("ckpt", help="Lightning .ckpt (or a torch state_dict file)")
+    ap.add_argument("ckpt", help="Lightning .ckpt, a torch state_dict file, a .safetensors "
+                    "state_dict or a Hugging Face snapshot directory (model.safetensors)")
     ap.add_argument("out", help="output .safetensors")
     ap.add_argument("--no-ema", action="store_true", help="use the raw weights even when an EMA exists")
     ap.add_argument("--heads", type=int)
@@ -198,6 +251,9 @@ def main(argv=None):
     if any(k.startswith("mtp_heads.") for k in state):
         sys.exit("convert_ckpt: MTP-head checkpoints are not a released format; not supported")
     pflm = any(k.startswith("noise_encoder.") for k in state)
+    mdlm = "sigma_map.mlp.0.weight" in state and "blocks.0.adaLN_modulation.weight" in state
+    if mdlm and pflm:
+        sys.exit("convert_ckpt: a checkpoint with both adaLN modulation and a noise encoder")
     hp = ck.get("hyper_parameters") if isinstance(ck, dict) else None
     model_hp = _get(hp, "config", "model")
     inv_freq = state.get("rotary_emb.inv_freq")
@@ -223,26 +279,46 @@ def main(argv=None):
             sys.exit("convert_ckpt: rotary_emb.inv_freq is not RoPE's with base 10000")
 
     names = expected_names(H, blocks, pflm)
+    if mdlm:
+        names += ["sigma_map.mlp.0.weight", "sigma_map.mlp.0.bias", "sigma_map.mlp.2.weight",
+                  "sigma_map.mlp.2.bias", "output_layer.adaLN_modulation.weight",
+                  "output_layer.adaLN_modulation.bias"]
+        names += [f"blocks.{b}.adaLN_modulation.{w}" for b in range(blocks) for w in ("weight", "bias")]
     missing = [n for n in names if n not in state]
     if missing:
         sys.exit(f"convert_ckpt: tensors missing from the checkpoint: {', '.join(missing[:8])}")
     ignored = [k for k in state if k not in names and not k.endswith(BUFFERS)]
-    tensors = {n: state[n].detach().to(torch.float32).contiguous() for n in names}
+    if mdlm:
+        tensors, how = fold_mdlm(state, blocks)
+        source += "; " + how
+    else:
+        tensors = {n: state[n].detach().to(torch.float32).contiguous() for n in names}
     meta = {"kf.hidden": H, "kf.heads": heads, "kf.blocks": blocks, "kf.vocab": V, "kf.mask_id": mask_id,
             "kf.seq_len": seq_len, "kf.kind": "pflm" if pflm else "ar", "kf.head": "shared",
             "kf.k_train": k_train, "format": "pt", "kf.source": os.path.basename(a.ckpt),
             "kf.weights": source}
+    if mdlm:  # the format-2 architecture keys: biased norms, bidirectional attention
+        meta.update({"kf.version": 2, "kf.pos": "rope", "kf.n_positions": 0, "kf.tied_head": 0,
+                     "kf.norm_bias": 1, "kf.attn_bias": 0, "kf.attn": "bidirectional"})
     tmp = a.out + ".tmp"
     ref_model.write_safetensors(tmp, tensors, meta)
     os.replace(tmp, a.out)
-    print(f"{a.out}: {'PFLM' if pflm else 'AR'} H={H} heads={heads} blocks={blocks} V={V} "
+    print(f"{a.out}: {'PFLM' if pflm else 'MDLM' if mdlm else 'AR'} H={H} heads={heads} blocks={blocks} V={V} "
           f"mask_id={mask_id} seq_len={seq_len} k_train={k_train}; {source}"
           + (f"; ignored {len(ignored)} tensors ({', '.join(ignored[:4])})" if ignored else ""))
 
     if a.probe:
+        g = torch.Generator().manual_seed(0)
+        if mdlm:  # the unfolded model, as MDLM runs it
+            cond = state["sigma_map.mlp.0.weight"].shape[0]
+            model = ref_model.MDLMDiT(H, heads, blocks, V, cond, mask_id)
+            model.load_state_dict({k: v for k, v in state.items() if k in dict(model.state_dict())}, strict=True)
+            ids = torch.randint(0, V, (2, 16), generator=g)
+            ref_model.write_probe(a.probe, model, ("bidir", 16), ids)
+            print(f"{a.probe}: reference logits for `kf import {a.out} --probe {a.probe}`")
+            return
         model = ref_model.DDiT(H, heads, blocks, V, mask_id, pflm)
         model.load_state_dict({**tensors, "rotary_emb.inv_freq": model.rotary_emb.inv_freq}, strict=True)
-        g = torch.Generator().manual_seed(0)
         if pflm:
             n, k = 8, k_train
             ids = torch.randint(0, V, (2, n + n * k), generator=g)

@@ -30,6 +30,17 @@ definitions, not from kforcing's code: `ar` (causal over L tokens) and
 j of group t sits at RoPE position t+1+j and sees context 0..t and its own
 group's earlier rows).
 
+MDLMDiT is MDLM's released diffusion backbone (kuleshov-group/mdlm
+models/dit.py, the `mdlm-owt` checkpoint): the same blocks with adaLN
+modulation from a conditioning vector c = silu(sigma_map(sigma)) (a
+TimestepEmbedder: 256 sinusoidal features -> Linear -> SiLU -> Linear),
+x = x + gate_msa * attn_out(attn(modulate(norm1(x), shift_msa, scale_msa)))
+and likewise for the MLP, the final norm modulated by (shift, scale), and
+bidirectional attention. MDLM trains it with time_conditioning off: sigma is
+replaced by zeros, so c is a constant of the weights; the reference computes
+it from sigma = 0 as MDLM does (tools/convert_ckpt.py folds it instead).
+The probe layout `bidir` is layout_ar's rows with every row seeing every row.
+
 Used by tests/scripts/test_convert.sh (random model -> Lightning-style
 checkpoint -> tools/convert_ckpt.py -> `kf import --probe`), by
 tools/convert_ckpt.py --probe, and the other way by tools/release_ckpt.py and
@@ -164,12 +175,94 @@ class DDiT(nn.Module):
         return out
 
 
+def modulate(x, shift, scale):
+    return x * (1 + scale[:, None]) + shift[:, None]
+
+
+class TimestepEmbedder(nn.Module):
+    def __init__(self, hidden, freq_dim=256):
+        super().__init__()
+        self.freq_dim = freq_dim
+        self.mlp = nn.Sequential(nn.Linear(freq_dim, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
+
+    def forward(self, t):
+        half = self.freq_dim // 2
+        freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+        args = t[:, None].float() * freqs[None]
+        emb = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+        return self.mlp(emb.to(self.mlp[0].weight.dtype))
+
+
+class DiTBlock(Block):
+    def __init__(self, dim, n_heads, cond_dim):
+        super().__init__(dim, n_heads)
+        self.adaLN_modulation = nn.Linear(cond_dim, 6 * dim)
+
+    def forward(self, x, cos, sin, allowed, c=None):
+        sh1, sc1, g1, sh2, sc2, g2 = self.adaLN_modulation(c).chunk(6, dim=-1)
+        B, L, H = x.shape
+        h = modulate(self.norm1(x).to(x.dtype), sh1, sc1)
+        qkv = self.attn_qkv(h).view(B, L, 3, self.n_heads, H // self.n_heads)
+        q, k, v = qkv.unbind(2)
+        cc, s = cos[None, :, None, :], sin[None, :, None, :]
+        q = q * cc + rotate_half(q) * s
+        k = k * cc + rotate_half(k) * s
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        att = ((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, L, H)
+        x = x + g1[:, None] * self.attn_out(y)
+        return x + g2[:, None] * self.mlp(modulate(self.norm2(x).to(x.dtype), sh2, sc2))
+
+
+class DiTFinal(OutputLayer):
+    def __init__(self, dim, vocab, cond_dim):
+        super().__init__(dim, vocab)
+        self.adaLN_modulation = nn.Linear(cond_dim, 2 * dim)
+
+    def forward(self, x, c=None):
+        shift, scale = self.adaLN_modulation(c).chunk(2, dim=-1)
+        return self.linear(modulate(self.norm_final(x).to(x.dtype), shift, scale))
+
+
+class MDLMDiT(nn.Module):
+    """MDLM's diffusion DiT (time conditioning off: sigma = 0), registered in
+    its modules' order, so parameters() orders an EMA's shadow_params alike."""
+
+    def __init__(self, hidden, heads, blocks, vocab, cond_dim, mask_id=-1):
+        super().__init__()
+        self.mask_id = mask_id
+        self.vocab_embed = nn.Module()
+        self.vocab_embed.embedding = nn.Parameter(torch.empty(vocab, hidden))
+        nn.init.kaiming_uniform_(self.vocab_embed.embedding, a=math.sqrt(5))
+        self.sigma_map = TimestepEmbedder(cond_dim)
+        self.rotary_emb = Rotary(hidden // heads)
+        self.blocks = nn.ModuleList([DiTBlock(hidden, heads, cond_dim) for _ in range(blocks)])
+        self.output_layer = DiTFinal(hidden, vocab, cond_dim)
+
+    def forward(self, ids, pos, allowed, noise=None, z=None, tau=None):
+        x = self.vocab_embed.embedding[ids]
+        sigma = torch.zeros(ids.shape[0], dtype=x.dtype)  # time_conditioning: False
+        c = F.silu(self.sigma_map(sigma)).to(x.dtype)
+        cos, sin = self.rotary_emb.cos_sin(pos, x.dtype)
+        for b in self.blocks:
+            x = b(x, cos, sin, allowed, c)
+        out = self.output_layer(x, c)
+        if self.mask_id >= 0:  # SUBS: the mask is never predicted (kf: logit -1000)
+            out[:, :, self.mask_id] = -1000.0
+        return out
+
+
 # ---- row layouts (trainer/model/layout.h, rebuilt from the definitions) ----
 
 def layout_ar(L):
     """Causal over L tokens: (pos, allowed, noise, out_rows)."""
     allowed = torch.ones(L, L, dtype=torch.bool).tril()
     return torch.arange(L), allowed, torch.zeros(L, dtype=torch.bool), list(range(L))
+
+
+def layout_bidir(L):
+    """A masked-diffusion model's pass: L token rows, each seeing every row."""
+    return torch.arange(L), torch.ones(L, L, dtype=torch.bool), torch.zeros(L, dtype=torch.bool), list(range(L))
 
 
 def layout_single(n, k):
@@ -239,7 +332,7 @@ def load_kf(path):
     tools/ref_model.py implements: RoPE, no biases, untied, shared head)."""
     tensors, meta = read_safetensors(path)
     for key, want in (("kf.pos", "rope"), ("kf.head", "shared"), ("kf.tied_head", "0"),
-                      ("kf.norm_bias", "0"), ("kf.attn_bias", "0")):
+                      ("kf.norm_bias", "0"), ("kf.attn_bias", "0"), ("kf.attn", "causal")):
         if meta.get(key, want) != want:
             raise ValueError(f"{path}: {key} = {meta[key]}: the reference model holds only {key} = {want}")
     model = DDiT(int(meta["kf.hidden"]), int(meta["kf.heads"]), int(meta["kf.blocks"]), int(meta["kf.vocab"]),
@@ -252,11 +345,11 @@ def load_kf(path):
 def write_probe(path, model, layout, ids, z=None, tau=None):
     """Runs model (in float64) over one layout and records input and logits
     in the probe format `kf import --probe` reads (trainer/cli/cli_import.c).
-    layout: ("ar", L) or ("single", n, k); ids [B, L] int; z [B, L], tau [B]."""
+    layout: ("ar", L), ("bidir", L) or ("single", n, k); ids [B, L] int; z [B, L], tau [B]."""
     m = model.double()
-    if layout[0] == "ar":
-        pos, allowed, noise, out = layout_ar(layout[1])
-        meta = {"probe.layout": "ar"}
+    if layout[0] in ("ar", "bidir"):
+        pos, allowed, noise, out = (layout_ar if layout[0] == "ar" else layout_bidir)(layout[1])
+        meta = {"probe.layout": layout[0]}
     else:
         pos, allowed, noise, out = layout_single(layout[1], layout[2])
         meta = {"probe.layout": "single", "probe.n": layout[1], "probe.k": layout[2]}
@@ -268,6 +361,19 @@ def write_probe(path, model, layout, ids, z=None, tau=None):
     logits = m(ids.long(), pos, allowed, noise if noise.any() else None, z, tau)[:, out, :]
     write_safetensors(path, {"ids": ids.to(torch.int32), "z": z.to(torch.float64),
                              "tau": tau.to(torch.float64), "logits": logits.to(torch.float32)}, meta)
+
+
+def randomize(model, seed):
+    """Random weights for a conversion test (seeded): LayerNorm weights near 1,
+    embeddings N(0, 1), everything else 0.1 N(0, 1), adaLN and output layers
+    included, so no part of the model is left at its zero initialisation."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=p.dtype)
+            p.copy_(1 + 0.1 * r if n.endswith("norm1.weight") or n.endswith("norm2.weight")
+                    or n.endswith("norm_final.weight") or n.endswith("norm.weight") else
+                    (r if "embedding" in n else 0.1 * r))
 
 
 def lightning_checkpoint(model, ema_model=None, hparams=None):

@@ -58,9 +58,9 @@
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "kernels/kernels.h"
-#include "pipeline/shard_reader.h"
 #include "trainer/cli/omp_env.h"
 #include "trainer/infer/decode.h"
+#include "trainer/infer/prefixes.h"
 #include "trainer/infer/quality.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
@@ -144,43 +144,6 @@ static decode_opts method_opts(const method *x, double tau, double pen, int64_t 
                          .max_new = N,
                          .seed = (uint64_t)seed,
                          .freq_penalty = x->m->cfg.kind == MODEL_AR ? 0.0f : (float)pen};
-}
-
-/* Reads B prefixes of P tokens: the first validation samples with >= P valid
- * tokens. P = 0: the protocol's length, at most half of ctx (the smallest
- * context of the models). Also returns the data's EOS id. */
-static int read_prefixes(const char *dir, int64_t *P, int64_t ctx, int64_t B, int32_t **out,
-                         int64_t *seq_len, int32_t *eos, kf_err *err) {
-    shard_set *s;
-    if (shard_set_open(dir, "valid", &s, err)) return -1;
-    int L = shard_set_seq_len(s);
-    if (*P == 0) {
-        *P = strcmp(shard_set_packing(s), "pad") ? 64 : 6;
-        if (*P > ctx / 2) *P = ctx / 2 > 1 ? ctx / 2 : 1;
-    }
-    *seq_len = L;
-    *eos = shard_set_special_id(s, "eos");
-    int rc = 0;
-    if (*P > L)
-        rc = kf_err_set(err, "--prefix-len %lld exceeds the data's sequence length %d",
-                        (long long)*P, L);
-    int32_t *ids = kf_malloc((size_t)L * sizeof(int32_t));
-    int32_t *pre = kf_malloc((size_t)(B * *P) * sizeof(int32_t));
-    int64_t got = 0;
-    for (int64_t i = 0; !rc && i < shard_set_count(s) && got < B; i++) {
-        int32_t len;
-        if (shard_set_get(s, i, ids, &len, err)) rc = -1;
-        else if (len >= *P) memcpy(pre + got++ * *P, ids, (size_t)*P * sizeof(int32_t));
-    }
-    if (!rc && got < B)
-        rc = kf_err_set(err,
-                        "%s: only %lld validation samples have %lld tokens; batch %lld needs more",
-                        dir, (long long)got, (long long)*P, (long long)B);
-    free(ids);
-    shard_set_close(s);
-    if (rc) free(pre);
-    else *out = pre;
-    return rc;
 }
 
 static model *load(kf_backend *be, const char *path, kf_err *err) {
@@ -383,7 +346,8 @@ static int plan_lengths(decode_plan *p, const decode_args *a, kf_err *err) {
     int64_t ctx = INT64_MAX, data_len = 0;
     for (int c = 0; c < a->nck; c++)
         ctx = p->models[c]->cfg.seq_len < ctx ? p->models[c]->cfg.seq_len : ctx;
-    if (read_prefixes(a->data, &p->P, ctx, p->bmax, &p->pre, &data_len, &p->eos, err)) return -1;
+    if (prefixes_from_shards(a->data, &p->P, ctx, p->bmax, &p->pre, &data_len, &p->eos, err))
+        return -1;
     if (p->N == 0) {
         p->N = data_len - p->P;
         for (int i = 0; i < p->nm; i++) {

@@ -54,6 +54,10 @@ roofline_flops roofline_step_flops(const model_config *c, int64_t B, int64_t n,
         np = (double)n - 1;
         rows = out = np, noise = 0;
         pairs = np * (np + 1) / 2;
+    } else if (st->kind == RC_KIND_MDLM) { /* every row sees every row */
+        np = (double)n;
+        rows = out = np, noise = 0;
+        pairs = np * np;
     } else if (mtp) {
         np = (double)n - k;
         rows = 2 * np, noise = np, out = np * k;
@@ -67,7 +71,7 @@ roofline_flops roofline_step_flops(const model_config *c, int64_t B, int64_t n,
     f.total =
         (double)B * (6 * (rows * p_block + noise * p_noise + out * p_head) + 12 * nb * pairs * H);
     f.rows = (double)B * rows;
-    f.tokens = (double)B * np * (st->kind == RC_KIND_AR ? 1 : k);
+    f.tokens = (double)B * np * (st->kind == RC_KIND_AR || st->kind == RC_KIND_MDLM ? 1 : k);
     return f;
 }
 
@@ -99,7 +103,9 @@ roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
                      .tau_max = st->tau_max,
                      .seed = st->opt.seed,
                      .teacher_precision = optim_precision(st->opt.teacher_precision),
-                     .teacher_follow = st->opt.teacher_follow};
+                     .teacher_follow = st->opt.teacher_follow,
+                     .mask_id = base->mask_id,
+                     .strata = st->opt.batch};
     roofline_stage *s = kf_calloc(1, sizeof *s);
     s->st = st;
     model_config mc = sup_student_config(&sc, base);
@@ -108,7 +114,7 @@ roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
         return NULL;
     }
     s->m = model_create(be, &mc);
-    if (sc.kind != SUP_AR) {
+    if (sc.kind != SUP_AR && sc.kind != SUP_MDLM) {
         /* self-forcing learns from a PFLM(k/2), every other kind from an AR model */
         sup_config tsc = {.kind = SUP_DISTILL_AR, .k = st->k / 2};
         model_config tc = sc.kind == SUP_SELF_FORCING ? sup_student_config(&tsc, base) : *base;
@@ -277,6 +283,12 @@ static void report_graphs(const kf_backend *be, const roofline_marks *mk, const 
             opt = device_ops(ops, mk->student, mk->end);
     int64_t graphed = ranks > 1 ? accum - 1 : accum;
     int64_t tg = st->kind == RC_KIND_SELF_FORCING || st->kind == RC_KIND_DISTILL_AR;
+    if (st->kind == RC_KIND_MDLM) { /* step.c: per-sample loss weights run eagerly */
+        printf("CUDA graphs: none (the loss's per-sample time weights are host values of its "
+               "ops); %lld ops a micro-batch, %lld the update\n",
+               (long long)stu, (long long)opt);
+        return;
+    }
     printf("CUDA graphs: %lld launches per step: %lld of the %lld micro-batches (%lld ops each%s) "
            "and the update (%lld ops)",
            (long long)(graphed + 1 + tg * accum), (long long)graphed, (long long)accum,

@@ -30,7 +30,7 @@
  * two ranges [lo, hi); returns how many. */
 static int mask_ranges(const kf_mask *m, int64_t vl, int64_t r, int64_t lo[2], int64_t hi[2]) {
     int64_t ctx, grp;
-    int in_group = kf_mask_row_keys(m->n_ctx, m->group, vl, r, &ctx, &grp);
+    int in_group = kf_mask_row_keys(m->n_ctx, m->group, m->bidir, vl, r, &ctx, &grp);
     int n = 0;
     if (ctx > 0) {
         lo[n] = 0;

@@ -3,7 +3,7 @@
  *
  * Structure (kernels.h kf_mask): query row r of a sample with valid context
  * length vl sees
- *   r <  n_ctx: keys [0, r] when r < vl, nothing otherwise;
+ *   r <  n_ctx: keys [0, r] (bidir: [0, vl)) when r < vl, nothing otherwise;
  *   r >= n_ctx: g = (r - n_ctx) / group: context keys [0, min(g+1, vl)) and
  *               the keys [n_ctx + g*group, r] of its own group.
  * A 64-row query tile therefore needs at most two key ranges — a context
@@ -409,6 +409,7 @@ mask_dev mask_to_dev(kf_backend *b, const kf_mask *m, int64_t B) {
     d.n_ctx = m->n_ctx;
     d.group = m->group > 0 ? m->group : 1;
     d.q_start = m->q_start;
+    d.bidir = m->bidir;
     d.valid_len = m->valid_len_d;
     if (m->valid_len && !m->valid_len_d) {
         int32_t *v = (int32_t *)cu_scratch(b, CU_SCRATCH_VLEN, (size_t)B * sizeof(int32_t));

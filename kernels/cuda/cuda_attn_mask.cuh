@@ -13,6 +13,7 @@
 struct mask_dev {
     int64_t L, n_ctx, group, q_start;
     const int32_t *valid_len; /* device copy, or NULL */
+    int bidir;                /* context rows see every valid context key */
 };
 
 __device__ __forceinline__ int64_t mask_vl(const mask_dev &m, int64_t b) {
@@ -20,7 +21,8 @@ __device__ __forceinline__ int64_t mask_vl(const mask_dev &m, int64_t b) {
 }
 
 /* What query row r sees, precomputed once per row so the per-element test
- * needs no division: key c is visible iff c <= r && (c < ctx || c >= grp). */
+ * needs no division: key c is visible iff c < ctx || (c >= grp && c <= r)
+ * (a causal row's ctx is at most r + 1; a bidirectional one's is vl). */
 struct row_mask {
     int r, ctx, grp;
 };
@@ -35,14 +37,15 @@ __device__ __forceinline__ row_mask mask_row(const mask_dev &m, int64_t vl, int6
         q.grp = 0x7fffffff;
     } else {
         int64_t ctx, grp;
-        q.grp = kf_mask_row_keys(m.n_ctx, m.group, vl, r, &ctx, &grp) ? (int)grp : 0x7fffffff;
+        q.grp =
+            kf_mask_row_keys(m.n_ctx, m.group, m.bidir, vl, r, &ctx, &grp) ? (int)grp : 0x7fffffff;
         q.ctx = (int)ctx;
     }
     return q;
 }
 
 __device__ __forceinline__ bool row_sees(const row_mask &q, int c) {
-    return c <= q.r && (c < q.ctx || c >= q.grp);
+    return c < q.ctx || (c >= q.grp && c <= q.r);
 }
 
 /* The key tiles (T keys each) the query tile [r0, r1) visits: those over the
@@ -58,7 +61,8 @@ __device__ __forceinline__ key_tiles mask_key_tiles(const mask_dev &m, int64_t v
                                                     int64_t r1) {
     key_tiles k;
     int64_t hi = 0;
-    if (r0 < min(m.n_ctx, vl)) hi = min(min(r1, m.n_ctx), vl); /* rows r < vl see [0, r] */
+    if (r0 < min(m.n_ctx, vl)) /* rows r < vl see [0, r] (bidir: [0, vl)) */
+        hi = m.bidir ? vl : min(min(r1, m.n_ctx), vl);
     k.grp_lo = k.grp_hi = 0;
     if (r1 > m.n_ctx) {
         int64_t g_last = (r1 - 1 - m.n_ctx) / m.group;
@@ -90,8 +94,9 @@ static inline __device__ int mask_key_tile_queries(const mask_dev &m, int64_t vl
                                                    int64_t c1, int64_t lo[3], int64_t hi[3]) {
     int64_t a[3], z[3];
     int n = 0;
-    if (c0 < min(m.n_ctx, vl)) { /* context keys: later context rows and groups g >= c */
-        a[n] = c0;
+    if (c0 < min(m.n_ctx, vl)) { /* context keys: later context rows (bidir: all valid
+                                    ones) and groups g >= c */
+        a[n] = m.bidir ? 0 : c0;
         z[n++] = vl;
         a[n] = m.n_ctx + c0 * m.group;
         z[n++] = m.L;

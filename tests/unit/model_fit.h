@@ -9,9 +9,26 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "common/rng.h"
 #include "trainer/model/model.h"
 #include "trainer/train/supervision.h"
+
+/* Untrained but non-trivial weights (model_init leaves the output layer
+ * zero): every parameter uniform in [-0.5, 0.5) from rng (seed, 1, index),
+ * the norm weights moved to about 1; for decoding and serving tests that
+ * need distinct, far from uniform outputs and no training. */
+static inline void fit_randomize(model *m, uint64_t seed) {
+    float *h = malloc((size_t)m->n_params * sizeof(float));
+    for (int64_t i = 0; i < m->n_params; i++)
+        h[i] = (float)(rng_uniform01(seed, 1, (uint64_t)i) - 0.5);
+    for (int t = 0; t < m->n_tensors; t++)
+        if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
+            for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
+    m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
+    free(h);
+}
 
 typedef struct fit_state {
     float *m, *v; /* AdamW moments (device) */

@@ -1194,6 +1194,9 @@ static void attn_cases16(const char *tag) {
     kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
     snprintf(name, sizeof name, "%scausal valid_len fp16", tag);
     attn_case(name, cpad, 3, 2, 64, KF_PREC_FP16);
+    kf_mask bpad = {.n_ctx = 75, .valid_len = vl, .bidir = 1};
+    snprintf(name, sizeof name, "%sbidirectional valid_len fp16", tag);
+    attn_case(name, bpad, 3, 2, 64, KF_PREC_FP16);
     for (int k = 1; k <= 4; k *= 2) {
         kf_mask sf = {.n_ctx = 70, .group = k, .n_groups = 70, .valid_len = k == 2 ? vl : NULL};
         snprintf(name, sizeof name, "%sSingleForward k=%d fp16%s", tag, k,
@@ -1223,6 +1226,8 @@ static void test_attention(void) {
     attn_case("causal N=75 D=64", causal, 2, 2, 64, KF_PREC_FP32);
     kf_mask cpad = {.n_ctx = 75, .valid_len = vl};
     attn_case("causal N=75 valid_len D=32", cpad, 3, 2, 32, KF_PREC_FP32);
+    kf_mask bpad = {.n_ctx = 75, .valid_len = vl, .bidir = 1};
+    attn_case("bidirectional N=75 valid_len D=64", bpad, 3, 2, 64, KF_PREC_FP32);
     kf_mask causal200 = {.n_ctx = 200};
     attn_case("causal N=200 D=128", causal200, 1, 2, 128, KF_PREC_FP32);
     attn_case("causal N=200 D=16", causal200, 2, 1, 16, KF_PREC_FP32);

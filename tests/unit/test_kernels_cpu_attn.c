@@ -11,7 +11,7 @@
 /* Visibility of key j from query i, straight from the kf_mask documentation. */
 static int ref_visible(const kf_mask *m, int64_t vl, int64_t i, int64_t j) {
     int64_t nc = m->n_ctx;
-    if (i < nc) return i < vl && j < nc && j <= i && j < vl;
+    if (i < nc) return i < vl && j < nc && (m->bidir || j <= i) && j < vl;
     int64_t g = (i - nc) / m->group, mi = (i - nc) % m->group;
     if (j < nc) return j <= g && j < vl;
     int64_t gj = (j - nc) / m->group, mj = (j - nc) % m->group;
@@ -179,8 +179,10 @@ static void check_pairs(kf_backend *be) {
         int32_t vl[2] = {N - 5, N};
         kf_mask md = {.n_ctx = N, .group = 2 * k, .n_groups = N, .q_start = N};
         kf_mask mc = {.n_ctx = N, .valid_len = vl};
-        kf_mask *cases[2] = {&md, &mc};
-        for (int c = 0; c < 2; c++) {
+        kf_mask mb = {.n_ctx = N, .valid_len = vl, .bidir = 1};
+        kf_mask *cases[3] = {&md, &mc, &mb};
+        const char *what[3] = {"DoubleForward", "padded causal", "padded bidirectional"};
+        for (int c = 0; c < 3; c++) {
             int64_t Lc = kf_mask_len(cases[c]);
             float *q2 = tu_randf(B * Lc * 3 * H, 1.0),
                   *o2 = kf_malloc((size_t)(B * Lc * H) * sizeof(float));
@@ -190,9 +192,8 @@ static void check_pairs(kf_backend *be) {
             int64_t got = kernels_cpu_attn_pairs(be) - a, exp_ = 0;
             for (int64_t b = 0; b < B; b++)
                 exp_ += nh * ref_pairs(cases[c], cases[c]->valid_len ? vl[b] : N);
-            T_EQ_INT(got, exp_, "%s k=%lld: visited %lld pairs, structure has %lld",
-                     c ? "padded causal" : "DoubleForward", (long long)k, (long long)got,
-                     (long long)exp_);
+            T_EQ_INT(got, exp_, "%s k=%lld: visited %lld pairs, structure has %lld", what[c],
+                     (long long)k, (long long)got, (long long)exp_);
             free(q2);
             free(o2);
             free(l2);
@@ -375,6 +376,9 @@ int main(void) {
     check_case(be, "causal", (kf_mask){.n_ctx = 9}, 2, 8);
     check_case_fd(be, "causal (sampled FD)", (kf_mask){.n_ctx = 150}, 1, 32, 211);
     check_case(be, "causal valid_len", (kf_mask){.n_ctx = 9, .valid_len = (int32_t[]){6, 1}}, 2, 8);
+    check_case(be, "bidirectional", (kf_mask){.n_ctx = 9, .bidir = 1}, 2, 8);
+    check_case(be, "bidirectional valid_len",
+               (kf_mask){.n_ctx = 9, .valid_len = (int32_t[]){6, 1}, .bidir = 1}, 2, 8);
     check_case(be, "SingleForward k=2", (kf_mask){.n_ctx = 5, .group = 2, .n_groups = 5}, 1, 64);
     check_case(be, "DoubleForward k=2",
                (kf_mask){.n_ctx = 5, .group = 4, .n_groups = 5, .q_start = 5}, 1, 32);

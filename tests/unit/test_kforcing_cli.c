@@ -3,7 +3,10 @@
  * documented output (completion lengths, per-position metrics for k), a fixed
  * seed repeats, and bad input gives a clear error and a non-zero exit:
  * missing checkpoint, k > k_train, a prefix longer than the context, an empty
- * prefix file, unknown token ids, a PFLM without --teacher, usage errors. */
+ * prefix file, unknown token ids, a PFLM without --teacher, usage errors.
+ * Speculative decoding (--draft): a PTP and a Medusa draft give the AR's
+ * greedy tokens alike, PTP's tau = 1 tokens do not depend on k, and each
+ * line carries its NFE. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +114,11 @@ int main(void) {
     pf.kind = MODEL_PFLM;
     pf.k_train = 2;
     save_model(be, pf, "pf.safetensors");
+    /* the same AR weights (they come first, initialised alike) plus 2 heads */
+    model_config md = ar;
+    md.head = HEAD_MEDUSA;
+    md.k_train = 2;
+    save_model(be, md, "md.safetensors");
     char data[4200];
     snprintf(data, sizeof data, "%s/data", dir);
     fixture_shards(data, 16, 8, 16, 40);
@@ -148,6 +156,24 @@ int main(void) {
     o1 = slurp("out");
     T_EQ_INT(count(o1, "\"k\": 2"), 2, "PFLM sample output:\n%s", o1);
     free(o1);
+    /* speculative decoding */
+    char opt[4][4400];
+    const char *spec_opts[4] = {"pf.safetensors --greedy", "md.safetensors --greedy",
+                                "pf.safetensors --k 1", "pf.safetensors --k 2"};
+    for (int i = 0; i < 4; i++) snprintf(opt[i], sizeof opt[i], "--draft %s/%s", dir, spec_opts[i]);
+    char *g_ptp = sample_completions("ar.safetensors", opt[0]);
+    char *g_md = sample_completions("ar.safetensors", opt[1]);
+    T_CHECK(!strcmp(g_ptp, g_md), "greedy tokens differ by draft: PTP %s, Medusa %s", g_ptp, g_md);
+    char *t_k1 = sample_completions("ar.safetensors", opt[2]);
+    char *t_k2 = sample_completions("ar.safetensors", opt[3]);
+    T_CHECK(!strcmp(t_k1, t_k2), "PTP tokens differ by k: %s, %s", t_k1, t_k2);
+    o1 = slurp("out");
+    T_EQ_INT(count(o1, "\"method\": \"ptp\", \"nfe\": "), 2, "--draft output:\n%s", o1);
+    free(o1);
+    free(g_ptp);
+    free(g_md);
+    free(t_k1);
+    free(t_k2);
     /* the frequency penalty defaults to the released sampler's 0.5 for a PFLM, 0 for AR */
     char *pen[3];
     const char *pen_args[3] = {"--k 2", "--k 2 --freq-penalty 0.5", "--k 2 --freq-penalty 0"};
@@ -220,6 +246,9 @@ int main(void) {
         {"sample %s/ar.safetensors --prefix-file %s/nofile.jsonl", 1, "nofile"},
         {"sample %s/ar.safetensors", 2, "BOS"},
         {"sample %s/ar.safetensors --bos 0 --tau 0", 2, "tau"},
+        {"sample %s/ar.safetensors --bos 0 --greedy", 2, "--greedy needs --draft"},
+        {"sample %s/ar.safetensors --bos 0 --draft %s/ar.safetensors", 1, "draft must be"},
+        {"sample %s/pf.safetensors --bos 0 --draft %s/pf.safetensors", 1, "verifier"},
         {"sample %s/ar.safetensors --bogus 1", 2, "unknown option"},
         {"sample %s/ar.safetensors --bos 0 --backend nosuch", 1, "unknown backend"},
         {"sample %s/ar.safetensors --bos 0 --precision fp8", 2, "expected fp32, fp16 or bf16"},

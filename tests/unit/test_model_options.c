@@ -228,10 +228,10 @@ int main(void) {
               "version-1 metadata over GPT-2 tensors");
 
     /* refused: unknown version, bad option value, options the tensors do not have */
-    const meta_pair v3[] = {{"kf.version", "3"}, {NULL, NULL}};
-    snprintf(path, sizeof path, "%s/v3.safetensors", dir);
-    write_raw(r, path, 1, v3);
-    T_REFUSED(load_status(be, path, &err), err.msg, "kf.version", "version 3");
+    const meta_pair v4[] = {{"kf.version", "4"}, {NULL, NULL}};
+    snprintf(path, sizeof path, "%s/v4.safetensors", dir);
+    write_raw(r, path, 1, v4);
+    T_REFUSED(load_status(be, path, &err), err.msg, "kf.version", "version 4");
     const meta_pair badpos[] = {{"kf.pos", "alibi"}, {NULL, NULL}};
     snprintf(path, sizeof path, "%s/badpos.safetensors", dir);
     write_raw(r, path, 2, badpos);

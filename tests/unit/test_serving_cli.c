@@ -28,6 +28,7 @@
 #include "common/safetensors.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
+#include "tests/unit/model_fit.h"
 #include "tests/unit/trainer_fixture.h"
 #include "trainer/cli/cli_eval.h"
 #include "trainer/cli/omp_env.h"
@@ -51,17 +52,6 @@ static int run(int (*fn)(int, char **), const char *line) {
     return fn(argc, argv);
 }
 
-static void randomize(model *m, uint64_t seed) {
-    float *h = malloc((size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++)
-        h[i] = (float)(rng_uniform01(seed, 1, (uint64_t)i) - 0.5);
-    for (int t = 0; t < m->n_tensors; t++)
-        if (strstr(m->tensors[t].name, "norm") && strstr(m->tensors[t].name, ".weight"))
-            for (int64_t e = 0; e < m->tensors[t].numel; e++) h[m->tensors[t].offset + e] += 1.0f;
-    m->be->upload(m->be, m->params, h, (size_t)m->n_params * sizeof(float));
-    free(h);
-}
-
 static model *make(kf_backend *be, model_kind kind, int64_t k, const char *name) {
     model_config c = {.hidden = 16,
                       .heads = 2,
@@ -73,7 +63,7 @@ static model *make(kf_backend *be, model_kind kind, int64_t k, const char *name)
                       .head = HEAD_SHARED,
                       .k_train = k};
     model *m = model_create(be, &c);
-    randomize(m, (uint64_t)k + 7);
+    fit_randomize(m, (uint64_t)k + 7);
     char p[512];
     snprintf(p, sizeof p, "%s/%s", T, name);
     kf_err err;

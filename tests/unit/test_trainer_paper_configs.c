@@ -43,8 +43,43 @@ static void check_kf_precision(const char *cfg, const runconfig_stage *s) {
     T_EQ_INT(runconfig_precision_at(o, 0), RC_PREC_FP16, "%s %s: step 0 in fp16", cfg, s->name);
 }
 
+/* OWT's baselines of the quality-NFE comparison (paper, "Comparison with
+ * Existing Inference Paradigms"): Medusa is k = 4 heads on the AR backbone,
+ * 500K steps at batch 512; PTP's draft is the ablation's variant B
+ * (noise inversion + fully causal, k = 4, from the AR weights, tau 1, 200K
+ * steps at the main runs' batch and optimizer); MDLM is the released
+ * checkpoint, imported. */
+static void check_baselines(const char *path, const runconfig *rc) {
+    const runconfig_stage *md = runconfig_stage_find(rc, "medusa");
+    T_CHECK(md != NULL, "%s: has the medusa stage", path);
+    if (md) {
+        T_EQ_INT(md->kind, RC_KIND_MEDUSA, "%s medusa: kind", path);
+        T_EQ_INT(md->k, 4, "%s medusa: k (heads)", path);
+        T_EQ_INT(md->steps, 500000, "%s medusa: steps", path);
+        T_EQ_INT(md->opt.batch, 512, "%s medusa: batch", path);
+        T_EQ_INT(md->teacher_stage, 0, "%s medusa: heads on the AR stage", path);
+    }
+    const runconfig_stage *b = runconfig_stage_find(rc, "ablation_b");
+    T_CHECK(b != NULL, "%s: has the ablation_b stage (PTP's draft)", path);
+    if (b) {
+        T_EQ_INT(b->kind, RC_KIND_NI_CAUSAL, "%s ablation_b: kind", path);
+        T_EQ_INT(b->k, 4, "%s ablation_b: k", path);
+        T_EQ_INT(b->steps, 200000, "%s ablation_b: steps (the ablation's 200K)", path);
+        T_EQ_INT(b->opt.batch, 512, "%s ablation_b: batch", path);
+        T_CLOSE(b->opt.lr, 1e-4, 0, "ablation_b lr");
+        T_CLOSE(b->opt.ema, 0.999, 0, "ablation_b EMA decay");
+        T_EQ_INT(b->teacher_stage, 0, "%s ablation_b: taught by the AR stage", path);
+        T_EQ_INT(b->init_stage, 0, "%s ablation_b: initialised from the AR stage", path);
+        T_NEAR(b->tau_min, 1.0, 0, "%s ablation_b: tau_min", path);
+        T_NEAR(b->tau_max, 1.0, 0, "%s ablation_b: tau_max", path);
+    }
+    const runconfig_stage *d = runconfig_stage_find(rc, "mdlm");
+    T_CHECK(d != NULL, "%s: has the mdlm stage", path);
+    if (d) T_EQ_INT(d->kind, RC_KIND_IMPORT, "%s mdlm: the released checkpoint, imported", path);
+}
+
 static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_trained,
-                       int64_t data_vocab, int64_t mask_id) {
+                       int64_t data_vocab, int64_t mask_id, int n_stages) {
     runconfig *rc = load(path);
     if (!rc) return;
     const runconfig_model *m = &rc->model;
@@ -61,8 +96,8 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
     T_EQ_INT(runconfig_mask_id(m, data_vocab), mask_id,
              "%s: mask token got %lld want %lld (MDLM's)", path,
              (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
-    T_EQ_INT(rc->n_stages, 4, "%s: ar, k1, k2, k4; got %d stages", path, rc->n_stages);
-    if (rc->n_stages != 4) goto out;
+    T_EQ_INT(rc->n_stages, n_stages, "%s: ar, k1, k2, k4 (then the baselines); stages", path);
+    if (rc->n_stages < 4) goto out;
     const int64_t ks[4] = {1, 1, 2, 4};
     const runconfig_kind kinds[4] = {ar_trained ? RC_KIND_AR : RC_KIND_IMPORT, RC_KIND_DISTILL_AR,
                                      RC_KIND_SELF_FORCING, RC_KIND_SELF_FORCING};
@@ -90,14 +125,15 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
         T_EQ_INT(s->init_stage, i - 1, "%s %s: initialised from the previous stage", path, s->name);
         check_kf_precision(path, s);
     }
+    if (n_stages > 4) check_baselines(path, rc);
 out:
     runconfig_free(rc);
 }
 
 int main(void) {
     /* LM1B: bert-base-uncased's [MASK] = 103; OWT: the id MDLM adds past GPT-2's 50257 */
-    check_main("configs/lm1b.yaml", 30522, 128, 1, 30522, 103);
-    check_main("configs/owt.yaml", 50258, 1024, 0, 50257, 50257);
+    check_main("configs/lm1b.yaml", 30522, 128, 1, 30522, 103, 4);
+    check_main("configs/owt.yaml", 50258, 1024, 0, 50257, 50257, 7);
 
     /* the temperature appendix: LM1B, k = 1 from the AR teacher, tau ~ U[0.01, 1] */
     runconfig *rc = load("configs/lm1b-temperature.yaml");

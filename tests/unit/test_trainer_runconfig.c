@@ -181,11 +181,54 @@ int main(void) {
     T_CHECK(strstr(err.msg, "defaults.bach"), "unknown override key: %s", err.msg);
 
     expect_error("steps: 10, lr", "steps: 10, tau: [0.5, 1.0], lr", "do not sample with tau");
+    /* mdlm: trains from the data alone, k 1, no tau, and teaches no PFLM */
+    T_EQ_INT(load_with("kind: ar,", "kind: mdlm,", 0, NULL, &rc, &err), -1,
+             "a distill_ar stage with an mdlm teacher must fail: %s", err.msg);
+    T_CHECK(strstr(err.msg, "needs an AR teacher"), "mdlm teacher refused: %s", err.msg);
+    runconfig_free(rc);
+    expect_error("  - {name: k1", "  - {name: d, kind: mdlm, teacher: ar, steps: 4}\n  - {name: k1",
+                 "kind mdlm takes no teacher");
+    expect_error("  - {name: k1", "  - {name: d, kind: mdlm, k: 2, steps: 4}\n  - {name: k1",
+                 "an mdlm stage has k: 1");
+    expect_error("  - {name: k1",
+                 "  - {name: d, kind: mdlm, tau: [0.5, 1.0], steps: 4}\n  - {name: k1",
+                 "do not sample with tau");
+    T_EQ_INT(load_with("  - {name: k1", "  - {name: d, kind: mdlm, steps: 4}\n  - {name: k1", 0,
+                       NULL, &rc, &err),
+             0, "an mdlm stage: %s", err.msg);
+    if (rc) {
+        T_EQ_STR(runconfig_kind_name(rc->stages[1].kind), "mdlm", "mdlm kind name");
+        T_EQ_INT(rc->stages[1].k, 1, "mdlm k");
+    }
+    runconfig_free(rc);
     expect_error("seq_len: 32}", "seq_len: 32, hiden: 3}", "model.hiden");
     expect_error("batch: 8", "batch: eight", "defaults.batch");
     expect_error("batch: 8", "batch: 0", "defaults.batch");
     expect_error("batch: 8\n", "batch: 8\n  lr_decay: linear\n", "expected none or cosine");
     expect_error("kind: ar,", "kind: arr,", "unknown kind");
+    /* medusa: k heads on the frozen AR teacher, which is also its model */
+    {
+        const char *md = "{name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 4}\n"
+                         "  - {name: md, kind: medusa, teacher: ar, k: 4, steps: 4}";
+        T_EQ_INT(load_with("{name: k2, kind: self_forcing, teacher: k1, k: 2, steps: 4}", md, 0,
+                           NULL, &rc, &err),
+                 0, "a medusa stage: %s", err.msg);
+        if (rc) {
+            T_EQ_INT(rc->stages[3].kind, RC_KIND_MEDUSA, "medusa kind");
+            T_EQ_INT(rc->stages[3].init_stage, 0, "medusa's model is its teacher's");
+            T_EQ_STR(runconfig_kind_name(rc->stages[3].kind), "medusa", "medusa's name");
+            runconfig_free(rc);
+        }
+    }
+    expect_error("{name: k1, kind: distill_ar, teacher: ar, k: 1,",
+                 "{name: k1, kind: medusa, teacher: ar, init: ar, k: 1,", "no init");
+    expect_error("{name: k1, kind: distill_ar, teacher: ar, k: 1,",
+                 "{name: k1, kind: medusa, teacher: ar, weight_decay: 0.1, k: 1,",
+                 "weight_decay 0");
+    expect_error("{name: k2, kind: self_forcing, teacher: k1, k: 2,",
+                 "{name: k2, kind: medusa, teacher: k1, k: 2,", "ar (or import) stage");
+    expect_error("{name: k1, kind: distill_ar, teacher: ar, k: 1,",
+                 "{name: k1, kind: medusa, teacher: ar, k: 1,", "do not sample with tau");
     expect_error("teacher: ar,", "teacher: k2,", "not an earlier stage");
     expect_error("teacher: k1, k: 2", "teacher: k1, k: 3", "doubles k");
     expect_error("{mode: fp32}", "{mode: fp8}", "expected fp32, fp16 or bf16, got 'fp8'");

@@ -202,6 +202,12 @@ int quality_eval_main(int argc, char **argv) {
     if (eos == -2) eos = run_eos(evp);
     kf_backend *be = kernels_create(backend, &err);
     model *ev = be ? model_load(be, evf, &err) : NULL;
+    if (ev && ev->cfg.bidir) {
+        kf_err_set(&err, "%s: the evaluator must be a causal model, not a masked-diffusion one",
+                   evf);
+        model_free(ev);
+        ev = NULL;
+    }
     code = KF_EXIT_ERROR;
     quality_ppl ppl;
     if (ev && eos == -2) {

@@ -119,8 +119,8 @@ static model *load_evaluator(kf_backend *be, const char *dir, kf_err *err) {
     int ours = safetensors_meta(f, "kf.hidden") != NULL;
     safetensors_close(f);
     model *m = ours ? model_load(be, path, err) : model_hf_gpt2_load(be, dir, err);
-    if (m && m->cfg.kind != MODEL_AR) {
-        kf_err_set(err, "%s: the evaluator must be an AR model", path);
+    if (m && (m->cfg.kind != MODEL_AR || m->cfg.bidir)) {
+        kf_err_set(err, "%s: the evaluator must be a causal AR model", path);
         model_free(m);
         return NULL;
     }

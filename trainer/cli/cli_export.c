@@ -85,7 +85,7 @@ typedef struct source {
 } source;
 
 static int known_kind(const char *kind) {
-    for (int k = RC_KIND_AR; k <= RC_KIND_NI_CAUSAL; k++)
+    for (int k = RC_KIND_AR; k <= RC_KIND_MEDUSA; k++)
         if (!strcmp(kind, runconfig_kind_name((runconfig_kind)k))) return 1;
     return 0;
 }

@@ -23,8 +23,10 @@
  *   z       F64 [B, L]     noise value of every row (token rows: ignored)
  *   tau     F64 [B]        temperature per sample
  *   logits  F32 [B, n_out, V]  the reference's logits of the output rows
- *   metadata "probe.layout" = "ar" (layout_ar(L)) or "single" with
- *   "probe.n" and "probe.k" (layout_single(n, k): SingleForward, L = n + n*k).
+ *   metadata "probe.layout" = "ar" (layout_ar(L)), "bidir" (layout_ar(L) of a
+ *   bidirectional, masked-diffusion model: every row sees every row) or
+ *   "single" with "probe.n" and "probe.k" (layout_single(n, k): SingleForward,
+ *   L = n + n*k).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -131,7 +133,8 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
         goto out;
     }
     int64_t B = ids_t->shape[0], L = ids_t->shape[1], V = m->cfg.vocab;
-    if (!strcmp(kind, "ar")) {
+    int bidir = !strcmp(kind, "bidir");
+    if (!strcmp(kind, "ar") || bidir) {
         layout_ar(&l, L);
     } else if (!strcmp(kind, "single")) {
         int64_t n = 0, k = 0;
@@ -139,7 +142,7 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
             goto out;
         layout_single(&l, n, k);
     } else {
-        kf_err_set(err, "%s: probe.layout \"%s\" is not ar or single", path, kind);
+        kf_err_set(err, "%s: probe.layout \"%s\" is not ar, bidir or single", path, kind);
         goto out;
     }
     have_layout = 1;
@@ -153,9 +156,12 @@ static int check_probe(model *m, const char *path, double tol, kf_err *err) {
                    (long long)l.n_out, (long long)V);
         goto out;
     }
-    if (pflm != (m->cfg.kind == MODEL_PFLM) || (pflm && m->cfg.head != HEAD_SHARED)) {
+    if (pflm != (m->cfg.kind == MODEL_PFLM) || (pflm && m->cfg.head != HEAD_SHARED) ||
+        bidir != m->cfg.bidir) {
         kf_err_set(err, "%s: a \"%s\" probe does not fit this %s checkpoint", path, kind,
-                   m->cfg.kind == MODEL_PFLM ? "PFLM" : "AR");
+                   m->cfg.kind == MODEL_PFLM ? "PFLM"
+                   : m->cfg.bidir            ? "masked-diffusion"
+                                             : "AR");
         goto out;
     }
     if (probe_i32(f, "ids", B * L, &ids, err)) goto out;
@@ -211,8 +217,11 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
                       kf_err *err) {
     const runconfig_model *rm = &rc->model;
     /* run configs describe the default architecture; a stage's weights are
-     * copied by name into later stages, which would misread GPT-2's */
-    if (c->pos != POS_ROPE || c->tied_head || c->norm_bias || c->attn_bias)
+     * copied by name into later stages, which would misread GPT-2's (train.c
+     * refuses an init: from weights with other options). MDLM's released
+     * checkpoint has norm biases (its folded adaLN): a masked-diffusion stage
+     * may. */
+    if (c->pos != POS_ROPE || c->tied_head || (c->norm_bias && !c->bidir) || c->attn_bias)
         return kf_err_set(err,
                           "the checkpoint has architecture options (learned positions, biases or a "
                           "tied head: a GPT-2) that %s's model does not; it can be an evaluator "
@@ -230,7 +239,10 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     const char *want = NULL;
     switch (st->kind) {
     case RC_KIND_AR:
-        if (c->kind != MODEL_AR) want = "an AR checkpoint";
+        if (c->kind != MODEL_AR || c->bidir) want = "an AR";
+        break;
+    case RC_KIND_MDLM:
+        if (c->kind != MODEL_AR || !c->bidir) want = "a masked-diffusion (bidirectional)";
         break;
     case RC_KIND_DISTILL_AR:
     case RC_KIND_SELF_FORCING:
@@ -241,6 +253,9 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     case RC_KIND_NI_MTP:
         if (c->head != HEAD_MTP || c->k_train != st->k) want = "an MTP(k)";
         break;
+    case RC_KIND_MEDUSA:
+        if (c->head != HEAD_MEDUSA || c->k_train != st->k) want = "a Medusa(k)";
+        break;
     case RC_KIND_IMPORT: break;
     }
     if (want)
@@ -248,7 +263,8 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
                           "stage '%s' is %s (k = %lld) and needs %s checkpoint; this one is %s "
                           "with k_train = %lld",
                           st->name, runconfig_kind_name(st->kind), (long long)st->k, want,
-                          c->kind == MODEL_AR   ? "AR"
+                          c->bidir              ? "masked-diffusion"
+                          : c->kind == MODEL_AR ? "AR"
                           : c->head == HEAD_MTP ? "MTP"
                                                 : "PFLM",
                           (long long)c->k_train);
@@ -358,8 +374,12 @@ int import_main(int argc, char **argv) {
         stage_status st = {.state = "done"};
         if (stage_status_write(p, &st, &err)) goto done;
         printf("imported %s (sha256 %.12s..., %s%s, k_train %lld, %lld parameters) as %s\n", ckpt,
-               sha, m->cfg.kind == MODEL_AR ? "AR" : "PFLM", m->cfg.head == HEAD_MTP ? " MTP" : "",
-               (long long)m->cfg.k_train, (long long)m->n_params, final_dir);
+               sha,
+               m->cfg.bidir              ? "masked-diffusion"
+               : m->cfg.kind == MODEL_AR ? "AR"
+                                         : "PFLM",
+               m->cfg.head == HEAD_MTP ? " MTP" : "", (long long)m->cfg.k_train,
+               (long long)m->n_params, final_dir);
         if (!rc) printf("note: %s has no run.yaml yet: the stage name was not checked\n", run);
     }
     code = KF_EXIT_OK;

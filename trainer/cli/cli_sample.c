@@ -17,6 +17,7 @@
 #include "trainer/cli/omp_env.h"
 #include "trainer/infer/decode.h"
 #include "trainer/infer/prefixes.h"
+#include "trainer/infer/speculative.h"
 #include "trainer/model/model.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/optim.h"
@@ -26,7 +27,7 @@ static const char USAGE[] =
     "                 [--batch B] [--n-per-prefix M] [--max-new N] [--seed S]\n"
     "                 [--position-temp T0,T1,...]\n"
     "                 [--vocab DIR] [--eos ID] [--bos ID] [--backend cpu|cuda|auto]\n"
-    "                 [--precision fp32|fp16|bf16]\n"
+    "                 [--precision fp32|fp16|bf16] [--draft DCKPT [--greedy]]\n"
     "\n"
     "Generates completions with the KV-cached decoder: an AR checkpoint one token per\n"
     "step (inverse-CDF sampling at temperature T), a PFLM checkpoint K <= k_train tokens\n"
@@ -57,11 +58,17 @@ static const char USAGE[] =
     "  --eos ID, --bos ID  override the tokenizer's (text is cut at the first EOS)\n"
     "  --precision P    the GEMMs and attention in fp32 (default), or in fp16 or bf16 with\n"
     "                   fp32 accumulation (the paper decodes in bf16); logits stay fp32\n"
+    "  --draft DCKPT    speculative decoding (trainer/infer/speculative.h): CKPT (an AR)\n"
+    "                   verifies K tokens a step drafted by DCKPT, a noise_inversion_causal\n"
+    "                   PFLM (PTP) or a medusa stage's model; the output is CKPT's in\n"
+    "                   distribution (--k defaults to the draft's k_train; no penalty)\n"
+    "  --greedy         with --draft: CKPT's greedy tokens\n"
     "\n"
     "Output (stdout): one JSON object per completion: prefix (ids), completion (ids),\n"
     "text (detokenised, truncated at the first EOS; with --vocab), k, tau, seed, eos (the\n"
     "EOS id, when known), model_sha256 (of the weights file), tokens_per_s (the batch's\n"
-    "generated tokens / wall-clock seconds).\n";
+    "generated tokens / wall-clock seconds); with --draft also method (ptp, medusa), nfe\n"
+    "(2 x draft-verify iterations, the paper's count), iters, accepted (draft tokens).\n";
 
 typedef struct job {
     int32_t *prefix;
@@ -77,7 +84,8 @@ static int cmp_len(const void *a, const void *b) {
 
 /* The parsed command line. */
 typedef struct sample_args {
-    const char *ckpt, *prefix_file, *vocab, *backend, *precision;
+    const char *ckpt, *prefix_file, *vocab, *backend, *precision, *draft;
+    bool greedy;
     /* k 0, eos and bos -2, pen NAN: from the checkpoint and the tokenizer */
     int64_t k, batch, per, max_new, seed, eos, bos;
     int prec; /* --precision as a kf_precision */
@@ -96,6 +104,8 @@ typedef struct sample_plan {
     kf_backend *be;
     model *m;
     decode_opts o;
+    model *draft; /* --draft, or NULL */
+    spec_opts so;
 } sample_plan;
 
 /* Parses the options into a; nonzero when the command ends here, with its
@@ -126,6 +136,8 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
         {"--bos", CLI_INT, .out = &a->bos, .lo = 0, .hi = INFINITY},
         {"--backend", CLI_STR, .out = &a->backend},
         {"--precision", CLI_STR, .out = &a->precision},
+        {"--draft", CLI_STR, .out = &a->draft},
+        {"--greedy", CLI_FLAG, .out = &a->greedy},
         CLI_OPT_END,
     };
     const cli_spec spec = {"kf sample", USAGE, opts, .pos = &a->ckpt, .max_pos = 1};
@@ -140,6 +152,13 @@ static int parse_args(int argc, char **argv, sample_args *a, int *code) {
                 "kf sample: --freq-penalty-table: expected lm1b or owt, without "
                 "--freq-penalty (got '%s')\n",
                 a->pen_table);
+        *code = KF_EXIT_USAGE;
+        return 1;
+    }
+    if ((a->greedy && !a->draft) ||
+        (a->draft && (a->nptemp || a->pen_table || (!isnan(a->pen) && a->pen != 0)))) {
+        fprintf(stderr, "kf sample: --greedy needs --draft; --draft takes no frequency penalty "
+                        "or position temperatures (the output is the AR's)\n");
         *code = KF_EXIT_USAGE;
         return 1;
     }
@@ -190,8 +209,31 @@ static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
     p->be = kernels_create(a->backend, err);
     model *m = p->m = p->be ? model_load(p->be, p->path, err) : NULL;
     if (!m) return KF_EXIT_ERROR;
+    if (m->cfg.bidir) {
+        kf_err_set(err,
+                   "%s: a masked-diffusion model (bidirectional attention); kf sample decodes "
+                   "causal models left to right",
+                   p->path);
+        return KF_EXIT_ERROR;
+    }
     p->be->set_precision(p->be, (kf_precision)a->prec);
+    if (a->draft) {
+        char dpath[4096], dsha[65];
+        if (ckpt_resolve_teacher(a->draft, dpath, sizeof dpath, dsha, err) ||
+            !(p->draft = model_load(p->be, dpath, err)))
+            return KF_EXIT_ERROR;
+        if (spec_draft_of(p->draft) == SPEC_MEDUSA && m->cfg.kind == MODEL_AR &&
+            p->draft->cfg.hidden == m->cfg.hidden && p->draft->cfg.blocks == m->cfg.blocks &&
+            p->draft->cfg.heads == m->cfg.heads && p->draft->cfg.vocab == m->cfg.vocab)
+            spec_medusa_attach(p->draft, m);
+        p->so = (spec_opts){.k = a->k ? a->k : p->draft->cfg.k_train,
+                            .tau = a->tau,
+                            .greedy = a->greedy,
+                            .max_new = a->max_new,
+                            .seed = (uint64_t)a->seed};
+    }
     int64_t k = a->k ? a->k : m->cfg.kind == MODEL_AR ? 1 : m->cfg.k_train;
+    if (p->draft) k = 1; /* the verifier's decode_opts, checked below */
     double pen = !isnan(a->pen)            ? a->pen
                  : m->cfg.kind == MODEL_AR ? 0.0
                  : a->pen_table            ? decode_release_penalty(a->pen_table, k)
@@ -212,7 +254,8 @@ static int plan_model(sample_plan *p, const sample_args *a, kf_err *err) {
                     (long long)m->cfg.vocab);
                 return KF_EXIT_ERROR;
             }
-        if (decode_check(m, &p->o, p->plen[i], err)) {
+        if (p->draft ? spec_check(m, p->draft, &p->so, p->plen[i], err)
+                     : decode_check(m, &p->o, p->plen[i], err)) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
             kf_err_set(err, "prefix %lld: %s", (long long)i + 1, msg);
@@ -227,6 +270,7 @@ static void plan_free(sample_plan *p) {
     free(p->pre);
     free(p->plen);
     model_free(p->m);
+    model_free(p->draft);
     tok_free(p->tk);
     if (p->be) p->be->destroy(p->be);
 }
@@ -234,7 +278,7 @@ static void plan_free(sample_plan *p) {
 /* One completion c of prefix pre (P tokens) as a JSON line; with a
  * tokenizer, its text up to the first EOS. */
 static void print_completion(const sample_plan *p, const sample_args *a, const int32_t *pre,
-                             int64_t P, const int32_t *c, double tps) {
+                             int64_t P, const int32_t *c, double tps, const spec_stats *st) {
     int64_t max_new = a->max_new;
     printf("{\"prefix\": [");
     for (int64_t j = 0; j < P; j++) printf(j ? ", %d" : "%d", pre[j]);
@@ -258,8 +302,12 @@ static void print_completion(const sample_plan *p, const sample_args *a, const i
         free(keep);
         tok_bytes_free(&txt);
     }
-    printf(", \"k\": %lld, \"tau\": %g, \"seed\": %lld", (long long)p->o.k, a->tau,
+    printf(", \"k\": %lld, \"tau\": %g, \"seed\": %lld", (long long)(st ? p->so.k : p->o.k), a->tau,
            (long long)a->seed);
+    if (st)
+        printf(", \"method\": \"%s\", \"nfe\": %lld, \"iters\": %lld, \"accepted\": %lld",
+               spec_draft_name(spec_draft_of(p->draft)), (long long)st->nfe, (long long)st->iters,
+               (long long)st->accepted);
     /* where kf eval --completions truncates by default (when known) */
     if (p->eos >= 0) printf(", \"eos\": %lld", (long long)p->eos);
     printf(", \"model_sha256\": \"%s\", \"tokens_per_s\": %.1f}\n", p->sha, tps);
@@ -275,6 +323,8 @@ static int run_batches(sample_plan *p, const sample_args *a, kf_err *err) {
             jobs[i * a->per + c] = (job){p->pre[i], p->plen[i], i * a->per + c};
     qsort(jobs, (size_t)nj, sizeof *jobs, cmp_len);
     model_heads *heads = model_heads_pack(p->m);
+    model_heads *dheads = p->draft ? model_heads_pack(p->draft) : NULL;
+    spec_stats *st = p->draft ? kf_malloc((size_t)a->batch * sizeof *st) : NULL;
     int rc = KF_EXIT_OK;
     for (int64_t s = 0; s < nj && !rc;) {
         int64_t e = s;
@@ -288,11 +338,12 @@ static int run_batches(sample_plan *p, const sample_args *a, kf_err *err) {
             keys[b] = (uint64_t)jobs[s + b].index;
         }
         double t0 = clock_now_s();
-        decode_run(p->m, heads, pb, B, P, &p->o, keys, out);
+        if (p->draft) spec_run(p->m, heads, p->draft, dheads, pb, B, P, &p->so, keys, out, st);
+        else decode_run(p->m, heads, pb, B, P, &p->o, keys, out);
         p->be->sync(p->be);
         double tps = (double)(B * max_new) / (clock_now_s() - t0);
         for (int64_t b = 0; b < B; b++)
-            print_completion(p, a, pb + b * P, P, out + b * max_new, tps);
+            print_completion(p, a, pb + b * P, P, out + b * max_new, tps, st ? st + b : NULL);
         free(pb);
         free(out);
         free(keys);
@@ -300,6 +351,8 @@ static int run_batches(sample_plan *p, const sample_args *a, kf_err *err) {
         if (fs_flush_stdout(err)) rc = KF_EXIT_ERROR; /* e.g. a full disk under `> FILE` */
     }
     model_heads_free(heads);
+    model_heads_free(dheads);
+    free(st);
     free(jobs);
     return rc;
 }

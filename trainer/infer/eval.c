@@ -7,9 +7,6 @@
 
 #include "trainer/train/supervision.h"
 
-static const char *const kind_names[] = {"ar", "distill_ar", "self_forcing",
-                                         "noise_inversion_causal", "noise_inversion_mtp"};
-
 int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_result *r,
              kf_err *err) {
     memset(r, 0, sizeof *r);
@@ -24,14 +21,22 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
         return kf_err_set(err, "--k %lld: the MTP baseline has exactly k_train = %lld heads",
                           (long long)k, (long long)c->k_train);
     int kind = o->kind;
-    if (c->kind == MODEL_AR) kind = SUP_AR;
+    if (c->bidir) kind = SUP_MDLM;
+    else if (c->kind == MODEL_AR) kind = SUP_AR;
     else if (kind < 0)
         kind = teacher->cfg.kind == MODEL_AR ? (c->head == HEAD_MTP ? SUP_NI_MTP : SUP_DISTILL_AR)
                                              : SUP_SELF_FORCING;
     if ((kind == SUP_NI_MTP) != (c->head == HEAD_MTP))
         return kf_err_set(err, "supervision %s does not fit this checkpoint's %s head",
-                          kind_names[kind], c->head == HEAD_MTP ? "MTP" : "shared");
-    sup_config sc = {.kind = kind, .k = k, .tau_min = o->tau, .tau_max = o->tau, .seed = o->seed};
+                          sup_kind_name((sup_kind)kind), c->head == HEAD_MTP ? "MTP" : "shared");
+    /* MDLM: its NELBO bound per token, the time stratified over each batch */
+    sup_config sc = {.kind = kind,
+                     .k = k,
+                     .tau_min = o->tau,
+                     .tau_max = o->tau,
+                     .seed = o->seed,
+                     .mask_id = c->mask_id,
+                     .strata = o->batch};
     sup_ctx *sup = sup_create(&sc, teacher, err);
     if (!sup) return -1;
     int64_t total = shard_set_count(ss), n_data = shard_set_seq_len(ss);
@@ -82,7 +87,7 @@ int eval_run(model *m, model *teacher, shard_set *ss, const eval_opts *o, eval_r
         int64_t count;
         const int32_t *tg = sup_host_targets(sup, &sb);
         sum += model_loss(m, ws, tg, 0, 1.0f, &count, rl);
-        sum_n += count;
+        sum_n += kind == SUP_MDLM ? sb.n_targets : count;
         /* rows: (b, t, j) for the shared head; head-major (j, b, t) for MTP */
         int64_t blocks = rows / k;
         for (int64_t blk = 0; blk < blocks; blk++) {
@@ -132,11 +137,12 @@ void eval_print_json(FILE *f, const model *m, const eval_opts *o, const eval_res
     fprintf(f,
             "{\"model\": \"%s\", \"supervision\": \"%s\", \"k\": %lld, \"samples\": %lld, "
             "\"targets\": %lld, \"nll\": %.6f, \"ppl\": %.4f",
-            m->cfg.kind == MODEL_AR   ? "ar"
+            m->cfg.bidir              ? "mdlm"
+            : m->cfg.kind == MODEL_AR ? "ar"
             : m->cfg.head == HEAD_MTP ? "pflm-mtp"
                                       : "pflm",
-            kind_names[r->kind], (long long)r->k, (long long)r->samples, (long long)r->targets,
-            r->nll, r->ppl);
+            sup_kind_name((sup_kind)r->kind), (long long)r->k, (long long)r->samples,
+            (long long)r->targets, r->nll, r->ppl);
     if (m->cfg.kind == MODEL_PFLM) {
         fprintf(f, ", \"tau\": %g, \"nll_pos\": [", o->tau);
         for (int64_t j = 0; j < r->k; j++) fprintf(f, j ? ", %.6f" : "%.6f", r->nll_pos[j]);

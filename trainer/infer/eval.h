@@ -33,7 +33,8 @@ typedef struct eval_result {
     int64_t k; /* 1 for AR */
     int64_t samples;
     int64_t targets;  /* counted targets */
-    double nll;       /* mean NLL over all counted targets */
+    double nll;       /* mean NLL over all counted targets (a masked-diffusion model:
+                         its NELBO per valid token, MDLM's perplexity bound) */
     double ppl;       /* exp(nll) */
     double *nll_pos;  /* [k] mean NLL per position */
     double *acc_pos;  /* [k] accuracy per position */

@@ -1,4 +1,5 @@
-/* trainer/infer/prefixes.c — parses `kf sample`'s prefix file (prefixes.h). */
+/* trainer/infer/prefixes.c — `kf sample`'s prefix file and the protocol's
+ * held-out prefixes (prefixes.h). */
 #include "trainer/infer/prefixes.h"
 
 #include <stdio.h>
@@ -7,6 +8,7 @@
 
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "pipeline/shard_reader.h"
 
 int prefixes_parse(const char *text, size_t len, const char *path, tok *tk, int32_t ***out,
                    int64_t **lens, int64_t *count, kf_err *err) {
@@ -81,5 +83,38 @@ int prefixes_read(const char *path, tok *tk, int32_t ***out, int64_t **lens, int
     if (fs_read_file(path, &text, &len, err)) return -1;
     int rc = prefixes_parse(text, len, path, tk, out, lens, count, err);
     free(text);
+    return rc;
+}
+
+int prefixes_from_shards(const char *dir, int64_t *P, int64_t ctx, int64_t B, int32_t **out,
+                         int64_t *seq_len, int32_t *eos, kf_err *err) {
+    shard_set *s;
+    if (shard_set_open(dir, "valid", &s, err)) return -1;
+    int L = shard_set_seq_len(s);
+    if (*P == 0) {
+        *P = strcmp(shard_set_packing(s), "pad") ? 64 : 6;
+        if (*P > ctx / 2) *P = ctx / 2 > 1 ? ctx / 2 : 1;
+    }
+    *seq_len = L;
+    *eos = shard_set_special_id(s, "eos");
+    int rc = 0;
+    if (*P > L)
+        rc = kf_err_set(err, "prefix length %lld exceeds the data's sequence length %d",
+                        (long long)*P, L);
+    int32_t *ids = kf_malloc((size_t)L * sizeof(int32_t));
+    int32_t *pre = kf_malloc((size_t)(B * *P) * sizeof(int32_t));
+    int64_t got = 0;
+    for (int64_t i = 0; !rc && i < shard_set_count(s) && got < B; i++) {
+        int32_t len;
+        if (shard_set_get(s, i, ids, &len, err)) rc = -1;
+        else if (len >= *P) memcpy(pre + got++ * *P, ids, (size_t)*P * sizeof(int32_t));
+    }
+    if (!rc && got < B)
+        rc = kf_err_set(err, "%s: only %lld validation samples have %lld tokens; %lld are needed",
+                        dir, (long long)got, (long long)*P, (long long)B);
+    free(ids);
+    shard_set_close(s);
+    if (rc) free(pre);
+    else *out = pre;
     return rc;
 }

@@ -34,9 +34,13 @@ int model_config_check(const model_config *c, kf_err *err) {
     if (c->kind != MODEL_AR && c->kind != MODEL_PFLM) return kf_err_set(err, "model: bad kind");
     if (c->k_train < 1 || c->k_train > 64)
         return kf_err_set(err, "model: k must be in [1, 64] (got %lld)", (long long)c->k_train);
-    if (c->kind == MODEL_AR && (c->k_train != 1 || c->head != HEAD_SHARED))
+    if (c->kind == MODEL_AR && c->head != HEAD_MEDUSA &&
+        (c->k_train != 1 || c->head != HEAD_SHARED))
         return kf_err_set(err, "model: an AR model has k = 1 and the shared head");
-    if (c->head != HEAD_SHARED && c->head != HEAD_MTP) return kf_err_set(err, "model: bad head");
+    if (c->head != HEAD_SHARED && c->head != HEAD_MTP && c->head != HEAD_MEDUSA)
+        return kf_err_set(err, "model: bad head");
+    if (c->head == HEAD_MEDUSA && c->kind != MODEL_AR)
+        return kf_err_set(err, "model: Medusa heads sit on an AR model");
     if (c->pos != POS_ROPE && c->pos != POS_LEARNED) return kf_err_set(err, "model: bad pos");
     if (c->pos == POS_LEARNED ? c->n_positions < c->seq_len : c->n_positions != 0)
         return kf_err_set(err,
@@ -47,8 +51,12 @@ int model_config_check(const model_config *c, kf_err *err) {
         return kf_err_set(err,
                           "model: tied_head, norm_bias and attn_bias are 0 or 1 (got %d, %d, %d)",
                           c->tied_head, c->norm_bias, c->attn_bias);
+    if (c->bidir & ~1) return kf_err_set(err, "model: bidir is 0 or 1 (got %d)", c->bidir);
+    if (c->bidir && c->kind != MODEL_AR)
+        return kf_err_set(err, "model: bidirectional attention needs the AR kind (no noise rows)");
     if (c->tied_head && c->head != HEAD_SHARED)
-        return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP)");
+        return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP or "
+                               "Medusa)");
     return 0;
 }
 
@@ -79,7 +87,9 @@ model *model_create(kf_backend *be, const model_config *cfg) {
     m->be = be;
     m->cfg = *cfg;
     int64_t H = cfg->hidden, V = cfg->vocab, nb = cfg->blocks;
-    int heads = cfg->head == HEAD_MTP ? (int)cfg->k_train : 1;
+    int heads = cfg->head == HEAD_MTP      ? (int)cfg->k_train
+                : cfg->head == HEAD_MEDUSA ? 1 + (int)cfg->k_train
+                                           : 1;
     int nbias = cfg->norm_bias, abias = cfg->attn_bias;
     m->n_heads_out = heads;
     int cap = (int)(2 + 12 * nb + 4 * heads + 8);
@@ -113,6 +123,21 @@ model *model_create(kf_backend *be, const model_config *cfg) {
     p->heads_begin = m->n_params;
     for (int h = 0; h < heads; h++) {
         head_off *o = &p->head[h];
+        o->res_w = o->res_b = -1;
+        if (h > 0 && cfg->head == HEAD_MEDUSA) {
+            /* the AR head's final norm, then a residual block and a linear
+             * layer without bias */
+            o->norm = p->head[0].norm;
+            o->norm_b = p->head[0].norm_b;
+            snprintf(nm, sizeof nm, "medusa_heads.%d.res.weight", h);
+            o->res_w = add_tensor(m, cap, nm, H, H);
+            snprintf(nm, sizeof nm, "medusa_heads.%d.res.bias", h);
+            o->res_b = add_tensor(m, cap, nm, H, 0);
+            snprintf(nm, sizeof nm, "medusa_heads.%d.linear.weight", h);
+            o->w = add_tensor(m, cap, nm, V, H);
+            o->b = -1;
+            continue;
+        }
         const char *pre = "output_layer";
         char pb[32];
         if (h > 0) {
@@ -177,7 +202,9 @@ void model_init(model *m, uint64_t seed) {
         const model_tensor *t = &m->tensors[i];
         float *dst = host + t->offset;
         int is_norm = strstr(t->name, "norm") != NULL;
-        int is_out = strstr(t->name, ".linear.") != NULL; /* output_layer, mtp heads */
+        /* output_layer, mtp and Medusa heads; a Medusa residual block starts
+         * as the identity, as Medusa's */
+        int is_out = strstr(t->name, ".linear.") != NULL || ends_with(t->name, ".res.weight");
         if (is_out) {
             memset(dst, 0, (size_t)t->numel * sizeof(float));
         } else if (is_norm) {
@@ -227,8 +254,11 @@ int model_copy_matching(model *m, const model *src) {
     for (int i = 0; i < m->n_tensors; i++) {
         const model_tensor *t = &m->tensors[i];
         const model_tensor *s = model_find(src, t->name);
-        if (!s && strncmp(t->name, "mtp_heads.", 10) == 0) {
-            const char *rest = strchr(t->name + 10, '.');
+        int mtp = strncmp(t->name, "mtp_heads.", 10) == 0,
+            medusa = strncmp(t->name, "medusa_heads.", 13) == 0;
+        if (!s && (mtp || (medusa && ends_with(t->name, ".linear.weight")))) {
+            /* Medusa's heads start from the AR's output layer, as Medusa's */
+            const char *rest = strchr(t->name + (mtp ? 10 : 13), '.');
             char alt[64];
             snprintf(alt, sizeof alt, "output_layer%s", rest);
             s = model_find(src, alt);
@@ -421,7 +451,21 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
 /* Head h's final norm over the R rows of xf (buffers in a, fp32); returns it. */
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R) {
     const head_off *o = &m->priv->head[h];
-    return norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R, 0);
+    float *ln = norm_fwd(m, &a->ln, &a->mean, &a->rstd, xf, o->norm, o->norm_b, R, 0);
+    if (o->res_w < 0) return ln;
+    kf_backend *be = m->be;
+    int64_t H = m->cfg.hidden;
+    size_t bytes = (size_t)(R * H) * sizeof(float);
+    float *pre = dbuf_ensure(be, &a->pre, bytes), *g = dbuf_ensure(be, &a->g, bytes),
+          *u = dbuf_ensure(be, &a->u, bytes);
+    linear_act_fwd(m, NULL, g, NULL, pre, ln, NULL, o->res_w, o->res_b, R, H, H, KF_ACT_GELU_TANH);
+    be->copy(be, u, ln, bytes);
+    be->add_inplace(be, u, g, R * H);
+    return u;
+}
+
+const float *head_input(const model *m, const head_act *a, int h) {
+    return m->priv->head[h].res_w >= 0 ? a->u.p : a->ln.p;
 }
 
 /* ---------------------------------------------------------------- workspace */
@@ -450,10 +494,9 @@ struct model_ws {
     head_act *hact;
     dbuf xf, logits, targets_d, losses_d, valid_d, gscale_d;
     dbuf dlogits16, row_w_d; /* head_loss in a 16-bit mode: a chunk's dlogits, the rows' weights */
-    int64_t row_w_key[4];    /* row_w_d's rows, period, first, count (0 rows: none) */
-    float row_w_value;
-    dbuf pick_at_d;      /* model_input's picks */
-    ws_slot *slots, *sl; /* [n_slots], the one in use (model_ws_set_slot) */
+    int64_t row_w_rows;      /* row_w_d's rows (0: none) */
+    dbuf pick_at_d;          /* model_input's picks */
+    ws_slot *slots, *sl;     /* [n_slots], the one in use (model_ws_set_slot) */
     int64_t n_slots;
     dbuf dx, dxf, dln, dqkv, dh, datt, dx16; /* dx16: dx's copy (model_backward) */
     dbuf qkv32, dqkv16; /* qkv in fp32 when its layer keeps the 16-bit copy; dqkv's copy */
@@ -466,6 +509,9 @@ struct model_ws {
     int64_t logit_chunk; /* model_ws_set_logit_chunk; 0: automatic */
     int64_t w_period, w_first, w_count; /* model_weight_dlogits for the next loss */
     float w_value;
+    float *loss_w;    /* model_input.loss_w of the pass (host copy) */
+    int64_t n_loss_w; /* its samples; 0: none */
+    float *row_w_h;   /* row_weights' last upload (host copy) */
 };
 
 model_ws *model_ws_create(model *m) {
@@ -510,6 +556,9 @@ void model_ws_free(model_ws *ws) {
         dbuf_release(be, &ws->hact[h].ln);
         dbuf_release(be, &ws->hact[h].mean);
         dbuf_release(be, &ws->hact[h].rstd);
+        dbuf_release(be, &ws->hact[h].pre);
+        dbuf_release(be, &ws->hact[h].g);
+        dbuf_release(be, &ws->hact[h].u);
     }
     noise_act *n = &ws->nact;
     dbuf *d[] = {&ws->qkv_full,  &ws->att_full,   &ws->lse_full,     &ws->pos_d,
@@ -539,6 +588,8 @@ void model_ws_free(model_ws *ws) {
     free(ws->ctxkv);
     free(ws->hact);
     free(ws->valid);
+    free(ws->loss_w);
+    free(ws->row_w_h);
     free(ws->h_i32);
     free(ws->h_f64);
     free(ws);
@@ -643,7 +694,7 @@ static void embed_ops(model *m, model_ws *ws, const model_input *in, float *x) {
 static void head_chunk(model *m, model_ws *ws, int h, int64_t c0, int64_t n, float *lg) {
     const head_off *o = &m->priv->head[h];
     int64_t H = m->cfg.hidden, V = m->cfg.vocab;
-    const float *ln = ws->hact[h].ln.p;
+    const float *ln = head_input(m, &ws->hact[h], h);
     linear_fwd(m, NULL, lg, ln + c0 * H, NULL, o->w, o->b, n, H, V, 0.0f);
     if (m->cfg.mask_id >= 0) m->be->fill_column(m->be, lg, n, V, m->cfg.mask_id, MASK_LOGIT);
 }
@@ -677,6 +728,13 @@ void model_forward_inputs(model *m, model_ws *ws, const model_input *in, int fla
     ws->have_dlogits = 0;
     ws->w_period = 0;
     ws->mask = lay->mask;
+    ws->mask.bidir = c->bidir;
+    ws->n_loss_w = 0;
+    if (in->loss_w) {
+        ws->loss_w = kf_realloc(ws->loss_w, (size_t)B * sizeof(float));
+        memcpy(ws->loss_w, in->loss_w, (size_t)B * sizeof(float));
+        ws->n_loss_w = B;
+    }
     if (in->valid_len) {
         ws->valid = kf_realloc(ws->valid, (size_t)B * sizeof(int32_t));
         memcpy(ws->valid, in->valid_len, (size_t)B * sizeof(int32_t));
@@ -837,35 +895,45 @@ static int64_t logit_chunk(const model_ws *ws, int64_t rows, int64_t V) {
     return c < rows ? c : rows;
 }
 
-/* model_weight_dlogits's weight on the logit rows [r0, r0 + n), whose
- * dlogits are at d. */
-static void weight_rows(model *m, model_ws *ws, float *d, int64_t r0, int64_t n) {
-    int64_t P = ws->w_period, V = m->cfg.vocab;
-    for (int64_t q = r0 / P; q * P < r0 + n; q++) {
-        int64_t a = q * P + ws->w_first, e = a + ws->w_count;
-        if (a < r0) a = r0;
-        if (e > r0 + n) e = r0 + n;
-        if (e > a) m->be->scale(m->be, d + (a - r0) * V, ws->w_value, (e - a) * V);
+/* The weight of logit row r's dlogits: model_weight_dlogits's (periodic,
+ * unless samples_only) times its sample's model_input.loss_w; 1 when neither
+ * is set. */
+static float row_weight(const model_ws *ws, int64_t r, int samples_only) {
+    float w = 1.0f;
+    if (ws->w_period && !samples_only) {
+        int64_t j = r % ws->w_period;
+        if (j >= ws->w_first && j < ws->w_first + ws->w_count) w = ws->w_value;
+    }
+    if (ws->n_loss_w) w *= ws->loss_w[r % ws->n_out_rows / (ws->n_out_rows / ws->B)];
+    return w;
+}
+
+/* The row weights on the logit rows [r0, r0 + n), whose values (width
+ * values a row) are at d: one scale per run of rows of equal weight. */
+static void weight_rows(model *m, model_ws *ws, float *d, int64_t width, int64_t r0, int64_t n,
+                        int samples_only) {
+    for (int64_t a = r0, e; a < r0 + n; a = e) {
+        float w = row_weight(ws, a, samples_only);
+        for (e = a + 1; e < r0 + n && row_weight(ws, e, samples_only) == w;) e++;
+        if (w != 1.0f) m->be->scale(m->be, d + (a - r0) * width, w, (e - a) * width);
     }
 }
 
-/* model_weight_dlogits's weights of all rows (1 where none is set) on the
- * device, for xent16; uploaded only when they differ from the last ones, so
- * that a pass recorded as a graph after its first run uploads nothing. */
+/* The weights of all rows on the device, for xent16; uploaded only when
+ * they differ from the last ones, so that a pass recorded as a graph after
+ * its first run uploads nothing. */
 static const float *row_weights(model *m, model_ws *ws, int64_t rows) {
-    int64_t key[4] = {rows, ws->w_period, ws->w_first, ws->w_count};
-    if (!memcmp(key, ws->row_w_key, sizeof key) && ws->row_w_value == ws->w_value)
-        return ws->row_w_d.p;
-    memcpy(ws->row_w_key, key, sizeof key);
-    ws->row_w_value = ws->w_value;
     float *h = kf_malloc((size_t)rows * sizeof(float));
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t j = r % ws->w_period;
-        h[r] = j >= ws->w_first && j < ws->w_first + ws->w_count ? ws->w_value : 1.0f;
+    for (int64_t r = 0; r < rows; r++) h[r] = row_weight(ws, r, 0);
+    size_t bytes = (size_t)rows * sizeof(float);
+    if (ws->row_w_d.p && ws->row_w_rows == rows && !memcmp(h, ws->row_w_h, bytes)) {
+        free(h);
+        return ws->row_w_d.p;
     }
-    const float *d = dbuf_upload(m->be, &ws->row_w_d, h, (size_t)rows, sizeof(float));
-    free(h);
-    return d;
+    ws->row_w_rows = rows;
+    free(ws->row_w_h);
+    ws->row_w_h = h;
+    return dbuf_upload(m->be, &ws->row_w_d, h, (size_t)rows, sizeof(float));
 }
 
 /* The head of a MODEL_NO_LOGITS pass, a chunk of rows at a time: logits,
@@ -886,7 +954,8 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
     float *lg = dbuf_ensure(be, &ws->logits, (size_t)(chunk * V) * f);
     int d16 = ws->train && ws->s16;
     void *dl16 = d16 ? dbuf_ensure(be, &ws->dlogits16, (size_t)(chunk * V) * 2) : NULL;
-    const float *row_w = d16 && ws->w_period ? row_weights(m, ws, model_ws_rows(ws)) : NULL;
+    const float *row_w =
+        d16 && (ws->w_period || ws->n_loss_w) ? row_weights(m, ws, model_ws_rows(ws)) : NULL;
     float *dxf = NULL, *dln = NULL;
     if (ws->train) {
         dxf = dbuf_ensure(be, &ws->dxf, (size_t)(O * H) * f);
@@ -896,7 +965,7 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
     }
     for (int h = 0; h < m->n_heads_out; h++) {
         const head_off *o = &p->head[h];
-        const float *ln = ws->hact[h].ln.p;
+        const float *ln = head_input(m, &ws->hact[h], h);
         for (int64_t c0 = 0; c0 < O; c0 += chunk) {
             int64_t n = O - c0 < chunk ? O - c0 : chunk, r0 = h * O + c0;
             head_chunk(m, ws, h, c0, n, lg);
@@ -908,11 +977,19 @@ static void head_loss(model *m, model_ws *ws, const int32_t *t_d, float *losses,
             }
             be->xent(be, losses + r0, ws->train ? lg : NULL, lg, t_d + r0, n, V, gscale);
             if (!ws->train) continue;
-            if (ws->w_period) weight_rows(m, ws, lg, r0, n);
+            if (ws->w_period || ws->n_loss_w) weight_rows(m, ws, lg, V, r0, n, 0);
             if (mask >= 0) be->fill_column(be, lg, n, V, mask, 0.0f);
             linear_bwd(m, dln + c0 * H, 0.0f, lg, NULL, ln + c0 * H, NULL, o->w, o->b, n, H, V);
         }
-        if (ws->train)
+        if (ws->train && m->cfg.head == HEAD_MEDUSA) {
+            /* the backbone and its final norm are frozen: a Medusa head's
+             * residual block is the last thing with a gradient */
+            if (o->res_w >= 0) {
+                head_act *a = &ws->hact[h];
+                be->gelu_bwd(be, dln, dln, a->pre.p, O * H, KF_GELU_TANH);
+                linear_bwd(m, NULL, 0.0f, dln, NULL, a->ln.p, NULL, o->res_w, o->res_b, O, H, H);
+            }
+        } else if (ws->train)
             be->layernorm_bwd(
                 be, dxf, m->grads + o->norm, o->norm_b >= 0 ? m->grads + o->norm_b : NULL, dln,
                 ws->xf.p, m->params + o->norm, ws->hact[h].mean.p, ws->hact[h].rstd.p, O, H, NULL);
@@ -927,6 +1004,7 @@ static void loss_rows(model *m, model_ws *ws, const int32_t *t_d, const float *g
     float *losses = dbuf_ensure(be, &ws->losses_d, (size_t)rows * sizeof(float));
     if (ws->no_logits) head_loss(m, ws, t_d, losses, gscale);
     else be->xent(be, losses, NULL, ws->logits.p, t_d, rows, V, NULL);
+    if (ws->n_loss_w) weight_rows(m, ws, losses, 1, 0, rows, 1);
     ws->have_dlogits = ws->train;
 }
 
@@ -1024,6 +1102,11 @@ void model_backward_notify(model *m, model_ws *ws, model_grads_ready_fn ready, v
     float *dln = ws->dln.p; /* [max(R, O), H], from model_loss */
     /* the heads' own tensors (a tied head's weight is vocab_embed, reported with it) */
     if (ready) ready(ctx, p->heads_begin, p->heads_end - p->heads_begin);
+    if (c->head == HEAD_MEDUSA) { /* frozen backbone: its gradients stay zero */
+        if (ready) ready(ctx, 0, p->heads_begin);
+        ws->have_dlogits = 0;
+        return;
+    }
     float *dx = dbuf_ensure(be, &ws->dx, (size_t)(R * H) * f);
     void *dh = dbuf_ensure(be, &ws->dh, (size_t)(R * 4 * H) * (s16 ? 2 : f));
     /* in a 16-bit mode the attention's inputs and output are 16-bit copies

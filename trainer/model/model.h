@@ -34,6 +34,19 @@
  *   noise_encoder.mlp.2.weight / .bias           [H, 4H] / [H]
  *   HEAD_MTP only, heads j = 1..k_train-1 (head 0 is output_layer):
  *   mtp_heads.J.norm_final.weight, mtp_heads.J.linear.weight / .bias
+ *   HEAD_MEDUSA only (an AR model with Medusa-1 heads), J = 1..k_train:
+ *   medusa_heads.J.res.weight / .bias     [H, H] / [H]   zero-initialised weight
+ *   medusa_heads.J.linear.weight          [V, H]   no bias; starts as output_layer's
+ *
+ * Medusa heads (Cai et al. 2024, Medusa-1): head J reads y =
+ * output_layer.norm_final(x), the AR head's input at position t, and gives
+ * logits = u W_J^T with u = y + GELU_tanh(y R_J^T + r_J) (Medusa's residual
+ * block uses SiLU; kernels.h's fused linear layer has GELU, as the
+ * backbone's MLP): token t+1+J. Heads are logit heads 1..k_train after
+ * output_layer (head 0). The backbone, the final norm and output_layer are
+ * frozen: model_backward computes the Medusa heads' gradients only (the
+ * others stay zero; a targets of -1 on head 0's rows keeps output_layer's
+ * zero too). A Medusa file is checkpoint format version 3.
  *
  * Noise encoder input for one noise row (kernels' noise_features op, float64):
  * [cos(z f), sin(z f), cos(tau f), sin(tau f)] (2H values). HEAD_MTP rows
@@ -70,7 +83,7 @@
 #include "trainer/model/layout.h"
 
 typedef enum { MODEL_AR = 0, MODEL_PFLM = 1 } model_kind;
-typedef enum { HEAD_SHARED = 0, HEAD_MTP = 1 } model_head;
+typedef enum { HEAD_SHARED = 0, HEAD_MTP = 1, HEAD_MEDUSA = 2 } model_head;
 typedef enum { POS_ROPE = 0, POS_LEARNED = 1 } model_pos;
 
 typedef struct model_config {
@@ -81,14 +94,18 @@ typedef struct model_config {
     int64_t mask_id; /* its logit is forced to -1000; -1: none */
     int64_t seq_len; /* training sequence length (data samples) */
     model_kind kind;
-    model_head head; /* HEAD_MTP only with MODEL_PFLM */
-    int64_t k_train; /* PFLM window k (AR: 1); HEAD_MTP: number of heads */
+    model_head head; /* HEAD_MTP only with MODEL_PFLM, HEAD_MEDUSA with MODEL_AR */
+    int64_t k_train; /* PFLM window k (AR: 1); HEAD_MTP: number of heads; HEAD_MEDUSA:
+                        number of Medusa heads (besides output_layer) */
     /* architecture options (see above; 0 = the DDiT) */
     model_pos pos;       /* POS_ROPE, or POS_LEARNED (pos_embed.embedding) */
     int tied_head;       /* 1: logits = x E^T (HEAD_SHARED only) */
     int norm_bias;       /* 1: LayerNorms norm1, norm2, norm_final have a bias */
     int attn_bias;       /* 1: attn_qkv and attn_out have a bias */
     int64_t n_positions; /* POS_LEARNED: rows of pos_embed (positions < it), >= seq_len; else 0 */
+    int bidir;           /* 1: bidirectional attention over the context (a masked-diffusion
+                            model, MDLM: row t's logits predict token t itself); MODEL_AR
+                            kind only, never KV-cached (mdlm_sample.h decodes it) */
 } model_config;
 
 /** Checks a config (sizes positive, H divisible by heads (into an even head
@@ -114,7 +131,8 @@ struct model {
     float *grads;  /* device [n_params]; model_backward accumulates */
     int n_tensors;
     model_tensor *tensors;
-    int64_t n_heads_out;     /* heads producing logits per out row: k_train for MTP, else 1 */
+    int64_t n_heads_out;     /* heads producing logits per out row: k_train for MTP,
+                                1 + k_train for Medusa, else 1 */
     struct model_priv *priv; /* offsets of each layer's tensors (model_internal.h) */
 };
 
@@ -148,14 +166,13 @@ const model_tensor *model_find(const model *m, const char *name);
 void model_zero_grads(model *m);
 
 /* ---- checkpoints (safetensors; config in __metadata__ as "kf.<field>") ----
- * Format version "kf.version" = "2": the config keys kf.hidden, kf.heads,
- * kf.blocks, kf.vocab, kf.mask_id, kf.seq_len, kf.k_train (integers),
- * kf.kind (ar|pflm), kf.head (shared|mtp), and the options kf.pos
- * (rope|learned), kf.n_positions, kf.tied_head, kf.norm_bias, kf.attn_bias
- * (0|1). A file without kf.version is version 1 (no option keys: the
- * default architecture); other versions are refused. Loading checks the
- * config (model_config_check) and that the file holds exactly the model's
- * tensors (names above) with their shapes. */
+ * Format version "kf.version" = "2" (3 for a Medusa model: kf.head medusa): the config keys
+ * kf.hidden, kf.heads, kf.blocks, kf.vocab, kf.mask_id, kf.seq_len, kf.k_train (integers), kf.kind
+ * (ar|pflm), kf.head (shared|mtp|medusa), and the options kf.pos (rope|learned), kf.n_positions,
+ * kf.tied_head, kf.norm_bias, kf.attn_bias (0|1), kf.attn (causal|bidirectional; optional on
+ * read: absent is causal). A file without kf.version is version 1 (no option keys: the default
+ * architecture); other versions are refused. Loading checks the config (model_config_check) and
+ * that the file holds exactly the model's tensors (names above) with their shapes. */
 
 /** Writes buf (a device buffer laid out like params, e.g. the EMA; NULL:
  *  params) with the reference names. Atomic. */
@@ -188,6 +205,11 @@ typedef struct model_input {
                                  for HEAD_MTP, else 1); NULL when there are none */
     const double *tau;        /* [B] temperature per sample (noise rows) */
     const int32_t *valid_len; /* [B] context length per sample, or NULL */
+    const float *loss_w;      /* [B] each sample's rows' losses (and, MODEL_TRAIN, their
+                                 dlogits) are multiplied by loss_w[b] in model_loss: a
+                                 weighted objective (a masked-diffusion sample's time
+                                 weight); NULL: 1. With it a pass's loss ops depend on
+                                 host values: not for graphs */
 } model_input;
 
 /** Activations of one pass (sized on first use, grown when needed). A model
@@ -339,6 +361,10 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
 void model_cache_free(model_cache *c);
 /** Rows currently kept. */
 int64_t model_cache_len(const model_cache *c);
+/** Forgets the rows at and after len (0 <= len <= model_cache_len): the
+ *  next step writes from there (speculative decoding drops the K/V of the
+ *  drafts it rejected). */
+void model_cache_rewind(model_cache *c, int64_t len);
 
 /** Feeds Q new rows per sample, which take cache rows and positions
  *  [P, P+Q) (P = model_cache_len; POS_LEARNED: P+Q <= n_positions) and see every earlier row

@@ -110,6 +110,7 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
              !h          ? "missing"
              : h->m != m ? "of another model"
                          : "ok");
+    KF_CHECK(!m->cfg.bidir, "model_cache_create: a bidirectional model has no KV cache");
     model_cache *c = kf_calloc(1, sizeof *c);
     c->m = m;
     c->heads = h;
@@ -144,7 +145,7 @@ static void cache_bufs(model_cache *c, dbuf *d[CACHE_BUFS]) {
 /* The addresses of the cache's buffers into addr [bufs_count(c)]: a step
  * graph recorded with other addresses (a buffer has grown since) is
  * recorded again. */
-static int64_t bufs_count(const model_cache *c) { return CACHE_BUFS + 3 * c->m->n_heads_out; }
+static int64_t bufs_count(const model_cache *c) { return CACHE_BUFS + 6 * c->m->n_heads_out; }
 static void bufs_addrs(model_cache *c, void **addr) {
     dbuf *d[CACHE_BUFS];
     cache_bufs(c, d);
@@ -153,6 +154,9 @@ static void bufs_addrs(model_cache *c, void **addr) {
         addr[i++] = c->hact[h].ln.p;
         addr[i++] = c->hact[h].mean.p;
         addr[i++] = c->hact[h].rstd.p;
+        addr[i++] = c->hact[h].pre.p;
+        addr[i++] = c->hact[h].g.p;
+        addr[i++] = c->hact[h].u.p;
     }
 }
 
@@ -178,6 +182,9 @@ void model_cache_free(model_cache *c) {
         dbuf_release(be, &c->hact[h].ln);
         dbuf_release(be, &c->hact[h].mean);
         dbuf_release(be, &c->hact[h].rstd);
+        dbuf_release(be, &c->hact[h].pre);
+        dbuf_release(be, &c->hact[h].g);
+        dbuf_release(be, &c->hact[h].u);
     }
     free(c->hact);
     free(c->k);
@@ -188,6 +195,12 @@ void model_cache_free(model_cache *c) {
 }
 
 int64_t model_cache_len(const model_cache *c) { return c->len; }
+
+void model_cache_rewind(model_cache *c, int64_t len) {
+    KF_CHECK(len >= 0 && len <= c->len, "model_cache_rewind: %lld rows of %lld", (long long)len,
+             (long long)c->len);
+    c->len = len;
+}
 
 static int32_t *h32(model_cache *c, size_t n) {
     if (n > c->h32_cap) {

@@ -13,6 +13,8 @@ int model_export_fits(const model_config *c, model_export_to to, kf_err *err) {
     const char *where = to == MODEL_EXPORT_RELEASE
                             ? "the released K-Forcing layout (its AR and MTP classes)"
                             : "the hf layout (its modelling code, tools/ref_model.py)";
+    if (c->head == HEAD_MEDUSA)
+        return kf_err_set(err, "a Medusa model (medusa_heads.*) cannot be exported to %s", where);
     if (c->head == HEAD_MTP)
         return kf_err_set(err,
                           "a PFLM with %lld MTP heads (mtp_heads.*) cannot be exported to %s: "
@@ -26,6 +28,11 @@ int model_export_fits(const model_config *c, model_export_to to, kf_err *err) {
         return kf_err_set(err,
                           "a model with GPT-2's options (learned positions, biases or a tied "
                           "head) cannot be exported to %s: it holds the DDiT only",
+                          where);
+    if (c->bidir)
+        return kf_err_set(err,
+                          "a masked-diffusion model (bidirectional attention) cannot be exported "
+                          "to %s: its modelling code is causal",
                           where);
     return 0;
 }

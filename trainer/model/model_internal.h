@@ -22,6 +22,7 @@ typedef struct block_off {
 /* w is vocab_embed's offset with a tied head (then b = -1). */
 typedef struct head_off {
     int64_t norm, norm_b, w, b;
+    int64_t res_w, res_b; /* a Medusa head's residual block; -1: none */
 } head_off;
 
 typedef struct noise_off {
@@ -62,6 +63,7 @@ typedef struct noise_act {
 
 typedef struct head_act {
     dbuf ln, mean, rstd;
+    dbuf pre, g, u; /* a Medusa head's residual block: GELU input, output, ln + output */
 } head_act;
 
 /* In a 16-bit mode the activations only GEMMs and the attention read (the
@@ -96,5 +98,8 @@ void block_mlp_fwd(model *m, const block_off *o, layer_act *a, float *x, int64_t
                    void *const *lin);
 /* Head h's final norm over R rows of xf; returns the normalised rows (in a->ln). */
 float *head_norm_fwd(model *m, head_act *a, int h, const float *xf, int64_t R);
+/* What head h's output layer reads: the final norm's output, or a Medusa
+ * head's residual block's (head_norm_fwd's return). */
+const float *head_input(const model *m, const head_act *a, int h);
 
 #endif

@@ -11,8 +11,11 @@
 #include "common/safetensors.h"
 #include "trainer/model/model_internal.h"
 
-/* the checkpoint format this build writes; it reads 1 (no kf.version) and 2 */
-#define MODEL_FORMAT_VERSION 2
+/* the newest checkpoint format this build reads (and 1, no kf.version, and 2) */
+#define MODEL_FORMAT_VERSION 3
+/* version 3 adds kf.head = medusa; every other model is still written as 2,
+ * which the builds before it read */
+#define MODEL_FORMAT_VERSION_NO_MEDUSA 2
 
 int model_save(const model *m, const char *path, const float *buf, kf_err *err) {
     kf_backend *be = m->be;
@@ -35,7 +38,7 @@ int model_save(const model *m, const char *path, const float *buf, kf_err *err) 
     META("mask_id", c->mask_id);
     META("seq_len", c->seq_len);
     META("k_train", c->k_train);
-    META("version", MODEL_FORMAT_VERSION);
+    META("version", c->head == HEAD_MEDUSA ? MODEL_FORMAT_VERSION : MODEL_FORMAT_VERSION_NO_MEDUSA);
     META("n_positions", c->n_positions);
     META("tied_head", c->tied_head);
     META("norm_bias", c->norm_bias);
@@ -43,7 +46,11 @@ int model_save(const model *m, const char *path, const float *buf, kf_err *err) 
 #undef META
     safetensors_set_meta(w, "kf.pos", c->pos == POS_LEARNED ? "learned" : "rope");
     safetensors_set_meta(w, "kf.kind", c->kind == MODEL_PFLM ? "pflm" : "ar");
-    safetensors_set_meta(w, "kf.head", c->head == HEAD_MTP ? "mtp" : "shared");
+    safetensors_set_meta(w, "kf.head",
+                         c->head == HEAD_MTP      ? "mtp"
+                         : c->head == HEAD_MEDUSA ? "medusa"
+                                                  : "shared");
+    safetensors_set_meta(w, "kf.attn", c->bidir ? "bidirectional" : "causal");
     safetensors_set_meta(w, "format", "pt");
     int rc = safetensors_write(w, path, err);
     safetensors_writer_free(w);
@@ -75,10 +82,12 @@ static int config_from_file(const safetensors_file *f, model_config *c, kf_err *
     const char *kind = safetensors_meta(f, "kf.kind"), *head = safetensors_meta(f, "kf.head");
     if (!kind || (strcmp(kind, "ar") && strcmp(kind, "pflm")))
         return kf_err_set(err, "%s: metadata \"kf.kind\" must be ar or pflm", f->path);
-    if (!head || (strcmp(head, "shared") && strcmp(head, "mtp")))
-        return kf_err_set(err, "%s: metadata \"kf.head\" must be shared or mtp", f->path);
+    if (!head || (strcmp(head, "shared") && strcmp(head, "mtp") && strcmp(head, "medusa")))
+        return kf_err_set(err, "%s: metadata \"kf.head\" must be shared, mtp or medusa", f->path);
     c->kind = strcmp(kind, "pflm") == 0 ? MODEL_PFLM : MODEL_AR;
-    c->head = strcmp(head, "mtp") == 0 ? HEAD_MTP : HEAD_SHARED;
+    c->head = strcmp(head, "mtp") == 0      ? HEAD_MTP
+              : strcmp(head, "medusa") == 0 ? HEAD_MEDUSA
+                                            : HEAD_SHARED;
     /* version 1 (no key) predates the architecture options: all default */
     int64_t version = 1, tied = 0, nbias = 0, abias = 0;
     if (safetensors_meta(f, "kf.version") && meta_int(f, "kf.version", &version, err)) return -1;
@@ -104,7 +113,15 @@ static int config_from_file(const safetensors_file *f, model_config *c, kf_err *
         c->tied_head = (int)tied;
         c->norm_bias = (int)nbias;
         c->attn_bias = (int)abias;
+        const char *attn = safetensors_meta(f, "kf.attn"); /* added later: optional */
+        if (attn && strcmp(attn, "causal") && strcmp(attn, "bidirectional"))
+            return kf_err_set(err, "%s: metadata \"kf.attn\" must be causal or bidirectional",
+                              f->path);
+        c->bidir = attn && strcmp(attn, "bidirectional") == 0;
     }
+    if (c->head == HEAD_MEDUSA && version < 3)
+        return kf_err_set(err, "%s: kf.head = medusa in a version %lld file (medusa is version 3)",
+                          f->path, (long long)version);
     kf_err e2;
     if (model_config_check(c, &e2)) return kf_err_set(err, "%s: %s", f->path, e2.msg);
     return 0;

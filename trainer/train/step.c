@@ -49,7 +49,7 @@ void step_free(step *s) {
     for (int64_t a = 0; a < s->opt.accum; a++) {
         step_mb *mb = &s->mbs[a];
         if (mb->targets_d) be->free(be, mb->targets_d);
-        free(mb->ids), free(mb->len), free(mb->z), free(mb->tau);
+        free(mb->ids), free(mb->len), free(mb->z), free(mb->tau), free(mb->loss_w);
     }
     free(s->mbs);
     free(s->keys);
@@ -111,6 +111,9 @@ static void store(step *s, step_mb *mb) {
         mb->z = dup_or_grow(mb->z, sb->in.z, (size_t)(mb->B * mb->L * mb->zdim) * sizeof(double));
         mb->tau = dup_or_grow(mb->tau, sb->in.tau, (size_t)mb->B * sizeof(double));
     }
+    mb->has_w = sb->in.loss_w != NULL;
+    if (mb->has_w)
+        mb->loss_w = dup_or_grow(mb->loss_w, sb->in.loss_w, (size_t)mb->B * sizeof(float));
     step_targets(s, mb);
 }
 
@@ -120,6 +123,7 @@ static model_input stored_input(const step *s, const step_mb *mb) {
                          .ids = mb->ids,
                          .z = mb->has_z ? mb->z : NULL,
                          .tau = mb->has_z ? mb->tau : NULL,
+                         .loss_w = mb->has_w ? mb->loss_w : NULL,
                          .valid_len = mb->has_len ? mb->len : NULL};
 }
 
@@ -137,7 +141,8 @@ static void grads_ready(void *ctx, int64_t off, int64_t count) {
  * model's buffers: the precision, and each micro-batch's shape, its
  * inputs' presence and its targets' buffer. */
 static graph_mode graphs_mode(step *s, runconfig_prec prec) {
-    if (!s->opt.graphs) return GRAPH_EAGER;
+    /* per-sample loss weights are host values of the loss's ops */
+    if (!s->opt.graphs || s->mbs[0].has_w) return GRAPH_EAGER;
     int64_t *key = s->key;
     key[0] = prec;
     for (int64_t a = 0; a < s->opt.accum; a++) {

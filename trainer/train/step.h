@@ -50,7 +50,8 @@ typedef struct step_mb {
     int32_t *targets_d; /* device [rows] */
     size_t targets_cap;
     double *z, *tau;
-    int has_len, has_z;
+    float *loss_w; /* [B] model_input.loss_w (has_w) */
+    int has_len, has_z, has_w;
 } step_mb;
 
 /** The parts of a step, in order, for step_opts' mark hook. */

@@ -25,6 +25,7 @@ struct sup_ctx {
     int64_t lay_n; /* context length the cached student layout was built for */
     int32_t *ids, *targets, *ctx, *blk;
     double *z, *tau, *z1, *z2, *lo;
+    float *loss_w; /* SUP_MDLM: each sample's weight */
     size_t cap;
     int32_t *picks; /* the teacher's picks, on its device (sup_ar_blocks, sup_pflm_rounds) */
     size_t picks_cap;
@@ -34,14 +35,17 @@ struct sup_ctx {
     int64_t n_graphs, graph_launches;
 };
 
-static const char *const kind_names[] = {"ar", "distill_ar", "self_forcing",
-                                         "noise_inversion_causal", "noise_inversion_mtp"};
+static const char *const kind_names[] = {
+    "ar",   "distill_ar", "self_forcing", "noise_inversion_causal", "noise_inversion_mtp",
+    "mdlm", "medusa"};
 
 int sup_kind_from_name(const char *name) {
     for (int i = 0; i < (int)(sizeof kind_names / sizeof *kind_names); i++)
         if (strcmp(name, kind_names[i]) == 0) return i;
     return -1;
 }
+
+const char *sup_kind_name(sup_kind kind) { return kind_names[kind]; }
 
 double sup_uniform(uint64_t seed, uint64_t key, int purpose, int64_t t, int64_t j) {
     uint64_t idx = ((uint64_t)purpose << 56) | ((uint64_t)t << 16) | (uint64_t)j;
@@ -50,9 +54,13 @@ double sup_uniform(uint64_t seed, uint64_t key, int purpose, int64_t t, int64_t 
 
 model_config sup_student_config(const sup_config *cfg, const model_config *base) {
     model_config c = *base;
-    c.kind = cfg->kind == SUP_AR ? MODEL_AR : MODEL_PFLM;
-    c.head = cfg->kind == SUP_NI_MTP ? HEAD_MTP : HEAD_SHARED;
-    c.k_train = cfg->kind == SUP_AR ? 1 : cfg->k;
+    int plain = cfg->kind == SUP_AR || cfg->kind == SUP_MDLM;
+    c.kind = plain || cfg->kind == SUP_MEDUSA ? MODEL_AR : MODEL_PFLM;
+    c.head = cfg->kind == SUP_NI_MTP   ? HEAD_MTP
+             : cfg->kind == SUP_MEDUSA ? HEAD_MEDUSA
+                                       : HEAD_SHARED;
+    c.k_train = plain ? 1 : cfg->k;
+    c.bidir = cfg->kind == SUP_MDLM;
     return c;
 }
 
@@ -66,6 +74,14 @@ sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err) {
     case SUP_AR:
         if (cfg->k != 1) return kf_err_set(err, "supervision: an AR stage has k = 1"), NULL;
         break;
+    case SUP_MDLM:
+        if (cfg->k != 1) return kf_err_set(err, "supervision: an mdlm stage has k = 1"), NULL;
+        if (cfg->mask_id < 0 || cfg->strata < 0)
+            return kf_err_set(err, "supervision: mdlm needs a mask token (model.mask_id, or a "
+                                   "model.vocab past the data's) and strata >= 0"),
+                   NULL;
+        break;
+    case SUP_MEDUSA: teacher = NULL; break; /* the model itself is the teacher */
     case SUP_DISTILL_AR:
     case SUP_NI_CAUSAL:
     case SUP_NI_MTP:
@@ -174,6 +190,7 @@ void sup_free(sup_ctx *s) {
     model_ws_free(s->ws2);
     if (s->lay_n) layout_free(&s->lay);
     free(s->ids);
+    free(s->loss_w);
     free(s->targets);
     free(s->ctx);
     free(s->blk);
@@ -434,6 +451,7 @@ static void grow(sup_ctx *s, size_t n) {
     s->z1 = kf_realloc(s->z1, n * sizeof(double));
     s->z2 = kf_realloc(s->z2, n * sizeof(double));
     s->lo = kf_realloc(s->lo, 2 * n * sizeof(double));
+    s->loss_w = kf_realloc(s->loss_w, n * sizeof(float));
     s->cap = n;
 }
 
@@ -449,6 +467,57 @@ static void targets_ar(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n, 
         for (int64_t t = 0; t < np; t++)
             s->targets[b * np + t] =
                 t + 1 < valid_upto(valid_len, b, n) ? tokens[b * n + t + 1] : -1;
+}
+
+/* MDLM's LogLinearNoise eps and training.sampling_eps. */
+#define MDLM_NOISE_EPS 1e-3
+#define MDLM_SAMPLING_EPS 1e-3
+
+double sup_mdlm_time(const sup_config *cfg, uint64_t key) {
+    double u = sup_uniform(cfg->seed, key, SUP_RNG_MDLM_T, 0, 0);
+    if (cfg->strata > 0) {
+        double S = (double)cfg->strata;
+        u = fmod(u / S + (double)(key % (uint64_t)cfg->strata) / S, 1.0);
+    }
+    return (1 - MDLM_SAMPLING_EPS) * u + MDLM_SAMPLING_EPS;
+}
+
+double sup_mdlm_schedule(double t, double *move) {
+    double sigma = -log1p(-(1 - MDLM_NOISE_EPS) * t);
+    double dsigma = (1 - MDLM_NOISE_EPS) / (1 - (1 - MDLM_NOISE_EPS) * t);
+    *move = -expm1(-sigma);
+    return dsigma / expm1(sigma);
+}
+
+/* SUP_MDLM: sample b's positions masked at its time's rate; the masked ones
+ * learn their token, weighted by the schedule (ids, targets, loss_w). */
+static void targets_mdlm(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n,
+                         const int32_t *valid_len, const uint64_t *keys, int64_t *n_valid) {
+    const sup_config *c = &s->cfg;
+    *n_valid = 0;
+    for (int64_t b = 0; b < B; b++) {
+        double move, w = sup_mdlm_schedule(sup_mdlm_time(c, keys[b]), &move);
+        s->loss_w[b] = (float)w;
+        int64_t vl = valid_upto(valid_len, b, n);
+        *n_valid += vl;
+        for (int64_t t = 0; t < n; t++) {
+            int masked = sup_uniform(c->seed, keys[b], SUP_RNG_MDLM_MASK, t, 0) < move;
+            s->ids[b * n + t] = masked ? (int32_t)c->mask_id : tokens[b * n + t];
+            s->targets[b * n + t] = masked && t < vl ? tokens[b * n + t] : -1;
+        }
+    }
+}
+
+/* SUP_MEDUSA: head h of row (b, t) learns x[t+1+h]; head 0 (the frozen AR
+ * head) nothing. Head-major, as the model's logit rows. */
+static void targets_medusa(sup_ctx *s, const int32_t *tokens, int64_t B, int64_t n, int64_t np,
+                           const int32_t *valid_len) {
+    for (int64_t h = 0; h <= s->cfg.k; h++)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < np; t++)
+                s->targets[(h * B + b) * np + t] = h > 0 && t + 1 + h < valid_upto(valid_len, b, n)
+                                                       ? tokens[b * n + t + 1 + h]
+                                                       : -1;
 }
 
 /* A device buffer of n ids for the teacher's picks. */
@@ -570,14 +639,30 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
                               int64_t n, const int32_t *valid_len, const uint64_t *keys,
                               int64_t slot) {
     const sup_config *c = &s->cfg;
-    int64_t k = c->k, np = c->kind == SUP_AR ? n - 1 : n - k;
+    if (c->kind == SUP_MDLM) {
+        if (s->lay_n != n) {
+            if (s->lay_n) layout_free(&s->lay);
+            layout_ar(&s->lay, n);
+            s->lay_n = n;
+        }
+        grow(s, (size_t)(B * n + 16));
+        targets_mdlm(s, tokens, B, n, valid_len, keys, &out->n_targets);
+        out->rows = B * n;
+        out->targets = s->targets, out->targets_d = NULL;
+        out->lay = &s->lay;
+        out->in = (model_input){.lay = &s->lay, .B = B, .ids = s->ids, .loss_w = s->loss_w};
+        out->n_ctx = n;
+        return;
+    }
+    int ar = c->kind == SUP_AR || c->kind == SUP_MEDUSA; /* the AR's rows */
+    int64_t k = c->k, np = ar ? n - 1 : n - k;
     KF_CHECK(np >= 1, "supervision: samples of %lld tokens are too short for k = %lld",
              (long long)n, (long long)k);
     int mtp = c->kind == SUP_NI_MTP;
     int64_t g = mtp ? 1 : k; /* noise rows per position */
     if (s->lay_n != np) {
         if (s->lay_n) layout_free(&s->lay);
-        if (c->kind == SUP_AR) layout_ar(&s->lay, np);
+        if (ar) layout_ar(&s->lay, np);
         else layout_single(&s->lay, np, g);
         s->lay_n = np;
     }
@@ -590,18 +675,19 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
         s->tau[b] = c->tau_min +
                     (c->tau_max - c->tau_min) * sup_uniform(c->seed, keys[b], SUP_RNG_TAU, 0, 0);
     }
-    out->rows = B * np * k;
+    out->rows = B * np * (c->kind == SUP_MEDUSA ? 1 + k : k);
     out->targets = NULL, out->targets_d = NULL, out->n_targets = 0;
     if (c->kind == SUP_DISTILL_AR || c->kind == SUP_SELF_FORCING) {
         targets_teacher(s, out, B, n, np, valid_len, keys, slot);
     } else {
         if (c->kind == SUP_AR) targets_ar(s, tokens, B, n, np, valid_len);
+        else if (c->kind == SUP_MEDUSA) targets_medusa(s, tokens, B, n, np, valid_len);
         else targets_noise_inversion(s, tokens, B, n, np, valid_len, keys);
         out->targets = s->targets;
         for (int64_t r = 0; r < out->rows; r++) out->n_targets += s->targets[r] >= 0;
     }
     /* student noise rows: (t, j) -> row n + t*g + j holding g (or k for MTP) values */
-    if (c->kind != SUP_AR) {
+    if (!ar) {
         memset(s->z1, 0, (size_t)(B * L * (mtp ? k : 1)) * sizeof(double));
         for (int64_t b = 0; b < B; b++)
             for (int64_t t = 0; t < np; t++)
@@ -612,11 +698,8 @@ static void sup_build_targets(sup_ctx *s, sup_batch *out, const int32_t *tokens,
                 }
     }
     out->lay = &s->lay;
-    out->in = (model_input){.lay = &s->lay,
-                            .B = B,
-                            .ids = s->ids,
-                            .z = c->kind == SUP_AR ? NULL : s->z1,
-                            .tau = s->tau};
+    out->in =
+        (model_input){.lay = &s->lay, .B = B, .ids = s->ids, .z = ar ? NULL : s->z1, .tau = s->tau};
     out->n_ctx = np;
 }
 

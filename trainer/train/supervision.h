@@ -26,6 +26,24 @@
  *   SUP_NI_MTP        the same supervision for the standard-MTP model
  *                     (variant A): one noise token per position carrying
  *                     z_1..z_k; targets head-major.
+ *   SUP_MDLM          masked diffusion (MDLM: SUBS parameterisation, log-linear
+ *                     schedule, continuous time): sample b draws its time t
+ *                     (sup_mdlm_time), each of its n positions is replaced by
+ *                     mask_id with probability (1 - eps) t (sigma(t) =
+ *                     -log1p(-(1 - eps) t), eps = 1e-3), and the student (a
+ *                     bidirectional model, layout_ar(n): row t's logits
+ *                     predict token t) learns the masked positions' tokens,
+ *                     their dlogits weighted by dsigma / expm1(sigma) (= 1/t;
+ *                     model_input.loss_w). Unmasked positions are carried over
+ *                     by SUBS: loss 0, target -1. The loss is averaged over
+ *                     every valid position, masked or not (n_targets), as
+ *                     MDLM's token NELBO; pads are attended as MDLM does.
+ *   SUP_MEDUSA        k Medusa heads on a frozen AR model (model.h
+ *                     HEAD_MEDUSA; Medusa-1): context x[0..n-1) as SUP_AR;
+ *                     head J (1..k) of row t learns the real token x[t+1+J]
+ *                     (-1 past the sample), head 0 (the AR's own) nothing;
+ *                     targets head-major. No teacher passes: the teacher is
+ *                     the model (train.c loads it as the student's weights).
  *
  * Randomness: every z, tau and inversion draw is common/rng.h Philox keyed by
  * (seed, keys[b], index) with index = purpose << 56 | t << 16 | j, where
@@ -44,7 +62,15 @@
 #include "trainer/model/layout.h"
 #include "trainer/model/model.h"
 
-typedef enum { SUP_AR = 0, SUP_DISTILL_AR, SUP_SELF_FORCING, SUP_NI_CAUSAL, SUP_NI_MTP } sup_kind;
+typedef enum {
+    SUP_AR = 0,
+    SUP_DISTILL_AR,
+    SUP_SELF_FORCING,
+    SUP_NI_CAUSAL,
+    SUP_NI_MTP,
+    SUP_MDLM,
+    SUP_MEDUSA
+} sup_kind;
 
 typedef struct sup_config {
     sup_kind kind;
@@ -55,11 +81,18 @@ typedef struct sup_config {
                                        the student's phase */
     int teacher_follow;             /* 1: the teacher passes run in the backend's precision
                                        as the caller left it (the student's phase) */
+    int64_t mask_id;                /* SUP_MDLM: the mask token (>= 0) */
+    int64_t strata;                 /* SUP_MDLM: antithetic time sampling over this many
+                                       stream positions (the global batch; 0: none) */
 } sup_config;
 
 /** Parses a stage kind name ("ar", "distill_ar", "self_forcing",
- *  "noise_inversion_causal", "noise_inversion_mtp"); -1 when unknown. */
+ *  "noise_inversion_causal", "noise_inversion_mtp", "mdlm", "medusa"); -1
+ *  when unknown. */
 int sup_kind_from_name(const char *name);
+
+/** The name of a kind (sup_kind_from_name's inverse). */
+const char *sup_kind_name(sup_kind kind);
 
 /** One student batch. Arrays are owned by the sup_ctx and valid until its
  *  next sup_build. The targets, one per student logit row (model.h order,
@@ -74,7 +107,8 @@ typedef struct sup_batch {
     const int32_t *targets;   /* [rows] host, or NULL (see targets_d) */
     const int32_t *targets_d; /* [rows] device (teacher kinds), or NULL */
     int64_t rows;
-    int64_t n_targets; /* targets >= 0 (known on the host either way) */
+    int64_t n_targets; /* the loss's denominator, known on the host either way: the
+                          targets >= 0 (SUP_MDLM: every valid position) */
     int64_t n_ctx;     /* context positions per sample (n - k, or n - 1 for AR) */
 } sup_batch;
 
@@ -155,8 +189,20 @@ void sup_pflm_rounds(model *pf, model_ws *ws1, model_ws *ws2, const int32_t *ctx
 void sup_icdf_bin_sorted(const float *logits, int64_t V, double tau, int32_t target, double *lo,
                          double *hi);
 
+/** SUP_MDLM's time of the sample at stream position key, in [1e-3, 1]:
+ *  MDLM's _sample_t with antithetic sampling over cfg->strata positions,
+ *  u = (U / S + (key mod S) / S) mod 1, t = (1 - 1e-3) u + 1e-3, with U the
+ *  sample's own uniform draw (S = strata; 0: u = U). The global batch's
+ *  positions are consecutive, so its times are stratified whatever its
+ *  split over ranks and micro-batches (MDLM stratifies each device's batch). */
+double sup_mdlm_time(const sup_config *cfg, uint64_t key);
+
+/** The log-linear schedule at time t: the mask probability 1 - exp(-sigma)
+ *  (*move) and the loss weight dsigma / expm1(sigma) (returned). */
+double sup_mdlm_schedule(double t, double *move);
+
 /** Philox draws used above (exposed for tests and decoding). */
-enum { SUP_RNG_Z = 1, SUP_RNG_TAU = 2, SUP_RNG_INV = 3 };
+enum { SUP_RNG_Z = 1, SUP_RNG_TAU = 2, SUP_RNG_INV = 3, SUP_RNG_MDLM_T = 4, SUP_RNG_MDLM_MASK = 5 };
 double sup_uniform(uint64_t seed, uint64_t key, int purpose, int64_t t, int64_t j);
 
 #endif

@@ -410,7 +410,9 @@ static int setup_training(trainer *t, kf_err *err) {
                      .tau_max = st->tau_max,
                      .seed = t->o->seed,
                      .teacher_precision = optim_precision(t->o->teacher_precision),
-                     .teacher_follow = t->o->teacher_follow};
+                     .teacher_follow = t->o->teacher_follow,
+                     .mask_id = runconfig_mask_id(rm, dv),
+                     .strata = t->o->batch};
     model_config base = {.hidden = rm->hidden,
                          .heads = rm->heads,
                          .blocks = rm->blocks,
@@ -451,6 +453,15 @@ static int setup_training(trainer *t, kf_err *err) {
         if (resolve_ref(t, st->init, st->init_stage, initf, sizeof initf, sha, err)) return -1;
         model *src = model_load(t->be, initf, err);
         if (!src) return -1;
+        const model_config *a = &src->cfg, *b = &t->m->cfg;
+        if (a->pos != b->pos || a->tied_head != b->tied_head || a->norm_bias != b->norm_bias ||
+            a->attn_bias != b->attn_bias) {
+            model_free(src);
+            return kf_err_set(err,
+                              "%s: init %s has other architecture options (positions, biases, "
+                              "tied head) than this stage's model: its weights would be misread",
+                              st->name, initf);
+        }
         int n = model_copy_matching(t->m, src);
         model_free(src);
         if (t->d->rank == 0) kf_log_info("%s: %d tensors initialised from %s", st->name, n, initf);
