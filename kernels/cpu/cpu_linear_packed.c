@@ -229,16 +229,7 @@ LP256 static inline __attribute__((always_inline)) void lp256_half(int R, const 
     }
     __m256 va = _mm256_set1_ps(1.0f), vb = _mm256_set1_ps(beta);
 #define OUT(i)                                                                                     \
-    if (R > i) {                                                                                   \
-        float *ci = c + i * ldc;                                                                   \
-        __m256 v0 = _mm256_mul_ps(va, s##i##0), v1 = _mm256_mul_ps(va, s##i##1);                   \
-        if (beta != 0.0f) {                                                                        \
-            v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v0);                                     \
-            v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), v1);                                 \
-        }                                                                                          \
-        _mm256_storeu_ps(ci, v0);                                                                  \
-        _mm256_storeu_ps(ci + 8, v1);                                                              \
-    }
+    if (R > i) cpu_avx2_out16(c + i * ldc, s##i##0, s##i##1, va, vb, beta);
     LP256_ROWS(OUT)
 #undef OUT
 }
