@@ -42,6 +42,7 @@
  * prices one decode step of a run config's model shape on the named GPU.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,8 @@ static const char USAGE[] =
     "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
     "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
     "smallest context. On the CPU backend the run first measures the read bandwidth\n"
-    "and the GEMM's FLOP/s of its threads (--clock), and prints each method's tokens/s\n"
+    "and the GEMM's FLOP/s of its threads (--clock; with more than one thread, also the\n"
+    "read of one thread in turns with theirs), and prints each method's tokens/s\n"
     "at the roofline of its steps (max of bytes / bandwidth, FLOPs / GEMM rate) and the\n"
     "fraction reached (bench/roofline/decode_limits.h).\n"
     "\n"
@@ -594,8 +596,11 @@ int bench_decode_main(int argc, char **argv) {
                a.clock_name, a.tau, a.pen);
         if (!strcmp(p.be->name, "cpu")) {
             decode_limits_measure(p.be, a.cpu_clock ? clock_cpu_s : clock_now_s, &p.lim);
-            printf("CPU limits: read %.1f GB/s, GEMM %.1f GFLOP/s\n", p.lim.read_bw / 1e9,
-                   p.lim.gemm_flops / 1e9);
+            printf("CPU limits: read %.1f GB/s", p.lim.read_bw / 1e9);
+            if (omp_get_max_threads() > 1)
+                printf(" (%d threads; one thread in turns with them: %.1f GB/s)",
+                       omp_get_max_threads(), p.lim.read_bw1 / 1e9);
+            printf(", GEMM %.1f GFLOP/s\n", p.lim.gemm_flops / 1e9);
         }
         run_batches(&p, &a, &err);
         if (report(&p, &a, &err) == 0) code = KF_EXIT_OK;

@@ -12,9 +12,11 @@
 
 /** What the CPU gives the benchmark's threads (OMP_NUM_THREADS), measured
  *  now by `now` (a clock of common/clock.h): bytes/s of a streaming read
- *  of 512 MiB (best of 3) and FLOP/s of b's matmul at 512^3 (best of 5). */
+ *  of 512 MiB (best of 3), the same read on one thread in turns with it
+ *  (read_bw1: what more threads add to the bandwidth, under the same load),
+ *  and FLOP/s of b's matmul at 512^3 (best of 5). */
 typedef struct decode_limits {
-    double read_bw, gemm_flops;
+    double read_bw, read_bw1, gemm_flops;
 } decode_limits;
 void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *out);
 

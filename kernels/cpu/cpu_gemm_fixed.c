@@ -128,17 +128,7 @@ AVX2_TARGET static void ukr_avx2(const float *a, int64_t ks, int64_t is, const f
         return;
     }
     __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-#define OUT(i)                                                                                     \
-    {                                                                                              \
-        float *ci = c + i * ldc;                                                                   \
-        __m256 v0 = _mm256_mul_ps(va, r##i##0), v1 = _mm256_mul_ps(va, r##i##1);                   \
-        if (beta != 0.0f) {                                                                        \
-            v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v0);                                     \
-            v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), v1);                                 \
-        }                                                                                          \
-        _mm256_storeu_ps(ci, v0);                                                                  \
-        _mm256_storeu_ps(ci + 8, v1);                                                              \
-    }
+#define OUT(i) cpu_avx2_out16(c + i * ldc, r##i##0, r##i##1, va, vb, beta);
     AVX2_ROWS(OUT)
 #undef OUT
 }

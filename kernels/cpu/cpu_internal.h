@@ -10,6 +10,7 @@
 #ifndef KF_KERNELS_CPU_INTERNAL_H
 #define KF_KERNELS_CPU_INTERNAL_H
 
+#include <immintrin.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -65,6 +66,20 @@ enum { CPU_SIMD_BASE = 0, CPU_SIMD_AVX2 = 1, CPU_SIMD_AVX512 = 2, CPU_SIMD_VNNI 
  *  avx512, vnni) when set, which may only lower it (a level the CPU lacks
  *  is a fatal error naming it). Read once, before any parallel use. */
 int cpu_simd_level(void);
+
+/** The fixed GEMM's epilogue (cpu_gemm_fixed.c) on 16 outputs of one row
+ *  with AVX2 + FMA: c = va * s, or fma(vb, c, va * s) when beta is not 0
+ *  (va, vb: alpha and beta broadcast). */
+__attribute__((target("avx2,fma"))) static inline void
+cpu_avx2_out16(float *c, __m256 s0, __m256 s1, __m256 va, __m256 vb, float beta) {
+    __m256 v0 = _mm256_mul_ps(va, s0), v1 = _mm256_mul_ps(va, s1);
+    if (beta != 0.0f) {
+        v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c), v0);
+        v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + 8), v1);
+    }
+    _mm256_storeu_ps(c, v0);
+    _mm256_storeu_ps(c + 8, v1);
+}
 
 /** CPU_MULTIVERSION(ret, name, params, args) defines `static ret name params`,
  *  which runs name##_body (a CPU_INLINE function) compiled for AVX-512 + FMA,

@@ -7,8 +7,9 @@
  * panels and reads them again). Here W is packed once, in panels of 32
  * outputs by `in` ([panels][in][32], zero past out), and a kernel per SIMD
  * level streams the panels with one register block per few rows (AVX-512: up
- * to 8 rows x 32 outputs, AVX2 + FMA: 2 x 32, baseline: 4 x 32 through
- * fmaf): at one row it reads each weight once, at its memory bandwidth.
+ * to 8 rows x 32 outputs, AVX2 + FMA: 1-2 x 32 or 3-6 x 16, baseline: 4 x 32
+ * through fmaf): at one row it reads each weight once, at its memory
+ * bandwidth.
  *
  * Every output is cpu_gemm_fixed's chain, fma over k = 0..in-1 in order from
  * +0, then alpha*s (alpha 1) or fma(beta, C, alpha*s), so the results are
@@ -196,10 +197,65 @@ LP256 static inline __attribute__((always_inline)) void lp256_body(int R, const 
 LP256_R(1)
 LP256_R(2)
 
+/* From 3 rows: blocks of up to 6 rows x 16 outputs, half a panel (row
+ * stride 32) at a time. 12 accumulators + 2 weight vectors + 1 broadcast
+ * fill AVX2's 16 registers and cover the FMAs' latency; a K-Forcing step's 8
+ * rows (2 x 4) read each panel twice, where 2 x 32 read it four times, from
+ * L2 (K-Forcing at ~60% of its roofline). Named variables, as in
+ * cpu_gemm_fixed's AVX2 kernel: gcc kept an array's copy on the stack. */
+#define LP256_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+LP256 static inline __attribute__((always_inline)) void lp256_half(int R, const float *x, int64_t K,
+                                                                   const float *w,
+                                                                   const uint16_t *h, float *c,
+                                                                   int64_t ldc, float beta) {
+#define DECL(i)                                                                                    \
+    __m256 s##i##0 = _mm256_setzero_ps(), s##i##1 = _mm256_setzero_ps();                           \
+    const float *x##i = x + (R > i ? i : 0) * K;
+    LP256_ROWS(DECL)
+#undef DECL
+    for (int64_t k = 0; k < K; k++) {
+        const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
+        _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
+        if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        __m256 b0 = lp256_load(w, h, k * LP_PANEL), b1 = lp256_load(w, h, k * LP_PANEL + 8), a;
+#define STEP(i)                                                                                    \
+    if (R > i) {                                                                                   \
+        a = _mm256_broadcast_ss(x##i + k);                                                         \
+        s##i##0 = _mm256_fmadd_ps(a, b0, s##i##0);                                                 \
+        s##i##1 = _mm256_fmadd_ps(a, b1, s##i##1);                                                 \
+    }
+        LP256_ROWS(STEP)
+#undef STEP
+    }
+    __m256 va = _mm256_set1_ps(1.0f), vb = _mm256_set1_ps(beta);
+#define OUT(i)                                                                                     \
+    if (R > i) cpu_avx2_out16(c + i * ldc, s##i##0, s##i##1, va, vb, beta);
+    LP256_ROWS(OUT)
+#undef OUT
+}
+
+/* both halves of the panel */
+#define LP256H_CASES(X) X(3) X(4) X(5) X(6)
+#define LP256H_R(n)                                                                                \
+    LP256 static void lp256h_##n(const float *x, int64_t K, const float *w, const uint16_t *h,     \
+                                 float *c, int64_t ldc, float beta) {                              \
+        for (int half = 0; half < 2; half++) {                                                     \
+            if (h) lp256_half(n, x, K, NULL, h + half * 16, c + half * 16, ldc, beta);             \
+            else lp256_half(n, x, K, w + half * 16, NULL, c + half * 16, ldc, beta);               \
+        }                                                                                          \
+    }
+LP256H_CASES(LP256H_R)
+
 static void lp_avx2(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
                     int64_t ldc, float beta) {
-    if (R == 1) lp256_1(x, K, w, h, c, ldc, beta);
-    else lp256_2(x, K, w, h, c, ldc, beta);
+    switch (R) {
+    case 1: lp256_1(x, K, w, h, c, ldc, beta); break;
+    case 2: lp256_2(x, K, w, h, c, ldc, beta); break;
+#define LP256H_CASE(n)                                                                             \
+    case n: lp256h_##n(x, K, w, h, c, ldc, beta); break;
+        LP256H_CASES(LP256H_CASE)
+    default: KF_FATAL("lp_avx2: %d rows", R);
+    }
 }
 
 /* ------------------------------------------------------ baseline: 4 x 32 */
@@ -230,7 +286,10 @@ static void lp_base(int R, const float *x, int64_t K, const float *w, const uint
 static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t rows, float beta) {
     int lvl = cpu_simd_level();
     lp_fn *fn = lvl >= CPU_SIMD_AVX512 ? lp_avx512 : lvl == CPU_SIMD_AVX2 ? lp_avx2 : lp_base;
-    int mr = lvl >= CPU_SIMD_AVX512 ? 8 : lvl == CPU_SIMD_AVX2 ? 2 : 4;
+    int mr = lvl >= CPU_SIMD_AVX512 ? 8 : lvl == CPU_SIMD_AVX2 ? 6 : 4;
+    /* blocks as even as mr allows: 8 rows at AVX2 as 4 + 4, not 6 + 2 (a
+     * 2-row block has too few accumulators to cover the FMAs' latency) */
+    int64_t nb = (rows + mr - 1) / mr;
     int64_t K = L->in, N = L->out;
 #pragma omp parallel for schedule(static) if (rows * K * N >= 16 * KF_CPU_PAR_MIN)
     for (int64_t p = 0; p < L->panels; p++) {
@@ -238,8 +297,9 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
         const float *w = L->p32 ? L->p32 + off : NULL;
         const uint16_t *h = L->p16 ? L->p16 + off : NULL;
         int64_t j0 = p * LP_PANEL, nj = N - j0 < LP_PANEL ? N - j0 : LP_PANEL;
-        for (int64_t i0 = 0; i0 < rows; i0 += mr) {
-            int R = rows - i0 < mr ? (int)(rows - i0) : mr;
+        for (int64_t ib = 0; ib < nb; ib++) {
+            int R = (int)(rows / nb + (ib < rows % nb));
+            int64_t i0 = ib * (rows / nb) + (ib < rows % nb ? ib : rows % nb);
             if (nj == LP_PANEL) {
                 fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta);
                 continue;

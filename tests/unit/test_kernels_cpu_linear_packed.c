@@ -102,10 +102,12 @@ static void check_case(kf_backend *be, kf_precision prec, int64_t rows, int64_t 
 int main(void) {
     kf_backend *be = kernels_cpu_create();
     printf("  level %s\n", kernels_cpu_isa());
-    /* outputs around the panel of 32; rows across the register blocks (1, 2,
-     * 3, 8, 9) and a prefill's many */
-    const int64_t shapes[][3] = {{1, 5, 1},   {2, 7, 31},    {3, 32, 32}, {8, 33, 33},
-                                 {9, 64, 65}, {17, 300, 96}, {70, 40, 50}};
+    /* outputs around the panel of 32; rows across the register blocks and
+     * their even splits (AVX-512 up to 8, AVX2 1-2 full panel or 3-6 half,
+     * baseline 4) and a prefill's many */
+    const int64_t shapes[][3] = {{1, 5, 1},   {2, 7, 31},    {3, 32, 32}, {5, 9, 40},
+                                 {6, 16, 64}, {7, 11, 20},   {8, 33, 33}, {9, 64, 65},
+                                 {13, 8, 48}, {17, 300, 96}, {70, 40, 50}};
     const kf_precision precs[] = {KF_PREC_FP32, KF_PREC_BF16, KF_PREC_FP16};
     for (size_t p = 0; p < 3; p++)
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
