@@ -14,8 +14,12 @@ struct corpus_words {
 };
 
 struct words_tally {
-    strmap seen; /* counted word -> 1 */
+    strmap seen; /* (group, counted word) -> 1 */
     int64_t words, known;
+    int64_t *gwords, *gdistinct; /* per group */
+    int64_t ng;
+    char *key; /* group (8 bytes) + word */
+    size_t key_cap;
 };
 
 static bool is_letter(unsigned char ch) {
@@ -122,7 +126,14 @@ words_tally *words_tally_new(void) {
 }
 
 void words_tally_add(words_tally *t, const corpus_words *c, const char *text, size_t len,
-                     bool stopped) {
+                     bool stopped, int64_t group) {
+    if (group >= t->ng) {
+        int64_t ng = group + 1;
+        t->gwords = kf_realloc(t->gwords, (size_t)ng * sizeof *t->gwords);
+        t->gdistinct = kf_realloc(t->gdistinct, (size_t)ng * sizeof *t->gdistinct);
+        for (int64_t g = t->ng; g < ng; g++) t->gwords[g] = t->gdistinct[g] = 0;
+        t->ng = ng;
+    }
     for (size_t i = 0; i < len;) {
         if (!is_letter((unsigned char)text[i])) {
             i++;
@@ -136,20 +147,32 @@ void words_tally_add(words_tally *t, const corpus_words *c, const char *text, si
         if (whole && !upper) {
             t->words++;
             t->known += corpus_words_count(c, text + i, j - i) >= 2;
-            strmap_put(&t->seen, text + i, j - i, 1);
+            t->gwords[group]++;
+            size_t n = sizeof group + (j - i);
+            if (n > t->key_cap) t->key = kf_realloc(t->key, t->key_cap = 2 * n);
+            memcpy(t->key, &group, sizeof group);
+            memcpy(t->key + sizeof group, text + i, j - i);
+            t->gdistinct[group] += strmap_put(&t->seen, t->key, n, 1) < 0;
         }
         i = j;
     }
 }
 
 void words_tally_result(const words_tally *t, double *rate, double *distinct, int64_t *words) {
+    double sum = 0;
+    int64_t groups = 0;
+    for (int64_t g = 0; g < t->ng; g++)
+        if (t->gwords[g]) sum += (double)t->gdistinct[g] / (double)t->gwords[g], groups++;
     *rate = t->words ? (double)t->known / (double)t->words : NAN;
-    *distinct = t->words ? (double)t->seen.n / (double)t->words : NAN;
+    *distinct = groups ? sum / (double)groups : NAN;
     if (words) *words = t->words;
 }
 
 void words_tally_free(words_tally *t) {
     if (!t) return;
     strmap_free(&t->seen);
+    free(t->gwords);
+    free(t->gdistinct);
+    free(t->key);
     free(t);
 }

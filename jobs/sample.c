@@ -143,7 +143,7 @@ static int read_samples(char *text, const char *name, const char *sha, int k, in
             double eos = number(o, "eos");
             for (size_t j = 0; j < c->n && !stopped; j++)
                 stopped = c->kids[j].type == JSON_NUMBER && c->kids[j].num == eos;
-            words_tally_add(wt, cw, tx->str.s, tx->str.len, stopped);
+            words_tally_add(wt, cw, tx->str.s, tx->str.len, stopped, lines / PER_PROMPT);
         }
         lines++;
         json_free(d);
@@ -342,7 +342,8 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
                ar->name);
     table_line(&table,
                "words: share of the whole lower-case words that occur >= 2 times in the "
-               "training text (%s, %lld distinct words); w-dist: distinct words / words.\n",
+               "training text (%s, %lld distinct words); w-dist: distinct words / words among "
+               "a prompt's completions, mean over the prompts.\n",
                rc->data_train, (long long)corpus_words_distinct(cw));
     table_line(&table,
                "FLAG: Gen-PPL > %.1fx, entropy < %.1fx or length < %.1fx AR's; words < %.2f (AR) "
