@@ -101,7 +101,7 @@ words=$(node -e '
     let words = 0, known = 0; const groups = [];
     fs.readFileSync(file, "utf8").trim().split("\n").forEach((l, i) => {
       const o = JSON.parse(l), stopped = o.completion.includes(o.eos);
-      const g = groups[Math.floor(i / 16)] ||= { n: 0, seen: new Set() };  /* one prompt's 16 */
+      const g = groups[Math.floor(i / 16)] ||= { n: 0, seen: new Set() };  /* the 16 of one prompt */
       for (const m of o.text.matchAll(/[A-Za-z]+/g)) {
         const end = m.index + m[0].length;
         if (m.index === 0 || (end === o.text.length && !stopped) || m[0] !== m[0].toLowerCase()) continue;
