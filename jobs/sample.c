@@ -247,10 +247,13 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
  * corpus_words.h's word targets) into buf, "" when it meets them all; ar_row:
  * r is AR's own row (ar), held to the absolute word target. */
 static void flag_reasons(const result *r, const result *ar, bool ar_row, char *buf, size_t cap) {
-    size_t u = 0;
     int n = quality_flag(&r->q, &ar->q, buf, cap);
-    u = strlen(buf);
+    size_t u = strlen(buf);
     double ratio = r->words / ar->words;
+    if (!isfinite(r->words)) {
+        if (u < cap) snprintf(buf + u, cap - u, "%sno whole lower-case words", n ? "; " : "");
+        return;
+    }
     if (ar_row && !(r->words >= WORDS_MIN_AR_RATE) && u < cap)
         u += (size_t)snprintf(buf + u, cap - u, "%swords %.2f < %.2f", n++ ? "; " : "", r->words,
                               WORDS_MIN_AR_RATE);
