@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/decode_roofline.sh — where K-Forcing's decoding speed-up over AR is on a
 # CPU: `kf bench decode` (k = 4, no frequency penalty: the fused argmax path)
-# on untrained models of three sizes (the tiny byte model, whose weights fit
+# on untrained models of three sizes (the tiny model, whose weights fit
 # in the caches; a mid-size one and the 124M GPT-2 shape, whose weights do
 # not) at batch 1, 2, 4 and 16, one thread, CPU-time clock. Each run measures
 # the machine's read bandwidth and one-thread GEMM peak and prints each
@@ -16,11 +16,11 @@
 #      BATCHES (default "1,2,4,16"), MODELS (lines "name vocab hidden heads blocks")
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=${1:-data/shards/owt-tiny-bytes}
+DATA=${1:-data/shards/owt-tiny-bpe512}
 OUT=${2:-$(mktemp -d /tmp/kf-bench-roofline.XXXXXX)}
 KF=${KF_BIN:-bin/kf}
 BATCHES=${BATCHES:-1,2,4,16}
-MODELS=${MODELS:-"tiny-v258-96x4 258 96 2 4
+MODELS=${MODELS:-"tiny-v770-96x4 770 96 2 4
 mid-v16386-384x6 16386 384 6 6
 gpt2-124m 50258 768 12 12"}
 mkdir -p "$OUT"

@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "common/proc.h"
 #include "common/strbuf.h"
+#include "jobs/corpus_words.h"
 #include "pipeline/build_config.h"
 #include "tokenize/tokenizer.h"
 #include "trainer/infer/quality.h"
@@ -88,6 +89,7 @@ typedef struct result {
     double tps;    /* mean tokens/s over the output lines */
     char text[96]; /* the first completion, one line */
     quality_row q;
+    double words, wdistinct; /* corpus-word rate and distinct words (corpus_words.h) */
 } result;
 
 static double number(const json *o, const char *key) {
@@ -109,14 +111,15 @@ static void first_text(const json *tx, result *r) {
     }
 }
 
-/* Reads kf sample's JSONL (text, from name): the mean tokens/s and the first
- * completion into r. With sha, fails unless every line is one of the
- * N_PROMPTS x PER_PROMPT completions this step asks for (weights sha,
- * k, max_new and seed): the test that a rerun may keep the file. */
+/* Reads kf sample's JSONL (text, from name): the mean tokens/s, the first
+ * completion and the word figures against cw into r. With sha, fails unless every line is one of
+ * the N_PROMPTS x PER_PROMPT completions this step asks for (weights sha, k, max_new and seed): the
+ * test that a rerun may keep the file. */
 static int read_samples(char *text, const char *name, const char *sha, int k, int64_t max_new,
-                        result *r, kf_err *err) {
+                        const corpus_words *cw, result *r, kf_err *err) {
     int rv = 0, lines = 0;
     memset(r, 0, sizeof *r);
+    words_tally *wt = words_tally_new();
     for (char *line = text; *line && !rv;) {
         char *end = strchr(line, '\n');
         size_t n = end ? (size_t)(end - line) : strlen(line);
@@ -134,6 +137,14 @@ static int read_samples(char *text, const char *name, const char *sha, int k, in
                             lines + 1);
         r->tps += number(o, "tokens_per_s");
         if (!lines && tx && tx->type == JSON_STRING) first_text(tx, r);
+        if (tx && tx->type == JSON_STRING && c && c->type == JSON_ARRAY) {
+            /* stopped by EOS: the completion's ids hold the EOS the file records */
+            bool stopped = false;
+            double eos = number(o, "eos");
+            for (size_t j = 0; j < c->n && !stopped; j++)
+                stopped = c->kids[j].type == JSON_NUMBER && c->kids[j].num == eos;
+            words_tally_add(wt, cw, tx->str.s, tx->str.len, stopped, lines / PER_PROMPT);
+        }
         lines++;
         json_free(d);
         line = end ? end + 1 : line + n;
@@ -142,18 +153,20 @@ static int read_samples(char *text, const char *name, const char *sha, int k, in
     if (!rv && sha && lines != N_PROMPTS * PER_PROMPT)
         rv = kf_err_set(err, "%s: %d completions, not %d", name, lines, N_PROMPTS * PER_PROMPT);
     if (!rv) r->tps /= lines;
+    words_tally_result(wt, &r->words, &r->wdistinct, NULL);
+    words_tally_free(wt);
     return rv;
 }
 
 /* True when out_path holds this step's completions from the weights whose
  * sha256 is sha (a rerun of a complete run keeps them), read into r. */
 static bool samples_current(const char *out_path, const char *sha, int k, int64_t max_new,
-                            result *r) {
+                            const corpus_words *cw, result *r) {
     char *text;
     size_t len;
     kf_err ignored;
     if (fs_read_file(out_path, &text, &len, &ignored)) return false;
-    bool ok = read_samples(text, out_path, sha, k, max_new, r, &ignored) == 0;
+    bool ok = read_samples(text, out_path, sha, k, max_new, cw, r, &ignored) == 0;
     free(text);
     return ok;
 }
@@ -188,8 +201,8 @@ static int score_samples(const char *kf, const char *out_path, const char *eval_
 /* Runs kf sample, keeps its JSONL in out_path and reads tokens/s and the
  * first completion into r. */
 static int sample_one(const char *kf, const char *ckpt, int k, const char *prefixes,
-                      const char *vocab, int64_t max_new, const char *out_path, result *r,
-                      kf_err *err) {
+                      const char *vocab, int64_t max_new, const char *out_path,
+                      const corpus_words *cw, result *r, kf_err *err) {
     char kbuf[16], nbuf[24], pbuf[16];
     snprintf(kbuf, sizeof kbuf, "%d", k);
     snprintf(nbuf, sizeof nbuf, "%lld", (long long)max_new);
@@ -225,9 +238,31 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
         return kf_err_set(err, "kf sample %s --k %d failed (exit %d)", ckpt, k, code);
     }
     int rv = fs_write_atomic(out_path, out, strlen(out), err);
-    if (!rv) rv = read_samples(out, out_path, NULL, k, max_new, r, err);
+    if (!rv) rv = read_samples(out, out_path, NULL, k, max_new, cw, r, err);
     free(out);
     return rv;
+}
+
+/* The reasons row r misses a target (quality.h's margins of AR's quality,
+ * corpus_words.h's word targets) into buf, "" when it meets them all; ar_row:
+ * r is AR's own row (ar), held to the absolute word target. */
+static void flag_reasons(const result *r, const result *ar, bool ar_row, char *buf, size_t cap) {
+    int n = quality_flag(&r->q, &ar->q, buf, cap);
+    size_t u = strlen(buf);
+    double ratio = r->words / ar->words;
+    if (!isfinite(r->words)) {
+        if (u < cap) snprintf(buf + u, cap - u, "%sno whole lower-case words", n ? "; " : "");
+        return;
+    }
+    if (ar_row && !(r->words >= WORDS_MIN_AR_RATE) && u < cap)
+        u += (size_t)snprintf(buf + u, cap - u, "%swords %.2f < %.2f", n++ ? "; " : "", r->words,
+                              WORDS_MIN_AR_RATE);
+    if (!ar_row && !(ratio >= WORDS_MIN_RATE_RATIO) && u < cap)
+        u += (size_t)snprintf(buf + u, cap - u, "%swords %.2fx AR < %.2f", n++ ? "; " : "", ratio,
+                              WORDS_MIN_RATE_RATIO);
+    if (!(r->wdistinct >= WORDS_MIN_DISTINCT) && u < cap)
+        snprintf(buf + u, cap - u, "%sw-dist %.2f < %.2f", n ? "; " : "", r->wdistinct,
+                 WORDS_MIN_DISTINCT);
 }
 
 /* Prints a line of the sampling table and keeps it in *t, which is saved as
@@ -292,6 +327,9 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     if (!rv)
         rv = write_prefixes(tk, rc->model.seq_len, kmax, prefixes, shown, &max_new, &same_prefixes,
                             err);
+    /* the words of the run's own training text: do completions use them? */
+    corpus_words *cw = NULL;
+    if (!rv) rv = corpus_words_load(rc->data_train, tk, &cw, err);
     tok_free(tk);
     free(kind);
     if (rv) return free(vocab), -1;
@@ -305,10 +343,18 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
                "quality: Gen-PPL under %s; entropy: mean unigram entropy (nats) per completion; "
                "dist-n: distinct n-grams; length: mean tokens before EOS.\n",
                ar->name);
-    table_line(&table, "FLAG: Gen-PPL > %.1fx, entropy < %.1fx or length < %.1fx AR's\n\n",
-               QUALITY_MAX_PPL_RATIO, QUALITY_MIN_ENTROPY_RATIO, QUALITY_MIN_LENGTH_RATIO);
-    table_line(&table, "%-6s %3s %9s %6s %s\n", "model", "k", "tokens/s", "vs AR",
-               quality_header());
+    table_line(&table,
+               "words: share of the whole lower-case words that occur >= 2 times in the "
+               "training text (%s, %lld distinct words); w-dist: distinct words / words among "
+               "a prompt's completions, mean over the prompts.\n",
+               rc->data_train, (long long)corpus_words_distinct(cw));
+    table_line(&table,
+               "FLAG: Gen-PPL > %.1fx, entropy < %.1fx or length < %.1fx AR's; words < %.2f (AR) "
+               "or < %.2fx AR's; w-dist < %.2f\n\n",
+               QUALITY_MAX_PPL_RATIO, QUALITY_MIN_ENTROPY_RATIO, QUALITY_MIN_LENGTH_RATIO,
+               WORDS_MIN_AR_RATE, WORDS_MIN_RATE_RATIO, WORDS_MIN_DISTINCT);
+    table_line(&table, "%-6s %3s %9s %6s %s %5s %6s\n", "model", "k", "tokens/s", "vs AR",
+               quality_header(), "words", "w-dist");
     enum { MAX_ROWS = 64 };
     result *rows = kf_calloc(MAX_ROWS, sizeof *rows);
     char names[MAX_ROWS][40];
@@ -326,15 +372,17 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
             /* a rerun keeps completions made from the same weights and prompts */
             char wf[PATH_MAX + 96], sha[65];
             rv = ckpt_resolve_teacher(ckpt, wf, sizeof wf, sha, err);
-            if (!rv && same_prefixes && samples_current(out, sha, k, max_new, r)) kept++;
-            else if (!rv) rv = sample_one(kf, ckpt, k, prefixes, vocab, max_new, out, r, err);
+            if (!rv && same_prefixes && samples_current(out, sha, k, max_new, cw, r)) kept++;
+            else if (!rv) rv = sample_one(kf, ckpt, k, prefixes, vocab, max_new, out, cw, r, err);
             if (!rv) rv = score_samples(kf, out, eval_ckpt, eos, r, err);
             if (rv) break;
             snprintf(names[n++], sizeof names[0], "%s k=%d", s->name, k);
-            char vs[16], q[256];
+            char vs[16], q[256], why[320];
             snprintf(vs, sizeof vs, "%.2fx", r->tps / rows[0].tps);
-            quality_format(&r->q, &rows[0].q, q, sizeof q);
-            table_line(&table, "%-6s %3d %9.0f %6s %s\n", s->name, k, r->tps, vs, q);
+            quality_format(&r->q, NULL, q, sizeof q);
+            flag_reasons(r, &rows[0], n == 1, why, sizeof why);
+            table_line(&table, "%-6s %3d %9.0f %6s %s %5.2f %6.2f%s%s\n", s->name, k, r->tps, vs, q,
+                       r->words, r->wdistinct, why[0] ? "  FLAG: " : "", why);
             fflush(stdout);
         }
     }
@@ -358,5 +406,6 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
     free(table.s);
     free(rows);
     free(vocab);
+    corpus_words_free(cw);
     return rv;
 }

@@ -12,9 +12,11 @@
  * the largest k. Each run's JSONL goes to RUN/samples/STAGE-kK.jsonl and is
  * scored by `kf eval --completions` under the AR stage's weights. A table on
  * stdout gives per model and k: tokens/s and the ratio to AR, Gen-PPL,
- * unigram entropy, distinct-2/3, mean length before EOS, and a FLAG with the
- * reasons when a row falls outside trainer/infer/quality.h's margins of AR's; then
- * the first completion of each.
+ * unigram entropy, distinct-2/3, mean length before EOS, the corpus-word rate
+ * and distinct words against the training split of data.train
+ * (jobs/corpus_words.h), and a FLAG with the reasons when a row falls outside
+ * trainer/infer/quality.h's margins of AR's or misses corpus_words.h's word
+ * targets; then the first completion of each.
  */
 #ifndef KF_JOBS_SAMPLE_H
 #define KF_JOBS_SAMPLE_H

@@ -58,6 +58,25 @@ if [ ! -f data/vocab/bytes/vocab.json ]; then
   mv data/vocab/bytes/vocab.json.tmp data/vocab/bytes/vocab.json
 fi
 [ -f data/vocab/bytes/merges.txt ] || : > data/vocab/bytes/merges.txt
+# GPT-2's first 512 merges (configs/tiny.yaml): the byte tokens 0-255, the tokens
+# 256-767 those merges make (GPT-2's own ids: its ids follow its merge order) and
+# <|endoftext|> as 768; about 2.3 bytes a token on the OWT-like text.
+mkdir -p data/vocab/bpe512
+if [ ! -f data/vocab/bpe512/vocab.json ] || [ ! -f data/vocab/bpe512/merges.txt ]; then
+  node -e '
+    const fs = require("fs"), N = 512, d = "data/vocab/bpe512/";
+    const gpt2 = JSON.parse(fs.readFileSync("data/vocab/gpt2/vocab.json", "utf8"));
+    const lines = fs.readFileSync("data/vocab/gpt2/merges.txt", "utf8").split("\n");
+    const head = lines[0].startsWith("#") ? [lines[0]] : [], merges = lines.slice(head.length, head.length + N);
+    const v = {};
+    for (const [piece, id] of Object.entries(gpt2)) if (id < 256 + N) v[piece] = id;
+    for (const m of merges) if (!(m.replace(" ", "") in v)) throw new Error("merge " + m + ": its token is not among the first ids");
+    v["<|endoftext|>"] = 256 + N;
+    fs.writeFileSync(d + "merges.txt.tmp", head.concat(merges).join("\n") + "\n");
+    fs.writeFileSync(d + "vocab.json.tmp", JSON.stringify(v));'
+  mv data/vocab/bpe512/merges.txt.tmp data/vocab/bpe512/merges.txt
+  mv data/vocab/bpe512/vocab.json.tmp data/vocab/bpe512/vocab.json
+fi
 # Embedded default corpora as raw text (the input `kf shards build configs/tiny.yaml` reads).
 # LM1B-like: Brown's word/tag files -> one space-separated sentence per line, tokens
 # split the way LM1B's are ("Atlanta 's", "did n't", `` '' -> "), files in name order.

@@ -168,7 +168,7 @@ static gemm_level level_for(int simd) {
 }
 
 /* Panels [p0, p0 + np) of op(A) for k in [k0, k0 + kc): [np][kc][mr], zero
- * past M; op(A)[i][k] = trans ? A[k*M + i] : A[i*K + k]. (gcc would turn the
+ * past M, rounded by cpu_lowp; op(A)[i][k] = trans ? A[k*M + i] : A[i*K + k]. (gcc would turn the
  * mr-float copies into memcpy calls, half of a transposed product's time.) */
 __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void
 pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int lowp, int64_t p0,
@@ -178,15 +178,15 @@ pack_a(float *dst, const float *A, int64_t M, int64_t K, int trans, int mr, int 
         if (trans) /* rows of A [K, M] hold mr neighbours of a panel */
             for (int64_t k = 0; k < kc; k++) {
                 const float *src = A + (k0 + k) * M + r0;
-                for (int64_t i = 0; i < m; i++) dst[k * mr + i] = cpu_lowp(src[i], lowp);
+                for (int64_t i = 0; i < m; i++) dst[k * mr + i] = src[i];
                 for (int64_t i = m; i < mr; i++) dst[k * mr + i] = 0.0f;
             }
         else
             for (int64_t i = 0; i < mr; i++) {
                 const float *src = A + (r0 + i) * K + k0;
-                for (int64_t k = 0; k < kc; k++)
-                    dst[k * mr + i] = i >= m ? 0.0f : cpu_lowp(src[k], lowp);
+                for (int64_t k = 0; k < kc; k++) dst[k * mr + i] = i >= m ? 0.0f : src[k];
             }
+        if (lowp) cpu_round_lowp_copy(dst, dst, kc * mr, lowp);
     }
 }
 
@@ -202,15 +202,18 @@ pack_b(float *dst, const float *B, int64_t K, int64_t N, int trans, int nr, int 
         if (trans)
             for (int64_t j = 0; j < n; j++) {
                 const float *src = B + (j0 + j) * K + k0;
-                for (int64_t k = 0; k < kc; k++) d[k * nr + j] = cpu_lowp(src[k], lowp);
+                for (int64_t k = 0; k < kc; k++) d[k * nr + j] = src[k];
             }
         else
             for (int64_t k = 0; k < kc; k++) {
                 const float *src = B + (k0 + k) * N + j0;
-                for (int64_t j = 0; j < n; j++) d[k * nr + j] = cpu_lowp(src[j], lowp);
+                for (int64_t j = 0; j < n; j++) d[k * nr + j] = src[j];
             }
         for (int64_t k = 0; k < kc; k++)
             for (int64_t j = n; j < nr; j++) d[k * nr + j] = 0.0f;
+        /* rounded once packed, in a loop of its own: the copies above stay
+         * plain moves (rounding 0 gives 0) */
+        if (lowp) cpu_round_lowp_copy(d, d, kc * nr, lowp);
     }
 }
 

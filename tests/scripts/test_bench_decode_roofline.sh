@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `kf bench decode --roofline DEVICE`: documented in --help; bad arguments are
 # usage errors saying what is wrong; one row per method and batch size, PFLM(k)
-# at k tokens a step; on the tiny config (4 blocks, H 96, V 258, no QKV or
+# at k tokens a step; on the tiny config (4 blocks, H 96, V 770, no QKV or
 # projection-in bias, LayerNorm gains only) the bytes a step reads match the
 # weights counted by hand, and attn_decode is priced at the cache length the
 # step uploads (not the graph bucket's bound) with the split's scratch.
@@ -34,7 +34,7 @@ check "batch 0: rc $rc, $(cat "$T/err")" eval "[ $rc -eq 2 ]"
   >"$T/out" 2>"$T/err"; rc=$?
 check "tiny dry: rc $rc, $(tail -n 3 "$T/err")" eval "[ $rc -eq 0 ]"
 check "header: device, cache of 64 rows (half of 128), dry" \
-  grep -q '^decode roofline: H100 SXM, .* 4 x 96, V 258, fp32, at a cache of 64 rows (prefix 64).*dry: nothing computed$' "$T/out"
+  grep -q '^decode roofline: H100 SXM, .* 4 x 96, V 770, fp32, at a cache of 64 rows (prefix 64).*dry: nothing computed$' "$T/out"
 # a row: batch method tok cache est_ms tokens/s xAR  blocks_ms MB attn_ms MB out_ms MB bus_ms MB syncs top
 for b in 1 2; do
   for m in 'AR 1' 'PFLM(2) 2' 'PFLM(4) 4'; do
@@ -53,7 +53,7 @@ got=$(awk -v a="$(col 1 AR 9)" -v b="$(col 2 AR 9)" 'BEGIN { print 2 * a - b }')
 check "AR blocks: weights read $got MB, by hand $want MB" \
   eval "awk -v g=$got -v w=$want 'BEGIN { exit !(g - w < 0.002 && w - g < 0.002) }'"
 # the output layer's weights and bias: (V H + V) floats
-want=$(awk 'BEGIN { print 4 * (258 * 96 + 258) / 1e6 }')
+want=$(awk 'BEGIN { print 4 * (770 * 96 + 770) / 1e6 }')
 got=$(awk -v a="$(col 1 AR 13)" -v b="$(col 2 AR 13)" 'BEGIN { print 2 * a - b }')
 check "AR output layer: weights read $got MB, by hand $want MB" \
   eval "awk -v g=$got -v w=$want 'BEGIN { exit !(g - w < 0.002 && w - g < 0.002) }'"

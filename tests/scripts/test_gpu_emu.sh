@@ -209,6 +209,9 @@ if [ -x "$EMU_KF" ]; then
   done
   echo "graphs vs KF_CUDA_GRAPHS=0, 2 ranks: $((SECONDS - s0)) s"
   # the roofline on a "GPU": the step runs there and each op is timed beside its estimate
+  # bench train reads the vocabulary of configs/tiny.yaml's shards: build them once
+  [ -f data/shards/owt-tiny-bpe512/manifest.yaml ] ||
+    "$EMU_KF" shards build configs/tiny.yaml >/dev/null 2>&1
   "$EMU_KF" bench train configs/tiny.yaml --roofline h100 --stage ar resources.backend=cuda \
     model.heads=3 defaults.micro_batch=2 >"$T/roof.out" 2>"$T/roof.err"; rc=$?
   check "emulated cuda roofline: exits 0 (rc $rc): $(tail -n 1 "$T/roof.err")" [ $rc -eq 0 ]

@@ -29,7 +29,7 @@ check "plan owt: stage 0 is the imported MDLM checkpoint" bash -c '"$1" jobs pla
 out=$("$KF" jobs plan configs/tiny.yaml stages.0.steps=9000000000000000000 resources.time_limit=1 2>&1); rc=$?
 row=$(grep '^0 ' <<<"$out")
 check "plan: 9e18 steps in 1-minute jobs exits 0 (got $rc)" [ $rc -eq 0 ]
-check "plan: 9e18 steps in 1-minute jobs needs 8.36P jobs (got: $row)" bash -c '[[ "$1" == *" 8.36P" ]]' _ "$row"
+check "plan: 9e18 steps in 1-minute jobs needs 9.88P jobs (got: $row)" bash -c '[[ "$1" == *" 9.88P" ]]' _ "$row"
 tiny_config "$T/cfg.yaml" 4
 out=$("$KF" jobs plan "$T/cfg.yaml" model.hiden=3 2>&1); rc=$?
 check "plan: an unknown override key exits 1 naming it" bash -c '[ $1 -eq 1 ] && [[ "$2" == *"unknown key '"'"'model.hiden'"'"'"* ]]' _ $rc "$out"

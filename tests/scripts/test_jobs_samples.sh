@@ -62,19 +62,60 @@ for ctx in 32 16; do
   "$KF" jobs run "$T/cfg$ctx.yaml" --run-dir "$R" > "$T/out$ctx" 2> "$T/err$ctx"; rc=$?
   check "context $ctx: kf jobs run exit status: got $rc want 0 ($(tail -n 1 "$T/err$ctx"))" [ $rc -eq 0 ]
   hdr=$(grep -E '^model +k +tokens/s' "$T/out$ctx")
-  check "context $ctx: table header: got '$hdr' want model, k, tokens/s, vs AR, Gen-PPL, entropy, dist-2, dist-3, length" \
-    bash -c '[[ "$1" =~ vs\ AR\ +Gen-PPL\ entropy\ dist-2\ dist-3\ length ]]' _ "$hdr"
+  check "context $ctx: table header: got '$hdr' want model, k, tokens/s, vs AR, Gen-PPL, entropy, dist-2, dist-3, length, words, w-dist" \
+    bash -c '[[ "$1" =~ vs\ AR\ +Gen-PPL\ entropy\ dist-2\ dist-3\ length\ words\ w-dist ]]' _ "$hdr"
   for row in "ar +1" "k1 +1" "k2 +1" "k2 +2"; do
     line=$(grep -E "^$row +[0-9]+ +[0-9.]+x " "$T/out$ctx")
-    # tokens/s, x AR, then five figures (a Gen-PPL, entropy, distinct, length)
-    check "context $ctx: row '$row': got '$line' want tokens/s, x AR and 5 numeric quality figures" \
-      bash -c '[[ "$1" =~ x\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+ ]]' _ "$line"
+    # tokens/s, x AR, then seven figures (a Gen-PPL, entropy, distinct, length, words)
+    check "context $ctx: row '$row': got '$line' want tokens/s, x AR and 7 numeric quality figures" \
+      bash -c '[[ "$1" =~ x\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+ ]]' _ "$line"
   done
   for f in ar-k1 k1-k1 k2-k1 k2-k2; do
     worst=$(fits "$R/samples/$f.jsonl" $ctx); frc=$?
     check "context $ctx: $f.jsonl: 128 completions, longest prefix + completion: got $worst want <= $ctx" [ $frc -eq 0 ]
   done
 done
+# the words and w-dist columns, recomputed here from the completions and the
+# training split's text (each sample decoded by `kf shards inspect`, the
+# blocks joined, split at <|endoftext|>): whole lower-case words (not touching
+# a completion's start, nor its end unless it stopped at EOS), their share
+# occurring >= 2 times in the training text, and distinct / all per prompt,
+# averaged over the prompts
+R64=$T/run64
+words=$(node -e '
+  const fs = require("fs"), cp = require("child_process");
+  const [kf, shards, dir, table] = process.argv.slice(1);
+  const n = +/train: (\d+) samples/.exec(cp.execFileSync(kf, ["shards", "inspect", shards]).toString())[1];
+  let text = "";
+  for (let i = 0; i < n; i++) {
+    const t = cp.execFileSync(kf, ["shards", "inspect", shards, "--split", "train", "--index", String(i),
+      "--decode", "--vocab", "data/vocab/gpt2"]).toString().replace(/\n$/, "");
+    text += t.replace(/^<\|endoftext\|>/, "").replace(/<\|endoftext\|>$/, "");
+  }
+  const count = new Map();
+  for (const doc of text.split("<|endoftext|>"))
+    for (const w of doc.match(/[A-Za-z]+/g) || []) if (w === w.toLowerCase()) count.set(w, (count.get(w) || 0) + 1);
+  let bad = 0;
+  for (const row of fs.readFileSync(table, "utf8").split("\n").filter(l => /^(ar|k1|k2) +[0-9]+ /.test(l))) {
+    const f = row.trim().split(/ +/), file = `${dir}/${f[0]}-k${f[1]}.jsonl`;
+    let words = 0, known = 0; const groups = [];
+    fs.readFileSync(file, "utf8").trim().split("\n").forEach((l, i) => {
+      const o = JSON.parse(l), stopped = o.completion.includes(o.eos);
+      const g = groups[Math.floor(i / 16)] ||= { n: 0, seen: new Set() };  /* the 16 of one prompt */
+      for (const m of o.text.matchAll(/[A-Za-z]+/g)) {
+        const end = m.index + m[0].length;
+        if (m.index === 0 || (end === o.text.length && !stopped) || m[0] !== m[0].toLowerCase()) continue;
+        words++; known += (count.get(m[0]) || 0) >= 2; g.n++; g.seen.add(m[0]);
+      }
+    });
+    const used = groups.filter(g => g.n), dist = used.reduce((a, g) => a + g.seen.size / g.n, 0) / used.length;
+    const want = `${(known / words).toFixed(2)} ${dist.toFixed(2)}`, got = `${f[9]} ${f[10]}`;
+    if (got !== want || !words) { bad++; console.log(`${f[0]} k=${f[1]}: got ${got} want ${want} (${words} words)`); }
+  }
+  console.log(bad ? "mismatch" : "ok");' "$KF" "$T/shards64" "$R64/samples" "$R64/samples/table.txt" 2>&1)
+check "words and w-dist columns recomputed from the completions and the training text: got '$words' want ok" \
+  bash -c '[ "$1" = ok ]' _ "$words"
+
 # a rerun of the complete run keeps the completions (same weights, same
 # prompts) and prints the same table without sampling again
 R32=$T/run32
