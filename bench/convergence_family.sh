@@ -18,8 +18,10 @@
 #   8: 16,384 samples per model), HIDDEN (32), BLOCKS (4), SEQ_LEN (tokens
 #   per training sample, 32), JOBS (languages trained at once, 1), KF (bin/kf)
 # Output: OUT/summary.tsv (seed, language, floor, then per stage and
-# checkpoint the TV minus the floor) and on stdout the table and, per stage
-# at its last checkpoint, the median and worst excess over the floor.
+# checkpoint the TV minus the floor), OUT/summary.jsonl (per language, in
+# order of PFLM(4)'s excess: each stage's TV minus the floor at its last
+# checkpoint) and its chart OUT/summary.png, and on stdout the table and, per
+# stage at its last checkpoint, the median and worst excess over the floor.
 set -eu
 case "${1:-}" in
   ""|-h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; [ -n "${1:-}" ]; exit ;;
@@ -74,9 +76,18 @@ with open(f"{out}/summary.tsv", "w") as f:
     f.write("\n".join(rows) + "\n")
 print("seed\tlanguage\tfloor\tTV - floor per stage@step")
 print("\n".join(rows))
+order = sorted(last["k4"])
+with open(f"{out}/summary.jsonl", "w") as f:
+    for rank, (_, seed) in enumerate(order, 1):
+        rec = {"language": rank, "seed": int(seed), "target": 0.05}
+        for st in ("k1", "k2", "k4"):
+            rec[st] = round(dict((s, x) for x, s in last[st])[seed], 4)
+        f.write(json.dumps(rec) + "\n")
 for st, v in last.items():
     if v:
         print(f"{st} last checkpoint, TV - floor: median {statistics.median(x for x, _ in v):.3f}, "
               f"worst {max(v)[0]:.3f} (seed {max(v)[1]}), over {len(v)} languages")
 PY
+"$KF" plot "$OUT/summary.jsonl" -o "$OUT/summary.png" --x language --key k1 --key k2 --key k4 \
+  --key target --title "TV - noise floor at the last checkpoint, languages by PFLM(4)" > /dev/null
 exit $fail
