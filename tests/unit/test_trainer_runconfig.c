@@ -157,7 +157,8 @@ int main(void) {
         T_NEAR(sf->lr_min, 1e-3, 1e-18, "self_forcing lr_min got %g want 1e-3", sf->lr_min);
         T_NEAR(sf->ema, 0.95, 0, "self_forcing ema got %g want 0.95", sf->ema);
         T_EQ_INT(sf->warmup, 10, "self_forcing warmup got %lld want 10", (long long)sf->warmup);
-        T_EQ_INT(sf->batch, 8, "defaults.batch reaches self_forcing: got %lld", (long long)sf->batch);
+        T_EQ_INT(sf->batch, 8, "defaults.batch reaches self_forcing: got %lld",
+                 (long long)sf->batch);
         T_NEAR(d->lr, 1e-4, 0, "distill_ar keeps the built-in lr: got %g", d->lr);
         T_CHECK(!d->lr_cosine, "distill_ar keeps the built-in constant rate");
         T_NEAR(d->ema, 0.999, 0, "distill_ar keeps the built-in ema: got %g", d->ema);
@@ -167,8 +168,7 @@ int main(void) {
     if (rc) {
         const runconfig_opts *sf = &rc->stages[2].opt;
         T_NEAR(sf->lr, 1e-3, 0, "defaults.lr overrides self_forcing's: got %g", sf->lr);
-        T_NEAR(sf->lr_min, 1e-4, 1e-18, "lr_min follows defaults.lr: got %g want 1e-4",
-                sf->lr_min);
+        T_NEAR(sf->lr_min, 1e-4, 1e-18, "lr_min follows defaults.lr: got %g want 1e-4", sf->lr_min);
         runconfig_free(rc);
     }
     char *sf_over[] = {"stages.2.lr_decay=none", "stages.2.ema=0.5", "defaults.lr_min=2e-5"};
@@ -178,8 +178,7 @@ int main(void) {
         const runconfig_opts *sf = &rc->stages[2].opt;
         T_CHECK(!sf->lr_cosine, "the stage's lr_decay: none overrides the kind's cosine");
         T_NEAR(sf->ema, 0.5, 0, "the stage's ema overrides the kind's: got %g", sf->ema);
-        T_NEAR(sf->lr_min, 2e-5, 0, "defaults.lr_min overrides a tenth of lr: got %g",
-                sf->lr_min);
+        T_NEAR(sf->lr_min, 2e-5, 0, "defaults.lr_min overrides a tenth of lr: got %g", sf->lr_min);
         runconfig_free(rc);
     }
     char *recipe_over[] = {"stages.2.new_weight=2.5", "stages.2.tau_curriculum=40",
