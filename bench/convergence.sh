@@ -29,44 +29,24 @@ OUT=$1; shift
 KF=${KF:-bin/kf}
 STEPS=${STEPS:-600} AR_STEPS=${AR_STEPS:-1000} EVERY=${EVERY:-100}
 PREFIXES=${PREFIXES:-2048} N=${N:-8} HIDDEN=${HIDDEN:-32} BLOCKS=${BLOCKS:-4}
-mkdir -p "$OUT/samples"
+mkdir -p "$OUT"
 . tools/synth_chain.sh
 synth_setup "$OUT" "$AR_STEPS" "$STEPS" "$EVERY" "$PREFIXES" "$HIDDEN" "$BLOCKS"
 "$KF" jobs run "$OUT/synth.yaml" --run-dir "$OUT/run" --no-sample "$@" > "$OUT/run.log" 2>&1 ||
   { tail -n 20 "$OUT/run.log" >&2; exit 1; }
 
-sample() { synth_sample "$1" "$2" "$3" "$OUT/lang/prefixes.jsonl" "$N" "$4"; }
-tv() { synth_tv "$@"; }
-A=$OUT/run/stages/ar/final
-sample "$A" 1 1 "$OUT/samples/ar.jsonl"
-sample "$A" 1 2 "$OUT/samples/ar-seed2.jsonl"
-floor=$(tv "$OUT/samples/ar.jsonl" "$OUT/samples/ar-seed2.jsonl")
+floor=$(synth_curve "$OUT" "$N")
 echo "noise floor (AR vs AR, another seed): $floor"
-: > "$OUT/curve.tsv"
-for st in k1 k2 k4; do
-  k=${st#k}
-  for d in "$OUT"/run/stages/$st/ckpt/step-*; do
-    s=${d##*step-}
-    sample "$d" "$k" 1 "$OUT/samples/$st-$s.jsonl"
-    printf '%s\t%s\t%s\n' "$st" "$s" "$(tv "$OUT/samples/$st-$s.jsonl" "$OUT/samples/ar.jsonl")" >> "$OUT/curve.tsv"
-  done
-done
-python3 - "$OUT" "$floor" <<'PY'
-import collections, json, sys
-out, floor = sys.argv[1], float(sys.argv[2])
-rows = collections.defaultdict(dict)
+python3 - "$OUT" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(f"{sys.argv[1]}/curve.jsonl")]
 first = {}
-for line in open(f"{out}/curve.tsv"):
-    st, s, tv = line.split()
-    rows[int(s)][st] = float(tv)
-    if float(tv) <= floor + 0.05 and st not in first:
-        first[st] = int(s)
-with open(f"{out}/curve.jsonl", "w") as f:
-    for s in sorted(rows):
-        f.write(json.dumps({"step": s, **rows[s], "floor": floor, "floor+0.05": round(floor + 0.05, 4)}) + "\n")
-for s in sorted(rows):
-    print(f"step {s:5d}  " + "  ".join(f"{st} {rows[s].get(st, float('nan')):.3f}" for st in ("k1", "k2", "k4")))
-print("first step within floor + 0.05 = %.3f: " % (floor + 0.05) +
+for r in recs:
+    print(f"step {r['step']:5d}  " + "  ".join(f"{st} {r.get(st, float('nan')):.3f}" for st in ("k1", "k2", "k4")))
+    for st in ("k1", "k2", "k4"):
+        if st in r and r[st] <= r["floor+0.05"]:
+            first.setdefault(st, r["step"])
+print("first step within floor + 0.05 = %.3f: " % recs[0]["floor+0.05"] +
       ", ".join(f"{st} {first.get(st, 'never')}" for st in ("k1", "k2", "k4")))
 PY
 "$KF" plot "$OUT/curve.jsonl" -o "$OUT/curve.png" --key k1 --key k2 --key k4 --key floor+0.05 \

@@ -69,7 +69,26 @@ static const runconfig_opts builtin_defaults = {
     .scale_backoff = 0.5,
 };
 
-runconfig_opts runconfig_opts_default(void) { return builtin_defaults; }
+/* Self-forcing starts from a teacher already right on its k/2 inherited
+ * positions; the k/2 new ones must move far (from independent positions to
+ * the joint), which the rate that suits forward distillation does slowly.
+ * The recipe chosen across tools/synth_lang.py's family of random languages
+ * (docs/convergence.md): a high rate decayed by a cosine, and an EMA short
+ * enough for stages of a few hundred steps. `defaults:` and the stage
+ * override each key, as for every kind. */
+static runconfig_opts kind_defaults(runconfig_kind kind) {
+    runconfig_opts o = builtin_defaults;
+    if (kind == RC_KIND_SELF_FORCING) {
+        o.lr = 1e-2;
+        o.warmup = 10;
+        o.lr_cosine = 1;
+        o.lr_min = 1e-3; /* unless set: lr / 10 (parse_stage) */
+        o.ema = 0.95;
+    }
+    return o;
+}
+
+runconfig_opts runconfig_opts_default(runconfig_kind kind) { return kind_defaults(kind); }
 
 /* Reads an integer at `key` under n (if present) into *v and checks v >= lo. */
 static int opt_int_min(cfg_node *n, const char *key, int64_t *v, int64_t lo, kf_err *err) {
@@ -245,9 +264,14 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
             return cfg_err_at(cfg_find(st, "name"), err, "duplicate stage name '%s'", name);
     s->name = kf_strdup(name);
 
-    s->opt = builtin_defaults;
+    s->opt = kind_defaults(s->kind);
     if (defaults && parse_opts(defaults, &s->opt, err)) return -1;
     if (parse_opts(st, &s->opt, err)) return -1;
+    /* the cosine of self_forcing's defaults ends a decade below whatever lr
+     * resolved to (a paper-scale `defaults: lr` must not decay upwards) */
+    if (s->kind == RC_KIND_SELF_FORCING && !cfg_find(st, "lr_min") &&
+        !(defaults && cfg_find(defaults, "lr_min")))
+        s->opt.lr_min = s->opt.lr / 10;
 
     int trains = s->kind != RC_KIND_IMPORT;
     int from_data = s->kind == RC_KIND_AR || s->kind == RC_KIND_MDLM; /* no teacher, k 1 */

@@ -10,8 +10,8 @@ steps of PFLM(2) and pairs across them. Completions shorter than --positions
 (an early EOS) count their missing tokens as -1.
 
 B may instead be the exact joint of tools/synth_lang.py's language
-(--exact lang.json): each completion of A contributes the exact distribution
-of the next tokens given its prefix's last two symbols, so the sampling noise
+(--exact lang.json): each completion of A contributes the exact joint of the
+next tokens given its prefix (synth_lang.next_pairs), so the sampling noise
 is A's alone.
 
 Usage: tools/tv_pairs.py A.jsonl (B.jsonl | --exact lang.json) [--positions P]
@@ -22,6 +22,8 @@ import itertools
 import json
 import sys
 from collections import Counter, defaultdict
+
+import synth_lang  # tools/: the languages and their exact joints
 
 
 def read(path, P):
@@ -48,23 +50,21 @@ def empirical(rows, i, j):
     return {k: v / n for k, v in cnt.items()}
 
 
-def exact_windows(lang, rows, P):
-    """The exact distribution of the P next symbols (as token ids), averaged
-    over the prefixes of rows."""
-    p, ids = lang["transition"], lang["ids"]
+def exact_pairs(lang, rows, P):
+    """{(i, j): {(token_i, token_j): p}}: the exact joint of each pair of the P
+    next tokens, averaged over the prefixes of rows."""
+    ids = lang["ids"]
     sym = {t: s for s, t in enumerate(ids)}
-    ctx = Counter((sym[pre[-2]], sym[pre[-1]]) for pre, _ in rows)
-    out = defaultdict(float)
-    for (a, b), m in ctx.items():
-        seqs = {((a, b), ()): 1.0}  # (last two symbols, window so far) -> probability
-        for _ in range(P):
-            nxt = defaultdict(float)
-            for ((x, y), w), q in seqs.items():
-                for c, pc in enumerate(p[x][y]):
-                    nxt[((y, c), w + (ids[c],))] += q * pc
-            seqs = nxt
-        for (_, w), q in seqs.items():
-            out[w] += q * m / len(rows)
+    ctx = Counter(synth_lang.state_key(lang, [sym[t] for t in pre if t in sym]) for pre, _ in rows)
+    out = defaultdict(lambda: defaultdict(float))
+    for key, m in ctx.items():
+        try:
+            pairs = synth_lang.next_pairs(lang, key, P)
+        except ValueError as e:
+            sys.exit(f"tv_pairs.py: prompt symbols {list(key)}: {e}")
+        for ij, d in pairs.items():
+            for (a, c), q in d.items():
+                out[ij][(ids[a], ids[c])] += q * m / len(rows)
     return out
 
 
@@ -83,11 +83,7 @@ def main():
     P = a.positions
     A = read(a.a, P)
     if a.exact:
-        with open(a.exact) as f:
-            lang = json.load(f)
-        if lang.get("format") != "kf-synth-lang" or lang.get("version") != 1:
-            sys.exit(f"tv_pairs.py: {a.exact}: not a version-1 kf-synth-lang file")
-        win = exact_windows(lang, A, P)
+        exact = exact_pairs(synth_lang.load(a.exact), A, P)
         n_b = None
     else:
         B = read(a.b, P)
@@ -96,9 +92,7 @@ def main():
     for i, j in itertools.combinations(range(P), 2):
         pa = empirical(A, i, j)
         if a.exact:
-            pb = defaultdict(float)
-            for w, q in win.items():
-                pb[(w[i], w[j])] += q
+            pb = exact[(i, j)]
         else:
             pb = empirical(B, i, j)
         tv = 0.5 * sum(abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in set(pa) | set(pb))

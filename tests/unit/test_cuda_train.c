@@ -390,7 +390,7 @@ static void host_syncs_in_a_step(const char *name, sup_kind kind, const model_co
     float *mom = b->alloc(b, bytes), *vel = b->alloc(b, bytes), *ema = b->alloc(b, bytes);
     double *sum_d = b->alloc(b, sizeof(double));
     kf_grad_ctl *ctl = b->alloc(b, sizeof *ctl);
-    runconfig_opts o = runconfig_opts_default();
+    runconfig_opts o = runconfig_opts_default(RC_KIND_AR);
     optim_state os = optim_init(&o);
     int32_t x[B * N];
     uint64_t keys[B] = {5, 6, 7, 8};

@@ -271,7 +271,7 @@ static void test_mask_pairs(void) {
 
 static runconfig_stage stage(runconfig_kind kind, int64_t k) {
     runconfig_stage st = {.name = "s", .kind = kind, .k = k, .tau_min = 1, .tau_max = 1};
-    st.opt = runconfig_opts_default();
+    st.opt = runconfig_opts_default(RC_KIND_AR);
     st.opt.lr = 1e-3;
     st.opt.seed = 7;
     return st;

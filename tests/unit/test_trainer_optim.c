@@ -12,7 +12,7 @@
 enum { N = 1000 };
 
 static runconfig_opts opts(void) {
-    runconfig_opts o = runconfig_opts_default();
+    runconfig_opts o = runconfig_opts_default(RC_KIND_AR);
     o.lr = 1e-2, o.warmup = 4, o.beta1 = 0.9, o.beta2 = 0.999, o.eps = 1e-6, o.ema = 0.5;
     o.clip = 1.0;
     o.n_phases = 2;

@@ -88,7 +88,7 @@ int main(void) {
         T_EQ_INT(strlen(rc->hash), 64, "hash");
         T_CHECK(!rc->stages[0].opt.ema_warmup, "ema_warmup defaults to off (the paper)");
         T_EQ_INT(rc->res.zero1, 0, "resources.zero1 defaults to off (the all-reduce)");
-        runconfig_opts d = runconfig_opts_default();
+        runconfig_opts d = runconfig_opts_default(RC_KIND_AR);
         T_CLOSE(rc->stages[1].opt.beta2, d.beta2, 0, "unset beta2 is runconfig_opts_default's");
         T_CLOSE(rc->stages[1].opt.eps, d.eps, 0, "unset eps is runconfig_opts_default's");
         T_EQ_INT(rc->stages[1].opt.seed, d.seed, "unset seed is runconfig_opts_default's");
@@ -145,6 +145,40 @@ int main(void) {
         T_CLOSE(o->lr_min, 1e-4, 0, "lr_min");
         T_EQ_INT(o->decay_steps, 4, "decay_steps: got %lld want the stage's 4 steps",
                  (long long)o->decay_steps);
+        runconfig_free(rc);
+    }
+    /* self_forcing's own defaults: below `defaults:` and the stage, above the
+     * built-in ones; its cosine ends at a tenth of the lr it resolved to */
+    T_EQ_INT(load_with("  lr: 1.0e-3\n", "", 0, NULL, &rc, &err), 0, "no defaults.lr: %s", err.msg);
+    if (rc) {
+        const runconfig_opts *sf = &rc->stages[2].opt, *d = &rc->stages[1].opt;
+        T_NEAR(sf->lr, 1e-2, 0, "self_forcing lr got %g want its kind's 1e-2", sf->lr);
+        T_CHECK(sf->lr_cosine, "self_forcing decays by a cosine by default");
+        T_NEAR(sf->lr_min, 1e-3, 1e-18, "self_forcing lr_min got %g want 1e-3", sf->lr_min);
+        T_NEAR(sf->ema, 0.95, 0, "self_forcing ema got %g want 0.95", sf->ema);
+        T_EQ_INT(sf->warmup, 10, "self_forcing warmup got %lld want 10", (long long)sf->warmup);
+        T_EQ_INT(sf->batch, 8, "defaults.batch reaches self_forcing: got %lld",
+                 (long long)sf->batch);
+        T_NEAR(d->lr, 1e-4, 0, "distill_ar keeps the built-in lr: got %g", d->lr);
+        T_CHECK(!d->lr_cosine, "distill_ar keeps the built-in constant rate");
+        T_NEAR(d->ema, 0.999, 0, "distill_ar keeps the built-in ema: got %g", d->ema);
+        runconfig_free(rc);
+    }
+    T_EQ_INT(load_with(NULL, NULL, 0, NULL, &rc, &err), 0, "valid config: %s", err.msg);
+    if (rc) {
+        const runconfig_opts *sf = &rc->stages[2].opt;
+        T_NEAR(sf->lr, 1e-3, 0, "defaults.lr overrides self_forcing's: got %g", sf->lr);
+        T_NEAR(sf->lr_min, 1e-4, 1e-18, "lr_min follows defaults.lr: got %g want 1e-4", sf->lr_min);
+        runconfig_free(rc);
+    }
+    char *sf_over[] = {"stages.2.lr_decay=none", "stages.2.ema=0.5", "defaults.lr_min=2e-5"};
+    T_EQ_INT(load_with(NULL, NULL, 3, sf_over, &rc, &err), 0, "self_forcing overrides: %s",
+             err.msg);
+    if (rc) {
+        const runconfig_opts *sf = &rc->stages[2].opt;
+        T_CHECK(!sf->lr_cosine, "the stage's lr_decay: none overrides the kind's cosine");
+        T_NEAR(sf->ema, 0.5, 0, "the stage's ema overrides the kind's: got %g", sf->ema);
+        T_NEAR(sf->lr_min, 2e-5, 0, "defaults.lr_min overrides a tenth of lr: got %g", sf->lr_min);
         runconfig_free(rc);
     }
     char *recipe_over[] = {"stages.2.new_weight=2.5", "stages.2.tau_curriculum=40",
