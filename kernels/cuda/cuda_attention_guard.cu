@@ -108,8 +108,8 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
  * DoubleForward's second round. */
 static int check_head_dim(kf_backend *b, const void *arg, char *why, size_t why_len) {
     int64_t D = *(const int64_t *)arg;
-    /* n_ctx, group, n_groups, q_start, valid_len, valid_len_d */
-    const kf_mask causal = {80, 0, 0, 0, NULL, NULL}, dbl = {40, 4, 40, 40, NULL, NULL};
+    /* n_ctx, group, n_groups, q_start, valid_len, valid_len_d, bidir */
+    const kf_mask causal = {80, 0, 0, 0, NULL, NULL, 0}, dbl = {40, 4, 40, 40, NULL, NULL, 0};
     return check_mask(b, &causal, "causal", D, why, why_len) &&
            check_mask(b, &dbl, "DoubleForward", D, why, why_len);
 }
