@@ -147,7 +147,7 @@ extern "C" int bench_attention_main(int argc, char **argv) {
            "fwd TF/s", "bwd TF/s", "all TF/s", "time/causal");
     double causal_ms = 0;
     for (int64_t k = 0; k <= max_k; k = k ? 2 * k : 1) {
-        kf_mask m = {N, k, k ? N : 0, 0, NULL, NULL};
+        kf_mask m = {N, k, k ? N : 0, 0, NULL, NULL, 0};
         timing t = time_case(b, &m, B, nh, D, (int)iters);
         double pairs = visible_pairs(N, k) * (double)(B * nh);
         double ff = 4.0 * D * pairs, fb = 10.0 * D * pairs;
