@@ -81,7 +81,7 @@ done
 # a completion's start, nor its end unless it stopped at EOS), their share
 # occurring >= 2 times in the training text, and distinct / all per prompt,
 # averaged over the prompts
-R64=$T/run64
+R32=$T/run32
 words=$(node -e '
   const fs = require("fs"), cp = require("child_process");
   const [kf, shards, dir, table] = process.argv.slice(1);
@@ -112,13 +112,12 @@ words=$(node -e '
     const want = `${(known / words).toFixed(2)} ${dist.toFixed(2)}`, got = `${f[9]} ${f[10]}`;
     if (got !== want || !words) { bad++; console.log(`${f[0]} k=${f[1]}: got ${got} want ${want} (${words} words)`); }
   }
-  console.log(bad ? "mismatch" : "ok");' "$KF" "$T/shards64" "$R64/samples" "$R64/samples/table.txt" 2>&1)
+  console.log(bad ? "mismatch" : "ok");' "$KF" "$T/shards32" "$R32/samples" "$R32/samples/table.txt" 2>&1)
 check "words and w-dist columns recomputed from the completions and the training text: got '$words' want ok" \
   bash -c '[ "$1" = ok ]' _ "$words"
 
 # a rerun of the complete run keeps the completions (same weights, same
 # prompts) and prints the same table without sampling again
-R32=$T/run32
 sums=$(sha256sum "$R32"/samples/*.jsonl)
 "$KF" jobs run "$T/cfg32.yaml" --run-dir "$R32" > "$T/out32b" 2> "$T/err32b"; rc=$?
 check "rerun: exit status got $rc want 0" [ $rc -eq 0 ]
