@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 int kf_err_set(kf_err *err, const char *fmt, ...) {
     if (err) {
@@ -34,6 +35,16 @@ void kf_fatal_at(const char *file, int line, const char *fmt, ...) {
 void *kf_malloc_at(size_t n, const char *file, int line) {
     void *p = malloc(n ? n : 1);
     if (!p) kf_fatal_at(file, line, "out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *kf_alloc_stream_at(size_t n, int zero, const char *file, int line) {
+    const size_t huge = (size_t)2 << 20;
+    size_t align = n >= huge ? huge : 64, len = (n + align - 1) / align * align;
+    void *p = aligned_alloc(align, len ? len : align);
+    if (!p) kf_fatal_at(file, line, "out of memory allocating %zu bytes", n);
+    if (align == huge) (void)madvise(p, len, MADV_HUGEPAGE);
+    if (zero) memset(p, 0, len ? len : align);
     return p;
 }
 

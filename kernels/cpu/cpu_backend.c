@@ -111,12 +111,9 @@ int64_t kernels_cpu_attn_pairs(kf_backend *b) {
 }
 
 void *cpu_alloc(kf_backend *b, size_t bytes) {
-    /* 64-byte alignment for vector loads; calloc semantics as kernels.h promises. */
-    size_t n = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, n ? n : 64);
-    KF_CHECK(p, "out of memory allocating %zu bytes on the cpu backend", bytes);
-    memset(p, 0, n);
-    return p;
+    /* 64-byte alignment for vector loads, huge pages for the weights the
+     * kernels stream; calloc semantics as kernels.h promises. */
+    return kf_alloc_stream(bytes, 1);
 }
 
 void cpu_free(kf_backend *b, void *p) { free(p); }

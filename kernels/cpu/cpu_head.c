@@ -36,10 +36,8 @@ void *cpu_head_pack(kf_backend *b, const float *W, const float *bias, int64_t V,
     hd->H = H;
     hd->panels = (V + PANEL - 1) / PANEL;
     size_t nw = (size_t)(hd->panels * H * PANEL), nb = (size_t)(hd->panels * PANEL);
-    hd->w = aligned_alloc(64, nw * sizeof(float));
-    hd->bias = aligned_alloc(64, nb * sizeof(float));
-    KF_CHECK(hd->w && hd->bias, "out of memory packing a %lld x %lld output layer", (long long)V,
-             (long long)H);
+    hd->w = kf_alloc_stream(nw * sizeof(float), 0);
+    hd->bias = kf_alloc_stream(nb * sizeof(float), 0);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < hd->panels; p++)
         for (int64_t j = 0; j < PANEL; j++) {
@@ -167,6 +165,12 @@ __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *
                 __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
                        a21 = a00, a30 = a00, a31 = a00;
                 for (int64_t h = 0; h < H; h++) {
+                    if (!half) { /* both lines of the row: the second half reads them from L2 */
+                        _mm_prefetch((const char *)(w + h * PANEL) + CPU_PREFETCH_BYTES,
+                                     _MM_HINT_T0);
+                        _mm_prefetch((const char *)(w + h * PANEL) + CPU_PREFETCH_BYTES + 64,
+                                     _MM_HINT_T0);
+                    }
                     __m256 w0 = _mm256_loadu_ps(w + h * PANEL),
                            w1 = _mm256_loadu_ps(w + h * PANEL + 8);
                     __m256 xr = _mm256_broadcast_ss(x + h);
@@ -229,6 +233,8 @@ head_panels_avx512(const cpu_head *hd, const float *xp, int64_t nblk, int64_t ro
             __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
                    a30 = a00, a31 = a00;
             for (int64_t h = 0; h < H; h++) {
+                _mm_prefetch((const char *)(w + h * PANEL) + CPU_PREFETCH_BYTES, _MM_HINT_T0);
+                _mm_prefetch((const char *)(w + h * PANEL) + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
                 __m512 w0 = _mm512_loadu_ps(w + h * PANEL),
                        w1 = _mm512_loadu_ps(w + h * PANEL + 16);
                 __m512 xr = _mm512_set1_ps(x[h]);

@@ -76,7 +76,7 @@ void cpu_head_screen_pack(cpu_head *hd) {
               : lvl >= CPU_SIMD_AVX512 ? CPU_SCREEN_AVX512BW
                                        : CPU_SCREEN_AVX2;
     s->h4 = h4;
-    s->qw = aligned_alloc(64, (size_t)(np * h4 * PANEL));
+    s->qw = kf_alloc_stream((size_t)(np * h4 * PANEL), 0);
     s->corr = aligned_alloc(64, (size_t)n * sizeof(int32_t));
     float **vecs[] = {&s->sw, &s->ew1, &s->w1, &s->bias, &s->babs};
     for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++)
@@ -160,6 +160,14 @@ static row_q quantise_row(int32_t *xq, const float *x, int64_t H, int64_t g, scr
     return rq;
 }
 
+/* The same row of the next panel (g groups of 4 a panel), into the caches:
+ * the panels are one stream, read once at a few rows, and the hardware
+ * prefetcher alone left the screen at about 60% of the read bandwidth. */
+static inline __attribute__((always_inline)) void screen_ahead(const int8_t *at, int64_t g) {
+    _mm_prefetch((const char *)at + g * PANEL * 4, _MM_HINT_T0);
+    _mm_prefetch((const char *)at + g * PANEL * 4 + 64, _MM_HINT_T0);
+}
+
 /* Upper bounds of panels [p0, p1) for every row (up [rows][CHUNK*PANEL]) and
  * the running per-lane maxima of the lower bounds (lo [rows][16]), with
  * AVX-512: whole panels, 4 rows x 2 accumulators. One source for two
@@ -188,6 +196,7 @@ static row_q quantise_row(int32_t *xq, const float *x, int64_t H, int64_t g, scr
                 __m512i acc[ROWS][2];                                                              \
                 for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();     \
                 for (int64_t k = 0; k < g; k++) {                                                  \
+                    screen_ahead(q + k * PANEL * 4, g);                                            \
                     __m512i w0 = _mm512_loadu_si512(q + k * PANEL * 4);                            \
                     __m512i w1v = _mm512_loadu_si512(q + k * PANEL * 4 + 64);                      \
                     for (int r = 0; r < ROWS; r++) {                                               \
@@ -239,6 +248,7 @@ AVX2_TARGET static void screen_panels_avx2(const cpu_head *hd, const int32_t *xq
                 __m256i acc[ROWS][2];
                 for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
                 for (int64_t k = 0; k < g; k++) {
+                    screen_ahead(q + k * PANEL * 4, g);
                     __m256i w0 = _mm256_loadu_si256((const __m256i *)(q + k * PANEL * 4));
                     __m256i w1 = _mm256_loadu_si256((const __m256i *)(q + k * PANEL * 4 + 32));
                     for (int r = 0; r < ROWS; r++) {

@@ -28,11 +28,9 @@
 #include "kernels/cpu/cpu_internal.h"
 
 #define LP_PANEL 32 /* outputs per panel: two AVX-512 vectors, four AVX2 ones */
-/* Prefetch distance: the hardware prefetcher alone left a few-row product
- * waiting on memory between its FMAs (no overlap: 8 rows streamed at half
- * the read bandwidth); the panels are one contiguous stream, so this also
- * runs into the next panel. */
-#define LP_PREFETCH_BYTES 4096
+#define LP_PREFETCH_BYTES                                                                          \
+    CPU_PREFETCH_BYTES /* the panels are one stream: into the next one too                         \
+                        */
 
 typedef struct cpu_linear {
     int64_t in, out, panels;
@@ -55,10 +53,8 @@ void *cpu_linear_pack(kf_backend *b, const float *w, const void *w16, int64_t in
                       .prec = b->precision};
     size_t n = (size_t)(L->panels * in * LP_PANEL);
     int bf = L->prec == KF_PREC_BF16;
-    if (bf) L->p16 = aligned_alloc(64, n * sizeof(uint16_t));
-    else L->p32 = aligned_alloc(64, n * sizeof(float));
-    KF_CHECK(L->p16 || L->p32, "out of memory packing a %lld x %lld linear layer", (long long)out,
-             (long long)in);
+    if (bf) L->p16 = kf_alloc_stream(n * sizeof(uint16_t), 0);
+    else L->p32 = kf_alloc_stream(n * sizeof(float), 0);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < L->panels; p++)
         for (int64_t j = 0; j < LP_PANEL; j++) {
@@ -86,11 +82,29 @@ void cpu_linear_pack_free(kf_backend *b, void *lin) {
     free(L);
 }
 
+/* The part of the next panel a block prefetches into L2 as it goes: from
+ * p, step / 65536 bytes a k. With more than one pass over a panel (row
+ * blocks, AVX2's halves) only the first reads memory and the others compute
+ * from the caches; the 4 KiB-ahead prefetch alone left memory idle in those
+ * (time = reads + products, where it could be the larger of the two: 8 rows
+ * at AVX2 ran at 38 GFLOP/s streaming against 67 from L2). Each pass takes
+ * its share of the next panel, so the reads go on under every pass. */
+typedef struct lp_ahead {
+    const char *p;
+    int64_t step;
+} lp_ahead;
+
+static inline __attribute__((always_inline)) void lp_ahead_k(lp_ahead a, int64_t k) {
+    const char *q = a.p + (((k * a.step) >> 16) & ~(int64_t)63);
+    _mm_prefetch(q, _MM_HINT_T1);
+    _mm_prefetch(q + 64, _MM_HINT_T1);
+}
+
 /* One block of R rows of x ([R][K], row stride K) against one panel (w or
  * h: fp32 or bf16 [K][PANEL]) into c (row stride ldc), the GEMM's epilogue
- * with alpha 1. */
+ * with alpha 1, prefetching `ah` on the way. */
 typedef void lp_fn(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-                   int64_t ldc, float beta);
+                   int64_t ldc, float beta, lp_ahead ah);
 
 /* ------------------------------------------------------- AVX-512: 8 x 32 */
 #define LP512 __attribute__((target("avx512f,avx512bw,fma")))
@@ -102,16 +116,16 @@ lp512_load(const float *w, const uint16_t *h, int64_t at) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
 }
 
-LP512 static inline __attribute__((always_inline)) void lp512_body(int R, const float *x, int64_t K,
-                                                                   const float *w,
-                                                                   const uint16_t *h, float *c,
-                                                                   int64_t ldc, float beta) {
+LP512 static inline __attribute__((always_inline)) void
+lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+           int64_t ldc, float beta, lp_ahead ah) {
     __m512 r[8][2];
     for (int i = 0; i < R; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        lp_ahead_k(ah, k);
         __m512 b0 = lp512_load(w, h, k * LP_PANEL), b1 = lp512_load(w, h, k * LP_PANEL + 16);
         for (int i = 0; i < R; i++) {
             __m512 a = _mm512_set1_ps(x[i * K + k]);
@@ -133,17 +147,17 @@ LP512 static inline __attribute__((always_inline)) void lp512_body(int R, const 
 #define LP_ROWS_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 #define LP512_R(n)                                                                                 \
     LP512 static void lp512_##n(const float *x, int64_t K, const float *w, const uint16_t *h,      \
-                                float *c, int64_t ldc, float beta) {                               \
-        if (h) lp512_body(n, x, K, NULL, h, c, ldc, beta);                                         \
-        else lp512_body(n, x, K, w, NULL, c, ldc, beta);                                           \
+                                float *c, int64_t ldc, float beta, lp_ahead ah) {                  \
+        if (h) lp512_body(n, x, K, NULL, h, c, ldc, beta, ah);                                     \
+        else lp512_body(n, x, K, w, NULL, c, ldc, beta, ah);                                       \
     }
 LP_ROWS_CASES(LP512_R)
 
 static void lp_avx512(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-                      int64_t ldc, float beta) {
+                      int64_t ldc, float beta, lp_ahead ah) {
     switch (R) {
 #define LP512_CASE(n)                                                                              \
-    case n: lp512_##n(x, K, w, h, c, ldc, beta); break;
+    case n: lp512_##n(x, K, w, h, c, ldc, beta, ah); break;
         LP_ROWS_CASES(LP512_CASE)
     default: KF_FATAL("lp_avx512: %d rows", R);
     }
@@ -160,10 +174,9 @@ lp256_load(const float *w, const uint16_t *h, int64_t at) {
 }
 
 /* 8 accumulators: Zen 4 and Intel's two FMA pipes of 4 cycles' latency */
-LP256 static inline __attribute__((always_inline)) void lp256_body(int R, const float *x, int64_t K,
-                                                                   const float *w,
-                                                                   const uint16_t *h, float *c,
-                                                                   int64_t ldc, float beta) {
+LP256 static inline __attribute__((always_inline)) void
+lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+           int64_t ldc, float beta, lp_ahead ah) {
     __m256 r0[4], r1[4];
     for (int q = 0; q < 4; q++) r0[q] = r1[q] = _mm256_setzero_ps();
     const float *x1 = x + (R > 1 ? K : 0);
@@ -171,6 +184,7 @@ LP256 static inline __attribute__((always_inline)) void lp256_body(int R, const 
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        lp_ahead_k(ah, k);
         __m256 a0 = _mm256_broadcast_ss(x + k), a1 = _mm256_broadcast_ss(x1 + k);
         for (int q = 0; q < 4; q++) {
             __m256 bq = lp256_load(w, h, k * LP_PANEL + q * 8);
@@ -190,9 +204,9 @@ LP256 static inline __attribute__((always_inline)) void lp256_body(int R, const 
 
 #define LP256_R(n)                                                                                 \
     LP256 static void lp256_##n(const float *x, int64_t K, const float *w, const uint16_t *h,      \
-                                float *c, int64_t ldc, float beta) {                               \
-        if (h) lp256_body(n, x, K, NULL, h, c, ldc, beta);                                         \
-        else lp256_body(n, x, K, w, NULL, c, ldc, beta);                                           \
+                                float *c, int64_t ldc, float beta, lp_ahead ah) {                  \
+        if (h) lp256_body(n, x, K, NULL, h, c, ldc, beta, ah);                                     \
+        else lp256_body(n, x, K, w, NULL, c, ldc, beta, ah);                                       \
     }
 LP256_R(1)
 LP256_R(2)
@@ -204,10 +218,9 @@ LP256_R(2)
  * L2 (K-Forcing at ~60% of its roofline). Named variables, as in
  * cpu_gemm_fixed's AVX2 kernel: gcc kept an array's copy on the stack. */
 #define LP256_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-LP256 static inline __attribute__((always_inline)) void lp256_half(int R, const float *x, int64_t K,
-                                                                   const float *w,
-                                                                   const uint16_t *h, float *c,
-                                                                   int64_t ldc, float beta) {
+LP256 static inline __attribute__((always_inline)) void
+lp256_half(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+           int64_t ldc, float beta, lp_ahead ah) {
 #define DECL(i)                                                                                    \
     __m256 s##i##0 = _mm256_setzero_ps(), s##i##1 = _mm256_setzero_ps();                           \
     const float *x##i = x + (R > i ? i : 0) * K;
@@ -217,6 +230,7 @@ LP256 static inline __attribute__((always_inline)) void lp256_half(int R, const 
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        lp_ahead_k(ah, k);
         __m256 b0 = lp256_load(w, h, k * LP_PANEL), b1 = lp256_load(w, h, k * LP_PANEL + 8), a;
 #define STEP(i)                                                                                    \
     if (R > i) {                                                                                   \
@@ -234,25 +248,26 @@ LP256 static inline __attribute__((always_inline)) void lp256_half(int R, const 
 #undef OUT
 }
 
-/* both halves of the panel */
+/* both halves of the panel, each prefetching half of the block's share */
 #define LP256H_CASES(X) X(3) X(4) X(5) X(6)
 #define LP256H_R(n)                                                                                \
     LP256 static void lp256h_##n(const float *x, int64_t K, const float *w, const uint16_t *h,     \
-                                 float *c, int64_t ldc, float beta) {                              \
+                                 float *c, int64_t ldc, float beta, lp_ahead ah) {                 \
         for (int half = 0; half < 2; half++) {                                                     \
-            if (h) lp256_half(n, x, K, NULL, h + half * 16, c + half * 16, ldc, beta);             \
-            else lp256_half(n, x, K, w + half * 16, NULL, c + half * 16, ldc, beta);               \
+            lp_ahead a = {ah.p + ((K * ah.step / 2) >> 16) * half, ah.step / 2};                   \
+            if (h) lp256_half(n, x, K, NULL, h + half * 16, c + half * 16, ldc, beta, a);          \
+            else lp256_half(n, x, K, w + half * 16, NULL, c + half * 16, ldc, beta, a);            \
         }                                                                                          \
     }
 LP256H_CASES(LP256H_R)
 
 static void lp_avx2(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-                    int64_t ldc, float beta) {
+                    int64_t ldc, float beta, lp_ahead ah) {
     switch (R) {
-    case 1: lp256_1(x, K, w, h, c, ldc, beta); break;
-    case 2: lp256_2(x, K, w, h, c, ldc, beta); break;
+    case 1: lp256_1(x, K, w, h, c, ldc, beta, ah); break;
+    case 2: lp256_2(x, K, w, h, c, ldc, beta, ah); break;
 #define LP256H_CASE(n)                                                                             \
-    case n: lp256h_##n(x, K, w, h, c, ldc, beta); break;
+    case n: lp256h_##n(x, K, w, h, c, ldc, beta, ah); break;
         LP256H_CASES(LP256H_CASE)
     default: KF_FATAL("lp_avx2: %d rows", R);
     }
@@ -261,7 +276,7 @@ static void lp_avx2(int R, const float *x, int64_t K, const float *w, const uint
 /* ------------------------------------------------------ baseline: 4 x 32 */
 /* CPUs without FMA: fmaf keeps the chain exact (cpu_gemm_fixed's ukr_base) */
 static void lp_base(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-                    int64_t ldc, float beta) {
+                    int64_t ldc, float beta, lp_ahead ah) {
     float r[4][LP_PANEL] = {{0}};
     for (int64_t k = 0; k < K; k++)
         for (int j = 0; j < LP_PANEL; j++) {
@@ -297,18 +312,23 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
         const float *w = L->p32 ? L->p32 + off : NULL;
         const uint16_t *h = L->p16 ? L->p16 + off : NULL;
         int64_t j0 = p * LP_PANEL, nj = N - j0 < LP_PANEL ? N - j0 : LP_PANEL;
+        /* the blocks share out the next panel (the last one: itself, cached) */
+        const char *cur = w ? (const char *)w : (const char *)h;
+        int64_t pbytes = K * LP_PANEL * (w ? 4 : 2), share = pbytes / nb;
+        const char *next = p + 1 < L->panels ? cur + pbytes : cur;
         for (int64_t ib = 0; ib < nb; ib++) {
             int R = (int)(rows / nb + (ib < rows % nb));
             int64_t i0 = ib * (rows / nb) + (ib < rows % nb ? ib : rows % nb);
+            lp_ahead ah = {next + ib * share, (share << 16) / K};
             if (nj == LP_PANEL) {
-                fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta);
+                fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta, ah);
                 continue;
             }
             /* the last, partial panel: the same combine on a copy */
             float edge[8 * LP_PANEL] = {0};
             for (int i = 0; i < R; i++)
                 memcpy(edge + i * LP_PANEL, c + (i0 + i) * N + j0, (size_t)nj * sizeof(float));
-            fn(R, x + i0 * K, K, w, h, edge, LP_PANEL, beta);
+            fn(R, x + i0 * K, K, w, h, edge, LP_PANEL, beta, ah);
             for (int i = 0; i < R; i++)
                 memcpy(c + (i0 + i) * N + j0, edge + i * LP_PANEL, (size_t)nj * sizeof(float));
         }
