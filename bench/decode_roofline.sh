@@ -12,7 +12,7 @@
 # figures and what they mean.
 # usage: bench/decode_roofline.sh [SHARDS] [OUT_DIR]   (default: configs/tiny.yaml's
 # shards; a model's vocabulary may exceed the shards': only prefixes are read)
-# env: KF_BIN, KF_CPU_ISA (a SIMD level, default the CPU's best), RUNS (default 2),
+# env: KF_BIN, KF_CPU_ISA (a SIMD level, default the CPU's best), RUNS (default 5),
 #      BATCHES (default "1,2,4,16"), MODELS (lines "name vocab hidden heads blocks")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +46,7 @@ YAML
   done
   params=$(grep -o '[0-9]* params' "$OUT/$name-ar.log" | head -n 1 | cut -d' ' -f1)
   OMP_NUM_THREADS=1 "$KF" bench decode "$OUT/$name/stages/ar/final" "$OUT/$name/stages/k4/final" \
-    --data "$DATA" --batch "$BATCHES" --k 4 --runs "${RUNS:-2}" --freq-penalty 0 --clock cpu \
+    --data "$DATA" --batch "$BATCHES" --k 4 --runs "${RUNS:-5}" --freq-penalty 0 --clock cpu \
     --json "$OUT/$name.json" --png "$OUT/$name.png" >"$OUT/$name-bench.log" 2>&1 ||
     { echo "$name: bench decode failed: $(tail -n 2 "$OUT/$name-bench.log")" >&2; exit 1; }
   grep '^CPU limits' "$OUT/$name-bench.log" | sed "s/^/  $name: /"

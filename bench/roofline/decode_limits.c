@@ -97,6 +97,13 @@ void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *ou
     out->read_bw = best + 0 * sink;
     out->read_bw1 = best1;
 
+    /* the products in fp32 at every precision: the packed kernels widen 16-bit
+     * weights as they read them and accumulate in fp32, while the GEMM's
+     * 16-bit modes also round their operands, a pass the kernels do once at
+     * packing (bf16 at 512^3 measured 70 GFLOP/s against fp32's 134, and
+     * bf16 decoding "exceeded" it) */
+    kf_precision prec = b->precision;
+    b->set_precision(b, KF_PREC_FP32);
     size_t m = (size_t)GEMM_N * GEMM_N * sizeof(float);
     float *A = b->alloc(b, m), *B = b->alloc(b, m), *C = b->alloc(b, m);
     float *h = kf_malloc(m);
@@ -116,6 +123,7 @@ void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *ou
     b->free(b, B);
     b->free(b, C);
     out->gemm_flops = best;
+    b->set_precision(b, prec);
 }
 
 /* One step's time at the limits: R rows through the blocks (nz of them

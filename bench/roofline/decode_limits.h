@@ -12,9 +12,12 @@
 
 /** What the CPU gives the benchmark's threads (OMP_NUM_THREADS), measured
  *  now by `now` (a clock of common/clock.h): bytes/s of a streaming read
- *  of 512 MiB (best of 3), the same read on one thread in turns with it
+ *  of 512 MiB, the same read on one thread in turns with it
  *  (read_bw1: what more threads add to the bandwidth, under the same load),
- *  and FLOP/s of b's matmul at 512^3 (best of 5). */
+ *  each read at the SIMD level the kernels run at with a prefetch 4 KiB
+ *  ahead on huge pages, as the decode kernels stream their weights (best of
+ *  5), and FLOP/s of b's matmul at 512^3 in fp32 whatever b's precision
+ *  (the decode kernels accumulate 16-bit weights in fp32; best of 5). */
 typedef struct decode_limits {
     double read_bw, read_bw1, gemm_flops;
 } decode_limits;
