@@ -71,11 +71,12 @@ static const runconfig_opts builtin_defaults = {
 
 /* Self-forcing starts from a teacher already right on its k/2 inherited
  * positions; the k/2 new ones must move far (from independent positions to
- * the joint), which the rate that suits forward distillation does slowly.
- * The recipe chosen across tools/synth_lang.py's family of random languages
- * (docs/convergence.md): a high rate decayed by a cosine, and an EMA short
- * enough for stages of a few hundred steps. `defaults:` and the stage
- * override each key, as for every kind. */
+ * the joint), which the rate that suits forward distillation does slowly,
+ * and with equal weights their loss is drowned by the inherited ones'.
+ * The recipe (docs/convergence.md, chosen on tools/synth_lang.py's family
+ * of random languages): a high rate decayed by a cosine, an EMA short enough
+ * for stages of a few hundred steps, and the new positions' loss weighted 4.
+ * `defaults:` and the stage override each key, as for every kind. */
 static runconfig_opts kind_defaults(runconfig_kind kind) {
     runconfig_opts o = builtin_defaults;
     if (kind == RC_KIND_SELF_FORCING) {
@@ -84,6 +85,7 @@ static runconfig_opts kind_defaults(runconfig_kind kind) {
         o.lr_cosine = 1;
         o.lr_min = 1e-3; /* unless set: lr / 10 (parse_stage) */
         o.ema = 0.95;
+        o.new_weight = 4.0;
     }
     return o;
 }

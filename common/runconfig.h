@@ -41,7 +41,8 @@
  *                          # log of the training split's smoothed token frequencies
  *     new_weight: 1.0      # self_forcing only: the loss weight of the student's k/2
  *                          # new positions (j >= k/2, the teacher's second round)
- *                          # relative to the k/2 it inherits; (0, 100]
+ *                          # relative to the k/2 it inherits; (0, 100]; the kind's
+ *                          # own default is 4 (below)
  *     tau_curriculum: 0    # PFLM stages: over the first N steps the sampled tau's
  *                          # upper end rises linearly from tau_min to tau_max (the
  *                          # near-deterministic low temperatures first); 0: off
@@ -66,14 +67,14 @@
  *   self_forcing            PFLM(k/2) teacher -> PFLM(k); student starts from
  *                           the teacher (`init` defaults to the teacher).
  *                           Its own defaults (docs/convergence.md: chosen
- *                           across a family of random languages at hidden
+ *                           on a family of random languages at hidden
  *                           32, 4 blocks): lr 1.0e-2, warmup 10,
- *                           lr_decay cosine, ema 0.95, and lr_min a tenth
- *                           of the stage's lr (1.0e-3)
+ *                           lr_decay cosine, ema 0.95, new_weight 4, and
+ *                           lr_min a tenth of the stage's lr (1.0e-3)
  *
  * A key resolves, first found: the stage, `defaults:`, the kind's defaults,
- * the built-in ones. The paper-scale configs set lr, ema and lr_decay in
- * `defaults:`, so they keep the paper's recipe for every kind.
+ * the built-in ones. The paper-scale configs set lr, ema, lr_decay and
+ * new_weight in `defaults:`, so they keep the paper's recipe for every kind.
  *   noise_inversion_mtp     ablation variant A: noise inversion, MTP head
  *   noise_inversion_causal  ablation variant B: noise inversion, causal layout
  *   mdlm                    masked diffusion (MDLM) on the same backbone with

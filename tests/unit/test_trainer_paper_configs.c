@@ -25,6 +25,7 @@ static void check_stage(const char *cfg, const runconfig_stage *s) {
     T_EQ_INT(o->warmup, 0, "%s %s: constant lr, warmup got %lld", cfg, s->name,
              (long long)o->warmup);
     T_CHECK(!o->lr_cosine, "%s %s: constant lr, got a cosine decay", cfg, s->name);
+    T_CLOSE(o->new_weight, 1.0, 0, "every position's loss weighted alike");
     T_CLOSE(o->beta1, 0.9, 0, "beta1");
     T_CLOSE(o->beta2, 0.999, 0, "beta2");
     T_CLOSE(o->eps, 1e-6, 0, "eps");

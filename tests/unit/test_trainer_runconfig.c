@@ -157,6 +157,7 @@ int main(void) {
         T_NEAR(sf->lr_min, 1e-3, 1e-18, "self_forcing lr_min got %g want 1e-3", sf->lr_min);
         T_NEAR(sf->ema, 0.95, 0, "self_forcing ema got %g want 0.95", sf->ema);
         T_EQ_INT(sf->warmup, 10, "self_forcing warmup got %lld want 10", (long long)sf->warmup);
+        T_NEAR(sf->new_weight, 4.0, 0, "self_forcing new_weight got %g want 4", sf->new_weight);
         T_EQ_INT(sf->batch, 8, "defaults.batch reaches self_forcing: got %lld",
                  (long long)sf->batch);
         T_NEAR(d->lr, 1e-4, 0, "distill_ar keeps the built-in lr: got %g", d->lr);
