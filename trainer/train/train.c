@@ -88,7 +88,7 @@ static void fill_meta(trainer *t, ckpt_meta *m) {
     m->global_batch = t->o->batch;
     m->world = t->d->world;
     memcpy(m->config_hash, t->rc->hash, 65);
-    m->opt = t->s->os;
+    if (t->s) m->opt = t->s->os; /* an import has no optimizer */
     snprintf(m->phase, sizeof m->phase, "%s",
              runconfig_prec_name(runconfig_precision_at(t->o, t->step)));
     m->id = t->id;
