@@ -307,10 +307,17 @@ int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err
         if ((s->kind == RC_KIND_DISTILL_AR || s->kind == RC_KIND_SELF_FORCING) && s->k > kmax)
             kmax = s->k;
     }
+    /* no AR stage: an imported AR, the teacher of a distill_ar stage */
+    for (int i = 0; i < rc->n_stages && !ar; i++) {
+        const runconfig_stage *s = &rc->stages[i];
+        if (s->kind == RC_KIND_DISTILL_AR && s->teacher_stage >= 0 &&
+            rc->stages[s->teacher_stage].kind == RC_KIND_IMPORT)
+            ar = &rc->stages[s->teacher_stage];
+    }
     if (!ar) {
         free(vocab), free(kind);
-        fprintf(stderr,
-                "kf jobs: samples skipped: no `ar` stage (the teacher that scores the samples)\n");
+        fprintf(stderr, "kf jobs: samples skipped: no `ar` stage nor an imported teacher of a "
+                        "distill_ar stage (the AR that scores the samples)\n");
         return 0;
     }
     char dir[PATH_MAX], prefixes[PATH_MAX + 32], eval_ckpt[PATH_MAX + 64], shown[N_PROMPTS][160];

@@ -2,7 +2,8 @@
  * trained chain with their quality and decoding speed.
  *
  * `kf sample` runs at tau 1 on the AR stage's final weights (one token per
- * step) and on every PFLM stage's at k = 1, 2, 4, ... up to its k, 16
+ * step; without an `ar` stage, the imported teacher of a distill_ar stage)
+ * and on every PFLM stage's at k = 1, 2, 4, ... up to its k, 16
  * completions (one batch) for each of a few fixed text prompts
  * (RUN/samples/prefixes.jsonl). The prompts are encoded with the vocabulary of
  * the shard set that data.train names (its `vocab:` and `tokenizer:` in the
@@ -26,7 +27,8 @@
 
 /** Samples from the complete run in run (rc: its frozen config) with the
  * binary kf. A build without `kf sample`, a config whose shards do not name
- * the vocabulary, or a chain without an AR stage is skipped with a note
+ * the vocabulary, or a chain without an AR (an `ar` stage or an imported
+ * distill_ar teacher) is skipped with a note
  * (returns 0). @return 0, or -1 with err set. */
 int sample_run(const char *run, const runconfig *rc, const char *kf, kf_err *err);
 

@@ -52,6 +52,12 @@ check "rerun exits 0" [ $rc -eq 0 ]
 check "rerun: every stage skipped as complete" [ "$(grep -c 'complete, skipped' "$T/run2.log")" -eq 4 ]
 check "rerun: no kf train started" bash -c '! grep -q "running .* train" "$1"' _ "$T/run2.log"
 check "rerun: final weights untouched" [ "$(file_sha "$R/stages/k2/final/model.safetensors")" = "$sha_before" ]
+# an import stage registers a checkpoint as its final weights
+sed '/^stages:/,$d' "$T/cfg.yaml" > "$T/imp.yaml"
+printf 'stages:\n  - {name: ar, kind: import, path: %s}\n' "$R/stages/ar/final/model.safetensors" >> "$T/imp.yaml"
+"$KF" jobs run "$T/imp.yaml" --run-dir "$T/imp" --no-sample > "$T/imp.log" 2>&1; rc=$?
+check "run: an import stage exits 0 (got $rc: $(tail -n 1 "$T/imp.log"))" [ $rc -eq 0 ]
+check "run: the import stage has its final weights" test -f "$T/imp/stages/ar/final/DONE"
 js=$("$KF" jobs status "$R" --json); rc=$?
 check "status --json exits 0" [ $rc -eq 0 ]
 check "status --json: 4 rows, all complete, steps 4/4" node -e '
