@@ -1,5 +1,6 @@
 # tools/synth_chain.sh — sourced by bench/convergence.sh,
-# bench/convergence_family.sh and tests/scripts/test_convergence.sh, so the
+# bench/convergence_family.sh, bench/convergence_depth.sh and
+# tests/scripts/test_convergence.sh, so the
 # curves and the test run one chain: a synthetic language
 # (tools/synth_lang.py), its config for `kf jobs run` (AR -> PFLM(1) ->
 # PFLM(2) -> PFLM(4); the self_forcing stages take their kind's defaults,

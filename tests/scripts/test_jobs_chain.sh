@@ -4,7 +4,8 @@
 # hashes; kf jobs run trains it again, saying why, keeping what it had in
 # stages/k2/stale/1/. A stage whose teacher is stale is stale too. A teacher's
 # final/ that does not verify: the error names the file and the command that
-# mends it, and that command works.
+# mends it, and that command works. A stage of kind import (a checkpoint as
+# its final weights) is the teacher of the next.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/scripts/lib_jobs.sh
@@ -60,4 +61,12 @@ check "the named fix works: exit 0 (got $rc)" [ $rc -eq 0 ]
 check "ar finished again from its checkpoint, not from step 0" grep -q "ar: resumed from .*step-4 (step 4" "$T/run5.log"
 check "ar's weights are the ones it had" [ "$(file_sha "$R/stages/ar/final/model.safetensors")" = "$(file_sha "$T/ar.safetensors")" ]
 check "after the fix: all complete ($(states))" [ "$(states)" = "ar=complete k1=complete k2=complete" ]
+# a stage of kind import registers a checkpoint as its final weights, and a
+# later stage trains from them
+sed -e "s|{name: ar, kind: ar, steps: 4}|{name: ar, kind: import, path: $R/stages/ar/final/model.safetensors}|" \
+  -e '/name: k2/d' "$T/cfg.yaml" > "$T/imp.yaml"
+"$KF" jobs run "$T/imp.yaml" --run-dir "$T/imp" --no-sample > "$T/imp.log" 2>&1; rc=$?
+check "an import stage, then distill_ar from it: exit 0 (got $rc: $(tail -n 1 "$T/imp.log"))" [ $rc -eq 0 ]
+check "the import stage has final weights" [ -f "$T/imp/stages/ar/final/DONE" ]
+check "the stage after it trained" [ -f "$T/imp/stages/k1/final/DONE" ]
 finish
