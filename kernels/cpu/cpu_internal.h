@@ -86,9 +86,7 @@ cpu_avx2_out16(float *c, __m256 s0, __m256 s1, __m256 va, __m256 vb, float beta)
  *  left a few-row product waiting on memory between its FMAs (8 rows
  *  streamed at half the read bandwidth, the output layer at 1 row at about
  *  60% of it). */
-#ifndef CPU_PREFETCH_BYTES
 #define CPU_PREFETCH_BYTES 4096
-#endif
 
 /** CPU_MULTIVERSION(ret, name, params, args) defines `static ret name params`,
  *  which runs name##_body (a CPU_INLINE function) compiled for AVX-512 + FMA,

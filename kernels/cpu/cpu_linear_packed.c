@@ -28,9 +28,6 @@
 #include "kernels/cpu/cpu_internal.h"
 
 #define LP_PANEL 32 /* outputs per panel: two AVX-512 vectors, four AVX2 ones */
-#define LP_PREFETCH_BYTES                                                                          \
-    CPU_PREFETCH_BYTES /* the panels are one stream: into the next one too                         \
-                        */
 
 typedef struct cpu_linear {
     int64_t in, out, panels;
@@ -123,8 +120,8 @@ lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
     for (int i = 0; i < R; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
-        _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
-        if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
+        if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
         lp_ahead_k(ah, k);
         __m512 b0 = lp512_load(w, h, k * LP_PANEL), b1 = lp512_load(w, h, k * LP_PANEL + 16);
         for (int i = 0; i < R; i++) {
@@ -182,8 +179,8 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
     const float *x1 = x + (R > 1 ? K : 0);
     for (int64_t k = 0; k < K; k++) {
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
-        _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
-        if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
+        if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
         lp_ahead_k(ah, k);
         __m256 a0 = _mm256_broadcast_ss(x + k), a1 = _mm256_broadcast_ss(x1 + k);
         for (int q = 0; q < 4; q++) {
@@ -228,8 +225,8 @@ lp256_half(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
 #undef DECL
     for (int64_t k = 0; k < K; k++) {
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
-        _mm_prefetch(pf + LP_PREFETCH_BYTES, _MM_HINT_T0);
-        if (!h) _mm_prefetch(pf + LP_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
+        if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
         lp_ahead_k(ah, k);
         __m256 b0 = lp256_load(w, h, k * LP_PANEL), b1 = lp256_load(w, h, k * LP_PANEL + 8), a;
 #define STEP(i)                                                                                    \
