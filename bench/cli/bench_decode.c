@@ -600,7 +600,10 @@ int bench_decode_main(int argc, char **argv) {
             if (omp_get_max_threads() > 1)
                 printf(" (%d threads; one thread in turns with them: %.1f GB/s)",
                        omp_get_max_threads(), p.lim.read_bw1 / 1e9);
-            printf(", GEMM %.1f GFLOP/s\n", p.lim.gemm_flops / 1e9);
+            printf(", GEMM %.1f GFLOP/s", p.lim.gemm_flops / 1e9);
+            if (omp_get_max_threads() > 1)
+                printf(" (one thread in turns: %.1f GFLOP/s)", p.lim.gemm_flops1 / 1e9);
+            printf("\n");
         }
         run_batches(&p, &a, &err);
         if (report(&p, &a, &err) == 0) code = KF_EXIT_OK;

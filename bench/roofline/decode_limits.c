@@ -111,18 +111,28 @@ void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *ou
     b->upload(b, A, h, m);
     b->upload(b, B, h, m);
     free(h);
-    best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now();
-        b->matmul(b, C, A, B, GEMM_N, GEMM_N, GEMM_N, 0, 1, 1.0f, 0.0f);
-        b->sync(b);
-        double dt = now() - t0, f = 2.0 * GEMM_N * GEMM_N * GEMM_N;
-        if (dt > 0 && f / dt > best) best = f / dt;
-    }
+    /* all threads and one thread in turns, as for the read: what a second
+     * thread adds to the compute, under the same load. A product takes
+     * milliseconds and the host's speed moves by up to 2x over seconds,
+     * hence the best of 10. */
+    best = best1 = 0;
+    for (int rep = 0; rep < 10; rep++)
+        for (int turn = 0; turn < (nt > 1 ? 2 : 1); turn++) {
+            int t = turn ? 1 : nt;
+            omp_set_num_threads(t);
+            double t0 = now();
+            b->matmul(b, C, A, B, GEMM_N, GEMM_N, GEMM_N, 0, 1, 1.0f, 0.0f);
+            b->sync(b);
+            double dt = now() - t0, f = 2.0 * GEMM_N * GEMM_N * GEMM_N;
+            double *bp = t == nt ? &best : &best1;
+            if (dt > 0 && f / dt > *bp) *bp = f / dt;
+        }
+    omp_set_num_threads(nt);
     b->free(b, A);
     b->free(b, B);
     b->free(b, C);
     out->gemm_flops = best;
+    out->gemm_flops1 = nt > 1 ? best1 : best;
     b->set_precision(b, prec);
 }
 

@@ -17,9 +17,10 @@
  *  each read at the SIMD level the kernels run at with a prefetch 4 KiB
  *  ahead on huge pages, as the decode kernels stream their weights (best of
  *  5), and FLOP/s of b's matmul at 512^3 in fp32 whatever b's precision
- *  (the decode kernels accumulate 16-bit weights in fp32; best of 5). */
+ *  (the decode kernels accumulate 16-bit weights in fp32; best of 10),
+ *  also on one thread in turns with it (gemm_flops1). */
 typedef struct decode_limits {
-    double read_bw, read_bw1, gemm_flops;
+    double read_bw, read_bw1, gemm_flops, gemm_flops1;
 } decode_limits;
 void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *out);
 
