@@ -11,6 +11,9 @@
  *                        # forced to -1000 (model.h); default: the id past the
  *                        # data's vocabulary when model.vocab is larger (OWT:
  *                        # GPT-2 + MDLM's added mask), else none
+ *                        # noise_cycles: N (optional, 0): the PFLM stages' noise
+ *                        # encoder reads z at frequencies from one to N cycles
+ *                        # over [0, 1] (model.h); 0: the release's
  *   defaults:                                    # training options for every stage
  *     batch: 32            # GLOBAL batch (samples per optimizer step, all ranks)
  *     micro_batch: 0       # samples per rank per forward/backward; 0 = batch / ranks
