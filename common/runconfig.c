@@ -158,6 +158,7 @@ static int parse_opts(cfg_node *n, runconfig_opts *o, kf_err *err) {
         opt_dbl_range(n, "ema", &o->ema, 0, 0, 1, err) ||
         opt_dbl_range(n, "new_weight", &o->new_weight, 0, 1, 100, err) ||
         opt_int_min(n, "tau_curriculum", &o->tau_curriculum, 0, err) ||
+        opt_int_min(n, "noise_warmup", &o->noise_warmup, 0, err) ||
         opt_dbl_range(n, "clip", &o->clip, -1, 0, 1e30, err) ||
         opt_int_min(n, "seed", &seed, 0, err) ||
         opt_int_min(n, "checkpoint_every", &o->checkpoint_every, 0, err) ||
@@ -314,6 +315,20 @@ static int parse_stage(runconfig *rc, int i, cfg_node *all, cfg_node *defaults, 
     } else if (s->kind == RC_KIND_SELF_FORCING || s->kind == RC_KIND_MEDUSA) {
         s->init = kf_strdup(teacher);
         s->init_stage = s->teacher_stage;
+    }
+    if (s->opt.noise_warmup) {
+        cfg_node *nw = cfg_find(st, "noise_warmup");
+        int pflm = s->kind == RC_KIND_DISTILL_AR || s->kind == RC_KIND_SELF_FORCING ||
+                   s->kind == RC_KIND_NI_CAUSAL;
+        if (!pflm && nw)
+            return cfg_err_at(nw, err,
+                              "noise_warmup trains a PFLM's noise encoder alone: a distill_ar, "
+                              "self_forcing or noise_inversion_causal stage's");
+        if (!pflm) s->opt.noise_warmup = 0; /* from defaults: the other kinds have no encoder */
+        else if (s->opt.weight_decay != 0)
+            return cfg_err_at(nw ? nw : st, err,
+                              "noise_warmup holds every weight but the noise encoder's: "
+                              "weight_decay 0");
     }
     if (s->kind == RC_KIND_MEDUSA) {
         if (init)
@@ -481,7 +496,8 @@ static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
         cfg_get_int(root, "model.blocks", &m->blocks, err) ||
         cfg_get_int(root, "model.vocab", &m->vocab, err) ||
         cfg_get_int(root, "model.seq_len", &m->seq_len, err) ||
-        cfg_opt_int(root, "model.mask_id", -1, &m->mask_id, err))
+        cfg_opt_int(root, "model.mask_id", -1, &m->mask_id, err) ||
+        cfg_opt_int(root, "model.noise_cycles", 0, &m->noise_cycles, err))
         return -1;
     if (m->heads < 1 || m->hidden < 2 || m->hidden % m->heads || (m->hidden / m->heads) % 2) {
         /* two keys at fault: blame the one an override set, if one did */
@@ -496,6 +512,8 @@ static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
         return cfg_err_at(cfg_find(root, "model.vocab"), err, "must be in [2, 2^30]");
     if (m->seq_len < 2 || m->seq_len > (1 << 20))
         return cfg_err_at(cfg_find(root, "model.seq_len"), err, "must be in [2, 2^20]");
+    if (m->noise_cycles < 0) /* its maximum: model_config_check's */
+        return cfg_err_at(cfg_find(root, "model.noise_cycles"), err, "must be >= 0");
     if (m->mask_id < -1 || m->mask_id >= m->vocab)
         return cfg_err_at(cfg_find(root, "model.mask_id"), err,
                           "must be in [0, vocab) (or -1: automatic)");

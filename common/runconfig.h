@@ -11,6 +11,9 @@
  *                        # forced to -1000 (model.h); default: the id past the
  *                        # data's vocabulary when model.vocab is larger (OWT:
  *                        # GPT-2 + MDLM's added mask), else none
+ *                        # noise_cycles: N (optional, 0): the PFLM stages' noise
+ *                        # encoder reads z at frequencies from one to N cycles
+ *                        # over [0, 1] (model.h); 0: the release's
  *   defaults:                                    # training options for every stage
  *     batch: 32            # GLOBAL batch (samples per optimizer step, all ranks)
  *     micro_batch: 0       # samples per rank per forward/backward; 0 = batch / ranks
@@ -46,6 +49,11 @@
  *     tau_curriculum: 0    # PFLM stages: over the first N steps the sampled tau's
  *                          # upper end rises linearly from tau_min to tau_max (the
  *                          # near-deterministic low temperatures first); 0: off
+ *     noise_warmup: 0      # PFLM (shared head) stages: the first N steps update the
+ *                          # noise encoder alone, every other weight held (its
+ *                          # gradients zeroed; needs weight_decay 0), so a student
+ *                          # initialised from its teacher learns to read z before
+ *                          # its backbone moves; 0: off
  *   stages:                                      # ordered
  *     - {name: ar, kind: ar, steps: 600}
  *     - {name: k1, kind: distill_ar, teacher: ar, k: 1, steps: 400, tau: [0.01, 1.0]}
@@ -153,6 +161,8 @@ typedef struct runconfig_opts {
     int unigram_bias;                 /* output bias starts at the training data's log unigram */
     double new_weight;                /* self_forcing: loss weight of the k/2 new positions */
     int64_t tau_curriculum;           /* steps over which the tau range opens up (0: off) */
+    int64_t noise_warmup;             /* PFLM stages: the first N steps train the noise
+                                         encoder alone (0: off) */
     runconfig_prec teacher_precision; /* the teacher passes' precision, the whole stage */
     int teacher_follow;               /* teacher_precision: follow: the student's phase instead */
 } runconfig_opts;
@@ -174,7 +184,8 @@ typedef struct runconfig_stage {
 
 typedef struct runconfig_model {
     int64_t hidden, heads, blocks, vocab, seq_len;
-    int64_t mask_id; /* as written; -1: automatic (runconfig_mask_id) */
+    int64_t mask_id;      /* as written; -1: automatic (runconfig_mask_id) */
+    int64_t noise_cycles; /* PFLM stages' noise encoder (model.h); 0: the release's */
 } runconfig_model;
 
 typedef struct runconfig_resources {

@@ -1,7 +1,7 @@
 /* kernels/attn_mask.h — what a kf_mask (kernels.h) lets each query row see,
  * shared by the CPU and CUDA attention so both read the structure the same
- * way. The functions marked KF_HD compile for host and device under nvcc;
- * CUDA files include kernels/cuda/cuda_internal.h first (it includes
+ * way. The functions marked KF_HD (kernels/hd.h) compile for host and device
+ * under nvcc; CUDA files include kernels/cuda/cuda_internal.h first (it includes
  * kernels.h and error.h with C linkage). */
 #ifndef KF_KERNELS_ATTN_MASK_H
 #define KF_KERNELS_ATTN_MASK_H
@@ -9,13 +9,8 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "kernels/hd.h"
 #include "kernels/kernels.h"
-
-#ifdef __CUDACC__
-#define KF_HD __host__ __device__
-#else
-#define KF_HD
-#endif
 
 /** Checks the mask's sizes (invariants: a bad mask is a caller bug). */
 static inline void kf_mask_check(const kf_mask *m) {

@@ -338,11 +338,14 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (b, dtable, dout, ids, row_idx, n, dim, vocab))                                              \
                                                                                                    \
     /* Sinusoidal noise features, computed in float64 (docs/architecture.md "Reference model"):    \
-     * out[r] = [cos(z*f), sin(z*f), cos(tau*f), sin(tau*f)] with f_i = 2*pi*10000^(-i/half),      \
-     * half = H/2, so out is [n, 2H]. z[n], tau[n] are device doubles. */                          \
+     * out[r] = [cos(z*g), sin(z*g), cos(tau*f), sin(tau*f)], half = H/2 of each, so out is        \
+     * [n, 2H]; f_i = kf_noise_freq(i, half, 0) = 2*pi*10000^(-i/half) (the release's),            \
+     * g_i = kf_noise_freq(i, half, cycles) (kernels/noise_freq.h; cycles 0: g = f).               \
+     * z[n], tau[n] are device doubles. */                                                         \
     X(void, noise_features,                                                                        \
-      (kf_backend * b, float *out, const double *z, const double *tau, int64_t n, int64_t H),      \
-      (b, out, z, tau, n, H))                                                                      \
+      (kf_backend * b, float *out, const double *z, const double *tau, int64_t n, int64_t H,       \
+       int64_t cycles),                                                                            \
+      (b, out, z, tau, n, H, cycles))                                                              \
                                                                                                    \
     /* ---- losses and decoding over logits [rows, V] ----                                         \
      * Softmax cross-entropy. targets < 0 are ignored (loss 0, grad 0).                            \

@@ -467,7 +467,7 @@ kf_op_cost kernels_cost_embed_bwd(kf_backend *b, float *dtable, const float *dou
 /* 2H features per value (a product, a cos or sin: 2 each) from z and tau
  * (doubles), written as floats */
 kf_op_cost kernels_cost_noise_features(kf_backend *b, float *out, const double *z,
-                                       const double *tau, int64_t n, int64_t H) {
+                                       const double *tau, int64_t n, int64_t H, int64_t cycles) {
     double e = (double)n * 2 * (double)H;
     return cost(b, KF_COST_SIMT, 2 * e, F * e + D * 2 * (double)n, "n=%lld H=%lld", (long long)n,
                 (long long)H);

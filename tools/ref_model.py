@@ -329,10 +329,12 @@ def read_safetensors(path):
 def load_kf(path):
     """A kforcing checkpoint (trainer/model/model_io.c) as a float32 DDiT with
     its config: (model, meta). Only the default architecture (what
-    tools/ref_model.py implements: RoPE, no biases, untied, shared head)."""
+    tools/ref_model.py implements: RoPE, no biases, untied, shared head, the
+    release's noise frequencies)."""
     tensors, meta = read_safetensors(path)
     for key, want in (("kf.pos", "rope"), ("kf.head", "shared"), ("kf.tied_head", "0"),
-                      ("kf.norm_bias", "0"), ("kf.attn_bias", "0"), ("kf.attn", "causal")):
+                      ("kf.norm_bias", "0"), ("kf.attn_bias", "0"), ("kf.attn", "causal"),
+                      ("kf.noise_cycles", "0")):
         if meta.get(key, want) != want:
             raise ValueError(f"{path}: {key} = {meta[key]}: the reference model holds only {key} = {want}")
     model = DDiT(int(meta["kf.hidden"]), int(meta["kf.heads"]), int(meta["kf.blocks"]), int(meta["kf.vocab"]),

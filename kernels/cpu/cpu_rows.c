@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/noise_freq.h"
 
 void cpu_gather_rows(kf_backend *b, float *dst, const float *src, const int32_t *idx, int64_t n,
                      int64_t dim) {
@@ -61,18 +62,19 @@ void cpu_embed_bwd(kf_backend *b, float *dtable, const float *dout, const int32_
     }
 }
 
-/* out[r] = [cos(z f), sin(z f), cos(tau f), sin(tau f)], f_i = 2*pi * 10000^(-i/half),
- * all in float64 and rounded to float at the end. */
+/* out[r] = [cos(z g), sin(z g), cos(tau f), sin(tau f)] (kernels.h), all in
+ * float64 and rounded to float at the end. */
 void cpu_noise_features(kf_backend *b, float *out, const double *z, const double *tau, int64_t n,
-                        int64_t H) {
+                        int64_t H, int64_t cycles) {
     KF_CHECK(H % 2 == 0, "noise_features needs an even hidden size, got %lld", (long long)H);
+    KF_CHECK(cycles >= 0, "noise_features: cycles %lld < 0", (long long)cycles);
     int64_t half = H / 2;
 #pragma omp parallel for schedule(static) if (n * H >= KF_CPU_PAR_MIN / 16) /* trig: costly */
     for (int64_t r = 0; r < n; r++) {
         float *o = out + r * 2 * H;
         for (int64_t i = 0; i < half; i++) {
-            double f = 2.0 * M_PI * pow(10000.0, -(double)i / (double)half);
-            double az = z[r] * f, at = tau[r] * f;
+            double az = z[r] * kf_noise_freq(i, half, cycles),
+                   at = tau[r] * kf_noise_freq(i, half, 0);
             o[i] = (float)cos(az);
             o[half + i] = (float)sin(az);
             o[H + i] = (float)cos(at);

@@ -9,6 +9,7 @@
 #include <cub/cub.cuh>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/noise_freq.h"
 
 /* One block per row (grid-strided), threads over the columns. */
 __global__ void k_move_rows(float *dst, const float *src, const int32_t *dst_idx,
@@ -124,13 +125,12 @@ void cu_embed_bwd(kf_backend *b, float *dtable, const float *dout, const int32_t
 }
 
 __global__ void k_noise_features(float *out, const double *z, const double *tau, int64_t n,
-                                 int64_t H) {
+                                 int64_t H, int64_t cycles) {
     int64_t half = H / 2, total = n * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = t / half, i = t % half;
-        double f = 2.0 * 3.14159265358979323846 * pow(10000.0, -(double)i / (double)half);
-        double az = z[r] * f, at = tau[r] * f;
+        double az = z[r] * kf_noise_freq(i, half, cycles), at = tau[r] * kf_noise_freq(i, half, 0);
         float *o = out + r * 2 * H;
         o[i] = (float)cos(az);
         o[half + i] = (float)sin(az);
@@ -140,9 +140,10 @@ __global__ void k_noise_features(float *out, const double *z, const double *tau,
 }
 
 void cu_noise_features(kf_backend *b, float *out, const double *z, const double *tau, int64_t n,
-                       int64_t H) {
+                       int64_t H, int64_t cycles) {
     KF_CHECK(H % 2 == 0, "noise_features needs an even hidden size, got %lld", (long long)H);
+    KF_CHECK(cycles >= 0, "noise_features: cycles %lld < 0", (long long)cycles);
     if (n <= 0) return;
-    k_noise_features<<<cu_blocks(n * H / 2), 256, 0, cu_stream(b)>>>(out, z, tau, n, H);
+    k_noise_features<<<cu_blocks(n * H / 2), 256, 0, cu_stream(b)>>>(out, z, tau, n, H, cycles);
     CUDA_LAUNCHED();
 }

@@ -1827,8 +1827,10 @@ static void test_rows(void) {
     double z[40], tau[40];
     for (int i = 0; i < 40; i++) z[i] = urand(), tau[i] = urand();
     buf2 bz = mk_doubles(z, 40), bt = mk_doubles(tau, 40), feat = mk_rand(40 * 2 * 128, 1);
-    BOTH(BE->noise_features(BE, PF(feat), PD(bz), PD(bt), 40, 128));
+    BOTH(BE->noise_features(BE, PF(feat), PD(bz), PD(bt), 40, 128, 0));
     check_close("noise_features", &feat, 40 * 2 * 128, 1e-6);
+    BOTH(BE->noise_features(BE, PF(feat), PD(bz), PD(bt), 40, 128, 300));
+    check_close("noise_features (cycles 300)", &feat, 40 * 2 * 128, 1e-6);
     drop(&bid), drop(&bidx), drop(&table), drop(&out), drop(&src), drop(&dtable), drop(&bz),
         drop(&bt), drop(&feat);
     test_rows16();

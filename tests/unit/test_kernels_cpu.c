@@ -785,21 +785,26 @@ static void check_pointwise(kf_backend *be) {
     free(s);
 }
 
-static void check_noise_features(kf_backend *be) {
+/* cycles 0: the release's frequencies for z and tau; cycles N: z's from one
+ * cycle over [0, 1] (the first) to N (the last), log-evenly spaced. */
+static void check_noise_features(kf_backend *be, int64_t cycles) {
     const int64_t n = 3, H = 10, half = H / 2;
     double z[3] = {0.0, 0.37, 0.999}, tau[3] = {1.0, 0.01, 0.5};
     float *out = kf_malloc(n * 2 * H * 4);
-    be->noise_features(be, out, z, tau, n, H);
+    be->noise_features(be, out, z, tau, n, H, cycles);
     double *want = kf_malloc(n * 2 * H * sizeof(double));
     for (int64_t r = 0; r < n; r++)
         for (int64_t i = 0; i < half; i++) {
             double f = 2 * M_PI * pow(10000.0, -(double)i / half);
-            want[r * 2 * H + i] = cos(z[r] * f);
-            want[r * 2 * H + half + i] = sin(z[r] * f);
+            double g = cycles ? 2 * M_PI * exp(log((double)cycles) * i / (half - 1)) : f;
+            want[r * 2 * H + i] = cos(z[r] * g);
+            want[r * 2 * H + half + i] = sin(z[r] * g);
             want[r * 2 * H + H + i] = cos(tau[r] * f);
             want[r * 2 * H + H + half + i] = sin(tau[r] * f);
         }
-    TU_ERR("noise_features", tu_relerr(out, want, n * 2 * H, 1e-3), 1e-7);
+    char what[64];
+    snprintf(what, sizeof what, "noise_features (cycles %lld)", (long long)cycles);
+    TU_ERR(what, tu_relerr(out, want, n * 2 * H, 1e-3), 1e-7);
     free(out);
     free(want);
 }
@@ -1108,7 +1113,7 @@ static void run_suite(kf_backend *be, sink *k) {
     double zz[R], tt[R];
     for (int64_t i = 0; i < R; i++) zz[i] = i / (double)R, tt[i] = 1 - zz[i];
     float *nf = kf_malloc(R * 2 * C * 4);
-    be->noise_features(be, nf, zz, tt, R, C);
+    be->noise_features(be, nf, zz, tt, R, C, 64);
     SINK(nf, R * 2 * C * 4);
 #undef SINK
     free(x);
@@ -1209,7 +1214,8 @@ int main(void) {
     check_attn_copies16(be);
     check_weights16(be);
     check_xent16(be);
-    check_noise_features(be);
+    check_noise_features(be, 0);
+    check_noise_features(be, 300);
     check_logits(be);
     check_reductions(be);
     check_optim(be);

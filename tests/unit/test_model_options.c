@@ -8,7 +8,10 @@
  *   - an unknown version, a bad option value, or tensors that do not fit the
  *     recorded options are refused with an error naming them;
  *   - learned positions are used: moving a token to another position changes
- *     its logits, and with RoPE the same weights give other logits. */
+ *     its logits, and with RoPE the same weights give other logits;
+ *   - a PFLM's noise_cycles: only a PFLM's, in range; recorded as version 4
+ *     (the release's encoder, 0, still version 2 without the key), read
+ *     back, and refused in a file of an older version. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +34,8 @@ static int same_config(const model_config *a, const model_config *b) {
            a->vocab == b->vocab && a->mask_id == b->mask_id && a->seq_len == b->seq_len &&
            a->kind == b->kind && a->head == b->head && a->k_train == b->k_train &&
            a->pos == b->pos && a->tied_head == b->tied_head && a->norm_bias == b->norm_bias &&
-           a->attn_bias == b->attn_bias && a->n_positions == b->n_positions && a->bidir == b->bidir;
+           a->attn_bias == b->attn_bias && a->n_positions == b->n_positions &&
+           a->bidir == b->bidir && a->noise_cycles == b->noise_cycles;
 }
 
 static model_config base(void) {
@@ -237,10 +241,10 @@ int main(void) {
               "version-1 metadata over GPT-2 tensors");
 
     /* refused: unknown version, bad option value, options the tensors do not have */
-    const meta_pair v4[] = {{"kf.version", "4"}, {NULL, NULL}};
-    snprintf(path, sizeof path, "%s/v4.safetensors", dir);
-    write_raw(r, path, 1, v4);
-    T_REFUSED(load_status(be, path, &err), err.msg, "kf.version", "version 4");
+    const meta_pair v5[] = {{"kf.version", "5"}, {NULL, NULL}};
+    snprintf(path, sizeof path, "%s/v5.safetensors", dir);
+    write_raw(r, path, 1, v5);
+    T_REFUSED(load_status(be, path, &err), err.msg, "kf.version", "version 5");
     const meta_pair badpos[] = {{"kf.pos", "alibi"}, {NULL, NULL}};
     snprintf(path, sizeof path, "%s/badpos.safetensors", dir);
     write_raw(r, path, 2, badpos);
@@ -256,6 +260,49 @@ int main(void) {
     T_REFUSED(load_status(be, path, &err), err.msg, "tensors",
               "norm_bias recorded over tensors without biases");
 
+    /* noise_cycles */
+    c = base();
+    c.noise_cycles = 64;
+    T_REFUSED(model_config_check(&c, &err), err.msg, "noise_cycles", "noise_cycles on an AR model");
+    c.kind = MODEL_PFLM;
+    c.noise_cycles = -1;
+    T_REFUSED(model_config_check(&c, &err), err.msg, "noise_cycles", "noise_cycles -1");
+    c.noise_cycles = MODEL_NOISE_CYCLES_MAX + 1;
+    T_REFUSED(model_config_check(&c, &err), err.msg, "noise_cycles", "noise_cycles above the max");
+    const char *pf_names[] = {"pflm0", "pflm64"}, *want_version[] = {"2", "4"},
+               *want_cycles[] = {NULL, "64"};
+    for (int i = 0; i < 2; i++) {
+        c.noise_cycles = i ? 64 : 0;
+        model *p = model_create(be, &c);
+        randomize(p, 5);
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, pf_names[i]);
+        T_EQ_INT(model_save(p, path, NULL, &err), 0, "save %s: %s", pf_names[i], err.msg);
+        safetensors_file *f;
+        if (safetensors_open(path, &f, &err) == 0) {
+            const char *v = safetensors_meta(f, "kf.version"),
+                       *nc = safetensors_meta(f, "kf.noise_cycles");
+            T_CHECK(v && !strcmp(v, want_version[i]), "%s: kf.version %s, want %s", pf_names[i],
+                    v ? v : "(none)", want_version[i]);
+            T_CHECK(want_cycles[i] ? nc && !strcmp(nc, want_cycles[i]) : !nc,
+                    "%s: kf.noise_cycles %s, want %s", pf_names[i], nc ? nc : "(none)",
+                    want_cycles[i] ? want_cycles[i] : "(none)");
+            safetensors_close(f);
+        } else {
+            T_CHECK(0, "open %s: %s", path, err.msg);
+        }
+        T_EQ_INT(model_read_config(path, &rc, &err), 0, "read %s: %s", pf_names[i], err.msg);
+        T_CHECK(same_config(&rc, &c), "%s: the config read back differs (noise_cycles %lld)",
+                pf_names[i], (long long)rc.noise_cycles);
+        if (i) { /* the same tensors under version-2 metadata: a build before version 4 */
+            const meta_pair old[] = {{"kf.kind", "pflm"}, {"kf.noise_cycles", "64"}, {NULL, NULL}};
+            snprintf(path, sizeof path, "%s/pflm64v2.safetensors", dir);
+            write_raw(p, path, 2, old);
+            T_REFUSED(load_status(be, path, &err), err.msg, "noise_cycles",
+                      "noise_cycles in a version-2 file");
+        }
+        model_free(p);
+    }
+
     /* learned positions are used */
     int32_t ids[4] = {1, 5, 7, 2}, p0[4] = {0, 1, 2, 3}, p4[4] = {4, 5, 6, 7};
     float *a0 = logits_at(g, ids, p0, 4), *a4 = logits_at(g, ids, p4, 4);
@@ -270,7 +317,8 @@ int main(void) {
     model_free(g);
     model_free(r);
     be->destroy(be);
-    const char *names[] = {"g", "v1", "v1g", "v3", "badpos", "nokey", "claims"};
+    const char *names[] = {"g",     "v1",     "v1g",   "v5",     "badpos",
+                           "nokey", "claims", "pflm0", "pflm64", "pflm64v2"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         snprintf(path, sizeof path, "%s/%s.safetensors", dir, names[i]);
         unlink(path);

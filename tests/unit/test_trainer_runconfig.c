@@ -208,6 +208,31 @@ int main(void) {
     }
     expect_error("batch: 8\n", "batch: 8\n  new_weight: 0\n", "defaults.new_weight");
     expect_error("batch: 8\n", "batch: 8\n  tau_curriculum: -1\n", "defaults.tau_curriculum");
+    /* noise_warmup: a PFLM stage's; under defaults the AR stage ignores it */
+    char *warm_over[] = {"defaults.noise_warmup=7", "stages.2.noise_warmup=3"};
+    T_EQ_INT(load_with(NULL, NULL, 2, warm_over, &rc, &err), 0, "noise_warmup: %s", err.msg);
+    if (rc) {
+        T_EQ_INT(rc->stages[0].opt.noise_warmup, 0,
+                 "noise_warmup under defaults skips the AR stage");
+        T_EQ_INT(rc->stages[1].opt.noise_warmup, 7, "noise_warmup from defaults");
+        T_EQ_INT(rc->stages[2].opt.noise_warmup, 3, "the stage's noise_warmup");
+        runconfig_free(rc);
+    }
+    T_EQ_INT(load_with(NULL, NULL, 0, NULL, &rc, &err), 0, "valid config: %s", err.msg);
+    if (rc) {
+        T_EQ_INT(rc->stages[1].opt.noise_warmup, 0, "noise_warmup off by default");
+        T_EQ_INT(rc->model.noise_cycles, 0, "model.noise_cycles: the release's by default");
+        runconfig_free(rc);
+    }
+    expect_error("steps: 10, lr: 2.0e-3", "steps: 10, noise_warmup: 5, lr: 2.0e-3",
+                 "noise_warmup trains a PFLM's noise encoder");
+    expect_error("steps: 4, tau", "steps: 4, noise_warmup: 2, weight_decay: 0.1, tau",
+                 "weight_decay 0");
+    expect_error("seq_len: 32}", "seq_len: 32, noise_cycles: -2}", "model.noise_cycles");
+    char *cyc_over[] = {"model.noise_cycles=256"};
+    T_EQ_INT(load_with(NULL, NULL, 1, cyc_over, &rc, &err), 0, "noise_cycles: %s", err.msg);
+    if (rc) T_EQ_INT(rc->model.noise_cycles, 256, "model.noise_cycles read");
+    runconfig_free(rc);
     expect_error("batch: 8\n", "batch: 8\n  teacher_precision: fp8\n",
                  "'defaults.teacher_precision': expected fp32, bf16, fp16 or follow, got 'fp8'");
     char *bad_over[] = {"defaults.bach=16"};

@@ -258,6 +258,11 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
         break;
     case RC_KIND_IMPORT: break;
     }
+    if (!want && c->kind == MODEL_PFLM && c->noise_cycles != rm->noise_cycles)
+        return kf_err_set(err,
+                          "the checkpoint's noise encoder has noise_cycles %lld, %s's model %lld: "
+                          "the later stages would misread it",
+                          (long long)c->noise_cycles, rc->path, (long long)rm->noise_cycles);
     if (want)
         return kf_err_set(err,
                           "stage '%s' is %s (k = %lld) and needs %s checkpoint; this one is %s "

@@ -57,6 +57,12 @@ int model_config_check(const model_config *c, kf_err *err) {
     if (c->tied_head && c->head != HEAD_SHARED)
         return kf_err_set(err, "model: a tied output layer needs the shared head (not MTP or "
                                "Medusa)");
+    if (c->noise_cycles < 0 || c->noise_cycles > MODEL_NOISE_CYCLES_MAX)
+        return kf_err_set(err, "model: noise_cycles %lld outside [0, %d]",
+                          (long long)c->noise_cycles, MODEL_NOISE_CYCLES_MAX);
+    if (c->noise_cycles && c->kind != MODEL_PFLM)
+        return kf_err_set(err,
+                          "model: noise_cycles is a PFLM's (an AR model has no noise encoder)");
     return 0;
 }
 
@@ -374,7 +380,7 @@ void noise_encoder_fwd(model *m, noise_act *a, int64_t nz, const double *z_d, co
     float *out = dbuf_ensure(be, &a->out, (size_t)(nz * H) * f);
     /* zdim noise values per row, each with the row's tau: features of value
      * e land at columns [e*2H, (e+1)*2H) of row e / zdim. */
-    be->noise_features(be, feats, z_d, tau_d, nz * p->zdim, H);
+    be->noise_features(be, feats, z_d, tau_d, nz * p->zdim, H, m->cfg.noise_cycles);
     linear_fwd(m, lin ? lin[0] : NULL, c, feats, NULL, o->proj_w, o->proj_b, nz, ZD, H, 0.0f);
     be->layernorm_fwd(be, ln, NULL, mean, rstd, c, m->params + o->norm_w, m->params + o->norm_b, nz,
                       H, LN_EPS);

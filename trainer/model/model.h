@@ -49,7 +49,10 @@
  * zero too). A Medusa file is checkpoint format version 3.
  *
  * Noise encoder input for one noise row (kernels' noise_features op, float64):
- * [cos(z f), sin(z f), cos(tau f), sin(tau f)] (2H values). HEAD_MTP rows
+ * [cos(z g), sin(z g), cos(tau f), sin(tau f)] (2H values): f the release's
+ * frequencies, g = f, or with noise_cycles = N >= 1 frequencies from one to N
+ * cycles over z's [0, 1], fine enough for the MLP to cut z into a teacher's
+ * narrow inverse-CDF bins. HEAD_MTP rows
  * carry k_train noise values: the features of (z_1, tau) ... (z_k, tau)
  * concatenated (2H*k values) — all k noise values in one token.
  * The mask token's logit (cfg.mask_id >= 0) is set to -1000.
@@ -86,6 +89,10 @@ typedef enum { MODEL_AR = 0, MODEL_PFLM = 1 } model_kind;
 typedef enum { HEAD_SHARED = 0, HEAD_MTP = 1, HEAD_MEDUSA = 2 } model_head;
 typedef enum { POS_ROPE = 0, POS_LEARNED = 1 } model_pos;
 
+/* the largest noise_cycles: beyond it z's float64 products still resolve the
+ * bins, but the features, rounded to float, would be noise */
+#define MODEL_NOISE_CYCLES_MAX 65536
+
 typedef struct model_config {
     int64_t hidden; /* H; head_dim = H / heads (64 in the reference) */
     int64_t heads;
@@ -98,14 +105,17 @@ typedef struct model_config {
     int64_t k_train; /* PFLM window k (AR: 1); HEAD_MTP: number of heads; HEAD_MEDUSA:
                         number of Medusa heads (besides output_layer) */
     /* architecture options (see above; 0 = the DDiT) */
-    model_pos pos;       /* POS_ROPE, or POS_LEARNED (pos_embed.embedding) */
-    int tied_head;       /* 1: logits = x E^T (HEAD_SHARED only) */
-    int norm_bias;       /* 1: LayerNorms norm1, norm2, norm_final have a bias */
-    int attn_bias;       /* 1: attn_qkv and attn_out have a bias */
-    int64_t n_positions; /* POS_LEARNED: rows of pos_embed (positions < it), >= seq_len; else 0 */
-    int bidir;           /* 1: bidirectional attention over the context (a masked-diffusion
-                            model, MDLM: row t's logits predict token t itself); MODEL_AR
-                            kind only, never KV-cached (mdlm_sample.h decodes it) */
+    model_pos pos;        /* POS_ROPE, or POS_LEARNED (pos_embed.embedding) */
+    int tied_head;        /* 1: logits = x E^T (HEAD_SHARED only) */
+    int norm_bias;        /* 1: LayerNorms norm1, norm2, norm_final have a bias */
+    int attn_bias;        /* 1: attn_qkv and attn_out have a bias */
+    int64_t n_positions;  /* POS_LEARNED: rows of pos_embed (positions < it), >= seq_len; else 0 */
+    int bidir;            /* 1: bidirectional attention over the context (a masked-diffusion
+                             model, MDLM: row t's logits predict token t itself); MODEL_AR
+                             kind only, never KV-cached (mdlm_sample.h decodes it) */
+    int64_t noise_cycles; /* MODEL_PFLM only: the noise encoder's z frequencies (kernels.h
+                             noise_features): 0 the release's (at most one cycle over [0, 1]),
+                             N >= 1 geometric from 1 to N cycles */
 } model_config;
 
 /** Checks a config (sizes positive, H divisible by heads (into an even head

@@ -29,6 +29,11 @@ int model_export_fits(const model_config *c, model_export_to to, kf_err *err) {
                           "a model with GPT-2's options (learned positions, biases or a tied "
                           "head) cannot be exported to %s: it holds the DDiT only",
                           where);
+    if (c->noise_cycles)
+        return kf_err_set(err,
+                          "a PFLM with noise_cycles %lld cannot be exported to %s: its noise "
+                          "encoder has the release's frequencies",
+                          (long long)c->noise_cycles, where);
     if (c->bidir)
         return kf_err_set(err,
                           "a masked-diffusion model (bidirectional attention) cannot be exported "

@@ -12,10 +12,19 @@
 #include "trainer/model/model_internal.h"
 
 /* the newest checkpoint format this build reads (and 1, no kf.version, and 2) */
-#define MODEL_FORMAT_VERSION 3
-/* version 3 adds kf.head = medusa; every other model is still written as 2,
- * which the builds before it read */
-#define MODEL_FORMAT_VERSION_NO_MEDUSA 2
+#define MODEL_FORMAT_VERSION 4
+/* version 4 adds kf.noise_cycles != 0 (an encoder the builds before it would
+ * misread), version 3 kf.head = medusa; every other model is still written
+ * as 2, which the builds before them read */
+#define MODEL_FORMAT_VERSION_NOISE_CYCLES 4
+#define MODEL_FORMAT_VERSION_MEDUSA 3
+#define MODEL_FORMAT_VERSION_BASE 2
+
+static int64_t format_version(const model_config *c) {
+    return c->noise_cycles          ? MODEL_FORMAT_VERSION_NOISE_CYCLES
+           : c->head == HEAD_MEDUSA ? MODEL_FORMAT_VERSION_MEDUSA
+                                    : MODEL_FORMAT_VERSION_BASE;
+}
 
 int model_save(const model *m, const char *path, const float *buf, kf_err *err) {
     kf_backend *be = m->be;
@@ -38,11 +47,14 @@ int model_save(const model *m, const char *path, const float *buf, kf_err *err) 
     META("mask_id", c->mask_id);
     META("seq_len", c->seq_len);
     META("k_train", c->k_train);
-    META("version", c->head == HEAD_MEDUSA ? MODEL_FORMAT_VERSION : MODEL_FORMAT_VERSION_NO_MEDUSA);
+    META("version", format_version(c));
     META("n_positions", c->n_positions);
     META("tied_head", c->tied_head);
     META("norm_bias", c->norm_bias);
     META("attn_bias", c->attn_bias);
+    if (c->noise_cycles) {
+        META("noise_cycles", c->noise_cycles);
+    }
 #undef META
     safetensors_set_meta(w, "kf.pos", c->pos == POS_LEARNED ? "learned" : "rope");
     safetensors_set_meta(w, "kf.kind", c->kind == MODEL_PFLM ? "pflm" : "ar");
@@ -119,9 +131,17 @@ static int config_from_file(const safetensors_file *f, model_config *c, kf_err *
                               f->path);
         c->bidir = attn && strcmp(attn, "bidirectional") == 0;
     }
-    if (c->head == HEAD_MEDUSA && version < 3)
+    if (c->head == HEAD_MEDUSA && version < MODEL_FORMAT_VERSION_MEDUSA)
         return kf_err_set(err, "%s: kf.head = medusa in a version %lld file (medusa is version 3)",
                           f->path, (long long)version);
+    /* optional: absent is the release's encoder */
+    if (safetensors_meta(f, "kf.noise_cycles") &&
+        meta_int(f, "kf.noise_cycles", &c->noise_cycles, err))
+        return -1;
+    if (c->noise_cycles && version < MODEL_FORMAT_VERSION_NOISE_CYCLES)
+        return kf_err_set(err,
+                          "%s: kf.noise_cycles = %lld in a version %lld file (it is version 4)",
+                          f->path, (long long)c->noise_cycles, (long long)version);
     kf_err e2;
     if (model_config_check(c, &e2)) return kf_err_set(err, "%s: %s", f->path, e2.msg);
     return 0;

@@ -32,9 +32,9 @@ static void emit_identity(strbuf *b, const ckpt_identity *id) {
     strbuf_printf(b,
                   "model: {hidden: %" PRId64 ", heads: %" PRId64 ", blocks: %" PRId64
                   ", vocab: %" PRId64 ", mask_id: %" PRId64 ", seq_len: %" PRId64
-                  ", kind: %d, head: %d, k_train: %" PRId64 "}\n",
+                  ", kind: %d, head: %d, k_train: %" PRId64 ", noise_cycles: %" PRId64 "}\n",
                   c->hidden, c->heads, c->blocks, c->vocab, c->mask_id, c->seq_len, (int)c->kind,
-                  (int)c->head, c->k_train);
+                  (int)c->head, c->k_train, c->noise_cycles);
     strbuf_printf(
         b,
         "data_manifest: \"%s\"\ntokenizer: \"%s\"\nvocab_sha256: \"%s\"\nteacher_sha256: \"%s\"\n"
@@ -263,6 +263,7 @@ static int parse_identity(cfg_node *r, ckpt_identity *id, kf_err *err) {
         cfg_get_int(r, "model.seq_len", &c->seq_len, err) ||
         cfg_get_int(r, "model.kind", &kind, err) || cfg_get_int(r, "model.head", &head, err) ||
         cfg_get_int(r, "model.k_train", &c->k_train, err) ||
+        cfg_opt_int(r, "model.noise_cycles", 0, &c->noise_cycles, err) || /* added later */
         get_hex(r, "data_manifest", id->data_manifest, 1, err) ||
         get_str_buf(r, "tokenizer", id->tokenizer, sizeof id->tokenizer, err) ||
         get_hex(r, "vocab_sha256", id->vocab_sha256, 1, err) ||
@@ -438,6 +439,9 @@ int ckpt_check_compatible(const ckpt_meta *saved, const ckpt_identity *now, int6
              (long long)a->seq_len, (long long)a->k_train, (long long)b->hidden,
              (long long)b->heads, (long long)b->blocks, (long long)b->vocab, (long long)b->seq_len,
              (long long)b->k_train);
+    if (a->noise_cycles != b->noise_cycles)
+        DIFF("; model.noise_cycles (%lld vs %lld)", (long long)a->noise_cycles,
+             (long long)b->noise_cycles);
     if (strcmp(saved->id.data_manifest, now->data_manifest))
         DIFF("; dataset manifest (sha256 %.12s... vs %.12s...)", saved->id.data_manifest,
              now->data_manifest);

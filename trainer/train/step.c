@@ -219,6 +219,16 @@ static void update_ops(step *s, void *ctx) {
                 g + o->shard.off, s->adam_m, s->adam_v, s->ema, o->shard.count);
 }
 
+/* noise_warmup: the gradient of every tensor before the noise encoder (the
+ * backbone and the head; the encoder is a shared-head PFLM's last tensors,
+ * model.h) set to zero, so AdamW, whose moments start at zero and which
+ * decays no weight here (weight_decay 0), leaves them as they are. */
+static void hold_backbone(step *s, float *g) {
+    const model_tensor *t = model_find(s->opt.m, "noise_encoder.combined_proj.weight");
+    KF_CHECK(t && s->opt.m->cfg.head == HEAD_SHARED, "noise_warmup: not a shared-head PFLM");
+    s->opt.be->zero(s->opt.be, g, (size_t)t->offset * sizeof(float));
+}
+
 step_result step_run(step *s, int64_t index, step_next_fn next, void *ctx) {
     const step_opts *o = &s->opt;
     kf_backend *be = o->be;
@@ -255,6 +265,7 @@ step_result step_run(step *s, int64_t index, step_next_fn next, void *ctx) {
         graph_run(s, eager ? GRAPH_EAGER : mode, &s->g_mb[a], micro_ops, &r);
     }
     res.exposed = dist_grads_wait(o->d);
+    if (index < o->o->noise_warmup) hold_backbone(s, g);
     mark(s, STEP_OPTIMIZER);
     /* The gradient check, then the update, both on the device. ZeRO-1: the
      * norm from every rank's shard (a host reduction, so the host knows the

@@ -61,6 +61,7 @@ model_config sup_student_config(const sup_config *cfg, const model_config *base)
                                        : HEAD_SHARED;
     c.k_train = plain ? 1 : cfg->k;
     c.bidir = cfg->kind == SUP_MDLM;
+    if (c.kind != MODEL_PFLM) c.noise_cycles = 0; /* no noise encoder */
     return c;
 }
 

@@ -419,6 +419,7 @@ static int setup_training(trainer *t, kf_err *err) {
                          .vocab = rm->vocab,
                          .seq_len = rm->seq_len,
                          .mask_id = runconfig_mask_id(rm, dv),
+                         .noise_cycles = rm->noise_cycles,
                          .kind = MODEL_AR,
                          .head = HEAD_SHARED,
                          .k_train = 1};
@@ -455,11 +456,13 @@ static int setup_training(trainer *t, kf_err *err) {
         if (!src) return -1;
         const model_config *a = &src->cfg, *b = &t->m->cfg;
         if (a->pos != b->pos || a->tied_head != b->tied_head || a->norm_bias != b->norm_bias ||
-            a->attn_bias != b->attn_bias) {
+            a->attn_bias != b->attn_bias ||
+            (a->kind == MODEL_PFLM && a->noise_cycles != b->noise_cycles)) {
             model_free(src);
             return kf_err_set(err,
                               "%s: init %s has other architecture options (positions, biases, "
-                              "tied head) than this stage's model: its weights would be misread",
+                              "tied head, noise_cycles) than this stage's model: its weights "
+                              "would be misread",
                               st->name, initf);
         }
         int n = model_copy_matching(t->m, src);
