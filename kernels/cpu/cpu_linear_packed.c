@@ -7,9 +7,9 @@
  * panels and reads them again). Here W is packed once, in panels of 32
  * outputs by `in` ([panels][in][32], zero past out), and a kernel per SIMD
  * level streams the panels with one register block per few rows (AVX-512: up
- * to 8 rows x 32 outputs, AVX2 + FMA: 1-2 x 32 or 3-6 x 16, baseline: 4 x 32
- * through fmaf): at one row it reads each weight once, at its memory
- * bandwidth.
+ * to 8 rows x 32 outputs, AVX2 + FMA: 1-2 x 32 or up to 6 x 16 in passes
+ * over chunks of the panel, baseline: 4 x 32 through fmaf): each weight is
+ * read from memory once, at its bandwidth.
  *
  * Every output is cpu_gemm_fixed's chain, fma over k = 0..in-1 in order from
  * +0, then alpha*s (alpha 1) or fma(beta, C, alpha*s), so the results are
