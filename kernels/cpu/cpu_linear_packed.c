@@ -7,9 +7,9 @@
  * panels and reads them again). Here W is packed once, in panels of 32
  * outputs by `in` ([panels][in][32], zero past out), and a kernel per SIMD
  * level streams the panels with one register block per few rows (AVX-512: up
- * to 8 rows x 32 outputs, AVX2 + FMA: 1-2 x 32 or 3-6 x 16, baseline: 4 x 32
- * through fmaf): at one row it reads each weight once, at its memory
- * bandwidth.
+ * to 8 rows x 32 outputs, AVX2 + FMA: 1-2 x 32 or up to 6 x 16 in passes
+ * over chunks of the panel, baseline: 4 x 32 through fmaf): each weight is
+ * read from memory once, at its bandwidth.
  *
  * Every output is cpu_gemm_fixed's chain, fma over k = 0..in-1 in order from
  * +0, then alpha*s (alpha 1) or fma(beta, C, alpha*s), so the results are
@@ -91,17 +91,21 @@ typedef struct lp_ahead {
     int64_t step;
 } lp_ahead;
 
-static inline __attribute__((always_inline)) void lp_ahead_k(lp_ahead a, int64_t k) {
+/* lines: how many 64-byte lines the share of one k may span; a prefetch
+ * more than that costs a load slot for nothing (AVX2, 8 rows: 7% of the
+ * time with two where one does) */
+static inline __attribute__((always_inline)) void lp_ahead_k(lp_ahead a, int64_t k, int lines) {
     const char *q = a.p + (((k * a.step) >> 16) & ~(int64_t)63);
     _mm_prefetch(q, _MM_HINT_T1);
-    _mm_prefetch(q + 64, _MM_HINT_T1);
+    if (lines > 1) _mm_prefetch(q + 64, _MM_HINT_T1);
 }
 
 /* One block of R rows of x ([R][K], row stride K) against one panel (w or
  * h: fp32 or bf16 [K][PANEL]) into c (row stride ldc), the GEMM's epilogue
- * with alpha 1, prefetching `ah` on the way. */
+ * with alpha 1, prefetching `ah` on the way; a kernel that makes several
+ * passes over the panel makes them chunk k's at a time. */
 typedef void lp_fn(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-                   int64_t ldc, float beta, lp_ahead ah);
+                   int64_t ldc, float beta, lp_ahead ah, int64_t chunk);
 
 /* ------------------------------------------------------- AVX-512: 8 x 32 */
 #define LP512 __attribute__((target("avx512f,avx512bw,fma")))
@@ -122,7 +126,7 @@ lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        lp_ahead_k(ah, k);
+        lp_ahead_k(ah, k, 2);
         __m512 b0 = lp512_load(w, h, k * LP_PANEL), b1 = lp512_load(w, h, k * LP_PANEL + 16);
         for (int i = 0; i < R; i++) {
             __m512 a = _mm512_set1_ps(x[i * K + k]);
@@ -151,7 +155,7 @@ lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
 LP_ROWS_CASES(LP512_R)
 
 static void lp_avx512(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-                      int64_t ldc, float beta, lp_ahead ah) {
+                      int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
     switch (R) {
 #define LP512_CASE(n)                                                                              \
     case n: lp512_##n(x, K, w, h, c, ldc, beta, ah); break;
@@ -181,7 +185,7 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        lp_ahead_k(ah, k);
+        lp_ahead_k(ah, k, 2);
         __m256 a0 = _mm256_broadcast_ss(x + k), a1 = _mm256_broadcast_ss(x1 + k);
         for (int q = 0; q < 4; q++) {
             __m256 bq = lp256_load(w, h, k * LP_PANEL + q * 8);
@@ -208,26 +212,35 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
 LP256_R(1)
 LP256_R(2)
 
-/* From 3 rows: blocks of up to 6 rows x 16 outputs, half a panel (row
- * stride 32) at a time. 12 accumulators + 2 weight vectors + 1 broadcast
- * fill AVX2's 16 registers and cover the FMAs' latency; a K-Forcing step's 8
- * rows (2 x 4) read each panel twice, where 2 x 32 read it four times, from
- * L2 (K-Forcing at ~60% of its roofline). Named variables, as in
+/* From 3 rows: up to 12, as one or two sub-blocks of up to 6 rows x 16
+ * outputs, half a panel (row stride 32) at a time: 12 accumulators + 2
+ * weight vectors + 1 broadcast fill AVX2's 16 registers and cover the FMAs'
+ * latency. Every sub-block and half (a pass) runs over a chunk of LP_KC k's
+ * before the next chunk, partial chains kept in a buffer: the chunk (4 KiB)
+ * comes from memory once and the other passes re-read it from L1. Each pass
+ * prefetches its share of the next panel into L2 as it goes, so the next
+ * panel's reads go on under every pass. Named variables, as in
  * cpu_gemm_fixed's AVX2 kernel: gcc kept an array's copy on the stack. */
+#define LP_KC 32
 #define LP256_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 LP256 static inline __attribute__((always_inline)) void
-lp256_half(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-           int64_t ldc, float beta, lp_ahead ah) {
+lp256_half(int R, const float *x, int64_t K, int64_t k0, int64_t kn, const float *w,
+           const uint16_t *h, float *acc, float *c, int64_t ldc, float beta, int pf_line,
+           lp_ahead ah) {
+    int first = k0 == 0, last = k0 + kn == K;
 #define DECL(i)                                                                                    \
     __m256 s##i##0 = _mm256_setzero_ps(), s##i##1 = _mm256_setzero_ps();                           \
+    if (R > i && !first) {                                                                         \
+        s##i##0 = _mm256_loadu_ps(acc + i * 16);                                                   \
+        s##i##1 = _mm256_loadu_ps(acc + i * 16 + 8);                                               \
+    }                                                                                              \
     const float *x##i = x + (R > i ? i : 0) * K;
     LP256_ROWS(DECL)
 #undef DECL
-    for (int64_t k = 0; k < K; k++) {
+    for (int64_t k = k0; k < k0 + kn; k++) {
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
-        _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
-        if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        lp_ahead_k(ah, k);
+        if (pf_line >= 0) _mm_prefetch(pf + CPU_PREFETCH_BYTES + pf_line * 64, _MM_HINT_T0);
+        lp_ahead_k(ah, k, 1); /* two or more passes share a panel's 128 bytes a k */
         __m256 b0 = lp256_load(w, h, k * LP_PANEL), b1 = lp256_load(w, h, k * LP_PANEL + 8), a;
 #define STEP(i)                                                                                    \
     if (R > i) {                                                                                   \
@@ -238,42 +251,73 @@ lp256_half(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         LP256_ROWS(STEP)
 #undef STEP
     }
-    __m256 va = _mm256_set1_ps(1.0f), vb = _mm256_set1_ps(beta);
+    if (last) {
+        __m256 va = _mm256_set1_ps(1.0f), vb = _mm256_set1_ps(beta);
 #define OUT(i)                                                                                     \
     if (R > i) cpu_avx2_out16(c + i * ldc, s##i##0, s##i##1, va, vb, beta);
-    LP256_ROWS(OUT)
+        LP256_ROWS(OUT)
 #undef OUT
+        return;
+    }
+#define KEEP(i)                                                                                    \
+    if (R > i) {                                                                                   \
+        _mm256_storeu_ps(acc + i * 16, s##i##0);                                                   \
+        _mm256_storeu_ps(acc + i * 16 + 8, s##i##1);                                               \
+    }
+    LP256_ROWS(KEEP)
+#undef KEEP
 }
 
-/* both halves of the panel, each prefetching half of the block's share */
+/* one copy per row count and weight type, so the register block is unrolled */
+typedef void lp_half_fn(const float *x, int64_t K, int64_t k0, int64_t kn, const float *w,
+                        const uint16_t *h, float *acc, float *c, int64_t ldc, float beta,
+                        int pf_line, lp_ahead ah);
 #define LP256H_CASES(X) X(3) X(4) X(5) X(6)
 #define LP256H_R(n)                                                                                \
-    LP256 static void lp256h_##n(const float *x, int64_t K, const float *w, const uint16_t *h,     \
-                                 float *c, int64_t ldc, float beta, lp_ahead ah) {                 \
-        for (int half = 0; half < 2; half++) {                                                     \
-            lp_ahead a = {ah.p + ((K * ah.step / 2) >> 16) * half, ah.step / 2};                   \
-            if (h) lp256_half(n, x, K, NULL, h + half * 16, c + half * 16, ldc, beta, a);          \
-            else lp256_half(n, x, K, w + half * 16, NULL, c + half * 16, ldc, beta, a);            \
-        }                                                                                          \
+    LP256 static void lp256h_##n(const float *x, int64_t K, int64_t k0, int64_t kn,                \
+                                 const float *w, const uint16_t *h, float *acc, float *c,          \
+                                 int64_t ldc, float beta, int pf_line, lp_ahead ah) {              \
+        if (h) lp256_half(n, x, K, k0, kn, NULL, h, acc, c, ldc, beta, pf_line, ah);               \
+        else lp256_half(n, x, K, k0, kn, w, NULL, acc, c, ldc, beta, pf_line, ah);                 \
     }
 LP256H_CASES(LP256H_R)
 
+/* 3-12 rows: sub-blocks as even as can be (8 rows as 4 + 4, not 6 + 2) */
+LP256 static void lp256_chunked(int R, const float *x, int64_t K, const float *w, const uint16_t *h,
+                                float *c, int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
+    static lp_half_fn *const half_fn[7] = {
+        [3] = lp256h_3, [4] = lp256h_4, [5] = lp256h_5, [6] = lp256h_6};
+    int nsub = R > 6 ? 2 : 1, rs[2] = {R - R / 2 * (nsub - 1), R / 2};
+    float acc[2][2][6 * 16];
+    /* the passes' shares of the next panel, and of the lines 4 KiB ahead
+     * (fp32: two lines a k, bf16: one) */
+    int64_t npass = 2 * nsub, share = (K * ah.step / npass) >> 16;
+    for (int64_t k0 = 0; k0 < K; k0 += chunk) {
+        int64_t kn = K - k0 < chunk ? K - k0 : chunk;
+        for (int sb = 0, i0 = 0; sb < nsub; i0 += rs[sb], sb++)
+            for (int half = 0; half < 2; half++) {
+                int pass = sb * 2 + half, pf_line = pass < (h ? 1 : 2) ? pass : -1;
+                lp_ahead a = {ah.p + share * pass, ah.step / npass};
+                half_fn[rs[sb]](x + i0 * K, K, k0, kn, w ? w + half * 16 : NULL,
+                                h ? h + half * 16 : NULL, acc[sb][half], c + i0 * ldc + half * 16,
+                                ldc, beta, pf_line, a);
+            }
+    }
+}
+
 static void lp_avx2(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-                    int64_t ldc, float beta, lp_ahead ah) {
+                    int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
     switch (R) {
     case 1: lp256_1(x, K, w, h, c, ldc, beta, ah); break;
     case 2: lp256_2(x, K, w, h, c, ldc, beta, ah); break;
-#define LP256H_CASE(n)                                                                             \
-    case n: lp256h_##n(x, K, w, h, c, ldc, beta, ah); break;
-        LP256H_CASES(LP256H_CASE)
-    default: KF_FATAL("lp_avx2: %d rows", R);
+    default: lp256_chunked(R, x, K, w, h, c, ldc, beta, ah, chunk);
     }
 }
 
 /* ------------------------------------------------------ baseline: 4 x 32 */
 /* CPUs without FMA: fmaf keeps the chain exact (cpu_gemm_fixed's ukr_base) */
 static void lp_base(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-                    int64_t ldc, float beta, lp_ahead ah) {
+                    int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
     float r[4][LP_PANEL] = {{0}};
     for (int64_t k = 0; k < K; k++)
         for (int j = 0; j < LP_PANEL; j++) {
@@ -298,10 +342,13 @@ static void lp_base(int R, const float *x, int64_t K, const float *w, const uint
 static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t rows, float beta) {
     int lvl = cpu_simd_level();
     lp_fn *fn = lvl >= CPU_SIMD_AVX512 ? lp_avx512 : lvl == CPU_SIMD_AVX2 ? lp_avx2 : lp_base;
-    int mr = lvl >= CPU_SIMD_AVX512 ? 8 : lvl == CPU_SIMD_AVX2 ? 6 : 4;
-    /* blocks as even as mr allows: 8 rows at AVX2 as 4 + 4, not 6 + 2 (a
-     * 2-row block has too few accumulators to cover the FMAs' latency) */
-    int64_t nb = (rows + mr - 1) / mr;
+    /* AVX2: up to 12 rows in one block, read in chunks of LP_KC k's; more
+     * in blocks of up to 6, each over the whole panel (each block re-reads
+     * the panel from L2 anyway, and such products are bound by the FMAs:
+     * chunks cost 16 rows 0-7% and 32 rows 5-10% there) */
+    int mr = lvl >= CPU_SIMD_AVX512 ? 8 : lvl == CPU_SIMD_AVX2 ? (rows > 12 ? 6 : 12) : 4;
+    /* blocks as even as mr allows */
+    int64_t nb = (rows + mr - 1) / mr, chunk = nb == 1 ? LP_KC : L->in;
     int64_t K = L->in, N = L->out;
 #pragma omp parallel for schedule(static) if (rows * K * N >= 16 * KF_CPU_PAR_MIN)
     for (int64_t p = 0; p < L->panels; p++) {
@@ -318,14 +365,14 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
             int64_t i0 = ib * (rows / nb) + (ib < rows % nb ? ib : rows % nb);
             lp_ahead ah = {next + ib * share, (share << 16) / K};
             if (nj == LP_PANEL) {
-                fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta, ah);
+                fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta, ah, chunk);
                 continue;
             }
             /* the last, partial panel: the same combine on a copy */
-            float edge[8 * LP_PANEL] = {0};
+            float edge[12 * LP_PANEL] = {0};
             for (int i = 0; i < R; i++)
                 memcpy(edge + i * LP_PANEL, c + (i0 + i) * N + j0, (size_t)nj * sizeof(float));
-            fn(R, x + i0 * K, K, w, h, edge, LP_PANEL, beta, ah);
+            fn(R, x + i0 * K, K, w, h, edge, LP_PANEL, beta, ah, chunk);
             for (int i = 0; i < R; i++)
                 memcpy(c + (i0 + i) * N + j0, edge + i * LP_PANEL, (size_t)nj * sizeof(float));
         }

@@ -103,13 +103,16 @@ int main(void) {
     kf_backend *be = kernels_cpu_create();
     printf("  level %s\n", kernels_cpu_isa());
     /* outputs around the panel of 32; rows across the register blocks and
-     * their even splits (AVX-512 up to 8, AVX2 1-2 full panel or 3-6 half,
-     * baseline 4), several panels (each block prefetching its share of
-     * the next) and a prefill's many rows */
-    const int64_t shapes[][3] = {{1, 5, 1},     {2, 7, 31},    {3, 32, 32},  {5, 9, 40},
-                                 {6, 16, 64},   {7, 11, 20},   {8, 33, 33},  {9, 64, 65},
-                                 {13, 8, 48},   {17, 300, 96}, {70, 40, 50}, {24, 129, 70},
-                                 {48, 200, 33}, {49, 130, 40}};
+     * their even splits (AVX-512 up to 8; AVX2 1-2 full panel, 3-12 in one
+     * block of one or two sub-blocks over half a panel, read in chunks of
+     * 32 k's (in: one chunk, a partial last one, several), from 13 blocks
+     * of up to 6 over the whole panel; baseline 4), several panels (each
+     * block prefetching its share of the next) and a prefill's many rows */
+    const int64_t shapes[][3] = {{1, 5, 1},     {2, 7, 31},    {3, 32, 32},   {4, 65, 32},
+                                 {5, 9, 40},    {6, 16, 64},   {7, 11, 20},   {7, 100, 96},
+                                 {8, 33, 33},   {9, 64, 65},   {10, 95, 64},  {11, 31, 40},
+                                 {12, 97, 33},  {13, 8, 48},   {17, 300, 96}, {70, 40, 50},
+                                 {24, 129, 70}, {48, 200, 33}, {49, 130, 40}};
     const kf_precision precs[] = {KF_PREC_FP32, KF_PREC_BF16, KF_PREC_FP16};
     for (size_t p = 0; p < 3; p++)
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
