@@ -175,8 +175,9 @@ emu-tests:
 
 # Sanitizers, each in its own build directory: the whole CPU suite under
 # ASan + UBSan (any report fails the test that triggered it; left out: the
-# three long convergence runs (20+ minutes each under ASan; the other trainer
-# tests run the same code); the fault campaign (its schedules take 3-5x longer
+# long convergence runs (test_kforcing_joint, test_trainer_learns and
+# test_convergence, 20+ minutes each under ASan, and test_convergence_family,
+# three chains like test_convergence's; the other trainer tests run the same code); the fault campaign (its schedules take 3-5x longer
 # under ASan, and test_jobs_local and test_trainer_kill run its fault paths); the
 # emulated GPU tests, which make emu-tests already runs under ASan; the
 # build-system test; the GPU session's dry run, which runs build-cuda/kf, not
@@ -195,7 +196,7 @@ SAN_ENV := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:check_initialization_ord
 TSAN_TESTS := test_pipeline test_trainer_loader test_trainer_mpi_overlap test_trainer_zero1
 test-asan:
 	$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/kf OPT=-O1 SAN="$(ASAN_FLAGS)" tests
-	$(SAN_ENV) KF_TEST_EXCLUDE="test_kforcing_joint test_trainer_learns test_convergence test_jobs_faults test_gpu_emu test_build_alternate test_gpu_session_dry test_synth_lang" KF_BIN=build-asan/kf \
+	$(SAN_ENV) KF_TEST_EXCLUDE="test_kforcing_joint test_trainer_learns test_convergence test_convergence_family test_jobs_faults test_gpu_emu test_build_alternate test_gpu_session_dry test_synth_lang" KF_BIN=build-asan/kf \
 		KF_TEST_BUILD=build-asan KF_TEST_JOBS=$(JOBS) tests/run.sh $(T)
 test-tsan:
 	$(MAKE) --no-print-directory BUILD=build-tsan BIN=build-tsan/kf OPT=-O1 SAN="$(TSAN_FLAGS)" tests

@@ -70,7 +70,7 @@ report() {
 # Tests named *cuda* need a GPU: they run only under `make test-cuda` (KF_TEST_CUDA=1)
 # and are neither run nor counted otherwise.
 # KF_TEST_EXCLUDE="NAME..." leaves those tests out (printed, not counted):
-# make test-asan excludes the three long convergence runs, which under ASan take
+# make test-asan excludes the long convergence runs, which under ASan take
 # 20+ minutes each and run no code the other trainer tests do not.
 skip_excluded() {
   local x; for x in ${KF_TEST_EXCLUDE:-}; do

@@ -1,6 +1,6 @@
 # tools/synth_chain.sh — sourced by bench/convergence.sh,
-# bench/convergence_family.sh, bench/convergence_depth.sh and
-# tests/scripts/test_convergence.sh, so the
+# bench/convergence_family.sh, bench/convergence_depth.sh,
+# tests/scripts/test_convergence.sh and test_convergence_family.sh, so the
 # curves and the test run one chain: a synthetic language
 # (tools/synth_lang.py), its config for `kf jobs run` (AR -> PFLM(1) ->
 # PFLM(2) -> PFLM(4); the self_forcing stages take their kind's defaults,
@@ -55,6 +55,29 @@ synth_sample() {
 
 # synth_tv A.jsonl B.jsonl: prints the worst pairwise TV between the two.
 synth_tv() { python3 tools/tv_pairs.py "$@" | sed 's/.*"tv": \([0-9.]*\).*/\1/'; }
+
+# synth_shuffle IN.jsonl OUT.jsonl: the samples with each generated position
+# permuted among the completions of the same prompt (each position's
+# distribution given the prompt kept, the joint of the positions destroyed):
+# the tests' control of a student that never learnt the joint.
+synth_shuffle() {
+  python3 - "$1" "$2" <<'PY'
+import collections, json, random, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rng = random.Random(7)
+groups = collections.defaultdict(list)
+for r in rows:
+    groups[tuple(r["prefix"])].append(r)
+with open(sys.argv[2], "w") as f:
+    for g in groups.values():
+        cols = [[(r["completion"] + [-1] * 4)[i] for r in g] for i in range(4)]
+        for c in cols:
+            rng.shuffle(c)
+        for n, r in enumerate(g):
+            r["completion"] = [cols[i][n] for i in range(4)]
+            f.write(json.dumps(r) + "\n")
+PY
+}
 
 # synth_curve OUT N: samples the AR teacher twice (the noise floor) and every
 # checkpoint of k1, k2 and k4 at its k (N completions per prefix of

@@ -47,22 +47,7 @@ done
 # the negative control: k4's samples with each position shuffled among the
 # completions of the same prompt (each position's distribution given the prompt
 # kept, the joint of the positions destroyed)
-python3 - "$T/k4.jsonl" "$T/k4-indep.jsonl" <<'PY'
-import collections, json, random, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-rng = random.Random(7)
-groups = collections.defaultdict(list)
-for r in rows:
-    groups[tuple(r["prefix"])].append(r)
-with open(sys.argv[2], "w") as f:
-    for g in groups.values():
-        cols = [[(r["completion"] + [-1] * 4)[i] for r in g] for i in range(4)]
-        for c in cols:
-            rng.shuffle(c)
-        for n, r in enumerate(g):
-            r["completion"] = [cols[i][n] for i in range(4)]
-            f.write(json.dumps(r) + "\n")
-PY
+synth_shuffle "$T/k4.jsonl" "$T/k4-indep.jsonl"
 got=$(tv "$T/k4-indep.jsonl" "$T/ar.jsonl")
 echo "independent positions: worst pairwise TV $got"
 check "independent positions: worst pairwise TV vs AR got $got want > $bound" \
