@@ -177,8 +177,9 @@ emu-tests:
 # ASan + UBSan (any report fails the test that triggered it; left out: the
 # long convergence runs (test_kforcing_joint, test_trainer_learns and
 # test_convergence, 20+ minutes each under ASan, and test_convergence_family,
-# three chains like test_convergence's; the other trainer tests run the same code); the fault campaign (its schedules take 3-5x longer
-# under ASan, and test_jobs_local and test_trainer_kill run its fault paths); the
+# three chains like test_convergence's; the other trainer tests run the same
+# code); the fault campaign (its schedules take 3-5x longer under ASan, and
+# test_jobs_local and test_trainer_kill run its fault paths); the
 # emulated GPU tests, which make emu-tests already runs under ASan; the
 # build-system test; the GPU session's dry run, which runs build-cuda/kf, not
 # the ASan build; the synthetic languages' test, python only), and the
