@@ -29,10 +29,10 @@ typedef struct {
 
 static diffs compare(const model *a, const model *b) {
     diffs d = {0, 0};
-    size_t bytes = (size_t)a->n_params * sizeof(float);
-    float *ha = malloc(bytes), *hb = malloc(bytes);
-    a->be->download(a->be, ha, a->params, bytes);
-    b->be->download(b->be, hb, b->params, bytes);
+    size_t na = (size_t)a->n_params * sizeof(float), nb = (size_t)b->n_params * sizeof(float);
+    float *ha = malloc(na), *hb = malloc(nb);
+    a->be->download(a->be, ha, a->params, na);
+    b->be->download(b->be, hb, b->params, nb);
     for (int i = 0; i < a->n_tensors; i++) {
         const model_tensor *t = &a->tensors[i], *u = model_find(b, t->name);
         int enc = strncmp(t->name, "noise_encoder.", 14) == 0;
