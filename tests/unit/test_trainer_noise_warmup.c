@@ -50,11 +50,8 @@ static diffs compare(const model *a, const model *b) {
 int main(void) {
     char dir[] = "/tmp/kf_test_noise_warmup_XXXXXX";
     T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
-    char data[4096], cfg[4096], run[4096], path[4200];
-    snprintf(data, sizeof data, "%s/data", dir);
-    snprintf(cfg, sizeof cfg, "%s/run.yaml", dir);
-    snprintf(run, sizeof run, "%s/run", dir);
-    fixture_shards(data, 64, 16, SEQ, VOCAB);
+    char data[FIXTURE_PATH], cfg[FIXTURE_PATH], run[FIXTURE_PATH], path[4200];
+    fixture_run(dir, data, cfg, run, 64, 16, SEQ, VOCAB);
     FILE *f = fopen(cfg, "w");
     T_REQUIRE(f != NULL, "%s: cannot write", cfg);
     fprintf(f,

@@ -64,11 +64,8 @@ static int64_t first_difference(const ops *a, const ops *b) {
 int main(void) {
     char dir[] = "/tmp/kf_test_step_XXXXXX";
     T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
-    char data[4096], cfg[4096], run[4096];
-    snprintf(data, sizeof data, "%s/data", dir);
-    snprintf(cfg, sizeof cfg, "%s/run.yaml", dir);
-    snprintf(run, sizeof run, "%s/run", dir);
-    fixture_shards(data, 64, 16, SEQ, VOCAB);
+    char data[FIXTURE_PATH], cfg[FIXTURE_PATH], run[FIXTURE_PATH];
+    fixture_run(dir, data, cfg, run, 64, 16, SEQ, VOCAB);
     FILE *f = fopen(cfg, "w");
     T_REQUIRE(f != NULL, "%s: cannot write", cfg);
     fprintf(

@@ -85,4 +85,17 @@ static void fixture_shards(const char *dir, int64_t n_train, int64_t n_valid, in
     free(m.train.shards), free(m.train.first), free(m.valid.shards), free(m.valid.first);
 }
 
+/** The files of a trainer test's run under dir (made already): data
+ *  (dir/data, holding fixture_shards(n_train, n_valid, seq_len, vocab)),
+ *  cfg (dir/run.yaml, for the test to write) and run (dir/run), each
+ *  buffer FIXTURE_PATH bytes. */
+#define FIXTURE_PATH 4096
+static inline void fixture_run(const char *dir, char *data, char *cfg, char *run, int64_t n_train,
+                               int64_t n_valid, int seq_len, int64_t vocab) {
+    snprintf(data, FIXTURE_PATH, "%s/data", dir);
+    snprintf(cfg, FIXTURE_PATH, "%s/run.yaml", dir);
+    snprintf(run, FIXTURE_PATH, "%s/run", dir);
+    fixture_shards(data, n_train, n_valid, seq_len, vocab);
+}
+
 #endif
