@@ -52,13 +52,16 @@ _Static_assert(VB == CPU_LANES, "attn_row's sum folds VB-wide chunks as CPU_LANE
  * starts anywhere before n, so scoring never needs a scalar tail. */
 static int64_t kt_ld(int64_t n) { return (n + VB - 1) / VB * VB + VB; }
 
-/* Kt[d * kt_ld(n) + j] = K row j, column d, for rows [0, n), zero past n: keys
- * transposed so that scoring one query against many keys vectorises over them. */
-static void transpose_keys(float *Kt, const float *k, int64_t ld, int64_t n, int64_t D) {
+/* Kt[d * kt_ld(n) + j] = K row j, column d, rounded by cpu_lowp(., lowp),
+ * for rows [0, n), zero past n: keys transposed so that scoring one query
+ * against many keys vectorises over them (decoding rounds its cached keys
+ * here, not in a copy of the cache first). */
+static void transpose_keys(float *Kt, const float *k, int64_t ld, int64_t n, int64_t D, int lowp) {
     int64_t ldt = kt_ld(n);
     for (int64_t j0 = 0; j0 < n; j0 += VB) /* VB x D tiles: rows stay in cache */
         for (int64_t d = 0; d < D; d++)
-            for (int64_t j = j0; j < j0 + VB && j < n; j++) Kt[d * ldt + j] = k[j * ld + d];
+            for (int64_t j = j0; j < j0 + VB && j < n; j++)
+                Kt[d * ldt + j] = cpu_lowp(k[j * ld + d], lowp);
     for (int64_t d = 0; d < D; d++) memset(Kt + d * ldt + n, 0, (size_t)(ldt - n) * sizeof(float));
 }
 
@@ -199,7 +202,7 @@ CPU_INLINE int64_t fwd_block_body(float *o, int64_t ldo, float *l, const float *
                                   int lowp, float *Kt, float *s) {
     int64_t ld = 3 * H, pairs = 0;
     float scale = 1.0f / sqrtf((float)D);
-    transpose_keys(Kt, base + H, ld, r1, D);
+    transpose_keys(Kt, base + H, ld, r1, D, 0); /* base is rounded already */
     int64_t ldt = kt_ld(r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t lo[2], hi[2];
@@ -407,7 +410,7 @@ CPU_INLINE int decode_head_body(float *o, const float *q, int64_t q_stride, cons
                                 int lowp, float *Kt, float *s) {
     int64_t T = P + Q;
     float scale = 1.0f / sqrtf((float)D);
-    transpose_keys(Kt, k, H, T, D);
+    transpose_keys(Kt, k, H, T, D, lowp);
     int64_t ldt = kt_ld(T);
     for (int64_t i = 0; i < Q; i++) {
         int64_t lo = 0, hi = P + i + 1;
@@ -435,22 +438,18 @@ void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride
     }
     int64_t H = n_head * head_dim, D = head_dim, T = P + Q;
     int lowp = b->precision;
-    int64_t kstride = cap * H; /* per-sample stride of the caches */
+    int64_t kstride = cap * H, vstride = kstride; /* per-sample strides of the caches */
     if (lowp) {
         float *hq = cpu_scratch(b, CPU_SCRATCH_A, (size_t)(B * Q * H));
-        float *hk = cpu_scratch(b, CPU_SCRATCH_B, (size_t)(B * T * H));
         float *hv = cpu_scratch(b, CPU_SCRATCH_C, (size_t)(B * T * H));
         for (int64_t i = 0; i < B * Q; i++)
             cpu_round_lowp_copy(hq + i * H, q + i * q_stride, H, lowp);
-        for (int64_t bi = 0; bi < B; bi++) {
-            cpu_round_lowp_copy(hk + bi * T * H, kcache + bi * kstride, T * H, lowp);
+        for (int64_t bi = 0; bi < B; bi++) /* keys: as they are transposed */
             cpu_round_lowp_copy(hv + bi * T * H, vcache + bi * kstride, T * H, lowp);
-        }
         q = hq;
         q_stride = H;
-        kcache = hk;
         vcache = hv;
-        kstride = T * H;
+        vstride = T * H;
     }
 #pragma omp parallel if (B * n_head * Q * T * head_dim >= KF_CPU_PAR_MIN)
     {
@@ -460,7 +459,7 @@ void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t h = 0; h < n_head; h++)
                 decode_head(out + bi * Q * H + h * D, q + bi * Q * q_stride + h * D, q_stride,
-                            kcache + bi * kstride + h * D, vcache + bi * kstride + h * D, H, P, Q,
+                            kcache + bi * kstride + h * D, vcache + bi * vstride + h * D, H, P, Q,
                             D, lowp, Kt, s);
         free(s);
         free(Kt);

@@ -18,7 +18,30 @@ float *cpu_scratch(kf_backend *b, int slot, size_t n) {
     return im->scratch[slot];
 }
 
+/* bf16 rounding at the machine's vector width: decoding in bf16 rounds
+ * every product's input and output and the attention's operands (8% of a
+ * 124M K-Forcing step at SSE's four lanes) */
+CPU_INLINE void round_bf16_body(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = cpu_bf16(src[i]);
+}
+CPU_MULTIVERSION(void, round_bf16, (float *dst, const float *src, int64_t n), (dst, src, n))
+
+#define ROUND_CHUNK 4096
+
 void cpu_round_lowp_copy(float *dst, const float *src, int64_t n, int lowp) {
+    if (lowp == KF_PREC_BF16 && n < KF_CPU_PAR_MIN) {
+        round_bf16(dst, src, n);
+        return;
+    }
+    if (lowp == KF_PREC_BF16) {
+        int64_t nc = (n + ROUND_CHUNK - 1) / ROUND_CHUNK;
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t i0 = c * ROUND_CHUNK;
+            round_bf16(dst + i0, src + i0, n - i0 < ROUND_CHUNK ? n - i0 : ROUND_CHUNK);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) dst[i] = cpu_lowp(src[i], lowp);
 }

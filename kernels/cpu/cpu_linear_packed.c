@@ -16,7 +16,11 @@
  * bitwise linear_act's for any row count, row block, thread count and SIMD
  * level. In bf16 mode the panels hold the bf16 weights (half the bytes),
  * widened to fp32 exactly as they are read: the products equal the fp32
- * chain over the rounded operands that cpu_gemm_fixed computes. (vdpbf16ps
+ * chain over the rounded operands that cpu_gemm_fixed computes. A k's 32
+ * bf16 are stored as 16 pairs (output j, output j + 16), so one 32-bit lane
+ * widens to two fp32 by a shift (j) and a mask (j + 16), a single-port
+ * operation each, where zero-extending 16-bit values costs a shuffle on the
+ * port the FMAs need. (vdpbf16ps
  * would read the same bytes but adds pairs of products before the
  * accumulator, another order, which no AVX2 kernel could reproduce.)
  */
@@ -29,13 +33,17 @@
 
 #define LP_PANEL 32 /* outputs per panel: two AVX-512 vectors, four AVX2 ones */
 
+/* where output j of a panel's k-row lives in bf16 mode: pairs (j, j + 16),
+ * j first, in the low half of a little-endian 32-bit lane */
+static inline int lp_bf16_at(int j) { return 2 * (j % 16) + j / 16; }
+
 typedef struct cpu_linear {
     int64_t in, out, panels;
     const float *w; /* as given: the reference path's operands */
     const void *w16;
     kf_precision prec; /* the backend's precision at packing */
     float *p32;        /* [panels][in][PANEL]: fp32 and fp16 modes (values cpu_lowp'd) */
-    uint16_t *p16;     /* [panels][in][PANEL]: bf16 mode, the bf16 bits */
+    uint16_t *p16;     /* [panels][in][PANEL]: bf16 mode, the bf16 bits, pairs (lp_bf16_at) */
 } cpu_linear;
 
 void *cpu_linear_pack(kf_backend *b, const float *w, const void *w16, int64_t in, int64_t out) {
@@ -58,13 +66,13 @@ void *cpu_linear_pack(kf_backend *b, const float *w, const void *w16, int64_t in
             int64_t o = p * LP_PANEL + j;
             for (int64_t k = 0; k < in; k++) {
                 float v = o < out ? cpu_lowp(w[o * in + k], L->prec) : 0.0f;
-                size_t at = (size_t)((p * in + k) * LP_PANEL + j);
+                size_t row = (size_t)((p * in + k) * LP_PANEL);
                 if (bf) {
                     uint32_t u;
                     memcpy(&u, &v, 4);
-                    L->p16[at] = (uint16_t)(u >> 16); /* exact: v is a bf16 value */
+                    L->p16[row + lp_bf16_at((int)j)] = (uint16_t)(u >> 16); /* exact: bf16 */
                 } else {
-                    L->p32[at] = v;
+                    L->p32[row + j] = v;
                 }
             }
         }
@@ -110,10 +118,12 @@ typedef void lp_fn(int R, const float *x, int64_t K, const float *w, const uint1
 /* ------------------------------------------------------- AVX-512: 8 x 32 */
 #define LP512 __attribute__((target("avx512f,avx512bw,fma")))
 
+/* outputs 16q..16q+15 of row k of a panel */
 LP512 static inline __attribute__((always_inline)) __m512
-lp512_load(const float *w, const uint16_t *h, int64_t at) {
-    if (!h) return _mm512_loadu_ps(w + at);
-    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + at)));
+lp512_load(const float *w, const uint16_t *h, int64_t k, int q) {
+    if (!h) return _mm512_loadu_ps(w + k * LP_PANEL + q * 16);
+    __m512i u = _mm512_loadu_si512(h + k * LP_PANEL);
+    if (q) return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
 }
 
@@ -127,7 +137,7 @@ lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
         lp_ahead_k(ah, k, 2);
-        __m512 b0 = lp512_load(w, h, k * LP_PANEL), b1 = lp512_load(w, h, k * LP_PANEL + 16);
+        __m512 b0 = lp512_load(w, h, k, 0), b1 = lp512_load(w, h, k, 1);
         for (int i = 0; i < R; i++) {
             __m512 a = _mm512_set1_ps(x[i * K + k]);
             r[i][0] = _mm512_fmadd_ps(a, b0, r[i][0]);
@@ -167,10 +177,14 @@ static void lp_avx512(int R, const float *x, int64_t K, const float *w, const ui
 /* ---------------------------------------------------------- AVX2: 2 x 32 */
 #define LP256 __attribute__((target("avx2,fma")))
 
+/* outputs 8q..8q+7 of row k of a panel (bf16: the lanes of q & 1, their
+ * low halves for q < 2) */
 LP256 static inline __attribute__((always_inline)) __m256
-lp256_load(const float *w, const uint16_t *h, int64_t at) {
-    if (!h) return _mm256_loadu_ps(w + at);
-    __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + at)));
+lp256_load(const float *w, const uint16_t *h, int64_t k, int q) {
+    if (!h) return _mm256_loadu_ps(w + k * LP_PANEL + q * 8);
+    __m256i u = _mm256_loadu_si256((const __m256i *)(h + k * LP_PANEL + (q & 1) * 16));
+    if (q >= 2)
+        return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
 }
 
@@ -188,7 +202,7 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         lp_ahead_k(ah, k, 2);
         __m256 a0 = _mm256_broadcast_ss(x + k), a1 = _mm256_broadcast_ss(x1 + k);
         for (int q = 0; q < 4; q++) {
-            __m256 bq = lp256_load(w, h, k * LP_PANEL + q * 8);
+            __m256 bq = lp256_load(w, h, k, q);
             r0[q] = _mm256_fmadd_ps(a0, bq, r0[q]);
             if (R > 1) r1[q] = _mm256_fmadd_ps(a1, bq, r1[q]);
         }
@@ -224,7 +238,7 @@ LP256_R(2)
 #define LP_KC 32
 #define LP256_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 LP256 static inline __attribute__((always_inline)) void
-lp256_half(int R, const float *x, int64_t K, int64_t k0, int64_t kn, const float *w,
+lp256_half(int R, int half, const float *x, int64_t K, int64_t k0, int64_t kn, const float *w,
            const uint16_t *h, float *acc, float *c, int64_t ldc, float beta, int pf_line,
            lp_ahead ah) {
     int first = k0 == 0, last = k0 + kn == K;
@@ -241,7 +255,7 @@ lp256_half(int R, const float *x, int64_t K, int64_t k0, int64_t kn, const float
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         if (pf_line >= 0) _mm_prefetch(pf + CPU_PREFETCH_BYTES + pf_line * 64, _MM_HINT_T0);
         lp_ahead_k(ah, k, 1); /* two or more passes share a panel's 128 bytes a k */
-        __m256 b0 = lp256_load(w, h, k * LP_PANEL), b1 = lp256_load(w, h, k * LP_PANEL + 8), a;
+        __m256 b0 = lp256_load(w, h, k, 2 * half), b1 = lp256_load(w, h, k, 2 * half + 1), a;
 #define STEP(i)                                                                                    \
     if (R > i) {                                                                                   \
         a = _mm256_broadcast_ss(x##i + k);                                                         \
@@ -268,17 +282,20 @@ lp256_half(int R, const float *x, int64_t K, int64_t k0, int64_t kn, const float
 #undef KEEP
 }
 
-/* one copy per row count and weight type, so the register block is unrolled */
-typedef void lp_half_fn(const float *x, int64_t K, int64_t k0, int64_t kn, const float *w,
+/* one copy per row count, half and weight type, so the register block is
+ * unrolled */
+typedef void lp_half_fn(int half, const float *x, int64_t K, int64_t k0, int64_t kn, const float *w,
                         const uint16_t *h, float *acc, float *c, int64_t ldc, float beta,
                         int pf_line, lp_ahead ah);
 #define LP256H_CASES(X) X(3) X(4) X(5) X(6)
 #define LP256H_R(n)                                                                                \
-    LP256 static void lp256h_##n(const float *x, int64_t K, int64_t k0, int64_t kn,                \
+    LP256 static void lp256h_##n(int half, const float *x, int64_t K, int64_t k0, int64_t kn,      \
                                  const float *w, const uint16_t *h, float *acc, float *c,          \
                                  int64_t ldc, float beta, int pf_line, lp_ahead ah) {              \
-        if (h) lp256_half(n, x, K, k0, kn, NULL, h, acc, c, ldc, beta, pf_line, ah);               \
-        else lp256_half(n, x, K, k0, kn, w, NULL, acc, c, ldc, beta, pf_line, ah);                 \
+        if (h && half) lp256_half(n, 1, x, K, k0, kn, NULL, h, acc, c, ldc, beta, pf_line, ah);    \
+        else if (h) lp256_half(n, 0, x, K, k0, kn, NULL, h, acc, c, ldc, beta, pf_line, ah);       \
+        else if (half) lp256_half(n, 1, x, K, k0, kn, w, NULL, acc, c, ldc, beta, pf_line, ah);    \
+        else lp256_half(n, 0, x, K, k0, kn, w, NULL, acc, c, ldc, beta, pf_line, ah);              \
     }
 LP256H_CASES(LP256H_R)
 
@@ -298,9 +315,8 @@ LP256 static void lp256_chunked(int R, const float *x, int64_t K, const float *w
             for (int half = 0; half < 2; half++) {
                 int pass = sb * 2 + half, pf_line = pass < (h ? 1 : 2) ? pass : -1;
                 lp_ahead a = {ah.p + share * pass, ah.step / npass};
-                half_fn[rs[sb]](x + i0 * K, K, k0, kn, w ? w + half * 16 : NULL,
-                                h ? h + half * 16 : NULL, acc[sb][half], c + i0 * ldc + half * 16,
-                                ldc, beta, pf_line, a);
+                half_fn[rs[sb]](half, x + i0 * K, K, k0, kn, w, h, acc[sb][half],
+                                c + i0 * ldc + half * 16, ldc, beta, pf_line, a);
             }
     }
 }
@@ -323,7 +339,7 @@ static void lp_base(int R, const float *x, int64_t K, const float *w, const uint
         for (int j = 0; j < LP_PANEL; j++) {
             float wj;
             if (h) {
-                uint32_t u = (uint32_t)h[k * LP_PANEL + j] << 16;
+                uint32_t u = (uint32_t)h[k * LP_PANEL + lp_bf16_at(j)] << 16;
                 memcpy(&wj, &u, 4);
             } else {
                 wj = w[k * LP_PANEL + j];
