@@ -8,7 +8,10 @@
  *                grad_norm, loss_scale, skipped (this step), skipped_total,
  *                phase, tokens, tokens_per_s, ms_step, ms_grad_wait (the
  *                gradient all-reduce's exposed time, dist_grads_wait), time
- *                (s since start); evaluations add val_loss and val_loss_ema
+ *                (s since start); evaluations add val_loss and val_loss_ema.
+ *                fsynced before each checkpoint; a record that cannot be
+ *                written ends the stage (exit 1) before any checkpoint past
+ *                it, and --resume drops the records past its checkpoint
  *   status       YAML, replaced atomically: state (running | preempted |
  *                failed | done), step, steps, checkpoint (latest step-N or
  *                ""), tokens_per_s, updated (unix time)
