@@ -43,6 +43,11 @@ void train_install_signals(void) {
      * one Ctrl-C reaches the trainer once, from the terminal) */
     sa.sa_flags = SA_RESTART | SA_RESETHAND;
     sigaction(SIGINT, &sa, NULL);
+    /* A write to a connection whose peer died (Open MPI's TCP transport when
+     * a rank's node is lost; stderr after the launcher went) must fail with
+     * EPIPE and reach a path that says why (an MPI error, the watchdog), not
+     * end the rank silently by SIGPIPE's default action */
+    signal(SIGPIPE, SIG_IGN);
 }
 
 typedef struct trainer {

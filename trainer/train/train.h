@@ -86,7 +86,9 @@ typedef struct train_args {
  * 75 preempted (checkpoint written). */
 int train_run(const train_args *a, dist *d);
 
-/** Installs the SIGUSR1/SIGTERM handlers that request a preemption checkpoint. */
+/** Installs the SIGUSR1/SIGTERM/SIGINT handlers that request a preemption
+ * checkpoint, and ignores SIGPIPE (a write to a dead peer's connection fails
+ * with EPIPE instead of ending the rank without a word). */
 void train_install_signals(void);
 
 #endif
