@@ -19,7 +19,8 @@
  * One optimizer step (global batch G = world * accum * micro_batch):
  *   1. at the step boundary every rank contributes its preemption flag
  *      (SIGUSR1/SIGTERM set it) to an all-reduce MAX; if set, all ranks
- *      checkpoint this step and exit 75;
+ *      checkpoint this step and exit 75 (rank 0 contributes 2 once a log
+ *      record failed to be written: all ranks exit 1, no checkpoint);
  *   2. each rank builds the supervision of its accum micro-batches (teacher
  *      passes for distillation kinds), counts the target tokens, and the
  *      counts are summed over ranks: the loss is the mean over the global
