@@ -194,20 +194,36 @@ kf_jsonl *kf_jsonl_open(const char *path, kf_err *err) {
 }
 
 int kf_jsonl_append(kf_jsonl *l, kf_rec *r, kf_err *err) {
+    struct stat st;
+    if (fstat(l->fd, &st)) return kf_err_set(err, "%s: %s", l->path, strerror(errno));
     kf_rec_text(r);
     r->buf[r->len + 1] = '\n'; /* "{...}\n" in one write: lines never interleave */
     size_t total = r->len + 2;
     const char *p = r->buf;
+    int e = 0;
     while (total) {
         ssize_t w = write(l->fd, p, total);
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0) break;
+        if (w <= 0) {
+            e = w < 0 ? errno : EIO;
+            break;
+        }
         p += w;
         total -= (size_t)w;
     }
-    int e = errno;
     kf_rec_text(r); /* restore the NUL */
-    return total ? kf_err_set(err, "%s: write: %s", l->path, strerror(e)) : 0;
+    if (!total) return 0;
+    /* a short write left the start of the record without its newline: the
+     * next record would extend that line into one that parses as neither */
+    if (p != r->buf && ftruncate(l->fd, st.st_size))
+        return kf_err_set(err, "%s: write: %s; cutting the partial record off: %s", l->path,
+                          strerror(e), strerror(errno));
+    return kf_err_set(err, "%s: write: %s", l->path, strerror(e));
+}
+
+int kf_jsonl_sync(kf_jsonl *l, kf_err *err) {
+    if (fsync(l->fd)) return kf_err_set(err, "%s: fsync: %s", l->path, strerror(errno));
+    return 0;
 }
 
 void kf_jsonl_close(kf_jsonl *l) {

@@ -7,7 +7,7 @@
  *
  * JSONL: one JSON object per line, appended and flushed line by line so a
  * reader (`kf plot`, `tail -f`) sees only whole records even while training
- * runs, and a crash loses at most the record being written. Records are built
+ * runs, and a crash loses at most the records not yet kf_jsonl_sync'ed. Records are built
  * with a tiny key/value builder:
  *
  *   kf_rec r; kf_rec_init(&r);
@@ -79,9 +79,17 @@ typedef struct kf_jsonl kf_jsonl;
  * @return the log, or NULL with err set. */
 kf_jsonl *kf_jsonl_open(const char *path, kf_err *err);
 
-/** Appends r's text and a newline as one write, then flushes to the kernel.
- * Not fsynced: a machine crash may lose the last records. */
+/** Appends r's text and a newline as one write (to the kernel, not
+ * fsynced: see kf_jsonl_sync). A write that fails part-way (a full disk, a
+ * file size limit) leaves no partial line: the file is cut back to where the
+ * record began, so a later append starts a line of its own.
+ * @return 0, or -1 with err naming the file (the record is not in it). */
 int kf_jsonl_append(kf_jsonl *l, kf_rec *r, kf_err *err);
+
+/** fsyncs the log: every record appended so far survives a machine crash.
+ * A writer that commits state which claims those records (a checkpoint)
+ * calls it first. @return 0, or -1 with err naming the file. */
+int kf_jsonl_sync(kf_jsonl *l, kf_err *err);
 
 /** Closes the log (NULL allowed). */
 void kf_jsonl_close(kf_jsonl *l);

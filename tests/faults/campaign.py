@@ -31,7 +31,7 @@ and a process is alive when /proc says so.
               last good one never, and ckpt/latest names a good checkpoint
   one-writer  two runners' trainers never print steps of one stage in
               overlapping spans; a refused second writer names the holder's pid
-  log         a finished stage's log.jsonl parses and holds every step
+  log         a finished stage's log.jsonl parses and holds every step once, in order
   outside     nothing is written outside the run directory (cwd, TMPDIR, HOME,
               the shards and the config keep their bytes)
 
@@ -800,18 +800,22 @@ class Schedule:
             logf = os.path.join(self.run, "stages", s, "log.jsonl")
             if s == self.imported or "stages/%s/log.jsonl" % s in self.damaged:
                 continue
-            steps, bad = set(), []
+            steps, bad = [], []
             with open(logf, errors="replace") as f:
                 for n, line in enumerate(f, 1):
                     try:
                         rec = json.loads(line)
                         if "loss" in rec:
-                            steps.add(rec["step"])
+                            steps.append(rec["step"])
                     except ValueError:
                         bad.append(n)
-            missing = sorted(set(range(1, STEPS + 1)) - steps)
-            self.c.check(not bad and not missing, self.seed, "log",
-                         "%s/log.jsonl: unparsable lines %s, steps missing %s" % (s, bad, missing))
+            # one history: a resume drops the records past its checkpoint
+            missing = sorted(set(range(1, STEPS + 1)) - set(steps))
+            twice = sorted({k for k in steps if steps.count(k) > 1})
+            self.c.check(not bad and steps == list(range(1, STEPS + 1)), self.seed, "log",
+                         "%s/log.jsonl: unparsable lines %s, steps missing %s, logged twice %s%s"
+                         % (s, bad, missing, twice,
+                            "" if steps == sorted(steps) else ", out of order"))
 
     def check_outside(self):
         c = self.c

@@ -11,7 +11,9 @@
 # final/ of a finished stage called complete), 5037 (a damaged state.yaml
 # resumed from), 5015 (a false alarm of the campaign itself: checkpoints a
 # stale stage retired to stale/ counted as deleted), 21419 (another: the
-# holder a refusal named was a kf import too short-lived for /proc polling).
+# holder a refusal named was a kf import too short-lived for /proc polling),
+# 80 (a full disk for a moment: a log record cut part-way, the next one
+# appended to it, the stage trained on; test_trainer_log replays it exactly).
 # Timing moves a fault by a step or so, so a seed is a likely, not a certain,
 # replay.
 # bench/faults.sh runs thousands of new seeds.
@@ -19,5 +21,5 @@
 # campaign counts one failure, it never skips.
 set -u
 cd "$(dirname "$0")/../.."
-SEEDS="$(seq -s, 1 50),101,111,118,139,1001,1035,1071,5015,5037,21419"
+SEEDS="$(seq -s, 1 50),80,101,111,118,139,1001,1035,1071,5015,5037,21419"
 exec python3 tests/faults/campaign.py --kf "${KF_BIN:-bin/kf}" --seeds "$SEEDS"

@@ -1,14 +1,19 @@
 /* log: JSONL records (escaping, number formats, null for NaN, one line each,
- * partial tail line cut on reopen), info/warn lines and quiet mode. */
+ * partial tail line cut on reopen, no partial line left by a write that
+ * fails part-way), info/warn lines and quiet mode. */
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/rng.h"
 #include "tests/test.h"
 
 static void say_things(void) {
@@ -90,6 +95,69 @@ int main(void) {
     T_EQ_INT(kf_jsonl_open("/nonexistent-dir/x.jsonl", &err), NULL, "open error: %s", err.msg);
     T_CHECK(strstr(err.msg, "/nonexistent-dir/x.jsonl"), "open error: %s", err.msg);
     kf_rec_free(&r);
+
+    /* Appends that fail part-way: a file size limit (EFBIG, as a full disk
+     * gives ENOSPC) lets a seeded random number of the record's bytes, 0 to
+     * all but its newline, reach the file. The failed append reports an
+     * error and leaves the file as it was; once the limit goes, appends go
+     * on, and the file is whole lines, each record appended with success
+     * once, in order. */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit was;
+    getrlimit(RLIMIT_FSIZE, &was);
+    char lpath[] = "/tmp/kf_test_log_XXXXXX";
+    close(mkstemp(lpath));
+    l = kf_jsonl_open(lpath, &err);
+    T_REQUIRE(l != NULL, "open: %s", err.msg);
+    int64_t next = 0, ok = 0;
+    for (uint64_t trial = 0; trial < 40; trial++) {
+        kf_rec_reset(&r);
+        kf_rec_int(&r, "step", next);
+        kf_rec_str(&r, "pad", "loss and the rest of a record");
+        size_t len = strlen(kf_rec_text(&r)) + 1, cut = rng_below(11, 0, trial, len);
+        struct stat st;
+        stat(lpath, &st);
+        struct rlimit lim = {.rlim_cur = (rlim_t)st.st_size + cut, .rlim_max = was.rlim_max};
+        T_REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit");
+        int rc = kf_jsonl_append(l, &r, &err);
+        T_REQUIRE(setrlimit(RLIMIT_FSIZE, &was) == 0, "setrlimit back");
+        T_EQ_INT(rc, -1, "trial %d: an append with %zu of %zu bytes room", (int)trial, cut, len);
+        T_CHECK(strstr(err.msg, lpath), "trial %d: the error names the file: %s", (int)trial,
+                err.msg);
+        struct stat after;
+        stat(lpath, &after);
+        T_EQ_INT((int64_t)after.st_size, (int64_t)st.st_size,
+                 "trial %d: file size after an append that failed after %zu bytes", (int)trial,
+                 cut);
+        next++;
+        for (uint64_t k = 0; k <= rng_below(11, 1, trial, 3); k++) {
+            kf_rec_reset(&r);
+            kf_rec_int(&r, "step", next++);
+            T_EQ_INT(kf_jsonl_append(l, &r, &err), 0, "trial %d: append: %s", (int)trial, err.msg);
+            ok++;
+        }
+    }
+    T_EQ_INT(kf_jsonl_sync(l, &err), 0, "sync: %s", err.msg);
+    kf_jsonl_close(l);
+    T_REQUIRE(fs_read_file(lpath, &text, &n, &err) == 0, "%s", err.msg);
+    int64_t lines = 0, prev = -1;
+    for (char *line = text, *nl; (nl = memchr(line, '\n', n - (size_t)(line - text)));
+         line = nl + 1, lines++) {
+        json_doc *jd = json_parse(line, (size_t)(nl - line), lpath, &err);
+        const json *sj = jd ? json_get(json_root(jd), "step") : NULL;
+        T_CHECK(sj && sj->type == JSON_NUMBER, "line %lld parses with a step: %.*s",
+                (long long)lines + 1, (int)(nl - line), line);
+        if (sj && sj->type == JSON_NUMBER) {
+            T_CHECK(sj->i > prev, "line %lld: step %lld after step %lld", (long long)lines + 1,
+                    (long long)sj->i, (long long)prev);
+            prev = sj->i;
+        }
+        json_free(jd);
+    }
+    T_EQ_INT(lines, ok, "lines in the file against appends that succeeded");
+    T_CHECK(n > 0 && text[n - 1] == '\n', "the file ends with a newline");
+    free(text);
+    unlink(lpath);
 
     /* Human lines. */
     char *out = t_capture_stderr(say_things);

@@ -43,6 +43,11 @@ void train_install_signals(void) {
      * one Ctrl-C reaches the trainer once, from the terminal) */
     sa.sa_flags = SA_RESTART | SA_RESETHAND;
     sigaction(SIGINT, &sa, NULL);
+    /* A write to a connection whose peer died (Open MPI's TCP transport when
+     * a rank's node is lost; stderr after the launcher went) must fail with
+     * EPIPE and reach a path that says why (an MPI error, the watchdog), not
+     * end the rank silently by SIGPIPE's default action */
+    signal(SIGPIPE, SIG_IGN);
 }
 
 typedef struct trainer {
@@ -63,6 +68,7 @@ typedef struct trainer {
     int64_t step;
     char stage_dir[4096], ckpt_dir[4096], final_dir[4096];
     kf_jsonl *log;
+    kf_err log_err; /* rank 0: why a record did not reach log.jsonl ("": none did not) */
     double t0, last_tps;
     int64_t last_ckpt_step;
     writer_lock lock; /* rank 0: the stage's writer lock, held until teardown */
@@ -118,8 +124,19 @@ static void state_done(trainer *t, float *full) {
     if (t->s->opt.zero1 && full) t->be->free(t->be, full);
 }
 
-static void checkpoint(trainer *t) {
-    if (t->last_ckpt_step == t->step) return;
+/* Whether a record is missing from rank 0's log.jsonl (collective). After
+ * making the records so far durable (rank 0): a checkpoint at step N claims
+ * the log holds steps 1..N, since a resume from it never logs them again. */
+static int log_lost(trainer *t) {
+    if (t->d->rank == 0 && !t->log_err.msg[0]) kf_jsonl_sync(t->log, &t->log_err);
+    return dist_allreduce_max_int(t->d, t->log_err.msg[0] != 0);
+}
+
+/* Writes checkpoint step-N unless log.jsonl lost a record: 0, or -1 (the
+ * caller ends the stage with stage_log_failed). Collective. */
+static int checkpoint(trainer *t) {
+    if (log_lost(t)) return -1;
+    if (t->last_ckpt_step == t->step) return 0;
     ckpt_meta meta;
     fill_meta(t, &meta);
     rng_state r = rank_rng(t);
@@ -129,6 +146,7 @@ static void checkpoint(trainer *t) {
     state_done(t, ema), state_done(t, am), state_done(t, av);
     t->last_ckpt_step = t->step;
     if (t->d->rank == 0) kf_log_info("%s: checkpoint step-%" PRId64, t->st->name, t->step);
+    return 0;
 }
 
 /* Validation loss of the current params over the first eval_batches global
@@ -203,8 +221,7 @@ static void train_step(trainer *t) {
     kf_rec_double(&rec, "ms_step", dt * 1e3);
     kf_rec_double(&rec, "ms_grad_wait", exposed * 1e3);
     kf_rec_double(&rec, "time", clock_now_s() - t->t0);
-    kf_err err = {{0}};
-    if (kf_jsonl_append(t->log, &rec, &err)) kf_log_warn("log: %s", err.msg);
+    if (!t->log_err.msg[0]) kf_jsonl_append(t->log, &rec, &t->log_err);
     kf_rec_free(&rec);
     if (r.skipped)
         kf_log_warn("%s: step %" PRId64 " skipped (non-finite gradients); loss scale now %g",
@@ -226,8 +243,7 @@ static void log_eval(trainer *t) {
     kf_rec_double(&rec, "val_loss", v);
     kf_rec_double(&rec, "val_loss_ema", ve);
     kf_rec_double(&rec, "time", clock_now_s() - t->t0);
-    kf_err err = {{0}};
-    if (kf_jsonl_append(t->log, &rec, &err)) kf_log_warn("log: %s", err.msg);
+    if (!t->log_err.msg[0]) kf_jsonl_append(t->log, &rec, &t->log_err);
     kf_rec_free(&rec);
     kf_log_info("%s: step %" PRId64 " validation loss %.4f (EMA %.4f)", t->st->name, t->step, v,
                 ve);
@@ -494,19 +510,21 @@ static int setup_training(trainer *t, kf_err *err) {
 
 /* Drops log records past the checkpoint being resumed (and a torn last
  * line), so log.jsonl reads as one history even after a crash repeated
- * steps. Rank 0 only; atomic. */
-static void trim_log(trainer *t, int64_t step) {
+ * steps. Rank 0 only; atomic. A log that cannot be trimmed is an error: the
+ * repeated steps would be logged twice. */
+static int trim_log(trainer *t, int64_t step, kf_err *err) {
     char p[4096];
     fs_path_join(p, sizeof p, t->stage_dir, "log.jsonl");
     char *buf;
     size_t len;
-    kf_err err = {{0}};
-    if (!fs_exists(p) || fs_read_file(p, &buf, &len, &err)) return;
+    if (!fs_exists(p)) return 0;
+    if (fs_read_file(p, &buf, &len, err)) return -1;
     char *out = kf_malloc(len + 1);
     size_t n = 0;
+    kf_err perr = {{0}};
     for (char *line = buf, *nl; (nl = memchr(line, '\n', len - (size_t)(line - buf)));
          line = nl + 1) {
-        json_doc *d = json_parse(line, (size_t)(nl - line), p, &err);
+        json_doc *d = json_parse(line, (size_t)(nl - line), p, &perr);
         const json *sj = d ? json_get(json_root(d), "step") : NULL;
         if (sj && sj->type == JSON_NUMBER && sj->i <= step) {
             memcpy(out + n, line, (size_t)(nl - line) + 1);
@@ -514,9 +532,12 @@ static void trim_log(trainer *t, int64_t step) {
         }
         json_free(d);
     }
-    if (n != len && fs_write_atomic(p, out, n, &err)) kf_log_warn("log: %s", err.msg);
+    int rv = n != len ? fs_write_atomic(p, out, n, err) : 0;
     free(out);
     free(buf);
+    return rv ? kf_err_set(err, "dropping the records past step %" PRId64 " from the log: %s",
+                           step, err->msg)
+              : 0;
 }
 
 /* --resume: the newest verified checkpoint, if any (rank 0 chooses, every
@@ -529,10 +550,8 @@ static int resume(trainer *t, kf_err *err) {
     if (t->d->rank == 0) found = ckpt_find(t->ckpt_dir, path, sizeof path, &meta);
     dist_bcast(t->d, &found, sizeof found, 0);
     if (!found) {
-        if (t->d->rank == 0) {
-            trim_log(t, 0); /* a run killed before its first checkpoint logged steps */
+        if (t->d->rank == 0)
             kf_log_info("%s: no checkpoint to resume from: starting at step 0", t->st->name);
-        }
         return 0;
     }
     dist_bcast(t->d, path, sizeof path, 0);
@@ -576,7 +595,6 @@ static int resume(trainer *t, kf_err *err) {
              (long long)meta.cursor);
     loader_seek(t->ld, meta.cursor);
     if (t->d->rank == 0) {
-        trim_log(t, t->step);
         ckpt_set_latest(t->ckpt_dir, t->step);
         kf_log_info("%s: resumed from %s (step %lld, %s, loss scale %g, written by %d rank%s)",
                     t->st->name, path, (long long)t->step, meta.phase, s->os.scale, meta.world,
@@ -609,6 +627,20 @@ static int stage_failed(trainer *t, const kf_err *err) {
     return code;
 }
 
+/* Ends the stage when log.jsonl lost a record: no checkpoint is written past
+ * it, so a resume repeats the steps since the last one and logs them. */
+static int stage_log_failed(trainer *t) {
+    kf_err err = {{0}};
+    if (t->d->rank == 0)
+        kf_err_set(&err,
+                   "%s: log.jsonl does not hold every step up to %" PRId64 " (%s): stopping "
+                   "without a checkpoint past it; --resume repeats the steps after step %" PRId64,
+                   t->st->name, t->step, t->log_err.msg,
+                   t->last_ckpt_step > 0 ? t->last_ckpt_step : 0);
+    else kf_err_set(&err, "%s: rank 0 could not write the log: stopping", t->st->name);
+    return stage_failed(t, &err);
+}
+
 int train_run(const train_args *a, dist *d) {
     trainer tr, *t = &tr;
     memset(t, 0, sizeof *t);
@@ -638,6 +670,10 @@ int train_run(const train_args *a, dist *d) {
     if (setup_training(t, &err)) return stage_failed(t, &err);
     if (a->resume) {
         if (resume(t, &err)) return stage_failed(t, &err);
+        /* also when no checkpoint was found: a run killed before its first
+         * one logged steps. Rank 0 alone: a failure reaches every rank
+         * through the refusal below. */
+        if (d->rank == 0) trim_log(t, t->step, &err);
     } else if (d->rank == 0) {
         char found[4096];
         ckpt_meta m;
@@ -669,9 +705,12 @@ int train_run(const train_args *a, dist *d) {
     write_status(t, "running", "");
 
     while (t->step < t->st->steps) {
-        int stop = g_preempt || (a->stop_at > 0 && t->step >= a->stop_at);
-        if (dist_allreduce_max_int(d, stop)) {
-            checkpoint(t);
+        /* 1: preempted, checkpoint and exit 75; 2: rank 0's log lost a record */
+        int stop = t->log_err.msg[0] ? 2 : g_preempt || (a->stop_at > 0 && t->step >= a->stop_at);
+        stop = dist_allreduce_max_int(d, stop);
+        if (stop == 2) return stage_log_failed(t);
+        if (stop) {
+            if (checkpoint(t)) return stage_log_failed(t);
             char why[64];
             if (g_preempt)
                 snprintf(why, sizeof why, "%s",
@@ -695,12 +734,12 @@ int train_run(const train_args *a, dist *d) {
             log_eval(t);
         if (t->o->checkpoint_every && t->step % t->o->checkpoint_every == 0 &&
             t->step < t->st->steps) {
-            checkpoint(t);
+            if (checkpoint(t)) return stage_log_failed(t);
             write_status(t, "running", "");
         }
     }
     log_eval(t);
-    checkpoint(t);
+    if (checkpoint(t)) return stage_log_failed(t);
     if (d->rank == 0 && t->s->graph_steps)
         kf_log_info("%s: %lld steps ran as graphs (%lld graph launches)", t->st->name,
                     (long long)t->s->graph_steps, (long long)t->s->graph_launches);

@@ -8,7 +8,10 @@
  *                grad_norm, loss_scale, skipped (this step), skipped_total,
  *                phase, tokens, tokens_per_s, ms_step, ms_grad_wait (the
  *                gradient all-reduce's exposed time, dist_grads_wait), time
- *                (s since start); evaluations add val_loss and val_loss_ema
+ *                (s since start); evaluations add val_loss and val_loss_ema.
+ *                fsynced before each checkpoint; a record that cannot be
+ *                written ends the stage (exit 1) before any checkpoint past
+ *                it, and --resume drops the records past its checkpoint
  *   status       YAML, replaced atomically: state (running | preempted |
  *                failed | done), step, steps, checkpoint (latest step-N or
  *                ""), tokens_per_s, updated (unix time)
@@ -16,7 +19,8 @@
  * One optimizer step (global batch G = world * accum * micro_batch):
  *   1. at the step boundary every rank contributes its preemption flag
  *      (SIGUSR1/SIGTERM set it) to an all-reduce MAX; if set, all ranks
- *      checkpoint this step and exit 75;
+ *      checkpoint this step and exit 75 (rank 0 contributes 2 once a log
+ *      record failed to be written: all ranks exit 1, no checkpoint);
  *   2. each rank builds the supervision of its accum micro-batches (teacher
  *      passes for distillation kinds), counts the target tokens, and the
  *      counts are summed over ranks: the loss is the mean over the global
@@ -83,7 +87,9 @@ typedef struct train_args {
  * 75 preempted (checkpoint written). */
 int train_run(const train_args *a, dist *d);
 
-/** Installs the SIGUSR1/SIGTERM handlers that request a preemption checkpoint. */
+/** Installs the SIGUSR1/SIGTERM/SIGINT handlers that request a preemption
+ * checkpoint, and ignores SIGPIPE (a write to a dead peer's connection fails
+ * with EPIPE instead of ending the rank without a word). */
 void train_install_signals(void);
 
 #endif
