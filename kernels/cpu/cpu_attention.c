@@ -277,8 +277,8 @@ CPU_INLINE int64_t bwd_head_body(float *dbase, const float *base, const float *d
     float scale = 1.0f / sqrtf((float)D);
     const float *k = base + H;
     float *dk = dbase + H, *dv = dbase + 2 * H;
-    transpose_keys(Kt, k, ld, L, D);
-    transpose_keys(Vt, base + 2 * H, ld, L, D);
+    transpose_keys(Kt, k, ld, L, D, 0);
+    transpose_keys(Vt, base + 2 * H, ld, L, D, 0);
     int64_t ldt = kt_ld(L);
     for (int64_t r = m->q_start; r < L; r++) {
         int64_t lo[2], hi[2];
