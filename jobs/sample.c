@@ -245,7 +245,8 @@ static int sample_one(const char *kf, const char *ckpt, int k, const char *prefi
 
 /* The reasons row r misses a target (quality.h's margins of AR's quality,
  * corpus_words.h's word targets) into buf, "" when it meets them all; ar_row:
- * r is AR's own row (ar), held to the absolute word target. */
+ * r is AR's own row (ar), held to the absolute word target. A word figure is
+ * given to three decimals: the table's two can round a miss up to its target. */
 static void flag_reasons(const result *r, const result *ar, bool ar_row, char *buf, size_t cap) {
     int n = quality_flag(&r->q, &ar->q, buf, cap);
     size_t u = strlen(buf);
@@ -255,13 +256,13 @@ static void flag_reasons(const result *r, const result *ar, bool ar_row, char *b
         return;
     }
     if (ar_row && !(r->words >= WORDS_MIN_AR_RATE) && u < cap)
-        u += (size_t)snprintf(buf + u, cap - u, "%swords %.2f < %.2f", n++ ? "; " : "", r->words,
+        u += (size_t)snprintf(buf + u, cap - u, "%swords %.3f < %.2f", n++ ? "; " : "", r->words,
                               WORDS_MIN_AR_RATE);
     if (!ar_row && !(ratio >= WORDS_MIN_RATE_RATIO) && u < cap)
-        u += (size_t)snprintf(buf + u, cap - u, "%swords %.2fx AR < %.2f", n++ ? "; " : "", ratio,
+        u += (size_t)snprintf(buf + u, cap - u, "%swords %.3fx AR < %.2f", n++ ? "; " : "", ratio,
                               WORDS_MIN_RATE_RATIO);
     if (!(r->wdistinct >= WORDS_MIN_DISTINCT) && u < cap)
-        snprintf(buf + u, cap - u, "%sw-dist %.2f < %.2f", n ? "; " : "", r->wdistinct,
+        snprintf(buf + u, cap - u, "%sw-dist %.3f < %.2f", n ? "; " : "", r->wdistinct,
                  WORDS_MIN_DISTINCT);
 }
 
