@@ -109,7 +109,7 @@ static int same_file(const char *a, const char *b) {
 }
 
 int main(void) {
-    omp_env_passive(); /* spinning OpenMP workers took 7 s of CPU here instead of 0.2 */
+    omp_env_passive();        /* spinning OpenMP workers took 7 s of CPU here instead of 0.2 */
     signal(SIGXFSZ, SIG_IGN); /* a write past the limit returns EFBIG instead */
     char dir[] = "/tmp/kf_test_trainer_log_XXXXXX";
     T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
@@ -145,20 +145,17 @@ int main(void) {
         getrlimit(RLIMIT_FSIZE, &w.was);
         snprintf(what, sizeof what, "step %lld's record cut after %llu bytes", (long long)fail,
                  (unsigned long long)w.cut);
-        train_args b = {.config = cfg,
-                        .stage = "ar",
-                        .run_dir = run,
-                        .on_step = on_step,
-                        .hook_ctx = &w};
+        train_args b = {
+            .config = cfg, .stage = "ar", .run_dir = run, .on_step = on_step, .hook_ctx = &w};
         t_stderr_begin();
         int rc = train_run(&b, &d);
         char *out = t_stderr_end();
         T_EQ_INT(rc, 1, "%s: exit code", what);
-        T_CHECK(strstr(out, "log.jsonl does not hold every step"), "%s: the error says why:\n%s", what,
-                out);
+        T_CHECK(strstr(out, "log.jsonl does not hold every step"), "%s: the error says why:\n%s",
+                what, out);
         free(out);
-        T_CHECK(newest_ckpt(run) < fail, "%s: no checkpoint at or past it (newest step-%lld)",
-                what, (long long)newest_ckpt(run));
+        T_CHECK(newest_ckpt(run) < fail, "%s: no checkpoint at or past it (newest step-%lld)", what,
+                (long long)newest_ckpt(run));
         read_log(run, what, (int)fail - 1, got);
         b.resume = 1, b.on_step = NULL;
         T_EQ_INT(train_run(&b, &d), 0, "%s: --resume", what);
@@ -166,8 +163,8 @@ int main(void) {
                  (long long)fail, (unsigned long long)w.cut);
         if (read_log(run, what, STEPS, got) == STEPS)
             for (int s = 0; s < STEPS; s++)
-                T_EQ_STR(got[s], want[s], "%s: step %d's loss against the uninterrupted run",
-                         what, s + 1);
+                T_EQ_STR(got[s], want[s], "%s: step %d's loss against the uninterrupted run", what,
+                         s + 1);
         char final[FIXTURE_PATH + 128];
         snprintf(final, sizeof final, "%s/stages/ar/final/model.safetensors", run);
         T_CHECK(same_file(final, ref_final), "%s: final weights equal the uninterrupted run's",

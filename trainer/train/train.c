@@ -535,8 +535,8 @@ static int trim_log(trainer *t, int64_t step, kf_err *err) {
     int rv = n != len ? fs_write_atomic(p, out, n, err) : 0;
     free(out);
     free(buf);
-    return rv ? kf_err_set(err, "dropping the records past step %" PRId64 " from the log: %s",
-                           step, err->msg)
+    return rv ? kf_err_set(err, "dropping the records past step %" PRId64 " from the log: %s", step,
+                           err->msg)
               : 0;
 }
 
