@@ -137,6 +137,7 @@ int main(void) {
             ok++;
         }
     }
+    kf_rec_free(&r);
     T_EQ_INT(kf_jsonl_sync(l, &err), 0, "sync: %s", err.msg);
     kf_jsonl_close(l);
     T_REQUIRE(fs_read_file(lpath, &text, &n, &err) == 0, "%s", err.msg);
