@@ -29,13 +29,9 @@ CPU_MULTIVERSION(void, round_bf16, (float *dst, const float *src, int64_t n), (d
 #define ROUND_CHUNK 4096
 
 void cpu_round_lowp_copy(float *dst, const float *src, int64_t n, int lowp) {
-    if (lowp == KF_PREC_BF16 && n < KF_CPU_PAR_MIN) {
-        round_bf16(dst, src, n);
-        return;
-    }
     if (lowp == KF_PREC_BF16) {
         int64_t nc = (n + ROUND_CHUNK - 1) / ROUND_CHUNK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
         for (int64_t c = 0; c < nc; c++) {
             int64_t i0 = c * ROUND_CHUNK;
             round_bf16(dst + i0, src + i0, n - i0 < ROUND_CHUNK ? n - i0 : ROUND_CHUNK);

@@ -115,20 +115,18 @@ int main(void) {
     T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     char data[FIXTURE_PATH], cfg[FIXTURE_PATH], ref[FIXTURE_PATH];
     fixture_run(dir, data, cfg, ref, 64, 16, SEQ, VOCAB);
-    FILE *f = fopen(cfg, "w");
-    T_REQUIRE(f != NULL, "%s: cannot write", cfg);
-    fprintf(f,
-            "name: log\n"
-            "data: {train: %s, valid: %s}\n"
-            "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
-            "defaults: {batch: 2, lr: 1.0e-3, warmup: 0, seed: 7, checkpoint_every: %d,\n"
-            "           keep_checkpoints: 100, eval_every: 3, eval_batches: 1, log_every: 1,\n"
-            "           precision: [{mode: fp32}]}\n"
-            "stages:\n"
-            "  - {name: ar, kind: ar, steps: %d}\n"
-            "resources: {ranks: 1, nodes: 1, gpus_per_node: 0, backend: cpu}\n",
-            data, data, VOCAB, SEQ, CKPT_EVERY, STEPS);
-    fclose(f);
+    fixture_write(
+        cfg,
+        "name: log\n"
+        "data: {train: %s, valid: %s}\n"
+        "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
+        "defaults: {batch: 2, lr: 1.0e-3, warmup: 0, seed: 7, checkpoint_every: %d,\n"
+        "           keep_checkpoints: 100, eval_every: 3, eval_batches: 1, log_every: 1,\n"
+        "           precision: [{mode: fp32}]}\n"
+        "stages:\n"
+        "  - {name: ar, kind: ar, steps: %d}\n"
+        "resources: {ranks: 1, nodes: 1, gpus_per_node: 0, backend: cpu}\n",
+        data, data, VOCAB, SEQ, CKPT_EVERY, STEPS);
     dist d = {.world = 1, .local_world = 1};
     train_args a = {.config = cfg, .stage = "ar", .run_dir = ref};
     T_REQUIRE(train_run(&a, &d) == 0, "the uninterrupted run");

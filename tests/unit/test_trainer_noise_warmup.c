@@ -52,23 +52,20 @@ int main(void) {
     T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     char data[FIXTURE_PATH], cfg[FIXTURE_PATH], run[FIXTURE_PATH], path[4200];
     fixture_run(dir, data, cfg, run, 64, 16, SEQ, VOCAB);
-    FILE *f = fopen(cfg, "w");
-    T_REQUIRE(f != NULL, "%s: cannot write", cfg);
-    fprintf(f,
-            "name: warm\n"
-            "data: {train: %s, valid: %s}\n"
-            "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
-            "defaults: {batch: 2, lr: 1.0e-2, warmup: 0, seed: 7, checkpoint_every: 100,\n"
-            "           eval_batches: 1, log_every: 1}\n"
-            "stages:\n"
-            "  - {name: ar, kind: ar, steps: 2}\n"
-            "  - {name: held, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: 3,\n"
-            "     noise_warmup: 3}\n"
-            "  - {name: freed, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: 3,\n"
-            "     noise_warmup: 2}\n"
-            "resources: {ranks: 1, nodes: 1, gpus_per_node: 0, backend: cpu}\n",
-            data, data, VOCAB, SEQ);
-    fclose(f);
+    fixture_write(cfg,
+                  "name: warm\n"
+                  "data: {train: %s, valid: %s}\n"
+                  "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
+                  "defaults: {batch: 2, lr: 1.0e-2, warmup: 0, seed: 7, checkpoint_every: 100,\n"
+                  "           eval_batches: 1, log_every: 1}\n"
+                  "stages:\n"
+                  "  - {name: ar, kind: ar, steps: 2}\n"
+                  "  - {name: held, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: 3,\n"
+                  "     noise_warmup: 3}\n"
+                  "  - {name: freed, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: 3,\n"
+                  "     noise_warmup: 2}\n"
+                  "resources: {ranks: 1, nodes: 1, gpus_per_node: 0, backend: cpu}\n",
+                  data, data, VOCAB, SEQ);
     dist d = {.world = 1, .local_world = 1};
     const char *stages[] = {"ar", "held", "freed"};
     for (int i = 0; i < 3; i++) {

@@ -66,10 +66,8 @@ int main(void) {
     T_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
     char data[FIXTURE_PATH], cfg[FIXTURE_PATH], run[FIXTURE_PATH];
     fixture_run(dir, data, cfg, run, 64, 16, SEQ, VOCAB);
-    FILE *f = fopen(cfg, "w");
-    T_REQUIRE(f != NULL, "%s: cannot write", cfg);
-    fprintf(
-        f,
+    fixture_write(
+        cfg,
         "name: step\n"
         "data: {train: %s, valid: %s}\n"
         "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
@@ -83,7 +81,6 @@ int main(void) {
         "  - {name: nic, kind: noise_inversion_causal, teacher: ar, init: ar, k: 2, steps: 1}\n"
         "resources: {ranks: 1, nodes: 1, gpus_per_node: 0, backend: cpu}\n",
         data, data, VOCAB, SEQ, BATCH);
-    fclose(f);
     runconfig *rc;
     kf_err err = {{0}};
     T_REQUIRE(runconfig_load(cfg, 0, NULL, &rc, &err) == 0, "%s", err.msg);

@@ -7,6 +7,7 @@
 #ifndef KF_TESTS_TRAINER_FIXTURE_H
 #define KF_TESTS_TRAINER_FIXTURE_H
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,25 @@ static void fixture_shards(const char *dir, int64_t n_train, int64_t n_valid, in
         exit(2);
     }
     free(m.train.shards), free(m.train.first), free(m.valid.shards), free(m.valid.first);
+}
+
+/** Writes the text printf would make of fmt and its arguments to path (a
+ *  trainer test's run.yaml); exits 2 when it cannot. */
+__attribute__((format(printf, 2, 3))) static inline void fixture_write(const char *path,
+                                                                       const char *fmt, ...) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "%s: cannot write\n", path);
+        exit(2);
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    if (fclose(f)) {
+        fprintf(stderr, "%s: cannot write\n", path);
+        exit(2);
+    }
 }
 
 /** The files of a trainer test's run under dir (made already): data
