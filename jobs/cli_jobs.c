@@ -638,14 +638,23 @@ static int cmd_cancel(int argc, char **argv) {
     if (n < 0) return kf_err_report("kf jobs", &err);
     code = KF_EXIT_OK;
     int cancelled = 0;
-    for (int i = 0; i < n; i++) {
+    /* Last stage first: cancelling a job makes Slurm cancel its afterok
+     * dependents itself (kill_invalid_depend), which would race our own
+     * scancel of them. */
+    for (int i = n - 1; i >= 0; i--) {
         if (rundir_jobs_current(jobs, n, jobs[i].stage) != &jobs[i]) continue;
         slurm_job sj;
-        if (slurm_query(jobs[i].id, &sj) || !slurm_state_alive(sj.state)) continue;
-        if (slurm_cancel(jobs[i].id, &err)) code = kf_err_report("kf jobs", &err);
-        else
-            printf("%s\t%s\tcancelled (was %s)\n", jobs[i].stage, jobs[i].id, sj.state),
-                cancelled++;
+        /* a job whose state cannot be read is cancelled all the same */
+        if (!slurm_query(jobs[i].id, &sj) && !slurm_state_alive(sj.state)) continue;
+        if (slurm_cancel(jobs[i].id, &err)) {
+            /* it may have ended between the query and scancel */
+            if (!slurm_query(jobs[i].id, &sj) && !slurm_state_alive(sj.state))
+                printf("%s\t%s\talready ended (%s)\n", jobs[i].stage, jobs[i].id, sj.state);
+            else code = kf_err_report("kf jobs", &err);
+            continue;
+        }
+        printf("%s\t%s\tcancelled (was %s)\n", jobs[i].stage, jobs[i].id, sj.state);
+        cancelled++;
     }
     if (!cancelled && code == KF_EXIT_OK)
         fprintf(stderr, "kf jobs: %s: no queued or running jobs\n", a.pos[0]);

@@ -198,7 +198,19 @@ check "(e) the trainer ran 2 ranks and completed" bash -c 'grep -q "2 ranks" "$1
 # cancel: a fresh submission cancelled while queued/running
 E=$T/e
 tiny_config "$T/e.yaml" 400 2
-submit "$E" "$T/e.yaml"
-out=$("$KF" jobs cancel "$E"); rc=$?
-check "cancel exits 0 and cancels both jobs" bash -c '[ $1 -eq 0 ] && [ "$(grep -c cancelled <<<"$2")" -eq 2 ]' _ $rc "$out"
+submit "$E" "$T/e.yaml"; check "cancel: submit exits 0" [ $? -eq 0 ]
+out=$("$KF" jobs cancel "$E" 2>&1); rc=$?
+check "cancel exits 0 (got $rc: $out)" [ $rc -eq 0 ]
+check "cancel cancels both jobs, k1 before ar (got: $out)" bash -c '
+  [ "$(grep -c cancelled <<<"$1")" -eq 2 ] && [ "$(cut -f1 <<<"$1" | tr "\n" " ")" = "k1 ar " ]' _ "$out"
+# the first job cancelled by hand: Slurm cancels its dependents itself while
+# kf jobs cancel runs; whichever wins, cancel exits 0 and nothing stays alive
+F=$T/f
+tiny_config "$T/f.yaml" 400 3
+submit "$F" "$T/f.yaml"; check "cancel race: submit exits 0" [ $? -eq 0 ]
+scancel "$(job_of "$F" ar)"
+out=$("$KF" jobs cancel "$F" 2>&1); rc=$?
+check "cancel race: exits 0 (got $rc: $out)" [ $rc -eq 0 ]
+none_alive() { for s in ar k1 k2; do case $(job_state "$(job_of "$F" $s)") in PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED) return 1 ;; esac; done; }
+check "cancel race: no job of the run left alive" wait_until 60 none_alive
 finish
