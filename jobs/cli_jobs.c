@@ -627,6 +627,12 @@ static int cmd_resume(int argc, char **argv) {
     return code;
 }
 
+/* Whether Slurm says job id has ended (its state into *sj); false when the
+ * state cannot be read. */
+static bool job_ended(const char *id, slurm_job *sj) {
+    return slurm_query(id, sj) == 0 && !slurm_state_alive(sj->state);
+}
+
 static int cmd_cancel(int argc, char **argv) {
     args a;
     int code;
@@ -645,10 +651,10 @@ static int cmd_cancel(int argc, char **argv) {
         if (rundir_jobs_current(jobs, n, jobs[i].stage) != &jobs[i]) continue;
         slurm_job sj;
         /* a job whose state cannot be read is cancelled all the same */
-        if (!slurm_query(jobs[i].id, &sj) && !slurm_state_alive(sj.state)) continue;
+        if (job_ended(jobs[i].id, &sj)) continue;
         if (slurm_cancel(jobs[i].id, &err)) {
             /* it may have ended between the query and scancel */
-            if (!slurm_query(jobs[i].id, &sj) && !slurm_state_alive(sj.state))
+            if (job_ended(jobs[i].id, &sj))
                 printf("%s\t%s\talready ended (%s)\n", jobs[i].stage, jobs[i].id, sj.state);
             else code = kf_err_report("kf jobs", &err);
             continue;
