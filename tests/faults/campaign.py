@@ -84,7 +84,9 @@ resources: {{backend: cpu, ranks: 1, collective_timeout: 60}}
 ADVICE_ROUNDS = 3
 REMOVE_RE = re.compile(r"remove (/\S+?)[,;:]? ")
 AGAIN_RE = re.compile(r"run the same command again|rerun|run it again", re.I)
-REFUSAL_RE = re.compile(r"lock|held by|holder|in use|busy", re.I)
+# a refusal because another writer holds the run; "lock" as a word, not inside
+# "block" (a YAML parse error of a flipped run.yaml says "block collection")
+REFUSAL_RE = re.compile(r"\block|held by|holder|in use|busy", re.I)
 STEP_RE = re.compile(r"kf: (\w+): step (\d+)/(\d+) ")
 
 

@@ -13,7 +13,9 @@
 # stale stage retired to stale/ counted as deleted), 21419 (another: the
 # holder a refusal named was a kf import too short-lived for /proc polling),
 # 80 (a full disk for a moment: a log record cut part-way, the next one
-# appended to it, the stage trained on; test_trainer_log replays it exactly).
+# appended to it, the stage trained on; test_trainer_log replays it exactly),
+# 8735 (a false alarm: a flipped run.yaml's parse error, "block collection",
+# read as a lock refusal).
 # Timing moves a fault by a step or so, so a seed is a likely, not a certain,
 # replay.
 # bench/faults.sh runs thousands of new seeds.
@@ -21,5 +23,5 @@
 # campaign counts one failure, it never skips.
 set -u
 cd "$(dirname "$0")/../.."
-SEEDS="$(seq -s, 1 50),80,101,111,118,139,1001,1035,1071,5015,5037,21419"
+SEEDS="$(seq -s, 1 50),80,101,111,118,139,1001,1035,1071,5015,5037,8735,21419"
 exec python3 tests/faults/campaign.py --kf "${KF_BIN:-bin/kf}" --seeds "$SEEDS"
