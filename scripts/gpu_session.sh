@@ -9,7 +9,8 @@
 #   deps.tar.xz     include/ (lmdb.h, yaml.h, zlib.h, archive*.h, cblas.h, nccl.h)
 #                   and lib/ (static liblmdb/libyaml/libz; libarchive and OpenBLAS
 #                   as shared libraries with what they need beyond glibc and gcc's
-#                   runtime), glibc.txt (the newest glibc symbol each one needs)
+#                   runtime), bin/make (for a machine without one), glibc.txt
+#                   (the newest glibc symbol each one needs)
 #   cuda-objs.tar.gz the CUDA objects `make cuda-check` builds (sm_90a and sm_80)
 #                   with the hash of each one's sources: the GPU machine reuses
 #                   those that still match, so its build compiles only the C
@@ -108,12 +109,14 @@ pack() {
   if [ -f "$out/deps.tar.xz" ] && [ "$(cat "$out/deps.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "$out/deps.tar.xz: kept"
   else
-    mkdir -p "$tmp/d/include" "$tmp/d/lib" && cp -L "${inc[@]}" "$tmp/d/include/" && cp -L "${libs[@]}" "$tmp/d/lib/" || return 1
+    mkdir -p "$tmp/d/include" "$tmp/d/lib" "$tmp/d/bin" && cp -L "${inc[@]}" "$tmp/d/include/" && cp -L "${libs[@]}" "$tmp/d/lib/" || return 1
+    # GNU make, used there only when the image has none (it needs glibc alone)
+    cp -L "$(command -v make)" "$tmp/d/bin/make" || return 1
     ln -s libarchive.so.13 "$tmp/d/lib/libarchive.so" && ln -s libopenblas.so.0 "$tmp/d/lib/libopenblas.so" || return 1
     (cd "$tmp/d/lib" && for f in *.so.*; do
       echo "$f $(grep -ao 'GLIBC_2\.[0-9]*' "$f" | sort -uV | tail -n 1)"
     done) >"$tmp/d/glibc.txt"
-    tar cf "$tmp/deps.tar" -C "$tmp/d" include lib glibc.txt && xz -T0 -c "$tmp/deps.tar" >"$out/deps.tar.xz.tmp" &&
+    tar cf "$tmp/deps.tar" -C "$tmp/d" include lib bin glibc.txt && xz -T0 -c "$tmp/deps.tar" >"$out/deps.tar.xz.tmp" &&
       mv "$out/deps.tar.xz.tmp" "$out/deps.tar.xz" && echo "$stamp" >"$out/deps.stamp" || return 1
     echo "$out/deps.tar.xz: $(du -k "$out/deps.tar.xz" | cut -f1) KiB"
   fi
@@ -207,6 +210,12 @@ step_env() {
   local smi cc name glibc mine need lib probs=() cuda_home=${CUDA_HOME:-/usr/local/cuda} e=$WORK/env.sh
   problem() { echo "$*"; probs+=("$*"); }
   : >"$e"
+  # an image whose toolkit is elsewhere: the nvcc on PATH names it
+  if [ ! -x "$cuda_home/bin/nvcc" ] && command -v nvcc >/dev/null; then
+    cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+    echo "no nvcc at ${CUDA_HOME:-/usr/local/cuda}/bin: CUDA_HOME=$cuda_home (the nvcc on PATH)"
+    echo "export CUDA_HOME=$cuda_home" >>"$e"
+  fi
   smi=$(timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm \
     --format=csv,noheader 2>&1) || problem "nvidia-smi failed: $(head -n 1 <<<"$smi")"
   smi=$(head -n 1 <<<"$smi")
@@ -231,12 +240,16 @@ step_env() {
 
   # the carried libraries, unpacked outside the carried folder
   if [ -f "$DEPS/deps.tar.xz" ]; then
-    mkdir -p "$WORK/deps" && tar xJf "$DEPS/deps.tar.xz" -C "$WORK/deps" || problem "cannot unpack $DEPS/deps.tar.xz"
+    # without xz on the machine, Python's lzma unpacks it
+    mkdir -p "$WORK/deps" && { if command -v xz >/dev/null; then tar xJf "$DEPS/deps.tar.xz" -C "$WORK/deps"; else
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$DEPS/deps.tar.xz" "$WORK/deps"
+    fi; } || problem "cannot unpack $DEPS/deps.tar.xz"
     while read -r lib need; do
       [ -n "$need" ] || continue
       mine=$(printf '%s\n%s\n' "${need#GLIBC_}" "$glibc" | sort -V | tail -n 1)
       [ "$mine" = "$glibc" ] || problem "carried $lib needs $need, this machine has glibc $glibc: repack on an older system"
     done <"$WORK/deps/glibc.txt"
+    command -v make >/dev/null || { echo "no make here: the carried one"; echo "export PATH=\$PATH:$WORK/deps/bin" >>"$e"; }
     echo "export CPATH=$WORK/deps/include\${CPATH:+:\$CPATH} LIBRARY_PATH=$WORK/deps/lib\${LIBRARY_PATH:+:\$LIBRARY_PATH} LD_LIBRARY_PATH=$WORK/deps/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" >>"$e"
   else
     echo "no $DEPS/deps.tar.xz (make it with --pack $DEPS): the machine's own libraries and headers"
