@@ -64,7 +64,7 @@ abspath() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 src_hash() {
   awk '{ c = sub(/\\$/, ""); s = s " " $0; if (!c) exit }
        END { sub(/^[^:]*:/, "", s); n = split(s, a, " "); for (i = 1; i <= n; i++) if (a[i] !~ /^\//) print a[i] }' "$1" |
-    sort -u | while read -r f; do
+    LC_ALL=C sort -u | while read -r f; do
       echo "$(sha256sum <"$root/$f" 2>/dev/null | cut -d' ' -f1) $f"
     done | sha256sum | cut -d' ' -f1
 }

@@ -52,7 +52,7 @@ void cpu_to16(void *dst, const float *src, int64_t n, int lowp) {
             memcpy(&u, &v, 4);
             d[i] = (uint16_t)(u >> 16);
         } else {
-            _Float16 h = (_Float16)src[i];
+            _Float16 h = (_Float16)cpu_fp16(src[i]);
             memcpy(&d[i], &h, 2);
         }
     }

@@ -198,10 +198,22 @@ static inline float cpu_bf16(float x) {
     return x;
 }
 
+/** Rounds one float to IEEE half (round to nearest even). A NaN becomes the
+ *  canonical 0x7fff, as the GPU's __float2half_rn gives (the C conversion
+ *  keeps its sign and payload). */
+static inline float cpu_fp16(float x) {
+    if (x != x) {
+        uint32_t u = 0x7fffe000u; /* half 0x7fff, widened */
+        memcpy(&x, &u, 4);
+        return x;
+    }
+    return (float)(_Float16)x;
+}
+
 /** Rounds one float to the 16-bit format of precision lowp (a kf_precision:
  *  IEEE half or bfloat16, round to nearest even); KF_PREC_FP32 returns x. */
 static inline float cpu_lowp(float x, int lowp) {
-    return lowp == KF_PREC_FP16 ? (float)(_Float16)x : lowp == KF_PREC_BF16 ? cpu_bf16(x) : x;
+    return lowp == KF_PREC_FP16 ? cpu_fp16(x) : lowp == KF_PREC_BF16 ? cpu_bf16(x) : x;
 }
 
 /** dst[i] = cpu_lowp(src[i], lowp) for i < n (dst may equal src). */

@@ -62,6 +62,9 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
         cu_attn_bwd(b, (float *)NULL, NULL, o[0], l[0], NULL, m, 1, nh, D, d16, NULL, q16, g[p]);
     }
     im->attn_tc.force = -1;
+    /* dqkv widened here: cu_input16 would hand back no fp32 view at all
+     * when the batch-invariant products read 16-bit copies themselves */
+    float *hg_d = (float *)cu_alloc(b, (size_t)n3 * sizeof(float));
     float *ho[2], *hl[2], *hg[2];
     for (int p = 0; p < 2; p++) {
         ho[p] = (float *)kf_malloc((size_t)n1 * sizeof(float));
@@ -69,8 +72,8 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
         hg[p] = (float *)kf_malloc((size_t)n3 * sizeof(float));
         cu_download(b, ho[p], o[p], (size_t)n1 * sizeof(float));
         cu_download(b, hl[p], l[p], (size_t)nl * sizeof(float));
-        cu_download(b, hg[p], cu_input16(b, CU_SCRATCH_X16, NULL, g[p], n3),
-                    (size_t)n3 * sizeof(float));
+        cu_from16(b, hg_d, g[p], n3);
+        cu_download(b, hg[p], hg_d, (size_t)n3 * sizeof(float));
     }
     cu_tc_check_break("fwd", ho[1], n1);
     cu_tc_check_break("bwd", hg[1], n3);
@@ -99,7 +102,7 @@ static int check_mask(kf_backend *b, const kf_mask *m, const char *mname, int64_
         free(ho[p]), free(hl[p]), free(hg[p]);
         cu_free(b, o[p]), cu_free(b, l[p]), cu_free(b, g[p]);
     }
-    cu_free(b, x), cu_free(b, q16), cu_free(b, d16);
+    cu_free(b, x), cu_free(b, q16), cu_free(b, d16), cu_free(b, hg_d);
     free(h);
     return ok;
 }

@@ -1405,6 +1405,24 @@ static void test_tensor_cores(void) {
         unsetenv("KF_CUDA_TC_CHECK_BREAK");
         if (broken) broken->destroy(broken);
     }
+    /* the attention's check run first in batch-invariant mode (a 16-bit
+     * teacher's first pass), where the products read 16-bit copies as they
+     * are: it widens dqkv itself, and the kernels it keeps are the tensor
+     * cores' */
+    kf_backend *bi = cuda_with(NULL, NULL);
+    if (bi) {
+        bi->batch_invariant = tc->batch_invariant = 1;
+        attn_paths(bi, tc, KF_PREC_FP16, 64, 1, "first call batch-invariant vs batch-invariant");
+        tc->batch_invariant = 0;
+        bi->destroy(bi);
+    }
+    /* two SIMT backends, one fresh: the same bits (what the broken checks'
+     * comparison above relies on) */
+    kf_backend *simt2 = cuda_with("KF_CUDA_TC", "0");
+    if (simt2) {
+        attn_paths(simt2, simt, KF_PREC_FP16, 64, 1, "fresh KF_CUDA_TC=0 vs KF_CUDA_TC=0");
+        simt2->destroy(simt2);
+    }
     /* the batch-invariant GEMM: tensor cores by default, SIMT with
      * KF_CUDA_TC=0 and after a failed check */
     kf_backend *fresh = cuda_with(NULL, NULL);

@@ -17,8 +17,8 @@ static inline __half __float2half_rn(float f) {
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
     __half h;
-    if (ax >= 0x7f800000u) { /* inf, nan (quiet, keeps payload's top bits) */
-        h.bits = (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | (ax >> 13 & 0x3ffu) : 0));
+    if (ax >= 0x7f800000u) { /* inf; a NaN becomes the canonical 0x7fff, as on a GPU */
+        h.bits = ax > 0x7f800000u ? 0x7fffu : (uint16_t)(sign | 0x7c00u);
         return h;
     }
     if (ax >= 0x477ff000u) { /* rounds to >= 65520: inf */
