@@ -52,8 +52,11 @@ void cpu_to16(void *dst, const float *src, int64_t n, int lowp) {
             memcpy(&u, &v, 4);
             d[i] = (uint16_t)(u >> 16);
         } else {
-            _Float16 h = (_Float16)cpu_fp16(src[i]);
-            memcpy(&d[i], &h, 2);
+            /* a NaN as 0x7fff, as the CUDA backend stores it */
+            _Float16 h = (_Float16)src[i];
+            uint16_t u = 0x7fff;
+            if (src[i] == src[i]) memcpy(&u, &h, 2);
+            d[i] = u;
         }
     }
 }
@@ -68,7 +71,7 @@ void cpu_from16(float *dst, const void *src, int64_t n, int lowp) {
         } else {
             _Float16 h;
             memcpy(&h, &s[i], 2);
-            dst[i] = (float)h;
+            dst[i] = cpu_fp16_value((float)h);
         }
     }
 }

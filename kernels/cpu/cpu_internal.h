@@ -198,17 +198,19 @@ static inline float cpu_bf16(float x) {
     return x;
 }
 
-/** Rounds one float to IEEE half (round to nearest even). A NaN becomes the
- *  canonical 0x7fff, as the GPU's __float2half_rn gives (the C conversion
- *  keeps its sign and payload). */
-static inline float cpu_fp16(float x) {
-    if (x != x) {
-        uint32_t u = 0x7fffe000u; /* half 0x7fff, widened */
-        memcpy(&x, &u, 4);
-        return x;
-    }
-    return (float)(_Float16)x;
+/** A NaN as the canonical 0x7fffffff (the CUDA backend's cu_fp16_value),
+ *  any other x as it is: the C conversions keep a NaN's sign and payload,
+ *  a GPU's do not. */
+static inline float cpu_fp16_value(float x) {
+    if (x == x) return x;
+    uint32_t u = 0x7fffffffu;
+    memcpy(&x, &u, 4);
+    return x;
 }
+
+/** Rounds one float to IEEE half (round to nearest even), a NaN to
+ *  cpu_fp16_value's. */
+static inline float cpu_fp16(float x) { return cpu_fp16_value((float)(_Float16)x); }
 
 /** Rounds one float to the 16-bit format of precision lowp (a kf_precision:
  *  IEEE half or bfloat16, round to nearest even); KF_PREC_FP32 returns x. */

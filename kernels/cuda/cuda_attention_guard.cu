@@ -2,8 +2,8 @@
  * 16-bit phase, and the run-time check behind that choice.
  *
  * The tensor-core attention (cuda_attention_tc.cu) is the default of the
- * fp16 and bf16 phases, yet its kernels have run only under the emulation
- * harness. So before its first use at a precision and head dim it runs once
+ * fp16 and bf16 phases, on GPUs and in a mma layout the emulation harness
+ * models. So before its first use at a precision and head dim it runs once
  * against the SIMT kernels (cuda_attention.cu) on a small fixed problem —
  * a causal mask, and DoubleForward's second round (groups of 2k, q_start) —
  * forward and backward. If a launch fails or a result differs by more than

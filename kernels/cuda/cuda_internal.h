@@ -182,26 +182,33 @@ template <typename T> __device__ __forceinline__ T block_max(T v, T *sh, T lowes
     return t;
 }
 
+/** A value of the fp16 format as a float, a NaN as the canonical 0x7fffffff
+ *  (the CPU backend's cpu_fp16_value): the conversion instructions' own NaN
+ *  bits are the hardware's. */
+__device__ __forceinline__ float cu_fp16_value(float v) {
+    return v != v ? __int_as_float(0x7fffffff) : v;
+}
+
 /** v rounded to the 16-bit format of precision lowp (a kf_precision: IEEE
  *  half or bfloat16, round to nearest even, as the CPU backend's cpu_lowp);
  *  KF_PREC_FP32 returns v. */
 __device__ __forceinline__ float cu_lowp(float v, int lowp) {
-    if (lowp == KF_PREC_FP16) return __half2float(__float2half_rn(v));
+    if (lowp == KF_PREC_FP16) return cu_fp16_value(__half2float(__float2half_rn(v)));
     if (lowp == KF_PREC_BF16) return __bfloat162float(__float2bfloat16_rn(v));
     return v;
 }
 
 /** Element i of a 16-bit copy (kernels.h) in the format lowp: v rounded
- *  (cu_lowp's value), stored as IEEE half or bfloat16. */
+ *  (cu_lowp's value), stored as IEEE half (a NaN as 0x7fff) or bfloat16. */
 __device__ __forceinline__ void cu_store16(void *p, int64_t i, float v, int lowp) {
     if (lowp == KF_PREC_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else ((__half *)p)[i] = __float2half_rn(v);
+    else ((__half *)p)[i] = v != v ? __ushort_as_half(0x7fff) : __float2half_rn(v);
 }
 
 /** Element i of a 16-bit copy in the format lowp, as a float (exact). */
 __device__ __forceinline__ float cu_load16(const void *p, int64_t i, int lowp) {
     if (lowp == KF_PREC_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    return __half2float(((const __half *)p)[i]);
+    return cu_fp16_value(__half2float(((const __half *)p)[i]));
 }
 
 /** GELU and its derivative (tanh form, or erf when erf_kind), the formulas of

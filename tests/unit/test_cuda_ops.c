@@ -1332,35 +1332,53 @@ static void test_attn_tc_invariance(kf_precision prec) {
 /* Backends x and y give the same bits for a 16-bit attention, forward and
  * backward, or (same 0) different ones: the tensor-core kernels round P
  * (and dS) to the 16-bit format, so some bit of out (and dqkv) differs from
- * the SIMT kernels', which would pass the tolerance checks just as well. */
+ * the SIMT kernels', which would pass the tolerance checks just as well.
+ * Each backend works on buffers of its own, on its own stream (backends do
+ * not order their streams against each other), and both backwards start
+ * from y's forward. */
 static void attn_paths(kf_backend *x, kf_backend *y, kf_precision prec, int64_t D, int same,
                        const char *what) {
     kf_mask m = {.n_ctx = 75};
-    int64_t nh = 2, L = 75, H = nh * D;
-    buf2 qkv = mk_rand(L * 3 * H, 1.5f), o_x = mk_rand(L * H, 1), o_y = mk_rand(L * H, 1),
-         lse = mk_rand(nh * L, 1), dout = mk_rand(L * H, 1), d_x = mk_rand(L * 3 * H, 1),
-         d_y = mk_rand(L * 3 * H, 1);
-    x->set_precision(x, prec);
-    y->set_precision(y, prec);
-    x->attn_fwd(x, o_x.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL);
-    y->attn_fwd(y, o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL);
-    float *a = down(&o_x, 1), *c = down(&o_y, 1);
-    T_CHECK((memcmp(a, c, o_x.bytes) == 0) == same, "attn_fwd %s %s D=%lld: got %s bits, want %s",
-            what, kernels_precision_name(prec), (long long)D, same ? "different" : "the same",
-            same ? "the same" : "different");
-    free(a), free(c);
-    x->attn_bwd(x, d_x.p[1], dout.p[1], o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL,
-                NULL, NULL);
-    y->attn_bwd(y, d_y.p[1], dout.p[1], o_y.p[1], lse.p[1], qkv.p[1], &m, 1, nh, D, NULL, NULL,
-                NULL, NULL);
-    a = down(&d_x, 1), c = down(&d_y, 1);
-    T_CHECK((memcmp(a, c, d_x.bytes) == 0) == same, "attn_bwd %s %s D=%lld: got %s bits, want %s",
-            what, kernels_precision_name(prec), (long long)D, same ? "different" : "the same",
-            same ? "the same" : "different");
-    free(a), free(c);
-    x->set_precision(x, KF_PREC_FP32);
-    y->set_precision(y, KF_PREC_FP32);
-    drop(&qkv), drop(&o_x), drop(&o_y), drop(&lse), drop(&dout), drop(&d_x), drop(&d_y);
+    int64_t nh = 2, L = 75, H = nh * D, nq = L * 3 * H, no = L * H, nl = nh * L;
+    float *hq = malloc((size_t)nq * 4), *hd = malloc((size_t)no * 4), *ho[2], *hl[2], *hg[2];
+    for (int64_t i = 0; i < nq; i++) hq[i] = 1.5f * nrand();
+    for (int64_t i = 0; i < no; i++) hd[i] = nrand();
+    kf_backend *bs[2] = {x, y};
+    float *q[2], *o[2], *l[2], *dq[2], *dd[2];
+    for (int p = 0; p < 2; p++) {
+        kf_backend *g = bs[p];
+        g->set_precision(g, prec);
+        q[p] = g->alloc(g, (size_t)nq * 4), dq[p] = g->alloc(g, (size_t)nq * 4);
+        o[p] = g->alloc(g, (size_t)no * 4), dd[p] = g->alloc(g, (size_t)no * 4);
+        l[p] = g->alloc(g, (size_t)nl * 4);
+        g->upload(g, q[p], hq, (size_t)nq * 4);
+        g->upload(g, dd[p], hd, (size_t)no * 4);
+        g->attn_fwd(g, o[p], l[p], q[p], &m, 1, nh, D, NULL, NULL);
+        ho[p] = malloc((size_t)no * 4), hl[p] = malloc((size_t)nl * 4);
+        g->download(g, ho[p], o[p], (size_t)no * 4);
+        g->download(g, hl[p], l[p], (size_t)nl * 4);
+    }
+    T_CHECK((memcmp(ho[0], ho[1], (size_t)no * 4) == 0) == same,
+            "attn_fwd %s %s D=%lld: got %s bits, want %s", what, kernels_precision_name(prec),
+            (long long)D, same ? "different" : "the same", same ? "the same" : "different");
+    for (int p = 0; p < 2; p++) {
+        kf_backend *g = bs[p];
+        g->upload(g, o[p], ho[1], (size_t)no * 4);
+        g->upload(g, l[p], hl[1], (size_t)nl * 4);
+        g->attn_bwd(g, dq[p], dd[p], o[p], l[p], q[p], &m, 1, nh, D, NULL, NULL, NULL, NULL);
+        hg[p] = malloc((size_t)nq * 4);
+        g->download(g, hg[p], dq[p], (size_t)nq * 4);
+    }
+    T_CHECK((memcmp(hg[0], hg[1], (size_t)nq * 4) == 0) == same,
+            "attn_bwd %s %s D=%lld: got %s bits, want %s", what, kernels_precision_name(prec),
+            (long long)D, same ? "different" : "the same", same ? "the same" : "different");
+    for (int p = 0; p < 2; p++) {
+        kf_backend *g = bs[p];
+        g->free(g, q[p]), g->free(g, dq[p]), g->free(g, o[p]), g->free(g, dd[p]), g->free(g, l[p]);
+        g->set_precision(g, KF_PREC_FP32);
+        free(ho[p]), free(hl[p]), free(hg[p]);
+    }
+    free(hq), free(hd);
 }
 
 /* A CUDA backend created with the environment variable name set to value

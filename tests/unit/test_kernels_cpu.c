@@ -226,7 +226,7 @@ static void check_lowp_matmul(kf_backend *be, kf_precision prec, float (*rnd)(fl
     /* ties either way, overflow (IEEE: at max + half an ulp), subnormals */
     float x[] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 1.0f + 1.0f / 2048, 65519.0f,
                  65520.0f,          3.3961776e38f,     3.40282347e38f,     1e-40f,
-                 -2.9e-8f,          70000.0f,          -3.14159f,          NAN};
+                 -2.9e-8f,          70000.0f,          -3.14159f,          -NAN};
     enum { NX = sizeof x / sizeof *x };
     float want[NX], orig[NX];
     memcpy(orig, x, sizeof x);
@@ -240,6 +240,18 @@ static void check_lowp_matmul(kf_backend *be, kf_precision prec, float (*rnd)(fl
         T_CHECK(x[i] == want[i], "round_lowp %s(%.9g): got %.9g, want %.9g", name, orig[i], x[i],
                 want[i]);
     T_CHECK(isnan(x[NX - 1]), "round_lowp %s(NaN): got %g, want NaN", name, x[NX - 1]);
+    /* a NaN, whatever its sign and payload, as the GPU gives it: 16-bit
+     * 0x7fff, widened as the CUDA backend widens it */
+    uint32_t nan_bits;
+    memcpy(&nan_bits, &x[NX - 1], 4);
+    uint32_t nan_want = prec == KF_PREC_FP16 ? 0x7fffffffu : 0x7fff0000u;
+    T_EQ_INT(nan_bits, nan_want, "round_lowp %s(-NaN): got 0x%08x, want 0x%08x", name, nan_bits,
+             nan_want);
+    uint16_t nan16 = 0;
+    be->set_precision(be, prec);
+    be->copy_to16(be, &nan16, &orig[NX - 1], 1);
+    be->set_precision(be, KF_PREC_FP32);
+    T_EQ_INT(nan16, 0x7fff, "copy_to16 %s(-NaN): got 0x%04x, want 0x7fff", name, nan16);
     free(A);
     free(B);
     free(C16);

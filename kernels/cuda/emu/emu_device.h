@@ -304,6 +304,11 @@ static inline float emu_fmaf(float a, float b, float c) {
 #define fmaf emu_fmaf
 #define __expf emu_expf /* glibc declares an __expf of its own */
 static inline float emu_expf(float x) { return expf(x); }
+static inline float __int_as_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }

@@ -62,5 +62,10 @@ static inline float __half2float(__half h) {
 
 static inline __half __float2half(float f) { return __float2half_rn(f); }
 static inline unsigned short __half_as_ushort(__half h) { return h.bits; }
+static inline __half __ushort_as_half(unsigned short u) {
+    __half h;
+    h.bits = u;
+    return h;
+}
 
 #endif
