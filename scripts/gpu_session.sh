@@ -210,12 +210,6 @@ step_env() {
   local smi cc name glibc mine need lib probs=() cuda_home=${CUDA_HOME:-/usr/local/cuda} e=$WORK/env.sh
   problem() { echo "$*"; probs+=("$*"); }
   : >"$e"
-  # an image whose toolkit is elsewhere: the nvcc on PATH names it
-  if [ ! -x "$cuda_home/bin/nvcc" ] && command -v nvcc >/dev/null; then
-    cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
-    echo "no nvcc at ${CUDA_HOME:-/usr/local/cuda}/bin: CUDA_HOME=$cuda_home (the nvcc on PATH)"
-    echo "export CUDA_HOME=$cuda_home" >>"$e"
-  fi
   smi=$(timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm \
     --format=csv,noheader 2>&1) || problem "nvidia-smi failed: $(head -n 1 <<<"$smi")"
   smi=$(head -n 1 <<<"$smi")
