@@ -373,8 +373,10 @@ static inline int64_t kf_mask_len(const kf_mask *m) { return m->n_ctx + m->n_gro
       (kf_backend * b, double *lo, double *hi, const float *logits, const double *tau,             \
        const int32_t *targets, int64_t rows, int64_t V),                                           \
       (b, lo, hi, logits, tau, targets, rows, V))                                                  \
-    /* logits[r, v] -= penalty * (number of j < n_hist with hist[r*n_hist + j] == v),              \
-     * one subtraction per distinct v; history ids outside [0, V) are ignored. */                  \
+    /* logits[r, v] -= penalty * (number of j < n_hist with hist[j*rows + r] == v),                \
+     * one subtraction per distinct v; history ids outside [0, V) are ignored. hist is             \
+     * position-major, as a sampler writes it: position j's ids of every row at j*rows, so a       \
+     * decoder's argmax can append to it on the device. */                                         \
     X(void, freq_penalty,                                                                          \
       (kf_backend * b, float *logits, const int32_t *hist, int64_t n_hist, int64_t rows,           \
        int64_t V, float penalty),                                                                  \

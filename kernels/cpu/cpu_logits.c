@@ -204,7 +204,7 @@ void cpu_freq_penalty(kf_backend *b, float *logits, const int32_t *hist, int64_t
         int32_t *h = kf_malloc((size_t)n_hist * sizeof(int32_t));
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
-            memcpy(h, hist + r * n_hist, (size_t)n_hist * sizeof(int32_t));
+            for (int64_t j = 0; j < n_hist; j++) h[j] = hist[j * rows + r];
             qsort(h, (size_t)n_hist, sizeof(int32_t), cmp_i32);
             for (int64_t j = 0; j < n_hist;) {
                 int64_t k = j;

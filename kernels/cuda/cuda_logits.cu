@@ -267,18 +267,18 @@ void cu_icdf_bin(kf_backend *b, double *lo, double *hi, const float *logits, con
 
 /* Thread per history slot; the first slot holding an id applies penalty*count
  * for it (as the CPU backend: one subtraction per distinct id). */
-__global__ void k_freq_penalty(float *logits, const int32_t *hist, int64_t n_hist, int64_t V,
-                               float penalty) {
+__global__ void k_freq_penalty(float *logits, const int32_t *hist, int64_t n_hist, int64_t rows,
+                               int64_t V, float penalty) {
     int64_t r = blockIdx.x;
-    const int32_t *h = hist + r * n_hist;
+    const int32_t *h = hist + r; /* position j at h[j * rows] */
     for (int64_t j = threadIdx.x; j < n_hist; j += blockDim.x) {
-        int32_t id = h[j];
+        int32_t id = h[j * rows];
         if (id < 0 || id >= V) continue;
         bool first = true;
-        for (int64_t k = 0; k < j && first; k++) first = h[k] != id;
+        for (int64_t k = 0; k < j && first; k++) first = h[k * rows] != id;
         if (!first) continue;
         int64_t cnt = 0;
-        for (int64_t k = j; k < n_hist; k++) cnt += h[k] == id;
+        for (int64_t k = j; k < n_hist; k++) cnt += h[k * rows] == id;
         logits[r * V + id] -= penalty * (float)cnt;
     }
 }
@@ -286,7 +286,8 @@ __global__ void k_freq_penalty(float *logits, const int32_t *hist, int64_t n_his
 void cu_freq_penalty(kf_backend *b, float *logits, const int32_t *hist, int64_t n_hist,
                      int64_t rows, int64_t V, float penalty) {
     if (n_hist <= 0 || rows <= 0) return;
-    k_freq_penalty<<<(unsigned)rows, 128, 0, cu_stream(b)>>>(logits, hist, n_hist, V, penalty);
+    k_freq_penalty<<<(unsigned)rows, 128, 0, cu_stream(b)>>>(logits, hist, n_hist, rows, V,
+                                                             penalty);
     CUDA_LAUNCHED();
 }
 

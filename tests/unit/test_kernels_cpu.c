@@ -910,7 +910,8 @@ static void check_logits(kf_backend *be) {
     be->argmax(be, want, x, R, V);
     T_CHECK(memcmp(ids, want, sizeof ids) == 0, "sample_icdf at tau=1e-4 == argmax");
 
-    /* frequency penalty: count-based, ignores out-of-range history entries */
+    /* frequency penalty: count-based, ignores out-of-range history entries;
+     * the history position-major (position j of row r at j * 3 + r) */
     const int64_t nh = 6;
     int32_t hist[3 * 6] = {5, 5, 2, -1, 5, 299, 0, 0, 0, 0, 0, 0, 7, 8, 9, 10, 300, 7};
     float *lg = tu_randf(3 * V, 2), *lr = kf_malloc(3 * V * 4);
@@ -919,7 +920,7 @@ static void check_logits(kf_backend *be) {
     for (int64_t r = 0; r < 3; r++)
         for (int64_t v = 0; v < V; v++) {
             int cnt = 0;
-            for (int64_t j = 0; j < nh; j++) cnt += hist[r * nh + j] == v;
+            for (int64_t j = 0; j < nh; j++) cnt += hist[j * 3 + r] == v;
             lr[r * V + v] -= 0.3f * (float)cnt;
         }
     T_CHECK(memcmp(lg, lr, 3 * V * 4) == 0, "freq_penalty");

@@ -64,17 +64,6 @@ int decode_check(const model *m, const decode_opts *o, int64_t P, kf_err *err) {
     return 0;
 }
 
-/* Applies the frequency penalty for output rows [j*B, (j+1)*B) given each
- * sequence's generated tokens so far (gen [B*max_new], n of them). */
-static void penalize(model *m, float *logits, int64_t B, int64_t V, const int32_t *gen,
-                     int64_t stride, int64_t n, float penalty, int32_t *dev_hist, int32_t *hist) {
-    if (penalty == 0.0f || n == 0) return;
-    for (int64_t b = 0; b < B; b++)
-        memcpy(hist + b * n, gen + b * stride, (size_t)n * sizeof(int32_t));
-    m->be->upload(m->be, dev_hist, hist, (size_t)(B * n) * sizeof(int32_t));
-    m->be->freq_penalty(m->be, logits, dev_hist, n, B, V, penalty);
-}
-
 void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64_t B, int64_t P,
                 const decode_opts *o, const uint64_t *keys, int32_t *out) {
     kf_err err;
@@ -92,7 +81,9 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     double *tau = kf_malloc((size_t)B * sizeof(double));
     uint8_t *noise = kf_calloc((size_t)qmax, 1);
     int32_t outrows[64];
-    int32_t *hist = kf_malloc((size_t)(B * total + 1) * sizeof(int32_t));
+    /* the tokens generated so far, position-major (freq_penalty's history):
+     * each position's sampler writes its ids there, so a step waits for the
+     * device once, whatever its k */
     int32_t *dev_hist = be->alloc(be, (size_t)(B * total + 1) * sizeof(int32_t));
     int32_t *dev_ids = be->alloc(be, (size_t)(k * B) * sizeof(int32_t));
     double *dev_z = be->alloc(be, (size_t)B * sizeof(double));
@@ -137,9 +128,12 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
                 for (int64_t b = 0; b < B; b++) gen[b * total + n] = step_ids[j * B + b];
             continue;
         }
-        for (int64_t j = 0; j < emit; j++) {
+        int64_t n0 = n;
+        for (int64_t j = 0; j < emit; j++, n++) {
             float *lj = logits + j * B * V; /* output j of every sequence (head j for MTP) */
-            penalize(m, lj, B, V, gen, total, n, o->freq_penalty, dev_hist, hist);
+            int32_t *picks = dev_hist + n * B;
+            if (o->freq_penalty != 0.0f && n > 0)
+                be->freq_penalty(be, lj, dev_hist, n, B, V, o->freq_penalty);
             double pt = ar || !o->n_position_temp ? 0.0 : o->position_temp[j];
             if (ar || pt > 0) {
                 uint64_t i0 = ar ? 0 : DECODE_POSITION_DRAWS;
@@ -152,14 +146,14 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
                     be->upload(be, dev_ptau, ptau, (size_t)B * sizeof(double));
                     ptau_dev = t;
                 }
-                be->sample_icdf(be, dev_ids, lj, dev_ptau, dev_z, B, V);
+                be->sample_icdf(be, picks, lj, dev_ptau, dev_z, B, V);
             } else {
-                be->argmax(be, dev_ids, lj, B, V);
+                be->argmax(be, picks, lj, B, V);
             }
-            be->download(be, step_ids, dev_ids, (size_t)B * sizeof(int32_t));
-            for (int64_t b = 0; b < B; b++) gen[b * total + n] = step_ids[b];
-            n++;
         }
+        be->download(be, step_ids, dev_hist + n0 * B, (size_t)(emit * B) * sizeof(int32_t));
+        for (int64_t j = 0; j < emit; j++)
+            for (int64_t b = 0; b < B; b++) gen[b * total + n0 + j] = step_ids[j * B + b];
     }
     for (int64_t b = 0; b < B; b++)
         memcpy(out + b * o->max_new, gen + b * total, (size_t)o->max_new * sizeof(int32_t));
@@ -172,7 +166,6 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     free(z);
     free(tau);
     free(noise);
-    free(hist);
     free(step_ids);
     free(zs);
     free(ptau);
