@@ -1329,6 +1329,15 @@ static void test_attn_tc_invariance(kf_precision prec) {
     g->set_precision(g, KF_PREC_FP32);
 }
 
+/* One output of op from two backends (n floats a and c): the same bits, or
+ * (same 0) different ones. */
+static void attn_bits(const char *op, const float *a, const float *c, int64_t n, int same,
+                      const char *what, kf_precision prec, int64_t D) {
+    T_CHECK((memcmp(a, c, (size_t)n * 4) == 0) == same, "%s %s %s D=%lld: got %s bits, want %s", op,
+            what, kernels_precision_name(prec), (long long)D, same ? "different" : "the same",
+            same ? "the same" : "different");
+}
+
 /* Backends x and y give the same bits for a 16-bit attention, forward and
  * backward, or (same 0) different ones: the tensor-core kernels round P
  * (and dS) to the 16-bit format, so some bit of out (and dqkv) differs from
@@ -1358,9 +1367,7 @@ static void attn_paths(kf_backend *x, kf_backend *y, kf_precision prec, int64_t 
         g->download(g, ho[p], o[p], (size_t)no * 4);
         g->download(g, hl[p], l[p], (size_t)nl * 4);
     }
-    T_CHECK((memcmp(ho[0], ho[1], (size_t)no * 4) == 0) == same,
-            "attn_fwd %s %s D=%lld: got %s bits, want %s", what, kernels_precision_name(prec),
-            (long long)D, same ? "different" : "the same", same ? "the same" : "different");
+    attn_bits("attn_fwd", ho[0], ho[1], no, same, what, prec, D);
     for (int p = 0; p < 2; p++) {
         kf_backend *g = bs[p];
         g->upload(g, o[p], ho[1], (size_t)no * 4);
@@ -1369,9 +1376,7 @@ static void attn_paths(kf_backend *x, kf_backend *y, kf_precision prec, int64_t 
         hg[p] = malloc((size_t)nq * 4);
         g->download(g, hg[p], dq[p], (size_t)nq * 4);
     }
-    T_CHECK((memcmp(hg[0], hg[1], (size_t)nq * 4) == 0) == same,
-            "attn_bwd %s %s D=%lld: got %s bits, want %s", what, kernels_precision_name(prec),
-            (long long)D, same ? "different" : "the same", same ? "the same" : "different");
+    attn_bits("attn_bwd", hg[0], hg[1], nq, same, what, prec, D);
     for (int p = 0; p < 2; p++) {
         kf_backend *g = bs[p];
         g->free(g, q[p]), g->free(g, dq[p]), g->free(g, o[p]), g->free(g, dd[p]), g->free(g, l[p]);

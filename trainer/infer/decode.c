@@ -122,38 +122,35 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
         int fused = !ar && o->freq_penalty == 0.0f && !o->n_position_temp;
         float *logits = (float *)model_decode_step(m, c, Q, noise, ids, z, tau, nout, outrows, nctx,
                                                    fused ? dev_ids : NULL);
-        if (fused) {
-            be->download(be, step_ids, dev_ids, (size_t)(k * B) * sizeof(int32_t));
-            for (int64_t j = 0; j < emit; j++, n++)
-                for (int64_t b = 0; b < B; b++) gen[b * total + n] = step_ids[j * B + b];
-            continue;
-        }
-        int64_t n0 = n;
-        for (int64_t j = 0; j < emit; j++, n++) {
+        /* this step's ids on the device, [emit, B]: the fused argmax's, or
+         * each position's sampler's, written into the history */
+        const int32_t *picked = fused ? dev_ids : dev_hist + n * B;
+        for (int64_t j = 0; !fused && j < emit; j++) {
+            int64_t nj = n + j;             /* tokens before this one */
             float *lj = logits + j * B * V; /* output j of every sequence (head j for MTP) */
-            int32_t *picks = dev_hist + n * B;
-            if (o->freq_penalty != 0.0f && n > 0)
-                be->freq_penalty(be, lj, dev_hist, n, B, V, o->freq_penalty);
+            if (o->freq_penalty != 0.0f && nj > 0)
+                be->freq_penalty(be, lj, dev_hist, nj, B, V, o->freq_penalty);
             double pt = ar || !o->n_position_temp ? 0.0 : o->position_temp[j];
             if (ar || pt > 0) {
                 uint64_t i0 = ar ? 0 : DECODE_POSITION_DRAWS;
                 double t = ar ? o->tau : pt;
                 for (int64_t b = 0; b < B; b++)
-                    zs[b] = rng_uniform01(o->seed, keys[b], i0 + (uint64_t)n);
+                    zs[b] = rng_uniform01(o->seed, keys[b], i0 + (uint64_t)nj);
                 be->upload(be, dev_z, zs, (size_t)B * sizeof(double));
                 if (t != ptau_dev) { /* AR's never changes: one upload */
                     for (int64_t b = 0; b < B; b++) ptau[b] = t;
                     be->upload(be, dev_ptau, ptau, (size_t)B * sizeof(double));
                     ptau_dev = t;
                 }
-                be->sample_icdf(be, picks, lj, dev_ptau, dev_z, B, V);
+                be->sample_icdf(be, dev_hist + nj * B, lj, dev_ptau, dev_z, B, V);
             } else {
-                be->argmax(be, picks, lj, B, V);
+                be->argmax(be, dev_hist + nj * B, lj, B, V);
             }
         }
-        be->download(be, step_ids, dev_hist + n0 * B, (size_t)(emit * B) * sizeof(int32_t));
-        for (int64_t j = 0; j < emit; j++)
-            for (int64_t b = 0; b < B; b++) gen[b * total + n0 + j] = step_ids[j * B + b];
+        /* the step's one wait for the device */
+        be->download(be, step_ids, picked, (size_t)(emit * B) * sizeof(int32_t));
+        for (int64_t j = 0; j < emit; j++, n++)
+            for (int64_t b = 0; b < B; b++) gen[b * total + n] = step_ids[j * B + b];
     }
     for (int64_t b = 0; b < B; b++)
         memcpy(out + b * o->max_new, gen + b * total, (size_t)o->max_new * sizeof(int32_t));
