@@ -2,8 +2,9 @@
 # A dead rank ends the job with a non-zero exit within a bound instead of a
 # hang: (a) a rank killed with SIGKILL (mpirun notices), (b) a rank frozen
 # with SIGSTOP, as on a lost node (the collective watchdog fires after
-# resources.collective_timeout = 10 s), (c) the same under ZeRO-1. The stage
-# then resumes and completes.
+# resources.collective_timeout = 10 s), (c) the same under ZeRO-1, (d) a rank
+# stopped before it starts MPI: the start-up is watched too. The stage then
+# resumes and completes.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/scripts/lib_trainer.sh
@@ -35,7 +36,7 @@ check "killed rank: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
 start_and_wait "$T/b"
 victims=($(pgrep -P $mp)); frozen=${victims[1]}; t0=$SECONDS
 kill -STOP "$frozen"
-( sleep 40; kill -9 $mp 2>/dev/null ) & guard=$!
+( sleep $((BOUND + 20)); kill -9 $mp 2>/dev/null ) & guard=$!
 wait $mp; rc=$?; dt=$((SECONDS - t0))
 kill $guard 2>/dev/null
 check "frozen rank: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
@@ -49,7 +50,7 @@ OV0=$OV; OV="$OV resources.zero1=true"
 start_and_wait "$T/c"
 victims=($(pgrep -P $mp)); frozen=${victims[1]}; t0=$SECONDS
 kill -STOP "$frozen"
-( sleep 40; kill -9 $mp 2>/dev/null ) & guard=$!
+( sleep $((BOUND + 20)); kill -9 $mp 2>/dev/null ) & guard=$!
 wait $mp; rc=$?; dt=$((SECONDS - t0))
 kill $guard 2>/dev/null
 check "frozen rank, zero1: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
@@ -58,6 +59,26 @@ check "frozen rank, zero1: the watchdog says why ($(grep -o 'rank [0-9]/2: .* bl
   grep -q 'blocked for more than 10 s' "$T/c.err"
 kill -9 "$frozen" 2>/dev/null; frozen=
 OV=$OV0
+
+# (d) a rank that never starts (stopped before its MPI_Init, as a rank whose
+# transport cannot reach the others): the start-up is under the watchdog too
+cat > "$T/stop-rank1" <<'EOF'
+#!/bin/bash
+[ "${OMPI_COMM_WORLD_RANK:-}" = 1 ] && kill -STOP $$
+exec "$@"
+EOF
+chmod +x "$T/stop-rank1"
+t0=$SECONDS
+$MPIRUN -np 2 "$T/stop-rank1" "$KF" train "$C" --stage ar --run-dir "$T/d" $OV 2>"$T/d.err" &
+mp=$!
+( sleep $((BOUND + 20)); pkill -9 -P $mp; kill -9 $mp ) 2>/dev/null & guard=$!
+wait $mp; rc=$?; dt=$((SECONDS - t0))
+kill $guard 2>/dev/null
+check "rank stopped before MPI_Init: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
+check "rank stopped before MPI_Init: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
+check "rank stopped before MPI_Init: rank 0 names the start-up ($(grep -o 'rank [0-9]/2: .* blocked' "$T/d.err"))" \
+  grep -q 'rank 0/2: MPI start-up (MPI_Init, MPI_Comm_split_type) blocked for more than 10 s' "$T/d.err"
+check "rank stopped before MPI_Init: nothing trained" [ ! -e "$T/d/stages/ar/log.jsonl" ]
 
 # resume after the failure completes, 5 steps past the newest checkpoint (a
 # fixed step count raced the training: on an idle machine the job got past

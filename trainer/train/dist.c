@@ -70,6 +70,7 @@ static void *watchdog_main(void *arg) {
         int stop = im->stop;
         double dl = im->deadline;
         const char *what = im->what;
+        int rank = d->rank, world = d->world;
         pthread_mutex_unlock(&im->mu);
         if (stop) return NULL;
         if (dl > 0 && clock_now_s() > dl) {
@@ -79,7 +80,7 @@ static void *watchdog_main(void *arg) {
                     "kf: error: rank %d/%d: %s blocked for more than %.0f s: a rank died or "
                     "its node is unreachable; exiting so the job ends (resume from the last "
                     "checkpoint with --resume)\n",
-                    d->rank, d->world, what, d->timeout);
+                    rank, world, what, d->timeout);
             fflush(stderr);
             _exit(KF_EXIT_ERROR);
         }
@@ -117,6 +118,21 @@ static int env_int(const char *name, int def) {
     return s && *s ? atoi(s) : def;
 }
 
+/* This process's rank as the launcher says (0 when not under a launcher):
+ * the watchdog's messages need it before MPI can be asked. */
+static int launcher_rank(void) {
+    const char *v[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        if (getenv(v[i]) && *getenv(v[i])) return env_int(v[i], 0);
+    return 0;
+}
+
+static void start_watchdog(dist *d) {
+    dist_impl *im = d->impl;
+    KF_CHECK(pthread_create(&im->wd, NULL, watchdog_main, d) == 0, "dist: cannot start watchdog");
+    im->wd_running = 1;
+}
+
 /* Ranks the launcher says it started (1 when not under a launcher). */
 static int launcher_world(void) {
     int w = env_int("OMPI_COMM_WORLD_SIZE", 0);
@@ -149,19 +165,30 @@ int dist_init(dist *d, int *argc, char ***argv, double timeout, kf_err *err) {
     if (lw > 1 || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK")) {
         /* SERIALIZED: the comm thread runs the gradient chain while the main
          * thread computes; the two never call MPI at the same time. */
-        int provided;
+        /* The start-up is a collective too: a peer that never starts, or a
+         * transport that cannot reach it (a wrong OMPI_MCA_btl_tcp_if_include),
+         * blocks MPI_Init's exchange or the first message, in
+         * MPI_Comm_split_type; the watchdog ends that like any other. */
+        d->rank = launcher_rank(), d->world = lw;
+        if (lw > 1) start_watchdog(d);
+        arm(d, "MPI start-up (MPI_Init, MPI_Comm_split_type)");
+        int provided, rank, world;
         MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
         im->serialized = provided >= MPI_THREAD_SERIALIZED;
         /* Errors return to us instead of aborting inside MPI, so a failed
          * peer becomes a message and exit 1 (KF_CHECK below). */
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        pthread_mutex_lock(&im->mu); /* the watchdog reads them for its message */
+        d->rank = rank, d->world = world;
+        pthread_mutex_unlock(&im->mu);
         MPI_Comm local;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local);
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
         MPI_Comm_rank(local, &d->local_rank);
         MPI_Comm_size(local, &d->local_world);
         MPI_Comm_free(&local);
+        disarm(d);
         d->mpi = 1;
         im->seg = kf_malloc(CHAIN_SEG * sizeof(float));
     }
@@ -175,11 +202,7 @@ int dist_init(dist *d, int *argc, char ***argv, double timeout, kf_err *err) {
                           lw);
     }
 #endif
-    if (d->world > 1) {
-        KF_CHECK(pthread_create(&im->wd, NULL, watchdog_main, d) == 0,
-                 "dist: cannot start watchdog");
-        im->wd_running = 1;
-    }
+    if (d->world > 1 && !im->wd_running) start_watchdog(d);
     return 0;
 }
 

@@ -31,7 +31,9 @@
  * express without padding the model's buffers, and a bucket, a range of the
  * backward's order, seldom starts on a shard.
  *
- * Dead ranks: every collective is bracketed by a deadline. A watchdog thread
+ * Dead ranks: every collective, MPI's start-up included (MPI_Init and the
+ * first exchange, which block when a peer never starts or the transport
+ * cannot reach it), is bracketed by a deadline. A watchdog thread
  * checks it twice a second; when a collective has blocked for longer than
  * `timeout` seconds (a peer was killed, stopped, or its node vanished) the
  * process prints which collective and exits with status 1, and the launcher
