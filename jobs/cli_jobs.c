@@ -29,6 +29,7 @@
 #include "jobs/rundir.h"
 #include "jobs/sample.h"
 #include "jobs/slurm.h"
+#include "jobs/submit_env.h"
 
 static const char usage_text[] =
     "usage: kf jobs COMMAND ...\n"
@@ -375,7 +376,8 @@ static void stale_stages(const char *run, const runconfig *rc, bool *stale, char
 /* Submits the incomplete stages as a chain. A job of the run still queued or
  * running is kept (and the chain continues after it) as long as nothing
  * before it was resubmitted; otherwise it is cancelled and resubmitted so the
- * chain stays in order. */
+ * chain stays in order. When it submitted any job, records the launch
+ * environment they got (submit_env.h). */
 static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
     char cwd[PATH_MAX], script[PATH_MAX], why[PATH_MAX + 64];
     if (!getcwd(cwd, sizeof cwd)) return kf_err_set(err, "getcwd: %s", strerror(errno));
@@ -421,7 +423,7 @@ static int submit_chain(const char *run, const runconfig *rc, kf_err *err) {
     }
     free(jobs), free(stale), free(stale_why);
     if (!*prev) fprintf(stderr, "kf jobs: %s: every stage is complete, nothing to submit\n", run);
-    return 0;
+    return submitted ? submit_env_record(run, err) : 0;
 fail:
     free(jobs), free(stale), free(stale_why);
     return -1;
@@ -608,6 +610,7 @@ static int cmd_resume(int argc, char **argv) {
         code = KF_EXIT_ERROR;
     } else {
         printf("# run %s: %s (config sha256 %s)\n", cur->name, run, cur->hash);
+        submit_env_compare(run, stderr);
         if (submit_chain(run, cur, &err)) code = kf_err_report("kf jobs", &err);
         /* a job needing a lost node waits for it: say so rather than look stuck */
         slurm_node *down;

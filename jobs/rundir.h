@@ -16,6 +16,8 @@
  *                           header "# kf jobs v1".
  *   RUN/slurm/STAGE.sbatch * the batch script of a stage (slurm/stage.sbatch
  *                           with the stage's #SBATCH lines)
+ *   RUN/slurm/env *         the launch environment of the last submission
+ *                           (jobs/submit_env.h)
  *   RUN/lock *              the run's writer lock (common/writer_lock.h):
  *                           held by the kf jobs run/submit/resume or kf
  *                           import that drives the run

@@ -2,30 +2,36 @@
  * stages are read from (common/runconfig.h, jobs/rundir.h, jobs/plan.h):
  * the run config and its overrides, the frozen RUN/run.yaml with its hash
  * line, each stage's `status` and `log.jsonl`, ckpt/step-N names, and
- * RUN/jobs.tsv.
+ * RUN/jobs.tsv, RUN/slurm/env.
  *
  * Input: NUL-separated parts: the config YAML; a stage's status file; its
- * log.jsonl; jobs.tsv; one override. Written under /dev/shm (these readers
+ * log.jsonl; jobs.tsv; one override; slurm/env. Written under /dev/shm (these readers
  * take paths). The raw config is also read as a frozen RUN/run.yaml. A
  * config that loads is frozen with rundir_freeze and must load back with the
  * same hash; its plan is printed (to /dev/null); the first stage gets the
  * status, log and a checkpoint directory (whose manifest never verifies, so
  * it is never reported), and every stage's state is read; jobs.tsv is read,
- * and when accepted one job is appended and must read back. */
+ * and when accepted one job is appended and must read back; slurm/env is
+ * compared with this process's environment, then recorded over and must
+ * compare equal. */
 #include "fuzz_util.h"
 #include "jobs/plan.h"
 #include "jobs/rundir.h"
+#include "jobs/submit_env.h"
 #include "trainer/train/checkpoint.h"
 
 /* rundir.c verifies checkpoints (ckpt_verify) */
 FUZZ_CHECKPOINT_WRITER_STUBS;
 
-enum { P_CONFIG, P_STATUS, P_LOG, P_JOBS, P_OVERRIDE, NPARTS };
+enum { P_CONFIG, P_STATUS, P_LOG, P_JOBS, P_OVERRIDE, P_ENV, NPARTS };
 
 static FILE *devnull;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     devnull = fopen("/dev/null", "w");
+    /* recorded launch variables, so that slurm/env's comparison has both sides */
+    setenv("OMPI_MCA_btl", "self,tcp", 1);
+    setenv("NCCL_SOCKET_IFNAME", "eth0", 1);
     return 0;
 }
 
@@ -63,6 +69,14 @@ static void jobs(const char *run, const char *text, size_t len) {
     free(j);
 }
 
+static void submit_env(const char *run, const char *text, size_t len) {
+    fuzz_write(run, "slurm/env", text, len, NULL, 0);
+    fuzz_check(submit_env_compare(run, devnull) >= 0);
+    kf_err err;
+    fuzz_check(submit_env_record(run, &err) == 0);
+    fuzz_check(submit_env_compare(run, devnull) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *parts[NPARTS] = {0};
     size_t lens[NPARTS] = {0};
@@ -77,6 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(raw, sizeof raw, "%s/raw", dir);
     fuzz_write(raw, "run.yaml", parts[P_CONFIG], lens[P_CONFIG], NULL, 0);
     if (!rundir_load(raw, 0, NULL, &back, &err)) runconfig_free(back);
+    submit_env(raw, parts[P_ENV], lens[P_ENV]);
 
     fuzz_write(dir, "config.yaml", parts[P_CONFIG], lens[P_CONFIG], cfg, sizeof cfg);
     char *ov[1] = {parts[P_OVERRIDE]};

@@ -80,7 +80,8 @@ ref_pid=$!
 D=$T/d
 tiny_config "$T/d.yaml" 24 2
 sed -i 's/checkpoint_every: 2/checkpoint_every: 4/' "$T/d.yaml"
-submit "$D" "$T/d.yaml"; check "(d) submit exits 0" [ $? -eq 0 ]
+OMPI_MCA_mpi_yield_when_idle=1 submit "$D" "$T/d.yaml"; check "(d) submit exits 0" [ $? -eq 0 ]
+check "(d) submit recorded its launch environment" grep -qx "OMPI_MCA_mpi_yield_when_idle=1" "$D/slurm/env"
 jd=$(job_of "$D" ar); jd2=$(job_of "$D" k1)
 
 # ---- (e) a stage with 2 ranks: the wrapper starts them with srun --mpi=pmix
@@ -186,6 +187,9 @@ check "(d) resume resubmitted ar and k1, re-chained" bash -c '
   a=$(awk "\$1==\"ar\"{print \$2}" "$1"); k=$(awk "\$1==\"k1\"{print \$3}" "$1"); [ -n "$a" ] && [ "$k" = "afterok:$a" ]' _ "$D.submit"
 check "(d) resumed ar from its checkpoint" bash -c '[ "$(grep -c "ar: resumed from" "$1")" -ge 1 ]' _ "$D/stages/ar/slurm.out"
 check "(d) run complete after resume" bash -c 'test -f "$1/stages/k1/final/DONE"' _ "$D"
+check "(d) resume from a shell without the submission's OMPI_MCA_mpi_yield_when_idle warned: $(grep -c warning "$D.resume.err") warning(s)" \
+  grep -q "warning: OMPI_MCA_mpi_yield_when_idle was '1' at the last submission, now unset" "$D.resume.err"
+check "(d) the resume recorded the environment its jobs got" bash -c '! grep -q OMPI_MCA_mpi_yield_when_idle "$1/slurm/env"' _ "$D"
 out=$("$KF" jobs resume "$D" 2>&1)
 check "(d) resume of a complete run submits nothing" bash -c '[[ "$1" == *"nothing to submit"* ]]' _ "$out"
 
