@@ -51,6 +51,10 @@ submit() {  # RUN [ENV=VALUE...]: kf jobs submit, the job's environment from the
   local run=$1; shift
   ctl env "${NODE_MPI[@]}" "$@" "$KF" jobs submit "$T/cfg.yaml" --run-dir "$run" "${OV[@]}" > "$run.submit" 2>&1
 }
+# resume RUN: kf jobs resume with the submitting environment (sbatch passes
+# the resuming shell's to the new job: without NODE_MPI its ranks would try
+# each other's loopback and block in MPI's start-up)
+resume() { ctl env "${NODE_MPI[@]}" "$KF" jobs resume "$1" >> "$1.resume" 2>&1; }
 job_of() { awk '$1 == "ar" {print $2}' "$1.submit"; }
 status_json() { ctl "$KF" jobs status "$1" --json; }
 done_() { test -f "$1/stages/ar/final/DONE"; }
@@ -148,20 +152,20 @@ back() {
   status_json "$run" > "$T/$name.status-down.json"
   check "($name) kf jobs status: stage queued, restarts 1, failed node $victim out of service" \
     grep -q "\"state\":\"queued\".*\"restarts\":1.*\"down_nodes\":\[{\"node\":\"$victim\"" "$T/$name.status-down.json"
-  ctl "$KF" jobs resume "$run" > "$run.resume" 2>&1
+  resume "$run"
   check "($name) kf jobs resume exits 0 and keeps the requeued job: $(grep "^ar" "$run.resume")" \
     grep -qP "^ar\t$job\tkept \\(PENDING\\)" "$run.resume"
   check "($name) kf jobs resume warns that $victim is out of service" grep -q "warning: node $victim is out of service" "$run.resume"
-  slurm/local-node.sh "$CL" "$victim" > "$T/$name.node.log" 2>&1
-  check "($name) $victim back in service: $(tail -1 "$T/$name.node.log")" [ $? -eq 0 ]
+  slurm/local-node.sh "$CL" "$victim" > "$T/$name.node.log" 2>&1; local rc=$?
+  check "($name) $victim back in service (rc $rc): $(tail -1 "$T/$name.node.log")" [ $rc -eq 0 ]
   release "$job"
   wait_until 120 done_or_ended "$run" "$job"
   if ! done_ "$run" && [ "$(job_field "$job" JobState)" = FAILED ]; then
-    # slurmctld retries its kill of the job's run on the dead node (every
-    # 60 s); once the node is back it lands, on the requeued run of the same
-    # job id: the job fails and is resumed again (docs/multinode.md)
-    echo "($name) the requeued job $job was killed by Slurm's retried kill of its previous run on $victim: kf jobs resume again"
-    ctl "$KF" jobs resume "$run" >> "$run.resume" 2>&1
+    # the requeued run of the same job id on the node just back can fail
+    # (docs/multinode.md, "Losing a node"): resumed again, as a user would
+    echo "($name) the requeued job $job failed: $(grep -E 'CANCELLED|signal|Segmentation|Killed|trainer exited' \
+      "$run/stages/ar/slurm.out" | tail -4 | tr '\n' ' ')- kf jobs resume again"
+    resume "$run"
     wait_until 120 done_ "$run"
   fi
   check "($name) stage complete after resume" done_ "$run"
