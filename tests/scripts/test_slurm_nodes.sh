@@ -13,7 +13,10 @@
 #      stage going again and it ends bitwise identical to the uninterrupted run;
 #  (c) the same with node n1 (the batch host, rank 0: the checkpoint writer)
 #      killed while it writes a checkpoint: its renames are slowed by strace
-#      (0.5 s each), so the kill lands inside the write, not by luck.
+#      (0.5 s each), so the kill lands inside the write, not by luck; and
+#      then the requeued run is killed too (its step, once it trains), as a
+#      requeued run on a node just back can fail: kf jobs resume again
+#      submits a new job, which completes bitwise as uninterrupted.
 # kf jobs status shows the failed node and the job's state throughout.
 # Namespaces, veths and daemons are removed at exit, and a leftover from a
 # crashed run at the next start (the lock makes the prefix ours).
@@ -143,10 +146,11 @@ after_kill() {
   check "($name) committed checkpoints intact and as uninterrupted ($v)" bash -c '[[ "$1" =~ ^[1-9][0-9]*\ checkpoints,\ [0-9]+\ bytes,\ 0\ bytes\ lost$ ]]' _ "$v"
   check "($name) latest names a committed checkpoint" test -f "$run/stages/ar/ckpt/$(cat "$run/stages/ar/ckpt/latest")/state.yaml"
 }
-# back NAME RUN VICTIM JOB: Slurm requeues the job; kf jobs resume keeps it
-# and warns about the node; the node is brought back; the stage completes
+# back NAME RUN VICTIM JOB [fail]: Slurm requeues the job; kf jobs resume
+# keeps it and warns about the node; the node is brought back; the stage
+# completes. With "fail", the requeued run's step is killed once it trains.
 back() {
-  local name=$1 run=$2 victim=$3 job=$4
+  local name=$1 run=$2 victim=$3 job=$4 fail=${5:-}
   wait_until 60 requeued "$job"   # NODE_FAIL + --requeue: Slurm requeues it once the step is gone
   check "($name) Slurm requeued job $job: $(job_field "$job" JobState), restarts $(job_field "$job" Restarts)" requeued "$job"
   status_json "$run" > "$T/$name.status-down.json"
@@ -159,6 +163,12 @@ back() {
   slurm/local-node.sh "$CL" "$victim" > "$T/$name.node.log" 2>&1; local rc=$?
   check "($name) $victim back in service (rc $rc): $(tail -1 "$T/$name.node.log")" [ $rc -eq 0 ]
   release "$job"
+  if [ "$fail" = fail ]; then
+    local t=$(date +%s)
+    wait_until 60 bash -c '[ "$(stat -c %Y "$1/stages/ar/log.jsonl")" -gt "$2" ]' _ "$run" "$t"
+    check "($name) the requeued run trains, and its step is killed" ctl scancel -s KILL "$job.0"
+    rm -f "$T/slow"
+  fi
   wait_until 120 done_or_ended "$run" "$job"
   if ! done_ "$run" && [ "$(job_field "$job" JobState)" = FAILED ]; then
     # the requeued run of the same job id on the node just back can fail
@@ -168,6 +178,8 @@ back() {
     resume "$run"
     wait_until 120 done_ "$run"
   fi
+  [ "$fail" = fail ] && check "($name) kf jobs resume submitted a new job after the failed run: $(grep "^ar" "$run.resume" | tr '\t\n' '  ')" \
+    bash -c '[ "$(grep -cP "^ar\t[0-9]+\tfirst$" "$1")" -eq 1 ]' _ "$run.resume"
   check "($name) stage complete after resume" done_ "$run"
   check "($name) resumed from a checkpoint" grep -q "ar: resumed from" "$run/stages/ar/slurm.out"
   check "($name) weights bitwise identical to the uninterrupted run" same_weights "$T/ref/stages/ar" "$run/stages/ar"
@@ -197,13 +209,15 @@ back b "$B" n2 "$jb"
 C=$T/c
 cat > "$T/kf-slow" <<EOF
 #!/bin/bash
-# kf with every rename (the checkpoint's commits) 0.5 s late: a wide write
-# window; the job's restart after the kill runs at full speed
-[ "\${SLURM_RESTART_COUNT:-0}" = 0 ] || exec "$KF" "\$@"
+# kf with every rename (the checkpoint's commits) 0.5 s late while $T/slow
+# exists: a wide write window, and a requeued run that is still training
+# when its step is killed; the job resume submits after that runs plain kf
+[ -e "$T/slow" ] || exec "$KF" "\$@"
 exec strace -f -qq -o /dev/null --seccomp-bpf -e trace=rename,renameat,renameat2 \\
      -e inject=rename,renameat,renameat2:delay_enter=500000 "$KF" "\$@"
 EOF
 chmod +x "$T/kf-slow"
+touch "$T/slow"
 submit "$C" KF_BIN="$T/kf-slow"; jc=$(job_of "$C")
 check "(c) submit exits 0" [ -n "$jc" ]
 wait_until 90 test -e "$C/stages/ar/ckpt/latest"     # step-10 committed
@@ -216,6 +230,6 @@ echo "(c) n1 killed during the write of step-20: step-20.tmp held ${inwrite:-not
 check "(c) the kill landed inside the write (files in step-20.tmp, no step-20, latest step-10)" \
   bash -c 'has_files "$1/step-20.tmp" && ! test -e "$1/step-20" && [ "$(cat "$1/latest")" = step-10 ]' _ "$C/stages/ar/ckpt"
 after_kill c "$C" n1 n2 "$r1" "$t0" "$jc"
-back c "$C" n1 "$jc"
+back c "$C" n1 "$jc" fail
 check "(c) the half-written step-20.tmp is gone after resume" bash -c '! test -e "$1/step-20.tmp"' _ "$C/stages/ar/ckpt"
 finish
