@@ -18,6 +18,17 @@ C=$T/cfg.yaml
 OV="stages.0.steps=400 defaults.batch=64 defaults.checkpoint_every=5 resources.collective_timeout=10"
 BOUND=40   # seconds: timeout 10 s + watchdog period + teardown, with slack for a loaded machine
 
+# wait_bounded LABEL: waits for the job $mp started at $t0 (it and its ranks
+# killed if it outlives BOUND + 20 s, so a hang still ends the test) and
+# checks that it failed within BOUND
+wait_bounded() {
+  ( sleep $((BOUND + 20)); pkill -9 -P $mp; kill -9 $mp ) 2>/dev/null & local guard=$!
+  wait $mp; local rc=$? dt=$((SECONDS - t0))
+  kill $guard 2>/dev/null
+  check "$1: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
+  check "$1: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
+}
+
 start_and_wait() {  # starts the job in $1, waits for its first checkpoint
   $MPIRUN -np 2 "$KF" train "$C" --stage ar --run-dir "$1" $OV 2>"$1.err" &
   mp=$!
@@ -28,19 +39,13 @@ start_and_wait() {  # starts the job in $1, waits for its first checkpoint
 start_and_wait "$T/a"
 victims=($(pgrep -P $mp)); t0=$SECONDS
 kill -9 "${victims[1]}"
-wait $mp; rc=$?; dt=$((SECONDS - t0))
-check "killed rank: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
-check "killed rank: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
+wait_bounded "killed rank"
 
 # (b) SIGSTOP: the peer hangs without exiting
 start_and_wait "$T/b"
 victims=($(pgrep -P $mp)); frozen=${victims[1]}; t0=$SECONDS
 kill -STOP "$frozen"
-( sleep $((BOUND + 20)); kill -9 $mp 2>/dev/null ) & guard=$!
-wait $mp; rc=$?; dt=$((SECONDS - t0))
-kill $guard 2>/dev/null
-check "frozen rank: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
-check "frozen rank: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
+wait_bounded "frozen rank"
 check "the watchdog says why" grep -q 'blocked for more than 10 s' "$T/b.err"
 kill -9 "$frozen" 2>/dev/null; frozen=
 
@@ -50,11 +55,7 @@ OV0=$OV; OV="$OV resources.zero1=true"
 start_and_wait "$T/c"
 victims=($(pgrep -P $mp)); frozen=${victims[1]}; t0=$SECONDS
 kill -STOP "$frozen"
-( sleep $((BOUND + 20)); kill -9 $mp 2>/dev/null ) & guard=$!
-wait $mp; rc=$?; dt=$((SECONDS - t0))
-kill $guard 2>/dev/null
-check "frozen rank, zero1: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
-check "frozen rank, zero1: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
+wait_bounded "frozen rank, zero1"
 check "frozen rank, zero1: the watchdog says why ($(grep -o 'rank [0-9]/2: .* blocked' "$T/c.err"))" \
   grep -q 'blocked for more than 10 s' "$T/c.err"
 kill -9 "$frozen" 2>/dev/null; frozen=
@@ -71,11 +72,7 @@ chmod +x "$T/stop-rank1"
 t0=$SECONDS
 $MPIRUN -np 2 "$T/stop-rank1" "$KF" train "$C" --stage ar --run-dir "$T/d" $OV 2>"$T/d.err" &
 mp=$!
-( sleep $((BOUND + 20)); pkill -9 -P $mp; kill -9 $mp ) 2>/dev/null & guard=$!
-wait $mp; rc=$?; dt=$((SECONDS - t0))
-kill $guard 2>/dev/null
-check "rank stopped before MPI_Init: job exits non-zero (rc $rc)" [ $rc -ne 0 ]
-check "rank stopped before MPI_Init: within ${BOUND}s (took ${dt}s)" [ $dt -le $BOUND ]
+wait_bounded "rank stopped before MPI_Init"
 check "rank stopped before MPI_Init: rank 0 names the start-up ($(grep -o 'rank [0-9]/2: .* blocked' "$T/d.err"))" \
   grep -q 'rank 0/2: MPI start-up (MPI_Init, MPI_Comm_split_type) blocked for more than 10 s' "$T/d.err"
 check "rank stopped before MPI_Init: nothing trained" [ ! -e "$T/d/stages/ar/log.jsonl" ]
