@@ -22,6 +22,16 @@ int submit_env_recorded(const char *name) {
     return !strcmp(name, "OMP_NUM_THREADS");
 }
 
+/* The length of NAME in entry "NAME=VALUE" when NAME is a recorded variable,
+ * else 0. */
+static size_t recorded_name(const char *entry) {
+    const char *eq = strchr(entry, '=');
+    char name[256];
+    if (!eq || eq == entry || (size_t)(eq - entry) >= sizeof name) return 0;
+    memcpy(name, entry, (size_t)(eq - entry)), name[eq - entry] = 0;
+    return submit_env_recorded(name) ? (size_t)(eq - entry) : 0;
+}
+
 /* "NAME=VALUE" entries of environ that are recorded, sorted by name. */
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -30,11 +40,7 @@ static size_t current(char ***out) {
     size_t n = 0, cap = 16;
     char **v = kf_malloc(cap * sizeof *v);
     for (char **e = environ; *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (!eq || (size_t)(eq - *e) >= 256 || strchr(eq, '\n')) continue;
-        char name[256];
-        memcpy(name, *e, (size_t)(eq - *e)), name[eq - *e] = 0;
-        if (!submit_env_recorded(name)) continue;
+        if (!recorded_name(*e) || strchr(*e, '\n')) continue;
         if (n == cap) v = kf_realloc(v, (cap *= 2) * sizeof *v);
         v[n++] = *e;
     }
@@ -105,10 +111,7 @@ int submit_env_compare(const char *run, FILE *warn) {
     for (char *s = text + strlen(ENV_HEADER); s < text + len; line++) {
         char *nl = strchr(s, '\n');
         *nl = 0;
-        char *eq = strchr(s, '=');
-        char name[256] = "";
-        if (eq && eq > s && (size_t)(eq - s) < sizeof name) memcpy(name, s, (size_t)(eq - s));
-        if (!*name || !submit_env_recorded(name)) {
+        if (!recorded_name(s)) {
             fprintf(warn,
                     "kf jobs: warning: %s:%zu: not NAME=VALUE of a recorded variable: skipped\n", p,
                     line + 1);
@@ -122,13 +125,13 @@ int submit_env_compare(const char *run, FILE *warn) {
     char **cur;
     size_t ncur = current(&cur);
     for (size_t i = 0; i < nrec; i++) { /* recorded: changed or unset now */
-        size_t nl = (size_t)(strchr(rec[i], '=') - rec[i]);
+        size_t nl = recorded_name(rec[i]);
         const char *now = lookup(cur, ncur, rec[i], nl);
         if (!now || strcmp(now, rec[i] + nl + 1))
             say(warn, rec[i], nl, rec[i] + nl + 1, now), diff++;
     }
     for (size_t i = 0; i < ncur; i++) { /* set now, not at the submission */
-        size_t nl = (size_t)(strchr(cur[i], '=') - cur[i]);
+        size_t nl = recorded_name(cur[i]);
         if (!lookup(rec, nrec, cur[i], nl)) say(warn, cur[i], nl, NULL, cur[i] + nl + 1), diff++;
     }
     free(cur), free(rec), free(text);
