@@ -5,10 +5,11 @@
 # the worst pairwise TV of every stage's last checkpoint against the AR
 # teacher's samples, its noise floor and the teacher against the exact joint.
 #
-# usage: bench/convergence_depth.sh OUT [ORDER,BLOCKS,HIDDEN ...]
+# usage: bench/convergence_depth.sh OUT [ORDER,BLOCKS,HIDDEN ...] [-- key.path=value ...]
 #   OUT         working directory: OUT/oORDER-bBLOCKS/ per model (reused when done)
 #   models      default: 1,1,64 1,2,44 1,4,32 1,6,28 3,1,64 3,2,44 3,4,32 3,6,28
 #               (about the same 12*BLOCKS*HIDDEN^2 block parameters)
+#   overrides   after --, passed to every `kf jobs run` (e.g. model.noise_cycles=0)
 # environment: AR_STEPS (600), STEPS (every PFLM stage's, 300), PREFIXES
 #   (2048), N (completions per prefix, 4), SEED (the language, 5), KF (bin/kf)
 # Output: one table row per model on stdout, OUT/depth.jsonl and its chart
@@ -19,20 +20,23 @@ case "${1:-}" in
 esac
 cd "$(dirname "$0")/.."
 OUT=$1; shift
-[ $# -gt 0 ] || set -- 1,1,64 1,2,44 1,4,32 1,6,28 3,1,64 3,2,44 3,4,32 3,6,28
+MODELS=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do MODELS+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+[ ${#MODELS[@]} -gt 0 ] || MODELS=(1,1,64 1,2,44 1,4,32 1,6,28 3,1,64 3,2,44 3,4,32 3,6,28)
 export KF=${KF:-bin/kf} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} SEQ_LEN=16
 AR_STEPS=${AR_STEPS:-600} STEPS=${STEPS:-300} PREFIXES=${PREFIXES:-2048} N=${N:-4} SEED=${SEED:-5}
 . tools/synth_chain.sh
 mkdir -p "$OUT"
 : > "$OUT/rows.jsonl"
-for m in "$@"; do
+for m in "${MODELS[@]}"; do
   IFS=, read -r ord B H <<< "$m"
   d=$OUT/o$ord-b$B
   mkdir -p "$d"
   if [ ! -s "$d/curve.jsonl" ]; then
     synth_setup "$d" "$AR_STEPS" "$STEPS" "$STEPS" "$PREFIXES" "$H" "$B" --kind markov \
       --order "$ord" --symbols 8 --succ 2,3 --noise 0 --seed "$SEED" > "$d/lang.txt"
-    "$KF" jobs run "$d/synth.yaml" --run-dir "$d/run" --no-sample > "$d/run.log" 2>&1 ||
+    "$KF" jobs run "$d/synth.yaml" --run-dir "$d/run" --no-sample "$@" > "$d/run.log" 2>&1 ||
       { echo "order $ord, $B blocks: kf jobs run failed:" >&2; tail -n 5 "$d/run.log" >&2; exit 1; }
     synth_curve "$d" "$N" > "$d/floor.txt"
   fi

@@ -497,7 +497,7 @@ static int parse_root(runconfig *rc, cfg_node *root, kf_err *err) {
         cfg_get_int(root, "model.vocab", &m->vocab, err) ||
         cfg_get_int(root, "model.seq_len", &m->seq_len, err) ||
         cfg_opt_int(root, "model.mask_id", -1, &m->mask_id, err) ||
-        cfg_opt_int(root, "model.noise_cycles", 0, &m->noise_cycles, err))
+        cfg_opt_int(root, "model.noise_cycles", RUNCONFIG_NOISE_CYCLES, &m->noise_cycles, err))
         return -1;
     if (m->heads < 1 || m->hidden < 2 || m->hidden % m->heads || (m->hidden / m->heads) % 2) {
         /* two keys at fault: blame the one an override set, if one did */

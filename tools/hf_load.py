@@ -47,6 +47,9 @@ def load(d, dtype=torch.float32):
             raise ValueError(f"{d}: config.json {key} = {cfg[key]} but model.safetensors {mkey} = {meta[mkey]}")
     if (cfg["kind"] == "pflm") != (meta["kf.kind"] == "pflm"):
         raise ValueError(f"{d}: config.json kind {cfg['kind']} but model.safetensors kf.kind {meta['kf.kind']}")
+    if int(cfg.get("noise_cycles", 0)) != int(meta.get("kf.noise_cycles", 0)):
+        raise ValueError(f"{d}: config.json noise_cycles = {cfg.get('noise_cycles', 0)} but model.safetensors "
+                         f"kf.noise_cycles = {meta.get('kf.noise_cycles', 0)}")
     return model.to(dtype).eval(), cfg
 
 

@@ -23,6 +23,9 @@ released code computes them, in float32: the RoPE angles (pos * inv_freq, both
 float32, then cos/sin in float32) and the noise frequencies
 10000^(-i/half) (float32, then the features in float64:
 args = x * freq * 2*pi, [cos(z args), sin(z args), cos(tau args), sin(tau args)]).
+With kf's noise_cycles = N >= 1 (kernels/noise_freq.h) z's frequencies are
+2*pi*N^(i/(half-1)) instead, in float64, as kf computes them; tau's stay the
+release's.
 
 Row layouts (kforcing trainer/model/layout.h) are rebuilt here from their
 definitions, not from kforcing's code: `ar` (causal over L tokens) and
@@ -112,21 +115,27 @@ class Block(nn.Module):
 
 
 class NoiseEncoder(nn.Module):
-    def __init__(self, dim):
+    def __init__(self, dim, cycles=0):
         super().__init__()
         self.dim = dim
+        self.cycles = cycles
         self.combined_proj = nn.Linear(2 * dim, dim)
         self.norm = nn.LayerNorm(dim, eps=1e-5)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
-    def features(self, v):
+    def features(self, v, cycles=0):
         half = self.dim // 2
-        freqs = torch.pow(10000, -torch.arange(half).div(half))  # float32, as released
-        a = v.to(torch.float64)[..., None] * freqs * 2.0 * math.pi
+        if cycles:  # one to `cycles` cycles over [0, 1], geometric, float64
+            i = torch.arange(half, dtype=torch.float64)
+            freqs = 2.0 * math.pi * (float(cycles) ** (i / (half - 1)) if half > 1 else torch.ones(1))
+            a = v.to(torch.float64)[..., None] * freqs
+        else:
+            freqs = torch.pow(10000, -torch.arange(half).div(half))  # float32, as released
+            a = v.to(torch.float64)[..., None] * freqs * 2.0 * math.pi
         return torch.cat([a.cos(), a.sin()], dim=-1)
 
     def forward(self, z, tau):
-        feats = torch.cat([self.features(z), self.features(tau)], dim=-1)
+        feats = torch.cat([self.features(z, self.cycles), self.features(tau)], dim=-1)
         c = self.combined_proj(feats.to(self.combined_proj.weight.dtype))
         return c + self.mlp(self.norm(c))
 
@@ -146,7 +155,7 @@ class OutputLayer(nn.Module):
 class DDiT(nn.Module):
     """Causal DDiT backbone; pflm=True adds the noise encoder."""
 
-    def __init__(self, hidden, heads, blocks, vocab, mask_id=-1, pflm=False):
+    def __init__(self, hidden, heads, blocks, vocab, mask_id=-1, pflm=False, noise_cycles=0):
         super().__init__()
         self.mask_id = mask_id
         self.vocab_embed = nn.Module()
@@ -155,7 +164,7 @@ class DDiT(nn.Module):
         self.rotary_emb = Rotary(hidden // heads)
         self.blocks = nn.ModuleList([Block(hidden, heads) for _ in range(blocks)])
         if pflm:
-            self.noise_encoder = NoiseEncoder(hidden)
+            self.noise_encoder = NoiseEncoder(hidden, noise_cycles)
         self.output_layer = OutputLayer(hidden, vocab)
 
     def forward(self, ids, pos, allowed, noise=None, z=None, tau=None):
@@ -329,16 +338,15 @@ def read_safetensors(path):
 def load_kf(path):
     """A kforcing checkpoint (trainer/model/model_io.c) as a float32 DDiT with
     its config: (model, meta). Only the default architecture (what
-    tools/ref_model.py implements: RoPE, no biases, untied, shared head, the
-    release's noise frequencies)."""
+    tools/ref_model.py implements: RoPE, no biases, untied, shared head; the
+    noise encoder's frequencies the release's or kf.noise_cycles')."""
     tensors, meta = read_safetensors(path)
     for key, want in (("kf.pos", "rope"), ("kf.head", "shared"), ("kf.tied_head", "0"),
-                      ("kf.norm_bias", "0"), ("kf.attn_bias", "0"), ("kf.attn", "causal"),
-                      ("kf.noise_cycles", "0")):
+                      ("kf.norm_bias", "0"), ("kf.attn_bias", "0"), ("kf.attn", "causal")):
         if meta.get(key, want) != want:
             raise ValueError(f"{path}: {key} = {meta[key]}: the reference model holds only {key} = {want}")
     model = DDiT(int(meta["kf.hidden"]), int(meta["kf.heads"]), int(meta["kf.blocks"]), int(meta["kf.vocab"]),
-                 int(meta["kf.mask_id"]), meta["kf.kind"] == "pflm")
+                 int(meta["kf.mask_id"]), meta["kf.kind"] == "pflm", int(meta.get("kf.noise_cycles", 0)))
     model.load_state_dict({**tensors, "rotary_emb.inv_freq": model.rotary_emb.inv_freq}, strict=True)
     return model, meta
 

@@ -13,7 +13,10 @@
 #   with their vocabularies round-trips with the mask id recovered.
 # hf: config.json, tokenizer files and the model card; tools/hf_load.py reads
 #   the folder: its logits match kf's within 1e-5, its greedy AR decoding is
-#   `kf sample`'s at tau 1e-4, its PFLM decoding is seeded.
+#   `kf sample`'s at tau 1e-4, its PFLM decoding is seeded. The chain runs
+#   with the release's noise encoder (noise_cycles 0, which the release
+#   layout needs); a second one with kf's default (64) goes to hf, and its
+#   logits match too, and to release, which refuses it.
 # Errors: an MTP-head PFLM, an unknown stage kind, raw weights of a final/,
 #   an unknown format, an existing --out, a vocabulary the stage did not use.
 # PyTorch (CPU) is Debian's python3-torch, /usr/bin/python3 (PYTHON overrides).
@@ -27,14 +30,20 @@ trap 'rm -rf "$T"' EXIT
 require_torch "$PY"
 
 trainer_setup "$T"
+cp "$T/cfg.yaml" "$T/cfg64.yaml"   # kf's default noise encoder (64)
+sed -i 's/^model: {\(.*\)}$/model: {\1, noise_cycles: 0}/' "$T/cfg.yaml"
 # an MTP-head stage too (it cannot be exported to either layout)
 sed -i 's/^  - {name: k2, kind: distill_ar.*/&\n  - {name: mtp, kind: noise_inversion_mtp, teacher: ar, k: 2, steps: 2, tau: [1.0, 1.0]}/' "$T/cfg.yaml"
-for st in ar k2 mtp; do
-  "$KF" train "$T/cfg.yaml" --stage $st --run-dir "$T/run" >"$T/train_$st.log" 2>&1 ||
-    { bad "training stage $st: $(tail -3 "$T/train_$st.log")"; finish; exit 1; }
+for spec in "cfg run ar" "cfg run k2" "cfg run mtp" "cfg64 run64 ar" "cfg64 run64 k2"; do
+  set -- $spec
+  "$KF" train "$T/$1.yaml" --stage $3 --run-dir "$T/$2" >"$T/train_$2_$3.log" 2>&1 ||
+    { bad "training $2 stage $3: $(tail -3 "$T/train_$2_$3.log")"; finish; exit 1; }
 done
 cp "$T/cfg.yaml" "$T/run/run.yaml"
-S=$T/run/stages
+cp "$T/cfg64.yaml" "$T/run64/run.yaml"
+S=$T/run/stages S64=$T/run64/stages
+check "the second chain's PFLM has kf's default encoder (64)" \
+  grep -q '"kf.noise_cycles":"64"' "$S64/k2/final/model.safetensors"
 
 # Python checks print "ok MSG" or "FAIL MSG" lines; each counts once. One
 # interpreter per block: importing torch takes seconds on a loaded machine.
@@ -170,6 +179,8 @@ EOF
 check "hf k2: export rc $rc: $(cat "$T/out")" [ $rc -eq 0 ]
 "$KF" export "$S/ar" --to hf --vocab "$T/voc" --out "$T/hf_ar" >"$T/out" 2>&1; rc=$?
 check "hf ar: export rc $rc: $(cat "$T/out")" [ $rc -eq 0 ]
+"$KF" export "$S64/k2" --to hf --vocab "$T/voc" --out "$T/hf_k2nc" >"$T/out" 2>&1; rc=$?
+check "hf k2 with noise_cycles 64: export rc $rc: $(cat "$T/out")" [ $rc -eq 0 ]
 for f in model.safetensors config.json vocab.txt tokenizer_config.json README.md; do
   check "hf k2: $f written" [ -s "$T/hf_k2/$f" ]
 done
@@ -189,7 +200,7 @@ c = json.load(open(f"{T}/hf_k2/config.json"))
 want = {"model_type": "kforcing-ddit", "kind": "pflm", "hidden_size": 32, "num_attention_heads": 2,
         "num_hidden_layers": 2, "vocab_size": 30, "k": 2, "mask_token_id": 29, "eos_token_id": 5,
         "bos_token_id": 4, "max_position_embeddings": 16, "tokenizer": "bert-uncased", "weights": "ema",
-        "stage": "k2", "step": 6, "kforcing_export_version": 1,
+        "stage": "k2", "step": 6, "noise_cycles": 0, "kforcing_export_version": 2,
         "stage_chain": [{"name": "ar", "kind": "ar", "k": 1, "steps": 12},
                         {"name": "k2", "kind": "distill_ar", "k": 2, "steps": 6}]}
 bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
@@ -206,7 +217,9 @@ def run(argv):
     with contextlib.redirect_stdout(out):
         hf_load.main(argv)
     return out.getvalue()
-for name in ("ar", "k2"):
+c = json.load(open(f"{T}/hf_k2nc/config.json"))
+check(c.get("noise_cycles") == 64, f"hf k2 with noise_cycles 64: config.json noise_cycles {c.get('noise_cycles')}")
+for name in ("ar", "k2", "k2nc"):
     run([f"{T}/hf_{name}", "--probe", f"{T}/hfprobe_{name}.safetensors", "--seed", "3"])
 kf = json.loads(open(f"{T}/kf.jsonl").readline())["completion"]
 hf = json.loads(run([f"{T}/hf_ar", "--prefix", "4,9,12", "--max-new", "12", "--greedy"]))["completion"]
@@ -221,13 +234,17 @@ try:
 except ValueError as e:
     check("num_hidden_layers" in str(e), f"hf: a config.json that contradicts the weights is refused: {e}")
 EOF
-for name in ar k2; do
+for name in ar k2 k2nc; do
   "$KF" import "$T/hf_$name/model.safetensors" --probe "$T/hfprobe_$name.safetensors" --tol 1e-5 >"$T/out" 2>&1; rc=$?
   cat "$T/out"
   check "hf $name: kf's logits within 1e-5 of hf_load.py's model (rc $rc)" exits_saying $rc 0 "$T/out" 'max \|diff\|'
 done
 
 # ---- errors ----
+"$KF" export "$S64/k2" --to release --out "$T/e0" >"$T/out" 2>&1; rc=$?
+check "noise_cycles 64 to release refused (rc $rc): $(cat "$T/out")" \
+  exits_saying $rc 1 "$T/out" 'noise_cycles 64 cannot be exported to the released.*model.noise_cycles: 0'
+check "the refused release export leaves no folder" eval "[ ! -e '$T/e0' ] && [ ! -e '$T/e0.tmp' ]"
 "$KF" export "$S/mtp" --to release --out "$T/e1" >"$T/out" 2>&1; rc=$?
 check "MTP-head PFLM to release refused (rc $rc): $(cat "$T/out")" exits_saying $rc 1 "$T/out" 'MTP heads.*cannot be exported to the released'
 "$KF" export "$S/mtp" --to hf --vocab "$T/voc" --out "$T/e1" >"$T/out" 2>&1; rc=$?

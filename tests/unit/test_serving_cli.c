@@ -308,15 +308,18 @@ static void import_tests(model *ar, model *pf) {
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --probe %s/ar_probe.safetensors", T, T);
     T_EQ_INT(run(import_main, cmd), 1, "AR probe on a PFLM checkpoint fails");
 
-    /* registration into a run whose run.yaml names the stages */
+    /* registration into a run whose run.yaml names the stages; pf4 has the
+     * release's noise encoder, so the run says noise_cycles 0 (run64 does
+     * not: kf's default, 64) */
     char yaml[1024];
-    snprintf(yaml, sizeof yaml,
-             "name: t\ndata: {train: %s/data, valid: %s/data}\n"
-             "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d}\n"
-             "stages:\n  - {name: ar, kind: ar, steps: 10}\n"
-             "  - {name: k4, kind: distill_ar, teacher: ar, k: 4, steps: 10}\n",
-             T, T, V, SEQ);
+    const char *yaml_fmt = "name: t\ndata: {train: %s/data, valid: %s/data}\n"
+                           "model: {hidden: 16, heads: 2, blocks: 1, vocab: %d, seq_len: %d%s}\n"
+                           "stages:\n  - {name: ar, kind: ar, steps: 10}\n"
+                           "  - {name: k4, kind: distill_ar, teacher: ar, k: 4, steps: 10}\n";
+    snprintf(yaml, sizeof yaml, yaml_fmt, T, T, V, SEQ, ", noise_cycles: 0");
     write_text("run/run.yaml", yaml);
+    snprintf(yaml, sizeof yaml, yaml_fmt, T, T, V, SEQ, "");
+    write_text("run64/run.yaml", yaml);
     snprintf(cmd, sizeof cmd, "import %s/ar.safetensors --run-dir %s/run --stage ar", T, T);
     T_EQ_INT(run(import_main, cmd), 0, "import AR as stage ar");
     snprintf(p, sizeof p, "%s/run/stages/ar/final/DONE", T);
@@ -333,6 +336,9 @@ static void import_tests(model *ar, model *pf) {
     T_EQ_INT(run(import_main, cmd), 1, "an AR checkpoint does not fit a distill_ar stage");
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --run-dir %s/run --stage k4", T, T);
     T_EQ_INT(run(import_main, cmd), 0, "PFLM(4) fits stage k4");
+    snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --run-dir %s/run64 --stage k4", T, T);
+    T_EQ_INT(run(import_main, cmd), 1,
+             "PFLM(4) with the release's noise encoder refused by a run of kf's default (64)");
     snprintf(cmd, sizeof cmd, "import %s/pf4.safetensors --run-dir %s/run --stage nope", T, T);
     T_EQ_INT(run(import_main, cmd), 1, "unknown stage is refused");
     snprintf(cmd, sizeof cmd, "import %s/none.safetensors --run-dir %s/run --stage ar --force", T,

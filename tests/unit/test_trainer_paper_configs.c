@@ -1,7 +1,8 @@
 /* The paper-scale configs against the paper's tables, row by row (appendix
  * "Experimental configuration", table "Model architecture" and the precision
  * schedule; docs/fidelity.md lists the same rows): model, steps, batch, lr,
- * sequence length, precision schedule, tau, EMA. Run from the repository root. */
+ * sequence length, precision schedule, tau, EMA, and the release's noise
+ * encoder (noise_cycles 0, not kf's default). Run from the repository root. */
 #include <string.h>
 
 #include "common/runconfig.h"
@@ -98,6 +99,8 @@ static void check_main(const char *path, int64_t vocab, int64_t seq_len, int ar_
     T_EQ_INT(runconfig_mask_id(m, data_vocab), mask_id,
              "%s: mask token got %lld want %lld (MDLM's)", path,
              (long long)runconfig_mask_id(m, data_vocab), (long long)mask_id);
+    T_EQ_INT(m->noise_cycles, 0, "%s: the release's noise encoder; noise_cycles got %lld want 0",
+             path, (long long)m->noise_cycles);
     T_EQ_INT(rc->n_stages, n_stages, "%s: ar, k1, k2, k4 (then the baselines); stages", path);
     if (rc->n_stages < 4) goto out;
     const int64_t ks[4] = {1, 1, 2, 4};
@@ -156,6 +159,7 @@ int main(void) {
         }
         T_EQ_INT(rc->model.seq_len, 128, "temperature: the LM1B model");
         T_EQ_INT(rc->model.vocab, 30522, "temperature: the LM1B model");
+        T_EQ_INT(rc->model.noise_cycles, 0, "temperature: the release's noise encoder");
         runconfig_free(rc);
     }
     return T_DONE();

@@ -221,7 +221,7 @@ int main(void) {
     T_EQ_INT(load_with(NULL, NULL, 0, NULL, &rc, &err), 0, "valid config: %s", err.msg);
     if (rc) {
         T_EQ_INT(rc->stages[1].opt.noise_warmup, 0, "noise_warmup off by default");
-        T_EQ_INT(rc->model.noise_cycles, 0, "model.noise_cycles: the release's by default");
+        T_EQ_INT(rc->model.noise_cycles, 64, "model.noise_cycles: the family's 64 by default");
         runconfig_free(rc);
     }
     expect_error("steps: 10, lr: 2.0e-3", "steps: 10, noise_warmup: 5, lr: 2.0e-3",
@@ -232,6 +232,10 @@ int main(void) {
     char *cyc_over[] = {"model.noise_cycles=256"};
     T_EQ_INT(load_with(NULL, NULL, 1, cyc_over, &rc, &err), 0, "noise_cycles: %s", err.msg);
     if (rc) T_EQ_INT(rc->model.noise_cycles, 256, "model.noise_cycles read");
+    runconfig_free(rc);
+    char *cyc_release[] = {"model.noise_cycles=0"};
+    T_EQ_INT(load_with(NULL, NULL, 1, cyc_release, &rc, &err), 0, "noise_cycles 0: %s", err.msg);
+    if (rc) T_EQ_INT(rc->model.noise_cycles, 0, "model.noise_cycles 0 (the release's) read");
     runconfig_free(rc);
     expect_error("batch: 8\n", "batch: 8\n  teacher_precision: fp8\n",
                  "'defaults.teacher_precision': expected fp32, bf16, fp16 or follow, got 'fp8'");

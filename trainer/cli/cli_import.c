@@ -261,8 +261,10 @@ static int check_fits(const model_config *c, const runconfig *rc, const runconfi
     if (!want && c->kind == MODEL_PFLM && c->noise_cycles != rm->noise_cycles)
         return kf_err_set(err,
                           "the checkpoint's noise encoder has noise_cycles %lld, %s's model %lld: "
-                          "the later stages would misread it",
-                          (long long)c->noise_cycles, rc->path, (long long)rm->noise_cycles);
+                          "the later stages would misread it (set model.noise_cycles: %lld in "
+                          "the config to import it)",
+                          (long long)c->noise_cycles, rc->path, (long long)rm->noise_cycles,
+                          (long long)c->noise_cycles);
     if (want)
         return kf_err_set(err,
                           "stage '%s' is %s (k = %lld) and needs %s checkpoint; this one is %s "

@@ -29,10 +29,11 @@ int model_export_fits(const model_config *c, model_export_to to, kf_err *err) {
                           "a model with GPT-2's options (learned positions, biases or a tied "
                           "head) cannot be exported to %s: it holds the DDiT only",
                           where);
-    if (c->noise_cycles)
+    if (c->noise_cycles && to == MODEL_EXPORT_RELEASE)
         return kf_err_set(err,
                           "a PFLM with noise_cycles %lld cannot be exported to %s: its noise "
-                          "encoder has the release's frequencies",
+                          "encoder has the release's frequencies (a run that sets "
+                          "model.noise_cycles: 0 trains with them; --to hf holds either)",
                           (long long)c->noise_cycles, where);
     if (c->bidir)
         return kf_err_set(err,
@@ -76,7 +77,11 @@ int model_export_hf_config(const model_config *c, const model_export_info *info,
         (long long)c->vocab, (long long)c->k_train, (long long)c->seq_len, (long long)c->mask_id,
         (long long)info->bos_id, (long long)info->eos_id, (long long)info->pad_id);
     put_str(&b, "hidden_act", "gelu_pytorch_tanh");
-    if (pflm) put_str(&b, "noise_encoder_act", "gelu");
+    if (pflm) {
+        put_str(&b, "noise_encoder_act", "gelu");
+        /* 0: the release's frequencies for z; N: kernels/noise_freq.h's */
+        strbuf_printf(&b, "  \"noise_cycles\": %lld,\n", (long long)c->noise_cycles);
+    }
     put_str(&b, "torch_dtype", "float32");
     put_str(&b, "tokenizer", info->tokenizer);
     put_str(&b, "weights", info->weights);
@@ -89,7 +94,7 @@ int model_export_hf_config(const model_config *c, const model_export_info *info,
         strbuf_printf(&b, ", \"kind\": \"%s\", \"k\": %lld, \"steps\": %lld}", s->kind,
                       (long long)s->k, (long long)s->steps);
     }
-    strbuf_printf(&b, "%s],\n  \"kforcing_export_version\": 1\n}\n", info->n_chain ? "\n  " : "");
+    strbuf_printf(&b, "%s],\n  \"kforcing_export_version\": 2\n}\n", info->n_chain ? "\n  " : "");
     int rc = fs_write_atomic(path, b.s, b.len, err);
     free(b.s);
     return rc;

@@ -10,9 +10,11 @@
  *            with the shared head; its MTP class (a PFLM) has one shared
  *            output_layer and loads with strict=False, so a tensor it lacks
  *            would be dropped without a word: only the default architecture
- *            (RoPE, no biases, untied head) with HEAD_SHARED fits.
+ *            (RoPE, no biases, untied head) with HEAD_SHARED and the
+ *            release's noise encoder (noise_cycles 0) fits.
  *   hf       a Hugging Face-style folder whose modelling code is
- *            tools/ref_model.py (tools/hf_load.py): the same architectures.
+ *            tools/ref_model.py (tools/hf_load.py): the same architectures,
+ *            with either noise encoder.
  *
  * config.json of the hf layout (model_export_hf_config):
  *   model_type "kforcing-ddit", architectures ["KForcingAR"|"KForcingPFLM"],
@@ -21,10 +23,12 @@
  *   pass; 1 for AR), max_position_embeddings (the training sequence length),
  *   mask_token_id (-1: none), bos/eos/pad_token_id (-1: unknown), rope_theta
  *   10000, layer_norm_eps 1e-5, hidden_act "gelu_pytorch_tanh",
- *   noise_encoder_act "gelu" (PFLM), torch_dtype "float32", tokenizer,
- *   weights ("ema"|"raw"), stage, step, stage_chain [{name, kind, k, steps},
- *   ...] from the first stage to this one (teacher links),
- *   kforcing_export_version 1 (this layout's version).
+ *   noise_encoder_act "gelu" and noise_cycles (PFLM: 0 the release's
+ *   frequencies for z, N kernels/noise_freq.h's), torch_dtype "float32",
+ *   tokenizer, weights ("ema"|"raw"), stage, step, stage_chain [{name, kind,
+ *   k, steps}, ...] from the first stage to this one (teacher links),
+ *   kforcing_export_version 2 (this layout's version; 1 lacked
+ *   noise_cycles, and held the release's frequencies only).
  */
 #ifndef KF_TRAINER_MODEL_MODEL_EXPORT_H
 #define KF_TRAINER_MODEL_MODEL_EXPORT_H
