@@ -12,7 +12,7 @@
 # tools/synth_lang.py, default --seed 1) and OUT/synth.yaml (shards in
 # OUT/shards; a checkpoint every EVERY steps, 0: the final one only;
 # SEQ_LEN tokens per sample, default 32). The AR and PFLM(1) stages run at
-# lr 3e-3 -> 3e-4, batch 16.
+# lr 3e-3 -> 3e-4, batch 16; PFLM(1) at tau 1.
 synth_setup() {
   local out=$1 ar_steps=$2 steps=$3 every=$4 prefixes=$5 hidden=$6 blocks=$7
   shift 7
@@ -38,7 +38,10 @@ defaults: {warmup: 10, checkpoint_every: $every, keep_checkpoints: 1000, log_eve
 resources: {ranks: 1, time_limit: "02:00:00", backend: cpu}
 stages:
   - {name: ar, kind: ar, steps: $ar_steps, batch: 16, lr: 3.0e-3, lr_decay: cosine, lr_min: 3.0e-4, ema: 0.95}
-  - {name: k1, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: $steps, tau: [0.01, 1.0],
+  # tau 1, the temperature the chain is sampled and scored at (the paper's
+  # main recipe); the self_forcing stages inherit it (docs/convergence.md,
+  # "Training at the sampling temperature")
+  - {name: k1, kind: distill_ar, teacher: ar, init: ar, k: 1, steps: $steps, tau: [1.0, 1.0],
      batch: 16, lr: 3.0e-3, lr_decay: cosine, lr_min: 3.0e-4, ema: 0.95}
   # self_forcing: the kind's default recipe (docs/convergence.md)
   - {name: k2, kind: self_forcing, teacher: k1, k: 2, steps: $steps}
