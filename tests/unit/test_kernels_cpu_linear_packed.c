@@ -2,7 +2,8 @@
  * linear_packed_fwd): bitwise linear_act's results (the fixed-order GEMM's)
  * in fp32, fp16 and bf16 mode, with and without bias, GELU, the residual
  * beta and 16-bit input/output copies, on shapes around the 32-output panel
- * and row counts around every level's register block; each row's result
+ * and row counts around every level's register block, and on a seeded
+ * random draw of shapes (KF_TEST_SEED replays another); each row's result
  * the same alone as in the batch, with 1 and 2 threads; values against a
  * double-precision reference. tests/run.sh reruns it at AVX2 on CPUs above
  * (the chain, and so every bit, is the same at every level with FMA). */
@@ -122,6 +123,19 @@ int main(void) {
             check_case(be, precs[p], rows, in, out, i % 2 ? KF_ACT_GELU_ERF : KF_ACT_GELU_TANH,
                        0.0f, 1, 1);
         }
+    /* seeded random shapes (rows to 140, in to 400, out to 100): the
+     * blocks, sub-blocks, chunks and panels in combinations no list above
+     * names; KF_TEST_SEED=N replays another draw */
+    const char *env = getenv("KF_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : 20261130u;
+    printf("  random shapes: KF_TEST_SEED=%llu\n", (unsigned long long)seed);
+    tu_state = seed ? seed : 1; /* xorshift's state must not be 0 */
+    for (int i = 0; i < 12; i++) {
+        int64_t rows = 1 + (int64_t)((tu_rand() + 1) * 70),
+                in = 1 + (int64_t)((tu_rand() + 1) * 200),
+                out = 1 + (int64_t)((tu_rand() + 1) * 50);
+        check_case(be, precs[i % 3], rows, in, out, KF_ACT_NONE, i % 2 ? 1.0f : 0.0f, i % 2, 0);
+    }
     /* a GPT-2-size layer at decoding's row counts, K past the GEMM's 256 block */
     check_case(be, KF_PREC_FP32, 8, 768, 2304, KF_ACT_NONE, 0.0f, 1, 0);
     check_case(be, KF_PREC_BF16, 4, 3072, 96, KF_ACT_NONE, 1.0f, 1, 0);
