@@ -147,6 +147,28 @@ __attribute__((target("avx2,fma"))) static void head_lanes_avx2(lane_best *best,
                                            _mm256_castsi256_ps(i), _mm256_castsi256_ps(id), gt)));
 }
 
+/* The epilogue of 8 logits of one row, panel entries j..j+7 (j = 0, 8, 16
+ * or 24) of the panel at v0 with n valid entries: the bias added, those
+ * within n written to o + j (o: the row's panel in out, or NULL), and folded
+ * into the row's lane maxima best[0..1]. Both AVX2 kernels end this way. */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+head_out8_avx2(const cpu_head *hd, __m256 acc, int64_t v0, int j, int64_t n, float *o,
+               lane_best *best) {
+    __m256 l = _mm256_add_ps(acc, _mm256_loadu_ps(hd->bias + v0 + j));
+    int64_t m = n - j < 8 ? n - j : 8;
+    if (o && m == 8) _mm256_storeu_ps(o + j, l);
+    else if (o && m > 0) {
+        float t[8];
+        _mm256_storeu_ps(t, l);
+        memcpy(o + j, t, (size_t)m * sizeof(float));
+    }
+    if (best) {
+        __m256i id = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                      _mm256_set1_epi32((int32_t)(v0 + j)));
+        head_lanes_avx2(&best[j / 16], l, id, (j / 8) & 1);
+    }
+}
+
 /* One or two rows (decoding at batch 1 or 2): each panel in one pass, R x 32
  * entries of accumulators (8 registers at most) and 4 of weights. The two
  * half passes below pad a row to 4 and compute the second half from L2
@@ -163,7 +185,6 @@ __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline))
 head_few_avx2(int R, const cpu_head *hd, const float *x, float *out, lane_best *best, int64_t p0,
               int64_t p1) {
     int64_t H = hd->H, V = hd->V;
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t p = p0; p < p1; p++) {
         const float *w = hd->w + p * H * PANEL;
         int64_t v0 = p * PANEL, n = V - v0 < PANEL ? V - v0 : PANEL;
@@ -181,18 +202,10 @@ head_few_avx2(int R, const cpu_head *hd, const float *x, float *out, lane_best *
             }
         }
         __m256 acc[2][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}};
-        for (int r = 0; r < R; r++) {
-            float l[PANEL];
-            for (int q = 0; q < 4; q++) {
-                __m256 lq = _mm256_add_ps(acc[r][q], _mm256_loadu_ps(hd->bias + v0 + 8 * q));
-                _mm256_storeu_ps(l + 8 * q, lq);
-                if (best)
-                    head_lanes_avx2(
-                        &best[r * 2 + q / 2], lq,
-                        _mm256_add_epi32(lane, _mm256_set1_epi32((int32_t)(v0 + 8 * q))), q & 1);
-            }
-            if (out) memcpy(out + r * V + v0, l, (size_t)n * sizeof(float));
-        }
+        for (int r = 0; r < R; r++)
+            for (int q = 0; q < 4; q++)
+                head_out8_avx2(hd, acc[r][q], v0, 8 * q, n, out ? out + r * V + v0 : NULL,
+                               best ? best + r * 2 : NULL);
     }
 }
 #undef HEAD_FEW_FMA
@@ -207,14 +220,10 @@ __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *
         else head_few_avx2(2, hd, xp, out, best, p0, p1);
         return 0;
     }
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t p = p0; p < p1; p++)
         for (int half = 0; half < 2; half++) {
             const float *w = hd->w + p * H * PANEL + 16 * half;
-            int64_t v0 = p * PANEL + 16 * half, n = V - v0 < 16 ? V - v0 : 16;
-            __m256 b0 = _mm256_loadu_ps(hd->bias + v0), b1 = _mm256_loadu_ps(hd->bias + v0 + 8);
-            __m256i id0 = _mm256_add_epi32(lane, _mm256_set1_epi32((int32_t)v0));
-            __m256i id1 = _mm256_add_epi32(id0, _mm256_set1_epi32(8));
+            int64_t v0 = p * PANEL, n = V - v0 < PANEL ? V - v0 : PANEL;
             for (int64_t blk = 0; blk < nblk; blk++) {
                 const float *x = xp + blk * ROWS * H;
                 __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
@@ -244,17 +253,10 @@ __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *
                 __m256 acc[ROWS][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
                 for (int r = 0; r < ROWS; r++) {
                     int64_t row = blk * ROWS + r;
-                    __m256 l0 = _mm256_add_ps(acc[r][0], b0), l1 = _mm256_add_ps(acc[r][1], b1);
-                    if (out && row < rows && n > 0) {
-                        float tmp[16], *o = out + row * V + v0;
-                        _mm256_storeu_ps(tmp, l0);
-                        _mm256_storeu_ps(tmp + 8, l1);
-                        memcpy(o, tmp, (size_t)n * sizeof(float));
-                    }
-                    if (best) {
-                        head_lanes_avx2(&best[row * 2 + half], l0, id0, 0);
-                        head_lanes_avx2(&best[row * 2 + half], l1, id1, 1);
-                    }
+                    float *o = out && row < rows ? out + row * V + v0 : NULL;
+                    lane_best *bt = best ? best + row * 2 : NULL;
+                    head_out8_avx2(hd, acc[r][0], v0, 16 * half, n, o, bt);
+                    head_out8_avx2(hd, acc[r][1], v0, 16 * half + 8, n, o, bt);
                 }
             }
         }
