@@ -13,7 +13,7 @@
 # PFLM(1) at tau 1 all three end below the floor after 300 steps a stage,
 # where a range [0.01, 1] left the HMM and the PCFG +0.03-0.05 above), and its
 # samples with each position shuffled among the completions of one prompt
-# (the joint destroyed) must not. About 85 s of CPU.
+# (the joint destroyed) must not. About 70 s of CPU (71 s on a Zen 4).
 # KF_FAMILY_OVERRIDES="key.path=value ..." is passed to every `kf jobs run`
 # (stages.3.steps=1, an untrained PFLM(4) stage, must fail it).
 # The full family sweep is bench/convergence_family.sh.
