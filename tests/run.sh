@@ -113,6 +113,16 @@ if [[ -z "${KF_CPU_ISA:-}" && $flags == *" avx512f "* && $flags == *" avx2 "* &&
     run_one "$n" env KF_CPU_ISA=avx512 "$t"
   fi
 fi
+# AVX2's decode-time linear layers block 7-12 rows as this CPU's vendor
+# prefers (cpu_avx2_block_rows): the packed-linear test runs both ways
+t="${KF_TEST_BUILD:-build}/tests/test_kernels_cpu_linear_packed"
+if [[ -z "${KF_CPU_ISA:-}" && $flags == *" avx2 "* && $flags == *" fma "* && -x "$t" ]]; then
+  for r in 6 12; do
+    n="test_kernels_cpu_linear_packed[avx2,block$r]"; skip_name "$n" && continue
+    skip_excluded "$(basename "$t")" && continue
+    run_one "$n" env KF_CPU_ISA=avx2 KF_CPU_AVX2_BLOCK_ROWS=$r "$t"
+  done
+fi
 while [ "$ended" -lt "$started" ]; do wait -n; report_done; done
 # the slowest tests by CPU time, the figure that budgets CI's 2 cores
 # (KF_TEST_TOP=N lines, default 20; wall times depend on the machine's load)

@@ -120,6 +120,19 @@ int cpu_simd_level(void) {
 
 const char *kernels_cpu_isa(void) { return simd_names[cpu_simd_level()]; }
 
+int cpu_avx2_block_rows(void) {
+    static int rows = 0; /* first set by kernels_cpu_create, before any parallel use */
+    if (rows) return rows;
+    const char *want = getenv("KF_CPU_AVX2_BLOCK_ROWS");
+    int r = __builtin_cpu_is("amd") ? 6 : 12;
+    if (want && *want) {
+        if (strcmp(want, "6") && strcmp(want, "12"))
+            KF_FATAL("KF_CPU_AVX2_BLOCK_ROWS=%s: expected 6 or 12", want);
+        r = atoi(want);
+    }
+    return rows = r;
+}
+
 int kernels_cpu_set_isa(const char *name) {
     int w = simd_parse(name);
     if (w < 0 || w > cpu_best_level()) return -1;
@@ -183,6 +196,7 @@ static const kf_backend cpu_table = {
 
 kf_backend *kernels_cpu_create(void) {
     cpu_simd_level();
+    cpu_avx2_block_rows();
     kf_backend *b = kf_calloc(1, sizeof *b);
     *b = cpu_table;
     b->name = "cpu";

@@ -67,6 +67,14 @@ enum { CPU_SIMD_BASE = 0, CPU_SIMD_AVX2 = 1, CPU_SIMD_AVX512 = 2, CPU_SIMD_VNNI 
  *  is a fatal error naming it). Read once, before any parallel use. */
 int cpu_simd_level(void);
 
+/** How many rows one AVX2 block of the decode-time linear layers
+ *  (cpu_linear_packed.c) may hold: 12 (up to two sub-blocks of 6, read in
+ *  chunks of the panel: faster on the Xeons it was tuned on) or 6 (more
+ *  rows in blocks of up to 6, each over the whole panel: faster on AMD's
+ *  Zen 4); by the CPU's vendor, or KF_CPU_AVX2_BLOCK_ROWS=6|12 (a fatal
+ *  error otherwise). Every choice gives the same bits. Read once. */
+int cpu_avx2_block_rows(void);
+
 /** The fixed GEMM's epilogue (cpu_gemm_fixed.c) on 16 outputs of one row
  *  with AVX2 + FMA: c = va * s, or fma(vb, c, va * s) when beta is not 0
  *  (va, vb: alpha and beta broadcast). */

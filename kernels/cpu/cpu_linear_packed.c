@@ -358,11 +358,12 @@ static void lp_base(int R, const float *x, int64_t K, const float *w, const uint
 static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t rows, float beta) {
     int lvl = cpu_simd_level();
     lp_fn *fn = lvl >= CPU_SIMD_AVX512 ? lp_avx512 : lvl == CPU_SIMD_AVX2 ? lp_avx2 : lp_base;
-    /* AVX2: up to 12 rows in one block, read in chunks of LP_KC k's; more
-     * in blocks of up to 6, each over the whole panel (each block re-reads
-     * the panel from L2 anyway, and such products are bound by the FMAs:
-     * chunks cost 16 rows 0-7% and 32 rows 5-10% there) */
-    int mr = lvl >= CPU_SIMD_AVX512 ? 8 : lvl == CPU_SIMD_AVX2 ? (rows > 12 ? 6 : 12) : 4;
+    /* AVX2: up to cpu_avx2_block_rows() rows in one block, read in chunks
+     * of LP_KC k's; more in blocks of up to 6, each over the whole panel
+     * (each block re-reads the panel from L2 anyway, and such products are
+     * bound by the FMAs: chunks cost 16 rows 0-7% and 32 rows 5-10% there) */
+    int br = lvl == CPU_SIMD_AVX2 ? cpu_avx2_block_rows() : 0;
+    int mr = lvl >= CPU_SIMD_AVX512 ? 8 : lvl == CPU_SIMD_AVX2 ? (rows > br ? 6 : br) : 4;
     /* blocks as even as mr allows */
     int64_t nb = (rows + mr - 1) / mr, chunk = nb == 1 ? LP_KC : L->in;
     int64_t K = L->in, N = L->out;
