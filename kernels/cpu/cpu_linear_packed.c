@@ -226,10 +226,10 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
 LP256_R(1)
 LP256_R(2)
 
-/* From 3 rows: up to 12, as one or two sub-blocks of up to 6 rows x 16
- * outputs, half a panel (row stride 32) at a time: 12 accumulators + 2
- * weight vectors + 1 broadcast fill AVX2's 16 registers and cover the FMAs'
- * latency. Every sub-block and half (a pass) runs over a chunk of LP_KC k's
+/* From 3 rows: up to cpu_avx2_block_rows() (6 or 12) in one block, as one
+ * or two sub-blocks of up to 6 rows x 16 outputs, half a panel (row stride
+ * 32) at a time: 12 accumulators + 2 weight vectors + 1 broadcast fill
+ * AVX2's 16 registers and cover the FMAs' latency. Every sub-block and half (a pass) runs over a chunk of LP_KC k's
  * before the next chunk, partial chains kept in a buffer: the chunk (4 KiB)
  * comes from memory once and the other passes re-read it from L1. Each pass
  * prefetches its share of the next panel into L2 as it goes, so the next
@@ -299,7 +299,8 @@ typedef void lp_half_fn(int half, const float *x, int64_t K, int64_t k0, int64_t
     }
 LP256H_CASES(LP256H_R)
 
-/* 3-12 rows: sub-blocks as even as can be (8 rows as 4 + 4, not 6 + 2) */
+/* 3-12 rows: sub-blocks as even as can be (8 rows as 4 + 4, not 6 + 2);
+ * with a block of at most 6 rows, one */
 LP256 static void lp256_chunked(int R, const float *x, int64_t K, const float *w, const uint16_t *h,
                                 float *c, int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
     static lp_half_fn *const half_fn[7] = {

@@ -107,8 +107,10 @@ int main(void) {
      * their even splits (AVX-512 up to 8; AVX2 1-2 full panel, 3-12 in one
      * block of one or two sub-blocks over half a panel, read in chunks of
      * 32 k's (in: one chunk, a partial last one, several), from 13 blocks
-     * of up to 6 over the whole panel; baseline 4), several panels (each
-     * block prefetching its share of the next) and a prefill's many rows */
+     * of up to 6 over the whole panel, from 7 with KF_CPU_AVX2_BLOCK_ROWS=6
+     * (AMD's default: tests/run.sh runs both); baseline 4), several panels
+     * (each block prefetching its share of the next) and a prefill's many
+     * rows */
     const int64_t shapes[][3] = {{1, 5, 1},     {2, 7, 31},    {3, 32, 32},   {4, 65, 32},
                                  {5, 9, 40},    {6, 16, 64},   {7, 11, 20},   {7, 100, 96},
                                  {8, 33, 33},   {9, 64, 65},   {10, 95, 64},  {11, 31, 40},
