@@ -229,12 +229,13 @@ LP256_R(2)
 /* From 3 rows: up to cpu_avx2_block_rows() (6 or 12) in one block, as one
  * or two sub-blocks of up to 6 rows x 16 outputs, half a panel (row stride
  * 32) at a time: 12 accumulators + 2 weight vectors + 1 broadcast fill
- * AVX2's 16 registers and cover the FMAs' latency. Every sub-block and half (a pass) runs over a chunk of LP_KC k's
- * before the next chunk, partial chains kept in a buffer: the chunk (4 KiB)
- * comes from memory once and the other passes re-read it from L1. Each pass
- * prefetches its share of the next panel into L2 as it goes, so the next
- * panel's reads go on under every pass. Named variables, as in
- * cpu_gemm_fixed's AVX2 kernel: gcc kept an array's copy on the stack. */
+ * AVX2's 16 registers and cover the FMAs' latency. Every sub-block and half
+ * (a pass) runs over a chunk of LP_KC k's before the next chunk, partial
+ * chains kept in a buffer: the chunk (4 KiB) comes from memory once and the
+ * other passes re-read it from L1. Each pass prefetches its share of the
+ * next panel into L2 as it goes, so the next panel's reads go on under every
+ * pass. Named variables, as in cpu_gemm_fixed's AVX2 kernel: gcc kept an
+ * array's copy on the stack. */
 #define LP_KC 32
 #define LP256_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 LP256 static inline __attribute__((always_inline)) void
