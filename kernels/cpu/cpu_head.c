@@ -150,7 +150,7 @@ __attribute__((target("avx2,fma"))) static void head_lanes_avx2(lane_best *best,
 /* The epilogue of 8 logits of one row, panel entries j..j+7 (j = 0, 8, 16
  * or 24) of the panel at v0 with n valid entries: the bias added, those
  * within n written to o + j (o: the row's panel in out, or NULL), and folded
- * into the row's lane maxima best[0..1]. Both AVX2 kernels end this way. */
+ * into the row's lane maxima best[0..1]. Every AVX2 kernel ends this way. */
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 head_out8_avx2(const cpu_head *hd, __m256 acc, int64_t v0, int j, int64_t n, float *o,
                lane_best *best) {
@@ -170,11 +170,11 @@ head_out8_avx2(const cpu_head *hd, __m256 acc, int64_t v0, int j, int64_t n, flo
 }
 
 /* One or two rows (decoding at batch 1 or 2): each panel in one pass, R x 32
- * entries of accumulators (8 registers at most) and 4 of weights. The two
- * half passes below pad a row to 4 and compute the second half from L2
- * while memory idles: on a Zen 4, whose reads are fast against its FMAs,
- * that kernel took 1.7x the blocks' time per byte at batch 1. The same fma
- * chain per logit: logits and ids bitwise the same. */
+ * entries of accumulators (8 registers at most) and 4 of weights, not
+ * padded to the 4 rows of the half-panel kernels below: on a Zen 4, whose
+ * reads are fast against its FMAs, a row through the whole-half passes
+ * took 1.7x the blocks' time per byte at batch 1. The same fma chain per
+ * logit: logits and ids bitwise the same. */
 #define HEAD_FEW_FMA(r)                                                                            \
     xr = _mm256_broadcast_ss(x + (r)*H + h);                                                       \
     a##r##0 = _mm256_fmadd_ps(xr, w0, a##r##0);                                                    \
@@ -210,6 +210,80 @@ head_few_avx2(int R, const cpu_head *hd, const float *x, float *out, lane_best *
 }
 #undef HEAD_FEW_FMA
 
+/* Three or four rows (one register block): each panel's two halves take
+ * turns over chunks of HEAD_KC h's (4 KiB), the partial chains kept in a
+ * buffer, so a chunk comes from memory once and the second half re-reads it
+ * from L1; each half also prefetches its share of the next panel into L2.
+ * With whole-panel halves memory idled while the second half ran from L2:
+ * AR at batch 4 ran the output layer at 0.54 of the memory rate. The same
+ * fma chain per logit: logits and ids bitwise the same. */
+#define HEAD_KC 32
+__attribute__((target("avx2,fma"))) static void head_block_avx2(const cpu_head *hd, const float *x,
+                                                                int64_t rows, float *out,
+                                                                lane_best *best, int64_t p0,
+                                                                int64_t p1) {
+    int64_t H = hd->H, V = hd->V, pbytes = H * PANEL * (int64_t)sizeof(float);
+    /* the share of the next panel each half prefetches a k: step / 65536 bytes */
+    int64_t step = (pbytes / 2 << 16) / H;
+    float acc[2][ROWS][16];
+    for (int64_t p = p0; p < p1; p++) {
+        const float *w = hd->w + p * H * PANEL;
+        const char *next = (const char *)w + (p + 1 < hd->panels ? pbytes : 0);
+        int64_t v0 = p * PANEL, n = V - v0 < PANEL ? V - v0 : PANEL;
+        for (int64_t k0 = 0; k0 < H; k0 += HEAD_KC) {
+            int64_t k1 = H - k0 < HEAD_KC ? H : k0 + HEAD_KC;
+            for (int half = 0; half < 2; half++) {
+                const float *wh = w + 16 * half;
+                const char *ahead = next + half * (pbytes / 2);
+                __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
+                       a21 = a00, a30 = a00, a31 = a00;
+                if (k0) {
+                    float(*s)[16] = acc[half];
+                    a00 = _mm256_loadu_ps(s[0]), a01 = _mm256_loadu_ps(s[0] + 8);
+                    a10 = _mm256_loadu_ps(s[1]), a11 = _mm256_loadu_ps(s[1] + 8);
+                    a20 = _mm256_loadu_ps(s[2]), a21 = _mm256_loadu_ps(s[2] + 8);
+                    a30 = _mm256_loadu_ps(s[3]), a31 = _mm256_loadu_ps(s[3] + 8);
+                }
+                for (int64_t h = k0; h < k1; h++) {
+                    /* one line of row h + 32 each: the chunk after next's */
+                    _mm_prefetch((const char *)(w + h * PANEL) + CPU_PREFETCH_BYTES + 64 * half,
+                                 _MM_HINT_T0);
+                    _mm_prefetch(ahead + (((h * step) >> 16) & ~(int64_t)63), _MM_HINT_T1);
+                    __m256 w0 = _mm256_loadu_ps(wh + h * PANEL),
+                           w1 = _mm256_loadu_ps(wh + h * PANEL + 8);
+                    __m256 xr = _mm256_broadcast_ss(x + h);
+                    a00 = _mm256_fmadd_ps(xr, w0, a00);
+                    a01 = _mm256_fmadd_ps(xr, w1, a01);
+                    xr = _mm256_broadcast_ss(x + H + h);
+                    a10 = _mm256_fmadd_ps(xr, w0, a10);
+                    a11 = _mm256_fmadd_ps(xr, w1, a11);
+                    xr = _mm256_broadcast_ss(x + 2 * H + h);
+                    a20 = _mm256_fmadd_ps(xr, w0, a20);
+                    a21 = _mm256_fmadd_ps(xr, w1, a21);
+                    xr = _mm256_broadcast_ss(x + 3 * H + h);
+                    a30 = _mm256_fmadd_ps(xr, w0, a30);
+                    a31 = _mm256_fmadd_ps(xr, w1, a31);
+                }
+                __m256 a[ROWS][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+                for (int r = 0; r < ROWS; r++) {
+                    if (k1 < H) {
+                        _mm256_storeu_ps(acc[half][r], a[r][0]);
+                        _mm256_storeu_ps(acc[half][r] + 8, a[r][1]);
+                        continue;
+                    }
+                    float *o = out && r < rows ? out + r * V + v0 : NULL;
+                    lane_best *bt = best ? best + r * 2 : NULL;
+                    head_out8_avx2(hd, a[r][0], v0, 16 * half, n, o, bt);
+                    head_out8_avx2(hd, a[r][1], v0, 16 * half + 8, n, o, bt);
+                }
+            }
+        }
+    }
+}
+#undef HEAD_KC
+
+/* Five rows and more: block by block over whole half panels, the second
+ * half from L2 (from 8 rows the FMAs, not the reads, bound the product). */
 __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *hd, const float *xp,
                                                                 int64_t nblk, int64_t rows,
                                                                 float *out, lane_best *best,
@@ -218,6 +292,10 @@ __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *
     if (rows <= 2) {
         if (rows == 1) head_few_avx2(1, hd, xp, out, best, p0, p1);
         else head_few_avx2(2, hd, xp, out, best, p0, p1);
+        return 0;
+    }
+    if (nblk == 1) {
+        head_block_avx2(hd, xp, rows, out, best, p0, p1);
         return 0;
     }
     for (int64_t p = p0; p < p1; p++)

@@ -119,17 +119,20 @@ static void free_layer(layer *l) {
 }
 
 /* Logits and ids are the same bits at every SIMD level with FMA (each level
- * has its own kernel: AVX-512 4x32 blocks, AVX2 4x16 half panels). */
-static void check_levels(kf_backend *be) {
+ * has its own kernels: AVX-512 4x32 blocks; AVX2 one-pass panels for 1-2
+ * rows, chunked half panels for one block of 3-4, whole half panels for
+ * more), for `rows` rows with H = 65 (two whole chunks of 32 h's and one h). */
+static void check_levels(kf_backend *be, int64_t rows) {
     const char *levels[] = {"avx2", "avx512", "vnni"};
     char native[16];
     snprintf(native, sizeof native, "%s", kernels_cpu_isa());
-    const int64_t V = 5003, H = 65, rows = 7;
+    const int64_t V = 5003, H = 65;
     layer l = make_layer(V, H, 77, 1, 1.0);
     float *x = tu_randf(rows * H, 3.0);
     float *want = kf_malloc((size_t)(rows * V) * sizeof(float)),
           *got = kf_malloc((size_t)(rows * V) * sizeof(float));
-    int32_t wid[7], gid[7];
+    int32_t *wid = kf_malloc((size_t)rows * sizeof(int32_t)),
+            *gid = kf_malloc((size_t)rows * sizeof(int32_t));
     int ref = -1; /* the first level this CPU has is the reference */
     for (int i = 0; i < 3; i++) {
         if (kernels_cpu_set_isa(levels[i])) continue;
@@ -143,20 +146,21 @@ static void check_levels(kf_backend *be) {
         int64_t bad = -1;
         for (int64_t j = 0; j < rows * V && bad < 0; j++)
             if (memcmp(&got[j], &want[j], sizeof(float))) bad = j;
-        T_CHECK(bad < 0, "level %s: logit %lld = %.9g, want %.9g (level %s)", levels[i],
-                (long long)bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad], levels[ref]);
+        T_CHECK(bad < 0, "%lld rows, level %s: logit %lld = %.9g, want %.9g (level %s)",
+                (long long)rows, levels[i], (long long)bad, bad < 0 ? 0.0 : got[bad],
+                bad < 0 ? 0.0 : want[bad], levels[ref]);
         for (int64_t r = 0; r < rows; r++)
-            T_EQ_INT(gid[r], wid[r], "level %s: row %lld id %d, want %d (level %s)", levels[i],
-                     (long long)r, gid[r], wid[r], levels[ref]);
+            T_EQ_INT(gid[r], wid[r], "%lld rows, level %s: row %lld id %d, want %d (level %s)",
+                     (long long)rows, levels[i], (long long)r, gid[r], wid[r], levels[ref]);
         be->head_fwd(be, NULL, gid, x, hd, rows); /* ids alone: the screen where the level has it */
         for (int64_t r = 0; r < rows; r++)
-            T_EQ_INT(gid[r], wid[r], "level %s, ids alone: row %lld id %d, want %d", levels[i],
-                     (long long)r, gid[r], wid[r]);
+            T_EQ_INT(gid[r], wid[r], "%lld rows, level %s, ids alone: row %lld id %d, want %d",
+                     (long long)rows, levels[i], (long long)r, gid[r], wid[r]);
         be->head_free(be, hd);
     }
     T_CHECK(ref >= 0, "this CPU has no SIMD level with FMA: cross-level check not run");
     kernels_cpu_set_isa(native);
-    free(x), free(want), free(got);
+    free(x), free(want), free(got), free(wid), free(gid);
     free_layer(&l);
 }
 
@@ -167,10 +171,11 @@ int main(void) {
     printf("  int8 screen: %s\n", screen
                                       ? "screened (this level's screen) and exact paths checked"
                                       : "level base: no screen, the exact path is checked twice");
-    check_levels(be);
+    for (int64_t rows = 1; rows <= 7; rows++) check_levels(be, rows);
     /* awkward shapes: V around the 32-entry panel, H around the 4-wide int8 groups */
-    const int64_t shapes[][3] = {{1, 1, 5},      {31, 3, 4},    {32, 4, 5},    {33, 7, 9},
-                                 {1000, 64, 17}, {5003, 65, 6}, {2049, 16, 64}};
+    const int64_t shapes[][3] = {{1, 1, 5},      {31, 3, 4},     {32, 4, 5},
+                                 {33, 7, 9},     {1000, 64, 17}, {5003, 65, 6},
+                                 {2049, 16, 64}, {999, 97, 3},   {5003, 65, 4}};
     char what[96];
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         int64_t V = shapes[i][0], H = shapes[i][1], rows = shapes[i][2];
