@@ -104,7 +104,9 @@ static const char USAGE[] =
     "  --clock C      wall (default): wall-clock seconds; cpu: the process's CPU time\n"
     "                 (every thread's), for a loaded machine: with OMP_NUM_THREADS=1\n"
     "                 other jobs barely change it (cache and memory sharing still do);\n"
-    "                 CPU backend only\n"
+    "                 CPU backend only. Idle OpenMP workers spin a while on the wall\n"
+    "                 clock when the threads fit on the CPUs, and sleep at once on the\n"
+    "                 CPU clock (unless OMP_WAIT_POLICY is set)\n"
     "  --tau T        temperature (default 1)\n"
     "  --precision P  GEMMs and attention in fp32 (default), fp16 or bf16 (the paper's\n"
     "                 throughput runs), fp32 accumulation; Gen-PPL is scored in fp32\n"
@@ -585,7 +587,9 @@ int bench_decode_main(int argc, char **argv) {
         free(a.over);
         return code;
     }
-    omp_env_passive(); /* spinning OpenMP workers would distort the timings */
+    /* spinning OpenMP workers would bill the CPU clock; on the wall clock
+     * they are what keeps a decoding step's regions fed (omp_env.h) */
+    omp_env_decode(!a.cpu_clock);
     kf_err err = {{0}};
     code = KF_EXIT_ERROR;
     if (plan_make(&p, &a, &err) == 0) {

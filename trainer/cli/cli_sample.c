@@ -361,7 +361,7 @@ int sample_main(int argc, char **argv) {
     sample_args a;
     int rc;
     if (parse_args(argc, argv, &a, &rc)) return rc;
-    omp_env_passive();
+    omp_env_decode(true);
     kf_err err = {{0}};
     sample_plan p = {0};
     if (ckpt_resolve_teacher(a.ckpt, p.path, sizeof p.path, p.sha, &err)) rc = KF_EXIT_ERROR;
