@@ -11,7 +11,8 @@
 #  (d) kill -9 of a stage's trainer: the job fails, its dependents are
 #      cancelled, and kf jobs resume completes the run from the checkpoint;
 #  (e) data not built yet: a kf shards build job first, then a 2-rank stage
-#      started by the wrapper with srun --mpi=pmix; and kf jobs cancel.
+#      started by the wrapper with srun --mpi=pmix; and kf jobs cancel;
+#  (g) scancel of a running stage: the job stays cancelled, its checkpoint kept.
 # The scenarios share one cluster and run side by side (2 CPUs). A requeued
 # job waits ~2 min (BeginTime) before Slurm restarts it; the test releases it
 # at once with scontrol update StartTime=now.
@@ -217,4 +218,23 @@ out=$("$KF" jobs cancel "$F" 2>&1); rc=$?
 check "cancel race: exits 0 (got $rc: $out)" [ $rc -eq 0 ]
 none_alive() { for s in ar k1 k2; do case $(job_state "$(job_of "$F" $s)") in PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED) return 1 ;; esac; done; }
 check "cancel race: no job of the run left alive" wait_until 60 none_alive
+# scancel of a stage whose trainer runs: the TERM it sends looks like a
+# preemption to the wrapper (the trainer checkpoints and exits 75), but the
+# job must stay cancelled, not requeue itself (the cancel race above hits
+# this only when the cancel lands after the job started). The trainer's own
+# exit may be 75 or 143: slurmstepd signals every process of the job.
+G=$T/g
+tiny_config "$T/g.yaml" 400 1
+submit "$G" "$T/g.yaml"; check "(g) submit exits 0" [ $? -eq 0 ]
+jg=$(job_of "$G" ar)
+check "(g) the stage's trainer runs" wait_until 120 grep -q "step 1/" "$G/stages/ar/slurm.out"
+scancel "$jg"
+check "(g) the trainer writes its checkpoint and exits" wait_until 60 bash -c '
+  grep -q "checkpoint written" "$1" && grep -q "trainer exited with" "$1"' _ "$G/stages/ar/slurm.out"
+sleep 5   # the wrapper's requeue, if it made one, has happened by now
+gstate=$(job_state "$jg") grestarts=$(job_field "$jg" Restarts)
+check "(g) the job stays cancelled (state $gstate, restarts $grestarts)" \
+  bash -c '[ "$1" = CANCELLED ] && [ "$2" = 0 ]' _ "$gstate" "$grestarts"
+check "(g) the wrapper does not requeue it" bash -c '! grep -q "requeueing (scontrol" "$1"' _ "$G/stages/ar/slurm.out"
+check "(g) its checkpoint is kept" bash -c 'ls -d "$1"/stages/ar/ckpt/step-* >/dev/null 2>&1' _ "$G"
 finish
