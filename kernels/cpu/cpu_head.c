@@ -210,6 +210,22 @@ head_few_avx2(int R, const cpu_head *hd, const float *x, float *out, lane_best *
 }
 #undef HEAD_FEW_FMA
 
+/* Step h of a 4-row x 16-entry block (the half-panel kernels below): rows
+ * x, x + H, x + 2H, x + 3H against weights w0, w1, into a00..a31. */
+#define HEAD_4X16_FMA                                                                              \
+    __m256 xr = _mm256_broadcast_ss(x + h);                                                        \
+    a00 = _mm256_fmadd_ps(xr, w0, a00);                                                            \
+    a01 = _mm256_fmadd_ps(xr, w1, a01);                                                            \
+    xr = _mm256_broadcast_ss(x + H + h);                                                           \
+    a10 = _mm256_fmadd_ps(xr, w0, a10);                                                            \
+    a11 = _mm256_fmadd_ps(xr, w1, a11);                                                            \
+    xr = _mm256_broadcast_ss(x + 2 * H + h);                                                       \
+    a20 = _mm256_fmadd_ps(xr, w0, a20);                                                            \
+    a21 = _mm256_fmadd_ps(xr, w1, a21);                                                            \
+    xr = _mm256_broadcast_ss(x + 3 * H + h);                                                       \
+    a30 = _mm256_fmadd_ps(xr, w0, a30);                                                            \
+    a31 = _mm256_fmadd_ps(xr, w1, a31);
+
 /* Three or four rows (one register block): each panel's two halves take
  * turns over chunks of HEAD_KC h's (4 KiB), the partial chains kept in a
  * buffer, so a chunk comes from memory once and the second half re-reads it
@@ -251,18 +267,7 @@ __attribute__((target("avx2,fma"))) static void head_block_avx2(const cpu_head *
                     _mm_prefetch(ahead + (((h * step) >> 16) & ~(int64_t)63), _MM_HINT_T1);
                     __m256 w0 = _mm256_loadu_ps(wh + h * PANEL),
                            w1 = _mm256_loadu_ps(wh + h * PANEL + 8);
-                    __m256 xr = _mm256_broadcast_ss(x + h);
-                    a00 = _mm256_fmadd_ps(xr, w0, a00);
-                    a01 = _mm256_fmadd_ps(xr, w1, a01);
-                    xr = _mm256_broadcast_ss(x + H + h);
-                    a10 = _mm256_fmadd_ps(xr, w0, a10);
-                    a11 = _mm256_fmadd_ps(xr, w1, a11);
-                    xr = _mm256_broadcast_ss(x + 2 * H + h);
-                    a20 = _mm256_fmadd_ps(xr, w0, a20);
-                    a21 = _mm256_fmadd_ps(xr, w1, a21);
-                    xr = _mm256_broadcast_ss(x + 3 * H + h);
-                    a30 = _mm256_fmadd_ps(xr, w0, a30);
-                    a31 = _mm256_fmadd_ps(xr, w1, a31);
+                    HEAD_4X16_FMA
                 }
                 __m256 a[ROWS][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
                 for (int r = 0; r < ROWS; r++) {
@@ -315,18 +320,7 @@ __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *
                     }
                     __m256 w0 = _mm256_loadu_ps(w + h * PANEL),
                            w1 = _mm256_loadu_ps(w + h * PANEL + 8);
-                    __m256 xr = _mm256_broadcast_ss(x + h);
-                    a00 = _mm256_fmadd_ps(xr, w0, a00);
-                    a01 = _mm256_fmadd_ps(xr, w1, a01);
-                    xr = _mm256_broadcast_ss(x + H + h);
-                    a10 = _mm256_fmadd_ps(xr, w0, a10);
-                    a11 = _mm256_fmadd_ps(xr, w1, a11);
-                    xr = _mm256_broadcast_ss(x + 2 * H + h);
-                    a20 = _mm256_fmadd_ps(xr, w0, a20);
-                    a21 = _mm256_fmadd_ps(xr, w1, a21);
-                    xr = _mm256_broadcast_ss(x + 3 * H + h);
-                    a30 = _mm256_fmadd_ps(xr, w0, a30);
-                    a31 = _mm256_fmadd_ps(xr, w1, a31);
+                    HEAD_4X16_FMA
                 }
                 __m256 acc[ROWS][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
                 for (int r = 0; r < ROWS; r++) {
@@ -340,6 +334,7 @@ __attribute__((target("avx2,fma"))) static int head_panels_avx2(const cpu_head *
         }
     return 0;
 }
+#undef HEAD_4X16_FMA
 
 /* AVX-512: 4 rows x one whole panel (2 registers) of accumulators. The fma
  * is written out, as in the AVX2 kernel: a contraction left to gcc happens
