@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/proc.h"
 #include "tests/test.h"
 #include "trainer/cli/omp_env.h"
 
@@ -37,43 +37,29 @@ typedef struct run_case {
     const char *user; /* OMP_WAIT_POLICY set beforehand, or NULL */
 } run_case;
 
-/* The policy the child reports, "" when it could not be run. */
-static void run_child(const char *self, const run_case *c, char *out, size_t cap) {
-    int fd[2];
+/* The policy the child reports, "" when it could not be run. The child
+ * inherits this process's environment and CPUs, set here for it. */
+static void run_child(const run_case *c, const cpu_set_t *all, char *out, size_t cap) {
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", c->threads);
+    setenv("OMP_NUM_THREADS", threads, 1);
+    if (c->gemm) setenv("KF_CPU_GEMM", c->gemm, 1);
+    else unsetenv("KF_CPU_GEMM");
+    if (c->user) setenv("OMP_WAIT_POLICY", c->user, 1);
+    else unsetenv("OMP_WAIT_POLICY");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
     out[0] = 0;
-    if (pipe(fd)) return;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        if (c->pinned) {
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
-            if (sched_setaffinity(0, sizeof one, &one)) _exit(3);
-        }
-        char threads[16];
-        snprintf(threads, sizeof threads, "%d", c->threads);
-        setenv("OMP_NUM_THREADS", threads, 1);
-        if (c->gemm) setenv("KF_CPU_GEMM", c->gemm, 1);
-        else unsetenv("KF_CPU_GEMM");
-        if (c->user) setenv("OMP_WAIT_POLICY", c->user, 1);
-        else unsetenv("OMP_WAIT_POLICY");
-        execl(self, self, "--child", c->decode ? "decode" : "passive", c->spin_ok ? "1" : "0",
-              (char *)NULL);
-        _exit(4);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < cap && (r = read(fd[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
-    out[n] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) out[0] = 0;
-    char *nl = strchr(out, '\n');
-    if (nl) *nl = 0;
+    if (c->pinned && sched_setaffinity(0, sizeof one, &one)) return;
+    char *argv[] = {(char *)proc_self_exe(), "--child", c->decode ? "decode" : "passive",
+                    c->spin_ok ? "1" : "0", NULL};
+    char *got = NULL;
+    kf_err err = {{0}};
+    int rc = proc_capture(argv, &got, false, &err);
+    if (c->pinned) sched_setaffinity(0, sizeof *all, all);
+    if (rc == 0) snprintf(out, cap, "%.*s", (int)strcspn(got, "\n"), got);
+    free(got);
 }
 
 /* The rule of omp_env.h, written out again. */
@@ -87,10 +73,6 @@ static const char *want_policy(const run_case *c, int cpus) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--child")) return child(argv[2], argv[3]);
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    T_REQUIRE(n > 0, "readlink /proc/self/exe");
-    self[n] = 0;
     cpu_set_t set;
     T_REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0, "sched_getaffinity");
     int cpus = CPU_COUNT(&set);
@@ -105,7 +87,7 @@ int main(int argc, char **argv) {
                         for (int u = 0; u < 3; u++) {
                             run_case c = {d, s, threads[t], p, gemms[g], users[u]};
                             char got[64];
-                            run_child(self, &c, got, sizeof got);
+                            run_child(&c, &set, got, sizeof got);
                             T_EQ_STR(got, want_policy(&c, cpus),
                                      "%s, spin_ok %d, %d threads on %d CPUs, KF_CPU_GEMM %s, "
                                      "OMP_WAIT_POLICY %s before",
