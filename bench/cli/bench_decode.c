@@ -31,8 +31,13 @@
  *
  * roofline    on the CPU backend: the read bandwidth and the GEMM's FLOP/s of
  *               the benchmark's threads measured first, and each method's
- *               tokens/s at its steps' roofline (decode_limits.h) and the
- *               fraction reached, in the table and the JSON
+ *               tokens/s at its steps' roofline (decode_limits.h), the
+ *               fraction reached and whether the reads or the FLOPs bound
+ *               it, in the table and the JSON
+ *   threads     --threads 1,2: every method at each count, the counts taking
+ *               turns run by run as the methods do, the limits measured at
+ *               each; the gain of each count over the first beside the
+ *               gain its roofline allows
  *
  * Output: a table on stdout; asked for, the same as JSON (--json FILE) and a
  * grouped bar chart (--png FILE; bench/plot/chart.h): one group per batch
@@ -73,7 +78,7 @@ static const char USAGE[] =
     "usage: kf bench decode CKPT... --data DIR [--batch 4,16,128] [--k 2,3,4]\n"
     "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
     "                       [--backend cpu|cuda|auto] [--clock wall|cpu] [--json OUT.json]\n"
-    "                       [--png OUT.png] [--precision fp32|fp16|bf16]\n"
+    "                       [--png OUT.png] [--precision fp32|fp16|bf16] [--threads 1,2]\n"
     "       kf bench decode [CONFIG] --roofline DEVICE [--batch 4,16,128] [--k 2,3,4]\n"
     "                       [--cache-len L] [--prefix-len P] [--freq-penalty F]\n"
     "                       [--precision fp32|fp16|bf16] [key.path=value ...]\n"
@@ -93,8 +98,8 @@ static const char USAGE[] =
     "mean length before EOS; a row with Gen-PPL > 1.3x, entropy or length < 0.9x AR's\n"
     "reads FLAG with the reasons. A prefix of the default length is cut to half the\n"
     "smallest context. On the CPU backend the run first measures the read bandwidth\n"
-    "and the GEMM's FLOP/s of its threads (--clock; with more than one thread, also the\n"
-    "read of one thread in turns with theirs), and prints each method's tokens/s\n"
+    "and the GEMM's FLOP/s at each thread count (--clock; with more than one thread,\n"
+    "also one thread's, the counts in turns), and prints each method's tokens/s\n"
     "at the roofline of its steps (max of bytes / bandwidth, FLOPs / GEMM rate) and the\n"
     "fraction reached (bench/roofline/decode_limits.h).\n"
     "\n"
@@ -112,6 +117,11 @@ static const char USAGE[] =
     "                 throughput runs), fp32 accumulation; Gen-PPL is scored in fp32\n"
     "  --freq-penalty P  PFLM frequency penalty (default 0.5, the released sampler's;\n"
     "                 0: the fused argmax path; AR samples without one, as the release)\n"
+    "  --threads LIST  OpenMP thread counts to time every method at, the counts taking\n"
+    "                 turns run by run like the methods (default: OMP_NUM_THREADS's);\n"
+    "                 with two or more, a table of each count's tokens/s over the\n"
+    "                 first count's beside the same ratio of the rooflines: what the\n"
+    "                 measured read and GEMM allow more threads to add (CPU backend)\n"
     "  --json F, --png F  also write the table as JSON to F, the bar chart as a PNG to F\n"
     "                 (default: neither, only the table on stdout)\n"
     "\n"
@@ -136,8 +146,11 @@ typedef struct method {
     model *m;
     const model_heads *heads; /* the model's output layer, packed once */
     int64_t k;
+    int threads;                        /* OpenMP threads it decodes on */
+    int base;                           /* the AR method at the same thread count (-1: none) */
     double tps[MAX_LIST], sd[MAX_LIST]; /* per batch size */
     double roof[MAX_LIST];              /* tokens/s at the CPU roofline (0: not measured) */
+    bool read_bound[MAX_LIST];          /* most of the roofline's time in read-bound steps */
     quality_row q;                      /* of the largest batch's completions */
 } method;
 
@@ -162,7 +175,7 @@ static model *load(kf_backend *be, const char *path, kf_err *err) {
 
 static void write_json(FILE *f, const char *dev, const char *prec, const char *clock,
                        const char *data, int64_t P, int64_t N, int runs, const int64_t *bs, int nb,
-                       const method *mt, int nm, int ar) {
+                       const method *mt, int nm) {
     fprintf(f, "{\"device\": \"%s\", \"precision\": \"%s\", \"clock\": \"%s\", \"data\": ", dev,
             prec, clock);
     json_write_str(f, data, strlen(data));
@@ -173,13 +186,18 @@ static void write_json(FILE *f, const char *dev, const char *prec, const char *c
         for (int b = 0; b < nb; b++) {
             /* decoding steps (forward passes) per completion, prefill included */
             fprintf(f,
-                    "%s\n  {\"method\": \"%s\", \"k\": %lld, \"batch\": %lld, \"steps\": %lld, "
-                    "\"tokens_per_s\": %.2f, \"stdev\": %.2f, ",
-                    i || b ? "," : "", mt[i].label, (long long)mt[i].k, (long long)bs[b],
-                    (long long)((N + mt[i].k - 1) / mt[i].k), mt[i].tps[b], mt[i].sd[b]);
+                    "%s\n  {\"method\": \"%s\", \"k\": %lld, \"threads\": %d, \"batch\": %lld, "
+                    "\"steps\": %lld, \"tokens_per_s\": %.2f, \"stdev\": %.2f, ",
+                    i || b ? "," : "", mt[i].label, (long long)mt[i].k, mt[i].threads,
+                    (long long)bs[b], (long long)((N + mt[i].k - 1) / mt[i].k), mt[i].tps[b],
+                    mt[i].sd[b]);
             if (mt[i].roof[b] > 0)
-                fprintf(f, "\"roofline_tokens_per_s\": %.2f, \"roofline_fraction\": %.3f, ",
-                        mt[i].roof[b], mt[i].tps[b] / mt[i].roof[b]);
+                fprintf(f,
+                        "\"roofline_tokens_per_s\": %.2f, \"roofline_fraction\": %.3f, "
+                        "\"roofline_bound\": \"%s\", ",
+                        mt[i].roof[b], mt[i].tps[b] / mt[i].roof[b],
+                        mt[i].read_bound[b] ? "read" : "flops");
+            int ar = mt[i].base;
             if (ar >= 0) fprintf(f, "\"speedup\": %.3f, ", mt[i].tps[b] / mt[ar].tps[b]);
             else fprintf(f, "\"speedup\": null, ");
             const quality_row *q = &mt[i].q;
@@ -206,10 +224,11 @@ typedef struct decode_args {
     const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name, *precision;
     const char *roofline; /* --roofline DEVICE; NULL: measure */
     char **over;          /* --roofline: the config's overrides */
-    int nck, nb, nk, n_over;
+    int nck, nb, nk, n_over, nt;
     int64_t cache_len; /* --roofline: the cache rows before the priced step (0: seq_len / 2) */
     int prec;          /* --precision as a kf_precision */
     int64_t bs[MAX_LIST], ks[MAX_LIST], P, N, runs, seed; /* P, N: 0 = the protocol's */
+    int64_t ts[MAX_LIST];                                 /* --threads (nt 0: OpenMP's count) */
     double tau, pen;
     bool cpu_clock;
 } decode_args;
@@ -221,11 +240,14 @@ typedef struct decode_plan {
     model *models[MAX_METHODS];
     model_heads *heads[MAX_METHODS];
     method mt[MAX_METHODS * MAX_LIST];
-    int nm, ar; /* ar: the AR method's index, -1 without one */
+    int nm, ar; /* ar: the AR method's index (at the first thread count), -1 without one */
     int32_t *pre, eos;
     int64_t P, N, bmax;
-    int qb;            /* the batch size whose completions are scored: the largest */
-    decode_limits lim; /* the CPU backend's, measured at the start (else zero) */
+    int qb; /* the batch size whose completions are scored: the largest */
+    /* the CPU backend's at each thread count and at one thread, measured at
+     * the start (nlim 0: not measured) */
+    decode_limits lim[MAX_LIST + 1];
+    int nlim;
 } decode_plan;
 
 /* Parses the options into a; nonzero when the command ends here, with its
@@ -260,6 +282,8 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         {"--freq-penalty", CLI_FLOAT, .out = &a->pen, .lo = 0, .hi = INFINITY},
         {"--roofline", CLI_STR, .out = &a->roofline},
         {"--cache-len", CLI_INT, .out = &a->cache_len, .lo = 1, .hi = INFINITY},
+        {"--threads", CLI_INT_LIST, .out = a->ts, .n = &a->nt, .cap = MAX_LIST, .lo = 1,
+         .hi = 4096},
         CLI_OPT_END,
     };
     a->over = kf_calloc((size_t)argc + 1, sizeof *a->over);
@@ -305,6 +329,37 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         fprintf(stderr, "kf bench decode: --backend must be cpu, cuda or auto\n");
         return 1;
     }
+    for (int i = 0; i < a->nt; i++)
+        for (int j = 0; j < i; j++)
+            if (a->ts[i] == a->ts[j]) {
+                fprintf(stderr, "kf bench decode: --threads: %lld given twice\n",
+                        (long long)a->ts[i]);
+                return 1;
+            }
+    return 0;
+}
+
+/* Every method at each --threads count: the first count's in place, then
+ * a copy per further count (made before the originals take their label's
+ * count), labelled with its count; each method's base is the AR method at
+ * its count. */
+static int plan_threads(decode_plan *p, const decode_args *a, kf_err *err) {
+    int nt = a->nt ? a->nt : 1, n = p->nm;
+    if (n * nt > MAX_METHODS * MAX_LIST)
+        return kf_err_set(err, "%d methods at %d thread counts: more than %d rows", n, nt,
+                          MAX_METHODS * MAX_LIST);
+    for (int t = nt - 1; t >= 0; t--)
+        for (int i = 0; i < n; i++) {
+            method *x = &p->mt[t * n + i];
+            if (t) *x = p->mt[i];
+            x->threads = a->nt ? (int)a->ts[t] : omp_get_max_threads();
+            x->base = p->ar >= 0 ? t * n + p->ar : -1;
+            if (nt > 1) {
+                size_t len = strlen(x->label);
+                snprintf(x->label + len, sizeof x->label - len, " %dt", x->threads);
+            }
+        }
+    p->nm = n * nt;
     return 0;
 }
 
@@ -341,7 +396,7 @@ static int plan_methods(decode_plan *p, const decode_args *a, kf_err *err) {
             return kf_err_set(err, "%s: k_train %lld: none of the requested --k values fits",
                               a->ckpts[c], (long long)m->cfg.k_train);
     }
-    return 0;
+    return plan_threads(p, a, err);
 }
 
 /* Reads the prefixes and fixes the completion length: the protocol's, capped
@@ -403,6 +458,13 @@ static void plan_free(decode_plan *p, int nck) {
     free(p->pre);
 }
 
+/* The limits measured at `threads` threads; NULL when not measured. */
+static const decode_limits *plan_limits(const decode_plan *p, int threads) {
+    for (int i = 0; i < p->nlim; i++)
+        if (p->lim[i].threads == threads) return &p->lim[i];
+    return NULL;
+}
+
 /* Method i's quality of the completions qs of n prefixes, scored after the
  * clock stopped (scoring does not count against the method). */
 static void score_quality(decode_plan *p, int i, quality_sample *qs, int64_t n, kf_err *err) {
@@ -421,6 +483,7 @@ static void score_quality(decode_plan *p, int i, quality_sample *qs, int64_t n, 
 static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
     double (*now)(void) = a->cpu_clock ? clock_cpu_s : clock_now_s;
     int64_t bmax = p->bmax, P = p->P, N = p->N;
+    int nt0 = omp_get_max_threads();
     uint64_t *keys = kf_malloc((size_t)bmax * sizeof(uint64_t));
     int32_t *out = kf_malloc((size_t)(bmax * N) * sizeof(int32_t));
     for (int64_t b = 0; b < bmax; b++) keys[b] = (uint64_t)b;
@@ -434,6 +497,7 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
         for (int64_t r = 0; r <= a->runs; r++) /* r = 0: warm-up */
             for (int i = 0; i < p->nm; i++) {
                 decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, N, a->seed);
+                omp_set_num_threads(p->mt[i].threads);
                 double t0 = now();
                 decode_run(p->mt[i].m, p->mt[i].heads, p->pre, B, P, &o, keys, out);
                 double tps = (double)(B * N) / (now() - t0);
@@ -442,15 +506,18 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
                 sum2[i] += tps * tps;
                 if (b == p->qb && r == a->runs) score_quality(p, i, qs, B, err);
             }
+        omp_set_num_threads(nt0);
         for (int i = 0; i < p->nm; i++) {
             method *x = &p->mt[i];
             x->tps[b] = sum[i] / (double)a->runs;
             double var = sum2[i] / (double)a->runs - x->tps[b] * x->tps[b];
             x->sd[b] = var > 0 ? sqrt(var) : 0;
-            if (p->lim.read_bw > 0) {
+            const decode_limits *l = plan_limits(p, x->threads);
+            if (l) {
                 int screen = x->m->cfg.kind == MODEL_PFLM && a->pen == 0;
-                x->roof[b] = (double)(B * N) /
-                             decode_roofline_s(x->m, B, P, N, x->k, a->prec, screen, &p->lim);
+                double tr, t = decode_roofline_s(x->m, B, P, N, x->k, a->prec, screen, l, &tr);
+                x->roof[b] = (double)(B * N) / t;
+                x->read_bound[b] = tr > t / 2;
             }
             fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)B, x->label,
                     x->tps[b]);
@@ -467,7 +534,6 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
  * quality of the largest batch's completions. */
 static void print_table(const decode_plan *p, const decode_args *a) {
     const method *mt = p->mt;
-    int ar = p->ar;
     printf("\nquality of the BS=%lld completions: Gen-PPL under the AR checkpoint, mean unigram "
            "entropy "
            "(nats), distinct-2/3, mean length before EOS\n%-10s",
@@ -480,6 +546,7 @@ static void print_table(const decode_plan *p, const decode_args *a) {
     printf(" %s\n", quality_header());
     for (int i = 0; i < p->nm; i++) {
         printf("%-10s", mt[i].label);
+        int ar = mt[i].base;
         for (int b = 0; b < a->nb; b++) {
             char cell[48];
             if (ar >= 0)
@@ -494,24 +561,65 @@ static void print_table(const decode_plan *p, const decode_args *a) {
     }
 }
 
+/* The measured limits, one thread count after another. */
+static void print_limits(const decode_plan *p) {
+    for (int i = 0; i < p->nlim; i++) {
+        const decode_limits *l = &p->lim[i];
+        printf("%s%d thread%s: read %.1f GB/s, GEMM %.1f GFLOP/s", i ? "; " : "", l->threads,
+               l->threads > 1 ? "s" : "", l->read_bw / 1e9, l->gemm_flops / 1e9);
+    }
+}
+
 /* Each method's tokens/s as a fraction of its CPU roofline (decode_limits.h). */
 static void print_roofline(const decode_plan *p, const decode_args *a) {
-    if (p->lim.read_bw <= 0) return;
-    printf("\nroofline: read %.1f GB/s, GEMM %.1f GFLOP/s (measured here, %s clock); tokens/s "
-           "at the roofline and the fraction reached\n%-10s",
-           p->lim.read_bw / 1e9, p->lim.gemm_flops / 1e9, a->clock_name, "method");
+    if (!p->nlim) return;
+    printf("\nroofline: ");
+    print_limits(p);
+    printf(" (measured here, %s clock); tokens/s at the roofline, the fraction reached and "
+           "what bounds most of the roofline's time (the read or the FLOPs)\n%-10s",
+           a->clock_name, "method");
     for (int b = 0; b < a->nb; b++) {
         char h[32];
-        snprintf(h, sizeof h, "BS=%lld roof (frac)", (long long)a->bs[b]);
-        printf("  %22s", h);
+        snprintf(h, sizeof h, "BS=%lld roof (frac, bound)", (long long)a->bs[b]);
+        printf("  %26s", h);
     }
     printf("\n");
     for (int i = 0; i < p->nm; i++) {
         printf("%-10s", p->mt[i].label);
         for (int b = 0; b < a->nb; b++) {
             char cell[48];
-            snprintf(cell, sizeof cell, "%.0f (%.2f)", p->mt[i].roof[b],
-                     p->mt[i].tps[b] / p->mt[i].roof[b]);
+            snprintf(cell, sizeof cell, "%.0f (%.2f, %s)", p->mt[i].roof[b],
+                     p->mt[i].tps[b] / p->mt[i].roof[b], p->mt[i].read_bound[b] ? "read" : "flops");
+            printf("  %26s", cell);
+        }
+        printf("\n");
+    }
+}
+
+/* With two or more --threads counts: each method's tokens/s at every count
+ * over the first count's, beside its roofline's ratio, the gain the
+ * measured read and GEMM allow. */
+static void print_scaling(const decode_plan *p, const decode_args *a) {
+    if (a->nt < 2) return;
+    int n = p->nm / a->nt;
+    printf("\nthreads: tokens/s over the %lld-thread run's (the roofline's ratio: what the "
+           "measured limits allow)\n%-10s",
+           (long long)a->ts[0], "method");
+    for (int b = 0; b < a->nb; b++) {
+        char h[32];
+        snprintf(h, sizeof h, "BS=%lld gain (roof)", (long long)a->bs[b]);
+        printf("  %22s", h);
+    }
+    printf("\n");
+    for (int i = n; i < p->nm; i++) {
+        const method *x = &p->mt[i], *x0 = &p->mt[i % n];
+        printf("%-10s", x->label);
+        for (int b = 0; b < a->nb; b++) {
+            char cell[48];
+            if (x->roof[b] > 0)
+                snprintf(cell, sizeof cell, "%.2fx (%.2fx)", x->tps[b] / x0->tps[b],
+                         x->roof[b] / x0->roof[b]);
+            else snprintf(cell, sizeof cell, "%.2fx", x->tps[b] / x0->tps[b]);
             printf("  %22s", cell);
         }
         printf("\n");
@@ -543,12 +651,13 @@ static int write_chart(const decode_plan *p, const decode_args *a, kf_err *err) 
 static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
     print_table(p, a);
     print_roofline(p, a);
+    print_scaling(p, a);
     if (a->json_path) {
         char *jtext = NULL;
         size_t jlen = 0;
         FILE *jf = open_memstream(&jtext, &jlen);
         write_json(jf, p->be->name, a->precision, a->clock_name, a->data, p->P, p->N, (int)a->runs,
-                   a->bs, a->nb, p->mt, p->nm, p->ar);
+                   a->bs, a->nb, p->mt, p->nm);
         fclose(jf);
         int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
         free(jtext);
@@ -588,8 +697,11 @@ int bench_decode_main(int argc, char **argv) {
         return code;
     }
     /* spinning OpenMP workers would bill the CPU clock; on the wall clock
-     * they are what keeps a decoding step's regions fed (omp_env.h) */
-    omp_env_decode(!a.cpu_clock);
+     * they are what keeps a decoding step's regions fed (omp_env.h), where
+     * no --threads count exceeds the threads that were checked to fit */
+    bool fit = true;
+    for (int i = 0; i < a.nt; i++) fit = fit && a.ts[i] <= omp_get_max_threads();
+    omp_env_decode(!a.cpu_clock && fit);
     kf_err err = {{0}};
     code = KF_EXIT_ERROR;
     if (plan_make(&p, &a, &err) == 0) {
@@ -599,14 +711,18 @@ int bench_decode_main(int argc, char **argv) {
                p.be->name, a.precision, (long long)p.P, a.data, (long long)p.N, (long long)a.runs,
                a.clock_name, a.tau, a.pen);
         if (!strcmp(p.be->name, "cpu")) {
-            decode_limits_measure(p.be, a.cpu_clock ? clock_cpu_s : clock_now_s, &p.lim);
-            printf("CPU limits: read %.1f GB/s", p.lim.read_bw / 1e9);
-            if (omp_get_max_threads() > 1)
-                printf(" (%d threads; one thread in turns with them: %.1f GB/s)",
-                       omp_get_max_threads(), p.lim.read_bw1 / 1e9);
-            printf(", GEMM %.1f GFLOP/s", p.lim.gemm_flops / 1e9);
-            if (omp_get_max_threads() > 1)
-                printf(" (one thread in turns: %.1f GFLOP/s)", p.lim.gemm_flops1 / 1e9);
+            /* every count timed, and one thread's beside them: what more
+             * threads add under the same load */
+            int ts[MAX_LIST + 1], one = 0;
+            p.nlim = a.nt ? a.nt : 1;
+            for (int i = 0; i < p.nlim; i++) {
+                ts[i] = a.nt ? (int)a.ts[i] : omp_get_max_threads();
+                one = one || ts[i] == 1;
+            }
+            if (!one) ts[p.nlim++] = 1;
+            decode_limits_measure(p.be, a.cpu_clock ? clock_cpu_s : clock_now_s, ts, p.nlim, p.lim);
+            printf("CPU limits (the counts in turns): ");
+            print_limits(&p);
             printf("\n");
         }
         run_batches(&p, &a, &err);

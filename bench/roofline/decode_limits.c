@@ -79,23 +79,21 @@ static double read_bw(const float *buf, size_t n, int threads, double (*now)(voi
     return dt > 0 ? n * sizeof(float) / dt : 0;
 }
 
-void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *out) {
-    size_t n = READ_BYTES / sizeof(float);
+void decode_limits_measure(kf_backend *b, double (*now)(void), const int *threads, int n,
+                           decode_limits *out) {
+    size_t len = READ_BYTES / sizeof(float);
     float *buf = kf_alloc_stream(READ_BYTES, 0);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
-    int nt = omp_get_max_threads();
-    double best = 0, best1 = 0, sink = 0;
-    /* all threads and one thread in turns, so both see the same load */
-    for (int rep = 0; rep < 5; rep++) {
-        double bw = read_bw(buf, n, nt, now, &sink);
-        double bw1 = nt > 1 ? read_bw(buf, n, 1, now, &sink) : bw;
-        if (bw > best) best = bw;
-        if (bw1 > best1) best1 = bw1;
-    }
+    for (size_t i = 0; i < len; i++) buf[i] = (float)(i & 1023);
+    double sink = 0;
+    for (int i = 0; i < n; i++) out[i] = (decode_limits){.threads = threads[i]};
+    for (int rep = 0; rep < 5; rep++)
+        for (int i = 0; i < n; i++) {
+            double bw = read_bw(buf, len, threads[i], now, &sink);
+            if (bw > out[i].read_bw) out[i].read_bw = bw;
+        }
     free(buf);
-    out->read_bw = best + 0 * sink;
-    out->read_bw1 = best1;
+    out[0].read_bw += 0 * sink; /* the reads' sums are used: they stay */
 
     /* the products in fp32 at every precision: the packed kernels widen 16-bit
      * weights as they read them and accumulate in fp32, while the GEMM's
@@ -111,28 +109,22 @@ void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *ou
     b->upload(b, A, h, m);
     b->upload(b, B, h, m);
     free(h);
-    /* all threads and one thread in turns, as for the read: what a second
-     * thread adds to the compute, under the same load. A product takes
-     * milliseconds and the host's speed moves by up to 2x over seconds,
-     * hence the best of 10. */
-    best = best1 = 0;
+    /* A product takes milliseconds and the host's speed moves by up to 2x
+     * over seconds, hence the best of 10, the counts in turns. */
+    int nt = omp_get_max_threads();
     for (int rep = 0; rep < 10; rep++)
-        for (int turn = 0; turn < (nt > 1 ? 2 : 1); turn++) {
-            int t = turn ? 1 : nt;
-            omp_set_num_threads(t);
+        for (int i = 0; i < n; i++) {
+            omp_set_num_threads(threads[i]);
             double t0 = now();
             b->matmul(b, C, A, B, GEMM_N, GEMM_N, GEMM_N, 0, 1, 1.0f, 0.0f);
             b->sync(b);
             double dt = now() - t0, f = 2.0 * GEMM_N * GEMM_N * GEMM_N;
-            double *bp = t == nt ? &best : &best1;
-            if (dt > 0 && f / dt > *bp) *bp = f / dt;
+            if (dt > 0 && f / dt > out[i].gemm_flops) out[i].gemm_flops = f / dt;
         }
     omp_set_num_threads(nt);
     b->free(b, A);
     b->free(b, B);
     b->free(b, C);
-    out->gemm_flops = best;
-    out->gemm_flops1 = nt > 1 ? best1 : best;
     b->set_precision(b, prec);
 }
 
@@ -140,7 +132,7 @@ void decode_limits_measure(kf_backend *b, double (*now)(void), decode_limits *ou
  * through the noise encoder), O through the output layer, each attending
  * over its sample's len cache rows; B samples' caches read. */
 static double step_s(const model *m, int64_t R, int64_t nz, int64_t O, int64_t len, int64_t B,
-                     double wbytes, int screen, const decode_limits *l) {
+                     double wbytes, int screen, const decode_limits *l, int *read_bound) {
     double H = (double)m->cfg.hidden, V = (double)m->cfg.vocab, L = (double)m->cfg.blocks;
     double blk = 12 * H * H * L, noise = 10 * H * H;
     double bytes = wbytes * (blk + (nz ? noise : 0)) + (screen ? 1.0 : 4.0) * V * H +
@@ -149,21 +141,28 @@ static double step_s(const model *m, int64_t R, int64_t nz, int64_t O, int64_t l
                    2 * (double)O * V * H * (screen ? 0.25 : 1.0) +
                    4 * (double)R * (double)len * H * L;
     double tb = bytes / l->read_bw, tf = flops / l->gemm_flops;
+    *read_bound = tb > tf;
     return tb > tf ? tb : tf;
 }
 
 double decode_roofline_s(const model *m, int64_t B, int64_t P, int64_t N, int64_t k,
-                         kf_precision prec, int screen, const decode_limits *l) {
+                         kf_precision prec, int screen, const decode_limits *l,
+                         double *read_bound_s) {
     int ar = m->cfg.kind == MODEL_AR;
-    double wbytes = prec == KF_PREC_FP32 ? 4.0 : 2.0, t = 0;
+    double wbytes = prec == KF_PREC_FP32 ? 4.0 : 2.0, t = 0, tr = 0;
     int64_t n = 0, len = P;
     for (int64_t s = 0; n < N; s++) {
         int64_t emit = ar ? 1 : (N - n < k ? N - n : k);
         int64_t nctx = s == 0 ? P : (ar ? 1 : k), nz = ar ? 0 : emit;
         int64_t rows = (nctx + nz) * B, len_after = len + nctx + nz;
-        t += step_s(m, rows, nz * B, (ar ? 1 : emit) * B, len_after, B, wbytes, screen && !ar, l);
+        int rb;
+        double ts = step_s(m, rows, nz * B, (ar ? 1 : emit) * B, len_after, B, wbytes,
+                           screen && !ar, l, &rb);
+        t += ts;
+        tr += rb ? ts : 0;
         len += nctx;
         n += emit;
     }
+    if (read_bound_s) *read_bound_s = tr;
     return t;
 }

@@ -282,6 +282,68 @@ static void bench_tests(void) {
     T_EQ_INT(run(bench_decode_main, "decode --data x"), 2, "no checkpoint is a usage error");
 }
 
+/* --threads 1,2: every method at each count, labelled with it, the counts'
+ * rows in turn; x AR against AR at the same count; the completions, and so
+ * their quality, the same bits at either count. */
+static void bench_threads_tests(void) {
+    char cmd[2048], p[512];
+    snprintf(cmd, sizeof cmd,
+             "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 2 --k 4 "
+             "--runs 1 --prefix-len 6 --threads 1,2 --json %s/t.json --backend cpu",
+             T, T, T, T);
+    T_EQ_INT(run(bench_decode_main, cmd), 0, "bench decode --threads 1,2");
+    snprintf(p, sizeof p, "%s/t.json", T);
+    char *text;
+    size_t len;
+    kf_err err;
+    if (fs_read_file(p, &text, &len, &err)) {
+        T_CHECK(0, "bench decode --threads wrote no JSON: %s", err.msg);
+        return;
+    }
+    json_doc *d = json_parse(text, len, p, &err);
+    T_CHECK(d != NULL, "--threads JSON: %s", d ? "" : err.msg);
+    const json *rows = d ? json_get(json_root(d), "rows") : NULL;
+    size_t n = rows ? rows->n : 0;
+    T_EQ_INT(n, 4, "--threads 1,2: %zu rows, want 2 methods x 2 counts", n);
+    const char *want_label[4] = {"AR 1t", "KF k=4 1t", "AR 2t", "KF k=4 2t"};
+    const int want_threads[4] = {1, 1, 2, 2};
+    double tps[4] = {0};
+    for (size_t i = 0; i < n && i < 4; i++) {
+        const json *x = &rows->kids[i], *me = json_get(x, "method"), *th = json_get(x, "threads");
+        const json *t = json_get(x, "tokens_per_s"), *rb = json_get(x, "roofline_bound");
+        T_EQ_STR(me && me->type == JSON_STRING ? me->str.s : "(none)", want_label[i],
+                 "row %zu's method", i);
+        T_EQ_INT(th && th->type == JSON_NUMBER ? th->i : -1, want_threads[i], "row %zu's threads",
+                 i);
+        tps[i] = t && t->type == JSON_NUMBER ? t->num : 0;
+        T_CHECK(tps[i] > 0, "row %zu: tokens/s %g, want > 0", i, tps[i]);
+        const char *bound = rb && rb->type == JSON_STRING ? rb->str.s : "(none)";
+        T_CHECK(!strcmp(bound, "read") || !strcmp(bound, "flops"),
+                "row %zu: roofline_bound \"%s\", want read or flops", i, bound);
+    }
+    for (size_t i = 0; n == 4 && i < 4; i++) {
+        const json *sp = json_get(&rows->kids[i], "speedup");
+        double want = tps[i] / tps[i & 2]; /* AR at the same count */
+        T_NEAR(sp && sp->type == JSON_NUMBER ? sp->num : -1, want, 2e-3 * want,
+               "row %zu's speedup over AR at its count", i);
+    }
+    const char *key[] = {"gen_ppl", "entropy", "distinct_2", "mean_len"};
+    for (size_t i = 0; n == 4 && i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            const json *a = json_get(&rows->kids[i], key[j]),
+                       *b = json_get(&rows->kids[i + 2], key[j]);
+            double va = a && a->type == JSON_NUMBER ? a->num : NAN,
+                   vb = b && b->type == JSON_NUMBER ? b->num : NAN;
+            T_CHECK(va == vb, "%s %s: %g at 1 thread, %g at 2", want_label[i], key[j], va, vb);
+        }
+    if (d) json_free(d);
+    free(text);
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --threads 2,2", T, T);
+    T_EQ_INT(run(bench_decode_main, cmd), 2, "--threads 2,2 is a usage error");
+    snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --threads 0", T, T);
+    T_EQ_INT(run(bench_decode_main, cmd), 2, "--threads 0 is a usage error");
+}
+
 static void import_tests(model *ar, model *pf) {
     char cmd[2048], p[512];
     layout l;
@@ -419,6 +481,7 @@ int main(void) {
     model *ar = make(be, MODEL_AR, 1, "ar.safetensors");
     model *pf = make(be, MODEL_PFLM, 4, "pf4.safetensors");
     bench_tests();
+    bench_threads_tests();
     import_tests(ar, pf);
     eval_tests();
     model_free(ar);
