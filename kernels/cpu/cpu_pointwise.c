@@ -44,15 +44,18 @@ CPU_MULTIVERSION(int, gelu_tanh_bwd, (float *dx, const float *dy, const float *x
 /* blocks of elements the threads share out */
 #define GELU_BLOCK 4096
 
-void cpu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind) {
-    if (kind == KF_GELU_TANH) {
-#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN)
-        for (int64_t i = 0; i < n; i += GELU_BLOCK)
-            gelu_tanh_fwd(y + i, x + i, n - i < GELU_BLOCK ? n - i : GELU_BLOCK);
-    } else {
-#pragma omp parallel for schedule(static) if (n >= KF_CPU_PAR_MIN / 8)
+void cpu_gelu_serial(float *y, const float *x, int64_t n, kf_gelu_kind kind) {
+    if (kind == KF_GELU_TANH) gelu_tanh_fwd(y, x, n);
+    else
         for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2));
-    }
+}
+
+void cpu_gelu_fwd(kf_backend *b, float *y, const float *x, int64_t n, kf_gelu_kind kind) {
+    /* erf's libm call costs more than tanh's polynomial: threads pay sooner */
+    int64_t par = kind == KF_GELU_TANH ? KF_CPU_PAR_MIN : KF_CPU_PAR_MIN / 8;
+#pragma omp parallel for schedule(static) if (n >= par)
+    for (int64_t i = 0; i < n; i += GELU_BLOCK)
+        cpu_gelu_serial(y + i, x + i, n - i < GELU_BLOCK ? n - i : GELU_BLOCK, kind);
 }
 
 void cpu_gelu_bwd(kf_backend *b, float *dx, const float *dy, const float *x, int64_t n,
