@@ -138,7 +138,8 @@ static const char USAGE[] =
     "with the sampler and host transfers, host waits per step and the costliest op.\n"
     "On a GPU (resources.backend not cpu) the steps also run there and the step's\n"
     "measured time (its ops timed one by one) is printed beside. --data, --runs,\n"
-    "--clock, --tau, --seed, --backend, --max-new, --json and --png do not apply.\n";
+    "--clock, --tau, --seed, --backend, --max-new, --threads, --json and --png do not\n"
+    "apply.\n";
 
 typedef struct method {
     char label[32];
@@ -439,6 +440,11 @@ static int plan_make(decode_plan *p, const decode_args *a, kf_err *err) {
     }
     if (!(p->be = kernels_create(a->backend, err))) return -1;
     p->be->set_precision(p->be, (kf_precision)a->prec);
+    if (a->nt && strcmp(p->be->name, "cpu"))
+        return kf_err_set(err,
+                          "--threads sets the CPU backend's OpenMP threads, not the %s "
+                          "backend's",
+                          p->be->name);
     if (a->cpu_clock && strcmp(p->be->name, "cpu"))
         return kf_err_set(
             err,
