@@ -118,6 +118,24 @@ static void write_text(const char *name, const char *text) {
              err.msg);
 }
 
+/* T/name parsed as JSON; NULL after a failed check saying why (what: the
+ * command that should have written it). */
+static json_doc *read_json(const char *name, const char *what) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", T, name);
+    char *text;
+    size_t len;
+    kf_err err;
+    if (fs_read_file(p, &text, &len, &err)) {
+        T_CHECK(0, "%s wrote no JSON: %s", what, err.msg);
+        return NULL;
+    }
+    json_doc *d = json_parse(text, len, p, &err);
+    T_CHECK(d != NULL, "%s's JSON: %s", what, d ? "" : err.msg);
+    free(text);
+    return d;
+}
+
 static void bench_tests(void) {
     char cmd[2048], p[512];
     snprintf(cmd, sizeof cmd,
@@ -126,16 +144,7 @@ static void bench_tests(void) {
              T, T, T, T, T);
     int rc = run(bench_decode_main, cmd);
     T_EQ_INT(rc, 0, "bench decode: rc %d", rc);
-    snprintf(p, sizeof p, "%s/b.json", T);
-    char *text;
-    size_t len;
-    kf_err err;
-    if (fs_read_file(p, &text, &len, &err)) {
-        T_CHECK(0, "bench decode wrote no JSON: %s", err.msg);
-        return;
-    }
-    json_doc *d = json_parse(text, len, p, &err);
-    T_CHECK(d != NULL, "bench JSON: %s", d ? "" : err.msg);
+    json_doc *d = read_json("b.json", "bench decode");
     if (d) {
         const json *r = json_root(d), *rows = json_get(r, "rows"), *mn = json_get(r, "max_new");
         const json *ck = json_get(r, "clock");
@@ -220,9 +229,10 @@ static void bench_tests(void) {
         }
         json_free(d);
     }
-    free(text);
     snprintf(p, sizeof p, "%s/b.png", T);
     char *png;
+    size_t len;
+    kf_err err;
     if (fs_read_file(p, &png, &len, &err) == 0) {
         T_CHECK(len > 8, "bench chart is a PNG");
         T_CHECK(!memcmp(png, "\x89PNG", 4), "bench chart is a PNG");
@@ -236,9 +246,8 @@ static void bench_tests(void) {
              "--precision bf16 --json %s/x.json --png %s/x.png",
              T, T, T, T);
     T_EQ_INT(run(bench_decode_main, cmd), 0, "default OWT prefix (64) with a context of 32 runs");
-    snprintf(p, sizeof p, "%s/x.json", T);
-    if (fs_read_file(p, &text, &len, &err) == 0) {
-        json_doc *x = json_parse(text, len, p, &err);
+    json_doc *x = read_json("x.json", "bench decode --clock cpu --precision bf16");
+    if (x) {
         const json *pl = x ? json_get(json_root(x), "prefix_len") : NULL;
         T_CHECK(pl, "default prefix: got %lld want half the context, %d",
                 pl ? (long long)pl->i : -1LL, SEQ / 2);
@@ -255,7 +264,6 @@ static void bench_tests(void) {
         T_CHECK((tps ? tps->num : -1.0) > 0, "--clock cpu: tokens/s got %g want > 0",
                 tps ? tps->num : -1.0);
         json_free(x);
-        free(text);
     }
     snprintf(cmd, sizeof cmd,
              "decode %s/ar.safetensors --data %s/data --batch 2 --runs 1 --prefix-len 40 "
@@ -286,22 +294,13 @@ static void bench_tests(void) {
  * rows in turn; x AR against AR at the same count; the completions, and so
  * their quality, the same bits at either count. */
 static void bench_threads_tests(void) {
-    char cmd[2048], p[512];
+    char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 2 --k 4 "
              "--runs 1 --prefix-len 6 --threads 1,2 --json %s/t.json --backend cpu",
              T, T, T, T);
     T_EQ_INT(run(bench_decode_main, cmd), 0, "bench decode --threads 1,2");
-    snprintf(p, sizeof p, "%s/t.json", T);
-    char *text;
-    size_t len;
-    kf_err err;
-    if (fs_read_file(p, &text, &len, &err)) {
-        T_CHECK(0, "bench decode --threads wrote no JSON: %s", err.msg);
-        return;
-    }
-    json_doc *d = json_parse(text, len, p, &err);
-    T_CHECK(d != NULL, "--threads JSON: %s", d ? "" : err.msg);
+    json_doc *d = read_json("t.json", "bench decode --threads 1,2");
     const json *rows = d ? json_get(json_root(d), "rows") : NULL;
     size_t n = rows ? rows->n : 0;
     T_EQ_INT(n, 4, "--threads 1,2: %zu rows, want 2 methods x 2 counts", n);
@@ -336,8 +335,7 @@ static void bench_threads_tests(void) {
                    vb = b && b->type == JSON_NUMBER ? b->num : NAN;
             T_CHECK(va == vb, "%s %s: %g at 1 thread, %g at 2", want_label[i], key[j], va, vb);
         }
-    if (d) json_free(d);
-    free(text);
+    json_free(d);
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --threads 2,2", T, T);
     T_EQ_INT(run(bench_decode_main, cmd), 2, "--threads 2,2 is a usage error");
     snprintf(cmd, sizeof cmd, "decode %s/ar.safetensors --data %s/data --threads 0", T, T);
