@@ -31,13 +31,20 @@ static int status_code(int st) {
 }
 
 /* Forks argv with stdout going to out_fd (-1: inherited) and stderr to
- * /dev/null when quiet. A child that cannot exec exits 127 after saying so. */
-static pid_t spawn(char *const argv[], int out_fd, bool quiet, kf_err *err) {
+ * /dev/null when quiet. With mask, the child resets the forwarded signals
+ * to their defaults (it must not run the parent's handler) and then takes
+ * mask as its signal mask. A child that cannot exec exits 127 after saying
+ * so. */
+static pid_t spawn(char *const argv[], int out_fd, bool quiet, const sigset_t *mask, kf_err *err) {
     fflush(stdout), fflush(stderr);
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return kf_err_set(err, "fork: %s", strerror(errno)), -1;
     if (pid == 0) {
+        if (mask) {
+            signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL), signal(SIGUSR1, SIG_DFL);
+            sigprocmask(SIG_SETMASK, mask, NULL);
+        }
         /* the child outlives no killed parent: a trainer gets SIGTERM (checkpoint,
          * exit 75) rather than train on unwatched, holding its stage's lock */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -61,21 +68,26 @@ static int wait_for(pid_t pid) {
     return status_code(st);
 }
 
-int proc_run(char *const argv[], kf_err *err) {
+int proc_run(char *const argv[], unsigned flags, kf_err *err) {
     struct sigaction sa = {0}, old[3];
     const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};
+    sigset_t fwd, mask, child_mask;
     sa.sa_handler = forward;
     sigemptyset(&sa.sa_mask);
+    sigemptyset(&fwd);
     pending_sig = 0;
-    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
-    pid_t pid = spawn(argv, -1, false, err);
-    if (pid < 0) {
-        for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
-        return -1;
-    }
-    child_pid = pid;
-    if (pending_sig) kill(pid, pending_sig);
-    int rc = wait_for(pid);
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]), sigaddset(&fwd, sigs[i]);
+    /* blocked from the fork until child_pid is set: a signal in between
+     * waits, and is forwarded as the mask is restored */
+    sigprocmask(SIG_BLOCK, &fwd, &mask);
+    child_mask = mask;
+    if (flags & PROC_HOLD_SIGNALS)
+        for (int i = 0; i < 3; i++) sigaddset(&child_mask, sigs[i]);
+    pid_t pid = spawn(argv, -1, false, &child_mask, err);
+    if (pid >= 0) child_pid = pid;
+    if (pid >= 0 && pending_sig) kill(pid, pending_sig);
+    sigprocmask(SIG_SETMASK, &mask, NULL);
+    int rc = pid < 0 ? -1 : wait_for(pid);
     for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
     child_pid = 0;
     return rc;
@@ -85,7 +97,7 @@ int proc_capture(char *const argv[], char **out, bool quiet, kf_err *err) {
     *out = NULL;
     int fds[2];
     if (pipe(fds)) return kf_err_set(err, "pipe: %s", strerror(errno));
-    pid_t pid = spawn(argv, fds[1], quiet, err);
+    pid_t pid = spawn(argv, fds[1], quiet, NULL, err);
     close(fds[1]);
     if (pid < 0) return close(fds[0]), -1;
     size_t len = 0, cap = 4096;

@@ -223,7 +223,9 @@ static int run_stage_local(const char *run, const runconfig *rc, const char *sta
     fprintf(stderr, "kf jobs: %s: running", stage);
     for (int i = 0; i < a; i++) fprintf(stderr, " %s", argv[i]);
     fprintf(stderr, "\n");
-    return proc_run(argv, err);
+    /* a lone trainer starts with the forwarded signals held until its
+     * handlers are in place; mpirun is not held (it would keep them) */
+    return proc_run(argv, s && np <= 1 ? PROC_HOLD_SIGNALS : 0, err);
 }
 
 static const char *elapsed(double s, char *buf, size_t cap) {

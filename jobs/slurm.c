@@ -199,7 +199,7 @@ int slurm_down_nodes(slurm_node **out) {
 
 int slurm_cancel(const char *id, kf_err *err) {
     char *argv[] = {"scancel", (char *)id, NULL};
-    int rc = proc_run(argv, err);
+    int rc = proc_run(argv, 0, err);
     if (rc < 0) return -1;
     if (rc) return kf_err_set(err, "scancel %s failed (exit %d)", id, rc);
     return 0;

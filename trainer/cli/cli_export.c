@@ -483,7 +483,7 @@ int export_main(int argc, char **argv) {
         snprintf(dst, sizeof dst, "%s/%s", tmp, name);
         char *args[] = {(char *)python_bin(), script,      src,          dst, "--source",
                         (char *)ckpt,         "--weights", (char *)wset, NULL};
-        int prc = proc_run(args, &err);
+        int prc = proc_run(args, 0, &err);
         if (prc != 0) {
             if (prc > 0)
                 kf_err_set(&err, "%s %s failed (exit %d): no .ckpt written", args[0], script, prc);

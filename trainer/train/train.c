@@ -48,6 +48,13 @@ void train_install_signals(void) {
      * EPIPE and reach a path that says why (an MPI error, the watchdog), not
      * end the rank silently by SIGPIPE's default action */
     signal(SIGPIPE, SIG_IGN);
+    /* a launcher may start the trainer with these blocked (kf jobs run:
+     * PROC_HOLD_SIGNALS), so that none kills it before this point; any
+     * held arrives now, at the handlers */
+    sigset_t held;
+    sigemptyset(&held);
+    sigaddset(&held, SIGUSR1), sigaddset(&held, SIGTERM), sigaddset(&held, SIGINT);
+    sigprocmask(SIG_UNBLOCK, &held, NULL);
 }
 
 typedef struct trainer {

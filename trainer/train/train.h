@@ -89,7 +89,9 @@ int train_run(const train_args *a, dist *d);
 
 /** Installs the SIGUSR1/SIGTERM/SIGINT handlers that request a preemption
  * checkpoint, and ignores SIGPIPE (a write to a dead peer's connection fails
- * with EPIPE instead of ending the rank without a word). */
+ * with EPIPE instead of ending the rank without a word); then unblocks the
+ * three signals, which a launcher may hold until this point
+ * (PROC_HOLD_SIGNALS in common/proc.h). */
 void train_install_signals(void);
 
 #endif
