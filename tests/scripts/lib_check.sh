@@ -15,6 +15,9 @@
 #   log_lines FILE N          FILE exists and holds at least N lines
 #   require_torch PY          ends the test as one failure unless PY imports torch
 #                             (Debian's python3-torch: a missing torch fails, never skips)
+#   churn_start / churn_stop  processes started and ended without pause on two
+#                             cores, until stopped (or the test ends): a busy node,
+#                             on which signals and child exits land at every instant
 PASS=0; FAIL=0
 ok()  { PASS=$((PASS + 1)); }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL [${SECONDS}s] $*"; }
@@ -33,4 +36,10 @@ require_torch() {
     echo "0 passed, 1 failed"
     exit 1
   fi
+}
+CHURNERS=()
+churn_start() { for _ in 1 2; do (while kill -0 $$ 2>/dev/null; do /bin/true; done) & CHURNERS+=($!); done; }
+churn_stop() {
+  [ ${#CHURNERS[@]} -gt 0 ] && { kill "${CHURNERS[@]}"; wait "${CHURNERS[@]}"; } 2>/dev/null
+  CHURNERS=()
 }

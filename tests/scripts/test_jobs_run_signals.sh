@@ -27,7 +27,6 @@ see_start() {
   local end=$((SECONDS + 120))
   until grep -q "ar: running" "$1"; do [ $SECONDS -ge $end ] && return 1; sleep 0.002; done
 }
-churn() { churners=(); for _ in 1 2; do (while :; do /bin/true; done) & churners+=($!); done; }
 
 for i in $(seq 12); do
   R=$T/run$i
@@ -35,14 +34,14 @@ for i in $(seq 12); do
   nsig=$((RANDOM % 3 + 1)); load=$((RANDOM % 2))
   sigs=(); for _ in $(seq $nsig); do s=(TERM USR1 INT); sigs+=("${s[RANDOM % 3]}"); done
   what="case $i: ${sigs[*]} to kf jobs run $ms ms after it runs the trainer$([ $load = 1 ] && echo ', under churn')"
-  churners=(); [ $load = 1 ] && churn
+  [ $load = 1 ] && churn_start
   "$KF" jobs run "$T/c.yaml" --run-dir "$R" --no-sample > "$T/log$i" 2>&1 &
   pid=$!
   see_start "$T/log$i"
   sleep "$after"
   for s in "${sigs[@]}"; do kill -"$s" $pid 2>/dev/null; done
   wait $pid; rc=$?
-  [ ${#churners[@]} -gt 0 ] && { kill "${churners[@]}"; wait "${churners[@]}"; } 2>/dev/null
+  churn_stop
   check "$what: kf jobs run exits 75 (got $rc)" [ $rc -eq 75 ]
   check "$what: the trainer checkpointed and exited 75 ($(grep -m1 'kf jobs: ar: [ip]' "$T/log$i"))" \
     grep -q "ar: preempted with a checkpoint" "$T/log$i"

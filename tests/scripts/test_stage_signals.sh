@@ -52,8 +52,6 @@ chmod +x "$T/fake-kf"
 # random_tenths MAX VAR: VAR = 0.0 .. MAX/10 seconds (no subshell: bash
 # reseeds RANDOM in one, and the draw would not replay)
 random_tenths() { local t=$((RANDOM % ($1 + 1))); printf -v "$2" '%d.%d' $((t / 10)) $((t % 10)); }
-# churn: processes started and ended without pause on both cores
-churn() { churners=(); for _ in 1 2; do (while :; do /bin/true; done) & churners+=($!); done; }
 
 for i in $(seq 16); do
   F=$T/case$i; mkdir -p "$F"
@@ -66,7 +64,7 @@ for i in $(seq 16); do
   load=$((RANDOM % 2)); nofifo=$((RANDOM % 4 == 0))
   sigs=(); for _ in $(seq $nsig); do s=(TERM USR1); sigs+=("${s[RANDOM % 2]}"); done
   what="case $i: handlers after $startup s, exit ${code} $delay s after a signal; ${sigs[*]} to the wrapper$([ $both = 1 ] && echo ' and the trainer'), $([ $early = 1 ] && echo 'before the trainer ran' || echo "$after s into it")$([ $load = 1 ] && echo ', under churn')$([ $nofifo = 1 ] && echo ', no FIFO')"
-  churners=(); [ $load = 1 ] && churn
+  [ $load = 1 ] && churn_start
   tmp=$T; [ $nofifo = 1 ] && tmp=$T/absent
   FAKE=$F KF_BIN=$T/fake-kf TMPDIR=$tmp bash slurm/stage.sbatch "$F/run" ar > "$F/log" 2>&1 &
   wpid=$!
@@ -80,7 +78,7 @@ for i in $(seq 16); do
     [ $both = 1 ] && [ -s "$F/pid" ] && kill -"$s" "$(cat "$F/pid")" 2>/dev/null
   done
   wait $wpid; wrc=$?
-  [ ${#churners[@]} -gt 0 ] && { kill "${churners[@]}"; wait "${churners[@]}"; } 2>/dev/null
+  churn_stop
   got=$(sed -n 's/.*trainer exited with \(-\{0,1\}[0-9]*\).*/\1/p' "$F/log")
   check "$what: the wrapper reports the trainer's exit $(cat "$F/exited" 2>/dev/null) (got '$got')" \
     bash -c '[ -n "$1" ] && [ "$1" = "$2" ]' _ "$got" "$(cat "$F/exited" 2>/dev/null)"
