@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t child_pid, pending_sig;
+static const int fwd_sigs[3] = {SIGINT, SIGTERM, SIGUSR1}; /* what proc_run forwards */
 
 /* A signal that comes before the child exists is kept and sent once it does.
  * SIGINT goes on as SIGTERM: a Ctrl-C at the terminal also reaches the child
@@ -42,7 +43,7 @@ static pid_t spawn(char *const argv[], int out_fd, bool quiet, const sigset_t *m
     if (pid < 0) return kf_err_set(err, "fork: %s", strerror(errno)), -1;
     if (pid == 0) {
         if (mask) {
-            signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL), signal(SIGUSR1, SIG_DFL);
+            for (int i = 0; i < 3; i++) signal(fwd_sigs[i], SIG_DFL);
             sigprocmask(SIG_SETMASK, mask, NULL);
         }
         /* the child outlives no killed parent: a trainer gets SIGTERM (checkpoint,
@@ -70,25 +71,23 @@ static int wait_for(pid_t pid) {
 
 int proc_run(char *const argv[], unsigned flags, kf_err *err) {
     struct sigaction sa = {0}, old[3];
-    const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};
     sigset_t fwd, mask, child_mask;
     sa.sa_handler = forward;
     sigemptyset(&sa.sa_mask);
     sigemptyset(&fwd);
     pending_sig = 0;
-    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]), sigaddset(&fwd, sigs[i]);
+    for (int i = 0; i < 3; i++) sigaction(fwd_sigs[i], &sa, &old[i]), sigaddset(&fwd, fwd_sigs[i]);
     /* blocked from the fork until child_pid is set: a signal in between
      * waits, and is forwarded as the mask is restored */
     sigprocmask(SIG_BLOCK, &fwd, &mask);
     child_mask = mask;
-    if (flags & PROC_HOLD_SIGNALS)
-        for (int i = 0; i < 3; i++) sigaddset(&child_mask, sigs[i]);
+    if (flags & PROC_HOLD_SIGNALS) sigorset(&child_mask, &mask, &fwd);
     pid_t pid = spawn(argv, -1, false, &child_mask, err);
     if (pid >= 0) child_pid = pid;
     if (pid >= 0 && pending_sig) kill(pid, pending_sig);
     sigprocmask(SIG_SETMASK, &mask, NULL);
     int rc = pid < 0 ? -1 : wait_for(pid);
-    for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+    for (int i = 0; i < 3; i++) sigaction(fwd_sigs[i], &old[i], NULL);
     child_pid = 0;
     return rc;
 }
