@@ -15,6 +15,8 @@
 #   log_lines FILE N          FILE exists and holds at least N lines
 #   require_torch PY          ends the test as one failure unless PY imports torch
 #                             (Debian's python3-torch: a missing torch fails, never skips)
+#   seed_random DEFAULT       seeds bash's RANDOM with $KF_TEST_SEED, else DEFAULT, and
+#                             prints the seed (KF_TEST_SEED=N replays the draws)
 #   churn_start / churn_stop  processes started and ended without pause on two
 #                             cores, until stopped (or the test ends): a busy node,
 #                             on which signals and child exits land at every instant
@@ -37,9 +39,19 @@ require_torch() {
     exit 1
   fi
 }
+seed_random() {
+  local seed=${KF_TEST_SEED:-$1}
+  RANDOM=$seed
+  echo "  seed $seed (KF_TEST_SEED=$seed replays)"
+}
 CHURNERS=()
 churn_start() { for _ in 1 2; do (while kill -0 $$ 2>/dev/null; do /bin/true; done) & CHURNERS+=($!); done; }
 churn_stop() {
   [ ${#CHURNERS[@]} -gt 0 ] && { kill "${CHURNERS[@]}"; wait "${CHURNERS[@]}"; } 2>/dev/null
-  CHURNERS=()
+  seed_random() {
+  local seed=${KF_TEST_SEED:-$1}
+  RANDOM=$seed
+  echo "  seed $seed (KF_TEST_SEED=$seed replays)"
+}
+CHURNERS=()
 }

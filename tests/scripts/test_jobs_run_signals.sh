@@ -16,9 +16,7 @@ KF=${KF_BIN:-bin/kf}
 . tests/scripts/lib_jobs.sh
 T=$(mktemp -d /tmp/kf-test-runsig.XXXXXX)
 trap '[ -n "${KF_TEST_KEEP:-}" ] || rm -rf "$T"' EXIT
-seed=${KF_TEST_SEED:-20261201}
-RANDOM=$seed
-echo "  seed $seed (KF_TEST_SEED=$seed replays)"
+seed_random 20261201
 need_data
 tiny_config "$T/c.yaml" 2000 1
 # the moment kf jobs run logs the trainer's start, to a few ms (wait_until

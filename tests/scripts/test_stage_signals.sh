@@ -20,9 +20,7 @@ cd "$(dirname "$0")/../.."
 . tests/scripts/lib_check.sh
 T=$(mktemp -d /tmp/kf-test-stagesig.XXXXXX)
 trap '[ -n "${KF_TEST_KEEP:-}" ] || rm -rf "$T"' EXIT
-seed=${KF_TEST_SEED:-20261130}
-RANDOM=$seed
-echo "  seed $seed (KF_TEST_SEED=$seed replays)"
+seed_random 20261130
 
 cat > "$T/fake-kf" <<'FAKE'
 #!/usr/bin/env python3
