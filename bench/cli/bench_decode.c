@@ -38,6 +38,12 @@
  *               turns run by run as the methods do, the limits measured at
  *               each; the gain of each count over the first beside the
  *               gain its roofline allows
+ *   read beside --read-beside: the read at a run's thread count measured just
+ *               before and just after every timed run, and each run's
+ *               tokens/s over the roofline at that read: a host whose
+ *               memory speed changes within seconds is then compared with
+ *               itself (a full read evicts the caches, so the runs start
+ *               cold: for models far larger than the caches)
  *
  * Output: a table on stdout; asked for, the same as JSON (--json FILE) and a
  * grouped bar chart (--png FILE; bench/plot/chart.h): one group per batch
@@ -79,6 +85,7 @@ static const char USAGE[] =
     "                       [--prefix-len P] [--max-new N] [--runs R] [--tau T] [--seed S]\n"
     "                       [--backend cpu|cuda|auto] [--clock wall|cpu] [--json OUT.json]\n"
     "                       [--png OUT.png] [--precision fp32|fp16|bf16] [--threads 1,2]\n"
+    "                       [--read-beside]\n"
     "       kf bench decode [CONFIG] --roofline DEVICE [--batch 4,16,128] [--k 2,3,4]\n"
     "                       [--cache-len L] [--prefix-len P] [--freq-penalty F]\n"
     "                       [--precision fp32|fp16|bf16] [key.path=value ...]\n"
@@ -122,6 +129,11 @@ static const char USAGE[] =
     "                 with two or more, a table of each count's tokens/s over the\n"
     "                 first count's beside the same ratio of the rooflines: what the\n"
     "                 measured read and GEMM allow more threads to add (CPU backend)\n"
+    "  --read-beside  also read the memory at a run's thread count just before and just\n"
+    "                 after every timed run (CPU backend), and print, over the runs whose\n"
+    "                 two reads agree within 15%, each method's tokens/s over the roofline\n"
+    "                 at its runs' own read: the host's memory speed can change within\n"
+    "                 seconds. The read evicts the caches: for models larger than them\n"
     "  --json F, --png F  also write the table as JSON to F, the bar chart as a PNG to F\n"
     "                 (default: neither, only the table on stdout)\n"
     "\n"
@@ -174,9 +186,104 @@ static model *load(kf_backend *be, const char *path, kf_err *err) {
     return model_load(be, p, err);
 }
 
-static void write_json(FILE *f, const char *dev, const char *prec, const char *clock,
-                       const char *data, int64_t P, int64_t N, int runs, const int64_t *bs, int nb,
-                       const method *mt, int nm) {
+/* The parsed command line. */
+typedef struct decode_args {
+    const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name, *precision;
+    const char *roofline; /* --roofline DEVICE; NULL: measure */
+    char **over;          /* --roofline: the config's overrides */
+    int nck, nb, nk, n_over, nt;
+    int64_t cache_len; /* --roofline: the cache rows before the priced step (0: seq_len / 2) */
+    int prec;          /* --precision as a kf_precision */
+    int64_t bs[MAX_LIST], ks[MAX_LIST], P, N, runs, seed; /* P, N: 0 = the protocol's */
+    int64_t ts[MAX_LIST];                                 /* --threads (nt 0: OpenMP's count) */
+    double tau, pen;
+    bool cpu_clock, beside; /* beside: --read-beside */
+} decode_args;
+
+/* What a run needs, built from the arguments: the models, one method per
+ * (checkpoint, k), the prefixes and the lengths. */
+typedef struct decode_plan {
+    kf_backend *be;
+    model *models[MAX_METHODS];
+    model_heads *heads[MAX_METHODS];
+    method mt[MAX_METHODS * MAX_LIST];
+    int nm, ar; /* ar: the AR method's index (at the first thread count), -1 without one */
+    int32_t *pre, eos;
+    int64_t P, N, bmax;
+    int qb; /* the batch size whose completions are scored: the largest */
+    /* the CPU backend's at each thread count and at one thread, measured at
+     * the start (nlim 0: not measured) */
+    decode_limits lim[MAX_LIST + 1];
+    int nlim;
+    /* --read-beside: per method, batch size and timed run, its tokens/s and
+     * the read just before and after it (BESIDE doubles; NULL: not asked) */
+    double *beside;
+} decode_plan;
+
+enum { BESIDE_TPS, BESIDE_BEFORE, BESIDE_AFTER, BESIDE };
+
+/* Method i's run r (from 0) at batch index b in p->beside. */
+static double *beside_at(const decode_plan *p, const decode_args *a, int i, int b, int64_t r) {
+    return p->beside +
+           (((size_t)i * (size_t)a->nb + (size_t)b) * (size_t)a->runs + (size_t)r) * BESIDE;
+}
+
+/* A run whose reads before and after it agree within 15%: the host's memory
+ * speed did not visibly change while it ran. */
+static bool beside_steady(const double *v) {
+    double lo = fmin(v[BESIDE_BEFORE], v[BESIDE_AFTER]),
+           hi = fmax(v[BESIDE_BEFORE], v[BESIDE_AFTER]);
+    return lo > 0 && hi <= 1.15 * lo;
+}
+
+/* Tokens/s of method x's runs at batch B at the limits l; *read_bound: most
+ * of the roofline's time in steps bound by the read. */
+static double method_roof(const method *x, const decode_plan *p, const decode_args *a, int64_t B,
+                          const decode_limits *l, bool *read_bound) {
+    int screen = x->m->cfg.kind == MODEL_PFLM && a->pen == 0;
+    double tr, t = decode_roofline_s(x->m, B, p->P, p->N, x->k, a->prec, screen, l, &tr);
+    if (read_bound) *read_bound = tr > t / 2;
+    return (double)(B * p->N) / t;
+}
+
+/* The limits measured at `threads` threads; NULL when not measured. */
+static const decode_limits *plan_limits(const decode_plan *p, int threads) {
+    for (int i = 0; i < p->nlim; i++)
+        if (p->lim[i].threads == threads) return &p->lim[i];
+    return NULL;
+}
+
+/* Method i's steady runs at batch index b (beside_steady): their count,
+ * mean read, tokens/s and fraction of the roofline at each run's own read
+ * (with the GEMM rate measured at the start). */
+static int beside_summary(const decode_plan *p, const decode_args *a, int i, int b, double *bw,
+                          double *tps, double *frac) {
+    const method *x = &p->mt[i];
+    decode_limits l = *plan_limits(p, x->threads);
+    int n = 0;
+    *bw = *tps = *frac = 0;
+    for (int64_t r = 0; r < a->runs; r++) {
+        const double *v = beside_at(p, a, i, b, r);
+        if (!beside_steady(v)) continue;
+        l.read_bw = (v[BESIDE_BEFORE] + v[BESIDE_AFTER]) / 2;
+        *bw += l.read_bw;
+        *tps += v[BESIDE_TPS];
+        *frac += v[BESIDE_TPS] / method_roof(x, p, a, a->bs[b], &l, NULL);
+        n++;
+    }
+    if (n) *bw /= n, *tps /= n, *frac /= n;
+    return n;
+}
+
+/* The table as JSON: one row per method and batch size; with --read-beside
+ * each row's runs as [tokens/s, read before, read after (bytes/s)] and
+ * beside_summary's figures. */
+static void write_json(FILE *f, const decode_plan *p, const decode_args *a) {
+    const char *dev = p->be->name, *prec = a->precision, *clock = a->clock_name, *data = a->data;
+    int64_t P = p->P, N = p->N;
+    int runs = (int)a->runs, nb = a->nb, nm = p->nm;
+    const int64_t *bs = a->bs;
+    const method *mt = p->mt;
     fprintf(f, "{\"device\": \"%s\", \"precision\": \"%s\", \"clock\": \"%s\", \"data\": ", dev,
             prec, clock);
     json_write_str(f, data, strlen(data));
@@ -213,43 +320,26 @@ static void write_json(FILE *f, const char *dev, const char *prec, const char *c
             fprintf(f, "\"flag\": ");
             json_write_str(f, flag, strlen(flag));
             fprintf(f, ", ");
+            if (p->beside) {
+                fprintf(f, "\"runs_beside\": [");
+                for (int r = 0; r < runs; r++) {
+                    const double *v = beside_at(p, a, i, b, r);
+                    fprintf(f, "%s[%.2f, %.4g, %.4g]", r ? ", " : "", v[BESIDE_TPS],
+                            v[BESIDE_BEFORE], v[BESIDE_AFTER]);
+                }
+                double bw, tps, frac;
+                int n = beside_summary(p, a, i, b, &bw, &tps, &frac);
+                fprintf(f, "], \"beside_steady_runs\": %d, ", n);
+                if (n)
+                    fprintf(f, "\"beside_read\": %.4g, \"beside_roofline_fraction\": %.3f, ", bw,
+                            frac);
+            }
             fprintf(f, "\"ckpt\": ");
             json_write_str(f, mt[i].path, strlen(mt[i].path));
             fprintf(f, "}");
         }
     fprintf(f, "\n]}\n");
 }
-
-/* The parsed command line. */
-typedef struct decode_args {
-    const char *ckpts[MAX_METHODS], *data, *backend, *json_path, *png_path, *clock_name, *precision;
-    const char *roofline; /* --roofline DEVICE; NULL: measure */
-    char **over;          /* --roofline: the config's overrides */
-    int nck, nb, nk, n_over, nt;
-    int64_t cache_len; /* --roofline: the cache rows before the priced step (0: seq_len / 2) */
-    int prec;          /* --precision as a kf_precision */
-    int64_t bs[MAX_LIST], ks[MAX_LIST], P, N, runs, seed; /* P, N: 0 = the protocol's */
-    int64_t ts[MAX_LIST];                                 /* --threads (nt 0: OpenMP's count) */
-    double tau, pen;
-    bool cpu_clock;
-} decode_args;
-
-/* What a run needs, built from the arguments: the models, one method per
- * (checkpoint, k), the prefixes and the lengths. */
-typedef struct decode_plan {
-    kf_backend *be;
-    model *models[MAX_METHODS];
-    model_heads *heads[MAX_METHODS];
-    method mt[MAX_METHODS * MAX_LIST];
-    int nm, ar; /* ar: the AR method's index (at the first thread count), -1 without one */
-    int32_t *pre, eos;
-    int64_t P, N, bmax;
-    int qb; /* the batch size whose completions are scored: the largest */
-    /* the CPU backend's at each thread count and at one thread, measured at
-     * the start (nlim 0: not measured) */
-    decode_limits lim[MAX_LIST + 1];
-    int nlim;
-} decode_plan;
 
 /* Parses the options into a; nonzero when the command ends here, with its
  * exit status in *code. */
@@ -285,6 +375,7 @@ static int parse_args(int argc, char **argv, decode_args *a, int *code) {
         {"--cache-len", CLI_INT, .out = &a->cache_len, .lo = 1, .hi = INFINITY},
         {"--threads", CLI_INT_LIST, .out = a->ts, .n = &a->nt, .cap = MAX_LIST, .lo = 1,
          .hi = 4096},
+        {"--read-beside", CLI_FLAG, .out = &a->beside},
         CLI_OPT_END,
     };
     a->over = kf_calloc((size_t)argc + 1, sizeof *a->over);
@@ -445,6 +536,9 @@ static int plan_make(decode_plan *p, const decode_args *a, kf_err *err) {
                           "--threads sets the CPU backend's OpenMP threads, not the %s "
                           "backend's",
                           p->be->name);
+    if (a->beside && strcmp(p->be->name, "cpu"))
+        return kf_err_set(err, "--read-beside reads the CPU's memory, not the %s backend's",
+                          p->be->name);
     if (a->cpu_clock && strcmp(p->be->name, "cpu"))
         return kf_err_set(
             err,
@@ -462,13 +556,7 @@ static void plan_free(decode_plan *p, int nck) {
     }
     if (p->be) p->be->destroy(p->be);
     free(p->pre);
-}
-
-/* The limits measured at `threads` threads; NULL when not measured. */
-static const decode_limits *plan_limits(const decode_plan *p, int threads) {
-    for (int i = 0; i < p->nlim; i++)
-        if (p->lim[i].threads == threads) return &p->lim[i];
-    return NULL;
+    free(p->beside);
 }
 
 /* Method i's quality of the completions qs of n prefixes, scored after the
@@ -485,7 +573,9 @@ static void score_quality(decode_plan *p, int i, quality_sample *qs, int64_t n, 
 }
 
 /* Times every method at every batch size (the methods taking turns run by
- * run) into tps and sd; the largest batch's last completions are scored. */
+ * run) into tps and sd; the largest batch's last completions are scored.
+ * With --read-beside each timed run is framed by two reads at its thread
+ * count, outside its clock, into p->beside. */
 static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
     double (*now)(void) = a->cpu_clock ? clock_cpu_s : clock_now_s;
     int64_t bmax = p->bmax, P = p->P, N = p->N;
@@ -497,6 +587,11 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
            *sum2 = kf_malloc((size_t)p->nm * sizeof(double));
     quality_sample *qs = kf_malloc((size_t)bmax * sizeof *qs);
     for (int64_t b = 0; b < bmax; b++) qs[b] = (quality_sample){p->pre + b * P, P, out + b * N, N};
+    decode_read_probe *probe = NULL;
+    if (a->beside) {
+        probe = decode_read_probe_create();
+        p->beside = kf_calloc((size_t)(p->nm * a->nb * a->runs * BESIDE), sizeof(double));
+    }
     for (int b = 0; b < a->nb; b++) {
         int64_t B = a->bs[b];
         for (int i = 0; i < p->nm; i++) sum[i] = sum2[i] = 0;
@@ -504,10 +599,21 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
             for (int i = 0; i < p->nm; i++) {
                 decode_opts o = method_opts(&p->mt[i], a->tau, a->pen, N, a->seed);
                 omp_set_num_threads(p->mt[i].threads);
+                double *v = probe && r ? beside_at(p, a, i, b, r - 1) : NULL;
+                if (v) v[BESIDE_BEFORE] = decode_read_probe_run(probe, p->mt[i].threads, now);
                 double t0 = now();
                 decode_run(p->mt[i].m, p->mt[i].heads, p->pre, B, P, &o, keys, out);
                 double tps = (double)(B * N) / (now() - t0);
                 if (r == 0) continue;
+                if (v) {
+                    v[BESIDE_AFTER] = decode_read_probe_run(probe, p->mt[i].threads, now);
+                    v[BESIDE_TPS] = tps;
+                    fprintf(stderr,
+                            "  batch %lld %-8s run %lld: %10.1f tokens/s, read %.1f before, %.1f "
+                            "after (GB/s)\n",
+                            (long long)B, p->mt[i].label, (long long)r, tps, v[BESIDE_BEFORE] / 1e9,
+                            v[BESIDE_AFTER] / 1e9);
+                }
                 sum[i] += tps;
                 sum2[i] += tps * tps;
                 if (b == p->qb && r == a->runs) score_quality(p, i, qs, B, err);
@@ -519,16 +625,12 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
             double var = sum2[i] / (double)a->runs - x->tps[b] * x->tps[b];
             x->sd[b] = var > 0 ? sqrt(var) : 0;
             const decode_limits *l = plan_limits(p, x->threads);
-            if (l) {
-                int screen = x->m->cfg.kind == MODEL_PFLM && a->pen == 0;
-                double tr, t = decode_roofline_s(x->m, B, P, N, x->k, a->prec, screen, l, &tr);
-                x->roof[b] = (double)(B * N) / t;
-                x->read_bound[b] = tr > t / 2;
-            }
+            if (l) x->roof[b] = method_roof(x, p, a, B, l, &x->read_bound[b]);
             fprintf(stderr, "  batch %lld %-8s %10.1f tokens/s\n", (long long)B, x->label,
                     x->tps[b]);
         }
     }
+    decode_read_probe_free(probe);
     free(qs);
     free(sum);
     free(sum2);
@@ -632,6 +734,36 @@ static void print_scaling(const decode_plan *p, const decode_args *a) {
     }
 }
 
+/* With --read-beside: each method's runs compared with the roofline at the
+ * read measured around them. */
+static void print_beside(const decode_plan *p, const decode_args *a) {
+    if (!p->beside || !p->nlim) return;
+    printf("\nread beside each run, just before and after it at its thread count; over the runs "
+           "whose two reads agree within 15%%: their number, mean read (GB/s), tokens/s and "
+           "fraction of the roofline at each run's own read\n%-10s",
+           "method");
+    for (int b = 0; b < a->nb; b++) {
+        char h[40];
+        snprintf(h, sizeof h, "BS=%lld runs, read, tok/s, frac", (long long)a->bs[b]);
+        printf("  %32s", h);
+    }
+    printf("\n");
+    for (int i = 0; i < p->nm; i++) {
+        printf("%-10s", p->mt[i].label);
+        for (int b = 0; b < a->nb; b++) {
+            double bw, tps, frac;
+            int n = beside_summary(p, a, i, b, &bw, &tps, &frac);
+            char cell[64];
+            if (n)
+                snprintf(cell, sizeof cell, "%d/%lld, %.1f, %.1f, %.2f", n, (long long)a->runs,
+                         bw / 1e9, tps, frac);
+            else snprintf(cell, sizeof cell, "0/%lld", (long long)a->runs);
+            printf("  %32s", cell);
+        }
+        printf("\n");
+    }
+}
+
 /* The chart: groups = batch sizes, bars = methods (the first CHART_MAX_SERIES). */
 static int write_chart(const decode_plan *p, const decode_args *a, kf_err *err) {
     int nb = a->nb, ns = p->nm < CHART_MAX_SERIES ? p->nm : CHART_MAX_SERIES;
@@ -658,12 +790,12 @@ static int report(const decode_plan *p, const decode_args *a, kf_err *err) {
     print_table(p, a);
     print_roofline(p, a);
     print_scaling(p, a);
+    print_beside(p, a);
     if (a->json_path) {
         char *jtext = NULL;
         size_t jlen = 0;
         FILE *jf = open_memstream(&jtext, &jlen);
-        write_json(jf, p->be->name, a->precision, a->clock_name, a->data, p->P, p->N, (int)a->runs,
-                   a->bs, a->nb, p->mt, p->nm);
+        write_json(jf, p, a);
         fclose(jf);
         int rc = fs_write_atomic(a->json_path, jtext, jlen, err);
         free(jtext);

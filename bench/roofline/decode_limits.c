@@ -60,11 +60,32 @@ static float read_sse(const float *p, size_t n) {
     return t[0] + t[1] + t[2] + t[3];
 }
 
-/* Bytes/s of reading buf's n floats on `threads` threads, each a contiguous
- * 64-float-aligned part, at the level the kernels run at (KF_CPU_ISA). */
-static double read_bw(const float *buf, size_t n, int threads, double (*now)(void), double *sink) {
+struct decode_read_probe {
+    float *buf;
+    size_t n;    /* floats */
+    double sink; /* the reads' sums, kept so no read is optimised away */
+};
+
+decode_read_probe *decode_read_probe_create(void) {
+    decode_read_probe *p = kf_malloc(sizeof *p);
+    *p =
+        (decode_read_probe){.buf = kf_alloc_stream(READ_BYTES, 0), .n = READ_BYTES / sizeof(float)};
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < p->n; i++) p->buf[i] = (float)(i & 1023);
+    return p;
+}
+
+void decode_read_probe_free(decode_read_probe *p) {
+    if (!p) return;
+    free(p->buf);
+    free(p);
+}
+
+double decode_read_probe_run(decode_read_probe *p, int threads, double (*now)(void)) {
     const char *isa = kernels_cpu_isa();
     int lvl = !strcmp(isa, "base") ? 0 : !strcmp(isa, "avx2") ? 1 : 2;
+    const float *buf = p->buf;
+    size_t n = p->n;
     double t0 = now(), s = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : s)
     {
@@ -75,25 +96,20 @@ static double read_bw(const float *buf, size_t n, int threads, double (*now)(voi
                       : read_sse(buf + a, e - a);
     }
     double dt = now() - t0;
-    *sink += s;
+    p->sink += s;
     return dt > 0 ? n * sizeof(float) / dt : 0;
 }
 
 void decode_limits_measure(kf_backend *b, double (*now)(void), const int *threads, int n,
                            decode_limits *out) {
-    size_t len = READ_BYTES / sizeof(float);
-    float *buf = kf_alloc_stream(READ_BYTES, 0);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < len; i++) buf[i] = (float)(i & 1023);
-    double sink = 0;
+    decode_read_probe *probe = decode_read_probe_create();
     for (int i = 0; i < n; i++) out[i] = (decode_limits){.threads = threads[i]};
     for (int rep = 0; rep < 5; rep++)
         for (int i = 0; i < n; i++) {
-            double bw = read_bw(buf, len, threads[i], now, &sink);
+            double bw = decode_read_probe_run(probe, threads[i], now);
             if (bw > out[i].read_bw) out[i].read_bw = bw;
         }
-    free(buf);
-    out[0].read_bw += 0 * sink; /* the reads' sums are used: they stay */
+    decode_read_probe_free(probe);
 
     /* the products in fp32 at every precision: the packed kernels widen 16-bit
      * weights as they read them and accumulate in fp32, while the GEMM's

@@ -22,6 +22,23 @@ typedef struct decode_limits {
     double read_bw, gemm_flops;
 } decode_limits;
 
+/** The read of decode_limits: a 512 MiB stream allocated once and read on
+ *  demand, so a timed run can be paired with the read of its moment (a
+ *  shared host moves the memory's speed within seconds). Reading it
+ *  evicts the caches. */
+typedef struct decode_read_probe decode_read_probe;
+
+/** A probe with its stream allocated and written (paged in). */
+decode_read_probe *decode_read_probe_create(void);
+
+/** Bytes/s of one read of the whole stream on `threads` threads, each a
+ *  contiguous part at the SIMD level the kernels run at, timed by `now`.
+ *  Leaves omp_get_max_threads() as it found it. */
+double decode_read_probe_run(decode_read_probe *p, int threads, double (*now)(void));
+
+/** Frees the stream; NULL is a no-op. */
+void decode_read_probe_free(decode_read_probe *p);
+
 /** Measures out[i] at threads[i] threads for each i < n. The counts take
  *  turns, read by read and product by product, so each sees the same load
  *  of a shared machine: out[i] / out[j] is what more threads add, now.

@@ -342,6 +342,56 @@ static void bench_threads_tests(void) {
     T_EQ_INT(run(bench_decode_main, cmd), 2, "--threads 0 is a usage error");
 }
 
+/* --read-beside: every timed run framed by two reads; the runs' tokens/s
+ * average to the row's, and the steady runs and their mean read are what
+ * the runs' own reads say (within 15% of each other). */
+static void bench_beside_tests(void) {
+    char cmd[2048];
+    const int runs = 3;
+    snprintf(cmd, sizeof cmd,
+             "decode %s/ar.safetensors %s/pf4.safetensors --data %s/data --batch 1,2 --k 4 "
+             "--runs %d --prefix-len 6 --threads 1,2 --read-beside --json %s/rb.json "
+             "--backend cpu",
+             T, T, T, runs, T);
+    T_EQ_INT(run(bench_decode_main, cmd), 0, "bench decode --read-beside");
+    json_doc *d = read_json("rb.json", "bench decode --read-beside");
+    const json *rows = d ? json_get(json_root(d), "rows") : NULL;
+    size_t n = rows ? rows->n : 0;
+    T_EQ_INT(n, 8, "--read-beside: %zu rows, want 2 methods x 2 counts x 2 batches", n);
+    for (size_t i = 0; i < n; i++) {
+        const json *x = &rows->kids[i], *rb = json_get(x, "runs_beside");
+        const json *t = json_get(x, "tokens_per_s"), *ns = json_get(x, "beside_steady_runs");
+        T_EQ_INT(rb && rb->type == JSON_ARRAY ? (int)rb->n : -1, runs, "row %zu: runs_beside", i);
+        if (!rb || rb->type != JSON_ARRAY || (int)rb->n != runs) continue;
+        double sum = 0, bw = 0;
+        int steady = 0;
+        for (int r = 0; r < runs; r++) {
+            const json *v = &rb->kids[r];
+            double e[3] = {0};
+            for (size_t j = 0; j < 3 && v->type == JSON_ARRAY && j < v->n; j++)
+                e[j] = v->kids[j].type == JSON_NUMBER ? v->kids[j].num : 0;
+            T_CHECK(e[0] > 0 && e[1] > 0 && e[2] > 0,
+                    "row %zu run %d: tokens/s %g, reads %g and %g, want all > 0", i, r, e[0], e[1],
+                    e[2]);
+            sum += e[0];
+            double lo = e[1] < e[2] ? e[1] : e[2], hi = e[1] < e[2] ? e[2] : e[1];
+            if (lo > 0 && hi <= 1.15 * lo) steady++, bw += (e[1] + e[2]) / 2;
+        }
+        double tps = t && t->type == JSON_NUMBER ? t->num : -1;
+        T_NEAR(sum / runs, tps, 0.01 + 1e-3 * tps, "row %zu: the runs' mean tokens/s", i);
+        T_EQ_INT(ns && ns->type == JSON_NUMBER ? (int)ns->i : -1, steady, "row %zu: steady runs",
+                 i);
+        const json *br = json_get(x, "beside_read"), *fr = json_get(x, "beside_roofline_fraction");
+        if (steady) {
+            T_NEAR(br && br->type == JSON_NUMBER ? br->num : -1, bw / steady, 1e-3 * bw / steady,
+                   "row %zu: the steady runs' mean read", i);
+            T_CHECK(fr && fr->type == JSON_NUMBER && fr->num > 0,
+                    "row %zu: a fraction of the roofline for %d steady runs", i, steady);
+        } else T_CHECK(!br && !fr, "row %zu: no read or fraction without a steady run", i);
+    }
+    json_free(d);
+}
+
 static void import_tests(model *ar, model *pf) {
     char cmd[2048], p[512];
     layout l;
@@ -480,6 +530,7 @@ int main(void) {
     model *pf = make(be, MODEL_PFLM, 4, "pf4.safetensors");
     bench_tests();
     bench_threads_tests();
+    bench_beside_tests();
     import_tests(ar, pf);
     eval_tests();
     model_free(ar);
