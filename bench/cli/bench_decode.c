@@ -150,8 +150,8 @@ static const char USAGE[] =
     "with the sampler and host transfers, host waits per step and the costliest op.\n"
     "On a GPU (resources.backend not cpu) the steps also run there and the step's\n"
     "measured time (its ops timed one by one) is printed beside. --data, --runs,\n"
-    "--clock, --tau, --seed, --backend, --max-new, --threads, --json and --png do not\n"
-    "apply.\n";
+    "--clock, --tau, --seed, --backend, --max-new, --threads, --read-beside, --json and\n"
+    "--png do not apply.\n";
 
 typedef struct method {
     char label[32];
