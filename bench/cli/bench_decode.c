@@ -215,6 +215,9 @@ typedef struct decode_plan {
      * the start (nlim 0: not measured) */
     decode_limits lim[MAX_LIST + 1];
     int nlim;
+    /* the read's stream, for the limits and --read-beside (NULL: not the
+     * CPU backend) */
+    decode_read_probe *probe;
     /* --read-beside: per method, batch size and timed run, its tokens/s and
      * the read just before and after it (BESIDE doubles; NULL: not asked) */
     double *beside;
@@ -557,6 +560,7 @@ static void plan_free(decode_plan *p, int nck) {
     if (p->be) p->be->destroy(p->be);
     free(p->pre);
     free(p->beside);
+    decode_read_probe_free(p->probe);
 }
 
 /* Method i's quality of the completions qs of n prefixes, scored after the
@@ -587,11 +591,8 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
            *sum2 = kf_malloc((size_t)p->nm * sizeof(double));
     quality_sample *qs = kf_malloc((size_t)bmax * sizeof *qs);
     for (int64_t b = 0; b < bmax; b++) qs[b] = (quality_sample){p->pre + b * P, P, out + b * N, N};
-    decode_read_probe *probe = NULL;
-    if (a->beside) {
-        probe = decode_read_probe_create();
-        p->beside = kf_calloc((size_t)(p->nm * a->nb * a->runs * BESIDE), sizeof(double));
-    }
+    decode_read_probe *probe = a->beside ? p->probe : NULL;
+    if (probe) p->beside = kf_calloc((size_t)(p->nm * a->nb * a->runs * BESIDE), sizeof(double));
     for (int b = 0; b < a->nb; b++) {
         int64_t B = a->bs[b];
         for (int i = 0; i < p->nm; i++) sum[i] = sum2[i] = 0;
@@ -630,12 +631,21 @@ static void run_batches(decode_plan *p, const decode_args *a, kf_err *err) {
                     x->tps[b]);
         }
     }
-    decode_read_probe_free(probe);
     free(qs);
     free(sum);
     free(sum2);
     free(keys);
     free(out);
+}
+
+/* One column heading per batch size, "BS=<size> <what>", right-aligned in
+ * width characters after two spaces. */
+static void print_batch_heads(const decode_args *a, const char *what, int width) {
+    for (int b = 0; b < a->nb; b++) {
+        char h[48];
+        snprintf(h, sizeof h, "BS=%lld %s", (long long)a->bs[b], what);
+        printf("  %*s", width, h);
+    }
 }
 
 /* The table: one row per method, one column per batch size, then the
@@ -646,11 +656,7 @@ static void print_table(const decode_plan *p, const decode_args *a) {
            "entropy "
            "(nats), distinct-2/3, mean length before EOS\n%-10s",
            (long long)a->bs[p->qb], "method");
-    for (int b = 0; b < a->nb; b++) {
-        char h[32];
-        snprintf(h, sizeof h, "BS=%lld tok/s (x AR)", (long long)a->bs[b]);
-        printf("  %22s", h);
-    }
+    print_batch_heads(a, "tok/s (x AR)", 22);
     printf(" %s\n", quality_header());
     for (int i = 0; i < p->nm; i++) {
         printf("%-10s", mt[i].label);
@@ -686,11 +692,7 @@ static void print_roofline(const decode_plan *p, const decode_args *a) {
     printf(" (measured here, %s clock); tokens/s at the roofline, the fraction reached and "
            "what bounds most of the roofline's time (the read or the FLOPs)\n%-10s",
            a->clock_name, "method");
-    for (int b = 0; b < a->nb; b++) {
-        char h[32];
-        snprintf(h, sizeof h, "BS=%lld roof (frac, bound)", (long long)a->bs[b]);
-        printf("  %26s", h);
-    }
+    print_batch_heads(a, "roof (frac, bound)", 26);
     printf("\n");
     for (int i = 0; i < p->nm; i++) {
         printf("%-10s", p->mt[i].label);
@@ -713,11 +715,7 @@ static void print_scaling(const decode_plan *p, const decode_args *a) {
     printf("\nthreads: tokens/s over the %lld-thread run's (the roofline's ratio: what the "
            "measured limits allow)\n%-10s",
            (long long)a->ts[0], "method");
-    for (int b = 0; b < a->nb; b++) {
-        char h[32];
-        snprintf(h, sizeof h, "BS=%lld gain (roof)", (long long)a->bs[b]);
-        printf("  %22s", h);
-    }
+    print_batch_heads(a, "gain (roof)", 22);
     printf("\n");
     for (int i = n; i < p->nm; i++) {
         const method *x = &p->mt[i], *x0 = &p->mt[i % n];
@@ -742,11 +740,7 @@ static void print_beside(const decode_plan *p, const decode_args *a) {
            "whose two reads agree within 15%%: their number, mean read (GB/s), tokens/s and "
            "fraction of the roofline at each run's own read\n%-10s",
            "method");
-    for (int b = 0; b < a->nb; b++) {
-        char h[40];
-        snprintf(h, sizeof h, "BS=%lld runs, read, tok/s, frac", (long long)a->bs[b]);
-        printf("  %32s", h);
-    }
+    print_batch_heads(a, "runs, read, tok/s, frac", 32);
     printf("\n");
     for (int i = 0; i < p->nm; i++) {
         printf("%-10s", p->mt[i].label);
@@ -858,7 +852,9 @@ int bench_decode_main(int argc, char **argv) {
                 one = one || ts[i] == 1;
             }
             if (!one) ts[p.nlim++] = 1;
-            decode_limits_measure(p.be, a.cpu_clock ? clock_cpu_s : clock_now_s, ts, p.nlim, p.lim);
+            p.probe = decode_read_probe_create();
+            decode_limits_measure(p.be, p.probe, a.cpu_clock ? clock_cpu_s : clock_now_s, ts,
+                                  p.nlim, p.lim);
             printf("CPU limits (the counts in turns): ");
             print_limits(&p);
             printf("\n");

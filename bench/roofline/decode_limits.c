@@ -100,16 +100,14 @@ double decode_read_probe_run(decode_read_probe *p, int threads, double (*now)(vo
     return dt > 0 ? n * sizeof(float) / dt : 0;
 }
 
-void decode_limits_measure(kf_backend *b, double (*now)(void), const int *threads, int n,
-                           decode_limits *out) {
-    decode_read_probe *probe = decode_read_probe_create();
+void decode_limits_measure(kf_backend *b, decode_read_probe *probe, double (*now)(void),
+                           const int *threads, int n, decode_limits *out) {
     for (int i = 0; i < n; i++) out[i] = (decode_limits){.threads = threads[i]};
     for (int rep = 0; rep < 5; rep++)
         for (int i = 0; i < n; i++) {
             double bw = decode_read_probe_run(probe, threads[i], now);
             if (bw > out[i].read_bw) out[i].read_bw = bw;
         }
-    decode_read_probe_free(probe);
 
     /* the products in fp32 at every precision: the packed kernels widen 16-bit
      * weights as they read them and accumulate in fp32, while the GEMM's

@@ -39,12 +39,13 @@ double decode_read_probe_run(decode_read_probe *p, int threads, double (*now)(vo
 /** Frees the stream; NULL is a no-op. */
 void decode_read_probe_free(decode_read_probe *p);
 
-/** Measures out[i] at threads[i] threads for each i < n. The counts take
- *  turns, read by read and product by product, so each sees the same load
- *  of a shared machine: out[i] / out[j] is what more threads add, now.
- *  Leaves omp_get_max_threads() as it found it. */
-void decode_limits_measure(kf_backend *b, double (*now)(void), const int *threads, int n,
-                           decode_limits *out);
+/** Measures out[i] at threads[i] threads for each i < n, the read on
+ *  probe's stream. The counts take turns, read by read and product by
+ *  product, so each sees the same load of a shared machine: out[i] /
+ *  out[j] is what more threads add, now. Leaves omp_get_max_threads() as
+ *  it found it. */
+void decode_limits_measure(kf_backend *b, decode_read_probe *probe, double (*now)(void),
+                           const int *threads, int n, decode_limits *out);
 
 /** Seconds decode_run (trainer/infer/decode.h) needs at the limits l to
  *  complete B prefixes of P tokens by N tokens, k per step (AR: model kind
