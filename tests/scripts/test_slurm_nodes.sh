@@ -189,24 +189,6 @@ back() {
     grep -q '"state":"complete".*"slurm_state":"COMPLETED".*"down_nodes":\[\]' "$T/$name.status-done.json"
 }
 
-# ---- (b) node n2 killed mid-step
-B=$T/b
-submit "$B"; jb=$(job_of "$B")
-check "(b) submit exits 0" [ -n "$jb" ]
-wait_until 60 test -s "$B/stages/ar/log.jsonl"   # training
-status_json "$B" > "$T/b.status-run.json"
-check "(b) status while running: running, job RUNNING on n[1-2]" \
-  grep -q '"state":"running".*"slurm_state":"RUNNING".*"nodes":"n\[1-2\]"' "$T/b.status-run.json"
-wait_until 60 test -e "$B/stages/ar/ckpt/latest"
-r0=$(node_trainer n1); r1=$(node_trainer n2)
-t0=$(now); kill_node n2
-check "(b) one rank in each node's namespace (n1: $r0, n2: $r1)" [ "$(wc -w <<<"$r0 $r1")" -eq 2 ]
-after_kill b "$B" n2 n1 "$r0" "$t0" "$jb"
-check "(b) rank 0 said why it ended" grep -qE "blocked for more than $CT s|failed: .*a rank died" "$B/stages/ar/slurm.out"
-back b "$B" n2 "$jb"
-
-# ---- (c) node n1 (rank 0, the checkpoint writer, the batch host) killed during a write
-C=$T/c
 cat > "$T/kf-slow" <<EOF
 #!/bin/bash
 # kf with every rename (the checkpoint's commits) 0.5 s late while $T/slow
@@ -217,6 +199,28 @@ exec strace -f -qq -o /dev/null --seccomp-bpf -e trace=rename,renameat,renameat2
      -e inject=rename,renameat,renameat2:delay_enter=500000 "$KF" "\$@"
 EOF
 chmod +x "$T/kf-slow"
+
+# ---- (b) node n2 killed mid-step: slowed like (c), so that a fast machine
+# does not finish the 200 steps between the first checkpoint and the kill
+B=$T/b
+touch "$T/slow"
+submit "$B" KF_BIN="$T/kf-slow"; jb=$(job_of "$B")
+check "(b) submit exits 0" [ -n "$jb" ]
+wait_until 60 test -s "$B/stages/ar/log.jsonl"   # training
+status_json "$B" > "$T/b.status-run.json"
+check "(b) status while running: running, job RUNNING on n[1-2]" \
+  grep -q '"state":"running".*"slurm_state":"RUNNING".*"nodes":"n\[1-2\]"' "$T/b.status-run.json"
+wait_until 60 test -e "$B/stages/ar/ckpt/latest"
+r0=$(node_trainer n1); r1=$(node_trainer n2)
+t0=$(now); kill_node n2
+rm -f "$T/slow"   # the resumed run trains at full speed
+check "(b) one rank in each node's namespace (n1: $r0, n2: $r1)" [ "$(wc -w <<<"$r0 $r1")" -eq 2 ]
+after_kill b "$B" n2 n1 "$r0" "$t0" "$jb"
+check "(b) rank 0 said why it ended" grep -qE "blocked for more than $CT s|failed: .*a rank died" "$B/stages/ar/slurm.out"
+back b "$B" n2 "$jb"
+
+# ---- (c) node n1 (rank 0, the checkpoint writer, the batch host) killed during a write
+C=$T/c
 touch "$T/slow"
 submit "$C" KF_BIN="$T/kf-slow"; jc=$(job_of "$C")
 check "(c) submit exits 0" [ -n "$jc" ]
