@@ -154,11 +154,9 @@ typedef struct bench_run {
 static void write_teacher(bench_run *br, int i, const model_config *base, char *teacher,
                           size_t cap) {
     const runconfig_stage *st = &br->rc->stages[i];
-    model_config tc = *base;
-    if (st->kind == RC_KIND_SELF_FORCING) {
-        sup_config tsc = {.kind = SUP_DISTILL_AR, .k = st->k / 2};
-        tc = sup_student_config(&tsc, base);
-    }
+    sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
+                     .k = st->k};
+    model_config tc = sup_teacher_config(&sc, base);
     snprintf(teacher, cap, "%s/teacher-%s.safetensors", br->tmp, st->name);
     if (br->d.rank == 0) {
         kf_err err = {{0}};
@@ -302,15 +300,7 @@ int bench_train_main(int argc, char **argv) {
         int want = n_st == 0;
         for (int j = 0; j < n_st; j++) want |= !strcmp(stages[j], st->name);
         if (!want) continue;
-        model_config base = {.hidden = rc->model.hidden,
-                             .heads = rc->model.heads,
-                             .blocks = rc->model.blocks,
-                             .vocab = rc->model.vocab,
-                             .seq_len = rc->model.seq_len,
-                             .mask_id = runconfig_mask_id(&rc->model, br.data_vocab),
-                             .kind = MODEL_AR,
-                             .head = HEAD_SHARED,
-                             .k_train = 1};
+        model_config base = train_base_config(&rc->model, br.data_vocab);
         sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
                          .k = st->kind == RC_KIND_AR ? 1 : st->k};
         model_config student = sup_student_config(&sc, &base);

@@ -14,6 +14,7 @@
 #include "trainer/train/optim.h"
 #include "trainer/train/step.h"
 #include "trainer/train/supervision.h"
+#include "trainer/train/train.h"
 
 /* Dense (no sparsity) peaks from NVIDIA's data sheets; the bus is PCIe, one
  * direction (Gen5 x16 for H100/H200 SXM, Gen4 x16 for A100). */
@@ -115,9 +116,7 @@ roofline_stage *roofline_stage_create(kf_backend *be, const model_config *base,
     }
     s->m = model_create(be, &mc);
     if (sc.kind != SUP_AR && sc.kind != SUP_MDLM) {
-        /* self-forcing learns from a PFLM(k/2), every other kind from an AR model */
-        sup_config tsc = {.kind = SUP_DISTILL_AR, .k = st->k / 2};
-        model_config tc = sc.kind == SUP_SELF_FORCING ? sup_student_config(&tsc, base) : *base;
+        model_config tc = sup_teacher_config(&sc, base);
         s->teacher = model_create(be, &tc);
         if (init) model_init(s->teacher, st->opt.seed + 1);
     }
@@ -387,7 +386,7 @@ static double report(const roofline_device *d, const runconfig_stage *st, const 
 
 /* The data's vocabulary decides the mask token; without built shards the
  * model's last id is taken as the mask (its cost is one column fill). */
-static int64_t mask_id(const runconfig *rc) {
+static int64_t data_vocab(const runconfig *rc) {
     shard_set *ss;
     kf_err err = {{0}};
     int64_t dv = rc->model.vocab - 1;
@@ -395,20 +394,12 @@ static int64_t mask_id(const runconfig *rc) {
         dv = shard_set_vocab_size(ss);
         shard_set_close(ss);
     }
-    return runconfig_mask_id(&rc->model, dv);
+    return dv;
 }
 
-/* The config's model as an AR one (the stages' models start from it). */
-static model_config ar_config(const runconfig *rc) {
-    return (model_config){.hidden = rc->model.hidden,
-                          .heads = rc->model.heads,
-                          .blocks = rc->model.blocks,
-                          .vocab = rc->model.vocab,
-                          .seq_len = rc->model.seq_len,
-                          .mask_id = mask_id(rc),
-                          .kind = MODEL_AR,
-                          .head = HEAD_SHARED,
-                          .k_train = 1};
+/* The config's architecture (the stages' models start from it). */
+static model_config base_config(const runconfig *rc) {
+    return train_base_config(&rc->model, data_vocab(rc));
 }
 
 void roofline_print_vs_ar(const runconfig *rc, const double *step_s, const char *title) {
@@ -452,7 +443,7 @@ int roofline_bench(const char *config, int n_over, char **over, const char **sta
            "%.0f GB/s bus; one training step of %s as the model issues it\n",
            d->desc, d->tensor_flops / 1e12, d->fp32_flops / 1e12, d->mem_bytes / 1e12,
            d->bus_bytes / 1e9, config);
-    model_config base = ar_config(rc);
+    model_config base = base_config(rc);
     int code = KF_EXIT_OK;
     double *est = kf_calloc((size_t)rc->n_stages, sizeof *est);
     for (int i = 0; i < rc->n_stages && code == KF_EXIT_OK; i++) {
@@ -606,9 +597,10 @@ int roofline_decode_bench(const roofline_decode_args *a) {
     int64_t L = a->cache_len ? a->cache_len : rc->model.seq_len / 2;
     int64_t P = a->prefix_len ? a->prefix_len : L < 64 ? L : 64, kmax = 1;
     for (int j = 0; j < a->n_k; j++) kmax = a->ks[j] > kmax ? a->ks[j] : kmax;
-    model_config ar_cfg = ar_config(rc);
-    model_config kf_cfg = ar_cfg;
-    kf_cfg.kind = MODEL_PFLM, kf_cfg.k_train = kmax;
+    model_config base = base_config(rc);
+    model_config ar_cfg = sup_student_config(&(sup_config){.kind = SUP_AR, .k = 1}, &base);
+    model_config kf_cfg =
+        sup_student_config(&(sup_config){.kind = SUP_DISTILL_AR, .k = kmax}, &base);
     /* the longest run: PFLM(kmax)'s, up to the step after the cache reaches L */
     int64_t need = L + 3 * kmax;
     if (P > L)

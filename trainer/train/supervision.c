@@ -65,6 +65,12 @@ model_config sup_student_config(const sup_config *cfg, const model_config *base)
     return c;
 }
 
+model_config sup_teacher_config(const sup_config *cfg, const model_config *base) {
+    sup_config t = {.kind = cfg->kind == SUP_SELF_FORCING ? SUP_DISTILL_AR : SUP_AR,
+                    .k = cfg->kind == SUP_SELF_FORCING ? cfg->k / 2 : 1};
+    return sup_student_config(&t, base);
+}
+
 sup_ctx *sup_create(const sup_config *cfg, model *teacher, kf_err *err) {
     if (cfg->k < 1) return kf_err_set(err, "supervision: k must be >= 1"), NULL;
     if (cfg->tau_min <= 0 || cfg->tau_max < cfg->tau_min)

@@ -126,8 +126,15 @@ void sup_free(sup_ctx *s);
 void sup_set_tau(sup_ctx *s, double tau_min, double tau_max);
 
 /** The model config a student of this supervision needs, derived from base
- *  (the architecture): kind, head and k_train set for the stage. */
+ *  (the architecture, e.g. train_base_config): kind, head and k_train set
+ *  for the stage, noise_cycles kept for a PFLM and 0 otherwise. */
 model_config sup_student_config(const sup_config *cfg, const model_config *base);
+
+/** The config of the teacher this supervision learns from, derived from
+ *  base as sup_student_config: a PFLM(k/2) for self_forcing, an AR model for
+ *  every other kind (none is needed for ar and mdlm). For stand-in teachers
+ *  (benchmarks, estimates) that the stage will accept. */
+model_config sup_teacher_config(const sup_config *cfg, const model_config *base);
 
 /** Builds the student batch for B samples of n tokens (host tokens [B*n];
  *  valid_len [B] or NULL; keys [B]). Runs the teacher passes. */

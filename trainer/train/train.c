@@ -30,6 +30,19 @@ static void on_signal(int sig) {
     if (!g_preempt) g_preempt = sig;
 }
 
+model_config train_base_config(const runconfig_model *rm, int64_t data_vocab) {
+    return (model_config){.hidden = rm->hidden,
+                          .heads = rm->heads,
+                          .blocks = rm->blocks,
+                          .vocab = rm->vocab,
+                          .seq_len = rm->seq_len,
+                          .mask_id = runconfig_mask_id(rm, data_vocab),
+                          .noise_cycles = rm->noise_cycles,
+                          .kind = MODEL_AR,
+                          .head = HEAD_SHARED,
+                          .k_train = 1};
+}
+
 void train_install_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -436,16 +449,7 @@ static int setup_training(trainer *t, kf_err *err) {
                      .teacher_follow = t->o->teacher_follow,
                      .mask_id = runconfig_mask_id(rm, dv),
                      .strata = t->o->batch};
-    model_config base = {.hidden = rm->hidden,
-                         .heads = rm->heads,
-                         .blocks = rm->blocks,
-                         .vocab = rm->vocab,
-                         .seq_len = rm->seq_len,
-                         .mask_id = runconfig_mask_id(rm, dv),
-                         .noise_cycles = rm->noise_cycles,
-                         .kind = MODEL_AR,
-                         .head = HEAD_SHARED,
-                         .k_train = 1};
+    model_config base = train_base_config(rm, dv);
     model_config *mc = &t->id.model;
     *mc = sup_student_config(&sc, &base);
     if (model_config_check(mc, err)) return -1;

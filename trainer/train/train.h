@@ -61,7 +61,9 @@
 
 #include <stdint.h>
 
+#include "common/runconfig.h"
 #include "kernels/kernels.h"
+#include "trainer/model/model.h"
 #include "trainer/train/dist.h"
 
 #define TRAIN_NOISE_STREAM (0x4E4F495345ull << 24) /* "NOISE" */
@@ -86,6 +88,15 @@ typedef struct train_args {
  * @return the process exit code: 0 done, 1 error (message printed),
  * 75 preempted (checkpoint written). */
 int train_run(const train_args *a, dist *d);
+
+/** The architecture every stage of a run config shares: model.* of rm
+ * (noise_cycles included), the mask token from the training data's
+ * vocabulary data_vocab (runconfig_mask_id). Not a model by itself: a
+ * stage's model is sup_student_config of it, its teacher's
+ * sup_teacher_config (supervision.h); the trainer, `kf bench train` (its
+ * stand-in teachers) and the roofline estimates all start here, so what one
+ * writes fits what another reads. */
+model_config train_base_config(const runconfig_model *rm, int64_t data_vocab);
 
 /** Installs the SIGUSR1/SIGTERM/SIGINT handlers that request a preemption
  * checkpoint, and ignores SIGPIPE (a write to a dead peer's connection fails
