@@ -183,6 +183,7 @@ void cpu_graph_free(kf_backend *b, void *graph) {}
 void cpu_destroy(kf_backend *b) {
     cpu_impl *im = b->impl;
     for (int i = 0; i < CPU_SCRATCH_N; i++) free(im->scratch[i]);
+    free(im->rope_cs);
     free(im);
     free(b);
 }

@@ -52,6 +52,12 @@ typedef struct cpu_impl {
     float *scratch[CPU_SCRATCH_N];
     size_t scratch_len[CPU_SCRATCH_N];
     int64_t attn_pairs; /* (query, key) pairs scored by attention since creation */
+    /* rope's cos/sin of positions 0..rope_npos-1 ([pos][D/2][2]) for head dim
+     * rope_D and rope_base (cpu_rope.c): a position's factors depend on
+     * nothing else, so every step reuses them */
+    float *rope_cs;
+    int64_t rope_npos, rope_D;
+    float rope_base;
 } cpu_impl;
 
 /** Returns scratch slot `slot` with room for n floats (contents undefined). */

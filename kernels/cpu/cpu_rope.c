@@ -11,22 +11,42 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
-/* cos/sin table [L, D/2] for the rows' positions (scratch slot D). */
-static float *rope_table(kf_backend *b, const int32_t *pos, int64_t L, int64_t D, float base) {
-    int64_t half = D / 2;
-    float *t = cpu_scratch(b, CPU_SCRATCH_D, (size_t)(2 * L * half));
-#pragma omp parallel for schedule(static) if (L * half >= KF_CPU_PAR_MIN / 16)
-    for (int64_t l = 0; l < L; l++)
-        for (int64_t i = 0; i < half; i++) {
-            double a = (double)pos[l] * pow((double)base, -(double)(2 * i) / (double)D);
-            t[(l * half + i) * 2] = (float)cos(a);
-            t[(l * half + i) * 2 + 1] = (float)sin(a);
-        }
-    return t;
+/* The cos/sin table [pos][D/2][2] covering the rows' positions: the
+ * backend's (cpu_impl.rope_cs), extended to the largest position when a
+ * call needs more (an AR step recomputed it for every call: pow and sincos
+ * took 4% of a tiny model's training step) and rebuilt for another D or
+ * base. Each entry is the formula above, so the factors are the same bits
+ * whichever call computed them. */
+static const float *rope_table(kf_backend *b, const int32_t *pos, int64_t L, int64_t D,
+                               float base) {
+    cpu_impl *im = b->impl;
+    int64_t half = D / 2, need = 0;
+    for (int64_t l = 0; l < L; l++) {
+        KF_CHECK(pos[l] >= 0 && pos[l] < (1 << 24), "rope: position %d outside [0, 2^24)",
+                 (int)pos[l]);
+        if (pos[l] + 1 > need) need = pos[l] + 1;
+    }
+    if (im->rope_D != D || im->rope_base != base) im->rope_npos = 0;
+    if (need > im->rope_npos) {
+        int64_t from = im->rope_npos, n = need > 2 * from ? need : 2 * from;
+        float *t = kf_malloc((size_t)(2 * n * half) * sizeof(float));
+        if (from) memcpy(t, im->rope_cs, (size_t)(2 * from * half) * sizeof(float));
+        free(im->rope_cs);
+#pragma omp parallel for schedule(static) if ((n - from) * half >= KF_CPU_PAR_MIN / 16)
+        for (int64_t p = from; p < n; p++)
+            for (int64_t i = 0; i < half; i++) {
+                double a = (double)p * pow((double)base, -(double)(2 * i) / (double)D);
+                t[(p * half + i) * 2] = (float)cos(a);
+                t[(p * half + i) * 2 + 1] = (float)sin(a);
+            }
+        im->rope_cs = t, im->rope_npos = n, im->rope_D = D, im->rope_base = base;
+    }
+    return im->rope_cs;
 }
 
 /* dir = +1 forward rotation, -1 inverse. */
@@ -37,7 +57,7 @@ static void rope_apply(kf_backend *b, float *qkv, const int32_t *pos, int64_t B,
     const float *t = rope_table(b, pos, L, D, base);
 #pragma omp parallel for schedule(static) if (B * L * H >= KF_CPU_PAR_MIN)
     for (int64_t row = 0; row < B * L; row++) {
-        const float *tr = t + (row % L) * half * 2;
+        const float *tr = t + pos[row % L] * half * 2;
         for (int64_t part = 0; part < 2; part++) /* q, then k */
             for (int64_t h = 0; h < n_head; h++) {
                 float *x = qkv + row * 3 * H + part * H + h * D;

@@ -1222,6 +1222,60 @@ static void check_create(void) {
     T_CHECK(strstr(bad.msg, "\"tpu\""), "the error names it: \"%s\"", bad.msg);
 }
 
+/* rope against the formula of cpu_rope.c, computed here per row: a seeded
+ * schedule of calls on one backend whose head dims, bases and position
+ * ranges change from call to call (positions unsorted, repeated, past any
+ * earlier call's), so the backend's table of factors is extended, rebuilt
+ * and reused; every call must equal the formula bit for bit whatever the
+ * calls before it. KF_TEST_SEED replays another schedule. */
+static void check_rope_table(kf_backend *be) {
+    const char *env = getenv("KF_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : 20261201;
+    tu_state = seed * 0x2545F4914F6CDD1Dull + 1;
+    const int64_t dims[] = {2, 8, 16, 48};
+    const float bases[] = {10000.0f, 500.5f};
+    const int32_t spans[] = {8, 200, 3000};
+    for (int call = 0; call < 60; call++) {
+        int64_t D = dims[(int)((tu_rand() + 1) * 2) % 4], half = D / 2;
+        float base = bases[(int)((tu_rand() + 1) * 1) % 2];
+        int32_t span = spans[(int)((tu_rand() + 1) * 1.5) % 3];
+        int64_t B = 1 + (int64_t)((tu_rand() + 1) * 1.5) % 3,
+                L = 1 + (int64_t)((tu_rand() + 1) * 20) % 40;
+        int64_t nh = 1 + (int64_t)((tu_rand() + 1)) % 2, H = nh * D, n = B * L * 3 * H;
+        int dir = tu_rand() < 0;
+        int32_t *pos = kf_malloc((size_t)L * sizeof *pos);
+        for (int64_t l = 0; l < L; l++) pos[l] = (int32_t)((tu_rand() + 1) / 2 * span) % span;
+        float *x = tu_randf(n, 1), *want = kf_malloc((size_t)n * 4);
+        memcpy(want, x, (size_t)n * 4);
+        for (int64_t row = 0; row < B * L; row++)
+            for (int64_t part = 0; part < 2; part++)
+                for (int64_t h = 0; h < nh; h++) {
+                    float *v = want + row * 3 * H + part * H + h * D;
+                    for (int64_t i = 0; i < half; i++) {
+                        double a =
+                            (double)pos[row % L] * pow((double)base, -(double)(2 * i) / (double)D);
+                        float c = (float)cos(a), sn = (dir ? -1.0f : 1.0f) * (float)sin(a);
+                        float x1 = v[i], x2 = v[i + half];
+                        v[i] = x1 * c - x2 * sn;
+                        v[i + half] = x2 * c + x1 * sn;
+                    }
+                }
+        (dir ? be->rope_bwd : be->rope_fwd)(be, x, pos, B, L, nh, D, base, NULL);
+        int64_t diff = -1;
+        for (int64_t e = 0; e < n && diff < 0; e++)
+            if (memcmp(&x[e], &want[e], 4)) diff = e;
+        T_CHECK(diff < 0,
+                "rope_%s call %d of seed %llu (D %lld, base %g, %lld x %lld rows, positions below "
+                "%d): element %lld got %a, want %a",
+                dir ? "bwd" : "fwd", call, (unsigned long long)seed, (long long)D, (double)base,
+                (long long)B, (long long)L, (int)span, (long long)diff, diff < 0 ? 0.0 : x[diff],
+                diff < 0 ? 0.0 : want[diff]);
+        free(pos);
+        free(x);
+        free(want);
+    }
+}
+
 int main(void) {
     kf_backend *be = kernels_cpu_create();
     check_matmul(be);
@@ -1245,6 +1299,7 @@ int main(void) {
     check_optim(be);
     check_grad_check(be);
     check_threads(be);
+    check_rope_table(be);
     be->destroy(be);
     check_create();
     return T_DONE();
