@@ -182,7 +182,8 @@ CPU_INLINE void scores(float *s, const float *q, const float *Kt, int64_t ldt, i
 /* out[D] += sum_{j in [lo, hi)} p[j - lo] * v_j (value row j at v + j*ldv). */
 CPU_INLINE void weighted_rows(float *out, const float *p, const float *v, int64_t ldv, int64_t lo,
                               int64_t hi, int64_t D) {
-    if (D == 2 * VB || D == 4 * VB) { /* head dims 32 and 64: every chunk's chain at once */
+    /* head dims 32, 48 and 64: every chunk's chain at once, in one pass over j */
+    if (D % VB == 0 && D >= 2 * VB && D <= 4 * VB) {
         float acc[4][VB];
         int64_t nc = D / VB;
         for (int64_t c = 0; c < 4; c++)
@@ -195,12 +196,13 @@ CPU_INLINE void weighted_rows(float *out, const float *p, const float *v, int64_
                 acc[0][i] += pj * vj[i];
                 acc[1][i] += pj * vj[VB + i];
             }
+            if (nc >= 3) {
+#pragma omp simd
+                for (int i = 0; i < VB; i++) acc[2][i] += pj * vj[2 * VB + i];
+            }
             if (nc == 4) {
 #pragma omp simd
-                for (int i = 0; i < VB; i++) {
-                    acc[2][i] += pj * vj[2 * VB + i];
-                    acc[3][i] += pj * vj[3 * VB + i];
-                }
+                for (int i = 0; i < VB; i++) acc[3][i] += pj * vj[3 * VB + i];
             }
         }
         for (int64_t c = 0; c < nc; c++)
@@ -377,8 +379,8 @@ CPU_INLINE int64_t bwd_head_body(float *dbase, const float *base, const float *d
             dp[i] = p[i] * (dp[i] - Di) * scale;
         }
         /* dq += dS K; dK_j += dS_j q; dV_j += p_j dout — q, dout and dq held in
-         * registers (head dims 32/64: all column chunks in one pass over j) */
-        if (D == 2 * VB || D == 4 * VB) {
+         * registers (head dims 32/48/64: all column chunks in one pass over j) */
+        if (D % VB == 0 && D >= 2 * VB && D <= 4 * VB) {
             float aq[4][VB], qv[4][VB], ov[4][VB];
             int64_t nc = D / VB;
             for (int64_t c = 0; c < nc; c++)

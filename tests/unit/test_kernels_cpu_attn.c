@@ -382,6 +382,10 @@ int main(void) {
     check_case(be, "SingleForward k=2", (kf_mask){.n_ctx = 5, .group = 2, .n_groups = 5}, 1, 64);
     check_case(be, "DoubleForward k=2",
                (kf_mask){.n_ctx = 5, .group = 4, .n_groups = 5, .q_start = 5}, 1, 32);
+    /* head dim 48 (configs/tiny.yaml's): three column chunks in one pass */
+    check_case(be, "causal, head dim 48", (kf_mask){.n_ctx = 21}, 2, 48);
+    check_case(be, "DoubleForward k=4, head dim 48",
+               (kf_mask){.n_ctx = 6, .group = 8, .n_groups = 6, .q_start = 6}, 1, 48);
     for (int64_t k = 1; k <= 4; k *= 2) {
         char name[64];
         snprintf(name, sizeof name, "SingleForward k=%lld", (long long)k);
@@ -401,6 +405,7 @@ int main(void) {
     check_lowp(be, KF_PREC_BF16, tu_bf16);
     check_threads(be, 16);
     check_threads(be, 32);
+    check_threads(be, 48);
     be->destroy(be);
     return T_DONE();
 }
