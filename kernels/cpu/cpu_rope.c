@@ -33,7 +33,9 @@ static const float *rope_table(kf_backend *b, const int32_t *pos, int64_t L, int
     }
     if (im->rope_D != D || im->rope_base != base) im->rope_npos = 0;
     if (need > im->rope_npos) {
+        /* doubling, by at most 4096 positions past the need at a time */
         int64_t from = im->rope_npos, n = need > 2 * from ? need : 2 * from;
+        if (n > need + 4096) n = need + 4096;
         float *t = kf_malloc((size_t)(2 * n * half) * sizeof(float));
         if (from) memcpy(t, im->rope_cs, (size_t)(2 * from * half) * sizeof(float));
         free(im->rope_cs);
