@@ -148,15 +148,13 @@ typedef struct bench_run {
     char tmp[32];       /* temporary directory (teachers, run directories) */
 } bench_run;
 
-/* A randomly initialised teacher of the right kind for stage i, written to
- * the temporary directory (path in teacher): speed does not depend on its
- * values. */
-static void write_teacher(bench_run *br, int i, const model_config *base, char *teacher,
-                          size_t cap) {
+/* A randomly initialised teacher for stage i, whose supervision is sc,
+ * written to the temporary directory (path in teacher): speed does not
+ * depend on its values. */
+static void write_teacher(bench_run *br, int i, const sup_config *sc, const model_config *base,
+                          char *teacher, size_t cap) {
     const runconfig_stage *st = &br->rc->stages[i];
-    sup_config sc = {.kind = (sup_kind)sup_kind_from_name(runconfig_kind_name(st->kind)),
-                     .k = st->k};
-    model_config tc = sup_teacher_config(&sc, base);
+    model_config tc = sup_teacher_config(sc, base);
     snprintf(teacher, cap, "%s/teacher-%s.safetensors", br->tmp, st->name);
     if (br->d.rank == 0) {
         kf_err err = {{0}};
@@ -305,7 +303,7 @@ int bench_train_main(int argc, char **argv) {
                          .k = st->kind == RC_KIND_AR ? 1 : st->k};
         model_config student = sup_student_config(&sc, &base);
         char teacher[4200] = "", run[4200];
-        if (st->teacher) write_teacher(&br, i, &base, teacher, sizeof teacher);
+        if (st->teacher) write_teacher(&br, i, &sc, &base, teacher, sizeof teacher);
         snprintf(run, sizeof run, "%s/run-%s", br.tmp, st->name);
         code = run_stage(&br, i, teacher, run);
         if (code == KF_EXIT_OK && br.d.rank == 0) step_s[i] = report_stage(&br, i, &student, run);
