@@ -4,7 +4,8 @@
  * here from the ISA's per-register tables, independently of the harness's
  * element-owner form), and cp.async's groups, zero fill and completion.
  * Operands are small integers over 4, so every product and sum is exact and
- * the result must equal the host's bit for bit; every element differs, so a
+ * the result must equal the host's bit for bit (and, once, fp16 values of
+ * every finite class, each D element one of them per mma); every element differs, so a
  * lane or register mapped wrongly changes some output. Built with EMU=1 (the
  * emulated instructions, make emu-tests). */
 #include <cuda_runtime.h>
@@ -12,15 +13,33 @@
 #include "kernels/cuda/cuda_mma.cuh"
 #include "tests/test.h"
 
+/* 1: the fp16 value classes (below) instead of small integers */
+static int classes;
+
+/* A's element (i, k) of set s as fp16 bits: every exponent but the all-ones
+ * one, the first four rows subnormal (or zero), signs mixed */
+static float a_class(int s, int i, int k) {
+    uint16_t h = (uint16_t)(((uint32_t)((s * 256 + i * 16 + k) * 2654435761u) >> 16) & 0xfbffu);
+    if (i < 4) h &= 0x83ffu;
+    return __half2float(__ushort_as_half(h));
+}
+
 /* Operand set s (one per mma.sync of the launch) differs from every other, so
- * a D computed from another set's registers changes some output. */
+ * a D computed from another set's registers changes some output. With
+ * `classes`, B selects column j (even sets) or j + 8 (odd sets) of A and C is
+ * zero: each D element takes one of A's values per mma, so every sum is one
+ * exact product added in fp32, and a half widened wrongly changes it. */
 static float a_val(int s, int i, int k) {
+    if (classes) return a_class(s, i, k);
     return (float)((i * 37 + k * 11 + s * 5) % 23 - 11) / 4.0f;
 }
 static float b_val(int s, int k, int j) {
+    if (classes) return k == j + 8 * (s % 2) ? 1.0f : 0.0f;
     return (float)((k * 13 + j * 29 + s * 3) % 19 - 9) / 4.0f;
 }
-static float c_val(int i, int j) { return (float)((i * 7 + j * 17) % 31 - 15) / 2.0f; }
+static float c_val(int i, int j) {
+    return classes ? 0.0f : (float)((i * 7 + j * 17) % 31 - 15) / 2.0f;
+}
 
 /* Each warp (number w in the grid) runs reps mma.sync one after another, the
  * r-th with A and B of set w * reps + r (A [16][16], B [16][8] row-major) and
@@ -214,6 +233,11 @@ int main(void) {
      * per warp and mma, so a D kept from another warp or mma fails here */
     check_mma<__half>("mma.m16n8k16 f16", 2, 3, 4);
     check_mma<__nv_bfloat16>("mma.m16n8k16 bf16", 2, 3, 4);
+    /* fp16 operands of every class but inf and NaN: subnormals, zeros of
+     * both signs, normals up to 65504 (the harness widens halves itself) */
+    classes = 1;
+    check_mma<__half>("mma.m16n8k16 f16, subnormal and extreme operands", 1, 2, 2);
+    classes = 0;
     check_cp_async();
     check_ldmatrix(0);
     check_ldmatrix(1);

@@ -108,10 +108,9 @@ struct warp_state {
     uint64_t gen;
     uint64_t vals[2][32]; /* by generation parity: a fast lane's next collective
                            * cannot overwrite what a slow lane has yet to read */
-    /* the D of the warp's mma.sync under way, which the first lane past its
-     * gather computes for all 32 (the gather's generation in mma_gen) */
-    uint64_t mma_gen;
-    float mma_d[16][8];
+    /* the generation of the last collective whose work (an mma.sync's D,
+     * an ldmatrix's reads) the last lane to arrive did for all 32 */
+    uint64_t done_gen;
 };
 
 struct launch_state {
@@ -129,6 +128,7 @@ struct launch_state {
     size_t smem_len;
 };
 
+#define COLOR(i) ((size_t)((i) % 64) * 64) /* a fiber's offset below its stack top */
 const size_t STACK = 256 * 1024, GUARD = 4096;
 std::vector<char *> stacks; /* grown on demand, never freed */
 launch_state *L;            /* the running launch */
@@ -284,15 +284,19 @@ void run_block() {
         f.state = F_READY;
         f.cp.clear();
         f.cp_groups = 0;
-        /* a frame as emu_ctx_switch leaves it: six registers, then fiber_main as
-         * the return address above a dummy one (so fiber_main sees the ABI's
-         * alignment: rsp + 8 a multiple of 16 at entry) */
+        /* each stack's frames start COLOR(i) below its top: stacks lie a
+         * multiple of 4 KiB apart, so uncoloured every fiber's frames would
+         * share the same few L1 sets and a switch would miss them */
+        char *top = f.stack + STACK - COLOR(i);
 #if EMU_ASAN
         /* the frames a finished fiber left (fiber_main down to the switch,
          * which never return) keep their poisoned redzones: clear them */
-        __asan_unpoison_memory_region(f.stack + STACK - 16384, 16384);
+        __asan_unpoison_memory_region(top - 16384, 16384);
 #endif
-        uintptr_t *s = (uintptr_t *)(f.stack + STACK);
+        /* a frame as emu_ctx_switch leaves it: six registers, then fiber_main as
+         * the return address above a dummy one (so fiber_main sees the ABI's
+         * alignment: rsp + 8 a multiple of 16 at entry) */
+        uintptr_t *s = (uintptr_t *)top;
         *--s = 0;
         *--s = (uintptr_t)fiber_main;
         for (int r = 0; r < 6; r++) *--s = 0;
@@ -471,54 +475,72 @@ static bool in_shared(const void *p, size_t n) {
     return a >= (uintptr_t)__start_emu_shared && a + n <= (uintptr_t)__stop_emu_shared;
 }
 
-/* The 16-bit operand `h` (0: low, 1: high half) of register r, widened. */
-static float mma_elem(uint32_t r, int h, bool bf16) {
-    uint16_t bits = (uint16_t)(r >> (16 * h));
-    if (bf16) return __bfloat162float(__nv_bfloat16{bits});
-    return __half2float(__half{bits});
+/* The 16-bit halves of n registers widened, low half first: bf16 by a
+ * shift; an fp16 half exactly as __half2float, without branches for the
+ * compiler to vectorise (its exponent and mantissa moved into a float's and
+ * scaled by 2^112, exact for normal and subnormal values; inf and NaN keep
+ * their mantissa under an all-ones exponent). */
+static void widen_halves(float *out, const uint32_t *r, int n, bool bf16) {
+    for (int i = 0; i < 2 * n; i++) {
+        uint32_t h = r[i / 2] >> (16 * (i % 2)) & 0xffffu, x;
+        if (bf16) {
+            x = h << 16;
+        } else {
+            uint32_t em = h & 0x7fffu, y = em << 13;
+            float f;
+            memcpy(&f, &y, 4);
+            f *= 0x1p112f;
+            memcpy(&x, &f, 4);
+            if (em >= 0x7c00u) x = y | 0x7f800000u;
+            x |= (h & 0x8000u) << 16;
+        }
+        memcpy(&out[i], &x, 4);
+    }
 }
 
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16, const char *file,
                   int line) {
     struct regs {
         const uint32_t *a, *b;
-        const float *d;
+        float *d;
     } mine = {a, b, d};
-    /* every lane's registers stay put until all have passed the second
-     * collective: read them between the two */
+    /* mma.sync waits until every lane executes it: the last lane to arrive
+     * returns from the gather while the other 31 wait in it, their registers
+     * as they left them, and computes the warp's D into every lane's d */
     const uint64_t *all =
         warp_collective(SYNC_MMA, 0xffffffffu, (uint64_t)(uintptr_t)&mine, file, line);
     warp_state &w = L->warps[cur->warp];
-    if (w.mma_gen != w.gen) { /* the first lane here: D for the whole warp, once */
-        const regs *r[32];
-        for (int l = 0; l < 32; l++) r[l] = (const regs *)(uintptr_t)all[l];
-        /* the owner of each element (PTX ISA, "Matrix fragments for mma.m16n8k16
-         * with floating point type"): A(i,k) in lane (i%8)*4 + (k%8)/2, register
-         * (i/8) + 2*(k/8), half k%2; B(k,j) in lane j*4 + (k%8)/2, register k/8,
-         * half k%2; C(i,j) in lane (i%8)*4 + j/2, element 2*(i/8) + j%2 */
-        float A[16][16], B[16][8];
-        for (int i = 0; i < 16; i++)
-            for (int k = 0; k < 16; k++)
-                A[i][k] =
-                    mma_elem(r[(i % 8) * 4 + (k % 8) / 2]->a[i / 8 + 2 * (k / 8)], k % 2, bf16);
-        for (int k = 0; k < 16; k++)
-            for (int j = 0; j < 8; j++)
-                B[k][j] = mma_elem(r[j * 4 + (k % 8) / 2]->b[k / 8], k % 2, bf16);
-        float(&D)[16][8] = w.mma_d;
-        for (int i = 0; i < 16; i++)
-            for (int j = 0; j < 8; j++) D[i][j] = r[(i % 8) * 4 + j / 2]->d[2 * (i / 8) + j % 2];
-        /* each D(i,j) adds its exact products in k order; j innermost, so the
-         * 8 sums of a row proceed side by side (vectorised) */
-        for (int i = 0; i < 16; i++)
-            for (int k = 0; k < 16; k++)
-                for (int j = 0; j < 8; j++) D[i][j] += A[i][k] * B[k][j];
-        w.mma_gen = w.gen;
+    if (w.done_gen == w.gen) return; /* a waiting lane: its d is written */
+    const regs *r[32];
+    uint32_t ra[32][4], rb[32][2];
+    for (int l = 0; l < 32; l++) {
+        r[l] = (const regs *)(uintptr_t)all[l];
+        memcpy(ra[l], r[l]->a, sizeof ra[l]);
+        memcpy(rb[l], r[l]->b, sizeof rb[l]);
     }
-    unsigned me = lane_id();
-    float out[4];
-    for (int q = 0; q < 4; q++) out[q] = w.mma_d[me / 4 + 8 * (q / 2)][me % 4 * 2 + q % 2];
-    warp_collective(SYNC_MMA, 0xffffffffu, 0, file, line);
-    memcpy(d, out, sizeof out);
+    float ha[32][8], hb[32][4]; /* lane l's register q, half h at [l][2q + h] */
+    widen_halves(&ha[0][0], &ra[0][0], 32 * 4, bf16);
+    widen_halves(&hb[0][0], &rb[0][0], 32 * 2, bf16);
+    /* the owner of each element (PTX ISA, "Matrix fragments for mma.m16n8k16
+     * with floating point type"): A(i,k) in lane (i%8)*4 + (k%8)/2, register
+     * (i/8) + 2*(k/8), half k%2; B(k,j) in lane j*4 + (k%8)/2, register k/8,
+     * half k%2; C(i,j) in lane (i%8)*4 + j/2, element 2*(i/8) + j%2 */
+    float A[16][16], B[16][8], D[16][8];
+    for (int i = 0; i < 16; i++)
+        for (int k = 0; k < 16; k++)
+            A[i][k] = ha[(i % 8) * 4 + (k % 8) / 2][2 * (i / 8 + 2 * (k / 8)) + k % 2];
+    for (int k = 0; k < 16; k++)
+        for (int j = 0; j < 8; j++) B[k][j] = hb[j * 4 + (k % 8) / 2][2 * (k / 8) + k % 2];
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) D[i][j] = r[(i % 8) * 4 + j / 2]->d[2 * (i / 8) + j % 2];
+    /* each D(i,j) adds its exact products in k order; j innermost, so the
+     * 8 sums of a row proceed side by side (vectorised) */
+    for (int i = 0; i < 16; i++)
+        for (int k = 0; k < 16; k++)
+            for (int j = 0; j < 8; j++) D[i][j] += A[i][k] * B[k][j];
+    for (int l = 0; l < 32; l++) /* C's layout is D's */
+        for (int q = 0; q < 4; q++) r[l]->d[q] = D[l / 4 + 8 * (q / 2)][l % 4 * 2 + q % 2];
+    w.done_gen = w.gen;
 }
 
 void ldmatrix_x4(uint32_t r[4], const void *row, bool trans, const char *file, int line) {
@@ -526,25 +548,35 @@ void ldmatrix_x4(uint32_t r[4], const void *row, bool trans, const char *file, i
         fail("ldmatrix at %s:%d: row %p is not in shared memory", file, line, row);
     if ((uintptr_t)row % 16)
         fail("ldmatrix at %s:%d: row %p is not 16-byte aligned", file, line, row);
-    /* every lane reads between the two collectives, so none has moved on to
-     * write the rows before all have read them, as on the device */
+    struct lane_args {
+        const char *row;
+        uint32_t *r;
+    } mine = {(const char *)row, r};
+    /* the last lane to arrive reads every lane's registers while the others
+     * wait in the gather, so none has moved on to write the rows before all
+     * are read, as on the device */
     const uint64_t *all =
-        warp_collective(SYNC_LDMATRIX, 0xffffffffu, (uint64_t)(uintptr_t)row, file, line);
-    unsigned me = lane_id();
-    uint32_t out[4];
-    for (int i = 0; i < 4; i++) {
-        uint16_t e[2];
-        for (int h = 0; h < 2; h++) {
-            /* element (me / 4, c): of the tile, or of its transpose (row c of
-             * the tile, column me / 4) */
-            int c = (int)(me % 4) * 2 + h, row_i = trans ? c : (int)(me / 4),
-                col = trans ? (int)(me / 4) : c;
-            memcpy(&e[h], (const char *)(uintptr_t)all[i * 8 + row_i] + 2 * col, 2);
+        warp_collective(SYNC_LDMATRIX, 0xffffffffu, (uint64_t)(uintptr_t)&mine, file, line);
+    warp_state &w = L->warps[cur->warp];
+    if (w.done_gen == w.gen) return; /* a waiting lane: its r is written */
+    const lane_args *la[32];
+    for (int l = 0; l < 32; l++) la[l] = (const lane_args *)(uintptr_t)all[l];
+    for (unsigned me = 0; me < 32; me++) {
+        uint32_t out[4];
+        for (int i = 0; i < 4; i++) {
+            uint16_t e[2];
+            for (int h = 0; h < 2; h++) {
+                /* element (me / 4, c): of the tile, or of its transpose (row c
+                 * of the tile, column me / 4) */
+                int c = (int)(me % 4) * 2 + h, row_i = trans ? c : (int)(me / 4),
+                    col = trans ? (int)(me / 4) : c;
+                memcpy(&e[h], la[i * 8 + row_i]->row + 2 * col, 2);
+            }
+            out[i] = e[0] | (uint32_t)e[1] << 16;
         }
-        out[i] = e[0] | (uint32_t)e[1] << 16;
+        memcpy(la[me]->r, out, sizeof out);
     }
-    warp_collective(SYNC_LDMATRIX, 0xffffffffu, 0, file, line);
-    memcpy(r, out, sizeof out);
+    w.done_gen = w.gen;
 }
 
 void cp_async16(void *dst, const void *src, unsigned src_bytes, const char *file, int line) {
