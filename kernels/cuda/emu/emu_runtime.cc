@@ -188,17 +188,84 @@ char *stack_for(unsigned i) {
     return stacks[i];
 }
 
-/* Switch from the running fiber to the scheduler; `done`: never resumed. */
-void to_scheduler(bool done) {
-    fiber *f = cur;
+/* Where the scheduler is in a block (run_block): rounds over the warps, in
+ * wperm's order; each warp's lanes scanned in passes, in lperm's order,
+ * until a pass runs none; order 2 draws a fresh wperm each round and a
+ * fresh lperm each pass. */
+struct sched_state {
+    std::vector<unsigned> wperm, lperm;
+    unsigned wi, li;    /* the warp at hand (index in wperm), the next lane to scan */
+    bool ran, progress; /* a fiber ran in this pass, in this round */
+    bool deadlock;      /* a round ran no fiber while some had not exited */
+} S;
+
+void start_pass() {
+    S.ran = false;
+    if (order == 2) shuffle(S.lperm);
+    S.li = 0;
+}
+
+void start_round() {
+    if (order == 2) shuffle(S.wperm);
+    S.progress = false;
+    S.wi = 0;
+    start_pass();
+}
+
+/* The fiber to run next, or NULL once the block has finished or deadlocked
+ * (S.deadlock). A fiber that waits calls it and switches to that fiber
+ * itself, so a collective costs one switch per lane, not two. */
+fiber *sched_next() {
+    launch_state &l = *L;
+    unsigned nw = (unsigned)S.wperm.size();
+    for (;;) {
+        if (S.wi < nw) {
+            unsigned w = S.wperm[S.wi];
+            while (S.li < 32) {
+                unsigned i = w * 32 + S.lperm[S.li++];
+                if (i >= l.nthreads) continue;
+                fiber &f = l.fibers[i];
+                if (f.state == F_DONE || (f.state == F_WAIT && *f.wait_ctr == f.wait_gen)) continue;
+                S.ran = S.progress = true;
+                return &f;
+            }
+            if (!S.ran) S.wi++; /* a pass that ran none: the next warp */
+            if (S.wi < nw) {
+                start_pass();
+                continue;
+            }
+        }
+        if (!S.progress) {
+            S.deadlock = true;
+            return NULL;
+        }
+        if (l.exited == l.nthreads) return NULL;
+        start_round();
+    }
+}
+
+bool from_main; /* the switch under way leaves the scheduler's stack */
+
+/* Switch from the running fiber to the next one, or to the scheduler when
+ * the block is over; `done`: never resumed. */
+void yield_fiber(bool done) {
+    fiber *f = cur, *n = sched_next();
+    if (n) {
+        cur = n;
+        threadIdx = n->tid;
+        n->state = F_READY;
+    }
+    from_main = false;
 #if EMU_ASAN
     void *fake = NULL;
-    __sanitizer_start_switch_fiber(done ? NULL : &fake, main_bottom, main_size);
-    emu_ctx_switch(&f->sp, sched_sp);
-    __sanitizer_finish_switch_fiber(fake, &main_bottom, &main_size);
+    if (n) __sanitizer_start_switch_fiber(done ? NULL : &fake, n->stack, STACK);
+    else __sanitizer_start_switch_fiber(done ? NULL : &fake, main_bottom, main_size);
+    emu_ctx_switch(&f->sp, n ? n->sp : sched_sp);
+    if (from_main) __sanitizer_finish_switch_fiber(fake, &main_bottom, &main_size);
+    else __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
     (void)done;
-    emu_ctx_switch(&f->sp, sched_sp);
+    emu_ctx_switch(&f->sp, n ? n->sp : sched_sp);
 #endif
 }
 
@@ -210,7 +277,7 @@ void wait_on(const uint64_t *ctr, const char *what, const char *file, int line) 
     f->wait_what = what;
     f->wait_file = file;
     f->wait_line = line;
-    to_scheduler(false);
+    yield_fiber(false);
 }
 
 void fiber_exit() {
@@ -228,22 +295,26 @@ void fiber_exit() {
     f->state = F_DONE;
     w.exited |= 1u << f->lane;
     L->exited++;
-    to_scheduler(true);
+    yield_fiber(true);
     __builtin_unreachable();
 }
 
 void fiber_main() {
 #if EMU_ASAN
-    __sanitizer_finish_switch_fiber(NULL, &main_bottom, &main_size);
+    if (from_main) __sanitizer_finish_switch_fiber(NULL, &main_bottom, &main_size);
+    else __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
     L->fn(L->ctx);
     fiber_exit();
 }
 
+/* Runs the block's fibers from the scheduler's stack, f first; returns when
+ * the block has finished or deadlocked. */
 void resume(fiber *f) {
     cur = f;
     threadIdx = f->tid;
     f->state = F_READY;
+    from_main = true;
 #if EMU_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(&fake, f->stack, STACK);
@@ -307,30 +378,14 @@ void run_block() {
      * the block's barriers allow, so a missing one lets a warp overwrite or
      * read shared memory another warp has not finished with. */
     unsigned nw = (unsigned)l.warps.size();
-    std::vector<unsigned> wperm(nw), lperm(32);
-    for (unsigned i = 0; i < nw; i++) wperm[i] = order == 1 ? nw - 1 - i : i;
-    for (unsigned i = 0; i < 32; i++) lperm[i] = order == 1 ? 31 - i : i;
-    while (l.exited < l.nthreads) {
-        if (order == 2) shuffle(wperm);
-        bool progress = false;
-        for (unsigned w : wperm) {
-            bool ran;
-            do {
-                ran = false;
-                if (order == 2) shuffle(lperm);
-                for (unsigned lane : lperm) {
-                    unsigned i = w * 32 + lane;
-                    if (i >= l.nthreads) continue;
-                    fiber &f = l.fibers[i];
-                    if (f.state == F_DONE || (f.state == F_WAIT && *f.wait_ctr == f.wait_gen))
-                        continue;
-                    resume(&f);
-                    ran = progress = true;
-                }
-            } while (ran);
-        }
-        if (!progress) deadlock();
-    }
+    S.wperm.resize(nw);
+    S.lperm.resize(32);
+    for (unsigned i = 0; i < nw; i++) S.wperm[i] = order == 1 ? nw - 1 - i : i;
+    for (unsigned i = 0; i < 32; i++) S.lperm[i] = order == 1 ? 31 - i : i;
+    S.deadlock = false;
+    start_round();
+    resume(sched_next()); /* a block has a thread, and it can run */
+    if (S.deadlock) deadlock();
 }
 
 struct mem_map {
@@ -475,14 +530,14 @@ static bool in_shared(const void *p, size_t n) {
     return a >= (uintptr_t)__start_emu_shared && a + n <= (uintptr_t)__stop_emu_shared;
 }
 
-/* The 16-bit halves of n registers widened, low half first: bf16 by a
- * shift; an fp16 half exactly as __half2float, without branches for the
- * compiler to vectorise (its exponent and mantissa moved into a float's and
+/* The 16-bit halves `half` (0: low, 1: high) of n registers widened: bf16
+ * by a shift; fp16 exactly as __half2float, without branches for the
+ * compiler to vectorise (exponent and mantissa moved into a float's and
  * scaled by 2^112, exact for normal and subnormal values; inf and NaN keep
  * their mantissa under an all-ones exponent). */
-static void widen_halves(float *out, const uint32_t *r, int n, bool bf16) {
-    for (int i = 0; i < 2 * n; i++) {
-        uint32_t h = r[i / 2] >> (16 * (i % 2)) & 0xffffu, x;
+static void widen_halves(float *out, const uint32_t *r, int n, int half, bool bf16) {
+    for (int q = 0; q < n; q++) {
+        uint32_t h = r[q] >> (16 * half) & 0xffffu, x;
         if (bf16) {
             x = h << 16;
         } else {
@@ -491,10 +546,9 @@ static void widen_halves(float *out, const uint32_t *r, int n, bool bf16) {
             memcpy(&f, &y, 4);
             f *= 0x1p112f;
             memcpy(&x, &f, 4);
-            if (em >= 0x7c00u) x = y | 0x7f800000u;
-            x |= (h & 0x8000u) << 16;
+            x = (em >= 0x7c00u ? y | 0x7f800000u : x) | (h & 0x8000u) << 16;
         }
-        memcpy(&out[i], &x, 4);
+        memcpy(&out[q], &x, 4);
     }
 }
 
@@ -518,9 +572,11 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf1
         memcpy(ra[l], r[l]->a, sizeof ra[l]);
         memcpy(rb[l], r[l]->b, sizeof rb[l]);
     }
-    float ha[32][8], hb[32][4]; /* lane l's register q, half h at [l][2q + h] */
-    widen_halves(&ha[0][0], &ra[0][0], 32 * 4, bf16);
-    widen_halves(&hb[0][0], &rb[0][0], 32 * 2, bf16);
+    float ha[2][32][4], hb[2][32][2]; /* half h of lane l's register q at [h][l][q] */
+    for (int h = 0; h < 2; h++) {
+        widen_halves(&ha[h][0][0], &ra[0][0], 32 * 4, h, bf16);
+        widen_halves(&hb[h][0][0], &rb[0][0], 32 * 2, h, bf16);
+    }
     /* the owner of each element (PTX ISA, "Matrix fragments for mma.m16n8k16
      * with floating point type"): A(i,k) in lane (i%8)*4 + (k%8)/2, register
      * (i/8) + 2*(k/8), half k%2; B(k,j) in lane j*4 + (k%8)/2, register k/8,
@@ -528,9 +584,9 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf1
     float A[16][16], B[16][8], D[16][8];
     for (int i = 0; i < 16; i++)
         for (int k = 0; k < 16; k++)
-            A[i][k] = ha[(i % 8) * 4 + (k % 8) / 2][2 * (i / 8 + 2 * (k / 8)) + k % 2];
+            A[i][k] = ha[k % 2][(i % 8) * 4 + (k % 8) / 2][i / 8 + 2 * (k / 8)];
     for (int k = 0; k < 16; k++)
-        for (int j = 0; j < 8; j++) B[k][j] = hb[j * 4 + (k % 8) / 2][2 * (k / 8) + k % 2];
+        for (int j = 0; j < 8; j++) B[k][j] = hb[k % 2][j * 4 + (k % 8) / 2][k / 8];
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 8; j++) D[i][j] = r[(i % 8) * 4 + j / 2]->d[2 * (i / 8) + j % 2];
     /* each D(i,j) adds its exact products in k order; j innermost, so the
