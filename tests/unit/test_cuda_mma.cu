@@ -5,7 +5,7 @@
  * element-owner form), and cp.async's groups, zero fill and completion.
  * Operands are small integers over 4, so every product and sum is exact and
  * the result must equal the host's bit for bit (and, once, fp16 values of
- * every finite class, each D element one of them per mma); every element differs, so a
+ * every finite class, each D element one of them); every element differs, so a
  * lane or register mapped wrongly changes some output. Built with EMU=1 (the
  * emulated instructions, make emu-tests). */
 #include <cuda_runtime.h>
@@ -27,8 +27,8 @@ static float a_class(int s, int i, int k) {
 /* Operand set s (one per mma.sync of the launch) differs from every other, so
  * a D computed from another set's registers changes some output. With
  * `classes`, B selects column j (even sets) or j + 8 (odd sets) of A and C is
- * zero: each D element takes one of A's values per mma, so every sum is one
- * exact product added in fp32, and a half widened wrongly changes it. */
+ * zero: a D element of one mma is one of A's values, exactly, and a half
+ * widened wrongly changes it. */
 static float a_val(int s, int i, int k) {
     if (classes) return a_class(s, i, k);
     return (float)((i * 37 + k * 11 + s * 5) % 23 - 11) / 4.0f;
@@ -236,7 +236,7 @@ int main(void) {
     /* fp16 operands of every class but inf and NaN: subnormals, zeros of
      * both signs, normals up to 65504 (the harness widens halves itself) */
     classes = 1;
-    check_mma<__half>("mma.m16n8k16 f16, subnormal and extreme operands", 1, 2, 2);
+    check_mma<__half>("mma.m16n8k16 f16, subnormal and extreme operands", 1, 2, 1);
     classes = 0;
     check_cp_async();
     check_ldmatrix(0);
