@@ -518,7 +518,9 @@ class Schedule:
                 if f["target"] != "runner" or children(pid):
                     f["trainer_seen"] = True
             elif k == "writer2":
-                self.extra.append(Runner(self, [], "second kf jobs run"))
+                r = Runner(self, [], "second kf jobs run")
+                self.pids_seen.add(r.proc.pid)  # it may hold the run briefly, unpolled
+                self.extra.append(r)
             elif k == "fulldisk":
                 self.fill(f["free"])
             elif k == "import":

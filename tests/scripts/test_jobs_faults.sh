@@ -11,7 +11,9 @@
 # final/ of a finished stage called complete), 5037 (a damaged state.yaml
 # resumed from), 5015 (a false alarm of the campaign itself: checkpoints a
 # stale stage retired to stale/ counted as deleted), 21419 (another: the
-# holder a refusal named was a kf import too short-lived for /proc polling),
+# holder a refusal named was a kf import too short-lived for /proc polling;
+# later, the same with the second kf jobs run, which took the run as the
+# first one exited and left at once, everything trained),
 # 80 (a full disk for a moment: a log record cut part-way, the next one
 # appended to it, the stage trained on; test_trainer_log replays it exactly),
 # 8735 (a false alarm: a flipped run.yaml's parse error, "block collection",
