@@ -454,6 +454,16 @@ class Schedule:
                         for f in os.listdir(os.path.join(d, n))}
             except OSError:
                 have = None
+            if step == 0:
+                # a preemption before the first step: the references checkpoint
+                # from step 1, so no bytes to hold it to; good when it has their
+                # files and none this campaign damaged (what a resume from it
+                # makes, bitwise judges)
+                rel = "stages/%s/ckpt/%s/" % (stage, n)
+                out[step] = have is not None and not any(
+                    x.startswith(rel) for x in self.still_damaged()) and any(
+                    r[stage].get(1) and set(have) == set(r[stage][1]) for r in refs)
+                continue
             out[step] = any(have == r[stage].get(step) for r in refs)
         return out
 

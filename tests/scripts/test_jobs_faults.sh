@@ -17,7 +17,9 @@
 # 80 (a full disk for a moment: a log record cut part-way, the next one
 # appended to it, the stage trained on; test_trainer_log replays it exactly),
 # 8735 (a false alarm: a flipped run.yaml's parse error, "block collection",
-# read as a lock refusal).
+# read as a lock refusal); seed 45 once raised a false alarm too: a SIGTERM
+# before k2's first step left a step-0 checkpoint, which the references
+# (checkpoints from step 1) had no bytes for.
 # Timing moves a fault by a step or so, so a seed is a likely, not a certain,
 # replay.
 # bench/faults.sh runs thousands of new seeds.
