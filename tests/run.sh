@@ -113,8 +113,8 @@ if [[ -z "${KF_CPU_ISA:-}" && $flags == *" avx512f "* && $flags == *" avx2 "* &&
     run_one "$n" env KF_CPU_ISA=avx512 "$t"
   fi
 fi
-# AVX2's decode-time linear layers block 7-12 rows as this CPU's vendor
-# prefers (cpu_avx2_block_rows): the packed-linear test runs both ways
+# AVX2's decode-time linear layers block 7-12 rows in one block or two
+# (cpu_avx2_block_rows): the packed-linear test runs both ways
 t="${KF_TEST_BUILD:-build}/tests/test_kernels_cpu_linear_packed"
 if [[ -z "${KF_CPU_ISA:-}" && $flags == *" avx2 "* && $flags == *" fma "* && -x "$t" ]]; then
   for r in 6 12; do

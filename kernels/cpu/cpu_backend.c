@@ -2,6 +2,7 @@
  * and scratch buffers. The ops live in the other cpu_*.c files. */
 #include "kernels/cpu/cpu_backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,18 +121,34 @@ int cpu_simd_level(void) {
 
 const char *kernels_cpu_isa(void) { return simd_names[cpu_simd_level()]; }
 
-int cpu_avx2_block_rows(void) {
-    static int rows = 0; /* first set by kernels_cpu_create, before any parallel use */
-    if (rows) return rows;
-    const char *want = getenv("KF_CPU_AVX2_BLOCK_ROWS");
-    int r = __builtin_cpu_is("amd") ? 6 : 12;
-    if (want && *want) {
-        if (strcmp(want, "6") && strcmp(want, "12"))
-            KF_FATAL("KF_CPU_AVX2_BLOCK_ROWS=%s: expected 6 or 12", want);
-        r = atoi(want);
-    }
-    return rows = r;
+/* the environment variable's value, a or b, or dflt when it is unset */
+static int env_either(const char *var, int a, int b, int dflt) {
+    const char *want = getenv(var);
+    if (!want || !*want) return dflt;
+    char sa[16], sb[16];
+    snprintf(sa, sizeof sa, "%d", a);
+    snprintf(sb, sizeof sb, "%d", b);
+    if (strcmp(want, sa) && strcmp(want, sb))
+        KF_FATAL("%s=%s: expected %s or %s", var, want, sa, sb);
+    return atoi(want);
 }
+
+/* Both first set by kernels_cpu_create, before any parallel use. */
+int cpu_avx2_block_rows(void) {
+    static int rows = 0;
+    if (!rows) rows = env_either("KF_CPU_AVX2_BLOCK_ROWS", 6, 12, 12);
+    return rows;
+}
+
+static int lone_ahead = -1;
+
+int cpu_lone_block_ahead(void) {
+    if (lone_ahead < 0)
+        lone_ahead = env_either("KF_CPU_LONE_AHEAD", 0, 1, __builtin_cpu_is("intel"));
+    return lone_ahead;
+}
+
+void kernels_cpu_set_lone_ahead(int on) { lone_ahead = on != 0; }
 
 int kernels_cpu_set_isa(const char *name) {
     int w = simd_parse(name);
@@ -198,6 +215,7 @@ static const kf_backend cpu_table = {
 kf_backend *kernels_cpu_create(void) {
     cpu_simd_level();
     cpu_avx2_block_rows();
+    cpu_lone_block_ahead();
     kf_backend *b = kf_calloc(1, sizeof *b);
     *b = cpu_table;
     b->name = "cpu";

@@ -25,6 +25,13 @@ const char *kernels_cpu_isa(void);
  *  heads packed before the switch keep the screen they were packed with. */
 int kernels_cpu_set_isa(const char *name);
 
+/** Sets for the rest of the process whether a decode-time linear layer's
+ *  only row block prefetches the next panel (linear_packed_fwd; by default
+ *  as KF_CPU_LONE_AHEAD or the CPU's vendor says), so a benchmark can time
+ *  both in turns in one process. The results are the same bits either way.
+ *  Call it between ops, never during one. */
+void kernels_cpu_set_lone_ahead(int on);
+
 /** Whether head_pack built the int8 screen for this packed output layer
  *  (cpu_head_screen.c: a CPU with AVX-512 VNNI, finite weights, and
  *  KF_CPU_HEAD_SCREEN not 0), i.e. whether an argmax-only head_fwd goes

@@ -74,12 +74,20 @@ enum { CPU_SIMD_BASE = 0, CPU_SIMD_AVX2 = 1, CPU_SIMD_AVX512 = 2, CPU_SIMD_VNNI 
 int cpu_simd_level(void);
 
 /** How many rows one AVX2 block of the decode-time linear layers
- *  (cpu_linear_packed.c) may hold: 12 (up to two sub-blocks of 6, read in
- *  chunks of the panel: faster on the Xeons it was tuned on) or 6 (more
- *  rows in blocks of up to 6, each over the whole panel: faster on AMD's
- *  Zen 4); by the CPU's vendor, or KF_CPU_AVX2_BLOCK_ROWS=6|12 (a fatal
- *  error otherwise). Every choice gives the same bits. Read once. */
+ *  (cpu_linear_packed.c) may hold: 12, the default (up to two sub-blocks
+ *  of 6, read in chunks of the panel), or 6 (more rows in blocks of up to
+ *  6, each over the whole panel), as KF_CPU_AVX2_BLOCK_ROWS=6|12 says (a
+ *  fatal error otherwise). Every choice gives the same bits. Read once. */
 int cpu_avx2_block_rows(void);
+
+/** Whether a decode-time linear layer's row block prefetches the next
+ *  panel into L2 when it is the panel's only block (several always do:
+ *  cpu_linear_packed.c): 1 on Intel (the Xeon the chunks were tuned on ran
+ *  them 0.6-0.9x as fast without it), 0 elsewhere (on Zen 5 a lone block
+ *  took 0.80-0.93x the time without it), or KF_CPU_LONE_AHEAD=0|1 (a fatal
+ *  error otherwise), read once; kernels_cpu_set_lone_ahead sets it. Either
+ *  gives the same bits. */
+int cpu_lone_block_ahead(void);
 
 /** The fixed GEMM's epilogue (cpu_gemm_fixed.c) on 16 outputs of one row
  *  with AVX2 + FMA: c = va * s, or fma(vb, c, va * s) when beta is not 0

@@ -88,15 +88,20 @@ void cpu_linear_pack_free(kf_backend *b, void *lin) {
 }
 
 /* The part of the next panel a block prefetches into L2 as it goes: from
- * p, step / 65536 bytes a k. With more than one pass over a panel (row
- * blocks, AVX2's halves) only the first reads memory and the others compute
- * from the caches; the 4 KiB-ahead prefetch alone left memory idle in those
- * (time = reads + products, where it could be the larger of the two: 8 rows
- * at AVX2 ran at 38 GFLOP/s streaming against 67 from L2). Each pass takes
- * its share of the next panel, so the reads go on under every pass. */
+ * p, step / 65536 bytes a k. When several row blocks pass over a panel,
+ * only the first reads memory and the others compute from L2; the 4
+ * KiB-ahead prefetch alone left memory idle in those (time = reads +
+ * products, where it could be the larger of the two: 8 rows at AVX2 ran at
+ * 38 GFLOP/s streaming against 67 from L2). Each pass then takes its share
+ * of the next panel, so the reads go on under every pass. A panel's only
+ * block reads the panels in order, a chunk at a time, and whether the next
+ * panel's prefetch helps it depends on the CPU (cpu_lone_block_ahead): on
+ * the Xeon the line prefetch alone left memory idle, on Zen 5 the next
+ * panel's, issued at the FMAs' pace, only competed with it. */
 typedef struct lp_ahead {
     const char *p;
     int64_t step;
+    int on; /* prefetch it: other blocks pass over the panel, or cpu_lone_block_ahead() */
 } lp_ahead;
 
 /* lines: how many 64-byte lines the share of one k may span; a prefetch
@@ -136,7 +141,7 @@ lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        lp_ahead_k(ah, k, 2);
+        if (ah.on) lp_ahead_k(ah, k, 2);
         __m512 b0 = lp512_load(w, h, k, 0), b1 = lp512_load(w, h, k, 1);
         for (int i = 0; i < R; i++) {
             __m512 a = _mm512_set1_ps(x[i * K + k]);
@@ -199,7 +204,7 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        lp_ahead_k(ah, k, 2);
+        if (ah.on) lp_ahead_k(ah, k, 2);
         __m256 a0 = _mm256_broadcast_ss(x + k), a1 = _mm256_broadcast_ss(x1 + k);
         for (int q = 0; q < 4; q++) {
             __m256 bq = lp256_load(w, h, k, q);
@@ -232,10 +237,9 @@ LP256_R(2)
  * AVX2's 16 registers and cover the FMAs' latency. Every sub-block and half
  * (a pass) runs over a chunk of LP_KC k's before the next chunk, partial
  * chains kept in a buffer: the chunk (4 KiB) comes from memory once and the
- * other passes re-read it from L1. Each pass prefetches its share of the
- * next panel into L2 as it goes, so the next panel's reads go on under every
- * pass. Named variables, as in cpu_gemm_fixed's AVX2 kernel: gcc kept an
- * array's copy on the stack. */
+ * other passes re-read it from L1. Where the block prefetches the next
+ * panel (`on`), each pass takes its share into L2 as it goes. Named variables, as in
+ * cpu_gemm_fixed's AVX2 kernel: gcc kept an array's copy on the stack. */
 #define LP_KC 32
 #define LP256_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 LP256 static inline __attribute__((always_inline)) void
@@ -255,7 +259,7 @@ lp256_half(int R, int half, const float *x, int64_t K, int64_t k0, int64_t kn, c
     for (int64_t k = k0; k < k0 + kn; k++) {
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         if (pf_line >= 0) _mm_prefetch(pf + CPU_PREFETCH_BYTES + pf_line * 64, _MM_HINT_T0);
-        lp_ahead_k(ah, k, 1); /* two or more passes share a panel's 128 bytes a k */
+        if (ah.on) lp_ahead_k(ah, k, 1); /* the passes share a panel's 128 bytes a k */
         __m256 b0 = lp256_load(w, h, k, 2 * half), b1 = lp256_load(w, h, k, 2 * half + 1), a;
 #define STEP(i)                                                                                    \
     if (R > i) {                                                                                   \
@@ -316,7 +320,7 @@ LP256 static void lp256_chunked(int R, const float *x, int64_t K, const float *w
         for (int sb = 0, i0 = 0; sb < nsub; i0 += rs[sb], sb++)
             for (int half = 0; half < 2; half++) {
                 int pass = sb * 2 + half, pf_line = pass < (h ? 1 : 2) ? pass : -1;
-                lp_ahead a = {ah.p + share * pass, ah.step / npass};
+                lp_ahead a = {ah.p + share * pass, ah.step / npass, ah.on};
                 half_fn[rs[sb]](half, x + i0 * K, K, k0, kn, w, h, acc[sb][half],
                                 c + i0 * ldc + half * 16, ldc, beta, pf_line, a);
             }
@@ -395,6 +399,7 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
     /* blocks as even as mr allows */
     int64_t nb = (rows + mr - 1) / mr, chunk = nb == 1 ? LP_KC : L->in;
     int64_t K = L->in, N = L->out;
+    int lone_ahead = cpu_lone_block_ahead();
 #pragma omp parallel for schedule(static) if (rows * K * N >= 16 * KF_CPU_PAR_MIN)
     for (int64_t p = 0; p < L->panels; p++) {
         size_t off = (size_t)(p * K * LP_PANEL);
@@ -408,7 +413,7 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
         for (int64_t ib = 0; ib < nb; ib++) {
             int R = (int)(rows / nb + (ib < rows % nb));
             int64_t i0 = ib * (rows / nb) + (ib < rows % nb ? ib : rows % nb);
-            lp_ahead ah = {next + ib * share, (share << 16) / K};
+            lp_ahead ah = {next + ib * share, (share << 16) / K, nb > 1 || lone_ahead};
             if (nj == LP_PANEL) {
                 fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta, ah, chunk);
                 continue;

@@ -108,8 +108,8 @@ int main(void) {
      * block of one or two sub-blocks over half a panel, read in chunks of
      * 32 k's (in: one chunk, a partial last one, several), from 13 blocks
      * of up to 6 over the whole panel, from 7 with KF_CPU_AVX2_BLOCK_ROWS=6
-     * (AMD's default: tests/run.sh runs both); baseline 4), several panels
-     * (each block prefetching its share of the next) and a prefill's many
+     * (tests/run.sh runs both); baseline 4), several panels (several
+     * blocks each prefetching its share of the next) and a prefill's many
      * rows */
     const int64_t shapes[][3] = {{1, 5, 1},     {2, 7, 31},    {3, 32, 32},   {4, 65, 32},
                                  {5, 9, 40},    {6, 16, 64},   {7, 11, 20},   {7, 100, 96},
