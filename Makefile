@@ -147,6 +147,7 @@ $(BUILD)/bench/bench_libs: LDLIBS += -ljansson -lcrypto -lgd
 
 bench: $(BIN) $(BENCH_BIN)
 	$(if $(filter kernels,$(BENCHES)),$(BUILD)/bench/bench_kernels_cpu)
+	$(if $(filter linear,$(BENCHES)),$(BUILD)/bench/bench_linear_packed)
 	$(if $(filter train,$(BENCHES)),$(BIN) bench train configs/tiny.yaml)
 	$(if $(filter tokenize,$(BENCHES)),KF_BIN=$(BIN) bench/tokenize.sh)
 	$(if $(filter shards,$(BENCHES)),KF_BIN=$(BIN) bench/shards.sh)
