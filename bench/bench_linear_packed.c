@@ -65,14 +65,18 @@ static double run(kf_backend *b, void *const *lin, const float *x, float *y, int
 int main(int argc, char **argv) {
     int rounds = 20, nrows = 0;
     int64_t rows[32];
+    const char *usage = "usage: bench_linear_packed [--rounds N] [--cpu-time] [ROWS (1-64)...]\n";
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cpu-time")) bench_clock = CLOCK_PROCESS_CPUTIME_ID;
         else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= 64 && nrows < 32)
             rows[nrows++] = atoi(argv[i]);
         else {
-            fprintf(stderr,
-                    "usage: bench_linear_packed [--rounds N] [--cpu-time] [ROWS (1-64)...]\n");
+            fprintf(stderr, "bench_linear_packed: bad argument '%s'\n%s", argv[i], usage);
             return 2;
         }
     }
