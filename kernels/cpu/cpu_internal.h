@@ -84,7 +84,7 @@ int cpu_avx2_block_rows(void);
  *  panel into L2 when it is the panel's only block (several always do:
  *  cpu_linear_packed.c): 1 on Intel (the Xeon the chunks were tuned on ran
  *  them 0.6-0.9x as fast without it), 0 elsewhere (on Zen 5 a lone block
- *  took 0.80-0.93x the time without it), or KF_CPU_LONE_AHEAD=0|1 (a fatal
+ *  took 0.79-0.93x the time without it), or KF_CPU_LONE_AHEAD=0|1 (a fatal
  *  error otherwise), read once; kernels_cpu_set_lone_ahead sets it. Either
  *  gives the same bits. */
 int cpu_lone_block_ahead(void);

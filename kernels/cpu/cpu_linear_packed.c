@@ -238,8 +238,9 @@ LP256_R(2)
  * (a pass) runs over a chunk of LP_KC k's before the next chunk, partial
  * chains kept in a buffer: the chunk (4 KiB) comes from memory once and the
  * other passes re-read it from L1. Where the block prefetches the next
- * panel (`on`), each pass takes its share into L2 as it goes. Named variables, as in
- * cpu_gemm_fixed's AVX2 kernel: gcc kept an array's copy on the stack. */
+ * panel (`on`), each pass takes its share into L2 as it goes. Named
+ * variables, as in cpu_gemm_fixed's AVX2 kernel: gcc kept an array's copy
+ * on the stack. */
 #define LP_KC 32
 #define LP256_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 LP256 static inline __attribute__((always_inline)) void
