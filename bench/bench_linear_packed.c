@@ -17,9 +17,9 @@
  * shared host's swings hit both alike. Prints each setting's median time
  * and mean read as a fraction of the probe's just before it, the median of
  * the rounds' time ratios off / on and in how many rounds off was faster
- * (medians: a host's bad minute makes outliers of a few rounds); it fails (exit 1) if the two
- * settings' outputs differ in any bit (bench/roofline/decode_limits.h has
- * the probe).
+ * (medians: a host's bad minute makes outliers of a few rounds); it fails
+ * (exit 1) if the two settings' outputs differ in any bit
+ * (bench/roofline/decode_limits.h has the probe).
  */
 #include <stdio.h>
 #include <stdlib.h>
