@@ -485,10 +485,14 @@ session() {
       esac
       [ "$name" = build ] && [ "$rc" = 0 ] && build_ok=1
     fi
+    # a step that never started shows "-" for its seconds: SECONDS can tick
+    # between reading s and here even when nothing ran
     if [ "$rc" = 0 ]; then
       summary+=("$(printf '%-21s %-7s %4d' "$name" ok $((SECONDS - s)))")
     elif [ "$rc" = skip ]; then
       summary+=("$(printf '%-21s %-7s %4s  %s' "$name" SKIPPED - "$reason")"); fails=$((fails + 1))
+    elif [ "$rc" = nobuild ]; then
+      summary+=("$(printf '%-21s %-7s %4s  %s' "$name" FAILED - "$reason")"); fails=$((fails + 1))
     else
       summary+=("$(printf '%-21s %-7s %4d  %s' "$name" FAILED $((SECONDS - s)) "$reason")"); fails=$((fails + 1))
     fi
