@@ -99,9 +99,10 @@ void cpu_linear_pack_free(kf_backend *b, void *lin) {
  * the Xeon the line prefetch alone left memory idle, on Zen 5 the next
  * panel's, issued at the FMAs' pace, only competed with it. */
 typedef struct lp_ahead {
+    /* NULL: none; set where other blocks pass over the panel, or
+     * cpu_lone_block_ahead() */
     const char *p;
     int64_t step;
-    int on; /* prefetch it: other blocks pass over the panel, or cpu_lone_block_ahead() */
 } lp_ahead;
 
 /* lines: how many 64-byte lines the share of one k may span; a prefetch
@@ -141,7 +142,7 @@ lp512_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        if (ah.on) lp_ahead_k(ah, k, 2);
+        if (ah.p) lp_ahead_k(ah, k, 2);
         __m512 b0 = lp512_load(w, h, k, 0), b1 = lp512_load(w, h, k, 1);
         for (int i = 0; i < R; i++) {
             __m512 a = _mm512_set1_ps(x[i * K + k]);
@@ -204,7 +205,7 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
         if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        if (ah.on) lp_ahead_k(ah, k, 2);
+        if (ah.p) lp_ahead_k(ah, k, 2);
         __m256 a0 = _mm256_broadcast_ss(x + k), a1 = _mm256_broadcast_ss(x1 + k);
         for (int q = 0; q < 4; q++) {
             __m256 bq = lp256_load(w, h, k, q);
@@ -238,7 +239,7 @@ LP256_R(2)
  * (a pass) runs over a chunk of LP_KC k's before the next chunk, partial
  * chains kept in a buffer: the chunk (4 KiB) comes from memory once and the
  * other passes re-read it from L1. Where the block prefetches the next
- * panel (`on`), each pass takes its share into L2 as it goes. Named
+ * panel (`p` set), each pass takes its share into L2 as it goes. Named
  * variables, as in cpu_gemm_fixed's AVX2 kernel: gcc kept an array's copy
  * on the stack. */
 #define LP_KC 32
@@ -260,7 +261,7 @@ lp256_half(int R, int half, const float *x, int64_t K, int64_t k0, int64_t kn, c
     for (int64_t k = k0; k < k0 + kn; k++) {
         const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
         if (pf_line >= 0) _mm_prefetch(pf + CPU_PREFETCH_BYTES + pf_line * 64, _MM_HINT_T0);
-        if (ah.on) lp_ahead_k(ah, k, 1); /* the passes share a panel's 128 bytes a k */
+        if (ah.p) lp_ahead_k(ah, k, 1); /* the passes share a panel's 128 bytes a k */
         __m256 b0 = lp256_load(w, h, k, 2 * half), b1 = lp256_load(w, h, k, 2 * half + 1), a;
 #define STEP(i)                                                                                    \
     if (R > i) {                                                                                   \
@@ -288,52 +289,52 @@ lp256_half(int R, int half, const float *x, int64_t K, int64_t k0, int64_t kn, c
 #undef KEEP
 }
 
-/* one copy per row count, half and weight type, so the register block is
- * unrolled */
-typedef void lp_half_fn(int half, const float *x, int64_t K, int64_t k0, int64_t kn, const float *w,
-                        const uint16_t *h, float *acc, float *c, int64_t ldc, float beta,
-                        int pf_line, lp_ahead ah);
-#define LP256H_CASES(X) X(3) X(4) X(5) X(6)
-#define LP256H_R(n)                                                                                \
-    LP256 static void lp256h_##n(int half, const float *x, int64_t K, int64_t k0, int64_t kn,      \
-                                 const float *w, const uint16_t *h, float *acc, float *c,          \
-                                 int64_t ldc, float beta, int pf_line, lp_ahead ah) {              \
-        if (h && half) lp256_half(n, 1, x, K, k0, kn, NULL, h, acc, c, ldc, beta, pf_line, ah);    \
-        else if (h) lp256_half(n, 0, x, K, k0, kn, NULL, h, acc, c, ldc, beta, pf_line, ah);       \
-        else if (half) lp256_half(n, 1, x, K, k0, kn, w, NULL, acc, c, ldc, beta, pf_line, ah);    \
-        else lp256_half(n, 0, x, K, k0, kn, w, NULL, acc, c, ldc, beta, pf_line, ah);              \
-    }
-LP256H_CASES(LP256H_R)
-
 /* 3-12 rows: sub-blocks as even as can be (8 rows as 4 + 4, not 6 + 2);
- * with a block of at most 6 rows, one */
-LP256 static void lp256_chunked(int R, const float *x, int64_t K, const float *w, const uint16_t *h,
-                                float *c, int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
-    static lp_half_fn *const half_fn[7] = {
-        [3] = lp256h_3, [4] = lp256h_4, [5] = lp256h_5, [6] = lp256h_6};
-    int nsub = R > 6 ? 2 : 1, rs[2] = {R - R / 2 * (nsub - 1), R / 2};
+ * with a block of at most 6 rows, one. Every pass inlined, so a chunk's
+ * four passes cost no calls (a call a pass of 32 k's passed 13 arguments,
+ * most through the stack). */
+LP256 static inline __attribute__((always_inline)) void
+lp256_chunks(int R0, int R1, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+             int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
     float acc[2][2][6 * 16];
     /* the passes' shares of the next panel, and of the lines 4 KiB ahead
      * (fp32: two lines a k, bf16: one) */
-    int64_t npass = 2 * nsub, share = (K * ah.step / npass) >> 16;
+    int64_t npass = R1 ? 4 : 2, share = (K * ah.step / npass) >> 16, st = ah.step / npass;
+#define AH(pass) ((lp_ahead){ah.p ? ah.p + share * (pass) : NULL, st})
     for (int64_t k0 = 0; k0 < K; k0 += chunk) {
         int64_t kn = K - k0 < chunk ? K - k0 : chunk;
-        for (int sb = 0, i0 = 0; sb < nsub; i0 += rs[sb], sb++)
-            for (int half = 0; half < 2; half++) {
-                int pass = sb * 2 + half, pf_line = pass < (h ? 1 : 2) ? pass : -1;
-                lp_ahead a = {ah.p + share * pass, ah.step / npass, ah.on};
-                half_fn[rs[sb]](half, x + i0 * K, K, k0, kn, w, h, acc[sb][half],
-                                c + i0 * ldc + half * 16, ldc, beta, pf_line, a);
-            }
+        lp256_half(R0, 0, x, K, k0, kn, w, h, acc[0][0], c, ldc, beta, 0, AH(0));
+        lp256_half(R0, 1, x, K, k0, kn, w, h, acc[0][1], c + 16, ldc, beta, h ? -1 : 1, AH(1));
+        if (!R1) continue;
+        lp256_half(R1, 0, x + R0 * K, K, k0, kn, w, h, acc[1][0], c + R0 * ldc, ldc, beta, -1,
+                   AH(2));
+        lp256_half(R1, 1, x + R0 * K, K, k0, kn, w, h, acc[1][1], c + R0 * ldc + 16, ldc, beta, -1,
+                   AH(3));
     }
+#undef AH
 }
+
+/* one copy per row split and weight type, so the register blocks unroll */
+#define LP256C_CASES(X)                                                                            \
+    X(3, 0) X(4, 0) X(5, 0) X(6, 0) X(4, 3) X(4, 4) X(5, 4) X(5, 5) X(6, 5) X(6, 6)
+#define LP256C_R(r0, r1)                                                                           \
+    LP256 static void lp256c_##r0##_##r1(const float *x, int64_t K, const float *w,                \
+                                         const uint16_t *h, float *c, int64_t ldc, float beta,     \
+                                         lp_ahead ah, int64_t chunk) {                             \
+        if (h) lp256_chunks(r0, r1, x, K, NULL, h, c, ldc, beta, ah, chunk);                       \
+        else lp256_chunks(r0, r1, x, K, w, NULL, c, ldc, beta, ah, chunk);                         \
+    }
+LP256C_CASES(LP256C_R)
 
 static void lp_avx2(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
                     int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
     switch (R) {
     case 1: lp256_1(x, K, w, h, c, ldc, beta, ah); break;
     case 2: lp256_2(x, K, w, h, c, ldc, beta, ah); break;
-    default: lp256_chunked(R, x, K, w, h, c, ldc, beta, ah, chunk);
+#define LP256C_CASE(r0, r1)                                                                        \
+    case r0 + r1: lp256c_##r0##_##r1(x, K, w, h, c, ldc, beta, ah, chunk); break;
+        LP256C_CASES(LP256C_CASE)
+    default: KF_FATAL("lp_avx2: %d rows", R);
     }
 }
 
@@ -414,7 +415,7 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
         for (int64_t ib = 0; ib < nb; ib++) {
             int R = (int)(rows / nb + (ib < rows % nb));
             int64_t i0 = ib * (rows / nb) + (ib < rows % nb ? ib : rows % nb);
-            lp_ahead ah = {next + ib * share, (share << 16) / K, nb > 1 || lone_ahead};
+            lp_ahead ah = {nb > 1 || lone_ahead ? next + ib * share : NULL, (share << 16) / K};
             if (nj == LP_PANEL) {
                 fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta, ah, chunk);
                 continue;
