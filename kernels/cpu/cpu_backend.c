@@ -150,6 +150,9 @@ int cpu_lone_block_ahead(void) {
 
 void kernels_cpu_set_lone_ahead(int on) { lone_ahead = on != 0; }
 
+/* Read at every pack: a test packs with it off, then on, in one process. */
+int cpu_head_screen_on(void) { return env_either("KF_CPU_HEAD_SCREEN", 0, 1, 1); }
+
 int kernels_cpu_set_isa(const char *name) {
     int w = simd_parse(name);
     if (w < 0 || w > cpu_best_level()) return -1;

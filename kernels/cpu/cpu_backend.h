@@ -33,7 +33,7 @@ int kernels_cpu_set_isa(const char *name);
 void kernels_cpu_set_lone_ahead(int on);
 
 /** Whether head_pack built the int8 screen for this packed output layer
- *  (cpu_head_screen.c: a CPU with AVX-512 VNNI, finite weights, and
+ *  (cpu_head_screen.c: a CPU with AVX2 or more, finite weights, and
  *  KF_CPU_HEAD_SCREEN not 0), i.e. whether an argmax-only head_fwd goes
  *  through it. Lets tests say which path they checked. */
 int kernels_cpu_head_screened(const void *head);

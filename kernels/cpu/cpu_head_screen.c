@@ -63,8 +63,7 @@ static float round_up(double x) {
 static int clamp127(long q) { return q > 127 ? 127 : q < -127 ? -127 : (int)q; }
 
 void cpu_head_screen_pack(cpu_head *hd) {
-    const char *env = getenv("KF_CPU_HEAD_SCREEN");
-    if ((env && !strcmp(env, "0")) || cpu_simd_level() < CPU_SIMD_AVX2) return;
+    if (!cpu_head_screen_on() || cpu_simd_level() < CPU_SIMD_AVX2) return;
     int64_t H = hd->H, np = hd->panels, n = np * PANEL, h4 = (H + 3) / 4 * 4, g = h4 / 4;
     for (int64_t i = 0; i < np * H * PANEL; i++)
         if (!isfinite(hd->w[i])) return;

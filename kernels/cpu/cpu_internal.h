@@ -89,6 +89,11 @@ int cpu_avx2_block_rows(void);
  *  gives the same bits. */
 int cpu_lone_block_ahead(void);
 
+/** Whether the output layer's pack builds the int8 screen where the CPU
+ *  can run it (cpu_head_screen.c): 1 unless KF_CPU_HEAD_SCREEN=0 (for A/B
+ *  runs; a value other than 0 or 1 is a fatal error). Read at each call. */
+int cpu_head_screen_on(void);
+
 /** The fixed GEMM's epilogue (cpu_gemm_fixed.c) on 16 outputs of one row
  *  with AVX2 + FMA: c = va * s, or fma(vb, c, va * s) when beta is not 0
  *  (va, vb: alpha and beta broadcast). */

@@ -64,9 +64,15 @@ done
 
 KF_CPU_ISA=sse9 "$KF" train "$C" --stage ar --run-dir "$T/bad" 2>"$T/bad.err"; rc=$?
 check "an unknown KF_CPU_ISA fails naming it (rc $rc)" exits_saying $rc 1 "$T/bad.err" 'KF_CPU_ISA=sse9'
-# the decode kernels' two layout knobs take exactly their two values
+# the decode kernels' knobs take exactly their two values
 for kv in KF_CPU_AVX2_BLOCK_ROWS=7 KF_CPU_AVX2_BLOCK_ROWS=12x KF_CPU_LONE_AHEAD=2 KF_CPU_LONE_AHEAD=on; do
   env "$kv" "$KF" train "$C" --stage ar --run-dir "$T/bad-knob" 2>"$T/bad.err"; rc=$?
+  check "$kv fails naming it (rc $rc)" exits_saying $rc 1 "$T/bad.err" "$kv: expected"
+done
+# the output layer's screen knob, read where decoding packs that layer
+for kv in KF_CPU_HEAD_SCREEN=no KF_CPU_HEAD_SCREEN=00; do
+  env "$kv" "$KF" sample "$T/native/stages/k2/final" --prefix-file "$T/prefixes.jsonl" --max-new 2 \
+    >/dev/null 2>"$T/bad.err"; rc=$?
   check "$kv fails naming it (rc $rc)" exits_saying $rc 1 "$T/bad.err" "$kv: expected"
 done
 finish
