@@ -60,16 +60,6 @@ typedef struct case_ {
 } case_;
 static double g_t[8][2][64]; /* [case][side][round] */
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
-    return t[n / 2];
-}
-
 /* ---- inputs ---- */
 
 static char *g_log;
@@ -254,7 +244,7 @@ int main(int argc, char **argv) {
            "faster)\n",
            rounds);
     for (int i = 0; i < n; i++) {
-        double a = median(g_t[i][0], rounds), b = median(g_t[i][1], rounds);
+        double a = clock_median(g_t[i][0], rounds), b = clock_median(g_t[i][1], rounds);
         printf("  %-32s %9.2f ms   %-32s %9.2f ms   ratio %.2f\n", cases[i][0].name, a * 1e3,
                cases[i][1].name, b * 1e3, b / a);
     }

@@ -24,30 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench/roofline/decode_limits.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/kernels.h"
 
-static clockid_t bench_clock = CLOCK_MONOTONIC;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(bench_clock, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* the median of v[0..n) (sorts v) */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+static double (*now)(void) = clock_now_s; /* --cpu-time: clock_cpu_s */
 
 enum { LAYERS = 48 };
 static const int64_t IN[4] = {768, 768, 768, 3072}, OUT[4] = {2304, 768, 3072, 768};
@@ -72,7 +56,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--cpu-time")) bench_clock = CLOCK_PROCESS_CPUTIME_ID;
+        else if (!strcmp(argv[i], "--cpu-time")) now = clock_cpu_s;
         else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= 64 && nrows < 32)
             rows[nrows++] = atoi(argv[i]);
         else {
@@ -106,7 +90,7 @@ int main(int argc, char **argv) {
     float *y[2] = {kf_calloc(ny, sizeof(float)), kf_calloc(ny, sizeof(float))};
     decode_read_probe *probe = decode_read_probe_create();
     printf("level %s, %d rounds, the 124M blocks' 48 products (%.0f MB), %s clock\n",
-           kernels_cpu_isa(), rounds, bytes / 1e6, bench_clock == CLOCK_MONOTONIC ? "wall" : "CPU");
+           kernels_cpu_isa(), rounds, bytes / 1e6, now == clock_now_s ? "wall" : "CPU");
     printf("rows   off: ms (read/probe)   on: ms (read/probe)   off/on time   off faster\n");
     double *t[2] = {kf_malloc((size_t)rounds * sizeof(double)),
                     kf_malloc((size_t)rounds * sizeof(double))};
@@ -127,8 +111,9 @@ int main(int argc, char **argv) {
         }
         differ |= memcmp(y[0], y[1], ny * sizeof(float)) != 0;
         printf("%4lld   %8.2f (%.2f)          %8.2f (%.2f)         %.3f        %d/%d\n",
-               (long long)rows[i], median(t[0], rounds) * 1e3, frac[0] / rounds,
-               median(t[1], rounds) * 1e3, frac[1] / rounds, median(ratio, rounds), wins, rounds);
+               (long long)rows[i], clock_median(t[0], rounds) * 1e3, frac[0] / rounds,
+               clock_median(t[1], rounds) * 1e3, frac[1] / rounds, clock_median(ratio, rounds),
+               wins, rounds);
     }
     if (differ) fprintf(stderr, "bench_linear_packed: outputs differ between the settings\n");
     free(t[0]);

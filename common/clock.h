@@ -2,7 +2,8 @@
  *
  * Every duration the project reports (tokens/s, ms/step, progress rates,
  * benchmark times) is a difference of clock_now_s() readings (or, where a
- * command offers it, of clock_cpu_s() readings).
+ * command offers it, of clock_cpu_s() readings); benchmarks summarise
+ * rounds of them with clock_median().
  */
 #ifndef KF_COMMON_CLOCK_H
 #define KF_COMMON_CLOCK_H
@@ -15,5 +16,11 @@ double clock_now_s(void);
  *  (CLOCK_PROCESS_CPUTIME_ID): for timings on a loaded machine, where other
  *  processes stretch wall-clock time but barely change this. */
 double clock_cpu_s(void);
+
+/** The median of the n >= 1 timings in t: the middle one for odd n, the
+ *  mean of the two middle ones for even n. Sorts t in place. For
+ *  benchmarks on shared machines, where a bad minute makes outliers of a
+ *  few rounds. */
+double clock_median(double *t, int n);
 
 #endif
