@@ -194,24 +194,38 @@ lp256_load(const float *w, const uint16_t *h, int64_t k, int q) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
 }
 
-/* 8 accumulators: Zen 4 and Intel's two FMA pipes of 4 cycles' latency */
+/* 1-2 rows over k's [k0, k0 + kn) of the whole panel, 8 accumulators (Zen 4
+ * and Intel's two FMA pipes of 4 cycles' latency): from +0 where k0 is 0,
+ * else from the partial chains in acc; the epilogue into c after the last
+ * k, else the chains back into acc. pf: prefetch the lines 4 KiB ahead. */
 LP256 static inline __attribute__((always_inline)) void
-lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
-           int64_t ldc, float beta, lp_ahead ah) {
+lp256_span(int R, const float *x, int64_t K, int64_t k0, int64_t kn, const float *w,
+           const uint16_t *h, float *acc, float *c, int64_t ldc, float beta, int pf, lp_ahead ah,
+           int ah_lines) {
     __m256 r0[4], r1[4];
-    for (int q = 0; q < 4; q++) r0[q] = r1[q] = _mm256_setzero_ps();
+    for (int q = 0; q < 4; q++) {
+        r0[q] = k0 ? _mm256_loadu_ps(acc + q * 8) : _mm256_setzero_ps();
+        r1[q] = k0 && R > 1 ? _mm256_loadu_ps(acc + 32 + q * 8) : _mm256_setzero_ps();
+    }
     const float *x1 = x + (R > 1 ? K : 0);
-    for (int64_t k = 0; k < K; k++) {
-        const char *pf = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
-        _mm_prefetch(pf + CPU_PREFETCH_BYTES, _MM_HINT_T0);
-        if (!h) _mm_prefetch(pf + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        if (ah.p) lp_ahead_k(ah, k, 2);
+    for (int64_t k = k0; k < k0 + kn; k++) {
+        const char *pk = h ? (const char *)(h + k * LP_PANEL) : (const char *)(w + k * LP_PANEL);
+        if (pf) _mm_prefetch(pk + CPU_PREFETCH_BYTES, _MM_HINT_T0);
+        if (pf && !h) _mm_prefetch(pk + CPU_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        if (ah.p) lp_ahead_k(ah, k, ah_lines);
         __m256 a0 = _mm256_broadcast_ss(x + k), a1 = _mm256_broadcast_ss(x1 + k);
         for (int q = 0; q < 4; q++) {
             __m256 bq = lp256_load(w, h, k, q);
             r0[q] = _mm256_fmadd_ps(a0, bq, r0[q]);
             if (R > 1) r1[q] = _mm256_fmadd_ps(a1, bq, r1[q]);
         }
+    }
+    if (k0 + kn < K) {
+        for (int q = 0; q < 4; q++) {
+            _mm256_storeu_ps(acc + q * 8, r0[q]);
+            if (R > 1) _mm256_storeu_ps(acc + 32 + q * 8, r1[q]);
+        }
+        return;
     }
     __m256 va = _mm256_set1_ps(1.0f), vb = _mm256_set1_ps(beta);
     for (int i = 0; i < R; i++)
@@ -221,6 +235,12 @@ lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, 
             if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v);
             _mm256_storeu_ps(ci, v);
         }
+}
+
+LP256 static inline __attribute__((always_inline)) void
+lp256_body(int R, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
+           int64_t ldc, float beta, lp_ahead ah) {
+    lp256_span(R, x, K, 0, K, w, h, NULL, c, ldc, beta, 1, ah, 2);
 }
 
 #define LP256_R(n)                                                                                 \
@@ -289,23 +309,32 @@ lp256_half(int R, int half, const float *x, int64_t K, int64_t k0, int64_t kn, c
 #undef KEEP
 }
 
-/* 3-12 rows: sub-blocks as even as can be (8 rows as 4 + 4, not 6 + 2);
- * with a block of at most 6 rows, one. Every pass inlined, so a chunk's
- * four passes cost no calls (a call a pass of 32 k's passed 13 arguments,
- * most through the stack). */
+/* 3-12 rows: up to 6 in one sub-block, more in two as even as can be,
+ * but 8 as 6 + 2, the two rows in one pass over the whole width (3 passes
+ * where 4 + 4 makes 4: 0.95-0.98x the time on Zen 5). Every pass inlined,
+ * so a chunk's passes cost no calls (a call a pass of 32 k's passed 13
+ * arguments, most through the stack). */
 LP256 static inline __attribute__((always_inline)) void
 lp256_chunks(int R0, int R1, const float *x, int64_t K, const float *w, const uint16_t *h, float *c,
              int64_t ldc, float beta, lp_ahead ah, int64_t chunk) {
     float acc[2][2][6 * 16];
     /* the passes' shares of the next panel, and of the lines 4 KiB ahead
      * (fp32: two lines a k, bf16: one) */
-    int64_t npass = R1 ? 4 : 2, share = (K * ah.step / npass) >> 16, st = ah.step / npass;
+    int64_t npass = R1 == 2 ? 3
+                    : R1    ? 4
+                            : 2,
+            share = (K * ah.step / npass) >> 16, st = ah.step / npass;
 #define AH(pass) ((lp_ahead){ah.p ? ah.p + share * (pass) : NULL, st})
     for (int64_t k0 = 0; k0 < K; k0 += chunk) {
         int64_t kn = K - k0 < chunk ? K - k0 : chunk;
         lp256_half(R0, 0, x, K, k0, kn, w, h, acc[0][0], c, ldc, beta, 0, AH(0));
         lp256_half(R0, 1, x, K, k0, kn, w, h, acc[0][1], c + 16, ldc, beta, h ? -1 : 1, AH(1));
         if (!R1) continue;
+        if (R1 == 2) {
+            lp256_span(2, x + R0 * K, K, k0, kn, w, h, acc[1][0], c + R0 * ldc, ldc, beta, 0, AH(2),
+                       1);
+            continue;
+        }
         lp256_half(R1, 0, x + R0 * K, K, k0, kn, w, h, acc[1][0], c + R0 * ldc, ldc, beta, -1,
                    AH(2));
         lp256_half(R1, 1, x + R0 * K, K, k0, kn, w, h, acc[1][1], c + R0 * ldc + 16, ldc, beta, -1,
@@ -316,7 +345,7 @@ lp256_chunks(int R0, int R1, const float *x, int64_t K, const float *w, const ui
 
 /* one copy per row split and weight type, so the register blocks unroll */
 #define LP256C_CASES(X)                                                                            \
-    X(3, 0) X(4, 0) X(5, 0) X(6, 0) X(4, 3) X(4, 4) X(5, 4) X(5, 5) X(6, 5) X(6, 6)
+    X(3, 0) X(4, 0) X(5, 0) X(6, 0) X(4, 3) X(6, 2) X(5, 4) X(5, 5) X(6, 5) X(6, 6)
 #define LP256C_R(r0, r1)                                                                           \
     LP256 static void lp256c_##r0##_##r1(const float *x, int64_t K, const float *w,                \
                                          const uint16_t *h, float *c, int64_t ldc, float beta,     \
