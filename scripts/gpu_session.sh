@@ -460,7 +460,7 @@ session() {
   note "gpu_session $(date -u +%FT%TZ), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), deps $DEPS, deadline ${deadline}s"
   note "plan: ${plan[*]}"
 
-  local name lim left rc reason
+  local name lim left rc reason result
   for p in "${plan[@]}"; do
     name=${p%%:*} lim=${p##*:} n=$((n + 1)) s=$SECONDS
     left=$((deadline - (SECONDS - t0) - 5))
@@ -485,14 +485,13 @@ session() {
       esac
       [ "$name" = build ] && [ "$rc" = 0 ] && build_ok=1
     fi
-    # a step that never started shows "-" for its seconds: SECONDS can tick
-    # between reading s and here even when nothing ran
     if [ "$rc" = 0 ]; then
       summary+=("$(printf '%-21s %-7s %4d' "$name" ok $((SECONDS - s)))")
-    elif [ "$rc" = skip ]; then
-      summary+=("$(printf '%-21s %-7s %4s  %s' "$name" SKIPPED - "$reason")"); fails=$((fails + 1))
-    elif [ "$rc" = nobuild ]; then
-      summary+=("$(printf '%-21s %-7s %4s  %s' "$name" FAILED - "$reason")"); fails=$((fails + 1))
+    elif [ "$rc" = skip ] || [ "$rc" = nobuild ]; then
+      # a step that never started shows "-" for its seconds: SECONDS can
+      # tick between reading s and here even when nothing ran
+      result=FAILED; [ "$rc" = skip ] && result=SKIPPED
+      summary+=("$(printf '%-21s %-7s %4s  %s' "$name" $result - "$reason")"); fails=$((fails + 1))
     else
       summary+=("$(printf '%-21s %-7s %4d  %s' "$name" FAILED $((SECONDS - s)) "$reason")"); fails=$((fails + 1))
     fi

@@ -121,7 +121,7 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
     c->k = kf_calloc((size_t)nb, sizeof *c->k);
     c->v = kf_calloc((size_t)nb, sizeof *c->v);
     /* one buffer: the CPU backend puts one of 2 MiB or more on huge pages,
-     * where 24 of a 124M model's 1.6 MB each (batch 4) cost some 10,000
+     * where 24 of a 124M model's 1.6 MB each (batch 4) cost some 6,700
      * page faults a decoding run, 8% of its time; each layer's K and V
      * start on a 256-byte boundary */
     int64_t n = (B * cap * H + 63) / 64 * 64;
