@@ -231,17 +231,11 @@ CPU_INLINE void weighted_rows(float *out, const float *p, const float *v, int64_
     }
 }
 
-/* One query row: out[D] = softmax(scale q·K^T) V over the key ranges [lo, hi)
- * (keys transposed in Kt with leading dimension ldt; value row j at v + j*ldv);
- * s has room for the scores plus VB. Returns the log-sum-exp of the scaled scores. */
-CPU_INLINE float attn_row(float *out, const float *q, const float *Kt, int64_t ldt, const float *v,
-                          int64_t ldv, const int64_t *lo, const int64_t *hi, int nr, int64_t D,
-                          float scale, float *s) {
-    int64_t n = 0;
-    for (int t = 0; t < nr; t++) {
-        scores(s + n, q, Kt, ldt, lo[t], hi[t], D, scale);
-        n += hi[t] - lo[t];
-    }
+/* out[D] = softmax(s[0, n)) V over the key ranges [lo, hi) (value row j at
+ * v + j*ldv), for scores s (scaled) written to whole VB chunks past n, which
+ * this pads with -inf. Returns the log-sum-exp of the scores. */
+CPU_INLINE float softmax_rows(float *out, float *s, int64_t n, const float *v, int64_t ldv,
+                              const int64_t *lo, const int64_t *hi, int nr, int64_t D) {
     /* pad to whole vectors with -inf (exp gives 0) so no scalar tail runs */
     int64_t npad = (n + VB - 1) / VB * VB;
     for (int64_t i = n; i < npad; i++) s[i] = -INFINITY;
@@ -263,6 +257,20 @@ CPU_INLINE float attn_row(float *out, const float *q, const float *Kt, int64_t l
     float inv = 1.0f / sum;
     for (int64_t d = 0; d < D; d++) out[d] *= inv;
     return mx + logf(sum);
+}
+
+/* One query row: out[D] = softmax(scale q·K^T) V over the key ranges [lo, hi)
+ * (keys transposed in Kt with leading dimension ldt; value row j at v + j*ldv);
+ * s has room for the scores plus VB. Returns the log-sum-exp of the scaled scores. */
+CPU_INLINE float attn_row(float *out, const float *q, const float *Kt, int64_t ldt, const float *v,
+                          int64_t ldv, const int64_t *lo, const int64_t *hi, int nr, int64_t D,
+                          float scale, float *s) {
+    int64_t n = 0;
+    for (int t = 0; t < nr; t++) {
+        scores(s + n, q, Kt, ldt, lo[t], hi[t], D, scale);
+        n += hi[t] - lo[t];
+    }
+    return softmax_rows(out, s, n, v, ldv, lo, hi, nr, D);
 }
 
 static void count_pairs(kf_backend *b, int64_t pairs) {
@@ -479,20 +487,63 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
     count_pairs(b, pairs);
 }
 
-/* Decode for one (sample, head): Q query rows over cache rows [0, P+i]. */
+/* Query rows decoding scores together: each chunk of transposed keys is
+ * loaded once for all of them, and their QG chains overlap where one
+ * query's chain over d waits on each FMA (a single query's last chunks made
+ * the scoring latency-bound: 5% of a 124M K-Forcing step at AVX2). */
+#define QG 4
+
+/* s[g * lds + j] = scale * q_g · K_j (q_g = q + g * q_stride) for the queries
+ * g < nq and the keys j < n, in whole VB chunks (up to VB - 1 scores past n):
+ * per score the chain over d of scores(), so it does not depend on the group. */
+CPU_INLINE void scores_group(float *s, int64_t lds, const float *q, int64_t q_stride, int nq,
+                             const float *Kt, int64_t ldt, int64_t n, int64_t D, float scale) {
+    const float *q0 = q, *q1 = q + (nq > 1) * q_stride, *q2 = q + (nq > 2) * 2 * q_stride,
+                *q3 = q + (nq > 3) * 3 * q_stride; /* spare queries score the first again */
+    for (int64_t j = 0; j < n; j += VB) {
+        /* a VB chunk as two 8-float halves: GCC keeps 8-float vectors in AVX2
+         * registers, where it spills 16-float ones through the stack */
+        v8f a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+        const float *kt = Kt + j;
+        for (int64_t d = 0; d < D; d++, kt += ldt) {
+            v8f ka, kb;
+            memcpy(&ka, kt, sizeof ka);
+            memcpy(&kb, kt + 8, sizeof kb);
+            a0 += q0[d] * ka;
+            b0 += q0[d] * kb;
+            a1 += q1[d] * ka;
+            b1 += q1[d] * kb;
+            a2 += q2[d] * ka;
+            b2 += q2[d] * kb;
+            a3 += q3[d] * ka;
+            b3 += q3[d] * kb;
+        }
+        v8f out[QG][2] = {{a0 * scale, b0 * scale},
+                          {a1 * scale, b1 * scale},
+                          {a2 * scale, b2 * scale},
+                          {a3 * scale, b3 * scale}};
+        for (int g = 0; g < nq; g++) memcpy(s + g * lds + j, out[g], sizeof out[g]);
+    }
+}
+
+/* Decode for one (sample, head): Q query rows over cache rows [0, P+i];
+ * s holds QG rows of kt_ld(P + Q) scores. */
 CPU_INLINE int decode_head_body(float *o, const float *q, int64_t q_stride, const float *k,
                                 const float *v, int64_t H, int64_t P, int64_t Q, int64_t D,
                                 int lowp, float *Kt, float *s) {
-    int64_t T = P + Q;
+    int64_t T = P + Q, ldt = kt_ld(T);
     float scale = 1.0f / sqrtf((float)D);
     transpose_keys(Kt, k, H, T, D, lowp);
-    int64_t ldt = kt_ld(T);
-    for (int64_t i = 0; i < Q; i++) {
-        int64_t lo = 0, hi = P + i + 1;
-        float *orow = o + i * H;
-        attn_row(orow, q + i * q_stride, Kt, ldt, v, H, &lo, &hi, 1, D, scale, s);
-        if (lowp)
-            for (int64_t d = 0; d < D; d++) orow[d] = cpu_lowp(orow[d], lowp);
+    for (int64_t i0 = 0; i0 < Q; i0 += QG) {
+        int nq = Q - i0 < QG ? (int)(Q - i0) : QG;
+        scores_group(s, ldt, q + i0 * q_stride, q_stride, nq, Kt, ldt, P + i0 + nq, D, scale);
+        for (int g = 0; g < nq; g++) {
+            int64_t lo = 0, hi = P + i0 + g + 1;
+            float *orow = o + (i0 + g) * H;
+            softmax_rows(orow, s + g * ldt, hi, v, H, &lo, &hi, 1, D);
+            if (lowp)
+                for (int64_t d = 0; d < D; d++) orow[d] = cpu_lowp(orow[d], lowp);
+        }
     }
     return 0;
 }
@@ -528,7 +579,7 @@ void cpu_attn_decode(kf_backend *b, float *out, const float *q, int64_t q_stride
     }
 #pragma omp parallel if (B * n_head * Q * T * head_dim >= KF_CPU_PAR_MIN)
     {
-        float *s = kf_malloc((size_t)(T + VB) * sizeof(float));
+        float *s = kf_malloc((size_t)(QG * kt_ld(T)) * sizeof(float));
         float *Kt = kf_malloc((size_t)(kt_ld(T) * D) * sizeof(float));
 #pragma omp for schedule(static) collapse(2)
         for (int64_t bi = 0; bi < B; bi++)

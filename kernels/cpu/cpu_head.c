@@ -24,9 +24,6 @@
 #define PANEL CPU_HEAD_PANEL
 #define ROWS CPU_HEAD_ROWS
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-
 void *cpu_head_pack(kf_backend *b, const float *W, const float *bias, int64_t V, int64_t H,
                     int64_t mask_col, float mask_value) {
     KF_CHECK(V >= 1 && H >= 1 && mask_col < V, "head_pack: V = %lld, H = %lld, mask %lld",

@@ -201,6 +201,14 @@ CPU_INLINE double cpu_exp(double x) {
  *  per hardware lane, so its result changes with the vector width. */
 #define CPU_LANES 16
 
+/** CPU_LANES floats (ints) as one value, and 8 floats: locals of these types
+ *  can stay in registers where float arrays are often kept on the stack; load
+ *  and store through memcpy (any alignment). GCC lowers a 16-float vector to
+ *  AVX2 through the stack, so AVX2-level loops hold 8-float ones. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+
 /** The lanes' total: pairwise, (0+8, 1+9, ...), then halves again. */
 CPU_INLINE float cpu_lanes_sumf(float *acc) {
     for (int w = CPU_LANES / 2; w >= 1; w /= 2)

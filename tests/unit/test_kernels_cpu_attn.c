@@ -257,6 +257,76 @@ static void check_decode(kf_backend *be) {
     free(w2);
 }
 
+/* Decoding on random shapes (KF_TEST_SEED replays another draw): head dims
+ * of the generic and the unrolled loops, query counts around the groups
+ * decoding scores together, cache lengths across whole key chunks. Each
+ * sample's output must be attn_fwd's causal rows bit for bit (the same
+ * chain per score, softmax and sum), and near the double reference. */
+static void check_decode_random(kf_backend *be) {
+    const char *env = getenv("KF_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : 20261201u;
+    printf("  decode, random shapes: KF_TEST_SEED=%llu\n", (unsigned long long)seed);
+    tu_state = seed ? seed : 1; /* xorshift's state must not be 0 */
+    const int64_t dims[] = {8, 20, 32, 48, 64};
+    for (int c = 0; c < 24; c++) {
+        int64_t B = 1 + (int64_t)((tu_rand() + 1) * 1.5), nh = 1 + (int64_t)((tu_rand() + 1) * 1.5),
+                D = dims[(int)((tu_rand() + 1) * 2.5)], P = (int64_t)((tu_rand() + 1) * 40),
+                Q = 1 + (int64_t)((tu_rand() + 1) * 6.5), L = P + Q,
+                cap = L + (int64_t)((tu_rand() + 1) * 3), H = nh * D;
+        kf_mask m = {.n_ctx = L};
+        float *qkv = tu_randf(B * L * 3 * H, 2.0);
+        float *out = kf_malloc((size_t)(B * L * H) * sizeof(float));
+        float *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
+        be->attn_fwd(be, out, lse, qkv, &m, B, nh, D, NULL, NULL);
+        float *kc = kf_calloc((size_t)(B * cap * H), sizeof(float));
+        float *vc = kf_calloc((size_t)(B * cap * H), sizeof(float));
+        float *qd = kf_malloc((size_t)(B * Q * H) * sizeof(float));
+        float *dec = kf_malloc((size_t)(B * Q * H) * sizeof(float));
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t i = 0; i < L; i++) {
+                const float *r = qkv + (b * L + i) * 3 * H;
+                memcpy(kc + (b * cap + i) * H, r + H, (size_t)H * sizeof(float));
+                memcpy(vc + (b * cap + i) * H, r + 2 * H, (size_t)H * sizeof(float));
+            }
+            for (int64_t i = 0; i < Q; i++)
+                memcpy(qd + (b * Q + i) * H, qkv + (b * L + P + i) * 3 * H,
+                       (size_t)H * sizeof(float));
+        }
+        be->attn_decode(be, dec, qd, H, kc, vc, B, cap, P, NULL, Q, nh, D);
+        double *ro = kf_malloc((size_t)(B * L * H) * sizeof(double));
+        double *rl = kf_malloc((size_t)(B * nh * L) * sizeof(double));
+        double *dq = tu_tod(qkv, B * L * 3 * H);
+        ref_attn(ro, rl, dq, &m, B, nh, D);
+        int64_t diff = 0, first = -1;
+        double *want = kf_malloc((size_t)(B * Q * H) * sizeof(double));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Q * H; i++) {
+                float f = out[(b * L + P) * H + i], d = dec[b * Q * H + i];
+                want[b * Q * H + i] = ro[(b * L + P) * H + i];
+                if (memcmp(&f, &d, sizeof f) != 0 && diff++ == 0) first = b * Q * H + i;
+            }
+        char what[128];
+        snprintf(what, sizeof what, "decode B=%lld heads=%lld D=%lld P=%lld Q=%lld", (long long)B,
+                 (long long)nh, (long long)D, (long long)P, (long long)Q);
+        T_CHECK(diff == 0,
+                "%s: %lld outputs differ from attn_fwd (first %lld: got %.9g, want %.9g)", what,
+                (long long)diff, (long long)first, first < 0 ? 0.0 : (double)dec[first],
+                first < 0 ? 0.0 : (double)out[(first / (Q * H) * L + P) * H + first % (Q * H)]);
+        TU_ERR(what, tu_relerr(dec, want, B * Q * H, 1e-3), 1e-5);
+        free(qkv);
+        free(out);
+        free(lse);
+        free(kc);
+        free(vc);
+        free(qd);
+        free(dec);
+        free(ro);
+        free(rl);
+        free(dq);
+        free(want);
+    }
+}
+
 /* A 16-bit mode equals rounding the fp32 op's inputs and outputs to the
  * format (rnd: the test's own rounding). */
 static void check_lowp(kf_backend *be, kf_precision prec, float (*rnd)(float)) {
@@ -401,6 +471,7 @@ int main(void) {
                8);
     check_pairs(be);
     check_decode(be);
+    check_decode_random(be);
     check_lowp(be, KF_PREC_FP16, tu_fp16);
     check_lowp(be, KF_PREC_BF16, tu_bf16);
     check_threads(be, 16);
