@@ -253,9 +253,11 @@ static inline float cpu_lowp(float x, int lowp) {
     return lowp == KF_PREC_FP16 ? cpu_fp16(x) : lowp == KF_PREC_BF16 ? cpu_bf16(x) : x;
 }
 
-/** y[i] = GELU(x[i]) for i < n on the calling thread (no parallel region:
- *  for an epilogue inside one), each element as gelu_fwd computes it. */
-void cpu_gelu_serial(float *y, const float *x, int64_t n, kf_gelu_kind kind);
+/** y[r * ld + i] = GELU(x[r * ld + i]) for r < rows, i < n on the calling
+ *  thread (no parallel region: for an epilogue inside one), each element as
+ *  gelu_fwd computes it. */
+void cpu_gelu_serial(float *y, const float *x, int64_t rows, int64_t n, int64_t ld,
+                     kf_gelu_kind kind);
 
 /** dst[i] = cpu_lowp(src[i], lowp) for i < n (dst may equal src). */
 void cpu_round_lowp_copy(float *dst, const float *src, int64_t n, int lowp);

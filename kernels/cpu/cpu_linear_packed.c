@@ -404,14 +404,12 @@ typedef struct lp_epilogue {
 
 static void lp_finish(const lp_epilogue *e, float *c, int64_t N, int64_t rows, int64_t j0,
                       int64_t nj) {
-    for (int64_t i = 0; i < rows; i++) {
-        float *ci = c + i * N + j0;
-        if (e->bias)
-            for (int64_t j = 0; j < nj; j++) ci[j] += e->bias[j0 + j];
-        if (e->act != KF_ACT_NONE)
-            cpu_gelu_serial(e->y + i * N + j0, ci, nj,
-                            e->act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH);
-    }
+    if (e->bias)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < nj; j++) c[i * N + j0 + j] += e->bias[j0 + j];
+    if (e->act != KF_ACT_NONE)
+        cpu_gelu_serial(e->y + j0, c + j0, rows, nj, N,
+                        e->act == KF_ACT_GELU_ERF ? KF_GELU_ERF : KF_GELU_TANH);
 }
 
 /* c [rows, out] = x [rows, in] W^T (+ beta c), then e's epilogue where
