@@ -179,55 +179,48 @@ CPU_INLINE void scores(float *s, const float *q, const float *Kt, int64_t ldt, i
     }
 }
 
-/* out[D] += sum_{j in [lo, hi)} p[j - lo] * v_j (value row j at v + j*ldv). */
+/* out[c * 8, (c + 1) * 8) for c < nv += sum_{j in [lo, hi)} p[j - lo] * v_j
+ * there: nv chains of 8 floats at once (nv is a constant where it is
+ * called, so the accumulators are registers). */
+CPU_INLINE void weighted_cols(float *out, const float *p, const float *v, int64_t ldv, int64_t lo,
+                              int64_t hi, int nv) {
+    v8f acc[8];
+    for (int c = 0; c < nv; c++) memcpy(&acc[c], out + 8 * c, sizeof acc[c]);
+    for (int64_t j = lo; j < hi; j++) {
+        const float *vj = v + j * ldv;
+        float pj = p[j - lo];
+        for (int c = 0; c < nv; c++) {
+            v8f x;
+            memcpy(&x, vj + 8 * c, sizeof x);
+            acc[c] += pj * x;
+        }
+    }
+    for (int c = 0; c < nv; c++) memcpy(out + 8 * c, &acc[c], sizeof acc[c]);
+}
+
+/* out[D] += sum_{j in [lo, hi)} p[j - lo] * v_j (value row j at v + j*ldv):
+ * up to 64 columns in one pass over j (8 chains hide the FMA latency; head
+ * dim 64 in one pass, 48 in 32 + 16), each output a chain over j. */
 CPU_INLINE void weighted_rows(float *out, const float *p, const float *v, int64_t ldv, int64_t lo,
                               int64_t hi, int64_t D) {
-    /* head dims 32, 48 and 64: every chunk's chain at once, in one pass over j */
-    if (D % VB == 0 && D >= 2 * VB && D <= 4 * VB) {
-        float acc[4][VB];
-        int64_t nc = D / VB;
-        for (int64_t c = 0; c < 4; c++)
-            for (int i = 0; i < VB; i++) acc[c][i] = c < nc ? out[c * VB + i] : 0.0f;
-        for (int64_t j = lo; j < hi; j++) {
-            const float *vj = v + j * ldv;
-            float pj = p[j - lo];
-#pragma omp simd
-            for (int i = 0; i < VB; i++) {
-                acc[0][i] += pj * vj[i];
-                acc[1][i] += pj * vj[VB + i];
-            }
-            if (nc >= 3) {
-#pragma omp simd
-                for (int i = 0; i < VB; i++) acc[2][i] += pj * vj[2 * VB + i];
-            }
-            if (nc == 4) {
-#pragma omp simd
-                for (int i = 0; i < VB; i++) acc[3][i] += pj * vj[3 * VB + i];
-            }
-        }
-        for (int64_t c = 0; c < nc; c++)
-            for (int i = 0; i < VB; i++) out[c * VB + i] = acc[c][i];
-        return;
+    int64_t d = 0;
+    for (; d + 64 <= D; d += 64) weighted_cols(out + d, p, v + d, ldv, lo, hi, 8);
+    if (d + 32 <= D) {
+        weighted_cols(out + d, p, v + d, ldv, lo, hi, 4);
+        d += 32;
     }
-    for (int64_t d0 = 0; d0 < D; d0 += VB) {
-        int64_t w = D - d0 < VB ? D - d0 : VB;
-        float acc[VB] = {0};
-        for (int64_t i = 0; i < w; i++) acc[i] = out[d0 + i];
-        if (w == VB) {
-            for (int64_t j = lo; j < hi; j++) {
-                const float *vj = v + j * ldv + d0;
-                float pj = p[j - lo];
-#pragma omp simd
-                for (int i = 0; i < VB; i++) acc[i] += pj * vj[i];
-            }
-        } else {
-            for (int64_t j = lo; j < hi; j++) {
-                const float *vj = v + j * ldv + d0;
-                float pj = p[j - lo];
-                for (int64_t i = 0; i < w; i++) acc[i] += pj * vj[i];
-            }
-        }
-        for (int64_t i = 0; i < w; i++) out[d0 + i] = acc[i];
+    if (d + 16 <= D) {
+        weighted_cols(out + d, p, v + d, ldv, lo, hi, 2);
+        d += 16;
+    }
+    if (d + 8 <= D) {
+        weighted_cols(out + d, p, v + d, ldv, lo, hi, 1);
+        d += 8;
+    }
+    for (; d < D; d++) {
+        float acc = out[d];
+        for (int64_t j = lo; j < hi; j++) acc += p[j - lo] * v[j * ldv + d];
+        out[d] = acc;
     }
 }
 
