@@ -482,8 +482,9 @@ void cpu_attn_bwd(kf_backend *b, float *dqkv, const float *dout, const float *ou
 
 /* Query rows decoding scores together: each chunk of transposed keys is
  * loaded once for all of them, and their QG chains overlap where one
- * query's chain over d waits on each FMA (a single query's last chunks made
- * the scoring latency-bound: 5% of a 124M K-Forcing step at AVX2). */
+ * query's chain over d waits on each FMA (one query at a time, with its
+ * last chunks latency-bound, the decode attention took 5-6% of a 124M
+ * K-Forcing step at AVX2). */
 #define QG 4
 
 /* s[g * lds + j] = scale * q_g · K_j (q_g = q + g * q_stride) for the queries
