@@ -205,6 +205,20 @@ static void check_pairs(kf_backend *be) {
     }
 }
 
+/* Caches [B, cap, H] holding the K and V columns of the first L rows of
+ * each sample's qkv rows [B, L, 3H] (zero past L). */
+static void fill_caches(float **kc, float **vc, const float *qkv, int64_t B, int64_t L, int64_t cap,
+                        int64_t H) {
+    *kc = kf_calloc((size_t)(B * cap * H), sizeof(float));
+    *vc = kf_calloc((size_t)(B * cap * H), sizeof(float));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < L; i++) {
+            const float *r = qkv + (b * L + i) * 3 * H;
+            memcpy(*kc + (b * cap + i) * H, r + H, (size_t)H * sizeof(float));
+            memcpy(*vc + (b * cap + i) * H, r + 2 * H, (size_t)H * sizeof(float));
+        }
+}
+
 static void check_decode(kf_backend *be) {
     const int64_t B = 2, nh = 2, D = 8, H = nh * D, P = 7, Q = 4, cap = 16, L = P + Q;
     kf_mask m = {.n_ctx = L};
@@ -212,16 +226,9 @@ static void check_decode(kf_backend *be) {
     float *out = kf_malloc((size_t)(B * L * H) * sizeof(float)),
           *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
     be->attn_fwd(be, out, lse, qkv, &m, B, nh, D, NULL, NULL);
-    float *kc = kf_calloc((size_t)(B * cap * H), sizeof(float)),
-          *vc = kf_calloc((size_t)(B * cap * H), sizeof(float));
+    float *kc, *vc;
+    fill_caches(&kc, &vc, qkv, B, L, cap, H);
     float *dec = kf_malloc((size_t)(B * Q * H) * sizeof(float));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < L; i++) {
-            memcpy(kc + (b * cap + i) * H, qkv + (b * L + i) * 3 * H + H,
-                   (size_t)H * sizeof(float));
-            memcpy(vc + (b * cap + i) * H, qkv + (b * L + i) * 3 * H + 2 * H,
-                   (size_t)H * sizeof(float));
-        }
     /* queries are rows P.. of each sample; q_stride skips the k|v columns, and
      * the samples are L rows apart, so decode one sample at a time */
     double *want = kf_malloc((size_t)(Q * H) * sizeof(double));
@@ -278,21 +285,15 @@ static void check_decode_random(kf_backend *be) {
         float *out = kf_malloc((size_t)(B * L * H) * sizeof(float));
         float *lse = kf_malloc((size_t)(B * nh * L) * sizeof(float));
         be->attn_fwd(be, out, lse, qkv, &m, B, nh, D, NULL, NULL);
-        float *kc = kf_calloc((size_t)(B * cap * H), sizeof(float));
-        float *vc = kf_calloc((size_t)(B * cap * H), sizeof(float));
-        float *qd = kf_malloc((size_t)(B * Q * H) * sizeof(float));
+        float *kc, *vc;
+        fill_caches(&kc, &vc, qkv, B, L, cap, H);
+        /* the query rows as decoding holds them: whole qkv rows, q_stride 3H */
+        float *qd = kf_malloc((size_t)(B * Q * 3 * H) * sizeof(float));
         float *dec = kf_malloc((size_t)(B * Q * H) * sizeof(float));
-        for (int64_t b = 0; b < B; b++) {
-            for (int64_t i = 0; i < L; i++) {
-                const float *r = qkv + (b * L + i) * 3 * H;
-                memcpy(kc + (b * cap + i) * H, r + H, (size_t)H * sizeof(float));
-                memcpy(vc + (b * cap + i) * H, r + 2 * H, (size_t)H * sizeof(float));
-            }
-            for (int64_t i = 0; i < Q; i++)
-                memcpy(qd + (b * Q + i) * H, qkv + (b * L + P + i) * 3 * H,
-                       (size_t)H * sizeof(float));
-        }
-        be->attn_decode(be, dec, qd, H, kc, vc, B, cap, P, NULL, Q, nh, D);
+        for (int64_t b = 0; b < B; b++)
+            memcpy(qd + b * Q * 3 * H, qkv + (b * L + P) * 3 * H,
+                   (size_t)(Q * 3 * H) * sizeof(float));
+        be->attn_decode(be, dec, qd, 3 * H, kc, vc, B, cap, P, NULL, Q, nh, D);
         double *ro = kf_malloc((size_t)(B * L * H) * sizeof(double));
         double *rl = kf_malloc((size_t)(B * nh * L) * sizeof(double));
         double *dq = tu_tod(qkv, B * L * 3 * H);
