@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "trainer/infer/decode.h"
 
 #define READ_BYTES ((size_t)512 << 20)
 #define GEMM_N 512
@@ -142,36 +143,50 @@ void decode_limits_measure(kf_backend *b, decode_read_probe *probe, double (*now
     b->set_precision(b, prec);
 }
 
-/* One step's time at the limits: R rows through the blocks (nz of them
- * through the noise encoder), O through the output layer, each attending
- * over its sample's len cache rows; B samples' caches read. */
-static double step_s(const model *m, int64_t R, int64_t nz, int64_t O, int64_t len, int64_t B,
-                     double wbytes, int screen, const decode_limits *l, int *read_bound) {
-    double H = (double)m->cfg.hidden, V = (double)m->cfg.vocab, L = (double)m->cfg.blocks;
-    double blk = 12 * H * H * L, noise = 10 * H * H;
-    double bytes = wbytes * (blk + (nz ? noise : 0)) + (screen ? 1.0 : 4.0) * V * H +
-                   4.0 * 2 * H * L * (double)len * (double)B;
-    double flops = 2 * (double)R * blk + 2 * (double)nz * noise +
-                   2 * (double)O * V * H * (screen ? 0.25 : 1.0) +
-                   4 * (double)R * (double)len * H * L;
+/* The larger of a phase's reads and FLOPs at the limits; *read_bound says
+ * whether the reads. */
+static double phase_s(double bytes, double flops, const decode_limits *l, int *read_bound) {
     double tb = bytes / l->read_bw, tf = flops / l->gemm_flops;
     *read_bound = tb > tf;
     return tb > tf ? tb : tf;
+}
+
+/* One step's time at the limits: R rows through the blocks, O through the
+ * output layer, each attending over its sample's len cache rows; B
+ * samples' caches read. */
+static double step_s(const model *m, int64_t R, int64_t O, int64_t len, int64_t B, double wbytes,
+                     int screen, const decode_limits *l, int *read_bound) {
+    double H = (double)m->cfg.hidden, V = (double)m->cfg.vocab, L = (double)m->cfg.blocks;
+    double blk = 12 * H * H * L;
+    double bytes =
+        wbytes * blk + (screen ? 1.0 : 4.0) * V * H + 4.0 * 2 * H * L * (double)len * (double)B;
+    double flops = 2 * (double)R * blk + 2 * (double)O * V * H * (screen ? 0.25 : 1.0) +
+                   4 * (double)R * (double)len * H * L;
+    return phase_s(bytes, flops, l, read_bound);
 }
 
 double decode_roofline_s(const model *m, int64_t B, int64_t P, int64_t N, int64_t k,
                          kf_precision prec, int screen, const decode_limits *l,
                          double *read_bound_s) {
     int ar = m->cfg.kind == MODEL_AR;
-    double wbytes = prec == KF_PREC_FP32 ? 4.0 : 2.0, t = 0, tr = 0;
-    int64_t n = 0, len = P;
+    double wbytes = prec == KF_PREC_FP32 ? 4.0 : 2.0, t = 0, tr = 0, H = (double)m->cfg.hidden;
+    int mtp = m->cfg.head == HEAD_MTP; /* one noise row a step, of k_train values */
+    double noise = (8 + 2 * (double)(mtp ? m->cfg.k_train : 1)) * H * H; /* its weights */
+    int64_t n = 0, len = P, window = ar ? 1 : decode_noise_steps(B * (mtp ? 1 : k));
     for (int64_t s = 0; n < N; s++) {
+        int rb;
+        if (!ar && s % window == 0) { /* decode_run's noise pass for this window's rows */
+            int64_t steps = (N - n + k - 1) / k < window ? (N - n + k - 1) / k : window;
+            int64_t rows = (mtp ? steps : (N - n < window * k ? N - n : window * k)) * B;
+            double tn = phase_s(wbytes * noise, 2 * (double)rows * noise, l, &rb);
+            t += tn;
+            tr += rb ? tn : 0;
+        }
         int64_t emit = ar ? 1 : (N - n < k ? N - n : k);
         int64_t nctx = s == 0 ? P : (ar ? 1 : k), nz = ar ? 0 : emit;
         int64_t rows = (nctx + nz) * B, len_after = len + nctx + nz;
-        int rb;
-        double ts = step_s(m, rows, nz * B, (ar ? 1 : emit) * B, len_after, B, wbytes,
-                           screen && !ar, l, &rb);
+        double ts =
+            step_s(m, rows, (ar ? 1 : emit) * B, len_after, B, wbytes, screen && !ar, l, &rb);
         t += ts;
         tr += rb ? ts : 0;
         len += nctx;

@@ -50,8 +50,10 @@ void decode_limits_measure(kf_backend *b, decode_read_probe *probe, double (*now
 /** Seconds decode_run (trainer/infer/decode.h) needs at the limits l to
  *  complete B prefixes of P tokens by N tokens, k per step (AR: model kind
  *  AR, k 1): the sum over its steps (the prefill, then one per k tokens) of
- *  max(bytes read / read_bw, FLOPs / gemm_flops). Bytes: every linear
- *  weight (bf16 halves them), the K/V cache, and the output layer: fp32
+ *  max(bytes read / read_bw, FLOPs / gemm_flops), and as much for each
+ *  pass of the noise encoder over the noise rows of decode_noise_steps
+ *  steps (decode.h). Bytes: every linear weight (bf16 halves them), the
+ *  K/V cache, and the output layer: fp32
  *  logits, or with `screen` (the fused argmax: PFLM without a frequency
  *  penalty) its int8 copy, whose dot products count a quarter of fp32's.
  *  read_bound_s (may be NULL) gets the part of it in steps whose reads

@@ -524,7 +524,9 @@ typedef struct decode_row {
 
 /* decode_run of m (tokens k per step) on its recorder after a prefix of P
  * tokens, up to the first step whose cache holds at least L rows, that
- * step's ops tallied. */
+ * step's ops tallied; or the step after it where that one begins a pass of
+ * the noise encoder over several steps' rows (decode_noise_steps), which
+ * the steps between passes do without. */
 static void decode_row_run(model *m, const model_heads *heads, const roofline_decode_args *a,
                            int64_t L, int64_t P, const roofline_device *d, int64_t B, int64_t k,
                            int attn_tc, decode_row *row) {
@@ -532,6 +534,8 @@ static void decode_row_run(model *m, const model_heads *heads, const roofline_de
     int ar = m->cfg.kind == MODEL_AR;
     /* cache rows before step s >= 1: P + (s - 1) k; the run ends after it */
     step_mark sm = {.be = be, .want = 1 + (L - P + k - 1) / k};
+    int64_t pass = ar ? 1 : decode_noise_steps(B * (m->cfg.head == HEAD_MTP ? 1 : k));
+    if (pass > 1 && sm.want % pass == 0) sm.want++;
     decode_opts o = {.k = k,
                      .tau = 1.0,
                      .freq_penalty = ar ? 0.0f : (float)a->freq_penalty,

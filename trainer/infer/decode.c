@@ -9,6 +9,31 @@
 
 static int64_t steps_of(const decode_opts *o) { return (o->max_new + o->k - 1) / o->k; }
 
+int64_t decode_noise_steps(int64_t per_step) {
+    KF_CHECK(per_step >= 1, "decode_noise_steps: %lld rows a step", (long long)per_step);
+    return (DECODE_NOISE_ROWS + per_step - 1) / per_step;
+}
+
+/* Encodes the noise rows of steps [s0, s1) into c's noise table, step by
+ * step, sample by sample, each step's `emit` (MTP: 1) rows in order:
+ * row (s, b, i) of the table is base[s - s0] + b * rows + i. */
+static void noise_pass(model *m, model_cache *c, const decode_opts *o, const uint64_t *keys,
+                       int64_t B, int64_t s0, int64_t s1, int64_t *base, double *z, double *tau) {
+    int mtp = m->cfg.head == HEAD_MTP;
+    int64_t k = o->k, zdim = mtp ? m->cfg.k_train : 1, n = 0;
+    for (int64_t s = s0; s < s1; s++) {
+        int64_t emit = o->max_new - s * k < k ? o->max_new - s * k : k, rows = mtp ? 1 : emit;
+        base[s - s0] = n;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < rows; i++, n++) {
+                for (int64_t e = 0; e < zdim; e++)
+                    z[n * zdim + e] = rng_uniform01(o->seed, keys[b], (uint64_t)(s * k + i + e));
+                tau[n] = o->tau;
+            }
+    }
+    model_cache_noise_encode(m, c, n, z, tau);
+}
+
 int64_t decode_cache_rows(const model *m, const decode_opts *o, int64_t P) {
     /* the last step feeds the previous step's k tokens (none after the
      * prefill) plus its noise rows: one per token it still has to emit (the
@@ -75,10 +100,14 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     model_heads *own = heads ? NULL : model_heads_pack(m);
     model_cache *c = model_cache_create(m, heads ? heads : own, B, decode_cache_rows(m, o, P));
     int64_t qmax = P + k + nnoise;
+    /* noise passes of `window` steps: their rows' z and tau, and each
+     * step's first row in the table */
+    int64_t window = ar ? 1 : decode_noise_steps(B * nnoise);
     int32_t *gen = kf_malloc((size_t)(B * total) * sizeof(int32_t));
     int32_t *ids = kf_calloc((size_t)(B * qmax), sizeof(int32_t));
-    double *z = kf_calloc((size_t)(B * qmax * zdim), sizeof(double));
-    double *tau = kf_malloc((size_t)B * sizeof(double));
+    double *z = kf_malloc((size_t)(window * B * nnoise * zdim + 1) * sizeof(double));
+    double *tau = kf_malloc((size_t)(window * B * nnoise + 1) * sizeof(double));
+    int64_t *base = kf_malloc((size_t)window * sizeof(int64_t));
     uint8_t *noise = kf_calloc((size_t)qmax, 1);
     int32_t outrows[64];
     /* the tokens generated so far, position-major (freq_penalty's history):
@@ -93,11 +122,12 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     int32_t *step_ids = kf_malloc((size_t)(k * B) * sizeof(int32_t));
     double *zs = kf_malloc((size_t)B * sizeof(double)),
            *ptau = kf_malloc((size_t)B * sizeof(double));
-    for (int64_t b = 0; b < B; b++) tau[b] = o->tau;
 
     int64_t n = 0; /* tokens generated per sequence */
     for (int64_t s = 0; s < steps; s++) {
         if (o->on_step) o->on_step(o->on_step_ctx, s, model_cache_len(c));
+        if (!ar && s % window == 0)
+            noise_pass(m, c, o, keys, B, s, s + window < steps ? s + window : steps, base, z, tau);
         /* this step's rows: the new context tokens, then the noise rows; the
          * last step emits only the tokens still missing (fewer than k when k
          * does not divide max_new) and feeds only their noise rows */
@@ -107,12 +137,10 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < nctx; i++)
                 ids[b * Q + i] = s == 0 ? prefix[b * P + i] : gen[b * total + n - nctx + i];
-        for (int64_t i = 0; i < nz; i++) {
+        for (int64_t i = 0; i < nz; i++) { /* noise_pass's rows */
             noise[nctx + i] = 1;
             for (int64_t b = 0; b < B; b++)
-                for (int64_t e = 0; e < zdim; e++)
-                    z[((b * Q) + nctx + i) * zdim + e] =
-                        rng_uniform01(o->seed, keys[b], (uint64_t)(s * k + i + e));
+                ids[b * Q + nctx + i] = (int32_t)(base[s % window] + b * nz + i);
         }
         int64_t nout = ar || mtp ? 1 : emit;
         for (int64_t j = 0; j < nout; j++) outrows[j] = (int32_t)(ar ? nctx - 1 : nctx + j);
@@ -120,8 +148,8 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
          * the tokens of this very step) the output layer computes them
          * directly, never materialising the logits */
         int fused = !ar && o->freq_penalty == 0.0f && !o->n_position_temp;
-        float *logits = (float *)model_decode_step(m, c, Q, noise, ids, z, tau, nout, outrows, nctx,
-                                                   fused ? dev_ids : NULL);
+        float *logits = (float *)model_decode_step(m, c, Q, noise, ids, NULL, NULL, nout, outrows,
+                                                   nctx, fused ? dev_ids : NULL);
         /* this step's ids on the device, [emit, B]: the fused argmax's, or
          * each position's sampler's, written into the history */
         const int32_t *picked = fused ? dev_ids : dev_hist + n * B;
@@ -162,6 +190,7 @@ void decode_run(model *m, const model_heads *heads, const int32_t *prefix, int64
     free(ids);
     free(z);
     free(tau);
+    free(base);
     free(noise);
     free(step_ids);
     free(zs);

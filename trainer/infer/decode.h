@@ -13,7 +13,10 @@
  * Output j is the argmax of the head on noise token j. Any k <= k_train. The
  * HEAD_MTP baseline feeds one noise token carrying k values and reads k heads.
  * Noise j of step s for sequence b is rng_uniform01(seed, keys[b], s*k + j);
- * tau conditions the noise encoder.
+ * tau conditions the noise encoder. The noise is known before the steps
+ * that feed it, so the noise encoder runs once for the noise rows of
+ * decode_noise_steps steps, ahead of the first of them, and not on each
+ * step's few rows (which read its weights every step).
  *
  * Every sequence of a batch advances by exactly k tokens per step (fixed
  * stride), so all share one prefix length and one cache length. When k does
@@ -57,6 +60,19 @@
  *  "owt": 0.3, 0.5, 0.5 for k = 2, 3, 4; DECODE_FREQ_PENALTY_DEFAULT at any
  *  other k), `kf sample --freq-penalty-table`. -1 when table is neither. */
 double decode_release_penalty(const char *table, int64_t k);
+
+/** Noise rows decode_run encodes in one pass of the noise encoder, at
+ *  least (with fewer rows than steps left). At a 124M model's 4 rows a
+ *  step, encoding each step's rows read the encoder's 23.6 MB every step,
+ *  3.6% of a K-Forcing step at batch 1 on one AVX2 thread; at 64 rows its
+ *  products run at the blocks' large-row rate. */
+#define DECODE_NOISE_ROWS 64
+
+/** Steps whose noise rows decode_run encodes in one pass, for per_step
+ *  noise rows a step (all samples'): the fewest that make
+ *  DECODE_NOISE_ROWS rows (1 from there on). Passes begin at steps 0, n,
+ *  2n, ... and the last covers the steps left. */
+int64_t decode_noise_steps(int64_t per_step);
 
 /** First RNG counter of the position-temperature draws (see above). */
 #define DECODE_POSITION_DRAWS ((uint64_t)1 << 62)

@@ -376,10 +376,23 @@ int64_t model_cache_len(const model_cache *c);
  *  drafts it rejected). */
 void model_cache_rewind(model_cache *c, int64_t len);
 
+/** Runs the noise encoder (PFLM) on n rows, row i from z[i] (zdim values)
+ *  at temperature tau[i], into c's noise table, replacing what it held
+ *  (n >= 1). model_decode_step called with z NULL takes its noise rows
+ *  from the table. A row equals the one model_decode_step encodes from the
+ *  same z and tau: on the CPU bit for bit, as a row's products do not
+ *  depend on the rows beside it. One pass over several steps' noise reads
+ *  the encoder's weights once for all of them, where each step's few rows
+ *  would read them every step. */
+void model_cache_noise_encode(model *m, model_cache *c, int64_t n, const double *z,
+                              const double *tau);
+
 /** Feeds Q new rows per sample, which take cache rows and positions
  *  [P, P+Q) (P = model_cache_len; POS_LEARNED: P+Q <= n_positions) and see every earlier row
- * causally. Row i is noise when noise[i] (then z[b*Q+i] (zdim values) and tau[b]) else token
- *  ids[b*Q+i]. Returns logits [n_heads_out * n_out * B, V] for rows out[0..n_out)
+ * causally. Row i is noise when noise[i], else token ids[b*Q+i]. A noise
+ *  row is encoded from z[b*Q+i] (zdim values) at tau[b]; with z NULL (tau
+ *  unread) it is row ids[b*Q+i] of the noise table instead
+ *  (model_cache_noise_encode). Returns logits [n_heads_out * n_out * B, V] for rows out[0..n_out)
  *  ordered head, out row, sample (so one output position of all samples is
  *  contiguous). With argmax != NULL (device int32, one per logits row) it
  *  gets each row's first maximum instead and NULL is returned: the output

@@ -74,6 +74,7 @@ void model_heads_free(model_heads *h) {
  * and bucket. */
 typedef struct step_graphs {
     int64_t Q, ntok, nz, n_out;
+    int table; /* noise rows from the noise table */
     const int32_t *argmax;
     kf_precision prec;
     int batch_invariant;
@@ -98,6 +99,9 @@ struct model_cache {
     head_act *hact;
     dbuf x, xf, logits, tmp, pos_d, ids_d, rows_d, nrows_d, z_d, kidx_d, vidx_d, cidx_d, oidx_d;
     dbuf posrow_d; /* POS_LEARNED: each new row's position */
+    dbuf ntab;     /* [ntab_n, H]: model_cache_noise_encode's rows */
+    dbuf nids_d;   /* a step's noise rows' rows of ntab */
+    int64_t ntab_n;
     int32_t *h32;
     double *h64;
     size_t h32_cap, h64_cap;
@@ -135,17 +139,17 @@ model_cache *model_cache_create(model *m, const model_heads *h, int64_t B, int64
 }
 
 /* The cache's buffers besides K, V and the heads' (hact). */
-enum { CACHE_BUFS = 37 };
+enum { CACHE_BUFS = 39 };
 static void cache_bufs(model_cache *c, dbuf *d[CACHE_BUFS]) {
     layer_act *a = &c->a;
     noise_act *n = &c->nact;
     dbuf *all[CACHE_BUFS] = {
-        &a->ln1,    &a->mean1,   &a->rstd1,   &a->qkv, &a->att,    &a->lse,    &a->xmid,
-        &a->ln2,    &a->mean2,   &a->rstd2,   &a->h1,  &a->h2,     &n->feats,  &n->c,
-        &n->ln,     &n->mean,    &n->rstd,    &n->h1,  &n->h2,     &n->out,    &n->dh,
-        &n->dln,    &n->dc,      &c->x,       &c->xf,  &c->logits, &c->tmp,    &c->pos_d,
-        &c->ids_d,  &c->rows_d,  &c->nrows_d, &c->z_d, &c->kidx_d, &c->vidx_d, &c->cidx_d,
-        &c->oidx_d, &c->posrow_d};
+        &a->ln1,    &a->mean1,    &a->rstd1,   &a->qkv,   &a->att,    &a->lse,    &a->xmid,
+        &a->ln2,    &a->mean2,    &a->rstd2,   &a->h1,    &a->h2,     &n->feats,  &n->c,
+        &n->ln,     &n->mean,     &n->rstd,    &n->h1,    &n->h2,     &n->out,    &n->dh,
+        &n->dln,    &n->dc,       &c->x,       &c->xf,    &c->logits, &c->tmp,    &c->pos_d,
+        &c->ids_d,  &c->rows_d,   &c->nrows_d, &c->z_d,   &c->kidx_d, &c->vidx_d, &c->cidx_d,
+        &c->oidx_d, &c->posrow_d, &c->ntab,    &c->nids_d};
     memcpy(d, all, sizeof all);
 }
 
@@ -214,11 +218,49 @@ static int32_t *h32(model_cache *c, size_t n) {
     return c->h32;
 }
 
+static double *h64(model_cache *c, size_t n) {
+    if (n > c->h64_cap) {
+        c->h64 = kf_realloc(c->h64, n * sizeof(double));
+        c->h64_cap = n;
+    }
+    return c->h64;
+}
+
+/* z and tau of n noise rows as noise_encoder_fwd reads them from the
+ * device: h64 [n * zd] z values, then each one's tau, uploaded to z_d. */
+static const double *noise_upload(model_cache *c, int64_t n, int64_t zd) {
+    return dbuf_upload(c->m->be, &c->z_d, c->h64, (size_t)(2 * n * zd), sizeof(double));
+}
+
+void model_cache_noise_encode(model *m, model_cache *c, int64_t n, const double *z,
+                              const double *tau) {
+    KF_CHECK(m->cfg.kind == MODEL_PFLM && c->m == m && n >= 1,
+             "model_cache_noise_encode: %lld rows for %s", (long long)n,
+             m->cfg.kind != MODEL_PFLM ? "an AR model"
+             : c->m != m               ? "another model's cache"
+                                       : "it");
+    model_priv *p = m->priv;
+    kf_backend *be = m->be;
+    int64_t zd = p->zdim ? p->zdim : 1, H = m->cfg.hidden;
+    double *h = h64(c, (size_t)(2 * n * zd));
+    for (int64_t i = 0; i < n * zd; i++) {
+        h[i] = z[i];
+        h[n * zd + i] = tau[i / zd];
+    }
+    const double *zd_d = noise_upload(c, n, zd);
+    noise_encoder_fwd(m, &c->nact, n, zd_d, zd_d + n * zd,
+                      c->heads->lin + m->cfg.blocks * LIN_PER_BLOCK);
+    be->copy(be, dbuf_ensure(be, &c->ntab, (size_t)(n * H) * sizeof(float)), c->nact.out.p,
+             (size_t)(n * H) * sizeof(float));
+    c->ntab_n = n;
+}
+
 /* One step's sizes and device buffers, all in place before its first op. */
 typedef struct step {
     model *m;
     model_cache *c;
     int64_t Q, R, ntok, nz, O;
+    int table; /* noise rows from the noise table */
     float *x, *ln1, *mean, *rstd, *qkv, *att, *tmp, *xf, *logits;
     const double *zd;
     int32_t *argmax;
@@ -260,9 +302,12 @@ static void step_ops(const step *s, int64_t bucket) {
     kf_backend *be = m->be;
     model_priv *p = m->priv;
     int64_t H = m->cfg.hidden, R = s->R, nh = m->cfg.heads;
-    /* inputs: tokens by embedding, noise rows through the noise encoder */
+    /* inputs: tokens by embedding, noise rows from the noise table or
+     * through the noise encoder */
     if (s->ntok) be->embed_fwd(be, s->x, c->ids_d.p, c->rows_d.p, m->params + p->embed, s->ntok, H);
-    if (s->nz) {
+    if (s->nz && s->table) {
+        be->embed_fwd(be, s->x, c->nids_d.p, c->nrows_d.p, c->ntab.p, s->nz, H);
+    } else if (s->nz) {
         int64_t zd = p->zdim ? p->zdim : 1;
         noise_encoder_fwd(m, &c->nact, s->nz, s->zd, s->zd + s->nz * zd,
                           c->heads->lin + m->cfg.blocks * LIN_PER_BLOCK);
@@ -298,8 +343,8 @@ static step_graphs *step_shape(const step *s) {
     step_graphs *g = NULL;
     for (int i = 0; i < c->n_shapes && !g; i++) {
         step_graphs *t = &c->shapes[i];
-        if (t->Q == s->Q && t->ntok == s->ntok && t->nz == s->nz && t->n_out == s->O / c->B &&
-            t->argmax == s->argmax && t->prec == be->precision &&
+        if (t->Q == s->Q && t->ntok == s->ntok && t->nz == s->nz && t->table == s->table &&
+            t->n_out == s->O / c->B && t->argmax == s->argmax && t->prec == be->precision &&
             t->batch_invariant == be->batch_invariant)
             g = t;
     }
@@ -321,6 +366,7 @@ static step_graphs *step_shape(const step *s) {
         *g = (step_graphs){.Q = s->Q,
                            .ntok = s->ntok,
                            .nz = s->nz,
+                           .table = s->table,
                            .n_out = s->O / c->B,
                            .argmax = s->argmax,
                            .prec = be->precision,
@@ -351,6 +397,7 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     nz *= B;
     s.ntok = ntok;
     s.nz = nz;
+    s.table = nz && !z;
     int32_t *h = h32(c, (size_t)(2 * R + 1));
     int64_t it = 0, iz = 0;
     for (int64_t b = 0; b < B; b++)
@@ -368,23 +415,34 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
         dbuf_upload(be, &c->ids_d, h, (size_t)ntok, sizeof(int32_t));
         dbuf_upload(be, &c->rows_d, h + ntok, (size_t)ntok, sizeof(int32_t));
     }
-    if (nz) {
+    if (nz && s.table) { /* each noise row's row of the table, then its row of the step */
+        KF_CHECK(c->ntab_n > 0, "model_decode_step: noise rows from an empty noise table");
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Q; i++)
+                if (noise[i]) {
+                    int32_t t = ids[b * Q + i];
+                    KF_CHECK(t >= 0 && t < c->ntab_n,
+                             "model_decode_step: noise row %d outside the table of %lld", t,
+                             (long long)c->ntab_n);
+                    h[iz] = t;
+                    h[nz + iz++] = (int32_t)(b * Q + i);
+                }
+        dbuf_upload(be, &c->nids_d, h, (size_t)nz, sizeof(int32_t));
+        dbuf_upload(be, &c->nrows_d, h + nz, (size_t)nz, sizeof(int32_t));
+    } else if (nz) {
         KF_CHECK(m->cfg.kind == MODEL_PFLM, "model_decode_step: noise rows given to an AR model");
-        if ((size_t)(2 * nz * zd) > c->h64_cap) {
-            c->h64 = kf_realloc(c->h64, (size_t)(2 * nz * zd) * sizeof(double));
-            c->h64_cap = (size_t)(2 * nz * zd);
-        }
+        double *hz = h64(c, (size_t)(2 * nz * zd));
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < Q; i++)
                 if (noise[i]) {
                     for (int64_t e = 0; e < zd; e++) {
-                        c->h64[iz * zd + e] = z[(b * Q + i) * zd + e];
-                        c->h64[nz * zd + iz * zd + e] = tau[b];
+                        hz[iz * zd + e] = z[(b * Q + i) * zd + e];
+                        hz[nz * zd + iz * zd + e] = tau[b];
                     }
                     h[iz++] = (int32_t)(b * Q + i);
                 }
         dbuf_upload(be, &c->nrows_d, h, (size_t)nz, sizeof(int32_t));
-        s.zd = dbuf_upload(be, &c->z_d, c->h64, (size_t)(2 * nz * zd), sizeof(double));
+        s.zd = noise_upload(c, nz, zd);
     }
 
     /* positions P..P+Q-1; K rows of qkv viewed as [3R, H] are 3r+1, V rows 3r+2;
