@@ -152,15 +152,17 @@ static double phase_s(double bytes, double flops, const decode_limits *l, int *r
 }
 
 /* One step's time at the limits: R rows through the blocks, O through the
- * output layer, each attending over its sample's len cache rows; B
- * samples' caches read. */
+ * last block's projection and MLP (model_decode_step runs them for the
+ * output rows alone) and the output layer, each attending over its
+ * sample's len cache rows; B samples' caches read. */
 static double step_s(const model *m, int64_t R, int64_t O, int64_t len, int64_t B, double wbytes,
                      int screen, const decode_limits *l, int *read_bound) {
     double H = (double)m->cfg.hidden, V = (double)m->cfg.vocab, L = (double)m->cfg.blocks;
-    double blk = 12 * H * H * L;
+    double blk = 12 * H * H * L, post = 9 * H * H; /* a block's; the projection and MLP's */
     double bytes =
         wbytes * blk + (screen ? 1.0 : 4.0) * V * H + 4.0 * 2 * H * L * (double)len * (double)B;
-    double flops = 2 * (double)R * blk + 2 * (double)O * V * H * (screen ? 0.25 : 1.0) +
+    double flops = 2 * (double)R * (blk - post) + 2 * (double)O * post +
+                   2 * (double)O * V * H * (screen ? 0.25 : 1.0) +
                    4 * (double)R * (double)len * H * L;
     return phase_s(bytes, flops, l, read_bound);
 }

@@ -52,7 +52,9 @@ void decode_limits_measure(kf_backend *b, decode_read_probe *probe, double (*now
  *  AR, k 1): the sum over its steps (the prefill, then one per k tokens) of
  *  max(bytes read / read_bw, FLOPs / gemm_flops), and as much for each
  *  pass of the noise encoder over the noise rows of decode_noise_steps
- *  steps (decode.h). Bytes: every linear weight (bf16 halves them), the
+ *  steps (decode.h). FLOPs: every row's through the blocks, but the last
+ *  block's projection and MLP for the output rows alone, as
+ *  model_decode_step runs them. Bytes: every linear weight (bf16 halves them), the
  *  K/V cache, and the output layer: fp32
  *  logits, or with `screen` (the fused argmax: PFLM without a frequency
  *  penalty) its int8 copy, whose dot products count a quarter of fp32's.

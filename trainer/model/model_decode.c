@@ -320,11 +320,21 @@ static void step_ops(const step *s, int64_t bucket) {
         be->attn_decode(be, s->att, s->qkv, 3 * H, c->k[l], c->v[l], c->B, c->cap, bucket - s->Q,
                         c->pos_d.p, s->Q, nh, H / nh); /* pos_d[0]: the cache length */
         void *const *lin = c->heads->lin + l * LIN_PER_BLOCK;
-        linear_fwd(m, lin[LIN_OUT], s->x, s->att, NULL, o->out, o->out_b, R, H, H, 1.0f);
-        block_mlp_fwd(m, o, &c->a, s->x, R, lin + LIN_FC1);
+        float *x = s->x, *att = s->att;
+        int64_t n = R;
+        if (l == m->cfg.blocks - 1) {
+            /* the last block's projection and MLP for the output rows alone,
+             * ordered (out row, sample): nothing reads the other rows' (a
+             * K-Forcing step's context rows, all but one prefix row) */
+            be->gather_rows(be, s->xf, s->x, c->oidx_d.p, s->O, H);
+            be->gather_rows(be, s->tmp, s->att, c->oidx_d.p, s->O, H);
+            x = s->xf;
+            att = s->tmp;
+            n = s->O;
+        }
+        linear_fwd(m, lin[LIN_OUT], x, att, NULL, o->out, o->out_b, n, H, H, 1.0f);
+        block_mlp_fwd(m, o, &c->a, x, n, lin + LIN_FC1);
     }
-    /* outputs ordered (out row, sample) */
-    be->gather_rows(be, s->xf, s->x, c->oidx_d.p, s->O, H);
     for (int hh = 0; hh < m->n_heads_out; hh++) {
         float *ln = head_norm_fwd(m, &c->hact[hh], hh, s->xf, s->O);
         be->head_fwd(be, s->logits ? s->logits + hh * s->O * m->cfg.vocab : NULL,
@@ -484,7 +494,7 @@ const float *model_decode_step(model *m, model_cache *c, int64_t Q, const uint8_
     s.rstd = dbuf_ensure(be, &a->rstd1, (size_t)R * f);
     s.qkv = dbuf_ensure(be, &a->qkv, (size_t)(R * 3 * H) * f);
     s.att = dbuf_ensure(be, &a->att, (size_t)(R * H) * f);
-    s.tmp = dbuf_ensure(be, &c->tmp, (size_t)(R * H) * f);
+    s.tmp = dbuf_ensure(be, &c->tmp, (size_t)((R > O ? R : O) * H) * f); /* rows or outputs */
     s.xf = dbuf_ensure(be, &c->xf, (size_t)(O * H) * f);
     s.logits = argmax ? NULL : dbuf_ensure(be, &c->logits, (size_t)(m->n_heads_out * O * V) * f);
 
