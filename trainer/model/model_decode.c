@@ -234,11 +234,10 @@ static const double *noise_upload(model_cache *c, int64_t n, int64_t zd) {
 
 void model_cache_noise_encode(model *m, model_cache *c, int64_t n, const double *z,
                               const double *tau) {
-    KF_CHECK(m->cfg.kind == MODEL_PFLM && c->m == m && n >= 1,
-             "model_cache_noise_encode: %lld rows for %s", (long long)n,
-             m->cfg.kind != MODEL_PFLM ? "an AR model"
-             : c->m != m               ? "another model's cache"
-                                       : "it");
+    KF_CHECK(m->cfg.kind == MODEL_PFLM,
+             "model_cache_noise_encode: an AR model has no noise encoder");
+    KF_CHECK(c->m == m, "model_cache_noise_encode: the cache is another model's");
+    KF_CHECK(n >= 1, "model_cache_noise_encode: %lld rows", (long long)n);
     model_priv *p = m->priv;
     kf_backend *be = m->be;
     int64_t zd = p->zdim ? p->zdim : 1, H = m->cfg.hidden;
