@@ -182,9 +182,10 @@ static void check_noise_table(model *m, uint64_t seed, const char *what) {
             }
             for (int64_t b = 0; b < B; b++)
                 for (int64_t i = 0; i < Q; i++) {
-                    int64_t r = b * Q + i, t = slot[b * nz + i - nctx];
+                    int64_t r = b * Q + i;
                     ids[r] = tids[r] = (int32_t)rng_below(seed, trial, d++, V - 1);
                     if (!noise[i]) continue;
+                    int64_t t = slot[b * nz + i - nctx];
                     tids[r] = (int32_t)t;
                     ttau[t] = tau[b];
                     for (int64_t e = 0; e < zd; e++) z[r * zd + e] = tz[t * zd + e];
