@@ -4,11 +4,13 @@
  * Build and run (not part of make test):
  *   make bench BENCHES=linear, or
  *   make build/bench/bench_linear_packed, then
- *   OMP_NUM_THREADS=1 build/bench/bench_linear_packed [--rounds N] [--cpu-time] [ROWS...]
- *   (default: 20 rounds, rows 1 2 4 8 12 16; KF_CPU_ISA picks the level)
+ *   OMP_NUM_THREADS=1 build/bench/bench_linear_packed [--rounds N] [--cpu-time] [--bf16]
+ *                                                     [ROWS...]
+ *   (default: 20 rounds, fp32, rows 1 2 4 8 12 16; KF_CPU_ISA picks the level)
  *
  * The 48 products of GPT-2 124M's blocks (12 x qkv 768 -> 2304, out 768 ->
- * 768, fc1 768 -> 3072, fc2 3072 -> 768), fp32, packed once: 340 MB, far
+ * 768, fc1 768 -> 3072, fc2 3072 -> 768), fp32 (or bf16 with --bf16, half
+ * the bytes and twice the FLOPs a byte), packed once: 340 MB (170), far
  * beyond the caches, so each product streams its weights from memory as a
  * decoding step does. A round reads the roofline's probe stream (which also
  * evicts the caches), runs the 48 products at R rows with the lone-block
@@ -49,7 +51,9 @@ static double run(kf_backend *b, void *const *lin, const float *x, float *y, int
 int main(int argc, char **argv) {
     int rounds = 20, nrows = 0;
     int64_t rows[32];
-    const char *usage = "usage: bench_linear_packed [--rounds N] [--cpu-time] [ROWS (1-64)...]\n";
+    int bf16 = 0;
+    const char *usage =
+        "usage: bench_linear_packed [--rounds N] [--cpu-time] [--bf16] [ROWS (1-64)...]\n";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
@@ -57,6 +61,7 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cpu-time")) now = clock_cpu_s;
+        else if (!strcmp(argv[i], "--bf16")) bf16 = 1;
         else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= 64 && nrows < 32)
             rows[nrows++] = atoi(argv[i]);
         else {
@@ -73,6 +78,7 @@ int main(int argc, char **argv) {
     int64_t maxr = 1;
     for (int i = 0; i < nrows; i++) maxr = rows[i] > maxr ? rows[i] : maxr;
     kf_backend *b = kernels_cpu_create();
+    if (bf16) b->set_precision(b, KF_PREC_BF16); /* packs bf16 panels */
     void *lin[LAYERS];
     double bytes = 0;
     for (int l = 0; l < LAYERS; l++) {
@@ -82,15 +88,17 @@ int main(int argc, char **argv) {
             w[i] = (float)((i * 2654435761u) % 2000) / 1000.0f - 1.0f;
         lin[l] = b->linear_pack(b, w, NULL, in, out);
         free(w); /* the packed copy is what the kernels read */
-        bytes += 4.0 * (double)(in * out);
+        bytes += (bf16 ? 2.0 : 4.0) * (double)(in * out);
     }
     float *x = kf_malloc((size_t)(maxr * 3072) * sizeof(float));
     for (int64_t i = 0; i < maxr * 3072; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
     size_t ny = (size_t)(LAYERS * maxr * 3072);
     float *y[2] = {kf_calloc(ny, sizeof(float)), kf_calloc(ny, sizeof(float))};
     decode_read_probe *probe = decode_read_probe_create();
-    printf("level %s, %d rounds, the 124M blocks' 48 products (%.0f MB), %s clock\n",
-           kernels_cpu_isa(), rounds, bytes / 1e6, now == clock_now_s ? "wall" : "CPU");
+    printf("level %s, %d rounds, the 124M blocks' 48 products in %s (%.0f MB), %s clock; by "
+           "default a lone block prefetches: %s\n",
+           kernels_cpu_isa(), rounds, bf16 ? "bf16" : "fp32", bytes / 1e6,
+           now == clock_now_s ? "wall" : "CPU", kernels_cpu_lone_ahead_policy());
     printf("rows   off: ms (read/probe)   on: ms (read/probe)   off/on time   off faster\n");
     double *t[2] = {kf_malloc((size_t)rounds * sizeof(double)),
                     kf_malloc((size_t)rounds * sizeof(double))};

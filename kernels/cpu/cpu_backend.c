@@ -2,6 +2,7 @@
  * and scratch buffers. The ops live in the other cpu_*.c files. */
 #include "kernels/cpu/cpu_backend.h"
 
+#include <cpuid.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,15 +141,48 @@ int cpu_avx2_block_rows(void) {
     return rows;
 }
 
-static int lone_ahead = -1;
-
-int cpu_lone_block_ahead(void) {
-    if (lone_ahead < 0)
-        lone_ahead = env_either("KF_CPU_LONE_AHEAD", 0, 1, __builtin_cpu_is("intel"));
-    return lone_ahead;
+/* AMD's CPU family, base plus extended (cpuid leaf 1): 0x19 for Zen 3 and
+ * Zen 4, 0x1a for Zen 5; 0 on other vendors */
+static int amd_family(void) {
+    unsigned a, b, c, d;
+    if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned base = (a >> 8) & 0xF;
+    return (int)(base == 0xF ? base + ((a >> 20) & 0xFF) : base);
 }
 
-void kernels_cpu_set_lone_ahead(int on) { lone_ahead = on != 0; }
+/* Where a lone block prefetches the next panel, by what was measured on
+ * each CPU (docs/decode_cpu.md, "A panel's only block"). */
+enum { LONE_NEVER, LONE_ALWAYS, LONE_BUSY };
+static const char *const lone_names[] = {"never", "always",
+                                         "blocks of several passes or 3.5+ FLOPs a weight byte"};
+static int lone_forced = -1, lone_policy = -1;
+
+static void lone_init(void) {
+    if (lone_policy >= 0) return;
+    lone_forced = env_either("KF_CPU_LONE_AHEAD", 0, 1, -1);
+    lone_policy = __builtin_cpu_is("intel") ? LONE_ALWAYS
+                  : amd_family() >= 0x1a    ? LONE_NEVER
+                                            : LONE_BUSY;
+}
+
+int cpu_lone_block_ahead(int rows, int passes, int wbytes) {
+    lone_init();
+    if (lone_forced >= 0) return lone_forced;
+    /* 2 * rows / wbytes FLOPs a byte of weights against 3.5, Zen 4's one
+     * thread: a 95-100 GFLOP/s GEMM over a 28-31 GB/s read */
+    if (lone_policy == LONE_BUSY) return passes > 1 || 4 * rows >= 7 * wbytes;
+    return lone_policy == LONE_ALWAYS;
+}
+
+void kernels_cpu_set_lone_ahead(int on) {
+    lone_init();
+    lone_forced = on < 0 ? -1 : on != 0;
+}
+
+const char *kernels_cpu_lone_ahead_policy(void) {
+    lone_init();
+    return lone_forced >= 0 ? lone_names[lone_forced] : lone_names[lone_policy];
+}
 
 /* Read at every pack: a test packs with it off, then on, in one process. */
 int cpu_head_screen_on(void) { return env_either("KF_CPU_HEAD_SCREEN", 0, 1, 1); }
@@ -218,7 +252,7 @@ static const kf_backend cpu_table = {
 kf_backend *kernels_cpu_create(void) {
     cpu_simd_level();
     cpu_avx2_block_rows();
-    cpu_lone_block_ahead();
+    lone_init();
     kf_backend *b = kf_calloc(1, sizeof *b);
     *b = cpu_table;
     b->name = "cpu";

@@ -26,11 +26,18 @@ const char *kernels_cpu_isa(void);
 int kernels_cpu_set_isa(const char *name);
 
 /** Sets for the rest of the process whether a decode-time linear layer's
- *  only row block prefetches the next panel (linear_packed_fwd; by default
- *  as KF_CPU_LONE_AHEAD or the CPU's vendor says), so a benchmark can time
- *  both in turns in one process. The results are the same bits either way.
- *  Call it between ops, never during one. */
+ *  only row block prefetches the next panel (linear_packed_fwd): `on` 1
+ *  for every block, 0 for none, -1 as KF_CPU_LONE_AHEAD or, unset, the CPU
+ *  says (kernels_cpu_lone_ahead_policy), so a benchmark can time each in
+ *  turns in one process. The results are the same bits either way. Call it
+ *  between ops, never during one. */
 void kernels_cpu_set_lone_ahead(int on);
+
+/** In words, which lone row blocks prefetch the next panel as things
+ *  stand: "never", "always" (forced, or the CPU's default) or the CPU's
+ *  default rule ("blocks of several passes or 3.5+ FLOPs a weight byte").
+ *  A static string. */
+const char *kernels_cpu_lone_ahead_policy(void);
 
 /** Whether head_pack built the int8 screen for this packed output layer
  *  (cpu_head_screen.c: a CPU with AVX2 or more, finite weights, and

@@ -95,9 +95,10 @@ void cpu_linear_pack_free(kf_backend *b, void *lin) {
  * 38 GFLOP/s streaming against 67 from L2). Each pass then takes its share
  * of the next panel, so the reads go on under every pass. A panel's only
  * block reads the panels in order, a chunk at a time, and whether the next
- * panel's prefetch helps it depends on the CPU (cpu_lone_block_ahead): on
- * the Xeon the line prefetch alone left memory idle, on Zen 5 the next
- * panel's, issued at the FMAs' pace, only competed with it. */
+ * panel's prefetch helps it depends on the CPU and the block
+ * (cpu_lone_block_ahead): on the Xeon, and on Zen 4 for blocks that compute
+ * as long as they read, the line prefetch alone left memory idle; on Zen 5
+ * the next panel's, issued at the FMAs' pace, only competed with it. */
 typedef struct lp_ahead {
     /* NULL: none; set where other blocks pass over the panel, or
      * cpu_lone_block_ahead() */
@@ -428,7 +429,6 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
     /* blocks as even as mr allows */
     int64_t nb = (rows + mr - 1) / mr, chunk = nb == 1 ? LP_KC : L->in;
     int64_t K = L->in, N = L->out;
-    int lone_ahead = cpu_lone_block_ahead();
 #pragma omp parallel for schedule(static) if (rows * K * N >= 16 * KF_CPU_PAR_MIN)
     for (int64_t p = 0; p < L->panels; p++) {
         size_t off = (size_t)(p * K * LP_PANEL);
@@ -442,7 +442,10 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
         for (int64_t ib = 0; ib < nb; ib++) {
             int R = (int)(rows / nb + (ib < rows % nb));
             int64_t i0 = ib * (rows / nb) + (ib < rows % nb ? ib : rows % nb);
-            lp_ahead ah = {nb > 1 || lone_ahead ? next + ib * share : NULL, (share << 16) / K};
+            /* AVX2's blocks of 3 rows or more make a pass a half panel */
+            int passes = lvl == CPU_SIMD_AVX2 && R >= 3 ? 2 : 1;
+            int ahead = nb > 1 || cpu_lone_block_ahead(R, passes, w ? 4 : 2);
+            lp_ahead ah = {ahead ? next + ib * share : NULL, (share << 16) / K};
             if (nj == LP_PANEL) {
                 fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta, ah, chunk);
                 continue;

@@ -4,7 +4,9 @@
  * beta and 16-bit input/output copies, on shapes around the 32-output panel
  * and row counts around every level's register block, and on a seeded
  * random draw of shapes (KF_TEST_SEED replays another); each row's result
- * the same alone as in the batch, with 1 and 2 threads; values against a
+ * the same alone as in the batch, with 1 and 2 threads, with a lone
+ * block's next-panel prefetch off and on; the prefetch's default for this
+ * CPU (its vendor and family read from /proc/cpuinfo); values against a
  * double-precision reference. tests/run.sh reruns it at AVX2 on CPUs above
  * (the chain, and so every bit, is the same at every level with FMA). */
 #include <omp.h>
@@ -89,6 +91,15 @@ static void check_case(kf_backend *be, kf_precision prec, int64_t rows, int64_t 
         T_CHECK(same_bits(y1, yb, rows * n_out), "%s: %d threads differ", what, t);
     }
     omp_set_num_threads(nt);
+    /* a lone block with and without the next panel's prefetch */
+    for (int on = 0; on <= 1; on++) {
+        kernels_cpu_set_lone_ahead(on);
+        memcpy(y1, y0, ny * 4);
+        be->linear_packed_fwd(be, y1, NULL, pb, xin, x16, lin, bias, rows, act, beta);
+        T_CHECK(same_bits(y1, yb, rows * n_out), "%s: lone-block prefetch %s differs", what,
+                on ? "on" : "off");
+    }
+    kernels_cpu_set_lone_ahead(-1);
     /* values (the fp32 output; rounding to 16 bits bounds a 16-bit mode) */
     double *R = kf_malloc(ny * sizeof(double));
     ref(R, x, W, bias, y0, rows, in, n_out, act, beta, prec);
@@ -100,9 +111,32 @@ static void check_case(kf_backend *be, kf_precision prec, int64_t rows, int64_t 
     free(ya), free(yb), free(pa), free(pb), free(y1), free(ha), free(hb), free(R);
 }
 
+/* The lone-block prefetch's default as /proc/cpuinfo's vendor and family
+ * say it should be (cpu_lone_block_ahead), NULL where the file lacks them */
+static const char *lone_policy_want(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return NULL;
+    char line[256], vendor[64] = "";
+    int family = -1;
+    while (fgets(line, sizeof line, f) && (!*vendor || family < 0)) {
+        if (!strncmp(line, "vendor_id", 9)) sscanf(strchr(line, ':') + 1, "%63s", vendor);
+        if (!strncmp(line, "cpu family", 10)) family = atoi(strchr(line, ':') + 1);
+    }
+    fclose(f);
+    if (!*vendor || family < 0) return NULL;
+    if (!strcmp(vendor, "GenuineIntel")) return "always";
+    if (!strcmp(vendor, "AuthenticAMD") && family >= 26) return "never";
+    return "blocks of several passes or 3.5+ FLOPs a weight byte";
+}
+
 int main(void) {
     kf_backend *be = kernels_cpu_create();
     printf("  level %s\n", kernels_cpu_isa());
+    const char *forced = getenv("KF_CPU_LONE_AHEAD"), *want = lone_policy_want();
+    if (want && !(forced && *forced))
+        T_CHECK(!strcmp(kernels_cpu_lone_ahead_policy(), want),
+                "the lone-block prefetch's default: got '%s', want '%s' for this CPU",
+                kernels_cpu_lone_ahead_policy(), want);
     /* outputs around the panel of 32; rows across the register blocks and
      * their even splits (AVX-512 up to 8; AVX2 1-2 full panel, 3-12 in one
      * block of one or two sub-blocks over half a panel, read in chunks of
