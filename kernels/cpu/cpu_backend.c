@@ -151,7 +151,8 @@ static int amd_family(void) {
 }
 
 /* Where a lone block prefetches the next panel, by what was measured on
- * each CPU (docs/decode_cpu.md, "A panel's only block"). */
+ * each CPU (docs/decode_cpu.md, "A panel's only block"). NEVER and ALWAYS
+ * are 0 and 1, so lone_names also names a forced KF_CPU_LONE_AHEAD. */
 enum { LONE_NEVER, LONE_ALWAYS, LONE_BUSY };
 static const char *const lone_names[] = {"never", "always",
                                          "blocks of several passes or 3.5+ FLOPs a weight byte"};
@@ -165,12 +166,12 @@ static void lone_init(void) {
                                             : LONE_BUSY;
 }
 
-int cpu_lone_block_ahead(int rows, int passes, int wbytes) {
+int cpu_lone_block_ahead(int rows, int multipass, int wbytes) {
     lone_init();
     if (lone_forced >= 0) return lone_forced;
     /* 2 * rows / wbytes FLOPs a byte of weights against 3.5, Zen 4's one
      * thread: a 95-100 GFLOP/s GEMM over a 28-31 GB/s read */
-    if (lone_policy == LONE_BUSY) return passes > 1 || 4 * rows >= 7 * wbytes;
+    if (lone_policy == LONE_BUSY) return multipass || 4 * rows >= 7 * wbytes;
     return lone_policy == LONE_ALWAYS;
 }
 

@@ -81,10 +81,11 @@ int cpu_simd_level(void);
 int cpu_avx2_block_rows(void);
 
 /** Whether a decode-time linear layer's row block of `rows` rows, making
- *  `passes` passes over each panel of `wbytes`-byte weights (4, or 2 for
- *  bf16 panels), prefetches the next panel into L2 when it is the panel's
- *  only block (several always do: cpu_linear_packed.c). By the CPU, as
- *  measured on each (docs/decode_cpu.md): always on Intel (the Xeon ran
+ *  several passes over each panel (`multipass` nonzero) or one, over
+ *  `wbytes`-byte weights (4, or 2 for bf16 panels), prefetches the next
+ *  panel into L2 when it is the panel's only block (several always do:
+ *  cpu_linear_packed.c, once a product, outside its panel loop). By the
+ *  CPU, as measured on each (docs/decode_cpu.md): always on Intel (the Xeon ran
  *  chunks 0.6-0.9x as fast without it); never on AMD Zen 5 and later (a
  *  lone block took 0.79-0.93x the time without it); on other CPUs, Zen 3
  *  and 4 among them, for blocks that compute as long as they read: several
@@ -94,7 +95,7 @@ int cpu_avx2_block_rows(void);
  *  KF_CPU_LONE_AHEAD=0|1 forces it off or on for every block (a fatal
  *  error otherwise), read once, as is the CPU; kernels_cpu_set_lone_ahead
  *  sets it. Every choice gives the same bits. */
-int cpu_lone_block_ahead(int rows, int passes, int wbytes);
+int cpu_lone_block_ahead(int rows, int multipass, int wbytes);
 
 /** Whether the output layer's pack builds the int8 screen where the CPU
  *  can run it (cpu_head_screen.c): 1 unless KF_CPU_HEAD_SCREEN=0 (for A/B

@@ -429,6 +429,10 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
     /* blocks as even as mr allows */
     int64_t nb = (rows + mr - 1) / mr, chunk = nb == 1 ? LP_KC : L->in;
     int64_t K = L->in, N = L->out;
+    /* a panel's only block: whether it prefetches the next panel (AVX2's
+     * blocks of 3 rows or more make several passes, lp256_chunks) */
+    int lone_ahead = nb == 1 && cpu_lone_block_ahead((int)rows, lvl == CPU_SIMD_AVX2 && rows >= 3,
+                                                     L->p32 ? 4 : 2);
 #pragma omp parallel for schedule(static) if (rows * K * N >= 16 * KF_CPU_PAR_MIN)
     for (int64_t p = 0; p < L->panels; p++) {
         size_t off = (size_t)(p * K * LP_PANEL);
@@ -442,10 +446,7 @@ static void lp_product(const cpu_linear *L, float *c, const float *x, int64_t ro
         for (int64_t ib = 0; ib < nb; ib++) {
             int R = (int)(rows / nb + (ib < rows % nb));
             int64_t i0 = ib * (rows / nb) + (ib < rows % nb ? ib : rows % nb);
-            /* AVX2's blocks of 3 rows or more make a pass a half panel */
-            int passes = lvl == CPU_SIMD_AVX2 && R >= 3 ? 2 : 1;
-            int ahead = nb > 1 || cpu_lone_block_ahead(R, passes, w ? 4 : 2);
-            lp_ahead ah = {ahead ? next + ib * share : NULL, (share << 16) / K};
+            lp_ahead ah = {nb > 1 || lone_ahead ? next + ib * share : NULL, (share << 16) / K};
             if (nj == LP_PANEL) {
                 fn(R, x + i0 * K, K, w, h, c + i0 * N + j0, N, beta, ah, chunk);
                 continue;
