@@ -48,10 +48,5 @@ CHURNERS=()
 churn_start() { for _ in 1 2; do (while kill -0 $$ 2>/dev/null; do /bin/true; done) & CHURNERS+=($!); done; }
 churn_stop() {
   [ ${#CHURNERS[@]} -gt 0 ] && { kill "${CHURNERS[@]}"; wait "${CHURNERS[@]}"; } 2>/dev/null
-  seed_random() {
-  local seed=${KF_TEST_SEED:-$1}
-  RANDOM=$seed
-  echo "  seed $seed (KF_TEST_SEED=$seed replays)"
-}
-CHURNERS=()
+  CHURNERS=()
 }
