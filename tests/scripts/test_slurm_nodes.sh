@@ -120,6 +120,8 @@ ja=$(job_of "$A")
 wait_until 120 done_ "$A"
 wait $ref_pid; check "(a) reference mpirun -np 2 exits 0" [ $? -eq 0 ]
 check "(a) stage complete on two nodes" done_ "$A"
+# a rank that dies in MPI's start-up is launched again (test_slurm_launch): say so when it happened
+echo "(a) launches: $(grep -c "running (pid" "$A/stages/ar/slurm.out")$(grep -m1 -B8 "launching again" "$A/stages/ar/slurm.out" | grep -E "SEGV|signal|exit code|Killed" | head -3 | sed 's/^/; /' | tr -d '\n')"
 check "(a) one rank per node: NodeList n[1-2], 2 tasks (got $(job_field "$ja" NodeList), $(job_field "$ja" NumTasks))" \
   [ "$(job_field "$ja" NodeList),$(job_field "$ja" NumTasks)" = "n[1-2],2" ]
 check "(a) ranks started with srun --mpi=pmix" grep -q "running (pid [0-9]*): srun --mpi=pmix -n 2" "$A/stages/ar/slurm.out"

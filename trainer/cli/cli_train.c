@@ -9,6 +9,8 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/error.h"
+#include "common/fsutil.h"
+#include "common/log.h"
 #include "common/runconfig.h"
 #include "trainer/cli/omp_env.h"
 #include "trainer/train/dist.h"
@@ -34,8 +36,23 @@ static const char USAGE[] =
     "\n"
     "SIGUSR1, SIGTERM or SIGINT (Ctrl-C): checkpoint at the next step boundary and exit 75;\n"
     "a second Ctrl-C aborts at once (no checkpoint).\n"
+    "KF_LAUNCH_MARKER=PATH: rank 0 writes PATH once every rank is through MPI's start-up\n"
+    "(slurm/stage.sbatch launches again, once, ranks that died before it).\n"
     "Exit codes: 0 done (final/ and its DONE marker written), 1 error, 2 usage,\n"
     "75 preempted (checkpoint written; rerun with --resume).\n";
+
+/* dist_init ends in MPI_Comm_split_type, which needs every rank's part, so
+ * when it returns on rank 0 every rank is through MPI_Init. The launcher asks for the marker to
+ * tell a launch that died in start-up (PMIx, a transport: worth one more try) from a run that
+ * trained and failed. Failing to write it only costs that retry, so it warns. */
+static void mark_launched(const dist *d) {
+    const char *path = getenv("KF_LAUNCH_MARKER");
+    if (!path || !*path || d->rank != 0) return;
+    char text[64];
+    int n = snprintf(text, sizeof text, "ranks %d\n", d->world);
+    kf_err err = {{0}};
+    if (fs_write_atomic(path, text, (size_t)n, &err)) kf_log_warn("KF_LAUNCH_MARKER: %s", err.msg);
+}
 
 int train_main(int argc, char **argv) {
     train_args a;
@@ -83,6 +100,7 @@ int train_main(int argc, char **argv) {
         free(a.over);
         return KF_EXIT_ERROR;
     }
+    mark_launched(&d);
     code = train_run(&a, &d);
     dist_finalize(&d);
     free(a.over);
