@@ -37,7 +37,7 @@ static const char USAGE[] =
     "SIGUSR1, SIGTERM or SIGINT (Ctrl-C): checkpoint at the next step boundary and exit 75;\n"
     "a second Ctrl-C aborts at once (no checkpoint).\n"
     "KF_LAUNCH_MARKER=PATH: rank 0 writes PATH once every rank is through MPI's start-up\n"
-    "(slurm/stage.sbatch launches again, once, ranks that died before it).\n"
+    "(slurm/stage.sbatch launches ranks that died before it again, KF_LAUNCH_RETRIES times).\n"
     "Exit codes: 0 done (final/ and its DONE marker written), 1 error, 2 usage,\n"
     "75 preempted (checkpoint written; rerun with --resume).\n";
 
