@@ -49,3 +49,5 @@ slurm_up() {
 slurm_down() { [ -n "${SLURM_BASE:-}" ] && slurm/local-down.sh "$SLURM_BASE" >/dev/null 2>&1; }
 job_field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 job_state() { job_field "$1" JobState; }
+job_of() { awk -v s="${2:-ar}" '$1 == s {print $2}' "$1.submit"; }   # RUN [STAGE]: its job in RUN.submit
+job_ended() { local s; s=$(job_state "$1"); [ -n "$s" ] && ! [[ "$s" =~ ^(PENDING|RUNNING|COMPLETING|CONFIGURING)$ ]]; }

@@ -12,7 +12,7 @@
 # weights bitwise those of the run without faults.
 set -u
 cd "$(dirname "$0")/../.."
-. tests/scripts/lib_jobs.sh      # slurm_up, job_state, wait_until, checks
+. tests/scripts/lib_jobs.sh      # slurm_up, job_of, job_ended, wait_until, checks
 . tests/scripts/lib_trainer.sh   # trainer_setup, same_weights
 T=$(mktemp -d /tmp/kf-test-launch.XXXXXX); chmod 711 "$T"   # munged: o+x on every directory above its socket
 trap 'slurm_down; if [ $FAIL -eq 0 ] && [ -z "${KF_TEST_KEEP:-}" ]; then rm -rf "$T"; else echo "kept $T for inspection"; fi' EXIT
@@ -49,8 +49,6 @@ submit() {  # RUN [ENV=VALUE...]
   local run=$1; shift
   env "$@" "$KF" jobs submit "$T/cfg.yaml" --run-dir "$run" "${OV[@]}" > "$run.submit" 2>&1
 }
-job_of() { awk '$1 == "ar" {print $2}' "$1.submit"; }
-ended() { local s; s=$(job_state "$1"); [ -n "$s" ] && ! [[ "$s" =~ ^(PENDING|RUNNING|COMPLETING|CONFIGURING)$ ]]; }
 
 seed_random 4242
 N=6
@@ -76,7 +74,7 @@ for i in $(seq 1 $N); do
   echo "  case $i: rank ${rank[$i]} dies by ${how[$i]} ${when[$i]} start-up in launches ${fails[$i]}; KF_LAUNCH_RETRIES=${retries[$i]} (job ${job[$i]})"
   check "($i) submit" [ -n "${job[$i]}" ]
 done
-all_ended() { ended "$j0" || return 1; for i in $(seq 1 $N); do ended "${job[$i]}" || return 1; done; }
+all_ended() { job_ended "$j0" || return 1; for i in $(seq 1 $N); do job_ended "${job[$i]}" || return 1; done; }
 wait_until 600 all_ended
 check "(0) the run without faults completes" test -f "$T/r0/stages/ar/final/DONE"
 check "(0) one launch, no relaunch" bash -c '[ "$(grep -c "running (pid" "$1")" -eq 1 ] && ! grep -q "launching again" "$1"' _ "$T/r0/stages/ar/slurm.out"

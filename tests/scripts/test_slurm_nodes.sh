@@ -58,13 +58,9 @@ submit() {  # RUN [ENV=VALUE...]: kf jobs submit, the job's environment from the
 # the resuming shell's to the new job: without NODE_MPI its ranks would try
 # each other's loopback and block in MPI's start-up)
 resume() { ctl env "${NODE_MPI[@]}" "$KF" jobs resume "$1" >> "$1.resume" 2>&1; }
-job_of() { awk '$1 == "ar" {print $2}' "$1.submit"; }
 status_json() { ctl "$KF" jobs status "$1" --json; }
 done_() { test -f "$1/stages/ar/final/DONE"; }
-done_or_ended() {  # RUN JOB: the stage is complete or its job ended without it
-  local st; st=$(job_field "$2" JobState)
-  done_ "$1" || { [ -n "$st" ] && ! [[ "$st" =~ ^(PENDING|RUNNING|COMPLETING|CONFIGURING)$ ]]; }
-}
+done_or_ended() { done_ "$1" || job_ended "$2"; }   # RUN JOB: the stage is complete or its job ended without it
 # node_trainer NODE: pid of the kf train rank in the node's namespace
 node_trainer() {
   local p

@@ -43,7 +43,6 @@ submit() {  # RUN CONFIG [OVERRIDES...] -> prints "STAGE JOBID ..." lines into R
   local run=$1 cfg=$2; shift 2
   "$KF" jobs submit "$cfg" --run-dir "$run" "$@" > "$run.submit" 2> "$run.submit.err"
 }
-job_of() { awk -v s="$2" '$1 == s {print $2}' "$1.submit"; }
 
 # ---- (c) first: the sweep that sends --signal comes every 30 s from slurmctld's
 # start, so a job started ~20 s after it gets USR1 ~10 s into its work.
